@@ -1,0 +1,48 @@
+"""NNI's duration and size strings ("1h", "30m", "8GB"), parsed the way nnictl did."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(tb|gb|mb|kb|ti|gi|mi|ki|b|t|g|m|k)?\s*$", re.IGNORECASE)
+# Kubernetes-style binary suffixes (1Gi) are accepted too: AdaptDL configs use them.
+_SIZE_UNITS_MB = {
+    "ti": 1024 * 1024, "gi": 1024, "mi": 1, "ki": 1 / 1024,
+    "tb": 1024 * 1024, "t": 1024 * 1024, "gb": 1024, "g": 1024,
+    "mb": 1, "m": 1, "kb": 1 / 1024, "k": 1 / 1024, "b": 1 / (1024 * 1024),
+}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a number (already seconds) or a string like ``"1.5h"``.
+
+    NNI accepts s/m/h/d; a bare number means seconds, as in NNI v2.
+    """
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 30m, 2h or 1d, got a boolean")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+    else:
+        raise ValueError(f"expected a duration such as 30m, 2h or 1d (units s, m, h, d), got {value!r}")
+    if seconds <= 0:
+        raise ValueError(f"expected a positive duration, got {value!r}")
+    return seconds
+
+
+def parse_size_mb(value: object) -> int:
+    """Megabytes (1024-based, like NNI) from a number (already MB) or a string like ``"8GB"``."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 512mb or 8gb, got a boolean")
+    if isinstance(value, (int, float)):
+        size = float(value)
+    elif isinstance(value, str) and (match := _SIZE.match(value)):
+        size = float(match.group(1)) * _SIZE_UNITS_MB[(match.group(2) or "mb").lower()]
+    else:
+        raise ValueError(f"expected a size such as 512mb or 8gb (units tb, gb, mb, kb, b), got {value!r}")
+    if size <= 0:
+        raise ValueError(f"expected a positive size, got {value!r}")
+    return max(1, int(round(size)))

@@ -1,0 +1,2 @@
+"""Training services: one module per platform, same shape, no Airflow imports."""
+

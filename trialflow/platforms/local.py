@@ -1,0 +1,280 @@
+"""Trials as local processes, the way NNI's local training service ran them, but sturdier.
+
+Each trial gets ``<experiment dir>/trials/<trial id>/`` as NNI_SYS_DIR and runs
+its command in the code directory. A small wrapper script (NNI's run.sh)
+records its own pid first and writes the exit code atomically last, so the
+state on disk is always one of: launching, running, exited(rc), and a poller,
+a retried task or a restarted triggerer reads the same answer. The process
+runs in its own session with stdio to files, so it survives the Airflow task
+that started it (the task defers) and never holds the task supervisor's pipes.
+Cancel kills the whole process tree, not just the shell (NNI 3.0 did only
+that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from trialflow.config.platforms import LocalConfig
+from trialflow.platforms.base import (
+    CANCEL_STATUSES,
+    Cursor,
+    TrialHandle,
+    TrialSpec,
+    TrialStatus,
+    TrialUpdate,
+)
+from trialflow.trial.env import trial_env
+from trialflow.trial.protocol import METRICS_FILE, read_framed, read_state_file, write_parameter_file
+
+CONTROL_DIR = ".trialflow"
+PID_FILE = f"{CONTROL_DIR}/pid"
+CANCEL_FILE = f"{CONTROL_DIR}/cancel"
+HANDLE_FILE = f"{CONTROL_DIR}/handle.json"
+LAUNCH_FILE = f"{CONTROL_DIR}/launching"
+#: Seconds between SIGTERM and SIGKILL when cancelling, as NNI's local mode.
+KILL_GRACE_SECONDS = 5.0
+#: How long a re-attaching submit waits for a launching wrapper to record its pid.
+LAUNCH_WAIT_SECONDS = 10.0
+READ_CHUNK = 4 * 1024 * 1024
+
+# The wrapper: pid (and its start time, against pid reuse) first, exit code last, both atomic.
+_WRAPPER = """#!/bin/bash
+ctl={ctl}
+read -r _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ start _ < /proc/$$/stat 2>/dev/null || start=0
+echo "$$ $start" > "$ctl/pid.tmp" && mv -f "$ctl/pid.tmp" "$ctl/pid"
+cd {code_dir} || {{ echo "cannot cd to the code directory {code_dir}" >> {sys_dir}/stderr; rc=127; }}
+if [ -z "$rc" ]; then
+  bash -c {command} > {sys_dir}/stdout 2> {sys_dir}/stderr < /dev/null
+  rc=$?
+fi
+echo "$rc $(date +%s%3N)" > {sys_dir}/.nni/state.tmp && mv -f {sys_dir}/.nni/state.tmp {sys_dir}/.nni/state
+"""
+
+
+def _process_start_time(pid: int) -> str | None:
+    """Start time in clock ticks from /proc (None where there is no /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return fields[19] if fields[0] != "Z" else "zombie"
+
+
+def _alive(pid: int, start_time: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    now = _process_start_time(pid)
+    if now is None:
+        return True  # no /proc: trust kill(0)
+    return now != "zombie" and (start_time in ("0", "") or now == start_time)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root`` (children that started their own session too)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            out.append(child)
+            stack.append(child)
+    return out
+
+
+class LocalPlatform:
+    """NNI's ``platform: local``. Trials run on the machine of the worker that submits them;
+    the triggerer that follows them must run on the same machine (as with NNI's manager)."""
+
+    name: ClassVar[str] = "local"
+
+    def __init__(self, config: LocalConfig, experiment_dir: Path):
+        self.config = config
+        self.experiment_dir = Path(experiment_dir)
+
+    @classmethod
+    def from_config(cls, service_config: LocalConfig, experiment_dir: Path) -> "LocalPlatform":
+        return cls(service_config, experiment_dir)
+
+    # -- layout ---------------------------------------------------------------------------
+
+    def trial_dir(self, trial_id: str) -> Path:
+        return self.experiment_dir / "trials" / trial_id
+
+    def prepare(self, experiment_id: str) -> None:
+        (self.experiment_dir / "trials").mkdir(parents=True, exist_ok=True)
+
+    def cleanup(self, experiment_id: str) -> None:
+        """Local trial folders are the results (logs, outputs): kept, as NNI keeps them."""
+
+    # -- pure builders --------------------------------------------------------------------
+
+    def build_env(self, spec: TrialSpec) -> dict[str, str]:
+        sys_dir = str(self.trial_dir(spec.trial_id))
+        env = trial_env(platform="local", experiment_id=spec.experiment_id, trial_id=spec.trial_id,
+                        sys_dir=sys_dir, output_dir=sys_dir, sequence=spec.sequence,
+                        code_dir=str(spec.code_dir), gpu_indices=[])
+        env.update(spec.env)
+        return env
+
+    def build_wrapper(self, spec: TrialSpec) -> str:
+        sys_dir = self.trial_dir(spec.trial_id)
+        return _WRAPPER.format(ctl=shlex.quote(str(sys_dir / CONTROL_DIR)), code_dir=shlex.quote(str(spec.code_dir)),
+                               sys_dir=shlex.quote(str(sys_dir)), command=shlex.quote(spec.command))
+
+    def render(self, spec: TrialSpec) -> Mapping[str, Any]:
+        env = self.build_env(spec)
+        nni_env = {k: v for k, v in sorted(env.items()) if k.startswith("NNI_") or k in (
+            "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")}
+        return {
+            "platform": "local",
+            "command": spec.command,
+            "working_directory": str(spec.code_dir),
+            "trial_directory": str(self.trial_dir(spec.trial_id)),
+            "environment": nni_env,
+            "parameter.cfg": {"parameter_id": spec.parameter_id, "parameter_source": "algorithm",
+                              "parameters": spec.parameters, "parameter_index": 0},
+        }
+
+    # -- contract -------------------------------------------------------------------------
+
+    def submit(self, spec: TrialSpec) -> TrialHandle:
+        sys_dir = self.trial_dir(spec.trial_id)
+        handle: TrialHandle = {"platform": self.name, "trial_id": spec.trial_id, "trial_dir": str(sys_dir)}
+        existing = self._reattach(sys_dir, handle)
+        if existing is not None:
+            return existing
+        if not spec.code_dir.is_dir():
+            raise FileNotFoundError(f"trialCodeDirectory {spec.code_dir} does not exist")
+        (sys_dir / ".nni").mkdir(parents=True, exist_ok=True)
+        (sys_dir / CONTROL_DIR).mkdir(exist_ok=True)
+        try:  # O_EXCL: of two racing submits for one trial id, only one launches
+            os.close(os.open(sys_dir / LAUNCH_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            existing = self._reattach(sys_dir, handle, wait=True)
+            if existing is not None:
+                return existing
+            raise RuntimeError(f"trial {spec.trial_id}: a launch was started but never recorded a pid") from None
+        write_parameter_file(sys_dir, spec.parameter_id, spec.parameters)
+        wrapper = sys_dir / CONTROL_DIR / "run.sh"
+        wrapper.write_text(self.build_wrapper(spec))
+        subprocess.Popen(
+            ["bash", str(wrapper)], env=self.build_env(spec), cwd=str(sys_dir),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True,
+        )
+        found = self._reattach(sys_dir, handle, wait=True)
+        if found is None:
+            raise RuntimeError(f"trial {spec.trial_id}: the launcher did not start (see {sys_dir}/stderr)")
+        return found
+
+    def _reattach(self, sys_dir: Path, handle: TrialHandle, wait: bool = False) -> TrialHandle | None:
+        """The handle of a trial already launched under this id, or None if there is none."""
+        deadline = time.monotonic() + (LAUNCH_WAIT_SECONDS if wait else 0)
+        while True:
+            try:
+                pid_text = (sys_dir / PID_FILE).read_text().split()
+            except FileNotFoundError:
+                pid_text = []
+            if pid_text:
+                handle = {**handle, "pid": int(pid_text[0]), "start_time": pid_text[1] if len(pid_text) > 1 else "0"}
+                (sys_dir / HANDLE_FILE).write_text(json.dumps(handle))
+                return handle
+            if not (sys_dir / LAUNCH_FILE).exists() and not wait:
+                return None
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+
+    def status(self, handle: TrialHandle) -> tuple[TrialStatus, int | None, str | None]:
+        sys_dir = Path(handle["trial_dir"])
+        exit_code = read_state_file(sys_dir)
+        cancel = self._cancel_request(sys_dir)
+        if exit_code == 0:
+            return TrialStatus.SUCCEEDED, 0, None
+        alive = _alive(handle["pid"], handle.get("start_time", "0"))
+        if cancel is not None:
+            if alive:
+                return TrialStatus.RUNNING, exit_code, f"stopping: {cancel['reason']}"
+            return TrialStatus(cancel["status"]), exit_code, cancel["reason"]
+        if exit_code is not None:
+            return TrialStatus.FAILED, exit_code, f"trial command exited with code {exit_code}"
+        if alive:
+            return TrialStatus.RUNNING, None, None
+        return TrialStatus.FAILED, None, "trial process disappeared without an exit code (killed?)"
+
+    async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
+        # Status first, then metrics: a trial that just ended has written its last metric.
+        status, exit_code, message = self.status(handle)
+        metrics, offset = self.read_metrics(handle, int(cursor.get("metrics_offset", 0)))
+        return TrialUpdate(status, metrics, {"metrics_offset": offset}, message, exit_code)
+
+    def read_metrics(self, handle: TrialHandle, offset: int) -> tuple[list, int]:
+        path = Path(handle["trial_dir"]) / METRICS_FILE
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read(READ_CHUNK)
+        except FileNotFoundError:
+            return [], offset
+        metrics, consumed = read_framed(data)
+        return metrics, offset + consumed
+
+    def _cancel_request(self, sys_dir: Path) -> dict[str, Any] | None:
+        try:
+            return json.loads((sys_dir / CANCEL_FILE).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+        """TERM the whole tree, KILL what is left after the grace period."""
+        if status not in CANCEL_STATUSES:
+            raise ValueError(f"cancel status must be one of {sorted(s.value for s in CANCEL_STATUSES)}")
+        sys_dir = Path(handle["trial_dir"])
+        if read_state_file(sys_dir) == 0:
+            return  # finished successfully before we got here
+        if self._cancel_request(sys_dir) is None:
+            tmp = sys_dir / (CANCEL_FILE + ".tmp")
+            tmp.write_text(json.dumps({"status": status.value, "reason": reason}))
+            os.replace(tmp, sys_dir / CANCEL_FILE)
+        pid, start_time = handle["pid"], handle.get("start_time", "0")
+        if not _alive(pid, start_time):
+            return
+        tree = [pid] + _descendants(pid)
+        self._signal(pid, tree, signal.SIGTERM)
+        deadline = time.monotonic() + KILL_GRACE_SECONDS
+        while time.monotonic() < deadline:
+            if not any(_alive(p, "0") for p in tree):
+                return
+            time.sleep(0.1)
+        self._signal(pid, tree + _descendants(pid), signal.SIGKILL)
+
+    @staticmethod
+    def _signal(pgid: int, pids: list[int], sig: signal.Signals) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass

@@ -1,0 +1,112 @@
+"""trialflow's trial SDK: NNI's trial API with no dependencies.
+
+Use it exactly like ``nni``::
+
+    from trialflow import trial
+    params = trial.get_next_parameter()
+    trial.report_intermediate_result(0.5)
+    trial.report_final_result({"default": 0.9, "loss": 0.1})
+
+It speaks NNI's own file/stdout protocol, so the same trial runs under NNI
+and trialflow, and ``import nni`` code runs under trialflow unchanged. Outside
+an experiment (no ``NNI_SYS_DIR``) it behaves like nni's standalone mode:
+parameters are ``{}`` and results are printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from trialflow.trial.wire import METRICS_FILE, PARAMETER_FILE, frame, metric_record, stdout_line
+
+__all__ = [
+    "get_next_parameter", "get_current_parameter", "report_intermediate_result", "report_final_result",
+    "get_trial_id", "get_experiment_id", "get_sequence_id",
+]
+
+_state: dict[str, object] = {"parameter": None, "intermediate_seq": 0}
+#: How long get_next_parameter waits for parameter.cfg (the platform writes it before launch,
+#: so a long wait means something is wrong; nni waits forever, we say so instead).
+PARAMETER_WAIT_SECONDS = float(os.environ.get("TRIALFLOW_PARAMETER_WAIT", "600"))
+
+
+def _sys_dir() -> str | None:
+    return os.environ.get("NNI_SYS_DIR") or None
+
+
+def get_next_parameter() -> dict[str, object]:
+    """The parameters chosen for this trial (``{}`` outside an experiment)."""
+    sys_dir = _sys_dir()
+    if sys_dir is None:
+        _state["parameter"] = {"parameter_id": None, "parameters": {}}
+        return {}
+    path = os.path.join(sys_dir, PARAMETER_FILE)
+    deadline = time.monotonic() + PARAMETER_WAIT_SECONDS
+    while True:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+            if text.strip():
+                break
+        except FileNotFoundError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no parameters at {path} after {PARAMETER_WAIT_SECONDS:.0f} s")
+        time.sleep(0.2)
+    _state["parameter"] = json.loads(text)
+    return _state["parameter"]["parameters"]
+
+
+def get_current_parameter(tag: str | None = None) -> object:
+    if _state["parameter"] is None:
+        get_next_parameter()
+    params = _state["parameter"]["parameters"]
+    return params if tag is None else params[tag]
+
+
+def get_trial_id() -> str:
+    return os.environ.get("NNI_TRIAL_JOB_ID", "STANDALONE")
+
+
+def get_experiment_id() -> str:
+    return os.environ.get("NNI_EXP_ID", "STANDALONE")
+
+
+def get_sequence_id() -> int:
+    return int(os.environ.get("NNI_TRIAL_SEQ_ID", "0"))
+
+
+def _parameter_id() -> object:
+    return (_state["parameter"] or {}).get("parameter_id")
+
+
+def _send(kind: str, sequence: int, metric: object) -> None:
+    record = metric_record(os.environ.get("NNI_TRIAL_JOB_ID"), _parameter_id(), kind, sequence, metric)
+    sys_dir = _sys_dir()
+    if sys_dir is None:
+        print(f"[trialflow standalone] {kind.lower()} result: {metric}", flush=True)
+        return
+    if os.environ.get("NNI_PLATFORM") == "local" and not os.environ.get("REUSE_MODE"):
+        # One write per record with O_APPEND: concurrent writers never interleave a record.
+        os.makedirs(os.path.join(sys_dir, ".nni"), exist_ok=True)
+        fd = os.open(os.path.join(sys_dir, METRICS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, frame(record))
+        finally:
+            os.close(fd)
+    else:
+        sys.stdout.write(stdout_line(record))
+        sys.stdout.flush()
+
+
+def report_intermediate_result(metric: object) -> None:
+    """A per-epoch value; assessors decide early stopping from these."""
+    _send("PERIODICAL", _state["intermediate_seq"], metric)
+    _state["intermediate_seq"] += 1
+
+
+def report_final_result(metric: object) -> None:
+    """The trial's result: a number, or a dict whose ``default`` key is the number to optimize."""
+    _send("FINAL", 0, metric)

@@ -1,0 +1,45 @@
+"""The bytes a trial writes: what the SDK needs and nothing more.
+
+Kept to ``json`` and ``os`` so ``import trialflow.trial`` stays under 20 ms;
+the readers and everything else live in :mod:`trialflow.trial.protocol`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+PARAMETER_FILE = "parameter.cfg"
+METRICS_FILE = os.path.join(".nni", "metrics")
+STATE_FILE = os.path.join(".nni", "state")
+MAX_RECORD_BYTES = 999_999
+
+
+def metric_record(trial_job_id: str | None, parameter_id: object, kind: str, sequence: int, value: object) -> dict:
+    """The JSON object nni sends, with the metric itself as a JSON string inside."""
+    return {"parameter_id": parameter_id, "trial_job_id": trial_job_id, "type": kind,
+            "sequence": sequence, "value": dumps_value(value)}
+
+
+def dumps_value(value: object) -> str:
+    """JSON for a metric value; NaN/Infinity allowed as nni's json_tricks writes them."""
+    return json.dumps(value, allow_nan=True, default=_to_builtin)
+
+
+def _to_builtin(obj: object) -> object:
+    # numpy / torch scalars: anything with a float value
+    for attr in ("item", "__float__"):
+        if hasattr(obj, attr):
+            return getattr(obj, attr)()
+    raise TypeError(f"metric value of type {type(obj).__name__} is not JSON serializable")
+
+
+def frame(record: dict[str, object]) -> bytes:
+    """``ME%06d`` + JSON + newline, length in bytes including the newline."""
+    data = (json.dumps(record) + "\n").encode("utf-8")
+    if len(data) > MAX_RECORD_BYTES:
+        raise ValueError(f"metric record of {len(data)} bytes exceeds NNI's {MAX_RECORD_BYTES}-byte limit")
+    return b"ME%06d" % len(data) + data
+
+
+def stdout_line(record: dict[str, object]) -> str:
+    return f"NNISDK_MEb'{json.dumps(record)}'\n"

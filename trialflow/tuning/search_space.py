@@ -1,0 +1,265 @@
+"""NNI search spaces with NNI's exact semantics, sampled through any Optuna-like trial.
+
+Why sample the *underlying* distribution and transform it here rather than use
+Optuna's own ``step=``: NNI defines ``quniform`` as
+``clip(round(uniform(low, high) / q) * q, low, high)``, which Optuna's stepped
+floats cannot express (they require ``high - low`` to be a multiple of ``q``),
+and Optuna has no normal distributions at all. Normal-family values are drawn
+by the inverse CDF of a uniform quantile, so random sampling is exactly NNI's
+distribution and model-based samplers (TPE, GP) learn in quantile space.
+
+This module imports nothing heavy: the config loader validates spaces with it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Any, Iterator, Protocol, Sequence, Union
+
+NUMERIC_TYPES = (
+    "randint", "uniform", "quniform", "loguniform", "qloguniform",
+    "normal", "qnormal", "lognormal", "qlognormal",
+)
+ALL_TYPES = ("choice",) + NUMERIC_TYPES
+_Q_TYPES = {"quniform", "qloguniform", "qnormal", "qlognormal"}
+_NORMAL_FAMILY = {"normal", "qnormal", "lognormal", "qlognormal"}
+# Quantiles are kept off 0 and 1 so the inverse CDF stays finite (+-7 sigma).
+_QUANTILE_EPS = 1e-12
+
+
+class SearchSpaceError(ValueError):
+    """A search-space entry NNI would reject; ``path`` locates it inside the space."""
+
+    def __init__(self, path: Sequence[str | int], message: str):
+        self.path = tuple(path)
+        self.message = message
+        super().__init__(f"{'.'.join(map(str, path)) or '(search space)'}: {message}")
+
+
+class SuggestingTrial(Protocol):
+    """The part of ``optuna.Trial`` a search space needs (kept structural: no Optuna import)."""
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any: ...
+    def suggest_int(self, name: str, low: int, high: int) -> int: ...
+    def suggest_float(self, name: str, low: float, high: float, *, log: bool = False) -> float: ...
+
+
+@dataclass(frozen=True)
+class NestedOption:
+    """A dict option of a nested ``choice``: ``{"_name": ..., <sub-parameters or constants>}``."""
+
+    name: Any
+    params: tuple["Parameter", ...]
+    constants: tuple[tuple[str, Any], ...] = ()
+
+
+Option = Union[NestedOption, Any]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    key: str
+    type: str
+    values: tuple[Any, ...]
+    #: Unique name for the sampler; nested parameters carry their branch in it.
+    sampler_name: str
+
+    @property
+    def is_nested(self) -> bool:
+        return self.type == "choice" and any(isinstance(v, NestedOption) for v in self.values)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    params: tuple[Parameter, ...]
+    raw: dict[str, Any] = field(compare=False, repr=False, default_factory=dict)
+
+    def sample(self, trial: SuggestingTrial) -> dict[str, Any]:
+        """Draw one parameter set in NNI's shape (what ``nni.get_next_parameter()`` returns)."""
+        return {p.key: _sample_param(p, trial) for p in self.params}
+
+    def grid(self) -> list[dict[str, Any]]:
+        """Every combination, for GridSearch; raises for spaces that have no finite grid."""
+        return [dict(combo) for combo in _grid_of(self.params)]
+
+    @property
+    def names(self) -> list[str]:
+        return [p.key for p in self.params]
+
+
+# --- parsing and validation (NNI's rules) ---------------------------------------------
+
+
+def parse_search_space(raw: Any) -> SearchSpace:
+    if not isinstance(raw, dict):
+        raise SearchSpaceError((), f"expected a mapping of parameter name -> {{_type, _value}}, got {type(raw).__name__}")
+    return SearchSpace(_parse_params(raw, (), ""), raw)
+
+
+def _parse_params(raw: dict[str, Any], path: tuple[str | int, ...], prefix: str) -> tuple[Parameter, ...]:
+    return tuple(_parse_param(str(key), spec, path + (str(key),), prefix) for key, spec in raw.items())
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _parse_param(key: str, spec: Any, path: tuple[str | int, ...], prefix: str) -> Parameter:
+    if not isinstance(spec, dict) or "_type" not in spec or "_value" not in spec:
+        raise SearchSpaceError(path, "expected {_type: <type>, _value: [...]}")
+    extra = set(spec) - {"_type", "_value"}
+    if extra:
+        raise SearchSpaceError(path, f"unexpected keys {sorted(extra)}; a parameter has only _type and _value")
+    kind, values = spec["_type"], spec["_value"]
+    sampler_name = f"{prefix}{key}"
+    if kind not in ALL_TYPES:
+        raise SearchSpaceError(path + ("_type",), f"unknown type {kind!r}; expected one of {', '.join(ALL_TYPES)}")
+    if not isinstance(values, list):
+        raise SearchSpaceError(path + ("_value",), f"expected a list, got {type(values).__name__}")
+    if kind == "choice":
+        if not values:
+            raise SearchSpaceError(path + ("_value",), "choice needs at least one option")
+        options = tuple(
+            _parse_option(option, path + ("_value", i), f"{sampler_name}/{i}/") for i, option in enumerate(values)
+        )
+        return Parameter(key, kind, options, sampler_name)
+    expected = 3 if kind in _Q_TYPES else 2
+    shape = "[low, high, q]" if kind in {"quniform", "qloguniform"} else (
+        "[mu, sigma, q]" if kind in _Q_TYPES else
+        "[lower, upper)" if kind == "randint" else "[mu, sigma]" if kind in _NORMAL_FAMILY else "[low, high]")
+    if len(values) != expected or not all(_number(v) for v in values):
+        raise SearchSpaceError(path + ("_value",), f"{kind} takes {expected} numbers {shape}, got {values!r}")
+    if kind == "randint":
+        if not all(float(v).is_integer() for v in values):
+            raise SearchSpaceError(path + ("_value",), f"randint bounds must be integers, got {values!r}")
+        if values[0] >= values[1]:
+            raise SearchSpaceError(path + ("_value",), f"randint needs lower < upper, got {values!r}")
+        return Parameter(key, kind, (int(values[0]), int(values[1])), sampler_name)
+    if kind in _NORMAL_FAMILY:
+        if values[1] <= 0:
+            raise SearchSpaceError(path + ("_value",), f"{kind} needs sigma > 0, got {values!r}")
+    else:
+        if values[0] >= values[1]:
+            raise SearchSpaceError(path + ("_value",), f"{kind} needs low < high, got {values!r}")
+        if kind in {"loguniform", "qloguniform"} and values[0] <= 0:
+            raise SearchSpaceError(path + ("_value",), f"{kind} needs low > 0, got {values!r}")
+    if kind in _Q_TYPES and values[2] <= 0:
+        raise SearchSpaceError(path + ("_value",), f"{kind} needs q > 0, got {values!r}")
+    return Parameter(key, kind, tuple(float(v) for v in values), sampler_name)
+
+
+def _parse_option(option: Any, path: tuple[str | int, ...], prefix: str) -> Option:
+    if not isinstance(option, dict):
+        return option
+    if "_name" not in option:
+        # A plain dict value is a constant option, not a nested space (NNI does the same).
+        return option
+    params: list[Parameter] = []
+    constants: list[tuple[str, Any]] = []
+    for key, value in option.items():
+        if key == "_name":
+            continue
+        if isinstance(value, dict) and "_type" in value:
+            params.append(_parse_param(str(key), value, path + (str(key),), prefix))
+        else:
+            constants.append((str(key), value))
+    return NestedOption(option["_name"], tuple(params), tuple(constants))
+
+
+# --- sampling -------------------------------------------------------------------------
+
+
+def _is_plain_choice(values: tuple[Any, ...]) -> bool:
+    """Optuna stores categorical choices only if they are None/bool/int/float/str."""
+    return all(v is None or isinstance(v, (bool, int, float, str)) for v in values) and len(set(
+        (type(v), v) for v in values)) == len(values)
+
+
+def _quantize(value: float, q: float, low: float | None = None, high: float | None = None) -> float:
+    value = round(value / q) * q
+    if low is not None and high is not None:
+        value = min(max(value, low), high)
+    # Strip float noise (0.30000000000000004) without changing the grid NNI defines.
+    return float(f"{value:.12g}")
+
+
+def _normal(trial: SuggestingTrial, name: str, mu: float, sigma: float) -> float:
+    quantile = trial.suggest_float(name, _QUANTILE_EPS, 1 - _QUANTILE_EPS)
+    return NormalDist(mu, sigma).inv_cdf(quantile)
+
+
+def _sample_param(p: Parameter, trial: SuggestingTrial) -> Any:
+    v = p.values
+    if p.type == "choice":
+        if _is_plain_choice(v):
+            picked = trial.suggest_categorical(p.sampler_name, list(v))
+        else:
+            picked = v[trial.suggest_categorical(p.sampler_name, list(range(len(v))))]
+        return _materialize(picked, trial)
+    if p.type == "randint":
+        return trial.suggest_int(p.sampler_name, v[0], v[1] - 1)
+    if p.type == "uniform":
+        return trial.suggest_float(p.sampler_name, v[0], v[1])
+    if p.type == "quniform":
+        return _quantize(trial.suggest_float(p.sampler_name, v[0], v[1]), v[2], v[0], v[1])
+    if p.type == "loguniform":
+        return trial.suggest_float(p.sampler_name, v[0], v[1], log=True)
+    if p.type == "qloguniform":
+        return _quantize(trial.suggest_float(p.sampler_name, v[0], v[1], log=True), v[2], v[0], v[1])
+    if p.type == "normal":
+        return _normal(trial, p.sampler_name, v[0], v[1])
+    if p.type == "qnormal":
+        return _quantize(_normal(trial, p.sampler_name, v[0], v[1]), v[2])
+    if p.type == "lognormal":
+        return math.exp(_normal(trial, p.sampler_name, v[0], v[1]))
+    if p.type == "qlognormal":
+        return _quantize(math.exp(_normal(trial, p.sampler_name, v[0], v[1])), v[2])
+    raise AssertionError(p.type)  # parse_search_space admits nothing else
+
+
+def _materialize(option: Option, trial: SuggestingTrial) -> Any:
+    if not isinstance(option, NestedOption):
+        return option
+    out: dict[str, Any] = {"_name": option.name}
+    out.update(option.constants)
+    out.update({sub.key: _sample_param(sub, trial) for sub in option.params})
+    return out
+
+
+# --- grids ----------------------------------------------------------------------------
+
+
+def grid_values(p: Parameter) -> list[Any]:
+    """The finite values of one parameter, or a SearchSpaceError saying why there are none."""
+    v = p.values
+    if p.type == "choice":
+        out: list[Any] = []
+        for option in v:
+            if isinstance(option, NestedOption):
+                for combo in _grid_of(option.params):
+                    out.append({"_name": option.name, **dict(option.constants), **dict(combo)})
+            else:
+                out.append(option)
+        return out
+    if p.type == "randint":
+        return list(range(v[0], v[1]))
+    if p.type in {"quniform", "qloguniform"}:
+        low, high, q = v
+        values = {_quantize(k * q, q, low, high) for k in range(math.floor(low / q), math.ceil(high / q) + 1)}
+        return sorted(values)
+    raise SearchSpaceError(
+        (p.key,), f"GridSearch needs a finite space, but {p.key!r} is {p.type}; "
+        "use choice, randint, quniform or qloguniform")
+
+
+def _grid_of(params: tuple[Parameter, ...]) -> Iterator[tuple[tuple[str, Any], ...]]:
+    if not params:
+        yield ()
+        return
+    head, rest = params[0], params[1:]
+    head_values = grid_values(head)
+    for tail in list(_grid_of(rest)):
+        for value in head_values:
+            yield ((head.key, value),) + tail

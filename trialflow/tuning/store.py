@@ -1,0 +1,198 @@
+"""The experiment store: an Optuna storage holding parameters, results, states and config.
+
+One study per experiment (its name is the experiment id). The tuner, the end
+step, ``trialflow run``'s progress and ``optuna-dashboard`` all read the same
+rows. SQLite is the embedded default (WAL, generous lock timeout: many trial
+tasks and the triggerer write at once); PostgreSQL/MySQL URLs work unchanged
+for workers on several machines.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import optuna
+from optuna.storages import RDBStorage
+from optuna.trial import TrialState
+from sqlalchemy.engine import make_url
+
+from trialflow.config.model import AlgorithmConfig
+from trialflow.platforms.base import TrialStatus
+from trialflow.trial.protocol import Metric, scalar
+from trialflow.tuning.search_space import SearchSpace
+from trialflow.tuning.tuners import make_sampler, sample_parameters
+
+log = logging.getLogger(__name__)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+SQLITE_TIMEOUT_SECONDS = 60
+
+
+def safe_url(url: str) -> str:
+    """The URL with any password hidden, for logs and messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable storage URL>"
+
+
+def sqlite_url(path: str | Path) -> str:
+    return f"sqlite:///{Path(path).expanduser().resolve()}"
+
+
+@dataclass(frozen=True)
+class AskedTrial:
+    number: int
+    storage_id: int
+    parameters: dict[str, Any]
+    resumed: bool
+
+
+class ExperimentStore:
+    def __init__(self, url: str):
+        self.url = url
+        engine_kwargs: dict[str, Any] = {}
+        backend = make_url(url).get_backend_name()
+        if backend == "sqlite":
+            database = make_url(url).database
+            if database and database != ":memory:":
+                Path(database).parent.mkdir(parents=True, exist_ok=True)
+                # WAL lets readers (progress, UI) work while trials write; it sticks to the file.
+                with sqlite3.connect(database, timeout=SQLITE_TIMEOUT_SECONDS) as conn:
+                    conn.execute("PRAGMA journal_mode=WAL")
+            engine_kwargs["connect_args"] = {"timeout": SQLITE_TIMEOUT_SECONDS}
+        else:
+            engine_kwargs["pool_pre_ping"] = True
+        self.storage = RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
+
+    def __repr__(self) -> str:
+        return f"ExperimentStore({safe_url(self.url)})"
+
+    # -- studies --------------------------------------------------------------------------
+
+    def open_study(self, experiment_id: str, tuner: AlgorithmConfig | None = None,
+                   space: SearchSpace | None = None, direction: str = "maximize") -> optuna.Study:
+        sampler = make_sampler(tuner, space) if tuner is not None and space is not None else None
+        return optuna.create_study(storage=self.storage, study_name=experiment_id, sampler=sampler,
+                                   direction=direction, load_if_exists=True)
+
+    def describe_experiment(self, study: optuna.Study, attrs: dict[str, Any]) -> None:
+        for key, value in attrs.items():
+            if study.user_attrs.get(key) != value:
+                study.set_user_attr(key, value)
+
+    def experiment_exists(self, experiment_id: str) -> bool:
+        return any(s.study_name == experiment_id for s in self.storage.get_all_studies())
+
+    # -- trials ---------------------------------------------------------------------------
+
+    def find_trial(self, study: optuna.Study, trial_index: int) -> optuna.trial.FrozenTrial | None:
+        for trial in study.get_trials(deepcopy=False):
+            if trial.user_attrs.get("trial_index") == trial_index:
+                return trial
+        return None
+
+    def ask(self, study: optuna.Study, trial_index: int, trial_id: str, tuner: AlgorithmConfig,
+            space: SearchSpace) -> AskedTrial:
+        """Parameters for trial ``trial_index``: the ones it already has (a retry or a resumed
+        run re-attaches), or new ones from the tuner, which has seen every earlier result."""
+        existing = self.find_trial(study, trial_index)
+        if existing is not None:
+            return AskedTrial(existing.number, existing._trial_id, existing.user_attrs["parameters"], True)
+        trial = study.ask()
+        parameters = sample_parameters(tuner, space, trial)
+        for key, value in {"trial_index": trial_index, "trial_id": trial_id, "parameters": parameters,
+                           "nni_status": TrialStatus.WAITING.value}.items():
+            trial.set_user_attr(key, value)
+        return AskedTrial(trial.number, trial._trial_id, parameters, False)
+
+    def set_status(self, storage_id: int, status: TrialStatus, **attrs: Any) -> None:
+        self.storage.set_trial_user_attr(storage_id, "nni_status", status.value)
+        for key, value in attrs.items():
+            self.storage.set_trial_user_attr(storage_id, key, value)
+
+    def record_metrics(self, storage_id: int, metrics: Iterable[Metric]) -> None:
+        """Intermediate results become Optuna intermediate values (idempotent per sequence, so a
+        re-read after a restart changes nothing); the final result waits for ``finish``."""
+        for metric in metrics:
+            if metric.is_final:
+                self.storage.set_trial_user_attr(storage_id, "final_metric", _jsonable(metric.value))
+                continue
+            value = scalar(metric.value)
+            if value is not None and math.isfinite(value):
+                self.storage.set_trial_intermediate_value(storage_id, metric.sequence, value)
+
+    def finish(self, storage_id: int, status: TrialStatus, final: Any = None, message: str | None = None) -> None:
+        """Close the trial in the store; a second call (retry) leaves a finished trial alone."""
+        frozen = self.storage.get_trial(storage_id)
+        attrs: dict[str, Any] = {"nni_status": status.value}
+        if message:
+            attrs["message"] = message
+        if final is not None:
+            attrs["final_metric"] = _jsonable(final)
+            if isinstance(final, dict):
+                attrs["final_metric_extra"] = {k: _jsonable(v) for k, v in final.items() if k != "default"}
+        for key, value in attrs.items():
+            self.storage.set_trial_user_attr(storage_id, key, value)
+        if frozen.state.is_finished():
+            return
+        value = scalar(final)
+        if status == TrialStatus.SUCCEEDED and value is not None and math.isfinite(value):
+            self.storage.set_trial_state_values(storage_id, TrialState.COMPLETE, [value])
+        elif status == TrialStatus.EARLY_STOPPED:
+            self.storage.set_trial_state_values(storage_id, TrialState.PRUNED)
+        else:
+            if status == TrialStatus.SUCCEEDED:
+                reason = "no final result reported" if value is None else f"final result {value} is not finite"
+                self.storage.set_trial_user_attr(storage_id, "message", reason)
+            self.storage.set_trial_state_values(storage_id, TrialState.FAIL)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def trial_rows(self, experiment_id: str) -> list[dict[str, Any]]:
+        """One dict per trial, in trial-index order, for summaries and progress."""
+        study = optuna.load_study(study_name=experiment_id, storage=self.storage)
+        rows = []
+        for t in study.get_trials(deepcopy=False):
+            rows.append({
+                "trial_index": t.user_attrs.get("trial_index"),
+                "trial_id": t.user_attrs.get("trial_id"),
+                "parameters": t.user_attrs.get("parameters"),
+                "status": t.user_attrs.get("nni_status"),
+                "final_metric": scalar(t.user_attrs.get("final_metric")),
+                "final_metric_raw": t.user_attrs.get("final_metric"),
+                "intermediate_count": len(t.intermediate_values),
+                "message": t.user_attrs.get("message"),
+            })
+        return sorted(rows, key=lambda r: (r["trial_index"] is None, r["trial_index"] or 0))
+
+
+def best_row(rows: list[dict[str, Any]], optimize_mode: str) -> dict[str, Any] | None:
+    """The best succeeded trial by final metric, honouring maximize/minimize."""
+    done = [r for r in rows if r["status"] == TrialStatus.SUCCEEDED.value
+            and r["final_metric"] is not None and math.isfinite(r["final_metric"])]
+    if not done:
+        return None
+    pick = min if optimize_mode == "minimize" else max
+    return pick(done, key=lambda r: r["final_metric"])
+
+
+def _jsonable(value: Any) -> Any:
+    """Optuna user attrs are JSON: NaN/Infinity are kept as strings, as nni's json_tricks writes them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return repr(value)
