@@ -24,7 +24,8 @@ from sqlalchemy.engine import make_url
 
 from trialflow.config.model import AlgorithmConfig
 from trialflow.platforms.base import TrialStatus
-from trialflow.trial.protocol import Metric, scalar
+from trialflow.trial.protocol import Metric
+from trialflow.trial.protocol import scalar as _plain_scalar
 from trialflow.tuning.search_space import SearchSpace
 from trialflow.tuning.tuners import make_sampler, sample_parameters
 
@@ -82,6 +83,9 @@ class ExperimentStore:
         return optuna.create_study(storage=self.storage, study_name=experiment_id, sampler=sampler,
                                    direction=direction, load_if_exists=True)
 
+    def load_study(self, experiment_id: str) -> optuna.Study:
+        return optuna.load_study(study_name=experiment_id, storage=self.storage)
+
     def describe_experiment(self, study: optuna.Study, attrs: dict[str, Any]) -> None:
         for key, value in attrs.items():
             if study.user_attrs.get(key) != value:
@@ -105,6 +109,7 @@ class ExperimentStore:
         existing = self.find_trial(study, trial_index)
         if existing is not None:
             return AskedTrial(existing.number, existing._trial_id, existing.user_attrs["parameters"], True)
+        study.sampler = make_sampler(tuner, space, trial_index)
         trial = study.ask()
         parameters = sample_parameters(tuner, space, trial)
         for key, value in {"trial_index": trial_index, "trial_id": trial_id, "parameters": parameters,
@@ -157,7 +162,7 @@ class ExperimentStore:
 
     def trial_rows(self, experiment_id: str) -> list[dict[str, Any]]:
         """One dict per trial, in trial-index order, for summaries and progress."""
-        study = optuna.load_study(study_name=experiment_id, storage=self.storage)
+        study = self.load_study(experiment_id)
         rows = []
         for t in study.get_trials(deepcopy=False):
             rows.append({
@@ -165,12 +170,16 @@ class ExperimentStore:
                 "trial_id": t.user_attrs.get("trial_id"),
                 "parameters": t.user_attrs.get("parameters"),
                 "status": t.user_attrs.get("nni_status"),
-                "final_metric": scalar(t.user_attrs.get("final_metric")),
+                "final_metric": _finite_or_none(scalar(t.user_attrs.get("final_metric"))),
                 "final_metric_raw": t.user_attrs.get("final_metric"),
                 "intermediate_count": len(t.intermediate_values),
                 "message": t.user_attrs.get("message"),
             })
         return sorted(rows, key=lambda r: (r["trial_index"] is None, r["trial_index"] or 0))
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 def best_row(rows: list[dict[str, Any]], optimize_mode: str) -> dict[str, Any] | None:
@@ -181,6 +190,18 @@ def best_row(rows: list[dict[str, Any]], optimize_mode: str) -> dict[str, Any] |
         return None
     pick = min if optimize_mode == "minimize" else max
     return pick(done, key=lambda r: r["final_metric"])
+
+
+_NON_FINITE = {"nan": math.nan, "infinity": math.inf, "inf": math.inf, "-infinity": -math.inf, "-inf": -math.inf}
+
+
+def scalar(value: Any) -> float | None:
+    """NNI's scalar reward, also reading NaN/Infinity back from their stored string form."""
+    if isinstance(value, dict):
+        value = value.get("default")
+    if isinstance(value, str) and value.lower() in _NON_FINITE:
+        return _NON_FINITE[value.lower()]
+    return _plain_scalar(value)
 
 
 def _jsonable(value: Any) -> Any:

@@ -17,6 +17,7 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.tuning.search_space import SearchSpace, SearchSpaceError
 
 GRID_PARAM = "grid_point"
+optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 class UnsupportedAlgorithm(ValueError):
@@ -117,8 +118,20 @@ def check_algorithms(tuner: AlgorithmConfig | None, advisor: AlgorithmConfig | N
     return problems
 
 
-def make_sampler(tuner: AlgorithmConfig, space: SearchSpace) -> optuna.samplers.BaseSampler:
-    return TUNERS[canonical_tuner_name(tuner)](tuner.class_args, space)
+def make_sampler(tuner: AlgorithmConfig, space: SearchSpace,
+                 trial_index: int | None = None) -> optuna.samplers.BaseSampler:
+    """The tuner's sampler; with ``trial_index``, one seeded for that trial.
+
+    Every trial asks from its own process, so a sampler seeded with the bare
+    ``seed`` would draw the same "random" startup point in every trial. Seeding
+    with ``seed + trial_index`` keeps runs reproducible and trials distinct.
+    GridSearch keeps the bare seed: its shuffle order must agree across trials.
+    """
+    name = canonical_tuner_name(tuner)
+    args = dict(tuner.class_args)
+    if trial_index is not None and name != "GridSearch" and args.get("seed") is not None:
+        args["seed"] = int(args["seed"]) + trial_index
+    return TUNERS[name](args, space)
 
 
 def sample_parameters(tuner: AlgorithmConfig, space: SearchSpace, trial: optuna.Trial) -> dict[str, Any]:

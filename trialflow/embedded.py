@@ -1,0 +1,203 @@
+"""A private, loopback-only Airflow for `trialflow run`: scheduler, triggerer, dag-processor and
+api-server (LocalExecutor, SQLite) in one folder, started and stopped as a unit.
+
+Every listener is on 127.0.0.1: the api-server gets an explicit host, and the
+scheduler and triggerer run with ``--skip-serve-logs`` because their log
+servers cannot be bound to loopback. Components run in their own sessions so
+stopping kills each whole process group, including LocalExecutor workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+COMPONENTS = ("api-server", "scheduler", "triggerer", "dag-processor")
+USER = "trialflow"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedAirflowError(RuntimeError):
+    pass
+
+
+@dataclass
+class EmbeddedAirflow:
+    home: Path
+    dags_folder: Path
+    parallelism: int = 8
+    extra_env: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    _token: str | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        home = self.home.resolve()
+        bin_dir = str(Path(sys.executable).parent)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
+        env.update({
+            "AIRFLOW_HOME": str(home),
+            # Trials run `python3 ...`: the interpreter of this install comes first.
+            "PATH": bin_dir + os.pathsep + env.get("PATH", ""),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder.resolve()),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__BASE_URL": self.base_url,
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": "0",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "600",
+            # Upstream race (apache/airflow #71580): a trigger that fires within the heartbeat
+            # interval can fail its task; a short interval makes it rare, re-attach makes it harmless.
+            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        })
+        env.update(self.extra_env)
+        return env
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def _airflow(self) -> list[str]:
+        return [sys.executable, "-m", "airflow"]
+
+    def migrate(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "logs").mkdir(exist_ok=True)
+        log = self.home / "logs" / "db-migrate.log"
+        with open(log, "wb") as out:
+            rc = subprocess.call(self._airflow() + ["db", "migrate"], env=self.env(), stdout=out,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if rc != 0:
+            raise EmbeddedAirflowError(f"`airflow db migrate` failed (exit {rc}); see {log}")
+
+    def start(self) -> None:
+        env = self.env()
+        args = {"api-server": ["api-server", "--port", str(self.port), "--host", "127.0.0.1"],
+                "scheduler": ["scheduler", "--skip-serve-logs"],
+                "triggerer": ["triggerer", "--skip-serve-logs"],
+                "dag-processor": ["dag-processor"]}
+        for name in COMPONENTS:
+            out = open(self.home / "logs" / f"{name}.log", "ab")
+            self.processes[name] = subprocess.Popen(
+                self._airflow() + args[name], env=env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+            out.close()
+
+    def wait_healthy(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                last = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=5).json()
+                if all(last.get(k, {}).get("status") == "healthy" for k in ("metadatabase", "scheduler", "triggerer")):
+                    return
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.5)
+        raise EmbeddedAirflowError(f"Airflow did not become healthy in {timeout:.0f} s (last: {last}); "
+                                   f"logs in {self.home / 'logs'}")
+
+    def _check_alive(self) -> None:
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                raise EmbeddedAirflowError(f"airflow {name} exited with code {proc.returncode}; "
+                                           f"see {self.home / 'logs' / (name + '.log')}")
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM every component's process group, SIGKILL whatever is left after ``grace``."""
+        for proc in self.processes.values():
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.processes.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(proc, signal.SIGKILL)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self.processes.clear()
+
+    # -- REST API -------------------------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        if self._token is None:
+            passwords = json.loads((self.home / "passwords.json").read_text())
+            response = httpx.post(f"{self.base_url}/auth/token",
+                                  json={"username": USER, "password": passwords[USER]}, timeout=10)
+            response.raise_for_status()
+            self._token = response.json()["access_token"]
+        return {"Authorization": f"Bearer {self._token}"}
+
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return httpx.request(method, f"{self.base_url}/api/v2{path}", headers=self._headers(), timeout=30, **kwargs)
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            if self.api("GET", f"/dags/{dag_id}").status_code == 200:
+                return
+            errors = self.api("GET", "/importErrors").json().get("import_errors", [])
+            if errors:
+                raise EmbeddedAirflowError("the experiment DAG failed to import:\n" +
+                                           "\n".join(e.get("stack_trace", "") for e in errors))
+            time.sleep(0.5)
+        raise EmbeddedAirflowError(f"DAG {dag_id} did not appear in {timeout:.0f} s")
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+        response = self.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf or {}})
+        if response.status_code >= 300:
+            raise EmbeddedAirflowError(f"triggering {dag_id} failed: {response.status_code} {response.text}")
+        return str(response.json()["dag_run_id"])
+
+    def dag_run_state(self, dag_id: str, run_id: str) -> str:
+        return str(self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json().get("state"))
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        response = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 1000})
+        return list(response.json().get("task_instances", []))
+
+
+def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
+    if proc.poll() is not None and sig == signal.SIGTERM:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,1 @@
+"""Airflow glue: connections -> clients (the experiment store, later SSH/Kubernetes/HTTP)."""

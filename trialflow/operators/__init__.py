@@ -1,0 +1,1 @@
+"""Airflow operators: thin shells over trialflow.experiment."""

@@ -1,0 +1,94 @@
+"""The two ends of an experiment DAG: start (store, folder, platform) and end (the summary)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Sequence
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from trialflow.experiment import trial_count
+from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
+from trialflow.operators.trial import experiment_for
+from trialflow.tuning.store import best_row, safe_url
+
+
+class StartExperimentOperator(BaseOperator):
+    """Create (or re-open, on a cleared run) the experiment in the store and prepare the platform."""
+
+    template_fields: Sequence[str] = ("config_path",)
+    ui_color = "#d9ead3"
+
+    def __init__(self, *, config_path: str, store_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.store_conn_id = store_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        experiment = experiment_for(self.config_path, context)
+        store = ExperimentStoreHook(self.store_conn_id).get_conn()
+        config = experiment.config
+        study = store.open_study(experiment.experiment_id, config.tuner, experiment.space, config.optimize_mode)
+        store.describe_experiment(study, {**experiment.description(), "dag_id": context["dag"].dag_id,
+                                          "run_id": context["run_id"]})
+        for i in range(len(config.training_service)):
+            experiment.platform(i).prepare(experiment.experiment_id)
+        self.log.info("Experiment %s: %d trials, %d at a time, on %s; files in %s", experiment.experiment_id,
+                      trial_count(config), config.trial_concurrency, ", ".join(config.platform_names),
+                      experiment.directory)
+        return {"experiment_id": experiment.experiment_id, "directory": str(experiment.directory),
+                "trial_count": trial_count(config), "trial_concurrency": config.trial_concurrency,
+                "store": safe_url(store.url)}
+
+
+def format_table(rows: list[dict[str, Any]], best_index: int | None) -> str:
+    """A plain-text results table for the task log."""
+    lines = [f"{'':1} {'trial':>5}  {'id':<14} {'status':<14} {'final':>12}  {'#int':>4}  parameters"]
+    for r in rows:
+        final = "" if r["final_metric"] is None else f"{r['final_metric']:.6g}"
+        mark = "*" if r["trial_index"] == best_index else " "
+        lines.append(f"{mark} {r['trial_index']:>5}  {r['trial_id'] or '':<14} {r['status'] or '':<14} "
+                     f"{final:>12}  {r['intermediate_count']:>4}  {r['parameters']}")
+    return "\n".join(lines)
+
+
+class EndExperimentOperator(BaseOperator):
+    """Summarise the experiment from the store: per-trial table, best trial, counts.
+
+    Runs whatever happened to the trials (trigger rule all_done). It fails only
+    when no trial succeeded, because then there is no result to report.
+    """
+
+    template_fields: Sequence[str] = ("config_path",)
+    ui_color = "#d9ead3"
+
+    def __init__(self, *, config_path: str, store_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.store_conn_id = store_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        experiment = experiment_for(self.config_path, context)
+        store = ExperimentStoreHook(self.store_conn_id).get_conn()
+        rows = store.trial_rows(experiment.experiment_id)
+        mode = experiment.config.optimize_mode
+        best = best_row(rows, mode)
+        counts = Counter(r["status"] for r in rows)
+        summary = {
+            "experiment_id": experiment.experiment_id,
+            "experiment_name": experiment.config.experiment_name,
+            "optimize_mode": mode,
+            "status_counts": dict(counts),
+            "best": None if best is None else {k: best[k] for k in (
+                "trial_index", "trial_id", "parameters", "final_metric")},
+            "trials": [{k: r[k] for k in ("trial_index", "trial_id", "parameters", "status", "final_metric",
+                                          "intermediate_count")} for r in rows],
+        }
+        self.log.info("Results of experiment %s (%s):\n%s", experiment.experiment_id, mode,
+                      format_table(rows, best["trial_index"] if best else None))
+        if best is None:
+            raise AirflowFailException(f"no trial of experiment {experiment.experiment_id} succeeded "
+                                       f"with a final result ({dict(counts)})")
+        self.log.info("Best trial %s: %s = %s", best["trial_id"], best["parameters"], best["final_metric"])
+        return summary

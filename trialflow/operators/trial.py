@@ -1,0 +1,143 @@
+"""SubmitTrialOperator: one trial = one (mapped) task instance.
+
+It asks the tuner for parameters when it starts (so later trials learn from
+earlier ones, as in NNI), submits to the platform, and then either returns
+the handle (``wait_for_completion=False``, pair it with TrialSensor) or
+defers to TrialTrigger until the trial ends. A retry re-attaches: the trial
+id and its parameters are fixed per (experiment, index), the platform's submit
+is idempotent, and a trial that already finished is reported, not re-run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Sequence
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from trialflow.experiment import Experiment, trial_result
+from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
+from trialflow.platforms.base import TrialStatus
+from trialflow.triggers.trial import TrialTrigger
+from trialflow.tuning.store import ExperimentStore, scalar
+
+
+def experiment_for(config_path: str, context: Context) -> Experiment:
+    return Experiment.for_run(config_path, context["dag"].dag_id, context["run_id"])
+
+
+def report_trial(context: Context, store: ExperimentStore, storage_id: int, status: TrialStatus,
+                 message: str | None, handle: dict[str, Any] | None) -> dict[str, Any]:
+    """Close the trial in the store and turn its outcome into the task's outcome.
+
+    SUCCEEDED -> success; EARLY_STOPPED -> skipped (stopped on purpose, not an
+    error); FAILED and cancellations -> failed without retry (re-running the
+    same parameters would not change a trial's own failure; retries are for
+    infrastructure faults). The result XCom is pushed in every case.
+    """
+    frozen = store.storage.get_trial(storage_id)
+    final = frozen.user_attrs.get("final_metric")
+    store.finish(storage_id, status, final, message)
+    frozen = store.storage.get_trial(storage_id)
+    metric = scalar(final)
+    result = trial_result(frozen.user_attrs["trial_index"], frozen.user_attrs["trial_id"],
+                          frozen.user_attrs["parameters"], status,
+                          metric if metric is not None and math.isfinite(metric) else None,
+                          len(frozen.intermediate_values), handle, frozen.user_attrs.get("message"))
+    context["trial_label"] = f"{result['trial_id']} {status.value}"
+    if status == TrialStatus.SUCCEEDED:
+        return result
+    context["ti"].xcom_push(key="return_value", value=result)
+    if status == TrialStatus.EARLY_STOPPED:
+        raise AirflowSkipException(f"trial {result['trial_id']} stopped early: {message}")
+    raise AirflowFailException(f"trial {result['trial_id']} {status.value}: {message or 'no detail'}")
+
+
+class SubmitTrialOperator(BaseOperator):
+    """Submit trial ``trial_index`` of the experiment in ``config_path`` and (by default) wait for it."""
+
+    template_fields: Sequence[str] = ("config_path", "trial_index", "trial_id", "parameters", "command")
+    template_fields_renderers = {"parameters": "json", "command": "bash"}
+    # Parameters are chosen at run time; show them in "Rendered Template" once known.
+    overwrite_rtif_after_execution = True
+    ui_color = "#e8f1fb"
+
+    def __init__(self, *, config_path: str, trial_index: int, service_index: int = 0,
+                 store_conn_id: str = DEFAULT_CONN_ID, wait_for_completion: bool = True,
+                 poll_interval: float = 1.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.trial_index = trial_index
+        self.service_index = service_index
+        self.store_conn_id = store_conn_id
+        self.wait_for_completion = wait_for_completion
+        self.poll_interval = poll_interval
+        self.trial_id: str | None = None
+        self.parameters: dict[str, Any] | None = None
+        self.command: str | None = None
+
+    def execute(self, context: Context) -> Any:
+        experiment = experiment_for(self.config_path, context)
+        store = ExperimentStoreHook(self.store_conn_id).get_conn()
+        config = experiment.config
+        study = store.open_study(experiment.experiment_id, config.tuner, experiment.space, config.optimize_mode)
+        index = int(self.trial_index)
+        asked = store.ask(study, index, experiment.trial_spec(index, 0, {}).trial_id, config.tuner, experiment.space)
+        spec = experiment.trial_spec(index, asked.number, asked.parameters, self.service_index)
+        self.trial_id, self.parameters, self.command = spec.trial_id, spec.parameters, spec.command
+        context["trial_label"] = spec.trial_id
+        frozen = store.storage.get_trial(asked.storage_id)
+        handle = frozen.user_attrs.get("handle")
+        if frozen.state.is_finished():
+            self.log.info("Trial %s already finished (%s); reporting it", spec.trial_id,
+                          frozen.user_attrs.get("nni_status"))
+            return report_trial(context, store, asked.storage_id, TrialStatus(frozen.user_attrs["nni_status"]),
+                                frozen.user_attrs.get("message"), handle)
+        platform = experiment.platform(self.service_index)
+        platform.prepare(experiment.experiment_id)
+        handle = platform.submit(spec)
+        started_at = frozen.user_attrs.get("started_at") or time.time()
+        store.set_status(asked.storage_id, TrialStatus.WAITING, handle=handle, started_at=started_at)
+        self.log.info("Trial %s %s with parameters %s", spec.trial_id,
+                      "re-attached" if asked.resumed else "submitted", spec.parameters)
+        submission = {"config_path": str(self.config_path), "experiment_id": experiment.experiment_id,
+                      "workdir": str(experiment.workdir), "handle": handle, "storage_id": asked.storage_id,
+                      "service_index": self.service_index, "store_conn_id": self.store_conn_id,
+                      "deadline": started_at + config.max_trial_duration if config.max_trial_duration else None}
+        if not self.wait_for_completion:
+            return submission
+        self.defer(trigger=TrialTrigger(**submission, poll_interval=self.poll_interval),
+                   method_name="execute_complete")
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        return complete_from_event(self, context, event)
+
+
+def complete_from_event(task: BaseOperator, context: Context, event: dict[str, Any]) -> Any:
+    """Shared by the operator and the sensor: turn TrialTrigger's event into the task outcome."""
+    experiment = experiment_for(task.config_path, context)  # type: ignore[attr-defined]
+    store = ExperimentStoreHook(task.store_conn_id).get_conn()  # type: ignore[attr-defined]
+    if event["status"] == "ERROR":
+        # The trial itself may be fine: fail this attempt so a retry re-attaches to it.
+        raise AirflowException(event["message"])
+    storage_id = _storage_id(task, store, experiment)
+    frozen = store.storage.get_trial(storage_id)
+    if hasattr(task, "trial_id"):
+        task.trial_id = frozen.user_attrs["trial_id"]
+        task.parameters = frozen.user_attrs["parameters"]
+        task.command = experiment.trial_spec(frozen.user_attrs["trial_index"], frozen.number, {}).command
+    return report_trial(context, store, storage_id, TrialStatus(event["status"]), event.get("message"),
+                        frozen.user_attrs.get("handle"))
+
+
+def _storage_id(task: BaseOperator, store: ExperimentStore, experiment: Experiment) -> int:
+    submission = getattr(task, "submission", None)
+    if isinstance(submission, dict) and "storage_id" in submission:
+        return int(submission["storage_id"])
+    study = store.load_study(experiment.experiment_id)
+    frozen = store.find_trial(study, int(task.trial_index))  # type: ignore[attr-defined]
+    if frozen is None:
+        raise AirflowException(f"trial {task.trial_index} is not in the experiment store")  # type: ignore[attr-defined]
+    return frozen._trial_id

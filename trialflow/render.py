@@ -1,0 +1,50 @@
+"""`trialflow render`: exactly what one trial would submit, without submitting it.
+
+Parameters come from the configured tuner, seeded for that trial as a real
+run seeds it, as it would propose them before any result is known; each platform renders its own
+submission (local: command, working directory, environment; later platforms:
+manifests, SSH commands, REST bodies). Secrets are redacted on the way out.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from trialflow.experiment import Experiment, default_workdir, load_runnable_config
+from trialflow.platforms.base import experiment_id_for
+from trialflow.tuning.tuners import make_sampler, sample_parameters
+
+REDACTED = "***"
+_SECRET_KEY = re.compile(r"(pass(word|phrase)?|token|secret|api[_-]?key|access[_-]?key|credential)", re.I)
+
+
+def redact(value: Any, key: str = "") -> Any:
+    """Mask values whose key names a secret, however deep they sit."""
+    if isinstance(value, dict):
+        return {k: redact(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, key) for v in value]
+    if key and _SECRET_KEY.search(key) and value not in (None, ""):
+        return REDACTED
+    return value
+
+
+def render_trial(config_path: str | Path, trial_index: int = 0) -> dict[str, Any]:
+    config = load_runnable_config(config_path)
+    experiment = Experiment(config, experiment_id_for("render", str(Path(config_path).resolve())),
+                            Path(config.experiment_working_directory or default_workdir()))
+    study = optuna.create_study(sampler=make_sampler(config.tuner, experiment.space, trial_index),
+                                direction=config.optimize_mode)
+    parameters = sample_parameters(config.tuner, experiment.space, study.ask())
+    spec = experiment.trial_spec(trial_index, trial_index, parameters)
+    return redact({
+        "experiment_id": experiment.experiment_id,
+        "trial_index": trial_index,
+        "trial_id": spec.trial_id,
+        "parameters": parameters,
+        "submission": dict(experiment.platform().render(spec)),
+    })

@@ -1,0 +1,164 @@
+"""`trialflow run`: one experiment through a real, private Airflow, start to finish.
+
+The config is validated before anything starts (a broken config never
+half-starts an experiment). Then a loopback-only Airflow is brought up in the
+experiment's private home, the one-line DAG file is written, one DAG run is
+triggered and followed through the experiment store until it ends, and
+everything is stopped again, on success, failure or Ctrl-C (which also
+cancels the trials still running).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from trialflow.config import ExperimentConfig
+from trialflow.dag import default_dag_id
+from trialflow.embedded import EmbeddedAirflow
+from trialflow.experiment import Experiment, load_runnable_config, trial_count
+from trialflow.platforms.base import TrialStatus, experiment_id_for
+from trialflow.tuning.store import ExperimentStore, best_row, sqlite_url
+
+TERMINAL_RUN_STATES = {"success", "failed"}
+DAG_FILE = """\
+# An Airflow DAG written by `trialflow run`; the whole experiment is this one line.
+from trialflow.dag import experiment_dag
+
+dag = experiment_dag({config!r}, dag_id={dag_id!r}, poll_interval={poll!r})
+"""
+
+
+@dataclass
+class RunResult:
+    experiment_id: str
+    dag_id: str
+    run_id: str
+    state: str
+    rows: list[dict[str, Any]]
+    best: dict[str, Any] | None
+    optimize_mode: str
+    home: Path
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "success"
+
+    def to_json(self) -> dict[str, Any]:
+        keep = ("trial_index", "trial_id", "parameters", "status", "final_metric", "intermediate_count")
+        return {
+            "experiment_id": self.experiment_id, "dag_id": self.dag_id, "run_id": self.run_id,
+            "state": self.state, "optimize_mode": self.optimize_mode,
+            "trials": [{k: r[k] for k in keep} for r in self.rows],
+            "best": None if self.best is None else {k: self.best[k] for k in keep},
+        }
+
+
+def default_home(config_path: Path) -> Path:
+    return config_path.resolve().parent / ".trialflow"
+
+
+def embedded_parallelism(config: ExperimentConfig) -> int:
+    """Size the embedded Airflow to the experiment: deferred trials hold no worker, so workers
+    are needed only to submit and to finish trials, plus one for start/end."""
+    return max(2, min(config.trial_concurrency + 1, 16))
+
+
+class ExperimentRun:
+    def __init__(self, config_path: str | Path, home: Path | None = None, poll_interval: float = 0.5):
+        self.config_path = Path(config_path).expanduser().resolve()
+        self.config = load_runnable_config(self.config_path)  # raises ConfigError before anything starts
+        self.home = (home or default_home(self.config_path)).resolve()
+        self.poll_interval = poll_interval
+        self.dag_id = default_dag_id(self.config_path, self.config.experiment_name)
+        self.store_url = sqlite_url(self.home / "experiments.db")
+        self.workdir = self.home / "experiments"
+        self.airflow = EmbeddedAirflow(
+            home=self.home / "airflow", dags_folder=self.home / "dags",
+            parallelism=embedded_parallelism(self.config),
+            extra_env={
+                "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
+                    {"conn_type": "trialflow", "extra": {"storage_url": self.store_url}}),
+                "TRIALFLOW_WORKDIR": str(self.workdir),
+            })
+        self.run_id: str | None = None
+
+    @property
+    def experiment_id(self) -> str:
+        assert self.run_id is not None
+        return experiment_id_for(self.dag_id, self.run_id)
+
+    @property
+    def total_trials(self) -> int:
+        return trial_count(self.config)
+
+    def write_dag(self) -> Path:
+        self.airflow.dags_folder.mkdir(parents=True, exist_ok=True)
+        path = self.airflow.dags_folder / "experiment.py"
+        path.write_text(DAG_FILE.format(config=str(self.config_path), dag_id=self.dag_id, poll=self.poll_interval))
+        return path
+
+    def start(self, say: Callable[[str], None] = lambda _: None) -> None:
+        self.write_dag()
+        say("Preparing Airflow's database")
+        self.airflow.migrate()
+        say("Starting Airflow (scheduler, triggerer, dag-processor, api-server on 127.0.0.1)")
+        self.airflow.start()
+        self.airflow.wait_healthy()
+        self.airflow.wait_for_dag(self.dag_id)
+        self.run_id = self.airflow.trigger(self.dag_id)
+        say(f"Experiment {self.experiment_id} started (DAG {self.dag_id}, run {self.run_id})")
+
+    def rows(self) -> list[dict[str, Any]]:
+        try:
+            return ExperimentStore(self.store_url).trial_rows(self.experiment_id)
+        except KeyError:  # the start task has not created the study yet
+            return []
+
+    def state(self) -> str:
+        assert self.run_id is not None
+        return self.airflow.dag_run_state(self.dag_id, self.run_id)
+
+    def wait(self, on_progress: Callable[[list[dict[str, Any]]], None], timeout: float | None = None) -> str:
+        deadline = time.monotonic() + timeout if timeout else None
+        while True:
+            self.airflow._check_alive()
+            rows = self.rows()
+            on_progress(rows)
+            state = self.state()
+            if state in TERMINAL_RUN_STATES:
+                on_progress(self.rows())
+                return state
+            if deadline and time.monotonic() > deadline:
+                return "timeout"
+            time.sleep(1.0)
+
+    def cancel_running(self, reason: str) -> int:
+        """Cancel trials still running (Ctrl-C): trials run in their own sessions and would
+        otherwise outlive the Airflow that started them."""
+        if self.run_id is None:
+            return 0
+        experiment = Experiment(self.config, self.experiment_id, self.workdir)
+        try:
+            study = ExperimentStore(self.store_url).load_study(self.experiment_id)
+        except KeyError:
+            return 0
+        cancelled = 0
+        platform = experiment.platform()
+        for trial in study.get_trials(deepcopy=False):
+            handle = trial.user_attrs.get("handle")
+            if handle and not trial.state.is_finished():
+                platform.cancel(handle, TrialStatus.USER_CANCELED, reason)
+                cancelled += 1
+        return cancelled
+
+    def result(self, state: str) -> RunResult:
+        rows = self.rows()
+        return RunResult(self.experiment_id, self.dag_id, self.run_id or "", state, rows,
+                         best_row(rows, self.config.optimize_mode), self.config.optimize_mode, self.home)
+
+    def stop(self) -> None:
+        self.airflow.stop()

@@ -1,0 +1,1 @@
+"""Sensors: the same wait as SubmitTrialOperator's, for submit-now-wait-elsewhere DAGs."""

@@ -1,0 +1,86 @@
+"""TrialTrigger: follows one trial on its platform from the triggerer, without a worker slot.
+
+It polls the platform for status and *new* metrics only (the cursor), writes
+intermediate results to the experiment store as they arrive, enforces
+maxTrialDuration by cancelling the trial (EARLY_STOPPED, as NNI), and fires
+once when the trial ends. Everything it needs is in its kwargs, so a restarted
+triggerer picks up where the last one was (re-reading at most one poll, which
+the store absorbs: intermediate values are keyed by sequence).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from trialflow.platforms.base import TrainingPlatform, TrialStatus, cancel_async
+from trialflow.tuning.store import ExperimentStore
+
+
+class TrialTrigger(BaseTrigger):
+    def __init__(self, *, config_path: str, experiment_id: str, workdir: str, handle: dict[str, Any],
+                 storage_id: int, cursor: dict[str, Any] | None = None, service_index: int = 0,
+                 store_conn_id: str = "trialflow_default", deadline: float | None = None,
+                 poll_interval: float = 1.0):
+        super().__init__()
+        self.config_path = config_path
+        self.experiment_id = experiment_id
+        self.workdir = workdir
+        self.handle = handle
+        self.storage_id = storage_id
+        self.cursor = cursor or {}
+        self.service_index = service_index
+        self.store_conn_id = store_conn_id
+        self.deadline = deadline
+        self.poll_interval = poll_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "config_path": self.config_path, "experiment_id": self.experiment_id, "workdir": self.workdir,
+            "handle": self.handle, "storage_id": self.storage_id, "cursor": self.cursor,
+            "service_index": self.service_index, "store_conn_id": self.store_conn_id,
+            "deadline": self.deadline, "poll_interval": self.poll_interval,
+        })
+
+    def _open(self) -> tuple[TrainingPlatform, ExperimentStore]:
+        from trialflow.experiment import Experiment, load_runnable_config
+        from trialflow.hooks.store import ExperimentStoreHook
+
+        experiment = Experiment(load_runnable_config(self.config_path), self.experiment_id, Path(self.workdir))
+        return experiment.platform(self.service_index), ExperimentStoreHook(self.store_conn_id).get_conn()
+
+    def _event(self, status: str, message: str | None, exit_code: int | None = None) -> TriggerEvent:
+        return TriggerEvent({"status": status, "message": message, "exit_code": exit_code, "cursor": self.cursor})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            platform, store = await asyncio.to_thread(self._open)
+        except Exception as exc:
+            yield self._event("ERROR", f"cannot follow trial {self.handle.get('trial_id')}: {exc}")
+            return
+        seen_running = cancelling = False
+        while True:
+            try:
+                update = await platform.poll(self.handle, self.cursor)
+                if update.metrics:
+                    await asyncio.to_thread(store.record_metrics, self.storage_id, update.metrics)
+            except Exception as exc:
+                yield self._event("ERROR", f"polling trial {self.handle.get('trial_id')} failed: {exc}")
+                return
+            self.cursor = update.cursor
+            if update.status.is_terminal:
+                yield self._event(update.status.value, update.message, update.exit_code)
+                return
+            if update.status == TrialStatus.RUNNING and not seen_running:
+                seen_running = True
+                await asyncio.to_thread(store.set_status, self.storage_id, TrialStatus.RUNNING)
+            if self.deadline is not None and not cancelling and time.time() > self.deadline:
+                cancelling = True
+                self.log.info("Trial %s exceeded maxTrialDuration; stopping it", self.handle.get("trial_id"))
+                await cancel_async(platform, self.handle, TrialStatus.EARLY_STOPPED, "maxTrialDuration exceeded")
+                continue
+            await asyncio.sleep(self.poll_interval)

@@ -1,0 +1,1 @@
+"""Airflow UI extensions."""
