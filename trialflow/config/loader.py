@@ -152,6 +152,10 @@ def _pydantic_problems(exc: ValidationError, file: Path, lines: dict, service_is
         if not service_is_list and len(loc) >= 2 and loc[0] == "trainingService" and loc[1] == 0:
             del loc[1]
         message = _message(error)
+        if error["type"] == "unknown_platform":
+            loc.append("platform")
+            given = _platform_tag(error.get("input"))
+            message = (f"unknown platform {given!r}; " if given else "platform is missing; ") + message
         if converted:
             message += " (in the v2 form of this v1 config; see `trialflow convert`)"
         problems.append(Problem(file, tuple(loc), message, None if converted else _line_for(lines, tuple(loc))))

@@ -73,7 +73,7 @@ class ExperimentConfig(NniModel):
     search_space: dict[str, Any] | None = None
     search_space_file: ConfigPath | None = None
     trial_command: Str | None = None
-    trial_code_directory: ConfigPath = Path(".")
+    trial_code_directory: ConfigPath = Field(default=Path("."), validate_default=True)
     trial_concurrency: int = Field(gt=0)
     trial_gpu_number: int | None = Field(default=None, ge=0)
     max_experiment_duration: Seconds | None = None

@@ -100,6 +100,27 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
+def local_status(exit_code: int | None, cancel: TrialStatus | None, alive: bool) -> TrialStatus:
+    """The whole local status map, from the three facts on disk and in /proc.
+
+    | exit code | cancel requested | process alive | status            |
+    |-----------|------------------|---------------|-------------------|
+    | 0         | any              | any           | SUCCEEDED (it finished before the cancel landed) |
+    | any       | yes              | yes           | RUNNING (stopping)|
+    | any       | yes              | no            | the cancel status |
+    | != 0      | no               | any           | FAILED            |
+    | none      | no               | yes           | RUNNING           |
+    | none      | no               | no            | FAILED (vanished) |
+    """
+    if exit_code == 0:
+        return TrialStatus.SUCCEEDED
+    if cancel is not None:
+        return TrialStatus.RUNNING if alive else cancel
+    if exit_code is not None:
+        return TrialStatus.FAILED
+    return TrialStatus.RUNNING if alive else TrialStatus.FAILED
+
+
 class LocalPlatform:
     """NNI's ``platform: local``. Trials run on the machine of the worker that submits them;
     the triggerer that follows them must run on the same machine (as with NNI's manager)."""
@@ -208,18 +229,18 @@ class LocalPlatform:
         sys_dir = Path(handle["trial_dir"])
         exit_code = read_state_file(sys_dir)
         cancel = self._cancel_request(sys_dir)
-        if exit_code == 0:
-            return TrialStatus.SUCCEEDED, 0, None
-        alive = _alive(handle["pid"], handle.get("start_time", "0"))
-        if cancel is not None:
-            if alive:
-                return TrialStatus.RUNNING, exit_code, f"stopping: {cancel['reason']}"
-            return TrialStatus(cancel["status"]), exit_code, cancel["reason"]
-        if exit_code is not None:
-            return TrialStatus.FAILED, exit_code, f"trial command exited with code {exit_code}"
-        if alive:
-            return TrialStatus.RUNNING, None, None
-        return TrialStatus.FAILED, None, "trial process disappeared without an exit code (killed?)"
+        alive = exit_code != 0 and _alive(handle["pid"], handle.get("start_time", "0"))
+        status = local_status(exit_code, TrialStatus(cancel["status"]) if cancel else None, alive)
+        if status == TrialStatus.RUNNING:
+            message = f"stopping: {cancel['reason']}" if cancel else None
+        elif cancel and status in CANCEL_STATUSES:
+            message = cancel["reason"]
+        elif status == TrialStatus.FAILED:
+            message = (f"trial command exited with code {exit_code}" if exit_code is not None
+                       else "trial process disappeared without an exit code (killed?)")
+        else:
+            message = None
+        return status, exit_code, message
 
     async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
         # Status first, then metrics: a trial that just ended has written its last metric.

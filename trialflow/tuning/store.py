@@ -135,7 +135,8 @@ class ExperimentStore:
 
     def finish(self, storage_id: int, status: TrialStatus, final: Any = None, message: str | None = None) -> None:
         """Close the trial in the store; a second call (retry) leaves a finished trial alone."""
-        frozen = self.storage.get_trial(storage_id)
+        if self.storage.get_trial(storage_id).state.is_finished():
+            return  # Optuna freezes finished trials; the first outcome stands
         attrs: dict[str, Any] = {"nni_status": status.value}
         if message:
             attrs["message"] = message
@@ -145,8 +146,6 @@ class ExperimentStore:
                 attrs["final_metric_extra"] = {k: _jsonable(v) for k, v in final.items() if k != "default"}
         for key, value in attrs.items():
             self.storage.set_trial_user_attr(storage_id, key, value)
-        if frozen.state.is_finished():
-            return
         value = scalar(final)
         if status == TrialStatus.SUCCEEDED and value is not None and math.isfinite(value):
             self.storage.set_trial_state_values(storage_id, TrialState.COMPLETE, [value])

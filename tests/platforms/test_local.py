@@ -1,0 +1,186 @@
+"""The local platform against real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trialflow.config.platforms import LocalConfig
+from trialflow.platforms.base import TrialSpec, TrialStatus
+from trialflow.platforms.local import LocalPlatform, _alive, local_status
+
+PY = sys.executable
+
+
+@pytest.fixture
+def platform(tmp_path: Path) -> LocalPlatform:
+    p = LocalPlatform(LocalConfig(), tmp_path / "exp")
+    p.prepare("e1")
+    return p
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    d = tmp_path / "code"
+    d.mkdir()
+    (d / "trial.py").write_text(
+        "import sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        "for i in range(p.get('steps', 3)):\n    trial.report_intermediate_result(i * p['x'])\n"
+        "    time.sleep(p.get('pause', 0))\n"
+        "trial.report_final_result({'default': p['x'], 'n': p.get('steps', 3)})\nsys.exit(p.get('rc', 0))\n")
+    return d
+
+
+def spec(code: Path, index: int, command: str = f"{PY} trial.py", **params) -> TrialSpec:
+    return TrialSpec("e1", f"e1-{index:04d}", index, index, {"x": 1.5, **params}, command, code)
+
+
+def follow(platform: LocalPlatform, handle: dict, timeout: float = 60) -> tuple[TrialStatus, list, str | None]:
+    async def run():
+        cursor, metrics = {}, []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            update = await platform.poll(handle, cursor)
+            metrics.extend(update.metrics)
+            cursor = update.cursor
+            if update.status.is_terminal:
+                return update.status, metrics, update.message
+            await asyncio.sleep(0.05)
+        raise TimeoutError
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("exit_code, cancel, alive", itertools.product(
+    [None, 0, 1, 137], [None, TrialStatus.EARLY_STOPPED, TrialStatus.USER_CANCELED], [True, False]))
+def test_status_map_is_total(exit_code, cancel, alive):
+    status = local_status(exit_code, cancel, alive)
+    if exit_code == 0:
+        assert status == TrialStatus.SUCCEEDED
+    elif cancel is not None:
+        assert status == (TrialStatus.RUNNING if alive else cancel)
+    elif exit_code is not None:
+        assert status == TrialStatus.FAILED
+    else:
+        assert status == (TrialStatus.RUNNING if alive else TrialStatus.FAILED)
+
+
+def test_trial_runs_in_the_code_dir_with_nni_env_and_reports(platform, code):
+    handle = platform.submit(spec(code, 0))
+    status, metrics, _ = follow(platform, handle)
+    assert status == TrialStatus.SUCCEEDED
+    assert [(m.type, m.value) for m in metrics] == [("PERIODICAL", 0.0), ("PERIODICAL", 1.5),
+                                                     ("PERIODICAL", 3.0), ("FINAL", {"default": 1.5, "n": 3})]
+    trial_dir = Path(handle["trial_dir"])
+    assert trial_dir == platform.experiment_dir / "trials" / "e1-0000"
+    assert (trial_dir / "parameter.cfg").exists() and (trial_dir / "stdout").exists()
+
+
+def test_environment_and_working_directory(platform, code):
+    (code / "env.py").write_text("import os, json\njson.dump({k: v for k, v in os.environ.items() "
+                                 "if k.startswith('NNI_') or k == 'CUDA_VISIBLE_DEVICES'} | {'cwd': os.getcwd()}, "
+                                 "open(os.environ['NNI_OUTPUT_DIR'] + '/env.json', 'w'))\n")
+    os.environ["NNI_TRIAL_COMMAND_CHANNEL"] = "http://stale"  # a stale var in the worker must not leak in
+    try:
+        handle = platform.submit(spec(code, 1, f"{PY} env.py"))
+    finally:
+        del os.environ["NNI_TRIAL_COMMAND_CHANNEL"]
+    assert follow(platform, handle)[0] == TrialStatus.SUCCEEDED
+    import json
+    env = json.loads((Path(handle["trial_dir"]) / "env.json").read_text())
+    assert env["cwd"] == str(code)
+    assert env["NNI_PLATFORM"] == "local" and env["NNI_TRIAL_JOB_ID"] == "e1-0001" and env["NNI_EXP_ID"] == "e1"
+    assert env["NNI_SYS_DIR"] == env["NNI_OUTPUT_DIR"] == handle["trial_dir"]
+    assert env["NNI_TRIAL_SEQ_ID"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert "NNI_TRIAL_COMMAND_CHANNEL" not in env
+
+
+def test_failing_trial_is_failed_with_its_exit_code(platform, code):
+    handle = platform.submit(spec(code, 2, rc=3))
+    status, metrics, message = follow(platform, handle)
+    assert status == TrialStatus.FAILED and "exited with code 3" in message
+    assert metrics[-1].is_final  # what it reported before failing is still read
+
+
+def test_missing_code_dir_is_a_clear_error(platform, tmp_path):
+    with pytest.raises(FileNotFoundError, match="trialCodeDirectory"):
+        platform.submit(spec(tmp_path / "nope", 3))
+
+
+def test_submit_is_idempotent_and_reattaches(platform, code):
+    s = spec(code, 4, pause=0.3)
+    first = platform.submit(s)
+    again = platform.submit(s)
+    assert again["pid"] == first["pid"]
+    assert follow(platform, again)[0] == TrialStatus.SUCCEEDED
+    after = platform.submit(s)  # a retry after the end re-attaches to the finished trial
+    assert after["pid"] == first["pid"]
+    assert follow(platform, after)[0] == TrialStatus.SUCCEEDED
+    assert len((Path(first["trial_dir"]) / ".nni" / "metrics").read_bytes().split(b"ME")) - 1 == 4
+
+
+def test_racing_submits_launch_one_process(platform, code):
+    s = spec(code, 5, pause=0.2)
+    handles: list[dict] = []
+    threads = [threading.Thread(target=lambda: handles.append(platform.submit(s))) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({h["pid"] for h in handles}) == 1
+
+
+def test_cancel_kills_the_whole_tree_including_escaped_sessions(platform, code, tmp_path):
+    pids = tmp_path / "pids"
+    command = (f"sleep 300 & echo $! >> {pids}; setsid sleep 300 & echo $! >> {pids}; "
+               f"{PY} -c 'import time; time.sleep(300)' & echo $! >> {pids}; wait")
+    handle = platform.submit(spec(code, 6, command))
+    deadline = time.monotonic() + 10
+    while (not pids.exists() or len(pids.read_text().split()) < 3) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    children = [int(p) for p in pids.read_text().split()]
+    assert all(_alive(p, "0") for p in children)
+    platform.cancel(handle, TrialStatus.EARLY_STOPPED, "maxTrialDuration exceeded")
+    assert not any(_alive(p, "0") for p in children + [handle["pid"]])
+    status, _, message = follow(platform, handle)
+    assert (status, message) == (TrialStatus.EARLY_STOPPED, "maxTrialDuration exceeded")
+
+
+def test_cancel_escalates_to_kill_for_a_trial_that_ignores_term(platform, code, monkeypatch):
+    monkeypatch.setattr("trialflow.platforms.local.KILL_GRACE_SECONDS", 0.5)
+    (code / "stubborn.py").write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                      "open('ready', 'w').close()\ntime.sleep(300)\n")
+    handle = platform.submit(spec(code, 7, f"{PY} stubborn.py"))
+    while not (code / "ready").exists():
+        time.sleep(0.05)
+    platform.cancel(handle, TrialStatus.USER_CANCELED, "user")
+    assert follow(platform, handle)[0] == TrialStatus.USER_CANCELED
+
+
+def test_cancel_after_success_keeps_success(platform, code):
+    handle = platform.submit(spec(code, 8))
+    assert follow(platform, handle)[0] == TrialStatus.SUCCEEDED
+    platform.cancel(handle, TrialStatus.EARLY_STOPPED, "too late")
+    assert follow(platform, handle)[0] == TrialStatus.SUCCEEDED
+
+
+def test_a_killed_trial_is_failed_not_running_forever(platform, code):
+    handle = platform.submit(spec(code, 9, "sleep 300"))
+    os.killpg(handle["pid"], 9)
+    status, _, message = follow(platform, handle)
+    assert status == TrialStatus.FAILED and "disappeared" in message
+
+
+def test_render_shows_what_would_run(platform, code):
+    rendered = platform.render(spec(code, 10))
+    assert rendered["command"] == f"{PY} trial.py"
+    assert rendered["working_directory"] == str(code)
+    assert rendered["environment"]["NNI_TRIAL_JOB_ID"] == "e1-0010"
+    assert rendered["parameter.cfg"]["parameters"] == {"x": 1.5}
+    assert not (platform.experiment_dir / "trials" / "e1-0010").exists()

@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import math
+import multiprocessing
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from trialflow.config.model import AlgorithmConfig
+from trialflow.platforms.base import TrialStatus
+from trialflow.trial.protocol import Metric
+from trialflow.tuning.search_space import parse_search_space
+from trialflow.tuning.store import ExperimentStore, best_row, safe_url, sqlite_url
+
+SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]},
+                            "k": {"_type": "choice", "_value": [1, 2, 3]}})
+TPE = AlgorithmConfig(name="TPE", class_args={"optimize_mode": "maximize", "seed": 3})
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ExperimentStore:
+    return ExperimentStore(sqlite_url(tmp_path / "store.db"))
+
+
+def test_ask_is_idempotent_per_trial_index(store):
+    study = store.open_study("exp", TPE, SPACE)
+    first = store.ask(study, 4, "exp-0004", TPE, SPACE)
+    again = store.ask(study, 4, "exp-0004", TPE, SPACE)
+    assert (again.number, again.parameters, again.resumed) == (first.number, first.parameters, True)
+    assert len(study.trials) == 1
+
+
+def test_seeded_trials_differ_from_each_other_and_reproduce(tmp_path):
+    def params(db: str) -> list[dict]:
+        s = ExperimentStore(sqlite_url(tmp_path / db))
+        study = s.open_study("exp", TPE, SPACE)
+        return [s.ask(study, i, f"t{i}", TPE, SPACE).parameters for i in range(4)]
+
+    a, b = params("a.db"), params("b.db")
+    assert a == b
+    assert len({p["x"] for p in a}) == 4
+
+
+def test_grid_search_visits_every_point_once(store):
+    grid = AlgorithmConfig(name="GridSearch", class_args={"seed": 1})
+    space = parse_search_space({"a": {"_type": "choice", "_value": [1, 2, 3]}, "b": {"_type": "randint", "_value": [0, 2]}})
+    study = store.open_study("grid", grid, space)
+    seen = []
+    for i in range(6):
+        asked = store.ask(study, i, f"g{i}", grid, space)
+        store.finish(asked.storage_id, TrialStatus.SUCCEEDED, float(i))
+        seen.append((asked.parameters["a"], asked.parameters["b"]))
+    assert sorted(seen) == [(a, b) for a in (1, 2, 3) for b in (0, 1)]
+
+
+def test_finish_maps_nni_outcomes_to_optuna_states(store):
+    study = store.open_study("exp", TPE, SPACE)
+    cases = {
+        0: (TrialStatus.SUCCEEDED, {"default": 0.7, "loss": 0.3}, TrialState.COMPLETE),
+        1: (TrialStatus.EARLY_STOPPED, None, TrialState.PRUNED),
+        2: (TrialStatus.FAILED, None, TrialState.FAIL),
+        3: (TrialStatus.SUCCEEDED, float("nan"), TrialState.FAIL),
+        4: (TrialStatus.SUCCEEDED, None, TrialState.FAIL),
+        5: (TrialStatus.USER_CANCELED, None, TrialState.FAIL),
+    }
+    ids = {}
+    for index, (status, final, _) in cases.items():
+        ids[index] = store.ask(study, index, f"t{index}", TPE, SPACE).storage_id
+        store.finish(ids[index], status, final)
+    for index, (status, _, state) in cases.items():
+        frozen = store.storage.get_trial(ids[index])
+        assert frozen.state == state, index
+        assert frozen.user_attrs["nni_status"] == status.value
+    assert store.storage.get_trial(ids[0]).value == 0.7
+    assert store.storage.get_trial(ids[0]).user_attrs["final_metric_extra"] == {"loss": 0.3}
+    assert store.storage.get_trial(ids[3]).user_attrs["message"] == "final result nan is not finite"
+    assert store.storage.get_trial(ids[4]).user_attrs["message"] == "no final result reported"
+    # a second finish (a retried task) leaves a finished trial alone
+    store.finish(ids[0], TrialStatus.FAILED, None)
+    assert store.storage.get_trial(ids[0]).state == TrialState.COMPLETE
+
+
+def test_intermediate_results_are_idempotent_per_sequence(store):
+    study = store.open_study("exp", TPE, SPACE)
+    sid = store.ask(study, 0, "t0", TPE, SPACE).storage_id
+    metrics = [Metric("PERIODICAL", 0, 0.1), Metric("PERIODICAL", 1, {"default": 0.2, "x": 1}),
+               Metric("PERIODICAL", 2, float("nan")), Metric("FINAL", 0, 0.9)]
+    store.record_metrics(sid, metrics)
+    store.record_metrics(sid, metrics[:2])  # re-read after a restart
+    frozen = store.storage.get_trial(sid)
+    assert frozen.intermediate_values == {0: 0.1, 1: 0.2}
+    assert frozen.user_attrs["final_metric"] == 0.9
+
+
+def test_rows_and_best_respect_optimize_mode(store):
+    study = store.open_study("exp", TPE, SPACE)
+    for i, value in enumerate([0.5, 0.9, 0.1]):
+        store.finish(store.ask(study, i, f"t{i}", TPE, SPACE).storage_id, TrialStatus.SUCCEEDED, value)
+    store.finish(store.ask(study, 3, "t3", TPE, SPACE).storage_id, TrialStatus.SUCCEEDED, float("inf"))
+    rows = store.trial_rows("exp")
+    assert [r["trial_index"] for r in rows] == [0, 1, 2, 3]
+    assert rows[3]["final_metric"] is None
+    assert best_row(rows, "maximize")["trial_index"] == 1
+    assert best_row(rows, "minimize")["trial_index"] == 2
+
+
+def test_safe_url_hides_passwords():
+    assert "hunter2" not in safe_url("postgresql://u:hunter2@db/x")
+    assert "***" in safe_url("postgresql://u:hunter2@db/x")
+
+
+def _worker(url: str, index: int) -> None:
+    store = ExperimentStore(url)
+    study = store.open_study("load", TPE, SPACE)
+    asked = store.ask(study, index, f"t{index}", TPE, SPACE)
+    for step in range(25):
+        store.record_metrics(asked.storage_id, [Metric("PERIODICAL", step, step / 25)])
+    store.finish(asked.storage_id, TrialStatus.SUCCEEDED, index / 10)
+
+
+def test_many_processes_write_at_once_without_losing_anything(tmp_path):
+    url = sqlite_url(tmp_path / "load.db")
+    ExperimentStore(url).open_study("load", TPE, SPACE)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(url, i)) for i in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    rows = ExperimentStore(url).trial_rows("load")
+    assert [r["trial_index"] for r in rows] == list(range(8))
+    assert all(r["intermediate_count"] == 25 and r["status"] == "SUCCEEDED" for r in rows)
+    assert sorted(r["final_metric"] for r in rows) == [i / 10 for i in range(8)]
+    assert not any(math.isnan(r["final_metric"]) for r in rows)
