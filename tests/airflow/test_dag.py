@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from trialflow.config import ConfigError
+from trialflow.dag import experiment_dag
+
+CONFIG = """\
+experimentName: My Exp!
+searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
+trialCommand: python3 t.py
+trialConcurrency: 3
+maxTrialNumber: 7
+maxExperimentDuration: 2h
+tuner: {{name: {tuner}}}
+trainingService: {{platform: {platform}}}
+"""
+
+
+def write_config(tmp_path: Path, tuner: str = "TPE", platform: str = "local", extra: str = "") -> Path:
+    path = tmp_path / "exp" / "config.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(CONFIG.format(tuner=tuner, platform=platform) + extra)
+    return path
+
+
+def test_dag_shape(tmp_path):
+    dag = experiment_dag(write_config(tmp_path))
+    assert dag.dag_id == "trialflow_my_exp"
+    assert dag.task_ids == ["start_experiment", "trial", "end_experiment"]
+    trial = dag.get_task("trial")
+    assert trial.partial_kwargs["max_active_tis_per_dagrun"] == 3
+    assert trial.expand_input.value["trial_index"] == list(range(7))
+    assert dag.dagrun_timeout == timedelta(hours=2)
+    assert dag.get_task("end_experiment").trigger_rule == "all_done"
+    assert dag.get_task("start_experiment").retries == 2
+    assert dag.get_task("start_experiment").downstream_task_ids == {"trial"}
+    assert "trialflow" in dag.tags
+
+
+def test_dag_arguments_pass_through(tmp_path):
+    dag = experiment_dag(write_config(tmp_path), dag_id="nightly", schedule="@daily", tags=["team-a"],
+                         default_args={"retries": 5})
+    assert (dag.dag_id, dag.tags) == ("nightly", {"team-a"} if isinstance(dag.tags, set) else ["team-a"])
+    assert dag.get_task("trial").partial_kwargs.get("retries", dag.default_args["retries"]) == 5
+
+
+def test_relative_config_path_resolves_against_the_dag_file(tmp_path):
+    write_config(tmp_path)
+    dag_file = tmp_path / "my_dag.py"
+    dag_file.write_text('from trialflow.dag import experiment_dag\ndag = experiment_dag("exp/config.yml")\n')
+    spec = importlib.util.spec_from_file_location("my_dag", dag_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.dag.dag_id == "trialflow_my_exp"
+
+
+def test_broken_config_fails_at_parse_time(tmp_path):
+    path = write_config(tmp_path, extra="trialConcurrency: 0\n")
+    with pytest.raises(ConfigError, match="trialConcurrency"):
+        experiment_dag(path)
+
+
+@pytest.mark.parametrize("tuner, platform, message", [
+    ("SMAC", "local", "closest supported choice is 'TPE'"),
+    ("TPE", "kubeflow", "trainingService"),
+])
+def test_configs_this_release_cannot_run_are_refused_at_parse_time(tmp_path, tuner, platform, message):
+    path = write_config(tmp_path, tuner=tuner, platform=platform)
+    if platform == "kubeflow":
+        path.write_text(path.read_text().replace(
+            "{platform: kubeflow}",
+            "{platform: kubeflow, operator: tf-operator, worker: {command: x, cpuNumber: 1, memorySize: 1gb}}"))
+    with pytest.raises(ConfigError, match=message):
+        experiment_dag(path)
+
+
+def test_grid_search_without_max_trials_runs_the_whole_grid(tmp_path):
+    path = tmp_path / "c.yml"
+    path.write_text("searchSpace: {a: {_type: choice, _value: [1, 2, 3]}, b: {_type: randint, _value: [0, 2]}}\n"
+                    "trialCommand: x\ntrialConcurrency: 2\ntuner: {name: GridSearch}\ntrainingService: {platform: local}\n")
+    assert experiment_dag(path).get_task("trial").expand_input.value["trial_index"] == list(range(6))
+
+
+def test_provider_info_matches_airflows_schema():
+    import airflow
+    from trialflow.get_provider_info import get_provider_info
+
+    schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+    info = get_provider_info()
+    jsonschema.validate(info, schema)
+    assert info["package-name"] == "airflow-provider-trialflow"
+    for section in ("operators", "sensors", "hooks", "triggers"):
+        for module in info[section][0]["python-modules"]:
+            importlib.import_module(module)
+    hook = info["connection-types"][0]["hook-class-name"]
+    module, _, cls = hook.rpartition(".")
+    assert getattr(importlib.import_module(module), cls).conn_type == "trialflow"
+

@@ -1,0 +1,96 @@
+"""A real Airflow (scheduler, triggerer, dag-processor, api-server; LocalExecutor on SQLite),
+started once per test module on 127.0.0.1 and stopped by it."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trialflow.embedded import EmbeddedAirflow
+from trialflow.platforms.base import experiment_id_for
+from trialflow.tuning.store import ExperimentStore, sqlite_url
+
+PY = sys.executable
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Harness:
+    root: Path
+    airflow: EmbeddedAirflow
+    store_url: str
+
+    @property
+    def store(self) -> ExperimentStore:
+        return ExperimentStore(self.store_url)
+
+    def experiment(self, name: str, config: str, files: dict[str, str] | None = None,
+                   dag_source: str | None = None) -> tuple[str, Path]:
+        """Write an experiment folder and its DAG file; return (dag_id, folder)."""
+        folder = self.root / "experiments" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.yml").write_text(config)
+        for rel, text in (files or {}).items():
+            (folder / rel).write_text(text)
+        dag_id = f"it_{name}"
+        source = dag_source or ("# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+                                f"dag = experiment_dag({str(folder / 'config.yml')!r}, dag_id={dag_id!r}, "
+                                "poll_interval=0.3)\n")
+        (self.airflow.dags_folder / f"{name}.py").write_text(source.replace("{DAG_ID}", dag_id).replace(
+            "{CONFIG}", str(folder / "config.yml")))
+        return dag_id, folder
+
+    def run(self, dag_id: str, timeout: float = 300, on_tick: Any = None) -> tuple[str, str]:
+        """Trigger a run and wait for it to end; return (run_id, state)."""
+        self.airflow.wait_for_dag(dag_id, timeout=90)
+        run_id = self.airflow.trigger(dag_id)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.airflow.dag_run_state(dag_id, run_id)
+            if state in ("success", "failed"):
+                return run_id, state
+            if on_tick:
+                on_tick(run_id)
+            time.sleep(0.3)
+        raise TimeoutError(f"{dag_id} did not finish in {timeout} s")
+
+    def tis(self, dag_id: str, run_id: str, task_id: str = "trial") -> list[dict[str, Any]]:
+        return sorted((ti for ti in self.airflow.task_instances(dag_id, run_id) if ti["task_id"] == task_id),
+                      key=lambda ti: ti["map_index"])
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> Any:
+        response = self.airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/"
+                                           "return_value", params={"map_index": map_index, "deserialize": True})
+        response.raise_for_status()
+        value = response.json()["value"]
+        return json.loads(value) if isinstance(value, str) else value
+
+    def rows(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return self.store.trial_rows(experiment_id_for(dag_id, run_id))
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory) -> Harness:
+    root = tmp_path_factory.mktemp("airflow")
+    store_url = sqlite_url(root / "experiments.db")
+    airflow = EmbeddedAirflow(home=root / "home", dags_folder=root / "dags", parallelism=8, extra_env={
+        "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps({"conn_type": "trialflow", "extra": {"storage_url": store_url}}),
+        "TRIALFLOW_WORKDIR": str(root / "work"),
+        "PYTHONPATH": str(Path(__file__).parent / "plugins"),
+    })
+    airflow.dags_folder.mkdir(parents=True)
+    airflow.migrate()
+    airflow.start()
+    try:
+        airflow.wait_healthy()
+        yield Harness(root, airflow, store_url)
+    finally:
+        airflow.stop()
+        for proc in airflow.processes.values():
+            assert proc.poll() is not None
