@@ -13,7 +13,6 @@ import pytest
 # Unit tests import Airflow: give it a private, throwaway home before anything imports it.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="trialflow-test-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("TRIALFLOW_SHARED", ROOT.parent / "shared"))

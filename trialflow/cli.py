@@ -54,13 +54,16 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from trialflow.runner import ExperimentRun
-    from trialflow.progress import RunDisplay
+    from trialflow.experiment import load_runnable_config
 
-    try:
-        run = ExperimentRun(args.config, Path(args.home) if args.home else None)
+    try:  # validate before importing Airflow or starting anything
+        load_runnable_config(args.config)
     except ConfigError as exc:
         return _fail(exc)
+    from trialflow.progress import RunDisplay
+    from trialflow.runner import ExperimentRun
+
+    run = ExperimentRun(args.config, Path(args.home) if args.home else None)
     display = RunDisplay(run.total_trials, quiet=args.json, optimize_mode=run.config.optimize_mode)
     state = "failed"
     try:

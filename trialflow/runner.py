@@ -146,12 +146,14 @@ class ExperimentRun:
             study = ExperimentStore(self.store_url).load_study(self.experiment_id)
         except KeyError:
             return 0
+        store = ExperimentStore(self.store_url)
         cancelled = 0
         platform = experiment.platform()
         for trial in study.get_trials(deepcopy=False):
             handle = trial.user_attrs.get("handle")
             if handle and not trial.state.is_finished():
                 platform.cancel(handle, TrialStatus.USER_CANCELED, reason)
+                store.finish(trial._trial_id, TrialStatus.USER_CANCELED, trial.user_attrs.get("final_metric"), reason)
                 cancelled += 1
         return cancelled
 

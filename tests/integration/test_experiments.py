@@ -198,3 +198,44 @@ def test_a_broken_config_never_creates_a_dag_or_a_run(harness: Harness):
     assert str(folder / "config.yml") in errors[0]["stack_trace"]
     assert harness.airflow.api("GET", f"/dags/{dag_id}").status_code == 404
     assert harness.airflow.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None}).status_code == 404
+
+
+NNI_TRIAL = """\
+import nni
+
+params = nni.get_next_parameter()
+for epoch in range(3):
+    nni.report_intermediate_result({"default": params["lr"] * epoch, "loss": 1.0 / (epoch + 1)})
+nni.report_final_result({"default": params["lr"] * 10, "loss": 0.25})
+"""
+
+
+def test_unmodified_nni_3_trial_code(harness: Harness, nni_python: str):
+    config = (f"searchSpace: {{lr: {{_type: loguniform, _value: [0.001, 0.1]}}, "
+              f"opt: {{_type: choice, _value: [{{_name: sgd, m: {{_type: uniform, _value: [0, 1]}}}}, {{_name: adam}}]}}}}\n"
+              f"trialCommand: {nni_python} mnist.py\ntrialConcurrency: 2\nmaxTrialNumber: 3\n"
+              "tuner: {name: TPE, classArgs: {optimize_mode: maximize}}\ntrainingService: {platform: local}\n")
+    dag_id, _ = harness.experiment("nni3", config, {"mnist.py": NNI_TRIAL})
+    run_id, state = harness.run(dag_id)
+    assert state == "success"
+    rows = harness.rows(dag_id, run_id)
+    assert [r["status"] for r in rows] == ["SUCCEEDED"] * 3
+    for row in rows:
+        assert row["intermediate_count"] == 3
+        assert row["final_metric"] == pytest.approx(row["parameters"]["lr"] * 10)
+        assert row["final_metric_raw"] == {"default": row["final_metric"], "loss": 0.25}
+        assert row["parameters"]["opt"]["_name"] in ("sgd", "adam")
+    xcom = harness.xcom(dag_id, run_id, "trial", 2)
+    assert xcom["final_metric"] == rows[2]["final_metric"] and xcom["intermediate_count"] == 3
+
+
+def test_every_component_listens_on_loopback_only(harness: Harness):
+    import psutil
+
+    pids = set()
+    for proc in harness.airflow.processes.values():
+        root = psutil.Process(proc.pid)
+        pids |= {root.pid} | {child.pid for child in root.children(recursive=True)}
+    listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    assert listening, "the api-server at least must be listening"
+    assert {c.laddr.ip for c in listening} == {"127.0.0.1"}, listening

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
@@ -144,6 +145,12 @@ class ExperimentStore:
             attrs["final_metric"] = _jsonable(final)
             if isinstance(final, dict):
                 attrs["final_metric_extra"] = {k: _jsonable(v) for k, v in final.items() if k != "default"}
+        try:
+            self._close(storage_id, status, final, attrs)
+        except UpdateFinishedTrialError:
+            pass  # finished concurrently by another process (a cancel racing the trigger): first wins
+
+    def _close(self, storage_id: int, status: TrialStatus, final: Any, attrs: dict[str, Any]) -> None:
         for key, value in attrs.items():
             self.storage.set_trial_user_attr(storage_id, key, value)
         value = scalar(final)

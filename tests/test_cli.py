@@ -1,0 +1,140 @@
+"""The `trialflow` command as a user runs it (subprocesses, real exit codes and streams)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+TRIALFLOW = [sys.executable, "-m", "trialflow.cli"]
+GOOD = """\
+experimentName: cli
+searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}, k: {{_type: choice, _value: [a, b]}}}}
+trialCommand: {command}
+trialConcurrency: 2
+maxTrialNumber: {n}
+tuner: {{name: TPE, classArgs: {{optimize_mode: maximize, seed: 5}}}}
+trainingService: {{platform: local}}
+"""
+TRIAL = ("import sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+         "time.sleep(float(sys.argv[1]))\ntrial.report_intermediate_result(p['x'] / 2)\n"
+         "trial.report_final_result(p['x'])\n")
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(TRIALFLOW + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def experiment(tmp_path: Path):
+    def make(n: int = 3, sleep: float = 0.2) -> Path:
+        (tmp_path / "t.py").write_text(TRIAL)
+        path = tmp_path / "config.yml"
+        path.write_text(GOOD.format(command=f"{sys.executable} t.py {sleep}", n=n))
+        return path
+    return make
+
+
+def test_validate_ok_and_failures(experiment, tmp_path):
+    ok = cli("validate", str(experiment()))
+    assert ok.returncode == 0 and "OK" in ok.stderr and ok.stdout == ""
+    bad = tmp_path / "bad.yml"
+    bad.write_text(GOOD.format(command="x", n=0).replace("platform: local", "platform: local, colour: red"))
+    result = cli("validate", str(bad))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{bad}:5: maxTrialNumber: Input should be greater than 0" in result.stderr
+    assert "trainingService.colour: unknown key" in result.stderr
+    smac = tmp_path / "smac.yml"
+    smac.write_text(GOOD.format(command="x", n=2).replace("name: TPE", "name: SMAC"))
+    result = cli("validate", str(smac))
+    assert result.returncode == 1 and "closest supported choice is 'TPE'" in result.stderr
+
+
+def test_convert_prints_a_loadable_v2_config(tmp_path):
+    (tmp_path / "space.json").write_text('{"x": {"_type": "choice", "_value": [1, 2]}}')
+    v1 = tmp_path / "v1.yml"
+    v1.write_text("authorName: a\nexperimentName: e\ntrialConcurrency: 1\nmaxExecDuration: 1h\nmaxTrialNum: 3\n"
+                  "trainingServicePlatform: remote\nsearchSpacePath: space.json\ntuner: {builtinTunerName: TPE}\n"
+                  "trial: {command: python3 t.py, codeDir: .}\n"
+                  "machineList: [{ip: h, username: u, passwd: hunter2, passphrase: pp}]\n")
+    result = cli("convert", str(v1))
+    assert result.returncode == 0, result.stderr
+    v2 = yaml.safe_load(result.stdout)
+    assert v2["maxExperimentDuration"] == 3600 and v2["trainingService"]["platform"] == "remote"
+    assert v2["searchSpace"] == {"x": {"_type": "choice", "_value": [1, 2]}}
+    assert "hunter2" not in result.stdout and "pp" not in str(v2["trainingService"]["machineList"][0].values())
+
+
+def test_render_shows_one_trial_without_running_it(experiment, tmp_path):
+    config = experiment()
+    result = cli("render", str(config), "--trial-index", "1")
+    assert result.returncode == 0, result.stderr
+    out = yaml.safe_load(result.stdout)
+    assert out["trial_index"] == 1 and out["trial_id"].endswith("-0001")
+    sub = out["submission"]
+    assert sub["platform"] == "local" and sub["working_directory"] == str(tmp_path)
+    assert sub["environment"]["NNI_TRIAL_SEQ_ID"] == "1"
+    assert sub["parameter.cfg"]["parameters"] == out["parameters"]
+    assert not Path(sub["trial_directory"]).exists()
+    assert cli("render", str(config), "--trial-index", "1").stdout == result.stdout  # seeded: reproducible
+
+
+def test_redaction_masks_secret_keys_at_any_depth():
+    from trialflow.render import redact
+    data = {"env": {"MY_TOKEN": "t", "PATH": "/bin"}, "machines": [{"password": "p", "host": "h"}],
+            "sshPassphrase": "pp", "api_key": "k", "empty_password": ""}
+    assert redact(data) == {"env": {"MY_TOKEN": "***", "PATH": "/bin"}, "machines": [{"password": "***", "host": "h"}],
+                            "sshPassphrase": "***", "api_key": "***", "empty_password": ""}
+
+
+def test_run_refuses_a_broken_config_before_starting_anything(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text(GOOD.format(command="x", n=2).replace("trialConcurrency: 2", "trialConcurrency: -1"))
+    result = cli("run", str(bad), "--json")
+    assert result.returncode == 1 and "trialConcurrency" in result.stderr and result.stdout == ""
+    assert not (tmp_path / ".trialflow").exists()
+
+
+@pytest.mark.integration
+def test_run_end_to_end_with_json_summary(experiment, tmp_path):
+    config = experiment(n=3)
+    result = cli("run", str(config), "--json", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert summary["state"] == "success" and summary["optimize_mode"] == "maximize"
+    assert [t["status"] for t in summary["trials"]] == ["SUCCEEDED"] * 3
+    assert all(t["intermediate_count"] == 1 and t["final_metric"] == t["parameters"]["x"] for t in summary["trials"])
+    assert summary["best"]["final_metric"] == max(t["final_metric"] for t in summary["trials"])
+    home = tmp_path / ".trialflow"
+    assert (home / "experiments.db").exists() and (home / "dags" / "experiment.py").exists()
+    leftovers = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True).stdout
+    assert leftovers == "", "Airflow components must be stopped on exit"
+
+
+@pytest.mark.integration
+def test_ctrl_c_cancels_trials_and_stops_airflow(experiment, tmp_path):
+    config = experiment(n=4, sleep=300)
+    proc = subprocess.Popen(TRIALFLOW + ["run", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    trials = tmp_path / ".trialflow" / "experiments"
+    deadline = time.monotonic() + 240
+    pids: list[int] = []
+    while time.monotonic() < deadline and len(pids) < 2:
+        pids = [int(p.read_text().split()[0]) for p in trials.glob("*/trials/*/.trialflow/pid")]
+        time.sleep(0.5)
+    assert len(pids) == 2, "two trials should be running (trialConcurrency: 2)"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "Cancelled 2 running trial(s)" in err
+    assert "USER_CANCELED" in out
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    assert subprocess.run(["pgrep", "-f", str(tmp_path / ".trialflow")], capture_output=True).stdout == b""
