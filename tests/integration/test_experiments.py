@@ -239,3 +239,21 @@ def test_every_component_listens_on_loopback_only(harness: Harness):
     listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in pids]
     assert listening, "the api-server at least must be listening"
     assert {c.laddr.ip for c in listening} == {"127.0.0.1"}, listening
+
+
+def test_a_third_party_platform_runs_end_to_end(harness: Harness, tmp_path: Path):
+    """The `echo` platform lives in tests/integration/plugins (on the components' PYTHONPATH) and is
+    found only through its `trialflow.platforms` entry point."""
+    out = tmp_path / "greetings"
+    trial = ("import os\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+             f"open({str(out)!r}, 'a').write(os.environ['ECHO_GREETING'] + '\\n')\n"
+             "trial.report_final_result(p['x'])\n")
+    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} t.py\n"
+              "trialConcurrency: 2\nmaxTrialNumber: 2\ntuner: {name: Random}\n"
+              "trainingService: {platform: echo, greeting: bonjour}\n")
+    dag_id, _ = harness.experiment("echo", config, {"t.py": trial})
+    run_id, state = harness.run(dag_id)
+    assert state == "success"
+    assert out.read_text().split() == ["bonjour", "bonjour"]
+    assert [r["status"] for r in harness.rows(dag_id, run_id)] == ["SUCCEEDED"] * 2
+    assert harness.xcom(dag_id, run_id, "trial", 0)["platform"] == "echo"

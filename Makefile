@@ -1,0 +1,26 @@
+# Two entry points: `make demo` runs the example experiment end to end on a private Airflow,
+# `make test` runs the whole test suite. Both set up .venv from uv.lock first.
+PYTHON ?= python3
+VENV := .venv
+export UV_PYTHON_DOWNLOADS := never
+
+.PHONY: demo test venv bench clean
+
+$(VENV)/.synced: pyproject.toml uv.lock
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
+	uv sync --frozen --extra examples --group dev --python $(PYTHON)
+	@touch $@
+
+venv: $(VENV)/.synced
+
+demo: venv
+	$(VENV)/bin/trialflow run dags/experiments/digits/config.yml
+
+test: venv
+	$(VENV)/bin/python -m pytest -ra
+
+bench: venv
+	$(VENV)/bin/python bench/overhead.py
+
+clean:
+	rm -rf $(VENV) dags/experiments/digits/.trialflow .pytest_cache

@@ -1,0 +1,37 @@
+"""A tiny third-party platform, as docs/implementing-a-platform.md describes: its own config
+section (a required ``greeting``), registered through the ``trialflow.platforms`` entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from trialflow.config.platforms import TrainingServiceConfig
+from trialflow.platforms.base import TrialSpec
+from trialflow.platforms.local import LocalPlatform
+from trialflow.platforms.registry import PlatformEntry
+
+
+class EchoConfig(TrainingServiceConfig):
+    platform: Literal["echo"] = "echo"
+    greeting: str
+
+
+class EchoPlatform(LocalPlatform):
+    """Local processes that also receive the configured greeting."""
+
+    name: ClassVar[str] = "echo"
+
+    @classmethod
+    def from_config(cls, service_config: EchoConfig, experiment_dir: Path) -> "EchoPlatform":
+        platform = cls(service_config, experiment_dir)  # type: ignore[arg-type]
+        return platform
+
+    def build_env(self, spec: TrialSpec) -> dict[str, str]:
+        env = super().build_env(spec)
+        env["ECHO_GREETING"] = self.config.greeting  # type: ignore[attr-defined]
+        env["NNI_PLATFORM"] = "local"  # metrics through the local file channel
+        return env
+
+
+ENTRY = PlatformEntry("echo", EchoConfig, "trialflow_echo:EchoPlatform")
