@@ -166,13 +166,15 @@ class EmbeddedAirflow:
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         return httpx.request(method, f"{self.base_url}/api/v2{path}", headers=self._headers(), timeout=30, **kwargs)
 
-    def wait_for_dag(self, dag_id: str, timeout: float = 120.0) -> None:
+    def wait_for_dag(self, dag_id: str, dag_file: Path | None = None, timeout: float = 120.0) -> None:
+        """Wait until the DAG is parsed; fail fast if its file (when given) has an import error."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self._check_alive()
             if self.api("GET", f"/dags/{dag_id}").status_code == 200:
                 return
-            errors = self.api("GET", "/importErrors").json().get("import_errors", [])
+            errors = [e for e in self.api("GET", "/importErrors").json().get("import_errors", [])
+                      if dag_file is not None and Path(e.get("filename", "")).name == dag_file.name]
             if errors:
                 raise EmbeddedAirflowError("the experiment DAG failed to import:\n" +
                                            "\n".join(e.get("stack_trace", "") for e in errors))

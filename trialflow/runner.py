@@ -102,13 +102,13 @@ class ExperimentRun:
         return path
 
     def start(self, say: Callable[[str], None] = lambda _: None) -> None:
-        self.write_dag()
+        dag_file = self.write_dag()
         say("Preparing Airflow's database")
         self.airflow.migrate()
         say("Starting Airflow (scheduler, triggerer, dag-processor, api-server on 127.0.0.1)")
         self.airflow.start()
         self.airflow.wait_healthy()
-        self.airflow.wait_for_dag(self.dag_id)
+        self.airflow.wait_for_dag(self.dag_id, dag_file)
         self.run_id = self.airflow.trigger(self.dag_id)
         say(f"Experiment {self.experiment_id} started (DAG {self.dag_id}, run {self.run_id})")
 

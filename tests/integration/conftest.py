@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ class Harness:
     root: Path
     airflow: EmbeddedAirflow
     store_url: str
+    dag_files: dict[str, Path] = field(default_factory=dict)
 
     @property
     def store(self) -> ExperimentStore:
@@ -47,11 +48,12 @@ class Harness:
                                 "poll_interval=0.3)\n")
         (self.airflow.dags_folder / f"{name}.py").write_text(source.replace("{DAG_ID}", dag_id).replace(
             "{CONFIG}", str(folder / "config.yml")))
+        self.dag_files[dag_id] = self.airflow.dags_folder / f"{name}.py"
         return dag_id, folder
 
     def run(self, dag_id: str, timeout: float = 300, on_tick: Any = None) -> tuple[str, str]:
         """Trigger a run and wait for it to end; return (run_id, state)."""
-        self.airflow.wait_for_dag(dag_id, timeout=90)
+        self.airflow.wait_for_dag(dag_id, self.dag_files[dag_id], timeout=90)
         run_id = self.airflow.trigger(dag_id)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

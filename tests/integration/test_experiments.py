@@ -198,6 +198,7 @@ def test_a_broken_config_never_creates_a_dag_or_a_run(harness: Harness):
     assert str(folder / "config.yml") in errors[0]["stack_trace"]
     assert harness.airflow.api("GET", f"/dags/{dag_id}").status_code == 404
     assert harness.airflow.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None}).status_code == 404
+    harness.dag_files[dag_id].unlink()
 
 
 NNI_TRIAL = """\
