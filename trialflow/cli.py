@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from trialflow.config import ConfigError, load_config, to_v2_dict
+from trialflow.config import ConfigError, ExperimentConfig, load_config, to_v2_dict
 
 
 def _fail(exc: Exception) -> int:
@@ -18,13 +18,21 @@ def _fail(exc: Exception) -> int:
     return 1
 
 
+def _load(path: str) -> ExperimentConfig | None:
+    """The config, or None after printing every problem to stderr."""
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        _fail(exc)
+        return None
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from trialflow.experiment import check_runnable, trial_count
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        return _fail(exc)
+    config = _load(args.config)
+    if config is None:
+        return 1
     problems = check_runnable(config)
     if problems:
         return _fail(ConfigError(problems))
@@ -34,10 +42,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        return _fail(exc)
+    config = _load(args.config)
+    if config is None:
+        return 1
     sys.stdout.write(yaml.safe_dump(to_v2_dict(config), sort_keys=False, allow_unicode=True))
     return 0
 

@@ -40,8 +40,12 @@ def default_dag_id(config_path: Path, experiment_name: str | None) -> str:
 
 
 def experiment_dag(config_path: str | Path, *, dag_id: str | None = None, store_conn_id: str = DEFAULT_CONN_ID,
-                   poll_interval: float = 1.0, **dag_kwargs: Any) -> DAG:
-    """Build the DAG for one NNI experiment config. Extra keyword arguments go to ``DAG``."""
+                   poll_interval: float = 1.0, defer_after: float = 10.0, **dag_kwargs: Any) -> DAG:
+    """Build the DAG for one NNI experiment config. Extra keyword arguments go to ``DAG``.
+
+    ``defer_after``: seconds a trial task waits in its worker before deferring to the
+    triggerer; shorter trials finish without the deferral's second task start.
+    """
     path = Path(config_path).expanduser()
     if not path.is_absolute():
         path = _caller_dir() / path
@@ -66,6 +70,7 @@ def experiment_dag(config_path: str | Path, *, dag_id: str | None = None, store_
             config_path=str(path),
             store_conn_id=store_conn_id,
             poll_interval=poll_interval,
+            defer_after=defer_after,
             max_active_tis_per_dagrun=config.trial_concurrency,
             map_index_template="{{ trial_label }}",
         ).expand(trial_index=list(range(trial_count(config))))

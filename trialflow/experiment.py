@@ -49,7 +49,7 @@ def default_workdir() -> Path:
 def check_runnable(config: ExperimentConfig) -> list[Problem]:
     """What would stop this (valid) config from running here: unsupported algorithm, platform
     without a runner, GPU requests. Empty when the experiment can run."""
-    from trialflow.tuning.tuners import check_algorithms
+    from trialflow.tuning.algorithms import check_algorithms
 
     file = config.source_file
     problems = [Problem(file, tuple(key.split(".")), msg)

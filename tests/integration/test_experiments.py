@@ -118,18 +118,19 @@ def test_max_trial_duration_stops_the_whole_process_tree(harness: Harness, tmp_p
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
 
 
-def test_a_cleared_running_trial_reattaches_instead_of_starting_again(harness: Harness, tmp_path: Path):
+def test_a_cleared_deferred_trial_reattaches_instead_of_starting_again(harness: Harness, tmp_path: Path):
     launches = tmp_path / "launches"
     trial = ("import os, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
              f"open({str(launches)!r}, 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
-             "time.sleep(8)\ntrial.report_final_result(p['x'])\n")
+             "time.sleep(18)\ntrial.report_final_result(p['x'])\n")
     config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} t.py\n"
               "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\ntrainingService: {platform: local}\n")
     dag_id, _ = harness.experiment("reattach", config, {"t.py": trial})
     cleared: list[bool] = []
 
     def clear_once(run_id: str) -> None:
-        if cleared or not launches.exists():
+        # Clear while the trial waits in the triggerer (after defer_after, 10 s by default).
+        if cleared or [ti["state"] for ti in harness.tis(dag_id, run_id)] != ["deferred"]:
             return
         response = harness.airflow.api("POST", f"/dags/{dag_id}/clearTaskInstances", json={
             "dry_run": False, "dag_run_id": run_id, "task_ids": [["trial", 0]], "only_failed": False,

@@ -4,7 +4,7 @@ import pytest
 
 from trialflow.config.model import AlgorithmConfig
 from trialflow.tuning.search_space import parse_search_space
-from trialflow.tuning.tuners import UnsupportedAlgorithm, canonical_tuner_name, check_algorithms
+from trialflow.tuning.algorithms import UnsupportedAlgorithm, canonical_tuner_name, check_algorithms
 
 SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]},
                             "k": {"_type": "choice", "_value": ["a", "b"]}})

@@ -17,19 +17,20 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy.engine import URL
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from trialflow.tuning.store import ExperimentStore, safe_url, sqlite_url
+if TYPE_CHECKING:
+    from trialflow.tuning.store import ExperimentStore
 
 log = logging.getLogger(__name__)
 DEFAULT_CONN_ID = "trialflow_default"
 
 
 def default_store_url() -> str:
+    from trialflow.tuning.store import sqlite_url
+
     home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
     return sqlite_url(home / "trialflow" / "experiments.db")
 
@@ -60,10 +61,15 @@ class ExperimentStoreHook(BaseHook):
         if not dialect or not conn.host:
             raise ValueError(f"connection {self.trialflow_conn_id!r} needs extra.storage_url, or host and "
                              "extra.dialect (e.g. postgresql)")
+        from sqlalchemy.engine import URL
+
         return URL.create(dialect, username=conn.login, password=conn.password, host=conn.host,
                           port=conn.port, database=conn.schema).render_as_string(hide_password=False)
 
-    def get_conn(self) -> ExperimentStore:
+    def get_conn(self) -> "ExperimentStore":
+        # Imported here: Optuna costs ~0.5 s, and DAG parsing imports this module.
+        from trialflow.tuning.store import ExperimentStore, safe_url
+
         store = ExperimentStore(self.storage_url())
         log.info("Experiment store: %s", safe_url(store.url))
         return store

@@ -11,11 +11,10 @@ from airflow.sdk.exceptions import AirflowFailException
 from trialflow.experiment import trial_count
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.operators.trial import experiment_for
-from trialflow.tuning.store import best_row, safe_url
 
 
-class StartExperimentOperator(BaseOperator):
-    """Create (or re-open, on a cleared run) the experiment in the store and prepare the platform."""
+class _ExperimentStep(BaseOperator):
+    """What the start and end steps share: the config and the store connection."""
 
     template_fields: Sequence[str] = ("config_path",)
     ui_color = "#d9ead3"
@@ -25,7 +24,13 @@ class StartExperimentOperator(BaseOperator):
         self.config_path = config_path
         self.store_conn_id = store_conn_id
 
+
+class StartExperimentOperator(_ExperimentStep):
+    """Create (or re-open, on a cleared run) the experiment in the store and prepare the platform."""
+
     def execute(self, context: Context) -> dict[str, Any]:
+        from trialflow.tuning.store import safe_url
+
         experiment = experiment_for(self.config_path, context)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
         config = experiment.config
@@ -53,22 +58,16 @@ def format_table(rows: list[dict[str, Any]], best_index: int | None) -> str:
     return "\n".join(lines)
 
 
-class EndExperimentOperator(BaseOperator):
+class EndExperimentOperator(_ExperimentStep):
     """Summarise the experiment from the store: per-trial table, best trial, counts.
 
     Runs whatever happened to the trials (trigger rule all_done). It fails only
     when no trial succeeded, because then there is no result to report.
     """
 
-    template_fields: Sequence[str] = ("config_path",)
-    ui_color = "#d9ead3"
-
-    def __init__(self, *, config_path: str, store_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.config_path = config_path
-        self.store_conn_id = store_conn_id
-
     def execute(self, context: Context) -> dict[str, Any]:
+        from trialflow.tuning.store import best_row
+
         experiment = experiment_for(self.config_path, context)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
         rows = store.trial_rows(experiment.experiment_id)

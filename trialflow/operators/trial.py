@@ -2,33 +2,38 @@
 
 It asks the tuner for parameters when it starts (so later trials learn from
 earlier ones, as in NNI), submits to the platform, and then either returns
-the handle (``wait_for_completion=False``, pair it with TrialSensor) or
-defers to TrialTrigger until the trial ends. A retry re-attaches: the trial
+the handle (``wait_for_completion=False``, pair it with TrialSensor) or waits:
+in the task for up to ``defer_after`` seconds (short trials end there, without
+a deferral's second task start), then deferred to TrialTrigger until the end. A retry re-attaches: the trial
 id and its parameters are fixed per (experiment, index), the platform's submit
 is idempotent, and a trial that already finished is reported, not re-run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from trialflow.experiment import Experiment, trial_result
+from trialflow.follow import follow_trial
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.platforms.base import TrialStatus
 from trialflow.triggers.trial import TrialTrigger
-from trialflow.tuning.store import ExperimentStore, scalar
+
+if TYPE_CHECKING:
+    from trialflow.tuning.store import ExperimentStore
 
 
 def experiment_for(config_path: str, context: Context) -> Experiment:
     return Experiment.for_run(config_path, context["dag"].dag_id, context["run_id"])
 
 
-def report_trial(context: Context, store: ExperimentStore, storage_id: int, status: TrialStatus,
+def report_trial(context: Context, store: "ExperimentStore", storage_id: int, status: TrialStatus,
                  message: str | None, handle: dict[str, Any] | None) -> dict[str, Any]:
     """Close the trial in the store and turn its outcome into the task's outcome.
 
@@ -37,6 +42,8 @@ def report_trial(context: Context, store: ExperimentStore, storage_id: int, stat
     same parameters would not change a trial's own failure; retries are for
     infrastructure faults). The result XCom is pushed in every case.
     """
+    from trialflow.tuning.store import scalar
+
     frozen = store.storage.get_trial(storage_id)
     final = frozen.user_attrs.get("final_metric")
     store.finish(storage_id, status, final, message)
@@ -66,7 +73,7 @@ class SubmitTrialOperator(BaseOperator):
 
     def __init__(self, *, config_path: str, trial_index: int, service_index: int = 0,
                  store_conn_id: str = DEFAULT_CONN_ID, wait_for_completion: bool = True,
-                 poll_interval: float = 1.0, **kwargs: Any):
+                 poll_interval: float = 1.0, defer_after: float = 10.0, **kwargs: Any):
         super().__init__(**kwargs)
         self.config_path = config_path
         self.trial_index = trial_index
@@ -74,6 +81,7 @@ class SubmitTrialOperator(BaseOperator):
         self.store_conn_id = store_conn_id
         self.wait_for_completion = wait_for_completion
         self.poll_interval = poll_interval
+        self.defer_after = defer_after
         self.trial_id: str | None = None
         self.parameters: dict[str, Any] | None = None
         self.command: str | None = None
@@ -108,7 +116,14 @@ class SubmitTrialOperator(BaseOperator):
                       "deadline": started_at + config.max_trial_duration if config.max_trial_duration else None}
         if not self.wait_for_completion:
             return submission
-        self.defer(trigger=TrialTrigger(**submission, poll_interval=self.poll_interval),
+        # Short trials end here: a deferral costs a second task start (seconds of overhead).
+        outcome = asyncio.run(follow_trial(
+            platform, store, handle, asked.storage_id, deadline=submission["deadline"],
+            poll_interval=min(self.poll_interval, 0.2), give_up_after=self.defer_after))
+        if outcome.status is not None:
+            return report_trial(context, store, asked.storage_id, outcome.status, outcome.message, handle)
+        self.defer(trigger=TrialTrigger(**submission, cursor=outcome.cursor, poll_interval=self.poll_interval,
+                                        seen_running=outcome.seen_running),
                    method_name="execute_complete")
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
@@ -132,7 +147,7 @@ def complete_from_event(task: BaseOperator, context: Context, event: dict[str, A
                         frozen.user_attrs.get("handle"))
 
 
-def _storage_id(task: BaseOperator, store: ExperimentStore, experiment: Experiment) -> int:
+def _storage_id(task: BaseOperator, store: "ExperimentStore", experiment: Experiment) -> int:
     submission = getattr(task, "submission", None)
     if isinstance(submission, dict) and "storage_id" in submission:
         return int(submission["storage_id"])

@@ -11,21 +11,21 @@ the store absorbs: intermediate values are keyed by sequence).
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from trialflow.platforms.base import TrainingPlatform, TrialStatus, cancel_async
-from trialflow.tuning.store import ExperimentStore
+if TYPE_CHECKING:
+    from trialflow.platforms.base import TrainingPlatform
+    from trialflow.tuning.store import ExperimentStore
 
 
 class TrialTrigger(BaseTrigger):
     def __init__(self, *, config_path: str, experiment_id: str, workdir: str, handle: dict[str, Any],
                  storage_id: int, cursor: dict[str, Any] | None = None, service_index: int = 0,
                  store_conn_id: str = "trialflow_default", deadline: float | None = None,
-                 poll_interval: float = 1.0):
+                 poll_interval: float = 1.0, seen_running: bool = False):
         super().__init__()
         self.config_path = config_path
         self.experiment_id = experiment_id
@@ -37,50 +37,41 @@ class TrialTrigger(BaseTrigger):
         self.store_conn_id = store_conn_id
         self.deadline = deadline
         self.poll_interval = poll_interval
+        self.seen_running = seen_running
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "config_path": self.config_path, "experiment_id": self.experiment_id, "workdir": self.workdir,
             "handle": self.handle, "storage_id": self.storage_id, "cursor": self.cursor,
             "service_index": self.service_index, "store_conn_id": self.store_conn_id,
-            "deadline": self.deadline, "poll_interval": self.poll_interval,
+            "deadline": self.deadline, "poll_interval": self.poll_interval, "seen_running": self.seen_running,
         })
 
-    def _open(self) -> tuple[TrainingPlatform, ExperimentStore]:
+    def _open(self) -> tuple["TrainingPlatform", "ExperimentStore"]:
         from trialflow.experiment import Experiment, load_runnable_config
         from trialflow.hooks.store import ExperimentStoreHook
 
         experiment = Experiment(load_runnable_config(self.config_path), self.experiment_id, Path(self.workdir))
         return experiment.platform(self.service_index), ExperimentStoreHook(self.store_conn_id).get_conn()
 
-    def _event(self, status: str, message: str | None, exit_code: int | None = None) -> TriggerEvent:
-        return TriggerEvent({"status": status, "message": message, "exit_code": exit_code, "cursor": self.cursor})
+    def _error(self, message: str) -> TriggerEvent:
+        return TriggerEvent({"status": "ERROR", "message": message, "exit_code": None, "cursor": self.cursor})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from trialflow.follow import follow_trial
+
+        trial_id = self.handle.get("trial_id")
         try:
             platform, store = await asyncio.to_thread(self._open)
         except Exception as exc:
-            yield self._event("ERROR", f"cannot follow trial {self.handle.get('trial_id')}: {exc}")
+            yield self._error(f"cannot follow trial {trial_id}: {exc}")
             return
-        seen_running = cancelling = False
-        while True:
-            try:
-                update = await platform.poll(self.handle, self.cursor)
-                if update.metrics:
-                    await asyncio.to_thread(store.record_metrics, self.storage_id, update.metrics)
-            except Exception as exc:
-                yield self._event("ERROR", f"polling trial {self.handle.get('trial_id')} failed: {exc}")
-                return
-            self.cursor = update.cursor
-            if update.status.is_terminal:
-                yield self._event(update.status.value, update.message, update.exit_code)
-                return
-            if update.status == TrialStatus.RUNNING and not seen_running:
-                seen_running = True
-                await asyncio.to_thread(store.set_status, self.storage_id, TrialStatus.RUNNING)
-            if self.deadline is not None and not cancelling and time.time() > self.deadline:
-                cancelling = True
-                self.log.info("Trial %s exceeded maxTrialDuration; stopping it", self.handle.get("trial_id"))
-                await cancel_async(platform, self.handle, TrialStatus.EARLY_STOPPED, "maxTrialDuration exceeded")
-                continue
-            await asyncio.sleep(self.poll_interval)
+        try:
+            outcome = await follow_trial(platform, store, self.handle, self.storage_id, self.cursor,
+                                         deadline=self.deadline, poll_interval=self.poll_interval,
+                                         seen_running=self.seen_running)
+        except Exception as exc:
+            yield self._error(f"following trial {trial_id} failed: {exc}")
+            return
+        self.cursor = outcome.cursor
+        yield TriggerEvent(outcome.to_event())

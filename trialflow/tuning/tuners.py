@@ -1,27 +1,18 @@
-"""NNI tuner names -> Optuna samplers.
-
-Each NNI name maps to the Optuna sampler that implements the same algorithm;
-names with no faithful well-kept implementation are refused with the closest
-supported choice rather than silently replaced.
-"""
+"""NNI tuners -> Optuna samplers (the names and their checks are in tuning/algorithms.py)."""
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from typing import Any, Callable
 
 import optuna
 
 from trialflow.config.model import AlgorithmConfig
-from trialflow.tuning.search_space import SearchSpace, SearchSpaceError
+from trialflow.tuning.algorithms import canonical_tuner_name
+from trialflow.tuning.search_space import SearchSpace
 
 GRID_PARAM = "grid_point"
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-class UnsupportedAlgorithm(ValueError):
-    """An algorithm trialflow will not run, with what to use instead."""
 
 
 def _seed(args: dict[str, Any]) -> int | None:
@@ -65,59 +56,6 @@ TUNERS: dict[str, Callable[[dict[str, Any], SearchSpace], optuna.samplers.BaseSa
     "Random": _random,
     "GridSearch": _grid,
 }
-#: NNI's spellings that mean the same tuner.
-ALIASES = {"tpe": "TPE", "random": "Random", "randomsearch": "Random", "gridsearch": "GridSearch",
-           "grid": "GridSearch"}
-#: NNI algorithms trialflow does not run, and what to use instead.
-CLOSEST = {
-    "anneal": "TPE", "evolution": "TPE", "regularizedevolution": "TPE", "smac": "TPE", "metis": "TPE",
-    "metistuner": "TPE", "gp": "TPE", "gptuner": "TPE", "pbt": "TPE", "pbttuner": "TPE",
-    "dngo": "TPE", "dngotuner": "TPE", "ppo": "TPE", "ppotuner": "TPE", "networkmorphism": "TPE",
-    "batchtuner": "GridSearch", "hyperband": "TPE", "bohb": "TPE",
-}
-
-
-def canonical_tuner_name(algorithm: AlgorithmConfig) -> str:
-    """The supported tuner this config names, or UnsupportedAlgorithm saying what to use."""
-    if algorithm.class_name is not None:
-        raise UnsupportedAlgorithm(
-            f"custom tuner className {algorithm.class_name!r} is not supported; "
-            f"use one of {', '.join(TUNERS)}")
-    name = str(algorithm.name)
-    key = name.replace("_", "").replace(" ", "").lower()
-    if key in ALIASES:
-        return ALIASES[key]
-    closest = CLOSEST.get(key) or (difflib.get_close_matches(name, list(TUNERS), n=1, cutoff=0.5) or ["TPE"])[0]
-    raise UnsupportedAlgorithm(
-        f"tuner {name!r} is not supported yet; the closest supported choice is {closest!r} "
-        f"(supported: {', '.join(TUNERS)})")
-
-
-def check_algorithms(tuner: AlgorithmConfig | None, advisor: AlgorithmConfig | None,
-                     assessor: AlgorithmConfig | None, space: SearchSpace) -> list[tuple[str, str]]:
-    """Problems as (config key, message), for `trialflow validate` and DAG building."""
-    problems: list[tuple[str, str]] = []
-    if advisor is not None:
-        problems.append(("advisor", f"advisor {advisor.name or advisor.class_name!r} is not supported yet; "
-                         "use tuner: {name: TPE}"))
-    if assessor is not None:
-        problems.append(("assessor", f"assessor {assessor.name or assessor.class_name!r} is not supported yet; "
-                         "remove it (trials then run to the end)"))
-    if tuner is not None:
-        try:
-            name = canonical_tuner_name(tuner)
-            mode = str(tuner.class_args.get("optimize_mode", "maximize")).lower()
-            if mode not in ("maximize", "minimize"):
-                problems.append(("tuner.classArgs.optimize_mode", f"expected maximize or minimize, got {mode!r}"))
-            if name == "GridSearch":
-                space.grid()
-        except UnsupportedAlgorithm as exc:
-            problems.append(("tuner", str(exc)))
-        except SearchSpaceError as exc:
-            problems.append(("searchSpace." + ".".join(map(str, exc.path)), exc.message))
-    return problems
-
-
 def make_sampler(tuner: AlgorithmConfig, space: SearchSpace,
                  trial_index: int | None = None) -> optuna.samplers.BaseSampler:
     """The tuner's sampler; with ``trial_index``, one seeded for that trial.

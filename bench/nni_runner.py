@@ -1,0 +1,57 @@
+"""Runs one NNI 3.0 local-mode experiment and prints its wall time as JSON.
+
+Executed by bench/overhead.py with the nni virtualenv's Python, inside a
+loopback-only network namespace (NNI's REST server listens on all interfaces)
+and with a temporary HOME (NNI writes ~/nni-experiments whatever the config says).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+
+def trial_jobs(port: int) -> list[dict]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/trial-jobs", timeout=5) as response:
+            return json.loads(response.read())
+    except OSError:
+        return []
+
+
+def main() -> None:
+    config, port, total, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    nnictl = str(Path(sys.executable).parent / "nnictl")
+    log = open(Path(config).with_suffix(".nnictl.log"), "wb")
+    started = time.perf_counter()
+    proc = subprocess.Popen([nnictl, "create", "--config", config, "--port", str(port), "--foreground"],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    elapsed, done = None, 0
+    try:
+        while time.perf_counter() - started < timeout:
+            jobs = trial_jobs(port)
+            done = sum(1 for j in jobs if j.get("status") == "SUCCEEDED" and j.get("finalMetricData"))
+            if done >= total:
+                elapsed = time.perf_counter() - started
+                break
+            if proc.poll() is not None:
+                break
+            time.sleep(0.2)
+    finally:
+        subprocess.run([nnictl, "stop", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=120, env=os.environ)
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+    print(json.dumps({"seconds": elapsed, "succeeded": done}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+"""Orchestration overhead, side by side in one run on trivial trials (N trials, C at once, S s each):
+
+    trialflow experiment DAG  vs  a hand-written Airflow DAG (BashOperator.expand, same scheduler)
+    vs  NNI 3.0 local mode (nnictl, its own venv)  vs  `xargs -P C` (the floor)
+
+plus `trialflow run` including Airflow's start-up, and orchestration memory (PSS).
+Prints medians and ratios; targets from issue #2 are shown beside them. Not a test:
+figures depend on the machine, so read them side by side.
+
+    python bench/overhead.py [--repeat 3] [--cases 20,4,0 20,4,3 40,8,1] [--skip-nni]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from trialflow.embedded import EmbeddedAirflow, free_port  # noqa: E402
+from trialflow.platforms.base import experiment_id_for  # noqa: E402
+from trialflow.tuning.store import ExperimentStore, sqlite_url  # noqa: E402
+
+PY = sys.executable
+LIGHT_TRIAL = """\
+import sys, time
+from trialflow import trial
+p = trial.get_next_parameter()
+time.sleep(float(sys.argv[1]))
+trial.report_final_result(p.get("x", 0.0))
+"""
+NNI_TRIAL = """\
+import sys, time
+import nni
+p = nni.get_next_parameter()
+time.sleep(float(sys.argv[1]))
+nni.report_final_result(p.get("x", 0.0))
+"""
+NNI_VENV = Path(os.environ.get("TRIALFLOW_NNI_VENV", Path.home() / ".cache" / "trialflow" / "nni-3.0-venv"))
+
+
+def config_text(n: int, c: int, s: float, python: str, script: str) -> str:
+    return (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {python} {script} {s}\n"
+            f"trialConcurrency: {c}\nmaxTrialNumber: {n}\ntuner: {{name: Random}}\n"
+            "trainingService: {platform: local}\n")
+
+
+class PssSampler:
+    """Peak summed PSS of a set of process trees, sampled in the background."""
+
+    def __init__(self, roots: list[int]):
+        self.roots, self.peak, self._stop = roots, 0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            total = 0
+            for root in self.roots:
+                try:
+                    procs = [psutil.Process(root)] + psutil.Process(root).children(recursive=True)
+                except psutil.NoSuchProcess:
+                    continue
+                for proc in procs:
+                    try:
+                        total += proc.memory_full_info().pss
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        pass
+            self.peak = max(self.peak, total)
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> "PssSampler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self.thread.join()
+
+
+def run_xargs(work: Path, n: int, c: int, s: float) -> float:
+    started = time.perf_counter()
+    subprocess.run(f"seq {n} | xargs -P {c} -I{{}} {PY} light.py {s} > /dev/null", shell=True, cwd=work, check=True)
+    return time.perf_counter() - started
+
+
+def run_dag(airflow: EmbeddedAirflow, dag_id: str, dag_file: Path, done) -> float:
+    airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    started = time.perf_counter()
+    run_id = airflow.trigger(dag_id)
+    while not done(run_id):
+        if airflow.dag_run_state(dag_id, run_id) == "failed":
+            raise RuntimeError(f"{dag_id} failed")
+        time.sleep(0.2)
+    elapsed = time.perf_counter() - started
+    while airflow.dag_run_state(dag_id, run_id) not in ("success", "failed"):  # let it finish before the next
+        time.sleep(0.5)
+    return elapsed
+
+
+def run_nni(work: Path, n: int, c: int, s: float, tag: str) -> float | None:
+    namespace = f"tfbench{os.getpid()}{tag}"
+    config = work / f"nni_{tag}.yml"
+    config.write_text(config_text(n, c, s, str(NNI_VENV / "bin" / "python"), "nni_trial.py").replace(
+        "tuner: {name: Random}", "tuner: {name: Random}\nexperimentWorkingDirectory: " + str(work / "nni-exp")))
+    home = Path(tempfile.mkdtemp(prefix="nni-home-"))
+    subprocess.run(["ip", "netns", "add", namespace], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", namespace, "ip", "link", "set", "lo", "up"], check=True)
+        out = subprocess.run(["ip", "netns", "exec", namespace, str(NNI_VENV / "bin" / "python"),
+                              str(ROOT / "bench" / "nni_runner.py"), str(config), "8080", str(n), "600"],
+                             capture_output=True, text=True, cwd=work, env={**os.environ, "HOME": str(home)},
+                             timeout=900)
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        return result["seconds"]
+    finally:
+        subprocess.run(["ip", "netns", "delete", namespace])
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def ensure_nni() -> bool:
+    if (NNI_VENV / "bin" / "nnictl").exists():
+        return True
+    uv = shutil.which("uv") or str(Path(PY).parent / "uv")
+    try:
+        subprocess.run([uv, "venv", "-q", str(NNI_VENV)], check=True)
+        subprocess.run([uv, "pip", "install", "-q", "-p", str(NNI_VENV / "bin" / "python"), "nni==3.0"], check=True)
+        return True
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"NNI baseline skipped: cannot install nni==3.0 ({exc})", file=sys.stderr)
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cases", nargs="+", default=["20,4,0", "20,4,3", "40,8,1"])
+    parser.add_argument("--skip-nni", action="store_true")
+    args = parser.parse_args()
+    cases = [tuple(float(v) if i == 2 else int(v) for i, v in enumerate(case.split(","))) for case in args.cases]
+    with_nni = not args.skip_nni and ensure_nni()
+
+    work = Path(tempfile.mkdtemp(prefix="trialflow-bench-"))
+    (work / "light.py").write_text(LIGHT_TRIAL)
+    (work / "nni_trial.py").write_text(NNI_TRIAL)
+    store_url = sqlite_url(work / "experiments.db")
+    max_c = max(c for _, c, _ in cases)
+    airflow = EmbeddedAirflow(home=work / "airflow", dags_folder=work / "dags", parallelism=max_c + 1, extra_env={
+        "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps({"conn_type": "trialflow", "extra": {"storage_url": store_url}}),
+        "TRIALFLOW_WORKDIR": str(work / "runs")})
+    airflow.dags_folder.mkdir(parents=True)
+    dag_files: dict[str, Path] = {}
+    for n, c, s in cases:
+        tag = f"{n}_{c}_{str(s).replace('.', '_')}"
+        cfg = work / f"tf_{tag}.yml"
+        cfg.write_text(config_text(n, c, s, PY, str(work / "light.py")).replace(
+            "trialCommand:", f"trialCodeDirectory: {work}\ntrialCommand:"))
+        dag_files[f"tf_{tag}"] = airflow.dags_folder / f"tf_{tag}.py"
+        dag_files[f"tf_{tag}"].write_text(
+            f"# airflow dag\nfrom trialflow.dag import experiment_dag\ndag = experiment_dag({str(cfg)!r}, dag_id='tf_{tag}')\n")
+        dag_files[f"hand_{tag}"] = airflow.dags_folder / f"hand_{tag}.py"
+        dag_files[f"hand_{tag}"].write_text(
+            "from airflow.sdk import DAG\nfrom airflow.providers.standard.operators.bash import BashOperator\n"
+            f"with DAG('hand_{tag}', schedule=None):\n"
+            f"    BashOperator.partial(task_id='trial', max_active_tis_per_dagrun={c}, cwd={str(work)!r}).expand(\n"
+            f"        bash_command=[{f'{PY} light.py {s}'!r}] * {n})\n")
+
+    results: dict[tuple, dict[str, list[float]]] = {case: {} for case in cases}
+    peaks: dict[str, int] = {}
+    airflow.migrate()
+    airflow.start()
+    try:
+        airflow.wait_healthy()
+        roots = [p.pid for p in airflow.processes.values()]
+        for rep in range(args.repeat):
+            for case in cases:
+                n, c, s = case
+                tag = f"{n}_{c}_{str(s).replace('.', '_')}"
+                r = results[case]
+                r.setdefault("xargs", []).append(run_xargs(work, n, c, s))
+
+                def hand_done(run_id: str, tag: str = tag, n: int = n) -> bool:
+                    tis = airflow.task_instances(f"hand_{tag}", run_id)
+                    return sum(ti["state"] == "success" for ti in tis) >= n
+
+                def tf_done(run_id: str, tag: str = tag, n: int = n) -> bool:
+                    try:
+                        rows = ExperimentStore(store_url).trial_rows(experiment_id_for(f"tf_{tag}", run_id))
+                    except KeyError:
+                        return False
+                    return sum(row["status"] == "SUCCEEDED" for row in rows) >= n
+
+                with PssSampler(roots) as hand_mem:
+                    r.setdefault("hand-written DAG", []).append(
+                        run_dag(airflow, f"hand_{tag}", dag_files[f"hand_{tag}"], hand_done))
+                with PssSampler(roots) as tf_mem:
+                    r.setdefault("trialflow DAG", []).append(
+                        run_dag(airflow, f"tf_{tag}", dag_files[f"tf_{tag}"], tf_done))
+                if c == max_c:
+                    peaks[f"hand-written DAG, C={c}"] = max(peaks.get(f"hand-written DAG, C={c}", 0), hand_mem.peak)
+                    peaks[f"trialflow DAG, C={c}"] = max(peaks.get(f"trialflow DAG, C={c}", 0), tf_mem.peak)
+                if with_nni:
+                    seconds = run_nni(work, n, c, s, f"{tag}_{rep}")
+                    if seconds is not None:
+                        r.setdefault("NNI 3.0 local", []).append(seconds)
+                print(f"rep {rep + 1}/{args.repeat} {case}: " + ", ".join(
+                    f"{k} {v[-1]:.2f}s" for k, v in r.items()), file=sys.stderr, flush=True)
+    finally:
+        airflow.stop()
+
+    run_times, run_peak = [], 0
+    if (20, 4, 3.0) in cases:
+        cfg = work / "run_20_4_3.yml"
+        cfg.write_text(config_text(20, 4, 3, PY, str(work / "light.py")).replace(
+            "trialCommand:", f"trialCodeDirectory: {work}\ntrialCommand:"))
+        for rep in range(args.repeat):
+            home = work / f"run-home-{rep}"
+            started = time.perf_counter()
+            proc = subprocess.Popen([PY, "-m", "trialflow.cli", "run", str(cfg), "--json", "--home", str(home)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            with PssSampler([proc.pid]) as mem:
+                proc.communicate(timeout=900)
+            run_times.append(time.perf_counter() - started)
+            run_peak = max(run_peak, mem.peak)
+
+    print_report(cases, results, run_times, run_peak, peaks, args.repeat)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def print_report(cases, results, run_times, run_peak, peaks, repeat) -> None:
+    med = statistics.median
+    print(f"\nWall seconds from start to all final results, median of {repeat} "
+          f"(same machine, same run; Airflow already running except for `trialflow run`)\n")
+    columns = ["xargs", "hand-written DAG", "trialflow DAG", "NNI 3.0 local"]
+    print("| N,C,S | " + " | ".join(columns) + " | trialflow / hand-written (target <= 1.1) | trialflow / NNI (target <= 0.5) |")
+    print("|---" * (len(columns) + 3) + "|")
+    for case in cases:
+        r = results[case]
+        cells = [f"{med(r[c]):.2f}" if r.get(c) else "-" for c in columns]
+        tf = med(r["trialflow DAG"])
+        hand = f"{tf / med(r['hand-written DAG']):.2f}"
+        nni = f"{tf / med(r['NNI 3.0 local']):.2f}" if r.get("NNI 3.0 local") else "-"
+        print(f"| {case[0]},{case[1]},{case[2]:g} | " + " | ".join(cells) + f" | {hand} | {nni} |")
+    if run_times:
+        line = f"\n`trialflow run` on (20,4,3) including Airflow start-up and shutdown: {med(run_times):.2f} s"
+        nni = results.get((20, 4, 3.0), {}).get("NNI 3.0 local")
+        if nni:
+            line += f" = {med(run_times) / med(nni):.2f} x NNI (target <= 0.8)"
+        print(line + f"; peak PSS {run_peak / 2**30:.2f} GiB")
+    for name, peak in peaks.items():
+        print(f"Peak orchestration PSS (all Airflow components), {name}: {peak / 2**30:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()

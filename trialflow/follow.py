@@ -1,0 +1,71 @@
+"""Following one running trial: poll, store new metrics, enforce maxTrialDuration.
+
+One loop serves both places that wait for a trial: the operator's short
+in-process wait (a trial that ends within ``defer_after`` seconds never pays
+for a deferral round trip) and TrialTrigger in the triggerer (everything
+longer). No Airflow imports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trialflow.platforms.base import Cursor, TrainingPlatform, TrialHandle, TrialStatus, cancel_async
+
+if TYPE_CHECKING:
+    from trialflow.tuning.store import ExperimentStore
+
+log = logging.getLogger(__name__)
+TIMEOUT_REASON = "maxTrialDuration exceeded"
+
+
+@dataclass
+class FollowOutcome:
+    """Where following stopped: a terminal ``status``, or None if it gave up waiting first."""
+
+    status: TrialStatus | None
+    cursor: Cursor = field(default_factory=dict)
+    message: str | None = None
+    exit_code: int | None = None
+    seen_running: bool = False
+
+    def to_event(self) -> dict[str, Any]:
+        return {"status": self.status.value if self.status else None, "message": self.message,
+                "exit_code": self.exit_code, "cursor": self.cursor}
+
+
+async def follow_trial(platform: TrainingPlatform, store: "ExperimentStore", handle: TrialHandle, storage_id: int,
+                       cursor: Cursor | None = None, *, deadline: float | None = None, poll_interval: float = 1.0,
+                       give_up_after: float | None = None, seen_running: bool = False) -> FollowOutcome:
+    """Poll until the trial ends (or ``give_up_after`` seconds pass), recording metrics as they come.
+
+    ``deadline`` (epoch seconds) is maxTrialDuration: past it the trial is
+    cancelled once as EARLY_STOPPED, and following continues until the
+    platform reports the cancelled state.
+    """
+    outcome = FollowOutcome(None, dict(cursor or {}), seen_running=seen_running)
+    stop_at = time.monotonic() + give_up_after if give_up_after is not None else None
+    cancelling = False
+    while True:
+        update = await platform.poll(handle, outcome.cursor)
+        if update.metrics:
+            await asyncio.to_thread(store.record_metrics, storage_id, update.metrics)
+        outcome.cursor = update.cursor
+        if update.status.is_terminal:
+            outcome.status, outcome.message, outcome.exit_code = update.status, update.message, update.exit_code
+            return outcome
+        if update.status == TrialStatus.RUNNING and not outcome.seen_running:
+            outcome.seen_running = True
+            await asyncio.to_thread(store.set_status, storage_id, TrialStatus.RUNNING)
+        if deadline is not None and not cancelling and time.time() > deadline:
+            cancelling = True
+            log.info("Trial %s exceeded maxTrialDuration; stopping it", handle.get("trial_id"))
+            await cancel_async(platform, handle, TrialStatus.EARLY_STOPPED, TIMEOUT_REASON)
+            continue
+        if stop_at is not None and time.monotonic() >= stop_at:
+            return outcome
+        await asyncio.sleep(poll_interval)
