@@ -130,12 +130,14 @@ def run_nni(work: Path, n: int, c: int, s: float, tag: str) -> float | None:
 
 
 def ensure_nni() -> bool:
-    if (NNI_VENV / "bin" / "nnictl").exists():
+    if (NNI_VENV / "bin" / "nnictl").exists() and subprocess.run(
+            [str(NNI_VENV / "bin" / "python"), "-c", "import pkg_resources"], capture_output=True).returncode == 0:
         return True
     uv = shutil.which("uv") or str(Path(PY).parent / "uv")
     try:
         subprocess.run([uv, "venv", "-q", str(NNI_VENV)], check=True)
-        subprocess.run([uv, "pip", "install", "-q", "-p", str(NNI_VENV / "bin" / "python"), "nni==3.0"], check=True)
+        subprocess.run([uv, "pip", "install", "-q", "-p", str(NNI_VENV / "bin" / "python"), "nni==3.0",
+                        "setuptools<81"], check=True)  # nnictl imports pkg_resources
         return True
     except (OSError, subprocess.CalledProcessError) as exc:
         print(f"NNI baseline skipped: cannot install nni==3.0 ({exc})", file=sys.stderr)
