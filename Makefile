@@ -3,12 +3,15 @@
 PYTHON ?= python3
 VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
+# Precompiled .pyc: imports of Airflow, SQLAlchemy and Optuna then cost a fraction (every task and
+# trial process pays them, and some environments set PYTHONDONTWRITEBYTECODE).
+export UV_COMPILE_BYTECODE := 1
 
 .PHONY: demo test venv bench clean
 
 $(VENV)/.synced: pyproject.toml uv.lock
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
-	uv sync --frozen --extra examples --group dev --python $(PYTHON)
+	uv sync --frozen --compile-bytecode --extra examples --group dev --python $(PYTHON)
 	@touch $@
 
 venv: $(VENV)/.synced

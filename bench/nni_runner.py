@@ -30,7 +30,9 @@ def main() -> None:
     nnictl = str(Path(sys.executable).parent / "nnictl")
     log = open(Path(config).with_suffix(".nnictl.log"), "wb")
     started = time.perf_counter()
-    proc = subprocess.Popen([nnictl, "create", "--config", config, "--port", str(port), "--foreground"],
+    # Not --foreground: its own status loop gives up on a slow start (seen here); the manager
+    # runs detached inside the namespace either way and is stopped below.
+    proc = subprocess.Popen([nnictl, "create", "--config", config, "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     elapsed, done = None, 0
     try:
@@ -39,8 +41,6 @@ def main() -> None:
             done = sum(1 for j in jobs if j.get("status") == "SUCCEEDED" and j.get("finalMetricData"))
             if done >= total:
                 elapsed = time.perf_counter() - started
-                break
-            if proc.poll() is not None:
                 break
             time.sleep(0.2)
     finally:

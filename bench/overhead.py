@@ -122,8 +122,11 @@ def run_nni(work: Path, n: int, c: int, s: float, tag: str) -> float | None:
                               str(ROOT / "bench" / "nni_runner.py"), str(config), "8080", str(n), "600"],
                              capture_output=True, text=True, cwd=work, env={**os.environ, "HOME": str(home)},
                              timeout=900)
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-        return result["seconds"]
+        lines = out.stdout.strip().splitlines()
+        if not lines:
+            print(f"NNI run {tag} printed nothing: {out.stderr[-500:]}", file=sys.stderr)
+            return None
+        return json.loads(lines[-1])["seconds"]
     finally:
         subprocess.run(["ip", "netns", "delete", namespace])
         shutil.rmtree(home, ignore_errors=True)
@@ -136,7 +139,7 @@ def ensure_nni() -> bool:
     uv = shutil.which("uv") or str(Path(PY).parent / "uv")
     try:
         subprocess.run([uv, "venv", "-q", str(NNI_VENV)], check=True)
-        subprocess.run([uv, "pip", "install", "-q", "-p", str(NNI_VENV / "bin" / "python"), "nni==3.0",
+        subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "-p", str(NNI_VENV / "bin" / "python"), "nni==3.0",
                         "setuptools<81"], check=True)  # nnictl imports pkg_resources
         return True
     except (OSError, subprocess.CalledProcessError) as exc:

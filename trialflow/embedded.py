@@ -118,7 +118,7 @@ class EmbeddedAirflow:
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
-            self._check_alive()
+            self.check_alive()
             try:
                 last = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=5).json()
                 if all(last.get(k, {}).get("status") == "healthy" for k in ("metadatabase", "scheduler", "triggerer")):
@@ -129,7 +129,7 @@ class EmbeddedAirflow:
         raise EmbeddedAirflowError(f"Airflow did not become healthy in {timeout:.0f} s (last: {last}); "
                                    f"logs in {self.home / 'logs'}")
 
-    def _check_alive(self) -> None:
+    def check_alive(self) -> None:
         for name, proc in self.processes.items():
             if proc.poll() is not None:
                 raise EmbeddedAirflowError(f"airflow {name} exited with code {proc.returncode}; "
@@ -170,7 +170,7 @@ class EmbeddedAirflow:
         """Wait until the DAG is parsed; fail fast if its file (when given) has an import error."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self._check_alive()
+            self.check_alive()
             if self.api("GET", f"/dags/{dag_id}").status_code == 200:
                 return
             errors = [e for e in self.api("GET", "/importErrors").json().get("import_errors", [])

@@ -125,7 +125,7 @@ class ExperimentRun:
     def wait(self, on_progress: Callable[[list[dict[str, Any]]], None], timeout: float | None = None) -> str:
         deadline = time.monotonic() + timeout if timeout else None
         while True:
-            self.airflow._check_alive()
+            self.airflow.check_alive()
             rows = self.rows()
             on_progress(rows)
             state = self.state()

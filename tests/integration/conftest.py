@@ -112,7 +112,7 @@ def nni_python() -> str:
         uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
         try:
             subprocess.run([uv, "venv", "-q", str(NNI_VENV)], check=True, timeout=300)
-            subprocess.run([uv, "pip", "install", "-q", "-p", str(python), "nni==3.0"], check=True, timeout=900)
+            subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "-p", str(python), "nni==3.0"], check=True, timeout=900)
         except (OSError, subprocess.SubprocessError) as exc:
             shutil.rmtree(NNI_VENV, ignore_errors=True)
             pytest.fail(f"could not build the nni==3.0 virtualenv at {NNI_VENV}: {exc}")

@@ -4,9 +4,11 @@ It asks the tuner for parameters when it starts (so later trials learn from
 earlier ones, as in NNI), submits to the platform, and then either returns
 the handle (``wait_for_completion=False``, pair it with TrialSensor) or waits:
 in the task for up to ``defer_after`` seconds (short trials end there, without
-a deferral's second task start), then deferred to TrialTrigger until the end. A retry re-attaches: the trial
-id and its parameters are fixed per (experiment, index), the platform's submit
-is idempotent, and a trial that already finished is reported, not re-run.
+a deferral's second task start), then deferred to TrialTrigger until the end.
+
+A retry re-attaches: the trial id and its parameters are fixed per
+(experiment, index), the platform's submit is idempotent, and a trial that
+already finished is reported, not re-run.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from trialflow.experiment import Experiment, trial_result
 from trialflow.follow import follow_trial
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
-from trialflow.platforms.base import TrialStatus
+from trialflow.platforms.base import TrialStatus, trial_id_for
 from trialflow.triggers.trial import TrialTrigger
 
 if TYPE_CHECKING:
@@ -92,7 +94,7 @@ class SubmitTrialOperator(BaseOperator):
         config = experiment.config
         study = store.open_study(experiment.experiment_id, config.tuner, experiment.space, config.optimize_mode)
         index = int(self.trial_index)
-        asked = store.ask(study, index, experiment.trial_spec(index, 0, {}).trial_id, config.tuner, experiment.space)
+        asked = store.ask(study, index, trial_id_for(experiment.experiment_id, index), config.tuner, experiment.space)
         spec = experiment.trial_spec(index, asked.number, asked.parameters, self.service_index)
         self.trial_id, self.parameters, self.command = spec.trial_id, spec.parameters, spec.command
         context["trial_label"] = spec.trial_id
