@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -71,6 +72,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trialflow.runner import ExperimentRun
 
     run = ExperimentRun(args.config, Path(args.home) if args.home else None)
+    # `kill` (SIGTERM) gets the same clean stop as Ctrl-C: trials cancelled, Airflow stopped.
+    signal.signal(signal.SIGTERM, _interrupt)
     display = RunDisplay(run.total_trials, quiet=args.json, optimize_mode=run.config.optimize_mode)
     state = "failed"
     try:
@@ -95,6 +98,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         display.results(result)
     return 0 if result.succeeded else 1
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def build_parser() -> argparse.ArgumentParser:

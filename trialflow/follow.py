@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 TIMEOUT_REASON = "maxTrialDuration exceeded"
+FIRST_POLL_INTERVAL = 0.05
 
 
 @dataclass
@@ -50,6 +51,9 @@ async def follow_trial(platform: TrainingPlatform, store: "ExperimentStore", han
     outcome = FollowOutcome(None, dict(cursor or {}), seen_running=seen_running)
     stop_at = time.monotonic() + give_up_after if give_up_after is not None else None
     cancelling = False
+    # Start fast and back off to poll_interval: a trial that ends in a second is seen at once,
+    # a trial that runs for hours costs one poll per poll_interval.
+    interval = min(poll_interval, FIRST_POLL_INTERVAL)
     while True:
         update = await platform.poll(handle, outcome.cursor)
         if update.metrics:
@@ -68,4 +72,5 @@ async def follow_trial(platform: TrainingPlatform, store: "ExperimentStore", han
             continue
         if stop_at is not None and time.monotonic() >= stop_at:
             return outcome
-        await asyncio.sleep(poll_interval)
+        await asyncio.sleep(interval)
+        interval = min(interval * 1.5, poll_interval)

@@ -121,7 +121,7 @@ class SubmitTrialOperator(BaseOperator):
         # Short trials end here: a deferral costs a second task start (seconds of overhead).
         outcome = asyncio.run(follow_trial(
             platform, store, handle, asked.storage_id, deadline=submission["deadline"],
-            poll_interval=min(self.poll_interval, 0.2), give_up_after=self.defer_after))
+            poll_interval=self.poll_interval, give_up_after=self.defer_after))
         if outcome.status is not None:
             return report_trial(context, store, asked.storage_id, outcome.status, outcome.message, handle)
         self.defer(trigger=TrialTrigger(**submission, cursor=outcome.cursor, poll_interval=self.poll_interval,
