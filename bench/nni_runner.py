@@ -21,7 +21,7 @@ def trial_jobs(port: int) -> list[dict]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/trial-jobs", timeout=5) as response:
             return json.loads(response.read())
-    except OSError:
+    except (OSError, ValueError):  # not up yet, or a half-written answer while it starts
         return []
 
 
