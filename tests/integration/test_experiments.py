@@ -30,6 +30,14 @@ open(os.path.join(stamps, me + ".end"), "w").write(repr(time.time()))
 """
 
 
+def simple_config(script: str, concurrency: int, trials: int, extra: str = "",
+                  service: str = "{platform: local}") -> str:
+    """One uniform parameter x, a Random tuner, the trial script run with this interpreter."""
+    return (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} {script}\n"
+            f"trialConcurrency: {concurrency}\nmaxTrialNumber: {trials}\ntuner: {{name: Random}}\n"
+            f"trainingService: {service}\n{extra}")
+
+
 def stamp_config(stamps: Path, n: int, c: int, sleep: float, fail: str = "", extra: str = "") -> str:
     return f"""\
 searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
@@ -105,9 +113,7 @@ def test_max_trial_duration_stops_the_whole_process_tree(harness: Harness, tmp_p
             "grandchild = subprocess.Popen(['setsid', 'sleep', '301'])\n"
             f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}} {{grandchild.pid}}')\n"
             "time.sleep(300)\n")
-    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} hang.py\n"
-              "trialConcurrency: 2\nmaxTrialNumber: 2\nmaxTrialDuration: 4s\ntuner: {name: Random}\n"
-              "trainingService: {platform: local}\n")
+    config = simple_config("hang.py", 2, 2, extra="maxTrialDuration: 4s\n")
     dag_id, _ = harness.experiment("timeout", config, {"hang.py": hang})
     run_id, state = harness.run(dag_id)
     assert state == "success"
@@ -123,8 +129,7 @@ def test_a_cleared_deferred_trial_reattaches_instead_of_starting_again(harness: 
     trial = ("import os, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
              f"open({str(launches)!r}, 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
              "time.sleep(18)\ntrial.report_final_result(p['x'])\n")
-    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} t.py\n"
-              "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\ntrainingService: {platform: local}\n")
+    config = simple_config("t.py", 1, 1)
     dag_id, _ = harness.experiment("reattach", config, {"t.py": trial})
     cleared: list[bool] = []
 
@@ -150,8 +155,7 @@ def test_a_worker_killed_mid_trial_is_retried_and_reattaches(harness: Harness, t
     trial = ("import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
              f"open({str(launches)!r}, 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
              "time.sleep(10)\ntrial.report_intermediate_result(0.5)\ntrial.report_final_result(p['x'])\n")
-    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} t.py\n"
-              "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\ntrainingService: {platform: local}\n")
+    config = simple_config("t.py", 1, 1)
     dag_source = (
         "# airflow DAG: submit now, wait with a poking sensor that holds a worker\n"
         "from datetime import timedelta\nfrom airflow.sdk import DAG\n"
@@ -250,9 +254,7 @@ def test_a_third_party_platform_runs_end_to_end(harness: Harness, tmp_path: Path
     trial = ("import os\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
              f"open({str(out)!r}, 'a').write(os.environ['ECHO_GREETING'] + '\\n')\n"
              "trial.report_final_result(p['x'])\n")
-    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} t.py\n"
-              "trialConcurrency: 2\nmaxTrialNumber: 2\ntuner: {name: Random}\n"
-              "trainingService: {platform: echo, greeting: bonjour}\n")
+    config = simple_config("t.py", 2, 2, service="{platform: echo, greeting: bonjour}")
     dag_id, _ = harness.experiment("echo", config, {"t.py": trial})
     run_id, state = harness.run(dag_id)
     assert state == "success"
