@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trialflow.experiment import Experiment, load_runnable_config
-from trialflow.platforms.local import _alive
+from trialflow.platforms.local import process_alive
 from trialflow.triggers.trial import TrialTrigger
 from trialflow.tuning.store import ExperimentStore, sqlite_url
 
@@ -107,7 +107,7 @@ def test_deadline_stops_the_trial_and_its_children(setup):
     assert event["status"] == "EARLY_STOPPED" and event["message"] == "maxTrialDuration exceeded"
     assert time.monotonic() - started < 30
     child = int((Path(trigger.handle["trial_dir"]) / "child.pid").read_text())
-    assert not _alive(child, "0") and not _alive(trigger.handle["pid"], "0")
+    assert not process_alive(child) and not process_alive(trigger.handle["pid"])
 
 
 def test_a_broken_handle_is_an_error_event_not_a_hang(setup):

@@ -14,7 +14,7 @@ import pytest
 
 from trialflow.config.platforms import LocalConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
-from trialflow.platforms.local import LocalPlatform, _alive, local_status
+from trialflow.platforms.local import LocalPlatform, local_status, process_alive
 
 PY = sys.executable
 
@@ -145,9 +145,9 @@ def test_cancel_kills_the_whole_tree_including_escaped_sessions(platform, code, 
     while (not pids.exists() or len(pids.read_text().split()) < 3) and time.monotonic() < deadline:
         time.sleep(0.05)
     children = [int(p) for p in pids.read_text().split()]
-    assert all(_alive(p, "0") for p in children)
+    assert all(process_alive(p) for p in children)
     platform.cancel(handle, TrialStatus.EARLY_STOPPED, "maxTrialDuration exceeded")
-    assert not any(_alive(p, "0") for p in children + [handle["pid"]])
+    assert not any(process_alive(p) for p in children + [handle["pid"]])
     status, _, message = follow(platform, handle)
     assert (status, message) == (TrialStatus.EARLY_STOPPED, "maxTrialDuration exceeded")
 
@@ -184,3 +184,16 @@ def test_render_shows_what_would_run(platform, code):
     assert rendered["environment"]["NNI_TRIAL_JOB_ID"] == "e1-0010"
     assert rendered["parameter.cfg"]["parameters"] == {"x": 1.5}
     assert not (platform.experiment_dir / "trials" / "e1-0010").exists()
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_trial():
+    import psutil
+    me = os.getpid()
+    assert process_alive(me, psutil.Process(me).create_time())
+    assert not process_alive(me, psutil.Process(me).create_time() - 3600)  # same pid, another process
+
+
+def test_the_handle_records_when_the_wrapper_started(platform, code):
+    handle = platform.submit(spec(code, 11, "sleep 2"))
+    assert handle["started"] is not None and process_alive(handle["pid"], handle["started"])
+    platform.cancel(handle, TrialStatus.USER_CANCELED, "done")

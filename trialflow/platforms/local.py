@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
+import psutil
+
 from trialflow.config.platforms import LocalConfig
 from trialflow.platforms.base import (
     CANCEL_STATUSES,
@@ -44,12 +46,13 @@ KILL_GRACE_SECONDS = 5.0
 #: How long a re-attaching submit waits for a launching wrapper to record its pid.
 LAUNCH_WAIT_SECONDS = 10.0
 READ_CHUNK = 4 * 1024 * 1024
+#: A process whose start differs from the recorded one by more than this reused the pid.
+PID_REUSE_TOLERANCE = 2.0
 
 # The wrapper: pid (and its start time, against pid reuse) first, exit code last, both atomic.
 _WRAPPER = """#!/bin/bash
 ctl={ctl}
-read -r _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ start _ < /proc/$$/stat 2>/dev/null || start=0
-echo "$$ $start" > "$ctl/pid.tmp" && mv -f "$ctl/pid.tmp" "$ctl/pid"
+echo "$$ $EPOCHREALTIME" > "$ctl/pid.tmp" && mv -f "$ctl/pid.tmp" "$ctl/pid"
 cd {code_dir} || {{ echo "cannot cd to the code directory {code_dir}" >> {sys_dir}/stderr; rc=127; }}
 if [ -z "$rc" ]; then
   bash -c {command} > {sys_dir}/stdout 2> {sys_dir}/stderr < /dev/null
@@ -59,45 +62,26 @@ echo "$rc $(date +%s%3N)" > {sys_dir}/.nni/state.tmp && mv -f {sys_dir}/.nni/sta
 """
 
 
-def _process_start_time(pid: int) -> str | None:
-    """Start time in clock ticks from /proc (None where there is no /proc)."""
+def process_alive(pid: int, started: float | None = None) -> bool:
+    """True if ``pid`` runs and is not a zombie; with ``started`` (epoch seconds the wrapper
+    recorded), also that it is the same process and not a later one that reused the pid."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    return fields[19] if fields[0] != "Z" else "zombie"
-
-
-def _alive(pid: int, start_time: str) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return started is None or abs(proc.create_time() - started) < PID_REUSE_TOLERANCE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.AccessDenied:
         return True
-    now = _process_start_time(pid)
-    if now is None:
-        return True  # no /proc: trust kill(0)
-    return now != "zombie" and (start_time in ("0", "") or now == start_time)
 
 
-def _descendants(root: int) -> list[int]:
-    """Every process below ``root`` (children that started their own session too)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    out, stack = [], [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            out.append(child)
-            stack.append(child)
-    return out
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (children that started their own session too)."""
+    try:
+        return [pid] + [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return [pid]
 
 
 def local_status(exit_code: int | None, cancel: TrialStatus | None, alive: bool) -> TrialStatus:
@@ -216,7 +200,8 @@ class LocalPlatform:
             except FileNotFoundError:
                 pid_text = []
             if pid_text:
-                handle = {**handle, "pid": int(pid_text[0]), "start_time": pid_text[1] if len(pid_text) > 1 else "0"}
+                started = float(pid_text[1]) if len(pid_text) > 1 and pid_text[1] else None
+                handle = {**handle, "pid": int(pid_text[0]), "started": started}
                 (sys_dir / HANDLE_FILE).write_text(json.dumps(handle))
                 return handle
             if not (sys_dir / LAUNCH_FILE).exists() and not wait:
@@ -229,7 +214,7 @@ class LocalPlatform:
         sys_dir = Path(handle["trial_dir"])
         exit_code = read_state_file(sys_dir)
         cancel = self._cancel_request(sys_dir)
-        alive = exit_code != 0 and _alive(handle["pid"], handle.get("start_time", "0"))
+        alive = exit_code != 0 and process_alive(handle["pid"], handle.get("started"))
         status = local_status(exit_code, TrialStatus(cancel["status"]) if cancel else None, alive)
         if status == TrialStatus.RUNNING:
             message = f"stopping: {cancel['reason']}" if cancel else None
@@ -276,17 +261,17 @@ class LocalPlatform:
             tmp = sys_dir / (CANCEL_FILE + ".tmp")
             tmp.write_text(json.dumps({"status": status.value, "reason": reason}))
             os.replace(tmp, sys_dir / CANCEL_FILE)
-        pid, start_time = handle["pid"], handle.get("start_time", "0")
-        if not _alive(pid, start_time):
+        pid = handle["pid"]
+        if not process_alive(pid, handle.get("started")):
             return
-        tree = [pid] + _descendants(pid)
+        tree = _tree(pid)
         self._signal(pid, tree, signal.SIGTERM)
         deadline = time.monotonic() + KILL_GRACE_SECONDS
         while time.monotonic() < deadline:
-            if not any(_alive(p, "0") for p in tree):
+            if not any(process_alive(p) for p in tree):
                 return
             time.sleep(0.1)
-        self._signal(pid, tree + _descendants(pid), signal.SIGKILL)
+        self._signal(pid, tree + _tree(pid), signal.SIGKILL)
 
     @staticmethod
     def _signal(pgid: int, pids: list[int], sig: signal.Signals) -> None:
