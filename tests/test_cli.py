@@ -86,6 +86,12 @@ def test_render_shows_one_trial_without_running_it(experiment, tmp_path):
     assert cli("render", str(config), "--trial-index", "1").stdout == result.stdout  # seeded: reproducible
 
 
+def test_render_refuses_an_index_outside_the_experiment(experiment):
+    result = cli("render", str(experiment(n=3)), "--trial-index", "3")
+    assert result.returncode == 1 and "outside this experiment's trials 0..2" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_redaction_masks_secret_keys_at_any_depth():
     from trialflow.render import redact
     data = {"env": {"MY_TOKEN": "t", "PATH": "/bin"}, "machines": [{"password": "p", "host": "h"}],

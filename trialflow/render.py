@@ -14,7 +14,8 @@ from typing import Any
 
 import optuna
 
-from trialflow.experiment import Experiment, default_workdir, load_runnable_config
+from trialflow.config.errors import ConfigError, Problem
+from trialflow.experiment import Experiment, default_workdir, load_runnable_config, trial_count
 from trialflow.platforms.base import experiment_id_for
 from trialflow.tuning.tuners import make_sampler, sample_parameters
 
@@ -35,6 +36,10 @@ def redact(value: Any, key: str = "") -> Any:
 
 def render_trial(config_path: str | Path, trial_index: int = 0) -> dict[str, Any]:
     config = load_runnable_config(config_path)
+    count = trial_count(config)
+    if not 0 <= trial_index < count:
+        raise ConfigError([Problem(config.source_file, ("maxTrialNumber",),
+                                   f"--trial-index {trial_index} is outside this experiment's trials 0..{count - 1}")])
     experiment = Experiment(config, experiment_id_for("render", str(Path(config_path).resolve())),
                             Path(config.experiment_working_directory or default_workdir()))
     study = optuna.create_study(sampler=make_sampler(config.tuner, experiment.space, trial_index),
