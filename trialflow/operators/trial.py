@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from trialflow.tuning.store import ExperimentStore
 
 
+WORKER_POLL_INTERVAL = 0.2
+
+
 def experiment_for(config_path: str, context: Context) -> Experiment:
     return Experiment.for_run(config_path, context["dag"].dag_id, context["run_id"])
 
@@ -119,9 +122,11 @@ class SubmitTrialOperator(BaseOperator):
         if not self.wait_for_completion:
             return submission
         # Short trials end here: a deferral costs a second task start (seconds of overhead).
+        # The worker polls at most every 0.2 s: it holds a slot anyway, and a trial's end is
+        # then seen at once (the triggerer's poll_interval is for the long wait).
         outcome = asyncio.run(follow_trial(
             platform, store, handle, asked.storage_id, deadline=submission["deadline"],
-            poll_interval=self.poll_interval, give_up_after=self.defer_after))
+            poll_interval=min(self.poll_interval, WORKER_POLL_INTERVAL), give_up_after=self.defer_after))
         if outcome.status is not None:
             return report_trial(context, store, asked.storage_id, outcome.status, outcome.message, handle)
         self.defer(trigger=TrialTrigger(**submission, cursor=outcome.cursor, poll_interval=self.poll_interval,
