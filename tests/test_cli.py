@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trialflow.platforms.local import process_alive
+
 TRIALFLOW = [sys.executable, "-m", "trialflow.cli"]
 GOOD = """\
 experimentName: cli
@@ -141,6 +143,5 @@ def test_ctrl_c_cancels_trials_and_stops_airflow(experiment, tmp_path):
     assert proc.returncode == 1
     assert "Cancelled 2 running trial(s)" in err
     assert "USER_CANCELED" in out
-    for pid in pids:
-        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    assert not any(process_alive(pid) for pid in pids)
     assert subprocess.run(["pgrep", "-f", str(tmp_path / ".trialflow")], capture_output=True).stdout == b""

@@ -72,7 +72,6 @@ class EmbeddedAirflow:
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__API__BASE_URL": self.base_url,
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": "0",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",

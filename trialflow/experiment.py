@@ -63,6 +63,10 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
             get_platform_entry(service.platform).load()
         except PlatformUnavailable as exc:
             problems.append(Problem(file, ("trainingService", "platform"), str(exc)))
+        code_dir = effective_code_directory(config, i)
+        if service.platform == "local" and not code_dir.is_dir():
+            problems.append(Problem(file, ("trialCodeDirectory",),
+                                    f"the trial code directory {code_dir} does not exist"))
         if effective_gpu_number(config, i) > 0 and service.platform == "local":
             problems.append(Problem(file, ("trialGpuNumber",),
                                     "GPU scheduling is not supported yet; set trialGpuNumber: 0"))

@@ -49,7 +49,7 @@ def test_dag_arguments_pass_through(tmp_path):
     dag = experiment_dag(write_config(tmp_path), dag_id="nightly", schedule="@daily", tags=["team-a"],
                          default_args={"retries": 5})
     assert (dag.dag_id, dag.tags) == ("nightly", {"team-a"} if isinstance(dag.tags, set) else ["team-a"])
-    assert dag.get_task("trial").partial_kwargs.get("retries", dag.default_args["retries"]) == 5
+    assert dag.get_task("start_experiment").retries == 5  # default_args reach the tasks
 
 
 def test_relative_config_path_resolves_against_the_dag_file(tmp_path):
@@ -104,3 +104,9 @@ def test_provider_info_matches_airflows_schema():
     module, _, cls = hook.rpartition(".")
     assert getattr(importlib.import_module(module), cls).conn_type == "trialflow"
 
+
+
+def test_a_missing_code_directory_is_refused_at_parse_time(tmp_path):
+    path = write_config(tmp_path, extra="trialCodeDirectory: no-such-folder\n")
+    with pytest.raises(ConfigError, match="no-such-folder does not exist"):
+        experiment_dag(path)

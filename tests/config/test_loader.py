@@ -245,3 +245,10 @@ def test_v2_form_round_trips(write, tmp_path):
     config = load_config(write("c.yml", MINIMAL + "maxTrialDuration: 10m\n"))
     again = load_config(write("again.yml", yaml.safe_dump(to_v2_dict(config))))
     assert to_v2_dict(again) == to_v2_dict(config)
+
+
+def test_unreadable_search_space_file_is_a_clear_error(write, tmp_path):
+    (tmp_path / "space.json").write_bytes(b"\xff\xfe not utf-8")
+    base = MINIMAL.replace("searchSpace:\n  x: {_type: uniform, _value: [0, 1]}\n", "")
+    with pytest.raises(ConfigError, match="cannot read search space file"):
+        load_config(write("a.yml", base + "searchSpaceFile: space.json\n"))

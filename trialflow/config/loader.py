@@ -199,7 +199,11 @@ def _load_search_space(data: dict[str, Any], file: Path, lines: dict) -> None:
         if not space_path.is_file():
             raise ConfigError.single(file, (file_key,), f"search space file {space_path} does not exist",
                                      _line_for(lines, (file_key,)))
-        text = space_path.read_text(encoding="utf-8")
+        try:
+            text = space_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError.single(file, (file_key,), f"cannot read search space file {space_path}: {exc}",
+                                     _line_for(lines, (file_key,))) from None
         try:
             space = json.loads(text) if space_path.suffix.lower() == ".json" else yaml.safe_load(text)
         except (json.JSONDecodeError, yaml.YAMLError) as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
@@ -75,12 +75,6 @@ class TrialUpdate:
     cursor: Cursor
     message: str | None = None
     exit_code: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["status"] = self.status.value
-        out["metrics"] = [m.to_dict() for m in self.metrics]
-        return out
 
 
 @runtime_checkable

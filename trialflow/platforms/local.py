@@ -39,7 +39,6 @@ from trialflow.trial.protocol import METRICS_FILE, read_framed, read_state_file,
 CONTROL_DIR = ".trialflow"
 PID_FILE = f"{CONTROL_DIR}/pid"
 CANCEL_FILE = f"{CONTROL_DIR}/cancel"
-HANDLE_FILE = f"{CONTROL_DIR}/handle.json"
 LAUNCH_FILE = f"{CONTROL_DIR}/launching"
 #: Seconds between SIGTERM and SIGKILL when cancelling, as NNI's local mode.
 KILL_GRACE_SECONDS = 5.0
@@ -201,9 +200,7 @@ class LocalPlatform:
                 pid_text = []
             if pid_text:
                 started = float(pid_text[1]) if len(pid_text) > 1 and pid_text[1] else None
-                handle = {**handle, "pid": int(pid_text[0]), "started": started}
-                (sys_dir / HANDLE_FILE).write_text(json.dumps(handle))
-                return handle
+                return {**handle, "pid": int(pid_text[0]), "started": started}
             if not (sys_dir / LAUNCH_FILE).exists() and not wait:
                 return None
             if time.monotonic() >= deadline:

@@ -12,7 +12,6 @@ this through ``trialflow.trial``.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from dataclasses import dataclass
@@ -41,9 +40,6 @@ class Metric:
     @property
     def is_final(self) -> bool:
         return self.type == "FINAL"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "sequence": self.sequence, "value": self.value}
 
 
 def write_parameter_file(sys_dir: str | os.PathLike[str], parameter_id: Any, parameters: dict[str, Any],
@@ -120,10 +116,6 @@ def scalar(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
-
-
-def is_finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 def read_state_file(sys_dir: str | os.PathLike[str]) -> int | None:

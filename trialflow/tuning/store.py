@@ -92,9 +92,6 @@ class ExperimentStore:
             if study.user_attrs.get(key) != value:
                 study.set_user_attr(key, value)
 
-    def experiment_exists(self, experiment_id: str) -> bool:
-        return any(s.study_name == experiment_id for s in self.storage.get_all_studies())
-
     # -- trials ---------------------------------------------------------------------------
 
     def find_trial(self, study: optuna.Study, trial_index: int) -> optuna.trial.FrozenTrial | None:
