@@ -59,8 +59,8 @@ def experiment_dag(config_path: str | Path, *, dag_id: str | None = None, store_
     dag_kwargs.setdefault("tags", ["trialflow", "nni"])
     dag_kwargs.setdefault("description", f"NNI experiment {config.experiment_name or path.name}")
     dag_kwargs.setdefault("doc_md", _doc(path, config))
-    if config.max_experiment_duration and "dagrun_timeout" not in dag_kwargs:
-        dag_kwargs["dagrun_timeout"] = timedelta(seconds=config.max_experiment_duration)
+    # maxExperimentDuration is not a dagrun_timeout: a timed-out run would never reach its end
+    # step. The start step sets a deadline; past it no trial starts and running ones are cancelled.
     with DAG(dag_id or default_dag_id(path, config.experiment_name), default_args=default_args,
              **dag_kwargs) as dag:
         start = StartExperimentOperator(task_id="start_experiment", config_path=str(path),
@@ -83,6 +83,8 @@ def experiment_dag(config_path: str | Path, *, dag_id: str | None = None, store_
 def _doc(path: Path, config: Any) -> str:
     return (f"**NNI experiment** `{path}`\n\n"
             f"- platform: {', '.join(config.platform_names)}\n"
-            f"- tuner: {(config.tuner or config.advisor).name if (config.tuner or config.advisor) else '-'}"
-            f" ({config.optimize_mode})\n"
+            f"- {'advisor' if config.advisor else 'tuner'}: "
+            f"{(config.tuner or config.advisor).name if (config.tuner or config.advisor) else '-'}"
+            f" ({config.optimize_mode})"
+            f"{f', assessor: {config.assessor.name}' if config.assessor else ''}\n"
             f"- trials: {trial_count(config)}, {config.trial_concurrency} at a time\n")

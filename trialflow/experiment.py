@@ -8,11 +8,14 @@ scheduler.
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from trialflow.config import (
     ExperimentConfig,
@@ -23,6 +26,7 @@ from trialflow.config import (
     to_v2_dict,
 )
 from trialflow.config.errors import ConfigError, Problem
+from trialflow.config.model import AlgorithmConfig
 from trialflow.platforms.base import (
     TrainingPlatform,
     TrialHandle,
@@ -34,10 +38,19 @@ from trialflow.platforms.base import (
 from trialflow.platforms.registry import PlatformUnavailable, get_platform_entry
 from trialflow.tuning.search_space import SearchSpace, parse_search_space
 
+if TYPE_CHECKING:
+    import optuna
+    from optuna.pruners import BasePruner
+
+    from trialflow.tuning.store import ExperimentStore
+
 log = logging.getLogger(__name__)
 
 #: Trials when a config sets no maxTrialNumber: a DAG needs a finite fan-out.
 DEFAULT_MAX_TRIALS = 100
+EXPERIMENT_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+#: Study user attribute holding one DAG run's RunWindow.
+RUN_ATTR_PREFIX = "run:"
 WORKDIR_ENV = "TRIALFLOW_WORKDIR"
 
 
@@ -82,11 +95,55 @@ def load_runnable_config(path: str | Path) -> ExperimentConfig:
 
 
 def trial_count(config: ExperimentConfig) -> int:
-    if config.max_trial_number is not None:
-        return config.max_trial_number
-    if config.tuner is not None and str(config.tuner.name).lower() in ("gridsearch", "grid"):
-        return len(parse_search_space(config.search_space).grid())
-    return DEFAULT_MAX_TRIALS
+    """Trials one run starts (maxTrialNumber counts started trials, as in NNI). GridSearch and
+    BatchTuner stop when their points run out, as NNI's do."""
+    from trialflow.tuning.algorithms import batch_combinations, canonical_tuner_name
+    from trialflow.tuning.algorithms import UnsupportedAlgorithm
+
+    count = config.max_trial_number or DEFAULT_MAX_TRIALS
+    algorithm = config.tuner or config.advisor
+    try:
+        name = canonical_tuner_name(algorithm) if algorithm is not None else None
+    except UnsupportedAlgorithm:
+        return count  # check_runnable reports it
+    space = parse_search_space(config.search_space)
+    if name == "GridSearch":
+        return min(config.max_trial_number or math.inf, len(space.grid()))  # type: ignore[return-value]
+    if name == "BatchTuner":
+        return min(config.max_trial_number or math.inf, len(batch_combinations(space)))  # type: ignore[return-value]
+    return count
+
+
+def experiment_id_for_run(config: ExperimentConfig, dag_id: str, run_id: str,
+                          conf: dict[str, Any] | None = None) -> str:
+    """Which experiment a DAG run drives: one named in the run's conf (``experiment_id``, e.g.
+    to resume an older one), one study for the whole DAG (scheduledRuns: continue), or its own."""
+    named = (conf or {}).get("experiment_id")
+    if named:
+        if not isinstance(named, str) or not EXPERIMENT_ID.fullmatch(named):
+            raise ValueError(f"dag run conf experiment_id: expected lowercase letters, digits and '-', got {named!r}")
+        return named
+    if config.scheduled_runs == "continue":
+        return experiment_id_for(dag_id, "")
+    return experiment_id_for(dag_id, run_id)
+
+
+@dataclass(frozen=True)
+class RunWindow:
+    """What one DAG run owns in its experiment: trial indexes first_index .. first_index+count-1
+    (runs that continue one study get consecutive ranges) and its maxExperimentDuration deadline."""
+
+    first_index: int = 0
+    count: int = 0
+    deadline: float | None = None
+
+    @classmethod
+    def of(cls, attrs: dict[str, Any], run_id: str) -> "RunWindow":
+        raw = attrs.get(RUN_ATTR_PREFIX + run_id) or {}
+        return cls(int(raw.get("first_index", 0)), int(raw.get("count", 0)), raw.get("deadline"))
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.deadline is not None and (now if now is not None else time.time()) >= self.deadline
 
 
 @dataclass
@@ -98,11 +155,63 @@ class Experiment:
     workdir: Path
 
     @classmethod
-    def for_run(cls, config_path: str | Path, dag_id: str, run_id: str,
-                workdir: Path | None = None) -> "Experiment":
+    def for_run(cls, config_path: str | Path, dag_id: str, run_id: str, workdir: Path | None = None,
+                conf: dict[str, Any] | None = None) -> "Experiment":
         config = load_runnable_config(config_path)
-        return cls(config, experiment_id_for(dag_id, run_id),
+        return cls(config, experiment_id_for_run(config, dag_id, run_id, conf),
                    Path(workdir or config.experiment_working_directory or default_workdir()))
+
+    @property
+    def algorithm(self) -> AlgorithmConfig:
+        """The tuner, or the advisor (which chooses parameters too)."""
+        algorithm = self.config.tuner or self.config.advisor
+        assert algorithm is not None  # the loader requires one
+        return algorithm
+
+    @cached_property
+    def pruner(self) -> "BasePruner | None":
+        from trialflow.tuning.assessors import make_pruner
+
+        return make_pruner(self.config)
+
+    def open_study(self, store: "ExperimentStore") -> "optuna.Study":
+        return store.open_study(self.experiment_id, self.algorithm, self.space, self.config.optimize_mode,
+                                self.pruner)
+
+    def start_run(self, store: "ExperimentStore", study: "optuna.Study", run_id: str,
+                  now: float | None = None) -> RunWindow:
+        """Give this DAG run its trial indexes (kept when the run is cleared and starts again) and a
+        fresh maxExperimentDuration window from now."""
+        now = time.time() if now is None else now
+        attrs = study.user_attrs
+        known = attrs.get(RUN_ATTR_PREFIX + run_id)
+        if known is not None:
+            first = int(known["first_index"])
+        else:
+            taken = [int(v["first_index"]) + int(v["count"]) for k, v in attrs.items()
+                     if k.startswith(RUN_ATTR_PREFIX) and isinstance(v, dict)]
+            first = max(taken, default=0)
+        duration = self.config.max_experiment_duration
+        window = RunWindow(first, trial_count(self.config), now + duration if duration else None)
+        study.set_user_attr(RUN_ATTR_PREFIX + run_id, {"first_index": window.first_index, "count": window.count,
+                                                       "deadline": window.deadline, "started_at": now})
+        return window
+
+    def early_stop_check(self, store: "ExperimentStore", storage_id: int) -> "Callable[[], str | None] | None":
+        """The assessor as a follow-loop check, or None when the experiment has none."""
+        pruner = self.pruner
+        if pruner is None:
+            return None
+        from trialflow.tuning.assessors import stop_reason
+
+        study = store.load_study(self.experiment_id, pruner)
+
+        def check() -> str | None:
+            if not store.should_stop(study, storage_id, pruner):
+                return None
+            return stop_reason(self.config, store.storage.get_trial(storage_id).last_step)
+
+        return check
 
     @property
     def directory(self) -> Path:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from trialflow.platforms.base import Cursor, TrainingPlatform, TrialHandle, TrialStatus, cancel_async
 
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 TIMEOUT_REASON = "maxTrialDuration exceeded"
+EXPERIMENT_DEADLINE_REASON = "maxExperimentDuration reached"
+#: Returns why the trial should stop now (the assessor's verdict), or None to let it run.
+StopCheck = Callable[[], "str | None"]
 FIRST_POLL_INTERVAL = 0.05
 
 
@@ -41,16 +44,26 @@ class FollowOutcome:
 
 async def follow_trial(platform: TrainingPlatform, store: "ExperimentStore", handle: TrialHandle, storage_id: int,
                        cursor: Cursor | None = None, *, deadline: float | None = None, poll_interval: float = 1.0,
-                       give_up_after: float | None = None, seen_running: bool = False) -> FollowOutcome:
+                       give_up_after: float | None = None, seen_running: bool = False,
+                       experiment_deadline: float | None = None, stop_check: StopCheck | None = None) -> FollowOutcome:
     """Poll until the trial ends (or ``give_up_after`` seconds pass), recording metrics as they come.
 
     ``deadline`` (epoch seconds) is maxTrialDuration: past it the trial is
     cancelled once as EARLY_STOPPED, and following continues until the
-    platform reports the cancelled state.
+    platform reports the cancelled state. ``experiment_deadline`` is
+    maxExperimentDuration: past it the trial is cancelled as SYS_CANCELED.
+    ``stop_check`` is the assessor, asked each time new intermediate results
+    were stored; a reason from it cancels the trial as EARLY_STOPPED.
     """
     outcome = FollowOutcome(None, dict(cursor or {}), seen_running=seen_running)
     stop_at = time.monotonic() + give_up_after if give_up_after is not None else None
     cancelling = False
+
+    async def cancel(status: TrialStatus, reason: str) -> None:
+        nonlocal cancelling
+        cancelling = True
+        log.info("Stopping trial %s: %s", handle.get("trial_id"), reason)
+        await cancel_async(platform, handle, status, reason)
     # Start fast and back off to poll_interval: a trial that ends in a second is seen at once,
     # a trial that runs for hours costs one poll per poll_interval.
     interval = min(poll_interval, FIRST_POLL_INTERVAL)
@@ -65,11 +78,19 @@ async def follow_trial(platform: TrainingPlatform, store: "ExperimentStore", han
         if update.status == TrialStatus.RUNNING and not outcome.seen_running:
             outcome.seen_running = True
             await asyncio.to_thread(store.set_status, storage_id, TrialStatus.RUNNING)
-        if deadline is not None and not cancelling and time.time() > deadline:
-            cancelling = True
-            log.info("Trial %s exceeded maxTrialDuration; stopping it", handle.get("trial_id"))
-            await cancel_async(platform, handle, TrialStatus.EARLY_STOPPED, TIMEOUT_REASON)
-            continue
+        if not cancelling:
+            now = time.time()
+            if experiment_deadline is not None and now > experiment_deadline:
+                await cancel(TrialStatus.SYS_CANCELED, EXPERIMENT_DEADLINE_REASON)
+                continue
+            if deadline is not None and now > deadline:
+                await cancel(TrialStatus.EARLY_STOPPED, TIMEOUT_REASON)
+                continue
+            if stop_check is not None and any(not m.is_final for m in update.metrics):
+                reason = await asyncio.to_thread(stop_check)
+                if reason:
+                    await cancel(TrialStatus.EARLY_STOPPED, reason)
+                    continue
         if stop_at is not None and time.monotonic() >= stop_at:
             return outcome
         await asyncio.sleep(interval)

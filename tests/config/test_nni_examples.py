@@ -117,6 +117,11 @@ RUNNABLE_NOW = {
     "mnist-tfv1/config_windows.yml", "mnist-tfv2/config.yml", "mnist-tfv2/config_windows.yml",
     "sklearn/classification/config.yml", "sklearn/regression/config.yml",
     "systems_auto_tuning/rocksdb-fillrandom/config_tpe.yml",
+    # tuners, advisors and assessors beyond TPE/Random/GridSearch
+    "benchmarking/hyperband/config_hyperband.yml", "mnist-advisor/config_bohb.yml",
+    "mnist-advisor/config_hyperband.yml", "mnist-batch-tune-keras/config.yml",
+    "mnist-batch-tune-keras/config_windows.yml", "mnist-pytorch/config_assessor.yml",
+    "mnist-tfv1/config_assessor.yml", "mnist-tfv2/config_assessor.yml",
 }
 
 

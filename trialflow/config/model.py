@@ -90,6 +90,10 @@ class ExperimentConfig(NniModel):
     advisor: AlgorithmConfig | None = None
     training_service: list[SerializeAsAny[TrainingServiceConfig]]
     shared_storage: SharedStorageConfig | None = None
+    #: trialflow's own key (NNI has no schedules): what each run of a scheduled experiment DAG
+    #: is. ``new``: a new experiment per run. ``continue``: one study across runs, each run adding
+    #: maxTrialNumber trials whose tuner sees every earlier run's results (a warm start).
+    scheduled_runs: Literal["new", "continue"] = "new"
 
     #: Where the config came from (not a config key); relative paths were resolved against it.
     source_file: Path | None = Field(default=None, exclude=True)

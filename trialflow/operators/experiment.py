@@ -34,27 +34,32 @@ class StartExperimentOperator(_ExperimentStep):
         experiment = experiment_for(self.config_path, context)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
         config = experiment.config
-        study = store.open_study(experiment.experiment_id, config.tuner, experiment.space, config.optimize_mode)
+        resumed = store.study_exists(experiment.experiment_id)
+        study = experiment.open_study(store)
         store.describe_experiment(study, {**experiment.description(), "dag_id": context["dag"].dag_id,
                                           "run_id": context["run_id"]})
+        window = experiment.start_run(store, study, context["run_id"])
         for i in range(len(config.training_service)):
             experiment.platform(i).prepare(experiment.experiment_id)
-        self.log.info("Experiment %s: %d trials, %d at a time, on %s; files in %s", experiment.experiment_id,
-                      trial_count(config), config.trial_concurrency, ", ".join(config.platform_names),
-                      experiment.directory)
+        self.log.info("Experiment %s (%s): trials %d..%d, %d at a time, on %s; files in %s",
+                      experiment.experiment_id, "continued" if resumed else "new", window.first_index,
+                      window.first_index + window.count - 1, config.trial_concurrency,
+                      ", ".join(config.platform_names), experiment.directory)
         return {"experiment_id": experiment.experiment_id, "directory": str(experiment.directory),
-                "trial_count": trial_count(config), "trial_concurrency": config.trial_concurrency,
+                "trial_count": window.count, "first_trial_index": window.first_index, "resumed": resumed,
+                "deadline": window.deadline, "trial_concurrency": config.trial_concurrency,
                 "store": safe_url(store.url)}
 
 
 def format_table(rows: list[dict[str, Any]], best_index: int | None) -> str:
-    """A plain-text results table for the task log."""
+    """A plain-text results table for the task log; a dict final's other keys follow its value."""
     lines = [f"{'':1} {'trial':>5}  {'id':<14} {'status':<14} {'final':>12}  {'#int':>4}  parameters"]
     for r in rows:
         final = "" if r["final_metric"] is None else f"{r['final_metric']:.6g}"
         mark = "*" if r["trial_index"] == best_index else " "
+        extra = f"  {r['final_extra']}" if r.get("final_extra") else ""
         lines.append(f"{mark} {r['trial_index']:>5}  {r['trial_id'] or '':<14} {r['status'] or '':<14} "
-                     f"{final:>12}  {r['intermediate_count']:>4}  {r['parameters']}")
+                     f"{final:>12}  {r['intermediate_count']:>4}  {r['parameters']}{extra}")
     return "\n".join(lines)
 
 
@@ -68,21 +73,29 @@ class EndExperimentOperator(_ExperimentStep):
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.tuning.store import best_row
 
+        from trialflow.experiment import RunWindow
+
         experiment = experiment_for(self.config_path, context)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
-        rows = store.trial_rows(experiment.experiment_id)
+        all_rows = store.trial_rows(experiment.experiment_id)
+        window = RunWindow.of(store.load_study(experiment.experiment_id).user_attrs, context["run_id"])
+        # A run that continues a study reports its own trials, and the study's best beside them.
+        rows = [r for r in all_rows if not window.count
+                or window.first_index <= (r["trial_index"] or 0) < window.first_index + window.count]
         mode = experiment.config.optimize_mode
         best = best_row(rows, mode)
+        study_best = best_row(all_rows, mode)
         counts = Counter(r["status"] for r in rows)
+        keep = ("trial_index", "trial_id", "parameters", "final_metric", "final_extra")
         summary = {
             "experiment_id": experiment.experiment_id,
             "experiment_name": experiment.config.experiment_name,
             "optimize_mode": mode,
             "status_counts": dict(counts),
-            "best": None if best is None else {k: best[k] for k in (
-                "trial_index", "trial_id", "parameters", "final_metric")},
+            "best": None if best is None else {k: best[k] for k in keep},
+            "study_best": None if study_best is None else {k: study_best[k] for k in keep},
             "trials": [{k: r[k] for k in ("trial_index", "trial_id", "parameters", "status", "final_metric",
-                                          "intermediate_count")} for r in rows],
+                                          "final_extra", "intermediate_count", "message")} for r in rows],
         }
         self.log.info("Results of experiment %s (%s):\n%s", experiment.experiment_id, mode,
                       format_table(rows, best["trial_index"] if best else None))

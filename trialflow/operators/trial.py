@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from trialflow.experiment import Experiment, trial_result
-from trialflow.follow import follow_trial
+from trialflow.experiment import Experiment, RunWindow, trial_result
+from trialflow.follow import EXPERIMENT_DEADLINE_REASON, follow_trial
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.platforms.base import TrialStatus, trial_id_for
 from trialflow.triggers.trial import TrialTrigger
@@ -35,15 +35,23 @@ WORKER_POLL_INTERVAL = 0.2
 
 
 def experiment_for(config_path: str, context: Context) -> Experiment:
-    return Experiment.for_run(config_path, context["dag"].dag_id, context["run_id"])
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    return Experiment.for_run(config_path, context["dag"].dag_id, context["run_id"], conf=conf)
+
+
+def stopped_on_purpose(status: TrialStatus, message: str | None) -> bool:
+    """Early stops and the experiment's deadline end a trial by decision, not by error."""
+    return status == TrialStatus.EARLY_STOPPED or (
+        status == TrialStatus.SYS_CANCELED and message == EXPERIMENT_DEADLINE_REASON)
 
 
 def report_trial(context: Context, store: "ExperimentStore", storage_id: int, status: TrialStatus,
                  message: str | None, handle: dict[str, Any] | None) -> dict[str, Any]:
     """Close the trial in the store and turn its outcome into the task's outcome.
 
-    SUCCEEDED -> success; EARLY_STOPPED -> skipped (stopped on purpose, not an
-    error); FAILED and cancellations -> failed without retry (re-running the
+    SUCCEEDED -> success; EARLY_STOPPED and the maxExperimentDuration cancel ->
+    skipped (stopped on purpose, not an error); FAILED and other cancellations
+    -> failed without retry (re-running the
     same parameters would not change a trial's own failure; retries are for
     infrastructure faults). The result XCom is pushed in every case.
     """
@@ -62,8 +70,8 @@ def report_trial(context: Context, store: "ExperimentStore", storage_id: int, st
     if status == TrialStatus.SUCCEEDED:
         return result
     context["ti"].xcom_push(key="return_value", value=result)
-    if status == TrialStatus.EARLY_STOPPED:
-        raise AirflowSkipException(f"trial {result['trial_id']} stopped early: {message}")
+    if stopped_on_purpose(status, message):
+        raise AirflowSkipException(f"trial {result['trial_id']} {status.value}: {message}")
     raise AirflowFailException(f"trial {result['trial_id']} {status.value}: {message or 'no detail'}")
 
 
@@ -95,9 +103,15 @@ class SubmitTrialOperator(BaseOperator):
         experiment = experiment_for(self.config_path, context)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
         config = experiment.config
-        study = store.open_study(experiment.experiment_id, config.tuner, experiment.space, config.optimize_mode)
-        index = int(self.trial_index)
-        asked = store.ask(study, index, trial_id_for(experiment.experiment_id, index), config.tuner, experiment.space)
+        study = experiment.open_study(store)
+        window = RunWindow.of(study.user_attrs, context["run_id"])
+        index = window.first_index + int(self.trial_index)
+        trial_id = trial_id_for(experiment.experiment_id, index)
+        if window.expired() and store.find_trial_id(study, index) is None:
+            # maxTrialNumber counts started trials: one that never started is not counted.
+            context["trial_label"] = f"{trial_id} not started"
+            raise AirflowSkipException(f"trial {trial_id} not started: {EXPERIMENT_DEADLINE_REASON}")
+        asked = store.ask(study, index, trial_id, experiment.algorithm, experiment.space)
         spec = experiment.trial_spec(index, asked.number, asked.parameters, self.service_index)
         self.trial_id, self.parameters, self.command = spec.trial_id, spec.parameters, spec.command
         context["trial_label"] = spec.trial_id
@@ -118,7 +132,8 @@ class SubmitTrialOperator(BaseOperator):
         submission = {"config_path": str(self.config_path), "experiment_id": experiment.experiment_id,
                       "workdir": str(experiment.workdir), "handle": handle, "storage_id": asked.storage_id,
                       "service_index": self.service_index, "store_conn_id": self.store_conn_id,
-                      "deadline": started_at + config.max_trial_duration if config.max_trial_duration else None}
+                      "deadline": started_at + config.max_trial_duration if config.max_trial_duration else None,
+                      "experiment_deadline": window.deadline}
         if not self.wait_for_completion:
             return submission
         # Short trials end here: a deferral costs a second task start (seconds of overhead).
@@ -126,7 +141,8 @@ class SubmitTrialOperator(BaseOperator):
         # then seen at once (the triggerer's poll_interval is for the long wait).
         outcome = asyncio.run(follow_trial(
             platform, store, handle, asked.storage_id, deadline=submission["deadline"],
-            poll_interval=min(self.poll_interval, WORKER_POLL_INTERVAL), give_up_after=self.defer_after))
+            poll_interval=min(self.poll_interval, WORKER_POLL_INTERVAL), give_up_after=self.defer_after,
+            experiment_deadline=window.deadline, stop_check=experiment.early_stop_check(store, asked.storage_id)))
         if outcome.status is not None:
             return report_trial(context, store, asked.storage_id, outcome.status, outcome.message, handle)
         self.defer(trigger=TrialTrigger(**submission, cursor=outcome.cursor, poll_interval=self.poll_interval,
@@ -144,7 +160,7 @@ def complete_from_event(task: BaseOperator, context: Context, event: dict[str, A
     if event["status"] == "ERROR":
         # The trial itself may be fine: fail this attempt so a retry re-attaches to it.
         raise AirflowException(event["message"])
-    storage_id = _storage_id(task, store, experiment)
+    storage_id = _storage_id(task, store, experiment, context["run_id"])
     frozen = store.storage.get_trial(storage_id)
     if hasattr(task, "trial_id"):
         task.trial_id = frozen.user_attrs["trial_id"]
@@ -154,12 +170,13 @@ def complete_from_event(task: BaseOperator, context: Context, event: dict[str, A
                         frozen.user_attrs.get("handle"))
 
 
-def _storage_id(task: BaseOperator, store: "ExperimentStore", experiment: Experiment) -> int:
+def _storage_id(task: BaseOperator, store: "ExperimentStore", experiment: Experiment, run_id: str) -> int:
     submission = getattr(task, "submission", None)
     if isinstance(submission, dict) and "storage_id" in submission:
         return int(submission["storage_id"])
     study = store.load_study(experiment.experiment_id)
-    frozen = store.find_trial(study, int(task.trial_index))  # type: ignore[attr-defined]
-    if frozen is None:
-        raise AirflowException(f"trial {task.trial_index} is not in the experiment store")  # type: ignore[attr-defined]
-    return frozen._trial_id
+    index = RunWindow.of(study.user_attrs, run_id).first_index + int(task.trial_index)  # type: ignore[attr-defined]
+    storage_id = store.find_trial_id(study, index)
+    if storage_id is None:
+        raise AirflowException(f"trial {index} is not in the experiment store")
+    return storage_id

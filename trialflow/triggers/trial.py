@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 if TYPE_CHECKING:
+    from trialflow.follow import StopCheck
     from trialflow.platforms.base import TrainingPlatform
     from trialflow.tuning.store import ExperimentStore
 
@@ -25,7 +26,7 @@ class TrialTrigger(BaseTrigger):
     def __init__(self, *, config_path: str, experiment_id: str, workdir: str, handle: dict[str, Any],
                  storage_id: int, cursor: dict[str, Any] | None = None, service_index: int = 0,
                  store_conn_id: str = "trialflow_default", deadline: float | None = None,
-                 poll_interval: float = 1.0, seen_running: bool = False):
+                 poll_interval: float = 1.0, seen_running: bool = False, experiment_deadline: float | None = None):
         super().__init__()
         self.config_path = config_path
         self.experiment_id = experiment_id
@@ -38,6 +39,7 @@ class TrialTrigger(BaseTrigger):
         self.deadline = deadline
         self.poll_interval = poll_interval
         self.seen_running = seen_running
+        self.experiment_deadline = experiment_deadline
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -45,14 +47,16 @@ class TrialTrigger(BaseTrigger):
             "handle": self.handle, "storage_id": self.storage_id, "cursor": self.cursor,
             "service_index": self.service_index, "store_conn_id": self.store_conn_id,
             "deadline": self.deadline, "poll_interval": self.poll_interval, "seen_running": self.seen_running,
+            "experiment_deadline": self.experiment_deadline,
         })
 
-    def _open(self) -> tuple["TrainingPlatform", "ExperimentStore"]:
+    def _open(self) -> tuple["TrainingPlatform", "ExperimentStore", "StopCheck | None"]:
         from trialflow.experiment import Experiment, load_runnable_config
         from trialflow.hooks.store import ExperimentStoreHook
 
         experiment = Experiment(load_runnable_config(self.config_path), self.experiment_id, Path(self.workdir))
-        return experiment.platform(self.service_index), ExperimentStoreHook(self.store_conn_id).get_conn()
+        store = ExperimentStoreHook(self.store_conn_id).get_conn()
+        return experiment.platform(self.service_index), store, experiment.early_stop_check(store, self.storage_id)
 
     def _error(self, message: str) -> TriggerEvent:
         return TriggerEvent({"status": "ERROR", "message": message, "exit_code": None, "cursor": self.cursor})
@@ -62,14 +66,15 @@ class TrialTrigger(BaseTrigger):
 
         trial_id = self.handle.get("trial_id")
         try:
-            platform, store = await asyncio.to_thread(self._open)
+            platform, store, stop_check = await asyncio.to_thread(self._open)
         except Exception as exc:
             yield self._error(f"cannot follow trial {trial_id}: {exc}")
             return
         try:
             outcome = await follow_trial(platform, store, self.handle, self.storage_id, self.cursor,
                                          deadline=self.deadline, poll_interval=self.poll_interval,
-                                         seen_running=self.seen_running)
+                                         seen_running=self.seen_running, experiment_deadline=self.experiment_deadline,
+                                         stop_check=stop_check)
         except Exception as exc:
             yield self._error(f"following trial {trial_id} failed: {exc}")
             return

@@ -1,77 +1,265 @@
-"""NNI algorithm names: which trialflow runs, and what to say about the others.
+"""NNI algorithm names: what each one runs here, which classArgs it honours, and checks.
 
-Kept free of Optuna so validating a config (and parsing an experiment DAG) stays
-cheap; tuning/tuners.py builds the samplers. Names with no faithful, well-kept
-implementation are refused with the closest supported choice rather than
-silently replaced.
+Kept free of Optuna so validating a config (and parsing an experiment DAG)
+stays cheap; tuning/tuners.py and tuning/assessors.py build the samplers and
+pruners. Names with no faithful, well-kept implementation are refused with
+the closest supported choice rather than silently replaced, and the catalogue
+below is also what README's algorithm table is checked against.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
 
 from trialflow.config.model import AlgorithmConfig
-from trialflow.tuning.search_space import SearchSpace, SearchSpaceError
+from trialflow.tuning.search_space import ALL_TYPES, SearchSpace, SearchSpaceError
 
-#: The tuners trialflow runs (tuning/tuners.py has the sampler for each).
-SUPPORTED_TUNERS = ("TPE", "Random", "GridSearch")
+Role = Literal["tuner", "advisor", "assessor"]
+#: The extra that brings scikit-learn and SciPy (GP, Curvefitting).
+MODELS_EXTRA = "airflow-provider-trialflow[tuners]"
 
 
 class UnsupportedAlgorithm(ValueError):
     """An algorithm trialflow will not run, with what to use instead."""
 
 
-#: NNI's spellings that mean the same tuner.
-ALIASES = {"tpe": "TPE", "random": "Random", "randomsearch": "Random", "gridsearch": "GridSearch",
-           "grid": "GridSearch"}
-#: NNI algorithms trialflow does not run, and what to use instead.
+# -- classArgs checks: each returns an error message or None ----------------------------
+
+
+def _mode(v: Any) -> str | None:
+    return None if str(v).lower() in ("maximize", "minimize") else f"expected maximize or minimize, got {v!r}"
+
+
+def _int(low: int) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        ok = isinstance(v, int) and not isinstance(v, bool) and v >= low
+        return None if ok else f"expected an integer >= {low}, got {v!r}"
+    return check
+
+
+def _float(low: float, high: float = float("inf"), *, open_low: bool = False) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        ok = number and (v > low if open_low else v >= low) and v <= high
+        bound = f"> {low}" if open_low else f">= {low}"
+        return None if ok else f"expected a number {bound}{'' if high == float('inf') else f' and <= {high}'}, got {v!r}"
+    return check
+
+
+def _one_of(*choices: Any) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else f"expected one of {', '.join(map(repr, choices))}, got {v!r}"
+
+
+def _seed(v: Any) -> str | None:
+    return None if isinstance(v, int) and not isinstance(v, bool) else f"expected an integer seed, got {v!r}"
+
+
+def _mapping(v: Any) -> str | None:
+    return None if isinstance(v, dict) else f"expected a mapping, got {type(v).__name__}"
+
+
+def _anything(v: Any) -> str | None:
+    return None
+
+
+COMMON_ARGS = {"optimize_mode": _mode, "seed": _seed}
+TPE_ARGS = {"constant_liar_type": _one_of("best", "worst", "mean", None), "n_startup_jobs": _int(0),
+            "n_ei_candidates": _int(1), "linear_forgetting": _int(1), "prior_weight": _float(0, open_low=True),
+            "gamma": _float(0, 1, open_low=True)}
+NUMERIC_NO_NORMAL = frozenset({"choice", "randint", "uniform", "quniform", "loguniform", "qloguniform"})
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """One NNI algorithm as trialflow runs it (a README table row is generated from these)."""
+
+    name: str
+    role: Role
+    runs: str
+    args: dict[str, Callable[[Any], str | None]] = field(default_factory=dict)
+    #: NNI classArgs that are accepted but have no effect here, with the reason.
+    ignored: dict[str, str] = field(default_factory=dict)
+    types: frozenset[str] = frozenset(ALL_TYPES)
+    nested: bool = True
+    #: A module that must be importable (an optional extra).
+    needs: str | None = None
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def honoured(self) -> list[str]:
+        return list(self.args)
+
+
+CATALOGUE: tuple[AlgorithmSpec, ...] = (
+    AlgorithmSpec("TPE", "tuner", "Optuna TPESampler (multivariate, grouped for nested choices), NNI's defaults",
+                  {**COMMON_ARGS, "tpe_args": _mapping}),
+    AlgorithmSpec("Random", "tuner", "Optuna RandomSampler", dict(COMMON_ARGS), aliases=("RandomSearch",)),
+    AlgorithmSpec("GridSearch", "tuner", "every grid point exactly once, trial i = point i",
+                  {"optimize_mode": _mode}, types=frozenset({"choice", "randint", "quniform", "qloguniform"}),
+                  aliases=("Grid",)),
+    AlgorithmSpec("BatchTuner", "tuner", "the listed combinations exactly once, trial i = combination i",
+                  {"optimize_mode": _mode}, types=frozenset({"choice"}), nested=False, aliases=("Batch",)),
+    AlgorithmSpec("Anneal", "tuner", "hyperopt's annealing rule as an Optuna sampler (trialflow.tuning.anneal)",
+                  {**COMMON_ARGS, "avg_best_idx": _float(1), "shrink_coef": _float(0, open_low=True)},
+                  ignored={"parallel_optimize": "parallel asks always see running trials' absence",
+                           "constant_liar_type": "no constant liar in annealing"}),
+    AlgorithmSpec("Evolution", "tuner", "Optuna NSGAIISampler (single objective: a genetic algorithm)",
+                  {**COMMON_ARGS, "population_size": _int(2)}),
+    AlgorithmSpec("GP", "tuner", "scikit-learn Gaussian process (Matern) + EI/UCB/POI, as NNI's GPTuner "
+                  "(trialflow.tuning.gp)",
+                  {**COMMON_ARGS, "utility": _one_of("ei", "ucb", "poi"), "kappa": _float(0), "xi": _float(0),
+                   "nu": _one_of(0.5, 1.5, 2.5), "alpha": _float(0, open_low=True), "cold_start_num": _int(1),
+                   "selection_num_warm_up": _int(1), "selection_num_starting_points": _int(0)},
+                  types=NUMERIC_NO_NORMAL, nested=False, needs="sklearn", aliases=("GPTuner",)),
+    AlgorithmSpec("Hyperband", "advisor", "Optuna HyperbandPruner (max_resource=R, reduction_factor=eta) "
+                  "with RandomSampler; trials get TRIAL_BUDGET=R and are stopped at rungs",
+                  {"optimize_mode": _mode, "seed": _seed, "R": _int(1), "eta": _int(2)},
+                  ignored={"exec_mode": "brackets run in parallel, as with exec_mode: parallelism"}),
+    AlgorithmSpec("BOHB", "advisor", "Optuna HyperbandPruner (min/max_budget, eta) with TPESampler; trials get "
+                  "TRIAL_BUDGET=max_budget and are stopped at rungs",
+                  {"optimize_mode": _mode, "seed": _seed, "min_budget": _int(1), "max_budget": _int(1),
+                   "eta": _int(2), "min_points_in_model": _int(1), "num_samples": _int(1)},
+                  ignored={"top_n_percent": "Optuna's TPE gamma is used", "random_fraction": "not in Optuna's TPE",
+                           "bandwidth_factor": "Optuna's TPE bandwidth is used",
+                           "min_bandwidth": "Optuna's TPE bandwidth is used", "config_space": "use searchSpace"}),
+    AlgorithmSpec("Medianstop", "assessor", "Optuna MedianPruner (n_warmup_steps from start_step)",
+                  {"optimize_mode": _mode, "start_step": _int(0)}),
+    AlgorithmSpec("Curvefitting", "assessor", "least-squares fit of 4 learning-curve families, extrapolated to "
+                  "epoch_num (an approximation of NNI's 12-curve MCMC ensemble; trialflow.tuning.curvefitting)",
+                  {"optimize_mode": _mode, "epoch_num": _int(1), "start_step": _int(1),
+                   "threshold": _float(0, 1, open_low=True), "gap": _int(1)}, needs="scipy"),
+)
+
+#: NNI algorithms with no faithful, well-kept implementation, and what to use instead.
 CLOSEST = {
-    "anneal": "TPE", "evolution": "TPE", "regularizedevolution": "TPE", "smac": "TPE", "metis": "TPE",
-    "metistuner": "TPE", "gp": "TPE", "gptuner": "TPE", "pbt": "TPE", "pbttuner": "TPE",
-    "dngo": "TPE", "dngotuner": "TPE", "ppo": "TPE", "ppotuner": "TPE", "networkmorphism": "TPE",
-    "batchtuner": "GridSearch", "hyperband": "TPE", "bohb": "TPE",
+    "smac": "TPE", "metis": "GP", "metistuner": "GP", "dngo": "GP", "dngotuner": "GP", "pbt": "Evolution",
+    "pbttuner": "Evolution", "ppo": "Evolution", "ppotuner": "Evolution", "networkmorphism": "Evolution",
+    "regularizedevolution": "Evolution",
 }
+_ROLE_DEFAULT: dict[Role, str] = {"tuner": "TPE", "advisor": "BOHB", "assessor": "Medianstop"}
+
+
+def _key(name: str) -> str:
+    return name.replace("_", "").replace(" ", "").replace("-", "").lower()
+
+
+_BY_KEY = {_key(alias): spec for spec in CATALOGUE for alias in (spec.name,) + spec.aliases}
+
+
+def names(role: Role) -> list[str]:
+    return [spec.name for spec in CATALOGUE if spec.role == role]
+
+
+def algorithm_spec(algorithm: AlgorithmConfig, role: Role) -> AlgorithmSpec:
+    """The catalogue entry this config names, or UnsupportedAlgorithm saying what to use."""
+    supported = names(role)
+    if algorithm.class_name is not None:
+        raise UnsupportedAlgorithm(
+            f"custom {role} className {algorithm.class_name!r} is not supported (its code would run inside "
+            f"the scheduler); use one of {', '.join(supported)}")
+    name = str(algorithm.name)
+    spec = _BY_KEY.get(_key(name))
+    if spec is not None and spec.role == role:
+        return spec
+    if spec is not None:
+        raise UnsupportedAlgorithm(f"{name!r} is {'an' if spec.role[0] in 'aeiou' else 'a'} {spec.role}, "
+                                   f"not a {role}; supported {role}s: {', '.join(supported)}")
+    closest = CLOSEST.get(_key(name)) if role == "tuner" else None
+    closest = closest or next(iter(difflib.get_close_matches(name, supported, n=1, cutoff=0.5)), _ROLE_DEFAULT[role])
+    raise UnsupportedAlgorithm(
+        f"{role} {name!r} is not supported; the closest supported choice is {closest!r} "
+        f"(supported: {', '.join(supported)})")
 
 
 def canonical_tuner_name(algorithm: AlgorithmConfig) -> str:
-    """The supported tuner this config names, or UnsupportedAlgorithm saying what to use."""
-    if algorithm.class_name is not None:
-        raise UnsupportedAlgorithm(
-            f"custom tuner className {algorithm.class_name!r} is not supported; "
-            f"use one of {', '.join(SUPPORTED_TUNERS)}")
-    name = str(algorithm.name)
-    key = name.replace("_", "").replace(" ", "").lower()
-    if key in ALIASES:
-        return ALIASES[key]
-    closest = CLOSEST.get(key) or next(
-        iter(difflib.get_close_matches(name, list(SUPPORTED_TUNERS), n=1, cutoff=0.5)), "TPE")
-    raise UnsupportedAlgorithm(
-        f"tuner {name!r} is not supported yet; the closest supported choice is {closest!r} "
-        f"(supported: {', '.join(SUPPORTED_TUNERS)})")
+    """The tuner or advisor this config names (an advisor chooses parameters too)."""
+    spec = _BY_KEY.get(_key(algorithm.name or ""))
+    if algorithm.class_name is None and spec is not None and spec.role in ("tuner", "advisor"):
+        return spec.name
+    return algorithm_spec(algorithm, "tuner").name  # raises, saying what to use
+
+
+def batch_combinations(space: SearchSpace) -> list[Any]:
+    """BatchTuner's list: NNI requires exactly one parameter, ``combine_params``, a plain choice."""
+    if [p.key for p in space.params] != ["combine_params"] or space.params[0].type != "choice":
+        raise SearchSpaceError((), "BatchTuner needs a search space with exactly one key, combine_params: "
+                                   "{_type: choice, _value: [<parameter dict>, ...]}")
+    return list(space.params[0].values)
+
+
+def _check_args(spec: AlgorithmSpec, algorithm: AlgorithmConfig, key: str) -> list[tuple[str, str]]:
+    problems = []
+    for arg, value in algorithm.class_args.items():
+        if arg in spec.ignored:
+            continue
+        check = spec.args.get(arg)
+        if check is None:
+            known = sorted(set(spec.args) | set(spec.ignored))
+            problems.append((f"{key}.classArgs.{arg}", f"{spec.name} has no classArg {arg!r}; "
+                             f"known: {', '.join(known) or 'none'}"))
+            continue
+        message = check(value)
+        if message:
+            problems.append((f"{key}.classArgs.{arg}", message))
+    tpe_args = algorithm.class_args.get("tpe_args")
+    if spec.name == "TPE" and isinstance(tpe_args, dict):
+        for arg, value in tpe_args.items():
+            check = TPE_ARGS.get(arg)
+            message = check(value) if check else f"unknown tpe_args key; known: {', '.join(TPE_ARGS)}"
+            if message:
+                problems.append((f"{key}.classArgs.tpe_args.{arg}", message))
+    if spec.name == "BOHB":
+        low, high = algorithm.class_args.get("min_budget", 1), algorithm.class_args.get("max_budget", 3)
+        if isinstance(low, int) and isinstance(high, int) and low >= high:
+            problems.append((f"{key}.classArgs.max_budget", f"expected max_budget > min_budget ({low}), got {high}"))
+    return problems
+
+
+def _check_space(spec: AlgorithmSpec, space: SearchSpace) -> list[tuple[str, str]]:
+    problems = []
+    for path, param in space.walk():
+        where = "searchSpace." + ".".join(path)
+        if param.type not in spec.types:
+            problems.append((where, f"{spec.name} does not support {param.type}; it supports "
+                             f"{', '.join(t for t in ALL_TYPES if t in spec.types)}"))
+        elif param.is_nested and not spec.nested:
+            problems.append((where, f"{spec.name} does not support nested choices (options with _name)"))
+    if spec.name == "GridSearch" and not problems:
+        try:
+            space.grid()
+        except SearchSpaceError as exc:
+            problems.append(("searchSpace." + ".".join(map(str, exc.path)), exc.message))
+    if spec.name == "BatchTuner":
+        try:
+            batch_combinations(space)
+        except SearchSpaceError as exc:
+            problems = [("searchSpace", exc.message)]
+    return problems
+
+
+def _check_needs(spec: AlgorithmSpec, key: str) -> list[tuple[str, str]]:
+    if spec.needs and importlib.util.find_spec(spec.needs) is None:
+        return [(key, f"{spec.name} needs {spec.needs}, which is not installed: pip install '{MODELS_EXTRA}'")]
+    return []
 
 
 def check_algorithms(tuner: AlgorithmConfig | None, advisor: AlgorithmConfig | None,
                      assessor: AlgorithmConfig | None, space: SearchSpace) -> list[tuple[str, str]]:
     """Problems as (config key, message), for `trialflow validate` and DAG building."""
     problems: list[tuple[str, str]] = []
-    if advisor is not None:
-        problems.append(("advisor", f"advisor {advisor.name or advisor.class_name!r} is not supported yet; "
-                         "use tuner: {name: TPE}"))
-    if assessor is not None:
-        problems.append(("assessor", f"assessor {assessor.name or assessor.class_name!r} is not supported yet; "
-                         "remove it (trials then run to the end)"))
-    if tuner is not None:
+    for key, algorithm, role in (("tuner", tuner, "tuner"), ("advisor", advisor, "advisor"),
+                                 ("assessor", assessor, "assessor")):
+        if algorithm is None:
+            continue
         try:
-            name = canonical_tuner_name(tuner)
-            mode = str(tuner.class_args.get("optimize_mode", "maximize")).lower()
-            if mode not in ("maximize", "minimize"):
-                problems.append(("tuner.classArgs.optimize_mode", f"expected maximize or minimize, got {mode!r}"))
-            if name == "GridSearch":
-                space.grid()
+            spec = algorithm_spec(algorithm, role)  # type: ignore[arg-type]
         except UnsupportedAlgorithm as exc:
-            problems.append(("tuner", str(exc)))
-        except SearchSpaceError as exc:
-            problems.append(("searchSpace." + ".".join(map(str, exc.path)), exc.message))
+            problems.append((key, str(exc)))
+            continue
+        problems += _check_args(spec, algorithm, key) + _check_needs(spec, key)
+        if role != "assessor":
+            problems += _check_space(spec, space)
     return problems
-
-

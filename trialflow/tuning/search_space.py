@@ -88,6 +88,22 @@ class SearchSpace:
     def names(self) -> list[str]:
         return [p.key for p in self.params]
 
+    def walk(self) -> Iterator[tuple[tuple[str, ...], Parameter]]:
+        """Every parameter with its key path, nested ones included (for per-tuner type checks)."""
+        yield from _walk(self.params, ())
+
+    @property
+    def is_nested(self) -> bool:
+        return any(p.is_nested for _, p in self.walk())
+
+
+def _walk(params: tuple[Parameter, ...], path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Parameter]]:
+    for p in params:
+        yield path + (p.key,), p
+        for i, option in enumerate(p.values if p.type == "choice" else ()):
+            if isinstance(option, NestedOption):
+                yield from _walk(option.params, path + (p.key, "_value", str(i)))
+
 
 # --- parsing and validation (NNI's rules) ---------------------------------------------
 

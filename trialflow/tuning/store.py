@@ -15,9 +15,10 @@ import math
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import optuna
+import sqlalchemy as sa
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
@@ -30,10 +31,35 @@ from trialflow.trial.protocol import scalar as _plain_scalar
 from trialflow.tuning.search_space import SearchSpace
 from trialflow.tuning.tuners import make_sampler, sample_parameters
 
+if TYPE_CHECKING:
+    from optuna.pruners import BasePruner
+
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 SQLITE_TIMEOUT_SECONDS = 60
+
+#: trial index -> Optuna trial, one row per (study, index). Optuna can only find a trial by a
+#: user attribute by loading every trial; this makes the lookup one indexed query and makes
+#: "one Optuna trial per trial index" a constraint the database enforces, on every backend.
+_METADATA = sa.MetaData()
+TRIAL_INDEX = sa.Table(
+    "trialflow_trial_index", _METADATA,
+    sa.Column("study_id", sa.Integer, primary_key=True),
+    sa.Column("trial_index", sa.Integer, primary_key=True),
+    sa.Column("trial_id", sa.Integer, nullable=False),
+)
+
+
+def _sqlite_begin_immediate(engine: sa.engine.Engine) -> None:
+    """Take SQLite's write lock when a transaction starts, not when it first writes.
+
+    Optuna's writes read first (is the trial finished?) and then write. In a deferred
+    transaction, a writer that committed in between makes the upgrade fail at once with
+    "database is locked", whatever the busy timeout; BEGIN IMMEDIATE waits its turn instead.
+    (The driver's own implicit BEGIN is off: connect_args isolation_level=None.)
+    """
+    sa.event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
 
 
 def safe_url(url: str) -> str:
@@ -68,10 +94,13 @@ class ExperimentStore:
                 # WAL lets readers (progress, UI) work while trials write; it sticks to the file.
                 with sqlite3.connect(database, timeout=SQLITE_TIMEOUT_SECONDS) as conn:
                     conn.execute("PRAGMA journal_mode=WAL")
-            engine_kwargs["connect_args"] = {"timeout": SQLITE_TIMEOUT_SECONDS}
+            engine_kwargs["connect_args"] = {"timeout": SQLITE_TIMEOUT_SECONDS, "isolation_level": None}
         else:
             engine_kwargs["pool_pre_ping"] = True
         self.storage = RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
+        if backend == "sqlite":
+            _sqlite_begin_immediate(self.storage.engine)
+        _METADATA.create_all(self.storage.engine, checkfirst=True)
 
     def __repr__(self) -> str:
         return f"ExperimentStore({safe_url(self.url)})"
@@ -79,13 +108,23 @@ class ExperimentStore:
     # -- studies --------------------------------------------------------------------------
 
     def open_study(self, experiment_id: str, tuner: AlgorithmConfig | None = None,
-                   space: SearchSpace | None = None, direction: str = "maximize") -> optuna.Study:
+                   space: SearchSpace | None = None, direction: str = "maximize",
+                   pruner: "BasePruner | None" = None) -> optuna.Study:
+        """Create or re-open the experiment's study. The pruner matters to samplers too:
+        Optuna's TPE models each Hyperband bracket on its own trials."""
         sampler = make_sampler(tuner, space) if tuner is not None and space is not None else None
         return optuna.create_study(storage=self.storage, study_name=experiment_id, sampler=sampler,
-                                   direction=direction, load_if_exists=True)
+                                   pruner=pruner, direction=direction, load_if_exists=True)
 
-    def load_study(self, experiment_id: str) -> optuna.Study:
-        return optuna.load_study(study_name=experiment_id, storage=self.storage)
+    def load_study(self, experiment_id: str, pruner: "BasePruner | None" = None) -> optuna.Study:
+        return optuna.load_study(study_name=experiment_id, storage=self.storage, pruner=pruner)
+
+    def study_exists(self, experiment_id: str) -> bool:
+        try:
+            self.storage.get_study_id_from_name(experiment_id)
+        except KeyError:
+            return False
+        return True
 
     def describe_experiment(self, study: optuna.Study, attrs: dict[str, Any]) -> None:
         for key, value in attrs.items():
@@ -94,11 +133,28 @@ class ExperimentStore:
 
     # -- trials ---------------------------------------------------------------------------
 
+    def find_trial_id(self, study: optuna.Study, trial_index: int) -> int | None:
+        """The Optuna trial id of trial ``trial_index`` (one indexed query)."""
+        query = sa.select(TRIAL_INDEX.c.trial_id).where(
+            TRIAL_INDEX.c.study_id == study._study_id, TRIAL_INDEX.c.trial_index == trial_index)
+        with self.storage.engine.begin() as conn:
+            return conn.execute(query).scalar_one_or_none()
+
     def find_trial(self, study: optuna.Study, trial_index: int) -> optuna.trial.FrozenTrial | None:
-        for trial in study.get_trials(deepcopy=False):
-            if trial.user_attrs.get("trial_index") == trial_index:
-                return trial
-        return None
+        storage_id = self.find_trial_id(study, trial_index)
+        return None if storage_id is None else self.storage.get_trial(storage_id)
+
+    def _claim(self, study: optuna.Study, trial_index: int, storage_id: int) -> int:
+        """Record ``storage_id`` as trial ``trial_index``; the id that holds the index afterwards."""
+        try:
+            with self.storage.engine.begin() as conn:
+                conn.execute(TRIAL_INDEX.insert().values(study_id=study._study_id, trial_index=trial_index,
+                                                         trial_id=storage_id))
+            return storage_id
+        except sa.exc.IntegrityError:
+            winner = self.find_trial_id(study, trial_index)
+            assert winner is not None
+            return winner
 
     def ask(self, study: optuna.Study, trial_index: int, trial_id: str, tuner: AlgorithmConfig,
             space: SearchSpace) -> AskedTrial:
@@ -109,11 +165,25 @@ class ExperimentStore:
             return AskedTrial(existing.number, existing._trial_id, existing.user_attrs["parameters"], True)
         study.sampler = make_sampler(tuner, space, trial_index)
         trial = study.ask()
-        parameters = sample_parameters(tuner, space, trial)
+        parameters = sample_parameters(tuner, space, trial, trial_index)
         for key, value in {"trial_index": trial_index, "trial_id": trial_id, "parameters": parameters,
                            "nni_status": TrialStatus.WAITING.value}.items():
             trial.set_user_attr(key, value)
+        winner = self._claim(study, trial_index, trial._trial_id)
+        if winner != trial._trial_id:
+            # Another attempt asked for the same index at the same moment; its trial stands.
+            self.storage.set_trial_user_attr(trial._trial_id, "superseded_by", winner)
+            self.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            frozen = self.storage.get_trial(winner)
+            return AskedTrial(frozen.number, winner, frozen.user_attrs["parameters"], True)
         return AskedTrial(trial.number, trial._trial_id, parameters, False)
+
+    def should_stop(self, study: optuna.Study, storage_id: int, pruner: "BasePruner") -> bool:
+        """The assessor's verdict on a running trial, from the intermediate results stored so far."""
+        frozen = self.storage.get_trial(storage_id)
+        if frozen.state.is_finished() or not frozen.intermediate_values:
+            return False
+        return bool(pruner.prune(study, frozen))
 
     def set_status(self, storage_id: int, status: TrialStatus, **attrs: Any) -> None:
         self.storage.set_trial_user_attr(storage_id, "nni_status", status.value)
@@ -168,6 +238,8 @@ class ExperimentStore:
         study = self.load_study(experiment_id)
         rows = []
         for t in study.get_trials(deepcopy=False):
+            if "superseded_by" in t.user_attrs:
+                continue
             rows.append({
                 "trial_index": t.user_attrs.get("trial_index"),
                 "trial_id": t.user_attrs.get("trial_id"),
@@ -175,6 +247,7 @@ class ExperimentStore:
                 "status": t.user_attrs.get("nni_status"),
                 "final_metric": _finite_or_none(scalar(t.user_attrs.get("final_metric"))),
                 "final_metric_raw": t.user_attrs.get("final_metric"),
+                "final_extra": t.user_attrs.get("final_metric_extra") or {},
                 "intermediate_count": len(t.intermediate_values),
                 "message": t.user_attrs.get("message"),
             })
