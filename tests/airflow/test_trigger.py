@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from trialflow.experiment import Experiment, load_runnable_config
+from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import process_alive
 from trialflow.triggers.trial import TrialTrigger
 from trialflow.tuning.store import ExperimentStore, sqlite_url
@@ -25,6 +26,13 @@ if mode == "hang":
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
     open(os.environ["NNI_OUTPUT_DIR"] + "/child.pid", "w").write(str(child.pid))
     time.sleep(300)
+if mode.startswith("curve="):  # a flat learning curve at this level, one result per 50 ms
+    level = float(mode.split("=")[1])
+    for i in range(int(os.environ.get("STEPS", "200"))):
+        trial.report_intermediate_result(level)
+        time.sleep(0.05)
+    trial.report_final_result(level)
+    sys.exit(0)
 for i in range(4):
     trial.report_intermediate_result(i / 4)
 trial.report_final_result(p["x"])
@@ -32,7 +40,12 @@ trial.report_final_result(p["x"])
 
 
 @pytest.fixture
-def setup(tmp_path: Path, monkeypatch):
+def algorithms() -> str:
+    return "tuner: {name: Random}"
+
+
+@pytest.fixture
+def setup(tmp_path: Path, monkeypatch, algorithms: str):
     (tmp_path / "t.py").write_text(TRIAL)
     config = tmp_path / "config.yml"
     config.write_text(f"""\
@@ -40,25 +53,28 @@ searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
 trialCommand: {sys.executable} t.py
 trialConcurrency: 1
 maxTrialDuration: 2s
-tuner: {{name: Random}}
 trainingService: {{platform: local}}
+{algorithms}
 """)
     url = sqlite_url(tmp_path / "store.db")
     monkeypatch.setenv("AIRFLOW_CONN_TRIALFLOW_TEST", json.dumps({"conn_type": "trialflow", "extra": {"storage_url": url}}))
     experiment = Experiment(load_runnable_config(config), "etest000", tmp_path / "work")
     store = ExperimentStore(url)
-    study = store.open_study(experiment.experiment_id, experiment.config.tuner, experiment.space)
+    study = experiment.open_study(store)
 
-    def submit(index: int, mode: str, deadline: float | None = None) -> TrialTrigger:
-        asked = store.ask(study, index, f"etest000-{index:04d}", experiment.config.tuner, experiment.space)
+    def submit(index: int, mode: str, deadline: float | None = None, steps: int = 200,
+               experiment_deadline: float | None = None) -> TrialTrigger:
+        asked = store.ask(study, index, f"etest000-{index:04d}", experiment.algorithm, experiment.space)
         spec = experiment.trial_spec(index, asked.number, asked.parameters)
         spec.env["MODE"] = mode
+        spec.env["STEPS"] = str(steps)
         platform = experiment.platform()
         platform.prepare(experiment.experiment_id)
         handle = platform.submit(spec)
         return TrialTrigger(config_path=str(config), experiment_id=experiment.experiment_id,
                             workdir=str(experiment.workdir), handle=handle, storage_id=asked.storage_id,
-                            store_conn_id="trialflow_test", deadline=deadline, poll_interval=0.05)
+                            store_conn_id="trialflow_test", deadline=deadline, poll_interval=0.05,
+                            experiment_deadline=experiment_deadline)
     return submit, store
 
 
@@ -116,3 +132,31 @@ def test_a_broken_handle_is_an_error_event_not_a_hang(setup):
     trigger.config_path = "/nonexistent/config.yml"
     event = asyncio.run(first_event(trigger))
     assert event["status"] == "ERROR" and "file not found" in event["message"]
+
+
+def test_the_experiment_deadline_cancels_a_running_trial(setup):
+    submit, _ = setup
+    trigger = submit(5, "hang", experiment_deadline=time.time() + 0.5)
+    event = asyncio.run(first_event(trigger))
+    assert event["status"] == "SYS_CANCELED" and event["message"] == "maxExperimentDuration reached"
+    assert not process_alive(trigger.handle["pid"])
+
+
+@pytest.mark.parametrize("algorithms", ["tuner: {name: Random}\nassessor: {name: Medianstop, classArgs: {start_step: 3}}"])
+def test_the_assessor_stops_a_trial_below_the_median_from_the_trigger(setup):
+    """A good trial finishes; a worse one is stopped by Medianstop as its results arrive."""
+    submit, store = setup
+    good = submit(0, "curve=0.9", steps=5)
+    assert asyncio.run(first_event(good))["status"] == "SUCCEEDED"
+    store.finish(good.storage_id, TrialStatus.SUCCEEDED, 0.9)
+    same = submit(1, "curve=0.9", steps=6)
+    assert asyncio.run(first_event(same))["status"] == "SUCCEEDED"  # at the median: not stopped
+    bad = submit(2, "curve=0.1")
+    started = time.monotonic()
+    event = asyncio.run(first_event(bad))
+    assert event["status"] == "EARLY_STOPPED"
+    assert event["message"].startswith("stopped early by Medianstop at step ")
+    assert time.monotonic() - started < 8  # 200 steps would take 10 s
+    reported = store.storage.get_trial(bad.storage_id).intermediate_values
+    assert 3 <= len(reported) < 100
+    assert not process_alive(bad.handle["pid"])

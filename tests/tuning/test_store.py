@@ -134,3 +134,75 @@ def test_many_processes_write_at_once_without_losing_anything(tmp_path):
     assert all(r["intermediate_count"] == 25 and r["status"] == "SUCCEEDED" for r in rows)
     assert sorted(r["final_metric"] for r in rows) == [i / 10 for i in range(8)]
     assert not any(math.isnan(r["final_metric"]) for r in rows)
+
+
+def _ask_same_index(url: str, index: int, barrier_path: str) -> None:
+    store = ExperimentStore(url)
+    study = store.open_study("race", TPE, SPACE)
+    while not Path(barrier_path).exists():  # start together
+        pass
+    asked = store.ask(study, index, f"t{index}", TPE, SPACE)
+    Path(barrier_path + f".{asked.storage_id}.{multiprocessing.current_process().pid}").write_text(
+        repr(asked.parameters))
+
+
+def test_racing_asks_for_one_index_agree_on_one_trial(tmp_path):
+    """Two attempts of one trial (a zombie and its retry) ask at the same moment: the database's
+    unique index lets one trial win, and both get its parameters."""
+    url = sqlite_url(tmp_path / "race.db")
+    ExperimentStore(url).open_study("race", TPE, SPACE)
+    barrier = str(tmp_path / "go")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_ask_same_index, args=(url, 5, barrier)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    Path(barrier).write_text("")
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    answers = {f.read_text() for f in tmp_path.glob("go.*")}
+    assert len(answers) == 1, answers
+    store = ExperimentStore(url)
+    rows = store.trial_rows("race")
+    assert [r["trial_index"] for r in rows] == [5]  # losers are hidden from rows
+    study = store.load_study("race")
+    winner = store.find_trial(study, 5)
+    assert repr(winner.user_attrs["parameters"]) in answers
+    assert sum(1 for t in study.trials if "superseded_by" in t.user_attrs) == len(study.trials) - 1
+
+
+def test_find_trial_is_an_index_lookup(store):
+    study = store.open_study("exp", TPE, SPACE)
+    ids = {i: store.ask(study, i, f"t{i}", TPE, SPACE).storage_id for i in (0, 7, 3)}
+    assert {i: store.find_trial_id(study, i) for i in (0, 7, 3)} == ids
+    assert store.find_trial_id(study, 1) is None
+    other = store.open_study("other", TPE, SPACE)
+    assert store.find_trial_id(other, 0) is None  # per study
+
+
+def test_should_stop_asks_the_pruner_about_running_trials_only(store):
+    import optuna
+
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=0)
+    study = store.open_study("exp", TPE, SPACE, pruner=pruner)
+    good = store.ask(study, 0, "t0", TPE, SPACE)
+    store.record_metrics(good.storage_id, [Metric("PERIODICAL", s, 0.9) for s in range(3)])
+    store.finish(good.storage_id, TrialStatus.SUCCEEDED, 0.9)
+    bad = store.ask(study, 1, "t1", TPE, SPACE)
+    assert store.should_stop(study, bad.storage_id, pruner) is False  # nothing reported yet
+    store.record_metrics(bad.storage_id, [Metric("PERIODICAL", s, 0.1) for s in range(3)])
+    assert store.should_stop(study, bad.storage_id, pruner) is True
+    fine = store.ask(study, 2, "t2", TPE, SPACE)
+    store.record_metrics(fine.storage_id, [Metric("PERIODICAL", s, 0.95) for s in range(3)])
+    assert store.should_stop(study, fine.storage_id, pruner) is False
+    store.finish(bad.storage_id, TrialStatus.EARLY_STOPPED)
+    assert store.should_stop(study, bad.storage_id, pruner) is False  # already over
+
+
+def test_dict_finals_keep_their_other_keys_in_rows(store):
+    study = store.open_study("exp", TPE, SPACE)
+    asked = store.ask(study, 0, "t0", TPE, SPACE)
+    store.finish(asked.storage_id, TrialStatus.SUCCEEDED, {"default": 0.8, "loss": 0.2, "epochs": 3})
+    row = store.trial_rows("exp")[0]
+    assert row["final_metric"] == 0.8
+    assert row["final_extra"] == {"loss": 0.2, "epochs": 3}

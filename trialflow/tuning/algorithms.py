@@ -127,7 +127,7 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
                            "min_bandwidth": "Optuna's TPE bandwidth is used", "config_space": "use searchSpace"}),
     AlgorithmSpec("Medianstop", "assessor", "Optuna MedianPruner (n_warmup_steps from start_step)",
                   {"optimize_mode": _mode, "start_step": _int(0)}),
-    AlgorithmSpec("Curvefitting", "assessor", "least-squares fit of 4 learning-curve families, extrapolated to "
+    AlgorithmSpec("Curvefitting", "assessor", "least-squares fits of 5 learning-curve families, extrapolated to "
                   "epoch_num (an approximation of NNI's 12-curve MCMC ensemble; trialflow.tuning.curvefitting)",
                   {"optimize_mode": _mode, "epoch_num": _int(1), "start_step": _int(1),
                    "threshold": _float(0, 1, open_low=True), "gap": _int(1)}, needs="scipy"),

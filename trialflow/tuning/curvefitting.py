@@ -3,10 +3,12 @@
 NNI fits an ensemble of 12 learning-curve families by MCMC (Domhan et al.,
 IJCAI 2015) and stops a trial whose predicted value at ``epoch_num`` is worse
 than ``threshold`` times the best final result so far. No maintained library
-implements that ensemble, so this is an honest approximation: four of the
-families (pow3, log-linear, exp3, vapour pressure) are fitted by least squares
-(SciPy), and the mean of the fits that converge to a finite prediction is the
-forecast. The decision rule, start_step, gap and threshold are NNI's.
+implements that ensemble, so this is an honest approximation: five of the
+families (linear, pow3, log-linear, exp3, vapour pressure) are fitted by least
+squares (SciPy), and their forecasts are averaged with weights 1 / (residual +
+a small floor), so the family that explains the curve best dominates (NNI's
+MCMC weights play that part). The decision rule, start_step, gap and
+threshold are NNI's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ import numpy as np
 from optuna.pruners import BasePruner
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
+
+
+def _linear(x: np.ndarray, a: float, b: float) -> np.ndarray:
+    return a * x + b
 
 
 def _pow3(x: np.ndarray, c: float, a: float, alpha: float) -> np.ndarray:
@@ -39,6 +45,7 @@ def _vapour_pressure(x: np.ndarray, a: float, b: float, c: float) -> np.ndarray:
 
 #: (curve, initial guess from the observed values) per family.
 FAMILIES: dict[str, tuple[Callable[..., np.ndarray], Callable[[np.ndarray], list[float]]]] = {
+    "linear": (_linear, lambda y: [float(y[-1] - y[0]) / max(len(y) - 1, 1), float(y[0])]),
     "pow3": (_pow3, lambda y: [float(y[-1]), float(y[-1] - y[0]) or 1.0, 0.5]),
     "log_linear": (_log_linear, lambda y: [float(y[-1] - y[0]) or 1.0, float(y[0])]),
     "exp3": (_exp3, lambda y: [float(y[-1]), 0.5, 0.0]),
@@ -53,20 +60,25 @@ def predict_final(values: Sequence[float], epoch_num: int) -> float | None:
 
     y = np.asarray(values, dtype=float)
     x = np.arange(1, len(y) + 1, dtype=float)
+    if not np.all(np.isfinite(y)):
+        return None
     spread = float(np.ptp(y)) or abs(float(y[-1])) or 1.0
-    forecasts = []
+    forecasts, weights = [], []
     for curve, guess in FAMILIES.values():
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
                 params, _ = curve_fit(curve, x, y, p0=guess(y), maxfev=2000)
                 value = float(curve(np.array([float(epoch_num)]), *params)[0])
+                residual = float(np.mean((curve(x, *params) - y) ** 2))
         except (RuntimeError, ValueError, TypeError, OverflowError):
             continue
         # A fit that runs off to a value far outside what the curve has shown is no forecast.
-        if math.isfinite(value) and y.min() - 10 * spread <= value <= y.max() + 10 * spread:
+        if math.isfinite(value) and math.isfinite(residual) and \
+                y.min() - 10 * spread <= value <= y.max() + 10 * spread:
             forecasts.append(value)
-    return float(np.mean(forecasts)) if forecasts else None
+            weights.append(1.0 / (residual + 1e-6 * spread * spread))
+    return float(np.average(forecasts, weights=weights)) if forecasts else None
 
 
 def worse_than_best(predicted: float, best: float, threshold: float, direction: StudyDirection) -> bool:

@@ -1,0 +1,81 @@
+"""Which experiment a DAG run drives, which trial indexes it owns, and its deadline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trialflow.config import load_config
+from trialflow.experiment import Experiment, RunWindow, experiment_id_for_run, trial_count
+from trialflow.platforms.base import experiment_id_for
+from trialflow.tuning.store import ExperimentStore, sqlite_url
+
+
+def _config(tmp_path: Path, extra: str = "", space: str = "{x: {_type: uniform, _value: [0, 1]}}"):
+    path = tmp_path / "c.yml"
+    path.write_text(f"searchSpace: {space}\ntrialCommand: 'true'\ntrialConcurrency: 1\n"
+                    f"trainingService: {{platform: local}}\n{extra}")
+    return load_config(path)
+
+
+def test_each_run_is_its_own_experiment_by_default(tmp_path):
+    config = _config(tmp_path, "tuner: {name: TPE}\n")
+    assert experiment_id_for_run(config, "d", "r1") == experiment_id_for("d", "r1")
+    assert experiment_id_for_run(config, "d", "r1") != experiment_id_for_run(config, "d", "r2")
+
+
+def test_continue_keeps_one_study_for_the_dag(tmp_path):
+    config = _config(tmp_path, "tuner: {name: TPE}\nscheduledRuns: continue\n")
+    assert experiment_id_for_run(config, "d", "r1") == experiment_id_for_run(config, "d", "r2")
+    assert experiment_id_for_run(config, "d", "r1") != experiment_id_for_run(config, "other", "r1")
+
+
+def test_a_run_may_name_its_experiment(tmp_path):
+    config = _config(tmp_path, "tuner: {name: TPE}\n")
+    assert experiment_id_for_run(config, "d", "r9", {"experiment_id": "e1234567"}) == "e1234567"
+    with pytest.raises(ValueError, match="dag run conf experiment_id"):
+        experiment_id_for_run(config, "d", "r9", {"experiment_id": "../../etc"})
+
+
+def test_scheduled_runs_rejects_other_values(tmp_path):
+    from trialflow.config import ConfigError
+
+    with pytest.raises(ConfigError, match="scheduledRuns"):
+        _config(tmp_path, "tuner: {name: TPE}\nscheduledRuns: sometimes\n")
+
+
+@pytest.mark.parametrize("tuner, space, max_trials, expected", [
+    ("TPE", "{x: {_type: uniform, _value: [0, 1]}}", 7, 7),
+    ("TPE", "{x: {_type: uniform, _value: [0, 1]}}", None, 100),
+    ("GridSearch", "{x: {_type: choice, _value: [1, 2, 3]}}", None, 3),
+    ("GridSearch", "{x: {_type: choice, _value: [1, 2, 3]}}", 10, 3),   # NNI stops when the grid is done
+    ("GridSearch", "{x: {_type: choice, _value: [1, 2, 3]}}", 2, 2),
+    ("BatchTuner", "{combine_params: {_type: choice, _value: [{a: 1}, {a: 2}]}}", 9, 2),
+])
+def test_trial_count(tmp_path, tuner, space, max_trials, expected):
+    extra = f"tuner: {{name: {tuner}}}\n" + (f"maxTrialNumber: {max_trials}\n" if max_trials else "")
+    assert trial_count(_config(tmp_path, extra, space)) == expected
+
+
+def test_runs_that_continue_a_study_get_consecutive_indexes(tmp_path):
+    config = _config(tmp_path, "tuner: {name: TPE}\nmaxTrialNumber: 4\nmaxExperimentDuration: 1h\n"
+                               "scheduledRuns: continue\n")
+    experiment = Experiment(config, "ecccccc1", tmp_path / "work")
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    study = experiment.open_study(store)
+    first = experiment.start_run(store, study, "r1", now=1000.0)
+    second = experiment.start_run(store, study, "r2", now=2000.0)
+    assert (first.first_index, first.count, first.deadline) == (0, 4, 4600.0)
+    assert (second.first_index, second.count, second.deadline) == (4, 4, 5600.0)
+    # r1 cleared and started again: same indexes, a fresh deadline
+    again = experiment.start_run(store, study, "r1", now=9000.0)
+    assert (again.first_index, again.deadline) == (0, 12600.0)
+    assert RunWindow.of(store.load_study("ecccccc1").user_attrs, "r2") == second
+    assert RunWindow.of({}, "never-started") == RunWindow(0, 0, None)
+
+
+def test_window_expiry(tmp_path):
+    assert not RunWindow(0, 3, None).expired()
+    assert RunWindow(0, 3, 100.0).expired(now=100.0)
+    assert not RunWindow(0, 3, 100.0).expired(now=99.0)
