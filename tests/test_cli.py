@@ -25,7 +25,8 @@ maxTrialNumber: {n}
 tuner: {{name: TPE, classArgs: {{optimize_mode: maximize, seed: 5}}}}
 trainingService: {{platform: local}}
 """
-TRIAL = ("import sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+TRIAL = ("import os, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+         "open('launches.txt', 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
          "time.sleep(float(sys.argv[1]))\ntrial.report_intermediate_result(p['x'] / 2)\n"
          "trial.report_final_result(p['x'])\n")
 
@@ -111,11 +112,13 @@ def test_run_refuses_a_broken_config_before_starting_anything(tmp_path):
 
 
 @pytest.mark.integration
-def test_run_end_to_end_with_json_summary(experiment, tmp_path):
+def test_run_end_to_end_then_resume_then_new(experiment, tmp_path):
     config = experiment(n=3)
     result = cli("run", str(config), "--json", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
+    launches = (tmp_path / "launches.txt").read_text().split()
+    assert sorted(launches) == sorted(t["trial_id"] for t in summary["trials"])
     assert summary["state"] == "success" and summary["optimize_mode"] == "maximize"
     assert [t["status"] for t in summary["trials"]] == ["SUCCEEDED"] * 3
     assert all(t["intermediate_count"] == 1 and t["final_metric"] == t["parameters"]["x"] for t in summary["trials"])
@@ -124,6 +127,22 @@ def test_run_end_to_end_with_json_summary(experiment, tmp_path):
     assert (home / "experiments.db").exists() and (home / "dags" / "experiment.py").exists()
     leftovers = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True).stdout
     assert leftovers == "", "Airflow components must be stopped on exit"
+
+    # Run again: NNI's `nnictl resume`. Same experiment, finished trials are not run again.
+    again = cli("run", str(config), "--json", timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Resuming experiment " + summary["experiment_id"] in again.stderr
+    resumed = json.loads(again.stdout)
+    assert resumed["experiment_id"] == summary["experiment_id"]
+    assert resumed["trials"] == summary["trials"]
+    assert (tmp_path / "launches.txt").read_text().split() == launches
+
+    # --new: a fresh experiment, whose trials run.
+    fresh = cli("run", str(config), "--json", "--new", timeout=600)
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    new_summary = json.loads(fresh.stdout)
+    assert new_summary["experiment_id"] != summary["experiment_id"]
+    assert len((tmp_path / "launches.txt").read_text().split()) == 6
 
 
 @pytest.mark.integration

@@ -71,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trialflow.progress import RunDisplay
     from trialflow.runner import ExperimentRun
 
-    run = ExperimentRun(args.config, Path(args.home) if args.home else None)
+    run = ExperimentRun(args.config, Path(args.home) if args.home else None, new=args.new)
     # `kill` (SIGTERM) gets the same clean stop as Ctrl-C: trials cancelled, Airflow stopped.
     signal.signal(signal.SIGTERM, _interrupt)
     display = RunDisplay(run.total_trials, quiet=args.json, optimize_mode=run.config.optimize_mode)
@@ -122,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--home", help="private Airflow + results folder (default: .trialflow/ beside the config)")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary instead of a table")
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
+    p.add_argument("--new", action="store_true",
+                   help="start a fresh experiment instead of resuming the last one for this config")
     p.set_defaults(func=cmd_run)
     return parser
 

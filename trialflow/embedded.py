@@ -187,6 +187,22 @@ class EmbeddedAirflow:
             raise EmbeddedAirflowError(f"triggering {dag_id} failed: {response.status_code} {response.text}")
         return str(response.json()["dag_run_id"])
 
+    def latest_run(self, dag_id: str) -> str | None:
+        """The newest run of ``dag_id``, if any (what `trialflow run` resumes)."""
+        response = self.api("GET", f"/dags/{dag_id}/dagRuns", params={"order_by": "-run_after", "limit": 1})
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        runs = response.json().get("dag_runs", [])
+        return str(runs[0]["dag_run_id"]) if runs else None
+
+    def clear_run(self, dag_id: str, run_id: str) -> None:
+        """Clear every task of a run so it runs again; trialflow's tasks then resume their experiment."""
+        self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+        response = self.api("POST", f"/dags/{dag_id}/dagRuns/{run_id}/clear", json={"dry_run": False})
+        if response.status_code >= 300:
+            raise EmbeddedAirflowError(f"clearing {dag_id} {run_id} failed: {response.status_code} {response.text}")
+
     def dag_run_state(self, dag_id: str, run_id: str) -> str:
         return str(self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json().get("state"))
 

@@ -19,8 +19,8 @@ from typing import Any, Callable
 from trialflow.config import ExperimentConfig
 from trialflow.dag import default_dag_id
 from trialflow.embedded import EmbeddedAirflow
-from trialflow.experiment import Experiment, load_runnable_config, trial_count
-from trialflow.platforms.base import TrialStatus, experiment_id_for
+from trialflow.experiment import Experiment, experiment_id_for_run, load_runnable_config, trial_count
+from trialflow.platforms.base import TrialStatus
 from trialflow.tuning.store import ExperimentStore, best_row, sqlite_url
 
 TERMINAL_RUN_STATES = {"success", "failed"}
@@ -68,7 +68,8 @@ def embedded_parallelism(config: ExperimentConfig) -> int:
 
 
 class ExperimentRun:
-    def __init__(self, config_path: str | Path, home: Path | None = None, poll_interval: float = 0.5):
+    def __init__(self, config_path: str | Path, home: Path | None = None, poll_interval: float = 0.5,
+                 new: bool = False):
         self.config_path = Path(config_path).expanduser().resolve()
         self.config = load_runnable_config(self.config_path)  # raises ConfigError before anything starts
         self.home = (home or default_home(self.config_path)).resolve()
@@ -85,11 +86,13 @@ class ExperimentRun:
                 "TRIALFLOW_WORKDIR": str(self.workdir),
             })
         self.run_id: str | None = None
+        self.new = new
+        self.resumed = False
 
     @property
     def experiment_id(self) -> str:
         assert self.run_id is not None
-        return experiment_id_for(self.dag_id, self.run_id)
+        return experiment_id_for_run(self.config, self.dag_id, self.run_id)
 
     @property
     def total_trials(self) -> int:
@@ -109,8 +112,17 @@ class ExperimentRun:
         self.airflow.start()
         self.airflow.wait_healthy()
         self.airflow.wait_for_dag(self.dag_id, dag_file)
-        self.run_id = self.airflow.trigger(self.dag_id)
-        say(f"Experiment {self.experiment_id} started (DAG {self.dag_id}, run {self.run_id})")
+        previous = None if self.new else self.airflow.latest_run(self.dag_id)
+        if previous is not None:
+            # NNI's `nnictl resume`: the same DAG run, cleared, continues its experiment. Finished
+            # trials report from the store, trials still running are re-attached, the rest start.
+            self.run_id, self.resumed = previous, True
+            self.airflow.clear_run(self.dag_id, previous)
+            say(f"Resuming experiment {self.experiment_id} (DAG {self.dag_id}, run {self.run_id}); "
+                "--new starts a fresh one")
+        else:
+            self.run_id = self.airflow.trigger(self.dag_id)
+            say(f"Experiment {self.experiment_id} started (DAG {self.dag_id}, run {self.run_id})")
 
     def rows(self) -> list[dict[str, Any]]:
         try:

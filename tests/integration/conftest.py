@@ -1,5 +1,5 @@
 """A real Airflow (scheduler, triggerer, dag-processor, api-server; LocalExecutor on SQLite),
-started once per test module on 127.0.0.1 and stopped by it."""
+started once per test session on 127.0.0.1 and stopped by it."""
 
 from __future__ import annotations
 
@@ -54,7 +54,9 @@ class Harness:
     def run(self, dag_id: str, timeout: float = 300, on_tick: Any = None) -> tuple[str, str]:
         """Trigger a run and wait for it to end; return (run_id, state)."""
         self.airflow.wait_for_dag(dag_id, self.dag_files[dag_id], timeout=90)
-        run_id = self.airflow.trigger(dag_id)
+        return self.wait(dag_id, self.airflow.trigger(dag_id), timeout, on_tick)
+
+    def wait(self, dag_id: str, run_id: str, timeout: float = 300, on_tick: Any = None) -> tuple[str, str]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = self.airflow.dag_run_state(dag_id, run_id)
@@ -80,7 +82,7 @@ class Harness:
         return self.store.trial_rows(experiment_id_for(dag_id, run_id))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def harness(tmp_path_factory) -> Harness:
     root = tmp_path_factory.mktemp("airflow")
     store_url = sqlite_url(root / "experiments.db")

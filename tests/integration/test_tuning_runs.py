@@ -1,0 +1,161 @@
+"""Tuners, assessors, resume and budgets under the real scheduler and triggerer."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import PY, Harness
+from trialflow.platforms.base import experiment_id_for
+from trialflow.platforms.local import process_alive
+
+pytestmark = pytest.mark.integration
+
+
+def dag_source(**kwargs: object) -> str:
+    args = "".join(f", {k}={v!r}" for k, v in kwargs.items())
+    return ("# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+            f"dag = experiment_dag('{{CONFIG}}', dag_id='{{DAG_ID}}', poll_interval=0.3{args})\n")
+
+
+CURVE_TRIAL = """\
+import sys, time
+from trialflow import trial
+p = trial.get_next_parameter()
+if trial.get_sequence_id() < 2:          # two good trials finish first
+    for _ in range(6):
+        trial.report_intermediate_result(0.9)
+        time.sleep(0.05)
+    trial.report_final_result(0.9)
+    sys.exit(0)
+time.sleep(2)                            # past defer_after: the triggerer follows from here
+for _ in range(100):                     # a bad curve; 20 s if nobody stops it
+    trial.report_intermediate_result(0.1)
+    time.sleep(0.2)
+trial.report_final_result(0.1)
+"""
+
+
+def test_medianstop_stops_a_trial_below_the_median_from_the_triggerer(harness: Harness):
+    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} trial.py\n"
+              "trialConcurrency: 1\nmaxTrialNumber: 3\ntuner: {name: Random, classArgs: {seed: 2}}\n"
+              "assessor: {name: Medianstop, classArgs: {optimize_mode: maximize, start_step: 3}}\n"
+              "trainingService: {platform: local}\n")
+    dag_id, _ = harness.experiment("medianstop", config, {"trial.py": CURVE_TRIAL},
+                                   dag_source=dag_source(defer_after=1.0))
+    deferred: set[int] = set()
+
+    def watch(run_id: str) -> None:
+        deferred.update(ti["map_index"] for ti in harness.tis(dag_id, run_id) if ti["state"] == "deferred")
+
+    started = time.monotonic()
+    run_id, state = harness.run(dag_id, on_tick=watch)
+    assert state == "success"
+    assert [ti["state"] for ti in harness.tis(dag_id, run_id)] == ["success", "success", "skipped"]
+    assert 2 in deferred, "the stopped trial was followed by the triggerer"
+    rows = harness.rows(dag_id, run_id)
+    assert [r["status"] for r in rows] == ["SUCCEEDED", "SUCCEEDED", "EARLY_STOPPED"]
+    assert rows[2]["message"].startswith("stopped early by Medianstop at step ")
+    assert 3 <= rows[2]["intermediate_count"] < 100
+    assert time.monotonic() - started < 60
+    summary = harness.xcom(dag_id, run_id, "end_experiment")
+    assert summary["status_counts"] == {"SUCCEEDED": 2, "EARLY_STOPPED": 1}
+
+
+LAUNCH_TRIAL = """\
+import os, sys, time
+from trialflow import trial
+p = trial.get_next_parameter()
+open(sys.argv[1], "a").write(os.environ["NNI_TRIAL_JOB_ID"] + "\\n")
+time.sleep(float(sys.argv[2]))
+trial.report_final_result(p["x"])
+"""
+
+
+def test_a_cleared_dag_run_resumes_without_running_finished_trials_again(harness: Harness, tmp_path: Path):
+    launches = tmp_path / "launches"
+    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\n"
+              f"trialCommand: {PY} trial.py {launches} 3\ntrialConcurrency: 2\nmaxTrialNumber: 6\n"
+              "tuner: {name: TPE, classArgs: {seed: 4}}\ntrainingService: {platform: local}\n")
+    dag_id, _ = harness.experiment("resume", config, {"trial.py": LAUNCH_TRIAL})
+    cleared: list[int] = []
+
+    def clear_midway(run_id: str) -> None:
+        if cleared:
+            return
+        rows = harness.rows(dag_id, run_id) if harness.store.study_exists(experiment_id_for(dag_id, run_id)) else []
+        done = sum(r["status"] == "SUCCEEDED" for r in rows)
+        running = sum(r["status"] in ("WAITING", "RUNNING") for r in rows)
+        if done >= 2 and running:
+            response = harness.airflow.api("POST", f"/dags/{dag_id}/dagRuns/{run_id}/clear", json={"dry_run": False})
+            assert response.status_code == 200, response.text
+            cleared.append(done)
+
+    run_id, state = harness.run(dag_id, on_tick=clear_midway)
+    assert cleared and state == "success"
+    (start,) = harness.tis(dag_id, run_id, "start_experiment")
+    assert start["try_number"] >= 2, "the whole run was cleared and started again"
+    rows = harness.rows(dag_id, run_id)
+    assert [r["status"] for r in rows] == ["SUCCEEDED"] * 6
+    ids = launches.read_text().split()
+    assert sorted(ids) == [r["trial_id"] for r in rows], "every trial launched exactly once"
+
+
+def test_max_experiment_duration_cancels_stops_launching_and_still_reports(harness: Harness, tmp_path: Path):
+    slow = ("import sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+            "time.sleep(0.3 if trial.get_sequence_id() == 0 else 60)\ntrial.report_final_result(p['x'])\n")
+    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} slow.py\n"
+              "trialConcurrency: 1\nmaxTrialNumber: 4\nmaxExperimentDuration: 8s\n"
+              "tuner: {name: Random}\ntrainingService: {platform: local}\n")
+    dag_id, _ = harness.experiment("duration", config, {"slow.py": slow})
+    started = time.monotonic()
+    run_id, state = harness.run(dag_id)
+    assert state == "success"
+    assert time.monotonic() - started < 45
+    assert [ti["state"] for ti in harness.tis(dag_id, run_id)] == ["success", "skipped", "skipped", "skipped"]
+    rows = harness.rows(dag_id, run_id)
+    assert [(r["trial_index"], r["status"]) for r in rows] == [(0, "SUCCEEDED"), (1, "SYS_CANCELED")]
+    assert rows[1]["message"] == "maxExperimentDuration reached"
+    handle = harness.store.find_trial(harness.store.load_study(experiment_id_for(dag_id, run_id)), 1).user_attrs["handle"]
+    assert not process_alive(handle["pid"])
+    summary = harness.xcom(dag_id, run_id, "end_experiment")
+    assert summary["status_counts"] == {"SUCCEEDED": 1, "SYS_CANCELED": 1}  # trials 2, 3 never started
+
+
+def test_scheduled_runs_can_continue_one_study(harness: Harness):
+    quick = "from trialflow import trial\np = trial.get_next_parameter()\ntrial.report_final_result(p['x'])\n"
+    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} q.py\n"
+              "trialConcurrency: 2\nmaxTrialNumber: 2\ntuner: {name: TPE, classArgs: {seed: 1}}\n"
+              "scheduledRuns: continue\ntrainingService: {platform: local}\n")
+    dag_id, _ = harness.experiment("continue", config, {"q.py": quick})
+    first, state1 = harness.run(dag_id)
+    second, state2 = harness.run(dag_id)
+    assert state1 == state2 == "success"
+    study_rows = harness.store.trial_rows(experiment_id_for(dag_id, ""))
+    assert [r["trial_index"] for r in study_rows] == [0, 1, 2, 3]
+    summary = harness.xcom(dag_id, second, "end_experiment")
+    assert [t["trial_index"] for t in summary["trials"]] == [2, 3]
+    assert summary["study_best"]["final_metric"] == max(r["final_metric"] for r in study_rows)
+    assert harness.xcom(dag_id, second, "trial", 0)["trial_index"] == 2
+
+
+def test_batch_tuner_and_hyperband_run_as_nni_configures_them(harness: Harness):
+    echo = ("import json\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+            "trial.report_final_result(float(p.get('lr', p.get('TRIAL_BUDGET', 0))))\n")
+    batch = (f"searchSpace: {{combine_params: {{_type: choice, _value: [{{lr: 0.1}}, {{lr: 0.2}}, {{lr: 0.3}}]}}}}\n"
+             f"trialCommand: {PY} echo.py\ntrialConcurrency: 3\ntuner: {{name: BatchTuner}}\n"
+             "trainingService: {platform: local}\n")
+    dag_id, _ = harness.experiment("batch", batch, {"echo.py": echo})
+    run_id, state = harness.run(dag_id)
+    assert state == "success"
+    assert [r["parameters"] for r in harness.rows(dag_id, run_id)] == [{"lr": 0.1}, {"lr": 0.2}, {"lr": 0.3}]
+    hyperband = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} echo.py\n"
+                 "trialConcurrency: 2\nmaxTrialNumber: 2\nadvisor: {name: Hyperband, classArgs: {R: 9, eta: 3}}\n"
+                 "trainingService: {platform: local}\n")
+    dag_id, _ = harness.experiment("hyperband", hyperband, {"echo.py": echo})
+    run_id, state = harness.run(dag_id)
+    assert state == "success"
+    rows = harness.rows(dag_id, run_id)
+    assert all(r["parameters"]["TRIAL_BUDGET"] == 9 and r["final_metric"] == 9.0 for r in rows)
