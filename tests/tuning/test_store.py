@@ -206,3 +206,12 @@ def test_dict_finals_keep_their_other_keys_in_rows(store):
     row = store.trial_rows("exp")[0]
     assert row["final_metric"] == 0.8
     assert row["final_extra"] == {"loss": 0.2, "epochs": 3}
+
+
+def test_a_plain_postgresql_url_uses_the_installed_driver():
+    from trialflow.tuning.store import with_installed_driver
+
+    url = with_installed_driver("postgresql://u:s3cret@db.example:5432/exp")
+    assert url == "postgresql+psycopg://u:s3cret@db.example:5432/exp"  # psycopg 3 (the postgres extra)
+    assert with_installed_driver("postgresql+psycopg2://u@h/x") == "postgresql+psycopg2://u@h/x"
+    assert with_installed_driver("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"

@@ -51,16 +51,6 @@ TRIAL_INDEX = sa.Table(
 )
 
 
-def _sqlite_begin_immediate(engine: sa.engine.Engine) -> None:
-    """Take SQLite's write lock when a transaction starts, not when it first writes.
-
-    Optuna's writes read first (is the trial finished?) and then write. In a deferred
-    transaction, a writer that committed in between makes the upgrade fail at once with
-    "database is locked", whatever the busy timeout; BEGIN IMMEDIATE waits its turn instead.
-    (The driver's own implicit BEGIN is off: connect_args isolation_level=None.)
-    """
-    sa.event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
-
 
 def safe_url(url: str) -> str:
     """The URL with any password hidden, for logs and messages."""
@@ -68,6 +58,18 @@ def safe_url(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:
         return "<unparseable storage URL>"
+
+
+def with_installed_driver(url: str) -> str:
+    """``postgresql://`` means psycopg2 to SQLAlchemy; trialflow's ``postgres`` extra installs
+    psycopg 3, so a plain postgresql URL uses that when psycopg2 is absent."""
+    parsed = make_url(url)
+    if parsed.drivername == "postgresql":
+        import importlib.util
+
+        if importlib.util.find_spec("psycopg2") is None and importlib.util.find_spec("psycopg") is not None:
+            return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    return url
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -84,6 +86,7 @@ class AskedTrial:
 
 class ExperimentStore:
     def __init__(self, url: str):
+        url = with_installed_driver(url)
         self.url = url
         engine_kwargs: dict[str, Any] = {}
         backend = make_url(url).get_backend_name()
@@ -94,12 +97,13 @@ class ExperimentStore:
                 # WAL lets readers (progress, UI) work while trials write; it sticks to the file.
                 with sqlite3.connect(database, timeout=SQLITE_TIMEOUT_SECONDS) as conn:
                     conn.execute("PRAGMA journal_mode=WAL")
-            engine_kwargs["connect_args"] = {"timeout": SQLITE_TIMEOUT_SECONDS, "isolation_level": None}
+            # pysqlite begins the write transaction at the first write, so writers queue on this
+            # busy timeout instead of failing with "database is locked" (64 trials x 200 results
+            # from 4 processes: tests/tuning/test_store_load.py).
+            engine_kwargs["connect_args"] = {"timeout": SQLITE_TIMEOUT_SECONDS}
         else:
             engine_kwargs["pool_pre_ping"] = True
         self.storage = RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
-        if backend == "sqlite":
-            _sqlite_begin_immediate(self.storage.engine)
         _METADATA.create_all(self.storage.engine, checkfirst=True)
 
     def __repr__(self) -> str:
@@ -163,8 +167,11 @@ class ExperimentStore:
         existing = self.find_trial(study, trial_index)
         if existing is not None:
             return AskedTrial(existing.number, existing._trial_id, existing.user_attrs["parameters"], True)
-        study.sampler = make_sampler(tuner, space, trial_index)
-        trial = study.ask()
+        # A study object of its own: the sampler is per trial (seeded by index), and callers may
+        # share ``study`` between threads (the triggerer follows many trials in one process).
+        asking = optuna.Study(study_name=study.study_name, storage=self.storage,
+                              sampler=make_sampler(tuner, space, trial_index), pruner=study.pruner)
+        trial = asking.ask()
         parameters = sample_parameters(tuner, space, trial, trial_index)
         for key, value in {"trial_index": trial_index, "trial_id": trial_id, "parameters": parameters,
                            "nni_status": TrialStatus.WAITING.value}.items():
