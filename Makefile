@@ -7,7 +7,7 @@ export UV_PYTHON_DOWNLOADS := never
 # trial process pays them, and some environments set PYTHONDONTWRITEBYTECODE).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test venv bench bench-tuners clean
 
 $(VENV)/.synced: pyproject.toml uv.lock
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
@@ -16,14 +16,18 @@ $(VENV)/.synced: pyproject.toml uv.lock
 
 venv: $(VENV)/.synced
 
+# --new: every demo runs the experiment (without it, a second run would resume the first).
 demo: venv
-	$(VENV)/bin/trialflow run dags/experiments/digits/config.yml
+	$(VENV)/bin/trialflow run --new dags/experiments/digits/config.yml
 
 test: venv
 	$(VENV)/bin/python -m pytest -ra
 
 bench: venv
 	$(VENV)/bin/python bench/overhead.py
+
+bench-tuners: venv
+	$(VENV)/bin/python bench/tuners.py
 
 clean:
 	rm -rf $(VENV) dags/experiments/digits/.trialflow .pytest_cache

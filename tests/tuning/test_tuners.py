@@ -265,3 +265,13 @@ def test_minimize_steers_model_based_tuners_downhill():
         x = sample_parameters(algo, space, trial, i)["x"]
         study.tell(trial, x * x)
     assert abs(study.best_params["x"]) < 1.5
+
+
+def test_the_readme_table_is_the_catalogue():
+    from pathlib import Path
+
+    from trialflow.tuning.algorithms import markdown_table
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("<!-- algorithm table: start -->\n")[1].split("\n<!-- algorithm table: end -->")[0]
+    assert table == markdown_table(), "regenerate README's table from trialflow.tuning.algorithms.markdown_table()"

@@ -94,14 +94,15 @@ class AlgorithmSpec:
 
 
 CATALOGUE: tuple[AlgorithmSpec, ...] = (
-    AlgorithmSpec("TPE", "tuner", "Optuna TPESampler (multivariate, grouped for nested choices), NNI's defaults",
+    AlgorithmSpec("TPE", "tuner", "Optuna TPESampler (multivariate, grouped for nested choices; NNI's 20 random "
+                  "startup trials; a constant liar for parallel trials unless constant_liar_type is null)",
                   {**COMMON_ARGS, "tpe_args": _mapping}),
     AlgorithmSpec("Random", "tuner", "Optuna RandomSampler", dict(COMMON_ARGS), aliases=("RandomSearch",)),
     AlgorithmSpec("GridSearch", "tuner", "every grid point exactly once, trial i = point i",
-                  {"optimize_mode": _mode}, types=frozenset({"choice", "randint", "quniform", "qloguniform"}),
+                  {"optimize_mode": _mode}, ignored={"seed": "the order is fixed: trial i = point i"}, types=frozenset({"choice", "randint", "quniform", "qloguniform"}),
                   aliases=("Grid",)),
     AlgorithmSpec("BatchTuner", "tuner", "the listed combinations exactly once, trial i = combination i",
-                  {"optimize_mode": _mode}, types=frozenset({"choice"}), nested=False, aliases=("Batch",)),
+                  {"optimize_mode": _mode}, ignored={"seed": "the order is fixed: trial i = combination i"}, types=frozenset({"choice"}), nested=False, aliases=("Batch",)),
     AlgorithmSpec("Anneal", "tuner", "hyperopt's annealing rule as an Optuna sampler (trialflow.tuning.anneal)",
                   {**COMMON_ARGS, "avg_best_idx": _float(1), "shrink_coef": _float(0, open_low=True)},
                   ignored={"parallel_optimize": "parallel asks always see running trials' absence",
@@ -135,9 +136,8 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
 
 #: NNI algorithms with no faithful, well-kept implementation, and what to use instead.
 CLOSEST = {
-    "smac": "TPE", "metis": "GP", "metistuner": "GP", "dngo": "GP", "dngotuner": "GP", "pbt": "Evolution",
-    "pbttuner": "Evolution", "ppo": "Evolution", "ppotuner": "Evolution", "networkmorphism": "Evolution",
-    "regularizedevolution": "Evolution",
+    "SMAC": "TPE", "MetisTuner": "GP", "DNGOTuner": "GP", "PBTTuner": "Evolution", "PPOTuner": "Evolution",
+    "NetworkMorphism": "Evolution", "RegularizedEvolution": "Evolution",
 }
 _ROLE_DEFAULT: dict[Role, str] = {"tuner": "TPE", "advisor": "BOHB", "assessor": "Medianstop"}
 
@@ -147,6 +147,8 @@ def _key(name: str) -> str:
 
 
 _BY_KEY = {_key(alias): spec for spec in CATALOGUE for alias in (spec.name,) + spec.aliases}
+_CLOSEST_BY_KEY = {key: closest for name, closest in CLOSEST.items()
+                   for key in (_key(name), _key(name).removesuffix("tuner"))}
 
 
 def names(role: Role) -> list[str]:
@@ -167,7 +169,7 @@ def algorithm_spec(algorithm: AlgorithmConfig, role: Role) -> AlgorithmSpec:
     if spec is not None:
         raise UnsupportedAlgorithm(f"{name!r} is {'an' if spec.role[0] in 'aeiou' else 'a'} {spec.role}, "
                                    f"not a {role}; supported {role}s: {', '.join(supported)}")
-    closest = CLOSEST.get(_key(name)) if role == "tuner" else None
+    closest = _CLOSEST_BY_KEY.get(_key(name)) if role == "tuner" else None
     closest = closest or next(iter(difflib.get_close_matches(name, supported, n=1, cutoff=0.5)), _ROLE_DEFAULT[role])
     raise UnsupportedAlgorithm(
         f"{role} {name!r} is not supported; the closest supported choice is {closest!r} "
@@ -263,3 +265,28 @@ def check_algorithms(tuner: AlgorithmConfig | None, advisor: AlgorithmConfig | N
         if role != "assessor":
             problems += _check_space(spec, space)
     return problems
+
+
+def markdown_table() -> str:
+    """README's algorithm table, generated from the catalogue (a test keeps the README in step)."""
+    lines = ["| NNI name | kind | what runs | classArgs honoured | accepted, no effect | search space |",
+             "|---|---|---|---|---|---|"]
+    for spec in CATALOGUE:
+        if spec.role == "assessor":
+            space = "-"
+        elif spec.name == "BatchTuner":
+            space = "`combine_params` choice only"
+        else:
+            space = "all types" if spec.types == frozenset(ALL_TYPES) else ", ".join(
+                t for t in ALL_TYPES if t in spec.types)
+            space += "" if spec.nested else "; no nested choices"
+        honoured = ", ".join(f"`{a}`" for a in spec.args) or "-"
+        if spec.name == "TPE":
+            honoured += " (`" + "`, `".join(TPE_ARGS) + "`)"
+        ignored = ", ".join(f"`{a}`" for a in spec.ignored) or "-"
+        lines.append(f"| {spec.name} | {spec.role} | {spec.runs} | {honoured} | {ignored} | {space} |")
+    refused = ", ".join(f"{name} (-> {closest})" for name, closest in CLOSEST.items())
+    lines.append("")
+    lines.append(f"Refused by `trialflow validate`, each with the closest supported choice: {refused} "
+                 "(and custom `className` algorithms).")
+    return "\n".join(lines)
