@@ -313,6 +313,8 @@ def to_v2_dict(config: ExperimentConfig) -> dict[str, Any]:
     """The config in NNI v2 form (as `trialflow convert` prints it); secrets masked."""
     out = config.to_nni_dict()
     out.pop("searchSpaceFile", None)  # the space is inlined, so the printed form stands alone
+    if out.get("scheduledRuns") == "new":
+        out.pop("scheduledRuns")  # trialflow's own key: printed only when it says something
     if len(out.get("trainingService", [])) == 1:
         out["trainingService"] = out["trainingService"][0]
     return out

@@ -13,14 +13,17 @@ wait to TrialTrigger like the operator does.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
 from trialflow.experiment import Experiment, load_runnable_config
+from trialflow.follow import EXPERIMENT_DEADLINE_REASON
 from trialflow.hooks.store import ExperimentStoreHook
 from trialflow.operators.trial import complete_from_event
+from trialflow.platforms.base import TrialStatus
 from trialflow.triggers.trial import TrialTrigger
 
 
@@ -60,9 +63,22 @@ class TrialSensor(BaseSensorOperator):
         update = asyncio.run(platform.poll(sub["handle"], {}))
         store.record_metrics(sub["storage_id"], update.metrics)
         if not update.status.is_terminal:
+            self._stop_if_due(experiment, platform, store, sub)
             return False
         result = complete_from_event(self, context, {"status": update.status.value, "message": update.message})
         return PokeReturnValue(is_done=True, xcom_value=result)
+
+    @staticmethod
+    def _stop_if_due(experiment: Experiment, platform: Any, store: Any, sub: dict[str, Any]) -> None:
+        """What the trigger's follow loop does between polls: the experiment's deadline, then
+        the assessor. The cancelled state is reported by a later poke."""
+        if sub.get("experiment_deadline") and time.time() > sub["experiment_deadline"]:
+            platform.cancel(sub["handle"], TrialStatus.SYS_CANCELED, EXPERIMENT_DEADLINE_REASON)
+            return
+        check = experiment.early_stop_check(store, sub["storage_id"])
+        reason = check() if check is not None else None
+        if reason:
+            platform.cancel(sub["handle"], TrialStatus.EARLY_STOPPED, reason)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         return complete_from_event(self, context, event)
