@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -117,3 +118,30 @@ def test_sqlite_store_under_load(tmp_path: Path):
 
 def test_postgresql_store_under_load(tmp_path: Path, postgres_url: str):
     _check(_load(tmp_path, postgres_url))
+
+
+def _open_store(url: str, go: str, done: str) -> None:
+    while not Path(go).exists():  # all processes open the store at the same moment
+        pass
+    ExperimentStore(url).open_study("race", None, None)
+    Path(done).write_text("ok")
+
+
+def test_workers_creating_the_tables_at_once_on_postgresql(tmp_path: Path, postgres_url: str):
+    """Eight workers start on an empty database together; all of them get a working store."""
+    admin = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text("CREATE DATABASE fresh_tables"))
+    admin.dispose()
+    url = postgres_url.rsplit("/", 1)[0] + "/fresh_tables"
+    ctx = multiprocessing.get_context("spawn")
+    go = tmp_path / "go"
+    procs = [ctx.Process(target=_open_store, args=(url, str(go), str(tmp_path / f"done.{i}"))) for i in range(8)]
+    for p in procs:
+        p.start()
+    time.sleep(3)  # let every process import and reach the barrier
+    go.write_text("")
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0] * 8
+    assert len(list(tmp_path.glob("done.*"))) == 8

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -76,6 +77,26 @@ def sqlite_url(path: str | Path) -> str:
     return f"sqlite:///{Path(path).expanduser().resolve()}"
 
 
+def _open_storage(url: str, engine_kwargs: dict[str, Any], attempts: int = 6) -> RDBStorage:
+    """Optuna's storage with trialflow's table, created if missing.
+
+    Workers that start together on an empty PostgreSQL database all try to create the
+    tables; "CREATE TABLE" there is not safe against a concurrent twin (a unique violation
+    on pg_type). The loser retries, and by then the tables exist (found by the load test).
+    """
+    for attempt in range(attempts):
+        try:
+            storage = RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
+            _METADATA.create_all(storage.engine, checkfirst=True)
+            return storage
+        except (sa.exc.IntegrityError, sa.exc.ProgrammingError) as exc:
+            if attempt == attempts - 1:
+                raise
+            log.info("Experiment store tables created concurrently (%s); retrying", type(exc).__name__)
+            time.sleep(0.1 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 @dataclass(frozen=True)
 class AskedTrial:
     number: int
@@ -103,8 +124,7 @@ class ExperimentStore:
             engine_kwargs["connect_args"] = {"timeout": SQLITE_TIMEOUT_SECONDS}
         else:
             engine_kwargs["pool_pre_ping"] = True
-        self.storage = RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
-        _METADATA.create_all(self.storage.engine, checkfirst=True)
+        self.storage = _open_storage(url, engine_kwargs)
 
     def __repr__(self) -> str:
         return f"ExperimentStore({safe_url(self.url)})"
