@@ -1,0 +1,113 @@
+"""Code staging: .nniignore (nested too), NNI's limits, content hashes, hostile archives."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from trialflow.trial import packing, unpack
+from trialflow.trial.packing import CodeDirectoryError, collect_files, pack
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_nniignore_top_level_and_nested(tmp_path):
+    root = _tree(tmp_path / "code", {
+        "train.py": "x", ".nniignore": "data/\n*.ckpt\n!keep.ckpt\n",
+        "data/big.bin": "x", "model.ckpt": "x", "keep.ckpt": "x",
+        "lib/util.py": "x", "lib/.nniignore": "scratch*\n/local.txt\n", "lib/scratch1.py": "x",
+        "lib/local.txt": "x", "lib/sub/local.txt": "x", "lib/sub/scratch2.py": "x",
+    })
+    names = [p.as_posix() for p in collect_files(root)]
+    assert names == [".nniignore", "keep.ckpt", "lib/.nniignore", "lib/sub/local.txt", "lib/util.py", "train.py"]
+
+
+def test_too_many_files_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(packing, "MAX_FILES", 5)
+    root = _tree(tmp_path / "code", {f"runs/{i}.log": "x" for i in range(6)} | {"train.py": "x"})
+    with pytest.raises(CodeDirectoryError, match=r"has 7 files to upload; the limit is 5 .*\.nniignore.*runs"):
+        pack(root)
+
+
+def test_too_many_bytes_names_the_largest_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(packing, "MAX_BYTES", 1000)
+    root = _tree(tmp_path / "code", {"train.py": "x", "weights.bin": "w" * 2000})
+    with pytest.raises(CodeDirectoryError, match=r"the largest files: weights.bin"):
+        pack(root)
+
+
+def test_the_digest_is_the_content(tmp_path):
+    a = _tree(tmp_path / "a", {"train.py": "print(1)", "lib/u.py": "u"})
+    b = _tree(tmp_path / "b", {"lib/u.py": "u", "train.py": "print(1)"})
+    first, second = pack(a), pack(b)
+    assert first.digest == second.digest and first.archive == second.archive
+    (b / "train.py").write_text("print(2)")
+    assert pack(b).digest != first.digest
+    assert first.file_count == 2 and first.total_bytes == len("print(1)") + 1
+
+
+def test_round_trip_through_the_remote_extractor_program(tmp_path):
+    root = _tree(tmp_path / "code", {"train.py": "print(1)", "lib/u.py": "u"})
+    (root / "link.py").symlink_to("train.py")
+    archive = tmp_path / "code.tar.gz"
+    archive.write_bytes(pack(root).archive)
+    dest = tmp_path / "out"
+    # exactly how a machine runs it: the module's source on stdin
+    result = subprocess.run([sys.executable, "-", str(archive), str(dest)],
+                            input=Path(unpack.__file__).read_text(), text=True, capture_output=True)
+    assert result.returncode == 0, result.stderr
+    assert (dest / "lib/u.py").read_text() == "u"
+    assert (dest / "link.py").is_symlink() and (dest / "link.py").read_text() == "print(1)"
+
+
+def _hostile(tmp_path: Path, member: tarfile.TarInfo, data: bytes = b"") -> Path:
+    path = tmp_path / "evil.tar"
+    with tarfile.open(path, "w") as tar:
+        good = tarfile.TarInfo("ok.py")
+        good.size = 1
+        tar.addfile(good, io.BytesIO(b"x"))
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data) if data else None)
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info
+
+
+@pytest.mark.parametrize("member, reason", [
+    (_member("/etc/evil"), "absolute path"),
+    (_member("../evil"), "path leaves the target folder"),
+    (_member("a/../../evil"), "path leaves the target folder"),
+    (_member("up", tarfile.SYMTYPE, "../../etc/passwd"), "link points outside the target folder"),
+    (_member("abs", tarfile.SYMTYPE, "/etc/passwd"), "link to an absolute path"),
+    (_member("hard", tarfile.LNKTYPE, "../outside"), "link points outside the target folder"),
+    (_member("dev", tarfile.CHRTYPE), "not a regular file, folder or link"),
+    (_member("fifo", tarfile.FIFOTYPE), "not a regular file, folder or link"),
+])
+def test_a_hostile_member_refuses_the_whole_archive(tmp_path, member, reason):
+    archive = _hostile(tmp_path, member, b"evil" if member.isfile() else b"")
+    dest = tmp_path / "out"
+    with pytest.raises(unpack.UnsafeArchive, match=reason):
+        unpack.safe_extract(str(archive), str(dest))
+    assert not dest.exists(), "nothing is extracted, not even the good member"
+    assert unpack.main(["unpack.py", str(archive), str(dest)]) == 3
+
+
+def test_a_link_inside_the_folder_is_fine(tmp_path):
+    archive = _hostile(tmp_path, _member("sub/alias", tarfile.SYMTYPE, "../ok.py"))
+    unpack.safe_extract(str(archive), str(tmp_path / "out"))
+    assert (tmp_path / "out/sub/alias").read_text() == "x"

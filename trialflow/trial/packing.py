@@ -1,0 +1,114 @@
+"""Packing a trial code directory for another machine, the way NNI's remote mode does.
+
+``.nniignore`` files (the top one and any nested one, each applying to its own
+folder, with gitignore semantics via pathspec) leave files out; NNI's limits
+(2,000 files, 300 MB) are enforced with an error that says what to ignore.
+The archive is deterministic (sorted names, zeroed times and owners), so its
+hash names the code *content*: a machine that already has that hash needs no
+upload, for a second trial or a second experiment alike.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pathspec
+
+IGNORE_FILE = ".nniignore"
+MAX_FILES = 2000
+MAX_BYTES = 300 * 1024 * 1024
+
+
+class CodeDirectoryError(ValueError):
+    """The code directory cannot be staged as it is; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class PackedCode:
+    archive: bytes
+    digest: str
+    file_count: int
+    total_bytes: int
+
+    @property
+    def short_digest(self) -> str:
+        return self.digest[:16]
+
+
+def collect_files(code_dir: Path) -> list[Path]:
+    """Files to stage, relative to ``code_dir``, sorted; ignored folders are not even walked."""
+    root = Path(code_dir)
+    if not root.is_dir():
+        raise CodeDirectoryError(f"trialCodeDirectory {root} does not exist or is not a folder")
+    specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        rel_here = here.relative_to(root)
+        if IGNORE_FILE in files:
+            lines = (here / IGNORE_FILE).read_text(encoding="utf-8", errors="replace").splitlines()
+            specs.append((rel_here, pathspec.GitIgnoreSpec.from_lines(lines)))
+
+        def ignored(rel: Path, is_dir: bool) -> bool:
+            for base, spec in specs:
+                if base == Path(".") or base in rel.parents:
+                    inner = rel.relative_to(base).as_posix() + ("/" if is_dir else "")
+                    if spec.match_file(inner):
+                        return True
+            return False
+
+        dirs[:] = sorted(d for d in dirs if not ignored(rel_here / d, True))
+        for name in sorted(files):
+            rel = rel_here / name
+            if not ignored(rel, False):
+                found.append(rel)
+    return sorted(found, key=lambda p: p.as_posix())
+
+
+def _largest(root: Path, files: list[Path], n: int = 5) -> str:
+    sizes = sorted(((root / f).lstat().st_size, f.as_posix()) for f in files)[-n:]
+    return ", ".join(f"{name} ({size / 1e6:.1f} MB)" for size, name in reversed(sizes))
+
+
+def check_limits(root: Path, files: list[Path]) -> int:
+    """Total bytes, or CodeDirectoryError naming the folder, the numbers and the way out."""
+    if len(files) > MAX_FILES:
+        top = sorted({f.parts[0] for f in files if len(f.parts) > 1},
+                     key=lambda d: -sum(1 for f in files if f.parts[0] == d))[:5]
+        raise CodeDirectoryError(
+            f"trialCodeDirectory {root} has {len(files)} files to upload; the limit is {MAX_FILES} (as NNI). "
+            f"List what trials do not need in {root / IGNORE_FILE} (gitignore syntax); "
+            f"the folders with most files: {', '.join(top) or '(top level)'}")
+    total = sum((root / f).lstat().st_size for f in files)
+    if total > MAX_BYTES:
+        raise CodeDirectoryError(
+            f"trialCodeDirectory {root} has {total / 1e6:.0f} MB to upload; the limit is "
+            f"{MAX_BYTES // (1024 * 1024)} MB (as NNI). List data and outputs in {root / IGNORE_FILE}; "
+            f"the largest files: {_largest(root, files)}")
+    return total
+
+
+def pack(code_dir: Path) -> PackedCode:
+    root = Path(code_dir)
+    files = collect_files(root)
+    total = check_limits(root, files)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in files:
+            info = tar.gettarinfo(str(root / rel), arcname=rel.as_posix())
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            if info.isfile():
+                with open(root / rel, "rb") as fh:
+                    tar.addfile(info, fh)
+            elif info.issym():
+                tar.addfile(info)  # the extractor refuses links that point outside
+            # sockets, fifos, devices: never part of a code directory; skipped
+    data = raw.getvalue()
+    digest = hashlib.sha256(data).hexdigest()
+    return PackedCode(gzip.compress(data, compresslevel=6, mtime=0), digest, len(files), total)
