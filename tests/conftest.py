@@ -102,3 +102,22 @@ def postgres_url() -> Iterator[str]:
             server.kill()
             server.wait(10)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ssh_servers() -> Iterator[list]:
+    """Two real OpenSSH servers on 127.0.0.1 (different ports, users and home folders)."""
+    from tests import sshd
+
+    if not Path(sshd.SSHD).exists():
+        pytest.skip("OpenSSH server not found (Debian package openssh-server; .ci/run installs it)")
+    if os.geteuid() != 0:
+        pytest.skip("the SSH tests create two local users and need root (as in CI)")
+    servers = [sshd.make_server("a"), sshd.make_server("b")]
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            sshd.remove(server)

@@ -68,6 +68,9 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
     problems = [Problem(file, tuple(key.split(".")), msg)
                 for key, msg in check_algorithms(config.tuner, config.advisor, config.assessor,
                                                  parse_search_space(config.search_space))]
+    if config.shared_storage is not None:
+        problems.append(Problem(file, ("sharedStorage",), "sharedStorage is not supported yet; remove it "
+                                "(the code directory is then uploaded to each machine, once per content)"))
     if len(config.training_service) > 1:
         problems.append(Problem(file, ("trainingService",),
                                 "hybrid mode (a list of platforms) is not supported yet; give one platform"))
@@ -77,10 +80,10 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
         except PlatformUnavailable as exc:
             problems.append(Problem(file, ("trainingService", "platform"), str(exc)))
         code_dir = effective_code_directory(config, i)
-        if service.platform == "local" and not code_dir.is_dir():
+        if service.platform in ("local", "remote") and not code_dir.is_dir():
             problems.append(Problem(file, ("trialCodeDirectory",),
                                     f"the trial code directory {code_dir} does not exist"))
-        if effective_gpu_number(config, i) > 0 and service.platform == "local":
+        if effective_gpu_number(config, i) > 0 and service.platform in ("local", "remote"):
             problems.append(Problem(file, ("trialGpuNumber",),
                                     "GPU scheduling is not supported yet; set trialGpuNumber: 0"))
     return problems
@@ -254,4 +257,4 @@ def trial_result(trial_index: int, trial_id: str, parameters: dict[str, Any], st
     return {"trial_index": trial_index, "trial_id": trial_id, "parameters": parameters,
             "status": status.value, "final_metric": final_metric,
             "intermediate_count": intermediate_count, "message": message,
-            "platform": (handle or {}).get("platform")}
+            "platform": (handle or {}).get("platform"), "host": (handle or {}).get("host")}

@@ -122,6 +122,8 @@ RUNNABLE_NOW = {
     "mnist-advisor/config_hyperband.yml", "mnist-batch-tune-keras/config.yml",
     "mnist-batch-tune-keras/config_windows.yml", "mnist-pytorch/config_assessor.yml",
     "mnist-tfv1/config_assessor.yml", "mnist-tfv2/config_assessor.yml",
+    # remote machines over SSH
+    "mnist-pytorch/config_remote.yml", "mnist-tfv2/config_remote.yml",
 }
 
 

@@ -159,3 +159,24 @@ def test_batch_tuner_and_hyperband_run_as_nni_configures_them(harness: Harness):
     assert state == "success"
     rows = harness.rows(dag_id, run_id)
     assert all(r["parameters"]["TRIAL_BUDGET"] == 9 and r["final_metric"] == 9.0 for r in rows)
+
+
+def test_a_remote_experiment_on_two_ssh_machines(harness: Harness, ssh_servers):
+    """Trials on two real OpenSSH servers, followed by the triggerer, spread by load."""
+    a, b = ssh_servers
+    trial = ("import time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+             "trial.report_intermediate_result(p['x'])\ntime.sleep(12)\ntrial.report_final_result(p['x'])\n")
+    machines = "".join(
+        f"    - {{host: 127.0.0.1, port: {s.port}, user: {s.user}, sshKeyFile: {s.client_key}, "
+        f"hostKey: '{s.host_key_line}', pythonPath: /usr/bin}}\n" for s in (a, b))
+    config = ("searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 t.py\n"
+              "trialConcurrency: 2\nmaxTrialNumber: 4\ntuner: {name: Random}\n"
+              f"trainingService:\n  platform: remote\n  machineList:\n{machines}")
+    dag_id, _ = harness.experiment("remote", config, {"t.py": trial}, dag_source=dag_source(defer_after=2.0))
+    run_id, state = harness.run(dag_id)
+    assert state == "success"
+    rows = harness.rows(dag_id, run_id)
+    assert [r["status"] for r in rows] == ["SUCCEEDED"] * 4
+    assert all(r["intermediate_count"] == 1 for r in rows)
+    hosts = [harness.xcom(dag_id, run_id, "trial", i)["host"] for i in range(4)]
+    assert set(hosts) == {f"{a.user}@127.0.0.1:{a.port}", f"{b.user}@127.0.0.1:{b.port}"}

@@ -49,6 +49,11 @@ class RemoteMachineConfig(NniModel):
     ssh_key_file: ConfigPath | None = None
     ssh_passphrase: Secret | None = None
     ssh_conn_id: str | None = None
+    #: trialflow: the host key to trust ("ssh-ed25519 AAAA..."), else knownHostsFile (default
+    #: ~/.ssh/known_hosts); hostKeyCheck: false turns checking off (logged). NNI checked nothing.
+    host_key: str | None = None
+    known_hosts_file: ConfigPath | None = None
+    host_key_check: bool = True
     use_active_gpu: bool = False
     max_trial_number_per_gpu: int = Field(default=1, ge=1)
     gpu_indices: GpuIndices = None

@@ -60,6 +60,7 @@ _NOT_YET = "trialflow validates this platform's config, but its runner is not pa
 
 _BUILTIN_IMPLEMENTATIONS: dict[str, str] = {
     "local": "trialflow.platforms.local:LocalPlatform",
+    "remote": "trialflow.platforms.remote:RemotePlatform",
 }
 
 

@@ -42,15 +42,19 @@ class Metric:
         return self.type == "FINAL"
 
 
+def parameter_text(parameter_id: Any, parameters: dict[str, Any], index: int = 0) -> str:
+    """parameter.cfg's content, in nni's format."""
+    return json.dumps({"parameter_id": parameter_id, "parameter_source": "algorithm",
+                       "parameters": parameters, "parameter_index": index})
+
+
 def write_parameter_file(sys_dir: str | os.PathLike[str], parameter_id: Any, parameters: dict[str, Any],
                          index: int = 0) -> Path:
     """Write parameter.cfg atomically: nni's SDK polls until the file is non-empty, so it must
     never see a half-written file."""
     path = Path(sys_dir) / PARAMETER_FILE
-    payload = {"parameter_id": parameter_id, "parameter_source": "algorithm",
-               "parameters": parameters, "parameter_index": index}
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload), encoding="utf-8")
+    tmp.write_text(parameter_text(parameter_id, parameters, index), encoding="utf-8")
     os.replace(tmp, path)
     return path
 

@@ -1,0 +1,229 @@
+"""The remote platform: pure builders, then real OpenSSH servers on 127.0.0.1 (two machines,
+different users and homes; key and password authentication)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from trialflow.config.platforms import RemoteConfig
+from trialflow.platforms.base import TrialSpec, TrialStatus
+from trialflow.platforms.remote import LAUNCH_GRACE_SECONDS, RemotePlatform, parse_probe, remote_status
+from trialflow.platforms.ssh import SshError
+
+# -- pure ------------------------------------------------------------------------------------
+
+T = TrialStatus
+
+
+@pytest.mark.parametrize("exit_code, cancel, alive, has_pid, age, expected", [
+    (None, None, False, False, 1.0, T.WAITING),                    # launched, pid not written yet
+    (None, None, False, False, LAUNCH_GRACE_SECONDS + 1, T.FAILED),  # the launch never happened
+    (None, None, True, True, 5.0, T.RUNNING),
+    (0, None, False, True, 5.0, T.SUCCEEDED),
+    (0, T.EARLY_STOPPED, False, True, 5.0, T.SUCCEEDED),           # finished before the cancel landed
+    (3, None, False, True, 5.0, T.FAILED),
+    (None, None, False, True, 5.0, T.FAILED),                      # vanished without an exit code
+    (None, T.EARLY_STOPPED, True, True, 5.0, T.RUNNING),           # stopping
+    (143, T.EARLY_STOPPED, False, True, 5.0, T.EARLY_STOPPED),
+    (None, T.USER_CANCELED, False, False, 1.0, T.USER_CANCELED),   # cancelled before its pid
+])
+def test_remote_status_table(exit_code, cancel, alive, has_pid, age, expected):
+    assert remote_status(exit_code, cancel, alive, has_pid, age) is expected
+
+
+def test_probe_output_is_split_into_facts_and_metric_bytes():
+    facts, data = parse_probe(b"exit=\npid=42\nalive=1\ncancel=\n--trialflow-metrics--\nME000001x")
+    assert facts == {"exit": "", "pid": "42", "alive": "1", "cancel": ""}
+    assert data == b"ME000001x"
+
+
+# -- real servers ----------------------------------------------------------------------------
+
+TRIAL = """\
+import os, sys, time
+from trialflow import trial
+p = trial.get_next_parameter()
+for i in range(3):
+    trial.report_intermediate_result(p["x"] + i)
+time.sleep(float(os.environ.get("SLEEP", "0")))
+print("hello from", os.environ["NNI_TRIAL_JOB_ID"], os.getcwd())
+trial.report_final_result(p["x"] * 10)
+"""
+
+
+def _machine(server, auth: str, **extra) -> dict:
+    machine = {"host": "127.0.0.1", "port": server.port, "user": server.user, "pythonPath": "/usr/bin",
+               "hostKey": server.host_key_line}
+    if auth == "key":
+        machine["sshKeyFile"] = str(server.client_key)
+    else:
+        machine["password"] = server.password
+    return {**machine, **extra}
+
+
+def _platform(tmp_path: Path, machines: list[dict]) -> RemotePlatform:
+    config = RemoteConfig.model_validate({"platform": "remote", "machineList": machines})
+    return RemotePlatform(config, tmp_path / "exp")
+
+
+def _code(tmp_path: Path, text: str = TRIAL) -> Path:
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    (code / "train.py").write_text(text)
+    (code / ".nniignore").write_text("data/\n")
+    (code / "data").mkdir(exist_ok=True)
+    (code / "data" / "big.bin").write_bytes(b"x" * 1000)
+    return code
+
+
+def _spec(code: Path, index: int, experiment: str = "eremote1", sleep: float = 0) -> TrialSpec:
+    return TrialSpec(experiment_id=experiment, trial_id=f"{experiment}-{index:04d}", sequence=index, parameter_id=index,
+                     parameters={"x": index}, command=f"SLEEP={sleep} python3 train.py", code_dir=code)
+
+
+async def _follow(platform: RemotePlatform, handle: dict, timeout: float = 60) -> tuple[TrialStatus, list, str | None]:
+    cursor: dict = {}
+    metrics: list = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        update = await platform.poll(handle, cursor)
+        metrics += update.metrics
+        cursor = update.cursor
+        if update.status.is_terminal:
+            return update.status, metrics, update.message
+        await asyncio.sleep(0.2)
+    raise TimeoutError(handle["trial_id"])
+
+
+def test_a_trial_runs_on_each_machine_key_and_password(ssh_servers, tmp_path):
+    a, b = ssh_servers
+    code = _code(tmp_path)
+    for index, machine in enumerate([_machine(a, "key"), _machine(b, "password")]):
+        platform = _platform(tmp_path, [machine])
+        platform.prepare("eremote1")
+        handle = platform.submit(_spec(code, index))
+        assert platform.submit(_spec(code, index)) ["trial_dir"] == handle["trial_dir"]  # re-attach, no 2nd launch
+        status, metrics, _ = asyncio.run(_follow(platform, handle))
+        assert status == TrialStatus.SUCCEEDED
+        assert [m.value for m in metrics] == [index, index + 1, index + 2, index * 10]
+        home = [a, b][index].home
+        trial_dir = Path(handle["trial_dir"])
+        assert str(trial_dir).startswith(str(home))
+        assert f"hello from eremote1-{index:04d}" in (trial_dir / "stdout.log").read_text()
+        assert not (trial_dir / "code" / "data").exists()  # .nniignore honoured
+        assert (trial_dir / "code" / "train.py").stat().st_nlink >= 2  # a view of the staged copy
+
+
+def test_clear_errors_for_wrong_key_unknown_host_key_and_no_server(ssh_servers, tmp_path):
+    a, b = ssh_servers
+    cases = [
+        (_machine(a, "key", sshKeyFile=str(b.client_key)), "authentication failed for user 'trialflow-a'"),
+        (_machine(a, "key", hostKey=b.host_key_line), "its host key is not trusted"),
+        ({**_machine(a, "key"), "hostKey": None, "knownHostsFile": str(tmp_path / "none")}, "host key is not trusted"),
+        ({**_machine(a, "key"), "port": 1}, "cannot connect to 127.0.0.1:1"),
+    ]
+    for machine, message in cases:
+        with pytest.raises(SshError, match=message):
+            _platform(tmp_path, [machine]).prepare("eerrors1")
+
+
+def test_twelve_trials_at_once_on_one_machine_over_one_connection(ssh_servers, tmp_path):
+    a, _ = ssh_servers
+    platform = _platform(tmp_path, [_machine(a, "key")])
+    code = _code(tmp_path)
+    platform.prepare("etwelve1")
+
+    async def all_of_them() -> list:
+        handles = await asyncio.gather(*(platform._submit(_spec(code, i, "etwelve1", sleep=1)) for i in range(12)))
+        return await asyncio.gather(*(_follow(platform, h) for h in handles))
+
+    results = asyncio.run(all_of_them())
+    assert [r[0] for r in results] == [TrialStatus.SUCCEEDED] * 12
+    assert all(len(r[1]) == 4 for r in results)
+
+
+def test_a_trial_survives_its_sshd_restarting(ssh_servers, tmp_path):
+    a, _ = ssh_servers
+    platform = _platform(tmp_path, [_machine(a, "key")])
+    code = _code(tmp_path)
+    handle = platform.submit(_spec(code, 0, "erestart", sleep=4))
+
+    async def follow_across_restart() -> tuple:
+        await platform.poll(handle, {})
+        a.stop()          # every SSH session dies, the trial (its own session) goes on
+        await asyncio.sleep(1)
+        a.start()
+        return await _follow(platform, handle)
+
+    status, metrics, _ = asyncio.run(follow_across_restart())
+    assert status == TrialStatus.SUCCEEDED and metrics[-1].value == 0
+
+
+def test_a_second_experiment_with_the_same_code_uploads_nothing(ssh_servers, tmp_path):
+    a, _ = ssh_servers
+    code = _code(tmp_path, TRIAL + "# same code, second time\n")
+    _platform(tmp_path, [_machine(a, "key")]).prepare("efirst01", code)
+    staged = sorted((a.home / "trialflow-experiments" / ".code").iterdir())
+    stamps = {p.name: p.stat().st_mtime_ns for p in staged}
+    time.sleep(0.05)
+    _platform(tmp_path, [_machine(a, "key")]).prepare("esecond1", code)
+    again = sorted((a.home / "trialflow-experiments" / ".code").iterdir())
+    assert {p.name: p.stat().st_mtime_ns for p in again} == stamps
+    assert "efirst01" in {p.name for p in (a.home / "trialflow-experiments").iterdir()}
+
+
+def test_cancel_kills_the_remote_process_group_and_cleanup_removes_files(ssh_servers, tmp_path):
+    a, _ = ssh_servers
+    platform = _platform(tmp_path, [_machine(a, "key")])
+    code = _code(tmp_path, "import subprocess, time\nsubprocess.Popen(['sleep', '300'])\ntime.sleep(300)\n")
+    handle = platform.submit(_spec(code, 0, "ecancel1"))
+    deadline = time.monotonic() + 20
+    while asyncio.run(platform.poll(handle, {})).status != TrialStatus.RUNNING:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    platform.cancel(handle, TrialStatus.USER_CANCELED, "stop it")
+    status, _, message = asyncio.run(_follow(platform, handle))
+    assert (status, message) == (TrialStatus.USER_CANCELED, "stop it")
+    assert subprocess.run(["pgrep", "-u", a.user, "-f", "sleep 300"], capture_output=True).stdout == b""
+    platform.cleanup("ecancel1")
+    assert not (a.home / "trialflow-experiments" / "ecancel1").exists()
+    assert (a.home / "trialflow-experiments" / ".code").exists()  # staged code stays for reuse
+
+
+def test_render_shows_the_launch_without_secrets(ssh_servers, tmp_path):
+    a, b = ssh_servers
+    platform = _platform(tmp_path, [_machine(a, "key"), _machine(b, "password")])
+    rendered = platform.render(_spec(tmp_path, 3))
+    assert rendered["machines"] == [f"{a.user}@127.0.0.1:{a.port}", f"{b.user}@127.0.0.1:{b.port}"]
+    assert "PYTHONPATH" in rendered["launch"] and "/usr/bin" in rendered["launch"]
+    assert b.password not in repr(rendered)
+
+
+def test_a_machine_named_by_an_airflow_ssh_connection(ssh_servers, tmp_path, monkeypatch):
+    """Secrets in Airflow's connection (here the env-var form), opened by SSHHookAsync."""
+    import json
+
+    from trialflow.hooks import ssh as ssh_hooks
+    from trialflow.platforms import ssh
+
+    a, _ = ssh_servers
+    monkeypatch.setenv("AIRFLOW_CONN_MACHINE_A", json.dumps({
+        "conn_type": "ssh", "host": "127.0.0.1", "port": a.port, "login": a.user,
+        "extra": {"key_file": str(a.client_key), "host_key": a.host_key_line}}))
+    platform = _platform(tmp_path, [{"sshConnId": "machine_a", "pythonPath": "/usr/bin"}])
+    ssh.set_conn_id_connector(None)
+    with pytest.raises(SshError, match="sshConnId 'machine_a' needs Airflow's connections"):
+        platform.prepare("econnid1")
+    ssh_hooks.register()
+    try:
+        platform.prepare("econnid1")
+        handle = platform.submit(_spec(_code(tmp_path), 0, "econnid1"))
+        assert handle["host"] == "machine_a"
+        assert asyncio.run(_follow(platform, handle))[0] == TrialStatus.SUCCEEDED
+    finally:
+        ssh.set_conn_id_connector(None)

@@ -1,0 +1,365 @@
+"""NNI's ``platform: remote``: trials on machines reached over SSH, everything pulled.
+
+Nothing on a machine ever connects back (NNI's trials stuck WAITING because
+they could not reach the manager cannot happen): trialflow stages the code,
+launches the trial detached, and reads status and new metric bytes over SSH.
+The shell commands are pure builders (the SSH provider's remote-job builders
+for the detached wrapper, the kill and the cleanup; the rest below), so what
+runs on a machine is visible in ``trialflow render`` and tested without one.
+
+Layout on a machine (``<base>`` = ``$HOME/trialflow-experiments``)::
+
+    <base>/.code/<digest>/        the code, once per content (read-only); trialflow's
+                                  stdlib-only trial SDK the same way, on PYTHONPATH
+    <base>/<experiment>/trials/<trial id>/   NNI_SYS_DIR: parameter.cfg, .nni/metrics,
+        stdout.log, stderr, exit_code, pid, code/ (hard-linked read-only view)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from trialflow.config.platforms import RemoteConfig, RemoteMachineConfig
+from trialflow.platforms.base import (
+    CANCEL_STATUSES,
+    Cursor,
+    TrialHandle,
+    TrialSpec,
+    TrialStatus,
+    TrialUpdate,
+)
+from trialflow.platforms.local import local_status
+from trialflow.platforms.ssh import POOL, SshError, SshTarget, run_sync
+from trialflow.trial import unpack
+from trialflow.trial.env import trial_env
+from trialflow.trial.packing import PackedCode, pack
+from trialflow.trial.protocol import parameter_text, read_stdout_lines
+
+BASE_DIR_NAME = "trialflow-experiments"
+CANCEL_FILE = "cancel.json"
+LAUNCH_DIR = ".launching"
+READ_CHUNK = 4 * 1024 * 1024
+LAUNCH_GRACE_SECONDS = 60.0
+KILL_GRACE_SECONDS = 5.0
+SEPARATOR = b"\n--trialflow-metrics--\n"
+#: The wrapper's stdout file (the SSH provider's RemoteJobPaths.log_file).
+METRICS_SOURCE = "stdout.log"
+SDK_FILES = ("trialflow/__init__.py", "trialflow/trial/__init__.py", "trialflow/trial/wire.py")
+
+
+def remote_status(exit_code: int | None, cancel: TrialStatus | None, alive: bool, has_pid: bool,
+                  seconds_since_submit: float) -> TrialStatus:
+    """local_status's table, plus the one fact only a remote launch has: the pid file is written
+    by the detached job itself, so for a moment after submit there is none.
+
+    | pid recorded | exit code | status                                     |
+    |--------------|-----------|--------------------------------------------|
+    | no           | none      | WAITING for LAUNCH_GRACE_SECONDS, then FAILED |
+    | otherwise    |           | as local_status                            |
+    """
+    if not has_pid and exit_code is None and cancel is None:
+        return TrialStatus.WAITING if seconds_since_submit < LAUNCH_GRACE_SECONDS else TrialStatus.FAILED
+    return local_status(exit_code, cancel, alive)
+
+
+def probe_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> str:
+    """One round trip per poll: status facts as key=value lines, a separator, then the trial's
+    stdout after ``offset`` (off the local platform, nni and trialflow's SDK report metrics as
+    ``NNISDK_MEb'...'`` lines on stdout)."""
+    d = shlex.quote(trial_dir)
+    return (f"cd {d} 2>/dev/null || {{ echo missing=1; exit 0; }}; "
+            'echo "exit=$(cat exit_code 2>/dev/null)"; '
+            'p="$(cat pid 2>/dev/null)"; echo "pid=$p"; '
+            'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo alive=1; else echo alive=0; fi; '
+            f'echo "cancel=$(cat {CANCEL_FILE} 2>/dev/null)"; '
+            f"printf '{SEPARATOR.decode().encode('unicode_escape').decode()}'; "
+            f"tail -c +{offset + 1} {METRICS_SOURCE} 2>/dev/null | head -c {max_bytes}; true")
+
+
+def parse_probe(output: bytes) -> tuple[dict[str, str], bytes]:
+    head, _, metrics = output.partition(SEPARATOR)
+    facts = {}
+    for line in head.decode("utf-8", "replace").splitlines():
+        key, _, value = line.partition("=")
+        facts[key] = value
+    return facts, metrics
+
+
+def staging_command(base: str, digest: str, archive: str, python: str) -> str:
+    """Unpack ``archive`` to ``<base>/.code/<digest>`` unless it is there; a racing twin's
+    result is kept (rename is atomic), and the code is made read-only."""
+    final = f"{base}/.code/{digest}"
+    tmp = f'"{final}.tmp.$$"'
+    return (f"set -e; if [ -e {shlex.quote(final)}/.complete ]; then rm -f {shlex.quote(archive)}; echo present; exit 0; fi; "
+            f"mkdir -p {shlex.quote(base)}/.code; rm -rf {tmp}; "
+            f"{python} - {shlex.quote(archive)} {tmp} < {shlex.quote(archive)}.py; "
+            f"chmod -R a-w {tmp}; chmod u+w {tmp}; touch {tmp}/.complete; chmod u-w {tmp}; "
+            f"mv -T {tmp} {shlex.quote(final)} 2>/dev/null || {{ chmod -R u+w {tmp}; rm -rf {tmp}; }}; "
+            f"rm -f {shlex.quote(archive)} {shlex.quote(archive)}.py; echo staged")
+
+
+@dataclass(frozen=True)
+class Machine:
+    index: int
+    config: RemoteMachineConfig
+    target: SshTarget
+
+    @property
+    def python(self) -> str:
+        return f"{self.config.python_path.rstrip('/')}/python3" if self.config.python_path else "python3"
+
+
+def machine_target(index: int, config: RemoteMachineConfig) -> SshTarget:
+    label = config.ssh_conn_id or f"{config.user}@{config.host}:{config.port}"
+    return SshTarget(label=label, host=config.host, port=config.port, username=config.user,
+                     password=config.password.get_secret_value() if config.password else None,
+                     key_file=str(config.ssh_key_file) if config.ssh_key_file else None,
+                     passphrase=config.ssh_passphrase.get_secret_value() if config.ssh_passphrase else None,
+                     known_hosts=str(config.known_hosts_file or "~/.ssh/known_hosts"), host_key=config.host_key,
+                     check_host_key=config.host_key_check, conn_id=config.ssh_conn_id)
+
+
+class RemotePlatform:
+    name: ClassVar[str] = "remote"
+
+    def __init__(self, config: RemoteConfig, experiment_dir: Path):
+        self.config = config
+        self.experiment_dir = Path(experiment_dir)
+        self.machines = [Machine(i, m, machine_target(i, m)) for i, m in enumerate(config.machine_list)]
+        self._homes: dict[int, str] = {}
+        self._staged: dict[tuple[int, str], str] = {}
+
+    @classmethod
+    def from_config(cls, service_config: RemoteConfig, experiment_dir: Path) -> "RemotePlatform":
+        return cls(service_config, experiment_dir)
+
+    # -- remote commands ------------------------------------------------------------------
+
+    async def _run(self, machine: Machine, command: str, stdin: bytes | None = None, check: bool = True) -> bytes:
+        status, out, err = await POOL.run(machine.target, command, stdin)
+        if check and status != 0:
+            raise SshError(f"machine {machine.target.label}: `{command[:120]}` failed ({status}): "
+                           f"{err.decode('utf-8', 'replace').strip()[-500:]}")
+        return out
+
+    async def _base(self, machine: Machine) -> str:
+        if machine.index not in self._homes:
+            home = (await self._run(machine, 'printf %s "$HOME"')).decode().strip()
+            self._homes[machine.index] = f"{home}/{BASE_DIR_NAME}"
+        return self._homes[machine.index]
+
+    def experiment_root(self, base: str, experiment_id: str) -> str:
+        return f"{base}/{experiment_id}"
+
+    def trial_dir(self, base: str, experiment_id: str, trial_id: str) -> str:
+        return f"{self.experiment_root(base, experiment_id)}/trials/{trial_id}"
+
+    # -- staging --------------------------------------------------------------------------
+
+    @cached_property
+    def _sdk(self) -> PackedCode:
+        import io
+        import tarfile
+
+        import trialflow
+
+        root = Path(trialflow.__file__).resolve().parent.parent
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            for rel in SDK_FILES:
+                info = tar.gettarinfo(str(root / rel), arcname=rel)
+                info.mtime = 0
+                with open(root / rel, "rb") as fh:
+                    tar.addfile(info, fh)
+        import hashlib
+
+        data = raw.getvalue()
+        return PackedCode(data, hashlib.sha256(data).hexdigest(), len(SDK_FILES), len(data))
+
+    async def _stage(self, machine: Machine, packed: PackedCode, kind: str) -> str:
+        """Make ``packed`` present on ``machine`` (uploading only if its digest is new there);
+        return the folder."""
+        key = (machine.index, packed.digest)
+        if key in self._staged:
+            return self._staged[key]
+        base = await self._base(machine)
+        folder = f"{base}/.code/{packed.short_digest}"
+        present = await self._run(machine, f"test -e {shlex.quote(folder)}/.complete && echo yes || true")
+        if present.strip() != b"yes":
+            archive = f"{base}/.upload-{kind}-{packed.short_digest}-{time.time_ns()}.tar.gz"
+            await self._run(machine, f"mkdir -p {shlex.quote(base)} && cat > {shlex.quote(archive)}", packed.archive)
+            await self._run(machine, f"cat > {shlex.quote(archive)}.py", Path(unpack.__file__).read_bytes())
+            await self._run(machine, staging_command(base, packed.short_digest, archive, machine.python))
+        self._staged[key] = folder
+        return folder
+
+    async def _prepare(self, experiment_id: str, code_dir: Path | None) -> None:
+        packed = pack(code_dir) if code_dir is not None else None
+
+        async def one(machine: Machine) -> None:
+            base = await self._base(machine)
+            await self._run(machine, f"mkdir -p {shlex.quote(self.experiment_root(base, experiment_id))}/trials")
+            await self._stage(machine, self._sdk, "sdk")
+            if packed is not None:
+                await self._stage(machine, packed, "code")
+
+        await asyncio.gather(*(one(m) for m in self.machines))
+
+    def prepare(self, experiment_id: str, code_dir: Path | None = None) -> None:
+        """Check every machine is reachable (clear errors for keys, host keys, addresses) and
+        stage the SDK, and the code when given."""
+        run_sync(self._prepare(experiment_id, code_dir))
+
+    # -- placement ------------------------------------------------------------------------
+
+    async def _running_on(self, machine: Machine, experiment_id: str) -> int:
+        base = await self._base(machine)
+        trials = shlex.quote(f"{self.experiment_root(base, experiment_id)}/trials")
+        out = await self._run(machine, f"n=0; for d in {trials}/*/; do [ -e \"$d/pid\" ] && [ ! -e \"$d/exit_code\" ] "
+                                       "&& n=$((n+1)); done; echo $n", check=False)
+        try:
+            return int(out.strip() or 0)
+        except ValueError:
+            return 0
+
+    async def _place(self, spec: TrialSpec) -> Machine:
+        """The least loaded machine (running trials of this experiment), first listed on ties."""
+        if len(self.machines) == 1:
+            return self.machines[0]
+        loads = await asyncio.gather(*(self._running_on(m, spec.experiment_id) for m in self.machines))
+        return min(zip(loads, self.machines), key=lambda pair: (pair[0], pair[1].index))[1]
+
+    # -- trials ---------------------------------------------------------------------------
+
+    def build_env(self, spec: TrialSpec, trial_dir: str, code_dir: str, sdk_dir: str,
+                  machine: Machine) -> dict[str, str]:
+        env = trial_env(platform="remote", experiment_id=spec.experiment_id, trial_id=spec.trial_id,
+                        sys_dir=trial_dir, output_dir=trial_dir, sequence=spec.sequence, code_dir=code_dir,
+                        gpu_indices=[], base={})
+        env.update(spec.env)
+        return env
+
+    def build_command(self, spec: TrialSpec, trial_dir: str, sdk_dir: str, machine: Machine) -> str:
+        """What the detached wrapper runs: pythonPath first on PATH, the SDK on PYTHONPATH, the
+        trial's own code view as the working directory, stderr to its own file."""
+        path = f"export PATH={shlex.quote(machine.config.python_path)}:\"$PATH\"\n" if machine.config.python_path else ""
+        return (f"{path}export PYTHONPATH={shlex.quote(sdk_dir)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+                f"cd {shlex.quote(trial_dir)}/code && bash -c {shlex.quote(spec.command)} "
+                f"2>{shlex.quote(trial_dir)}/stderr </dev/null")
+
+    def launch_script(self, spec: TrialSpec, machine: Machine, trial_dir: str, code_dir: str, sdk_dir: str) -> str:
+        from airflow.providers.ssh.utils.remote_job import RemoteJobPaths, build_posix_wrapper_command
+
+        paths = RemoteJobPaths(job_id=spec.trial_id, remote_os="posix", base_dir=trial_dir.rsplit("/", 1)[0])
+        env = self.build_env(spec, trial_dir, code_dir, sdk_dir, machine)
+        return build_posix_wrapper_command(self.build_command(spec, trial_dir, sdk_dir, machine), paths, env)
+
+    async def _submit(self, spec: TrialSpec) -> TrialHandle:
+        for machine in self.machines:  # re-attach: the trial may already run on any machine
+            base = await self._base(machine)
+            trial_dir = self.trial_dir(base, spec.experiment_id, spec.trial_id)
+            if (await self._run(machine, f"test -d {shlex.quote(trial_dir)}/{LAUNCH_DIR} && echo yes || true")).strip():
+                return self._handle(spec, machine, trial_dir)
+        machine = await self._place(spec)
+        base = await self._base(machine)
+        code_folder = await self._stage(machine, pack(spec.code_dir), "code")
+        sdk_folder = await self._stage(machine, self._sdk, "sdk")
+        trial_dir = self.trial_dir(base, spec.experiment_id, spec.trial_id)
+        q = shlex.quote(trial_dir)
+        # mkdir is atomic: of two racing submits for one trial id, one launches
+        claimed = await self._run(machine, f"mkdir -p {q} && mkdir {q}/{LAUNCH_DIR} 2>/dev/null && echo claimed || true")
+        if claimed.strip() != b"claimed":
+            return self._handle(spec, machine, trial_dir)
+        await self._run(machine, f"mkdir -p {q}/.nni && cat > {q}/parameter.cfg.tmp && mv {q}/parameter.cfg.tmp "
+                                 f"{q}/parameter.cfg && cp -al {shlex.quote(code_folder)} {q}/code && "
+                                 # the files stay shared and read-only; the folders are the trial's own
+                                 f"find {q}/code -type d -exec chmod u+w {{}} +",
+                        parameter_text(spec.parameter_id, spec.parameters).encode())
+        await self._run(machine, "bash -s", self.launch_script(spec, machine, trial_dir, code_folder, sdk_folder).encode())
+        return self._handle(spec, machine, trial_dir)
+
+    def _handle(self, spec: TrialSpec, machine: Machine, trial_dir: str) -> TrialHandle:
+        return {"platform": self.name, "trial_id": spec.trial_id, "machine": machine.index,
+                "host": machine.target.label, "trial_dir": trial_dir, "submitted_at": time.time()}
+
+    def submit(self, spec: TrialSpec) -> TrialHandle:
+        return run_sync(self._submit(spec))
+
+    async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
+        machine = self.machines[int(handle["machine"])]
+        offset = int(cursor.get("metrics_offset", 0))
+        out = await self._run(machine, probe_command(handle["trial_dir"], offset))
+        facts, data = parse_probe(out)
+        if facts.get("missing"):
+            return TrialUpdate(TrialStatus.FAILED, [], dict(cursor), f"trial folder {handle['trial_dir']} is gone "
+                               f"from {machine.target.label}")
+        exit_code = int(facts["exit"]) if facts.get("exit", "").strip().lstrip("-").isdigit() else None
+        cancel = json.loads(facts["cancel"]) if facts.get("cancel") else None
+        status = remote_status(exit_code, TrialStatus(cancel["status"]) if cancel else None,
+                               facts.get("alive") == "1", bool(facts.get("pid")),
+                               time.time() - float(handle.get("submitted_at", 0)))
+        metrics, consumed = read_stdout_lines(data)
+        message = None
+        if status in CANCEL_STATUSES and cancel:
+            message = cancel["reason"]
+        elif status == TrialStatus.FAILED:
+            message = (f"trial command exited with code {exit_code} on {machine.target.label}" if exit_code is not None
+                       else f"trial process on {machine.target.label} disappeared without an exit code")
+        return TrialUpdate(status, metrics, {"metrics_offset": offset + consumed}, message, exit_code)
+
+    async def _cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+        from airflow.providers.ssh.utils.remote_job import build_posix_kill_command
+
+        machine = self.machines[int(handle["machine"])]
+        q = shlex.quote(handle["trial_dir"])
+        request = json.dumps({"status": status.value, "reason": reason}).encode()
+        await self._run(machine, f"[ -e {q}/exit_code ] && [ \"$(cat {q}/exit_code)\" = 0 ] && exit 0; "
+                                 f"[ -e {q}/{CANCEL_FILE} ] || {{ cat > {q}/{CANCEL_FILE}.tmp && "
+                                 f"mv {q}/{CANCEL_FILE}.tmp {q}/{CANCEL_FILE}; }}", request)
+        await self._run(machine, build_posix_kill_command(f"{handle['trial_dir']}/pid"), check=False)
+        kill = build_posix_kill_command(f"{handle['trial_dir']}/pid").replace("-TERM", "-KILL")
+        await self._run(machine, f"for i in $(seq {int(KILL_GRACE_SECONDS * 10)}); do p=$(cat {q}/pid 2>/dev/null); "
+                                 f"[ -n \"$p\" ] && kill -0 -- -\"$p\" 2>/dev/null || exit 0; sleep 0.1; done; {kill}",
+                        check=False)
+
+    def cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+        if status not in CANCEL_STATUSES:
+            raise ValueError(f"cancel status must be one of {sorted(s.value for s in CANCEL_STATUSES)}")
+        run_sync(self._cancel(handle, status, reason))
+
+    async def _cleanup(self, experiment_id: str) -> None:
+        from airflow.providers.ssh.utils.remote_job import build_posix_cleanup_command
+
+        for machine in self.machines:
+            base = await self._base(machine)
+            root = self.experiment_root(base, experiment_id)
+            await self._run(machine, f"chmod -R u+w {shlex.quote(root)} 2>/dev/null; "
+                            + build_posix_cleanup_command(root, base))
+
+    def cleanup(self, experiment_id: str) -> None:
+        """Remove the experiment's files from every machine (the staged code stays: another
+        experiment with the same code reuses it)."""
+        run_sync(self._cleanup(experiment_id))
+
+    def render(self, spec: TrialSpec) -> Mapping[str, Any]:
+        base = f"$HOME/{BASE_DIR_NAME}"
+        trial_dir = self.trial_dir(base, spec.experiment_id, spec.trial_id)
+        machine = self.machines[0]
+        env = self.build_env(spec, trial_dir, f"{base}/.code/<digest>", f"{base}/.sdk/<digest>", machine)
+        return {
+            "platform": "remote",
+            "machines": [m.target.label for m in self.machines],
+            "command": spec.command,
+            "trial_directory": trial_dir,
+            "environment": {k: v for k, v in sorted(env.items()) if k.startswith("NNI_") or k in (
+                "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")},
+            "launch": self.build_command(spec, trial_dir, f"{base}/.sdk/<digest>", machine),
+            "parameter.cfg": json.loads(parameter_text(spec.parameter_id, spec.parameters)),
+        }

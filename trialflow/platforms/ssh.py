@@ -1,0 +1,214 @@
+"""SSH to trial machines: one connection per machine per event loop, many channels over it.
+
+NNI opened channels without limit and hit sshd's MaxSessions (10 by default):
+"Channel open failure" at trial concurrency >= 8. Here every connection has a
+semaphore below that limit, so 12 or 100 trials share one connection and wait
+their turn for a channel. A dropped connection is reopened with backoff on the
+next command; host keys are verified unless a machine says otherwise, and then
+it is logged once.
+
+asyncssh is imported lazily (it comes with the ``ssh`` extra). Machines named
+by an Airflow SSH connection (``sshConnId``) are opened by a connector that
+trialflow.hooks.ssh registers (the SSH provider's SSHHookAsync), so this
+module never imports Airflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, TypeVar
+
+if TYPE_CHECKING:
+    import asyncssh
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Channels at once per connection: below OpenSSH's default MaxSessions of 10.
+CHANNELS_PER_CONNECTION = 8
+RECONNECT_DELAYS = (0.5, 1.0, 2.0, 4.0)
+CONNECT_TIMEOUT = 15.0
+COMMAND_TIMEOUT = 120.0
+
+
+class SshError(RuntimeError):
+    """A machine cannot be reached or used; the message names the machine and the cause."""
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """How to reach one machine, and which host key to trust: ``host_key`` ("<type> <base64>")
+    if given, else the ``known_hosts`` file; ``check_host_key=False`` trusts any key (logged)."""
+
+    label: str
+    host: str | None = None
+    port: int = 22
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    key_file: str | None = None
+    passphrase: str | None = field(default=None, repr=False)
+    known_hosts: str = "~/.ssh/known_hosts"
+    host_key: str | None = None
+    check_host_key: bool = True
+    conn_id: str | None = None
+
+
+#: sshConnId -> an open asyncssh connection; set by trialflow.hooks.ssh inside Airflow.
+ConnIdConnector = Callable[[str], Awaitable["asyncssh.SSHClientConnection"]]
+_conn_id_connector: ConnIdConnector | None = None
+_warned_no_host_check: set[str] = set()
+
+
+def set_conn_id_connector(connector: ConnIdConnector | None) -> None:
+    global _conn_id_connector
+    _conn_id_connector = connector
+
+
+def describe_connect_error(target: SshTarget, exc: BaseException) -> str:
+    """A message an NNI user can act on, for the failures they met most."""
+    import asyncssh
+
+    where = f"machine {target.label}"
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+        return (f"{where}: its host key is not trusted ({exc}); add it to known_hosts "
+                "(ssh-keyscan), give hostKey, or set hostKeyCheck: false")
+    if isinstance(exc, asyncssh.PermissionDenied):
+        return f"{where}: authentication failed for user {target.username!r} (wrong key or password?)"
+    if isinstance(exc, asyncssh.KeyImportError):
+        return f"{where}: cannot read the private key {target.key_file} ({exc}; wrong sshPassphrase?)"
+    if isinstance(exc, (ConnectionRefusedError, asyncio.TimeoutError, TimeoutError, OSError)):
+        return f"{where}: cannot connect to {target.host}:{target.port} ({exc or type(exc).__name__})"
+    return f"{where}: {type(exc).__name__}: {exc}"
+
+
+async def _open(target: SshTarget) -> "asyncssh.SSHClientConnection":
+    import asyncssh
+
+    asyncssh.set_log_level(logging.WARNING)  # its INFO lines echo every command
+
+    if target.conn_id is not None:
+        if _conn_id_connector is None:
+            raise SshError(f"machine {target.label}: sshConnId {target.conn_id!r} needs Airflow's connections "
+                           "(run it from an Airflow task, or give host/user in the config)")
+        return await _conn_id_connector(target.conn_id)
+    options: dict[str, Any] = {"host": target.host, "port": target.port, "username": target.username,
+                               "connect_timeout": CONNECT_TIMEOUT, "keepalive_interval": 30}
+    if target.password:
+        options["password"] = target.password
+    if target.key_file:
+        options["client_keys"] = [target.key_file]
+        if target.passphrase:
+            options["passphrase"] = target.passphrase
+    elif target.password:
+        options["client_keys"] = None  # password only: do not offer ~/.ssh keys
+    options["known_hosts"] = trusted_host_keys(target)
+    return await asyncssh.connect(**options)
+
+
+def trusted_host_keys(target: SshTarget) -> Any:
+    """asyncssh's ``known_hosts`` argument for ``target``: its host key, its known_hosts file
+    (an empty trust list when that file is missing: the host is then reported untrusted), or
+    None when checking is off."""
+    import os
+
+    import asyncssh
+
+    if not target.check_host_key:
+        if target.label not in _warned_no_host_check:
+            _warned_no_host_check.add(target.label)
+            log.warning("Host key checking is off for machine %s (hostKeyCheck: false)", target.label)
+        return None
+    if target.host_key:
+        return ([asyncssh.import_public_key(target.host_key)], [], [])
+    path = os.path.expanduser(target.known_hosts)
+    return path if os.path.isfile(path) else ([], [], [])
+
+
+class _Connection:
+    def __init__(self, target: SshTarget):
+        self.target = target
+        self.conn: "asyncssh.SSHClientConnection | None" = None
+        self.lock = asyncio.Lock()
+        self.channels = asyncio.Semaphore(CHANNELS_PER_CONNECTION)
+
+    async def get(self, fresh: bool = False) -> "asyncssh.SSHClientConnection":
+        async with self.lock:
+            if fresh and self.conn is not None:
+                self.conn.close()
+                self.conn = None
+            if self.conn is None:
+                self.conn = await _open(self.target)
+            return self.conn
+
+
+class SshPool:
+    """Connections of this process, per event loop (asyncssh connections belong to a loop)."""
+
+    def __init__(self) -> None:
+        self._by_loop: dict[int, dict[SshTarget, _Connection]] = {}
+
+    def _slot(self, target: SshTarget) -> _Connection:
+        loop = asyncio.get_running_loop()
+        conns = self._by_loop.setdefault(id(loop), {})
+        if target not in conns:
+            conns[target] = _Connection(target)
+        return conns[target]
+
+    async def run(self, target: SshTarget, command: str, stdin: bytes | None = None,
+                  timeout: float = COMMAND_TIMEOUT) -> tuple[int, bytes, bytes]:
+        """(exit status, stdout, stderr) of ``command``; reconnects (with backoff) when the
+        connection broke, and raises SshError when the machine stays unreachable."""
+        import asyncssh
+
+        slot = self._slot(target)
+        last: BaseException | None = None
+        for attempt, delay in enumerate((0.0,) + RECONNECT_DELAYS):
+            if delay:
+                await asyncio.sleep(delay)
+            try:
+                conn = await slot.get(fresh=attempt > 0)
+                async with slot.channels:
+                    result = await conn.run(command, input=stdin, encoding=None, timeout=timeout, check=False)
+                status = result.exit_status if result.exit_status is not None else 255
+                return status, bytes(result.stdout or b""), bytes(result.stderr or b"")
+            except (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, asyncssh.KeyImportError) as exc:
+                raise SshError(describe_connect_error(target, exc)) from exc  # retrying cannot help
+            except SshError:
+                raise
+            except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+                last = exc
+                log.info("machine %s: %s; reconnecting (attempt %d)", target.label, exc, attempt + 1)
+        raise SshError(describe_connect_error(target, last or RuntimeError("unknown"))) from last
+
+    async def close(self) -> None:
+        conns = self._by_loop.pop(id(asyncio.get_running_loop()), {})
+        for slot in conns.values():
+            if slot.conn is not None:
+                slot.conn.close()
+
+
+class _BackgroundLoop:
+    """One event loop thread per process for the synchronous calls (submit, cancel), so they
+    reuse connections across calls too."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="trialflow-ssh", daemon=True).start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+
+POOL = SshPool()
+_BACKGROUND = _BackgroundLoop()
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    return _BACKGROUND.run(coro)
