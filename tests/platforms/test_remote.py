@@ -42,6 +42,16 @@ def test_probe_output_is_split_into_facts_and_metric_bytes():
     assert data == b"ME000001x"
 
 
+def test_the_staged_sdk_is_named_by_content_not_by_time(tmp_path, monkeypatch):
+    import time as time_module
+
+    config = RemoteConfig.model_validate({"platform": "remote", "machineList": [{"host": "h", "user": "u"}]})
+    first = RemotePlatform(config, tmp_path)._sdk
+    monkeypatch.setattr(time_module, "time", lambda: 4_000_000_000.0)
+    assert RemotePlatform(config, tmp_path)._sdk.digest == first.digest
+    assert first.file_count == 3
+
+
 # -- real servers ----------------------------------------------------------------------------
 
 TRIAL = """\

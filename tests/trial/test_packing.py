@@ -111,3 +111,12 @@ def test_a_link_inside_the_folder_is_fine(tmp_path):
     archive = _hostile(tmp_path, _member("sub/alias", tarfile.SYMTYPE, "../ok.py"))
     unpack.safe_extract(str(archive), str(tmp_path / "out"))
     assert (tmp_path / "out/sub/alias").read_text() == "x"
+
+
+def test_the_digest_does_not_depend_on_when_it_was_packed(tmp_path, monkeypatch):
+    import time as time_module
+
+    root = _tree(tmp_path / "code", {"train.py": "print(1)"})
+    first = pack(root)
+    monkeypatch.setattr(time_module, "time", lambda: 4_000_000_000.0)  # gzip's default header time
+    assert pack(root).archive == first.archive

@@ -39,7 +39,7 @@ from trialflow.platforms.local import local_status
 from trialflow.platforms.ssh import POOL, SshError, SshTarget, run_sync
 from trialflow.trial import unpack
 from trialflow.trial.env import trial_env
-from trialflow.trial.packing import PackedCode, pack
+from trialflow.trial.packing import PackedCode, pack, pack_files
 from trialflow.trial.protocol import parameter_text, read_stdout_lines
 
 BASE_DIR_NAME = "trialflow-experiments"
@@ -165,23 +165,10 @@ class RemotePlatform:
 
     @cached_property
     def _sdk(self) -> PackedCode:
-        import io
-        import tarfile
-
         import trialflow
 
         root = Path(trialflow.__file__).resolve().parent.parent
-        raw = io.BytesIO()
-        with tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            for rel in SDK_FILES:
-                info = tar.gettarinfo(str(root / rel), arcname=rel)
-                info.mtime = 0
-                with open(root / rel, "rb") as fh:
-                    tar.addfile(info, fh)
-        import hashlib
-
-        data = raw.getvalue()
-        return PackedCode(data, hashlib.sha256(data).hexdigest(), len(SDK_FILES), len(data))
+        return pack_files(root, [Path(f) for f in SDK_FILES])
 
     async def _stage(self, machine: Machine, packed: PackedCode, kind: str) -> str:
         """Make ``packed`` present on ``machine`` (uploading only if its digest is new there);
@@ -222,19 +209,22 @@ class RemotePlatform:
     async def _running_on(self, machine: Machine, experiment_id: str) -> int:
         base = await self._base(machine)
         trials = shlex.quote(f"{self.experiment_root(base, experiment_id)}/trials")
-        out = await self._run(machine, f"n=0; for d in {trials}/*/; do [ -e \"$d/pid\" ] && [ ! -e \"$d/exit_code\" ] "
-                                       "&& n=$((n+1)); done; echo $n", check=False)
+        out = await self._run(machine, f"n=0; for d in {trials}/*/; do [ -e \"$d/{LAUNCH_DIR}\" ] && "
+                                       "[ ! -e \"$d/exit_code\" ] && n=$((n+1)); done; echo $n", check=False)
         try:
             return int(out.strip() or 0)
         except ValueError:
             return 0
 
     async def _place(self, spec: TrialSpec) -> Machine:
-        """The least loaded machine (running trials of this experiment), first listed on ties."""
+        """The least loaded machine (trials of this experiment launched and not ended). Ties go
+        round-robin by trial sequence, so trials submitted at the same moment (each seeing the
+        same loads) still spread."""
         if len(self.machines) == 1:
             return self.machines[0]
         loads = await asyncio.gather(*(self._running_on(m, spec.experiment_id) for m in self.machines))
-        return min(zip(loads, self.machines), key=lambda pair: (pair[0], pair[1].index))[1]
+        n = len(self.machines)
+        return min(zip(loads, self.machines), key=lambda pair: (pair[0], (pair[1].index - spec.sequence) % n))[1]
 
     # -- trials ---------------------------------------------------------------------------
 
@@ -282,7 +272,10 @@ class RemotePlatform:
                                  # the files stay shared and read-only; the folders are the trial's own
                                  f"find {q}/code -type d -exec chmod u+w {{}} +",
                         parameter_text(spec.parameter_id, spec.parameters).encode())
-        await self._run(machine, "bash -s", self.launch_script(spec, machine, trial_dir, code_folder, sdk_folder).encode())
+        # Guarded so that running it twice (a retry after a dropped connection) launches once.
+        guard = f"mkdir {q}/.launched 2>/dev/null || exit 0\n"
+        await self._run(machine, "bash -s",
+                        (guard + self.launch_script(spec, machine, trial_dir, code_folder, sdk_folder)).encode())
         return self._handle(spec, machine, trial_dir)
 
     def _handle(self, spec: TrialSpec, machine: Machine, trial_dir: str) -> TrialHandle:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, TypeVar
 
@@ -136,7 +137,7 @@ class _Connection:
 
     async def get(self, fresh: bool = False) -> "asyncssh.SSHClientConnection":
         async with self.lock:
-            if fresh and self.conn is not None:
+            if self.conn is not None and (fresh or self.conn.is_closed()):
                 self.conn.close()
                 self.conn = None
             if self.conn is None:
@@ -144,15 +145,21 @@ class _Connection:
             return self.conn
 
 
+class ConnectionLost(Exception):
+    """The connection closed before a command reported its exit status."""
+
+
 class SshPool:
-    """Connections of this process, per event loop (asyncssh connections belong to a loop)."""
+    """Connections of this process, per event loop (asyncssh connections, locks and semaphores
+    belong to a loop). Keyed by the loop object itself, weakly: a closed loop's id can be
+    reused by a new loop, which must not inherit its dead connections."""
 
     def __init__(self) -> None:
-        self._by_loop: dict[int, dict[SshTarget, _Connection]] = {}
+        self._by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[SshTarget, _Connection]]" = \
+            weakref.WeakKeyDictionary()
 
     def _slot(self, target: SshTarget) -> _Connection:
-        loop = asyncio.get_running_loop()
-        conns = self._by_loop.setdefault(id(loop), {})
+        conns = self._by_loop.setdefault(asyncio.get_running_loop(), {})
         if target not in conns:
             conns[target] = _Connection(target)
         return conns[target]
@@ -160,7 +167,10 @@ class SshPool:
     async def run(self, target: SshTarget, command: str, stdin: bytes | None = None,
                   timeout: float = COMMAND_TIMEOUT) -> tuple[int, bytes, bytes]:
         """(exit status, stdout, stderr) of ``command``; reconnects (with backoff) when the
-        connection broke, and raises SshError when the machine stays unreachable."""
+        connection broke, and raises SshError when the machine stays unreachable.
+
+        A command may run again after a connection drop: every command trialflow sends is
+        idempotent (launches are guarded by an atomic mkdir)."""
         import asyncssh
 
         slot = self._slot(target)
@@ -172,13 +182,15 @@ class SshPool:
                 conn = await slot.get(fresh=attempt > 0)
                 async with slot.channels:
                     result = await conn.run(command, input=stdin, encoding=None, timeout=timeout, check=False)
-                status = result.exit_status if result.exit_status is not None else 255
+                if result.exit_status is None and result.exit_signal is None:
+                    raise ConnectionLost("the connection closed while running a command")
+                status = result.exit_status if result.exit_status is not None else 128 + 15
                 return status, bytes(result.stdout or b""), bytes(result.stderr or b"")
             except (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, asyncssh.KeyImportError) as exc:
                 raise SshError(describe_connect_error(target, exc)) from exc  # retrying cannot help
             except SshError:
                 raise
-            except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            except (OSError, asyncssh.Error, asyncio.TimeoutError, ConnectionLost) as exc:
                 last = exc
                 log.info("machine %s: %s; reconnecting (attempt %d)", target.label, exc, attempt + 1)
         raise SshError(describe_connect_error(target, last or RuntimeError("unknown"))) from last

@@ -97,7 +97,13 @@ def check_limits(root: Path, files: list[Path]) -> int:
 def pack(code_dir: Path) -> PackedCode:
     root = Path(code_dir)
     files = collect_files(root)
-    total = check_limits(root, files)
+    return pack_files(root, files, check_limits(root, files))
+
+
+def pack_files(root: Path, files: list[Path], total: int | None = None) -> PackedCode:
+    """A deterministic .tar.gz of ``files`` (relative to ``root``), named by its content."""
+    if total is None:
+        total = sum((root / f).lstat().st_size for f in files)
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in files:

@@ -80,16 +80,17 @@ def sqlite_url(path: str | Path) -> str:
 def _open_storage(url: str, engine_kwargs: dict[str, Any], attempts: int = 6) -> RDBStorage:
     """Optuna's storage with trialflow's table, created if missing.
 
-    Workers that start together on an empty PostgreSQL database all try to create the
-    tables; "CREATE TABLE" there is not safe against a concurrent twin (a unique violation
-    on pg_type). The loser retries, and by then the tables exist (found by the load test).
+    Workers that start together on an empty database all try to create the tables, and
+    "CREATE TABLE" is not safe against a concurrent twin (PostgreSQL: a unique violation on
+    pg_type; SQLite: "table ... already exists"). The loser retries, and by then the tables
+    exist (both found by the load test).
     """
     for attempt in range(attempts):
         try:
             storage = RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
             _METADATA.create_all(storage.engine, checkfirst=True)
             return storage
-        except (sa.exc.IntegrityError, sa.exc.ProgrammingError) as exc:
+        except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
             if attempt == attempts - 1:
                 raise
             log.info("Experiment store tables created concurrently (%s); retrying", type(exc).__name__)
