@@ -83,9 +83,6 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
         if service.platform in ("local", "remote") and not code_dir.is_dir():
             problems.append(Problem(file, ("trialCodeDirectory",),
                                     f"the trial code directory {code_dir} does not exist"))
-        if effective_gpu_number(config, i) > 0 and service.platform in ("local", "remote"):
-            problems.append(Problem(file, ("trialGpuNumber",),
-                                    "GPU scheduling is not supported yet; set trialGpuNumber: 0"))
     return problems
 
 

@@ -124,6 +124,9 @@ RUNNABLE_NOW = {
     "mnist-tfv1/config_assessor.yml", "mnist-tfv2/config_assessor.yml",
     # remote machines over SSH
     "mnist-pytorch/config_remote.yml", "mnist-tfv2/config_remote.yml",
+    # GPU scheduling
+    "cifar10_pytorch/config.yml", "cifar10_pytorch/config_windows.yml", "mnist-pytorch/config_detailed.yml",
+    "mnist-tfv2/config_detailed.yml", "pix2pix-pytorch/config.yml",
 }
 
 

@@ -197,3 +197,77 @@ def test_the_handle_records_when_the_wrapper_started(platform, code):
     handle = platform.submit(spec(code, 11, "sleep 2"))
     assert handle["started"] is not None and process_alive(handle["pid"], handle["started"])
     platform.cancel(handle, TrialStatus.USER_CANCELED, "done")
+
+
+# -- GPU scheduling (a fake nvidia-smi on PATH describing the GPUs) ---------------------------
+
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
+GPU_TRIAL = ("import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+             "open('gpus-' + os.environ['NNI_TRIAL_JOB_ID'], 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])\n"
+             "while not os.path.exists('release-' + os.environ['NNI_TRIAL_JOB_ID']):\n    time.sleep(0.05)\n"
+             "trial.report_final_result(1.0)\n")
+
+
+@pytest.fixture
+def gpus(tmp_path, monkeypatch):
+    import json
+
+    state = tmp_path / "gpus.json"
+    state.write_text(json.dumps({"gpus": ["GPU-0", "GPU-1"], "apps": []}))
+    monkeypatch.setenv("FAKE_GPUS", str(state))
+    monkeypatch.setenv("PATH", f"{FAKES}:{os.environ['PATH']}")
+    work = tmp_path / "gpucode"
+    work.mkdir()
+    (work / "t.py").write_text(GPU_TRIAL)
+    return work
+
+
+def gpu_spec(code: Path, index: int, need: int) -> TrialSpec:
+    return TrialSpec("e1", f"e1-{index:04d}", index, index, {}, f"{PY} t.py", code, gpu_number=need)
+
+
+def test_trials_get_their_own_gpus_and_wait_for_a_free_one(tmp_path, gpus):
+    platform = LocalPlatform(LocalConfig(), tmp_path / "exp")
+    first = platform.submit(gpu_spec(gpus, 0, 1))
+    second = platform.submit(gpu_spec(gpus, 1, 1))
+    started: list[dict] = []
+    third = threading.Thread(target=lambda: started.append(platform.submit(gpu_spec(gpus, 2, 1))))
+    third.start()
+    deadline = time.monotonic() + 20
+    while not ((gpus / "gpus-e1-0000").exists() and (gpus / "gpus-e1-0001").exists()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert {(gpus / "gpus-e1-0000").read_text(), (gpus / "gpus-e1-0001").read_text()} == {"0", "1"}
+    time.sleep(1.0)
+    assert third.is_alive() and not started, "the third trial waits: both GPUs are taken"
+    (gpus / "release-e1-0000").write_text("")
+    assert follow(platform, first)[0] == TrialStatus.SUCCEEDED
+    third.join(20)
+    assert started and (gpus / "gpus-e1-0002").read_text() == (gpus / "gpus-e1-0000").read_text()
+    for i in (1, 2):
+        (gpus / f"release-e1-000{i}").write_text("")
+    assert follow(platform, second)[0] == follow(platform, started[0])[0] == TrialStatus.SUCCEEDED
+    assert list(platform.claims_dir.iterdir()) == []  # released when the trials ended
+
+
+def test_a_trial_may_take_every_gpu_and_gpu_zero_means_none(tmp_path, gpus):
+    platform = LocalPlatform(LocalConfig(), tmp_path / "exp")
+    everything = platform.submit(gpu_spec(gpus, 0, 2))
+    none = platform.submit(gpu_spec(gpus, 1, 0))
+    deadline = time.monotonic() + 20
+    while not ((gpus / "gpus-e1-0000").exists() and (gpus / "gpus-e1-0001").exists()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert (gpus / "gpus-e1-0000").read_text() == "0,1"
+    assert (gpus / "gpus-e1-0001").read_text() == ""  # trialGpuNumber 0: no GPU visible
+    for i in (0, 1):
+        (gpus / f"release-e1-000{i}").write_text("")
+    assert follow(platform, everything)[0] == follow(platform, none)[0] == TrialStatus.SUCCEEDED
+
+
+def test_a_trial_that_can_never_fit_is_refused_at_once(tmp_path, gpus):
+    from trialflow.platforms.gpus import GpuRequestError
+
+    platform = LocalPlatform(LocalConfig(gpuIndices=[1]), tmp_path / "exp")
+    with pytest.raises(GpuRequestError, match="trialGpuNumber 2 can never fit on this machine"):
+        platform.submit(gpu_spec(gpus, 0, 2))

@@ -237,3 +237,41 @@ def test_a_machine_named_by_an_airflow_ssh_connection(ssh_servers, tmp_path, mon
         assert asyncio.run(_follow(platform, handle))[0] == TrialStatus.SUCCEEDED
     finally:
         ssh.set_conn_id_connector(None)
+
+
+def _fake_gpus(server, uuids: list[str], apps: list | None = None) -> str:
+    """A pythonPath folder on the machine with python3 and a fake nvidia-smi describing GPUs."""
+    import json
+    import shutil
+
+    folder = server.root / "bin"
+    folder.mkdir(exist_ok=True)
+    shutil.copy(Path(__file__).resolve().parents[1] / "fakes" / "nvidia-smi", folder / "nvidia-smi")
+    (folder / "fake-gpus.json").write_text(json.dumps({"gpus": uuids, "apps": apps or []}))
+    if not (folder / "python3").exists():
+        (folder / "python3").symlink_to("/usr/bin/python3")
+    return str(folder)
+
+
+def test_gpu_trials_are_placed_where_gpus_are_free(ssh_servers, tmp_path):
+    a, b = ssh_servers
+    trial = ("import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+             "print('CUDA', os.environ['CUDA_VISIBLE_DEVICES'])\ntime.sleep(p['x'])\ntrial.report_final_result(1)\n")
+    code = _code(tmp_path, trial)
+    platform = _platform(tmp_path, [
+        _machine(a, "key", pythonPath=_fake_gpus(a, ["GPU-a0", "GPU-a1", "GPU-a2", "GPU-a3"])),
+        _machine(b, "key", pythonPath=_fake_gpus(b, ["GPU-b0", "GPU-b1"], [["GPU-b0", 4242]]))])
+
+    def gpu_spec(index: int, need: int, hold: float) -> TrialSpec:
+        return TrialSpec("egpus001", f"egpus001-{index:04d}", index, index, {"x": hold}, "python3 train.py", code,
+                         gpu_number=need)
+
+    whole = platform.submit(gpu_spec(0, 4, 3))     # only machine A has 4 GPUs: all of them
+    small = platform.submit(gpu_spec(1, 1, 0))     # A is full; on B, GPU 0 runs someone else's process
+    assert (whole["host"], small["host"]) == (platform.machines[0].target.label, platform.machines[1].target.label)
+    with pytest.raises(Exception, match="trialGpuNumber 5 can never fit on .*trialflow-a.*trialGpuNumber 5 can never"):
+        platform.submit(gpu_spec(2, 5, 0))
+    for handle, expected in ((whole, "CUDA 0,1,2,3"), (small, "CUDA 1")):
+        assert asyncio.run(_follow(platform, handle))[0] == TrialStatus.SUCCEEDED
+        assert expected in (Path(handle["trial_dir"]) / "stdout.log").read_text()
+    assert list((a.home / "trialflow-experiments" / ".gpu-claims").iterdir()) == []  # released at the end

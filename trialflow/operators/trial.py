@@ -25,6 +25,7 @@ from trialflow.experiment import Experiment, RunWindow, trial_result
 from trialflow.follow import EXPERIMENT_DEADLINE_REASON, follow_trial
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.platforms.base import TrialStatus, trial_id_for
+from trialflow.platforms.gpus import GpuRequestError
 from trialflow.triggers.trial import TrialTrigger
 
 if TYPE_CHECKING:
@@ -127,7 +128,11 @@ class SubmitTrialOperator(BaseOperator):
                                 frozen.user_attrs.get("message"), handle)
         platform = experiment.platform(self.service_index)
         platform.prepare(experiment.experiment_id)
-        handle = platform.submit(spec)
+        try:
+            handle = platform.submit(spec)
+        except GpuRequestError as exc:  # can never run there: retrying would not help
+            store.finish(asked.storage_id, TrialStatus.FAILED, None, str(exc))
+            raise AirflowFailException(f"trial {spec.trial_id}: {exc}") from exc
         started_at = frozen.user_attrs.get("started_at") or time.time()
         store.set_status(asked.storage_id, TrialStatus.WAITING, handle=handle, started_at=started_at)
         self.log.info("Trial %s %s with parameters %s", spec.trial_id,

@@ -175,6 +175,26 @@ def release_command(claims_dir: str, picks: list[tuple[int, int]]) -> str:
     return "rm -rf " + " ".join(shlex.quote(f"{claims_dir}/{claim_name(i, s)}") for i, s in picks)
 
 
+async def attempt(run: Callable[[str], Awaitable[str]], claims_dir: str, need: int, per_gpu: int,
+                  gpu_indices: list[int] | None, use_active_gpu: bool, owner: str,
+                  where: str) -> list[tuple[int, int]] | None:
+    """One look at one machine: the claimed (GPU, slot)s, or None when they are taken now;
+    GpuRequestError when they can never be had there or nvidia-smi is missing."""
+    while True:
+        claims, gpu_csv, status, apps = parse_survey(await run(survey_command(claims_dir)))
+        if status != 0:
+            raise GpuRequestError(f"trialGpuNumber {need} needs nvidia-smi on {where}; it failed ({status}): "
+                                  f"{gpu_csv.strip()[-300:]}")
+        gpus = parse_gpus(gpu_csv, apps)
+        check_request(gpus, gpu_indices, need, where)
+        picks = choose(gpus, claimed_slots(claims), need, per_gpu, gpu_indices, use_active_gpu)
+        if picks is None:
+            return None
+        if (await run(claim_command(claims_dir, picks, owner))).strip().endswith("claimed"):
+            return picks
+        # another trial took a slot between the survey and the claim: look again
+
+
 async def acquire(run: Callable[[str], Awaitable[str]], claims_dir: str, need: int, per_gpu: int,
                   gpu_indices: list[int] | None, use_active_gpu: bool, owner: str, where: str,
                   poll_seconds: float = 2.0, on_wait: Callable[[str], None] | None = None) -> list[tuple[int, int]]:
@@ -184,17 +204,9 @@ async def acquire(run: Callable[[str], Awaitable[str]], claims_dir: str, need: i
 
     waited = False
     while True:
-        claims, gpu_csv, status, apps = parse_survey(await run(survey_command(claims_dir)))
-        if status != 0:
-            raise GpuRequestError(f"trialGpuNumber {need} needs nvidia-smi on {where}; it failed ({status}): "
-                                  f"{gpu_csv.strip()[-300:]}")
-        gpus = parse_gpus(gpu_csv, apps)
-        check_request(gpus, gpu_indices, need, where)
-        picks = choose(gpus, claimed_slots(claims), need, per_gpu, gpu_indices, use_active_gpu)
+        picks = await attempt(run, claims_dir, need, per_gpu, gpu_indices, use_active_gpu, owner, where)
         if picks is not None:
-            if (await run(claim_command(claims_dir, picks, owner))).strip().endswith("claimed"):
-                return picks
-            continue  # another trial took a slot between the survey and the claim: look again
+            return picks
         if not waited and on_wait is not None:
             on_wait(f"waiting for {need} free GPU(s) on {where}")
         waited = True

@@ -13,7 +13,9 @@ that).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import shlex
 import signal
@@ -33,9 +35,11 @@ from trialflow.platforms.base import (
     TrialStatus,
     TrialUpdate,
 )
+from trialflow.platforms.gpus import CLAIMS_DIR, acquire, release_command
 from trialflow.trial.env import trial_env
 from trialflow.trial.protocol import METRICS_FILE, read_framed, read_state_file, write_parameter_file
 
+log = logging.getLogger(__name__)
 CONTROL_DIR = ".trialflow"
 PID_FILE = f"{CONTROL_DIR}/pid"
 CANCEL_FILE = f"{CONTROL_DIR}/cancel"
@@ -58,6 +62,7 @@ if [ -z "$rc" ]; then
   rc=$?
 fi
 echo "$rc $(date +%s%3N)" > {sys_dir}/.nni/state.tmp && mv -f {sys_dir}/.nni/state.tmp {sys_dir}/.nni/state
+{release}
 """
 
 
@@ -123,6 +128,11 @@ class LocalPlatform:
     def trial_dir(self, trial_id: str) -> Path:
         return self.experiment_dir / "trials" / trial_id
 
+    @property
+    def claims_dir(self) -> Path:
+        """GPU claims of every experiment under the same working directory (one machine)."""
+        return self.experiment_dir.parent / CLAIMS_DIR
+
     def prepare(self, experiment_id: str) -> None:
         (self.experiment_dir / "trials").mkdir(parents=True, exist_ok=True)
 
@@ -131,21 +141,40 @@ class LocalPlatform:
 
     # -- pure builders --------------------------------------------------------------------
 
-    def build_env(self, spec: TrialSpec) -> dict[str, str]:
+    def build_env(self, spec: TrialSpec, gpus: list[int] | None = None) -> dict[str, str]:
         sys_dir = str(self.trial_dir(spec.trial_id))
         env = trial_env(platform="local", experiment_id=spec.experiment_id, trial_id=spec.trial_id,
                         sys_dir=sys_dir, output_dir=sys_dir, sequence=spec.sequence,
-                        code_dir=str(spec.code_dir), gpu_indices=[])
+                        code_dir=str(spec.code_dir), gpu_indices=gpus or [])
         env.update(spec.env)
         return env
 
-    def build_wrapper(self, spec: TrialSpec) -> str:
+    def build_wrapper(self, spec: TrialSpec, claims: list[tuple[int, int]] | None = None) -> str:
+        """The trial's launcher; it releases the trial's GPU claims when the trial ends."""
         sys_dir = self.trial_dir(spec.trial_id)
+        release = release_command(str(self.claims_dir), claims) if claims else ""
         return _WRAPPER.format(ctl=shlex.quote(str(sys_dir / CONTROL_DIR)), code_dir=shlex.quote(str(spec.code_dir)),
-                               sys_dir=shlex.quote(str(sys_dir)), command=shlex.quote(spec.command))
+                               sys_dir=shlex.quote(str(sys_dir)), command=shlex.quote(spec.command), release=release)
+
+    def claim_gpus(self, spec: TrialSpec) -> list[tuple[int, int]]:
+        """Wait for and claim trialGpuNumber GPUs of this machine (none when it is 0)."""
+        if spec.gpu_number <= 0:
+            return []
+
+        async def run(command: str) -> str:
+            proc = await asyncio.create_subprocess_exec("bash", "-c", command, stdout=subprocess.PIPE,
+                                                        stderr=subprocess.DEVNULL)
+            out, _ = await proc.communicate()
+            return out.decode("utf-8", "replace")
+
+        return asyncio.run(acquire(run, str(self.claims_dir), spec.gpu_number, self.config.max_trial_number_per_gpu,
+                                   self.config.gpu_indices, bool(self.config.use_active_gpu),
+                                   str(self.trial_dir(spec.trial_id)), "this machine", on_wait=log.info))
 
     def render(self, spec: TrialSpec) -> Mapping[str, Any]:
         env = self.build_env(spec)
+        if spec.gpu_number > 0:
+            env["CUDA_VISIBLE_DEVICES"] = f"<{spec.gpu_number} GPU(s) claimed at launch>"
         nni_env = {k: v for k, v in sorted(env.items()) if k.startswith("NNI_") or k in (
             "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")}
         return {
@@ -178,10 +207,11 @@ class LocalPlatform:
                 return existing
             raise RuntimeError(f"trial {spec.trial_id}: a launch was started but never recorded a pid") from None
         write_parameter_file(sys_dir, spec.parameter_id, spec.parameters)
+        claims = self.claim_gpus(spec)
         wrapper = sys_dir / CONTROL_DIR / "run.sh"
-        wrapper.write_text(self.build_wrapper(spec))
+        wrapper.write_text(self.build_wrapper(spec, claims))
         subprocess.Popen(
-            ["bash", str(wrapper)], env=self.build_env(spec), cwd=str(sys_dir),
+            ["bash", str(wrapper)], env=self.build_env(spec, [index for index, _ in claims]), cwd=str(sys_dir),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True,
         )

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shlex
 import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, Awaitable, Callable, ClassVar, Mapping
 
 from trialflow.config.platforms import RemoteConfig, RemoteMachineConfig
 from trialflow.platforms.base import (
@@ -35,6 +36,7 @@ from trialflow.platforms.base import (
     TrialStatus,
     TrialUpdate,
 )
+from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequestError, attempt, release_command
 from trialflow.platforms.local import local_status
 from trialflow.platforms.ssh import POOL, SshError, SshTarget, run_sync
 from trialflow.trial import unpack
@@ -42,7 +44,9 @@ from trialflow.trial.env import trial_env
 from trialflow.trial.packing import PackedCode, pack, pack_files
 from trialflow.trial.protocol import parameter_text, read_stdout_lines
 
+log = logging.getLogger(__name__)
 BASE_DIR_NAME = "trialflow-experiments"
+GPU_WAIT_SECONDS = 2.0
 CANCEL_FILE = "cancel.json"
 LAUNCH_DIR = ".launching"
 READ_CHUNK = 4 * 1024 * 1024
@@ -229,27 +233,69 @@ class RemotePlatform:
     # -- trials ---------------------------------------------------------------------------
 
     def build_env(self, spec: TrialSpec, trial_dir: str, code_dir: str, sdk_dir: str,
-                  machine: Machine) -> dict[str, str]:
+                  machine: Machine, gpus: list[int] | None = None) -> dict[str, str]:
         env = trial_env(platform="remote", experiment_id=spec.experiment_id, trial_id=spec.trial_id,
                         sys_dir=trial_dir, output_dir=trial_dir, sequence=spec.sequence, code_dir=code_dir,
-                        gpu_indices=[], base={})
+                        gpu_indices=gpus or [], base={})
         env.update(spec.env)
         return env
 
-    def build_command(self, spec: TrialSpec, trial_dir: str, sdk_dir: str, machine: Machine) -> str:
-        """What the detached wrapper runs: pythonPath first on PATH, the SDK on PYTHONPATH, the
-        trial's own code view as the working directory, stderr to its own file."""
-        path = f"export PATH={shlex.quote(machine.config.python_path)}:\"$PATH\"\n" if machine.config.python_path else ""
-        return (f"{path}export PYTHONPATH={shlex.quote(sdk_dir)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-                f"cd {shlex.quote(trial_dir)}/code && bash -c {shlex.quote(spec.command)} "
-                f"2>{shlex.quote(trial_dir)}/stderr </dev/null")
+    @staticmethod
+    def path_prefix(machine: Machine) -> str:
+        """NNI's pythonPath: first on PATH for the trial (and for nvidia-smi)."""
+        python_path = machine.config.python_path
+        return f"export PATH={shlex.quote(python_path)}:\"$PATH\"\n" if python_path else ""
 
-    def launch_script(self, spec: TrialSpec, machine: Machine, trial_dir: str, code_dir: str, sdk_dir: str) -> str:
+    def build_command(self, spec: TrialSpec, trial_dir: str, sdk_dir: str, machine: Machine,
+                      release: str = "") -> str:
+        """What the detached wrapper runs: pythonPath first on PATH, the SDK on PYTHONPATH, the
+        trial's own code view as the working directory, stderr to its own file; then the
+        trial's GPU claims are released, keeping its exit code."""
+        run = (f"cd {shlex.quote(trial_dir)}/code && bash -c {shlex.quote(spec.command)} "
+               f"2>{shlex.quote(trial_dir)}/stderr </dev/null")
+        if release:  # a subshell: the wrapper must still see the trial's exit code after this
+            run = f"( {run}; rc=$?; {release}; exit $rc )"
+        return (f"{self.path_prefix(machine)}export PYTHONPATH={shlex.quote(sdk_dir)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+                + run)
+
+    def launch_script(self, spec: TrialSpec, machine: Machine, trial_dir: str, code_dir: str, sdk_dir: str,
+                      claims: list[tuple[int, int]] | None = None, base: str = "") -> str:
         from airflow.providers.ssh.utils.remote_job import RemoteJobPaths, build_posix_wrapper_command
 
         paths = RemoteJobPaths(job_id=spec.trial_id, remote_os="posix", base_dir=trial_dir.rsplit("/", 1)[0])
-        env = self.build_env(spec, trial_dir, code_dir, sdk_dir, machine)
-        return build_posix_wrapper_command(self.build_command(spec, trial_dir, sdk_dir, machine), paths, env)
+        env = self.build_env(spec, trial_dir, code_dir, sdk_dir, machine, [i for i, _ in claims or []])
+        release = release_command(f"{base}/{CLAIMS_DIR}", claims) if claims else ""
+        return build_posix_wrapper_command(self.build_command(spec, trial_dir, sdk_dir, machine, release), paths, env)
+
+    async def _claim_gpus(self, spec: TrialSpec, trial_for: "Callable[[Machine], Awaitable[str]]",
+                          order: list[Machine]) -> tuple[Machine, list[tuple[int, int]]]:
+        """The first machine (in placement order) with trialGpuNumber free GPUs, and the claims;
+        waits while every machine is full, refuses a request no machine can ever take."""
+        refusals: list[str] = []
+        waited = False
+        while True:
+            for machine in order:
+                base = await self._base(machine)
+
+                async def run(command: str, machine: Machine = machine) -> str:
+                    return (await self._run(machine, self.path_prefix(machine) + command, check=False)).decode()
+
+                try:
+                    picks = await attempt(run, f"{base}/{CLAIMS_DIR}", spec.gpu_number,
+                                          machine.config.max_trial_number_per_gpu, machine.config.gpu_indices,
+                                          machine.config.use_active_gpu, await trial_for(machine), machine.target.label)
+                except GpuRequestError as exc:
+                    refusals.append(str(exc))
+                    continue
+                if picks is not None:
+                    return machine, picks
+            if len(refusals) >= len(order):
+                raise GpuRequestError("; ".join(dict.fromkeys(refusals)))
+            refusals.clear()
+            if not waited:
+                log.info("Trial %s waits for %d free GPU(s) on %d machine(s)", spec.trial_id, spec.gpu_number, len(order))
+            waited = True
+            await asyncio.sleep(GPU_WAIT_SECONDS)
 
     async def _submit(self, spec: TrialSpec) -> TrialHandle:
         for machine in self.machines:  # re-attach: the trial may already run on any machine
@@ -257,15 +303,34 @@ class RemotePlatform:
             trial_dir = self.trial_dir(base, spec.experiment_id, spec.trial_id)
             if (await self._run(machine, f"test -d {shlex.quote(trial_dir)}/{LAUNCH_DIR} && echo yes || true")).strip():
                 return self._handle(spec, machine, trial_dir)
-        machine = await self._place(spec)
+        claims: list[tuple[int, int]] = []
+        if spec.gpu_number > 0:
+            loads = await asyncio.gather(*(self._running_on(m, spec.experiment_id) for m in self.machines))
+            n = len(self.machines)
+            order = [m for _, m in sorted(zip(loads, self.machines),
+                                          key=lambda pair: (pair[0], (pair[1].index - spec.sequence) % n))]
+
+            async def trial_for(m: Machine) -> str:
+                return self.trial_dir(await self._base(m), spec.experiment_id, spec.trial_id)
+
+            machine, claims = await self._claim_gpus(spec, trial_for, order)
+        else:
+            machine = await self._place(spec)
         base = await self._base(machine)
-        code_folder = await self._stage(machine, pack(spec.code_dir), "code")
-        sdk_folder = await self._stage(machine, self._sdk, "sdk")
         trial_dir = self.trial_dir(base, spec.experiment_id, spec.trial_id)
         q = shlex.quote(trial_dir)
-        # mkdir is atomic: of two racing submits for one trial id, one launches
-        claimed = await self._run(machine, f"mkdir -p {q} && mkdir {q}/{LAUNCH_DIR} 2>/dev/null && echo claimed || true")
+        try:
+            code_folder = await self._stage(machine, pack(spec.code_dir), "code")
+            sdk_folder = await self._stage(machine, self._sdk, "sdk")
+            # mkdir is atomic: of two racing submits for one trial id, one launches
+            claimed = await self._run(machine, f"mkdir -p {q} && mkdir {q}/{LAUNCH_DIR} 2>/dev/null && echo claimed || true")
+        except BaseException:
+            if claims:
+                await self._run(machine, release_command(f"{base}/{CLAIMS_DIR}", claims), check=False)
+            raise
         if claimed.strip() != b"claimed":
+            if claims:
+                await self._run(machine, release_command(f"{base}/{CLAIMS_DIR}", claims), check=False)
             return self._handle(spec, machine, trial_dir)
         await self._run(machine, f"mkdir -p {q}/.nni && cat > {q}/parameter.cfg.tmp && mv {q}/parameter.cfg.tmp "
                                  f"{q}/parameter.cfg && cp -al {shlex.quote(code_folder)} {q}/code && "
@@ -274,8 +339,8 @@ class RemotePlatform:
                         parameter_text(spec.parameter_id, spec.parameters).encode())
         # Guarded so that running it twice (a retry after a dropped connection) launches once.
         guard = f"mkdir {q}/.launched 2>/dev/null || exit 0\n"
-        await self._run(machine, "bash -s",
-                        (guard + self.launch_script(spec, machine, trial_dir, code_folder, sdk_folder)).encode())
+        await self._run(machine, "bash -s", (guard + self.launch_script(
+            spec, machine, trial_dir, code_folder, sdk_folder, claims, base)).encode())
         return self._handle(spec, machine, trial_dir)
 
     def _handle(self, spec: TrialSpec, machine: Machine, trial_dir: str) -> TrialHandle:
