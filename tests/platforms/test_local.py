@@ -191,6 +191,7 @@ def test_a_reused_pid_is_not_mistaken_for_the_trial():
     me = os.getpid()
     assert process_alive(me, psutil.Process(me).create_time())
     assert not process_alive(me, psutil.Process(me).create_time() - 3600)  # same pid, another process
+    assert process_alive(me, psutil.Process(me).create_time() + 30)  # a wrapper slow to record its start
 
 
 def test_the_handle_records_when_the_wrapper_started(platform, code):
@@ -271,3 +272,30 @@ def test_a_trial_that_can_never_fit_is_refused_at_once(tmp_path, gpus):
     platform = LocalPlatform(LocalConfig(gpuIndices=[1]), tmp_path / "exp")
     with pytest.raises(GpuRequestError, match="trialGpuNumber 2 can never fit on this machine"):
         platform.submit(gpu_spec(gpus, 0, 2))
+
+
+def test_a_launch_that_died_before_its_pid_is_taken_over(platform, code, monkeypatch):
+    """A worker killed between marking the launch and starting the launcher must not block
+    every retry of that trial ('a launch was started but never recorded a pid')."""
+    import trialflow.platforms.local as local
+
+    monkeypatch.setattr(local, "LAUNCH_WAIT_SECONDS", 1.0)
+    sys_dir = platform.trial_dir("e1-0042")
+    (sys_dir / local.CONTROL_DIR).mkdir(parents=True)
+    marker = sys_dir / local.LAUNCH_FILE
+    marker.write_text("")
+    old = time.time() - local.LAUNCH_WAIT_SECONDS - 5
+    os.utime(marker, (old, old))
+    handle = platform.submit(spec(code, 42))
+    assert follow(platform, handle)[0] == TrialStatus.SUCCEEDED
+
+
+def test_a_failed_launch_can_be_retried(platform, code, monkeypatch):
+    import subprocess as sp
+
+    real = sp.Popen
+    monkeypatch.setattr(sp, "Popen", lambda *a, **k: (_ for _ in ()).throw(OSError("fork failed")))
+    with pytest.raises(OSError, match="fork failed"):
+        platform.submit(spec(code, 43))
+    monkeypatch.setattr(sp, "Popen", real)
+    assert follow(platform, platform.submit(spec(code, 43)))[0] == TrialStatus.SUCCEEDED

@@ -49,8 +49,10 @@ KILL_GRACE_SECONDS = 5.0
 #: How long a re-attaching submit waits for a launching wrapper to record its pid.
 LAUNCH_WAIT_SECONDS = 10.0
 READ_CHUNK = 4 * 1024 * 1024
-#: A process whose start differs from the recorded one by more than this reused the pid.
+#: A process created this long after the recorded start reused the pid (clock granularity).
 PID_REUSE_TOLERANCE = 2.0
+#: How late after its creation a wrapper may record its start time and still be that process.
+MAX_START_LAG = 300.0
 
 # The wrapper: pid (and its start time, against pid reuse) first, exit code last, both atomic.
 _WRAPPER = """#!/bin/bash
@@ -61,8 +63,8 @@ if [ -z "$rc" ]; then
   bash -c {command} > {sys_dir}/stdout 2> {sys_dir}/stderr < /dev/null
   rc=$?
 fi
-echo "$rc $(date +%s%3N)" > {sys_dir}/.nni/state.tmp && mv -f {sys_dir}/.nni/state.tmp {sys_dir}/.nni/state
 {release}
+echo "$rc $(date +%s%3N)" > {sys_dir}/.nni/state.tmp && mv -f {sys_dir}/.nni/state.tmp {sys_dir}/.nni/state
 """
 
 
@@ -73,7 +75,13 @@ def process_alive(pid: int, started: float | None = None) -> bool:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        return started is None or abs(proc.create_time() - started) < PID_REUSE_TOLERANCE
+        if started is None:
+            return True
+        # The wrapper records its start time a moment after the process was created; on a
+        # loaded machine (64 trials starting on 2 cores) that moment can be seconds. A pid
+        # reused by a later process was created *after* the recorded time.
+        lag = started - proc.create_time()
+        return -PID_REUSE_TOLERANCE <= lag <= MAX_START_LAG
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:
@@ -141,16 +149,18 @@ class LocalPlatform:
 
     # -- pure builders --------------------------------------------------------------------
 
-    def build_env(self, spec: TrialSpec, gpus: list[int] | None = None) -> dict[str, str]:
+    def build_env(self, spec: TrialSpec) -> dict[str, str]:
+        """The trial's environment (subclasses extend it); submit adds the claimed GPUs."""
         sys_dir = str(self.trial_dir(spec.trial_id))
         env = trial_env(platform="local", experiment_id=spec.experiment_id, trial_id=spec.trial_id,
                         sys_dir=sys_dir, output_dir=sys_dir, sequence=spec.sequence,
-                        code_dir=str(spec.code_dir), gpu_indices=gpus or [])
+                        code_dir=str(spec.code_dir), gpu_indices=[])
         env.update(spec.env)
         return env
 
     def build_wrapper(self, spec: TrialSpec, claims: list[tuple[int, int]] | None = None) -> str:
-        """The trial's launcher; it releases the trial's GPU claims when the trial ends."""
+        """The trial's launcher; it releases the trial's GPU claims when the trial ends, before
+        the exit code is written (whoever sees the trial ended sees its GPUs free)."""
         sys_dir = self.trial_dir(spec.trial_id)
         release = release_command(str(self.claims_dir), claims) if claims else ""
         return _WRAPPER.format(ctl=shlex.quote(str(sys_dir / CONTROL_DIR)), code_dir=shlex.quote(str(spec.code_dir)),
@@ -199,26 +209,59 @@ class LocalPlatform:
             raise FileNotFoundError(f"trialCodeDirectory {spec.code_dir} does not exist")
         (sys_dir / ".nni").mkdir(parents=True, exist_ok=True)
         (sys_dir / CONTROL_DIR).mkdir(exist_ok=True)
-        try:  # O_EXCL: of two racing submits for one trial id, only one launches
-            os.close(os.open(sys_dir / LAUNCH_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            existing = self._reattach(sys_dir, handle, wait=True)
-            if existing is not None:
-                return existing
-            raise RuntimeError(f"trial {spec.trial_id}: a launch was started but never recorded a pid") from None
-        write_parameter_file(sys_dir, spec.parameter_id, spec.parameters)
-        claims = self.claim_gpus(spec)
-        wrapper = sys_dir / CONTROL_DIR / "run.sh"
-        wrapper.write_text(self.build_wrapper(spec, claims))
-        subprocess.Popen(
-            ["bash", str(wrapper)], env=self.build_env(spec, [index for index, _ in claims]), cwd=str(sys_dir),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True,
-        )
+        claims = self.claim_gpus(spec)  # may wait for free GPUs; nothing is marked meanwhile
+        try:
+            if not self._mark_launch(sys_dir):
+                existing = self._reattach(sys_dir, handle, wait=True)
+                if existing is not None:
+                    self._release(claims)
+                    return existing
+                raise RuntimeError(f"trial {spec.trial_id}: another launch is in progress but recorded no pid")
+            try:
+                write_parameter_file(sys_dir, spec.parameter_id, spec.parameters)
+                wrapper = sys_dir / CONTROL_DIR / "run.sh"
+                wrapper.write_text(self.build_wrapper(spec, claims))
+                env = self.build_env(spec)
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index, _ in claims)
+                subprocess.Popen(
+                    ["bash", str(wrapper)], env=env, cwd=str(sys_dir),
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    start_new_session=True, close_fds=True,
+                )
+            except BaseException:
+                (sys_dir / LAUNCH_FILE).unlink(missing_ok=True)  # a retry may launch again
+                raise
+        except BaseException:
+            self._release(claims)
+            raise
         found = self._reattach(sys_dir, handle, wait=True)
         if found is None:
             raise RuntimeError(f"trial {spec.trial_id}: the launcher did not start (see {sys_dir}/stderr)")
         return found
+
+    def _mark_launch(self, sys_dir: Path) -> bool:
+        """True if this submit may launch (O_EXCL: of two racing submits for one trial id, only
+        one launches). A marker left by a submit that died before its launcher recorded a pid
+        is taken over once it is older than LAUNCH_WAIT_SECONDS."""
+        marker = sys_dir / LAUNCH_FILE
+        for _ in range(2):
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                return True
+            except FileExistsError:
+                if self._reattach(sys_dir, {}, wait=True) is not None:
+                    return False
+                try:
+                    if time.time() - marker.stat().st_mtime < LAUNCH_WAIT_SECONDS:
+                        return False
+                    marker.unlink()
+                except FileNotFoundError:
+                    pass
+        return False
+
+    def _release(self, claims: list[tuple[int, int]]) -> None:
+        if claims:
+            subprocess.run(["bash", "-c", release_command(str(self.claims_dir), claims)], check=False)
 
     def _reattach(self, sys_dir: Path, handle: TrialHandle, wait: bool = False) -> TrialHandle | None:
         """The handle of a trial already launched under this id, or None if there is none."""
