@@ -79,3 +79,15 @@ def test_window_expiry(tmp_path):
     assert not RunWindow(0, 3, None).expired()
     assert RunWindow(0, 3, 100.0).expired(now=100.0)
     assert not RunWindow(0, 3, 100.0).expired(now=99.0)
+
+
+def test_shared_storage_that_nni_would_mount_is_refused_with_what_to_do(tmp_path):
+    from trialflow.experiment import check_runnable
+
+    config = _config(tmp_path, "tuner: {name: TPE}\nsharedStorage: {storageType: NFS, nfsServer: nfs.example, "
+                               "exportedDirectory: /export, localMountPoint: /mnt/nfs, remoteMountPoint: /mnt/nfs, "
+                               "localMounted: nnimount}\n")
+    problems = [(p.key_path, p.message) for p in check_runnable(config)]
+    assert problems == [(("sharedStorage", "localMounted"),
+                         "trialflow never runs `sudo mount`: mount nfs.example:/export at /mnt/nfs yourself and set "
+                         "localMounted: usermount (or nomount to upload the code instead)")]

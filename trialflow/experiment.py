@@ -68,9 +68,13 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
     problems = [Problem(file, tuple(key.split(".")), msg)
                 for key, msg in check_algorithms(config.tuner, config.advisor, config.assessor,
                                                  parse_search_space(config.search_space))]
-    if config.shared_storage is not None:
-        problems.append(Problem(file, ("sharedStorage",), "sharedStorage is not supported yet; remove it "
-                                "(the code directory is then uploaded to each machine, once per content)"))
+    shared = config.shared_storage
+    if shared is not None and shared.local_mounted == "nnimount":
+        source = (f"{shared.nfs_server}:{shared.exported_directory}" if shared.storage_type == "NFS"
+                  else f"the container {shared.container_name}")
+        problems.append(Problem(file, ("sharedStorage", "localMounted"),
+                                f"trialflow never runs `sudo mount`: mount {source} at {shared.local_mount_point} "
+                                "yourself and set localMounted: usermount (or nomount to upload the code instead)"))
     if len(config.training_service) > 1:
         problems.append(Problem(file, ("trainingService",),
                                 "hybrid mode (a list of platforms) is not supported yet; give one platform"))
@@ -224,7 +228,10 @@ class Experiment:
     def platform(self, service_index: int = 0) -> TrainingPlatform:
         service = self.config.training_service[service_index]
         implementation = get_platform_entry(service.platform).load()
-        return implementation.from_config(service, self.directory)
+        platform = implementation.from_config(service, self.directory)
+        if self.config.shared_storage is not None and hasattr(platform, "use_shared_storage"):
+            platform.use_shared_storage(self.config.shared_storage)
+        return platform
 
     def description(self) -> dict[str, Any]:
         """What the store keeps about the experiment (secrets masked by the config model)."""

@@ -275,3 +275,39 @@ def test_gpu_trials_are_placed_where_gpus_are_free(ssh_servers, tmp_path):
         assert asyncio.run(_follow(platform, handle))[0] == TrialStatus.SUCCEEDED
         assert expected in (Path(handle["trial_dir"]) / "stdout.log").read_text()
     assert list((a.home / "trialflow-experiments" / ".gpu-claims").iterdir()) == []  # released at the end
+
+
+def test_code_on_shared_storage_is_read_in_place(ssh_servers, tmp_path):
+    """The machine sees the storage at remoteMountPoint: nothing is uploaded, the trial runs in
+    the code folder itself. (Here 'mounted' = the same folder, the machine being this host.)"""
+    from trialflow.config.model import SharedStorageConfig
+
+    a, _ = ssh_servers
+    storage = a.root / "nfs"
+    code = storage / "project" / "code"
+    code.mkdir(parents=True)
+    (code / "train.py").write_text(TRIAL)
+    for folder in (storage, storage / "project", code):
+        folder.chmod(0o755)
+    (code / "train.py").chmod(0o644)
+    shared = SharedStorageConfig.model_validate({
+        "storageType": "NFS", "nfsServer": "nfs.example", "exportedDirectory": "/export",
+        "localMountPoint": str(storage), "remoteMountPoint": str(storage), "localMounted": "usermount"})
+    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform.use_shared_storage(shared)
+    staged = a.home / "trialflow-experiments" / ".code"
+    before = set(staged.iterdir()) if staged.exists() else set()
+    handle = platform.submit(_spec(code, 0, "eshared1"))
+    assert asyncio.run(_follow(platform, handle))[0] == TrialStatus.SUCCEEDED
+    assert f"hello from eshared1-0000 {code}" in (Path(handle["trial_dir"]) / "stdout.log").read_text()
+    after = set(staged.iterdir())
+    assert len(after - before) <= 1 and all(len(list(p.rglob("train.py"))) == 0 for p in after - before), \
+        "only the SDK may be staged; the code is not uploaded"
+
+    missing = SharedStorageConfig.model_validate({**shared.model_dump(by_alias=True),
+                                                  "remoteMountPoint": "/mnt/not-mounted"})
+    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform.use_shared_storage(missing)
+    with pytest.raises(SshError, match=r"/mnt/not-mounted/project/code is not there; mount nfs.example:/export "
+                                       r"at /mnt/not-mounted on it \(trialflow never runs sudo mount\)"):
+        platform.prepare("eshared2", code)

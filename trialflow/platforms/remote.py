@@ -27,6 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ClassVar, Mapping
 
+from trialflow.config.model import SharedStorageConfig
 from trialflow.config.platforms import RemoteConfig, RemoteMachineConfig
 from trialflow.platforms.base import (
     CANCEL_STATUSES,
@@ -139,6 +140,41 @@ class RemotePlatform:
         self.machines = [Machine(i, m, machine_target(i, m)) for i, m in enumerate(config.machine_list)]
         self._homes: dict[int, str] = {}
         self._staged: dict[tuple[int, str], str] = {}
+        self.shared_storage: SharedStorageConfig | None = None
+
+    def use_shared_storage(self, shared: SharedStorageConfig | None) -> None:
+        """NNI's sharedStorage: code already on storage the machines mount is read in place."""
+        self.shared_storage = shared
+
+    def shared_code_path(self, code_dir: Path) -> str | None:
+        """Where the machines see ``code_dir``, if it lies on the shared storage and that storage
+        is mounted here by the user (usermount); None means: upload it as usual."""
+        shared = self.shared_storage
+        if shared is None or shared.local_mounted != "usermount":
+            return None
+        try:
+            rel = Path(code_dir).resolve().relative_to(Path(shared.local_mount_point).resolve())
+        except ValueError:
+            return None
+        return f"{shared.remote_mount_point.rstrip('/')}/{rel.as_posix()}".rstrip("/.") or "/"
+
+    def mount_hint(self) -> str:
+        shared = self.shared_storage
+        assert shared is not None
+        source = (f"{shared.nfs_server}:{shared.exported_directory}" if shared.storage_type == "NFS"
+                  else f"the Azure blob container {shared.container_name}")
+        return f"mount {source} at {shared.remote_mount_point} on it (trialflow never runs sudo mount)"
+
+    async def _code_on(self, machine: Machine, code_dir: Path) -> tuple[str, bool]:
+        """(folder with the code on ``machine``, whether trials read it in place)."""
+        shared = self.shared_code_path(code_dir)
+        if shared is None:
+            return await self._stage(machine, pack(code_dir), "code"), False
+        there = await self._run(machine, f"test -d {shlex.quote(shared)} && echo yes || true")
+        if there.strip() != b"yes":
+            raise SshError(f"machine {machine.target.label}: the code is on sharedStorage but {shared} is not "
+                           f"there; {self.mount_hint()}")
+        return shared, True
 
     @classmethod
     def from_config(cls, service_config: RemoteConfig, experiment_dir: Path) -> "RemotePlatform":
@@ -192,14 +228,12 @@ class RemotePlatform:
         return folder
 
     async def _prepare(self, experiment_id: str, code_dir: Path | None) -> None:
-        packed = pack(code_dir) if code_dir is not None else None
-
         async def one(machine: Machine) -> None:
             base = await self._base(machine)
             await self._run(machine, f"mkdir -p {shlex.quote(self.experiment_root(base, experiment_id))}/trials")
             await self._stage(machine, self._sdk, "sdk")
-            if packed is not None:
-                await self._stage(machine, packed, "code")
+            if code_dir is not None:
+                await self._code_on(machine, code_dir)
 
         await asyncio.gather(*(one(m) for m in self.machines))
 
@@ -320,7 +354,7 @@ class RemotePlatform:
         trial_dir = self.trial_dir(base, spec.experiment_id, spec.trial_id)
         q = shlex.quote(trial_dir)
         try:
-            code_folder = await self._stage(machine, pack(spec.code_dir), "code")
+            code_folder, in_place = await self._code_on(machine, spec.code_dir)
             sdk_folder = await self._stage(machine, self._sdk, "sdk")
             # mkdir is atomic: of two racing submits for one trial id, one launches
             claimed = await self._run(machine, f"mkdir -p {q} && mkdir {q}/{LAUNCH_DIR} 2>/dev/null && echo claimed || true")
@@ -332,10 +366,13 @@ class RemotePlatform:
             if claims:
                 await self._run(machine, release_command(f"{base}/{CLAIMS_DIR}", claims), check=False)
             return self._handle(spec, machine, trial_dir)
+        # The trial's working directory: on shared storage, the code in place (a symlink);
+        # otherwise a hard-linked view of the staged copy whose files stay shared and read-only
+        # and whose folders are the trial's own.
+        view = (f"ln -s {shlex.quote(code_folder)} {q}/code" if in_place else
+                f"cp -al {shlex.quote(code_folder)} {q}/code && find {q}/code -type d -exec chmod u+w {{}} +")
         await self._run(machine, f"mkdir -p {q}/.nni && cat > {q}/parameter.cfg.tmp && mv {q}/parameter.cfg.tmp "
-                                 f"{q}/parameter.cfg && cp -al {shlex.quote(code_folder)} {q}/code && "
-                                 # the files stay shared and read-only; the folders are the trial's own
-                                 f"find {q}/code -type d -exec chmod u+w {{}} +",
+                                 f"{q}/parameter.cfg && {view}",
                         parameter_text(spec.parameter_id, spec.parameters).encode())
         # Guarded so that running it twice (a retry after a dropped connection) launches once.
         guard = f"mkdir {q}/.launched 2>/dev/null || exit 0\n"

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Channels at once per connection: below OpenSSH's default MaxSessions of 10.
-CHANNELS_PER_CONNECTION = 8
+#: Channels at once per connection: below OpenSSH's default MaxSessions of 10, with room for
+#: sessions sshd is still closing (at 8, a burst of short commands met "open failed").
+CHANNELS_PER_CONNECTION = 6
 RECONNECT_DELAYS = (0.5, 1.0, 2.0, 4.0)
 CONNECT_TIMEOUT = 15.0
 COMMAND_TIMEOUT = 120.0
@@ -135,9 +136,11 @@ class _Connection:
         self.lock = asyncio.Lock()
         self.channels = asyncio.Semaphore(CHANNELS_PER_CONNECTION)
 
-    async def get(self, fresh: bool = False) -> "asyncssh.SSHClientConnection":
+    async def get(self, broken: "asyncssh.SSHClientConnection | None" = None) -> "asyncssh.SSHClientConnection":
+        """The open connection; ``broken`` is one a command just failed on, replaced unless another
+        command replaced it already (closing a fresh connection would fail everything on it)."""
         async with self.lock:
-            if self.conn is not None and (fresh or self.conn.is_closed()):
+            if self.conn is not None and (self.conn is broken or self.conn.is_closed()):
                 self.conn.close()
                 self.conn = None
             if self.conn is None:
@@ -175,11 +178,14 @@ class SshPool:
 
         slot = self._slot(target)
         last: BaseException | None = None
+        broken = None
         for attempt, delay in enumerate((0.0,) + RECONNECT_DELAYS):
             if delay:
                 await asyncio.sleep(delay)
+            conn = None
             try:
-                conn = await slot.get(fresh=attempt > 0)
+                conn = await slot.get(broken)
+                broken = None
                 async with slot.channels:
                     result = await conn.run(command, input=stdin, encoding=None, timeout=timeout, check=False)
                 if result.exit_status is None and result.exit_signal is None:
@@ -190,8 +196,14 @@ class SshPool:
                 raise SshError(describe_connect_error(target, exc)) from exc  # retrying cannot help
             except SshError:
                 raise
+            except asyncssh.ChannelOpenError as exc:
+                last = exc  # the server refused one more session now: try again on this connection
+                if conn is not None and conn.is_closed():
+                    broken = conn
+                log.info("machine %s: %s; retrying (attempt %d)", target.label, exc, attempt + 1)
             except (OSError, asyncssh.Error, asyncio.TimeoutError, ConnectionLost) as exc:
                 last = exc
+                broken = conn
                 log.info("machine %s: %s; reconnecting (attempt %d)", target.label, exc, attempt + 1)
         raise SshError(describe_connect_error(target, last or RuntimeError("unknown"))) from last
 
