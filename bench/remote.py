@@ -72,12 +72,12 @@ def staging(server: sshd.SshServer, code: Path, tmp: Path) -> tuple[float, float
     return first, second, scp
 
 
-async def run_trials(platform, code: Path, n: int, c: int, s: float, experiment: str) -> float:
+async def run_trials(platform, code: Path, n: int, c: int, s: float, experiment: str, python: str) -> float:
     gate = asyncio.Semaphore(c)
 
     async def one(i: int) -> None:
         async with gate:
-            spec = TrialSpec(experiment, f"{experiment}-{i:04d}", i, i, {}, f"python3 train.py {s}", code)
+            spec = TrialSpec(experiment, f"{experiment}-{i:04d}", i, i, {}, f"{python} train.py {s}", code)
             handle = await asyncio.to_thread(platform.submit, spec)
             cursor: dict = {}
             interval = 0.05
@@ -131,8 +131,9 @@ def main() -> int:
             n_, c_, s_ = int(n), int(c), float(s)
             walls = {"local": [], "remote": []}
             for r in range(args.repeat):
-                for name, platform in (("local", local), ("remote", remote)):
-                    walls[name].append(asyncio.run(run_trials(platform, small, n_, c_, s_, f"e{name[0]}{case.replace(',', '')}{r}")))
+                for name, platform, python in (("local", local, sys.executable), ("remote", remote, "python3")):
+                    experiment = f"e{name[0]}{case.replace(',', '')}{r}"
+                    walls[name].append(asyncio.run(run_trials(platform, small, n_, c_, s_, experiment, python)))
             loc, rem = statistics.median(walls["local"]), statistics.median(walls["remote"])
             floor = n_ * s_ / c_
             print(f"{case:>8} {loc:9.2f} {rem:9.2f} {rem / loc:13.2f} {(rem - floor) / n_ * 1000:16.0f}")

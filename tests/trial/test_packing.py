@@ -120,3 +120,17 @@ def test_the_digest_does_not_depend_on_when_it_was_packed(tmp_path, monkeypatch)
     first = pack(root)
     monkeypatch.setattr(time_module, "time", lambda: 4_000_000_000.0)  # gzip's default header time
     assert pack(root).archive == first.archive
+
+
+def test_a_known_folder_state_gives_its_digest_without_packing(tmp_path, monkeypatch):
+    from trialflow.trial.packing import known_digest, remember_digest
+
+    monkeypatch.setenv("TRIALFLOW_CACHE", str(tmp_path / "cache"))
+    root = _tree(tmp_path / "code", {"train.py": "print(1)"})
+    fp, digest = known_digest(root)
+    assert digest is None
+    packed = pack(root)
+    remember_digest(fp, packed)
+    assert known_digest(root) == (fp, packed.digest)
+    (root / "train.py").write_text("print(22)")  # changed: another state, unknown
+    assert known_digest(root)[1] is None

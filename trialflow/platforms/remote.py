@@ -42,7 +42,7 @@ from trialflow.platforms.local import local_status
 from trialflow.platforms.ssh import POOL, SshError, SshTarget, run_sync
 from trialflow.trial import unpack
 from trialflow.trial.env import trial_env
-from trialflow.trial.packing import PackedCode, pack, pack_files
+from trialflow.trial.packing import PackedCode, known_digest, pack, pack_files, remember_digest
 from trialflow.trial.protocol import parameter_text, read_stdout_lines
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,16 @@ class RemotePlatform:
         """(folder with the code on ``machine``, whether trials read it in place)."""
         shared = self.shared_code_path(code_dir)
         if shared is None:
-            return await self._stage(machine, pack(code_dir), "code"), False
+            fp, digest = known_digest(code_dir)
+            if digest is not None:  # packed before in this state: staged there already?
+                base = await self._base(machine)
+                folder = f"{base}/.code/{digest[:16]}"
+                found = await self._run(machine, f"test -e {shlex.quote(folder)}/.complete && echo yes || true")
+                if found.strip() == b"yes":
+                    return folder, False
+            packed = pack(code_dir)
+            remember_digest(fp, packed)
+            return await self._stage(machine, packed, "code"), False
         there = await self._run(machine, f"test -d {shlex.quote(shared)} && echo yes || true")
         if there.strip() != b"yes":
             raise SshError(f"machine {machine.target.label}: the code is on sharedStorage but {shared} is not "
