@@ -91,3 +91,32 @@ def test_shared_storage_that_nni_would_mount_is_refused_with_what_to_do(tmp_path
     assert problems == [(("sharedStorage", "localMounted"),
                          "trialflow never runs `sudo mount`: mount nfs.example:/export at /mnt/nfs yourself and set "
                          "localMounted: usermount (or nomount to upload the code instead)")]
+
+
+def test_hybrid_places_each_trial_on_the_platform_with_fewest_active_trials(tmp_path):
+    import optuna
+
+    config = _config(tmp_path, "tuner: {name: TPE}\n").model_copy(deep=True)
+    config.training_service = config.training_service * 3  # three platforms listed
+    experiment = Experiment(config, "ehybrid1", tmp_path)
+    study = optuna.create_study()
+
+    def active(service: int, handle: bool = True) -> None:
+        trial = study.ask()
+        trial.set_user_attr("service_index", service)
+        if handle:
+            trial.set_user_attr("handle", {"platform": "local"})
+
+    assert [experiment.choose_service(study, i) for i in range(3)] == [0, 1, 2]  # ties: round-robin
+    active(0)
+    active(0)
+    active(2)
+    assert experiment.choose_service(study, 0) == 1
+    active(1)
+    active(1, handle=False)  # asked, not yet submitted: not active
+    assert experiment.choose_service(study, 5) == 2
+    finished = study.ask()
+    finished.set_user_attr("service_index", 2)
+    finished.set_user_attr("handle", {})
+    study.tell(finished, 1.0)  # ended trials do not count: 1 and 2 tie again (one active each)
+    assert [experiment.choose_service(study, i) for i in (1, 2)] == [1, 2]

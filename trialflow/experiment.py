@@ -75,9 +75,6 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
         problems.append(Problem(file, ("sharedStorage", "localMounted"),
                                 f"trialflow never runs `sudo mount`: mount {source} at {shared.local_mount_point} "
                                 "yourself and set localMounted: usermount (or nomount to upload the code instead)"))
-    if len(config.training_service) > 1:
-        problems.append(Problem(file, ("trainingService",),
-                                "hybrid mode (a list of platforms) is not supported yet; give one platform"))
     for i, service in enumerate(config.training_service):
         try:
             get_platform_entry(service.platform).load()
@@ -233,11 +230,26 @@ class Experiment:
             platform.use_shared_storage(self.config.shared_storage)
         return platform
 
+    def choose_service(self, study: "optuna.Study", trial_index: int) -> int:
+        """NNI's hybrid mode: the listed platform with the fewest active (submitted, not ended)
+        trials of this experiment; ties go round-robin by trial index."""
+        count = len(self.config.training_service)
+        if count == 1:
+            return 0
+        from optuna.trial import TrialState
+
+        active = [0] * count
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            chosen = trial.user_attrs.get("service_index")
+            if chosen is not None and trial.user_attrs.get("handle") and 0 <= int(chosen) < count:
+                active[int(chosen)] += 1
+        return min(range(count), key=lambda i: (active[i], (i - trial_index) % count))
+
     def description(self) -> dict[str, Any]:
         """What the store keeps about the experiment (secrets masked by the config model)."""
         return {"config": to_v2_dict(self.config), "config_file": str(self.config.source_file),
                 "experiment_name": self.config.experiment_name, "optimize_mode": self.config.optimize_mode,
-                "platform": self.config.platform_names[0], "directory": str(self.directory)}
+                "platform": ", ".join(self.config.platform_names), "directory": str(self.directory)}
 
     def trial_spec(self, trial_index: int, parameter_id: int, parameters: dict[str, Any],
                    service_index: int = 0) -> TrialSpec:

@@ -127,6 +127,8 @@ RUNNABLE_NOW = {
     # GPU scheduling
     "cifar10_pytorch/config.yml", "cifar10_pytorch/config_windows.yml", "mnist-pytorch/config_detailed.yml",
     "mnist-tfv2/config_detailed.yml", "pix2pix-pytorch/config.yml",
+    # hybrid: local + remote
+    "mnist-tfv1/config_hybrid.yml", "mnist-tfv1/config_hybrid_v2.yml",
 }
 
 

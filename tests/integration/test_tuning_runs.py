@@ -180,3 +180,24 @@ def test_a_remote_experiment_on_two_ssh_machines(harness: Harness, ssh_servers):
     assert all(r["intermediate_count"] == 1 for r in rows)
     hosts = [harness.xcom(dag_id, run_id, "trial", i)["host"] for i in range(4)]
     assert set(hosts) == {f"{a.user}@127.0.0.1:{a.port}", f"{b.user}@127.0.0.1:{b.port}"}
+
+
+def test_hybrid_spreads_trials_over_local_and_a_remote_machine(harness: Harness, ssh_servers):
+    """NNI's hybrid mode: trainingService is a list; each trial runs on one of the platforms."""
+    a, _ = ssh_servers
+    trial = ("import time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+             "time.sleep(6)\ntrial.report_final_result(p['x'])\n")
+    config = ("searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
+              "trialConcurrency: 2\nmaxTrialNumber: 4\ntuner: {name: Random}\n"
+              "trainingService:\n"
+              f"  - {{platform: local, trialCommand: {PY} t.py}}\n"
+              f"  - {{platform: remote, trialCommand: python3 t.py, machineList: [{{host: 127.0.0.1, port: {a.port}, "
+              f"user: {a.user}, sshKeyFile: {a.client_key}, hostKey: '{a.host_key_line}', pythonPath: /usr/bin}}]}}\n")
+    dag_id, _ = harness.experiment("hybrid", config, {"t.py": trial}, dag_source=dag_source(defer_after=2.0))
+    run_id, state = harness.run(dag_id)
+    assert state == "success"
+    assert [r["status"] for r in harness.rows(dag_id, run_id)] == ["SUCCEEDED"] * 4
+    platforms = [harness.xcom(dag_id, run_id, "trial", i)["platform"] for i in range(4)]
+    assert sorted(platforms) == ["local", "local", "remote", "remote"]
+    rendered = harness.airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/0").json()
+    assert rendered["rendered_fields"]["platform_name"] in ("local", "remote")

@@ -82,13 +82,14 @@ def report_trial(context: Context, store: "ExperimentStore", storage_id: int, st
 class SubmitTrialOperator(BaseOperator):
     """Submit trial ``trial_index`` of the experiment in ``config_path`` and (by default) wait for it."""
 
-    template_fields: Sequence[str] = ("config_path", "trial_index", "trial_id", "parameters", "command")
+    template_fields: Sequence[str] = ("config_path", "trial_index", "trial_id", "parameters", "command",
+                                      "platform_name")
     template_fields_renderers = {"parameters": "json", "command": "bash"}
     # Parameters are chosen at run time; show them in "Rendered Template" once known.
     overwrite_rtif_after_execution = True
     ui_color = "#e8f1fb"
 
-    def __init__(self, *, config_path: str, trial_index: int, service_index: int = 0,
+    def __init__(self, *, config_path: str, trial_index: int, service_index: int | None = None,
                  store_conn_id: str = DEFAULT_CONN_ID, wait_for_completion: bool = True,
                  poll_interval: float = 1.0, defer_after: float = 10.0, **kwargs: Any):
         super().__init__(**kwargs)
@@ -102,6 +103,7 @@ class SubmitTrialOperator(BaseOperator):
         self.trial_id: str | None = None
         self.parameters: dict[str, Any] | None = None
         self.command: str | None = None
+        self.platform_name: str | None = None
 
     def execute(self, context: Context) -> Any:
         experiment = experiment_for(self.config_path, context)
@@ -116,7 +118,9 @@ class SubmitTrialOperator(BaseOperator):
             context["trial_label"] = f"{trial_id} not started"
             raise AirflowSkipException(f"trial {trial_id} not started: {EXPERIMENT_DEADLINE_REASON}")
         asked = store.ask(study, index, trial_id, experiment.algorithm, experiment.space)
-        spec = experiment.trial_spec(index, asked.number, asked.parameters, self.service_index)
+        service_index = self._service_index(experiment, store, study, asked.storage_id, index)
+        spec = experiment.trial_spec(index, asked.number, asked.parameters, service_index)
+        self.platform_name = experiment.config.platform_names[service_index]
         self.trial_id, self.parameters, self.command = spec.trial_id, spec.parameters, spec.command
         context["trial_label"] = spec.trial_id
         frozen = store.storage.get_trial(asked.storage_id)
@@ -126,7 +130,7 @@ class SubmitTrialOperator(BaseOperator):
                           frozen.user_attrs.get("nni_status"))
             return report_trial(context, store, asked.storage_id, TrialStatus(frozen.user_attrs["nni_status"]),
                                 frozen.user_attrs.get("message"), handle)
-        platform = experiment.platform(self.service_index)
+        platform = experiment.platform(service_index)
         platform.prepare(experiment.experiment_id)
         try:
             handle = platform.submit(spec)
@@ -139,7 +143,7 @@ class SubmitTrialOperator(BaseOperator):
                       "re-attached" if asked.resumed else "submitted", spec.parameters)
         submission = {"config_path": str(self.config_path), "experiment_id": experiment.experiment_id,
                       "workdir": str(experiment.workdir), "handle": handle, "storage_id": asked.storage_id,
-                      "service_index": self.service_index, "store_conn_id": self.store_conn_id,
+                      "service_index": service_index, "store_conn_id": self.store_conn_id,
                       "deadline": started_at + config.max_trial_duration if config.max_trial_duration else None,
                       "experiment_deadline": window.deadline}
         if not self.wait_for_completion:
@@ -157,6 +161,19 @@ class SubmitTrialOperator(BaseOperator):
                                         seen_running=outcome.seen_running),
                    method_name="execute_complete")
 
+    def _service_index(self, experiment: Experiment, store: "ExperimentStore", study: Any, storage_id: int,
+                       index: int) -> int:
+        """Which listed platform runs this trial: the one given, the one a retry already used,
+        or (NNI's hybrid mode) the one with the fewest active trials of the experiment."""
+        if self.service_index is not None:
+            return int(self.service_index)
+        recorded = store.storage.get_trial(storage_id).user_attrs.get("service_index")
+        if recorded is not None:
+            return int(recorded)
+        chosen = experiment.choose_service(study, index)
+        store.storage.set_trial_user_attr(storage_id, "service_index", chosen)
+        return chosen
+
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         return complete_from_event(self, context, event)
 
@@ -173,7 +190,9 @@ def complete_from_event(task: BaseOperator, context: Context, event: dict[str, A
     if hasattr(task, "trial_id"):
         task.trial_id = frozen.user_attrs["trial_id"]
         task.parameters = frozen.user_attrs["parameters"]
-        task.command = experiment.trial_spec(frozen.user_attrs["trial_index"], frozen.number, {}).command
+        service_index = int(frozen.user_attrs.get("service_index") or 0)
+        task.command = experiment.trial_spec(frozen.user_attrs["trial_index"], frozen.number, {}, service_index).command
+        task.platform_name = experiment.config.platform_names[service_index]
     return report_trial(context, store, storage_id, TrialStatus(event["status"]), event.get("message"),
                         frozen.user_attrs.get("handle"))
 
