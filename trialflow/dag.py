@@ -40,11 +40,13 @@ def default_dag_id(config_path: Path, experiment_name: str | None) -> str:
 
 
 def experiment_dag(config_path: str | Path, *, dag_id: str | None = None, store_conn_id: str = DEFAULT_CONN_ID,
-                   poll_interval: float = 1.0, defer_after: float = 10.0, **dag_kwargs: Any) -> DAG:
+                   poll_interval: float = 1.0, defer_after: float = 10.0, cleanup: bool = False,
+                   **dag_kwargs: Any) -> DAG:
     """Build the DAG for one NNI experiment config. Extra keyword arguments go to ``DAG``.
 
     ``defer_after``: seconds a trial task waits in its worker before deferring to the
     triggerer; shorter trials finish without the deferral's second task start.
+    ``cleanup``: the end step removes the experiment's files from remote machines.
     """
     path = Path(config_path).expanduser()
     if not path.is_absolute():
@@ -75,7 +77,7 @@ def experiment_dag(config_path: str | Path, *, dag_id: str | None = None, store_
             map_index_template="{{ trial_label }}",
         ).expand(trial_index=list(range(trial_count(config))))
         end = EndExperimentOperator(task_id="end_experiment", config_path=str(path),
-                                    store_conn_id=store_conn_id, trigger_rule="all_done")
+                                    store_conn_id=store_conn_id, trigger_rule="all_done", cleanup=cleanup)
         start >> trials >> end
     return dag
 

@@ -111,3 +111,8 @@ def test_a_missing_code_directory_is_refused_at_parse_time(tmp_path):
     path = write_config(tmp_path, extra="trialCodeDirectory: no-such-folder\n")
     with pytest.raises(ConfigError, match="no-such-folder does not exist"):
         experiment_dag(path)
+
+
+def test_the_end_step_cleans_up_only_when_asked(tmp_path):
+    assert experiment_dag(write_config(tmp_path)).get_task("end_experiment").cleanup is False
+    assert experiment_dag(write_config(tmp_path), cleanup=True).get_task("end_experiment").cleanup is True

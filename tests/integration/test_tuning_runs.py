@@ -172,7 +172,8 @@ def test_a_remote_experiment_on_two_ssh_machines(harness: Harness, ssh_servers):
     config = ("searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 t.py\n"
               "trialConcurrency: 2\nmaxTrialNumber: 4\ntuner: {name: Random}\n"
               f"trainingService:\n  platform: remote\n  machineList:\n{machines}")
-    dag_id, _ = harness.experiment("remote", config, {"t.py": trial}, dag_source=dag_source(defer_after=2.0))
+    dag_id, _ = harness.experiment("remote", config, {"t.py": trial},
+                                   dag_source=dag_source(defer_after=2.0, cleanup=True))
     run_id, state = harness.run(dag_id)
     assert state == "success"
     rows = harness.rows(dag_id, run_id)
@@ -180,6 +181,9 @@ def test_a_remote_experiment_on_two_ssh_machines(harness: Harness, ssh_servers):
     assert all(r["intermediate_count"] == 1 for r in rows)
     hosts = [harness.xcom(dag_id, run_id, "trial", i)["host"] for i in range(4)]
     assert set(hosts) == {f"{a.user}@127.0.0.1:{a.port}", f"{b.user}@127.0.0.1:{b.port}"}
+    experiment_id = experiment_id_for(dag_id, run_id)
+    for server in (a, b):  # cleanup=True: the end step removed the experiment's files
+        assert not (server.home / "trialflow-experiments" / experiment_id).exists()
 
 
 def test_hybrid_spreads_trials_over_local_and_a_remote_machine(harness: Harness, ssh_servers):

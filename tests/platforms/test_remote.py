@@ -311,3 +311,16 @@ def test_code_on_shared_storage_is_read_in_place(ssh_servers, tmp_path):
     with pytest.raises(SshError, match=r"/mnt/not-mounted/project/code is not there; mount nfs.example:/export "
                                        r"at /mnt/not-mounted on it \(trialflow never runs sudo mount\)"):
         platform.prepare("eshared2", code)
+
+
+def test_a_key_with_a_passphrase_and_a_wrong_passphrase(ssh_servers, tmp_path):
+    a, _ = ssh_servers
+    key = a.root / "locked_key"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "open sesame", "-f", str(key)], check=True)
+        with open(a.root / "authorized_keys", "a") as fh:
+            fh.write((a.root / "locked_key.pub").read_text())
+    _platform(tmp_path, [_machine(a, "key", sshKeyFile=str(key), sshPassphrase="open sesame")]).prepare("epass001")
+    with pytest.raises(SshError, match=r"cannot read the private key .*locked_key .*wrong sshPassphrase\?") as err:
+        _platform(tmp_path, [_machine(a, "key", sshKeyFile=str(key), sshPassphrase="wrong")]).prepare("epass002")
+    assert "wrong" not in str(err.value).replace("wrong sshPassphrase", "")  # the passphrase is not echoed

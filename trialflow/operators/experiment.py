@@ -67,8 +67,20 @@ class EndExperimentOperator(_ExperimentStep):
     """Summarise the experiment from the store: per-trial table, best trial, counts.
 
     Runs whatever happened to the trials (trigger rule all_done). It fails only
-    when no trial succeeded, because then there is no result to report.
+    when no trial succeeded, because then there is no result to report. With
+    ``cleanup=True`` it then asks each platform to remove the experiment's files
+    (remote machines: the trial folders; local results are kept, as NNI keeps them).
     """
+
+    def __init__(self, *, cleanup: bool = False, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.cleanup = cleanup
+
+    def _cleanup(self, experiment: Any) -> None:
+        for i in range(len(experiment.config.training_service)):
+            self.log.info("Removing experiment %s's files from %s", experiment.experiment_id,
+                          experiment.config.platform_names[i])
+            experiment.platform(i).cleanup(experiment.experiment_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.tuning.store import best_row
@@ -99,6 +111,8 @@ class EndExperimentOperator(_ExperimentStep):
         }
         self.log.info("Results of experiment %s (%s):\n%s", experiment.experiment_id, mode,
                       format_table(rows, best["trial_index"] if best else None))
+        if self.cleanup:
+            self._cleanup(experiment)
         if best is None:
             raise AirflowFailException(f"no trial of experiment {experiment.experiment_id} succeeded "
                                        f"with a final result ({dict(counts)})")

@@ -79,7 +79,7 @@ def describe_connect_error(target: SshTarget, exc: BaseException) -> str:
                 "(ssh-keyscan), give hostKey, or set hostKeyCheck: false")
     if isinstance(exc, asyncssh.PermissionDenied):
         return f"{where}: authentication failed for user {target.username!r} (wrong key or password?)"
-    if isinstance(exc, asyncssh.KeyImportError):
+    if isinstance(exc, (asyncssh.KeyImportError, asyncssh.KeyEncryptionError)):
         return f"{where}: cannot read the private key {target.key_file} ({exc}; wrong sshPassphrase?)"
     if isinstance(exc, (ConnectionRefusedError, asyncio.TimeoutError, TimeoutError, OSError)):
         return f"{where}: cannot connect to {target.host}:{target.port} ({exc or type(exc).__name__})"
@@ -192,7 +192,8 @@ class SshPool:
                     raise ConnectionLost("the connection closed while running a command")
                 status = result.exit_status if result.exit_status is not None else 128 + 15
                 return status, bytes(result.stdout or b""), bytes(result.stderr or b"")
-            except (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, asyncssh.KeyImportError) as exc:
+            except (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, asyncssh.KeyImportError,
+                    asyncssh.KeyEncryptionError) as exc:
                 raise SshError(describe_connect_error(target, exc)) from exc  # retrying cannot help
             except SshError:
                 raise
