@@ -136,6 +136,7 @@ def test_clear_errors_for_wrong_key_unknown_host_key_and_no_server(ssh_servers, 
         (_machine(a, "key", hostKey=b.host_key_line), "its host key is not trusted"),
         ({**_machine(a, "key"), "hostKey": None, "knownHostsFile": str(tmp_path / "none")}, "host key is not trusted"),
         ({**_machine(a, "key"), "port": 1}, "cannot connect to 127.0.0.1:1"),
+        (_machine(a, "key", hostKey="not a key"), "hostKey is not a public key line like 'ssh-ed25519 AAAA...'"),
     ]
     for machine, message in cases:
         with pytest.raises(SshError, match=message):

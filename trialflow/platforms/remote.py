@@ -53,7 +53,7 @@ LAUNCH_DIR = ".launching"
 READ_CHUNK = 4 * 1024 * 1024
 LAUNCH_GRACE_SECONDS = 60.0
 KILL_GRACE_SECONDS = 5.0
-SEPARATOR = b"\n--trialflow-metrics--\n"
+SEPARATOR = b"\n--trialflow-metrics--\n"  # what `echo; echo --trialflow-metrics--` prints
 #: The wrapper's stdout file (the SSH provider's RemoteJobPaths.log_file).
 METRICS_SOURCE = "stdout.log"
 SDK_FILES = ("trialflow/__init__.py", "trialflow/trial/__init__.py", "trialflow/trial/wire.py")
@@ -84,7 +84,7 @@ def probe_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> s
             'p="$(cat pid 2>/dev/null)"; echo "pid=$p"; '
             'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo alive=1; else echo alive=0; fi; '
             f'echo "cancel=$(cat {CANCEL_FILE} 2>/dev/null)"; '
-            f"printf '{SEPARATOR.decode().encode('unicode_escape').decode()}'; "
+            "echo; echo --trialflow-metrics--; "
             f"tail -c +{offset + 1} {METRICS_SOURCE} 2>/dev/null | head -c {max_bytes}; true")
 
 
@@ -263,15 +263,16 @@ class RemotePlatform:
         except ValueError:
             return 0
 
-    async def _place(self, spec: TrialSpec) -> Machine:
-        """The least loaded machine (trials of this experiment launched and not ended). Ties go
-        round-robin by trial sequence, so trials submitted at the same moment (each seeing the
-        same loads) still spread."""
+    async def _order(self, spec: TrialSpec) -> list[Machine]:
+        """Machines, least loaded first (trials of this experiment launched and not ended). Ties
+        go round-robin by trial sequence, so trials submitted at the same moment (each seeing
+        the same loads) still spread."""
         if len(self.machines) == 1:
-            return self.machines[0]
+            return list(self.machines)
         loads = await asyncio.gather(*(self._running_on(m, spec.experiment_id) for m in self.machines))
         n = len(self.machines)
-        return min(zip(loads, self.machines), key=lambda pair: (pair[0], (pair[1].index - spec.sequence) % n))[1]
+        return [m for _, m in sorted(zip(loads, self.machines),
+                                     key=lambda pair: (pair[0], (pair[1].index - spec.sequence) % n))]
 
     # -- trials ---------------------------------------------------------------------------
 
@@ -347,18 +348,14 @@ class RemotePlatform:
             if (await self._run(machine, f"test -d {shlex.quote(trial_dir)}/{LAUNCH_DIR} && echo yes || true")).strip():
                 return self._handle(spec, machine, trial_dir)
         claims: list[tuple[int, int]] = []
+        order = await self._order(spec)
         if spec.gpu_number > 0:
-            loads = await asyncio.gather(*(self._running_on(m, spec.experiment_id) for m in self.machines))
-            n = len(self.machines)
-            order = [m for _, m in sorted(zip(loads, self.machines),
-                                          key=lambda pair: (pair[0], (pair[1].index - spec.sequence) % n))]
-
             async def trial_for(m: Machine) -> str:
                 return self.trial_dir(await self._base(m), spec.experiment_id, spec.trial_id)
 
             machine, claims = await self._claim_gpus(spec, trial_for, order)
         else:
-            machine = await self._place(spec)
+            machine = order[0]
         base = await self._base(machine)
         trial_dir = self.trial_dir(base, spec.experiment_id, spec.trial_id)
         q = shlex.quote(trial_dir)

@@ -124,7 +124,11 @@ def trusted_host_keys(target: SshTarget) -> Any:
             log.warning("Host key checking is off for machine %s (hostKeyCheck: false)", target.label)
         return None
     if target.host_key:
-        return ([asyncssh.import_public_key(target.host_key)], [], [])
+        try:
+            return ([asyncssh.import_public_key(target.host_key)], [], [])
+        except (asyncssh.KeyImportError, ValueError) as exc:
+            raise SshError(f"machine {target.label}: hostKey is not a public key line "
+                           f"like 'ssh-ed25519 AAAA...' ({exc})") from exc
     path = os.path.expanduser(target.known_hosts)
     return path if os.path.isfile(path) else ([], [], [])
 

@@ -8,9 +8,10 @@ none of NNI's knobs. Parameters are modelled in the unit cube: log-scaled
 where the distribution is, choices by their index (as NNI does).
 
 Differences, on purpose: the warm-up defaults to 10,000 points (NNI:
-100,000) and the kernel optimiser restarts 3 times (NNI: 25), which keeps a
-suggestion at 1,000 finished trials in seconds, not minutes; early-stopped
-trials count with their last intermediate result, as NNI reports them.
+100,000), L-BFGS-B starts from at most 10 points (NNI: 250) and the kernel
+optimiser restarts 3 times (NNI: 25), which keeps a suggestion at 1,000
+finished trials at ~4 s (bench/tuners.py); early-stopped trials count with
+their last intermediate result, as NNI reports them.
 
 scikit-learn and SciPy are imported lazily: they are an optional extra.
 """
@@ -81,8 +82,7 @@ class GPSampler(BaseSampler):
         self.utility, self.kappa, self.xi, self.nu, self.alpha = utility, kappa, xi, nu, alpha
         self.cold_start_num = cold_start_num
         self.warm_up = selection_num_warm_up
-        # L-BFGS-B from this many of the best warm-up points (NNI's default of 250 is mostly spent
-        # re-finding the same optimum; 10 finds it too).
+        # L-BFGS-B from at most 10 of the best warm-up points (NNI: 250), to bound an ask's time.
         self.starting_points = min(selection_num_starting_points, 10)
 
     def reseed_rng(self) -> None:
