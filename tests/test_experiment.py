@@ -120,3 +120,18 @@ def test_hybrid_places_each_trial_on_the_platform_with_fewest_active_trials(tmp_
     finished.set_user_attr("handle", {})
     study.tell(finished, 1.0)  # ended trials do not count: 1 and 2 tie again (one active each)
     assert [experiment.choose_service(study, i) for i in (1, 2)] == [1, 2]
+
+
+def test_a_remote_code_directory_over_nni_limits_is_refused_by_validate(tmp_path, monkeypatch):
+    from trialflow.experiment import check_runnable
+    from trialflow.trial import packing
+
+    monkeypatch.setattr(packing, "MAX_FILES", 3)
+    for i in range(4):
+        (tmp_path / f"f{i}.py").write_text("x")
+    path = tmp_path / "c.yml"
+    path.write_text("searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: 'true'\ntrialConcurrency: 1\n"
+                    "tuner: {name: TPE}\ntrainingService: {platform: remote, machineList: [{host: h, user: u}]}\n")
+    problems = [(p.key_path, p.message) for p in check_runnable(load_config(path))]
+    assert len(problems) == 1 and problems[0][0] == ("trialCodeDirectory",)
+    assert "files to upload; the limit is 3" in problems[0][1]

@@ -8,7 +8,6 @@ scheduler.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 import time
@@ -84,6 +83,14 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
         if service.platform in ("local", "remote") and not code_dir.is_dir():
             problems.append(Problem(file, ("trialCodeDirectory",),
                                     f"the trial code directory {code_dir} does not exist"))
+        elif service.platform == "remote":
+            # What will be uploaded must fit NNI's limits: said now, not by the first trial.
+            from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files
+
+            try:
+                check_limits(code_dir, collect_files(code_dir))
+            except CodeDirectoryError as exc:
+                problems.append(Problem(file, ("trialCodeDirectory",), str(exc)))
     return problems
 
 
@@ -108,11 +115,11 @@ def trial_count(config: ExperimentConfig) -> int:
     except UnsupportedAlgorithm:
         return count  # check_runnable reports it
     space = parse_search_space(config.search_space)
-    if name == "GridSearch":
-        return min(config.max_trial_number or math.inf, len(space.grid()))  # type: ignore[return-value]
-    if name == "BatchTuner":
-        return min(config.max_trial_number or math.inf, len(batch_combinations(space)))  # type: ignore[return-value]
-    return count
+    points = len(space.grid()) if name == "GridSearch" else \
+        len(batch_combinations(space)) if name == "BatchTuner" else None
+    if points is None:
+        return count
+    return min(config.max_trial_number, points) if config.max_trial_number else points
 
 
 def experiment_id_for_run(config: ExperimentConfig, dag_id: str, run_id: str,

@@ -137,6 +137,7 @@ def test_clear_errors_for_wrong_key_unknown_host_key_and_no_server(ssh_servers, 
         ({**_machine(a, "key"), "hostKey": None, "knownHostsFile": str(tmp_path / "none")}, "host key is not trusted"),
         ({**_machine(a, "key"), "port": 1}, "cannot connect to 127.0.0.1:1"),
         (_machine(a, "key", hostKey="not a key"), "hostKey is not a public key line like 'ssh-ed25519 AAAA...'"),
+        (_machine(a, "key", sshKeyFile=str(tmp_path / "no_such_key")), r"sshKeyFile .*no_such_key does not exist"),
     ]
     for machine, message in cases:
         with pytest.raises(SshError, match=message):
@@ -203,7 +204,9 @@ def test_cancel_kills_the_remote_process_group_and_cleanup_removes_files(ssh_ser
     assert subprocess.run(["pgrep", "-u", a.user, "-f", "sleep 300"], capture_output=True).stdout == b""
     platform.cleanup("ecancel1")
     assert not (a.home / "trialflow-experiments" / "ecancel1").exists()
-    assert (a.home / "trialflow-experiments" / ".code").exists()  # staged code stays for reuse
+    # the staged code stays for reuse, still read-only (the trial's view shared its files)
+    staged = list((a.home / "trialflow-experiments" / ".code").glob("*/train.py"))
+    assert staged and all(f.stat().st_mode & 0o222 == 0 for f in staged)
 
 
 def test_render_shows_the_launch_without_secrets(ssh_servers, tmp_path):

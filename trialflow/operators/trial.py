@@ -26,6 +26,7 @@ from trialflow.follow import EXPERIMENT_DEADLINE_REASON, follow_trial
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.platforms.base import TrialStatus, trial_id_for
 from trialflow.platforms.gpus import GpuRequestError
+from trialflow.trial.packing import CodeDirectoryError
 from trialflow.triggers.trial import TrialTrigger
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ class SubmitTrialOperator(BaseOperator):
         platform.prepare(experiment.experiment_id)
         try:
             handle = platform.submit(spec)
-        except GpuRequestError as exc:  # can never run there: retrying would not help
+        except (GpuRequestError, CodeDirectoryError) as exc:  # can never run: retrying would not help
             store.finish(asked.storage_id, TrialStatus.FAILED, None, str(exc))
             raise AirflowFailException(f"trial {spec.trial_id}: {exc}") from exc
         started_at = frozen.user_attrs.get("started_at") or time.time()

@@ -171,10 +171,8 @@ class RemotePlatform:
         if shared is None:
             fp, digest = known_digest(code_dir)
             if digest is not None:  # packed before in this state: staged there already?
-                base = await self._base(machine)
-                folder = f"{base}/.code/{digest[:16]}"
-                found = await self._run(machine, f"test -e {shlex.quote(folder)}/.complete && echo yes || true")
-                if found.strip() == b"yes":
+                folder = await self._staged_folder(machine, digest[:16])
+                if folder is not None:
                     return folder, False
             packed = pack(code_dir)
             remember_digest(fp, packed)
@@ -219,6 +217,12 @@ class RemotePlatform:
         root = Path(trialflow.__file__).resolve().parent.parent
         return pack_files(root, [Path(f) for f in SDK_FILES])
 
+    async def _staged_folder(self, machine: Machine, short_digest: str) -> str | None:
+        """The folder holding content ``short_digest`` on ``machine``, if it was staged completely."""
+        folder = f"{await self._base(machine)}/.code/{short_digest}"
+        found = await self._run(machine, f"test -e {shlex.quote(folder)}/.complete && echo yes || true")
+        return folder if found.strip() == b"yes" else None
+
     async def _stage(self, machine: Machine, packed: PackedCode, kind: str) -> str:
         """Make ``packed`` present on ``machine`` (uploading only if its digest is new there);
         return the folder."""
@@ -227,8 +231,7 @@ class RemotePlatform:
             return self._staged[key]
         base = await self._base(machine)
         folder = f"{base}/.code/{packed.short_digest}"
-        present = await self._run(machine, f"test -e {shlex.quote(folder)}/.complete && echo yes || true")
-        if present.strip() != b"yes":
+        if await self._staged_folder(machine, packed.short_digest) is None:
             archive = f"{base}/.upload-{kind}-{packed.short_digest}-{time.time_ns()}.tar.gz"
             await self._run(machine, f"mkdir -p {shlex.quote(base)} && cat > {shlex.quote(archive)}", packed.archive)
             await self._run(machine, f"cat > {shlex.quote(archive)}.py", Path(unpack.__file__).read_bytes())
@@ -441,7 +444,9 @@ class RemotePlatform:
         for machine in self.machines:
             base = await self._base(machine)
             root = self.experiment_root(base, experiment_id)
-            await self._run(machine, f"chmod -R u+w {shlex.quote(root)} 2>/dev/null; "
+            # Folders only: the trials' code files are hard links of the staged copy, and a
+            # chmod on them would make that shared copy writable for every later experiment.
+            await self._run(machine, f"find {shlex.quote(root)} -type d -exec chmod u+w {{}} + 2>/dev/null; "
                             + build_posix_cleanup_command(root, base))
 
     def cleanup(self, experiment_id: str) -> None:
@@ -453,7 +458,7 @@ class RemotePlatform:
         base = f"$HOME/{BASE_DIR_NAME}"
         trial_dir = self.trial_dir(base, spec.experiment_id, spec.trial_id)
         machine = self.machines[0]
-        env = self.build_env(spec, trial_dir, f"{base}/.code/<digest>", f"{base}/.sdk/<digest>", machine)
+        env = self.build_env(spec, trial_dir, f"{base}/.code/<code digest>", f"{base}/.code/<sdk digest>", machine)
         return {
             "platform": "remote",
             "machines": [m.target.label for m in self.machines],
@@ -461,6 +466,6 @@ class RemotePlatform:
             "trial_directory": trial_dir,
             "environment": {k: v for k, v in sorted(env.items()) if k.startswith("NNI_") or k in (
                 "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")},
-            "launch": self.build_command(spec, trial_dir, f"{base}/.sdk/<digest>", machine),
+            "launch": self.build_command(spec, trial_dir, f"{base}/.code/<sdk digest>", machine),
             "parameter.cfg": json.loads(parameter_text(spec.parameter_id, spec.parameters)),
         }

@@ -101,6 +101,11 @@ async def _open(target: SshTarget) -> "asyncssh.SSHClientConnection":
     if target.password:
         options["password"] = target.password
     if target.key_file:
+        import os
+
+        if not os.path.isfile(os.path.expanduser(target.key_file)):
+            # asyncssh would report an OSError, read as "cannot connect" and retried for seconds
+            raise SshError(f"machine {target.label}: sshKeyFile {target.key_file} does not exist here")
         options["client_keys"] = [target.key_file]
         if target.passphrase:
             options["passphrase"] = target.passphrase
