@@ -11,7 +11,7 @@ export UV_COMPILE_BYTECODE := 1
 
 $(VENV)/.synced: pyproject.toml uv.lock
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
-	uv sync --frozen --compile-bytecode --extra examples --extra ssh --group dev --python $(PYTHON)
+	uv sync --frozen --compile-bytecode --extra examples --extra ssh --extra kubernetes --group dev --python $(PYTHON)
 	@touch $@
 
 venv: $(VENV)/.synced

@@ -57,7 +57,16 @@ def cmd_render(args: argparse.Namespace) -> int:
         rendered = render_trial(args.config, args.trial_index)
     except ConfigError as exc:
         return _fail(exc)
-    sys.stdout.write(yaml.safe_dump(rendered, sort_keys=False, allow_unicode=True))
+    objects = rendered["submission"].get("objects")
+    if objects is None:
+        sys.stdout.write(yaml.safe_dump(rendered, sort_keys=False, allow_unicode=True))
+        return 0
+    # Kubernetes platforms: the objects one trial creates, as multi-document YAML that
+    # `kubectl apply -f -` would take (secret values masked), with what chose them as comments.
+    header = {k: v for k, v in rendered.items() if k != "submission"}
+    for line in yaml.safe_dump(header, sort_keys=False, allow_unicode=True).splitlines():
+        sys.stdout.write(f"# {line}\n")
+    sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, allow_unicode=True, explicit_start=True))
     return 0
 
 

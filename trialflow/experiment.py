@@ -80,7 +80,9 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
         except PlatformUnavailable as exc:
             problems.append(Problem(file, ("trainingService", "platform"), str(exc)))
         code_dir = effective_code_directory(config, i)
-        if service.platform in ("local", "remote") and not code_dir.is_dir():
+        if hasattr(service, "kubernetes_conn_id"):  # a Kubernetes platform
+            problems += _kubernetes_problems(file, i, service, code_dir)
+        elif service.platform in ("local", "remote") and not code_dir.is_dir():
             problems.append(Problem(file, ("trialCodeDirectory",),
                                     f"the trial code directory {code_dir} does not exist"))
         elif service.platform == "remote":
@@ -92,6 +94,31 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
             except CodeDirectoryError as exc:
                 problems.append(Problem(file, ("trialCodeDirectory",), str(exc)))
     return problems
+
+
+def _kubernetes_problems(file: Path | None, index: int, service: Any, code_dir: Path) -> list[Problem]:
+    """Said before an experiment starts: the code must exist and fit where it travels, and
+    mounted storage must be reachable from here."""
+    from trialflow.platforms import kube_storage
+    from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files, pack
+
+    key: tuple = ("trainingService",) if index == 0 else ("trainingService", index)
+    if not code_dir.is_dir():
+        return [Problem(file, ("trialCodeDirectory",), f"the trial code directory {code_dir} does not exist "
+                        "(it is shipped to the pods)")]
+    platform = get_platform_entry(service.platform).load()
+    storage = platform.from_config(service, Path(".")).storage
+    try:
+        total = check_limits(code_dir, collect_files(code_dir))
+        if storage is None and total > kube_storage.CONFIG_MAP_LIMIT // 2:
+            kube_storage.config_map("check", {}, pack(code_dir), "")
+        if storage is not None:
+            kube_storage.check_storage(storage)
+    except CodeDirectoryError as exc:
+        return [Problem(file, ("trialCodeDirectory",), str(exc))]
+    except kube_storage.StorageError as exc:
+        return [Problem(file, key + ("storage",) if storage is not None else ("trialCodeDirectory",), str(exc))]
+    return []
 
 
 def load_runnable_config(path: str | Path) -> ExperimentConfig:

@@ -111,7 +111,15 @@ class OpenpaiConfig(TrainingServiceConfig):
 
 
 class KubernetesStorageConfig(NniModel):
-    """NFS or Azure Files mounted into the pods (NNI's kubeflow/frameworkcontroller storage)."""
+    """Storage the pods mount, which the Airflow side reaches through ``localMountPoint``.
+
+    NNI mounted NFS with sudo on its manager; trialflow never mounts anything: the user
+    mounts the share (or the claim's volume) on the Airflow workers and names the folder.
+    Azure Files takes its key from a Kubernetes secret (``secretName``, holding
+    azurestorageaccountname / azurestorageaccountkey); NNI's keyVault fields are read only to
+    say how to make that secret. Without any storage, code travels in a ConfigMap and
+    metrics come from the pods' logs.
+    """
 
     storage_type: Literal["nfs", "azureStorage", "pvc"] = "nfs"
     server: str | None = None
@@ -120,20 +128,52 @@ class KubernetesStorageConfig(NniModel):
     azure_share: str | None = None
     key_vault_name: str | None = None
     key_vault_key: str | None = None
+    #: trialflow: the Kubernetes secret with the Azure Files account name and key.
+    secret_name: str | None = None
     claim_name: str | None = None
+    #: trialflow: where the Airflow workers see the storage (NNI's pvc ``path`` means the same).
     local_mount_point: ConfigPath | None = None
+    #: trialflow: where the pods see it (NNI: /tmp/mount).
+    container_mount_point: str = "/tmp/mount"
 
     @model_validator(mode="after")
     def _complete(self) -> "KubernetesStorageConfig":
         need = {
             "nfs": ("server", "path"),
-            "azureStorage": ("azure_account", "azure_share", "key_vault_name", "key_vault_key"),
+            "azureStorage": ("azure_account", "azure_share"),
             "pvc": (),
         }[self.storage_type]
         missing = [name for name in need if getattr(self, name) is None]
         if missing:
             names = ", ".join(self.model_fields[m].alias or m for m in missing)
             raise ValueError(f"storageType {self.storage_type} needs {names}")
+        if not self.container_mount_point.startswith("/"):
+            raise ValueError("containerMountPoint must be an absolute path inside the pods")
+        return self
+
+
+class KubernetesServiceConfig(TrainingServiceConfig):
+    """What every Kubernetes platform shares: where the cluster is and how status is followed.
+
+    ``kubernetesConnId`` names an Airflow Kubernetes connection (kube_config_path,
+    kube_config or in_cluster, cluster_context); else ``kubeconfig`` (a file) or the usual
+    default (KUBECONFIG, ~/.kube/config, then in-cluster). ``statusUpdates: watch`` follows
+    every trial of a process over one watch per kind (``poll`` asks per trial and poll).
+    """
+
+    namespace: str = "default"
+    kubernetes_conn_id: str | None = None
+    kubeconfig: ConfigPath | None = None
+    status_updates: Literal["watch", "poll"] = "watch"
+    storage: KubernetesStorageConfig | None = None
+    service_account_name: str | None = None
+
+    needs_trial_command: ClassVar[bool] = False
+
+    @model_validator(mode="after")
+    def _one_cluster_source(self) -> "KubernetesServiceConfig":
+        if self.kubernetes_conn_id is not None and self.kubeconfig is not None:
+            raise ValueError("set kubernetesConnId or kubeconfig, not both")
         return self
 
 
@@ -148,17 +188,15 @@ class KubeflowRoleConfig(NniModel):
     private_registry_auth_path: ConfigPath | None = None
 
 
-class KubeflowConfig(TrainingServiceConfig):
+class KubeflowConfig(KubernetesServiceConfig):
     platform: Literal["kubeflow"] = "kubeflow"
     operator: Literal["tf-operator", "pytorch-operator"]
-    api_version: str = "v1"
-    storage: KubernetesStorageConfig | None = None
+    #: NNI's v1alpha2 / v1beta1 / v1beta2 are accepted and sent as v1 (the only version the
+    #: training operator still serves); the platform logs what it sends.
+    api_version: Literal["v1", "v1alpha2", "v1beta1", "v1beta2"] = "v1"
     worker: KubeflowRoleConfig | None = None
     ps: KubeflowRoleConfig | None = None
     master: KubeflowRoleConfig | None = None
-    namespace: str = "default"
-
-    needs_trial_command: ClassVar[bool] = False
 
     @model_validator(mode="after")
     def _roles_fit_operator(self) -> "KubeflowConfig":
@@ -190,16 +228,11 @@ class FrameworkTaskRoleConfig(NniModel):
     private_registry_auth_path: ConfigPath | None = None
 
 
-class FrameworkControllerConfig(TrainingServiceConfig):
+class FrameworkControllerConfig(KubernetesServiceConfig):
     platform: Literal["frameworkcontroller"] = "frameworkcontroller"
-    storage: KubernetesStorageConfig | None = None
-    service_account_name: str | None = None
     task_roles: list[FrameworkTaskRoleConfig] = Field(default_factory=list)
-    namespace: str = "default"
-    #: trialflow: NNI v1's configPath, a Framework YAML used as the template.
+    #: NNI v1's configPath: a Framework YAML used as the template.
     config_path: ConfigPath | None = None
-
-    needs_trial_command: ClassVar[bool] = False
 
     @model_validator(mode="after")
     def _roles_or_template(self) -> "FrameworkControllerConfig":
@@ -212,6 +245,8 @@ class AdaptdlNfsConfig(NniModel):
     server: str
     path: str
     container_mount_path: str
+    #: trialflow: where the Airflow workers see this share (needed to use it for code and metrics).
+    local_mount_point: ConfigPath | None = None
 
 
 class AdaptdlCheckpointConfig(NniModel):
@@ -219,12 +254,12 @@ class AdaptdlCheckpointConfig(NniModel):
     storage_size: str
 
 
-class AdaptdlConfig(TrainingServiceConfig):
+class AdaptdlConfig(KubernetesServiceConfig):
     """AdaptDL had only a v1 schema in NNI (trainingServicePlatform: adl)."""
 
     platform: Literal["adl"] = "adl"
     docker_image: str
-    namespace: str = "default"
+    needs_trial_command: ClassVar[bool] = True
     image_pull_secrets: list[dict] | None = None
     nfs: AdaptdlNfsConfig | None = None
     adaptive: bool = False
@@ -233,16 +268,21 @@ class AdaptdlConfig(TrainingServiceConfig):
     memory_size: SizeMB | None = None
 
 
-class KubeflowTrainerConfig(TrainingServiceConfig):
-    """Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1): trialflow's addition."""
+class KubeflowTrainerConfig(KubernetesServiceConfig):
+    """Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1): trialflow's addition.
+
+    The command is trialCommand; the runtime (a ClusterTrainingRuntime unless
+    ``runtimeKind`` says TrainingRuntime) brings the rest of the pod.
+    """
 
     platform: Literal["kubeflow-trainer"] = "kubeflow-trainer"
     runtime_ref: str
-    namespace: str = "default"
+    runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = "ClusterTrainingRuntime"
     docker_image: str | None = None
     num_nodes: int = Field(default=1, ge=1)
     cpu_number: float | None = Field(default=None, gt=0)
     memory_size: SizeMB | None = None
+    needs_trial_command: ClassVar[bool] = True
 
 
 # --- hosted services ------------------------------------------------------------------

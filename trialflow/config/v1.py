@@ -233,7 +233,7 @@ def _k8s_storage(c: _Converter, section: dict[str, Any], path: tuple[PathPart, .
                          {"accountName": "azureAccount", "azureShare": "azureShare"})
         return {"storageType": "azureStorage", **vault, **share}
     if kind == "pvc":
-        pvc = c.rename(_get(section, "pvc"), path + ("pvc",), {"path": "path", "claimName": "claimName"})
+        pvc = c.rename(_get(section, "pvc"), path + ("pvc",), {"path": "localMountPoint", "claimName": "claimName"})
         return {"storageType": "pvc", **pvc}
     c.problem(path + ("storage",), f"unknown storage {kind!r}; expected nfs, azureStorage or pvc")
     return None

@@ -37,9 +37,9 @@ WORKER_POLL_INTERVAL = 0.2
 
 
 def experiment_for(config_path: str, context: Context) -> Experiment:
-    from trialflow.hooks import ssh
+    from trialflow.hooks import register_connectors
 
-    ssh.register()  # machines named by an Airflow SSH connection
+    register_connectors()  # machines and clusters named by Airflow connections
     conf = getattr(context.get("dag_run"), "conf", None) or {}
     return Experiment.for_run(config_path, context["dag"].dag_id, context["run_id"], conf=conf)
 

@@ -61,6 +61,10 @@ _NOT_YET = "trialflow validates this platform's config, but its runner is not pa
 _BUILTIN_IMPLEMENTATIONS: dict[str, str] = {
     "local": "trialflow.platforms.local:LocalPlatform",
     "remote": "trialflow.platforms.remote:RemotePlatform",
+    "kubeflow": "trialflow.platforms.kubeflow:KubeflowPlatform",
+    "kubeflow-trainer": "trialflow.platforms.kubeflow_trainer:KubeflowTrainerPlatform",
+    "frameworkcontroller": "trialflow.platforms.frameworkcontroller:FrameworkControllerPlatform",
+    "adl": "trialflow.platforms.adaptdl:AdaptdlPlatform",
 }
 
 

@@ -23,7 +23,6 @@ import logging
 import shlex
 import time
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ClassVar, Mapping
 
@@ -42,7 +41,7 @@ from trialflow.platforms.local import local_status
 from trialflow.platforms.ssh import POOL, SshError, SshTarget, run_sync
 from trialflow.trial import unpack
 from trialflow.trial.env import trial_env
-from trialflow.trial.packing import PackedCode, known_digest, pack, pack_files, remember_digest
+from trialflow.trial.packing import PackedCode, known_digest, pack, pack_sdk, remember_digest
 from trialflow.trial.protocol import parameter_text, read_stdout_lines
 
 log = logging.getLogger(__name__)
@@ -56,7 +55,6 @@ KILL_GRACE_SECONDS = 5.0
 SEPARATOR = b"\n--trialflow-metrics--\n"  # what `echo; echo --trialflow-metrics--` prints
 #: The wrapper's stdout file (the SSH provider's RemoteJobPaths.log_file).
 METRICS_SOURCE = "stdout.log"
-SDK_FILES = ("trialflow/__init__.py", "trialflow/trial/__init__.py", "trialflow/trial/wire.py")
 
 
 def remote_status(exit_code: int | None, cancel: TrialStatus | None, alive: bool, has_pid: bool,
@@ -210,12 +208,9 @@ class RemotePlatform:
 
     # -- staging --------------------------------------------------------------------------
 
-    @cached_property
+    @property
     def _sdk(self) -> PackedCode:
-        import trialflow
-
-        root = Path(trialflow.__file__).resolve().parent.parent
-        return pack_files(root, [Path(f) for f in SDK_FILES])
+        return pack_sdk()
 
     async def _staged_folder(self, machine: Machine, short_digest: str) -> str | None:
         """The folder holding content ``short_digest`` on ``machine``, if it was staged completely."""

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from trialflow.platforms.background import run_sync  # noqa: F401  (the remote platform's sync calls)
 
 if TYPE_CHECKING:
     import asyncssh
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 #: Channels at once per connection: below OpenSSH's default MaxSessions of 10, with room for
 #: sessions sshd is still closing (at 8, a burst of short commands met "open failed").
@@ -218,31 +218,10 @@ class SshPool:
         raise SshError(describe_connect_error(target, last or RuntimeError("unknown"))) from last
 
     async def close(self) -> None:
-        conns = self._by_loop.pop(id(asyncio.get_running_loop()), {})
+        conns = self._by_loop.pop(asyncio.get_running_loop(), {})
         for slot in conns.values():
             if slot.conn is not None:
                 slot.conn.close()
 
 
-class _BackgroundLoop:
-    """One event loop thread per process for the synchronous calls (submit, cancel), so they
-    reuse connections across calls too."""
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock = threading.Lock()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        with self._lock:
-            if self._loop is None or self._loop.is_closed():
-                self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="trialflow-ssh", daemon=True).start()
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-
 POOL = SshPool()
-_BACKGROUND = _BackgroundLoop()
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    return _BACKGROUND.run(coro)

@@ -53,9 +53,9 @@ class TrialSensor(BaseSensorOperator):
         return super().execute(context)
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
-        from trialflow.hooks import ssh
+        from trialflow.hooks import register_connectors
 
-        ssh.register()
+        register_connectors()
         sub = self.submission
         experiment = Experiment(load_runnable_config(sub["config_path"]), sub["experiment_id"],
                                 Path(sub["workdir"]))

@@ -121,6 +121,22 @@ def pack_files(root: Path, files: list[Path], total: int | None = None) -> Packe
     return PackedCode(gzip.compress(data, compresslevel=1, mtime=0), digest, len(files), total)
 
 
+#: trialflow's stdlib-only trial SDK: what a trial needs on PYTHONPATH to ``import trialflow.trial``.
+SDK_FILES = ("trialflow/__init__.py", "trialflow/trial/__init__.py", "trialflow/trial/wire.py")
+_sdk_cache: list[PackedCode] = []
+
+
+def pack_sdk() -> PackedCode:
+    """The light SDK as an archive, shipped beside the code to machines and pods (so trial code
+    using it needs nothing installed there). Packed once per process."""
+    if not _sdk_cache:
+        import trialflow
+
+        root = Path(trialflow.__file__).resolve().parent.parent
+        _sdk_cache.append(pack_files(root, [Path(f) for f in SDK_FILES]))
+    return _sdk_cache[0]
+
+
 # -- knowing the digest without packing again --------------------------------------------
 
 

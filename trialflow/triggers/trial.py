@@ -52,10 +52,10 @@ class TrialTrigger(BaseTrigger):
 
     def _open(self) -> tuple["TrainingPlatform", "ExperimentStore", "StopCheck | None"]:
         from trialflow.experiment import Experiment, load_runnable_config
-        from trialflow.hooks import ssh
+        from trialflow.hooks import register_connectors
         from trialflow.hooks.store import ExperimentStoreHook
 
-        ssh.register()
+        register_connectors()
 
         experiment = Experiment(load_runnable_config(self.config_path), self.experiment_id, Path(self.workdir))
         store = ExperimentStoreHook(self.store_conn_id).get_conn()

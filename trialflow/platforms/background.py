@@ -1,0 +1,37 @@
+"""One event loop thread per process for the platforms' synchronous calls.
+
+Submit, cancel and cleanup are synchronous in the platform contract, while the
+clients (asyncssh, kubernetes_asyncio) are async and keep connections per event
+loop. Running every synchronous call on the same background loop lets those
+calls share connections instead of opening one per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Coroutine, TypeVar
+
+T = TypeVar("T")
+
+
+class BackgroundLoop:
+    def __init__(self, name: str = "trialflow-platforms") -> None:
+        self._name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name=self._name, daemon=True).start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+
+_BACKGROUND = BackgroundLoop()
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the process's platform loop and wait for its result."""
+    return _BACKGROUND.run(coro)

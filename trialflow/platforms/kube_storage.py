@@ -1,0 +1,224 @@
+"""How a trial's code, parameters and metrics travel between Airflow and its pods.
+
+Pure builders (volumes, mounts, the container's start script, the ConfigMap)
+plus the Airflow-side file work for mounted storage. Two ways:
+
+* **ConfigMap** (no storage configured, trialflow's default): the packed code,
+  trialflow's light SDK, NNI's parameter.cfg and the stdlib extractor travel in
+  one ConfigMap per trial; the pod unpacks them into an emptyDir; metrics are
+  the ``NNISDK_MEb`` lines of the metrics pod's log, read through the API.
+  Nothing to mount anywhere, no inbound port.
+* **Mounted storage** (NNI's NFS or Azure Files, or a PersistentVolumeClaim):
+  the pods mount it at ``containerMountPoint`` (NNI: /tmp/mount); the Airflow
+  workers see the same files at ``localMountPoint``, which the user mounted
+  (trialflow never runs sudo mount). Code is copied there once per experiment,
+  parameter.cfg once per trial, and each pod tees its output into
+  ``trials/<trial>/logs/<pod>.log``, which Airflow reads by byte offset.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trialflow.config.platforms import KubernetesStorageConfig
+from trialflow.trial import unpack
+from trialflow.trial.packing import PackedCode, check_limits, collect_files, pack_sdk, SDK_FILES
+from trialflow.trial.protocol import parameter_text
+
+FILES_DIR = "/tmp/trialflow/files"   # the ConfigMap, read-only
+WORK_DIR = "/tmp/trialflow/work"     # an emptyDir: the trial's own copy of the code
+FILES_VOLUME = "trialflow-files"
+WORK_VOLUME = "trialflow-work"
+STORAGE_VOLUME = "nni-vol"           # NNI's volume name
+#: The API server refuses a ConfigMap over 1 MiB (data + binaryData, raw bytes); the rest of
+#: the object needs a little room.
+CONFIG_MAP_LIMIT = 1024 * 1024 - 8 * 1024
+
+
+class StorageError(ValueError):
+    """Storage that cannot work as configured; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class TrialPaths:
+    """Where a trial's files are inside its pods."""
+
+    sys_dir: str       # NNI_SYS_DIR: parameter.cfg, nni's own files
+    code_dir: str      # the trial's working directory (its own copy of the code)
+    sdk_dir: str       # on PYTHONPATH
+    log_dir: str | None  # mounted storage: where each pod tees its output
+
+
+def storage_root(storage: KubernetesStorageConfig) -> str:
+    return f"{storage.container_mount_point.rstrip('/')}/trialflow"
+
+
+def trial_paths(storage: KubernetesStorageConfig | None, experiment_id: str, trial_id: str) -> TrialPaths:
+    if storage is None:
+        return TrialPaths(f"{WORK_DIR}/sys", f"{WORK_DIR}/code", f"{WORK_DIR}/sdk", None)
+    root = f"{storage_root(storage)}/{experiment_id}"
+    sys_dir = f"{root}/trials/{trial_id}"
+    return TrialPaths(sys_dir, f"{WORK_DIR}/code", f"{root}/sdk", f"{sys_dir}/logs")
+
+
+def volumes(storage: KubernetesStorageConfig | None, config_map: str) -> list[dict[str, Any]]:
+    """The pod volumes for a trial (the same for every role)."""
+    vols: list[dict[str, Any]] = [{"name": WORK_VOLUME, "emptyDir": {}}]
+    if storage is None:
+        vols.append({"name": FILES_VOLUME, "configMap": {"name": config_map}})
+    elif storage.storage_type == "nfs":
+        vols.append({"name": STORAGE_VOLUME, "nfs": {"server": storage.server, "path": storage.path}})
+    elif storage.storage_type == "azureStorage":
+        vols.append({"name": STORAGE_VOLUME, "azureFile": {
+            "secretName": storage.secret_name, "shareName": storage.azure_share, "readOnly": False}})
+    elif storage.claim_name:
+        vols.append({"name": STORAGE_VOLUME, "persistentVolumeClaim": {"claimName": storage.claim_name}})
+    return vols
+
+
+def volume_mounts(storage: KubernetesStorageConfig | None) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [{"name": WORK_VOLUME, "mountPath": WORK_DIR}]
+    if storage is None:
+        mounts.append({"name": FILES_VOLUME, "mountPath": FILES_DIR, "readOnly": True})
+    else:
+        mounts.append({"name": STORAGE_VOLUME, "mountPath": storage.container_mount_point})
+    return mounts
+
+
+def start_script(storage: KubernetesStorageConfig | None, paths: TrialPaths, command: str) -> str:
+    """The container's shell script: put the code in place, then run the trial command.
+
+    POSIX sh only (images differ). With a ConfigMap the trial command's output is the pod
+    log; with mounted storage it is also teed into the pod's own log file there, keeping
+    the command's exit code (sh has no pipefail).
+    """
+    q = shlex.quote
+    py = 'PY="$(command -v python3 || command -v python)"'
+    lines = ["set -e", py, f"mkdir -p {q(paths.sys_dir)} {q(WORK_DIR)}"]
+    if storage is None:
+        lines += [
+            f'"$PY" {FILES_DIR}/unpack.py {FILES_DIR}/code.tar.gz {q(paths.code_dir)}',
+            f'"$PY" {FILES_DIR}/unpack.py {FILES_DIR}/sdk.tar.gz {q(paths.sdk_dir)}',
+            f"cp {FILES_DIR}/parameter.cfg {q(paths.sys_dir)}/parameter.cfg",
+        ]
+    else:
+        code = paths.sdk_dir.rsplit("/", 1)[0] + "/code"
+        lines += [f"cp -R {q(code)} {q(paths.code_dir)}", f"mkdir -p {q(paths.log_dir or '')}"]
+    lines += [f"export PYTHONPATH={q(paths.sdk_dir)}${{PYTHONPATH:+:$PYTHONPATH}}", f"cd {q(paths.code_dir)}"]
+    if storage is None:
+        lines.append(f"exec sh -c {q(command)}")
+    else:
+        log = f'{q(paths.log_dir or "")}/"$HOSTNAME".log'
+        lines += ["set +e", f"{{ sh -c {q(command)} 2>&1; echo $? > {WORK_DIR}/rc; }} | tee -a {log}",
+                  f'exit "$(cat {WORK_DIR}/rc)"']
+    return "\n".join(lines) + "\n"
+
+
+def config_map(name: str, labels: dict[str, str], code: PackedCode, parameter_cfg: str) -> dict[str, Any]:
+    """The trial's ConfigMap: code and SDK archives (binaryData), parameter.cfg, the extractor.
+    Raises StorageError when it cannot fit."""
+    sdk = pack_sdk()
+    extractor = Path(unpack.__file__).read_text(encoding="utf-8")
+    size = len(code.archive) + len(sdk.archive) + len(parameter_cfg.encode()) + len(extractor.encode())
+    if size > CONFIG_MAP_LIMIT:
+        raise StorageError(
+            f"the packed trial code is {len(code.archive) / 1024:.0f} KiB ({code.file_count} files, "
+            f"{code.total_bytes / 1024 / 1024:.1f} MB unpacked); a ConfigMap holds at most 1 MiB. Leave data and "
+            "outputs out with .nniignore, put them in the image, or configure storage (nfs, azureStorage or pvc) "
+            "so the code is read from a mounted share")
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": dict(labels)},
+        "data": {"parameter.cfg": parameter_cfg, "unpack.py": extractor},
+        "binaryData": {"code.tar.gz": base64.b64encode(code.archive).decode(),
+                       "sdk.tar.gz": base64.b64encode(sdk.archive).decode()},
+    }
+
+
+# -- the Airflow side of mounted storage -----------------------------------------------------
+
+
+def local_root(storage: KubernetesStorageConfig, experiment_id: str) -> Path:
+    if storage.local_mount_point is None:
+        raise StorageError(_mount_hint(storage))
+    return Path(storage.local_mount_point) / "trialflow" / experiment_id
+
+
+def _mount_hint(storage: KubernetesStorageConfig) -> str:
+    source = {"nfs": f"the NFS export {storage.server}:{storage.path}",
+              "azureStorage": f"the Azure file share {storage.azure_account}/{storage.azure_share}",
+              "pvc": f"the volume of claim {storage.claim_name}"}[storage.storage_type]
+    return (f"storage {storage.storage_type} needs localMountPoint: mount {source} on the Airflow workers "
+            "and give the folder (trialflow never runs sudo mount)")
+
+
+def check_storage(storage: KubernetesStorageConfig) -> None:
+    """Fail before any trial starts when the storage cannot be used from here."""
+    root = local_root(storage, "x").parent
+    mount = Path(storage.local_mount_point or "")
+    if not mount.is_dir():
+        raise StorageError(f"localMountPoint {mount} is not a folder here: {_mount_hint(storage)}")
+    if storage.storage_type == "azureStorage" and not storage.secret_name:
+        vault = (f"e.g. kubectl create secret generic NAME --from-literal=azurestorageaccountname="
+                 f"{storage.azure_account} --from-literal=azurestorageaccountkey=\"$(az keyvault secret show "
+                 f"--vault-name {storage.key_vault_name or 'VAULT'} --name {storage.key_vault_key or 'KEY'} "
+                 "--query value -o tsv)\"")
+        raise StorageError(f"azureStorage needs secretName, a Kubernetes secret with the share's key ({vault})")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot write to localMountPoint {mount}: {exc}") from None
+
+
+def stage_code(storage: KubernetesStorageConfig, experiment_id: str, code_dir: Path) -> Path:
+    """Copy the code (honouring .nniignore and NNI's limits) and the SDK to the storage, once
+    per experiment; concurrent submitters race safely (the first complete copy wins)."""
+    root = local_root(storage, experiment_id)
+    for name, source, files in (("code", Path(code_dir), None), ("sdk", None, None)):
+        target = root / name
+        if (target / ".complete").exists():
+            continue
+        if source is None:
+            import trialflow
+
+            source = Path(trialflow.__file__).resolve().parent.parent
+            files = [Path(f) for f in SDK_FILES]
+        else:
+            files = collect_files(source)
+            check_limits(source, files)
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+        for rel in files:
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / rel, tmp / rel, follow_symlinks=False)
+        (tmp / ".complete").touch()
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another submitter got there first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def write_parameters(storage: KubernetesStorageConfig, experiment_id: str, trial_id: str,
+                     parameter_id: Any, parameters: dict[str, Any]) -> None:
+    """parameter.cfg atomically, before the job exists (nni polls for a non-empty file)."""
+    folder = local_root(storage, experiment_id) / "trials" / trial_id
+    (folder / "logs").mkdir(parents=True, exist_ok=True)
+    tmp = folder / "parameter.cfg.tmp"
+    tmp.write_text(parameter_text(parameter_id, parameters), encoding="utf-8")
+    os.replace(tmp, folder / "parameter.cfg")
+
+
+def local_log_file(storage: KubernetesStorageConfig, experiment_id: str, trial_id: str, pod: str) -> Path:
+    return local_root(storage, experiment_id) / "trials" / trial_id / "logs" / f"{pod}.log"
+
+
+def remove_experiment(storage: KubernetesStorageConfig, experiment_id: str) -> None:
+    shutil.rmtree(local_root(storage, experiment_id), ignore_errors=True)

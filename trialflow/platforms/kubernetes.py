@@ -1,0 +1,418 @@
+"""The machinery every Kubernetes platform shares; each kind is a small module beside it.
+
+A kind module (kubeflow, kubeflow_trainer, frameworkcontroller, adaptdl) gives
+pure builders and tables: the manifest for one trial, its status map, which
+pod's log carries the metrics, and how it is stopped. This module does the
+rest the same way for all of them:
+
+* submit: the trial's ConfigMap (or its files on mounted storage), then the
+  job; a name that exists already is re-attached, never started twice;
+* poll: status from the kind's table, read from a per-process watch cache
+  (``statusUpdates: watch``) or one GET (``poll``); metrics from the metrics
+  pod's log (incrementally, by timestamp) or its file on mounted storage (by
+  byte offset);
+* cancel: the reason is written on the object first (so a follower that next
+  sees it deleted knows why), then it is deleted with propagationPolicy
+  Background, or stopped where the kind has a stop (Framework executionType);
+* cleanup: everything labelled with the experiment id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping
+
+from trialflow.config.platforms import KubernetesServiceConfig, KubernetesStorageConfig
+from trialflow.platforms import kube_storage
+from trialflow.platforms.background import run_sync
+from trialflow.platforms.base import CANCEL_STATUSES, Cursor, TrialHandle, TrialSpec, TrialStatus, TrialUpdate
+from trialflow.platforms.kube_client import (
+    INFORMERS,
+    Cluster,
+    CustomObjects,
+    KubernetesError,
+    Resource,
+    new_log_lines,
+    read_local_bytes,
+    since_time,
+)
+from trialflow.trial.env import trial_env
+from trialflow.trial.packing import pack
+from trialflow.trial.protocol import parameter_text, read_stdout_lines
+
+log = logging.getLogger(__name__)
+
+NAME_LIMIT = 63
+LABEL_EXPERIMENT = "trialflow.io/experiment"
+LABEL_TRIAL = "trialflow.io/trial"
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+CANCEL_ANNOTATION = "trialflow.io/cancel"
+#: How often a running trial's log is read for metrics (status comes from the watch).
+LOG_INTERVAL_SECONDS = 5.0
+
+#: A status rule: (condition type or state value, the TrialStatus it means).
+StatusRules = tuple[tuple[str, TrialStatus], ...]
+
+
+def object_name(trial_id: str, prefix: str = "trialflow") -> str:
+    """A DNS-1035 label from the trial id: lowercase, [a-z0-9-], starting with a letter, at most
+    63 characters (long ids keep a hash of the whole so two never meet)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", f"{prefix}-{trial_id}".lower()).strip("-")
+    if len(name) > NAME_LIMIT:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = name[:NAME_LIMIT - 9].rstrip("-") + "-" + digest
+    return name
+
+
+def trial_labels(spec: TrialSpec) -> dict[str, str]:
+    return {LABEL_MANAGED: "trialflow", LABEL_EXPERIMENT: spec.experiment_id, LABEL_TRIAL: spec.trial_id}
+
+
+def experiment_selector(experiment_id: str) -> str:
+    return f"{LABEL_MANAGED}=trialflow,{LABEL_EXPERIMENT}={experiment_id}"
+
+
+def condition_status(obj: Mapping[str, Any], rules: StatusRules) -> TrialStatus | None:
+    """The first rule whose condition type is present with status "True" (rules in priority
+    order: terminal first), or None. Reading only the last condition is wrong: operators
+    append and flip conditions, and the last one is not always the state."""
+    true_types = {c.get("type") for c in (obj.get("status") or {}).get("conditions") or []
+                  if str(c.get("status")) == "True"}
+    for kind, status in rules:
+        if kind in true_types:
+            return status
+    return None
+
+
+def condition_message(obj: Mapping[str, Any], kind: str) -> str | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind and str(c.get("status")) == "True":
+            return " ".join(x for x in (c.get("reason"), c.get("message")) if x) or None
+    return None
+
+
+def resources(cpu: float | None, memory_mb: int | None, gpus: int) -> dict[str, Any]:
+    """requests == limits, as NNI set them; GPUs as nvidia.com/gpu."""
+    amounts: dict[str, Any] = {}
+    if cpu is not None:
+        amounts["cpu"] = f"{cpu:g}"
+    if memory_mb is not None:
+        amounts["memory"] = f"{int(memory_mb)}Mi"
+    if gpus:
+        amounts["nvidia.com/gpu"] = gpus
+    return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
+
+
+class KubernetesPlatform:
+    """Base of the Kubernetes platforms. Subclasses set the class attributes and builders."""
+
+    name: ClassVar[str]
+    resource: ClassVar[Resource]
+    #: NNI_PLATFORM for the trial (nni then writes metrics to stdout).
+    nni_platform: ClassVar[str]
+    #: Stopping: True deletes the object; False patches ``stop_patch`` (FrameworkController).
+    cancel_by_delete: ClassVar[bool] = True
+    stop_patch: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, config: KubernetesServiceConfig, experiment_dir: Path):
+        self.config = config
+        self.experiment_dir = Path(experiment_dir)
+        self.cluster = Cluster(config.kubernetes_conn_id, str(config.kubeconfig) if config.kubeconfig else None)
+        self.api = CustomObjects(self.cluster, config.namespace)
+        self._cancelled: dict[str, tuple[TrialStatus, str]] = {}
+
+    @classmethod
+    def from_config(cls, service_config: Any, experiment_dir: Path) -> "KubernetesPlatform":
+        return cls(service_config, experiment_dir)
+
+    # -- what a kind module provides ---------------------------------------------------------
+
+    @property
+    def storage(self) -> KubernetesStorageConfig | None:
+        return self.config.storage
+
+    def build_job(self, spec: TrialSpec, name: str, pod: "PodParts") -> dict[str, Any]:
+        raise NotImplementedError
+
+    def status_of(self, obj: Mapping[str, Any]) -> tuple[TrialStatus, str | None]:
+        raise NotImplementedError
+
+    def metrics_pod_selector(self, name: str) -> str:
+        """Label selector of the pod whose output carries the metrics (rank 0 of the first role)."""
+        raise NotImplementedError
+
+    metrics_container: ClassVar[str | None] = None
+
+    # -- shared builders ---------------------------------------------------------------------
+
+    def pod_parts(self, spec: TrialSpec, name: str) -> "PodParts":
+        paths = kube_storage.trial_paths(self.storage, spec.experiment_id, spec.trial_id)
+        env = trial_env(platform=self.nni_platform, experiment_id=spec.experiment_id, trial_id=spec.trial_id,
+                        sys_dir=paths.sys_dir, output_dir=paths.sys_dir, sequence=spec.sequence,
+                        code_dir=paths.code_dir, base={})
+        env.pop("CUDA_VISIBLE_DEVICES", None)  # the device plugin decides which GPUs a pod sees
+        env.update(spec.env)
+        return PodParts(
+            labels=trial_labels(spec),
+            env=[{"name": k, "value": v} for k, v in sorted(env.items())],
+            volumes=kube_storage.volumes(self.storage, config_map_name(name)),
+            volume_mounts=kube_storage.volume_mounts(self.storage),
+            script=lambda command: kube_storage.start_script(self.storage, paths, command),
+            service_account=self.config.service_account_name,
+        )
+
+    def config_map(self, spec: TrialSpec, name: str) -> dict[str, Any] | None:
+        if self.storage is not None:
+            return None
+        return kube_storage.config_map(config_map_name(name), trial_labels(spec), pack(spec.code_dir),
+                                       parameter_text(spec.parameter_id, spec.parameters))
+
+    def extra_objects(self, spec: TrialSpec) -> list[dict[str, Any]]:
+        """Core objects the job needs besides its ConfigMap (image pull secrets, claims)."""
+        return []
+
+    def objects(self, spec: TrialSpec) -> list[dict[str, Any]]:
+        """Every object one trial creates, in creation order, exactly as sent."""
+        name = object_name(spec.trial_id)
+        out = list(self.extra_objects(spec))
+        cm = self.config_map(spec, name)
+        if cm is not None:
+            out.append(cm)
+        job = self.build_job(spec, name, self.pod_parts(spec, name))
+        job.setdefault("metadata", {})
+        job["metadata"]["namespace"] = self.config.namespace
+        for obj in out:
+            obj["metadata"]["namespace"] = self.config.namespace
+        out.append(job)
+        return out
+
+    # -- platform contract ------------------------------------------------------------------
+
+    async def _prepare(self) -> None:
+        from kubernetes_asyncio.client import ApisApi  # noqa: F401  (fail early if the extra is missing)
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        from trialflow.platforms.kube_client import POOL, describe_api_error
+
+        client = await POOL.get(self.cluster)
+        try:
+            POOL.requests += 1
+            response = await client.call_api(f"/apis/{self.resource.api_version}", "GET",
+                                             auth_settings=["BearerToken"], response_types_map={200: "object"},
+                                             _return_http_data_only=True, _request_timeout=30)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise KubernetesError(
+                    f"{self.cluster.label} does not serve {self.resource.api_version}: the {self.resource.kind} "
+                    f"CRD ({self.resource.crd_name}) is not installed; install its operator first") from None
+            raise KubernetesError(describe_api_error(exc, self.cluster, "checking the cluster")) from None
+        except KubernetesError:
+            raise
+        except Exception as exc:
+            raise KubernetesError(describe_api_error(exc, self.cluster, "checking the cluster")) from None
+        plurals = {r.get("name") for r in (response or {}).get("resources", [])}
+        if self.resource.plural not in plurals:
+            raise KubernetesError(f"{self.cluster.label} serves {self.resource.api_version} but not "
+                                  f"{self.resource.plural}: is the {self.resource.kind} CRD installed?")
+
+    def prepare(self, experiment_id: str, code_dir: Path | None = None) -> None:
+        """Fail before any trial when the cluster, the CRD or the storage cannot work."""
+        if self.storage is not None:
+            kube_storage.check_storage(self.storage)
+        run_sync(self._prepare())
+
+    async def _submit(self, spec: TrialSpec) -> TrialHandle:
+        name = object_name(spec.trial_id)
+        existing = await self.api.get(self.resource, name)
+        if existing is not None:  # a retried task: re-attach, never start it twice
+            return self._handle(spec, name, existing)
+        if self.storage is not None:
+            kube_storage.stage_code(self.storage, spec.experiment_id, spec.code_dir)
+            kube_storage.write_parameters(self.storage, spec.experiment_id, spec.trial_id, spec.parameter_id,
+                                          spec.parameters)
+        objects = self.objects(spec)
+        for obj in objects[:-1]:
+            await self.api.create_core(obj)
+        created, _ = await self.api.create(self.resource, objects[-1])
+        return self._handle(spec, name, created)
+
+    def _handle(self, spec: TrialSpec, name: str, obj: Mapping[str, Any]) -> TrialHandle:
+        return {"platform": self.name, "trial_id": spec.trial_id, "experiment_id": spec.experiment_id,
+                "name": name, "namespace": self.config.namespace, "kind": self.resource.kind,
+                "uid": (obj.get("metadata") or {}).get("uid"), "host": self.cluster.label,
+                "submitted_at": time.time()}
+
+    def submit(self, spec: TrialSpec) -> TrialHandle:
+        if self.storage is None:
+            self.config_map(spec, object_name(spec.trial_id))  # too big for a ConfigMap: fail before any call
+        return run_sync(self._submit(spec))
+
+    async def _object(self, handle: TrialHandle) -> tuple[dict[str, Any] | None, bool]:
+        """(the job or its last state, deleted?) from the watch cache, else one GET."""
+        name = handle["name"]
+        if self.config.status_updates == "watch":
+            informer = INFORMERS.get(self.api, self.resource, experiment_selector(handle["experiment_id"]))
+            await informer.wait_synced()
+            obj, deleted = informer.get(name)
+            if obj is not None:
+                if obj.get("metadata", {}).get("uid") == handle.get("uid") or handle.get("uid") is None:
+                    return obj, deleted
+        obj = await self.api.get(self.resource, name)
+        if obj is not None and handle.get("uid") and obj["metadata"].get("uid") != handle["uid"]:
+            return None, True  # a different object under the same name: ours is gone
+        return obj, obj is None
+
+    def _cancel_reason(self, handle: TrialHandle, obj: Mapping[str, Any] | None) -> tuple[TrialStatus, str] | None:
+        if handle["trial_id"] in self._cancelled:
+            return self._cancelled[handle["trial_id"]]
+        raw = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(CANCEL_ANNOTATION)
+        if raw:
+            data = json.loads(raw)
+            return TrialStatus(data["status"]), data["reason"]
+        return None
+
+    async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
+        obj, deleted = await self._object(handle)
+        cancel = self._cancel_reason(handle, obj)
+        cursor = dict(cursor)
+        if deleted or obj is None:
+            if cancel is not None:
+                status, message = cancel
+            else:
+                status, message = TrialStatus.USER_CANCELED, (f"{self.resource.kind} {handle['name']} was deleted "
+                                                              "outside trialflow")
+            return TrialUpdate(status, [], cursor, message)
+        status, message = self.status_of(obj)
+        if cancel is not None and status.is_terminal and status != TrialStatus.SUCCEEDED:
+            status, message = cancel  # operators report a stop as a failure; it was our cancel
+        metrics, cursor = await self._metrics(handle, cursor, status)
+        return TrialUpdate(status, metrics, cursor, message)
+
+    async def _metrics(self, handle: TrialHandle, cursor: Cursor, status: TrialStatus) -> tuple[list, Cursor]:
+        if status == TrialStatus.WAITING:
+            return [], cursor
+        now = time.monotonic()
+        if not status.is_terminal and now - float(cursor.get("log_read_at", 0)) < LOG_INTERVAL_SECONDS \
+                and cursor.get("log_read_at") is not None:
+            return [], cursor
+        pod = cursor.get("pod")
+        if pod is None:
+            pods = await self.api.pods(self.metrics_pod_selector(handle["name"]))
+            if not pods:
+                return [], cursor
+            pod = sorted(p["metadata"]["name"] for p in pods)[0]
+            cursor["pod"] = pod
+        cursor["log_read_at"] = now
+        if self.storage is not None:
+            offset = int(cursor.get("offset", 0))
+            path = kube_storage.local_log_file(self.storage, handle["experiment_id"], handle["trial_id"], pod)
+            metrics, consumed = read_stdout_lines(read_local_bytes(path, offset))
+            cursor["offset"] = offset + consumed
+            return metrics, cursor
+        text = await self.api.pod_log(pod, self.log_container(), since_time(cursor.get("log_ts")))
+        lines, cursor["log_ts"], cursor["log_n"] = new_log_lines(text, cursor.get("log_ts"),
+                                                                 int(cursor.get("log_n", 0)))
+        metrics, _ = read_stdout_lines("".join(line + "\n" for line in lines).encode())
+        return metrics, cursor
+
+    def log_container(self) -> str:
+        return self.metrics_container or "trial"
+
+    async def _cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+        note = {"metadata": {"annotations": {CANCEL_ANNOTATION: json.dumps({"status": status.value,
+                                                                              "reason": reason})}}}
+        if self.cancel_by_delete:
+            if await self.api.merge_patch(self.resource, handle["name"], note):
+                await self.api.delete(self.resource, handle["name"])
+        else:
+            await self.api.merge_patch(self.resource, handle["name"], {**note, **self.stop_patch})
+
+    def cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+        if status not in CANCEL_STATUSES:
+            raise ValueError(f"cancel status must be one of {sorted(s.value for s in CANCEL_STATUSES)}")
+        self._cancelled[handle["trial_id"]] = (status, reason)
+        run_sync(self._cancel(handle, status, reason))
+
+    async def _cleanup(self, experiment_id: str) -> None:
+        selector = experiment_selector(experiment_id)
+        await self.api.delete_collection(self.resource, selector)
+        for kind in self.api.CORE_KINDS:
+            await self.api.delete_core(kind, selector)
+
+    def cleanup(self, experiment_id: str) -> None:
+        """Delete the experiment's jobs, ConfigMaps and secrets (and its files on storage)."""
+        run_sync(self._cleanup(experiment_id))
+        if self.storage is not None and self.storage.local_mount_point is not None:
+            kube_storage.remove_experiment(self.storage, experiment_id)
+
+    def render(self, spec: TrialSpec) -> Mapping[str, Any]:
+        objects = self.objects(spec)
+        for obj in objects:
+            if obj["kind"] == "Secret":
+                obj["data"] = {k: "***" for k in obj.get("data", {})}
+        return {"platform": self.name, "objects": objects}
+
+
+class PodParts:
+    """What every pod of a trial gets, whatever its role: labels, env, volumes, start script."""
+
+    def __init__(self, labels: dict[str, str], env: list[dict[str, str]], volumes: list[dict[str, Any]],
+                 volume_mounts: list[dict[str, Any]], script: Callable[[str], str], service_account: str | None):
+        self.labels = labels
+        self.env = env
+        self.volumes = volumes
+        self.volume_mounts = volume_mounts
+        self.script = script
+        self.service_account = service_account
+
+    def container(self, name: str, image: str, command: str, resources_: dict[str, Any]) -> dict[str, Any]:
+        container: dict[str, Any] = {"name": name, "image": image, "command": ["sh", "-c", self.script(command)],
+                                     "env": [dict(e) for e in self.env],
+                                     "volumeMounts": [dict(m) for m in self.volume_mounts]}
+        if resources_:
+            container["resources"] = resources_
+        return container
+
+    def pod_spec(self, containers: list[dict[str, Any]], restart_policy: str | None = None,
+                 pull_secrets: list[str] | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"containers": containers, "volumes": [dict(v) for v in self.volumes]}
+        if restart_policy:
+            spec["restartPolicy"] = restart_policy
+        if self.service_account:
+            spec["serviceAccountName"] = self.service_account
+        if pull_secrets:
+            spec["imagePullSecrets"] = [{"name": s} for s in pull_secrets]
+        return spec
+
+    def template(self, containers: list[dict[str, Any]], restart_policy: str | None = None,
+                 pull_secrets: list[str] | None = None, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+        return {"metadata": {"labels": {**self.labels, **(extra_labels or {})}},
+                "spec": self.pod_spec(containers, restart_policy, pull_secrets)}
+
+
+def config_map_name(name: str) -> str:
+    return f"{name[:NAME_LIMIT - 6]}-files"
+
+
+def registry_secret(experiment_id: str, role: str, auth_path: Path, labels: dict[str, str]) -> dict[str, Any]:
+    """NNI's privateRegistryAuthPath (a docker config.json) as an image pull secret."""
+    import base64
+
+    data = Path(auth_path).read_bytes()
+    try:
+        json.loads(data)
+    except ValueError:
+        raise KubernetesError(f"privateRegistryAuthPath {auth_path} is not a docker config.json") from None
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+            "metadata": {"name": registry_secret_name(experiment_id, role),
+                         "labels": {k: v for k, v in labels.items() if k != LABEL_TRIAL}},
+            "data": {".dockerconfigjson": base64.b64encode(data).decode()}}
+
+
+def registry_secret_name(experiment_id: str, role: str) -> str:
+    return object_name(f"{experiment_id}-{role}-registry")
