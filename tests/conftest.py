@@ -4,6 +4,8 @@ not in a user's clone: tests that need it skip with that reason."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -121,3 +123,62 @@ def ssh_servers() -> Iterator[list]:
     finally:
         for server in servers:
             sshd.remove(server)
+
+
+NNI_VENV = Path(os.environ.get("TRIALFLOW_NNI_VENV", Path.home() / ".cache" / "trialflow" / "nni-3.0-venv"))
+
+
+@pytest.fixture(scope="session")
+def nni_python() -> str:
+    """A separate virtualenv with the real nni==3.0 (built once per machine, then cached)."""
+    python = NNI_VENV / "bin" / "python"
+    if not python.exists():
+        uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+        try:
+            subprocess.run([uv, "venv", "-q", str(NNI_VENV)], check=True, timeout=300)
+            subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "-p", str(python), "nni==3.0"], check=True, timeout=900)
+        except (OSError, subprocess.SubprocessError) as exc:
+            shutil.rmtree(NNI_VENV, ignore_errors=True)
+            pytest.fail(f"could not build the nni==3.0 virtualenv at {NNI_VENV}: {exc}")
+    check = subprocess.run([str(python), "-c", "import nni; print(nni.__version__)"], capture_output=True,
+                           text=True, timeout=120)
+    assert check.stdout.strip() == "3.0", check.stderr
+    return str(python)
+
+
+def _kube_skip_reason() -> str | None:
+    from tests.kube.cluster import missing_reason
+
+    if os.geteuid() != 0:
+        return "the test controller runs pods in private mount namespaces (unshare --mount): needs root"
+    return missing_reason()
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(tmp_path_factory):
+    """A real kube-apiserver + etcd on 127.0.0.1 for the session (tests/kube/cluster.py)."""
+    from tests.kube.cluster import KubeCluster
+
+    reason = _kube_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    cluster = KubeCluster(tmp_path_factory.mktemp("kube"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_controller(kube_cluster, tmp_path_factory):
+    """The operators' and kubelet's part, played by test code (tests/kube/controller.py)."""
+    from tests.kube.controller import TestController
+
+    controller = TestController(kube_cluster.kubeconfig, tmp_path_factory.mktemp("kube-controller"),
+                                path_prefix=str(Path(sys.executable).parent)).start()
+    try:
+        yield controller
+    finally:
+        controller.stop()
+    assert controller.running_processes() == 0

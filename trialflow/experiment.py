@@ -108,6 +108,8 @@ def _kubernetes_problems(file: Path | None, index: int, service: Any, code_dir: 
                         "(it is shipped to the pods)")]
     platform = get_platform_entry(service.platform).load()
     storage = platform.from_config(service, Path(".")).storage
+    if storage is None and getattr(platform, "storage_required", None):
+        return [Problem(file, key + ("storage",), platform.storage_required)]
     try:
         total = check_limits(code_dir, collect_files(code_dir))
         if storage is None and total > kube_storage.CONFIG_MAP_LIMIT // 2:

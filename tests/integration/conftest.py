@@ -101,24 +101,3 @@ def harness(tmp_path_factory) -> Harness:
         airflow.stop()
         for proc in airflow.processes.values():
             assert proc.poll() is not None
-
-
-NNI_VENV = Path(os.environ.get("TRIALFLOW_NNI_VENV", Path.home() / ".cache" / "trialflow" / "nni-3.0-venv"))
-
-
-@pytest.fixture(scope="session")
-def nni_python() -> str:
-    """A separate virtualenv with the real nni==3.0 (built once per machine, then cached)."""
-    python = NNI_VENV / "bin" / "python"
-    if not python.exists():
-        uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-        try:
-            subprocess.run([uv, "venv", "-q", str(NNI_VENV)], check=True, timeout=300)
-            subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "-p", str(python), "nni==3.0"], check=True, timeout=900)
-        except (OSError, subprocess.SubprocessError) as exc:
-            shutil.rmtree(NNI_VENV, ignore_errors=True)
-            pytest.fail(f"could not build the nni==3.0 virtualenv at {NNI_VENV}: {exc}")
-    check = subprocess.run([str(python), "-c", "import nni; print(nni.__version__)"], capture_output=True,
-                           text=True, timeout=120)
-    assert check.stdout.strip() == "3.0", check.stderr
-    return str(python)

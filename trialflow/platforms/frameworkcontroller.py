@@ -117,6 +117,9 @@ class FrameworkControllerPlatform(KubernetesPlatform):
     resource: ClassVar[Resource] = FRAMEWORK
     cancel_by_delete: ClassVar[bool] = False
     stop_patch: ClassVar[dict[str, Any]] = {"spec": {"executionType": "Stop"}}
+    storage_required: ClassVar[str | None] = (
+        "FrameworkController deletes a task's pods as soon as its attempt completes, so their logs cannot be "
+        "trusted to still hold the last metrics: configure storage (nfs, azureStorage or pvc), as NNI required")
     config: FrameworkControllerConfig
 
     def build_job(self, spec: TrialSpec, name: str, pod: PodParts) -> dict[str, Any]:

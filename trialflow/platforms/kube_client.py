@@ -14,6 +14,7 @@ relists when the server answers 410 Gone (the version fell out of its window).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import logging
 import random
@@ -134,6 +135,7 @@ class ClientPool:
         self._by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Cluster, ApiClient]]" = \
             weakref.WeakKeyDictionary()
         self.requests = 0  # counted for the benchmark and tests
+        self._atexit = False
 
     async def get(self, cluster: Cluster) -> "ApiClient":
         from kubernetes_asyncio.client import ApiClient
@@ -143,7 +145,21 @@ class ClientPool:
         if client is None:
             client = ApiClient(await _configuration(cluster))
             clients[cluster] = client
+            if not self._atexit:
+                atexit.register(self._close_at_exit)
+                self._atexit = True
         return client
+
+    def _close_at_exit(self) -> None:
+        """Close the clients of loops still running (the background loop's), so a process ends
+        without aiohttp's unclosed-session noise."""
+        for loop, clients in list(self._by_loop.items()):
+            if loop.is_running() and not loop.is_closed():
+                for client in list(clients.values()):
+                    try:
+                        asyncio.run_coroutine_threadsafe(client.close(), loop).result(2)
+                    except Exception:  # exiting anyway
+                        pass
 
     async def close(self) -> None:
         clients = self._by_loop.pop(asyncio.get_running_loop(), {})
@@ -308,6 +324,20 @@ class CustomObjects:
             raise KubernetesError(describe_api_error(exc, self.cluster, what)) from None
         except (OSError, asyncio.TimeoutError) as exc:
             raise KubernetesError(describe_api_error(exc, self.cluster, f"creating {kind} {name}")) from None
+
+    async def read_config_map(self, name: str) -> dict[str, str] | None:
+        """A ConfigMap's data, or None when there is none by that name."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        core = await self._core()
+        POOL.requests += 1
+        try:
+            found = await core.read_namespaced_config_map(name, self.namespace, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubernetesError(describe_api_error(exc, self.cluster, f"reading ConfigMap {name}")) from None
+        return dict(found.data or {})
 
     async def delete_core(self, kind: str, label_selector: str) -> None:
         from kubernetes_asyncio.client.exceptions import ApiException
@@ -509,7 +539,7 @@ class Informer:
         from kubernetes_asyncio.client.exceptions import ApiException
 
         failures = 0
-        need_list = True
+        need_list = self.resource_version is None  # a restarted informer resumes where it was
         while True:
             try:
                 if need_list:

@@ -118,6 +118,8 @@ class KubernetesPlatform:
     #: Stopping: True deletes the object; False patches ``stop_patch`` (FrameworkController).
     cancel_by_delete: ClassVar[bool] = True
     stop_patch: ClassVar[dict[str, Any]] = {}
+    #: Why this kind cannot run without mounted storage (None: the ConfigMap way works).
+    storage_required: ClassVar[str | None] = None
 
     def __init__(self, config: KubernetesServiceConfig, experiment_dir: Path):
         self.config = config
@@ -281,6 +283,10 @@ class KubernetesPlatform:
         cancel = self._cancel_reason(handle, obj)
         cursor = dict(cursor)
         if deleted or obj is None:
+            if cancel is None:  # cancelled by another process before this one saw it: the tombstone
+                data = await self.api.read_config_map(cancel_record_name(handle["name"]))
+                if data and "status" in data:
+                    cancel = TrialStatus(data["status"]), data.get("reason", "")
             if cancel is not None:
                 status, message = cancel
             else:
@@ -324,6 +330,15 @@ class KubernetesPlatform:
         return self.metrics_container or "trial"
 
     async def _cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+        # Why it stopped must outlive the job: a small ConfigMap (removed by cleanup) for a
+        # follower that only learns of it after the deletion, and an annotation for one that
+        # sees the DELETED event.
+        await self.api.create_core({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": cancel_record_name(handle["name"]), "labels": {
+                LABEL_MANAGED: "trialflow", LABEL_EXPERIMENT: handle["experiment_id"],
+                LABEL_TRIAL: handle["trial_id"]}},
+            "data": {"status": status.value, "reason": reason}})
         note = {"metadata": {"annotations": {CANCEL_ANNOTATION: json.dumps({"status": status.value,
                                                                               "reason": reason})}}}
         if self.cancel_by_delete:
@@ -397,6 +412,10 @@ class PodParts:
 
 def config_map_name(name: str) -> str:
     return f"{name[:NAME_LIMIT - 6]}-files"
+
+
+def cancel_record_name(name: str) -> str:
+    return f"{name[:NAME_LIMIT - 7]}-cancel"
 
 
 def registry_secret(experiment_id: str, role: str, auth_path: Path, labels: dict[str, str]) -> dict[str, Any]:

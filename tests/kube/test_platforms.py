@@ -1,0 +1,367 @@
+"""The Kubernetes platforms against a real kube-apiserver + etcd, with the test controller playing
+the operators and the kubelet (pod logs go through the API server's real proxy path)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trialflow.config.platforms import BUILTIN_PLATFORM_CONFIGS
+from trialflow.follow import TIMEOUT_REASON, follow_trial
+from trialflow.platforms.background import run_sync
+from trialflow.platforms.base import TrialSpec, TrialStatus
+from trialflow.platforms.kube_client import INFORMERS, POOL, CustomObjects, Informer, KubernetesError
+from trialflow.platforms.kubernetes import LABEL_EXPERIMENT, experiment_selector, object_name
+from trialflow.platforms.registry import get_platform_entry
+from trialflow.trial.protocol import Metric
+from tests.kube.cluster import TOKEN, KubeCluster
+from tests.kube.controller import TestController, delete_crd, install_crd
+
+pytestmark = pytest.mark.kube
+
+ROLE = {"replicas": 1, "cpuNumber": 1, "memorySize": "256mb"}
+TRIAL = """\
+import os, sys, time
+import trialflow.trial as t
+p = t.get_next_parameter()
+for i in range(3):
+    t.report_intermediate_result(i * p["x"])
+    time.sleep(float(os.environ.get("STEP", "0.2")))
+if os.environ.get("HOSTNAME", "").endswith(os.environ.get("FAIL_SUFFIX", "no-such-suffix")):
+    print("replica failing on purpose", flush=True)
+    sys.exit(3)
+t.report_final_result(p["x"] * 10)
+"""
+
+
+class Recorder:
+    """What follow_trial needs from a store: collects what it is given."""
+
+    def __init__(self) -> None:
+        self.metrics: list[Metric] = []
+        self.statuses: list[TrialStatus] = []
+
+    def record_metrics(self, storage_id: int, metrics: list[Metric]) -> None:
+        self.metrics.extend(metrics)
+
+    def set_status(self, storage_id: int, status: TrialStatus) -> None:
+        self.statuses.append(status)
+
+
+_counter = iter(range(10_000))
+
+
+def experiment_id() -> str:
+    return f"k{int(time.time()) % 100000:05d}{next(_counter):03d}"
+
+
+def make(cluster: KubeCluster, service: dict[str, Any], tmp_path: Path):
+    service = {"kubeconfig": str(cluster.kubeconfig), **service}
+    config = BUILTIN_PLATFORM_CONFIGS[service["platform"]].model_validate(service)
+    return get_platform_entry(service["platform"]).load().from_config(config, tmp_path / "exp")
+
+
+def spec_for(tmp_path: Path, exp: str, index: int = 0, command: str = "python3 trial.py", x: float = 2.0,
+             env: dict[str, str] | None = None) -> TrialSpec:
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    (code / "trial.py").write_text(TRIAL)
+    return TrialSpec(exp, f"{exp}-{index:04d}", index, index, {"x": x}, command, code, env=env or {})
+
+
+def follow(platform, handle, deadline: float | None = None, timeout: float = 90):
+    recorder = Recorder()
+
+    async def run():
+        return await asyncio.wait_for(follow_trial(platform, recorder, handle, 1, {}, deadline=deadline,
+                                                   poll_interval=0.2), timeout)
+
+    outcome = run_sync(run())
+    return outcome, recorder
+
+
+def values(recorder: Recorder) -> tuple[list[Any], list[Any]]:
+    periodical = [m.value for m in sorted(recorder.metrics, key=lambda m: m.sequence) if not m.is_final]
+    return periodical, [m.value for m in recorder.metrics if m.is_final]
+
+
+KINDS = {
+    "tfjob": {"platform": "kubeflow", "operator": "tf-operator", "worker": {**ROLE, "command": "python3 trial.py"}},
+    "pytorchjob": {"platform": "kubeflow", "operator": "pytorch-operator",
+                   "master": {**ROLE, "command": "python3 trial.py"},
+                   "worker": {**ROLE, "replicas": 2, "command": "python3 trial.py"}},
+    "trainjob": {"platform": "kubeflow-trainer", "runtimeRef": "torch-distributed", "numNodes": 2},
+    "adaptdljob": {"platform": "adl", "dockerImage": "petuum/x"},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_trial_runs_and_its_metrics_come_from_the_pod_log(kind: str, kube_cluster: KubeCluster,
+                                                            kube_controller: TestController, tmp_path: Path):
+    platform = make(kube_cluster, KINDS[kind], tmp_path)
+    exp = experiment_id()
+    platform.prepare(exp)
+    handle = platform.submit(spec_for(tmp_path, exp))
+    outcome, recorder = follow(platform, handle)
+    assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
+    assert values(recorder) == ([0, 2, 4], [20])
+    assert TrialStatus.RUNNING in recorder.statuses
+    platform.cleanup(exp)
+
+
+def test_frameworkcontroller_with_nfs_storage(kube_cluster: KubeCluster, kube_controller: TestController,
+                                              tmp_path: Path):
+    share = tmp_path / "nfs-export"
+    share.mkdir()
+    kube_controller.storage[("nfs", "10.0.0.9", "/exports/nni")] = share
+    platform = make(kube_cluster, {
+        "platform": "frameworkcontroller",
+        "storage": {"storageType": "nfs", "server": "10.0.0.9", "path": "/exports/nni", "localMountPoint": str(share)},
+        "taskRoles": [{"name": "worker", "taskNumber": 1, "command": "python3 trial.py", "cpuNumber": 1,
+                       "memorySize": "256mb", "frameworkAttemptCompletionPolicy": {
+                           "minFailedTaskCount": 1, "minSucceedTaskCount": 1}}]}, tmp_path)
+    exp = experiment_id()
+    platform.prepare(exp)
+    handle = platform.submit(spec_for(tmp_path, exp))
+    outcome, recorder = follow(platform, handle)
+    assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
+    assert values(recorder) == ([0, 2, 4], [20])
+    pods = CustomObjects(platform.cluster, "default")
+    assert run_sync(pods.pods(f"FC_FRAMEWORK_NAME={handle['name']}")) == []  # the controller deleted them
+    assert (share / "trialflow" / exp / "trials" / handle["trial_id"] / "parameter.cfg").exists()
+    platform.cleanup(exp)
+    assert not (share / "trialflow" / exp).exists()
+
+
+@pytest.mark.parametrize("storage", ["nfs", "pvc", "azureStorage"])
+def test_metrics_through_mounted_storage(storage: str, kube_cluster: KubeCluster, kube_controller: TestController,
+                                         tmp_path: Path):
+    share = tmp_path / "share"
+    share.mkdir()
+    section = {"nfs": {"storageType": "nfs", "server": "10.0.0.8", "path": "/x"},
+               "pvc": {"storageType": "pvc", "claimName": "nni-claim"},
+               "azureStorage": {"storageType": "azureStorage", "azureAccount": "acct", "azureShare": "nni-share",
+                                "secretName": "azure-key"}}[storage]
+    key = {"nfs": ("nfs", "10.0.0.8", "/x"), "pvc": ("pvc", "nni-claim"), "azureStorage": ("azureFile", "nni-share")}
+    kube_controller.storage[key[storage]] = share
+    platform = make(kube_cluster, {**KINDS["tfjob"], "storage": {**section, "localMountPoint": str(share)}}, tmp_path)
+    exp = experiment_id()
+    platform.prepare(exp)
+    handle = platform.submit(spec_for(tmp_path, exp))
+    objects = CustomObjects(platform.cluster, "default")
+    assert run_sync(objects_config_maps(objects, exp)) == []  # nothing travels in a ConfigMap
+    outcome, recorder = follow(platform, handle)
+    assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
+    assert values(recorder) == ([0, 2, 4], [20])
+    logs = list((share / "trialflow" / exp / "trials" / handle["trial_id"] / "logs").glob("*.log"))
+    assert [p.name for p in logs] == [f"{handle['name']}-worker-0.log"]
+    platform.cleanup(exp)
+
+
+async def objects_config_maps(objects: CustomObjects, exp: str) -> list[str]:
+    core = await objects._core()
+    found = await core.list_namespaced_config_map("default", label_selector=experiment_selector(exp))
+    return [cm.metadata.name for cm in found.items]
+
+
+def test_real_nni_trial_code_reports_from_a_pod(kube_cluster: KubeCluster, kube_controller: TestController,
+                                                tmp_path: Path, nni_python: str):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "mnist.py").write_text(
+        "import nni\np = nni.get_next_parameter()\nfor i in range(2):\n    nni.report_intermediate_result(i + p['x'])\n"
+        "nni.report_final_result({'default': p['x'] * 3, 'loss': 0.5})\n")
+    platform = make(kube_cluster, {**KINDS["tfjob"], "worker": {**ROLE, "command": f"{nni_python} mnist.py"}},
+                    tmp_path)
+    exp = experiment_id()
+    handle = platform.submit(TrialSpec(exp, f"{exp}-0000", 0, 0, {"x": 1.5}, "", code))
+    outcome, recorder = follow(platform, handle)
+    assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
+    assert values(recorder) == ([1.5, 2.5], [{"default": 4.5, "loss": 0.5}])
+    platform.cleanup(exp)
+
+
+def test_one_failing_replica_fails_the_trial_and_stops_the_others(kube_cluster: KubeCluster,
+                                                                   kube_controller: TestController, tmp_path: Path):
+    platform = make(kube_cluster, {**KINDS["tfjob"], "worker": {**ROLE, "replicas": 2, "command": "python3 trial.py"},
+                                   "ps": {**ROLE, "command": "sleep 600"}}, tmp_path)
+    exp = experiment_id()
+    handle = platform.submit(spec_for(tmp_path, exp, env={"FAIL_SUFFIX": "-worker-1"}))
+    outcome, recorder = follow(platform, handle)
+    assert outcome.status == TrialStatus.FAILED
+    assert "TFJobFailed" in (outcome.message or "")
+    job = kube_controller.job(handle["name"])
+    assert job is not None and all(r.proc.poll() is not None for r in job.replicas)  # ps stopped too
+    assert values(recorder)[1] == [20]  # worker 0 (the metrics replica) still reported
+    platform.cleanup(exp)
+
+
+@pytest.mark.parametrize("kind", ["tfjob", "framework"])
+def test_cancel_stops_the_job_and_reports_why(kind: str, kube_cluster: KubeCluster, kube_controller: TestController,
+                                              tmp_path: Path):
+    share = tmp_path / "share"
+    share.mkdir()
+    kube_controller.storage[("pvc", "fc-claim")] = share
+    service = KINDS["tfjob"] if kind == "tfjob" else {
+        "platform": "frameworkcontroller", "storage": {"storageType": "pvc", "claimName": "fc-claim",
+                                                       "localMountPoint": str(share)},
+        "taskRoles": [{"name": "w", "command": "python3 trial.py", "cpuNumber": 1, "memorySize": "256mb",
+                       "frameworkAttemptCompletionPolicy": {"minFailedTaskCount": 1, "minSucceedTaskCount": 1}}]}
+    platform = make(kube_cluster, service, tmp_path)
+    exp = experiment_id()
+    handle = platform.submit(spec_for(tmp_path, exp, env={"STEP": "30"}))
+    deadline = time.monotonic() + 30
+    while kube_controller.job(handle["name"]) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # a second platform object (another process in real life) cancels; the follower learns why
+    make(kube_cluster, service, tmp_path).cancel(handle, TrialStatus.USER_CANCELED, "stopped by the user")
+    outcome, _ = follow(make(kube_cluster, service, tmp_path), handle)
+    assert (outcome.status, outcome.message) == (TrialStatus.USER_CANCELED, "stopped by the user")
+    job = kube_controller.job(handle["name"])
+    deadline = time.monotonic() + 10
+    while any(r.proc.poll() is None for r in job.replicas) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(r.proc.poll() is not None for r in job.replicas)
+    remaining = run_sync(CustomObjects(platform.cluster, "default").get(platform.resource, handle["name"]))
+    if kind == "tfjob":
+        assert remaining is None  # deleted (propagationPolicy Background)
+    else:
+        assert remaining["spec"]["executionType"] == "Stop"  # a Framework is stopped, its status kept
+        assert remaining["status"]["state"] == "Completed"
+    platform.cleanup(exp)
+
+
+def test_max_trial_duration_stops_a_trial_early(kube_cluster: KubeCluster, kube_controller: TestController,
+                                                tmp_path: Path):
+    platform = make(kube_cluster, KINDS["pytorchjob"], tmp_path)
+    exp = experiment_id()
+    handle = platform.submit(spec_for(tmp_path, exp, env={"STEP": "30"}))
+    outcome, _ = follow(platform, handle, deadline=time.time() + 2)
+    assert (outcome.status, outcome.message) == (TrialStatus.EARLY_STOPPED, TIMEOUT_REASON)
+    assert run_sync(CustomObjects(platform.cluster, "default").get(platform.resource, handle["name"])) is None
+    platform.cleanup(exp)
+
+
+def test_a_second_submit_reattaches_instead_of_starting_again(kube_cluster: KubeCluster,
+                                                              kube_controller: TestController, tmp_path: Path):
+    exp = experiment_id()
+    spec = spec_for(tmp_path, exp)
+    first = make(kube_cluster, KINDS["tfjob"], tmp_path).submit(spec)
+    again = make(kube_cluster, KINDS["tfjob"], tmp_path).submit(spec)  # a retried task, a new process
+    assert again["uid"] == first["uid"] and again["name"] == object_name(spec.trial_id)
+    outcome, recorder = follow(make(kube_cluster, KINDS["tfjob"], tmp_path), again)
+    assert outcome.status == TrialStatus.SUCCEEDED and values(recorder)[1] == [20]
+    assert kube_controller.launches(first["name"]) == 1
+    make(kube_cluster, KINDS["tfjob"], tmp_path).cleanup(exp)
+
+
+def test_the_watch_relists_after_410_gone(kube_cluster: KubeCluster, kube_controller: TestController,
+                                          tmp_path: Path):
+    platform = make(kube_cluster, KINDS["tfjob"], tmp_path)
+    exp = experiment_id()
+    first = platform.submit(spec_for(tmp_path, exp, 0))
+
+    async def scenario() -> tuple[int, int, bool]:
+        informer: Informer = INFORMERS.get(platform.api, platform.resource, experiment_selector(exp))
+        await informer.wait_synced()
+        await informer.stop()
+        informer.resource_version = "1"  # far older than the server keeps: the next watch gets 410
+        informer.start()
+        second = await asyncio.to_thread(platform.submit, spec_for(tmp_path, exp, 1))
+        deadline = time.monotonic() + 30
+        while informer.get(second["name"])[0] is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return informer.gone, informer.relists, informer.get(second["name"])[0] is not None
+
+    gone, relists, seen = run_sync(scenario())
+    assert gone >= 1 and relists >= 2 and seen
+    outcome, _ = follow(platform, first)
+    assert outcome.status == TrialStatus.SUCCEEDED
+    platform.cleanup(exp)
+
+
+def test_poll_mode_follows_with_gets(kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path):
+    platform = make(kube_cluster, {**KINDS["tfjob"], "statusUpdates": "poll"}, tmp_path)
+    exp = experiment_id()
+    before = POOL.requests
+    handle = platform.submit(spec_for(tmp_path, exp))
+    outcome, recorder = follow(platform, handle)
+    assert outcome.status == TrialStatus.SUCCEEDED and values(recorder)[1] == [20]
+    assert POOL.requests - before > 5  # a GET per poll
+    platform.cleanup(exp)
+
+
+def test_wrong_kubeconfig_and_credentials_are_clear_errors(kube_cluster: KubeCluster, tmp_path: Path):
+    bad_token = tmp_path / "bad-token.yaml"
+    bad_token.write_text(yaml.safe_dump(kube_cluster.kubeconfig_dict(token="not-" + TOKEN)))
+    with pytest.raises(KubernetesError, match=r"refused the credentials \(401") as err:
+        make(kube_cluster, {**KINDS["tfjob"], "kubeconfig": str(bad_token)}, tmp_path).prepare("x")
+    assert "not-" + TOKEN not in str(err.value)
+    nowhere = tmp_path / "nowhere.yaml"
+    config = kube_cluster.kubeconfig_dict()
+    config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"
+    nowhere.write_text(yaml.safe_dump(config))
+    with pytest.raises(KubernetesError, match="cannot reach the API server"):
+        make(kube_cluster, {**KINDS["tfjob"], "kubeconfig": str(nowhere)}, tmp_path).prepare("x")
+    garbage = tmp_path / "garbage.yaml"
+    garbage.write_text("just: [a, list\n")
+    with pytest.raises(KubernetesError, match=f"cannot load kubeconfig {garbage}"):
+        make(kube_cluster, {**KINDS["tfjob"], "kubeconfig": str(garbage)}, tmp_path).prepare("x")
+
+
+def test_a_missing_crd_is_a_clear_error(kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path):
+    platform = make(kube_cluster, KINDS["trainjob"], tmp_path)
+    delete_crd(kube_controller.api_client, "TrainJob")
+    try:
+        with pytest.raises(KubernetesError, match=r"TrainJob CRD \(trainjobs.trainer.kubeflow.org\) is not installed"):
+            platform.prepare("x")
+        with pytest.raises(KubernetesError, match="is the TrainJob operator"):
+            platform.submit(spec_for(tmp_path, experiment_id()))
+    finally:
+        install_crd(kube_controller.api_client, "TrainJob")
+
+
+def test_cleanup_deletes_only_the_experiments_objects(kube_cluster: KubeCluster, kube_controller: TestController,
+                                                      tmp_path: Path):
+    platform = make(kube_cluster, KINDS["tfjob"], tmp_path)
+    mine, other = experiment_id(), experiment_id()
+    for exp in (mine, other):
+        platform.submit(spec_for(tmp_path, exp, env={"STEP": "30"}))
+    platform.cleanup(mine)
+    api = CustomObjects(platform.cluster, "default")
+
+    async def names(exp: str) -> tuple[list[str], list[str]]:
+        listing = await (await api._api()).list_namespaced_custom_object(
+            "kubeflow.org", "v1", "default", "tfjobs", label_selector=f"{LABEL_EXPERIMENT}={exp}")
+        return [o["metadata"]["name"] for o in listing["items"]], await objects_config_maps(api, exp)
+
+    assert run_sync(names(mine)) == ([], [])
+    jobs, maps = run_sync(names(other))
+    assert len(jobs) == 1 and len(maps) == 1
+    platform.cleanup(other)
+    assert run_sync(names(other)) == ([], [])
+
+
+def test_a_kubernetes_connection_names_the_cluster(kube_cluster: KubeCluster, kube_controller: TestController,
+                                                   tmp_path: Path, monkeypatch):
+    """kubernetesConnId: the cncf-kubernetes provider's connection fields, read via its async hook."""
+    from trialflow.hooks import register_connectors
+
+    monkeypatch.setenv("AIRFLOW_CONN_TEST_K8S", json.dumps({
+        "conn_type": "kubernetes", "extra": {"kube_config": kube_cluster.kubeconfig.read_text()}}))
+    register_connectors()
+    service = {k: v for k, v in KINDS["tfjob"].items()}
+    config = BUILTIN_PLATFORM_CONFIGS["kubeflow"].model_validate({**service, "kubernetesConnId": "test_k8s"})
+    platform = get_platform_entry("kubeflow").load().from_config(config, tmp_path)
+    exp = experiment_id()
+    platform.prepare(exp)
+    outcome, recorder = follow(platform, platform.submit(spec_for(tmp_path, exp)))
+    assert outcome.status == TrialStatus.SUCCEEDED and values(recorder)[1] == [20]
+    assert "test_k8s" in platform.cluster.label
+    platform.cleanup(exp)

@@ -1,0 +1,438 @@
+"""The Kubernetes platforms' pure parts: names, status tables, manifests, storage, log cursors.
+No cluster needed; what these build is what the cluster tests then send for real."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trialflow.config.platforms import (
+    AdaptdlConfig,
+    FrameworkControllerConfig,
+    KubeflowConfig,
+    KubeflowTrainerConfig,
+    KubernetesStorageConfig,
+)
+from trialflow.platforms import kube_storage
+from trialflow.platforms.adaptdl import AdaptdlPlatform, adaptdl_status
+from trialflow.platforms.base import TrialSpec, TrialStatus
+from trialflow.platforms.frameworkcontroller import FrameworkControllerPlatform, framework_status
+from trialflow.platforms.kube_client import new_log_lines, since_time
+from trialflow.platforms.kubeflow import KubeflowPlatform, kubeflow_status
+from trialflow.platforms.kubeflow_trainer import KubeflowTrainerPlatform, trainjob_status
+from trialflow.platforms.kubernetes import NAME_LIMIT, object_name, resources
+
+ROLE = {"replicas": 1, "command": "python3 t.py", "cpuNumber": 2, "memorySize": "1gb"}
+
+
+def spec(tmp_path: Path, trial_id: str = "eabc1234-0007", **kw) -> TrialSpec:
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    (code / "t.py").write_text("print('hi')\n")
+    return TrialSpec("eabc1234", trial_id, 7, 7, {"x": 0.5}, kw.pop("command", "python3 t.py"), code, **kw)
+
+
+def job_of(platform, s: TrialSpec) -> dict:
+    return platform.objects(s)[-1]
+
+
+# -- names -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("trial_id", ["eabc1234-0007", "EXP_Upper.Case-1", "a" * 200, "x--y__z", "9starts-with-digit"])
+def test_object_names_are_dns_labels_within_63_characters(trial_id: str):
+    name = object_name(trial_id)
+    assert len(name) <= NAME_LIMIT and name == name.lower()
+    assert name[0].isalpha() and name[-1].isalnum()
+    assert all(ch.isalnum() or ch == "-" for ch in name)
+    assert object_name(trial_id) == name  # deterministic: a retry finds its job
+
+
+def test_long_names_stay_distinct():
+    a, b = object_name("a" * 100 + "1"), object_name("a" * 100 + "2")
+    assert a != b and len(a) == len(b) == NAME_LIMIT
+
+
+def test_resources_set_requests_equal_to_limits_and_gpus():
+    assert resources(1.5, 2048, 2) == {"requests": {"cpu": "1.5", "memory": "2048Mi", "nvidia.com/gpu": 2},
+                                       "limits": {"cpu": "1.5", "memory": "2048Mi", "nvidia.com/gpu": 2}}
+    assert resources(None, None, 0) == {}
+
+
+# -- status tables -----------------------------------------------------------------------------
+
+
+def cond(*pairs: tuple[str, str]) -> dict:
+    return {"status": {"conditions": [{"type": t, "status": s, "reason": f"R{t}", "message": f"m {t}"}
+                                      for t, s in pairs]}}
+
+
+@pytest.mark.parametrize("obj, expected", [
+    ({}, TrialStatus.WAITING),
+    (cond(("Created", "True")), TrialStatus.WAITING),
+    (cond(("Created", "True"), ("Running", "True")), TrialStatus.RUNNING),
+    (cond(("Created", "True"), ("Running", "True"), ("Restarting", "True")), TrialStatus.RUNNING),
+    (cond(("Created", "True"), ("Running", "False"), ("Succeeded", "True")), TrialStatus.SUCCEEDED),
+    (cond(("Created", "True"), ("Running", "False"), ("Failed", "True")), TrialStatus.FAILED),
+    # the last condition is not the state: Succeeded is True although Running came after it
+    (cond(("Succeeded", "True"), ("Running", "False")), TrialStatus.SUCCEEDED),
+    (cond(("Running", "True"), ("Succeeded", "False")), TrialStatus.RUNNING),
+    (cond(("Suspended", "True")), TrialStatus.WAITING),
+])
+def test_kubeflow_status_reads_the_true_condition(obj: dict, expected: TrialStatus):
+    assert kubeflow_status(obj)[0] == expected
+
+
+def test_kubeflow_failure_carries_the_operators_message():
+    status, message = kubeflow_status(cond(("Running", "False"), ("Failed", "True")))
+    assert status == TrialStatus.FAILED and message == "RFailed m Failed"
+
+
+@pytest.mark.parametrize("obj, expected", [
+    ({}, TrialStatus.WAITING),
+    ({"status": {"jobsStatus": [{"name": "node", "active": 0, "ready": 0}]}}, TrialStatus.WAITING),
+    ({"status": {"jobsStatus": [{"name": "node", "active": 2}]}}, TrialStatus.RUNNING),
+    (cond(("Suspended", "True")), TrialStatus.WAITING),
+    (cond(("Complete", "True")), TrialStatus.SUCCEEDED),
+    (cond(("Failed", "True")), TrialStatus.FAILED),
+    (cond(("Complete", "False"), ("Failed", "True")), TrialStatus.FAILED),
+])
+def test_trainjob_status(obj: dict, expected: TrialStatus):
+    assert trainjob_status(obj)[0] == expected
+
+
+@pytest.mark.parametrize("state, expected", [
+    (None, TrialStatus.WAITING), ("AttemptCreationPending", TrialStatus.WAITING),
+    ("AttemptCreationRequested", TrialStatus.WAITING), ("AttemptPreparing", TrialStatus.WAITING),
+    ("AttemptRunning", TrialStatus.RUNNING), ("AttemptDeletionPending", TrialStatus.RUNNING),
+    ("AttemptDeletionRequested", TrialStatus.RUNNING), ("AttemptDeleting", TrialStatus.RUNNING),
+    ("AttemptCompleted", TrialStatus.RUNNING),
+])
+def test_framework_states_before_completion(state, expected):
+    assert framework_status({"status": {"state": state}} if state else {})[0] == expected
+
+
+@pytest.mark.parametrize("kind, expected", [("Succeeded", TrialStatus.SUCCEEDED), ("Failed", TrialStatus.FAILED),
+                                            (None, TrialStatus.FAILED)])
+def test_framework_completion_is_read_from_completion_status(kind, expected):
+    completion = {"code": 1, "phrase": "ContainerFailed", "diagnostics": "exit 1"}
+    if kind:
+        completion["type"] = {"name": kind}
+    status, message = framework_status({"status": {"state": "Completed",
+                                                   "attemptStatus": {"completionStatus": completion}}})
+    assert status == expected
+    assert (message == "ContainerFailed exit 1") == (expected == TrialStatus.FAILED)
+
+
+@pytest.mark.parametrize("phase, expected", [
+    (None, TrialStatus.WAITING), ("Pending", TrialStatus.WAITING), ("Starting", TrialStatus.WAITING),
+    ("Running", TrialStatus.RUNNING), ("Stopping", TrialStatus.RUNNING), ("Succeeded", TrialStatus.SUCCEEDED),
+    ("Failed", TrialStatus.FAILED), ("SomethingNew", TrialStatus.WAITING),
+])
+def test_adaptdl_phases(phase, expected):
+    assert adaptdl_status({"status": {"phase": phase, "reason": "PodFailure"}} if phase else {})[0] == expected
+
+
+# -- manifests ---------------------------------------------------------------------------------
+
+
+def test_tfjob_roles_resources_gpus_and_labels(tmp_path: Path):
+    config = KubeflowConfig.model_validate({
+        "platform": "kubeflow", "operator": "tf-operator", "apiVersion": "v1alpha2", "namespace": "ml",
+        "worker": {**ROLE, "replicas": 2, "gpuNumber": 1}, "ps": {**ROLE, "command": "python3 ps.py"}})
+    job = job_of(KubeflowPlatform(config, tmp_path), spec(tmp_path))
+    assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "TFJob"  # old apiVersion mapped
+    assert job["metadata"]["name"] == "trialflow-eabc1234-0007" and job["metadata"]["namespace"] == "ml"
+    assert job["metadata"]["labels"]["trialflow.io/experiment"] == "eabc1234"
+    assert job["metadata"]["labels"]["trialflow.io/trial"] == "eabc1234-0007"
+    specs = job["spec"]["tfReplicaSpecs"]
+    assert set(specs) == {"Worker", "PS"} and specs["Worker"]["replicas"] == 2
+    worker = specs["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["name"] == "tensorflow" and worker["image"] == "msranni/nni:latest"
+    assert worker["resources"]["limits"] == {"cpu": "2", "memory": "1024Mi", "nvidia.com/gpu": 1}
+    assert "nvidia.com/gpu" not in specs["PS"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert "python3 ps.py" in specs["PS"]["template"]["spec"]["containers"][0]["command"][2]
+    env = {e["name"]: e["value"] for e in worker["env"]}
+    assert env["NNI_PLATFORM"] == "kubeflow" and env["NNI_TRIAL_JOB_ID"] == "eabc1234-0007"
+    assert "CUDA_VISIBLE_DEVICES" not in env  # the device plugin decides
+    assert specs["Worker"]["template"]["metadata"]["labels"]["trialflow.io/trial"] == "eabc1234-0007"
+    assert job["spec"]["runPolicy"]["cleanPodPolicy"] == "None"
+    platform = KubeflowPlatform(config, tmp_path)
+    assert platform.metrics_pod_selector("n").endswith("replica-type=worker,training.kubeflow.org/replica-index=0")
+
+
+def test_pytorchjob_master_first_and_registry_secret(tmp_path: Path):
+    auth = tmp_path / "config.json"
+    auth.write_text(json.dumps({"auths": {"registry.example": {"auth": "c2VjcmV0"}}}))
+    config = KubeflowConfig.model_validate({
+        "platform": "kubeflow", "operator": "pytorch-operator",
+        "master": {**ROLE, "privateRegistryAuthPath": str(auth)}, "worker": ROLE})
+    platform = KubeflowPlatform(config, tmp_path)
+    objects = platform.objects(spec(tmp_path))
+    kinds = [o["kind"] for o in objects]
+    assert kinds == ["Secret", "ConfigMap", "PyTorchJob"]
+    secret = objects[0]
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    assert base64.b64decode(secret["data"][".dockerconfigjson"]) == auth.read_bytes()
+    master = objects[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert master["imagePullSecrets"] == [{"name": secret["metadata"]["name"]}]
+    assert master["containers"][0]["name"] == "pytorch"
+    assert "replica-type=master" in platform.metrics_pod_selector("n")
+    rendered = platform.render(spec(tmp_path))
+    assert "c2VjcmV0" not in json.dumps(rendered)  # the secret's value never leaves in render
+
+
+def test_kubeflow_roles_must_fit_the_operator():
+    with pytest.raises(ValueError, match="not master"):
+        KubeflowConfig.model_validate({"platform": "kubeflow", "operator": "tf-operator", "master": ROLE})
+    with pytest.raises(ValueError, match="apiVersion|api_version|literal"):
+        KubeflowConfig.model_validate({"platform": "kubeflow", "operator": "tf-operator", "apiVersion": "v9",
+                                       "worker": ROLE})
+
+
+def test_trainjob_runtime_ref_command_and_overrides(tmp_path: Path):
+    config = KubeflowTrainerConfig.model_validate({
+        "platform": "kubeflow-trainer", "runtimeRef": "torch-distributed", "numNodes": 3, "cpuNumber": 1,
+        "memorySize": "512mb", "dockerImage": "pytorch/pytorch:2"})
+    job = job_of(KubeflowTrainerPlatform(config, tmp_path), spec(tmp_path, gpu_number=2))
+    assert job["apiVersion"] == "trainer.kubeflow.org/v1alpha1" and job["kind"] == "TrainJob"
+    assert job["spec"]["runtimeRef"] == {"name": "torch-distributed", "apiGroup": "trainer.kubeflow.org",
+                                         "kind": "ClusterTrainingRuntime"}
+    trainer = job["spec"]["trainer"]
+    assert trainer["numNodes"] == 3 and trainer["image"] == "pytorch/pytorch:2"
+    assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 2
+    assert trainer["command"][:2] == ["sh", "-c"] and "python3 t.py" in trainer["command"][2]
+    (override,) = job["spec"]["podTemplateOverrides"]
+    assert override["targetJobs"] == [{"name": "node"}]
+    assert {v["name"] for v in override["spec"]["volumes"]} == {"trialflow-work", "trialflow-files"}
+    assert override["metadata"]["labels"]["trialflow.io/trial"] == "eabc1234-0007"
+
+
+def test_framework_task_roles_and_v1_completion_policy(tmp_path: Path):
+    from trialflow.config.v1 import convert_v1
+
+    v1 = {"trainingServicePlatform": "frameworkcontroller", "trialConcurrency": 1, "searchSpace": {},
+          "trial": {"codeDir": ".", "taskRoles": [{"name": "worker", "taskNum": 2, "command": "python3 t.py",
+                                                   "gpuNum": 1, "cpuNum": 1, "memoryMB": 2048, "image": "img",
+                                                   "frameworkAttemptCompletionPolicy": {
+                                                       "minFailedTaskCount": 1, "minSucceededTaskCount": 2}}]},
+          "frameworkcontrollerConfig": {"storage": "nfs", "nfs": {"server": "10.0.0.1", "path": "/nni"}}}
+    service = convert_v1(v1)[0]["trainingService"]
+    service["storage"]["localMountPoint"] = str(tmp_path)
+    config = FrameworkControllerConfig.model_validate(service)
+    platform = FrameworkControllerPlatform(config, tmp_path)
+    job = job_of(platform, spec(tmp_path))
+    assert job["apiVersion"] == "frameworkcontroller.microsoft.com/v1" and job["spec"]["executionType"] == "Start"
+    (role,) = job["spec"]["taskRoles"]
+    assert role["taskNumber"] == 2
+    assert role["frameworkAttemptCompletionPolicy"] == {"minFailedTaskCount": 1, "minSucceededTaskCount": 2}
+    pod = role["task"]["pod"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert {"name": "nni-vol", "nfs": {"server": "10.0.0.1", "path": "/nni"}} in pod["volumes"]
+    assert platform.stop_patch == {"spec": {"executionType": "Stop"}} and not platform.cancel_by_delete
+    assert "FC_TASKROLE_NAME=worker,FC_TASK_INDEX=0" in platform.metrics_pod_selector("n")
+
+
+def test_framework_config_path_template_keeps_its_pod_and_gains_ours(tmp_path: Path, nni_examples: Path):
+    template = nni_examples / "mnist-pytorch" / "fc_template.yml"
+    config = FrameworkControllerConfig.model_validate({
+        "platform": "frameworkcontroller", "configPath": str(template),
+        "storage": {"storageType": "pvc", "localMountPoint": str(tmp_path)}})
+    job = job_of(FrameworkControllerPlatform(config, tmp_path), spec(tmp_path))
+    (role,) = job["spec"]["taskRoles"]
+    pod = role["task"]["pod"]["spec"]
+    assert pod["initContainers"][0]["name"] == "frameworkbarrier"  # the template's own parts stay
+    assert {"name": "data-volume", "persistentVolumeClaim": {"claimName": "nni-storage"}} in pod["volumes"]
+    main = pod["containers"][0]
+    assert "python mnist.py" in main["command"][2]  # the template's command, run by our script
+    assert {m["mountPath"] for m in main["volumeMounts"]} >= {"/mnt/frameworkbarrier", "/tmp/trialflow/work"}
+    assert role["task"]["pod"]["metadata"]["labels"]["trialflow.io/trial"] == "eabc1234-0007"
+
+
+def test_adaptdl_adaptive_checkpoint_and_data_nfs(tmp_path: Path):
+    config = AdaptdlConfig.model_validate({
+        "platform": "adl", "dockerImage": "petuum/x", "trialCommand": "python3 t.py", "adaptive": False,
+        "checkpoint": {"storageClass": "hostpath", "storageSize": "1Gi"},
+        "nfs": {"server": "10.0.0.2", "path": "/data", "containerMountPath": "/data"},
+        "imagePullSecrets": [{"name": "regcred"}], "cpuNumber": 1, "memorySize": "1gb"})
+    platform = AdaptdlPlatform(config, tmp_path)
+    objects = platform.objects(spec(tmp_path))
+    assert [o["kind"] for o in objects] == ["PersistentVolumeClaim", "ConfigMap", "AdaptDLJob"]
+    claim, job = objects[0], objects[-1]
+    assert claim["spec"]["storageClassName"] == "hostpath"
+    assert job["spec"]["maxReplicas"] == 1 and job["spec"]["preemptible"] is False
+    pod = job["spec"]["template"]["spec"]
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert {"/adaptdl/checkpoint", "/data"} <= mounts
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert platform.storage is None  # nfs without localMountPoint is data only
+    adaptive = AdaptdlConfig.model_validate({"platform": "adl", "dockerImage": "x", "trialCommand": "c",
+                                             "adaptive": True})
+    job = job_of(AdaptdlPlatform(adaptive, tmp_path), spec(tmp_path))
+    assert "maxReplicas" not in job["spec"] and job["spec"]["preemptible"] is True
+
+
+def test_adaptdl_nfs_with_a_local_mount_is_the_trial_storage(tmp_path: Path):
+    config = AdaptdlConfig.model_validate({
+        "platform": "adl", "dockerImage": "x", "trialCommand": "c",
+        "nfs": {"server": "s", "path": "/p", "containerMountPath": "/nfs", "localMountPoint": str(tmp_path)}})
+    storage = AdaptdlPlatform(config, tmp_path).storage
+    assert storage is not None and storage.container_mount_point == "/nfs"
+
+
+# -- storage -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("storage, volume", [
+    ({"storageType": "nfs", "server": "10.1.1.1", "path": "/x"}, {"nfs": {"server": "10.1.1.1", "path": "/x"}}),
+    ({"storageType": "azureStorage", "azureAccount": "acc", "azureShare": "share", "secretName": "az"},
+     {"azureFile": {"secretName": "az", "shareName": "share", "readOnly": False}}),
+    ({"storageType": "pvc", "claimName": "claim"}, {"persistentVolumeClaim": {"claimName": "claim"}}),
+])
+def test_storage_volumes_and_script(storage: dict, volume: dict):
+    config = KubernetesStorageConfig.model_validate(storage)
+    assert {"name": "nni-vol", **volume} in kube_storage.volumes(config, "cm")
+    assert {"name": "nni-vol", "mountPath": "/tmp/mount"} in kube_storage.volume_mounts(config)
+    paths = kube_storage.trial_paths(config, "e1", "e1-0001")
+    assert paths.sys_dir == "/tmp/mount/trialflow/e1/trials/e1-0001"
+    script = kube_storage.start_script(config, paths, "python3 t.py --a 'b c'")
+    assert "cp -R /tmp/mount/trialflow/e1/code /tmp/trialflow/work/code" in script
+    assert "tee -a /tmp/mount/trialflow/e1/trials/e1-0001/logs/\"$HOSTNAME\".log" in script
+    assert "sh -c 'python3 t.py --a '\"'\"'b c'\"'\"''" in script
+
+
+def test_config_map_script_runs_in_a_shell_and_keeps_the_exit_code(tmp_path: Path):
+    """The start scripts are real sh: run both against local folders standing in for the mounts."""
+    for storage in (None, KubernetesStorageConfig(storage_type="pvc", claim_name="c",
+                                                  container_mount_point=str(tmp_path / "mnt"))):
+        paths = kube_storage.trial_paths(storage, "e1", "e1-0001")
+        script = kube_storage.start_script(storage, paths, "exit 7")
+        if storage is None:
+            continue  # needs the ConfigMap mount; run for real by the cluster tests
+        (tmp_path / "mnt" / "trialflow" / "e1" / "code").mkdir(parents=True)
+        (tmp_path / "mnt" / "trialflow" / "e1" / "sdk").mkdir(parents=True)
+        script = script.replace(kube_storage.WORK_DIR, str(tmp_path / "work"))
+        done = subprocess.run(["sh", "-c", script], env={"HOSTNAME": "pod-0", "PATH": "/usr/bin:/bin"},
+                              capture_output=True, timeout=30)
+        assert done.returncode == 7
+        assert (tmp_path / "mnt" / "trialflow" / "e1" / "trials" / "e1-0001" / "logs" / "pod-0.log").exists()
+
+
+def test_storage_needs_its_parts_and_a_local_mount(tmp_path: Path):
+    with pytest.raises(ValueError, match="needs server"):
+        KubernetesStorageConfig.model_validate({"storageType": "nfs", "path": "/x"})
+    nfs = KubernetesStorageConfig.model_validate({"storageType": "nfs", "server": "s", "path": "/x"})
+    with pytest.raises(kube_storage.StorageError, match="localMountPoint: mount the NFS export s:/x"):
+        kube_storage.check_storage(nfs)
+    azure = KubernetesStorageConfig.model_validate({"storageType": "azureStorage", "azureAccount": "a",
+                                                    "azureShare": "s", "keyVaultName": "v", "keyVaultKey": "k",
+                                                    "localMountPoint": str(tmp_path)})
+    with pytest.raises(kube_storage.StorageError, match="secretName.*--vault-name v --name k"):
+        kube_storage.check_storage(azure)
+
+
+def test_code_too_big_for_a_config_map_is_a_clear_error(tmp_path: Path):
+    import os
+
+    from trialflow.trial.packing import pack
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "weights.bin").write_bytes(os.urandom(2 * 1024 * 1024))
+    with pytest.raises(kube_storage.StorageError, match="ConfigMap holds at most 1 MiB.*nniignore.*storage"):
+        kube_storage.config_map("n", {}, pack(code), "{}")
+
+
+def test_stage_code_copies_once_honouring_nniignore(tmp_path: Path):
+    code = tmp_path / "code"
+    (code / "data").mkdir(parents=True)
+    (code / "t.py").write_text("x")
+    (code / "data" / "big.bin").write_text("y")
+    (code / ".nniignore").write_text("data/\n")
+    storage = KubernetesStorageConfig(storage_type="pvc", claim_name="c", local_mount_point=tmp_path / "mnt")
+    (tmp_path / "mnt").mkdir()
+    root = kube_storage.stage_code(storage, "e1", code)
+    assert (root / "code" / "t.py").read_text() == "x" and not (root / "code" / "data").exists()
+    assert (root / "sdk" / "trialflow" / "trial" / "wire.py").exists()
+    (code / "t.py").write_text("changed")
+    kube_storage.stage_code(storage, "e1", code)  # once per experiment
+    assert (root / "code" / "t.py").read_text() == "x"
+
+
+# -- incremental logs --------------------------------------------------------------------------
+
+
+def test_log_cursor_skips_what_was_read_and_waits_for_whole_lines():
+    first = ("2026-01-01T10:00:00.100000000Z a\n2026-01-01T10:00:00.200000000Z b\n"
+             "2026-01-01T10:00:00.200000000Z c\n2026-01-01T10:00:01.5Z partial")
+    lines, ts, n = new_log_lines(first, None, 0)
+    assert lines == ["a", "b", "c"] and ts == "2026-01-01T10:00:00.200000000Z" and n == 2
+    assert since_time(ts) == "2026-01-01T10:00:00Z"
+    # the next read repeats the whole second (sinceTime has second precision)
+    second = first + " line\n2026-01-01T10:00:01.600000000Z d\n"
+    lines, ts, n = new_log_lines(second, ts, n)
+    assert lines == ["partial line", "d"] and n == 1
+    assert new_log_lines(second, ts, n)[0] == []
+
+
+def test_log_cursor_keeps_lines_that_share_a_timestamp():
+    text = "".join(f"2026-01-01T10:00:00.5Z l{i}\n" for i in range(3))
+    lines, ts, n = new_log_lines(text[: text.index("l2") - 22], None, 0)
+    assert lines == ["l0", "l1"]
+    lines, ts, n = new_log_lines(text, ts, n)
+    assert lines == ["l2"] and n == 3
+
+
+# -- render ------------------------------------------------------------------------------------
+
+
+def test_render_prints_multi_document_yaml_as_sent(tmp_path: Path):
+    (tmp_path / "t.py").write_text("print(1)\n")
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialConcurrency: 1\nmaxTrialNumber: 1\n"
+        "tuner: {name: Random}\ntrialCodeDirectory: .\n"
+        "trainingService: {platform: kubeflow, operator: tf-operator, namespace: team,\n"
+        "  worker: {replicas: 1, command: python3 t.py, cpuNumber: 1, memorySize: 1gb}}\n")
+    done = subprocess.run([sys.executable, "-m", "trialflow.cli", "render", str(tmp_path / "config.yml")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    docs = list(yaml.safe_load_all(done.stdout))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "TFJob"]
+    assert all(d["metadata"]["namespace"] == "team" for d in docs)
+    cm = docs[0]
+    import re
+
+    header_x = float(re.search(r"^#\s+x: (\S+)$", done.stdout, re.M).group(1))
+    assert json.loads(cm["data"]["parameter.cfg"])["parameters"]["x"] == pytest.approx(header_x)
+    assert base64.b64decode(cm["binaryData"]["code.tar.gz"])[:2] == b"\x1f\x8b"  # the real archive
+
+
+def test_nni_kubeflow_example_without_a_local_mount_says_how_to_mount(nni_examples: Path):
+    from trialflow.config.errors import ConfigError
+    from trialflow.experiment import load_runnable_config
+
+    with pytest.raises(ConfigError) as err:
+        load_runnable_config(nni_examples / "mnist-pytorch" / "config_kubeflow.yml")
+    text = str(err.value)
+    assert "config_kubeflow.yml" in text and "trainingService.storage" in text
+    assert "mount the NFS export 10.10.10.10:/var/nfs/general" in text and "sudo mount" in text
+
+
+def test_frameworkcontroller_without_storage_is_refused_before_it_starts(tmp_path: Path):
+    from trialflow.config.errors import ConfigError
+    from trialflow.experiment import load_runnable_config
+
+    (tmp_path / "t.py").write_text("print(1)\n")
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialConcurrency: 1\ntuner: {name: Random}\n"
+        "trainingService: {platform: frameworkcontroller, taskRoles: [{name: w, command: python3 t.py,\n"
+        "  cpuNumber: 1, memorySize: 1gb, frameworkAttemptCompletionPolicy: {minFailedTaskCount: 1,\n"
+        "  minSucceedTaskCount: 1}}]}\n")
+    with pytest.raises(ConfigError, match=r"config.yml: trainingService.storage: FrameworkController deletes"):
+        load_runnable_config(tmp_path / "config.yml")
