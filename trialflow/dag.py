@@ -46,7 +46,8 @@ def experiment_dag(config_path: str | Path, *, dag_id: str | None = None, store_
 
     ``defer_after``: seconds a trial task waits in its worker before deferring to the
     triggerer; shorter trials finish without the deferral's second task start.
-    ``cleanup``: the end step removes the experiment's files from remote machines.
+    ``cleanup``: the end step removes what the experiment left on its platforms (files on remote
+    machines; jobs, ConfigMaps and files on storage on Kubernetes).
     """
     path = Path(config_path).expanduser()
     if not path.is_absolute():

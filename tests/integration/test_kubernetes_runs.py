@@ -1,0 +1,109 @@
+"""Kubernetes experiments under the real scheduler and triggerer: an Airflow Kubernetes connection
+names the test kube-apiserver; the test controller plays the operator and the kubelet."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import Harness
+from tests.kube.controller import TestController
+from trialflow.platforms.base import experiment_id_for
+from trialflow.platforms.kubernetes import object_name
+
+pytestmark = [pytest.mark.integration, pytest.mark.kube]
+
+TRIAL = """\
+import os, time
+import trialflow.trial as t
+p = t.get_next_parameter()
+for i in range(3):
+    t.report_intermediate_result(i + p["x"])
+    time.sleep(float(os.environ.get("STEP", "0.7")))
+t.report_final_result(p["x"] * 10)
+"""
+
+
+def kube_config(conn_id: str, trials: int, concurrency: int, extra: str = "") -> str:
+    return (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialConcurrency: {concurrency}\n"
+            f"maxTrialNumber: {trials}\ntuner: {{name: Random}}\ntrialCodeDirectory: .\n"
+            f"trainingService: {{platform: kubeflow, operator: pytorch-operator, kubernetesConnId: {conn_id},\n"
+            f"  master: {{replicas: 1, command: python3 trial.py, cpuNumber: 1, memorySize: 256mb}}{extra}}}\n")
+
+
+@pytest.fixture(scope="module")
+def kube_conn(harness: Harness, kube_controller: TestController, kube_cluster) -> str:
+    conn_id = "kube_test"
+    response = harness.airflow.api("POST", "/connections", json={
+        "connection_id": conn_id, "conn_type": "kubernetes",
+        "extra": json.dumps({"kube_config_path": str(kube_cluster.kubeconfig)})})
+    assert response.status_code in (200, 201, 409), response.text
+    return conn_id
+
+
+def test_an_experiment_on_kubeflow_followed_by_the_triggerer(harness: Harness, kube_conn: str,
+                                                             kube_controller: TestController):
+    dag_source = ("# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+                  "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=0.5,\n"
+                  "                     cleanup=True)\n")
+    dag_id, _ = harness.experiment("kube", kube_config(kube_conn, 3, 2), {"trial.py": TRIAL}, dag_source=dag_source)
+    deferred: set[int] = set()
+
+    def watch(run_id: str) -> None:
+        deferred.update(ti["map_index"] for ti in harness.tis(dag_id, run_id) if ti["state"] == "deferred")
+
+    run_id, state = harness.run(dag_id, timeout=300, on_tick=watch)
+    assert state == "success", kube_controller.errors
+    assert deferred, "no trial was followed by the triggerer"
+    rows = harness.rows(dag_id, run_id)
+    assert [r["status"] for r in rows] == ["SUCCEEDED"] * 3
+    for r in rows:
+        assert r["final_metric"] == pytest.approx(r["parameters"]["x"] * 10)
+        assert r["intermediate_count"] == 3
+    result = harness.xcom(dag_id, run_id, "trial", 0)
+    assert result["platform"] == "kubeflow" and "kube_test" in result["host"]
+    exp = experiment_id_for(dag_id, run_id)
+    for i in range(3):
+        assert kube_controller.launches(object_name(f"{exp}-{i:04d}")) == 1
+    # cleanup=True: the end step removed the experiment's jobs and ConfigMaps
+    listing = kube_controller.custom.list_namespaced_custom_object(
+        "kubeflow.org", "v1", "default", "pytorchjobs", label_selector=f"trialflow.io/experiment={exp}")
+    assert listing["items"] == []
+    assert kube_controller.core.list_namespaced_config_map(
+        "default", label_selector=f"trialflow.io/experiment={exp}").items == []
+
+
+def test_a_killed_worker_is_retried_and_reattaches_to_its_job(harness: Harness, kube_conn: str,
+                                                              kube_controller: TestController):
+    dag_source = ("# airflow DAG\nfrom datetime import timedelta\nfrom trialflow.dag import experiment_dag\n"
+                  "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=120,\n"
+                  "                     default_args={'retries': 2, 'retry_delay': timedelta(seconds=1)})\n")
+    trial = TRIAL.replace('"0.7"', '"3"')
+    dag_id, _ = harness.experiment("kubekill", kube_config(kube_conn, 1, 1), {"trial.py": trial},
+                                   dag_source=dag_source)
+    killed: list[int] = []
+
+    def kill_trial_worker(run_id: str) -> None:
+        if killed:
+            return
+        name = object_name(f"{experiment_id_for(dag_id, run_id)}-0000")
+        (ti,) = harness.tis(dag_id, run_id) or [None]
+        if ti and ti["state"] == "running" and ti.get("pid") and kube_controller.job(name) is not None:
+            os.kill(ti["pid"], signal.SIGKILL)
+            killed.append(ti["pid"])
+
+    run_id, state = harness.run(dag_id, timeout=300, on_tick=kill_trial_worker)
+    assert killed, "the trial's worker was never seen running"
+    assert state == "success"
+    (ti,) = harness.tis(dag_id, run_id)
+    assert ti["try_number"] >= 2
+    name = object_name(f"{experiment_id_for(dag_id, run_id)}-0000")
+    assert kube_controller.launches(name) == 1  # re-attached by name, not started again
+    (row,) = harness.rows(dag_id, run_id)
+    assert row["status"] == "SUCCEEDED" and row["intermediate_count"] == 3
