@@ -30,7 +30,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trialflow.embedded import EmbeddedAirflow, free_port  # noqa: E402
+from trialflow.embedded import EmbeddedAirflow  # noqa: E402
 from trialflow.platforms.base import experiment_id_for  # noqa: E402
 from trialflow.tuning.store import ExperimentStore, sqlite_url  # noqa: E402
 

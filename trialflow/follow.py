@@ -56,6 +56,7 @@ async def follow_trial(platform: TrainingPlatform, store: "ExperimentStore", han
     were stored; a reason from it cancels the trial as EARLY_STOPPED.
     """
     outcome = FollowOutcome(None, dict(cursor or {}), seen_running=seen_running)
+    wait_for_change = getattr(platform, "wait_for_change", None)
     stop_at = time.monotonic() + give_up_after if give_up_after is not None else None
     cancelling = False
 
@@ -93,5 +94,8 @@ async def follow_trial(platform: TrainingPlatform, store: "ExperimentStore", han
                     continue
         if stop_at is not None and time.monotonic() >= stop_at:
             return outcome
-        await asyncio.sleep(interval)
+        if wait_for_change is not None:  # a platform that is told of changes wakes early
+            await wait_for_change(handle, outcome.cursor, interval)
+        else:
+            await asyncio.sleep(interval)
         interval = min(interval * 1.5, poll_interval)

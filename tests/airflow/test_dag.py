@@ -3,7 +3,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-from datetime import timedelta
 from pathlib import Path
 
 import jsonschema
@@ -71,14 +70,16 @@ def test_broken_config_fails_at_parse_time(tmp_path):
 
 @pytest.mark.parametrize("tuner, platform, message", [
     ("SMAC", "local", "closest supported choice is 'TPE'"),
-    ("TPE", "kubeflow", "trainingService"),
+    ("TPE", "openpai", "trainingService.platform: training service platform 'openpai' cannot run here"),
 ])
 def test_configs_this_release_cannot_run_are_refused_at_parse_time(tmp_path, tuner, platform, message):
     path = write_config(tmp_path, tuner=tuner, platform=platform)
-    if platform == "kubeflow":
+    if platform == "openpai":
         path.write_text(path.read_text().replace(
-            "{platform: kubeflow}",
-            "{platform: kubeflow, operator: tf-operator, worker: {command: x, cpuNumber: 1, memorySize: 1gb}}"))
+            "{platform: openpai}",
+            "{platform: openpai, host: 'https://pai', username: u, token: t, trialCpuNumber: 1,\n"
+            "  trialMemorySize: 1gb, storageConfigName: s, localStorageMountPoint: /tmp,\n"
+            "  containerStorageMountPoint: /mnt}"))
     with pytest.raises(ConfigError, match=message):
         experiment_dag(path)
 

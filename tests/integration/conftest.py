@@ -4,9 +4,6 @@ started once per test session on 127.0.0.1 and stopped by it."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field

@@ -6,9 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
-import time
-from pathlib import Path
 
 import pytest
 

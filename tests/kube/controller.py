@@ -14,7 +14,6 @@ bounded by ``stop()``; every process it starts is killed by it.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shlex
 import signal
@@ -560,7 +559,7 @@ class TestController:
                                          "succeeded": sum(1 for r in job.replicas if r.exit_code == 0),
                                          "failed": sum(1 for r in job.replicas if r.exit_code not in (None, 0))}]
             kind = "Complete" if outcome else "Failed"
-            job.status["conditions"] = [{"type": kind, "status": "True", "reason": f"JobsSucceeded" if outcome
+            job.status["conditions"] = [{"type": kind, "status": "True", "reason": "JobsSucceeded" if outcome
                                          else "JobsFailed", "message": f"trainjob {kind.lower()}",
                                          "lastTransitionTime": t}]
         job.done = True

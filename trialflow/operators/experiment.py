@@ -8,7 +8,6 @@ from typing import Any, Sequence
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from trialflow.experiment import trial_count
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.operators.trial import experiment_for
 

@@ -13,7 +13,6 @@ already finished is reported, not re-run.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from typing import TYPE_CHECKING, Any, Sequence
@@ -24,6 +23,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from trialflow.experiment import Experiment, RunWindow, trial_result
 from trialflow.follow import EXPERIMENT_DEADLINE_REASON, follow_trial
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
+from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import TrialStatus, trial_id_for
 from trialflow.platforms.gpus import GpuRequestError
 from trialflow.trial.packing import CodeDirectoryError
@@ -152,7 +152,7 @@ class SubmitTrialOperator(BaseOperator):
         # Short trials end here: a deferral costs a second task start (seconds of overhead).
         # The worker polls at most every 0.2 s: it holds a slot anyway, and a trial's end is
         # then seen at once (the triggerer's poll_interval is for the long wait).
-        outcome = asyncio.run(follow_trial(
+        outcome = run_sync(follow_trial(
             platform, store, handle, asked.storage_id, deadline=submission["deadline"],
             poll_interval=min(self.poll_interval, WORKER_POLL_INTERVAL), give_up_after=self.defer_after,
             experiment_deadline=window.deadline, stop_check=experiment.early_stop_check(store, asked.storage_id)))

@@ -459,6 +459,7 @@ class Informer:
     gone: int = 0  # 410 answers seen
     error: str | None = None
     _synced: asyncio.Event = field(default_factory=asyncio.Event)
+    _changed: dict[str, asyncio.Event] = field(default_factory=dict)
     _task: "asyncio.Task[None] | None" = None
 
     def start(self) -> None:
@@ -476,6 +477,19 @@ class Informer:
             return self.deleted[name], True
         return None, False
 
+    async def changed(self, name: str, seen_version: str | None, timeout: float) -> None:
+        """Return when ``name`` has a version other than ``seen_version`` (at once if it has
+        already), or after ``timeout`` seconds."""
+        obj, _ = self.get(name)
+        if obj is not None and obj["metadata"].get("resourceVersion") != seen_version:
+            return
+        event = self._changed.setdefault(name, asyncio.Event())
+        event.clear()  # no await since the check above: no change can slip between them
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+
     async def _list(self) -> None:
         api = await self.objects_api._api()
         POOL.requests += 1
@@ -486,6 +500,8 @@ class Informer:
         for name, obj in self.objects.items():
             if name not in fresh:
                 self.deleted[name] = obj
+        for event in self._changed.values():
+            event.set()
         self.objects = fresh
         self.resource_version = listing["metadata"]["resourceVersion"]
         self.relists += 1
@@ -527,6 +543,8 @@ class Informer:
             self.resource_version = rv or self.resource_version
             return
         name = obj["metadata"]["name"]
+        if name in self._changed:
+            self._changed[name].set()
         if kind == "DELETED":
             self.objects.pop(name, None)
             self.deleted[name] = obj

@@ -12,7 +12,6 @@ wait to TrialTrigger like the operator does.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -23,6 +22,7 @@ from trialflow.experiment import Experiment, load_runnable_config
 from trialflow.follow import EXPERIMENT_DEADLINE_REASON
 from trialflow.hooks.store import ExperimentStoreHook
 from trialflow.operators.trial import complete_from_event
+from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import TrialStatus
 from trialflow.triggers.trial import TrialTrigger
 
@@ -63,7 +63,7 @@ class TrialSensor(BaseSensorOperator):
         store = ExperimentStoreHook(sub["store_conn_id"]).get_conn()
         # Poke mode keeps no cursor between pokes: re-reading from 0 is safe (the store keys
         # intermediate values by sequence) and bounded by the trial's own output.
-        update = asyncio.run(platform.poll(sub["handle"], {}))
+        update = run_sync(platform.poll(sub["handle"], {}))
         store.record_metrics(sub["storage_id"], update.metrics)
         if not update.status.is_terminal:
             self._stop_if_due(experiment, platform, store, sub)

@@ -1,0 +1,152 @@
+"""Kubernetes: following many trials at once from one process, watch vs poll, side by side.
+
+N trials (200 by default) run at once on the test cluster (a real kube-apiserver
++ etcd; the test controller plays the operator and the kubelet, as in the
+tests), each reporting an intermediate result every 10 s for ``--seconds``.
+One event loop follows all of them with trialflow's own follow loop — what
+one triggerer runs for N deferred trial tasks — at the DAG's default
+poll_interval of 1 s, once with ``statusUpdates: watch`` and once with
+``poll``. Printed per mode:
+
+* API requests per trial per minute (counted by trialflow's client; a watch
+  stream counts once however long it stays open);
+* follower CPU seconds per trial-hour (CPU time of the loop's thread);
+* status latency: from the test controller writing the terminal status to
+  the follower returning it (median, p95, max).
+
+Needs root (the test controller runs pods in private mount namespaces) and
+the kube-apiserver that tests/kube/build-apiserver.sh builds.
+
+    python bench/kube.py [--trials 200] [--seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.kube.cluster import KubeCluster, missing_reason  # noqa: E402
+from tests.kube.controller import TestController  # noqa: E402
+from trialflow.config.platforms import KubeflowConfig  # noqa: E402
+from trialflow.follow import follow_trial  # noqa: E402
+from trialflow.platforms.background import run_sync  # noqa: E402
+from trialflow.platforms.base import TrialSpec, TrialStatus  # noqa: E402
+from trialflow.platforms.kube_client import INFORMERS, POOL  # noqa: E402
+from trialflow.platforms.kubeflow import KubeflowPlatform  # noqa: E402
+
+TRIAL = """\
+import sys, time
+import trialflow.trial as t
+t.get_next_parameter()
+end = time.time() + float(sys.argv[1])
+step = 0
+while time.time() < end:
+    time.sleep(min(10, max(0, end - time.time())))
+    t.report_intermediate_result(step)
+    step += 1
+t.report_final_result(1.0)
+"""
+
+
+class Sink:
+    """Where follow_trial puts metrics: counted, not stored (the store is not what is measured)."""
+
+    def __init__(self) -> None:
+        self.metrics = 0
+
+    def record_metrics(self, storage_id: int, metrics: list) -> None:
+        self.metrics += len(metrics)
+
+    def set_status(self, storage_id: int, status: TrialStatus) -> None:
+        pass
+
+
+def run_mode(mode: str, cluster: KubeCluster, controller: TestController, root: Path, trials: int,
+             seconds: float) -> dict[str, float]:
+    code = root / "code"
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "trial.py").write_text(TRIAL)
+    config = KubeflowConfig.model_validate({
+        "platform": "kubeflow", "operator": "tf-operator", "kubeconfig": str(cluster.kubeconfig),
+        "statusUpdates": mode, "worker": {"replicas": 1, "command": f"python3 trial.py {seconds}",
+                                          "cpuNumber": 1, "memorySize": "128mb"}})
+    platform = KubeflowPlatform(config, root / "exp")
+    exp = f"b{mode[0]}{int(time.time()) % 100000:05d}"
+    platform.prepare(exp)
+
+    async def submit_all() -> list[dict]:
+        specs = [TrialSpec(exp, f"{exp}-{i:04d}", i, i, {}, "", code) for i in range(trials)]
+        return await asyncio.gather(*(platform._submit(s) for s in specs))
+
+    handles = run_sync(submit_all())
+    sink = Sink()
+
+    async def follow_all() -> tuple[float, float, int, list[float], list[TrialStatus]]:
+        cpu0, wall0, requests0 = time.thread_time(), time.monotonic(), POOL.requests
+        done_at: list[float] = [0.0] * len(handles)
+
+        async def one(i: int) -> TrialStatus | None:
+            outcome = await follow_trial(platform, sink, handles[i], i, {}, poll_interval=1.0)
+            done_at[i] = time.time()
+            return outcome.status
+
+        statuses = await asyncio.gather(*(one(i) for i in range(len(handles))))
+        return time.thread_time() - cpu0, time.monotonic() - wall0, POOL.requests - requests0, done_at, statuses
+
+    cpu, wall, requests, done_at, statuses = run_sync(follow_all())
+    latencies = [done_at[i] - controller.completed_at[h["name"]] for i, h in enumerate(handles)
+                 if h["name"] in controller.completed_at]
+    run_sync(INFORMERS.stop_all())
+    platform.cleanup(exp)
+    succeeded = sum(1 for s in statuses if s == TrialStatus.SUCCEEDED)
+    return {"trials": len(handles), "succeeded": succeeded, "wall_s": wall, "requests": requests,
+            "req_per_trial_min": requests / len(handles) / (wall / 60),
+            "cpu_s": cpu, "cpu_s_per_trial_hour": cpu / (len(handles) * wall / 3600),
+            "lat_median": statistics.median(latencies), "lat_p95": sorted(latencies)[int(len(latencies) * .95) - 1],
+            "lat_max": max(latencies), "metrics": sink.metrics}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    args = parser.parse_args()
+    reason = missing_reason()
+    if reason:
+        print(f"cannot run: {reason}", file=sys.stderr)
+        return 2
+    root = Path(tempfile.mkdtemp(prefix="trialflow-bench-kube-"))
+    cluster = KubeCluster(root / "cluster")
+    cluster.start()
+    controller = TestController(cluster.kubeconfig, root / "controller", path_prefix=str(Path(sys.executable).parent),
+                                interval=0.2).start()
+    try:
+        results = {mode: run_mode(mode, cluster, controller, root / mode, args.trials, args.seconds)
+                   for mode in ("watch", "poll")}
+    finally:
+        controller.stop()
+        cluster.stop()
+    print(f"\n{args.trials} trials of {args.seconds:.0f} s at once, followed from one event loop, poll_interval 1 s")
+    print(f"{'':28}{'watch':>12}{'poll':>12}{'poll/watch':>12}")
+    rows = [("succeeded", "succeeded", "{:.0f}"), ("wall time (s)", "wall_s", "{:.1f}"),
+            ("API requests", "requests", "{:.0f}"), ("requests / trial / minute", "req_per_trial_min", "{:.2f}"),
+            ("follower CPU (s)", "cpu_s", "{:.1f}"), ("CPU s / trial-hour", "cpu_s_per_trial_hour", "{:.2f}"),
+            ("status latency median (s)", "lat_median", "{:.2f}"), ("status latency p95 (s)", "lat_p95", "{:.2f}"),
+            ("status latency max (s)", "lat_max", "{:.2f}"), ("metrics received", "metrics", "{:.0f}")]
+    for label, key, fmt in rows:
+        w, p = results["watch"][key], results["poll"][key]
+        ratio = f"{p / w:.2f}x" if w else "-"
+        print(f"{label:28}{fmt.format(w):>12}{fmt.format(p):>12}{ratio:>12}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
