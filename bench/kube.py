@@ -14,16 +14,23 @@ poll_interval of 1 s, once with ``statusUpdates: watch`` and once with
 * status latency: from the test controller writing the terminal status to
   the follower returning it (median, p95, max).
 
+With ``--airflow N``, the same experiment also runs as a DAG under a real
+scheduler and triggerer (LocalExecutor, parallelism 8, SQLite): N trials, all
+deferred to the one triggerer, and the latency printed is from the test
+controller writing Succeeded to the Airflow task instance ending (the trigger
+event, the task resuming on a free worker slot and finishing).
+
 Needs root (the test controller runs pods in private mount namespaces) and
 the kube-apiserver that tests/kube/build-apiserver.sh builds.
 
-    python bench/kube.py [--trials 200] [--seconds 60]
+    python bench/kube.py [--trials 200] [--seconds 60] [--airflow 200 --airflow-seconds 150]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import tempfile
@@ -35,7 +42,13 @@ sys.path.insert(0, str(ROOT))
 
 from tests.kube.cluster import KubeCluster, missing_reason  # noqa: E402
 from tests.kube.controller import TestController  # noqa: E402
+from datetime import datetime  # noqa: E402
+
 from trialflow.config.platforms import KubeflowConfig  # noqa: E402
+from trialflow.embedded import EmbeddedAirflow  # noqa: E402
+from trialflow.platforms.base import experiment_id_for  # noqa: E402
+from trialflow.platforms.kubernetes import object_name  # noqa: E402
+from trialflow.tuning.store import sqlite_url  # noqa: E402
 from trialflow.follow import follow_trial  # noqa: E402
 from trialflow.platforms.background import run_sync  # noqa: E402
 from trialflow.platforms.base import TrialSpec, TrialStatus  # noqa: E402
@@ -114,10 +127,60 @@ def run_mode(mode: str, cluster: KubeCluster, controller: TestController, root: 
             "lat_max": max(latencies), "metrics": sink.metrics}
 
 
+def run_airflow(cluster: KubeCluster, controller: TestController, root: Path, trials: int,
+                seconds: float) -> dict[str, float]:
+    """The experiment as a DAG: latency from Succeeded written to the trial task instance ending."""
+    work = root / "airflow-experiment"
+    work.mkdir(parents=True)
+    (work / "trial.py").write_text(TRIAL)
+    (work / "config.yml").write_text(
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialConcurrency: {trials}\n"
+        f"maxTrialNumber: {trials}\ntuner: {{name: Random}}\ntrialCodeDirectory: .\n"
+        f"trainingService: {{platform: kubeflow, operator: tf-operator, kubeconfig: {cluster.kubeconfig},\n"
+        f"  worker: {{replicas: 1, command: python3 trial.py {seconds}, cpuNumber: 1, memorySize: 128mb}}}}\n")
+    store_url = sqlite_url(root / "experiments.db")
+    airflow = EmbeddedAirflow(home=root / "airflow", dags_folder=root / "dags", parallelism=8, extra_env={
+        "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps({"conn_type": "trialflow", "extra": {"storage_url": store_url}}),
+        "TRIALFLOW_WORKDIR": str(root / "runs")})
+    airflow.dags_folder.mkdir(parents=True)
+    dag_file = airflow.dags_folder / "kube_bench.py"
+    dag_file.write_text("# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+                        f"dag = experiment_dag({str(work / 'config.yml')!r}, dag_id='kube_bench', defer_after=0,\n"
+                        "                     cleanup=True)\n")
+    airflow.migrate()
+    airflow.start()
+    try:
+        airflow.wait_healthy()
+        airflow.wait_for_dag("kube_bench", dag_file, timeout=120)
+        started = time.monotonic()
+        run_id = airflow.trigger("kube_bench")
+        while airflow.dag_run_state("kube_bench", run_id) not in ("success", "failed"):
+            if time.monotonic() - started > seconds * 4 + 900:
+                raise TimeoutError("the benchmark DAG did not finish")
+            time.sleep(2)
+        wall = time.monotonic() - started
+        state = airflow.dag_run_state("kube_bench", run_id)
+        tis = [ti for ti in airflow.task_instances("kube_bench", run_id) if ti["task_id"] == "trial"]
+    finally:
+        airflow.stop()
+    exp = experiment_id_for("kube_bench", run_id)
+    latencies = []
+    for ti in tis:
+        name = object_name(f"{exp}-{ti['map_index']:04d}")
+        if ti.get("end_date") and name in controller.completed_at:
+            latencies.append(datetime.fromisoformat(ti["end_date"]).timestamp() - controller.completed_at[name])
+    latencies.sort()
+    return {"state": state, "trials": len(tis), "succeeded": sum(1 for ti in tis if ti["state"] == "success"),
+            "wall_s": wall, "lat_median": statistics.median(latencies), "lat_p95": latencies[int(len(latencies) * .95) - 1],
+            "lat_max": latencies[-1], "lat_min": latencies[0]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--airflow", type=int, default=0, help="also run this many trials as a DAG")
+    parser.add_argument("--airflow-seconds", type=float, default=150.0)
     args = parser.parse_args()
     reason = missing_reason()
     if reason:
@@ -130,10 +193,19 @@ def main() -> int:
                                 interval=0.2).start()
     try:
         results = {mode: run_mode(mode, cluster, controller, root / mode, args.trials, args.seconds)
-                   for mode in ("watch", "poll")}
+                   for mode in ("watch", "poll")} if args.trials else {}
+        dag = run_airflow(cluster, controller, root / "dag", args.airflow, args.airflow_seconds) if args.airflow else None
     finally:
         controller.stop()
         cluster.stop()
+    if dag is not None:
+        print(f"\nAs a DAG under the real scheduler + triggerer (LocalExecutor, parallelism 8): {dag['trials']} "
+              f"trials of {args.airflow_seconds:.0f} s, {dag['succeeded']} succeeded, run {dag['state']} in "
+              f"{dag['wall_s']:.0f} s")
+        print(f"Succeeded written -> task instance ended: median {dag['lat_median']:.2f} s, p95 {dag['lat_p95']:.2f} s, "
+              f"min {dag['lat_min']:.2f} s, max {dag['lat_max']:.2f} s")
+    if not results:
+        return 0
     print(f"\n{args.trials} trials of {args.seconds:.0f} s at once, followed from one event loop, poll_interval 1 s")
     print(f"{'':28}{'watch':>12}{'poll':>12}{'poll/watch':>12}")
     rows = [("succeeded", "succeeded", "{:.0f}"), ("wall time (s)", "wall_s", "{:.1f}"),

@@ -207,8 +207,15 @@ class EmbeddedAirflow:
         return str(self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json().get("state"))
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
-        response = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 1000})
-        return list(response.json().get("task_instances", []))
+        """Every task instance of the run (the API gives at most 100 per page)."""
+        found: list[dict[str, Any]] = []
+        while True:
+            response = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+                                params={"limit": 100, "offset": len(found)})
+            page = list(response.json().get("task_instances", []))
+            found += page
+            if len(page) < 100:
+                return found
 
 
 def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:

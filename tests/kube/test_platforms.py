@@ -365,3 +365,28 @@ def test_a_kubernetes_connection_names_the_cluster(kube_cluster: KubeCluster, ku
     assert outcome.status == TrialStatus.SUCCEEDED and values(recorder)[1] == [20]
     assert "test_k8s" in platform.cluster.label
     platform.cleanup(exp)
+
+
+def test_an_idle_informer_ends_its_watch_and_a_new_ask_relists(kube_cluster: KubeCluster,
+                                                               kube_controller: TestController, tmp_path: Path,
+                                                               monkeypatch):
+    from trialflow.platforms import kube_client
+
+    monkeypatch.setattr(kube_client, "WATCH_TIMEOUT_SECONDS", 1)
+    monkeypatch.setattr(kube_client, "IDLE_SECONDS", 0.5)
+    platform = make(kube_cluster, KINDS["tfjob"], tmp_path)
+    exp = experiment_id()
+
+    async def scenario() -> tuple[bool, int, bool]:
+        informer = INFORMERS.get(platform.api, platform.resource, experiment_selector(exp))
+        await informer.wait_synced()
+        deadline = time.monotonic() + 20
+        while not informer._task.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        ended = informer._task.done()
+        again = INFORMERS.get(platform.api, platform.resource, experiment_selector(exp))
+        await again.wait_synced()
+        return ended, again.relists, again is informer
+
+    ended, relists, same = run_sync(scenario())
+    assert ended and same and relists == 2  # the stream ended while idle; asked again, it listed afresh

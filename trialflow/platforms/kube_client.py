@@ -18,6 +18,7 @@ import atexit
 import json
 import logging
 import random
+import time
 import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WATCH_TIMEOUT_SECONDS = 240
+#: An informer nobody asked for this long ends its watch (a long-lived triggerer would
+#: otherwise keep one stream per experiment it ever followed); the next ask relists.
+IDLE_SECONDS = 300
 RELIST_DELAYS = (0.5, 1.0, 2.0, 5.0)
 REQUEST_TIMEOUT = 30
 
@@ -114,7 +118,9 @@ async def _configuration(cluster: Cluster) -> Any:
     except KubernetesError:
         raise
     except Exception as exc:  # ConfigException, FileNotFoundError, yaml errors ...
-        raise KubernetesError(f"cannot load {cluster.label}: {exc}") from None
+        # First line only: YAML errors quote the offending text, which may hold a token.
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise KubernetesError(f"cannot load {cluster.label}: {first}") from None
     return conf
 
 
@@ -460,6 +466,7 @@ class Informer:
     error: str | None = None
     _synced: asyncio.Event = field(default_factory=asyncio.Event)
     _changed: dict[str, asyncio.Event] = field(default_factory=dict)
+    last_used: float = field(default_factory=time.monotonic)
     _task: "asyncio.Task[None] | None" = None
 
     def start(self) -> None:
@@ -559,6 +566,10 @@ class Informer:
         failures = 0
         need_list = self.resource_version is None  # a restarted informer resumes where it was
         while True:
+            if time.monotonic() - self.last_used > IDLE_SECONDS:
+                self.resource_version = None  # stop; whoever asks next starts from a fresh list
+                self._synced.clear()
+                return
             try:
                 if need_list:
                     await self._list()
@@ -611,6 +622,7 @@ class Informers:
         informer = informers.get(key)
         if informer is None:
             informer = informers[key] = Informer(objects_api, resource, label_selector)
+        informer.last_used = time.monotonic()
         informer.start()
         return informer
 
