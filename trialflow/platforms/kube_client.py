@@ -196,6 +196,9 @@ def describe_api_error(exc: Exception, cluster: Cluster, what: str) -> str:
 # -- custom objects ------------------------------------------------------------------------
 
 
+_RAISE = object()  # _request's default: a 404 is an error too
+
+
 class CustomObjects:
     """The calls the platforms make, with the content types real API servers need."""
 
@@ -238,68 +241,60 @@ class CustomObjects:
         except (OSError, asyncio.TimeoutError) as exc:
             raise KubernetesError(describe_api_error(exc, self.cluster, f"creating {resource.kind} {name}")) from None
 
-    async def get(self, resource: Resource, name: str) -> dict[str, Any] | None:
-        """The object, or None when it does not exist (deleted, or never created)."""
+    async def _request(self, what: str, call: Callable[[], Awaitable[Any]], gone: Any = _RAISE) -> Any:
+        """One API call: counted, its errors as KubernetesError naming ``what``; a 404 returns
+        ``gone`` when one is given (deleted objects are expected after a cancel or cleanup)."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        api = await self._api()
         POOL.requests += 1
         try:
-            return await api.get_namespaced_custom_object(resource.group, resource.version, self.namespace,
-                                                          resource.plural, name, _request_timeout=REQUEST_TIMEOUT)
+            return await call()
         except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise KubernetesError(describe_api_error(exc, self.cluster, f"reading {resource.kind} {name}")) from None
+            if exc.status == 404 and gone is not _RAISE:
+                return gone
+            raise KubernetesError(describe_api_error(exc, self.cluster, what)) from None
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise KubernetesError(describe_api_error(exc, self.cluster, what)) from None
+
+    async def get(self, resource: Resource, name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist (deleted, or never created)."""
+        api = await self._api()
+        return await self._request(f"reading {resource.kind} {name}", lambda: api.get_namespaced_custom_object(
+            resource.group, resource.version, self.namespace, resource.plural, name,
+            _request_timeout=REQUEST_TIMEOUT), gone=None)
 
     async def merge_patch(self, resource: Resource, name: str, patch: dict[str, Any]) -> bool:
         """Merge-patch; False if the object is gone. (kubernetes_asyncio sends a dict as a
         JSON patch unless told: always say merge-patch.)"""
-        from kubernetes_asyncio.client.exceptions import ApiException
-
         api = await self._api()
-        POOL.requests += 1
-        try:
-            await api.patch_namespaced_custom_object(resource.group, resource.version, self.namespace,
-                                                     resource.plural, name, patch,
-                                                     _content_type="application/merge-patch+json",
-                                                     _request_timeout=REQUEST_TIMEOUT)
+
+        async def call() -> bool:
+            await api.patch_namespaced_custom_object(
+                resource.group, resource.version, self.namespace, resource.plural, name, patch,
+                _content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT)
             return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise KubernetesError(describe_api_error(exc, self.cluster, f"patching {resource.kind} {name}")) from None
+
+        return await self._request(f"patching {resource.kind} {name}", call, gone=False)
 
     async def delete(self, resource: Resource, name: str) -> bool:
         """Delete with propagationPolicy Background (the pods go after the job); False if gone."""
-        from kubernetes_asyncio.client.exceptions import ApiException
-
         api = await self._api()
-        POOL.requests += 1
-        try:
-            await api.delete_namespaced_custom_object(resource.group, resource.version, self.namespace,
-                                                      resource.plural, name, propagation_policy="Background",
-                                                      _request_timeout=REQUEST_TIMEOUT)
+
+        async def call() -> bool:
+            await api.delete_namespaced_custom_object(
+                resource.group, resource.version, self.namespace, resource.plural, name,
+                propagation_policy="Background", _request_timeout=REQUEST_TIMEOUT)
             return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise KubernetesError(describe_api_error(exc, self.cluster, f"deleting {resource.kind} {name}")) from None
+
+        return await self._request(f"deleting {resource.kind} {name}", call, gone=False)
 
     async def delete_collection(self, resource: Resource, label_selector: str) -> None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
         api = await self._api()
-        POOL.requests += 1
-        try:
-            await api.delete_collection_namespaced_custom_object(
-                resource.group, resource.version, self.namespace, resource.plural, label_selector=label_selector,
-                propagation_policy="Background", _request_timeout=REQUEST_TIMEOUT)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise KubernetesError(describe_api_error(exc, self.cluster, f"deleting {resource.plural}")) from None
+        await self._request(f"deleting {resource.plural}", lambda: api.delete_collection_namespaced_custom_object(
+            resource.group, resource.version, self.namespace, resource.plural, label_selector=label_selector,
+            propagation_policy="Background", _request_timeout=REQUEST_TIMEOUT), gone=None)
 
-    # -- core objects: ConfigMaps, pods, logs ----------------------------------------------
+    # -- core objects: ConfigMaps, secrets, claims, pods, logs -----------------------------
 
     #: Core kinds a trial creates besides its job -> (create method, delete-collection method).
     CORE_KINDS: dict[str, tuple[str, str]] = {
@@ -333,35 +328,21 @@ class CustomObjects:
 
     async def read_config_map(self, name: str) -> dict[str, str] | None:
         """A ConfigMap's data, or None when there is none by that name."""
-        from kubernetes_asyncio.client.exceptions import ApiException
-
         core = await self._core()
-        POOL.requests += 1
-        try:
-            found = await core.read_namespaced_config_map(name, self.namespace, _request_timeout=REQUEST_TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise KubernetesError(describe_api_error(exc, self.cluster, f"reading ConfigMap {name}")) from None
-        return dict(found.data or {})
+        found = await self._request(f"reading ConfigMap {name}", lambda: core.read_namespaced_config_map(
+            name, self.namespace, _request_timeout=REQUEST_TIMEOUT), gone=None)
+        return None if found is None else dict(found.data or {})
 
     async def delete_core(self, kind: str, label_selector: str) -> None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
         core = await self._core()
-        POOL.requests += 1
-        try:
-            await getattr(core, self.CORE_KINDS[kind][1])(self.namespace, label_selector=label_selector,
-                                                          _request_timeout=REQUEST_TIMEOUT)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise KubernetesError(describe_api_error(exc, self.cluster, f"deleting {kind}s")) from None
+        delete = getattr(core, self.CORE_KINDS[kind][1])
+        await self._request(f"deleting {kind}s", lambda: delete(self.namespace, label_selector=label_selector,
+                                                                 _request_timeout=REQUEST_TIMEOUT), gone=None)
 
     async def pods(self, label_selector: str) -> list[dict[str, Any]]:
         core = await self._core()
-        POOL.requests += 1
-        result = await core.list_namespaced_pod(self.namespace, label_selector=label_selector,
-                                                _request_timeout=REQUEST_TIMEOUT)
+        result = await self._request("listing pods", lambda: core.list_namespaced_pod(
+            self.namespace, label_selector=label_selector, _request_timeout=REQUEST_TIMEOUT))
         client = await POOL.get(self.cluster)
         return [client.sanitize_for_serialization(p) for p in result.items]
 
