@@ -221,6 +221,7 @@ class TestController:
         self._thread = threading.Thread(target=self._loop, name="test-controller", daemon=True)
         self._lock = threading.Lock()
         self.paused = False
+        self.made_dirs: list[str] = []
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -255,6 +256,11 @@ class TestController:
                 self._kill(job)
         self.kubelet.stop()
         self.api_client.close()
+        for folder in sorted(set(self.made_dirs), key=len, reverse=True):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -402,7 +408,7 @@ class TestController:
         binds: list[str] = []
         for mount in c.get("volumeMounts", []):
             source = self._volume_source(replica, volumes[mount["name"]])
-            os.makedirs(mount["mountPath"], exist_ok=True)  # the mount point, in the host's view
+            self._mount_point(mount["mountPath"])
             q_src, q_dst = shlex.quote(str(source)), shlex.quote(mount["mountPath"])
             binds.append(f"mount --bind {q_src} {q_dst}")
             if mount.get("readOnly"):
@@ -421,6 +427,18 @@ class TestController:
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         replica.reader = threading.Thread(target=self._capture, args=(replica,), daemon=True)
         replica.reader.start()
+
+    def _mount_point(self, path: str) -> None:
+        """Make the mount point in the host's view, remembering what was made so stop() can
+        remove it (an empty /tmp/mount left behind would change what other tests see)."""
+        missing = []
+        folder = Path(path)
+        while not folder.exists():
+            missing.append(folder)
+            folder = folder.parent
+        folder_made = [str(p) for p in missing]
+        os.makedirs(path, exist_ok=True)
+        self.made_dirs.extend(folder_made)
 
     @staticmethod
     def _capture(replica: Replica) -> None:

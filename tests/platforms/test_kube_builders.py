@@ -251,7 +251,10 @@ def test_framework_config_path_template_keeps_its_pod_and_gains_ours(tmp_path: P
     assert {"name": "data-volume", "persistentVolumeClaim": {"claimName": "nni-storage"}} in pod["volumes"]
     main = pod["containers"][0]
     assert "python mnist.py" in main["command"][2]  # the template's command, run by our script
-    assert {m["mountPath"] for m in main["volumeMounts"]} >= {"/mnt/frameworkbarrier", "/tmp/trialflow/work"}
+    paths = [m["mountPath"] for m in main["volumeMounts"]]
+    assert set(paths) >= {"/mnt/frameworkbarrier", "/tmp/trialflow/work", "/tmp/mount"}
+    assert len(paths) == len(set(paths))  # the template's claim at /tmp/mount, not a second mount there
+    assert "nni-vol" not in {v["name"] for v in pod["volumes"]}
     assert role["task"]["pod"]["metadata"]["labels"]["trialflow.io/trial"] == "eabc1234-0007"
 
 
@@ -436,3 +439,9 @@ def test_frameworkcontroller_without_storage_is_refused_before_it_starts(tmp_pat
         "  minSucceedTaskCount: 1}}]}\n")
     with pytest.raises(ConfigError, match=r"config.yml: trainingService.storage: FrameworkController deletes"):
         load_runnable_config(tmp_path / "config.yml")
+
+
+def test_a_pvc_needs_its_claim_unless_a_template_mounts_it():
+    with pytest.raises(ValueError, match="storageType pvc needs claimName"):
+        KubeflowConfig.model_validate({"platform": "kubeflow", "operator": "tf-operator", "worker": ROLE,
+                                       "storage": {"storageType": "pvc", "localMountPoint": "/tmp"}})

@@ -244,7 +244,12 @@ def test_trials_get_their_own_gpus_and_wait_for_a_free_one(tmp_path, gpus):
     (gpus / "release-e1-0000").write_text("")
     assert follow(platform, first)[0] == TrialStatus.SUCCEEDED
     third.join(20)
-    assert started and (gpus / "gpus-e1-0002").read_text() == (gpus / "gpus-e1-0000").read_text()
+    assert started
+    deadline = time.monotonic() + 20  # submit returns once launched; the trial writes its file soon after
+    while not (gpus / "gpus-e1-0002").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert (gpus / "gpus-e1-0002").read_text() == (gpus / "gpus-e1-0000").read_text()
     for i in (1, 2):
         (gpus / f"release-e1-000{i}").write_text("")
     assert follow(platform, second)[0] == follow(platform, started[0])[0] == TrialStatus.SUCCEEDED

@@ -174,6 +174,11 @@ class KubernetesServiceConfig(TrainingServiceConfig):
     def _one_cluster_source(self) -> "KubernetesServiceConfig":
         if self.kubernetes_conn_id is not None and self.kubeconfig is not None:
             raise ValueError("set kubernetesConnId or kubeconfig, not both")
+        storage = self.storage
+        if storage is not None and storage.storage_type == "pvc" and not storage.claim_name \
+                and getattr(self, "config_path", None) is None:
+            raise ValueError("storageType pvc needs claimName (only a frameworkcontroller configPath template "
+                             "may mount the claim itself, at containerMountPoint)")
         return self
 
 

@@ -87,7 +87,9 @@ def build_framework(config: FrameworkControllerConfig, spec: TrialSpec, name: st
                                  config.trial_command or command, first.get("resources") or {})
             first.update({k: v for k, v in ours.items() if k in ("command", "env")})
             first.pop("args", None)
-            first["volumeMounts"] = list(first.get("volumeMounts", [])) + ours["volumeMounts"]
+            taken = {m.get("mountPath") for m in first.get("volumeMounts", [])}
+            first["volumeMounts"] = list(first.get("volumeMounts", [])) + [
+                m for m in ours["volumeMounts"] if m["mountPath"] not in taken]
             pod_spec["volumes"] = list(pod_spec.get("volumes", [])) + pod.volumes
             pod_spec.setdefault("restartPolicy", "Never")
             role["task"]["pod"].setdefault("metadata", {}).setdefault("labels", {}).update(pod.labels)

@@ -87,7 +87,7 @@ def volume_mounts(storage: KubernetesStorageConfig | None) -> list[dict[str, Any
     mounts: list[dict[str, Any]] = [{"name": WORK_VOLUME, "mountPath": WORK_DIR}]
     if storage is None:
         mounts.append({"name": FILES_VOLUME, "mountPath": FILES_DIR, "readOnly": True})
-    else:
+    elif storage.storage_type != "pvc" or storage.claim_name:  # else a template mounts the claim
         mounts.append({"name": STORAGE_VOLUME, "mountPath": storage.container_mount_point})
     return mounts
 
@@ -161,7 +161,7 @@ def _mount_hint(storage: KubernetesStorageConfig) -> str:
 
 def check_storage(storage: KubernetesStorageConfig) -> None:
     """Fail before any trial starts when the storage cannot be used from here."""
-    root = local_root(storage, "x").parent
+    local_root(storage, "x")  # no localMountPoint: says what to mount
     mount = Path(storage.local_mount_point or "")
     if not mount.is_dir():
         raise StorageError(f"localMountPoint {mount} is not a folder here: {_mount_hint(storage)}")
@@ -171,10 +171,8 @@ def check_storage(storage: KubernetesStorageConfig) -> None:
                  f"--vault-name {storage.key_vault_name or 'VAULT'} --name {storage.key_vault_key or 'KEY'} "
                  "--query value -o tsv)\"")
         raise StorageError(f"azureStorage needs secretName, a Kubernetes secret with the share's key ({vault})")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StorageError(f"cannot write to localMountPoint {mount}: {exc}") from None
+    if not os.access(mount, os.W_OK | os.X_OK):  # checked, not tried: validating writes nothing
+        raise StorageError(f"cannot write to localMountPoint {mount} (the trials' code and parameters go there)")
 
 
 def stage_code(storage: KubernetesStorageConfig, experiment_id: str, code_dir: Path) -> Path:

@@ -55,6 +55,8 @@ LABEL_MANAGED = "app.kubernetes.io/managed-by"
 CANCEL_ANNOTATION = "trialflow.io/cancel"
 #: How often a running trial's log is read for metrics (status comes from the watch).
 LOG_INTERVAL_SECONDS = 5.0
+#: How long a poll waits for the watch's first list before reading its job directly.
+SYNC_WAIT_SECONDS = 10.0
 
 #: A status rule: (condition type or state value, the TrialStatus it means).
 StatusRules = tuple[tuple[str, TrialStatus], ...]
@@ -260,7 +262,11 @@ class KubernetesPlatform:
         name = handle["name"]
         if self.config.status_updates == "watch":
             informer = INFORMERS.get(self.api, self.resource, experiment_selector(handle["experiment_id"]))
-            await informer.wait_synced()
+            try:
+                await informer.wait_synced(SYNC_WAIT_SECONDS)
+            except asyncio.TimeoutError:  # the watch cannot list (yet): ask directly meanwhile
+                log.warning("watch of %s not ready (%s); reading %s directly", self.resource.plural,
+                            informer.error, name)
             obj, deleted = informer.get(name)
             if obj is not None:
                 if obj.get("metadata", {}).get("uid") == handle.get("uid") or handle.get("uid") is None:
@@ -313,7 +319,7 @@ class KubernetesPlatform:
     async def _metrics(self, handle: TrialHandle, cursor: Cursor, status: TrialStatus) -> tuple[list, Cursor]:
         if status == TrialStatus.WAITING:
             return [], cursor
-        now = time.monotonic()
+        now = time.time()  # wall clock: the cursor moves from a worker to the triggerer
         if not status.is_terminal and now - float(cursor.get("log_read_at", 0)) < LOG_INTERVAL_SECONDS \
                 and cursor.get("log_read_at") is not None:
             return [], cursor
