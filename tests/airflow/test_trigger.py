@@ -145,7 +145,9 @@ def test_the_experiment_deadline_cancels_a_running_trial(setup):
 def test_the_assessor_stops_a_trial_below_the_median_from_the_trigger(setup):
     """A good trial finishes; a worse one is stopped by Medianstop as its results arrive."""
     submit, store = setup
-    good = submit(0, "curve=0.9", steps=5)
+    # Medianstop compares at a step that completed trials reached: a long good trial leaves a
+    # wide window (steps 3..59) for the follower's polls even on a loaded machine.
+    good = submit(0, "curve=0.9", steps=60)
     assert asyncio.run(first_event(good))["status"] == "SUCCEEDED"
     store.finish(good.storage_id, TrialStatus.SUCCEEDED, 0.9)
     same = submit(1, "curve=0.9", steps=6)
