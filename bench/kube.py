@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -198,6 +199,7 @@ def main() -> int:
     finally:
         controller.stop()
         cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
     if dag is not None:
         print(f"\nAs a DAG under the real scheduler + triggerer (LocalExecutor, parallelism 8): {dag['trials']} "
               f"trials of {args.airflow_seconds:.0f} s, {dag['succeeded']} succeeded, run {dag['state']} in "

@@ -103,15 +103,16 @@ def _kubernetes_problems(file: Path | None, index: int, service: Any, code_dir: 
     from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files, pack
 
     key: tuple = ("trainingService",) if index == 0 else ("trainingService", index)
-    if not code_dir.is_dir():
+    platform = get_platform_entry(service.platform).load().from_config(service, Path("."))
+    storage = platform.storage
+    if storage is None and platform.storage_required:
+        return [Problem(file, key + ("storage",), platform.storage_required)]
+    in_image = platform.code_in_image(code_dir)
+    if not in_image and not code_dir.is_dir():
         return [Problem(file, ("trialCodeDirectory",), f"the trial code directory {code_dir} does not exist "
                         "(it is shipped to the pods)")]
-    platform = get_platform_entry(service.platform).load()
-    storage = platform.from_config(service, Path(".")).storage
-    if storage is None and getattr(platform, "storage_required", None):
-        return [Problem(file, key + ("storage",), platform.storage_required)]
     try:
-        total = check_limits(code_dir, collect_files(code_dir))
+        total = 0 if in_image else check_limits(code_dir, collect_files(code_dir))
         if storage is None and total > kube_storage.CONFIG_MAP_LIMIT // 2:
             kube_storage.config_map("check", {}, pack(code_dir), "")
         if storage is not None:

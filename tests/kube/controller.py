@@ -222,6 +222,8 @@ class TestController:
         self._lock = threading.Lock()
         self.paused = False
         self.made_dirs: list[str] = []
+        #: Folders "in the image": path inside the container -> local folder bound there.
+        self.image_files: dict[str, Path] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -413,6 +415,9 @@ class TestController:
             binds.append(f"mount --bind {q_src} {q_dst}")
             if mount.get("readOnly"):
                 binds.append(f"mount -o remount,bind,ro {q_dst}")
+        for inside, local in self.image_files.items():
+            self._mount_point(inside)
+            binds.insert(0, f"mount --bind {shlex.quote(str(local))} {shlex.quote(inside)}")
         env = {e["name"]: e.get("value", "") for e in c.get("env", [])}
         env.update({"HOSTNAME": replica.pod, "HOME": str(self.root),
                     "PATH": (self.path_prefix + ":" if self.path_prefix else "") + os.environ.get("PATH", "")})

@@ -390,3 +390,25 @@ def test_an_idle_informer_ends_its_watch_and_a_new_ask_relists(kube_cluster: Kub
 
     ended, relists, same = run_sync(scenario())
     assert ended and same and relists == 2  # the stream ended while idle; asked again, it listed afresh
+
+
+def test_adaptdl_code_in_the_image_runs_there(kube_cluster: KubeCluster, kube_controller: TestController,
+                                              tmp_path: Path):
+    """NNI's AdaptDL way: trialCodeDirectory names a folder of the image; only parameters travel."""
+    image_code = tmp_path / "image-root-cifar10"
+    image_code.mkdir()
+    (image_code / "main_adl.py").write_text(TRIAL)
+    inside = f"/tmp/trialflow-test-image-{experiment_id()}"
+    kube_controller.image_files[inside] = image_code
+    try:
+        platform = make(kube_cluster, KINDS["adaptdljob"], tmp_path)
+        exp = experiment_id()
+        spec = TrialSpec(exp, f"{exp}-0000", 0, 0, {"x": 2.0}, "python3 main_adl.py", Path(inside))
+        assert platform.code_in_image(spec.code_dir)
+        handle = platform.submit(spec)
+        outcome, recorder = follow(platform, handle)
+        assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
+        assert values(recorder) == ([0, 2, 4], [20])
+        platform.cleanup(exp)
+    finally:
+        del kube_controller.image_files[inside]

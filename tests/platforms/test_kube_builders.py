@@ -445,3 +445,26 @@ def test_a_pvc_needs_its_claim_unless_a_template_mounts_it():
     with pytest.raises(ValueError, match="storageType pvc needs claimName"):
         KubeflowConfig.model_validate({"platform": "kubeflow", "operator": "tf-operator", "worker": ROLE,
                                        "storage": {"storageType": "pvc", "localMountPoint": "/tmp"}})
+
+
+def test_adaptdl_code_in_the_image_ships_only_parameters(tmp_path: Path, nni_examples: Path):
+    """NNI's cifar10 AdaptDL example (codeDir /cifar10, in the image), its placeholders filled in."""
+    from trialflow.experiment import load_runnable_config
+    from trialflow.render import render_trial
+
+    text = (nni_examples / "cifar10_pytorch" / "config_adl.yml").read_text()
+    text = text.replace("{replace_with_your_ip}", "10.0.0.1")
+    (tmp_path / "config_adl.yml").write_text(text)
+    (tmp_path / "search_space_adl.json").write_text(
+        (nni_examples / "cifar10_pytorch" / "search_space_adl.json").read_text())
+    load_runnable_config(tmp_path / "config_adl.yml")  # runnable: nothing to ship from here
+    objects = render_trial(tmp_path / "config_adl.yml")["submission"]["objects"]
+    assert [o["kind"] for o in objects] == ["PersistentVolumeClaim", "ConfigMap", "AdaptDLJob"]
+    assert "code.tar.gz" not in objects[1]["binaryData"] and "sdk.tar.gz" in objects[1]["binaryData"]
+    container = objects[-1]["spec"]["template"]["spec"]["containers"][0]
+    script = container["command"][2]
+    assert "cd /cifar10\n" in script and "code.tar.gz" not in script
+    assert {"name": "NNI_CODE_DIR", "value": "/cifar10"} in container["env"]
+    assert container["image"] == "petuum/nni:cifar-example"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert objects[-1]["spec"]["preemptible"] is True and "maxReplicas" not in objects[-1]["spec"]

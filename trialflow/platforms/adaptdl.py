@@ -6,11 +6,14 @@ and Pending while it does, which stays RUNNING here). ``checkpoint`` becomes a
 PersistentVolumeClaim per trial mounted at /adaptdl/checkpoint (AdaptDL's
 ADAPTDL_CHECKPOINT_PATH). ``nfs`` with a ``localMountPoint`` is the trial's
 storage (code, parameters and metrics); without one it is mounted for data
-only and the code travels in a ConfigMap.
+only and the code travels in a ConfigMap. A trialCodeDirectory that does not
+exist here is taken to be a folder of the image, as NNI's AdaptDL had it: the
+trial runs there and only parameters and the SDK are shipped.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from trialflow.config.platforms import AdaptdlConfig, KubernetesStorageConfig
@@ -89,6 +92,11 @@ class AdaptdlPlatform(KubernetesPlatform):
                                            local_mount_point=nfs.local_mount_point,
                                            container_mount_point=nfs.container_mount_path)
         return self.config.storage
+
+    def code_in_image(self, code_dir: Path) -> bool:
+        """NNI's AdaptDL expected the code in the image (its example's codeDir is /cifar10): a code
+        directory that is not here is taken to be the image's."""
+        return not Path(code_dir).is_dir()
 
     def build_job(self, spec: TrialSpec, name: str, pod: PodParts) -> dict[str, Any]:
         return build_adaptdljob(self.config, spec, name, pod)

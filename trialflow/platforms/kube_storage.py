@@ -54,18 +54,22 @@ class TrialPaths:
     code_dir: str      # the trial's working directory (its own copy of the code)
     sdk_dir: str       # on PYTHONPATH
     log_dir: str | None  # mounted storage: where each pod tees its output
+    code_in_image: bool = False  # code_dir is a folder of the image (NNI's AdaptDL way): nothing shipped
 
 
 def storage_root(storage: KubernetesStorageConfig) -> str:
     return f"{storage.container_mount_point.rstrip('/')}/trialflow"
 
 
-def trial_paths(storage: KubernetesStorageConfig | None, experiment_id: str, trial_id: str) -> TrialPaths:
+def trial_paths(storage: KubernetesStorageConfig | None, experiment_id: str, trial_id: str,
+                image_code_dir: str | None = None) -> TrialPaths:
+    """``image_code_dir``: the code is already in the image there; it is not shipped."""
+    code_dir = image_code_dir or f"{WORK_DIR}/code"
     if storage is None:
-        return TrialPaths(f"{WORK_DIR}/sys", f"{WORK_DIR}/code", f"{WORK_DIR}/sdk", None)
+        return TrialPaths(f"{WORK_DIR}/sys", code_dir, f"{WORK_DIR}/sdk", None, image_code_dir is not None)
     root = f"{storage_root(storage)}/{experiment_id}"
     sys_dir = f"{root}/trials/{trial_id}"
-    return TrialPaths(sys_dir, f"{WORK_DIR}/code", f"{root}/sdk", f"{sys_dir}/logs")
+    return TrialPaths(sys_dir, code_dir, f"{root}/sdk", f"{sys_dir}/logs", image_code_dir is not None)
 
 
 def volumes(storage: KubernetesStorageConfig | None, config_map: str) -> list[dict[str, Any]]:
@@ -103,14 +107,16 @@ def start_script(storage: KubernetesStorageConfig | None, paths: TrialPaths, com
     py = 'PY="$(command -v python3 || command -v python)"'
     lines = ["set -e", py, f"mkdir -p {q(paths.sys_dir)} {q(WORK_DIR)}"]
     if storage is None:
+        if not paths.code_in_image:
+            lines.append(f'"$PY" {FILES_DIR}/unpack.py {FILES_DIR}/code.tar.gz {q(paths.code_dir)}')
         lines += [
-            f'"$PY" {FILES_DIR}/unpack.py {FILES_DIR}/code.tar.gz {q(paths.code_dir)}',
             f'"$PY" {FILES_DIR}/unpack.py {FILES_DIR}/sdk.tar.gz {q(paths.sdk_dir)}',
             f"cp {FILES_DIR}/parameter.cfg {q(paths.sys_dir)}/parameter.cfg",
         ]
     else:
-        code = paths.sdk_dir.rsplit("/", 1)[0] + "/code"
-        lines += [f"cp -R {q(code)} {q(paths.code_dir)}", f"mkdir -p {q(paths.log_dir or '')}"]
+        if not paths.code_in_image:
+            lines.append(f"cp -R {q(paths.sdk_dir.rsplit('/', 1)[0] + '/code')} {q(paths.code_dir)}")
+        lines.append(f"mkdir -p {q(paths.log_dir or '')}")
     lines += [f"export PYTHONPATH={q(paths.sdk_dir)}${{PYTHONPATH:+:$PYTHONPATH}}", f"cd {q(paths.code_dir)}"]
     if storage is None:
         lines.append(f"exec sh -c {q(command)}")
@@ -121,13 +127,14 @@ def start_script(storage: KubernetesStorageConfig | None, paths: TrialPaths, com
     return "\n".join(lines) + "\n"
 
 
-def config_map(name: str, labels: dict[str, str], code: PackedCode, parameter_cfg: str) -> dict[str, Any]:
-    """The trial's ConfigMap: code and SDK archives (binaryData), parameter.cfg, the extractor.
-    Raises StorageError when it cannot fit."""
+def config_map(name: str, labels: dict[str, str], code: PackedCode | None, parameter_cfg: str) -> dict[str, Any]:
+    """The trial's ConfigMap: code (None: it is in the image) and SDK archives (binaryData),
+    parameter.cfg, the extractor. Raises StorageError when it cannot fit."""
     sdk = pack_sdk()
     extractor = Path(unpack.__file__).read_text(encoding="utf-8")
-    size = len(code.archive) + len(sdk.archive) + len(parameter_cfg.encode()) + len(extractor.encode())
-    if size > CONFIG_MAP_LIMIT:
+    code_bytes = code.archive if code is not None else b""
+    size = len(code_bytes) + len(sdk.archive) + len(parameter_cfg.encode()) + len(extractor.encode())
+    if code is not None and size > CONFIG_MAP_LIMIT:
         raise StorageError(
             f"the packed trial code is {len(code.archive) / 1024:.0f} KiB ({code.file_count} files, "
             f"{code.total_bytes / 1024 / 1024:.1f} MB unpacked); a ConfigMap holds at most 1 MiB. Leave data and "
@@ -137,7 +144,7 @@ def config_map(name: str, labels: dict[str, str], code: PackedCode, parameter_cf
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "labels": dict(labels)},
         "data": {"parameter.cfg": parameter_cfg, "unpack.py": extractor},
-        "binaryData": {"code.tar.gz": base64.b64encode(code.archive).decode(),
+        "binaryData": {**({"code.tar.gz": base64.b64encode(code_bytes).decode()} if code is not None else {}),
                        "sdk.tar.gz": base64.b64encode(sdk.archive).decode()},
     }
 
@@ -154,7 +161,8 @@ def local_root(storage: KubernetesStorageConfig, experiment_id: str) -> Path:
 def _mount_hint(storage: KubernetesStorageConfig) -> str:
     source = {"nfs": f"the NFS export {storage.server}:{storage.path}",
               "azureStorage": f"the Azure file share {storage.azure_account}/{storage.azure_share}",
-              "pvc": f"the volume of claim {storage.claim_name}"}[storage.storage_type]
+              "pvc": f"the volume of claim {storage.claim_name}" if storage.claim_name else "the claim's volume"}[
+                  storage.storage_type]
     return (f"storage {storage.storage_type} needs localMountPoint: mount {source} on the Airflow workers "
             "and give the folder (trialflow never runs sudo mount)")
 
@@ -175,11 +183,13 @@ def check_storage(storage: KubernetesStorageConfig) -> None:
         raise StorageError(f"cannot write to localMountPoint {mount} (the trials' code and parameters go there)")
 
 
-def stage_code(storage: KubernetesStorageConfig, experiment_id: str, code_dir: Path) -> Path:
-    """Copy the code (honouring .nniignore and NNI's limits) and the SDK to the storage, once
-    per experiment; concurrent submitters race safely (the first complete copy wins)."""
+def stage_code(storage: KubernetesStorageConfig, experiment_id: str, code_dir: Path | None) -> Path:
+    """Copy the code (honouring .nniignore and NNI's limits; None: it is in the image) and the
+    SDK to the storage, once per experiment; concurrent submitters race safely (the first
+    complete copy wins)."""
     root = local_root(storage, experiment_id)
-    for name, source, files in (("code", Path(code_dir), None), ("sdk", None, None)):
+    parts = [("code", Path(code_dir), None)] if code_dir is not None else []
+    for name, source, files in parts + [("sdk", None, None)]:
         target = root / name
         if (target / ".complete").exists():
             continue

@@ -155,8 +155,15 @@ class KubernetesPlatform:
 
     # -- shared builders ---------------------------------------------------------------------
 
+    def code_in_image(self, code_dir: Path) -> bool:
+        """Whether the trial's code is already in the image (then nothing is shipped)."""
+        return False
+
+    def _image_code_dir(self, spec: TrialSpec) -> str | None:
+        return Path(spec.code_dir).as_posix() if self.code_in_image(spec.code_dir) else None
+
     def pod_parts(self, spec: TrialSpec, name: str) -> "PodParts":
-        paths = kube_storage.trial_paths(self.storage, spec.experiment_id, spec.trial_id)
+        paths = kube_storage.trial_paths(self.storage, spec.experiment_id, spec.trial_id, self._image_code_dir(spec))
         env = trial_env(platform=self.nni_platform, experiment_id=spec.experiment_id, trial_id=spec.trial_id,
                         sys_dir=paths.sys_dir, output_dir=paths.sys_dir, sequence=spec.sequence,
                         code_dir=paths.code_dir, base={})
@@ -174,7 +181,8 @@ class KubernetesPlatform:
     def config_map(self, spec: TrialSpec, name: str) -> dict[str, Any] | None:
         if self.storage is not None:
             return None
-        return kube_storage.config_map(config_map_name(name), trial_labels(spec), pack(spec.code_dir),
+        code = None if self.code_in_image(spec.code_dir) else pack(spec.code_dir)
+        return kube_storage.config_map(config_map_name(name), trial_labels(spec), code,
                                        parameter_text(spec.parameter_id, spec.parameters))
 
     def extra_objects(self, spec: TrialSpec) -> list[dict[str, Any]]:
@@ -237,7 +245,8 @@ class KubernetesPlatform:
         if existing is not None:  # a retried task: re-attach, never start it twice
             return self._handle(spec, name, existing)
         if self.storage is not None:
-            kube_storage.stage_code(self.storage, spec.experiment_id, spec.code_dir)
+            kube_storage.stage_code(self.storage, spec.experiment_id,
+                                    None if self.code_in_image(spec.code_dir) else spec.code_dir)
             kube_storage.write_parameters(self.storage, spec.experiment_id, spec.trial_id, spec.parameter_id,
                                           spec.parameters)
         objects = self.objects(spec)
