@@ -17,8 +17,9 @@ async def connection_extras(conn_id: str) -> dict[str, Any]:
         raise kube_client.KubernetesError(
             "kubernetesConnId needs the cncf-kubernetes provider: pip install 'airflow-provider-trialflow[kubernetes]'"
         ) from exc
-    hook = AsyncKubernetesHook(conn_id=conn_id)
-    return {field: await hook._get_field(field)
+    extras = await AsyncKubernetesHook(conn_id=conn_id).get_conn_extras()
+    # The provider still reads the old "extra__kubernetes__" spelling of each field: so do we.
+    return {field: extras.get(field, extras.get(f"extra__kubernetes__{field}"))
             for field in ("in_cluster", "kube_config_path", "kube_config", "cluster_context", "disable_verify_ssl")}
 
 
