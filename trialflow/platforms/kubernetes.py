@@ -25,6 +25,7 @@ import json
 import logging
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
 
@@ -399,17 +400,16 @@ class KubernetesPlatform:
         return {"platform": self.name, "objects": objects}
 
 
+@dataclass(frozen=True)
 class PodParts:
     """What every pod of a trial gets, whatever its role: labels, env, volumes, start script."""
 
-    def __init__(self, labels: dict[str, str], env: list[dict[str, str]], volumes: list[dict[str, Any]],
-                 volume_mounts: list[dict[str, Any]], script: Callable[[str], str], service_account: str | None):
-        self.labels = labels
-        self.env = env
-        self.volumes = volumes
-        self.volume_mounts = volume_mounts
-        self.script = script
-        self.service_account = service_account
+    labels: dict[str, str]
+    env: list[dict[str, str]]
+    volumes: list[dict[str, Any]]
+    volume_mounts: list[dict[str, Any]]
+    script: Callable[[str], str]
+    service_account: str | None
 
     def container(self, name: str, image: str, command: str, resources_: dict[str, Any]) -> dict[str, Any]:
         container: dict[str, Any] = {"name": name, "image": image, "command": ["sh", "-c", self.script(command)],
