@@ -190,8 +190,12 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="trialflow-bench-kube-"))
     cluster = KubeCluster(root / "cluster")
     cluster.start()
-    controller = TestController(cluster.kubeconfig, root / "controller", path_prefix=str(Path(sys.executable).parent),
-                                interval=0.2).start()
+    try:
+        controller = TestController(cluster.kubeconfig, root / "controller",
+                                    path_prefix=str(Path(sys.executable).parent), interval=0.2).start()
+    except BaseException:
+        cluster.stop()
+        raise
     try:
         results = {mode: run_mode(mode, cluster, controller, root / mode, args.trials, args.seconds)
                    for mode in ("watch", "poll")} if args.trials else {}

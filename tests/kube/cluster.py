@@ -103,7 +103,11 @@ class KubeCluster:
             stdout=open(logs / "kube-apiserver.log", "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         self.kubeconfig.write_text(yaml.safe_dump(self.kubeconfig_dict()))
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()  # never leave a half-started server behind
+            raise
 
     def _wait_ready(self, timeout: float = 90) -> None:
         context = ssl.create_default_context()

@@ -229,6 +229,16 @@ class TestController:
 
     def start(self) -> "TestController":
         self.kubelet.start()
+        try:
+            self._register()
+        except BaseException:
+            self.kubelet.stop()  # never leave the kubelet listening after a failed start
+            raise
+        self._thread.start()
+        return self
+
+    def _register(self) -> None:
+        """The CRDs, the Node with its kubelet endpoint, the default ServiceAccount."""
         for kind in CRD_KINDS:
             install_crd(self.api_client, kind)
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
@@ -247,8 +257,6 @@ class TestController:
         except ApiException as exc:
             if exc.status != 409:
                 raise
-        self._thread.start()
-        return self
 
     def stop(self) -> None:
         self._stop.set()
