@@ -65,7 +65,8 @@ def _follower(config_path: str, url: str, indexes: list[int], errors: str) -> No
             handle = platform.submit(experiment.trial_spec(index, asked.number, asked.parameters))
             outcome = await follow_trial(platform, store, handle, asked.storage_id, poll_interval=0.2)
             final = store.storage.get_trial(asked.storage_id).user_attrs.get("final_metric")
-            await asyncio.to_thread(store.finish, asked.storage_id, outcome.status, final)
+            # the platform's message is kept: a failure here must say why (exit code, vanished...)
+            await asyncio.to_thread(store.finish, asked.storage_id, outcome.status, final, outcome.message)
 
         async def main() -> None:
             await asyncio.gather(*(one(i) for i in indexes))
