@@ -304,3 +304,24 @@ def test_a_failed_launch_can_be_retried(platform, code, monkeypatch):
         platform.submit(spec(code, 43))
     monkeypatch.setattr(sp, "Popen", real)
     assert follow(platform, platform.submit(spec(code, 43)))[0] == TrialStatus.SUCCEEDED
+
+
+def test_a_trial_ending_between_the_status_reads_is_not_vanished(platform: LocalPlatform, code: Path, monkeypatch):
+    """The wrapper writes its exit code, then ends. A poll that read the exit code first (none yet)
+    and liveness second (gone by then) reported a finished trial as FAILED "vanished"."""
+    import trialflow.platforms.local as local
+
+    handle = platform.submit(spec(code, 0))
+    assert follow(platform, handle)[0] == TrialStatus.SUCCEEDED
+    state = Path(handle["trial_dir"]) / ".nni" / "state"
+    hidden = state.with_name("state.hidden")
+    state.rename(hidden)  # as if the wrapper had not written it yet
+
+    def wrapper_ends_now(pid: int, started: float | None = None) -> bool:
+        if hidden.exists():
+            hidden.rename(state)  # ...and it writes the exit code and ends in between
+        return False
+
+    monkeypatch.setattr(local, "process_alive", wrapper_ends_now)
+    status, exit_code, message = platform.status(handle)
+    assert (status, exit_code) == (TrialStatus.SUCCEEDED, 0), message

@@ -282,9 +282,12 @@ class LocalPlatform:
 
     def status(self, handle: TrialHandle) -> tuple[TrialStatus, int | None, str | None]:
         sys_dir = Path(handle["trial_dir"])
+        # Liveness before the exit code: the wrapper writes its exit code and then ends, so a
+        # wrapper found gone has written it. Read the other way round, a trial ending between
+        # the two reads looked "vanished" (seen once in 64 trials on a loaded machine).
+        alive = process_alive(handle["pid"], handle.get("started"))
         exit_code = read_state_file(sys_dir)
         cancel = self._cancel_request(sys_dir)
-        alive = exit_code != 0 and process_alive(handle["pid"], handle.get("started"))
         status = local_status(exit_code, TrialStatus(cancel["status"]) if cancel else None, alive)
         if status == TrialStatus.RUNNING:
             message = f"stopping: {cancel['reason']}" if cancel else None

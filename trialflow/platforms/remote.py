@@ -78,9 +78,10 @@ def probe_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> s
     ``NNISDK_MEb'...'`` lines on stdout)."""
     d = shlex.quote(trial_dir)
     return (f"cd {d} 2>/dev/null || {{ echo missing=1; exit 0; }}; "
-            'echo "exit=$(cat exit_code 2>/dev/null)"; '
+            # liveness before the exit code: a wrapper found gone has written it
             'p="$(cat pid 2>/dev/null)"; echo "pid=$p"; '
             'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo alive=1; else echo alive=0; fi; '
+            'echo "exit=$(cat exit_code 2>/dev/null)"; '
             f'echo "cancel=$(cat {CANCEL_FILE} 2>/dev/null)"; '
             "echo; echo --trialflow-metrics--; "
             f"tail -c +{offset + 1} {METRICS_SOURCE} 2>/dev/null | head -c {max_bytes}; true")
