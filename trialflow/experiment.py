@@ -100,6 +100,7 @@ def _kubernetes_problems(file: Path | None, index: int, service: Any, code_dir: 
     """Said before an experiment starts: the code must exist and fit where it travels, and
     mounted storage must be reachable from here."""
     from trialflow.platforms import kube_storage
+    from trialflow.platforms.kube_client import KubernetesError
     from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files, pack
 
     key: tuple = ("trainingService",) if index == 0 else ("trainingService", index)
@@ -117,11 +118,19 @@ def _kubernetes_problems(file: Path | None, index: int, service: Any, code_dir: 
             kube_storage.config_map("check", {}, pack(code_dir), "")
         if storage is not None:
             kube_storage.check_storage(storage)
+        platform.extra_objects(platform_probe_spec(code_dir))  # registry secrets, templates: readable?
     except CodeDirectoryError as exc:
         return [Problem(file, ("trialCodeDirectory",), str(exc))]
     except kube_storage.StorageError as exc:
         return [Problem(file, key + ("storage",) if storage is not None else ("trialCodeDirectory",), str(exc))]
+    except KubernetesError as exc:
+        return [Problem(file, key, str(exc))]
     return []
+
+
+def platform_probe_spec(code_dir: Path) -> TrialSpec:
+    """A stand-in trial for checks that build a trial's objects without running anything."""
+    return TrialSpec("check", "check-0000", 0, 0, {}, "", code_dir)
 
 
 def load_runnable_config(path: str | Path) -> ExperimentConfig:

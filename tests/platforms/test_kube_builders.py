@@ -468,3 +468,17 @@ def test_adaptdl_code_in_the_image_ships_only_parameters(tmp_path: Path, nni_exa
     assert container["image"] == "petuum/nni:cifar-example"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert objects[-1]["spec"]["preemptible"] is True and "maxReplicas" not in objects[-1]["spec"]
+
+
+def test_a_missing_registry_auth_file_is_refused_by_validate(tmp_path: Path):
+    from trialflow.config.errors import ConfigError
+    from trialflow.experiment import load_runnable_config
+
+    (tmp_path / "t.py").write_text("print(1)\n")
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialConcurrency: 1\ntuner: {name: Random}\n"
+        "trainingService: {platform: kubeflow, operator: tf-operator, worker: {command: python3 t.py,\n"
+        "  cpuNumber: 1, memorySize: 1gb, privateRegistryAuthPath: no-such-config.json}}\n")
+    with pytest.raises(ConfigError, match=r"config.yml: trainingService: privateRegistryAuthPath .*"
+                                          r"no-such-config.json: No such file"):
+        load_runnable_config(tmp_path / "config.yml")

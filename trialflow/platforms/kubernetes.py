@@ -448,9 +448,11 @@ def registry_secret(experiment_id: str, role: str, auth_path: Path, labels: dict
     """NNI's privateRegistryAuthPath (a docker config.json) as an image pull secret."""
     import base64
 
-    data = Path(auth_path).read_bytes()
     try:
+        data = Path(auth_path).read_bytes()
         json.loads(data)
+    except OSError as exc:
+        raise KubernetesError(f"privateRegistryAuthPath {auth_path}: {exc.strerror}") from None
     except ValueError:
         raise KubernetesError(f"privateRegistryAuthPath {auth_path} is not a docker config.json") from None
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
