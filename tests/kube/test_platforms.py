@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from trialflow.config.platforms import BUILTIN_PLATFORM_CONFIGS
 from trialflow.follow import TIMEOUT_REASON, follow_trial
 from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import TrialSpec, TrialStatus
-from trialflow.platforms.kube_client import INFORMERS, POOL, CustomObjects, Informer, KubernetesError
+from trialflow.platforms.kube_client import INFORMERS, CustomObjects, Informer, KubernetesError
 from trialflow.platforms.kubernetes import LABEL_EXPERIMENT, experiment_selector, object_name
 from trialflow.platforms.registry import get_platform_entry
 from trialflow.trial.protocol import Metric
@@ -26,6 +27,9 @@ from tests.kube.controller import TestController, delete_crd, install_crd
 pytestmark = pytest.mark.kube
 
 ROLE = {"replicas": 1, "cpuNumber": 1, "memorySize": "256mb"}
+#: Where the pods see mounted storage. Not NNI's /tmp/mount: the test controller makes the mount
+#: point on this host, and an NNI example config names /tmp/mount as its local folder.
+MOUNT = f"/tmp/trialflow-test-mount-{os.getpid()}"
 TRIAL = """\
 import os, sys, time
 import trialflow.trial as t
@@ -70,7 +74,7 @@ def make(cluster: KubeCluster, service: dict[str, Any], tmp_path: Path):
 def spec_for(tmp_path: Path, exp: str, index: int = 0, command: str = "python3 trial.py", x: float = 2.0,
              env: dict[str, str] | None = None) -> TrialSpec:
     code = tmp_path / "code"
-    code.mkdir(exist_ok=True)
+    code.mkdir(parents=True, exist_ok=True)
     (code / "trial.py").write_text(TRIAL)
     return TrialSpec(exp, f"{exp}-{index:04d}", index, index, {"x": x}, command, code, env=env or {})
 
@@ -84,6 +88,13 @@ def follow(platform, handle, deadline: float | None = None, timeout: float = 90)
 
     outcome = run_sync(run())
     return outcome, recorder
+
+
+def run_trial(platform, spec: TrialSpec, **follow_kw: Any):
+    """Submit and follow one trial to its end: (handle, outcome, recorder)."""
+    handle = platform.submit(spec)
+    outcome, recorder = follow(platform, handle, **follow_kw)
+    return handle, outcome, recorder
 
 
 def values(recorder: Recorder) -> tuple[list[Any], list[Any]]:
@@ -107,8 +118,7 @@ def test_a_trial_runs_and_its_metrics_come_from_the_pod_log(kind: str, kube_clus
     platform = make(kube_cluster, KINDS[kind], tmp_path)
     exp = experiment_id()
     platform.prepare(exp)
-    handle = platform.submit(spec_for(tmp_path, exp))
-    outcome, recorder = follow(platform, handle)
+    handle, outcome, recorder = run_trial(platform, spec_for(tmp_path, exp))
     assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
     assert values(recorder) == ([0, 2, 4], [20])
     assert TrialStatus.RUNNING in recorder.statuses
@@ -122,14 +132,14 @@ def test_frameworkcontroller_with_nfs_storage(kube_cluster: KubeCluster, kube_co
     kube_controller.storage[("nfs", "10.0.0.9", "/exports/nni")] = share
     platform = make(kube_cluster, {
         "platform": "frameworkcontroller",
-        "storage": {"storageType": "nfs", "server": "10.0.0.9", "path": "/exports/nni", "localMountPoint": str(share)},
+        "storage": {"storageType": "nfs", "server": "10.0.0.9", "path": "/exports/nni", "localMountPoint": str(share),
+                    "containerMountPoint": MOUNT},
         "taskRoles": [{"name": "worker", "taskNumber": 1, "command": "python3 trial.py", "cpuNumber": 1,
                        "memorySize": "256mb", "frameworkAttemptCompletionPolicy": {
                            "minFailedTaskCount": 1, "minSucceedTaskCount": 1}}]}, tmp_path)
     exp = experiment_id()
     platform.prepare(exp)
-    handle = platform.submit(spec_for(tmp_path, exp))
-    outcome, recorder = follow(platform, handle)
+    handle, outcome, recorder = run_trial(platform, spec_for(tmp_path, exp))
     assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
     assert values(recorder) == ([0, 2, 4], [20])
     pods = CustomObjects(platform.cluster, "default")
@@ -150,7 +160,8 @@ def test_metrics_through_mounted_storage(storage: str, kube_cluster: KubeCluster
                                 "secretName": "azure-key"}}[storage]
     key = {"nfs": ("nfs", "10.0.0.8", "/x"), "pvc": ("pvc", "nni-claim"), "azureStorage": ("azureFile", "nni-share")}
     kube_controller.storage[key[storage]] = share
-    platform = make(kube_cluster, {**KINDS["tfjob"], "storage": {**section, "localMountPoint": str(share)}}, tmp_path)
+    platform = make(kube_cluster, {**KINDS["tfjob"], "storage": {**section, "localMountPoint": str(share),
+                                                                    "containerMountPoint": MOUNT}}, tmp_path)
     exp = experiment_id()
     platform.prepare(exp)
     handle = platform.submit(spec_for(tmp_path, exp))
@@ -209,7 +220,7 @@ def test_cancel_stops_the_job_and_reports_why(kind: str, kube_cluster: KubeClust
     share.mkdir()
     kube_controller.storage[("pvc", "fc-claim")] = share
     service = KINDS["tfjob"] if kind == "tfjob" else {
-        "platform": "frameworkcontroller", "storage": {"storageType": "pvc", "claimName": "fc-claim",
+        "platform": "frameworkcontroller", "storage": {"storageType": "pvc", "claimName": "fc-claim", "containerMountPoint": MOUNT,
                                                        "localMountPoint": str(share)},
         "taskRoles": [{"name": "w", "command": "python3 trial.py", "cpuNumber": 1, "memorySize": "256mb",
                        "frameworkAttemptCompletionPolicy": {"minFailedTaskCount": 1, "minSucceedTaskCount": 1}}]}
@@ -286,15 +297,31 @@ def test_the_watch_relists_after_410_gone(kube_cluster: KubeCluster, kube_contro
     platform.cleanup(exp)
 
 
-def test_poll_mode_follows_with_gets(kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path):
-    platform = make(kube_cluster, {**KINDS["tfjob"], "statusUpdates": "poll"}, tmp_path)
-    exp = experiment_id()
-    before = POOL.requests
-    handle = platform.submit(spec_for(tmp_path, exp))
-    outcome, recorder = follow(platform, handle)
-    assert outcome.status == TrialStatus.SUCCEEDED and values(recorder)[1] == [20]
-    assert POOL.requests - before > 5  # a GET per poll
-    platform.cleanup(exp)
+def test_watch_follows_without_asking_and_poll_asks_every_time(kube_cluster: KubeCluster,
+                                                                kube_controller: TestController, tmp_path: Path,
+                                                                monkeypatch):
+    """Following a trial by watch needs no GET of its job; by poll, one per poll. (Counted by
+    wrapping the real call: kube-apiserver 1.20 leaves custom-resource GETs out of its metrics.)"""
+    reads: list[str] = []
+    real_get = CustomObjects.get
+
+    async def counted_get(self, resource, name):
+        reads.append(name)
+        return await real_get(self, resource, name)
+
+    monkeypatch.setattr(CustomObjects, "get", counted_get)
+    gets = {}
+    for mode in ("watch", "poll"):
+        platform = make(kube_cluster, {**KINDS["tfjob"], "statusUpdates": mode}, tmp_path / mode)
+        exp = experiment_id()
+        handle = platform.submit(spec_for(tmp_path / mode, exp, env={"STEP": "0.5"}))
+        reads.clear()
+        outcome, recorder = follow(platform, handle)
+        gets[mode] = len(reads)
+        assert outcome.status == TrialStatus.SUCCEEDED and values(recorder)[1] == [20]
+        platform.cleanup(exp)
+    assert gets["poll"] >= 5, gets  # ~1.5 s of trial at poll_interval 0.2
+    assert gets["watch"] <= 1, gets  # at most one read before the watch's first list arrives
 
 
 def test_wrong_kubeconfig_and_credentials_are_clear_errors(kube_cluster: KubeCluster, tmp_path: Path):

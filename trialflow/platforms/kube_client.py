@@ -199,6 +199,14 @@ def describe_api_error(exc: Exception, cluster: Cluster, what: str) -> str:
 _RAISE = object()  # _request's default: a 404 is an error too
 
 
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a call raises when the API server cannot be reached or drops the connection (aiohttp's
+    own errors are not all OSErrors)."""
+    import aiohttp
+
+    return OSError, asyncio.TimeoutError, aiohttp.ClientError
+
+
 class CustomObjects:
     """The calls the platforms make, with the content types real API servers need."""
 
@@ -238,7 +246,7 @@ class CustomObjects:
                     f"{resource.kind} operator (its CRD {resource.crd_name}) installed, and does the namespace "
                     "exist?") from None
             raise KubernetesError(describe_api_error(exc, self.cluster, f"creating {resource.kind} {name}")) from None
-        except (OSError, asyncio.TimeoutError) as exc:
+        except _transport_errors() as exc:
             raise KubernetesError(describe_api_error(exc, self.cluster, f"creating {resource.kind} {name}")) from None
 
     async def _request(self, what: str, call: Callable[[], Awaitable[Any]], gone: Any = _RAISE) -> Any:
@@ -253,8 +261,18 @@ class CustomObjects:
             if exc.status == 404 and gone is not _RAISE:
                 return gone
             raise KubernetesError(describe_api_error(exc, self.cluster, what)) from None
-        except (OSError, asyncio.TimeoutError) as exc:
+        except _transport_errors() as exc:
             raise KubernetesError(describe_api_error(exc, self.cluster, what)) from None
+
+    async def served_plurals(self, resource: Resource) -> set[str] | None:
+        """The resources the API server serves in ``resource``'s group version (its discovery
+        document), or None when it serves none: the CRD is not installed."""
+        client = await POOL.get(self.cluster)
+        found = await self._request(f"checking that {resource.api_version} is served", lambda: client.call_api(
+            f"/apis/{resource.api_version}", "GET", auth_settings=["BearerToken"],
+            response_types_map={200: "object"}, _return_http_data_only=True,
+            _request_timeout=REQUEST_TIMEOUT), gone=None)
+        return None if found is None else {r.get("name") for r in found.get("resources", [])}
 
     async def get(self, resource: Resource, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist (deleted, or never created)."""
@@ -323,7 +341,7 @@ class CustomObjects:
                                       "use storage (nfs, azureStorage or pvc) or a smaller code directory "
                                       "(.nniignore)") from None
             raise KubernetesError(describe_api_error(exc, self.cluster, what)) from None
-        except (OSError, asyncio.TimeoutError) as exc:
+        except _transport_errors() as exc:
             raise KubernetesError(describe_api_error(exc, self.cluster, f"creating {kind} {name}")) from None
 
     async def read_config_map(self, name: str) -> dict[str, str] | None:
@@ -364,6 +382,8 @@ class CustomObjects:
         except ApiException as exc:
             if exc.status in (400, 404):  # container not started yet, or the pod is gone
                 return ""
+            raise KubernetesError(describe_api_error(exc, self.cluster, f"reading the log of pod {pod}")) from None
+        except _transport_errors() as exc:
             raise KubernetesError(describe_api_error(exc, self.cluster, f"reading the log of pod {pod}")) from None
         raw = response[0] if isinstance(response, tuple) else response
         data = (await raw.read()).decode("utf-8", "replace")

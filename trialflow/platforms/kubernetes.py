@@ -208,28 +208,11 @@ class KubernetesPlatform:
     # -- platform contract ------------------------------------------------------------------
 
     async def _prepare(self) -> None:
-        from kubernetes_asyncio.client import ApisApi  # noqa: F401  (fail early if the extra is missing)
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        from trialflow.platforms.kube_client import POOL, describe_api_error
-
-        client = await POOL.get(self.cluster)
-        try:
-            POOL.requests += 1
-            response = await client.call_api(f"/apis/{self.resource.api_version}", "GET",
-                                             auth_settings=["BearerToken"], response_types_map={200: "object"},
-                                             _return_http_data_only=True, _request_timeout=30)
-        except ApiException as exc:
-            if exc.status == 404:
-                raise KubernetesError(
-                    f"{self.cluster.label} does not serve {self.resource.api_version}: the {self.resource.kind} "
-                    f"CRD ({self.resource.crd_name}) is not installed; install its operator first") from None
-            raise KubernetesError(describe_api_error(exc, self.cluster, "checking the cluster")) from None
-        except KubernetesError:
-            raise
-        except Exception as exc:
-            raise KubernetesError(describe_api_error(exc, self.cluster, "checking the cluster")) from None
-        plurals = {r.get("name") for r in (response or {}).get("resources", [])}
+        plurals = await self.api.served_plurals(self.resource)
+        if plurals is None:
+            raise KubernetesError(
+                f"{self.cluster.label} does not serve {self.resource.api_version}: the {self.resource.kind} "
+                f"CRD ({self.resource.crd_name}) is not installed; install its operator first")
         if self.resource.plural not in plurals:
             raise KubernetesError(f"{self.cluster.label} serves {self.resource.api_version} but not "
                                   f"{self.resource.plural}: is the {self.resource.kind} CRD installed?")
@@ -250,7 +233,7 @@ class KubernetesPlatform:
                                     None if self.code_in_image(spec.code_dir) else spec.code_dir)
             kube_storage.write_parameters(self.storage, spec.experiment_id, spec.trial_id, spec.parameter_id,
                                           spec.parameters)
-        objects = self.objects(spec)
+        objects = self.objects(spec)  # built whole before anything is created (too big: no half-made trial)
         for obj in objects[:-1]:
             await self.api.create_core(obj)
         created, _ = await self.api.create(self.resource, objects[-1])
@@ -263,8 +246,6 @@ class KubernetesPlatform:
                 "submitted_at": time.time()}
 
     def submit(self, spec: TrialSpec) -> TrialHandle:
-        if self.storage is None:
-            self.config_map(spec, object_name(spec.trial_id))  # too big for a ConfigMap: fail before any call
         return run_sync(self._submit(spec))
 
     async def _object(self, handle: TrialHandle) -> tuple[dict[str, Any] | None, bool]:
