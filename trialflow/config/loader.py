@@ -19,6 +19,14 @@ from pydantic import SerializeAsAny
 
 from trialflow.config.base import NniModel, normalize_key
 from trialflow.config.errors import ConfigError, PathPart, Problem
+from trialflow.config.files import (
+    MAX_CONFIG_BYTES,
+    MAX_SEARCH_SPACE_BYTES,
+    FileProblem,
+    load_json,
+    load_yaml,
+    read_bounded,
+)
 from trialflow.config.model import ExperimentConfig
 from trialflow.config.v1 import convert_v1, is_v1
 from trialflow.tuning.search_space import SearchSpaceError, parse_search_space
@@ -46,14 +54,14 @@ def _line_map(node: yaml.Node, path: tuple[PathPart, ...] = (), out: dict | None
 
 def _read_yaml(path: Path) -> tuple[Any, dict]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError.single(path, (), "file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError.single(path, (), f"cannot read the file: {exc}") from None
+        text = read_bounded(path, MAX_CONFIG_BYTES, "config file")
+    except FileProblem as exc:
+        message = "file not found" if not path.exists() and not path.is_symlink() else exc.message
+        raise ConfigError.single(path, (), message) from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data, node = load_yaml(text)
+    except FileProblem as exc:
+        raise ConfigError.single(path, (), exc.message, exc.line) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -196,18 +204,18 @@ def _load_search_space(data: dict[str, Any], file: Path, lines: dict) -> None:
         space_path = Path(str(data[file_key])).expanduser()
         if not space_path.is_absolute():
             space_path = file.parent / space_path
-        if not space_path.is_file():
-            raise ConfigError.single(file, (file_key,), f"search space file {space_path} does not exist",
-                                     _line_for(lines, (file_key,)))
+        line = _line_for(lines, (file_key,))
         try:
-            text = space_path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError.single(file, (file_key,), f"cannot read search space file {space_path}: {exc}",
-                                     _line_for(lines, (file_key,))) from None
+            text = read_bounded(space_path, MAX_SEARCH_SPACE_BYTES, "search space file")
+        except FileProblem as exc:
+            raise ConfigError.single(file, (file_key,), exc.message, line) from None
+        is_json = space_path.suffix.lower() == ".json"
         try:
-            space = json.loads(text) if space_path.suffix.lower() == ".json" else yaml.safe_load(text)
+            space = load_json(text) if is_json else load_yaml(text)[0]
+        except FileProblem as exc:
+            raise ConfigError.single(space_path, (), exc.message, exc.line) from None
         except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise ConfigError.single(space_path, (), f"not valid {'JSON' if space_path.suffix == '.json' else 'YAML'}: {exc}") from None
+            raise ConfigError.single(space_path, (), f"not valid {'JSON' if is_json else 'YAML'}: {exc}") from None
         source, where = space_path, ()
         data[file_key] = str(space_path)
     else:

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Mapping
 
 import yaml
 
+from trialflow.config.files import MAX_CONFIG_BYTES, FileProblem, load_yaml, read_bounded
 from trialflow.config.platforms import FrameworkControllerConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.kube_client import KubernetesError, Resource
@@ -65,11 +66,14 @@ def framework_status(obj: Mapping[str, Any]) -> tuple[TrialStatus, str | None]:
 
 def template_roles(path: Path) -> list[dict[str, Any]]:
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = load_yaml(read_bounded(Path(path), MAX_CONFIG_BYTES, "Framework template"))[0]
         task_roles = data["spec"]["taskRoles"]
         assert isinstance(task_roles, list) and task_roles
         for role in task_roles:
             assert role["task"]["pod"]["spec"]["containers"]
+    except FileProblem as exc:
+        raise KubernetesError(f"configPath {path}: {exc.message}"
+                              + (f" (line {exc.line})" if exc.line else "")) from None
     except (OSError, yaml.YAMLError, KeyError, TypeError, AssertionError) as exc:
         raise KubernetesError(f"configPath {path}: expected a Framework with spec.taskRoles[].task.pod.spec."
                               f"containers ({type(exc).__name__}: {exc})") from None
