@@ -25,7 +25,7 @@ from trialflow.config import (
     to_v2_dict,
 )
 from trialflow.config.errors import ConfigError, Problem
-from trialflow.config.model import AlgorithmConfig
+from trialflow.config.model import MAX_TRIALS_PER_RUN, AlgorithmConfig
 from trialflow.platforms.base import (
     TrainingPlatform,
     TrialHandle,
@@ -74,6 +74,13 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
         problems.append(Problem(file, ("sharedStorage", "localMounted"),
                                 f"trialflow never runs `sudo mount`: mount {source} at {shared.local_mount_point} "
                                 "yourself and set localMounted: usermount (or nomount to upload the code instead)"))
+    if not any(p.key_path[:1] in (("tuner",), ("advisor",)) for p in problems):
+        count, points = trial_count(config), _points(config)
+        if points is not None and count == points and points > MAX_TRIALS_PER_RUN:
+            problems.append(Problem(file, ("maxTrialNumber",), f"the {(config.tuner or config.advisor).name} "
+                                    f"space has {points} points, more than the {MAX_TRIALS_PER_RUN} trials one DAG "
+                                    "run holds: set maxTrialNumber (trial i runs point i), and scheduledRuns: "
+                                    "continue to go on in later runs"))
     for i, service in enumerate(config.training_service):
         try:
             get_platform_entry(service.platform).load()
@@ -141,23 +148,31 @@ def load_runnable_config(path: str | Path) -> ExperimentConfig:
     return config
 
 
-def trial_count(config: ExperimentConfig) -> int:
-    """Trials one run starts (maxTrialNumber counts started trials, as in NNI). GridSearch and
-    BatchTuner stop when their points run out, as NNI's do."""
-    from trialflow.tuning.algorithms import batch_combinations, canonical_tuner_name
-    from trialflow.tuning.algorithms import UnsupportedAlgorithm
+def _points(config: ExperimentConfig) -> int | None:
+    """How many points GridSearch or BatchTuner has (computed, never listed); None for tuners
+    that sample or algorithms that cannot run."""
+    from trialflow.tuning.algorithms import UnsupportedAlgorithm, batch_combinations, canonical_tuner_name
+    from trialflow.tuning.search_space import SearchSpaceError
 
-    count = config.max_trial_number or DEFAULT_MAX_TRIALS
     algorithm = config.tuner or config.advisor
     try:
         name = canonical_tuner_name(algorithm) if algorithm is not None else None
-    except UnsupportedAlgorithm:
-        return count  # check_runnable reports it
-    space = parse_search_space(config.search_space)
-    points = len(space.grid()) if name == "GridSearch" else \
-        len(batch_combinations(space)) if name == "BatchTuner" else None
+        space = parse_search_space(config.search_space)
+        if name == "GridSearch":
+            return space.grid().size
+        if name == "BatchTuner":
+            return len(batch_combinations(space))
+    except (UnsupportedAlgorithm, SearchSpaceError):
+        return None  # check_runnable reports it
+    return None
+
+
+def trial_count(config: ExperimentConfig) -> int:
+    """Trials one run starts (maxTrialNumber counts started trials, as in NNI). GridSearch and
+    BatchTuner stop when their points run out, as NNI's do."""
+    points = _points(config)
     if points is None:
-        return count
+        return config.max_trial_number or DEFAULT_MAX_TRIALS
     return min(config.max_trial_number, points) if config.max_trial_number else points
 
 

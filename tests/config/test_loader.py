@@ -198,7 +198,7 @@ trainingService:
     config = load_config(path)
     machine = config.training_service[0].machine_list[0]
     assert isinstance(machine.password, SecretStr) and machine.password.get_secret_value() == "hunter2"
-    assert machine.ssh_passphrase.get_secret_value() == "12345"  # YAML int, still a string secret
+    assert machine.ssh_passphrase.get_secret_value() == "12345"  # plain digits: taken as typed
     dumped = str(to_v2_dict(config)) + repr(config)
     assert "hunter2" not in dumped and "12345" not in dumped
 

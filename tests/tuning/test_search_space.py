@@ -130,7 +130,7 @@ def test_grid_enumerates_exactly():
         "b": {"_type": "randint", "_value": [0, 3]},
         "c": {"_type": "quniform", "_value": [0, 1, 0.5]},
     })
-    grid = space.grid()
+    grid = list(space.grid())
     assert len(grid) == 2 * 3 * 3
     assert {(g["a"], g["b"], g["c"]) for g in grid} == {
         (a, b, c) for a in "xy" for b in range(3) for c in (0.0, 0.5, 1.0)}
@@ -139,7 +139,7 @@ def test_grid_enumerates_exactly():
 def test_grid_expands_nested_choices():
     space = parse_search_space({"l": {"_type": "choice", "_value": [
         {"_name": "E"}, {"_name": "C", "k": {"_type": "choice", "_value": [1, 2, 3]}}]}})
-    assert space.grid() == [{"l": {"_name": "E"}}, {"l": {"_name": "C", "k": 1}},
+    assert list(space.grid()) == [{"l": {"_name": "E"}}, {"l": {"_name": "C", "k": 1}},
                             {"l": {"_name": "C", "k": 2}}, {"l": {"_name": "C", "k": 3}}]
 
 

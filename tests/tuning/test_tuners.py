@@ -160,7 +160,7 @@ def test_nested_choices_are_sampled_or_refused(name):
 def test_grid_search_runs_every_point_exactly_once_in_order():
     space = {"a": {"_type": "choice", "_value": ["x", "y"]}, "b": {"_type": "randint", "_value": [0, 3]}}
     params = run_tuner(_algo("GridSearch"), space, 6)
-    grid = parse_search_space(space).grid()
+    grid = list(parse_search_space(space).grid())
     assert params == grid and len({repr(sorted(p.items())) for p in params}) == 6
 
 

@@ -8,6 +8,7 @@ them, so pydantic's own ``extra="forbid"`` reports what is left over.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from trialflow.config.files import RewrittenInt
 from trialflow.config.units import parse_duration, parse_size_mb
 
 
@@ -74,9 +76,36 @@ def _resolve_path(value: Path, info: ValidationInfo) -> Path:
 
 
 def _to_str(value: Any) -> Any:
-    # YAML turns `password: 12345` into an int; a secret is still a string.
+    # YAML turns `user: 12345` into an int; a name is still a string.
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
+    return value
+
+
+def _secret_text(value: Any) -> Any:
+    """A secret is text. Digits written plainly (``password: 12345``, as in NNI's examples) are
+    taken as typed; anything YAML changes or reads as another kind (``012345`` is octal 5349, a
+    date, a float) is refused, and the value is never echoed."""
+    if isinstance(value, (str, SecretStr)):
+        return value
+    if type(value) is int:  # plain digits: str() gives back exactly what was written
+        return str(value)
+    kind = ("a number YAML rewrote (octal, hex or sexagesimal)" if isinstance(value, RewrittenInt)
+            else f"a {type(value).__name__}")
+    raise ValueError(f"a secret must be text, got {kind} (value not shown); put it in quotes in the "
+                     "YAML so it is read exactly as written")
+
+
+def _not_bool(value: Any) -> Any:
+    # pydantic takes true as 1; a count or size written as true/false is a mistake.
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {str(value).lower()}")
+    return value
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {value}")
     return value
 
 
@@ -103,7 +132,9 @@ def _non_negative_indices(value: list[int] | None) -> list[int] | None:
 
 
 ConfigPath = Annotated[Path, AfterValidator(_resolve_path)]
-Secret = Annotated[SecretStr, BeforeValidator(_to_str)]
+Secret = Annotated[SecretStr, BeforeValidator(_secret_text)]
+Int = Annotated[int, BeforeValidator(_not_bool)]
+Float = Annotated[float, BeforeValidator(_finite), BeforeValidator(_not_bool)]
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
 SizeMB = Annotated[int, BeforeValidator(parse_size_mb)]
 GpuIndices = Annotated[list[int] | None, BeforeValidator(_gpu_indices), AfterValidator(_non_negative_indices)]

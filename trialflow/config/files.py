@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,24 @@ MAX_SEARCH_SPACE_BYTES = 8 * 1024 * 1024
 MAX_DEPTH = 64
 #: Values after every alias is expanded (an alias counts each time it is used).
 MAX_VALUES = 100_000
+
+
+class RewrittenInt(int):
+    """An integer YAML 1.1 read from a form it rewrites (``012345`` is octal 5349, ``0x1F``,
+    ``1_000``, ``1:30`` is 90): a value that reads as text to a person. Numbers behave as ints;
+    secrets refuse them (trialflow.config.base)."""
+
+
+_PLAIN_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:  # type: ignore[override]
+        value = super().construct_yaml_int(node)
+        return value if _PLAIN_INT.fullmatch(str(node.value).strip()) else RewrittenInt(value)
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
 
 
 class FileProblem(ValueError):
@@ -127,7 +146,7 @@ def load_yaml(text: str) -> tuple[Any, yaml.Node | None]:
     """(data, root node for line numbers) of one YAML document, refusing bombs and recursion.
     A yaml.YAMLError for text that is not YAML."""
     _check_events(text)
-    loader = yaml.SafeLoader(text)
+    loader = _BoundedLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:

@@ -7,8 +7,12 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
-from trialflow.config.base import ConfigPath, GpuIndices, NniModel, Seconds, Secret, Str
+from trialflow.config.base import Float, Int, ConfigPath, GpuIndices, NniModel, Seconds, Secret, Str
 from trialflow.config.platforms import TrainingServiceConfig
+
+
+#: The largest fan-out one DAG run is given (one mapped task instance per trial).
+MAX_TRIALS_PER_RUN = 10_000
 
 
 class AlgorithmConfig(NniModel):
@@ -74,10 +78,10 @@ class ExperimentConfig(NniModel):
     search_space_file: ConfigPath | None = None
     trial_command: Str | None = None
     trial_code_directory: ConfigPath = Field(default=Path("."), validate_default=True)
-    trial_concurrency: int = Field(gt=0)
-    trial_gpu_number: int | None = Field(default=None, ge=0)
+    trial_concurrency: Int = Field(gt=0)
+    trial_gpu_number: Int | None = Field(default=None, ge=0)
     max_experiment_duration: Seconds | None = None
-    max_trial_number: int | None = Field(default=None, gt=0)
+    max_trial_number: Int | None = Field(default=None, gt=0)
     max_trial_duration: Seconds | None = None
     nni_manager_ip: str | None = None
     use_annotation: bool = False
@@ -97,6 +101,15 @@ class ExperimentConfig(NniModel):
 
     #: Where the config came from (not a config key); relative paths were resolved against it.
     source_file: Path | None = Field(default=None, exclude=True)
+
+    @field_validator("max_trial_number")
+    @classmethod
+    def _within_one_run(cls, value: int | None) -> int | None:
+        if value is not None and value > MAX_TRIALS_PER_RUN:
+            raise ValueError(f"at most {MAX_TRIALS_PER_RUN} trials per DAG run (each is a mapped task instance), "
+                             f"got {value}; for more, run the DAG again with scheduledRuns: continue (each run "
+                             "adds maxTrialNumber trials to the same experiment)")
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod

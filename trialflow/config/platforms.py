@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from trialflow.config.base import ConfigPath, GpuIndices, NniModel, Secret, SizeMB, Str
+from trialflow.config.base import Float, Int, ConfigPath, GpuIndices, NniModel, Secret, SizeMB, Str
 
 
 class TrainingServiceConfig(NniModel):
@@ -22,7 +22,7 @@ class TrainingServiceConfig(NniModel):
     platform: str
     trial_command: Str | None = None
     trial_code_directory: ConfigPath | None = None
-    trial_gpu_number: int | None = Field(default=None, ge=0)
+    trial_gpu_number: Int | None = Field(default=None, ge=0)
     reuse_mode: bool | None = None
 
     #: Platforms whose command lives in per-role sections (kubeflow worker/ps...) say False.
@@ -35,7 +35,7 @@ class TrainingServiceConfig(NniModel):
 class LocalConfig(TrainingServiceConfig):
     platform: Literal["local"] = "local"
     use_active_gpu: bool | None = None
-    max_trial_number_per_gpu: int = Field(default=1, ge=1)
+    max_trial_number_per_gpu: Int = Field(default=1, ge=1)
     gpu_indices: GpuIndices = None
 
 
@@ -43,7 +43,7 @@ class RemoteMachineConfig(NniModel):
     """One SSH machine. ``sshConnId`` (trialflow) keeps secrets in an Airflow connection."""
 
     host: Str | None = None
-    port: int = Field(default=22, ge=1, le=65535)
+    port: Int = Field(default=22, ge=1, le=65535)
     user: Str | None = None
     password: Secret | None = None
     ssh_key_file: ConfigPath | None = None
@@ -55,7 +55,7 @@ class RemoteMachineConfig(NniModel):
     known_hosts_file: ConfigPath | None = None
     host_key_check: bool = True
     use_active_gpu: bool = False
-    max_trial_number_per_gpu: int = Field(default=1, ge=1)
+    max_trial_number_per_gpu: Int = Field(default=1, ge=1)
     gpu_indices: GpuIndices = None
     python_path: str | None = None
 
@@ -90,7 +90,7 @@ class OpenpaiConfig(TrainingServiceConfig):
     host: str
     username: Str
     token: Secret
-    trial_cpu_number: int = Field(ge=1)
+    trial_cpu_number: Int = Field(ge=1)
     trial_memory_size: SizeMB
     storage_config_name: Str
     docker_image: str = "msranni/nni:latest"
@@ -183,10 +183,10 @@ class KubernetesServiceConfig(TrainingServiceConfig):
 
 
 class KubeflowRoleConfig(NniModel):
-    replicas: int = Field(default=1, ge=1)
+    replicas: Int = Field(default=1, ge=1)
     command: Str
-    gpu_number: int = Field(default=0, ge=0)
-    cpu_number: float = Field(gt=0)
+    gpu_number: Int = Field(default=0, ge=0)
+    cpu_number: Float = Field(gt=0)
     memory_size: SizeMB
     docker_image: str = "msranni/nni:latest"
     code_directory: ConfigPath | None = None
@@ -215,19 +215,19 @@ class KubeflowConfig(KubernetesServiceConfig):
 
 
 class FrameworkAttemptCompletionPolicy(NniModel):
-    min_failed_task_count: int
+    min_failed_task_count: Int
     # NNI v2 spells it minSucceedTaskCount; v1 (and FrameworkController) say minSucceeded...,
     # which the v1 converter renames.
-    min_succeed_task_count: int
+    min_succeed_task_count: Int
 
 
 class FrameworkTaskRoleConfig(NniModel):
     name: str
     docker_image: str = "msranni/nni:latest"
-    task_number: int = Field(default=1, ge=1)
+    task_number: Int = Field(default=1, ge=1)
     command: Str
-    gpu_number: int = Field(default=0, ge=0)
-    cpu_number: float = Field(gt=0)
+    gpu_number: Int = Field(default=0, ge=0)
+    cpu_number: Float = Field(gt=0)
     memory_size: SizeMB
     framework_attempt_completion_policy: FrameworkAttemptCompletionPolicy
     private_registry_auth_path: ConfigPath | None = None
@@ -269,7 +269,7 @@ class AdaptdlConfig(KubernetesServiceConfig):
     nfs: AdaptdlNfsConfig | None = None
     adaptive: bool = False
     checkpoint: AdaptdlCheckpointConfig | None = None
-    cpu_number: float | None = Field(default=None, gt=0)
+    cpu_number: Float | None = Field(default=None, gt=0)
     memory_size: SizeMB | None = None
 
 
@@ -284,8 +284,8 @@ class KubeflowTrainerConfig(KubernetesServiceConfig):
     runtime_ref: str
     runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = "ClusterTrainingRuntime"
     docker_image: str | None = None
-    num_nodes: int = Field(default=1, ge=1)
-    cpu_number: float | None = Field(default=None, gt=0)
+    num_nodes: Int = Field(default=1, ge=1)
+    cpu_number: Float | None = Field(default=None, gt=0)
     memory_size: SizeMB | None = None
     needs_trial_command: ClassVar[bool] = True
 
@@ -300,7 +300,7 @@ class AmlConfig(TrainingServiceConfig):
     workspace_name: Str
     compute_target: Str
     docker_image: str = "msranni/nni:latest"
-    max_trial_number_per_gpu: int = Field(default=1, ge=1)
+    max_trial_number_per_gpu: Int = Field(default=1, ge=1)
 
 
 class DltsConfig(TrainingServiceConfig):
@@ -322,7 +322,7 @@ class DlcConfig(TrainingServiceConfig):
     type: str = "Worker"
     image: str
     job_type: Literal["TFJob", "PyTorchJob"] = "TFJob"
-    pod_count: int = Field(default=1, ge=1)
+    pod_count: Int = Field(default=1, ge=1)
     ecs_spec: str
     region: str
     workspace_id: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
@@ -28,8 +29,8 @@ def parse_duration(value: object) -> float:
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
     else:
         raise ValueError(f"expected a duration such as 30m, 2h or 1d (units s, m, h, d), got {value!r}")
-    if seconds <= 0:
-        raise ValueError(f"expected a positive duration, got {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"expected a positive, finite duration, got {value!r}")
     return seconds
 
 
@@ -43,6 +44,6 @@ def parse_size_mb(value: object) -> int:
         size = float(match.group(1)) * _SIZE_UNITS_MB[(match.group(2) or "mb").lower()]
     else:
         raise ValueError(f"expected a size such as 512mb or 8gb (units tb, gb, mb, kb, b), got {value!r}")
-    if size <= 0:
-        raise ValueError(f"expected a positive size, got {value!r}")
+    if not math.isfinite(size) or size <= 0:
+        raise ValueError(f"expected a positive, finite size, got {value!r}")
     return max(1, int(round(size)))

@@ -10,6 +10,7 @@ below is also what README's algorithm table is checked against.
 from __future__ import annotations
 
 import difflib
+import math
 import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
@@ -42,7 +43,7 @@ def _int(low: int) -> Callable[[Any], str | None]:
 
 def _float(low: float, high: float = float("inf"), *, open_low: bool = False) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
-        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         ok = number and (v > low if open_low else v >= low) and v <= high
         bound = f"> {low}" if open_low else f">= {low}"
         return None if ok else f"expected a number {bound}{'' if high == float('inf') else f' and <= {high}'}, got {v!r}"
@@ -53,8 +54,13 @@ def _one_of(*choices: Any) -> Callable[[Any], str | None]:
     return lambda v: None if v in choices else f"expected one of {', '.join(map(repr, choices))}, got {v!r}"
 
 
+#: Seeds reach NumPy's and Optuna's generators, which take 0 .. 2**32 - 1.
+MAX_SEED = 2**32 - 1
+
+
 def _seed(v: Any) -> str | None:
-    return None if isinstance(v, int) and not isinstance(v, bool) else f"expected an integer seed, got {v!r}"
+    ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SEED
+    return None if ok else f"expected an integer seed from 0 to {MAX_SEED}, got {v!r}"
 
 
 def _mapping(v: Any) -> str | None:

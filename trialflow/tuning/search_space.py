@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any, Iterator, Protocol, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Iterator, Protocol, Union
 
 NUMERIC_TYPES = (
     "randint", "uniform", "quniform", "loguniform", "qloguniform",
@@ -80,9 +81,10 @@ class SearchSpace:
         """Draw one parameter set in NNI's shape (what ``nni.get_next_parameter()`` returns)."""
         return {p.key: _sample_param(p, trial) for p in self.params}
 
-    def grid(self) -> list[dict[str, Any]]:
-        """Every combination, for GridSearch; raises for spaces that have no finite grid."""
-        return [dict(combo) for combo in _grid_of(self.params)]
+    def grid(self) -> "Grid":
+        """Every combination, for GridSearch, computed per index (never listed); raises
+        SearchSpaceError for spaces that have no finite grid."""
+        return Grid(self.params)
 
     @property
     def names(self) -> list[str]:
@@ -244,38 +246,139 @@ def _materialize(option: Option, trial: SuggestingTrial) -> Any:
     return out
 
 
-# --- grids ----------------------------------------------------------------------------
+# --- grids ---------------------------------------------------------------------------
+#
+# A grid is never materialised: six randint [0, 1000] parameters make 10**18 points, and
+# GridSearch only ever needs its size (the trial count) and point i (trial i). Every
+# sequence below answers both from the parameters alone. The order is the one trialflow
+# always used (the first parameter varies fastest), so trial i of a resumed experiment
+# still gets point i.
+
+#: Up to this many values a q-typed parameter is enumerated exactly (sorted, deduplicated),
+#: as before; beyond it, values are computed per index.
+_EXACT_Q_VALUES = 100_000
 
 
-def grid_values(p: Parameter) -> list[Any]:
+class GridSequence(Sequence):
+    """A sized, indexable sequence whose size may exceed ``sys.maxsize``: use ``size``."""
+
+    size: int
+
+    def __len__(self) -> int:
+        return self.size  # OverflowError past sys.maxsize: callers use .size
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self.at(i) for i in range(*index.indices(self.size))]
+        if index < 0:
+            index += self.size
+        if not 0 <= index < self.size:
+            raise IndexError(f"grid point {index} of {self.size}")
+        return self.at(index)
+
+    def __iter__(self) -> Iterator[Any]:
+        i = 0
+        while i < self.size:
+            yield self.at(i)
+            i += 1
+
+    def at(self, index: int) -> Any:
+        raise NotImplementedError
+
+
+class _Values(GridSequence):
+    def __init__(self, values: Sequence[Any]):
+        self.values = values
+        self.size = len(values)
+
+    def at(self, index: int) -> Any:
+        return self.values[index]
+
+
+def listed(values: Sequence[Any]) -> GridSequence:
+    """Explicit points (BatchTuner's combinations) as a grid sequence."""
+    return _Values(values)
+
+
+class _QValues(GridSequence):
+    """quniform / qloguniform: round(k * q) clipped to [low, high] for every k in reach."""
+
+    def __init__(self, low: float, high: float, q: float):
+        self.low, self.high, self.q = low, high, q
+        self.first = math.floor(low / q)
+        self.size = math.ceil(high / q) + 1 - self.first
+
+    def at(self, index: int) -> Any:
+        return _quantize((self.first + index) * self.q, self.q, self.low, self.high)
+
+
+class _Concat(GridSequence):
+    def __init__(self, parts: list[GridSequence]):
+        self.parts = parts
+        self.size = sum(part.size for part in parts)
+
+    def at(self, index: int) -> Any:
+        for part in self.parts:
+            if index < part.size:
+                return part.at(index)
+            index -= part.size
+        raise IndexError(index)
+
+
+class _Nested(GridSequence):
+    """One nested option of a choice: its ``_name``, constants, and a point of its own grid."""
+
+    def __init__(self, option: NestedOption):
+        self.option = option
+        self.grid = Grid(option.params)
+        self.size = self.grid.size
+
+    def at(self, index: int) -> Any:
+        return {"_name": self.option.name, **dict(self.option.constants), **self.grid.at(index)}
+
+
+class Grid(GridSequence):
+    """Every combination of ``params`` as dicts; point ``i`` by mixed radix, the first parameter
+    varying fastest."""
+
+    def __init__(self, params: tuple[Parameter, ...]):
+        self.keys = [p.key for p in params]
+        self.axes = [grid_values(p) for p in params]
+        self.size = math.prod(axis.size for axis in self.axes)
+
+    def at(self, index: int) -> dict[str, Any]:
+        point = {}
+        for key, axis in zip(self.keys, self.axes):
+            index, offset = divmod(index, axis.size)
+            point[key] = axis.at(offset)
+        return point
+
+
+def grid_values(p: Parameter) -> GridSequence:
     """The finite values of one parameter, or a SearchSpaceError saying why there are none."""
     v = p.values
     if p.type == "choice":
-        out: list[Any] = []
+        parts: list[GridSequence] = []
+        plain: list[Any] = []
         for option in v:
             if isinstance(option, NestedOption):
-                for combo in _grid_of(option.params):
-                    out.append({"_name": option.name, **dict(option.constants), **dict(combo)})
+                if plain:
+                    parts.append(_Values(plain))
+                    plain = []
+                parts.append(_Nested(option))
             else:
-                out.append(option)
-        return out
+                plain.append(option)
+        if plain:
+            parts.append(_Values(plain))
+        return parts[0] if len(parts) == 1 else _Concat(parts)
     if p.type == "randint":
-        return list(range(v[0], v[1]))
+        return _Values(range(v[0], v[1]))
     if p.type in {"quniform", "qloguniform"}:
         low, high, q = v
-        values = {_quantize(k * q, q, low, high) for k in range(math.floor(low / q), math.ceil(high / q) + 1)}
-        return sorted(values)
+        lazy = _QValues(low, high, q)
+        if lazy.size > _EXACT_Q_VALUES:
+            return lazy
+        return _Values(sorted({lazy.at(i) for i in range(lazy.size)}))
     raise SearchSpaceError(
         (p.key,), f"GridSearch needs a finite space, but {p.key!r} is {p.type}; "
         "use choice, randint, quniform or qloguniform")
-
-
-def _grid_of(params: tuple[Parameter, ...]) -> Iterator[tuple[tuple[str, Any], ...]]:
-    if not params:
-        yield ()
-        return
-    head, rest = params[0], params[1:]
-    head_values = grid_values(head)
-    for tail in list(_grid_of(rest)):
-        for value in head_values:
-            yield ((head.key, value),) + tail

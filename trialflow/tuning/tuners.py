@@ -17,7 +17,7 @@ import optuna
 
 from trialflow.config.model import AlgorithmConfig
 from trialflow.tuning.algorithms import batch_combinations, canonical_tuner_name
-from trialflow.tuning.search_space import SearchSpace
+from trialflow.tuning.search_space import GridSequence, SearchSpace, listed
 
 #: The Optuna parameter that records which grid point / batch combination a trial got.
 INDEX_PARAM = "grid_point"
@@ -140,17 +140,18 @@ def make_sampler(algorithm: AlgorithmConfig, space: SearchSpace,
     name = canonical_tuner_name(algorithm)
     args = dict(algorithm.class_args)
     if trial_index is not None and args.get("seed") is not None:
-        args["seed"] = int(args["seed"]) + trial_index
+        args["seed"] = (int(args["seed"]) + trial_index) % 2**32  # the generators take 32 bits
     return SAMPLERS[name](args, space)
 
 
-def indexed_points(algorithm: AlgorithmConfig, space: SearchSpace) -> list[Any] | None:
-    """GridSearch's grid or BatchTuner's combinations; None for tuners that sample."""
+def indexed_points(algorithm: AlgorithmConfig, space: SearchSpace) -> GridSequence | None:
+    """GridSearch's grid or BatchTuner's combinations (computed per index); None for tuners
+    that sample."""
     name = canonical_tuner_name(algorithm)
     if name == "GridSearch":
         return space.grid()
     if name == "BatchTuner":
-        return batch_combinations(space)
+        return listed(batch_combinations(space))
     return None
 
 
@@ -169,15 +170,16 @@ def sample_parameters(algorithm: AlgorithmConfig, space: SearchSpace, trial: opt
     """Parameters for ``trial`` in NNI's shape, drawn through the algorithm's sampler."""
     points = indexed_points(algorithm, space)
     if points is not None:
-        if not 0 <= trial_index < len(points):
-            raise IndexError(f"trial {trial_index} is beyond the {len(points)} points of "
+        if not 0 <= trial_index < points.size:
+            raise IndexError(f"trial {trial_index} is beyond the {points.size} points of "
                              f"{canonical_tuner_name(algorithm)}")
         # Recorded as an Optuna parameter too, so the dashboard shows which point a trial ran.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             trial.study.sampler = optuna.samplers.PartialFixedSampler({INDEX_PARAM: trial_index},
                                                                       trial.study.sampler)
-        trial.suggest_int(INDEX_PARAM, 0, len(points) - 1)
+        # (the range is capped: a grid of 10**18 points still records an index Optuna can store)
+        trial.suggest_int(INDEX_PARAM, 0, min(points.size, 2**31) - 1)
         point = points[trial_index]
         return dict(point) if canonical_tuner_name(algorithm) == "GridSearch" else point
     parameters = space.sample(trial)
