@@ -14,7 +14,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from trialflow.platforms.base import Cursor, TrainingPlatform, TrialHandle, TrialStatus, cancel_async
+from trialflow.platforms.base import (
+    Cursor,
+    TrainingPlatform,
+    TrialHandle,
+    TrialStatus,
+    TrialUpdate,
+    cancel_async,
+)
 
 if TYPE_CHECKING:
     from trialflow.tuning.store import ExperimentStore
@@ -40,6 +47,35 @@ class FollowOutcome:
     def to_event(self) -> dict[str, Any]:
         return {"status": self.status.value if self.status else None, "message": self.message,
                 "exit_code": self.exit_code, "cursor": self.cursor}
+
+
+#: Cursor keys of the follow loop itself (platforms keep their own keys beside them).
+SKIPPED_COUNT = "skipped_metrics"
+SKIPPED_FIRST = "skipped_first"
+
+
+def carry_skipped(before: Cursor, update: TrialUpdate, trial_id: Any) -> Cursor:
+    """The platform's new cursor, still counting the malformed records skipped so far (the
+    count travels with the cursor from the worker to the triggerer). Each skip is warned once."""
+    cursor = dict(update.cursor)
+    count = int(before.get(SKIPPED_COUNT, 0))
+    first = before.get(SKIPPED_FIRST)
+    for reason in update.skipped:
+        log.warning("Trial %s: skipped %s", trial_id, reason)
+        count += 1
+        first = first or reason[:300]
+    if count:
+        cursor[SKIPPED_COUNT], cursor[SKIPPED_FIRST] = count, first
+    return cursor
+
+
+def with_skipped(message: str | None, cursor: Cursor) -> str | None:
+    """The trial's status message, saying how many metric records could not be read."""
+    count = int(cursor.get(SKIPPED_COUNT, 0))
+    if not count:
+        return message
+    note = f"{count} malformed metric record{'s' if count > 1 else ''} skipped (first: {cursor.get(SKIPPED_FIRST)})"
+    return f"{message}; {note}" if message else note
 
 
 async def follow_trial(platform: TrainingPlatform, store: "ExperimentStore", handle: TrialHandle, storage_id: int,
@@ -72,9 +108,10 @@ async def follow_trial(platform: TrainingPlatform, store: "ExperimentStore", han
         update = await platform.poll(handle, outcome.cursor)
         if update.metrics:
             await asyncio.to_thread(store.record_metrics, storage_id, update.metrics)
-        outcome.cursor = update.cursor
+        outcome.cursor = carry_skipped(outcome.cursor, update, handle.get("trial_id"))
         if update.status.is_terminal:
-            outcome.status, outcome.message, outcome.exit_code = update.status, update.message, update.exit_code
+            outcome.status, outcome.exit_code = update.status, update.exit_code
+            outcome.message = with_skipped(update.message, outcome.cursor)
             return outcome
         if update.status == TrialStatus.RUNNING and not outcome.seen_running:
             outcome.seen_running = True

@@ -9,6 +9,7 @@ from trialflow.trial.protocol import (
     MetricFormatError,
     frame,
     metric_record,
+    parse_record,
     read_framed,
     read_state_file,
     read_stdout_lines,
@@ -22,13 +23,17 @@ NNI_BYTES = (b'ME000098{"parameter_id": 7, "trial_job_id": "Xy12Z", "type": "PER
              b'"sequence": 0, "value": "0.5"}\n')
 
 
+def _pair(read):
+    return read.metrics, read.consumed
+
+
 def test_frame_matches_nni_bytes():
     record = metric_record("Xy12Z", 7, "PERIODICAL", 0, 0.5)
     assert frame(record) == NNI_BYTES
 
 
 def test_reads_nni_bytes():
-    metrics, consumed = read_framed(NNI_BYTES)
+    metrics, consumed = _pair(read_framed(NNI_BYTES))
     assert consumed == len(NNI_BYTES)
     (m,) = metrics
     assert (m.type, m.sequence, m.value, m.parameter_id, m.trial_job_id) == ("PERIODICAL", 0, 0.5, 7, "Xy12Z")
@@ -37,16 +42,16 @@ def test_reads_nni_bytes():
 def test_length_counts_bytes_not_characters():
     data = frame(metric_record("t", 1, "FINAL", 0, {"default": 1.0, "note": "ünïcødé ✓"}))
     assert int(data[2:8]) == len(data) - 8
-    (m,), _ = read_framed(data)
+    (m,), _ = _pair(read_framed(data))
     assert m.value["note"] == "ünïcødé ✓"
 
 
 @pytest.mark.parametrize("cut", [1, 5, 8, 9, 50, len(NNI_BYTES) - 1])
 def test_partial_tail_is_kept_for_the_next_read(cut):
     data = NNI_BYTES + NNI_BYTES
-    first, consumed = read_framed(data[:len(NNI_BYTES) + cut])
+    first, consumed = _pair(read_framed(data[:len(NNI_BYTES) + cut]))
     assert len(first) == 1 and consumed == len(NNI_BYTES)
-    rest, consumed2 = read_framed(data[consumed:])
+    rest, consumed2 = _pair(read_framed(data[consumed:]))
     assert len(rest) == 1 and consumed + consumed2 == len(data)
 
 
@@ -54,35 +59,38 @@ def test_incremental_reading_from_a_cursor_sees_each_record_once():
     stream = b"".join(frame(metric_record("t", 0, "PERIODICAL", i, i)) for i in range(50))
     offset, seen = 0, []
     for end in range(0, len(stream) + 1, 37):  # arbitrary chunking, like a file being appended
-        metrics, consumed = read_framed(stream[offset:end])
+        metrics, consumed = _pair(read_framed(stream[offset:end]))
         seen.extend(m.value for m in metrics)
         offset += consumed
-    metrics, consumed = read_framed(stream[offset:])
+    metrics, consumed = _pair(read_framed(stream[offset:]))
     seen.extend(m.value for m in metrics)
     assert seen == list(range(50))
 
 
 def test_nan_and_infinity_as_json_tricks_writes_them():
     raw = b'{"parameter_id": 1, "trial_job_id": "t", "type": "FINAL", "sequence": 0, "value": "NaN"}\n'
-    (m,), _ = read_framed(b"ME%06d" % len(raw) + raw)
+    (m,), _ = _pair(read_framed(b"ME%06d" % len(raw) + raw))
     assert math.isnan(m.value)
     data = frame(metric_record("t", 1, "PERIODICAL", 0, float("-inf")))
-    (m,), _ = read_framed(data)
+    (m,), _ = _pair(read_framed(data))
     assert m.value == float("-inf")
 
 
-def test_garbage_is_an_error_not_a_guess():
+def test_garbage_is_skipped_and_said_never_guessed():
+    read = read_framed(b"XX000010whatever.." + NNI_BYTES)
+    assert [m.value for m in read.metrics] == [0.5] and read.consumed == 18 + len(NNI_BYTES)
+    assert len(read.skipped) == 1 and "not a metric frame" in read.skipped[0]
+    read = read_framed(b"ME000003{x\n")
+    assert read.metrics == [] and read.consumed == 11 and "malformed metric record" in read.skipped[0]
     with pytest.raises(MetricFormatError):
-        read_framed(b"XX000010whatever..")
-    with pytest.raises(MetricFormatError):
-        read_framed(b"ME000003{x\n")
+        parse_record(b"{x")
 
 
 def test_stdout_lines_between_other_output():
     record = metric_record("t", 2, "PERIODICAL", 3, {"default": 0.25})
     out = ("epoch 1\n" + stdout_line(record) + "loss=0.3\n" + stdout_line(metric_record("t", 2, "FINAL", 0, 0.9))
            + "NNISDK_MEb'{\"partial").encode()
-    metrics, consumed = read_stdout_lines(out)
+    metrics, consumed = _pair(read_stdout_lines(out))
     assert [(m.type, m.value) for m in metrics] == [("PERIODICAL", {"default": 0.25}), ("FINAL", 0.9)]
     assert out[consumed:] == b"NNISDK_MEb'{\"partial"
 

@@ -20,6 +20,10 @@ print(trial.get_trial_id(), trial.get_experiment_id(), trial.get_sequence_id(), 
 """
 
 
+def _pair(read):
+    return read.metrics, read.consumed
+
+
 def run_trial(tmp_path: Path, platform: str, **extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NNI_PLATFORM": platform, "NNI_SYS_DIR": str(tmp_path), "NNI_TRIAL_JOB_ID": "tr1",
            "NNI_EXP_ID": "ex1", "NNI_TRIAL_SEQ_ID": "4", **extra}
@@ -31,7 +35,7 @@ def test_local_platform_writes_the_metrics_file(tmp_path):
     result = run_trial(tmp_path, "local")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["tr1", "ex1", "4", "0.25"]
-    metrics, consumed = read_framed((tmp_path / ".nni" / "metrics").read_bytes())
+    metrics, consumed = _pair(read_framed((tmp_path / ".nni" / "metrics").read_bytes()))
     assert consumed == (tmp_path / ".nni" / "metrics").stat().st_size
     assert [(m.type, m.sequence, m.value, m.parameter_id) for m in metrics] == [
         ("PERIODICAL", 0, 0.25, 9), ("PERIODICAL", 1, {"default": 0.5, "acc": 0.5}, 9),
@@ -41,14 +45,14 @@ def test_local_platform_writes_the_metrics_file(tmp_path):
 def test_other_platforms_print_nnisdk_lines(tmp_path):
     result = run_trial(tmp_path, "kubeflow")
     assert result.returncode == 0, result.stderr
-    metrics, _ = read_stdout_lines(result.stdout.encode())
+    metrics, _ = _pair(read_stdout_lines(result.stdout.encode()))
     assert [m.type for m in metrics] == ["PERIODICAL", "PERIODICAL", "FINAL"]
     assert not (tmp_path / ".nni" / "metrics").exists()
 
 
 def test_reuse_mode_uses_stdout_even_locally(tmp_path):
     result = run_trial(tmp_path, "local", REUSE_MODE="1")
-    assert len(read_stdout_lines(result.stdout.encode())[0]) == 3
+    assert len(read_stdout_lines(result.stdout.encode()).metrics) == 3
 
 
 def test_standalone_without_an_experiment():

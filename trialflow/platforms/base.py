@@ -75,6 +75,9 @@ class TrialUpdate:
     cursor: Cursor
     message: str | None = None
     exit_code: int | None = None
+    #: Why malformed metric records (or over-long output lines) among the new bytes were
+    #: skipped; the follow loop warns once each and counts them in the trial's message.
+    skipped: list[str] = field(default_factory=list)
 
 
 @runtime_checkable

@@ -56,6 +56,8 @@ LABEL_MANAGED = "app.kubernetes.io/managed-by"
 CANCEL_ANNOTATION = "trialflow.io/cancel"
 #: How often a running trial's log is read for metrics (status comes from the watch).
 LOG_INTERVAL_SECONDS = 5.0
+#: Bytes of a pod's log file read per poll from mounted storage.
+LOG_CHUNK = 4 * 1024 * 1024
 #: How long a poll waits for the watch's first list before reading its job directly.
 SYNC_WAIT_SECONDS = 10.0
 
@@ -295,8 +297,8 @@ class KubernetesPlatform:
         status, message = self.status_of(obj)
         if cancel is not None and status.is_terminal and status != TrialStatus.SUCCEEDED:
             status, message = cancel  # operators report a stop as a failure; it was our cancel
-        metrics, cursor = await self._metrics(handle, cursor, status)
-        return TrialUpdate(status, metrics, cursor, message)
+        metrics, cursor, skipped = await self._metrics(handle, cursor, status)
+        return TrialUpdate(status, metrics, cursor, message, skipped=skipped)
 
     async def wait_for_change(self, handle: TrialHandle, cursor: Cursor, timeout: float) -> None:
         """The follow loop's pause: with the watch, it ends as soon as the job changes (so an
@@ -307,32 +309,44 @@ class KubernetesPlatform:
         informer = INFORMERS.get(self.api, self.resource, experiment_selector(handle["experiment_id"]))
         await informer.changed(handle["name"], cursor.get("version"), timeout)
 
-    async def _metrics(self, handle: TrialHandle, cursor: Cursor, status: TrialStatus) -> tuple[list, Cursor]:
+    async def _metrics(self, handle: TrialHandle, cursor: Cursor,
+                       status: TrialStatus) -> tuple[list, Cursor, list[str]]:
         if status == TrialStatus.WAITING:
-            return [], cursor
+            return [], cursor, []
         now = time.time()  # wall clock: the cursor moves from a worker to the triggerer
         if not status.is_terminal and now - float(cursor.get("log_read_at", 0)) < LOG_INTERVAL_SECONDS \
                 and cursor.get("log_read_at") is not None:
-            return [], cursor
+            return [], cursor, []
         pod = cursor.get("pod")
         if pod is None:
             pods = await self.api.pods(self.metrics_pod_selector(handle["name"]))
             if not pods:
-                return [], cursor
+                return [], cursor, []
             pod = sorted(p["metadata"]["name"] for p in pods)[0]
             cursor["pod"] = pod
         cursor["log_read_at"] = now
         if self.storage is not None:
-            offset = int(cursor.get("offset", 0))
             path = kube_storage.local_log_file(self.storage, handle["experiment_id"], handle["trial_id"], pod)
-            metrics, consumed = read_stdout_lines(read_local_bytes(path, offset))
-            cursor["offset"] = offset + consumed
-            return metrics, cursor
+            metrics, skipped = [], []
+            while True:  # one chunk while the trial runs; everything left once it ended
+                offset = int(cursor.get("offset", 0))
+                data = read_local_bytes(path, offset, LOG_CHUNK)
+                last = len(data) < LOG_CHUNK
+                read = read_stdout_lines(data, in_long_line=bool(cursor.get("in_long_line")),
+                                         final=status.is_terminal and last)
+                metrics += read.metrics
+                skipped += read.skipped
+                cursor["offset"] = offset + read.consumed
+                cursor.pop("in_long_line", None)
+                if read.in_long_line:
+                    cursor["in_long_line"] = True
+                if not status.is_terminal or last or read.consumed == 0:
+                    return metrics, cursor, skipped
         text = await self.api.pod_log(pod, self.log_container(), since_time(cursor.get("log_ts")))
         lines, cursor["log_ts"], cursor["log_n"] = new_log_lines(text, cursor.get("log_ts"),
                                                                  int(cursor.get("log_n", 0)))
-        metrics, _ = read_stdout_lines("".join(line + "\n" for line in lines).encode())
-        return metrics, cursor
+        read = read_stdout_lines("".join(line + "\n" for line in lines).encode())
+        return read.metrics, cursor, read.skipped
 
     def log_container(self) -> str:
         return self.metrics_container or "trial"

@@ -301,21 +301,33 @@ class LocalPlatform:
         return status, exit_code, message
 
     async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
-        # Status first, then metrics: a trial that just ended has written its last metric.
+        # Status first, then metrics: a trial that just ended has written its last metric, and
+        # then every byte left is read (not one chunk) with nothing kept back for later.
         status, exit_code, message = self.status(handle)
-        metrics, offset = self.read_metrics(handle, int(cursor.get("metrics_offset", 0)))
-        return TrialUpdate(status, metrics, {"metrics_offset": offset}, message, exit_code)
+        metrics, offset, skipped = self.read_metrics(handle, int(cursor.get("metrics_offset", 0)),
+                                                     final=status.is_terminal)
+        return TrialUpdate(status, metrics, {"metrics_offset": offset}, message, exit_code, skipped)
 
-    def read_metrics(self, handle: TrialHandle, offset: int) -> tuple[list, int]:
+    def read_metrics(self, handle: TrialHandle, offset: int, final: bool = False) -> tuple[list, int, list[str]]:
+        """New metrics from ``offset``: one chunk while the trial runs, everything once it ended."""
         path = Path(handle["trial_dir"]) / METRICS_FILE
+        metrics: list = []
+        skipped: list[str] = []
         try:
             with open(path, "rb") as fh:
-                fh.seek(offset)
-                data = fh.read(READ_CHUNK)
+                while True:
+                    fh.seek(offset)
+                    data = fh.read(READ_CHUNK)
+                    last = len(data) < READ_CHUNK
+                    read = read_framed(data, final=final and last)
+                    metrics += read.metrics
+                    skipped += read.skipped
+                    offset += read.consumed
+                    if not final or last or read.consumed == 0:
+                        break
         except FileNotFoundError:
-            return [], offset
-        metrics, consumed = read_framed(data)
-        return metrics, offset + consumed
+            pass
+        return metrics, offset, skipped
 
     def _cancel_request(self, sys_dir: Path) -> dict[str, Any] | None:
         try:

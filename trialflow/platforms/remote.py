@@ -87,6 +87,12 @@ def probe_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> s
             f"tail -c +{offset + 1} {METRICS_SOURCE} 2>/dev/null | head -c {max_bytes}; true")
 
 
+def read_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> str:
+    """The trial's stdout after ``offset``, at most ``max_bytes`` (the rest of an ended trial's
+    output, when a poll's chunk was full)."""
+    return f"tail -c +{int(offset) + 1} {shlex.quote(trial_dir)}/{METRICS_SOURCE} 2>/dev/null | head -c {int(max_bytes)}; true"
+
+
 def parse_probe(output: bytes) -> tuple[dict[str, str], bytes]:
     head, _, metrics = output.partition(SEPARATOR)
     facts = {}
@@ -405,14 +411,27 @@ class RemotePlatform:
         status = remote_status(exit_code, TrialStatus(cancel["status"]) if cancel else None,
                                facts.get("alive") == "1", bool(facts.get("pid")),
                                time.time() - float(handle.get("submitted_at", 0)))
-        metrics, consumed = read_stdout_lines(data)
+        metrics, skipped = [], []
+        in_long_line = bool(cursor.get("in_long_line"))
+        while True:  # while the trial runs, one chunk a poll; once it ended, every byte left
+            last = len(data) < READ_CHUNK
+            read = read_stdout_lines(data, in_long_line=in_long_line, final=status.is_terminal and last)
+            metrics += read.metrics
+            skipped += read.skipped
+            offset, in_long_line = offset + read.consumed, read.in_long_line
+            if not status.is_terminal or last or read.consumed == 0:
+                break
+            data = await self._run(machine, read_command(handle["trial_dir"], offset))
         message = None
         if status in CANCEL_STATUSES and cancel:
             message = cancel["reason"]
         elif status == TrialStatus.FAILED:
             message = (f"trial command exited with code {exit_code} on {machine.target.label}" if exit_code is not None
                        else f"trial process on {machine.target.label} disappeared without an exit code")
-        return TrialUpdate(status, metrics, {"metrics_offset": offset + consumed}, message, exit_code)
+        next_cursor: Cursor = {"metrics_offset": offset}
+        if in_long_line:
+            next_cursor["in_long_line"] = True
+        return TrialUpdate(status, metrics, next_cursor, message, exit_code, skipped)
 
     async def _cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         from airflow.providers.ssh.utils.remote_job import build_posix_kill_command

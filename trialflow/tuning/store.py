@@ -27,7 +27,7 @@ from sqlalchemy.engine import make_url
 
 from trialflow.config.model import AlgorithmConfig
 from trialflow.platforms.base import TrialStatus
-from trialflow.trial.protocol import Metric
+from trialflow.trial.protocol import Metric, describe_result
 from trialflow.trial.protocol import scalar as _plain_scalar
 from trialflow.tuning.search_space import SearchSpace
 from trialflow.tuning.tuners import make_sampler, sample_parameters
@@ -255,7 +255,14 @@ class ExperimentStore:
             self.storage.set_trial_state_values(storage_id, TrialState.PRUNED)
         else:
             if status == TrialStatus.SUCCEEDED:
-                reason = "no final result reported" if value is None else f"final result {value} is not finite"
+                if final is None:
+                    reason = "no final result reported"
+                elif value is not None:  # stored as "inf" / "nan": the kind is known, the number is not
+                    reason = f"the final result ({final}) is not a finite number"
+                else:
+                    reason = describe_result(final) or "the final result is not a number"
+                if attrs.get("message"):
+                    reason += f"; {attrs['message']}"
                 self.storage.set_trial_user_attr(storage_id, "message", reason)
             self.storage.set_trial_state_values(storage_id, TrialState.FAIL)
 
@@ -312,6 +319,8 @@ def _jsonable(value: Any) -> Any:
     """Optuna user attrs are JSON: NaN/Infinity are kept as strings, as nni's json_tricks writes them."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**63:
+        return str(_plain_scalar(value))  # beyond what databases and JSON readers keep: "inf"
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, list):
