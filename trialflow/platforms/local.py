@@ -36,6 +36,7 @@ from trialflow.platforms.base import (
     TrialUpdate,
 )
 from trialflow.platforms.gpus import CLAIMS_DIR, acquire, release_command
+from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
 from trialflow.trial.env import trial_env
 from trialflow.trial.protocol import METRICS_FILE, read_framed, read_state_file, write_parameter_file
 
@@ -46,6 +47,8 @@ CANCEL_FILE = f"{CONTROL_DIR}/cancel"
 LAUNCH_FILE = f"{CONTROL_DIR}/launching"
 #: Seconds between SIGTERM and SIGKILL when cancelling, as NNI's local mode.
 KILL_GRACE_SECONDS = 5.0
+#: Seconds a finished trial's leftover processes get between SIGTERM and SIGKILL.
+LEFTOVER_GRACE_SECONDS = 2.0
 #: How long a re-attaching submit waits for a launching wrapper to record its pid.
 LAUNCH_WAIT_SECONDS = 10.0
 READ_CHUNK = 4 * 1024 * 1024
@@ -63,6 +66,7 @@ if [ -z "$rc" ]; then
   bash -c {command} > {sys_dir}/stdout 2> {sys_dir}/stderr < /dev/null
   rc=$?
 fi
+{leftovers}
 {release}
 echo "$rc $(date +%s%3N)" > {sys_dir}/.nni/state.tmp && mv -f {sys_dir}/.nni/state.tmp {sys_dir}/.nni/state
 """
@@ -155,6 +159,7 @@ class LocalPlatform:
         env = trial_env(platform="local", experiment_id=spec.experiment_id, trial_id=spec.trial_id,
                         sys_dir=sys_dir, output_dir=sys_dir, sequence=spec.sequence,
                         code_dir=str(spec.code_dir), gpu_indices=[])
+        env[MARK_VAR] = trial_mark(sys_dir)
         env.update(spec.env)
         return env
 
@@ -164,7 +169,8 @@ class LocalPlatform:
         sys_dir = self.trial_dir(spec.trial_id)
         release = release_command(str(self.claims_dir), claims) if claims else ""
         return _WRAPPER.format(ctl=shlex.quote(str(sys_dir / CONTROL_DIR)), code_dir=shlex.quote(str(spec.code_dir)),
-                               sys_dir=shlex.quote(str(sys_dir)), command=shlex.quote(spec.command), release=release)
+                               sys_dir=shlex.quote(str(sys_dir)), command=shlex.quote(spec.command), release=release,
+                               leftovers=stop_marked_command(trial_mark(str(sys_dir)), LEFTOVER_GRACE_SECONDS))
 
     def claim_gpus(self, spec: TrialSpec) -> list[tuple[int, int]]:
         """Wait for and claim trialGpuNumber GPUs of this machine (none when it is 0)."""
@@ -347,10 +353,16 @@ class LocalPlatform:
             tmp.write_text(json.dumps({"status": status.value, "reason": reason}))
             os.replace(tmp, sys_dir / CANCEL_FILE)
         pid = handle["pid"]
-        if not process_alive(pid, handle.get("started")):
+        tree = _tree(pid) if process_alive(pid, handle.get("started")) else []
+        if tree:
+            self._signal(pid, tree, signal.SIGTERM)
+        # Meanwhile, what left the tree and its process group (setsid, double forks) but still
+        # carries the trial's mark gets the same TERM, grace and KILL.
+        subprocess.run(["bash", "-c", stop_marked_command(trial_mark(str(sys_dir)), KILL_GRACE_SECONDS)],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=False, timeout=KILL_GRACE_SECONDS + 30)
+        if not tree:
             return
-        tree = _tree(pid)
-        self._signal(pid, tree, signal.SIGTERM)
         deadline = time.monotonic() + KILL_GRACE_SECONDS
         while time.monotonic() < deadline:
             if not any(process_alive(p) for p in tree):

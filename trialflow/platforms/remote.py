@@ -37,6 +37,7 @@ from trialflow.platforms.base import (
     TrialUpdate,
 )
 from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequestError, attempt, release_command
+from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
 from trialflow.platforms.local import local_status
 from trialflow.platforms.ssh import POOL, SshError, SshTarget, run_sync
 from trialflow.trial import unpack
@@ -52,6 +53,8 @@ LAUNCH_DIR = ".launching"
 READ_CHUNK = 4 * 1024 * 1024
 LAUNCH_GRACE_SECONDS = 60.0
 KILL_GRACE_SECONDS = 5.0
+#: Seconds a finished trial's leftover processes get between SIGTERM and SIGKILL.
+LEFTOVER_GRACE_SECONDS = 2.0
 SEPARATOR = b"\n--trialflow-metrics--\n"  # what `echo; echo --trialflow-metrics--` prints
 #: The wrapper's stdout file (the SSH provider's RemoteJobPaths.log_file).
 METRICS_SOURCE = "stdout.log"
@@ -286,6 +289,7 @@ class RemotePlatform:
         env = trial_env(platform="remote", experiment_id=spec.experiment_id, trial_id=spec.trial_id,
                         sys_dir=trial_dir, output_dir=trial_dir, sequence=spec.sequence, code_dir=code_dir,
                         gpu_indices=gpus or [], base={})
+        env[MARK_VAR] = trial_mark(trial_dir)
         env.update(spec.env)
         return env
 
@@ -302,8 +306,10 @@ class RemotePlatform:
         trial's GPU claims are released, keeping its exit code."""
         run = (f"cd {shlex.quote(trial_dir)}/code && bash -c {shlex.quote(spec.command)} "
                f"2>{shlex.quote(trial_dir)}/stderr </dev/null")
-        if release:  # a subshell: the wrapper must still see the trial's exit code after this
-            run = f"( {run}; rc=$?; {release}; exit $rc )"
+        # A subshell: the wrapper must still see the trial's exit code after the processes the
+        # trial left behind are stopped and its GPUs released.
+        leftovers = stop_marked_command(trial_mark(trial_dir), LEFTOVER_GRACE_SECONDS)
+        run = f"( {run}; rc=$?; {leftovers}; {release + '; ' if release else ''}exit $rc )"
         return (f"{self.path_prefix(machine)}export PYTHONPATH={shlex.quote(sdk_dir)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
                 + run)
 
@@ -445,7 +451,10 @@ class RemotePlatform:
         await self._run(machine, build_posix_kill_command(f"{handle['trial_dir']}/pid"), check=False)
         kill = build_posix_kill_command(f"{handle['trial_dir']}/pid").replace("-TERM", "-KILL")
         await self._run(machine, f"for i in $(seq {int(KILL_GRACE_SECONDS * 10)}); do p=$(cat {q}/pid 2>/dev/null); "
-                                 f"[ -n \"$p\" ] && kill -0 -- -\"$p\" 2>/dev/null || exit 0; sleep 0.1; done; {kill}",
+                                 f"[ -n \"$p\" ] && kill -0 -- -\"$p\" 2>/dev/null || break; sleep 0.1; done; "
+                                 f"[ -n \"$p\" ] && kill -0 -- -\"$p\" 2>/dev/null && {kill}; "
+                                 # what left the process group (setsid, double forks) carries the mark
+                                 + stop_marked_command(trial_mark(handle["trial_dir"]), KILL_GRACE_SECONDS),
                         check=False)
 
     def cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:

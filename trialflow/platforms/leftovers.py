@@ -1,0 +1,45 @@
+"""Finding every process a trial started, even those that left its process group.
+
+A trial can start processes that leave its session and process group
+(``setsid sleep 600 &``, a double fork, ``subprocess.Popen(start_new_session=True)``)
+and outlive a parent that ends: killing the process tree or the process group
+misses them, and they keep a GPU or a port after the trial was cancelled. But
+every process inherits its parent's environment, so each trial runs with a
+mark (``TRIALFLOW_TRIAL_MARK``) that its descendants carry wherever they move;
+stopping a trial stops every process that carries its mark (the approach of
+Jenkins' process tree killer). The commands below are pure builders, run the
+same way by the local platform and, over SSH, on remote machines (Linux: they
+read ``/proc/<pid>/environ``; GNU or BusyBox grep).
+
+What this cannot catch: a process that replaced its whole environment
+(``env -i``, ``sudo``), or another user's. A cgroup would, but needs root or a
+delegated hierarchy that Airflow workers rarely have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+
+MARK_VAR = "TRIALFLOW_TRIAL_MARK"
+
+
+def trial_mark(trial_dir: str) -> str:
+    """The mark of the trial whose folder is ``trial_dir`` (unique on its machine)."""
+    return "t" + hashlib.sha256(str(trial_dir).encode()).hexdigest()[:24]
+
+
+def stop_marked_command(mark: str, grace_seconds: float = 5.0) -> str:
+    """A bash snippet that TERMs every process carrying ``mark``, then KILLs what is left after
+    ``grace_seconds``. The shell that runs it (``$$``) and its subshells are spared: the
+    trial's own wrapper runs it when the trial command has ended."""
+    steps = max(1, int(grace_seconds * 10))
+    entry = shlex.quote(f"{MARK_VAR}={mark}")
+    return (
+        f"tf_marked() {{ set -- /proc/[0-9]*/environ; "
+        f"for f in $(grep -lszxF -e {entry} -- \"$@\"); do p=${{f#/proc/}}; p=${{p%/environ}}; "
+        '[ "$p" = "$$" ] || [ "$p" = "${BASHPID:-}" ] || echo "$p"; done; }; '
+        "tf_left=$(tf_marked); if [ -n \"$tf_left\" ]; then kill -TERM $tf_left 2>/dev/null; tf_i=0; "
+        f"while [ $tf_i -lt {steps} ]; do sleep 0.1; tf_left=$(tf_marked); [ -z \"$tf_left\" ] && break; "
+        "tf_i=$((tf_i+1)); done; [ -n \"$tf_left\" ] && kill -KILL $tf_left 2>/dev/null; fi; true"
+    )
