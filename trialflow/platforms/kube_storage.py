@@ -105,13 +105,16 @@ def start_script(storage: KubernetesStorageConfig | None, paths: TrialPaths, com
     """
     q = shlex.quote
     py = 'PY="$(command -v python3 || command -v python)"'
+    unpack_py, code_tar, sdk_tar, parameter_cfg_file = (
+        q(f"{FILES_DIR}/{name}") for name in ("unpack.py", "code.tar.gz", "sdk.tar.gz", "parameter.cfg"))
+    rc_file = q(f"{WORK_DIR}/rc")
     lines = ["set -e", py, f"mkdir -p {q(paths.sys_dir)} {q(WORK_DIR)}"]
     if storage is None:
         if not paths.code_in_image:
-            lines.append(f'"$PY" {FILES_DIR}/unpack.py {FILES_DIR}/code.tar.gz {q(paths.code_dir)}')
+            lines.append(f'"$PY" {unpack_py} {code_tar} {q(paths.code_dir)}')
         lines += [
-            f'"$PY" {FILES_DIR}/unpack.py {FILES_DIR}/sdk.tar.gz {q(paths.sdk_dir)}',
-            f"cp {FILES_DIR}/parameter.cfg {q(paths.sys_dir)}/parameter.cfg",
+            f'"$PY" {unpack_py} {sdk_tar} {q(paths.sdk_dir)}',
+            f"cp {parameter_cfg_file} {q(paths.sys_dir)}/parameter.cfg",
         ]
     else:
         if not paths.code_in_image:
@@ -122,8 +125,8 @@ def start_script(storage: KubernetesStorageConfig | None, paths: TrialPaths, com
         lines.append(f"exec sh -c {q(command)}")
     else:
         log = f'{q(paths.log_dir or "")}/"$HOSTNAME".log'
-        lines += ["set +e", f"{{ sh -c {q(command)} 2>&1; echo $? > {WORK_DIR}/rc; }} | tee -a {log}",
-                  f'exit "$(cat {WORK_DIR}/rc)"']
+        lines += ["set +e", f"{{ sh -c {q(command)} 2>&1; echo $? > {rc_file}; }} | tee -a {log}",
+                  f'exit "$(cat {rc_file})"']
     return "\n".join(lines) + "\n"
 
 

@@ -39,6 +39,18 @@ from trialflow.platforms.base import (
 from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequestError, attempt, release_command
 from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
 from trialflow.platforms.local import local_status
+from trialflow.platforms.remote_commands import (
+    CANCEL_FILE,
+    LAUNCH_DIR,
+    READ_CHUNK,
+    cleanup_command,
+    kill_command,
+    launch_command,
+    parse_probe,
+    probe_command,
+    read_command,
+    staging_command,
+)
 from trialflow.platforms.ssh import POOL, SshError, SshTarget, run_sync
 from trialflow.trial import unpack
 from trialflow.trial.env import trial_env
@@ -48,16 +60,10 @@ from trialflow.trial.protocol import parameter_text, read_stdout_lines
 log = logging.getLogger(__name__)
 BASE_DIR_NAME = "trialflow-experiments"
 GPU_WAIT_SECONDS = 2.0
-CANCEL_FILE = "cancel.json"
-LAUNCH_DIR = ".launching"
-READ_CHUNK = 4 * 1024 * 1024
 LAUNCH_GRACE_SECONDS = 60.0
 KILL_GRACE_SECONDS = 5.0
 #: Seconds a finished trial's leftover processes get between SIGTERM and SIGKILL.
 LEFTOVER_GRACE_SECONDS = 2.0
-SEPARATOR = b"\n--trialflow-metrics--\n"  # what `echo; echo --trialflow-metrics--` prints
-#: The wrapper's stdout file (the SSH provider's RemoteJobPaths.log_file).
-METRICS_SOURCE = "stdout.log"
 
 
 def remote_status(exit_code: int | None, cancel: TrialStatus | None, alive: bool, has_pid: bool,
@@ -73,49 +79,6 @@ def remote_status(exit_code: int | None, cancel: TrialStatus | None, alive: bool
     if not has_pid and exit_code is None and cancel is None:
         return TrialStatus.WAITING if seconds_since_submit < LAUNCH_GRACE_SECONDS else TrialStatus.FAILED
     return local_status(exit_code, cancel, alive)
-
-
-def probe_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> str:
-    """One round trip per poll: status facts as key=value lines, a separator, then the trial's
-    stdout after ``offset`` (off the local platform, nni and trialflow's SDK report metrics as
-    ``NNISDK_MEb'...'`` lines on stdout)."""
-    d = shlex.quote(trial_dir)
-    return (f"cd {d} 2>/dev/null || {{ echo missing=1; exit 0; }}; "
-            # liveness before the exit code: a wrapper found gone has written it
-            'p="$(cat pid 2>/dev/null)"; echo "pid=$p"; '
-            'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo alive=1; else echo alive=0; fi; '
-            'echo "exit=$(cat exit_code 2>/dev/null)"; '
-            f'echo "cancel=$(cat {CANCEL_FILE} 2>/dev/null)"; '
-            "echo; echo --trialflow-metrics--; "
-            f"tail -c +{offset + 1} {METRICS_SOURCE} 2>/dev/null | head -c {max_bytes}; true")
-
-
-def read_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> str:
-    """The trial's stdout after ``offset``, at most ``max_bytes`` (the rest of an ended trial's
-    output, when a poll's chunk was full)."""
-    return f"tail -c +{int(offset) + 1} {shlex.quote(trial_dir)}/{METRICS_SOURCE} 2>/dev/null | head -c {int(max_bytes)}; true"
-
-
-def parse_probe(output: bytes) -> tuple[dict[str, str], bytes]:
-    head, _, metrics = output.partition(SEPARATOR)
-    facts = {}
-    for line in head.decode("utf-8", "replace").splitlines():
-        key, _, value = line.partition("=")
-        facts[key] = value
-    return facts, metrics
-
-
-def staging_command(base: str, digest: str, archive: str, python: str) -> str:
-    """Unpack ``archive`` to ``<base>/.code/<digest>`` unless it is there; a racing twin's
-    result is kept (rename is atomic), and the code is made read-only."""
-    final = f"{base}/.code/{digest}"
-    tmp = f'"{final}.tmp.$$"'
-    return (f"set -e; if [ -e {shlex.quote(final)}/.complete ]; then rm -f {shlex.quote(archive)}; echo present; exit 0; fi; "
-            f"mkdir -p {shlex.quote(base)}/.code; rm -rf {tmp}; "
-            f"{python} - {shlex.quote(archive)} {tmp} < {shlex.quote(archive)}.py; "
-            f"chmod -R a-w {tmp}; chmod u+w {tmp}; touch {tmp}/.complete; chmod u-w {tmp}; "
-            f"mv -T {tmp} {shlex.quote(final)} 2>/dev/null || {{ chmod -R u+w {tmp}; rm -rf {tmp}; }}; "
-            f"rm -f {shlex.quote(archive)} {shlex.quote(archive)}.py; echo staged")
 
 
 @dataclass(frozen=True)
@@ -315,12 +278,9 @@ class RemotePlatform:
 
     def launch_script(self, spec: TrialSpec, machine: Machine, trial_dir: str, code_dir: str, sdk_dir: str,
                       claims: list[tuple[int, int]] | None = None, base: str = "") -> str:
-        from airflow.providers.ssh.utils.remote_job import RemoteJobPaths, build_posix_wrapper_command
-
-        paths = RemoteJobPaths(job_id=spec.trial_id, remote_os="posix", base_dir=trial_dir.rsplit("/", 1)[0])
         env = self.build_env(spec, trial_dir, code_dir, sdk_dir, machine, [i for i, _ in claims or []])
         release = release_command(f"{base}/{CLAIMS_DIR}", claims) if claims else ""
-        return build_posix_wrapper_command(self.build_command(spec, trial_dir, sdk_dir, machine, release), paths, env)
+        return launch_command(self.build_command(spec, trial_dir, sdk_dir, machine, release), trial_dir, env)
 
     async def _claim_gpus(self, spec: TrialSpec, trial_for: "Callable[[Machine], Awaitable[str]]",
                           order: list[Machine]) -> tuple[Machine, list[tuple[int, int]]]:
@@ -440,22 +400,15 @@ class RemotePlatform:
         return TrialUpdate(status, metrics, next_cursor, message, exit_code, skipped)
 
     async def _cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
-        from airflow.providers.ssh.utils.remote_job import build_posix_kill_command
-
         machine = self.machines[int(handle["machine"])]
         q = shlex.quote(handle["trial_dir"])
         request = json.dumps({"status": status.value, "reason": reason}).encode()
         await self._run(machine, f"[ -e {q}/exit_code ] && [ \"$(cat {q}/exit_code)\" = 0 ] && exit 0; "
                                  f"[ -e {q}/{CANCEL_FILE} ] || {{ cat > {q}/{CANCEL_FILE}.tmp && "
                                  f"mv {q}/{CANCEL_FILE}.tmp {q}/{CANCEL_FILE}; }}", request)
-        await self._run(machine, build_posix_kill_command(f"{handle['trial_dir']}/pid"), check=False)
-        kill = build_posix_kill_command(f"{handle['trial_dir']}/pid").replace("-TERM", "-KILL")
-        await self._run(machine, f"for i in $(seq {int(KILL_GRACE_SECONDS * 10)}); do p=$(cat {q}/pid 2>/dev/null); "
-                                 f"[ -n \"$p\" ] && kill -0 -- -\"$p\" 2>/dev/null || break; sleep 0.1; done; "
-                                 f"[ -n \"$p\" ] && kill -0 -- -\"$p\" 2>/dev/null && {kill}; "
-                                 # what left the process group (setsid, double forks) carries the mark
-                                 + stop_marked_command(trial_mark(handle["trial_dir"]), KILL_GRACE_SECONDS),
-                        check=False)
+        await self._run(machine, kill_command(handle["trial_dir"], KILL_GRACE_SECONDS) + "; "
+                        # what left the process group (setsid, double forks) carries the mark
+                        + stop_marked_command(trial_mark(handle["trial_dir"]), KILL_GRACE_SECONDS), check=False)
 
     def cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         if status not in CANCEL_STATUSES:
@@ -463,15 +416,9 @@ class RemotePlatform:
         run_sync(self._cancel(handle, status, reason))
 
     async def _cleanup(self, experiment_id: str) -> None:
-        from airflow.providers.ssh.utils.remote_job import build_posix_cleanup_command
-
         for machine in self.machines:
             base = await self._base(machine)
-            root = self.experiment_root(base, experiment_id)
-            # Folders only: the trials' code files are hard links of the staged copy, and a
-            # chmod on them would make that shared copy writable for every later experiment.
-            await self._run(machine, f"find {shlex.quote(root)} -type d -exec chmod u+w {{}} + 2>/dev/null; "
-                            + build_posix_cleanup_command(root, base))
+            await self._run(machine, cleanup_command(self.experiment_root(base, experiment_id)))
 
     def cleanup(self, experiment_id: str) -> None:
         """Remove the experiment's files from every machine (the staged code stays: another

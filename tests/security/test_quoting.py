@@ -1,0 +1,166 @@
+"""Every shell command trialflow builds, with hostile values in every field it takes, run
+through a real bash: the values arrive as data, nothing in them ever runs, and the trial
+command (the one thing meant to run) runs exactly as written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from trialflow.config.platforms import KubernetesStorageConfig, LocalConfig, RemoteConfig
+from trialflow.platforms import kube_storage
+from trialflow.platforms.base import TrialSpec, TrialStatus
+from trialflow.platforms.gpus import release_command
+from trialflow.platforms.leftovers import stop_marked_command
+from trialflow.platforms.local import LocalPlatform
+from trialflow.platforms.remote import RemotePlatform, probe_command, read_command, staging_command
+from trialflow.trial import unpack
+from trialflow.trial.packing import pack
+
+#: A folder name that breaks every kind of careless quoting; each trick would leave a CANARY file.
+HOSTILE = "a b'c\"d $(touch CANARY1) `touch CANARY2`;touch CANARY3 & |*?~ $HOME \\ \n e"
+#: The trial command: meant to run, so it must arrive verbatim (quotes, $, backslashes and all).
+COMMAND = "printf '%s|' \"$0\" 'it'\"'\"'s' \"\\$HOME\" > ran.txt; echo ran"
+
+
+@pytest.fixture
+def box():
+    """A world-readable folder under /tmp (SSH users must reach it too), cleaned afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="trialflow-quote-"))
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def hostile_dir(root: Path, name: str) -> Path:
+    path = root / f"{name} {HOSTILE}"
+    path.mkdir(parents=True)
+    os.chmod(path, 0o777)
+    return path
+
+
+def no_canary(root: Path) -> None:
+    found = [p for p in [*root.rglob("CANARY*"), *Path.cwd().glob("CANARY*"), *Path("/tmp").glob("CANARY*")]]
+    assert not found, f"a value ran as a command: {found}"
+
+
+def bash(script: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_local_wrapper_runs_the_command_verbatim_in_hostile_folders(box):
+    code = hostile_dir(box, "code")
+    platform = LocalPlatform(LocalConfig(), hostile_dir(box, "exp"))
+    platform.prepare("equote")
+    handle = platform.submit(TrialSpec("equote", "equote-0000", 0, 0, {}, COMMAND, code))
+    deadline = time.monotonic() + 30
+    while platform.status(handle)[0] == TrialStatus.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert platform.status(handle)[0] == TrialStatus.SUCCEEDED
+    assert (code / "ran.txt").read_text() == "bash|it's|$HOME|"
+    no_canary(box)
+
+
+def test_staging_and_probe_commands_with_hostile_paths(box):
+    base = hostile_dir(box, "base")
+    code = hostile_dir(box, "src")
+    (code / "train.py").write_text("print(1)\n")
+    packed = pack(code)
+    archive = base / f"upload {HOSTILE}.tar.gz"
+    archive.write_bytes(packed.archive)
+    Path(f"{archive}.py").write_text(Path(unpack.__file__).read_text())
+    python_dir = hostile_dir(box, "python")
+    (python_dir / "python3").symlink_to(sys.executable)
+    result = bash(staging_command(str(base), packed.short_digest, str(archive), str(python_dir / "python3")), box)
+    assert result.stdout.strip() == "staged", result.stderr
+    assert (base / ".code" / packed.short_digest / "train.py").read_text() == "print(1)\n"
+    trial = hostile_dir(box, "trial")
+    (trial / "pid").write_text(str(os.getpid()))
+    (trial / "stdout.log").write_text("hello\n")
+    out = bash(probe_command(str(trial), 0), box).stdout
+    assert f"pid={os.getpid()}" in out and "alive=1" in out and out.endswith("hello\n")
+    assert bash(read_command(str(trial), 2), box).stdout == "llo\n"
+    claims = hostile_dir(box, "claims")
+    (claims / "gpu0-slot0").mkdir()
+    bash(release_command(str(claims), [(0, 0)]), box)
+    assert not (claims / "gpu0-slot0").exists()
+    bash(stop_marked_command(HOSTILE), box)
+    no_canary(box)
+
+
+def test_remote_launch_script_with_hostile_python_path_and_folders(box):
+    python_dir = hostile_dir(box, "bin")
+    (python_dir / "python3").symlink_to(sys.executable)
+    config = RemoteConfig.model_validate({"platform": "remote", "machineList": [
+        {"host": "127.0.0.1", "user": "u", "pythonPath": str(python_dir)}]})
+    platform = RemotePlatform(config, box / "exp")
+    base = hostile_dir(box, "home")
+    trial_dir = base / "trials" / "equote-0000"
+    (trial_dir / "code").mkdir(parents=True)
+    sdk = hostile_dir(box, "sdk")
+    spec = TrialSpec("equote", "equote-0000", 0, 0, {}, COMMAND + "; command -v python3 > py.txt", box)
+    script = platform.launch_script(spec, platform.machines[0], str(trial_dir), str(trial_dir / "code"), str(sdk),
+                                    [(0, 0)], str(base))
+    result = bash(script, box)
+    assert result.returncode == 0, result.stderr
+    deadline = time.monotonic() + 30
+    while not (trial_dir / "exit_code").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (trial_dir / "exit_code").read_text() == "0"
+    assert (trial_dir / "code" / "ran.txt").read_text() == "bash|it's|$HOME|"
+    assert (trial_dir / "code" / "py.txt").read_text().strip() == str(python_dir / "python3")
+    assert "ran" in (trial_dir / "stdout.log").read_text()
+    no_canary(box)
+
+
+def test_kubernetes_start_script_with_hostile_paths(box, monkeypatch):
+    monkeypatch.setattr(kube_storage, "WORK_DIR", str(hostile_dir(box, "work")))
+    root = hostile_dir(box, "mount")
+    paths = kube_storage.TrialPaths(sys_dir=str(root / "sys"), code_dir=str(root / "trialcode"),
+                                    sdk_dir=str(root / "sdk"), log_dir=str(root / "logs"))
+    (root / "code").mkdir()
+    (root / "sdk").mkdir()
+    storage = KubernetesStorageConfig(storageType="pvc", claimName="c", localMountPoint=str(root))
+    result = subprocess.run(["sh", "-c", kube_storage.start_script(storage, paths, COMMAND)], cwd=box,
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "HOSTNAME": "pod-0"})
+    assert result.returncode == 0, result.stderr
+    assert (root / "trialcode" / "ran.txt").read_text() == "sh|it's|$HOME|"
+    assert "ran" in (root / "logs" / "pod-0.log").read_text()
+    no_canary(box)
+
+
+def test_remote_trial_with_a_hostile_python_path_over_ssh(ssh_servers, box):
+    """End to end on a real machine: pythonPath with quotes, $(...) and a space."""
+    from tests.platforms.test_remote import _machine
+
+    a, _ = ssh_servers
+    python_dir = hostile_dir(box, "py")
+    (python_dir / "python3").symlink_to("/usr/bin/python3")  # one the SSH user may run
+    code = box / "code"
+    code.mkdir()
+    (code / "t.py").write_text("from trialflow import trial\ntrial.get_next_parameter()\ntrial.report_final_result(1)\n")
+    config = RemoteConfig.model_validate({"platform": "remote", "machineList": [
+        _machine(a, "key", pythonPath=str(python_dir))]})
+    platform = RemotePlatform(config, box / "exp")
+    platform.prepare("equoter", code)
+    handle = platform.submit(TrialSpec("equoter", "equoter-0000", 0, 0, {}, "python3 t.py", code))
+
+    import asyncio
+
+    async def follow() -> TrialStatus:
+        for _ in range(300):
+            update = await platform.poll(handle, {})
+            if update.status.is_terminal:
+                return update.status
+            await asyncio.sleep(0.1)
+        raise TimeoutError
+
+    assert asyncio.run(follow()) == TrialStatus.SUCCEEDED
+    no_canary(box)

@@ -1,0 +1,117 @@
+"""The shell commands the remote platform sends over SSH: pure builders, nothing else.
+
+Every value that reaches a command (folders under a machine's ``$HOME``,
+pythonPath, the trial command, environment values) goes through
+``shlex.quote`` exactly once, at the point where it becomes shell text, and is
+never spliced into a string that a shell parses a second time. (The SSH
+provider's detached-job wrapper, used before, spliced its paths into a
+script that ``bash -c`` parsed again: a folder with a quote, ``$(...)`` or a
+backquote in its name ran as a command.) tests/security/test_quoting.py runs
+each of them with hostile values in every field.
+
+Layout of a trial folder: ``pid`` (written by the detached job itself),
+``stdout.log`` (its output: NNI's metric lines), ``stderr``, ``exit_code``
+(written atomically last), ``cancel.json``, ``.launching`` and ``.launched``
+(atomic mkdir guards).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Mapping
+
+CANCEL_FILE = "cancel.json"
+LAUNCH_DIR = ".launching"
+READ_CHUNK = 4 * 1024 * 1024
+SEPARATOR = b"\n--trialflow-metrics--\n"  # what `echo; echo --trialflow-metrics--` prints
+#: The detached job's output file (NNISDK_MEb metric lines among the trial's own output).
+METRICS_SOURCE = "stdout.log"
+
+
+def probe_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> str:
+    """One round trip per poll: status facts as key=value lines, a separator, then the trial's
+    stdout after ``offset`` (off the local platform, nni and trialflow's SDK report metrics as
+    ``NNISDK_MEb'...'`` lines on stdout)."""
+    d = shlex.quote(trial_dir)
+    return (f"cd {d} 2>/dev/null || {{ echo missing=1; exit 0; }}; "
+            # liveness before the exit code: a wrapper found gone has written it
+            'p="$(cat pid 2>/dev/null)"; echo "pid=$p"; '
+            'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo alive=1; else echo alive=0; fi; '
+            'echo "exit=$(cat exit_code 2>/dev/null)"; '
+            f'echo "cancel=$(cat {CANCEL_FILE} 2>/dev/null)"; '
+            "echo; echo --trialflow-metrics--; "
+            f"tail -c +{offset + 1} {METRICS_SOURCE} 2>/dev/null | head -c {max_bytes}; true")
+
+
+def read_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> str:
+    """The trial's stdout after ``offset``, at most ``max_bytes`` (the rest of an ended trial's
+    output, when a poll's chunk was full)."""
+    return f"tail -c +{int(offset) + 1} {shlex.quote(trial_dir)}/{METRICS_SOURCE} 2>/dev/null | head -c {int(max_bytes)}; true"
+
+
+def parse_probe(output: bytes) -> tuple[dict[str, str], bytes]:
+    head, _, metrics = output.partition(SEPARATOR)
+    facts = {}
+    for line in head.decode("utf-8", "replace").splitlines():
+        key, _, value = line.partition("=")
+        facts[key] = value
+    return facts, metrics
+
+
+def staging_command(base: str, digest: str, archive: str, python: str) -> str:
+    """Unpack ``archive`` to ``<base>/.code/<digest>`` unless it is there; a racing twin's
+    result is kept (rename is atomic), and the code is made read-only."""
+    final = f"{base}/.code/{digest}"
+    tmp = shlex.quote(f"{final}.tmp.") + '"$$"'  # quoted path, then this shell's pid
+    return (f"set -e; if [ -e {shlex.quote(final)}/.complete ]; then rm -f {shlex.quote(archive)}; echo present; exit 0; fi; "
+            f"mkdir -p {shlex.quote(base)}/.code; rm -rf {tmp}; "
+            f"{shlex.quote(python)} - {shlex.quote(archive)} {tmp} < {shlex.quote(archive)}.py; "
+            f"chmod -R a-w {tmp}; chmod u+w {tmp}; touch {tmp}/.complete; chmod u-w {tmp}; "
+            f"mv -T {tmp} {shlex.quote(final)} 2>/dev/null || {{ chmod -R u+w {tmp}; rm -rf {tmp}; }}; "
+            f"rm -f {shlex.quote(archive)} {shlex.quote(archive)}.py; echo staged")
+
+
+def launch_command(body: str, trial_dir: str, env: Mapping[str, str]) -> str:
+    """Run ``body`` (already shell text) detached from the SSH session, in a session of its own:
+    its pid recorded first, its output to stdout.log, its exit code written atomically last.
+
+    The job script is handed to ``bash -c`` as one quoted word, so nothing in it is parsed
+    twice; ``setsid`` keeps a dropped SSH connection from hanging up the trial (nohup where
+    there is no setsid).
+    """
+    d = shlex.quote(trial_dir)
+    exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items()
+                      if name.isidentifier())
+    job = (f"echo \"$$\" > {d}/pid.tmp && mv -f {d}/pid.tmp {d}/pid\n"
+           f"{exports}"
+           f"{{\n{body}\n}} >> {d}/{METRICS_SOURCE} 2>&1\n"
+           f"ec=$?\n"
+           f"printf %s \"$ec\" > {d}/exit_code.tmp && mv -f {d}/exit_code.tmp {d}/exit_code\n")
+    job_word = shlex.quote(job)
+    return (f"set -eu\nmkdir -p {d}\n: > {d}/{METRICS_SOURCE}\n"
+            "if command -v setsid >/dev/null 2>&1; then\n"
+            f"  setsid bash -c {job_word} </dev/null >/dev/null 2>&1 &\n"
+            "else\n"
+            f"  nohup bash -c {job_word} </dev/null >/dev/null 2>&1 &\n"
+            "fi\n")
+
+
+def kill_command(trial_dir: str, grace_seconds: float) -> str:
+    """TERM the trial's process group (its pid leads it: setsid), KILL it if it is still there
+    after ``grace_seconds``. A pid that is not an integer above 1 is never signalled (``kill
+    -0`` or ``-1`` would reach every process of the account)."""
+    pid_file = shlex.quote(f"{trial_dir}/pid")
+    steps = max(1, int(grace_seconds * 10))
+    return (f"p=\"$(cat {pid_file} 2>/dev/null)\"; "
+            'case "$p" in ""|*[!0-9]*) p=0;; esac; '
+            'if [ "$p" -gt 1 ]; then kill -TERM -- -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; '
+            f'i=0; while [ $i -lt {steps} ] && kill -0 -- -"$p" 2>/dev/null; do sleep 0.1; i=$((i+1)); done; '
+            'if kill -0 -- -"$p" 2>/dev/null; then kill -KILL -- -"$p" 2>/dev/null; fi; fi; true')
+
+
+def cleanup_command(root: str) -> str:
+    """Remove an experiment's folder. Folders are made writable first, not files: the trials'
+    code files are hard links of the staged copy, which must stay read-only for later
+    experiments."""
+    q = shlex.quote(root)
+    return f"find {q} -type d -exec chmod u+w {{}} + 2>/dev/null; rm -rf -- {q}"
