@@ -134,3 +134,48 @@ def test_a_known_folder_state_gives_its_digest_without_packing(tmp_path, monkeyp
     assert known_digest(root) == (fp, packed.digest)
     (root / "train.py").write_text("print(22)")  # changed: another state, unknown
     assert known_digest(root)[1] is None
+
+
+def test_a_deeper_nniignore_can_bring_back_what_a_parent_left_out(tmp_path):
+    root = _tree(tmp_path / "code", {
+        ".nniignore": "*.bin\nlogs/\n", "a.bin": "x", "models/.nniignore": "!*.bin\n", "models/w.bin": "x",
+        "models/sub/v.bin": "x", "logs/.nniignore": "!*\n", "logs/run.txt": "x", "t.py": "x"})
+    names = [p.as_posix() for p in collect_files(root)]
+    # gitignore: the deepest file decides; nothing returns from inside an ignored folder
+    assert names == [".nniignore", "models/.nniignore", "models/sub/v.bin", "models/w.bin", "t.py"]
+
+
+def test_links_travel_as_links_and_links_out_of_the_folder_are_refused(tmp_path):
+    root = _tree(tmp_path / "code", {"lib/u.py": "u", "t.py": "x"})
+    (root / "libs").symlink_to("lib")        # a folder link: it used to vanish silently
+    (root / "alias.py").symlink_to("t.py")
+    assert [p.as_posix() for p in collect_files(root)] == ["alias.py", "lib/u.py", "libs", "t.py"]
+    archive = tmp_path / "c.tar.gz"
+    archive.write_bytes(pack(root).archive)
+    unpack.safe_extract(str(archive), str(tmp_path / "out"))
+    assert (tmp_path / "out" / "libs" / "u.py").read_text() == "u"
+    (tmp_path / "elsewhere").mkdir()
+    (root / "data").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(CodeDirectoryError, match="data is a link to .*elsewhere, outside the folder"):
+        collect_files(root)
+    (root / ".nniignore").write_text("data\n")
+    assert "data" not in [p.as_posix() for p in collect_files(root)]
+
+
+def test_an_nniignore_that_leaves_out_everything_is_said(tmp_path):
+    root = _tree(tmp_path / "code", {".nniignore": "*\n", "t.py": "x", "lib/u.py": "x"})
+    with pytest.raises(CodeDirectoryError, match="leave out every file"):
+        collect_files(root)
+
+
+def test_validate_says_so_for_a_remote_experiment(tmp_path):
+    from trialflow.config import ConfigError
+    from trialflow.experiment import load_runnable_config
+
+    root = _tree(tmp_path / "code", {".nniignore": "*\n", "t.py": "x"})
+    config = tmp_path / "c.yml"
+    config.write_text(f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: python3 t.py\n"
+                      f"trialCodeDirectory: {root}\ntrialConcurrency: 1\ntuner: {{name: Random}}\n"
+                      "trainingService: {platform: remote, machineList: [{host: h, user: u}]}\n")
+    with pytest.raises(ConfigError, match="trialCodeDirectory: .*leave out every file"):
+        load_runnable_config(config)

@@ -42,32 +42,71 @@ class PackedCode:
 
 
 def collect_files(code_dir: Path) -> list[Path]:
-    """Files to stage, relative to ``code_dir``, sorted; ignored folders are not even walked."""
+    """Files (and links) to stage, relative to ``code_dir``, sorted; ignored folders are not
+    even walked.
+
+    ``.nniignore`` files follow gitignore: the deepest file that has something to say about a
+    path decides, and within a file the last matching pattern (so a sub-folder's ``!*.bin``
+    brings back what a parent's ``*.bin`` left out, and nothing comes back from inside an
+    ignored folder). Links travel as links; one that leads out of the folder is refused here,
+    since a machine or pod would not have what it points to. A folder whose files are all
+    ignored is refused too: the trial would start with nothing.
+    """
     root = Path(code_dir)
     if not root.is_dir():
         raise CodeDirectoryError(f"trialCodeDirectory {root} does not exist or is not a folder")
-    specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
+    real_root = root.resolve()
+    specs: dict[Path, pathspec.GitIgnoreSpec] = {}
     found: list[Path] = []
+    seen_any = False
+
+    def ignored(rel: Path, is_dir: bool) -> bool:
+        for base in [rel.parent, *rel.parent.parents]:  # the deepest .nniignore first
+            spec = specs.get(base)
+            if spec is None:
+                continue
+            inner = rel.relative_to(base).as_posix() + ("/" if is_dir else "")
+            verdict = spec.check_file(inner).include
+            if verdict is not None:
+                return bool(verdict)
+        return False
+
+    def check_link(rel: Path) -> None:
+        target = (root / rel).resolve()
+        if target != real_root and real_root not in target.parents:
+            raise CodeDirectoryError(
+                f"trialCodeDirectory {root}: {rel.as_posix()} is a link to {os.readlink(root / rel)}, outside the "
+                f"folder; trials on another machine would not have it. Copy what it points to into the folder, or "
+                f"list {rel.as_posix()} in {root / IGNORE_FILE}")
+
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
         rel_here = here.relative_to(root)
         if IGNORE_FILE in files:
             lines = (here / IGNORE_FILE).read_text(encoding="utf-8", errors="replace").splitlines()
-            specs.append((rel_here, pathspec.GitIgnoreSpec.from_lines(lines)))
-
-        def ignored(rel: Path, is_dir: bool) -> bool:
-            for base, spec in specs:
-                if base == Path(".") or base in rel.parents:
-                    inner = rel.relative_to(base).as_posix() + ("/" if is_dir else "")
-                    if spec.match_file(inner):
-                        return True
-            return False
-
-        dirs[:] = sorted(d for d in dirs if not ignored(rel_here / d, True))
+            specs[rel_here] = pathspec.GitIgnoreSpec.from_lines(lines)
+        kept_dirs = []
+        for name in sorted(dirs):
+            rel = rel_here / name
+            seen_any = True
+            if ignored(rel, True):
+                continue
+            if (here / name).is_symlink():  # os.walk does not follow it: it travels as a link
+                check_link(rel)
+                found.append(rel)
+            else:
+                kept_dirs.append(name)
+        dirs[:] = kept_dirs
         for name in sorted(files):
             rel = rel_here / name
+            seen_any = True
             if not ignored(rel, False):
+                if (here / name).is_symlink():
+                    check_link(rel)
                 found.append(rel)
+    if not found and seen_any:
+        raise CodeDirectoryError(f"trialCodeDirectory {root}: the {IGNORE_FILE} files leave out every file, so "
+                                 "nothing would reach the trials (a pattern such as * ignores everything)")
     return sorted(found, key=lambda p: p.as_posix())
 
 
