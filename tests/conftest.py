@@ -182,3 +182,12 @@ def kube_controller(kube_cluster, tmp_path_factory):
     finally:
         controller.stop()
     assert controller.running_processes() == 0
+
+
+@pytest.fixture(scope="session")
+def harness(tmp_path_factory):
+    """A real Airflow (scheduler, triggerer, dag-processor, api-server; LocalExecutor on SQLite)
+    on 127.0.0.1, started once per session and stopped by it (tests/integration/conftest.py)."""
+    from tests.integration.conftest import start_harness
+
+    yield from start_harness(tmp_path_factory)

@@ -88,7 +88,7 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
             problems.append(Problem(file, ("trainingService", "platform"), str(exc)))
         code_dir = effective_code_directory(config, i)
         if hasattr(service, "kubernetes_conn_id"):  # a Kubernetes platform
-            problems += _kubernetes_problems(file, i, service, code_dir)
+            problems += _kubernetes_problems(file, i, service, code_dir, config_files(config))
         elif service.platform in ("local", "remote") and not code_dir.is_dir():
             problems.append(Problem(file, ("trialCodeDirectory",),
                                     f"the trial code directory {code_dir} does not exist"))
@@ -97,13 +97,14 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
             from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files
 
             try:
-                check_limits(code_dir, collect_files(code_dir))
+                check_limits(code_dir, collect_files(code_dir, config_files(config)))
             except CodeDirectoryError as exc:
                 problems.append(Problem(file, ("trialCodeDirectory",), str(exc)))
     return problems
 
 
-def _kubernetes_problems(file: Path | None, index: int, service: Any, code_dir: Path) -> list[Problem]:
+def _kubernetes_problems(file: Path | None, index: int, service: Any, code_dir: Path,
+                         excludes: tuple[Path, ...]) -> list[Problem]:
     """Said before an experiment starts: the code must exist and fit where it travels, and
     mounted storage must be reachable from here."""
     from trialflow.platforms import kube_storage
@@ -120,9 +121,9 @@ def _kubernetes_problems(file: Path | None, index: int, service: Any, code_dir: 
         return [Problem(file, ("trialCodeDirectory",), f"the trial code directory {code_dir} does not exist "
                         "(it is shipped to the pods)")]
     try:
-        total = 0 if in_image else check_limits(code_dir, collect_files(code_dir))
+        total = 0 if in_image else check_limits(code_dir, collect_files(code_dir, excludes))
         if storage is None and total > kube_storage.CONFIG_MAP_LIMIT // 2:
-            kube_storage.config_map("check", {}, pack(code_dir), "")
+            kube_storage.config_map("check", {}, pack(code_dir, excludes), "")
         if storage is not None:
             kube_storage.check_storage(storage)
         platform.extra_objects(platform_probe_spec(code_dir))  # registry secrets, templates: readable?
@@ -138,6 +139,11 @@ def _kubernetes_problems(file: Path | None, index: int, service: Any, code_dir: 
 def platform_probe_spec(code_dir: Path) -> TrialSpec:
     """A stand-in trial for checks that build a trial's objects without running anything."""
     return TrialSpec("check", "check-0000", 0, 0, {}, "", code_dir)
+
+
+def config_files(config: ExperimentConfig) -> tuple[Path, ...]:
+    """The experiment's own config file: never uploaded with the code (it may hold secrets)."""
+    return (config.source_file,) if config.source_file is not None else ()
 
 
 def load_runnable_config(path: str | Path) -> ExperimentConfig:
@@ -324,6 +330,7 @@ class Experiment:
             command=command,
             code_dir=effective_code_directory(self.config, service_index),
             gpu_number=effective_gpu_number(self.config, service_index),
+            code_excludes=config_files(self.config),
         )
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -79,8 +79,9 @@ class Harness:
         return self.store.trial_rows(experiment_id_for(dag_id, run_id))
 
 
-@pytest.fixture(scope="session")
-def harness(tmp_path_factory) -> Harness:
+def start_harness(tmp_path_factory) -> Iterator[Harness]:
+    """The session's Airflow (the ``harness`` fixture in tests/conftest.py, shared by
+    tests/integration and tests/security)."""
     root = tmp_path_factory.mktemp("airflow")
     store_url = sqlite_url(root / "experiments.db")
     airflow = EmbeddedAirflow(home=root / "home", dags_folder=root / "dags", parallelism=8, extra_env={

@@ -179,3 +179,10 @@ def test_validate_says_so_for_a_remote_experiment(tmp_path):
                       "trainingService: {platform: remote, machineList: [{host: h, user: u}]}\n")
     with pytest.raises(ConfigError, match="trialCodeDirectory: .*leave out every file"):
         load_runnable_config(config)
+
+
+def test_the_experiment_config_never_travels_with_the_code(tmp_path):
+    root = _tree(tmp_path / "code", {"config.yml": "password: x", "t.py": "x", "sub/config.yml": "kept"})
+    assert [p.as_posix() for p in collect_files(root, [root / "config.yml"])] == ["sub/config.yml", "t.py"]
+    names = tarfile.open(fileobj=io.BytesIO(pack(root, [root / "config.yml"]).archive)).getnames()
+    assert "config.yml" not in names and "t.py" in names

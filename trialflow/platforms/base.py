@@ -64,6 +64,9 @@ class TrialSpec:
     code_dir: Path
     gpu_number: int = 0
     env: dict[str, str] = field(default_factory=dict)
+    #: Files of code_dir that are never shipped to a machine or pod (the experiment's config:
+    #: it may hold passwords and tokens).
+    code_excludes: tuple[Path, ...] = ()
 
 
 @dataclass

@@ -186,7 +186,8 @@ def check_storage(storage: KubernetesStorageConfig) -> None:
         raise StorageError(f"cannot write to localMountPoint {mount} (the trials' code and parameters go there)")
 
 
-def stage_code(storage: KubernetesStorageConfig, experiment_id: str, code_dir: Path | None) -> Path:
+def stage_code(storage: KubernetesStorageConfig, experiment_id: str, code_dir: Path | None,
+               exclude: tuple[Path, ...] = ()) -> Path:
     """Copy the code (honouring .nniignore and NNI's limits; None: it is in the image) and the
     SDK to the storage, once per experiment; concurrent submitters race safely (the first
     complete copy wins)."""
@@ -202,7 +203,7 @@ def stage_code(storage: KubernetesStorageConfig, experiment_id: str, code_dir: P
             source = Path(trialflow.__file__).resolve().parent.parent
             files = [Path(f) for f in SDK_FILES]
         else:
-            files = collect_files(source)
+            files = collect_files(source, exclude)
             check_limits(source, files)
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))

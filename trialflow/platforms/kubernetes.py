@@ -184,7 +184,7 @@ class KubernetesPlatform:
     def config_map(self, spec: TrialSpec, name: str) -> dict[str, Any] | None:
         if self.storage is not None:
             return None
-        code = None if self.code_in_image(spec.code_dir) else pack(spec.code_dir)
+        code = None if self.code_in_image(spec.code_dir) else pack(spec.code_dir, spec.code_excludes)
         return kube_storage.config_map(config_map_name(name), trial_labels(spec), code,
                                        parameter_text(spec.parameter_id, spec.parameters))
 
@@ -232,7 +232,7 @@ class KubernetesPlatform:
             return self._handle(spec, name, existing)
         if self.storage is not None:
             kube_storage.stage_code(self.storage, spec.experiment_id,
-                                    None if self.code_in_image(spec.code_dir) else spec.code_dir)
+                                    None if self.code_in_image(spec.code_dir) else spec.code_dir, spec.code_excludes)
             kube_storage.write_parameters(self.storage, spec.experiment_id, spec.trial_id, spec.parameter_id,
                                           spec.parameters)
         objects = self.objects(spec)  # built whole before anything is created (too big: no half-made trial)

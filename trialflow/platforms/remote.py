@@ -136,16 +136,17 @@ class RemotePlatform:
                   else f"the Azure blob container {shared.container_name}")
         return f"mount {source} at {shared.remote_mount_point} on it (trialflow never runs sudo mount)"
 
-    async def _code_on(self, machine: Machine, code_dir: Path) -> tuple[str, bool]:
+    async def _code_on(self, machine: Machine, code_dir: Path,
+                       exclude: tuple[Path, ...] = ()) -> tuple[str, bool]:
         """(folder with the code on ``machine``, whether trials read it in place)."""
         shared = self.shared_code_path(code_dir)
         if shared is None:
-            fp, digest = known_digest(code_dir)
+            fp, digest = known_digest(code_dir, exclude)
             if digest is not None:  # packed before in this state: staged there already?
                 folder = await self._staged_folder(machine, digest[:16])
                 if folder is not None:
                     return folder, False
-            packed = pack(code_dir)
+            packed = pack(code_dir, exclude)
             remember_digest(fp, packed)
             return await self._stage(machine, packed, "code"), False
         there = await self._run(machine, f"test -d {shlex.quote(shared)} && echo yes || true")
@@ -331,7 +332,7 @@ class RemotePlatform:
         trial_dir = self.trial_dir(base, spec.experiment_id, spec.trial_id)
         q = shlex.quote(trial_dir)
         try:
-            code_folder, in_place = await self._code_on(machine, spec.code_dir)
+            code_folder, in_place = await self._code_on(machine, spec.code_dir, spec.code_excludes)
             sdk_folder = await self._stage(machine, self._sdk, "sdk")
             # mkdir is atomic: of two racing submits for one trial id, one launches
             claimed = await self._run(machine, f"mkdir -p {q} && mkdir {q}/{LAUNCH_DIR} 2>/dev/null && echo claimed || true")

@@ -17,6 +17,7 @@ import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import pathspec
 
@@ -41,7 +42,7 @@ class PackedCode:
         return self.digest[:16]
 
 
-def collect_files(code_dir: Path) -> list[Path]:
+def collect_files(code_dir: Path, exclude: Iterable[Path] = ()) -> list[Path]:
     """Files (and links) to stage, relative to ``code_dir``, sorted; ignored folders are not
     even walked.
 
@@ -50,15 +51,17 @@ def collect_files(code_dir: Path) -> list[Path]:
     brings back what a parent's ``*.bin`` left out, and nothing comes back from inside an
     ignored folder). Links travel as links; one that leads out of the folder is refused here,
     since a machine or pod would not have what it points to. A folder whose files are all
-    ignored is refused too: the trial would start with nothing.
+    ignored is refused too: the trial would start with nothing. ``exclude`` names files that
+    never travel whatever the ignore files say (the experiment's config: it may hold secrets).
     """
     root = Path(code_dir)
     if not root.is_dir():
         raise CodeDirectoryError(f"trialCodeDirectory {root} does not exist or is not a folder")
     real_root = root.resolve()
+    never = {Path(p).resolve() for p in exclude}
     specs: dict[Path, pathspec.GitIgnoreSpec] = {}
     found: list[Path] = []
-    seen_any = False
+    ignored_any = False
 
     def ignored(rel: Path, is_dir: bool) -> bool:
         for base in [rel.parent, *rel.parent.parents]:  # the deepest .nniignore first
@@ -88,8 +91,8 @@ def collect_files(code_dir: Path) -> list[Path]:
         kept_dirs = []
         for name in sorted(dirs):
             rel = rel_here / name
-            seen_any = True
             if ignored(rel, True):
+                ignored_any = True
                 continue
             if (here / name).is_symlink():  # os.walk does not follow it: it travels as a link
                 check_link(rel)
@@ -99,12 +102,13 @@ def collect_files(code_dir: Path) -> list[Path]:
         dirs[:] = kept_dirs
         for name in sorted(files):
             rel = rel_here / name
-            seen_any = True
-            if not ignored(rel, False):
+            if ignored(rel, False):
+                ignored_any = True
+            elif (here / name).resolve() not in never:
                 if (here / name).is_symlink():
                     check_link(rel)
                 found.append(rel)
-    if not found and seen_any:
+    if not found and ignored_any:
         raise CodeDirectoryError(f"trialCodeDirectory {root}: the {IGNORE_FILE} files leave out every file, so "
                                  "nothing would reach the trials (a pattern such as * ignores everything)")
     return sorted(found, key=lambda p: p.as_posix())
@@ -133,9 +137,9 @@ def check_limits(root: Path, files: list[Path]) -> int:
     return total
 
 
-def pack(code_dir: Path) -> PackedCode:
+def pack(code_dir: Path, exclude: Iterable[Path] = ()) -> PackedCode:
     root = Path(code_dir)
-    files = collect_files(root)
+    files = collect_files(root, exclude)
     return pack_files(root, files, check_limits(root, files))
 
 
@@ -192,11 +196,11 @@ def fingerprint(root: Path, files: list[Path]) -> str:
     return h.hexdigest()
 
 
-def known_digest(code_dir: Path) -> tuple[str, str | None]:
+def known_digest(code_dir: Path, exclude: Iterable[Path] = ()) -> tuple[str, str | None]:
     """(fingerprint, the content digest last packed for it or None). Lets a second trial or a
     second experiment find its code already staged without reading and compressing it again."""
     root = Path(code_dir)
-    fp = fingerprint(root, collect_files(root))
+    fp = fingerprint(root, collect_files(root, exclude))
     try:
         return fp, (cache_dir() / f"{fp}.digest").read_text().strip() or None
     except OSError:
