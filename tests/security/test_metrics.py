@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.platforms.test_remote import _machine, _platform
+from trialflow.config.model import AlgorithmConfig
 from trialflow.config.platforms import LocalConfig
 from trialflow.follow import follow_trial
-from trialflow.config.model import AlgorithmConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform
 from trialflow.trial.protocol import (

@@ -15,9 +15,9 @@ import psutil
 import pytest
 
 from tests.platforms.test_remote import _machine, _platform
+from trialflow.config.model import AlgorithmConfig
 from trialflow.config.platforms import LocalConfig
 from trialflow.follow import TIMEOUT_REASON, follow_trial
-from trialflow.config.model import AlgorithmConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
 from trialflow.platforms.local import LocalPlatform

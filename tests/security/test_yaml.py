@@ -3,7 +3,6 @@ refused while a config is read (so DAG parsing stays bounded), with the file and
 
 from __future__ import annotations
 
-import json
 import resource
 import subprocess
 import sys

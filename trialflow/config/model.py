@@ -7,9 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
-from trialflow.config.base import Float, Int, ConfigPath, GpuIndices, NniModel, Seconds, Secret, Str
+from trialflow.config.base import ConfigPath, GpuIndices, Int, NniModel, Seconds, Secret, Str
 from trialflow.config.platforms import TrainingServiceConfig
-
 
 #: The largest fan-out one DAG run is given (one mapped task instance per trial).
 MAX_TRIALS_PER_RUN = 10_000

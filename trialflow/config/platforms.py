@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from trialflow.config.base import Float, Int, ConfigPath, GpuIndices, NniModel, Secret, SizeMB, Str
+from trialflow.config.base import ConfigPath, Float, GpuIndices, Int, NniModel, Secret, SizeMB, Str
 
 
 class TrainingServiceConfig(NniModel):

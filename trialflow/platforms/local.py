@@ -38,7 +38,12 @@ from trialflow.platforms.base import (
 from trialflow.platforms.gpus import CLAIMS_DIR, acquire, release_command
 from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
 from trialflow.trial.env import trial_env
-from trialflow.trial.protocol import METRICS_FILE, read_framed, read_state_file, write_parameter_file
+from trialflow.trial.protocol import (
+    METRICS_FILE,
+    read_framed,
+    read_state_file,
+    write_parameter_file,
+)
 
 log = logging.getLogger(__name__)
 CONTROL_DIR = ".trialflow"

@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from trialflow.trial.wire import (  # noqa: F401  (re-exported: the protocol in one place)
-    MAX_RECORD_BYTES, METRICS_FILE, PARAMETER_FILE, STATE_FILE, dumps_value, frame, metric_record,
+    MAX_RECORD_BYTES,
+    METRICS_FILE,
+    PARAMETER_FILE,
+    STATE_FILE,
+    dumps_value,
+    frame,
+    metric_record,
     stdout_line,
 )
 
