@@ -74,7 +74,7 @@ def test_finish_maps_nni_outcomes_to_optuna_states(store):
         assert frozen.user_attrs["nni_status"] == status.value
     assert store.storage.get_trial(ids[0]).value == 0.7
     assert store.storage.get_trial(ids[0]).user_attrs["final_metric_extra"] == {"loss": 0.3}
-    assert store.storage.get_trial(ids[3]).user_attrs["message"] == "final result nan is not finite"
+    assert store.storage.get_trial(ids[3]).user_attrs["message"] == "the final result (nan) is not a finite number"
     assert store.storage.get_trial(ids[4]).user_attrs["message"] == "no final result reported"
     # a second finish (a retried task) leaves a finished trial alone
     store.finish(ids[0], TrialStatus.FAILED, None)
