@@ -1,0 +1,136 @@
+"""The read models behind the pages and the CLI, on a real store (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+import pytest
+
+from trialflow import queries
+from trialflow.config.model import AlgorithmConfig
+from trialflow.platforms.base import TrialStatus
+from trialflow.trial.protocol import Metric
+from trialflow.tuning.search_space import parse_search_space
+from trialflow.tuning.store import ExperimentStore, sqlite_url
+
+SPACE = parse_search_space({
+    "lr": {"_type": "loguniform", "_value": [1e-4, 1e-1]},
+    "opt": {"_type": "choice", "_value": [{"_name": "sgd", "m": {"_type": "uniform", "_value": [0, 1]}},
+                                          {"_name": "adam"}]},
+    "act": {"_type": "choice", "_value": ["=cmd|' /C calc'!A0", "relu", "<img src=x onerror=alert(1)>"]},
+})
+RANDOM = AlgorithmConfig(name="Random", class_args={"seed": 7, "optimize_mode": "minimize"})
+OUTCOMES = [TrialStatus.SUCCEEDED, TrialStatus.FAILED, TrialStatus.SUCCEEDED, TrialStatus.EARLY_STOPPED,
+            TrialStatus.SUCCEEDED, None, TrialStatus.SUCCEEDED, TrialStatus.SUCCEEDED]
+
+
+def fill(store: ExperimentStore, experiment_id: str = "eq000001", dag_id: str = "dag_a") -> list[dict]:
+    study = store.open_study(experiment_id, RANDOM, SPACE, "minimize")
+    store.describe_experiment(study, {"experiment_name": "queries <b>test</b>", "dag_id": dag_id, "run_id": "r1",
+                                      "platform": "local", "optimize_mode": "minimize",
+                                      "config": {"tuner": {"name": "Random"}, "maxTrialNumber": 8,
+                                                 "trainingService": {"platform": "local"}}})
+    made = []
+    for index, outcome in enumerate(OUTCOMES):
+        asked = store.ask(study, index, f"{experiment_id}-{index:04d}", RANDOM, SPACE)
+        store.set_status(asked.storage_id, TrialStatus.RUNNING, handle={"platform": "local", "trial_dir": "/x"})
+        store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, 10.0 - s - index / 10) for s in range(5)])
+        final = 1.0 + index / 10 if outcome == TrialStatus.SUCCEEDED else None
+        if outcome is not None:
+            if final is not None:
+                store.record_metrics(asked.storage_id, [Metric("FINAL", 0, final)])
+            store.finish(asked.storage_id, outcome, final, None if outcome != TrialStatus.FAILED else "boom")
+        made.append({"index": index, "parameters": asked.parameters, "final": final, "status": outcome})
+    return made
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path: Path) -> ExperimentStore:
+    if request.param == "sqlite":
+        return ExperimentStore(sqlite_url(tmp_path / "q.db"))
+    url = request.getfixturevalue("postgres_url")
+    import sqlalchemy as sa
+
+    name = f"q{abs(hash(str(tmp_path))) % 10**8}"
+    with sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT").connect() as c:
+        c.execute(sa.text(f"CREATE DATABASE {name}"))
+    return ExperimentStore(url.rsplit("/", 1)[0] + f"/{name}")
+
+
+def test_experiment_list_counts_best_and_times(store):
+    fill(store)
+    other = store.open_study("not-ours", RANDOM, SPACE)  # a plain Optuna study in the same database
+    assert other is not None
+    (row,) = queries.list_experiments(store.storage.engine)
+    assert row.experiment_id == "eq000001" and row.dag_id == "dag_a" and row.tuner == "Random"
+    assert row.counts == {"SUCCEEDED": 5, "FAILED": 1, "EARLY_STOPPED": 1, "RUNNING": 1}
+    assert row.trials == 8 and row.active and row.best == 1.0  # minimize: the smallest
+    assert row.started is not None and row.max_trial_number == 8
+
+
+def test_trials_page_sorts_filters_searches_and_paginates(store):
+    made = fill(store)
+    engine = store.storage.engine
+    page = queries.trials_page(engine, "eq000001", limit=3)
+    assert page["total"] == 8 and [r["trial_index"] for r in page["rows"]] == [0, 1, 2]
+    page = queries.trials_page(engine, "eq000001", limit=3, offset=6)
+    assert [r["trial_index"] for r in page["rows"]] == [6, 7]
+    by_metric = queries.trials_page(engine, "eq000001", sort="metric", descending=True)["rows"]
+    assert [r["metric"] for r in by_metric[:5]] == [1.7, 1.6, 1.4, 1.2, 1.0]
+    assert all(r["metric"] is None for r in by_metric[5:])  # NULLs last, both ways
+    ok = queries.trials_page(engine, "eq000001", statuses=["SUCCEEDED", "EARLY_STOPPED"])
+    assert ok["total"] == 6
+    waiting = queries.trials_page(engine, "eq000001", statuses=["RUNNING"])["rows"]
+    assert [r["trial_index"] for r in waiting] == [5]
+    lr_sorted = [r["parameters"]["lr"] for r in queries.trials_page(engine, "eq000001", sort="param:lr")["rows"]]
+    assert lr_sorted == sorted(m["parameters"]["lr"] for m in made)
+    act_sorted = [r["parameters"]["act"] for r in queries.trials_page(engine, "eq000001", sort="param:act")["rows"]]
+    assert act_sorted == sorted(m["parameters"]["act"] for m in made)
+    hits = queries.trials_page(engine, "eq000001", search="adam")["rows"]
+    assert {r["trial_index"] for r in hits} == {m["index"] for m in made if m["parameters"]["opt"]["_name"] == "adam"}
+    assert queries.trials_page(engine, "eq000001", search="100%")["total"] == 0  # % is text, not a wildcard
+    assert queries.trials_page(engine, "eq000001", search="'; DROP TABLE trials; --")["total"] == 0
+    assert queries.trials_page(engine, "eq000001", sort="param:x') OR 1=1 --")["total"] == 8
+    assert queries.trials_page(engine, "eq000001", sort="duration", descending=True)["total"] == 8
+
+
+def test_detail_curves_and_chart_data(store):
+    fill(store)
+    engine = store.storage.engine
+    detail = queries.trial_detail(engine, "eq000001", 3)
+    assert detail["status"] == "EARLY_STOPPED" and len(detail["intermediate"]) == 5
+    assert detail["handle"]["platform"] == "local" and detail["intermediate"][0][0] == 0
+    chart = queries.chart_data(engine, "eq000001")
+    assert len(chart) == 8 and {r["status"] for r in chart} >= {"SUCCEEDED", "FAILED"}
+    chosen = queries.curves(engine, "eq000001")["curves"]
+    assert {c["trial_index"] for c in chosen} == {0, 2, 3, 4, 5, 6, 7}  # finished best, running, stopped
+    thin = queries.curves(engine, "eq000001", [1], max_points=3)["curves"]
+    assert len(thin[0]["points"]) == 3 and thin[0]["points"][-1][0] == 4
+
+
+def test_importance_and_export(store):
+    made = fill(store)
+    engine = store.storage.engine
+    result = queries.importance(engine, "eq000001")
+    assert result["trials"] == 5 and set(result["importances"]) <= {"lr", "opt", "opt/m", "act"}
+    assert result["importances"] and math.isclose(sum(result["importances"].values()), 1.0, abs_tol=1e-6)
+    text = queries.export_csv(engine, "eq000001")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == 8 and "param:opt" in rows[0] and "param:lr" in rows[0]
+    for row in rows:
+        assert not any(value.startswith(("=", "+", "-", "@")) for value in row.values())
+    for row, trial in zip(rows, made):
+        raw = trial["parameters"]["act"]
+        assert row["param:act"] == ("'" + raw if raw.startswith("=") else raw)
+    assert queries.spreadsheet_safe("=1+1") == "'=1+1" and queries.spreadsheet_safe("-3") == "'-3"
+    assert queries.spreadsheet_safe(-3.5) == -3.5 and queries.spreadsheet_safe("a=b") == "a=b"
+    exported = queries.export_json(engine, "eq000001")
+    assert len(exported) == 8 and exported[0]["parameters"]
+
+
+def test_unknown_experiment(store):
+    with pytest.raises(queries.UnknownExperiment):
+        queries.trials_page(store.storage.engine, "nope")
