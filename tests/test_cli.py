@@ -163,3 +163,24 @@ def test_ctrl_c_cancels_trials_and_stops_airflow(experiment, tmp_path):
     assert "USER_CANCELED" in out
     assert not any(process_alive(pid) for pid in pids)
     assert subprocess.run(["pgrep", "-f", str(tmp_path / ".trialflow")], capture_output=True).stdout == b""
+
+
+def test_experiments_trials_and_export_read_the_store(tmp_path):
+    from tests.test_queries import fill
+    from trialflow.tuning.store import ExperimentStore, sqlite_url
+
+    fill(ExperimentStore(sqlite_url(tmp_path / "experiments.db")))
+    listed = json.loads(cli("experiments", "--home", str(tmp_path), "--json").stdout)
+    assert [e["experiment_id"] for e in listed] == ["eq000001"] and listed[0]["counts"]["SUCCEEDED"] == 5
+    table = cli("trials", "eq000001", "--home", str(tmp_path), "--status", "SUCCEEDED", "--sort", "metric", "--desc")
+    assert table.returncode == 0 and "5 trials" in table.stdout and table.stdout.index("1.7") < table.stdout.index("1.6")
+    page = json.loads(cli("trials", "eq000001", "--home", str(tmp_path), "--json", "--limit", "2").stdout)
+    assert page["total"] == 8 and len(page["rows"]) == 2
+    out = tmp_path / "trials.csv"
+    assert cli("export", "eq000001", "--home", str(tmp_path), "-o", str(out)).returncode == 0
+    assert out.read_text().splitlines()[0].startswith("trial_index,trial_id,status")
+    exported = json.loads(cli("export", "eq000001", "--home", str(tmp_path), "--format", "json").stdout)
+    assert len(exported) == 8
+    missing = cli("trials", "nope", "--home", str(tmp_path))
+    assert missing.returncode == 1 and "no experiment 'nope'" in missing.stderr and "Traceback" not in missing.stderr
+    assert "no experiment store" in cli("experiments", "--home", str(tmp_path / "none")).stderr

@@ -1,4 +1,4 @@
-"""The `trialflow` command: validate | convert | render | run."""
+"""The `trialflow` command: validate | convert | render | run | experiments | trials | export."""
 
 from __future__ import annotations
 
@@ -113,6 +113,132 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+# -- reading the store (nnictl's list / show / export) --------------------------------------
+
+
+def _store_engine(args: argparse.Namespace) -> Any:
+    """The store named by --store, by --home (a `trialflow run` home), or by Airflow's
+    ``trialflow_default`` connection."""
+    from trialflow.tuning.store import ExperimentStore, sqlite_url
+
+    if args.store:
+        url = args.store
+    elif args.home:
+        url = sqlite_url(Path(args.home) / "experiments.db")
+        if not (Path(args.home) / "experiments.db").exists():
+            raise FileNotFoundError(f"no experiment store in {args.home} (expected experiments.db there)")
+    else:
+        from trialflow.hooks.store import ExperimentStoreHook
+
+        url = ExperimentStoreHook().storage_url()
+    return ExperimentStore(url).storage.engine
+
+
+def _when(epoch: float | None) -> str:
+    import datetime as dt
+
+    return "" if epoch is None else dt.datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _span(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _cell(value: Any) -> str:
+    from rich.markup import escape
+
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return escape(value if isinstance(value, str) else json.dumps(value))
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(title))
+    for column in columns:
+        table.add_column(escape(column), overflow="fold")
+    for row in rows:
+        table.add_row(*(_cell(v) for v in row))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=max(120, 16 * len(columns)))
+    console.print(table)
+
+
+def cmd_experiments(args: argparse.Namespace) -> int:
+    from trialflow import queries
+
+    try:
+        rows = queries.list_experiments(_store_engine(args))
+    except (FileNotFoundError, ValueError) as exc:
+        return _fail(exc)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in rows], indent=2))
+        return 0
+    _table("trialflow experiments", ["experiment", "name", "dag", "platform", "tuner", "trials", "best", "started",
+                                     "duration"],
+           [[r.experiment_id, r.name, r.dag_id, r.platform, r.tuner,
+             ", ".join(f"{n} {s.lower()}" for s, n in sorted(r.counts.items())), r.best, _when(r.started),
+             _span((r.ended or 0) - r.started if r.started and r.ended else None)] for r in rows])
+    return 0
+
+
+def cmd_trials(args: argparse.Namespace) -> int:
+    from trialflow import queries
+
+    try:
+        engine = _store_engine(args)
+        page = queries.trials_page(engine, args.experiment, statuses=args.status.split(",") if args.status else None,
+                                   search=args.search or "", sort=args.sort, descending=args.desc,
+                                   limit=args.limit, offset=args.offset)
+    except queries.UnknownExperiment:
+        return _fail(LookupError(f"no experiment {args.experiment!r} in the store (see `trialflow experiments`)"))
+    except (FileNotFoundError, ValueError) as exc:
+        return _fail(exc)
+    if args.json:
+        print(json.dumps(page, indent=2))
+        return 0
+    flat = [queries.flatten_parameters(r["parameters"]) for r in page["rows"]]
+    names = sorted({k for f in flat for k in f})
+    _table(f"experiment {args.experiment}: {page['total']} trials",
+           ["#", "id", "status", "metric", "duration", "platform", *names],
+           [[r["trial_index"], r["trial_id"], r["status"], r["metric"], _span(r["duration"]), r["platform"],
+             *(f.get(n) for n in names)] for r, f in zip(page["rows"], flat)])
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from trialflow import queries
+
+    try:
+        engine = _store_engine(args)
+        text = (queries.export_csv(engine, args.experiment) if args.format == "csv"
+                else json.dumps(queries.export_json(engine, args.experiment), indent=2) + "\n")
+    except queries.UnknownExperiment:
+        return _fail(LookupError(f"no experiment {args.experiment!r} in the store (see `trialflow experiments`)"))
+    except (FileNotFoundError, ValueError) as exc:
+        return _fail(exc)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--home", help="a `trialflow run` home (its experiments.db); default: the trialflow_default "
+                                  "Airflow connection")
+    p.add_argument("--store", help="the store's SQLAlchemy URL")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trialflow", description="NNI experiments on Apache Airflow.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -134,6 +260,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--new", action="store_true",
                    help="start a fresh experiment instead of resuming the last one for this config")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("experiments", help="list the experiments in the store")
+    _store_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_experiments)
+    p = sub.add_parser("trials", help="one experiment's trials, sorted and filtered")
+    p.add_argument("experiment")
+    _store_args(p)
+    p.add_argument("--sort", default="index", help="index, status, metric, duration, platform or param:NAME")
+    p.add_argument("--desc", action="store_true", help="sort descending")
+    p.add_argument("--status", help="comma-separated statuses, e.g. SUCCEEDED,FAILED")
+    p.add_argument("--search", help="text in the id, parameters or message")
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_trials)
+    p = sub.add_parser("export", help="every trial of an experiment as CSV or JSON")
+    p.add_argument("experiment")
+    _store_args(p)
+    p.add_argument("--format", choices=("csv", "json"), default="csv")
+    p.add_argument("-o", "--output", help="write to this file instead of standard output")
+    p.set_defaults(func=cmd_export)
     return parser
 
 

@@ -35,6 +35,22 @@ def default_store_url() -> str:
     return sqlite_url(home / "trialflow" / "experiments.db")
 
 
+def store_url_from_connection(conn: Any, conn_id: str = DEFAULT_CONN_ID) -> str:
+    """The store's SQLAlchemy URL from a ``trialflow`` connection (a task's, or the api-server's
+    ``airflow.models.Connection``: both have the same fields)."""
+    extra = conn.extra_dejson or {}
+    if extra.get("storage_url"):
+        return str(extra["storage_url"])
+    dialect = extra.get("dialect")
+    if not dialect or not conn.host:
+        raise ValueError(f"connection {conn_id!r} needs extra.storage_url, or host and "
+                         "extra.dialect (e.g. postgresql)")
+    from sqlalchemy.engine import URL
+
+    return URL.create(dialect, username=conn.login, password=conn.password, host=conn.host,
+                      port=conn.port, database=conn.schema).render_as_string(hide_password=False)
+
+
 class ExperimentStoreHook(BaseHook):
     conn_name_attr = "trialflow_conn_id"
     default_conn_name = DEFAULT_CONN_ID
@@ -54,17 +70,7 @@ class ExperimentStoreHook(BaseHook):
             url = default_store_url()
             log.info("No %s connection; using the embedded store %s", DEFAULT_CONN_ID, url)
             return url
-        extra = conn.extra_dejson or {}
-        if extra.get("storage_url"):
-            return str(extra["storage_url"])
-        dialect = extra.get("dialect")
-        if not dialect or not conn.host:
-            raise ValueError(f"connection {self.trialflow_conn_id!r} needs extra.storage_url, or host and "
-                             "extra.dialect (e.g. postgresql)")
-        from sqlalchemy.engine import URL
-
-        return URL.create(dialect, username=conn.login, password=conn.password, host=conn.host,
-                          port=conn.port, database=conn.schema).render_as_string(hide_password=False)
+        return store_url_from_connection(conn, self.trialflow_conn_id)
 
     def get_conn(self) -> "ExperimentStore":
         # Imported here: Optuna costs ~0.5 s, and DAG parsing imports this module.
