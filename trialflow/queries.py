@@ -193,6 +193,14 @@ def study_id_of(conn: sa.Connection, experiment_id: str) -> int:
     return int(found)
 
 
+def experiment_dag_id(engine: Engine, experiment_id: str) -> str | None:
+    """The DAG an experiment belongs to (for access checks: one indexed lookup)."""
+    with engine.connect() as conn:
+        sid = study_id_of(conn, experiment_id)
+        return _json(conn.execute(sa.select(STUDY_ATTRS.c.value_json).where(
+            STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key == "dag_id")).scalar())
+
+
 def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
     """The experiment page's header: config essentials, counts, best trial, time and trial budgets."""
     with engine.connect() as conn:

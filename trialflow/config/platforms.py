@@ -24,6 +24,10 @@ class TrainingServiceConfig(NniModel):
     trial_code_directory: ConfigPath | None = None
     trial_gpu_number: Int | None = Field(default=None, ge=0)
     reuse_mode: bool | None = None
+    #: trialflow: the address of a trial's page on the platform (a Kubernetes dashboard, a job
+    #: page), with the trial handle's fields as placeholders: {trial_id}, {experiment_id}, {name},
+    #: {namespace}, {host}, {trial_dir}. Shown as the trial task's "Platform" link.
+    trial_web_url: str | None = None
 
     #: Platforms whose command lives in per-role sections (kubeflow worker/ps...) say False.
     needs_trial_command: ClassVar[bool] = True

@@ -28,6 +28,7 @@ from trialflow.platforms.base import TrialStatus, trial_id_for
 from trialflow.platforms.gpus import GpuRequestError
 from trialflow.trial.packing import CodeDirectoryError
 from trialflow.triggers.trial import TrialTrigger
+from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
 
 if TYPE_CHECKING:
     from trialflow.tuning.store import ExperimentStore
@@ -89,6 +90,7 @@ class SubmitTrialOperator(BaseOperator):
     # Parameters are chosen at run time; show them in "Rendered Template" once known.
     overwrite_rtif_after_execution = True
     ui_color = "#e8f1fb"
+    operator_extra_links = (TrialLink(), PlatformLink())
 
     def __init__(self, *, config_path: str, trial_index: int, service_index: int | None = None,
                  store_conn_id: str = DEFAULT_CONN_ID, wait_for_completion: bool = True,
@@ -140,6 +142,10 @@ class SubmitTrialOperator(BaseOperator):
             raise AirflowFailException(f"trial {spec.trial_id}: {exc}") from exc
         started_at = frozen.user_attrs.get("started_at") or time.time()
         store.set_status(asked.storage_id, TrialStatus.WAITING, handle=handle, started_at=started_at)
+        web = platform_url(experiment.config.training_service[service_index].trial_web_url,
+                           {**handle, "experiment_id": experiment.experiment_id})
+        if web:
+            context["ti"].xcom_push(key=PLATFORM_URL_KEY, value=web)
         self.log.info("Trial %s %s with parameters %s", spec.trial_id,
                       "re-attached" if asked.resumed else "submitted", spec.parameters)
         submission = {"config_path": str(self.config_path), "experiment_id": experiment.experiment_id,

@@ -1,0 +1,313 @@
+"""The experiment pages' data: a FastAPI app the plugin mounts on Airflow's api-server.
+
+Airflow does not protect a plugin's FastAPI app, so every data route here
+depends on Airflow's own user resolution (``GetUserDep``: the UI's session
+cookie or a bearer token) and asks the auth manager whether that user may
+read the experiment's DAG: no session is 401, a DAG the user may not read is
+403 (and its experiments never appear in a list). The store is read through
+:mod:`trialflow.queries` (SQL, paginated); nothing here renders HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+
+from trialflow import queries
+from trialflow.ui.links import base_url, platform_url
+
+log = logging.getLogger(__name__)
+STATIC = Path(__file__).parent / "static"
+BUNDLE = STATIC / "trialflow.js"
+LOG_TAIL_BYTES = 16 * 1024
+#: The files a trial's log lives in, per platform layout (local: stdout/stderr; remote: stdout.log).
+LOG_FILES = ("stdout", "stderr", "stdout.log")
+
+
+# -- the store and Airflow --------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4)
+def _engine(url: str) -> Any:
+    import sqlalchemy as sa
+
+    from trialflow.tuning.store import with_installed_driver
+
+    url = with_installed_driver(url)
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        kwargs = {"connect_args": {"timeout": 30}}
+    return sa.create_engine(url, **kwargs)
+
+
+def store_engine() -> Any:
+    """The engine of the store named by the ``trialflow_default`` connection (read in the
+    api-server the way Airflow reads any connection), else the embedded default."""
+    from trialflow.hooks.store import DEFAULT_CONN_ID, default_store_url, store_url_from_connection
+
+    try:
+        from airflow.models.connection import Connection
+
+        url = store_url_from_connection(Connection.get_connection_from_secrets(DEFAULT_CONN_ID), DEFAULT_CONN_ID)
+    except Exception as exc:  # AirflowNotFoundException and its variants: the embedded store
+        if "not defined" not in str(exc) and "not found" not in str(exc).lower():
+            log.warning("trialflow store connection %s unreadable (%s); using the default store",
+                        DEFAULT_CONN_ID, type(exc).__name__)
+        url = default_store_url()
+    return _engine(url)
+
+
+def _user_dep() -> Any:
+    from airflow.api_fastapi.core_api.security import get_user
+
+    return get_user
+
+
+User = Annotated[Any, Depends(_user_dep())]
+
+
+def may_read_dag(user: Any, dag_id: str | None) -> bool:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+    return bool(get_auth_manager().is_authorized_dag(method="GET", details=DagDetails(id=dag_id), user=user))
+
+
+def _dag_runs(pairs: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], str], set[str]]:
+    """(state of each (dag_id, run_id) that exists, dag ids that exist)."""
+    if not pairs:
+        return {}, set()
+    from sqlalchemy import select
+
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    dag_ids = {d for d, _ in pairs}
+    with create_session() as session:
+        runs = session.execute(select(DagRun.dag_id, DagRun.run_id, DagRun.state).where(
+            DagRun.dag_id.in_(dag_ids))).all()
+        existing = set(session.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(dag_ids))))
+    return {(d, r): str(getattr(s, "value", s)) for d, r, s in runs if (d, r) in pairs}, existing
+
+
+def _state(row: dict[str, Any], runs: dict[tuple[str, str], str]) -> str:
+    state = runs.get((row.get("dag_id") or "", row.get("run_id") or ""))
+    if state:
+        return state
+    return "running" if row.get("active") else "finished"
+
+
+def _authorize(user: Any, experiment_id: str) -> str | None:
+    """The experiment's DAG id, if the experiment exists and ``user`` may read that DAG."""
+    try:
+        dag_id = queries.experiment_dag_id(store_engine(), experiment_id)
+    except queries.UnknownExperiment:
+        raise HTTPException(status_code=404, detail=f"no experiment {experiment_id!r}") from None
+    if not may_read_dag(user, dag_id):
+        raise HTTPException(status_code=403, detail="you may not read this experiment's DAG")
+    return dag_id
+
+
+def _map_index(summary: dict[str, Any], trial_index: int) -> tuple[str | None, int | None]:
+    """(run_id, map index) of the task instance that ran trial ``trial_index``."""
+    for window in summary.get("runs", []):
+        first, count = int(window.get("first_index", 0)), int(window.get("count", 0))
+        if first <= trial_index < first + count:
+            return window.get("run_id"), trial_index - first
+    return summary.get("run_id"), trial_index
+
+
+def _ti_url(dag_id: str, run_id: str, map_index: int) -> str:
+    return (f"{base_url()}dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/tasks/trial/"
+            f"mapped/{map_index}")
+
+
+def _log_tail(handle: dict[str, Any]) -> list[dict[str, str]]:
+    """The end of the trial's output files, when the trial folder is on this machine (local
+    trials; remote and Kubernetes trials' logs stay where they ran)."""
+    folder = handle.get("trial_dir")
+    if handle.get("platform") not in ("local",) or not isinstance(folder, str):
+        return []
+    out = []
+    for name in LOG_FILES:
+        path = Path(folder) / name
+        try:
+            size = path.stat().st_size
+            with open(path, "rb") as handle_file:
+                handle_file.seek(max(0, size - LOG_TAIL_BYTES))
+                text = handle_file.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        out.append({"name": name, "text": text if size <= LOG_TAIL_BYTES else "…" + text.split("\n", 1)[-1]})
+    return out
+
+
+def _location(handle: dict[str, Any]) -> str | None:
+    platform = handle.get("platform")
+    if platform == "remote":
+        return f"on {handle.get('host')} in {handle.get('trial_dir')}"
+    if handle.get("namespace") or handle.get("name"):
+        return f"Kubernetes {handle.get('kind', 'job')} {handle.get('namespace', '')}/{handle.get('name', '')}"
+    if handle.get("trial_dir"):
+        return f"in {handle.get('trial_dir')}"
+    return None
+
+
+def _web_url_template(summary: dict[str, Any], platform: str | None) -> str | None:
+    config = queries_config(summary)
+    services = config.get("trainingService")
+    for service in services if isinstance(services, list) else [services]:
+        if isinstance(service, dict) and service.get("platform") == platform:
+            return service.get("trialWebUrl")
+    return None
+
+
+def queries_config(summary: dict[str, Any]) -> dict[str, Any]:
+    engine = store_engine()
+    with engine.connect() as conn:
+        sid = queries.study_id_of(conn, summary["experiment_id"])
+        import sqlalchemy as sa
+
+        raw = conn.execute(sa.select(queries.STUDY_ATTRS.c.value_json).where(
+            queries.STUDY_ATTRS.c.study_id == sid, queries.STUDY_ATTRS.c.key == "config")).scalar()
+    return json.loads(raw) if raw else {}
+
+
+# -- the app ------------------------------------------------------------------------------------
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="trialflow", description="trialflow experiment pages (data for the Airflow UI plugin)",
+                  docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/static/trialflow.js", include_in_schema=False)
+    def bundle() -> Response:
+        # The page script is public (it holds no data); every data route below needs a user.
+        return FileResponse(BUNDLE, media_type="text/javascript", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/static/experiments.svg", include_in_schema=False)
+    def icon() -> Response:
+        return FileResponse(STATIC / "experiments.svg", media_type="image/svg+xml")
+
+    @app.get("/api/experiments")
+    def experiments(user: User, dag_id: str | None = None) -> dict[str, Any]:
+        rows = [r.as_dict() for r in queries.list_experiments(store_engine())]
+        if dag_id is not None:
+            rows = [r for r in rows if r["dag_id"] == dag_id]
+        allowed = {d: may_read_dag(user, d) for d in {r["dag_id"] for r in rows}}
+        rows = [r for r in rows if allowed[r["dag_id"]]]
+        runs, existing = _dag_runs({(r["dag_id"], r["run_id"]) for r in rows if r["dag_id"] and r["run_id"]})
+        for row in rows:
+            row["state"] = _state(row, runs)
+            row["dag_exists"] = row["dag_id"] in existing
+        return {"experiments": rows}
+
+    @app.get("/api/experiments/{experiment_id}")
+    def experiment(user: User, experiment_id: str) -> dict[str, Any]:
+        _authorize(user, experiment_id)
+        summary = queries.experiment_summary(store_engine(), experiment_id)
+        runs, existing = _dag_runs({(summary["dag_id"], summary["run_id"])} if summary.get("dag_id") else set())
+        summary["state"] = _state(summary, runs)
+        dag, run = summary.get("dag_id"), summary.get("run_id")
+        summary["links"] = {
+            "dag_run": f"{base_url()}dags/{quote(dag, safe='')}/runs/{quote(run, safe='')}"
+            if dag in existing and run else None,
+            "grid": f"{base_url()}dags/{quote(dag, safe='')}/grid" if dag in existing else None,
+        }
+        return summary
+
+    @app.get("/api/experiments/{experiment_id}/trials")
+    def trials(user: User, experiment_id: str, sort: str = "index", desc: bool = False, status: str = "",
+               search: str = "", offset: int = 0, limit: Annotated[int, Query(ge=1, le=queries.MAX_PAGE)] = 50,
+               indexes: str = "") -> dict[str, Any]:
+        _authorize(user, experiment_id)
+        if sort not in ("index", "status", "metric", "duration", "platform") and not sort.startswith("param:"):
+            raise HTTPException(status_code=422, detail="sort must be index, status, metric, duration, platform "
+                                                        "or param:NAME")
+        try:
+            wanted = [int(i) for i in indexes.split(",") if i.strip()] if indexes else None
+        except ValueError:
+            raise HTTPException(status_code=422, detail="indexes: comma-separated trial indexes") from None
+        return queries.trials_page(store_engine(), experiment_id, statuses=[s for s in status.split(",") if s] or None,
+                                   search=search[:200], sort=sort, descending=desc, offset=offset, limit=limit,
+                                   indexes=wanted)
+
+    @app.get("/api/experiments/{experiment_id}/chart")
+    def chart(user: User, experiment_id: str) -> dict[str, Any]:
+        _authorize(user, experiment_id)
+        return {"trials": queries.chart_data(store_engine(), experiment_id)}
+
+    @app.get("/api/experiments/{experiment_id}/curves")
+    def curves(user: User, experiment_id: str, trials: str = "") -> dict[str, Any]:
+        _authorize(user, experiment_id)
+        try:
+            chosen = [int(i) for i in trials.split(",") if i.strip()] if trials else None
+        except ValueError:
+            raise HTTPException(status_code=422, detail="trials: comma-separated trial indexes") from None
+        return queries.curves(store_engine(), experiment_id, chosen)
+
+    @app.get("/api/experiments/{experiment_id}/importance")
+    def importance(user: User, experiment_id: str) -> dict[str, Any]:
+        _authorize(user, experiment_id)
+        return queries.importance(store_engine(), experiment_id)
+
+    @app.get("/api/experiments/{experiment_id}/trials/{trial_index}")
+    def trial(user: User, experiment_id: str, trial_index: int) -> dict[str, Any]:
+        _authorize(user, experiment_id)
+        summary = queries.experiment_summary(store_engine(), experiment_id)
+        try:
+            detail = queries.trial_detail(store_engine(), experiment_id, trial_index)
+        except queries.UnknownExperiment:
+            raise HTTPException(status_code=404, detail=f"no trial {trial_index} in {experiment_id}") from None
+        handle = detail.get("handle") or {}
+        run_id, map_index = _map_index(summary, trial_index)
+        links = []
+        if summary.get("dag_id") and run_id is not None and map_index is not None:
+            ti = _ti_url(summary["dag_id"], run_id, map_index)
+            links += [{"label": "Task instance", "href": ti}, {"label": "Task log", "href": ti + "?tab=logs"}]
+        web = platform_url(_web_url_template(summary, handle.get("platform")), {
+            **handle, "experiment_id": experiment_id})
+        if web:
+            links.append({"label": "Platform", "href": web})
+        detail.update(map_index=map_index, links=links, log=_log_tail(handle), location=_location(handle))
+        return detail
+
+    @app.get("/api/experiments/{experiment_id}/export.csv")
+    def export_csv(user: User, experiment_id: str) -> Response:
+        _authorize(user, experiment_id)
+        return Response(queries.export_csv(store_engine(), experiment_id), media_type="text/csv", headers={
+            "Content-Disposition": f'attachment; filename="{quote(experiment_id)}-trials.csv"'})
+
+    @app.get("/api/experiments/{experiment_id}/export.json")
+    def export_json(user: User, experiment_id: str) -> Response:
+        _authorize(user, experiment_id)
+        return JSONResponse(queries.export_json(store_engine(), experiment_id), headers={
+            "Content-Disposition": f'attachment; filename="{quote(experiment_id)}-trials.json"'})
+
+    @app.get("/api/resolve")
+    def resolve(user: User, dag_id: str, run_id: str, map_index: int | None = None) -> dict[str, Any]:
+        """The experiment (and trial) of a DAG run's task instance: for extra links and the run tab."""
+        if not may_read_dag(user, dag_id):
+            raise HTTPException(status_code=403, detail="you may not read this DAG")
+        found = [r for r in queries.list_experiments(store_engine()) if r.dag_id == dag_id]
+        for row in found:
+            summary = queries.experiment_summary(store_engine(), row.experiment_id)
+            for window in summary.get("runs", []):
+                if window.get("run_id") == run_id:
+                    index = None if map_index is None else int(window.get("first_index", 0)) + map_index
+                    return {"experiment_id": row.experiment_id, "trial_index": index}
+        raise HTTPException(status_code=404, detail="this DAG run has no trialflow experiment")
+
+    return app
+
+
+app = create_app() if os.environ.get("TRIALFLOW_NO_UI_APP") != "1" else None

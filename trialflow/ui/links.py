@@ -1,0 +1,68 @@
+"""Extra links on a trial's task instance: its trialflow page, and its job on the platform.
+
+Airflow evaluates links in the worker after each attempt (including one that deferred) and keeps
+them, so they show while the trial is still running.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+from airflow.sdk import BaseOperatorLink
+
+if TYPE_CHECKING:
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+#: XCom key under which the trial task pushes its platform page (from trialWebUrl).
+PLATFORM_URL_KEY = "trialflow_platform_url"
+
+
+def base_url() -> str:
+    """Airflow's base path (``[api] base_url`` may carry a prefix), ending in a slash."""
+    from airflow.configuration import conf
+
+    base = conf.get("api", "base_url", fallback="/") or "/"
+    if "://" in base:
+        rest = base.split("://", 1)[1]
+        base = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
+    return base.rstrip("/") + "/"
+
+
+def trial_page(dag_id: str, run_id: str, map_index: int) -> str:
+    """The page resolves the run and map index to its experiment and trial."""
+    return f"{base_url()}plugin/trialflow?" + urlencode({"dag_id": dag_id, "run_id": run_id, "map_index": map_index})
+
+
+def platform_url(template: str | None, handle: dict[str, Any]) -> str | None:
+    """A platform's page for a trial, from the config's ``trialWebUrl`` template: handle fields
+    ({trial_id}, {name}, {namespace}, {host}, {trial_dir}, {experiment_id}) URL-quoted; only
+    http(s) addresses are links."""
+    if not template or not template.startswith(("http://", "https://")):
+        return None
+
+    class Fields(dict):
+        def __missing__(self, key: str) -> str:
+            return ""
+
+    try:
+        return template.format_map(Fields({k: quote(str(v), safe="") for k, v in handle.items()}))
+    except (ValueError, IndexError, AttributeError):
+        return None
+
+
+class TrialLink(BaseOperatorLink):
+    name = "Trial"
+
+    def get_link(self, operator: Any, *, ti_key: "TaskInstanceKey") -> str:
+        return trial_page(ti_key.dag_id, ti_key.run_id, ti_key.map_index)
+
+
+class PlatformLink(BaseOperatorLink):
+    name = "Platform"
+
+    def get_link(self, operator: Any, *, ti_key: "TaskInstanceKey") -> str:
+        from airflow.sdk.execution_time.xcom import XCom
+
+        value = XCom.get_value(ti_key=ti_key, key=PLATFORM_URL_KEY)
+        return value if isinstance(value, str) and value.startswith(("http://", "https://")) else ""

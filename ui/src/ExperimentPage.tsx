@@ -1,0 +1,129 @@
+// One experiment: what it is, how far it got, charts, the trial table, comparison and export.
+import { useMemo } from "react";
+import { Box, Button, Code, HStack, Heading, Link, SimpleGrid, Tabs, Text, VStack } from "@chakra-ui/react";
+import { type Curve, type Summary, type TrialRow, apiUrl, getJson } from "./api";
+import { Chart } from "./Chart";
+import { curvesOption, historyOption, importanceOption, parallelOption, timelineOption } from "./charts";
+import { ErrorBox, Fact, Loading, Panel, StatusBadge, StatusCounts } from "./common";
+import { Compare } from "./Compare";
+import { useLoad } from "./hooks";
+import { TrialTable } from "./TrialTable";
+import { airflowUrl, formatDuration, formatTime, formatValue } from "./util";
+
+function Summary({ summary }: { summary: Summary }) {
+  const elapsed = summary.started ? (summary.active || !summary.ended ? Date.now() / 1000 : summary.ended) - summary.started : null;
+  const budget = summary.config.maxExperimentDuration;
+  const started = Object.values(summary.counts).reduce((a, b) => a + (b ?? 0), 0);
+  const tuner = summary.config.tuner;
+  return (
+    <Panel testId="summary">
+      <HStack gap={8} flexWrap="wrap" alignItems="flex-start">
+        <Fact label="Status"><StatusBadge status={summary.state} /></Fact>
+        <Fact label="Trials">{started}{summary.config.maxTrialNumber ? ` / ${summary.config.maxTrialNumber}` : ""}</Fact>
+        <Fact label="Elapsed">{formatDuration(elapsed)}{budget ? ` / ${formatDuration(budget)}` : ""}</Fact>
+        <Fact label={`Best (${summary.optimize_mode})`}>
+          <Text fontFamily="mono" data-testid="best-metric">{summary.best ? formatValue(summary.best.metric) : "–"}</Text>
+        </Fact>
+        <Fact label="Tuner">{tuner?.name ?? tuner?.className ?? "–"}{summary.config.assessor?.name ? ` + ${summary.config.assessor.name}` : ""}</Fact>
+        <Fact label="Platform">{summary.config.platforms.join(", ")}</Fact>
+        <Fact label="Concurrency">{summary.config.trialConcurrency ?? "–"}</Fact>
+        <Fact label="Started">{formatTime(summary.started)}</Fact>
+      </HStack>
+      <Box mt={3}><StatusCounts counts={summary.counts} /></Box>
+      {summary.best && (
+        <Text mt={3} fontSize="sm">
+          Best trial <b>{summary.best.trial_id}</b>: <Code fontSize="xs">{JSON.stringify(summary.best.parameters)}</Code>
+        </Text>
+      )}
+    </Panel>
+  );
+}
+
+export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, onOpenTrial, embedded }: {
+  experimentId: string;
+  tab: string;
+  selected: number[];
+  onTab: (tab: string) => void;
+  onSelect: (indexes: number[]) => void;
+  onOpenTrial: (index: number) => void;
+  embedded?: boolean;
+}) {
+  const id = encodeURIComponent(experimentId);
+  const summary = useLoad(() => getJson<Summary>(`experiments/${id}`), [id], false);
+  const live = summary.data?.active ?? false;
+  const refreshed = useLoad(() => getJson<Summary>(`experiments/${id}`), [id], live);
+  const current = refreshed.data ?? summary.data;
+  const chart = useLoad(() => getJson<{ trials: TrialRow[] }>(`experiments/${id}/chart`), [id], live);
+  const curves = useLoad(() => getJson<{ curves: Curve[] }>(`experiments/${id}/curves`), [id], live);
+  const importance = useLoad(() => getJson<{ importances: Record<string, number>; note: string | null; trials: number }>(
+    `experiments/${id}/importance`), [id], live, 30000);
+  const rows = chart.data?.trials ?? [];
+  const mode = current?.optimize_mode ?? "maximize";
+  const history = useMemo(() => historyOption(rows, mode), [rows, mode]);
+  const parallel = useMemo(() => parallelOption(rows, current), [rows, current]);
+  const timeline = useMemo(() => timelineOption(rows), [rows]);
+  const curveOption = useMemo(() => curvesOption(curves.data?.curves ?? []), [curves.data]);
+  const importanceChart = useMemo(() => importanceOption(importance.data?.importances ?? {}), [importance.data]);
+  if (summary.error && !current) return <ErrorBox error={summary.error} />;
+  if (!current) return <Loading />;
+  return (
+    <VStack alignItems="stretch" gap={4} p={embedded ? 0 : 2} data-testid="experiment-page">
+      <HStack justifyContent="space-between" flexWrap="wrap">
+        <Box>
+          <Heading size="md">{current.name ?? current.experiment_id}</Heading>
+          <Text fontSize="sm" color="fg.muted">
+            experiment <Code fontSize="xs">{current.experiment_id}</Code>
+            {current.dag_id ? <> · DAG <Link href={airflowUrl(`dags/${encodeURIComponent(current.dag_id)}`)}>{current.dag_id}</Link></> : null}
+            {current.links.dag_run ? <> · <Link href={current.links.dag_run}>run {current.run_id}</Link></> : null}
+            {live ? " · refreshing every 5 s" : ""}
+          </Text>
+        </Box>
+        <HStack>
+          <Button asChild size="sm" variant="outline"><a href={apiUrl(`experiments/${id}/export.csv`)} download data-testid="export-csv">Export CSV</a></Button>
+          <Button asChild size="sm" variant="outline"><a href={apiUrl(`experiments/${id}/export.json`)} download>Export JSON</a></Button>
+        </HStack>
+      </HStack>
+      <Summary summary={current} />
+      <Tabs.Root value={tab} onValueChange={(e: { value: string }) => onTab(e.value)} variant="line" lazyMount>
+        <Tabs.List>
+          <Tabs.Trigger value="overview" data-testid="tab-overview">Overview</Tabs.Trigger>
+          <Tabs.Trigger value="trials" data-testid="tab-trials">Trials ({current.trials})</Tabs.Trigger>
+          <Tabs.Trigger value="compare" data-testid="tab-compare">Compare ({selected.length})</Tabs.Trigger>
+        </Tabs.List>
+        <Tabs.Content value="overview">
+          {chart.error && !chart.data ? <ErrorBox error={chart.error} /> : (
+            <SimpleGrid columns={{ base: 1, xl: 2 }} gap={4}>
+              <Panel title="Optimisation history" testId="chart-history">
+                <Chart option={history} testId="history-canvas"
+                  onClick={(p) => Array.isArray(p.data) && onOpenTrial(Number((p.data as number[])[0]))} />
+              </Panel>
+              <Panel title="Parameters and metric" testId="chart-parallel"><Chart option={parallel} /></Panel>
+              <Panel title="Intermediate results" testId="chart-curves">
+                <Text fontSize="xs" color="fg.muted" mb={1}>best finished, running and early-stopped trials (dashed, ✕ where stopped)</Text>
+                <Chart option={curveOption} />
+              </Panel>
+              <Panel title="Timeline and concurrency" testId="chart-timeline"><Chart option={timeline} /></Panel>
+              <Panel title="Parameter importance" testId="chart-importance">
+                {importance.data?.note ? <Text color="fg.muted" fontSize="sm">{importance.data.note}</Text> : null}
+                <Chart option={importanceChart} height={220} />
+                <Text fontSize="xs" color="fg.muted">Optuna PED-ANOVA over {importance.data?.trials ?? 0} succeeded trials</Text>
+              </Panel>
+            </SimpleGrid>
+          )}
+        </Tabs.Content>
+        <Tabs.Content value="trials">
+          <TrialTable experimentId={experimentId} summary={current} live={live} selected={selected}
+            onSelect={onSelect} onOpen={onOpenTrial} />
+          {selected.length >= 2 && (
+            <Button mt={2} size="sm" onClick={() => onTab("compare")} data-testid="compare-button">
+              Compare {selected.length} trials
+            </Button>
+          )}
+        </Tabs.Content>
+        <Tabs.Content value="compare">
+          <Compare experimentId={experimentId} selected={selected} summary={current} onOpenTrial={onOpenTrial} />
+        </Tabs.Content>
+      </Tabs.Root>
+    </VStack>
+  );
+}

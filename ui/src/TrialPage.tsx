@@ -1,0 +1,93 @@
+// One trial: parameters, every intermediate result, final result, status message, where it ran,
+// a tail of its log, and links to its Airflow task instance and its platform.
+import { useMemo } from "react";
+import { Box, Button, Code, HStack, Heading, Link, SimpleGrid, Table, Text, VStack } from "@chakra-ui/react";
+import { type TrialDetail, getJson } from "./api";
+import { Chart } from "./Chart";
+import { detailOption } from "./charts";
+import { ErrorBox, Fact, Loading, Panel, StatusBadge } from "./common";
+import { useLoad } from "./hooks";
+import { flatten, formatDuration, formatTime, formatValue } from "./util";
+
+export function TrialPage({ experimentId, index, onBack }: { experimentId: string; index: number; onBack: () => void }) {
+  const path = `experiments/${encodeURIComponent(experimentId)}/trials/${index}`;
+  const first = useLoad(() => getJson<TrialDetail>(path), [path]);
+  const live = first.data ? ["WAITING", "RUNNING"].includes(first.data.status) : false;
+  const again = useLoad(() => getJson<TrialDetail>(path), [path], live);
+  const trial = again.data ?? first.data;
+  const option = useMemo(() => detailOption(trial?.intermediate ?? [], trial?.status ?? "RUNNING"), [trial]);
+  if (first.error && !trial) return <ErrorBox error={first.error} />;
+  if (!trial) return <Loading />;
+  const flat = flatten(trial.parameters);
+  return (
+    <VStack alignItems="stretch" gap={4} p={2} data-testid="trial-page">
+      <HStack justifyContent="space-between">
+        <Box>
+          <Heading size="md">Trial {trial.trial_index} <Code fontSize="sm">{trial.trial_id}</Code></Heading>
+          <Text fontSize="sm" color="fg.muted">experiment <Code fontSize="xs">{experimentId}</Code></Text>
+        </Box>
+        <Button size="sm" variant="outline" onClick={onBack}>Back to the experiment</Button>
+      </HStack>
+      <Panel>
+        <HStack gap={8} flexWrap="wrap">
+          <Fact label="Status"><StatusBadge status={trial.status} /></Fact>
+          <Fact label="Final metric"><Text fontFamily="mono" data-testid="trial-metric">{formatValue(trial.metric)}</Text></Fact>
+          <Fact label="Duration">{formatDuration(trial.duration)}</Fact>
+          <Fact label="Started">{formatTime(trial.started)}</Fact>
+          <Fact label="Platform">{trial.platform ?? "–"}{trial.host ? ` · ${trial.host}` : ""}</Fact>
+        </HStack>
+        {trial.message ? <Text mt={3} fontSize="sm" data-testid="trial-message">{trial.message}</Text> : null}
+        <HStack mt={3} gap={3} flexWrap="wrap">
+          {trial.links.map((link) => (
+            <Button key={link.label} asChild size="xs" variant="outline"><a href={link.href} data-testid={`link-${link.label}`}>{link.label}</a></Button>
+          ))}
+        </HStack>
+      </Panel>
+      <SimpleGrid columns={{ base: 1, xl: 2 }} gap={4}>
+        <Panel title="Parameters">
+          <Table.Root size="sm">
+            <Table.Body>
+              {Object.entries(flat).map(([key, value]) => (
+                <Table.Row key={key}><Table.Cell>{key}</Table.Cell><Table.Cell fontFamily="mono">{formatValue(value)}</Table.Cell></Table.Row>
+              ))}
+            </Table.Body>
+          </Table.Root>
+          {Object.keys(trial.final_extra ?? {}).length ? (
+            <Text mt={3} fontSize="sm">Final result's other keys: <Code fontSize="xs">{JSON.stringify(trial.final_extra)}</Code></Text>
+          ) : null}
+        </Panel>
+        <Panel title={`Intermediate results (${trial.intermediate.length})`}>
+          <Chart option={option} height={240} testId="trial-curve" />
+          <Box maxH="200px" overflowY="auto" mt={2}>
+            <Table.Root size="sm">
+              <Table.Header><Table.Row><Table.ColumnHeader>step</Table.ColumnHeader><Table.ColumnHeader>value</Table.ColumnHeader></Table.Row></Table.Header>
+              <Table.Body>
+                {trial.intermediate.map(([step, value]) => (
+                  <Table.Row key={step}><Table.Cell>{step}</Table.Cell><Table.Cell fontFamily="mono">{formatValue(value)}</Table.Cell></Table.Row>
+                ))}
+              </Table.Body>
+            </Table.Root>
+          </Box>
+        </Panel>
+      </SimpleGrid>
+      <Panel title="Where it ran">
+        {trial.location ? <Text fontSize="sm" mb={2}>{trial.location}</Text> : null}
+        <Table.Root size="sm">
+          <Table.Body>
+            {Object.entries(trial.handle ?? {}).map(([key, value]) => (
+              <Table.Row key={key}><Table.Cell>{key}</Table.Cell><Table.Cell fontFamily="mono" fontSize="xs">{formatValue(value)}</Table.Cell></Table.Row>
+            ))}
+          </Table.Body>
+        </Table.Root>
+      </Panel>
+      {trial.log.map((part) => (
+        <Panel key={part.name} title={`Log: ${part.name} (last lines)`}>
+          <Box as="pre" fontSize="xs" maxH="320px" overflow="auto" p={2} bg="bg.muted" borderRadius="sm"
+            whiteSpace="pre-wrap" data-testid={`log-${part.name}`}>{part.text || "(empty)"}</Box>
+        </Panel>
+      ))}
+      {trial.log.length === 0 ? <Text fontSize="sm" color="fg.muted">The trial's log is not readable from the Airflow API server; see the task instance's log{trial.location ? " or the folder above" : ""}.</Text> : null}
+      <Link fontSize="sm" onClick={onBack}>← experiment</Link>
+    </VStack>
+  );
+}

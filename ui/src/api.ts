@@ -1,0 +1,126 @@
+// The plugin's data API (trialflow/ui/api.py), same origin: Airflow's login cookie goes along.
+
+export type Status =
+  | "WAITING" | "RUNNING" | "SUCCEEDED" | "FAILED" | "USER_CANCELED" | "SYS_CANCELED" | "EARLY_STOPPED";
+
+export const STATUSES: Status[] = [
+  "WAITING", "RUNNING", "SUCCEEDED", "FAILED", "USER_CANCELED", "SYS_CANCELED", "EARLY_STOPPED",
+];
+
+export interface ExperimentRow {
+  experiment_id: string;
+  name: string | null;
+  dag_id: string | null;
+  run_id: string | null;
+  platform: string | null;
+  tuner: string | null;
+  optimize_mode: "maximize" | "minimize";
+  counts: Partial<Record<Status, number>>;
+  trials: number;
+  best: number | null;
+  started: number | null;
+  ended: number | null;
+  max_trial_number: number | null;
+  active: boolean;
+  state: string;
+  dag_exists: boolean;
+}
+
+export interface TrialRow {
+  trial_index: number;
+  trial_id: string | null;
+  status: Status;
+  parameters: Record<string, unknown>;
+  final: unknown;
+  metric: number | null;
+  message: string | null;
+  platform: string | null;
+  host: string | null;
+  started: number | null;
+  ended: number | null;
+  duration: number | null;
+  intermediate_count: number;
+  map_index?: number | null;
+}
+
+export interface Summary {
+  experiment_id: string;
+  name: string | null;
+  dag_id: string | null;
+  run_id: string | null;
+  platform: string | null;
+  optimize_mode: "maximize" | "minimize";
+  directory: string | null;
+  counts: Partial<Record<Status, number>>;
+  trials: number;
+  active: boolean;
+  state: string;
+  best: TrialRow | null;
+  started: number | null;
+  ended: number | null;
+  deadline: number | null;
+  runs: { run_id: string; first_index: number; count: number; deadline: number | null }[];
+  config: {
+    tuner: { name?: string; className?: string; classArgs?: Record<string, unknown> } | null;
+    assessor: { name?: string } | null;
+    trialConcurrency: number | null;
+    maxTrialNumber: number | null;
+    maxExperimentDuration: number | null;
+    maxTrialDuration: number | null;
+    trialCommand: string | null;
+    platforms: string[];
+    searchSpace: Record<string, { _type: string; _value: unknown[] }> | null;
+  };
+  links: { dag_run: string | null; grid: string | null };
+}
+
+export interface Page {
+  total: number;
+  offset: number;
+  limit: number;
+  rows: TrialRow[];
+}
+
+export interface Curve {
+  trial_index: number;
+  trial_id: string | null;
+  status: Status;
+  points: [number, number | null][];
+}
+
+export interface TrialDetail extends TrialRow {
+  handle: Record<string, unknown>;
+  final_extra: Record<string, unknown>;
+  intermediate: [number, number | null][];
+  log: { name: string; text: string }[];
+  location: string | null;
+  links: { label: string; href: string }[];
+}
+
+export class ApiError extends Error {
+  constructor(public status: number, message: string) {
+    super(message);
+  }
+}
+
+export function apiUrl(path: string, params?: Record<string, string | number | boolean | undefined | null>): string {
+  const url = new URL(`trialflow/api/${path}`, document.baseURI);
+  for (const [key, value] of Object.entries(params ?? {})) {
+    if (value !== undefined && value !== null && value !== "") url.searchParams.set(key, String(value));
+  }
+  return url.toString();
+}
+
+export async function getJson<T>(path: string, params?: Record<string, string | number | boolean | undefined | null>): Promise<T> {
+  const response = await fetch(apiUrl(path, params), { credentials: "same-origin" });
+  if (!response.ok) {
+    let detail = response.statusText;
+    try {
+      detail = (await response.json()).detail ?? detail;
+    } catch {
+      /* not JSON */
+    }
+    throw new ApiError(response.status, String(detail));
+  }
+  return (await response.json()) as T;
+}

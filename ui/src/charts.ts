@@ -1,0 +1,213 @@
+// ECharts options for the experiment page, built from the API's rows (pure functions).
+import type { Curve, Status, Summary, TrialRow } from "./api";
+import type { Option } from "./Chart";
+import { STATUS_COLOR, flatten, formatDuration, formatValue } from "./util";
+
+const tooltipTrial = (row: TrialRow) =>
+  `trial ${row.trial_index} (${row.status})<br/>metric: ${formatValue(row.metric)}<br/>` +
+  Object.entries(flatten(row.parameters))
+    .map(([k, v]) => `${escapeHtml(k)}: ${escapeHtml(formatValue(v))}`)
+    .join("<br/>");
+
+/** Tooltips are HTML in ECharts: every value from the store is escaped first. */
+export function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
+}
+
+/** Default metric per trial in trial order, and the best so far (minimise or maximise). */
+export function historyOption(rows: TrialRow[], mode: "maximize" | "minimize"): Option {
+  const done = rows.filter((r) => r.metric !== null).sort((a, b) => a.trial_index - b.trial_index);
+  let best: number | null = null;
+  const bestLine = done.map((r) => {
+    const value = r.metric as number;
+    best = best === null ? value : mode === "minimize" ? Math.min(best, value) : Math.max(best, value);
+    return [r.trial_index, best];
+  });
+  return {
+    tooltip: {
+      trigger: "item",
+      formatter: (p: { seriesIndex: number; data: unknown }) => {
+        if (p.seriesIndex === 1) return `best so far: ${formatValue((p.data as number[])[1])}`;
+        const row = done.find((r) => r.trial_index === (p.data as number[])[0]);
+        return row ? tooltipTrial(row) : "";
+      },
+    },
+    legend: { data: ["metric", `best so far (${mode})`], top: 0 },
+    grid: { left: 60, right: 40, top: 36, bottom: 36 },
+    xAxis: { type: "value", name: "trial", minInterval: 1 },
+    yAxis: { type: "value", name: "metric", scale: true },
+    dataZoom: [{ type: "inside" }],
+    series: [
+      { name: "metric", type: "scatter", symbolSize: 7, data: done.map((r) => [r.trial_index, r.metric]),
+        itemStyle: { color: STATUS_COLOR.SUCCEEDED } },
+      { name: `best so far (${mode})`, type: "line", step: "end", showSymbol: false, data: bestLine,
+        lineStyle: { width: 2 } },
+    ],
+  };
+}
+
+function logAxes(summary: Summary | undefined): Set<string> {
+  const out = new Set<string>();
+  const walk = (space: Record<string, { _type: string; _value: unknown[] }> | null | undefined, prefix: string) => {
+    for (const [key, spec] of Object.entries(space ?? {})) {
+      if (!spec || typeof spec !== "object") continue;
+      if (/log/.test(spec._type ?? "")) out.add(`${prefix}${key}`);
+      if (spec._type === "choice") {
+        for (const option of spec._value ?? []) {
+          if (option && typeof option === "object" && "_name" in (option as object)) {
+            walk(option as Record<string, { _type: string; _value: unknown[] }>, `${prefix}${key}/`);
+          }
+        }
+      }
+    }
+  };
+  walk(summary?.config.searchSpace, "");
+  return out;
+}
+
+/** Parameters against the metric: one axis per flattened parameter (numbers, log-scaled where the
+ * search space says so, or categories), coloured by the metric. */
+export function parallelOption(rows: TrialRow[], summary: Summary | undefined): Option {
+  const done = rows.filter((r) => r.metric !== null);
+  const flat = done.map((r) => flatten(r.parameters));
+  const names = Array.from(new Set(flat.flatMap((f) => Object.keys(f)))).sort();
+  const logs = logAxes(summary);
+  const axes = names.map((name, dim) => {
+    const values = flat.map((f) => f[name]);
+    const numeric = values.every((v) => v === undefined || typeof v === "number");
+    if (numeric) {
+      const positive = values.every((v) => v === undefined || (v as number) > 0);
+      return { dim, name, type: logs.has(name) && positive ? "log" : "value", scale: true };
+    }
+    const categories = Array.from(new Set(values.map((v) => formatValue(v)))).sort();
+    return { dim, name, type: "category", data: categories };
+  });
+  axes.push({ dim: names.length, name: "metric", type: "value", scale: true });
+  const metrics = done.map((r) => r.metric as number);
+  const data = done.map((r, i) => [
+    ...names.map((name, dim) => {
+      const value = flat[i][name];
+      return (axes[dim] as { type: string }).type === "category" ? formatValue(value) : value ?? null;
+    }),
+    r.metric,
+  ]);
+  return {
+    tooltip: { trigger: "item", formatter: (p: { dataIndex: number }) => tooltipTrial(done[p.dataIndex]) },
+    parallelAxis: axes.map((axis) => ({ ...axis, nameTextStyle: { fontSize: 11 }, axisLabel: { fontSize: 10 } })),
+    parallel: { left: 50, right: 90, top: 40, bottom: 30 },
+    visualMap: metrics.length
+      ? { min: Math.min(...metrics), max: Math.max(...metrics), dimension: names.length, calculable: true,
+          right: 8, top: "middle", itemHeight: 120, precision: 3, textStyle: { fontSize: 10 }, inRange: { color: ["#3182ce", "#38a169", "#ecc94b", "#e53e3e"] } }
+      : undefined,
+    series: [{ type: "parallel", lineStyle: { width: 1.5, opacity: 0.6 }, data }],
+  };
+}
+
+/** Intermediate results per trial; early-stopped trials dashed, with a cross where they stopped. */
+export function curvesOption(curves: Curve[]): Option {
+  return {
+    tooltip: { trigger: "item", formatter: (p: { seriesName: string; data: number[] }) =>
+      `${escapeHtml(p.seriesName)}<br/>step ${p.data[0]}: ${formatValue(p.data[1])}` },
+    legend: { type: "scroll", bottom: 0 },
+    grid: { left: 60, right: 24, top: 20, bottom: 50 },
+    xAxis: { type: "value", name: "step", minInterval: 1 },
+    yAxis: { type: "value", name: "intermediate", scale: true },
+    dataZoom: [{ type: "inside" }],
+    series: curves.map((curve) => {
+      const stopped = curve.status === "EARLY_STOPPED";
+      const last = curve.points[curve.points.length - 1];
+      return {
+        name: `trial ${curve.trial_index}${stopped ? " (stopped)" : ""}`,
+        type: "line",
+        showSymbol: curve.points.length < 30,
+        data: curve.points,
+        lineStyle: { type: stopped ? "dashed" : "solid", width: 1.5 },
+        markPoint: stopped && last
+          ? { symbol: "pin", symbolSize: 28, data: [{ coord: last, value: "✕" }], label: { fontSize: 10 } }
+          : undefined,
+      };
+    }),
+  };
+}
+
+/** When each trial ran: a bar per trial (start to end), and how many ran at once. */
+export function timelineOption(rows: TrialRow[]): Option {
+  const timed = rows.filter((r) => r.started !== null);
+  if (!timed.length) return { title: { text: "no trial has started", left: "center", top: "middle" } };
+  const now = Date.now() / 1000;
+  const events: [number, number][] = [];
+  for (const r of timed) {
+    events.push([r.started as number, 1]);
+    events.push([(r.ended ?? now) as number, -1]);
+  }
+  events.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  let running = 0;
+  const concurrency = events.map(([t, d]) => {
+    running += d;
+    return [t * 1000, running];
+  });
+  return {
+    tooltip: {
+      trigger: "item",
+      formatter: (p: { seriesIndex: number; data: number[] }) => {
+        if (p.seriesIndex === 1) return `${p.data[1]} running`;
+        const row = timed.find((r) => r.trial_index === p.data[0]);
+        return row ? `trial ${row.trial_index} (${row.status}), ${formatDuration(row.duration)}` : "";
+      },
+    },
+    legend: { data: ["trials", "running at once"], top: 0 },
+    grid: [{ left: 60, right: 24, top: 36, bottom: "34%" }, { left: 60, right: 24, top: "74%", bottom: 28 }],
+    xAxis: [{ type: "time", gridIndex: 0, axisLabel: { show: false } }, { type: "time", gridIndex: 1 }],
+    yAxis: [{ type: "value", name: "trial", gridIndex: 0, minInterval: 1, inverse: true },
+      { type: "value", name: "running", gridIndex: 1, minInterval: 1 }],
+    dataZoom: [{ type: "inside", xAxisIndex: [0, 1] }],
+    series: [
+      {
+        name: "trials",
+        type: "custom",
+        xAxisIndex: 0,
+        yAxisIndex: 0,
+        encode: { x: [1, 2], y: 0 },
+        data: timed.map((r) => ({
+          value: [r.trial_index, (r.started as number) * 1000, ((r.ended ?? now) as number) * 1000],
+          itemStyle: { color: STATUS_COLOR[r.status as Status] ?? "#999" },
+        })),
+        renderItem: (params: unknown, api: {
+          value: (i: number) => number; coord: (v: number[]) => number[]; size: (v: number[]) => number[];
+          style: () => Record<string, unknown>;
+        }) => {
+          const start = api.coord([api.value(1), api.value(0)]);
+          const end = api.coord([api.value(2), api.value(0)]);
+          const height = Math.max(2, Math.min(14, api.size([0, 1])[1] * 0.7));
+          return { type: "rect", shape: { x: start[0], y: start[1] - height / 2, width: Math.max(1, end[0] - start[0]), height },
+            style: api.style() };
+        },
+      },
+      { name: "running at once", type: "line", step: "end", xAxisIndex: 1, yAxisIndex: 1, showSymbol: false,
+        data: concurrency, areaStyle: { opacity: 0.2 } },
+    ],
+  };
+}
+
+export function importanceOption(importances: Record<string, number>): Option {
+  const entries = Object.entries(importances).sort((a, b) => a[1] - b[1]);
+  return {
+    tooltip: { trigger: "item", formatter: (p: { name: string; value: number }) =>
+      `${escapeHtml(p.name)}: ${(p.value * 100).toFixed(1)}%` },
+    grid: { left: 120, right: 40, top: 10, bottom: 30 },
+    xAxis: { type: "value", max: 1, axisLabel: { formatter: (v: number) => `${Math.round(v * 100)}%` } },
+    yAxis: { type: "category", data: entries.map(([k]) => k) },
+    series: [{ type: "bar", data: entries.map(([, v]) => v), itemStyle: { color: "#3182ce" } }],
+  };
+}
+
+export function detailOption(points: [number, number | null][], status: Status): Option {
+  return {
+    tooltip: { trigger: "axis" },
+    grid: { left: 60, right: 24, top: 20, bottom: 40 },
+    xAxis: { type: "value", name: "step", minInterval: 1 },
+    yAxis: { type: "value", scale: true },
+    series: [{ type: "line", data: points, showSymbol: points.length < 50,
+      lineStyle: { type: status === "EARLY_STOPPED" ? "dashed" : "solid" } }],
+  };
+}

@@ -1,0 +1,81 @@
+// trialflow's pages inside Airflow. Airflow loads this script for each react_apps entry of the
+// plugin and renders globalThis[name] with {dagId, runId, taskId, mapIndex}: the same app serves
+// the nav page (every experiment), the DAG tab (its runs' experiments) and the DAG run tab (the
+// run's experiment). Drill-down state lives in the page's query string.
+import { Box, Text } from "@chakra-ui/react";
+import { type ExperimentRow, getJson } from "./api";
+import { ErrorBox, Loading } from "./common";
+import { ExperimentList } from "./ExperimentList";
+import { ExperimentPage } from "./ExperimentPage";
+import { useLoad, useUrlState } from "./hooks";
+import { TrialPage } from "./TrialPage";
+
+interface Props {
+  dagId?: string;
+  runId?: string;
+  taskId?: string;
+  mapIndex?: string;
+}
+
+function Experiment({ experimentId, embedded }: { experimentId: string; embedded?: boolean }) {
+  const [params, update] = useUrlState();
+  const trial = params.get("trial");
+  const selected = (params.get("compare") ?? "").split(",").filter(Boolean).map(Number).filter(Number.isFinite);
+  if (trial !== null) {
+    return <TrialPage experimentId={experimentId} index={Number(trial)} onBack={() => update({ trial: null })} />;
+  }
+  return (
+    <ExperimentPage experimentId={experimentId} tab={params.get("tab") ?? "overview"} selected={selected}
+      embedded={embedded}
+      onTab={(tab) => update({ tab }, true)}
+      onSelect={(indexes) => update({ compare: indexes.join(",") || null }, true)}
+      onOpenTrial={(index) => update({ trial: String(index) })} />
+  );
+}
+
+/** A link from a trial task instance (?dag_id&run_id&map_index): find its experiment and trial. */
+function Resolve({ dagId, runId, mapIndex }: { dagId: string; runId: string; mapIndex: string | null }) {
+  const [, update] = useUrlState();
+  const { data, error } = useLoad(() => getJson<{ experiment_id: string; trial_index: number | null }>("resolve",
+    { dag_id: dagId, run_id: runId, map_index: mapIndex }), [dagId, runId, mapIndex]);
+  if (error) return <ErrorBox error={error} />;
+  if (!data) return <Loading />;
+  update({ dag_id: null, run_id: null, map_index: null, experiment: data.experiment_id,
+    trial: data.trial_index === null ? null : String(data.trial_index) }, true);
+  return <Loading />;
+}
+
+export function ExperimentsApp(props: Props) {
+  const [params, update] = useUrlState();
+  const experiment = params.get("experiment");
+  const linkDag = params.get("dag_id");
+  const linkRun = params.get("run_id");
+  if (linkDag && linkRun) return <Resolve dagId={linkDag} runId={linkRun} mapIndex={params.get("map_index")} />;
+  if (experiment) {
+    return (
+      <Box>
+        <Text fontSize="sm" mb={2}><a href="?" onClick={(e) => { e.preventDefault(); update({ experiment: null, trial: null, tab: null, compare: null }); }}>← all experiments</a></Text>
+        <Experiment experimentId={experiment} />
+      </Box>
+    );
+  }
+  return <ExperimentList dagId={props.dagId} onOpen={(row: ExperimentRow) => update({ experiment: row.experiment_id })} />;
+}
+
+/** The DAG run tab: that run's experiment. */
+export function RunExperimentApp({ dagId, runId }: Props) {
+  const { data, error } = useLoad(() => getJson<{ experiment_id: string | null }>("resolve",
+    { dag_id: dagId, run_id: runId }), [dagId, runId]);
+  if (error) {
+    if ((error as { status?: number }).status === 404) return <Text color="fg.muted" p={2}>This DAG run has no trialflow experiment.</Text>;
+    return <ErrorBox error={error} />;
+  }
+  if (!data?.experiment_id) return <Loading />;
+  return <Experiment experimentId={data.experiment_id} embedded />;
+}
+
+const target = globalThis as unknown as Record<string, unknown>;
+target["Experiments"] = ExperimentsApp;
+target["Experiment"] = RunExperimentApp;
+target["Trialflow experiments"] = ExperimentsApp;
+target.AirflowPlugin = ExperimentsApp;

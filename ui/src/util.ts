@@ -1,0 +1,65 @@
+// Small pure helpers shared by the pages.
+import type { Status } from "./api";
+
+export const STATUS_PALETTE: Record<Status, string> = {
+  WAITING: "gray",
+  RUNNING: "blue",
+  SUCCEEDED: "green",
+  FAILED: "red",
+  USER_CANCELED: "purple",
+  SYS_CANCELED: "pink",
+  EARLY_STOPPED: "orange",
+};
+
+export const STATUS_COLOR: Record<Status, string> = {
+  WAITING: "#a0aec0",
+  RUNNING: "#3182ce",
+  SUCCEEDED: "#38a169",
+  FAILED: "#e53e3e",
+  USER_CANCELED: "#805ad5",
+  SYS_CANCELED: "#d53f8c",
+  EARLY_STOPPED: "#dd6b20",
+};
+
+export function flatten(parameters: Record<string, unknown>, prefix = ""): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(parameters ?? {})) {
+    const name = `${prefix}${key}`;
+    if (value && typeof value === "object" && !Array.isArray(value) && "_name" in (value as object)) {
+      const nested = value as Record<string, unknown>;
+      out[name] = nested._name;
+      const rest = { ...nested };
+      delete rest._name;
+      Object.assign(out, flatten(rest, `${name}/`));
+    } else if (value && typeof value === "object") {
+      out[name] = JSON.stringify(value);
+    } else {
+      out[name] = value;
+    }
+  }
+  return out;
+}
+
+export function formatValue(value: unknown): string {
+  if (value === null || value === undefined) return "";
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toPrecision(6).replace(/\.?0+($|e)/, "$1");
+  if (typeof value === "string") return value;
+  return JSON.stringify(value);
+}
+
+export function formatDuration(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
+  return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+}
+
+export function formatTime(epoch: number | null | undefined): string {
+  if (!epoch) return "";
+  return new Date(epoch * 1000).toLocaleString();
+}
+
+export function airflowUrl(path: string): string {
+  return new URL(path.replace(/^\//, ""), document.baseURI).toString();
+}
