@@ -1,4 +1,4 @@
-"""The `trialflow` command: validate | convert | render | run | experiments | trials | export."""
+"""The `trialflow` command: validate | convert | render | run | ui | experiments | trials | export."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -86,27 +87,65 @@ def cmd_run(args: argparse.Namespace) -> int:
     display = RunDisplay(run.total_trials, quiet=args.json, optimize_mode=run.config.optimize_mode)
     state = "failed"
     try:
-        run.start(say=display.say)
-        with display:
-            state = run.wait(display.update, timeout=args.timeout)
-    except KeyboardInterrupt:
-        display.say("Interrupted: cancelling running trials and stopping Airflow")
-        cancelled = run.cancel_running("trialflow run interrupted")
-        display.say(f"Cancelled {cancelled} running trial(s)")
-        state = "interrupted"
-    except Exception as exc:
-        display.say(f"error: {exc}")
-        state = "error"
+        try:
+            run.start(say=display.say)
+            with display:
+                state = run.wait(display.update, timeout=args.timeout)
+        except KeyboardInterrupt:
+            display.say("Interrupted: cancelling running trials and stopping Airflow")
+            cancelled = run.cancel_running("trialflow run interrupted")
+            display.say(f"Cancelled {cancelled} running trial(s)")
+            state = "interrupted"
+        except Exception as exc:
+            display.say(f"error: {exc}")
+            state = "error"
+        if run.run_id is None:
+            return 1
+        result = run.result(state)
+        if args.json:
+            print(json.dumps(result.to_json(), indent=2))
+        else:
+            display.results(result)
+        if args.keep_running and state != "interrupted":
+            _serve(run.airflow, run.page_url(), display.say)
+        elif not args.json:
+            display.say(f"Browse it: trialflow ui --home {run.home}  (or run with --keep-running)")
     finally:
         run.stop()
-    if run.run_id is None:
-        return 1
-    result = run.result(state)
-    if args.json:
-        print(json.dumps(result.to_json(), indent=2))
-    else:
-        display.results(result)
     return 0 if result.succeeded else 1
+
+
+def _serve(airflow: Any, url: str, say: Any) -> None:
+    """Print where to look and how to log in, then keep Airflow up until Ctrl-C."""
+    say(f"Experiment page: {url}")
+    say(f"Log in as trialflow; the password is in {airflow.home / 'passwords.json'}. Ctrl-C stops Airflow.")
+    try:
+        while True:
+            airflow.check_alive()
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """Serve the experiment pages of a `trialflow run` home (its api-server only)."""
+    from trialflow.runner import default_home, embedded_airflow
+
+    home = Path(args.home) if args.home else default_home(Path(args.config)) if args.config else Path(".trialflow")
+    home = home.resolve()
+    if not (home / "airflow" / "airflow.db").exists():
+        return _fail(FileNotFoundError(f"no trialflow run in {home} (run `trialflow run CONFIG` first, or give --home)"))
+    airflow = embedded_airflow(home)
+    if args.port:
+        airflow.port = args.port
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        airflow.start(components=("api-server",))
+        airflow.wait_serving()
+        _serve(airflow, f"{airflow.base_url}/plugin/trialflow", lambda text: print(text, file=sys.stderr))
+    finally:
+        airflow.stop()
+    return 0
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -259,7 +298,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
     p.add_argument("--new", action="store_true",
                    help="start a fresh experiment instead of resuming the last one for this config")
+    p.add_argument("--keep-running", action="store_true",
+                   help="when the experiment ends, keep Airflow up and print the experiment page's URL")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("ui", help="serve the experiment pages of a `trialflow run` home (Airflow's api-server)")
+    p.add_argument("config", nargs="?", help="the experiment config whose .trialflow home to serve")
+    p.add_argument("--home", help="a `trialflow run` home (default: .trialflow beside CONFIG)")
+    p.add_argument("--port", type=int, default=None)
+    p.set_defaults(func=cmd_ui)
     p = sub.add_parser("experiments", help="list the experiments in the store")
     _store_args(p)
     p.add_argument("--json", action="store_true")

@@ -100,18 +100,31 @@ class EmbeddedAirflow:
         if rc != 0:
             raise EmbeddedAirflowError(f"`airflow db migrate` failed (exit {rc}); see {log}")
 
-    def start(self) -> None:
+    def start(self, components: tuple[str, ...] = COMPONENTS) -> None:
         env = self.env()
         args = {"api-server": ["api-server", "--port", str(self.port), "--host", "127.0.0.1"],
                 "scheduler": ["scheduler", "--skip-serve-logs"],
                 "triggerer": ["triggerer", "--skip-serve-logs"],
                 "dag-processor": ["dag-processor"]}
-        for name in COMPONENTS:
+        for name in components:
             out = open(self.home / "logs" / f"{name}.log", "ab")
             self.processes[name] = subprocess.Popen(
                 self._airflow() + args[name], env=env, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True)
             out.close()
+
+    def wait_serving(self, timeout: float = 120.0) -> None:
+        """Until the api-server answers (alone: `trialflow ui` starts nothing else)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                if httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise EmbeddedAirflowError(f"the api-server did not answer in {timeout:.0f} s; logs in {self.home / 'logs'}")
 
     def wait_healthy(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout

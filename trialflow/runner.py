@@ -67,6 +67,17 @@ def embedded_parallelism(config: ExperimentConfig) -> int:
     return max(2, min(config.trial_concurrency + 1, 16))
 
 
+def embedded_airflow(home: Path, parallelism: int = 8) -> EmbeddedAirflow:
+    """The private Airflow of a `trialflow run` home (its store as trialflow_default)."""
+    return EmbeddedAirflow(
+        home=home / "airflow", dags_folder=home / "dags", parallelism=parallelism,
+        extra_env={
+            "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
+                {"conn_type": "trialflow", "extra": {"storage_url": sqlite_url(home / "experiments.db")}}),
+            "TRIALFLOW_WORKDIR": str(home / "experiments"),
+        })
+
+
 class ExperimentRun:
     def __init__(self, config_path: str | Path, home: Path | None = None, poll_interval: float = 0.5,
                  new: bool = False):
@@ -77,14 +88,7 @@ class ExperimentRun:
         self.dag_id = default_dag_id(self.config_path, self.config.experiment_name)
         self.store_url = sqlite_url(self.home / "experiments.db")
         self.workdir = self.home / "experiments"
-        self.airflow = EmbeddedAirflow(
-            home=self.home / "airflow", dags_folder=self.home / "dags",
-            parallelism=embedded_parallelism(self.config),
-            extra_env={
-                "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
-                    {"conn_type": "trialflow", "extra": {"storage_url": self.store_url}}),
-                "TRIALFLOW_WORKDIR": str(self.workdir),
-            })
+        self.airflow = embedded_airflow(self.home, embedded_parallelism(self.config))
         self.run_id: str | None = None
         self.new = new
         self.resumed = False
@@ -93,6 +97,10 @@ class ExperimentRun:
     def experiment_id(self) -> str:
         assert self.run_id is not None
         return experiment_id_for_run(self.config, self.dag_id, self.run_id)
+
+    def page_url(self) -> str:
+        """The experiment's page in the private Airflow's UI."""
+        return f"{self.airflow.base_url}/plugin/trialflow?experiment={self.experiment_id}"
 
     @property
     def total_trials(self) -> int:

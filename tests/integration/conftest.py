@@ -88,6 +88,9 @@ def start_harness(tmp_path_factory) -> Iterator[Harness]:
         "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps({"conn_type": "trialflow", "extra": {"storage_url": store_url}}),
         "TRIALFLOW_WORKDIR": str(root / "work"),
         "PYTHONPATH": str(Path(__file__).parent / "plugins"),
+        # Per-DAG permissions for the experiment pages' tests; the admin user is unchanged.
+        "AIRFLOW__CORE__AUTH_MANAGER": "trialflow_test_auth.OneDagAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "trialflow:admin,limited:viewer",
     })
     airflow.dags_folder.mkdir(parents=True)
     airflow.migrate()

@@ -13,14 +13,21 @@ export function useColorMode(): "light" | "dark" {
   return mode;
 }
 
+const urlListeners = new Set<(search: string) => void>();
+
 /** Query parameters of the current page as state (experiment, trial, tab, compare...): links
- * to a trial or an experiment can be shared, and Back works. */
+ * to a trial or an experiment can be shared, and Back works. Every component that uses it sees
+ * a change made by any other. */
 export function useUrlState(): [URLSearchParams, (changes: Record<string, string | null>, replace?: boolean) => void] {
   const [search, setSearch] = useState(() => window.location.search);
   useEffect(() => {
     const onPop = () => setSearch(window.location.search);
+    urlListeners.add(setSearch);
     window.addEventListener("popstate", onPop);
-    return () => window.removeEventListener("popstate", onPop);
+    return () => {
+      urlListeners.delete(setSearch);
+      window.removeEventListener("popstate", onPop);
+    };
   }, []);
   const update = useCallback((changes: Record<string, string | null>, replace = false) => {
     const params = new URLSearchParams(window.location.search);
@@ -32,7 +39,7 @@ export function useUrlState(): [URLSearchParams, (changes: Record<string, string
     const url = `${window.location.pathname}${query ? `?${query}` : ""}`;
     if (replace) window.history.replaceState(window.history.state, "", url);
     else window.history.pushState(window.history.state, "", url);
-    setSearch(window.location.search);
+    for (const listener of urlListeners) listener(window.location.search);
   }, []);
   return [new URLSearchParams(search), update];
 }

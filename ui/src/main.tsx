@@ -2,6 +2,7 @@
 // plugin and renders globalThis[name] with {dagId, runId, taskId, mapIndex}: the same app serves
 // the nav page (every experiment), the DAG tab (its runs' experiments) and the DAG run tab (the
 // run's experiment). Drill-down state lives in the page's query string.
+import { useEffect } from "react";
 import { Box, Text } from "@chakra-ui/react";
 import { type ExperimentRow, getJson } from "./api";
 import { ErrorBox, Loading } from "./common";
@@ -38,10 +39,13 @@ function Resolve({ dagId, runId, mapIndex }: { dagId: string; runId: string; map
   const [, update] = useUrlState();
   const { data, error } = useLoad(() => getJson<{ experiment_id: string; trial_index: number | null }>("resolve",
     { dag_id: dagId, run_id: runId, map_index: mapIndex }), [dagId, runId, mapIndex]);
+  useEffect(() => {
+    if (data) {
+      update({ dag_id: null, run_id: null, map_index: null, experiment: data.experiment_id,
+        trial: data.trial_index === null ? null : String(data.trial_index) }, true);
+    }
+  }, [data, update]);
   if (error) return <ErrorBox error={error} />;
-  if (!data) return <Loading />;
-  update({ dag_id: null, run_id: null, map_index: null, experiment: data.experiment_id,
-    trial: data.trial_index === null ? null : String(data.trial_index) }, true);
   return <Loading />;
 }
 

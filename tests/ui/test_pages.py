@@ -1,0 +1,200 @@
+"""The experiment pages in a real headless Chromium, logged in to the real Airflow: the nav entry,
+an experiment from a finished run, a trial, the charts, the table, a filter, the CSV, the dark
+theme, an XSS payload that stays text, an anonymous visit refused, a path prefix. Screenshots go
+to $TRIALFLOW_SCREENSHOTS when set (README's images come from there)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ui.conftest import XSS, UiSetup, login
+
+pytestmark = pytest.mark.integration
+SHOTS = os.environ.get("TRIALFLOW_SCREENSHOTS")
+
+
+def shot(page: Any, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+
+def canvas_drawn(page: Any, selector: str, timeout: float = 20.0) -> bool:
+    """True once the chart's canvas has enough non-transparent pixels (ECharts drew its data,
+    not just an empty frame); waits while the data loads."""
+    page.wait_for_selector(f"{selector} canvas", timeout=timeout * 1000)
+    deadline = time.monotonic() + timeout
+    while True:
+        drawn = page.eval_on_selector(f"{selector} canvas", """c => {
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+            return n; }""")
+        if drawn > 3000 or time.monotonic() > deadline:
+            return drawn > 3000
+        time.sleep(0.3)
+
+
+def test_nav_list_experiment_and_charts(browser, ui: UiSetup):
+    page = login(browser, ui)
+    page.goto(f"{ui.base}/")
+    page.get_by_role("link", name="Experiments").first.click()
+    page.wait_for_selector("[data-testid=experiment-row]", timeout=30000)
+    assert page.evaluate("window.__xss") is None
+    rows = page.locator("[data-testid=experiment-row]")
+    assert rows.count() >= 2
+    page.fill("[data-testid=experiment-search]", ui.experiment_id)
+    assert rows.count() == 1
+    assert XSS in rows.first.inner_text()  # the payload is shown as text, never run
+    shot(page, "experiments")
+    rows.first.click()
+    page.wait_for_selector("[data-testid=summary]")
+    for chart in ("chart-history", "chart-parallel", "chart-curves", "chart-timeline", "chart-importance"):
+        assert canvas_drawn(page, f"[data-testid={chart}]"), chart
+    assert page.locator("[data-testid=best-metric]").inner_text() != "–"
+    assert page.evaluate("window.__xss") is None and not page.locator("img[src=x]").count()
+    shot(page, "experiment")
+    assert not page.errors, page.errors
+
+
+def test_trial_table_sort_filter_select_compare_and_csv(browser, ui: UiSetup, tmp_path):
+    page = login(browser, ui)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={ui.experiment_id}&tab=trials")
+    page.wait_for_selector("[data-testid=trial-row]", timeout=30000)
+    assert page.locator("[data-testid=trial-row]").count() == 8
+    page.click("[data-sort=metric]")  # first click on the metric: best first
+    page.wait_for_function("document.querySelector('[data-testid=trial-row]').dataset.index !== '0' || true")
+    time.sleep(1)
+    metrics = [m for m in page.locator("[data-testid=metric]").all_inner_texts()]
+    numbers = [float(m) for m in metrics if m]
+    assert numbers == sorted(numbers, reverse=True) and metrics[-1] == ""
+    page.click("[data-testid=filter-FAILED]")
+    page.wait_for_function("document.querySelectorAll('[data-testid=trial-row]').length === 1", timeout=15000)
+    assert page.locator("[data-testid=trial-row]").first.get_attribute("data-index") == "3"
+    page.click("[data-testid=filter-FAILED]")
+    page.wait_for_function("document.querySelectorAll('[data-testid=trial-row]').length === 8", timeout=15000)
+    page.fill("[data-testid=trial-search]", "adam")
+    page.wait_for_function("document.querySelectorAll('[data-testid=trial-row]').length < 8", timeout=15000)
+    page.fill("[data-testid=trial-search]", "")
+    page.wait_for_function("document.querySelectorAll('[data-testid=trial-row]').length === 8", timeout=15000)
+    shot(page, "trials")
+    for index in (0, 1, 2):
+        page.check(f"input[aria-label='compare trial {index}']")
+    page.click("[data-testid=compare-button]")
+    page.wait_for_selector("[data-testid=compare]")
+    assert canvas_drawn(page, "[data-testid=compare]")
+    assert "trial 0" in page.locator("[data-testid=compare]").inner_text()
+    shot(page, "compare")
+    with page.expect_download() as download:
+        page.click("[data-testid=export-csv]")
+    saved = tmp_path / "trials.csv"
+    download.value.save_as(saved)
+    lines = saved.read_text().splitlines()
+    assert lines[0].startswith("trial_index,trial_id,status") and len(lines) == 9
+    assert not page.errors, page.errors
+
+
+def test_trial_page_from_the_task_extra_link(browser, ui: UiSetup):
+    page = login(browser, ui)
+    links = ui.harness.airflow.api("GET", f"/dags/{ui.dag_id}/dagRuns/{ui.run_id}/taskInstances/trial/links",
+                                   params={"map_index": 2}).json()["extra_links"]
+    page.goto(ui.base + links["Trial"])
+    page.wait_for_selector("[data-testid=trial-page]", timeout=30000)
+    assert "Trial 2" in page.locator("[data-testid=trial-page] h2, [data-testid=trial-page] h3, [data-testid=trial-page]").first.inner_text()
+    assert canvas_drawn(page, "[data-testid=trial-page]")
+    assert page.locator("[data-testid=log-stdout]").count() == 1
+    assert page.locator("[data-testid=link-Platform]").get_attribute("href").startswith("https://platform.example/")
+    shot(page, "trial")
+    page.click("[data-testid=link-Task\\ instance]")
+    page.wait_for_url(lambda url: "/tasks/trial/mapped/2" in url, timeout=15000)
+    assert not page.errors, page.errors
+
+
+def test_dark_theme_applies(browser, ui: UiSetup):
+    page = login(browser, ui, dark=True)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={ui.experiment_id}")
+    page.wait_for_selector("[data-testid=summary]", timeout=30000)
+    assert page.evaluate("document.documentElement.classList.contains('dark')")
+    # the panel's colour as RGB, whatever CSS colour space Chakra wrote it in (oklch here)
+    channels = page.eval_on_selector("[data-testid=summary]", """e => {
+        const c = document.createElement('canvas').getContext('2d');
+        c.fillStyle = getComputedStyle(e).backgroundColor; c.fillRect(0, 0, 1, 1);
+        return Array.from(c.getImageData(0, 0, 1, 1).data).slice(0, 3); }""")
+    assert sum(channels) < 3 * 80, channels  # a dark panel, not a light one
+    assert canvas_drawn(page, "[data-testid=chart-history]")
+    shot(page, "experiment-dark")
+
+
+def test_the_dag_run_tab_shows_its_experiment(browser, ui: UiSetup):
+    page = login(browser, ui)
+    page.goto(f"{ui.base}/dags/{ui.dag_id}/runs/{ui.run_id}/plugin/trialflow-run")
+    page.wait_for_selector("[data-testid=summary]", timeout=30000)
+    assert ui.experiment_id in page.locator("[data-testid=experiment-page]").inner_text()
+
+
+def test_a_limited_user_and_an_anonymous_visit(browser, ui: UiSetup):
+    page = login(browser, ui, user="limited")
+    page.goto(f"{ui.base}/plugin/trialflow")
+    page.wait_for_selector("[data-testid=experiment-row]", timeout=30000)
+    assert ui.private_id not in page.locator("[data-testid=experiment-list]").inner_text()
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={ui.private_id}")
+    page.wait_for_selector("[data-testid=error]", timeout=30000)
+    assert "may not read" in page.locator("[data-testid=error]").inner_text()
+    anonymous = browser.new_context().new_page()
+    response = anonymous.goto(f"{ui.base}/trialflow/api/experiments")
+    assert response.status == 401
+    anonymous.goto(f"{ui.base}/plugin/trialflow")
+    anonymous.wait_for_url(lambda url: "login" in url, timeout=30000)
+    assert not anonymous.locator("[data-testid=experiment-row]").count()
+
+
+def test_pages_work_under_a_path_prefix(browser, ui: UiSetup):
+    """A second api-server on the same Airflow home, served under /airflow (``[api] base_url``)."""
+    from trialflow.embedded import free_port
+
+    airflow = ui.harness.airflow
+    port = free_port()
+    env = {**airflow.env(), "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}/airflow"}
+    log = open(airflow.home / "logs" / "api-server-prefix.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--port", str(port), "--host", "127.0.0.1"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        import httpx
+
+        base = f"http://127.0.0.1:{port}/airflow"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/api/v2/monitor/health", timeout=3).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        prefixed = UiSetup(ui.harness, ui.dag_id, ui.run_id, ui.experiment_id, ui.private_id, ui.passwords)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        page.goto(f"{base}/auth/login/")
+        page.fill("input[name=username]", "trialflow")
+        page.fill("input[name=password]", prefixed.passwords["trialflow"])
+        page.keyboard.press("Enter")
+        page.wait_for_url(lambda url: "/auth/login" not in url, timeout=30000)
+        page.goto(f"{base}/plugin/trialflow?experiment={ui.experiment_id}")
+        page.wait_for_selector("[data-testid=summary]", timeout=30000)
+        assert canvas_drawn(page, "[data-testid=chart-history]")
+    finally:
+        import signal
+
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        log.close()
