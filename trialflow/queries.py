@@ -107,8 +107,8 @@ def _status_counts(conn: sa.Connection, study_ids: Sequence[int] | None) -> dict
                           .outerjoin(status, sa.and_(status.c.trial_id == TRIALS.c.trial_id,
                                                      status.c.key == "nni_status")))
              .group_by(TRIALS.c.study_id, status.c.value_json))
-    if study_ids is not None:
-        query = query.where(TRIALS.c.study_id.in_(list(study_ids)))
+    if study_ids is not None:  # through the index table's key: SQLite plans it well only that way
+        query = query.where(TRIAL_INDEX.c.study_id.in_(list(study_ids)))
     out: dict[int, dict[str, int]] = {}
     for study_id, value, count in conn.execute(query):
         name = _json(value) or "WAITING"
@@ -124,7 +124,7 @@ def _times_and_best(conn: sa.Connection, study_ids: Sequence[int] | None) -> dic
                                                      sa.cast(TRIALS.c.state, sa.String(8)) == "COMPLETE")))
              .group_by(TRIALS.c.study_id))
     if study_ids is not None:
-        query = query.where(TRIALS.c.study_id.in_(list(study_ids)))
+        query = query.where(TRIAL_INDEX.c.study_id.in_(list(study_ids)))
     return {row[0]: {"started": _epoch(row[1]), "ended": _epoch(row[2]), "min": row[3], "max": row[4]}
             for row in conn.execute(query)}
 
@@ -303,7 +303,7 @@ def _trials_query(engine: Engine, sid: int) -> tuple[sa.Select, dict[str, sa.Ali
                TRIALS.c.datetime_start, TRIALS.c.datetime_complete, VALUES.c.value,
                sa.func.coalesce(counts.c.n, 0).label("intermediate_count")]
     columns += [alias.c.value_json.label(f"a_{name}") for name, alias in attrs.items()]
-    return sa.select(*columns).select_from(joined).where(TRIALS.c.study_id == sid), attrs
+    return sa.select(*columns).select_from(joined).where(TRIAL_INDEX.c.study_id == sid), attrs
 
 
 def trials_page(engine: Engine, experiment_id: str, *, statuses: Sequence[str] | None = None, search: str = "",
@@ -350,15 +350,27 @@ def trials_page(engine: Engine, experiment_id: str, *, statuses: Sequence[str] |
 
 def chart_data(engine: Engine, experiment_id: str) -> list[dict[str, Any]]:
     """Every trial's index, status, parameters, metric and times: optimisation history, parallel
-    coordinates and timeline (2,000 trials are ~200 KB of JSON)."""
-    page = trials_page(engine, experiment_id, limit=MAX_PAGE)
-    rows = page["rows"]
-    offset = MAX_PAGE
-    while offset < page["total"]:
-        rows += trials_page(engine, experiment_id, limit=MAX_PAGE, offset=offset)["rows"]
-        offset += MAX_PAGE
-    return [{k: r[k] for k in ("trial_index", "trial_id", "status", "parameters", "metric", "started", "ended",
-                               "intermediate_count", "platform")} for r in rows]
+    coordinates and timeline (2,000 trials are ~400 KB of JSON). One lean query: no counts, no
+    pagination."""
+    status, params, handle = _attr("nni_status"), _attr("parameters"), _attr("handle")
+    with engine.connect() as conn:
+        sid = study_id_of(conn, experiment_id)
+        query = (sa.select(TRIAL_INDEX.c.trial_index, VALUES.c.value, TRIALS.c.datetime_start,
+                           TRIALS.c.datetime_complete, status.c.value_json, params.c.value_json, handle.c.value_json)
+                 .select_from(TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id)
+                              .outerjoin(VALUES, sa.and_(VALUES.c.trial_id == TRIALS.c.trial_id, VALUES.c.objective == 0))
+                              .outerjoin(status, sa.and_(status.c.trial_id == TRIALS.c.trial_id,
+                                                         status.c.key == "nni_status"))
+                              .outerjoin(params, sa.and_(params.c.trial_id == TRIALS.c.trial_id,
+                                                         params.c.key == "parameters"))
+                              .outerjoin(handle, sa.and_(handle.c.trial_id == TRIALS.c.trial_id,
+                                                         handle.c.key == "handle")))
+                 .where(TRIAL_INDEX.c.study_id == sid).order_by(TRIAL_INDEX.c.trial_index))
+        rows = conn.execute(query).all()
+    return [{"trial_index": index, "status": _json(st) or "WAITING", "parameters": _json(pa) or {},
+             "metric": _finite(value), "started": _epoch(begun), "ended": _epoch(done),
+             "platform": (_json(ha) or {}).get("platform")}
+            for index, value, begun, done, st, pa, ha in rows]
 
 
 def trial_detail(engine: Engine, experiment_id: str, trial_index: int) -> dict[str, Any]:
@@ -386,20 +398,26 @@ def curves(engine: Engine, experiment_id: str, indexes: Sequence[int] | None = N
     the running ones; each curve thinned to at most ``max_points`` (evenly, last point kept)."""
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
-    if indexes is None:
-        summary_mode = "maximize"
-        with engine.connect() as conn:
-            mode = conn.execute(sa.select(STUDY_ATTRS.c.value_json).where(
-                STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key == "optimize_mode")).scalar()
-            summary_mode = _json(mode) or summary_mode
-        best = trials_page(engine, experiment_id, sort="metric", descending=summary_mode != "minimize", limit=top,
-                           statuses=["SUCCEEDED"])["rows"]
-        running = trials_page(engine, experiment_id, statuses=list(ACTIVE), limit=top)["rows"]
-        stopped = trials_page(engine, experiment_id, statuses=["EARLY_STOPPED"], limit=top)["rows"]
-        chosen = {r["trial_index"]: r for r in best + running + stopped}
-    else:
-        chosen = {r["trial_index"]: r for r in trials_page(engine, experiment_id, indexes=list(indexes)[:50],
-                                                           limit=50)["rows"]}
+    status = _attr("nni_status")
+    base = (sa.select(TRIAL_INDEX.c.trial_index, status.c.value_json)
+            .select_from(TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id)
+                         .outerjoin(VALUES, sa.and_(VALUES.c.trial_id == TRIALS.c.trial_id, VALUES.c.objective == 0))
+                         .outerjoin(status, sa.and_(status.c.trial_id == TRIALS.c.trial_id,
+                                                    status.c.key == "nni_status")))
+            .where(TRIAL_INDEX.c.study_id == sid))
+    with engine.connect() as conn:
+        if indexes is None:
+            minimize = experiment_summary_mode(engine, experiment_id) == "minimize"
+            best = conn.execute(base.where(status.c.value_json == json.dumps("SUCCEEDED"), VALUES.c.value.is_not(None))
+                                .order_by(VALUES.c.value.asc() if minimize else VALUES.c.value.desc())
+                                .limit(top)).all()
+            others = conn.execute(base.where(status.c.value_json.in_([json.dumps(s) for s in ACTIVE]
+                                                                     + [json.dumps("EARLY_STOPPED")]))
+                                  .order_by(TRIAL_INDEX.c.trial_index.desc()).limit(top)).all()
+            picked = best + others
+        else:
+            picked = conn.execute(base.where(TRIAL_INDEX.c.trial_index.in_([int(i) for i in indexes][:50]))).all()
+    chosen = {index: _json(st) or "WAITING" for index, st in picked}
     if not chosen:
         return {"curves": []}
     with engine.connect() as conn:
@@ -411,12 +429,12 @@ def curves(engine: Engine, experiment_id: str, indexes: Sequence[int] | None = N
                 .where(INTERMEDIATE.c.trial_id.in_(list(ids))).order_by(INTERMEDIATE.c.trial_id, INTERMEDIATE.c.step)):
             points.setdefault(ids[trial_id], []).append([step, _finite(value)])
     out = []
-    for index, row in sorted(chosen.items()):
+    for index, status_name in sorted(chosen.items()):
         series = points.get(index, [])
         if len(series) > max_points:
             stride = len(series) / max_points
             series = [series[int(i * stride)] for i in range(max_points - 1)] + [series[-1]]
-        out.append({"trial_index": index, "trial_id": row["trial_id"], "status": row["status"], "points": series})
+        out.append({"trial_index": index, "status": status_name, "points": series})
     return {"curves": out}
 
 
@@ -445,10 +463,15 @@ _importance_cache: dict[tuple[str, str, int], dict[str, Any]] = {}
 def importance(engine: Engine, experiment_id: str) -> dict[str, Any]:
     """Parameter importance of the finished trials (Optuna's PED-ANOVA evaluator, which needs no
     extra library), over the NNI parameters flattened; cached per count of finished trials."""
-    rows = [r for r in chart_data(engine, experiment_id) if r["status"] == "SUCCEEDED" and r["metric"] is not None]
-    key = (str(engine.url), experiment_id, len(rows))
+    with engine.connect() as conn:
+        sid = study_id_of(conn, experiment_id)
+        finished = conn.execute(sa.select(sa.func.count()).select_from(
+            TRIAL_INDEX.join(VALUES, VALUES.c.trial_id == TRIAL_INDEX.c.trial_id)).where(
+            TRIAL_INDEX.c.study_id == sid)).scalar()
+    key = (str(engine.url), experiment_id, int(finished or 0))
     if key in _importance_cache:
         return _importance_cache[key]
+    rows = [r for r in chart_data(engine, experiment_id) if r["status"] == "SUCCEEDED" and r["metric"] is not None]
     result = {"importances": {}, "trials": len(rows), "evaluator": "PED-ANOVA", "note": None}
     if len(rows) < 4:
         result["note"] = "needs at least 4 succeeded trials"
@@ -460,9 +483,9 @@ def importance(engine: Engine, experiment_id: str) -> dict[str, Any]:
     names = sorted({k for f in flat for k in f})
     distributions: dict[str, Any] = {}
     for name in names:
-        values = [f.get(name) for f in flat]
+        values = [f[name] for f in flat if f.get(name) is not None]  # conditional parameters: where set
         numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if len(numbers) == len(values):
+        if numbers and len(numbers) == len(values):
             if min(numbers) < max(numbers):
                 distributions[name] = FloatDistribution(float(min(numbers)), float(max(numbers)))
         else:
@@ -475,8 +498,8 @@ def importance(engine: Engine, experiment_id: str) -> dict[str, Any]:
     mode = experiment_summary_mode(engine, experiment_id)
     study = optuna.create_study(direction=mode)
     for f, r in zip(flat, rows):
-        params = {n: (float(f[n]) if isinstance(distributions[n], FloatDistribution) else json.dumps(f.get(n)))
-                  for n in distributions if n in f}
+        params = {n: (float(f[n]) if isinstance(distributions[n], FloatDistribution) else json.dumps(f[n]))
+                  for n in distributions if f.get(n) is not None}
         dists = {n: distributions[n] for n in params}
         study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=r["metric"]))
     try:

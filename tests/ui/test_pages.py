@@ -32,9 +32,10 @@ def canvas_drawn(page: Any, selector: str, timeout: float = 20.0) -> bool:
     page.wait_for_selector(f"{selector} canvas", timeout=timeout * 1000)
     deadline = time.monotonic() + timeout
     while True:
-        drawn = page.eval_on_selector(f"{selector} canvas", """c => {
-            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-            let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+        drawn = page.eval_on_selector_all(f"{selector} canvas", """cs => {
+            let n = 0;  // every canvas of the chart: ECharts may draw on several layers
+            for (const c of cs) { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+              for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; }
             return n; }""")
         if drawn > 3000 or time.monotonic() > deadline:
             return drawn > 3000

@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+from contextlib import asynccontextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, AsyncIterator
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -185,9 +187,17 @@ def queries_config(summary: dict[str, Any]) -> dict[str, Any]:
 # -- the app ------------------------------------------------------------------------------------
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    # Importance needs Optuna's evaluators and SciPy: ~1 s of imports, paid in the background at
+    # start rather than by the first person who opens an experiment.
+    threading.Thread(target=lambda: __import__("optuna.importance"), daemon=True, name="trialflow-warm").start()
+    yield
+
+
 def create_app() -> FastAPI:
     app = FastAPI(title="trialflow", description="trialflow experiment pages (data for the Airflow UI plugin)",
-                  docs_url=None, redoc_url=None, openapi_url=None)
+                  docs_url=None, redoc_url=None, openapi_url=None, lifespan=_lifespan)
 
     @app.get("/static/trialflow.js", include_in_schema=False)
     def bundle() -> Response:

@@ -2,7 +2,7 @@
 import { useEffect, useRef } from "react";
 import { Box } from "@chakra-ui/react";
 import * as echarts from "echarts/core";
-import { BarChart, CustomChart, LineChart, ParallelChart, ScatterChart } from "echarts/charts";
+import { BarChart, LineChart, LinesChart, ParallelChart, ScatterChart } from "echarts/charts";
 import {
   DataZoomComponent,
   GridComponent,
@@ -16,7 +16,7 @@ import {
 import { CanvasRenderer } from "echarts/renderers";
 import { useColorMode } from "./hooks";
 
-echarts.use([BarChart, CustomChart, LineChart, ParallelChart, ScatterChart, DataZoomComponent, GridComponent,
+echarts.use([BarChart, LineChart, LinesChart, ParallelChart, ScatterChart, DataZoomComponent, GridComponent,
   LegendComponent, MarkPointComponent, ParallelComponent, TitleComponent, TooltipComponent, VisualMapComponent,
   CanvasRenderer]);
 
@@ -35,7 +35,11 @@ export function Chart({ option, height = 320, testId, onClick }: {
     if (!ref.current) return undefined;
     const instance = echarts.init(ref.current, mode === "dark" ? "dark" : undefined, { renderer: "canvas" });
     chart.current = instance;
-    const resize = new ResizeObserver(() => instance.resize());
+    let observed = false;  // the observer reports the initial size at once: not a resize
+    const resize = new ResizeObserver(() => {
+      if (observed) instance.resize();
+      observed = true;
+    });
     resize.observe(ref.current);
     return () => {
       resize.disconnect();
@@ -44,7 +48,17 @@ export function Chart({ option, height = 320, testId, onClick }: {
     };
   }, [mode]);
   useEffect(() => {
-    chart.current?.setOption({ backgroundColor: "transparent", ...option }, { notMerge: true, lazyUpdate: true });
+    const instance = chart.current;
+    if (!instance) return;
+    // data-drawn counts renders that completed: tests and benchmarks wait on it, not on pixels.
+    instance.off("finished");
+    instance.on("finished", () => {
+      if (ref.current) {
+        ref.current.dataset.drawn = String(Number(ref.current.dataset.drawn ?? 0) + 1);
+        ref.current.dataset.drawnAt = String(Math.round(performance.now()));
+      }
+    });
+    instance.setOption({ backgroundColor: "transparent", ...option }, { notMerge: true });
   }, [option, mode]);
   useEffect(() => {
     const instance = chart.current;

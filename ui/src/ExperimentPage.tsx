@@ -1,5 +1,5 @@
 // One experiment: what it is, how far it got, charts, the trial table, comparison and export.
-import { useMemo } from "react";
+import { useEffect, useMemo, useState } from "react";
 import { Box, Button, Code, HStack, Heading, Link, SimpleGrid, Tabs, Text, VStack } from "@chakra-ui/react";
 import { type Curve, type Summary, type TrialRow, apiUrl, getJson } from "./api";
 import { Chart } from "./Chart";
@@ -49,14 +49,15 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
   embedded?: boolean;
 }) {
   const id = encodeURIComponent(experimentId);
-  const summary = useLoad(() => getJson<Summary>(`experiments/${id}`), [id], false);
-  const live = summary.data?.active ?? false;
-  const refreshed = useLoad(() => getJson<Summary>(`experiments/${id}`), [id], live);
-  const current = refreshed.data ?? summary.data;
+  const [live, setLive] = useState(false);
+  const summary = useLoad(() => getJson<Summary>(`experiments/${id}`), [id], live);
+  const current = summary.data;
+  useEffect(() => setLive(current?.active ?? false), [current?.active]);
   const chart = useLoad(() => getJson<{ trials: TrialRow[] }>(`experiments/${id}/chart`), [id], live);
   const curves = useLoad(() => getJson<{ curves: Curve[] }>(`experiments/${id}/curves`), [id], live);
+  // Importance is the one costly computation: asked for once the other charts have their data.
   const importance = useLoad(() => getJson<{ importances: Record<string, number>; note: string | null; trials: number }>(
-    `experiments/${id}/importance`), [id], live, 30000);
+    `experiments/${id}/importance`), [id], live, 30000, chart.data !== undefined);
   const rows = chart.data?.trials ?? [];
   const mode = current?.optimize_mode ?? "maximize";
   const history = useMemo(() => historyOption(rows, mode), [rows, mode]);
@@ -91,7 +92,7 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
           <Tabs.Trigger value="compare" data-testid="tab-compare">Compare ({selected.length})</Tabs.Trigger>
         </Tabs.List>
         <Tabs.Content value="overview">
-          {chart.error && !chart.data ? <ErrorBox error={chart.error} /> : (
+          {chart.error && !chart.data ? <ErrorBox error={chart.error} /> : !chart.data ? <Loading /> : (
             <SimpleGrid columns={{ base: 1, xl: 2 }} gap={4}>
               <Panel title="Optimisation history" testId="chart-history">
                 <Chart option={history} testId="history-canvas"

@@ -83,7 +83,6 @@ export interface Page {
 
 export interface Curve {
   trial_index: number;
-  trial_id: string | null;
   status: Status;
   points: [number, number | null][];
 }
@@ -111,8 +110,20 @@ export function apiUrl(path: string, params?: Record<string, string | number | b
   return url.toString();
 }
 
+const prefetched = new Map<string, Promise<Response>>();
+
+/** Start loading what the page will ask for first while React is still mounting it (each
+ * prefetched answer is used once: refreshes always go to the server). */
+export function prefetch(path: string, params?: Record<string, string | number | boolean | undefined | null>): void {
+  const url = apiUrl(path, params);
+  if (!prefetched.has(url)) prefetched.set(url, fetch(url, { credentials: "same-origin" }));
+}
+
 export async function getJson<T>(path: string, params?: Record<string, string | number | boolean | undefined | null>): Promise<T> {
-  const response = await fetch(apiUrl(path, params), { credentials: "same-origin" });
+  const url = apiUrl(path, params);
+  const early = prefetched.get(url);
+  prefetched.delete(url);
+  const response = await (early ?? fetch(url, { credentials: "same-origin" }));
   if (!response.ok) {
     let detail = response.statusText;
     try {

@@ -15,6 +15,8 @@ export function escapeHtml(text: string): string {
 }
 
 /** Default metric per trial in trial order, and the best so far (minimise or maximise). */
+const ANIMATION = { animation: false };
+
 export function historyOption(rows: TrialRow[], mode: "maximize" | "minimize"): Option {
   const done = rows.filter((r) => r.metric !== null).sort((a, b) => a.trial_index - b.trial_index);
   let best: number | null = null;
@@ -24,6 +26,7 @@ export function historyOption(rows: TrialRow[], mode: "maximize" | "minimize"): 
     return [r.trial_index, best];
   });
   return {
+    ...ANIMATION,
     tooltip: {
       trigger: "item",
       formatter: (p: { seriesIndex: number; data: unknown }) => {
@@ -38,7 +41,8 @@ export function historyOption(rows: TrialRow[], mode: "maximize" | "minimize"): 
     yAxis: { type: "value", name: "metric", scale: true },
     dataZoom: [{ type: "inside" }],
     series: [
-      { name: "metric", type: "scatter", symbolSize: 7, data: done.map((r) => [r.trial_index, r.metric]),
+      { name: "metric", type: "scatter", symbolSize: done.length > 500 ? 4 : 7, large: done.length > 1000,
+        data: done.map((r) => [r.trial_index, r.metric]),
         itemStyle: { color: STATUS_COLOR.SUCCEEDED } },
       { name: `best so far (${mode})`, type: "line", step: "end", showSymbol: false, data: bestLine,
         lineStyle: { width: 2 } },
@@ -92,6 +96,7 @@ export function parallelOption(rows: TrialRow[], summary: Summary | undefined): 
     r.metric,
   ]);
   return {
+    ...ANIMATION,
     tooltip: { trigger: "item", formatter: (p: { dataIndex: number }) => tooltipTrial(done[p.dataIndex]) },
     parallelAxis: axes.map((axis) => ({ ...axis, nameTextStyle: { fontSize: 11 }, axisLabel: { fontSize: 10 } })),
     parallel: { left: 50, right: 90, top: 40, bottom: 30 },
@@ -106,6 +111,7 @@ export function parallelOption(rows: TrialRow[], summary: Summary | undefined): 
 /** Intermediate results per trial; early-stopped trials dashed, with a cross where they stopped. */
 export function curvesOption(curves: Curve[]): Option {
   return {
+    ...ANIMATION,
     tooltip: { trigger: "item", formatter: (p: { seriesName: string; data: number[] }) =>
       `${escapeHtml(p.seriesName)}<br/>step ${p.data[0]}: ${formatValue(p.data[1])}` },
     legend: { type: "scroll", bottom: 0 },
@@ -141,47 +147,47 @@ export function timelineOption(rows: TrialRow[]): Option {
     events.push([(r.ended ?? now) as number, -1]);
   }
   events.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  const first = events[0][0] * 1000;
+  const last = events[events.length - 1][0] * 1000;
   let running = 0;
   const concurrency = events.map(([t, d]) => {
     running += d;
     return [t * 1000, running];
   });
   return {
+    ...ANIMATION,
     tooltip: {
       trigger: "item",
-      formatter: (p: { seriesIndex: number; data: number[] }) => {
+      formatter: (p: { seriesIndex: number; data: { trial_index?: number } & number[] }) => {
         if (p.seriesIndex === 1) return `${p.data[1]} running`;
-        const row = timed.find((r) => r.trial_index === p.data[0]);
+        const row = timed.find((r) => r.trial_index === p.data.trial_index);
         return row ? `trial ${row.trial_index} (${row.status}), ${formatDuration(row.duration)}` : "";
       },
     },
     legend: { data: ["trials", "running at once"], top: 0 },
     grid: [{ left: 60, right: 24, top: 36, bottom: "34%" }, { left: 60, right: 24, top: "74%", bottom: 28 }],
-    xAxis: [{ type: "time", gridIndex: 0, axisLabel: { show: false } }, { type: "time", gridIndex: 1 }],
-    yAxis: [{ type: "value", name: "trial", gridIndex: 0, minInterval: 1, inverse: true },
+    // a lines series does not size its axes: the extent is given
+    xAxis: [{ type: "time", gridIndex: 0, axisLabel: { show: false }, min: first, max: last },
+      { type: "time", gridIndex: 1, min: first, max: last }],
+    yAxis: [{ type: "value", name: "trial", gridIndex: 0, minInterval: 1, inverse: true, min: -0.5,
+      max: Math.max(...timed.map((r) => r.trial_index)) + 0.5,
+      axisLabel: { formatter: (v: number) => (Number.isInteger(v) ? String(v) : "") } },
       { type: "value", name: "running", gridIndex: 1, minInterval: 1 }],
     dataZoom: [{ type: "inside", xAxisIndex: [0, 1] }],
     series: [
       {
+        // one segment per trial, drawn in one batch (a custom series is ~10x slower at 2,000)
         name: "trials",
-        type: "custom",
+        type: "lines",
+        coordinateSystem: "cartesian2d",
         xAxisIndex: 0,
         yAxisIndex: 0,
-        encode: { x: [1, 2], y: 0 },
+        lineStyle: { width: Math.max(2, Math.min(10, 300 / timed.length)), opacity: 0.9, cap: "butt" },
         data: timed.map((r) => ({
-          value: [r.trial_index, (r.started as number) * 1000, ((r.ended ?? now) as number) * 1000],
-          itemStyle: { color: STATUS_COLOR[r.status as Status] ?? "#999" },
+          trial_index: r.trial_index,
+          coords: [[(r.started as number) * 1000, r.trial_index], [((r.ended ?? now) as number) * 1000, r.trial_index]],
+          lineStyle: { color: STATUS_COLOR[r.status as Status] ?? "#999" },
         })),
-        renderItem: (params: unknown, api: {
-          value: (i: number) => number; coord: (v: number[]) => number[]; size: (v: number[]) => number[];
-          style: () => Record<string, unknown>;
-        }) => {
-          const start = api.coord([api.value(1), api.value(0)]);
-          const end = api.coord([api.value(2), api.value(0)]);
-          const height = Math.max(2, Math.min(14, api.size([0, 1])[1] * 0.7));
-          return { type: "rect", shape: { x: start[0], y: start[1] - height / 2, width: Math.max(1, end[0] - start[0]), height },
-            style: api.style() };
-        },
       },
       { name: "running at once", type: "line", step: "end", xAxisIndex: 1, yAxisIndex: 1, showSymbol: false,
         data: concurrency, areaStyle: { opacity: 0.2 } },

@@ -46,7 +46,7 @@ export function useUrlState(): [URLSearchParams, (changes: Record<string, string
 
 /** Load ``load()`` now and again every ``everyMs`` while ``live``; keeps the last data while
  * reloading (no flicker), reports the error of the last failed load. */
-export function useLoad<T>(load: () => Promise<T>, deps: unknown[], live = false, everyMs = 5000) {
+export function useLoad<T>(load: () => Promise<T>, deps: unknown[], live = false, everyMs = 5000, enabled = true) {
   const [data, setData] = useState<T | undefined>(undefined);
   const [error, setError] = useState<Error | undefined>(undefined);
   const [loading, setLoading] = useState(true);
@@ -68,14 +68,15 @@ export function useLoad<T>(load: () => Promise<T>, deps: unknown[], live = false
     };
   }, []);
   useEffect(() => {
+    if (!enabled) return undefined;
     setLoading(true);
     return run();
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, deps);
+  }, [...deps, enabled]);
   useEffect(() => {
-    if (!live) return undefined;
+    if (!live || !enabled) return undefined;
     const timer = window.setInterval(run, everyMs);
     return () => window.clearInterval(timer);
-  }, [live, everyMs, run]);
+  }, [live, everyMs, run, enabled]);
   return { data, error, loading, reload: run };
 }

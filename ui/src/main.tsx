@@ -4,7 +4,7 @@
 // run's experiment). Drill-down state lives in the page's query string.
 import { useEffect } from "react";
 import { Box, Text } from "@chakra-ui/react";
-import { type ExperimentRow, getJson } from "./api";
+import { type ExperimentRow, getJson, prefetch } from "./api";
 import { ErrorBox, Loading } from "./common";
 import { ExperimentList } from "./ExperimentList";
 import { ExperimentPage } from "./ExperimentPage";
@@ -76,6 +76,14 @@ export function RunExperimentApp({ dagId, runId }: Props) {
   }
   if (!data?.experiment_id) return <Loading />;
   return <Experiment experimentId={data.experiment_id} embedded />;
+}
+
+// Opening an experiment's page: its data is on the way before React has mounted anything.
+const opening = new URLSearchParams(window.location.search);
+const openingId = opening.get("experiment");
+if (openingId && opening.get("trial") === null && (opening.get("tab") ?? "overview") === "overview") {
+  const id = encodeURIComponent(openingId);
+  for (const path of [`experiments/${id}`, `experiments/${id}/chart`, `experiments/${id}/curves`]) prefetch(path);
 }
 
 const target = globalThis as unknown as Record<string, unknown>;

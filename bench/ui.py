@@ -1,0 +1,254 @@
+"""Experiment pages at scale: 2,000 trials x 100 intermediate results (200,000 rows).
+
+Prints, side by side:
+
+* each data endpoint's server-side time (median of 5), in process (the query alone) and over
+  HTTP from a real Airflow api-server with the plugin (login, auth manager and JSON included);
+* how long the experiment page takes in headless Chromium until its charts are drawn;
+* optuna-dashboard on the same store (its own server, installed in .bench/dashboard-venv): the
+  time of the one API call its study page makes before drawing anything.
+
+    python bench/ui.py [--trials 2000] [--steps 100] [--no-browser] [--no-dashboard]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+import optuna  # noqa: E402
+import sqlalchemy as sa  # noqa: E402
+
+from trialflow import queries  # noqa: E402
+from trialflow.embedded import free_port  # noqa: E402
+from trialflow.runner import embedded_airflow  # noqa: E402
+from trialflow.tuning.store import TRIAL_INDEX, ExperimentStore, sqlite_url  # noqa: E402
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+BENCH = ROOT / ".bench" / "ui"
+EXPERIMENT = "ebench001"
+TARGET_MS = 300.0
+SPACE = {"lr": {"_type": "loguniform", "_value": [1e-4, 1e-1]},
+         "batch": {"_type": "choice", "_value": [16, 32, 64, 128]},
+         "opt": {"_type": "choice", "_value": [{"_name": "sgd", "momentum": {"_type": "uniform", "_value": [0, 0.99]}},
+                                               {"_name": "adam"}]},
+         "dropout": {"_type": "uniform", "_value": [0, 0.5]}}
+
+
+def seed_store(home: Path, trials: int, steps: int) -> str:
+    """A store as trialflow writes it, filled in bulk (Optuna's storage API, one transaction per
+    trial); returns its URL."""
+    db = home / "experiments.db"
+    url = sqlite_url(db)
+    if db.exists():
+        return url
+    home.mkdir(parents=True, exist_ok=True)
+    store = ExperimentStore(url)
+    study = optuna.create_study(storage=store.storage, study_name=EXPERIMENT, direction="maximize")
+    for key, value in {"experiment_name": "bench 2000 trials", "dag_id": "bench_ui", "run_id": "bench_run",
+                       "platform": "local", "optimize_mode": "maximize",
+                       "config": {"searchSpace": SPACE, "tuner": {"name": "TPE"}, "maxTrialNumber": trials,
+                                  "trialConcurrency": 8, "trainingService": {"platform": "local"}},
+                       "run:bench_run": {"first_index": 0, "count": trials, "deadline": None}}.items():
+        study.set_user_attr(key, value)
+    rng = random.Random(1)
+    start = datetime.now() - timedelta(hours=6)
+    ids = []
+    for index in range(trials):
+        opt = rng.choice(["sgd", "adam"])
+        params = {"lr": 10 ** rng.uniform(-4, -1), "batch": rng.choice([16, 32, 64, 128]),
+                  "opt": {"_name": opt, **({"momentum": rng.uniform(0, 0.99)} if opt == "sgd" else {})},
+                  "dropout": rng.uniform(0, 0.5)}
+        quality = 1 - abs(params["lr"] - 0.01) * 5 - params["dropout"] * 0.2
+        status = rng.choices(["SUCCEEDED", "FAILED", "EARLY_STOPPED"], [0.85, 0.05, 0.10])[0]
+        curve = {s: quality * (1 - 0.9 ** (s + 1)) + rng.gauss(0, 0.01) for s in range(steps)}
+        begun = start + timedelta(seconds=index * 10)
+        trial = optuna.trial.create_trial(
+            state=optuna.trial.TrialState.COMPLETE if status == "SUCCEEDED" else
+            optuna.trial.TrialState.PRUNED if status == "EARLY_STOPPED" else optuna.trial.TrialState.FAIL,
+            value=curve[steps - 1] if status == "SUCCEEDED" else None, intermediate_values=curve,
+            user_attrs={"trial_index": index, "trial_id": f"{EXPERIMENT}-{index:04d}", "parameters": params,
+                        "nni_status": status, "final_metric": curve[steps - 1] if status == "SUCCEEDED" else None,
+                        "handle": {"platform": "local", "trial_dir": f"/nowhere/{index}"}, "service_index": 0})
+        trial.datetime_start, trial.datetime_complete = begun, begun + timedelta(seconds=rng.uniform(30, 90))
+        study.add_trial(trial)
+    sid = store.storage.get_study_id_from_name(EXPERIMENT)
+    with store.storage.engine.begin() as conn:
+        rows = conn.execute(sa.select(queries.TRIALS.c.trial_id, queries.TRIALS.c.number).where(
+            queries.TRIALS.c.study_id == sid)).all()
+        conn.execute(TRIAL_INDEX.insert(), [{"study_id": sid, "trial_index": number, "trial_id": tid}
+                                            for tid, number in rows])
+    ids.append(sid)
+    return url
+
+
+def median_ms(call: Callable[[], Any], repeat: int = 5) -> float:
+    call()  # warm: connections, caches that a running api-server has too
+    times = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - began) * 1000)
+    return statistics.median(times)
+
+
+def endpoints(engine: Any) -> dict[str, Callable[[], Any]]:
+    return {
+        "experiments (list)": lambda: queries.list_experiments(engine),
+        "experiment (summary)": lambda: queries.experiment_summary(engine, EXPERIMENT),
+        "trials page, by index": lambda: queries.trials_page(engine, EXPERIMENT, limit=25),
+        "trials page, by metric": lambda: queries.trials_page(engine, EXPERIMENT, sort="metric", descending=True,
+                                                              limit=25),
+        "trials page, by parameter": lambda: queries.trials_page(engine, EXPERIMENT, sort="param:lr", limit=25,
+                                                                 offset=1000),
+        "trials page, status + search": lambda: queries.trials_page(engine, EXPERIMENT, statuses=["SUCCEEDED"],
+                                                                    search="adam", limit=25),
+        "chart data (all trials)": lambda: queries.chart_data(engine, EXPERIMENT),
+        "curves (best 20 + stopped)": lambda: queries.curves(engine, EXPERIMENT),
+        "trial detail": lambda: queries.trial_detail(engine, EXPERIMENT, 1234),
+        "importance (cached)": lambda: queries.importance(engine, EXPERIMENT),
+        "export CSV (all trials)": lambda: queries.export_csv(engine, EXPERIMENT),
+    }
+
+
+HTTP_PATHS = {
+    "experiments (list)": ("experiments", {}),
+    "experiment (summary)": (f"experiments/{EXPERIMENT}", {}),
+    "trials page, by index": (f"experiments/{EXPERIMENT}/trials", {"limit": 25}),
+    "trials page, by metric": (f"experiments/{EXPERIMENT}/trials", {"limit": 25, "sort": "metric", "desc": "true"}),
+    "trials page, by parameter": (f"experiments/{EXPERIMENT}/trials", {"limit": 25, "sort": "param:lr",
+                                                                       "offset": 1000}),
+    "trials page, status + search": (f"experiments/{EXPERIMENT}/trials", {"limit": 25, "status": "SUCCEEDED",
+                                                                          "search": "adam"}),
+    "chart data (all trials)": (f"experiments/{EXPERIMENT}/chart", {}),
+    "curves (best 20 + stopped)": (f"experiments/{EXPERIMENT}/curves", {}),
+    "trial detail": (f"experiments/{EXPERIMENT}/trials/1234", {}),
+    "importance (cached)": (f"experiments/{EXPERIMENT}/importance", {}),
+    "export CSV (all trials)": (f"experiments/{EXPERIMENT}/export.csv", {}),
+}
+
+
+def page_seconds(base: str, password: str) -> float:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=os.environ.get("TRIALFLOW_CHROMIUM", "/usr/bin/chromium"), args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.goto(f"{base}/auth/login/")
+        page.fill("input[name=username]", "trialflow")
+        page.fill("input[name=password]", password)
+        page.keyboard.press("Enter")
+        page.wait_for_url(lambda url: "/auth/login" not in url, timeout=30000)
+        times = []
+        for _ in range(3):
+            began = time.perf_counter()
+            page.goto(f"{base}/plugin/trialflow?experiment={EXPERIMENT}")
+            page.wait_for_function("""() => ['chart-history', 'chart-parallel', 'chart-curves', 'chart-timeline']
+                .every(id => { let n = 0;  // every canvas of the chart: ECharts may draw on several layers
+                  for (const c of document.querySelectorAll(`[data-testid=${id}] canvas`)) {
+                    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                    for (let i = 3; i < d.length; i += 16) if (d[i] > 0) n++; }
+                  return n > 500; })""", timeout=60000, polling=50)
+            times.append(time.perf_counter() - began)
+        page.screenshot(path=str(BENCH / "experiment-2000.png"), full_page=True)
+        browser.close()
+    return statistics.median(times)
+
+
+def dashboard_seconds(url: str) -> float | None:
+    """optuna-dashboard's study page loads /api/studies/{id} (every trial with its intermediate
+    values) before it draws; its own venv keeps it apart from trialflow's environment."""
+    venv = ROOT / ".bench" / "dashboard-venv"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+        subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+        subprocess.run([uv, "pip", "install", "-q", "--python", str(python), "optuna-dashboard", "optuna"],
+                       check=True)
+    port = free_port()
+    proc = subprocess.Popen([str(venv / "bin" / "optuna-dashboard"), url, "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(120):
+            try:
+                studies = httpx.get(f"{base}/api/studies", timeout=5).json()["study_summaries"]
+                break
+            except (httpx.HTTPError, ValueError, KeyError):
+                time.sleep(0.5)
+        else:
+            return None
+        study_id = next(s["study_id"] for s in studies if s["study_name"] == EXPERIMENT)
+        return median_ms(lambda: httpx.get(f"{base}/api/studies/{study_id}", timeout=120).raise_for_status(), 3) / 1000
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--no-browser", action="store_true")
+    parser.add_argument("--no-dashboard", action="store_true")
+    args = parser.parse_args()
+    home = BENCH / f"home-{args.trials}x{args.steps}"
+    began = time.perf_counter()
+    url = seed_store(home, args.trials, args.steps)
+    engine = ExperimentStore(url).storage.engine
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(sa.func.count()).select_from(queries.INTERMEDIATE)).scalar()
+    print(f"store: {args.trials} trials, {rows} intermediate results ({time.perf_counter() - began:.0f} s to seed)")
+    direct = {name: median_ms(call) for name, call in endpoints(engine).items()}
+    airflow = embedded_airflow(home)
+    airflow.port = free_port()
+    airflow.migrate()
+    airflow.start(components=("api-server",))
+    http: dict[str, float] = {}
+    page = None
+    try:
+        airflow.wait_serving()
+        password = json.loads((airflow.home / "passwords.json").read_text())["trialflow"]
+        token = httpx.post(f"{airflow.base_url}/auth/token", json={"username": "trialflow", "password": password},
+                           timeout=10).json()["access_token"]
+        headers = {"Authorization": f"Bearer {token}"}
+        for name, (path, params) in HTTP_PATHS.items():
+            http[name] = median_ms(lambda: httpx.get(f"{airflow.base_url}/trialflow/api/{path}", params=params,
+                                                     headers=headers, timeout=60).raise_for_status())
+        if not args.no_browser:
+            page = page_seconds(airflow.base_url, password)
+    finally:
+        airflow.stop()
+    dashboard = None if args.no_dashboard else dashboard_seconds(url)
+    print(f"\n{'endpoint':<32} {'in process':>12} {'over HTTP':>12}  target {TARGET_MS:.0f} ms")
+    for name in direct:
+        flag = "ok" if http.get(name, 0) < TARGET_MS else "OVER"
+        print(f"{name:<32} {direct[name]:>9.1f} ms {http.get(name, float('nan')):>9.1f} ms  {flag}")
+    if page is not None:
+        print(f"\nexperiment page, charts drawn (headless Chromium, median of 3): {page:.2f} s  (target < 2 s)")
+    if dashboard is not None:
+        overview = http["experiment (summary)"] + http["chart data (all trials)"] + http["curves (best 20 + stopped)"]
+        print(f"optuna-dashboard /api/studies/<id> on the same store: {dashboard:.2f} s; trialflow's page data "
+              f"(summary + chart + curves): {overview / 1000:.2f} s -> {dashboard / (overview / 1000):.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
