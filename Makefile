@@ -7,7 +7,7 @@ export UV_PYTHON_DOWNLOADS := never
 # trial process pays them, and some environments set PYTHONDONTWRITEBYTECODE).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: demo test venv bench bench-tuners clean
+.PHONY: demo test venv bench bench-tuners bench-ui ui clean
 
 $(VENV)/.synced: pyproject.toml uv.lock
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
@@ -28,6 +28,13 @@ bench: venv
 
 bench-tuners: venv
 	$(VENV)/bin/python bench/tuners.py
+
+bench-ui: venv
+	$(VENV)/bin/python bench/ui.py
+
+# Rebuild the experiment pages' bundle (committed; a test checks it is the build of ui/src).
+ui:
+	cd ui && npm ci --no-audit --no-fund && npm run build
 
 clean:
 	rm -rf $(VENV) dags/experiments/digits/.trialflow .pytest_cache
