@@ -188,8 +188,23 @@ trainingService:
     api += [harness.xcom(dag_id, run_id, "end_experiment"), harness.xcom(dag_id, run_id, "start_experiment")]
     api += [harness.airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{i}").json()
             for i in range(4)]
+    # the experiment pages' data, as the browser gets it
+    import httpx
+
+    passwords = json.loads((harness.airflow.home / "passwords.json").read_text())
+    token = httpx.post(f"{harness.airflow.base_url}/auth/token", timeout=10,
+                       json={"username": "trialflow", "password": passwords["trialflow"]}).json()["access_token"]
+    experiment = experiment_id_for(dag_id, run_id)
+    for path in ("experiments", f"experiments/{experiment}", f"experiments/{experiment}/trials",
+                 f"experiments/{experiment}/chart", f"experiments/{experiment}/trials/0",
+                 f"experiments/{experiment}/trials/2", f"experiments/{experiment}/export.csv",
+                 f"experiments/{experiment}/export.json"):
+        response = httpx.get(f"{harness.airflow.base_url}/trialflow/api/{path}", timeout=30,
+                             headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 200, path
+        api.append(response.text)
     api_text = json.dumps(api)
-    assert not [k for k, v in values.items() if v in api_text], "a secret in XComs or rendered fields"
+    assert not [k for k, v in values.items() if v in api_text], "a secret in XComs, rendered fields or pages"
     experiment_id = experiment_id_for(dag_id, run_id)
     hits = _scan(harness.root, values, skip={folder / "config.yml"})
     hits += _scan(a.home / "trialflow-experiments" / experiment_id, values, set())

@@ -16,7 +16,7 @@ import pytest
 
 from tests.ui.conftest import XSS, UiSetup, login
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.ui]
 SHOTS = os.environ.get("TRIALFLOW_SCREENSHOTS")
 
 
@@ -199,3 +199,48 @@ def test_pages_work_under_a_path_prefix(browser, ui: UiSetup):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         log.close()
+
+
+def test_the_dag_tab_lists_its_runs_experiments(browser, ui: UiSetup):
+    page = login(browser, ui)
+    page.goto(f"{ui.base}/dags/{ui.dag_id}/plugin/trialflow-dag")
+    page.wait_for_selector("[data-testid=experiment-row]", timeout=30000)
+    text = page.locator("[data-testid=experiment-list]").inner_text()
+    assert ui.experiment_id in text and ui.private_id not in text  # only this DAG's experiments
+
+
+def test_a_running_experiment_refreshes_by_itself(browser, ui: UiSetup):
+    """Trials finish while the page is open: counts and the table move without a reload."""
+    from tests.integration.conftest import PY
+
+    slow = ("import time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+            "time.sleep(4)\ntrial.report_final_result(p['x'])\n")
+    dag_id, _ = ui.harness.experiment("ui_live", f"""\
+searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
+trialCommand: {PY} slow.py
+trialConcurrency: 2
+maxTrialNumber: 6
+tuner: {{name: Random}}
+trainingService: {{platform: local}}
+""", {"slow.py": slow})
+    ui.harness.airflow.wait_for_dag(dag_id, ui.harness.dag_files[dag_id], timeout=90)
+    run_id = ui.harness.airflow.trigger(dag_id)
+    from trialflow.platforms.base import experiment_id_for
+
+    experiment = experiment_id_for(dag_id, run_id)
+    deadline = time.monotonic() + 60
+    while ui.get(f"experiments/{experiment}").status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    page = login(browser, ui)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment}&tab=trials")
+    page.wait_for_selector("[data-testid=trial-row]", timeout=30000)
+    first = page.locator("[data-testid=summary]").inner_text()
+    assert "refreshing every 5 s" in page.locator("[data-testid=experiment-page]").inner_text()
+    navigations = []
+    page.on("framenavigated", lambda frame: navigations.append(frame.url))
+    page.wait_for_function("document.querySelectorAll('[data-testid=trial-row]').length === 6", timeout=60000)
+    page.wait_for_function("document.querySelector('[data-testid=summary]').innerText.includes('succeeded')",
+                           timeout=60000)
+    assert page.locator("[data-testid=summary]").inner_text() != first
+    assert not navigations, "the page reloaded"
+    ui.harness.wait(dag_id, run_id, timeout=120)
