@@ -48,13 +48,14 @@ from datetime import datetime  # noqa: E402
 from trialflow.config.platforms import KubeflowConfig  # noqa: E402
 from trialflow.embedded import EmbeddedAirflow  # noqa: E402
 from trialflow.platforms.base import experiment_id_for  # noqa: E402
-from trialflow.platforms.kubernetes import object_name  # noqa: E402
+from trialflow.platforms.kubernetes.manifests import object_name  # noqa: E402
 from trialflow.tuning.store import sqlite_url  # noqa: E402
 from trialflow.follow import follow_trial  # noqa: E402
 from trialflow.platforms.background import run_sync  # noqa: E402
 from trialflow.platforms.base import TrialSpec, TrialStatus  # noqa: E402
-from trialflow.platforms.kube_client import INFORMERS, POOL  # noqa: E402
-from trialflow.platforms.kubeflow import KubeflowPlatform  # noqa: E402
+from trialflow.platforms.kubernetes.client import POOL  # noqa: E402
+from trialflow.platforms.kubernetes.informer import INFORMERS  # noqa: E402
+from trialflow.platforms.kubernetes.kubeflow import KubeflowPlatform  # noqa: E402
 
 TRIAL = """\
 import sys, time
@@ -94,11 +95,11 @@ def run_mode(mode: str, cluster: KubeCluster, controller: TestController, root: 
                                           "cpuNumber": 1, "memorySize": "128mb"}})
     platform = KubeflowPlatform(config, root / "exp")
     exp = f"b{mode[0]}{int(time.time()) % 100000:05d}"
-    platform.prepare(exp)
+    platform.prepare_sync(exp)
 
     async def submit_all() -> list[dict]:
         specs = [TrialSpec(exp, f"{exp}-{i:04d}", i, i, {}, "", code) for i in range(trials)]
-        return await asyncio.gather(*(platform._submit(s) for s in specs))
+        return await asyncio.gather(*(platform.submit(s) for s in specs))
 
     handles = run_sync(submit_all())
     sink = Sink()
@@ -119,7 +120,7 @@ def run_mode(mode: str, cluster: KubeCluster, controller: TestController, root: 
     latencies = [done_at[i] - controller.completed_at[h["name"]] for i, h in enumerate(handles)
                  if h["name"] in controller.completed_at]
     run_sync(INFORMERS.stop_all())
-    platform.cleanup(exp)
+    platform.cleanup_sync(exp)
     succeeded = sum(1 for s in statuses if s == TrialStatus.SUCCEEDED)
     return {"trials": len(handles), "succeeded": succeeded, "wall_s": wall, "requests": requests,
             "req_per_trial_min": requests / len(handles) / (wall / 60),

@@ -40,6 +40,14 @@ TRIAL = ("import sys, time\nfrom trialflow import trial\np = trial.get_next_para
          "time.sleep(float(sys.argv[1]))\ntrial.report_final_result(1.0)\n")
 
 
+def stage(platform, experiment_id, code):
+    """prepare, then put the code on the machines now (as the first trial would)."""
+    from trialflow.platforms.background import run_sync
+
+    platform.prepare_sync(experiment_id)
+    return run_sync(platform.stage_code(code))
+
+
 def make_code(folder: Path, files: int, megabytes: int) -> None:
     folder.mkdir(parents=True)
     per_file = megabytes * 1024 * 1024 // files
@@ -59,10 +67,10 @@ def remote_platform(server: sshd.SshServer, workdir: Path) -> RemotePlatform:
 
 def staging(server: sshd.SshServer, code: Path, tmp: Path) -> tuple[float, float, float]:
     started = time.perf_counter()
-    remote_platform(server, tmp / "w1").prepare("ebench001", code)
+    stage(remote_platform(server, tmp / "w1"), "ebench001", code)
     first = time.perf_counter() - started
     started = time.perf_counter()
-    remote_platform(server, tmp / "w2").prepare("ebench002", code)
+    stage(remote_platform(server, tmp / "w2"), "ebench002", code)
     second = time.perf_counter() - started
     started = time.perf_counter()
     subprocess.run(["scp", "-q", "-r", "-i", str(server.client_key), "-P", str(server.port),
@@ -78,7 +86,7 @@ async def run_trials(platform, code: Path, n: int, c: int, s: float, experiment:
     async def one(i: int) -> None:
         async with gate:
             spec = TrialSpec(experiment, f"{experiment}-{i:04d}", i, i, {}, f"{python} train.py {s}", code)
-            handle = await asyncio.to_thread(platform.submit, spec)
+            handle = await platform.submit(spec)
             cursor: dict = {}
             interval = 0.05
             while True:
@@ -122,7 +130,7 @@ def main() -> int:
         (small / "train.py").write_text(TRIAL)
         local = LocalPlatform(LocalConfig(), tmp / "local")
         remote = remote_platform(server, tmp / "remote")
-        remote.prepare("ewarm000", small)
+        stage(remote, "ewarm000", small)
         print("\nTrivial trials through the platform API (median of "
               f"{args.repeat}); overhead = wall - N*S/C")
         print(f"{'N,C,S':>8} {'local s':>9} {'remote s':>9} {'remote/local':>13} {'remote ms/trial':>16}")

@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 
 from trialflow.config.model import AlgorithmConfig  # noqa: E402
-from trialflow.tuning.search_space import SearchSpace, parse_search_space  # noqa: E402
+from trialflow.config.search_space import SearchSpace, parse_search_space  # noqa: E402
 from trialflow.tuning.tuners import make_sampler, sample_parameters  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -98,7 +98,8 @@ def suggestion_latency(history: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         store = ExperimentStore(sqlite_url(Path(tmp) / "latency.db"))
         seed_algo = AlgorithmConfig(name="Random", class_args={"seed": 0})
-        study = store.open_study("latency", seed_algo, space)
+        store.open_experiment("latency", seed_algo, space)
+        study = "latency"
         study.sampler = make_sampler(seed_algo, space)
         rng = np.random.RandomState(0)
         for _ in range(history):

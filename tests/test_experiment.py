@@ -63,15 +63,15 @@ def test_runs_that_continue_a_study_get_consecutive_indexes(tmp_path):
                                "scheduledRuns: continue\n")
     experiment = Experiment(config, "ecccccc1", tmp_path / "work")
     store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
-    study = experiment.open_study(store)
-    first = experiment.start_run(store, study, "r1", now=1000.0)
-    second = experiment.start_run(store, study, "r2", now=2000.0)
+    experiment.open(store)
+    first = experiment.start_run(store, "r1", now=1000.0)
+    second = experiment.start_run(store, "r2", now=2000.0)
     assert (first.first_index, first.count, first.deadline) == (0, 4, 4600.0)
     assert (second.first_index, second.count, second.deadline) == (4, 4, 5600.0)
     # r1 cleared and started again: same indexes, a fresh deadline
-    again = experiment.start_run(store, study, "r1", now=9000.0)
+    again = experiment.start_run(store, "r1", now=9000.0)
     assert (again.first_index, again.deadline) == (0, 12600.0)
-    assert RunWindow.of(store.load_study("ecccccc1").user_attrs, "r2") == second
+    assert RunWindow.of(store.experiment_attrs("ecccccc1"), "r2") == second
     assert RunWindow.of({}, "never-started") == RunWindow(0, 0, None)
 
 
@@ -94,32 +94,32 @@ def test_shared_storage_that_nni_would_mount_is_refused_with_what_to_do(tmp_path
 
 
 def test_hybrid_places_each_trial_on_the_platform_with_fewest_active_trials(tmp_path):
-    import optuna
+    from trialflow.platforms.base import TrialStatus
 
     config = _config(tmp_path, "tuner: {name: TPE}\n").model_copy(deep=True)
     config.training_service = config.training_service * 3  # three platforms listed
     experiment = Experiment(config, "ehybrid1", tmp_path)
-    study = optuna.create_study()
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    experiment.open(store)
+    asked = iter(range(100))
 
-    def active(service: int, handle: bool = True) -> None:
-        trial = study.ask()
-        trial.set_user_attr("service_index", service)
-        if handle:
-            trial.set_user_attr("handle", {"platform": "local"})
+    def active(service: int, handle: bool = True) -> int:
+        index = next(asked)
+        storage_id = store.ask("ehybrid1", index, f"t{index}", experiment.algorithm, experiment.space).storage_id
+        store.set_attrs(storage_id, service_index=service, **({"handle": {"platform": "local"}} if handle else {}))
+        return storage_id
 
-    assert [experiment.choose_service(study, i) for i in range(3)] == [0, 1, 2]  # ties: round-robin
+    assert [experiment.choose_service(store, i) for i in range(3)] == [0, 1, 2]  # ties: round-robin
     active(0)
     active(0)
     active(2)
-    assert experiment.choose_service(study, 0) == 1
+    assert experiment.choose_service(store, 0) == 1
     active(1)
     active(1, handle=False)  # asked, not yet submitted: not active
-    assert experiment.choose_service(study, 5) == 2
-    finished = study.ask()
-    finished.set_user_attr("service_index", 2)
-    finished.set_user_attr("handle", {})
-    study.tell(finished, 1.0)  # ended trials do not count: 1 and 2 tie again (one active each)
-    assert [experiment.choose_service(study, i) for i in (1, 2)] == [1, 2]
+    assert experiment.choose_service(store, 5) == 2
+    finished = active(2)
+    store.finish(finished, TrialStatus.SUCCEEDED, 1.0)  # ended trials do not count: 1 and 2 tie again
+    assert [experiment.choose_service(store, i) for i in (1, 2)] == [1, 2]
 
 
 def test_a_remote_code_directory_over_nni_limits_is_refused_by_validate(tmp_path, monkeypatch):

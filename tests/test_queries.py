@@ -13,7 +13,7 @@ from trialflow import queries
 from trialflow.config.model import AlgorithmConfig
 from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
-from trialflow.tuning.search_space import parse_search_space
+from trialflow.config.search_space import parse_search_space
 from trialflow.tuning.store import ExperimentStore, sqlite_url
 
 SPACE = parse_search_space({
@@ -28,8 +28,9 @@ OUTCOMES = [TrialStatus.SUCCEEDED, TrialStatus.FAILED, TrialStatus.SUCCEEDED, Tr
 
 
 def fill(store: ExperimentStore, experiment_id: str = "eq000001", dag_id: str = "dag_a") -> list[dict]:
-    study = store.open_study(experiment_id, RANDOM, SPACE, "minimize")
-    store.describe_experiment(study, {"experiment_name": "queries <b>test</b>", "dag_id": dag_id, "run_id": "r1",
+    store.open_experiment(experiment_id, RANDOM, SPACE, "minimize")
+    study = experiment_id
+    store.set_experiment_attrs(study, {"experiment_name": "queries <b>test</b>", "dag_id": dag_id, "run_id": "r1",
                                       "platform": "local", "optimize_mode": "minimize",
                                       "config": {"tuner": {"name": "Random"}, "maxTrialNumber": 8,
                                                  "trainingService": {"platform": "local"}}})
@@ -62,8 +63,7 @@ def store(request, tmp_path: Path) -> ExperimentStore:
 
 def test_experiment_list_counts_best_and_times(store):
     fill(store)
-    other = store.open_study("not-ours", RANDOM, SPACE)  # a plain Optuna study in the same database
-    assert other is not None
+    store.open_experiment("not-ours", RANDOM, SPACE)  # a plain Optuna study in the same database
     (row,) = queries.list_experiments(store.storage.engine)
     assert row.experiment_id == "eq000001" and row.dag_id == "dag_a" and row.tuner == "Random"
     assert row.counts == {"SUCCEEDED": 5, "FAILED": 1, "EARLY_STOPPED": 1, "RUNNING": 1}

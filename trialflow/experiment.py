@@ -27,6 +27,7 @@ from trialflow.config import (
 from trialflow.config.errors import ConfigError, Problem
 from trialflow.config.model import MAX_TRIALS_PER_RUN, AlgorithmConfig
 from trialflow.platforms.base import (
+    Connections,
     TrainingPlatform,
     TrialHandle,
     TrialSpec,
@@ -34,8 +35,8 @@ from trialflow.platforms.base import (
     experiment_id_for,
     trial_id_for,
 )
-from trialflow.platforms.registry import PlatformUnavailable, get_platform_entry
-from trialflow.tuning.search_space import SearchSpace, parse_search_space
+from trialflow.config.registry import PlatformUnavailable, get_platform_entry
+from trialflow.config.search_space import SearchSpace, parse_search_space
 
 if TYPE_CHECKING:
     import optuna
@@ -83,62 +84,18 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
                                     "continue to go on in later runs"))
     for i, service in enumerate(config.training_service):
         try:
-            get_platform_entry(service.platform).load()
+            implementation = get_platform_entry(service.platform).load()
         except PlatformUnavailable as exc:
             problems.append(Problem(file, ("trainingService", "platform"), str(exc)))
-        code_dir = effective_code_directory(config, i)
-        if hasattr(service, "kubernetes_conn_id"):  # a Kubernetes platform
-            problems += _kubernetes_problems(file, i, service, code_dir, config_files(config))
-        elif service.platform in ("local", "remote") and not code_dir.is_dir():
-            problems.append(Problem(file, ("trialCodeDirectory",),
-                                    f"the trial code directory {code_dir} does not exist"))
-        elif service.platform == "remote":
-            # What will be uploaded must fit NNI's limits: said now, not by the first trial.
-            from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files
-
-            try:
-                check_limits(code_dir, collect_files(code_dir, config_files(config)))
-            except CodeDirectoryError as exc:
-                problems.append(Problem(file, ("trialCodeDirectory",), str(exc)))
+            continue
+        section: tuple = ("trainingService",) if len(config.training_service) == 1 else ("trainingService", i)
+        platform = implementation.from_config(service, Path("."))
+        platform.use_shared_storage(config.shared_storage)
+        for path, message in platform.preflight(effective_code_directory(config, i), config_files(config)):
+            # trialCodeDirectory is a top-level key unless the section sets its own
+            top_level = path[:1] == ("trialCodeDirectory",) and service.trial_code_directory is None
+            problems.append(Problem(file, tuple(path) if top_level else section + tuple(path), message))
     return problems
-
-
-def _kubernetes_problems(file: Path | None, index: int, service: Any, code_dir: Path,
-                         excludes: tuple[Path, ...]) -> list[Problem]:
-    """Said before an experiment starts: the code must exist and fit where it travels, and
-    mounted storage must be reachable from here."""
-    from trialflow.platforms import kube_storage
-    from trialflow.platforms.kube_client import KubernetesError
-    from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files, pack
-
-    key: tuple = ("trainingService",) if index == 0 else ("trainingService", index)
-    platform = get_platform_entry(service.platform).load().from_config(service, Path("."))
-    storage = platform.storage
-    if storage is None and platform.storage_required:
-        return [Problem(file, key + ("storage",), platform.storage_required)]
-    in_image = platform.code_in_image(code_dir)
-    if not in_image and not code_dir.is_dir():
-        return [Problem(file, ("trialCodeDirectory",), f"the trial code directory {code_dir} does not exist "
-                        "(it is shipped to the pods)")]
-    try:
-        total = 0 if in_image else check_limits(code_dir, collect_files(code_dir, excludes))
-        if storage is None and total > kube_storage.CONFIG_MAP_LIMIT // 2:
-            kube_storage.config_map("check", {}, pack(code_dir, excludes), "")
-        if storage is not None:
-            kube_storage.check_storage(storage)
-        platform.extra_objects(platform_probe_spec(code_dir))  # registry secrets, templates: readable?
-    except CodeDirectoryError as exc:
-        return [Problem(file, ("trialCodeDirectory",), str(exc))]
-    except kube_storage.StorageError as exc:
-        return [Problem(file, key + ("storage",) if storage is not None else ("trialCodeDirectory",), str(exc))]
-    except KubernetesError as exc:
-        return [Problem(file, key, str(exc))]
-    return []
-
-
-def platform_probe_spec(code_dir: Path) -> TrialSpec:
-    """A stand-in trial for checks that build a trial's objects without running anything."""
-    return TrialSpec("check", "check-0000", 0, 0, {}, "", code_dir)
 
 
 def config_files(config: ExperimentConfig) -> tuple[Path, ...]:
@@ -158,7 +115,7 @@ def _points(config: ExperimentConfig) -> int | None:
     """How many points GridSearch or BatchTuner has (computed, never listed); None for tuners
     that sample or algorithms that cannot run."""
     from trialflow.tuning.algorithms import UnsupportedAlgorithm, batch_combinations, canonical_tuner_name
-    from trialflow.tuning.search_space import SearchSpaceError
+    from trialflow.config.search_space import SearchSpaceError
 
     algorithm = config.tuner or config.advisor
     try:
@@ -224,8 +181,10 @@ class Experiment:
 
     @classmethod
     def for_run(cls, config_path: str | Path, dag_id: str, run_id: str, workdir: Path | None = None,
-                conf: dict[str, Any] | None = None) -> "Experiment":
-        config = load_runnable_config(config_path)
+                conf: dict[str, Any] | None = None, check: bool = True) -> "Experiment":
+        """``check``: the full runnability check (walks, on Kubernetes packs, the code folder);
+        DAG parsing and the start step do it, a trial task or trigger only loads the config."""
+        config = load_runnable_config(config_path) if check else load_config(config_path)
         return cls(config, experiment_id_for_run(config, dag_id, run_id, conf),
                    Path(workdir or config.experiment_working_directory or default_workdir()))
 
@@ -242,16 +201,20 @@ class Experiment:
 
         return make_pruner(self.config)
 
-    def open_study(self, store: "ExperimentStore") -> "optuna.Study":
-        return store.open_study(self.experiment_id, self.algorithm, self.space, self.config.optimize_mode,
-                                self.pruner)
+    def open(self, store: "ExperimentStore") -> None:
+        """Create the experiment in the store, or re-open it (a cleared or continued run)."""
+        store.open_experiment(self.experiment_id, self.algorithm, self.space, self.config.optimize_mode,
+                              self.pruner)
 
-    def start_run(self, store: "ExperimentStore", study: "optuna.Study", run_id: str,
-                  now: float | None = None) -> RunWindow:
+    def window(self, store: "ExperimentStore", run_id: str) -> RunWindow:
+        """The trial indexes and deadline that DAG run ``run_id`` owns."""
+        return RunWindow.of(store.experiment_attrs(self.experiment_id), run_id)
+
+    def start_run(self, store: "ExperimentStore", run_id: str, now: float | None = None) -> RunWindow:
         """Give this DAG run its trial indexes (kept when the run is cleared and starts again) and a
         fresh maxExperimentDuration window from now."""
         now = time.time() if now is None else now
-        attrs = study.user_attrs
+        attrs = store.experiment_attrs(self.experiment_id)
         known = attrs.get(RUN_ATTR_PREFIX + run_id)
         if known is not None:
             first = int(known["first_index"])
@@ -261,8 +224,9 @@ class Experiment:
             first = max(taken, default=0)
         duration = self.config.max_experiment_duration
         window = RunWindow(first, trial_count(self.config), now + duration if duration else None)
-        study.set_user_attr(RUN_ATTR_PREFIX + run_id, {"first_index": window.first_index, "count": window.count,
-                                                       "deadline": window.deadline, "started_at": now})
+        store.set_experiment_attrs(self.experiment_id, {RUN_ATTR_PREFIX + run_id: {
+            "first_index": window.first_index, "count": window.count, "deadline": window.deadline,
+            "started_at": now}})
         return window
 
     def early_stop_check(self, store: "ExperimentStore", storage_id: int) -> "Callable[[], str | None] | None":
@@ -272,12 +236,10 @@ class Experiment:
             return None
         from trialflow.tuning.assessors import stop_reason
 
-        study = store.load_study(self.experiment_id, pruner)
-
         def check() -> str | None:
-            if not store.should_stop(study, storage_id, pruner):
+            if not store.should_stop(self.experiment_id, storage_id, pruner):
                 return None
-            return stop_reason(self.config, store.storage.get_trial(storage_id).last_step)
+            return stop_reason(self.config, store.trial(storage_id).last_step)
 
         return check
 
@@ -289,27 +251,25 @@ class Experiment:
     def space(self) -> SearchSpace:
         return parse_search_space(self.config.search_space)
 
-    def platform(self, service_index: int = 0) -> TrainingPlatform:
+    def platform(self, service_index: int = 0, connections: Connections | None = None) -> TrainingPlatform:
+        """The platform of listed training service ``service_index``; ``connections`` opens what
+        the config names by Airflow connection (the Airflow layer passes them)."""
         service = self.config.training_service[service_index]
         implementation = get_platform_entry(service.platform).load()
-        platform = implementation.from_config(service, self.directory)
-        if self.config.shared_storage is not None and hasattr(platform, "use_shared_storage"):
-            platform.use_shared_storage(self.config.shared_storage)
+        platform = implementation.from_config(service, self.directory, connections)
+        platform.use_shared_storage(self.config.shared_storage)
         return platform
 
-    def choose_service(self, study: "optuna.Study", trial_index: int) -> int:
+    def choose_service(self, store: "ExperimentStore", trial_index: int) -> int:
         """NNI's hybrid mode: the listed platform with the fewest active (submitted, not ended)
         trials of this experiment; ties go round-robin by trial index."""
         count = len(self.config.training_service)
         if count == 1:
             return 0
-        from optuna.trial import TrialState
-
         active = [0] * count
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            chosen = trial.user_attrs.get("service_index")
-            if chosen is not None and trial.user_attrs.get("handle") and 0 <= int(chosen) < count:
-                active[int(chosen)] += 1
+        for trial in store.active_trials(self.experiment_id):
+            if trial.service_index is not None and trial.handle and 0 <= int(trial.service_index) < count:
+                active[int(trial.service_index)] += 1
         return min(range(count), key=lambda i: (active[i], (i - trial_index) % count))
 
     def description(self) -> dict[str, Any]:

@@ -14,14 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from trialflow.platforms.base import (
-    Cursor,
-    TrainingPlatform,
-    TrialHandle,
-    TrialStatus,
-    TrialUpdate,
-    cancel_async,
-)
+from trialflow.platforms.base import Cursor, TrainingPlatform, TrialHandle, TrialStatus, TrialUpdate
 
 if TYPE_CHECKING:
     from trialflow.tuning.store import ExperimentStore
@@ -78,61 +71,85 @@ def with_skipped(message: str | None, cursor: Cursor) -> str | None:
     return f"{message}; {note}" if message else note
 
 
+class Follower:
+    """Following one trial: each :meth:`step` polls once, stores what is new, and applies the
+    deadlines and the assessor; :meth:`run` steps until the trial ends. The sensor's poke is one
+    step; the operator's short wait and the trigger are runs."""
+
+    def __init__(self, platform: TrainingPlatform, store: "ExperimentStore", handle: TrialHandle,
+                 storage_id: int, cursor: Cursor | None = None, *, deadline: float | None = None,
+                 experiment_deadline: float | None = None, stop_check: StopCheck | None = None,
+                 seen_running: bool = False):
+        self.platform, self.store, self.handle, self.storage_id = platform, store, handle, storage_id
+        self.deadline, self.experiment_deadline, self.stop_check = deadline, experiment_deadline, stop_check
+        self.outcome = FollowOutcome(None, dict(cursor or {}), seen_running=seen_running)
+        self.cancelling = False
+        self._just_cancelled = False
+
+    async def _cancel(self, status: TrialStatus, reason: str) -> None:
+        self.cancelling = self._just_cancelled = True
+        log.info("Stopping trial %s: %s", self.handle.get("trial_id"), reason)
+        await self.platform.cancel(self.handle, status, reason)
+
+    async def step(self, judge_always: bool = False) -> bool:
+        """One poll; True once the trial has ended (``self.outcome`` says how).
+
+        ``deadline`` (epoch seconds) is maxTrialDuration: past it the trial is cancelled once
+        as EARLY_STOPPED, and following continues until the platform reports the cancelled
+        state. ``experiment_deadline`` is maxExperimentDuration: past it the trial is cancelled
+        as SYS_CANCELED. The assessor (``stop_check``) is asked when new intermediate results
+        were stored (every step with ``judge_always``); a reason from it cancels the trial as
+        EARLY_STOPPED.
+        """
+        outcome = self.outcome
+        update = await self.platform.poll(self.handle, outcome.cursor)
+        if update.metrics:
+            await asyncio.to_thread(self.store.record_metrics, self.storage_id, update.metrics)
+        outcome.cursor = carry_skipped(outcome.cursor, update, self.handle.get("trial_id"))
+        if update.status.is_terminal:
+            outcome.status, outcome.exit_code = update.status, update.exit_code
+            outcome.message = with_skipped(update.message, outcome.cursor)
+            return True
+        if update.status == TrialStatus.RUNNING and not outcome.seen_running:
+            outcome.seen_running = True
+            await asyncio.to_thread(self.store.set_status, self.storage_id, TrialStatus.RUNNING)
+        if self.cancelling:
+            return False
+        now = time.time()
+        if self.experiment_deadline is not None and now > self.experiment_deadline:
+            await self._cancel(TrialStatus.SYS_CANCELED, EXPERIMENT_DEADLINE_REASON)
+        elif self.deadline is not None and now > self.deadline:
+            await self._cancel(TrialStatus.EARLY_STOPPED, TIMEOUT_REASON)
+        elif self.stop_check is not None and (judge_always or any(not m.is_final for m in update.metrics)):
+            reason = await asyncio.to_thread(self.stop_check)
+            if reason:
+                await self._cancel(TrialStatus.EARLY_STOPPED, reason)
+        return False
+
+    async def run(self, poll_interval: float = 1.0, give_up_after: float | None = None) -> FollowOutcome:
+        """Step until the trial ends, or ``give_up_after`` seconds pass (then ``outcome.status``
+        is None). Polls start fast and back off to ``poll_interval``: a trial that ends in a
+        second is seen at once, one that runs for hours costs a poll per ``poll_interval``."""
+        stop_at = time.monotonic() + give_up_after if give_up_after is not None else None
+        interval = min(poll_interval, FIRST_POLL_INTERVAL)
+        while not await self.step():
+            if self._just_cancelled:
+                self._just_cancelled = False
+                continue  # poll again at once: the stop may already show
+            if stop_at is not None and time.monotonic() >= stop_at:
+                break
+            # A platform told of changes (the Kubernetes watch) returns early from its pause.
+            await self.platform.wait_for_change(self.handle, self.outcome.cursor, interval)
+            interval = min(interval * 1.5, poll_interval)
+        return self.outcome
+
+
 async def follow_trial(platform: TrainingPlatform, store: "ExperimentStore", handle: TrialHandle, storage_id: int,
                        cursor: Cursor | None = None, *, deadline: float | None = None, poll_interval: float = 1.0,
                        give_up_after: float | None = None, seen_running: bool = False,
                        experiment_deadline: float | None = None, stop_check: StopCheck | None = None) -> FollowOutcome:
-    """Poll until the trial ends (or ``give_up_after`` seconds pass), recording metrics as they come.
-
-    ``deadline`` (epoch seconds) is maxTrialDuration: past it the trial is
-    cancelled once as EARLY_STOPPED, and following continues until the
-    platform reports the cancelled state. ``experiment_deadline`` is
-    maxExperimentDuration: past it the trial is cancelled as SYS_CANCELED.
-    ``stop_check`` is the assessor, asked each time new intermediate results
-    were stored; a reason from it cancels the trial as EARLY_STOPPED.
-    """
-    outcome = FollowOutcome(None, dict(cursor or {}), seen_running=seen_running)
-    wait_for_change = getattr(platform, "wait_for_change", None)
-    stop_at = time.monotonic() + give_up_after if give_up_after is not None else None
-    cancelling = False
-
-    async def cancel(status: TrialStatus, reason: str) -> None:
-        nonlocal cancelling
-        cancelling = True
-        log.info("Stopping trial %s: %s", handle.get("trial_id"), reason)
-        await cancel_async(platform, handle, status, reason)
-    # Start fast and back off to poll_interval: a trial that ends in a second is seen at once,
-    # a trial that runs for hours costs one poll per poll_interval.
-    interval = min(poll_interval, FIRST_POLL_INTERVAL)
-    while True:
-        update = await platform.poll(handle, outcome.cursor)
-        if update.metrics:
-            await asyncio.to_thread(store.record_metrics, storage_id, update.metrics)
-        outcome.cursor = carry_skipped(outcome.cursor, update, handle.get("trial_id"))
-        if update.status.is_terminal:
-            outcome.status, outcome.exit_code = update.status, update.exit_code
-            outcome.message = with_skipped(update.message, outcome.cursor)
-            return outcome
-        if update.status == TrialStatus.RUNNING and not outcome.seen_running:
-            outcome.seen_running = True
-            await asyncio.to_thread(store.set_status, storage_id, TrialStatus.RUNNING)
-        if not cancelling:
-            now = time.time()
-            if experiment_deadline is not None and now > experiment_deadline:
-                await cancel(TrialStatus.SYS_CANCELED, EXPERIMENT_DEADLINE_REASON)
-                continue
-            if deadline is not None and now > deadline:
-                await cancel(TrialStatus.EARLY_STOPPED, TIMEOUT_REASON)
-                continue
-            if stop_check is not None and any(not m.is_final for m in update.metrics):
-                reason = await asyncio.to_thread(stop_check)
-                if reason:
-                    await cancel(TrialStatus.EARLY_STOPPED, reason)
-                    continue
-        if stop_at is not None and time.monotonic() >= stop_at:
-            return outcome
-        if wait_for_change is not None:  # a platform that is told of changes wakes early
-            await wait_for_change(handle, outcome.cursor, interval)
-        else:
-            await asyncio.sleep(interval)
-        interval = min(interval * 1.5, poll_interval)
+    """Poll until the trial ends (or ``give_up_after`` seconds pass), recording metrics as they
+    come, applying maxTrialDuration, maxExperimentDuration and the assessor (see Follower)."""
+    follower = Follower(platform, store, handle, storage_id, cursor, deadline=deadline,
+                        experiment_deadline=experiment_deadline, stop_check=stop_check, seen_running=seen_running)
+    return await follower.run(poll_interval, give_up_after)

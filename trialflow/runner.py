@@ -162,18 +162,15 @@ class ExperimentRun:
         if self.run_id is None:
             return 0
         experiment = Experiment(self.config, self.experiment_id, self.workdir)
-        try:
-            study = ExperimentStore(self.store_url).load_study(self.experiment_id)
-        except KeyError:
-            return 0
         store = ExperimentStore(self.store_url)
+        if not store.experiment_exists(self.experiment_id):
+            return 0
         cancelled = 0
-        platform = experiment.platform()
-        for trial in study.get_trials(deepcopy=False):
-            handle = trial.user_attrs.get("handle")
-            if handle and not trial.state.is_finished():
-                platform.cancel(handle, TrialStatus.USER_CANCELED, reason)
-                store.finish(trial._trial_id, TrialStatus.USER_CANCELED, trial.user_attrs.get("final_metric"), reason)
+        for trial in store.active_trials(self.experiment_id):
+            if trial.handle:
+                platform = experiment.platform(int(trial.service_index or 0))
+                platform.cancel_sync(trial.handle, TrialStatus.USER_CANCELED, reason)
+                store.finish(trial.storage_id, TrialStatus.USER_CANCELED, trial.final, reason)
                 cancelled += 1
         return cancelled
 

@@ -59,7 +59,8 @@ trainingService: {{platform: local}}
     monkeypatch.setenv("AIRFLOW_CONN_TRIALFLOW_TEST", json.dumps({"conn_type": "trialflow", "extra": {"storage_url": url}}))
     experiment = Experiment(load_runnable_config(config), "etest000", tmp_path / "work")
     store = ExperimentStore(url)
-    study = experiment.open_study(store)
+    experiment.open(store)
+    study = experiment.experiment_id
 
     def submit(index: int, mode: str, deadline: float | None = None, steps: int = 200,
                experiment_deadline: float | None = None) -> TrialTrigger:
@@ -68,8 +69,8 @@ trainingService: {{platform: local}}
         spec.env["MODE"] = mode
         spec.env["STEPS"] = str(steps)
         platform = experiment.platform()
-        platform.prepare(experiment.experiment_id)
-        handle = platform.submit(spec)
+        platform.prepare_sync(experiment.experiment_id)
+        handle = platform.submit_sync(spec)
         return TrialTrigger(config_path=str(config), experiment_id=experiment.experiment_id,
                             workdir=str(experiment.workdir), handle=handle, storage_id=asked.storage_id,
                             store_conn_id="trialflow_test", deadline=deadline, poll_interval=0.05,
@@ -162,16 +163,22 @@ def test_the_assessor_stops_a_trial_below_the_median_from_the_trigger(setup):
 
 
 def test_the_poking_sensor_enforces_the_experiment_deadline_too(setup):
+    """Each poke is a step of the same follower: past maxExperimentDuration the first poke cancels,
+    a later one sees the trial stopped and skips the task (stopped on purpose)."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
     from trialflow.sensors.trial import TrialSensor
 
     submit, store = setup
     trigger = submit(6, "hang", experiment_deadline=time.time() - 1)
-    experiment = Experiment(load_runnable_config(trigger.config_path), trigger.experiment_id, Path(trigger.workdir))
-    platform = experiment.platform()
-    sub = {"handle": trigger.handle, "storage_id": trigger.storage_id, "experiment_deadline": trigger.experiment_deadline}
-    TrialSensor._stop_if_due(experiment, platform, store, sub)
+    sensor = TrialSensor(task_id="wait", submission={**trigger.serialize()[1], "store_conn_id": "trialflow_test"})
+    pushed: list = []
+    context = {"ti": type("TI", (), {"xcom_push": lambda self, key, value: pushed.append(value)})()}
+    assert sensor.poke(context) is False  # cancels
     deadline = time.monotonic() + 20
-    while (update := asyncio.run(platform.poll(trigger.handle, {}))).status.is_terminal is False:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    assert update.status == TrialStatus.SYS_CANCELED and update.message == "maxExperimentDuration reached"
+    with pytest.raises(AirflowSkipException, match="SYS_CANCELED: maxExperimentDuration reached"):
+        while sensor.poke(context) is False:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    assert pushed and pushed[0]["status"] == "SYS_CANCELED"
+    assert store.trial(trigger.storage_id).status == TrialStatus.SYS_CANCELED

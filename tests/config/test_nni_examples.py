@@ -14,7 +14,7 @@ import pytest
 
 from trialflow.config import ConfigError, load_config
 from trialflow.experiment import check_runnable
-from trialflow.tuning.search_space import parse_search_space
+from trialflow.config.search_space import parse_search_space
 
 QUOTE = "quote it"  # the hint for NNI's `{replace_me}` placeholders, which YAML reads as mappings
 #: config -> None (loads) or [(key path, substring of the message)] in any order.

@@ -12,7 +12,7 @@ import pytest
 from tests.integration.conftest import Harness
 from tests.kube.controller import TestController
 from trialflow.platforms.base import experiment_id_for
-from trialflow.platforms.kubernetes import object_name
+from trialflow.platforms.kubernetes.manifests import object_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube]
 

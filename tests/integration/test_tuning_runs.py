@@ -85,7 +85,7 @@ def test_a_cleared_dag_run_resumes_without_running_finished_trials_again(harness
     def clear_midway(run_id: str) -> None:
         if cleared:
             return
-        rows = harness.rows(dag_id, run_id) if harness.store.study_exists(experiment_id_for(dag_id, run_id)) else []
+        rows = harness.rows(dag_id, run_id) if harness.store.experiment_exists(experiment_id_for(dag_id, run_id)) else []
         done = sum(r["status"] == "SUCCEEDED" for r in rows)
         running = sum(r["status"] in ("WAITING", "RUNNING") for r in rows)
         if done >= 2 and running:
@@ -118,7 +118,7 @@ def test_max_experiment_duration_cancels_stops_launching_and_still_reports(harne
     rows = harness.rows(dag_id, run_id)
     assert [(r["trial_index"], r["status"]) for r in rows] == [(0, "SUCCEEDED"), (1, "SYS_CANCELED")]
     assert rows[1]["message"] == "maxExperimentDuration reached"
-    handle = harness.store.find_trial(harness.store.load_study(experiment_id_for(dag_id, run_id)), 1).user_attrs["handle"]
+    handle = harness.store.find_trial(experiment_id_for(dag_id, run_id), 1).handle
     assert not process_alive(handle["pid"])
     summary = harness.xcom(dag_id, run_id, "end_experiment")
     assert summary["status_counts"] == {"SUCCEEDED": 1, "SYS_CANCELED": 1}  # trials 2, 3 never started

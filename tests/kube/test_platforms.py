@@ -17,9 +17,10 @@ from trialflow.config.platforms import BUILTIN_PLATFORM_CONFIGS
 from trialflow.follow import TIMEOUT_REASON, follow_trial
 from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import TrialSpec, TrialStatus
-from trialflow.platforms.kube_client import INFORMERS, CustomObjects, Informer, KubernetesError
-from trialflow.platforms.kubernetes import LABEL_EXPERIMENT, experiment_selector, object_name
-from trialflow.platforms.registry import get_platform_entry
+from trialflow.platforms.kubernetes.client import CustomObjects, KubernetesError
+from trialflow.platforms.kubernetes.informer import INFORMERS, Informer
+from trialflow.platforms.kubernetes.manifests import LABEL_EXPERIMENT, experiment_selector, object_name
+from trialflow.config.registry import get_platform_entry
 from trialflow.trial.protocol import Metric
 from tests.kube.cluster import TOKEN, KubeCluster
 from tests.kube.controller import TestController, delete_crd, install_crd
@@ -92,7 +93,7 @@ def follow(platform, handle, deadline: float | None = None, timeout: float = 90)
 
 def run_trial(platform, spec: TrialSpec, **follow_kw: Any):
     """Submit and follow one trial to its end: (handle, outcome, recorder)."""
-    handle = platform.submit(spec)
+    handle = platform.submit_sync(spec)
     outcome, recorder = follow(platform, handle, **follow_kw)
     return handle, outcome, recorder
 
@@ -117,12 +118,12 @@ def test_a_trial_runs_and_its_metrics_come_from_the_pod_log(kind: str, kube_clus
                                                             kube_controller: TestController, tmp_path: Path):
     platform = make(kube_cluster, KINDS[kind], tmp_path)
     exp = experiment_id()
-    platform.prepare(exp)
+    platform.prepare_sync(exp)
     handle, outcome, recorder = run_trial(platform, spec_for(tmp_path, exp))
     assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
     assert values(recorder) == ([0, 2, 4], [20])
     assert TrialStatus.RUNNING in recorder.statuses
-    platform.cleanup(exp)
+    platform.cleanup_sync(exp)
 
 
 def test_frameworkcontroller_with_nfs_storage(kube_cluster: KubeCluster, kube_controller: TestController,
@@ -138,14 +139,14 @@ def test_frameworkcontroller_with_nfs_storage(kube_cluster: KubeCluster, kube_co
                        "memorySize": "256mb", "frameworkAttemptCompletionPolicy": {
                            "minFailedTaskCount": 1, "minSucceedTaskCount": 1}}]}, tmp_path)
     exp = experiment_id()
-    platform.prepare(exp)
+    platform.prepare_sync(exp)
     handle, outcome, recorder = run_trial(platform, spec_for(tmp_path, exp))
     assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
     assert values(recorder) == ([0, 2, 4], [20])
     pods = CustomObjects(platform.cluster, "default")
     assert run_sync(pods.pods(f"FC_FRAMEWORK_NAME={handle['name']}")) == []  # the controller deleted them
     assert (share / "trialflow" / exp / "trials" / handle["trial_id"] / "parameter.cfg").exists()
-    platform.cleanup(exp)
+    platform.cleanup_sync(exp)
     assert not (share / "trialflow" / exp).exists()
 
 
@@ -163,8 +164,8 @@ def test_metrics_through_mounted_storage(storage: str, kube_cluster: KubeCluster
     platform = make(kube_cluster, {**KINDS["tfjob"], "storage": {**section, "localMountPoint": str(share),
                                                                     "containerMountPoint": MOUNT}}, tmp_path)
     exp = experiment_id()
-    platform.prepare(exp)
-    handle = platform.submit(spec_for(tmp_path, exp))
+    platform.prepare_sync(exp)
+    handle = platform.submit_sync(spec_for(tmp_path, exp))
     objects = CustomObjects(platform.cluster, "default")
     assert run_sync(objects_config_maps(objects, exp)) == []  # nothing travels in a ConfigMap
     outcome, recorder = follow(platform, handle)
@@ -172,7 +173,7 @@ def test_metrics_through_mounted_storage(storage: str, kube_cluster: KubeCluster
     assert values(recorder) == ([0, 2, 4], [20])
     logs = list((share / "trialflow" / exp / "trials" / handle["trial_id"] / "logs").glob("*.log"))
     assert [p.name for p in logs] == [f"{handle['name']}-worker-0.log"]
-    platform.cleanup(exp)
+    platform.cleanup_sync(exp)
 
 
 async def objects_config_maps(objects: CustomObjects, exp: str) -> list[str]:
@@ -191,11 +192,11 @@ def test_real_nni_trial_code_reports_from_a_pod(kube_cluster: KubeCluster, kube_
     platform = make(kube_cluster, {**KINDS["tfjob"], "worker": {**ROLE, "command": f"{nni_python} mnist.py"}},
                     tmp_path)
     exp = experiment_id()
-    handle = platform.submit(TrialSpec(exp, f"{exp}-0000", 0, 0, {"x": 1.5}, "", code))
+    handle = platform.submit_sync(TrialSpec(exp, f"{exp}-0000", 0, 0, {"x": 1.5}, "", code))
     outcome, recorder = follow(platform, handle)
     assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
     assert values(recorder) == ([1.5, 2.5], [{"default": 4.5, "loss": 0.5}])
-    platform.cleanup(exp)
+    platform.cleanup_sync(exp)
 
 
 def test_one_failing_replica_fails_the_trial_and_stops_the_others(kube_cluster: KubeCluster,
@@ -203,14 +204,14 @@ def test_one_failing_replica_fails_the_trial_and_stops_the_others(kube_cluster: 
     platform = make(kube_cluster, {**KINDS["tfjob"], "worker": {**ROLE, "replicas": 2, "command": "python3 trial.py"},
                                    "ps": {**ROLE, "command": "sleep 600"}}, tmp_path)
     exp = experiment_id()
-    handle = platform.submit(spec_for(tmp_path, exp, env={"FAIL_SUFFIX": "-worker-1"}))
+    handle = platform.submit_sync(spec_for(tmp_path, exp, env={"FAIL_SUFFIX": "-worker-1"}))
     outcome, recorder = follow(platform, handle)
     assert outcome.status == TrialStatus.FAILED
     assert "TFJobFailed" in (outcome.message or "")
     job = kube_controller.job(handle["name"])
     assert job is not None and all(r.proc.poll() is not None for r in job.replicas)  # ps stopped too
     assert values(recorder)[1] == [20]  # worker 0 (the metrics replica) still reported
-    platform.cleanup(exp)
+    platform.cleanup_sync(exp)
 
 
 @pytest.mark.parametrize("kind", ["tfjob", "framework"])
@@ -226,12 +227,12 @@ def test_cancel_stops_the_job_and_reports_why(kind: str, kube_cluster: KubeClust
                        "frameworkAttemptCompletionPolicy": {"minFailedTaskCount": 1, "minSucceedTaskCount": 1}}]}
     platform = make(kube_cluster, service, tmp_path)
     exp = experiment_id()
-    handle = platform.submit(spec_for(tmp_path, exp, env={"STEP": "30"}))
+    handle = platform.submit_sync(spec_for(tmp_path, exp, env={"STEP": "30"}))
     deadline = time.monotonic() + 30
     while kube_controller.job(handle["name"]) is None and time.monotonic() < deadline:
         time.sleep(0.1)
     # a second platform object (another process in real life) cancels; the follower learns why
-    make(kube_cluster, service, tmp_path).cancel(handle, TrialStatus.USER_CANCELED, "stopped by the user")
+    make(kube_cluster, service, tmp_path).cancel_sync(handle, TrialStatus.USER_CANCELED, "stopped by the user")
     outcome, _ = follow(make(kube_cluster, service, tmp_path), handle)
     assert (outcome.status, outcome.message) == (TrialStatus.USER_CANCELED, "stopped by the user")
     job = kube_controller.job(handle["name"])
@@ -245,38 +246,38 @@ def test_cancel_stops_the_job_and_reports_why(kind: str, kube_cluster: KubeClust
     else:
         assert remaining["spec"]["executionType"] == "Stop"  # a Framework is stopped, its status kept
         assert remaining["status"]["state"] == "Completed"
-    platform.cleanup(exp)
+    platform.cleanup_sync(exp)
 
 
 def test_max_trial_duration_stops_a_trial_early(kube_cluster: KubeCluster, kube_controller: TestController,
                                                 tmp_path: Path):
     platform = make(kube_cluster, KINDS["pytorchjob"], tmp_path)
     exp = experiment_id()
-    handle = platform.submit(spec_for(tmp_path, exp, env={"STEP": "30"}))
+    handle = platform.submit_sync(spec_for(tmp_path, exp, env={"STEP": "30"}))
     outcome, _ = follow(platform, handle, deadline=time.time() + 2)
     assert (outcome.status, outcome.message) == (TrialStatus.EARLY_STOPPED, TIMEOUT_REASON)
     assert run_sync(CustomObjects(platform.cluster, "default").get(platform.resource, handle["name"])) is None
-    platform.cleanup(exp)
+    platform.cleanup_sync(exp)
 
 
 def test_a_second_submit_reattaches_instead_of_starting_again(kube_cluster: KubeCluster,
                                                               kube_controller: TestController, tmp_path: Path):
     exp = experiment_id()
     spec = spec_for(tmp_path, exp)
-    first = make(kube_cluster, KINDS["tfjob"], tmp_path).submit(spec)
-    again = make(kube_cluster, KINDS["tfjob"], tmp_path).submit(spec)  # a retried task, a new process
+    first = make(kube_cluster, KINDS["tfjob"], tmp_path).submit_sync(spec)
+    again = make(kube_cluster, KINDS["tfjob"], tmp_path).submit_sync(spec)  # a retried task, a new process
     assert again["uid"] == first["uid"] and again["name"] == object_name(spec.trial_id)
     outcome, recorder = follow(make(kube_cluster, KINDS["tfjob"], tmp_path), again)
     assert outcome.status == TrialStatus.SUCCEEDED and values(recorder)[1] == [20]
     assert kube_controller.launches(first["name"]) == 1
-    make(kube_cluster, KINDS["tfjob"], tmp_path).cleanup(exp)
+    make(kube_cluster, KINDS["tfjob"], tmp_path).cleanup_sync(exp)
 
 
 def test_the_watch_relists_after_410_gone(kube_cluster: KubeCluster, kube_controller: TestController,
                                           tmp_path: Path):
     platform = make(kube_cluster, KINDS["tfjob"], tmp_path)
     exp = experiment_id()
-    first = platform.submit(spec_for(tmp_path, exp, 0))
+    first = platform.submit_sync(spec_for(tmp_path, exp, 0))
 
     async def scenario() -> tuple[int, int, bool]:
         informer: Informer = INFORMERS.get(platform.api, platform.resource, experiment_selector(exp))
@@ -284,7 +285,7 @@ def test_the_watch_relists_after_410_gone(kube_cluster: KubeCluster, kube_contro
         await informer.stop()
         informer.resource_version = "1"  # far older than the server keeps: the next watch gets 410
         informer.start()
-        second = await asyncio.to_thread(platform.submit, spec_for(tmp_path, exp, 1))
+        second = await platform.submit(spec_for(tmp_path, exp, 1))
         deadline = time.monotonic() + 30
         while informer.get(second["name"])[0] is None and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
@@ -294,7 +295,7 @@ def test_the_watch_relists_after_410_gone(kube_cluster: KubeCluster, kube_contro
     assert gone >= 1 and relists >= 2 and seen
     outcome, _ = follow(platform, first)
     assert outcome.status == TrialStatus.SUCCEEDED
-    platform.cleanup(exp)
+    platform.cleanup_sync(exp)
 
 
 def test_watch_follows_without_asking_and_poll_asks_every_time(kube_cluster: KubeCluster,
@@ -314,12 +315,12 @@ def test_watch_follows_without_asking_and_poll_asks_every_time(kube_cluster: Kub
     for mode in ("watch", "poll"):
         platform = make(kube_cluster, {**KINDS["tfjob"], "statusUpdates": mode}, tmp_path / mode)
         exp = experiment_id()
-        handle = platform.submit(spec_for(tmp_path / mode, exp, env={"STEP": "0.5"}))
+        handle = platform.submit_sync(spec_for(tmp_path / mode, exp, env={"STEP": "0.5"}))
         reads.clear()
         outcome, recorder = follow(platform, handle)
         gets[mode] = len(reads)
         assert outcome.status == TrialStatus.SUCCEEDED and values(recorder)[1] == [20]
-        platform.cleanup(exp)
+        platform.cleanup_sync(exp)
     assert gets["poll"] >= 5, gets  # ~1.5 s of trial at poll_interval 0.2
     assert gets["watch"] <= 1, gets  # at most one read before the watch's first list arrives
 
@@ -328,18 +329,18 @@ def test_wrong_kubeconfig_and_credentials_are_clear_errors(kube_cluster: KubeClu
     bad_token = tmp_path / "bad-token.yaml"
     bad_token.write_text(yaml.safe_dump(kube_cluster.kubeconfig_dict(token="not-" + TOKEN)))
     with pytest.raises(KubernetesError, match=r"refused the credentials \(401") as err:
-        make(kube_cluster, {**KINDS["tfjob"], "kubeconfig": str(bad_token)}, tmp_path).prepare("x")
+        make(kube_cluster, {**KINDS["tfjob"], "kubeconfig": str(bad_token)}, tmp_path).prepare_sync("x")
     assert "not-" + TOKEN not in str(err.value)
     nowhere = tmp_path / "nowhere.yaml"
     config = kube_cluster.kubeconfig_dict()
     config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"
     nowhere.write_text(yaml.safe_dump(config))
     with pytest.raises(KubernetesError, match="cannot reach the API server"):
-        make(kube_cluster, {**KINDS["tfjob"], "kubeconfig": str(nowhere)}, tmp_path).prepare("x")
+        make(kube_cluster, {**KINDS["tfjob"], "kubeconfig": str(nowhere)}, tmp_path).prepare_sync("x")
     garbage = tmp_path / "garbage.yaml"
     garbage.write_text("just: [a, list\n")
     with pytest.raises(KubernetesError, match=f"cannot load kubeconfig {garbage}"):
-        make(kube_cluster, {**KINDS["tfjob"], "kubeconfig": str(garbage)}, tmp_path).prepare("x")
+        make(kube_cluster, {**KINDS["tfjob"], "kubeconfig": str(garbage)}, tmp_path).prepare_sync("x")
 
 
 def test_a_missing_crd_is_a_clear_error(kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path):
@@ -347,9 +348,9 @@ def test_a_missing_crd_is_a_clear_error(kube_cluster: KubeCluster, kube_controll
     delete_crd(kube_controller.api_client, "TrainJob")
     try:
         with pytest.raises(KubernetesError, match=r"TrainJob CRD \(trainjobs.trainer.kubeflow.org\) is not installed"):
-            platform.prepare("x")
+            platform.prepare_sync("x")
         with pytest.raises(KubernetesError, match="is the TrainJob operator"):
-            platform.submit(spec_for(tmp_path, experiment_id()))
+            platform.submit_sync(spec_for(tmp_path, experiment_id()))
     finally:
         install_crd(kube_controller.api_client, "TrainJob")
 
@@ -359,48 +360,49 @@ def test_cleanup_deletes_only_the_experiments_objects(kube_cluster: KubeCluster,
     platform = make(kube_cluster, KINDS["tfjob"], tmp_path)
     mine, other = experiment_id(), experiment_id()
     for exp in (mine, other):
-        platform.submit(spec_for(tmp_path, exp, env={"STEP": "30"}))
-    platform.cleanup(mine)
+        platform.submit_sync(spec_for(tmp_path, exp, env={"STEP": "30"}))
+    platform.cleanup_sync(mine)
     api = CustomObjects(platform.cluster, "default")
 
     async def names(exp: str) -> tuple[list[str], list[str]]:
-        listing = await (await api._api()).list_namespaced_custom_object(
+        listing = await (await api.custom_api()).list_namespaced_custom_object(
             "kubeflow.org", "v1", "default", "tfjobs", label_selector=f"{LABEL_EXPERIMENT}={exp}")
         return [o["metadata"]["name"] for o in listing["items"]], await objects_config_maps(api, exp)
 
     assert run_sync(names(mine)) == ([], [])
     jobs, maps = run_sync(names(other))
     assert len(jobs) == 1 and len(maps) == 1
-    platform.cleanup(other)
+    platform.cleanup_sync(other)
     assert run_sync(names(other)) == ([], [])
 
 
 def test_a_kubernetes_connection_names_the_cluster(kube_cluster: KubeCluster, kube_controller: TestController,
                                                    tmp_path: Path, monkeypatch):
     """kubernetesConnId: the cncf-kubernetes provider's connection fields, read via its async hook."""
-    from trialflow.hooks import register_connectors
+    from trialflow.hooks import airflow_connections
 
     monkeypatch.setenv("AIRFLOW_CONN_TEST_K8S", json.dumps({
         "conn_type": "kubernetes", "extra": {"kube_config": kube_cluster.kubeconfig.read_text()}}))
-    register_connectors()
     service = {k: v for k, v in KINDS["tfjob"].items()}
     config = BUILTIN_PLATFORM_CONFIGS["kubeflow"].model_validate({**service, "kubernetesConnId": "test_k8s"})
-    platform = get_platform_entry("kubeflow").load().from_config(config, tmp_path)
+    with pytest.raises(KubernetesError, match="needs Airflow's cncf-kubernetes provider"):
+        get_platform_entry("kubeflow").load().from_config(config, tmp_path).prepare_sync("x")  # outside Airflow
+    platform = get_platform_entry("kubeflow").load().from_config(config, tmp_path, airflow_connections())
     exp = experiment_id()
-    platform.prepare(exp)
-    outcome, recorder = follow(platform, platform.submit(spec_for(tmp_path, exp)))
+    platform.prepare_sync(exp)
+    outcome, recorder = follow(platform, platform.submit_sync(spec_for(tmp_path, exp)))
     assert outcome.status == TrialStatus.SUCCEEDED and values(recorder)[1] == [20]
     assert "test_k8s" in platform.cluster.label
-    platform.cleanup(exp)
+    platform.cleanup_sync(exp)
 
 
 def test_an_idle_informer_ends_its_watch_and_a_new_ask_relists(kube_cluster: KubeCluster,
                                                                kube_controller: TestController, tmp_path: Path,
                                                                monkeypatch):
-    from trialflow.platforms import kube_client
+    from trialflow.platforms.kubernetes import informer as kube_informer
 
-    monkeypatch.setattr(kube_client, "WATCH_TIMEOUT_SECONDS", 1)
-    monkeypatch.setattr(kube_client, "IDLE_SECONDS", 0.5)
+    monkeypatch.setattr(kube_informer, "WATCH_TIMEOUT_SECONDS", 1)
+    monkeypatch.setattr(kube_informer, "IDLE_SECONDS", 0.5)
     platform = make(kube_cluster, KINDS["tfjob"], tmp_path)
     exp = experiment_id()
 
@@ -432,10 +434,10 @@ def test_adaptdl_code_in_the_image_runs_there(kube_cluster: KubeCluster, kube_co
         exp = experiment_id()
         spec = TrialSpec(exp, f"{exp}-0000", 0, 0, {"x": 2.0}, "python3 main_adl.py", Path(inside))
         assert platform.code_in_image(spec.code_dir)
-        handle = platform.submit(spec)
+        handle = platform.submit_sync(spec)
         outcome, recorder = follow(platform, handle)
         assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
         assert values(recorder) == ([0, 2, 4], [20])
-        platform.cleanup(exp)
+        platform.cleanup_sync(exp)
     finally:
         del kube_controller.image_files[inside]

@@ -19,14 +19,14 @@ from trialflow.config.platforms import (
     KubeflowTrainerConfig,
     KubernetesStorageConfig,
 )
-from trialflow.platforms import kube_storage
-from trialflow.platforms.adaptdl import AdaptdlPlatform, adaptdl_status
+from trialflow.platforms.kubernetes import storage as kube_storage
+from trialflow.platforms.kubernetes.adaptdl import AdaptdlPlatform, adaptdl_status
 from trialflow.platforms.base import TrialSpec, TrialStatus
-from trialflow.platforms.frameworkcontroller import FrameworkControllerPlatform, framework_status
-from trialflow.platforms.kube_client import new_log_lines, since_time
-from trialflow.platforms.kubeflow import KubeflowPlatform, kubeflow_status
-from trialflow.platforms.kubeflow_trainer import KubeflowTrainerPlatform, trainjob_status
-from trialflow.platforms.kubernetes import NAME_LIMIT, object_name, resources
+from trialflow.platforms.kubernetes.frameworkcontroller import FrameworkControllerPlatform, framework_status
+from trialflow.platforms.kubernetes.logs import new_log_lines, since_time
+from trialflow.platforms.kubernetes.kubeflow import KubeflowPlatform, kubeflow_status
+from trialflow.platforms.kubernetes.trainer import KubeflowTrainerPlatform, trainjob_status
+from trialflow.platforms.kubernetes.manifests import NAME_LIMIT, object_name, resources
 
 ROLE = {"replicas": 1, "command": "python3 t.py", "cpuNumber": 2, "memorySize": "1gb"}
 

@@ -22,7 +22,7 @@ PY = sys.executable
 @pytest.fixture
 def platform(tmp_path: Path) -> LocalPlatform:
     p = LocalPlatform(LocalConfig(), tmp_path / "exp")
-    p.prepare("e1")
+    p.prepare_sync("e1")
     return p
 
 
@@ -72,7 +72,7 @@ def test_status_map_is_total(exit_code, cancel, alive):
 
 
 def test_trial_runs_in_the_code_dir_with_nni_env_and_reports(platform, code):
-    handle = platform.submit(spec(code, 0))
+    handle = platform.submit_sync(spec(code, 0))
     status, metrics, _ = follow(platform, handle)
     assert status == TrialStatus.SUCCEEDED
     assert [(m.type, m.value) for m in metrics] == [("PERIODICAL", 0.0), ("PERIODICAL", 1.5),
@@ -88,7 +88,7 @@ def test_environment_and_working_directory(platform, code):
                                  "open(os.environ['NNI_OUTPUT_DIR'] + '/env.json', 'w'))\n")
     os.environ["NNI_TRIAL_COMMAND_CHANNEL"] = "http://stale"  # a stale var in the worker must not leak in
     try:
-        handle = platform.submit(spec(code, 1, f"{PY} env.py"))
+        handle = platform.submit_sync(spec(code, 1, f"{PY} env.py"))
     finally:
         del os.environ["NNI_TRIAL_COMMAND_CHANNEL"]
     assert follow(platform, handle)[0] == TrialStatus.SUCCEEDED
@@ -102,7 +102,7 @@ def test_environment_and_working_directory(platform, code):
 
 
 def test_failing_trial_is_failed_with_its_exit_code(platform, code):
-    handle = platform.submit(spec(code, 2, rc=3))
+    handle = platform.submit_sync(spec(code, 2, rc=3))
     status, metrics, message = follow(platform, handle)
     assert status == TrialStatus.FAILED and "exited with code 3" in message
     assert metrics[-1].is_final  # what it reported before failing is still read
@@ -110,16 +110,16 @@ def test_failing_trial_is_failed_with_its_exit_code(platform, code):
 
 def test_missing_code_dir_is_a_clear_error(platform, tmp_path):
     with pytest.raises(FileNotFoundError, match="trialCodeDirectory"):
-        platform.submit(spec(tmp_path / "nope", 3))
+        platform.submit_sync(spec(tmp_path / "nope", 3))
 
 
 def test_submit_is_idempotent_and_reattaches(platform, code):
     s = spec(code, 4, pause=0.3)
-    first = platform.submit(s)
-    again = platform.submit(s)
+    first = platform.submit_sync(s)
+    again = platform.submit_sync(s)
     assert again["pid"] == first["pid"]
     assert follow(platform, again)[0] == TrialStatus.SUCCEEDED
-    after = platform.submit(s)  # a retry after the end re-attaches to the finished trial
+    after = platform.submit_sync(s)  # a retry after the end re-attaches to the finished trial
     assert after["pid"] == first["pid"]
     assert follow(platform, after)[0] == TrialStatus.SUCCEEDED
     assert len((Path(first["trial_dir"]) / ".nni" / "metrics").read_bytes().split(b"ME")) - 1 == 4
@@ -128,7 +128,7 @@ def test_submit_is_idempotent_and_reattaches(platform, code):
 def test_racing_submits_launch_one_process(platform, code):
     s = spec(code, 5, pause=0.2)
     handles: list[dict] = []
-    threads = [threading.Thread(target=lambda: handles.append(platform.submit(s))) for _ in range(6)]
+    threads = [threading.Thread(target=lambda: handles.append(platform.submit_sync(s))) for _ in range(6)]
     for t in threads:
         t.start()
     for t in threads:
@@ -140,13 +140,13 @@ def test_cancel_kills_the_whole_tree_including_escaped_sessions(platform, code, 
     pids = tmp_path / "pids"
     command = (f"sleep 300 & echo $! >> {pids}; setsid sleep 300 & echo $! >> {pids}; "
                f"{PY} -c 'import time; time.sleep(300)' & echo $! >> {pids}; wait")
-    handle = platform.submit(spec(code, 6, command))
+    handle = platform.submit_sync(spec(code, 6, command))
     deadline = time.monotonic() + 10
     while (not pids.exists() or len(pids.read_text().split()) < 3) and time.monotonic() < deadline:
         time.sleep(0.05)
     children = [int(p) for p in pids.read_text().split()]
     assert all(process_alive(p) for p in children)
-    platform.cancel(handle, TrialStatus.EARLY_STOPPED, "maxTrialDuration exceeded")
+    platform.cancel_sync(handle, TrialStatus.EARLY_STOPPED, "maxTrialDuration exceeded")
     assert not any(process_alive(p) for p in children + [handle["pid"]])
     status, _, message = follow(platform, handle)
     assert (status, message) == (TrialStatus.EARLY_STOPPED, "maxTrialDuration exceeded")
@@ -156,22 +156,22 @@ def test_cancel_escalates_to_kill_for_a_trial_that_ignores_term(platform, code, 
     monkeypatch.setattr("trialflow.platforms.local.KILL_GRACE_SECONDS", 0.5)
     (code / "stubborn.py").write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                                       "open('ready', 'w').close()\ntime.sleep(300)\n")
-    handle = platform.submit(spec(code, 7, f"{PY} stubborn.py"))
+    handle = platform.submit_sync(spec(code, 7, f"{PY} stubborn.py"))
     while not (code / "ready").exists():
         time.sleep(0.05)
-    platform.cancel(handle, TrialStatus.USER_CANCELED, "user")
+    platform.cancel_sync(handle, TrialStatus.USER_CANCELED, "user")
     assert follow(platform, handle)[0] == TrialStatus.USER_CANCELED
 
 
 def test_cancel_after_success_keeps_success(platform, code):
-    handle = platform.submit(spec(code, 8))
+    handle = platform.submit_sync(spec(code, 8))
     assert follow(platform, handle)[0] == TrialStatus.SUCCEEDED
-    platform.cancel(handle, TrialStatus.EARLY_STOPPED, "too late")
+    platform.cancel_sync(handle, TrialStatus.EARLY_STOPPED, "too late")
     assert follow(platform, handle)[0] == TrialStatus.SUCCEEDED
 
 
 def test_a_killed_trial_is_failed_not_running_forever(platform, code):
-    handle = platform.submit(spec(code, 9, "sleep 300"))
+    handle = platform.submit_sync(spec(code, 9, "sleep 300"))
     os.killpg(handle["pid"], 9)
     status, _, message = follow(platform, handle)
     assert status == TrialStatus.FAILED and "disappeared" in message
@@ -195,9 +195,9 @@ def test_a_reused_pid_is_not_mistaken_for_the_trial():
 
 
 def test_the_handle_records_when_the_wrapper_started(platform, code):
-    handle = platform.submit(spec(code, 11, "sleep 2"))
+    handle = platform.submit_sync(spec(code, 11, "sleep 2"))
     assert handle["started"] is not None and process_alive(handle["pid"], handle["started"])
-    platform.cancel(handle, TrialStatus.USER_CANCELED, "done")
+    platform.cancel_sync(handle, TrialStatus.USER_CANCELED, "done")
 
 
 # -- GPU scheduling (a fake nvidia-smi on PATH describing the GPUs) ---------------------------
@@ -229,10 +229,10 @@ def gpu_spec(code: Path, index: int, need: int) -> TrialSpec:
 
 def test_trials_get_their_own_gpus_and_wait_for_a_free_one(tmp_path, gpus):
     platform = LocalPlatform(LocalConfig(), tmp_path / "exp")
-    first = platform.submit(gpu_spec(gpus, 0, 1))
-    second = platform.submit(gpu_spec(gpus, 1, 1))
+    first = platform.submit_sync(gpu_spec(gpus, 0, 1))
+    second = platform.submit_sync(gpu_spec(gpus, 1, 1))
     started: list[dict] = []
-    third = threading.Thread(target=lambda: started.append(platform.submit(gpu_spec(gpus, 2, 1))))
+    third = threading.Thread(target=lambda: started.append(platform.submit_sync(gpu_spec(gpus, 2, 1))))
     third.start()
     deadline = time.monotonic() + 20
     while not ((gpus / "gpus-e1-0000").exists() and (gpus / "gpus-e1-0001").exists()):
@@ -258,8 +258,8 @@ def test_trials_get_their_own_gpus_and_wait_for_a_free_one(tmp_path, gpus):
 
 def test_a_trial_may_take_every_gpu_and_gpu_zero_means_none(tmp_path, gpus):
     platform = LocalPlatform(LocalConfig(), tmp_path / "exp")
-    everything = platform.submit(gpu_spec(gpus, 0, 2))
-    none = platform.submit(gpu_spec(gpus, 1, 0))
+    everything = platform.submit_sync(gpu_spec(gpus, 0, 2))
+    none = platform.submit_sync(gpu_spec(gpus, 1, 0))
     deadline = time.monotonic() + 20
     while not ((gpus / "gpus-e1-0000").exists() and (gpus / "gpus-e1-0001").exists()):
         assert time.monotonic() < deadline
@@ -276,7 +276,7 @@ def test_a_trial_that_can_never_fit_is_refused_at_once(tmp_path, gpus):
 
     platform = LocalPlatform(LocalConfig(gpuIndices=[1]), tmp_path / "exp")
     with pytest.raises(GpuRequestError, match="trialGpuNumber 2 can never fit on this machine"):
-        platform.submit(gpu_spec(gpus, 0, 2))
+        platform.submit_sync(gpu_spec(gpus, 0, 2))
 
 
 def test_a_launch_that_died_before_its_pid_is_taken_over(platform, code, monkeypatch):
@@ -291,7 +291,7 @@ def test_a_launch_that_died_before_its_pid_is_taken_over(platform, code, monkeyp
     marker.write_text("")
     old = time.time() - local.LAUNCH_WAIT_SECONDS - 5
     os.utime(marker, (old, old))
-    handle = platform.submit(spec(code, 42))
+    handle = platform.submit_sync(spec(code, 42))
     assert follow(platform, handle)[0] == TrialStatus.SUCCEEDED
 
 
@@ -301,9 +301,9 @@ def test_a_failed_launch_can_be_retried(platform, code, monkeypatch):
     real = sp.Popen
     monkeypatch.setattr(sp, "Popen", lambda *a, **k: (_ for _ in ()).throw(OSError("fork failed")))
     with pytest.raises(OSError, match="fork failed"):
-        platform.submit(spec(code, 43))
+        platform.submit_sync(spec(code, 43))
     monkeypatch.setattr(sp, "Popen", real)
-    assert follow(platform, platform.submit(spec(code, 43)))[0] == TrialStatus.SUCCEEDED
+    assert follow(platform, platform.submit_sync(spec(code, 43)))[0] == TrialStatus.SUCCEEDED
 
 
 def test_a_trial_ending_between_the_status_reads_is_not_vanished(platform: LocalPlatform, code: Path, monkeypatch):
@@ -311,7 +311,7 @@ def test_a_trial_ending_between_the_status_reads_is_not_vanished(platform: Local
     and liveness second (gone by then) reported a finished trial as FAILED "vanished"."""
     import trialflow.platforms.local as local
 
-    handle = platform.submit(spec(code, 0))
+    handle = platform.submit_sync(spec(code, 0))
     assert follow(platform, handle)[0] == TrialStatus.SUCCEEDED
     state = Path(handle["trial_dir"]) / ".nni" / "state"
     hidden = state.with_name("state.hidden")

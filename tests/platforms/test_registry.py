@@ -9,7 +9,7 @@ import pytest
 
 from trialflow.config import ConfigError, load_config
 from trialflow.config.loader import _known_keys, experiment_model
-from trialflow.platforms.registry import PlatformUnavailable, get_platform_entry, platform_entries
+from trialflow.config.registry import PlatformUnavailable, get_platform_entry, platform_entries
 
 PLUGINS = Path(__file__).resolve().parent.parent / "integration" / "plugins"
 CONFIG = """\

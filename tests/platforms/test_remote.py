@@ -36,6 +36,14 @@ def test_remote_status_table(exit_code, cancel, alive, has_pid, age, expected):
     assert remote_status(exit_code, cancel, alive, has_pid, age) is expected
 
 
+def stage(platform, experiment_id, code):
+    """prepare, then put the code on the machines now (as the first trial would)."""
+    from trialflow.platforms.background import run_sync
+
+    platform.prepare_sync(experiment_id)
+    return run_sync(platform.stage_code(code))
+
+
 def test_probe_output_is_split_into_facts_and_metric_bytes():
     facts, data = parse_probe(b"exit=\npid=42\nalive=1\ncancel=\n--trialflow-metrics--\nME000001x")
     assert facts == {"exit": "", "pid": "42", "alive": "1", "cancel": ""}
@@ -115,9 +123,9 @@ def test_a_trial_runs_on_each_machine_key_and_password(ssh_servers, tmp_path):
     code = _code(tmp_path)
     for index, machine in enumerate([_machine(a, "key"), _machine(b, "password")]):
         platform = _platform(tmp_path, [machine])
-        platform.prepare("eremote1")
-        handle = platform.submit(_spec(code, index))
-        assert platform.submit(_spec(code, index)) ["trial_dir"] == handle["trial_dir"]  # re-attach, no 2nd launch
+        platform.prepare_sync("eremote1")
+        handle = platform.submit_sync(_spec(code, index))
+        assert platform.submit_sync(_spec(code, index)) ["trial_dir"] == handle["trial_dir"]  # re-attach, no 2nd launch
         status, metrics, _ = asyncio.run(_follow(platform, handle))
         assert status == TrialStatus.SUCCEEDED
         assert [m.value for m in metrics] == [index, index + 1, index + 2, index * 10]
@@ -141,17 +149,17 @@ def test_clear_errors_for_wrong_key_unknown_host_key_and_no_server(ssh_servers, 
     ]
     for machine, message in cases:
         with pytest.raises(SshError, match=message):
-            _platform(tmp_path, [machine]).prepare("eerrors1")
+            _platform(tmp_path, [machine]).prepare_sync("eerrors1")
 
 
 def test_twelve_trials_at_once_on_one_machine_over_one_connection(ssh_servers, tmp_path):
     a, _ = ssh_servers
     platform = _platform(tmp_path, [_machine(a, "key")])
     code = _code(tmp_path)
-    platform.prepare("etwelve1")
+    platform.prepare_sync("etwelve1")
 
     async def all_of_them() -> list:
-        handles = await asyncio.gather(*(platform._submit(_spec(code, i, "etwelve1", sleep=1)) for i in range(12)))
+        handles = await asyncio.gather(*(platform.submit(_spec(code, i, "etwelve1", sleep=1)) for i in range(12)))
         return await asyncio.gather(*(_follow(platform, h) for h in handles))
 
     results = asyncio.run(all_of_them())
@@ -163,7 +171,7 @@ def test_a_trial_survives_its_sshd_restarting(ssh_servers, tmp_path):
     a, _ = ssh_servers
     platform = _platform(tmp_path, [_machine(a, "key")])
     code = _code(tmp_path)
-    handle = platform.submit(_spec(code, 0, "erestart", sleep=4))
+    handle = platform.submit_sync(_spec(code, 0, "erestart", sleep=4))
 
     async def follow_across_restart() -> tuple:
         await platform.poll(handle, {})
@@ -179,11 +187,11 @@ def test_a_trial_survives_its_sshd_restarting(ssh_servers, tmp_path):
 def test_a_second_experiment_with_the_same_code_uploads_nothing(ssh_servers, tmp_path):
     a, _ = ssh_servers
     code = _code(tmp_path, TRIAL + "# same code, second time\n")
-    _platform(tmp_path, [_machine(a, "key")]).prepare("efirst01", code)
+    stage(_platform(tmp_path, [_machine(a, "key")]), "efirst01", code)
     staged = sorted((a.home / "trialflow-experiments" / ".code").iterdir())
     stamps = {p.name: p.stat().st_mtime_ns for p in staged}
     time.sleep(0.05)
-    _platform(tmp_path, [_machine(a, "key")]).prepare("esecond1", code)
+    stage(_platform(tmp_path, [_machine(a, "key")]), "esecond1", code)
     again = sorted((a.home / "trialflow-experiments" / ".code").iterdir())
     assert {p.name: p.stat().st_mtime_ns for p in again} == stamps
     assert "efirst01" in {p.name for p in (a.home / "trialflow-experiments").iterdir()}
@@ -193,16 +201,16 @@ def test_cancel_kills_the_remote_process_group_and_cleanup_removes_files(ssh_ser
     a, _ = ssh_servers
     platform = _platform(tmp_path, [_machine(a, "key")])
     code = _code(tmp_path, "import subprocess, time\nsubprocess.Popen(['sleep', '300'])\ntime.sleep(300)\n")
-    handle = platform.submit(_spec(code, 0, "ecancel1"))
+    handle = platform.submit_sync(_spec(code, 0, "ecancel1"))
     deadline = time.monotonic() + 20
     while asyncio.run(platform.poll(handle, {})).status != TrialStatus.RUNNING:
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    platform.cancel(handle, TrialStatus.USER_CANCELED, "stop it")
+    platform.cancel_sync(handle, TrialStatus.USER_CANCELED, "stop it")
     status, _, message = asyncio.run(_follow(platform, handle))
     assert (status, message) == (TrialStatus.USER_CANCELED, "stop it")
     assert subprocess.run(["pgrep", "-u", a.user, "-f", "sleep 300"], capture_output=True).stdout == b""
-    platform.cleanup("ecancel1")
+    platform.cleanup_sync("ecancel1")
     assert not (a.home / "trialflow-experiments" / "ecancel1").exists()
     # the staged code stays for reuse, still read-only (the trial's view shared its files)
     staged = list((a.home / "trialflow-experiments" / ".code").glob("*/train.py"))
@@ -222,25 +230,21 @@ def test_a_machine_named_by_an_airflow_ssh_connection(ssh_servers, tmp_path, mon
     """Secrets in Airflow's connection (here the env-var form), opened by SSHHookAsync."""
     import json
 
-    from trialflow.hooks import ssh as ssh_hooks
-    from trialflow.platforms import ssh
+    from trialflow.hooks import airflow_connections
 
     a, _ = ssh_servers
     monkeypatch.setenv("AIRFLOW_CONN_MACHINE_A", json.dumps({
         "conn_type": "ssh", "host": "127.0.0.1", "port": a.port, "login": a.user,
         "extra": {"key_file": str(a.client_key), "host_key": a.host_key_line}}))
-    platform = _platform(tmp_path, [{"sshConnId": "machine_a", "pythonPath": "/usr/bin"}])
-    ssh.set_conn_id_connector(None)
+    machines = [{"sshConnId": "machine_a", "pythonPath": "/usr/bin"}]
     with pytest.raises(SshError, match="sshConnId 'machine_a' needs Airflow's connections"):
-        platform.prepare("econnid1")
-    ssh_hooks.register()
-    try:
-        platform.prepare("econnid1")
-        handle = platform.submit(_spec(_code(tmp_path), 0, "econnid1"))
-        assert handle["host"] == "machine_a"
-        assert asyncio.run(_follow(platform, handle))[0] == TrialStatus.SUCCEEDED
-    finally:
-        ssh.set_conn_id_connector(None)
+        _platform(tmp_path, machines).prepare_sync("econnid1")  # no connections given: outside Airflow
+    config = RemoteConfig.model_validate({"platform": "remote", "machineList": machines})
+    platform = RemotePlatform(config, tmp_path / "exp", airflow_connections())
+    platform.prepare_sync("econnid1")
+    handle = platform.submit_sync(_spec(_code(tmp_path), 0, "econnid1"))
+    assert handle["host"] == "machine_a"
+    assert asyncio.run(_follow(platform, handle))[0] == TrialStatus.SUCCEEDED
 
 
 def _fake_gpus(server, uuids: list[str], apps: list | None = None) -> str:
@@ -270,11 +274,11 @@ def test_gpu_trials_are_placed_where_gpus_are_free(ssh_servers, tmp_path):
         return TrialSpec("egpus001", f"egpus001-{index:04d}", index, index, {"x": hold}, "python3 train.py", code,
                          gpu_number=need)
 
-    whole = platform.submit(gpu_spec(0, 4, 3))     # only machine A has 4 GPUs: all of them
-    small = platform.submit(gpu_spec(1, 1, 0))     # A is full; on B, GPU 0 runs someone else's process
+    whole = platform.submit_sync(gpu_spec(0, 4, 3))     # only machine A has 4 GPUs: all of them
+    small = platform.submit_sync(gpu_spec(1, 1, 0))     # A is full; on B, GPU 0 runs someone else's process
     assert (whole["host"], small["host"]) == (platform.machines[0].target.label, platform.machines[1].target.label)
     with pytest.raises(Exception, match="trialGpuNumber 5 can never fit on .*trialflow-a.*trialGpuNumber 5 can never"):
-        platform.submit(gpu_spec(2, 5, 0))
+        platform.submit_sync(gpu_spec(2, 5, 0))
     for handle, expected in ((whole, "CUDA 0,1,2,3"), (small, "CUDA 1")):
         assert asyncio.run(_follow(platform, handle))[0] == TrialStatus.SUCCEEDED
         assert expected in (Path(handle["trial_dir"]) / "stdout.log").read_text()
@@ -301,7 +305,7 @@ def test_code_on_shared_storage_is_read_in_place(ssh_servers, tmp_path):
     platform.use_shared_storage(shared)
     staged = a.home / "trialflow-experiments" / ".code"
     before = set(staged.iterdir()) if staged.exists() else set()
-    handle = platform.submit(_spec(code, 0, "eshared1"))
+    handle = platform.submit_sync(_spec(code, 0, "eshared1"))
     assert asyncio.run(_follow(platform, handle))[0] == TrialStatus.SUCCEEDED
     assert f"hello from eshared1-0000 {code}" in (Path(handle["trial_dir"]) / "stdout.log").read_text()
     after = set(staged.iterdir())
@@ -314,7 +318,7 @@ def test_code_on_shared_storage_is_read_in_place(ssh_servers, tmp_path):
     platform.use_shared_storage(missing)
     with pytest.raises(SshError, match=r"/mnt/not-mounted/project/code is not there; mount nfs.example:/export "
                                        r"at /mnt/not-mounted on it \(trialflow never runs sudo mount\)"):
-        platform.prepare("eshared2", code)
+        stage(platform, "eshared2", code)
 
 
 def test_a_key_with_a_passphrase_and_a_wrong_passphrase(ssh_servers, tmp_path):
@@ -324,7 +328,7 @@ def test_a_key_with_a_passphrase_and_a_wrong_passphrase(ssh_servers, tmp_path):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "open sesame", "-f", str(key)], check=True)
         with open(a.root / "authorized_keys", "a") as fh:
             fh.write((a.root / "locked_key.pub").read_text())
-    _platform(tmp_path, [_machine(a, "key", sshKeyFile=str(key), sshPassphrase="open sesame")]).prepare("epass001")
+    _platform(tmp_path, [_machine(a, "key", sshKeyFile=str(key), sshPassphrase="open sesame")]).prepare_sync("epass001")
     with pytest.raises(SshError, match=r"cannot read the private key .*locked_key .*wrong sshPassphrase\?") as err:
-        _platform(tmp_path, [_machine(a, "key", sshKeyFile=str(key), sshPassphrase="wrong")]).prepare("epass002")
+        _platform(tmp_path, [_machine(a, "key", sshKeyFile=str(key), sshPassphrase="wrong")]).prepare_sync("epass002")
     assert "wrong" not in str(err.value).replace("wrong sshPassphrase", "")  # the passphrase is not echoed

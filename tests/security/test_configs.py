@@ -126,7 +126,7 @@ def test_a_huge_grid_is_counted_and_indexed_without_listing_it(write):
     config = load_runnable_config(path)
     assert trial_count(config) == 2
     assert render_trial(path, 1)["parameters"] == {"p0": 1, "p1": 0, "p2": 0, "p3": 0, "p4": 0, "p5": 0}
-    grid = __import__("trialflow.tuning.search_space", fromlist=["x"]).parse_search_space(config.search_space).grid()
+    grid = __import__("trialflow.config.search_space", fromlist=["x"]).parse_search_space(config.search_space).grid()
     assert grid.size == 1000**6 and grid[1000**6 - 1] == {f"p{i}": 999 for i in range(6)}
 
 

@@ -48,9 +48,9 @@ def test_a_real_local_trial_sees_none_of_them(tmp_path: Path, monkeypatch: pytes
     code.mkdir()
     (code / "env.py").write_text("import json, os\njson.dump(dict(os.environ), open('../env.json', 'w'))\n")
     platform = LocalPlatform(LocalConfig(), tmp_path / "exp")
-    platform.prepare("eenv")
+    platform.prepare_sync("eenv")
     spec = TrialSpec("eenv", "eenv-0000", 0, 0, {}, f"{sys.executable} env.py", code, env={"EXPLICIT": "yes"})
-    platform.submit(spec)
+    platform.submit_sync(spec)
     dump = tmp_path / "env.json"
     for _ in range(200):
         if dump.exists() and dump.stat().st_size:

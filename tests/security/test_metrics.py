@@ -26,7 +26,7 @@ from trialflow.trial.protocol import (
     read_stdout_lines,
     stdout_line,
 )
-from trialflow.tuning.search_space import parse_search_space
+from trialflow.config.search_space import parse_search_space
 from trialflow.tuning.store import ExperimentStore, sqlite_url
 
 PY = sys.executable
@@ -133,9 +133,10 @@ def run_trial(tmp_path: Path):
     code.mkdir()
     (code / "t.py").write_text(TRIAL)
     store = ExperimentStore(sqlite_url(tmp_path / "store.db"))
-    study = store.open_study("emetrics", RANDOM, SPACE)
+    store.open_experiment("emetrics", RANDOM, SPACE)
+    study = "emetrics"
     platform = LocalPlatform(LocalConfig(), tmp_path / "work")
-    platform.prepare("emetrics")
+    platform.prepare_sync("emetrics")
     counter = iter(range(100))
 
     def run(garbage: str, final: object) -> tuple[TrialStatus, dict, str | None]:
@@ -143,7 +144,7 @@ def run_trial(tmp_path: Path):
         asked = store.ask(study, index, f"emetrics-{index:04d}", RANDOM, SPACE)
         command = f"{PY} t.py {shlex.quote(garbage)} {shlex.quote(json.dumps(final))}"
         spec = TrialSpec("emetrics", f"emetrics-{index:04d}", index, index, asked.parameters, command, code)
-        handle = platform.submit(spec)
+        handle = platform.submit_sync(spec)
         outcome = asyncio.run(follow_trial(platform, store, handle, asked.storage_id, poll_interval=0.05))
         store.finish(asked.storage_id, outcome.status, store.storage.get_trial(asked.storage_id).user_attrs.get(
             "final_metric"), outcome.message)
@@ -182,9 +183,9 @@ def test_an_overlong_stdout_line_on_a_remote_machine_does_not_stall_metrics(ssh_
                                "trial.report_intermediate_result(1)\nsys.stdout.write('y' * (5 * 1024 * 1024) + '\\n')\n"
                                "trial.report_intermediate_result(2)\ntrial.report_final_result(3)\n")
     platform = _platform(tmp_path, [_machine(a, "key")])
-    platform.prepare("elongln1")
+    platform.prepare_sync("elongln1")
     spec = TrialSpec("elongln1", "elongln1-0000", 0, 0, {"x": 1}, "python3 t.py", code)
-    handle = platform.submit(spec)
+    handle = platform.submit_sync(spec)
 
     async def follow() -> tuple[TrialStatus, list, list]:
         cursor: dict = {}

@@ -21,7 +21,7 @@ from trialflow.follow import TIMEOUT_REASON, follow_trial
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
 from trialflow.platforms.local import LocalPlatform
-from trialflow.tuning.search_space import parse_search_space
+from trialflow.config.search_space import parse_search_space
 from trialflow.tuning.store import ExperimentStore, sqlite_url
 
 PY = sys.executable
@@ -72,7 +72,7 @@ def unique():
 def local(tmp_path: Path) -> LocalPlatform:
     (tmp_path / "code").mkdir()
     platform = LocalPlatform(LocalConfig(), tmp_path / "exp")
-    platform.prepare("eproc")
+    platform.prepare_sync("eproc")
     return platform
 
 
@@ -83,15 +83,15 @@ def _spec(code: Path, index: int, command: str) -> TrialSpec:
 @pytest.mark.parametrize("escape", sorted(ESCAPES))
 def test_cancel_stops_what_left_the_process_group(local, tmp_path, unique, escape):
     n = unique()
-    handle = local.submit(_spec(tmp_path / "code", 0, ESCAPES[escape].format(n=n)))
+    handle = local.submit_sync(_spec(tmp_path / "code", 0, ESCAPES[escape].format(n=n)))
     assert _wait_for(lambda: len(_sleepers(n)) == 1)
-    local.cancel(handle, TrialStatus.USER_CANCELED, "test")
+    local.cancel_sync(handle, TrialStatus.USER_CANCELED, "test")
     assert _wait_for(lambda: not _sleepers(n)), f"{escape}: the escaped process survived the cancel"
 
 
 def test_a_finished_trial_leaves_no_process_behind(local, tmp_path, unique):
     n = unique()
-    handle = local.submit(_spec(tmp_path / "code", 0, f"setsid sleep {n} & (setsid sleep {n} &); echo done"))
+    handle = local.submit_sync(_spec(tmp_path / "code", 0, f"setsid sleep {n} & (setsid sleep {n} &); echo done"))
     assert _wait_for(lambda: (Path(handle["trial_dir"]) / ".nni" / "state").exists())
     assert not _sleepers(n)
     status, _, _ = local.status(handle)
@@ -103,8 +103,9 @@ def test_max_trial_duration_stops_what_left_the_process_group(local, tmp_path, u
     store = ExperimentStore(sqlite_url(tmp_path / "store.db"))
     space = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
     random_tuner = AlgorithmConfig(name="Random")
-    asked = store.ask(store.open_study("eproc", random_tuner, space), 0, "eproc-0000", random_tuner, space)
-    handle = local.submit(_spec(tmp_path / "code", 0, ESCAPES["double fork"].format(n=n)))
+    store.open_experiment("eproc", random_tuner, space)
+    asked = store.ask("eproc", 0, "eproc-0000", random_tuner, space)
+    handle = local.submit_sync(_spec(tmp_path / "code", 0, ESCAPES["double fork"].format(n=n)))
     assert _wait_for(lambda: len(_sleepers(n)) == 1)
     outcome = asyncio.run(follow_trial(local, store, handle, asked.storage_id, deadline=time.time() + 0.5,
                                        poll_interval=0.1))
@@ -114,13 +115,13 @@ def test_max_trial_duration_stops_what_left_the_process_group(local, tmp_path, u
 
 def test_another_trials_processes_are_untouched(local, tmp_path, unique):
     mine, theirs = unique(), unique()
-    handle = local.submit(_spec(tmp_path / "code", 0, ESCAPES["setsid child"].format(n=mine)))
-    other = local.submit(_spec(tmp_path / "code", 1, ESCAPES["setsid child"].format(n=theirs)))
+    handle = local.submit_sync(_spec(tmp_path / "code", 0, ESCAPES["setsid child"].format(n=mine)))
+    other = local.submit_sync(_spec(tmp_path / "code", 1, ESCAPES["setsid child"].format(n=theirs)))
     assert _wait_for(lambda: _sleepers(mine) and _sleepers(theirs))
-    local.cancel(handle, TrialStatus.USER_CANCELED, "test")
+    local.cancel_sync(handle, TrialStatus.USER_CANCELED, "test")
     assert _wait_for(lambda: not _sleepers(mine))
     assert _sleepers(theirs), "the other trial's process was killed too"
-    local.cancel(other, TrialStatus.USER_CANCELED, "test")
+    local.cancel_sync(other, TrialStatus.USER_CANCELED, "test")
     assert _wait_for(lambda: not _sleepers(theirs))
 
 
@@ -141,13 +142,13 @@ def test_remote_cancel_and_end_stop_what_left_the_process_group(ssh_servers, tmp
     code.mkdir()
     (code / "t.py").write_text("print(1)\n")
     platform = _platform(tmp_path, [_machine(a, "key")])
-    platform.prepare("eprocrem")
+    platform.prepare_sync("eprocrem")
     n, m = unique(), unique()
-    running = platform.submit(TrialSpec("eprocrem", "eprocrem-0000", 0, 0, {}, ESCAPES["double fork"].format(n=n),
+    running = platform.submit_sync(TrialSpec("eprocrem", "eprocrem-0000", 0, 0, {}, ESCAPES["double fork"].format(n=n),
                                         code))
-    ended = platform.submit(TrialSpec("eprocrem", "eprocrem-0001", 1, 1, {}, f"setsid sleep {m} & echo done", code))
+    ended = platform.submit_sync(TrialSpec("eprocrem", "eprocrem-0001", 1, 1, {}, f"setsid sleep {m} & echo done", code))
     assert _wait_for(lambda: len(_sleepers(n)) == 1)
     assert _wait_for(lambda: (Path(ended["trial_dir"]) / "exit_code").exists())
     assert not _sleepers(m), "a finished remote trial left a process behind"
-    platform.cancel(running, TrialStatus.USER_CANCELED, "test")
+    platform.cancel_sync(running, TrialStatus.USER_CANCELED, "test")
     assert _wait_for(lambda: not _sleepers(n)), "the escaped remote process survived the cancel"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trialflow.config.platforms import KubernetesStorageConfig, LocalConfig, RemoteConfig
-from trialflow.platforms import kube_storage
+from trialflow.platforms.kubernetes import storage as kube_storage
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.gpus import release_command
 from trialflow.platforms.leftovers import stop_marked_command
@@ -39,6 +39,14 @@ def box():
     shutil.rmtree(root, ignore_errors=True)
 
 
+def stage(platform, experiment_id, code):
+    """prepare, then put the code on the machines now (as the first trial would)."""
+    from trialflow.platforms.background import run_sync
+
+    platform.prepare_sync(experiment_id)
+    return run_sync(platform.stage_code(code))
+
+
 def hostile_dir(root: Path, name: str) -> Path:
     path = root / f"{name} {HOSTILE}"
     path.mkdir(parents=True)
@@ -58,8 +66,8 @@ def bash(script: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_local_wrapper_runs_the_command_verbatim_in_hostile_folders(box):
     code = hostile_dir(box, "code")
     platform = LocalPlatform(LocalConfig(), hostile_dir(box, "exp"))
-    platform.prepare("equote")
-    handle = platform.submit(TrialSpec("equote", "equote-0000", 0, 0, {}, COMMAND, code))
+    platform.prepare_sync("equote")
+    handle = platform.submit_sync(TrialSpec("equote", "equote-0000", 0, 0, {}, COMMAND, code))
     deadline = time.monotonic() + 30
     while platform.status(handle)[0] == TrialStatus.RUNNING and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -149,8 +157,8 @@ def test_remote_trial_with_a_hostile_python_path_over_ssh(ssh_servers, box):
     config = RemoteConfig.model_validate({"platform": "remote", "machineList": [
         _machine(a, "key", pythonPath=str(python_dir))]})
     platform = RemotePlatform(config, box / "exp")
-    platform.prepare("equoter", code)
-    handle = platform.submit(TrialSpec("equoter", "equoter-0000", 0, 0, {}, "python3 t.py", code))
+    stage(platform, "equoter", code)
+    handle = platform.submit_sync(TrialSpec("equoter", "equoter-0000", 0, 0, {}, "python3 t.py", code))
 
     import asyncio
 

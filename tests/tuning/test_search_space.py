@@ -6,7 +6,7 @@ import statistics
 import optuna
 import pytest
 
-from trialflow.tuning.search_space import SearchSpaceError, parse_search_space
+from trialflow.config.search_space import SearchSpaceError, parse_search_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

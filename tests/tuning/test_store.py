@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import optuna
 import math
 import multiprocessing
 from pathlib import Path
@@ -10,7 +11,7 @@ from optuna.trial import TrialState
 from trialflow.config.model import AlgorithmConfig
 from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
-from trialflow.tuning.search_space import parse_search_space
+from trialflow.config.search_space import parse_search_space
 from trialflow.tuning.store import ExperimentStore, best_row, safe_url, sqlite_url
 
 SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]},
@@ -24,17 +25,19 @@ def store(tmp_path: Path) -> ExperimentStore:
 
 
 def test_ask_is_idempotent_per_trial_index(store):
-    study = store.open_study("exp", TPE, SPACE)
+    store.open_experiment("exp", TPE, SPACE)
+    study = "exp"
     first = store.ask(study, 4, "exp-0004", TPE, SPACE)
     again = store.ask(study, 4, "exp-0004", TPE, SPACE)
     assert (again.number, again.parameters, again.resumed) == (first.number, first.parameters, True)
-    assert len(study.trials) == 1
+    assert len(optuna.load_study(study_name=study, storage=store.storage).trials) == 1
 
 
 def test_seeded_trials_differ_from_each_other_and_reproduce(tmp_path):
     def params(db: str) -> list[dict]:
         s = ExperimentStore(sqlite_url(tmp_path / db))
-        study = s.open_study("exp", TPE, SPACE)
+        s.open_experiment("exp", TPE, SPACE)
+        study = "exp"
         return [s.ask(study, i, f"t{i}", TPE, SPACE).parameters for i in range(4)]
 
     a, b = params("a.db"), params("b.db")
@@ -45,7 +48,8 @@ def test_seeded_trials_differ_from_each_other_and_reproduce(tmp_path):
 def test_grid_search_visits_every_point_once(store):
     grid = AlgorithmConfig(name="GridSearch", class_args={"seed": 1})
     space = parse_search_space({"a": {"_type": "choice", "_value": [1, 2, 3]}, "b": {"_type": "randint", "_value": [0, 2]}})
-    study = store.open_study("grid", grid, space)
+    store.open_experiment("grid", grid, space)
+    study = "grid"
     seen = []
     for i in range(6):
         asked = store.ask(study, i, f"g{i}", grid, space)
@@ -55,7 +59,8 @@ def test_grid_search_visits_every_point_once(store):
 
 
 def test_finish_maps_nni_outcomes_to_optuna_states(store):
-    study = store.open_study("exp", TPE, SPACE)
+    store.open_experiment("exp", TPE, SPACE)
+    study = "exp"
     cases = {
         0: (TrialStatus.SUCCEEDED, {"default": 0.7, "loss": 0.3}, TrialState.COMPLETE),
         1: (TrialStatus.EARLY_STOPPED, None, TrialState.PRUNED),
@@ -82,7 +87,8 @@ def test_finish_maps_nni_outcomes_to_optuna_states(store):
 
 
 def test_intermediate_results_are_idempotent_per_sequence(store):
-    study = store.open_study("exp", TPE, SPACE)
+    store.open_experiment("exp", TPE, SPACE)
+    study = "exp"
     sid = store.ask(study, 0, "t0", TPE, SPACE).storage_id
     metrics = [Metric("PERIODICAL", 0, 0.1), Metric("PERIODICAL", 1, {"default": 0.2, "x": 1}),
                Metric("PERIODICAL", 2, float("nan")), Metric("FINAL", 0, 0.9)]
@@ -94,7 +100,8 @@ def test_intermediate_results_are_idempotent_per_sequence(store):
 
 
 def test_rows_and_best_respect_optimize_mode(store):
-    study = store.open_study("exp", TPE, SPACE)
+    store.open_experiment("exp", TPE, SPACE)
+    study = "exp"
     for i, value in enumerate([0.5, 0.9, 0.1]):
         store.finish(store.ask(study, i, f"t{i}", TPE, SPACE).storage_id, TrialStatus.SUCCEEDED, value)
     store.finish(store.ask(study, 3, "t3", TPE, SPACE).storage_id, TrialStatus.SUCCEEDED, float("inf"))
@@ -112,7 +119,8 @@ def test_safe_url_hides_passwords():
 
 def _worker(url: str, index: int) -> None:
     store = ExperimentStore(url)
-    study = store.open_study("load", TPE, SPACE)
+    store.open_experiment("load", TPE, SPACE)
+    study = "load"
     asked = store.ask(study, index, f"t{index}", TPE, SPACE)
     for step in range(25):
         store.record_metrics(asked.storage_id, [Metric("PERIODICAL", step, step / 25)])
@@ -121,7 +129,7 @@ def _worker(url: str, index: int) -> None:
 
 def test_many_processes_write_at_once_without_losing_anything(tmp_path):
     url = sqlite_url(tmp_path / "load.db")
-    ExperimentStore(url).open_study("load", TPE, SPACE)
+    ExperimentStore(url).open_experiment("load", TPE, SPACE)
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_worker, args=(url, i)) for i in range(8)]
     for p in procs:
@@ -138,7 +146,8 @@ def test_many_processes_write_at_once_without_losing_anything(tmp_path):
 
 def _ask_same_index(url: str, index: int, barrier_path: str) -> None:
     store = ExperimentStore(url)
-    study = store.open_study("race", TPE, SPACE)
+    store.open_experiment("race", TPE, SPACE)
+    study = "race"
     while not Path(barrier_path).exists():  # start together
         pass
     asked = store.ask(study, index, f"t{index}", TPE, SPACE)
@@ -150,7 +159,7 @@ def test_racing_asks_for_one_index_agree_on_one_trial(tmp_path):
     """Two attempts of one trial (a zombie and its retry) ask at the same moment: the database's
     unique index lets one trial win, and both get its parameters."""
     url = sqlite_url(tmp_path / "race.db")
-    ExperimentStore(url).open_study("race", TPE, SPACE)
+    ExperimentStore(url).open_experiment("race", TPE, SPACE)
     barrier = str(tmp_path / "go")
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_ask_same_index, args=(url, 5, barrier)) for _ in range(4)]
@@ -165,18 +174,20 @@ def test_racing_asks_for_one_index_agree_on_one_trial(tmp_path):
     store = ExperimentStore(url)
     rows = store.trial_rows("race")
     assert [r["trial_index"] for r in rows] == [5]  # losers are hidden from rows
-    study = store.load_study("race")
-    winner = store.find_trial(study, 5)
-    assert repr(winner.user_attrs["parameters"]) in answers
-    assert sum(1 for t in study.trials if "superseded_by" in t.user_attrs) == len(study.trials) - 1
+    winner = store.find_trial("race", 5)
+    assert repr(winner.parameters) in answers
+    trials = optuna.load_study(study_name="race", storage=store.storage).trials
+    assert sum(1 for t in trials if "superseded_by" in t.user_attrs) == len(trials) - 1
 
 
 def test_find_trial_is_an_index_lookup(store):
-    study = store.open_study("exp", TPE, SPACE)
+    store.open_experiment("exp", TPE, SPACE)
+    study = "exp"
     ids = {i: store.ask(study, i, f"t{i}", TPE, SPACE).storage_id for i in (0, 7, 3)}
     assert {i: store.find_trial_id(study, i) for i in (0, 7, 3)} == ids
     assert store.find_trial_id(study, 1) is None
-    other = store.open_study("other", TPE, SPACE)
+    store.open_experiment("other", TPE, SPACE)
+    other = "other"
     assert store.find_trial_id(other, 0) is None  # per study
 
 
@@ -184,7 +195,8 @@ def test_should_stop_asks_the_pruner_about_running_trials_only(store):
     import optuna
 
     pruner = optuna.pruners.MedianPruner(n_startup_trials=0)
-    study = store.open_study("exp", TPE, SPACE, pruner=pruner)
+    store.open_experiment("exp", TPE, SPACE, pruner=pruner)
+    study = "exp"
     good = store.ask(study, 0, "t0", TPE, SPACE)
     store.record_metrics(good.storage_id, [Metric("PERIODICAL", s, 0.9) for s in range(3)])
     store.finish(good.storage_id, TrialStatus.SUCCEEDED, 0.9)
@@ -200,7 +212,8 @@ def test_should_stop_asks_the_pruner_about_running_trials_only(store):
 
 
 def test_dict_finals_keep_their_other_keys_in_rows(store):
-    study = store.open_study("exp", TPE, SPACE)
+    store.open_experiment("exp", TPE, SPACE)
+    study = "exp"
     asked = store.ask(study, 0, "t0", TPE, SPACE)
     store.finish(asked.storage_id, TrialStatus.SUCCEEDED, {"default": 0.8, "loss": 0.2, "epochs": 3})
     row = store.trial_rows("exp")[0]

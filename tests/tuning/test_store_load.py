@@ -8,6 +8,7 @@ default, and PostgreSQL from Debian's packages).
 
 from __future__ import annotations
 
+import optuna
 import asyncio
 import multiprocessing
 import sys
@@ -55,14 +56,15 @@ def _follower(config_path: str, url: str, indexes: list[int], errors: str) -> No
     try:
         experiment = Experiment(load_config(config_path), EXPERIMENT, Path(config_path).parent / "work")
         store = ExperimentStore(url)
-        study = experiment.open_study(store)
+        experiment.open(store)
+        study = EXPERIMENT
         platform = experiment.platform()
-        platform.prepare(EXPERIMENT)
+        platform.prepare_sync(EXPERIMENT)
 
         async def one(index: int) -> None:
             asked = await asyncio.to_thread(store.ask, study, index, trial_id_for(EXPERIMENT, index),
                                             experiment.algorithm, experiment.space)
-            handle = platform.submit(experiment.trial_spec(index, asked.number, asked.parameters))
+            handle = await platform.submit(experiment.trial_spec(index, asked.number, asked.parameters))
             outcome = await follow_trial(platform, store, handle, asked.storage_id, poll_interval=0.2)
             final = store.storage.get_trial(asked.storage_id).user_attrs.get("final_metric")
             # the platform's message is kept: a failure here must say why (exit code, vanished...)
@@ -100,7 +102,7 @@ def _check(store: ExperimentStore) -> None:
             if r["status"] != TrialStatus.SUCCEEDED.value] == []
     assert [r["final_metric"] for r in rows] == [float(i) for i in range(TRIALS)]
     assert all(r["final_extra"] == {"steps": REPORTS} for r in rows)
-    study = store.load_study(EXPERIMENT)
+    study = optuna.load_study(study_name=EXPERIMENT, storage=store.storage)
     for trial in study.get_trials(deepcopy=False):
         seq = trial.user_attrs["trial_index"]
         # nothing lost, nothing out of place: every step once, with its own value
@@ -125,7 +127,7 @@ def test_postgresql_store_under_load(tmp_path: Path, postgres_url: str):
 def _open_store(url: str, go: str, done: str) -> None:
     while not Path(go).exists():  # all processes open the store at the same moment
         pass
-    ExperimentStore(url).open_study("race", None, None)
+    ExperimentStore(url).open_experiment("race", None, None)
     Path(done).write_text("ok")
 
 

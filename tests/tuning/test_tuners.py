@@ -18,7 +18,7 @@ from trialflow.tuning.algorithms import (
     check_algorithms,
     names,
 )
-from trialflow.tuning.search_space import ALL_TYPES, parse_search_space
+from trialflow.config.search_space import ALL_TYPES, parse_search_space
 from trialflow.tuning.tuners import BUDGET_KEY, INDEX_PARAM, make_sampler, sample_parameters
 
 #: One parameter of each NNI type, and what a valid value of it is.

@@ -29,7 +29,7 @@ from trialflow.config.files import (
 )
 from trialflow.config.model import ExperimentConfig
 from trialflow.config.v1 import convert_v1, is_v1
-from trialflow.tuning.search_space import SearchSpaceError, parse_search_space
+from trialflow.config.search_space import SearchSpaceError, parse_search_space
 
 _SEARCH_SPACE_KEYS = ("searchspace", "searchspacefile")
 
@@ -95,7 +95,7 @@ def _platform_tag(value: Any) -> str | None:
 @lru_cache(maxsize=1)
 def experiment_model() -> type[ExperimentConfig]:
     """ExperimentConfig whose ``trainingService`` items are the registered platforms' models."""
-    from trialflow.platforms.registry import platform_entries
+    from trialflow.config.registry import platform_entries
 
     entries = platform_entries()
     members = tuple(Annotated[entry.config_model, Tag(name)] for name, entry in entries.items())
@@ -118,7 +118,7 @@ def experiment_model() -> type[ExperimentConfig]:
 @lru_cache(maxsize=1)
 def _known_keys() -> list[str]:
     """Every key any config section accepts, for 'did you mean' hints."""
-    from trialflow.platforms.registry import platform_entries
+    from trialflow.config.registry import platform_entries
 
     seen: set[str] = set()
     stack: list[type[NniModel]] = [ExperimentConfig] + [e.config_model for e in platform_entries().values()]
@@ -148,7 +148,7 @@ def _types_in(annotation: Any) -> list[Any]:
 
 def _pydantic_problems(exc: ValidationError, file: Path, lines: dict, service_is_list: bool,
                        converted: bool) -> list[Problem]:
-    from trialflow.platforms.registry import platform_entries
+    from trialflow.config.registry import platform_entries
 
     tags = set(platform_entries())
     problems = []

@@ -1,12 +1,15 @@
-"""Airflow glue: connections -> clients (the experiment store, SSH machines, Kubernetes clusters)."""
+"""Airflow glue: connections -> what the Airflow-free core needs (the experiment store, SSH
+machines, Kubernetes clusters)."""
 
 from __future__ import annotations
 
+from trialflow.platforms.base import Connections
 
-def register_connectors() -> None:
-    """Let the Airflow-free platforms open clients named by Airflow connections (sshConnId,
-    kubernetesConnId). Called where Airflow runs trialflow code: operator, sensor, trigger."""
+
+def airflow_connections() -> Connections:
+    """What platforms use to open machines and clusters named by Airflow connections
+    (sshConnId, kubernetesConnId): the SSH and cncf-kubernetes providers' hooks. Passed to
+    every platform that Airflow code builds (operator, sensor, trigger, end step)."""
     from trialflow.hooks import kubernetes, ssh
 
-    ssh.register()
-    kubernetes.register()
+    return Connections(ssh=ssh.open_connection, kubernetes=kubernetes.configuration)

@@ -7,20 +7,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trialflow.platforms import ssh
+from trialflow.platforms.ssh import SshError
 
 if TYPE_CHECKING:
     import asyncssh
 
 
 async def open_connection(conn_id: str) -> "asyncssh.SSHClientConnection":
+    """An open connection to the machine of Airflow SSH connection ``conn_id``."""
     try:
         from airflow.providers.ssh.hooks.ssh import SSHHookAsync
     except ImportError as exc:  # pragma: no cover - the ssh extra is missing
-        raise ssh.SshError("sshConnId needs the SSH provider: pip install 'airflow-provider-trialflow[ssh]'") from exc
+        raise SshError("sshConnId needs the SSH provider: pip install 'airflow-provider-trialflow[ssh]'") from exc
     return await SSHHookAsync(ssh_conn_id=conn_id).get_conn()
-
-
-def register() -> None:
-    """Let the remote platform open sshConnId machines (called by the operator and trigger)."""
-    ssh.set_conn_id_connector(open_connection)

@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
+from trialflow.hooks import airflow_connections
 from trialflow.operators.trial import experiment_for
 
 
@@ -30,16 +31,17 @@ class StartExperimentOperator(_ExperimentStep):
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.tuning.store import safe_url
 
-        experiment = experiment_for(self.config_path, context)
+        experiment = experiment_for(self.config_path, context, check=True)  # in full: nothing has started yet
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
         config = experiment.config
-        resumed = store.study_exists(experiment.experiment_id)
-        study = experiment.open_study(store)
-        store.describe_experiment(study, {**experiment.description(), "dag_id": context["dag"].dag_id,
-                                          "run_id": context["run_id"]})
-        window = experiment.start_run(store, study, context["run_id"])
+        resumed = store.experiment_exists(experiment.experiment_id)
+        experiment.open(store)
+        store.set_experiment_attrs(experiment.experiment_id, {
+            **experiment.description(), "dag_id": context["dag"].dag_id, "run_id": context["run_id"]})
+        window = experiment.start_run(store, context["run_id"])
+        connections = airflow_connections()
         for i in range(len(config.training_service)):
-            experiment.platform(i).prepare(experiment.experiment_id)
+            experiment.platform(i, connections).prepare_sync(experiment.experiment_id)
         self.log.info("Experiment %s (%s): trials %d..%d, %d at a time, on %s; files in %s",
                       experiment.experiment_id, "continued" if resumed else "new", window.first_index,
                       window.first_index + window.count - 1, config.trial_concurrency,
@@ -76,20 +78,19 @@ class EndExperimentOperator(_ExperimentStep):
         self.cleanup = cleanup
 
     def _cleanup(self, experiment: Any) -> None:
+        connections = airflow_connections()
         for i in range(len(experiment.config.training_service)):
             self.log.info("Removing experiment %s's files from %s", experiment.experiment_id,
                           experiment.config.platform_names[i])
-            experiment.platform(i).cleanup(experiment.experiment_id)
+            experiment.platform(i, connections).cleanup_sync(experiment.experiment_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.tuning.store import best_row
 
-        from trialflow.experiment import RunWindow
-
         experiment = experiment_for(self.config_path, context)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
         all_rows = store.trial_rows(experiment.experiment_id)
-        window = RunWindow.of(store.load_study(experiment.experiment_id).user_attrs, context["run_id"])
+        window = experiment.window(store, context["run_id"])
         # A run that continues a study reports its own trials, and the study's best beside them.
         rows = [r for r in all_rows if not window.count
                 or window.first_index <= (r["trial_index"] or 0) < window.first_index + window.count]

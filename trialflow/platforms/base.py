@@ -1,42 +1,42 @@
 """The platform contract every training service implements, and its small value types.
 
+One abstract base, :class:`TrainingPlatform`: a platform module subclasses it
+and fills in ``submit``, ``poll``, ``stop`` and ``render``; everything else
+has a default (``prepare``, ``cleanup``, ``preflight``, ``wait_for_change``,
+``use_shared_storage``), so callers never probe for a capability. The
+contract is async because the triggerer is; Airflow's synchronous code (the
+operator, the sensor's pokes, the end step) uses the ``*_sync`` faces, which
+run on one background event loop per process so connections are shared.
+
 Handles and cursors are plain JSON dicts because they travel through XCom and
 trigger kwargs and must survive a scheduler, worker or triggerer restart.
+Connections named in a config (``sshConnId``, ``kubernetesConnId``) reach a
+platform as :class:`Connections`: factories the Airflow layer injects, so no
+platform imports Airflow.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Generic, Mapping, TypeVar
 
+from trialflow.platforms.background import run_sync
 from trialflow.trial.protocol import Metric
+from trialflow.trial.status import CANCEL_STATUSES, TERMINAL_STATUSES, TrialStatus
+
+if TYPE_CHECKING:
+    from trialflow.config.model import SharedStorageConfig
+
+__all__ = ["CANCEL_STATUSES", "TERMINAL_STATUSES", "Connections", "Cursor", "TrainingPlatform", "TrialHandle",
+           "TrialSpec", "TrialStatus", "TrialUpdate", "experiment_id_for", "trial_id_for"]
 
 TrialHandle = dict[str, Any]
 Cursor = dict[str, Any]
-
-
-class TrialStatus(str, Enum):
-    """NNI's trial states; platforms map theirs onto these with a declarative table."""
-
-    WAITING = "WAITING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    USER_CANCELED = "USER_CANCELED"
-    SYS_CANCELED = "SYS_CANCELED"
-    EARLY_STOPPED = "EARLY_STOPPED"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self not in (TrialStatus.WAITING, TrialStatus.RUNNING)
-
-
-TERMINAL_STATUSES = frozenset(s for s in TrialStatus if s.is_terminal)
-CANCEL_STATUSES = frozenset({TrialStatus.USER_CANCELED, TrialStatus.SYS_CANCELED, TrialStatus.EARLY_STOPPED})
+ConfigT = TypeVar("ConfigT")
 
 
 def experiment_id_for(dag_id: str, run_id: str) -> str:
@@ -83,33 +83,96 @@ class TrialUpdate:
     skipped: list[str] = field(default_factory=list)
 
 
-@runtime_checkable
-class TrainingPlatform(Protocol):
-    """One training service. Implementations live one per module in ``trialflow.platforms``.
+@dataclass(frozen=True)
+class Connections:
+    """How a platform opens what a config names by Airflow connection id. The Airflow layer
+    fills these (trialflow.hooks.connections); outside Airflow they stay None and such a config
+    says it needs Airflow."""
+
+    #: sshConnId -> an open asyncssh connection (the SSH provider's SSHHookAsync).
+    ssh: Callable[[str], Awaitable[Any]] | None = None
+    #: kubernetesConnId -> a kubernetes_asyncio Configuration (the cncf-kubernetes provider's hook).
+    kubernetes: Callable[[str], Awaitable[Any]] | None = None
+
+
+class TrainingPlatform(ABC, Generic[ConfigT]):
+    """One training service; one module per platform subclasses this.
 
     ``submit`` must be idempotent: the same trial id re-attaches to the job it
-    already started instead of starting a second one. ``poll`` must return
-    only metrics after ``cursor`` and the cursor to use next time.
+    already started instead of starting a second one. ``poll`` returns only the
+    metrics after ``cursor`` and the cursor to use next time. ``stop`` stops a
+    running trial so that it then polls as the status ``cancel`` was given.
     """
 
     name: ClassVar[str]
 
+    def __init__(self, config: ConfigT, experiment_dir: Path, connections: Connections | None = None):
+        self.config = config
+        self.experiment_dir = Path(experiment_dir)
+        self.connections = connections or Connections()
+
     @classmethod
-    def from_config(cls, service_config: Any, experiment_dir: Path) -> "TrainingPlatform": ...
+    def from_config(cls, config: ConfigT, experiment_dir: Path,
+                    connections: Connections | None = None) -> "TrainingPlatform[ConfigT]":
+        return cls(config, experiment_dir, connections)
 
-    def prepare(self, experiment_id: str) -> None: ...
+    # -- what each platform provides -----------------------------------------------------------
 
-    def submit(self, spec: TrialSpec) -> TrialHandle: ...
+    @abstractmethod
+    async def submit(self, spec: TrialSpec) -> TrialHandle: ...
 
+    @abstractmethod
     async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate: ...
 
-    def cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None: ...
+    @abstractmethod
+    async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+        """Stop the trial (``cancel`` has checked ``status``); it then polls as ``status``."""
 
-    def cleanup(self, experiment_id: str) -> None: ...
+    @abstractmethod
+    def render(self, spec: TrialSpec) -> Mapping[str, Any]:
+        """What ``submit`` would send, without sending it (``trialflow render``); secrets masked."""
 
-    def render(self, spec: TrialSpec) -> Mapping[str, Any]: ...
+    # -- capabilities with defaults ------------------------------------------------------------
 
+    def preflight(self, code_dir: Path, excludes: tuple[Path, ...] = ()) -> list[tuple[tuple[str | int, ...], str]]:
+        """What would stop a trial here, found without contacting the platform (validate and
+        DAG parsing call it): (config key path, message) pairs; none by default."""
+        return []
 
-async def cancel_async(platform: TrainingPlatform, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
-    """Cancel from async code (the triggerer) without blocking its event loop."""
-    await asyncio.to_thread(platform.cancel, handle, status, reason)
+    def use_shared_storage(self, shared: "SharedStorageConfig | None") -> None:
+        """NNI's sharedStorage; platforms that can read code in place override this."""
+
+    async def prepare(self, experiment_id: str) -> None:
+        """Check access and stage what trials share, once per experiment start."""
+
+    async def cleanup(self, experiment_id: str) -> None:
+        """Remove what the experiment left on the platform (``cleanup=True``)."""
+
+    async def wait_for_change(self, handle: TrialHandle, cursor: Cursor, timeout: float) -> None:
+        """The follow loop's pause between polls; a platform told of changes returns early."""
+        await asyncio.sleep(timeout)
+
+    # -- shared -----------------------------------------------------------------------------
+
+    async def cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+        """User cancel, early stop or timeout; ``status`` says which (a cancel status)."""
+        if status not in CANCEL_STATUSES:
+            raise ValueError(f"cancel status must be one of {sorted(s.value for s in CANCEL_STATUSES)}")
+        await self.stop(handle, status, reason)
+
+    # Synchronous faces for Airflow's synchronous code, on the process's platform loop.
+
+    def prepare_sync(self, experiment_id: str) -> None:
+        run_sync(self.prepare(experiment_id))
+
+    def submit_sync(self, spec: TrialSpec) -> TrialHandle:
+        return run_sync(self.submit(spec))
+
+    def poll_sync(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
+        return run_sync(self.poll(handle, cursor))
+
+    def cancel_sync(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+        run_sync(self.cancel(handle, status, reason))
+
+    def cleanup_sync(self, experiment_id: str) -> None:
+        run_sync(self.cleanup(experiment_id))

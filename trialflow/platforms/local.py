@@ -30,6 +30,7 @@ from trialflow.config.platforms import LocalConfig
 from trialflow.platforms.base import (
     CANCEL_STATUSES,
     Cursor,
+    TrainingPlatform,
     TrialHandle,
     TrialSpec,
     TrialStatus,
@@ -126,19 +127,11 @@ def local_status(exit_code: int | None, cancel: TrialStatus | None, alive: bool)
     return TrialStatus.RUNNING if alive else TrialStatus.FAILED
 
 
-class LocalPlatform:
+class LocalPlatform(TrainingPlatform[LocalConfig]):
     """NNI's ``platform: local``. Trials run on the machine of the worker that submits them;
     the triggerer that follows them must run on the same machine (as with NNI's manager)."""
 
     name: ClassVar[str] = "local"
-
-    def __init__(self, config: LocalConfig, experiment_dir: Path):
-        self.config = config
-        self.experiment_dir = Path(experiment_dir)
-
-    @classmethod
-    def from_config(cls, service_config: LocalConfig, experiment_dir: Path) -> "LocalPlatform":
-        return cls(service_config, experiment_dir)
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -150,11 +143,15 @@ class LocalPlatform:
         """GPU claims of every experiment under the same working directory (one machine)."""
         return self.experiment_dir.parent / CLAIMS_DIR
 
-    def prepare(self, experiment_id: str) -> None:
+    async def prepare(self, experiment_id: str) -> None:
         (self.experiment_dir / "trials").mkdir(parents=True, exist_ok=True)
 
-    def cleanup(self, experiment_id: str) -> None:
-        """Local trial folders are the results (logs, outputs): kept, as NNI keeps them."""
+    # cleanup: the default (nothing). Local trial folders are the results: kept, as NNI keeps them.
+
+    def preflight(self, code_dir: Path, excludes: tuple[Path, ...] = ()) -> list[tuple[tuple[str | int, ...], str]]:
+        if not Path(code_dir).is_dir():
+            return [(("trialCodeDirectory",), f"the trial code directory {code_dir} does not exist")]
+        return []
 
     # -- pure builders --------------------------------------------------------------------
 
@@ -177,7 +174,7 @@ class LocalPlatform:
                                sys_dir=shlex.quote(str(sys_dir)), command=shlex.quote(spec.command), release=release,
                                leftovers=stop_marked_command(trial_mark(str(sys_dir)), LEFTOVER_GRACE_SECONDS))
 
-    def claim_gpus(self, spec: TrialSpec) -> list[tuple[int, int]]:
+    async def claim_gpus(self, spec: TrialSpec) -> list[tuple[int, int]]:
         """Wait for and claim trialGpuNumber GPUs of this machine (none when it is 0)."""
         if spec.gpu_number <= 0:
             return []
@@ -188,9 +185,9 @@ class LocalPlatform:
             out, _ = await proc.communicate()
             return out.decode("utf-8", "replace")
 
-        return asyncio.run(acquire(run, str(self.claims_dir), spec.gpu_number, self.config.max_trial_number_per_gpu,
-                                   self.config.gpu_indices, bool(self.config.use_active_gpu),
-                                   str(self.trial_dir(spec.trial_id)), "this machine", on_wait=log.info))
+        return await acquire(run, str(self.claims_dir), spec.gpu_number, self.config.max_trial_number_per_gpu,
+                             self.config.gpu_indices, bool(self.config.use_active_gpu),
+                             str(self.trial_dir(spec.trial_id)), "this machine", on_wait=log.info)
 
     def render(self, spec: TrialSpec) -> Mapping[str, Any]:
         env = self.build_env(spec)
@@ -210,7 +207,7 @@ class LocalPlatform:
 
     # -- contract -------------------------------------------------------------------------
 
-    def submit(self, spec: TrialSpec) -> TrialHandle:
+    async def submit(self, spec: TrialSpec) -> TrialHandle:
         sys_dir = self.trial_dir(spec.trial_id)
         handle: TrialHandle = {"platform": self.name, "trial_id": spec.trial_id, "trial_dir": str(sys_dir)}
         existing = self._reattach(sys_dir, handle)
@@ -220,7 +217,12 @@ class LocalPlatform:
             raise FileNotFoundError(f"trialCodeDirectory {spec.code_dir} does not exist")
         (sys_dir / ".nni").mkdir(parents=True, exist_ok=True)
         (sys_dir / CONTROL_DIR).mkdir(exist_ok=True)
-        claims = self.claim_gpus(spec)  # may wait for free GPUs; nothing is marked meanwhile
+        claims = await self.claim_gpus(spec)  # may wait for free GPUs; nothing is marked meanwhile
+        # The launch waits (up to LAUNCH_WAIT_SECONDS) for the wrapper's pid: off the event loop.
+        return await asyncio.to_thread(self._launch, spec, sys_dir, handle, claims)
+
+    def _launch(self, spec: TrialSpec, sys_dir: Path, handle: TrialHandle,
+                claims: list[tuple[int, int]]) -> TrialHandle:
         try:
             if not self._mark_launch(sys_dir):
                 existing = self._reattach(sys_dir, handle, wait=True)
@@ -346,10 +348,12 @@ class LocalPlatform:
         except (FileNotFoundError, ValueError):
             return None
 
-    def cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+    async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+        # The grace period between TERM and KILL is waited for off the event loop.
+        await asyncio.to_thread(self._stop, handle, status, reason)
+
+    def _stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         """TERM the whole tree, KILL what is left after the grace period."""
-        if status not in CANCEL_STATUSES:
-            raise ValueError(f"cancel status must be one of {sorted(s.value for s in CANCEL_STATUSES)}")
         sys_dir = Path(handle["trial_dir"])
         if read_state_file(sys_dir) == 0:
             return  # finished successfully before we got here

@@ -30,7 +30,9 @@ from trialflow.config.model import SharedStorageConfig
 from trialflow.config.platforms import RemoteConfig, RemoteMachineConfig
 from trialflow.platforms.base import (
     CANCEL_STATUSES,
+    Connections,
     Cursor,
+    TrainingPlatform,
     TrialHandle,
     TrialSpec,
     TrialStatus,
@@ -51,10 +53,19 @@ from trialflow.platforms.remote_commands import (
     read_command,
     staging_command,
 )
-from trialflow.platforms.ssh import POOL, SshError, SshTarget, run_sync
+from trialflow.platforms.ssh import POOL, SshError, SshTarget
 from trialflow.trial import unpack
 from trialflow.trial.env import trial_env
-from trialflow.trial.packing import PackedCode, known_digest, pack, pack_sdk, remember_digest
+from trialflow.trial.packing import (
+    CodeDirectoryError,
+    PackedCode,
+    check_limits,
+    collect_files,
+    known_digest,
+    pack,
+    pack_sdk,
+    remember_digest,
+)
 from trialflow.trial.protocol import parameter_text, read_stdout_lines
 
 log = logging.getLogger(__name__)
@@ -102,12 +113,11 @@ def machine_target(index: int, config: RemoteMachineConfig) -> SshTarget:
                      check_host_key=config.host_key_check, conn_id=config.ssh_conn_id)
 
 
-class RemotePlatform:
+class RemotePlatform(TrainingPlatform[RemoteConfig]):
     name: ClassVar[str] = "remote"
 
-    def __init__(self, config: RemoteConfig, experiment_dir: Path):
-        self.config = config
-        self.experiment_dir = Path(experiment_dir)
+    def __init__(self, config: RemoteConfig, experiment_dir: Path, connections: Connections | None = None):
+        super().__init__(config, experiment_dir, connections)
         self.machines = [Machine(i, m, machine_target(i, m)) for i, m in enumerate(config.machine_list)]
         self._homes: dict[int, str] = {}
         self._staged: dict[tuple[int, str], str] = {}
@@ -155,14 +165,10 @@ class RemotePlatform:
                            f"there; {self.mount_hint()}")
         return shared, True
 
-    @classmethod
-    def from_config(cls, service_config: RemoteConfig, experiment_dir: Path) -> "RemotePlatform":
-        return cls(service_config, experiment_dir)
-
     # -- remote commands ------------------------------------------------------------------
 
     async def _run(self, machine: Machine, command: str, stdin: bytes | None = None, check: bool = True) -> bytes:
-        status, out, err = await POOL.run(machine.target, command, stdin)
+        status, out, err = await POOL.run(machine.target, command, stdin, opener=self.connections.ssh)
         if check and status != 0:
             raise SshError(f"machine {machine.target.label}: `{command[:120]}` failed ({status}): "
                            f"{err.decode('utf-8', 'replace').strip()[-500:]}")
@@ -208,20 +214,35 @@ class RemotePlatform:
         self._staged[key] = folder
         return folder
 
-    async def _prepare(self, experiment_id: str, code_dir: Path | None) -> None:
+    async def prepare(self, experiment_id: str) -> None:
+        """Check every machine is reachable (clear errors for keys, host keys, addresses) and
+        stage trialflow's SDK there; the code is staged by the first trial that needs it."""
         async def one(machine: Machine) -> None:
             base = await self._base(machine)
             await self._run(machine, f"mkdir -p {shlex.quote(self.experiment_root(base, experiment_id))}/trials")
             await self._stage(machine, self._sdk, "sdk")
-            if code_dir is not None:
-                await self._code_on(machine, code_dir)
 
         await asyncio.gather(*(one(m) for m in self.machines))
 
-    def prepare(self, experiment_id: str, code_dir: Path | None = None) -> None:
-        """Check every machine is reachable (clear errors for keys, host keys, addresses) and
-        stage the SDK, and the code when given."""
-        run_sync(self._prepare(experiment_id, code_dir))
+    async def stage_code(self, code_dir: Path, excludes: tuple[Path, ...] = ()) -> list[str]:
+        """Put the code on every machine now (submit does it per machine when needed): the
+        folder each reads it from."""
+        async def one(machine: Machine) -> str:
+            return (await self._code_on(machine, Path(code_dir), excludes))[0]
+
+        return list(await asyncio.gather(*(one(m) for m in self.machines)))
+
+    def preflight(self, code_dir: Path, excludes: tuple[Path, ...] = ()) -> list[tuple[tuple[str | int, ...], str]]:
+        """The code must exist and fit NNI's upload limits: said by validate, not the first trial."""
+        if not Path(code_dir).is_dir():
+            return [(("trialCodeDirectory",), f"the trial code directory {code_dir} does not exist")]
+        if self.shared_code_path(code_dir) is not None:
+            return []  # read in place on the machines: nothing is uploaded
+        try:
+            check_limits(code_dir, collect_files(code_dir, excludes))
+        except CodeDirectoryError as exc:
+            return [(("trialCodeDirectory",), str(exc))]
+        return []
 
     # -- placement ------------------------------------------------------------------------
 
@@ -313,7 +334,7 @@ class RemotePlatform:
             waited = True
             await asyncio.sleep(GPU_WAIT_SECONDS)
 
-    async def _submit(self, spec: TrialSpec) -> TrialHandle:
+    async def submit(self, spec: TrialSpec) -> TrialHandle:
         for machine in self.machines:  # re-attach: the trial may already run on any machine
             base = await self._base(machine)
             trial_dir = self.trial_dir(base, spec.experiment_id, spec.trial_id)
@@ -362,9 +383,6 @@ class RemotePlatform:
         return {"platform": self.name, "trial_id": spec.trial_id, "machine": machine.index,
                 "host": machine.target.label, "trial_dir": trial_dir, "submitted_at": time.time()}
 
-    def submit(self, spec: TrialSpec) -> TrialHandle:
-        return run_sync(self._submit(spec))
-
     async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
         machine = self.machines[int(handle["machine"])]
         offset = int(cursor.get("metrics_offset", 0))
@@ -400,7 +418,7 @@ class RemotePlatform:
             next_cursor["in_long_line"] = True
         return TrialUpdate(status, metrics, next_cursor, message, exit_code, skipped)
 
-    async def _cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+    async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         machine = self.machines[int(handle["machine"])]
         q = shlex.quote(handle["trial_dir"])
         request = json.dumps({"status": status.value, "reason": reason}).encode()
@@ -411,20 +429,12 @@ class RemotePlatform:
                         # what left the process group (setsid, double forks) carries the mark
                         + stop_marked_command(trial_mark(handle["trial_dir"]), KILL_GRACE_SECONDS), check=False)
 
-    def cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
-        if status not in CANCEL_STATUSES:
-            raise ValueError(f"cancel status must be one of {sorted(s.value for s in CANCEL_STATUSES)}")
-        run_sync(self._cancel(handle, status, reason))
-
-    async def _cleanup(self, experiment_id: str) -> None:
+    async def cleanup(self, experiment_id: str) -> None:
+        """Remove the experiment's files from every machine (the staged code stays: another
+        experiment with the same code reuses it)."""
         for machine in self.machines:
             base = await self._base(machine)
             await self._run(machine, cleanup_command(self.experiment_root(base, experiment_id)))
-
-    def cleanup(self, experiment_id: str) -> None:
-        """Remove the experiment's files from every machine (the staged code stays: another
-        experiment with the same code reuses it)."""
-        run_sync(self._cleanup(experiment_id))
 
     def render(self, spec: TrialSpec) -> Mapping[str, Any]:
         base = f"$HOME/{BASE_DIR_NAME}"

@@ -8,9 +8,9 @@ next command; host keys are verified unless a machine says otherwise, and then
 it is logged once.
 
 asyncssh is imported lazily (it comes with the ``ssh`` extra). Machines named
-by an Airflow SSH connection (``sshConnId``) are opened by a connector that
-trialflow.hooks.ssh registers (the SSH provider's SSHHookAsync), so this
-module never imports Airflow.
+by an Airflow SSH connection (``sshConnId``) are opened by the opener the
+platform was given (``Connections.ssh``: the SSH provider's SSHHookAsync, from
+trialflow.hooks), so this module never imports Airflow.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from trialflow.platforms.background import run_sync  # noqa: F401  (the remote platform's sync calls)
 
 if TYPE_CHECKING:
     import asyncssh
@@ -58,15 +57,9 @@ class SshTarget:
     conn_id: str | None = None
 
 
-#: sshConnId -> an open asyncssh connection; set by trialflow.hooks.ssh inside Airflow.
-ConnIdConnector = Callable[[str], Awaitable["asyncssh.SSHClientConnection"]]
-_conn_id_connector: ConnIdConnector | None = None
+#: sshConnId -> an open asyncssh connection (Connections.ssh, given by the Airflow layer).
+ConnIdOpener = Callable[[str], Awaitable["asyncssh.SSHClientConnection"]]
 _warned_no_host_check: set[str] = set()
-
-
-def set_conn_id_connector(connector: ConnIdConnector | None) -> None:
-    global _conn_id_connector
-    _conn_id_connector = connector
 
 
 def describe_connect_error(target: SshTarget, exc: BaseException) -> str:
@@ -86,16 +79,16 @@ def describe_connect_error(target: SshTarget, exc: BaseException) -> str:
     return f"{where}: {type(exc).__name__}: {exc}"
 
 
-async def _open(target: SshTarget) -> "asyncssh.SSHClientConnection":
+async def _open(target: SshTarget, opener: ConnIdOpener | None) -> "asyncssh.SSHClientConnection":
     import asyncssh
 
     asyncssh.set_log_level(logging.WARNING)  # its INFO lines echo every command
 
     if target.conn_id is not None:
-        if _conn_id_connector is None:
+        if opener is None:
             raise SshError(f"machine {target.label}: sshConnId {target.conn_id!r} needs Airflow's connections "
                            "(run it from an Airflow task, or give host/user in the config)")
-        return await _conn_id_connector(target.conn_id)
+        return await opener(target.conn_id)
     options: dict[str, Any] = {"host": target.host, "port": target.port, "username": target.username,
                                "connect_timeout": CONNECT_TIMEOUT, "keepalive_interval": 30}
     if target.password:
@@ -139,8 +132,9 @@ def trusted_host_keys(target: SshTarget) -> Any:
 
 
 class _Connection:
-    def __init__(self, target: SshTarget):
+    def __init__(self, target: SshTarget, opener: ConnIdOpener | None):
         self.target = target
+        self.opener = opener
         self.conn: "asyncssh.SSHClientConnection | None" = None
         self.lock = asyncio.Lock()
         self.channels = asyncio.Semaphore(CHANNELS_PER_CONNECTION)
@@ -153,7 +147,7 @@ class _Connection:
                 self.conn.close()
                 self.conn = None
             if self.conn is None:
-                self.conn = await _open(self.target)
+                self.conn = await _open(self.target, self.opener)
             return self.conn
 
 
@@ -170,14 +164,16 @@ class SshPool:
         self._by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[SshTarget, _Connection]]" = \
             weakref.WeakKeyDictionary()
 
-    def _slot(self, target: SshTarget) -> _Connection:
+    def _slot(self, target: SshTarget, opener: ConnIdOpener | None) -> _Connection:
         conns = self._by_loop.setdefault(asyncio.get_running_loop(), {})
         if target not in conns:
-            conns[target] = _Connection(target)
+            conns[target] = _Connection(target, opener)
+        elif opener is not None:
+            conns[target].opener = opener  # a platform that can open connection ids came later
         return conns[target]
 
     async def run(self, target: SshTarget, command: str, stdin: bytes | None = None,
-                  timeout: float = COMMAND_TIMEOUT) -> tuple[int, bytes, bytes]:
+                  timeout: float = COMMAND_TIMEOUT, opener: ConnIdOpener | None = None) -> tuple[int, bytes, bytes]:
         """(exit status, stdout, stderr) of ``command``; reconnects (with backoff) when the
         connection broke, and raises SshError when the machine stays unreachable.
 
@@ -185,7 +181,7 @@ class SshPool:
         idempotent (launches are guarded by an atomic mkdir)."""
         import asyncssh
 
-        slot = self._slot(target)
+        slot = self._slot(target, opener)
         last: BaseException | None = None
         broken = None
         for attempt, delay in enumerate((0.0,) + RECONNECT_DELAYS):

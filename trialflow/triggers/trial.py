@@ -51,15 +51,16 @@ class TrialTrigger(BaseTrigger):
         })
 
     def _open(self) -> tuple["TrainingPlatform", "ExperimentStore", "StopCheck | None"]:
-        from trialflow.experiment import Experiment, load_runnable_config
-        from trialflow.hooks import register_connectors
+        from trialflow.experiment import Experiment
+        from trialflow.config import load_config
+        from trialflow.hooks import airflow_connections
         from trialflow.hooks.store import ExperimentStoreHook
 
-        register_connectors()
-
-        experiment = Experiment(load_runnable_config(self.config_path), self.experiment_id, Path(self.workdir))
+        # The config as it is now (validated in full at DAG parse and at the experiment's start).
+        experiment = Experiment(load_config(self.config_path), self.experiment_id, Path(self.workdir))
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
-        return experiment.platform(self.service_index), store, experiment.early_stop_check(store, self.storage_id)
+        return (experiment.platform(self.service_index, airflow_connections()), store,
+                experiment.early_stop_check(store, self.storage_id))
 
     def _error(self, message: str) -> TriggerEvent:
         return TriggerEvent({"status": "ERROR", "message": message, "exit_code": None, "cursor": self.cursor})

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from trialflow.config.model import AlgorithmConfig
-from trialflow.tuning.search_space import ALL_TYPES, SearchSpace, SearchSpaceError
+from trialflow.config.search_space import ALL_TYPES, SearchSpace, SearchSpaceError
 
 Role = Literal["tuner", "advisor", "assessor"]
 #: The extra that brings scikit-learn and SciPy (GP, Curvefitting).

@@ -26,10 +26,10 @@ from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from trialflow.config.model import AlgorithmConfig
-from trialflow.platforms.base import TrialStatus
+from trialflow.trial.status import TrialStatus
 from trialflow.trial.protocol import Metric, describe_result
 from trialflow.trial.protocol import scalar as _plain_scalar
-from trialflow.tuning.search_space import SearchSpace
+from trialflow.config.search_space import SearchSpace
 from trialflow.tuning.tuners import make_sampler, sample_parameters
 
 if TYPE_CHECKING:
@@ -103,13 +103,52 @@ def _open_storage(url: str, engine_kwargs: dict[str, Any], attempts: int = 6) ->
 
 @dataclass(frozen=True)
 class AskedTrial:
+    """A trial's identity and parameters, as the tuner gave them (``resumed``: it had them
+    already: a retry or a resumed run re-attaches)."""
+
     number: int
     storage_id: int
     parameters: dict[str, Any]
     resumed: bool
 
 
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as the store holds it, in trialflow's terms (Optuna's stay in this module)."""
+
+    storage_id: int
+    number: int
+    trial_index: int
+    trial_id: str
+    parameters: dict[str, Any]
+    status: TrialStatus
+    #: Closed in the store (Optuna froze it): its outcome no longer changes.
+    finished: bool
+    handle: dict[str, Any] | None
+    service_index: int | None
+    started_at: float | None
+    #: The final result as reported (a number, a dict with ``default``, or what the trial sent).
+    final: Any
+    message: str | None
+    intermediate_count: int
+    last_step: int | None
+
+
+def _record(frozen: optuna.trial.FrozenTrial, storage_id: int) -> TrialRecord:
+    attrs = frozen.user_attrs
+    return TrialRecord(
+        storage_id=storage_id, number=frozen.number, trial_index=int(attrs.get("trial_index", frozen.number)),
+        trial_id=str(attrs.get("trial_id", "")), parameters=attrs.get("parameters") or {},
+        status=TrialStatus(attrs.get("nni_status", TrialStatus.WAITING.value)), finished=frozen.state.is_finished(),
+        handle=attrs.get("handle"), service_index=attrs.get("service_index"), started_at=attrs.get("started_at"),
+        final=attrs.get("final_metric"), message=attrs.get("message"),
+        intermediate_count=len(frozen.intermediate_values), last_step=frozen.last_step)
+
+
 class ExperimentStore:
+    """The experiment store: experiments by id, trials as :class:`TrialRecord`. Optuna (studies,
+    trials, user attributes, states) stays inside this class."""
+
     def __init__(self, url: str):
         url = with_installed_driver(url)
         self.url = url
@@ -133,91 +172,119 @@ class ExperimentStore:
     def __repr__(self) -> str:
         return f"ExperimentStore({safe_url(self.url)})"
 
-    # -- studies --------------------------------------------------------------------------
+    @property
+    def engine(self) -> sa.Engine:
+        """For the read models (trialflow.queries), which query the same tables in SQL."""
+        return self.storage.engine
 
-    def open_study(self, experiment_id: str, tuner: AlgorithmConfig | None = None,
-                   space: SearchSpace | None = None, direction: str = "maximize",
-                   pruner: "BasePruner | None" = None) -> optuna.Study:
-        """Create or re-open the experiment's study. The pruner matters to samplers too:
-        Optuna's TPE models each Hyperband bracket on its own trials."""
+    # -- experiments ------------------------------------------------------------------------
+
+    def open_experiment(self, experiment_id: str, tuner: AlgorithmConfig | None = None,
+                        space: SearchSpace | None = None, direction: str = "maximize",
+                        pruner: "BasePruner | None" = None) -> None:
+        """Create the experiment, or re-open it (a cleared or continued run)."""
         sampler = make_sampler(tuner, space) if tuner is not None and space is not None else None
-        return optuna.create_study(storage=self.storage, study_name=experiment_id, sampler=sampler,
-                                   pruner=pruner, direction=direction, load_if_exists=True)
+        optuna.create_study(storage=self.storage, study_name=experiment_id, sampler=sampler, pruner=pruner,
+                            direction=direction, load_if_exists=True)
 
-    def load_study(self, experiment_id: str, pruner: "BasePruner | None" = None) -> optuna.Study:
-        return optuna.load_study(study_name=experiment_id, storage=self.storage, pruner=pruner)
-
-    def study_exists(self, experiment_id: str) -> bool:
+    def experiment_exists(self, experiment_id: str) -> bool:
         try:
             self.storage.get_study_id_from_name(experiment_id)
         except KeyError:
             return False
         return True
 
-    def describe_experiment(self, study: optuna.Study, attrs: dict[str, Any]) -> None:
+    def _study_id(self, experiment_id: str) -> int:
+        return self.storage.get_study_id_from_name(experiment_id)
+
+    def experiment_attrs(self, experiment_id: str) -> dict[str, Any]:
+        return self.storage.get_study_user_attrs(self._study_id(experiment_id))
+
+    def set_experiment_attrs(self, experiment_id: str, attrs: dict[str, Any]) -> None:
+        """Set what changed (an unchanged value is not written again)."""
+        study_id = self._study_id(experiment_id)
+        current = self.storage.get_study_user_attrs(study_id)
         for key, value in attrs.items():
-            if study.user_attrs.get(key) != value:
-                study.set_user_attr(key, value)
+            if current.get(key) != value:
+                self.storage.set_study_user_attr(study_id, key, value)
 
-    # -- trials ---------------------------------------------------------------------------
+    # -- trials -----------------------------------------------------------------------------
 
-    def find_trial_id(self, study: optuna.Study, trial_index: int) -> int | None:
-        """The Optuna trial id of trial ``trial_index`` (one indexed query)."""
+    def find_trial_id(self, experiment_id: str, trial_index: int) -> int | None:
+        """The storage id of trial ``trial_index`` (one indexed query)."""
         query = sa.select(TRIAL_INDEX.c.trial_id).where(
-            TRIAL_INDEX.c.study_id == study._study_id, TRIAL_INDEX.c.trial_index == trial_index)
+            TRIAL_INDEX.c.study_id == self._study_id(experiment_id), TRIAL_INDEX.c.trial_index == trial_index)
         with self.storage.engine.begin() as conn:
             return conn.execute(query).scalar_one_or_none()
 
-    def find_trial(self, study: optuna.Study, trial_index: int) -> optuna.trial.FrozenTrial | None:
-        storage_id = self.find_trial_id(study, trial_index)
-        return None if storage_id is None else self.storage.get_trial(storage_id)
+    def find_trial(self, experiment_id: str, trial_index: int) -> TrialRecord | None:
+        storage_id = self.find_trial_id(experiment_id, trial_index)
+        return None if storage_id is None else self.trial(storage_id)
 
-    def _claim(self, study: optuna.Study, trial_index: int, storage_id: int) -> int:
+    def trial(self, storage_id: int) -> TrialRecord:
+        return _record(self.storage.get_trial(storage_id), storage_id)
+
+    def _claim(self, study_id: int, trial_index: int, storage_id: int) -> int:
         """Record ``storage_id`` as trial ``trial_index``; the id that holds the index afterwards."""
         try:
             with self.storage.engine.begin() as conn:
-                conn.execute(TRIAL_INDEX.insert().values(study_id=study._study_id, trial_index=trial_index,
+                conn.execute(TRIAL_INDEX.insert().values(study_id=study_id, trial_index=trial_index,
                                                          trial_id=storage_id))
             return storage_id
         except sa.exc.IntegrityError:
-            winner = self.find_trial_id(study, trial_index)
-            assert winner is not None
-            return winner
+            with self.storage.engine.begin() as conn:
+                winner = conn.execute(sa.select(TRIAL_INDEX.c.trial_id).where(
+                    TRIAL_INDEX.c.study_id == study_id, TRIAL_INDEX.c.trial_index == trial_index)).scalar_one()
+            return int(winner)
 
-    def ask(self, study: optuna.Study, trial_index: int, trial_id: str, tuner: AlgorithmConfig,
-            space: SearchSpace) -> AskedTrial:
+    def ask(self, experiment_id: str, trial_index: int, trial_id: str, tuner: AlgorithmConfig,
+            space: SearchSpace, pruner: "BasePruner | None" = None) -> AskedTrial:
         """Parameters for trial ``trial_index``: the ones it already has (a retry or a resumed
         run re-attaches), or new ones from the tuner, which has seen every earlier result."""
-        existing = self.find_trial(study, trial_index)
+        existing = self.find_trial(experiment_id, trial_index)
         if existing is not None:
-            return AskedTrial(existing.number, existing._trial_id, existing.user_attrs["parameters"], True)
+            return AskedTrial(existing.number, existing.storage_id, existing.parameters, True)
         # A study object of its own: the sampler is per trial (seeded by index), and callers may
-        # share ``study`` between threads (the triggerer follows many trials in one process).
-        asking = optuna.Study(study_name=study.study_name, storage=self.storage,
-                              sampler=make_sampler(tuner, space, trial_index), pruner=study.pruner)
+        # ask from many threads (the triggerer follows many trials in one process).
+        asking = optuna.Study(study_name=experiment_id, storage=self.storage,
+                              sampler=make_sampler(tuner, space, trial_index), pruner=pruner)
         trial = asking.ask()
+        study_id = self._study_id(experiment_id)
+        storage_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         parameters = sample_parameters(tuner, space, trial, trial_index)
         for key, value in {"trial_index": trial_index, "trial_id": trial_id, "parameters": parameters,
                            "nni_status": TrialStatus.WAITING.value}.items():
             trial.set_user_attr(key, value)
-        winner = self._claim(study, trial_index, trial._trial_id)
-        if winner != trial._trial_id:
+        winner = self._claim(study_id, trial_index, storage_id)
+        if winner != storage_id:
             # Another attempt asked for the same index at the same moment; its trial stands.
-            self.storage.set_trial_user_attr(trial._trial_id, "superseded_by", winner)
-            self.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            self.storage.set_trial_user_attr(storage_id, "superseded_by", winner)
+            self.storage.set_trial_state_values(storage_id, TrialState.FAIL)
             frozen = self.storage.get_trial(winner)
             return AskedTrial(frozen.number, winner, frozen.user_attrs["parameters"], True)
-        return AskedTrial(trial.number, trial._trial_id, parameters, False)
+        return AskedTrial(trial.number, storage_id, parameters, False)
 
-    def should_stop(self, study: optuna.Study, storage_id: int, pruner: "BasePruner") -> bool:
+    def should_stop(self, experiment_id: str, storage_id: int, pruner: "BasePruner") -> bool:
         """The assessor's verdict on a running trial, from the intermediate results stored so far."""
         frozen = self.storage.get_trial(storage_id)
         if frozen.state.is_finished() or not frozen.intermediate_values:
             return False
+        study = optuna.load_study(study_name=experiment_id, storage=self.storage, pruner=pruner)
         return bool(pruner.prune(study, frozen))
+
+    def active_trials(self, experiment_id: str) -> list[TrialRecord]:
+        """Trials submitted and not closed (for hybrid placement and for cancelling a run)."""
+        study_id = self._study_id(experiment_id)
+        frozen = self.storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+        return [_record(t, self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number))
+                for t in frozen if "superseded_by" not in t.user_attrs]
 
     def set_status(self, storage_id: int, status: TrialStatus, **attrs: Any) -> None:
         self.storage.set_trial_user_attr(storage_id, "nni_status", status.value)
+        self.set_attrs(storage_id, **attrs)
+
+    def set_attrs(self, storage_id: int, **attrs: Any) -> None:
+        """Facts about a trial besides its status: handle, started_at, service_index."""
         for key, value in attrs.items():
             self.storage.set_trial_user_attr(storage_id, key, value)
 
@@ -273,9 +340,9 @@ class ExperimentStore:
 
     def trial_rows(self, experiment_id: str) -> list[dict[str, Any]]:
         """One dict per trial, in trial-index order, for summaries and progress."""
-        study = self.load_study(experiment_id)
+        frozen = self.storage.get_all_trials(self._study_id(experiment_id), deepcopy=False)
         rows = []
-        for t in study.get_trials(deepcopy=False):
+        for t in frozen:
             if "superseded_by" in t.user_attrs:
                 continue
             rows.append({

@@ -3,13 +3,12 @@ section (a required ``greeting``), registered through the ``trialflow.platforms`
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar, Literal
 
 from trialflow.config.platforms import TrainingServiceConfig
 from trialflow.platforms.base import TrialSpec
 from trialflow.platforms.local import LocalPlatform
-from trialflow.platforms.registry import PlatformEntry
+from trialflow.config.registry import PlatformEntry
 
 
 class EchoConfig(TrainingServiceConfig):
@@ -21,11 +20,6 @@ class EchoPlatform(LocalPlatform):
     """Local processes that also receive the configured greeting."""
 
     name: ClassVar[str] = "echo"
-
-    @classmethod
-    def from_config(cls, service_config: EchoConfig, experiment_dir: Path) -> "EchoPlatform":
-        platform = cls(service_config, experiment_dir)  # type: ignore[arg-type]
-        return platform
 
     def build_env(self, spec: TrialSpec) -> dict[str, str]:
         env = super().build_env(spec)

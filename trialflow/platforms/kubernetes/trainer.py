@@ -13,15 +13,15 @@ from typing import Any, ClassVar, Mapping
 
 from trialflow.config.platforms import KubeflowTrainerConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
-from trialflow.platforms.kube_client import Resource
-from trialflow.platforms.kubernetes import (
-    KubernetesPlatform,
+from trialflow.platforms.kubernetes.client import Resource
+from trialflow.platforms.kubernetes.manifests import (
     PodParts,
     StatusRules,
     condition_message,
     condition_status,
     resources,
 )
+from trialflow.platforms.kubernetes.platform import KubernetesPlatform
 
 TRAINJOB = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
 NODE_JOB = "node"  # the runtime's training job (and its container) by Trainer's convention

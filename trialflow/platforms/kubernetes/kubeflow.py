@@ -16,10 +16,9 @@ import logging
 from typing import Any, ClassVar, Mapping
 
 from trialflow.config.platforms import KubeflowConfig, KubeflowRoleConfig
-from trialflow.platforms.base import TrialSpec, TrialStatus
-from trialflow.platforms.kube_client import Resource
-from trialflow.platforms.kubernetes import (
-    KubernetesPlatform,
+from trialflow.platforms.base import Connections, TrialSpec, TrialStatus
+from trialflow.platforms.kubernetes.client import Resource
+from trialflow.platforms.kubernetes.manifests import (
     PodParts,
     StatusRules,
     condition_message,
@@ -29,6 +28,7 @@ from trialflow.platforms.kubernetes import (
     resources,
     trial_labels,
 )
+from trialflow.platforms.kubernetes.platform import KubernetesPlatform
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,8 @@ class KubeflowPlatform(KubernetesPlatform):
     nni_platform: ClassVar[str] = "kubeflow"
     config: KubeflowConfig
 
-    def __init__(self, config: KubeflowConfig, experiment_dir: Any):
-        super().__init__(config, experiment_dir)
+    def __init__(self, config: KubeflowConfig, experiment_dir: Any, connections: Connections | None = None):
+        super().__init__(config, experiment_dir, connections)
         if config.api_version != "v1":
             log.info("kubeflow apiVersion %s is sent as kubeflow.org/v1 (the training operator serves only v1)",
                      config.api_version)

@@ -18,8 +18,14 @@ from typing import Any, ClassVar, Mapping
 
 from trialflow.config.platforms import AdaptdlConfig, KubernetesStorageConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
-from trialflow.platforms.kube_client import Resource
-from trialflow.platforms.kubernetes import KubernetesPlatform, PodParts, object_name, resources, trial_labels
+from trialflow.platforms.kubernetes.client import Resource
+from trialflow.platforms.kubernetes.manifests import (
+    PodParts,
+    object_name,
+    resources,
+    trial_labels,
+)
+from trialflow.platforms.kubernetes.platform import KubernetesPlatform
 
 ADAPTDLJOB = Resource("adaptdl.petuum.com", "v1", "adaptdljobs", "AdaptDLJob")
 CONTAINER = "main"

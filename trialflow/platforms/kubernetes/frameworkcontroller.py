@@ -20,15 +20,15 @@ import yaml
 from trialflow.config.files import MAX_CONFIG_BYTES, FileProblem, load_yaml, read_bounded
 from trialflow.config.platforms import FrameworkControllerConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
-from trialflow.platforms.kube_client import KubernetesError, Resource
-from trialflow.platforms.kubernetes import (
-    KubernetesPlatform,
+from trialflow.platforms.kubernetes.client import KubernetesError, Resource
+from trialflow.platforms.kubernetes.manifests import (
     PodParts,
     registry_secret,
     registry_secret_name,
     resources,
     trial_labels,
 )
+from trialflow.platforms.kubernetes.platform import KubernetesPlatform
 
 FRAMEWORK = Resource("frameworkcontroller.microsoft.com", "v1", "frameworks", "Framework")
 

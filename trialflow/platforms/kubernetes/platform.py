@@ -20,40 +20,44 @@ rest the same way for all of them:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
-import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping
 
 from trialflow.config.platforms import KubernetesServiceConfig, KubernetesStorageConfig
-from trialflow.platforms import kube_storage
-from trialflow.platforms.background import run_sync
-from trialflow.platforms.base import CANCEL_STATUSES, Cursor, TrialHandle, TrialSpec, TrialStatus, TrialUpdate
-from trialflow.platforms.kube_client import (
-    INFORMERS,
-    Cluster,
-    CustomObjects,
-    KubernetesError,
-    Resource,
-    new_log_lines,
-    read_local_bytes,
-    since_time,
+from trialflow.platforms.base import (
+    Connections,
+    Cursor,
+    TrainingPlatform,
+    TrialHandle,
+    TrialSpec,
+    TrialStatus,
+    TrialUpdate,
+)
+from trialflow.platforms.kubernetes import storage as kube_storage
+from trialflow.platforms.kubernetes.client import Cluster, CustomObjects, KubernetesError, Resource
+from trialflow.platforms.kubernetes.informer import INFORMERS
+from trialflow.platforms.kubernetes.logs import new_log_lines, read_local_bytes, since_time
+from trialflow.platforms.kubernetes.manifests import (
+    CANCEL_ANNOTATION,
+    LABEL_EXPERIMENT,
+    LABEL_MANAGED,
+    LABEL_TRIAL,
+    PodParts,
+    cancel_record_name,
+    config_map_name,
+    experiment_selector,
+    object_name,
+    trial_labels,
 )
 from trialflow.trial.env import trial_env
-from trialflow.trial.packing import pack
+from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files, pack
 from trialflow.trial.protocol import parameter_text, read_stdout_lines
 
 log = logging.getLogger(__name__)
 
-NAME_LIMIT = 63
-LABEL_EXPERIMENT = "trialflow.io/experiment"
-LABEL_TRIAL = "trialflow.io/trial"
-LABEL_MANAGED = "app.kubernetes.io/managed-by"
-CANCEL_ANNOTATION = "trialflow.io/cancel"
 #: How often a running trial's log is read for metrics (status comes from the watch).
 LOG_INTERVAL_SECONDS = 5.0
 #: Bytes of a pod's log file read per poll from mounted storage.
@@ -61,60 +65,8 @@ LOG_CHUNK = 4 * 1024 * 1024
 #: How long a poll waits for the watch's first list before reading its job directly.
 SYNC_WAIT_SECONDS = 10.0
 
-#: A status rule: (condition type or state value, the TrialStatus it means).
-StatusRules = tuple[tuple[str, TrialStatus], ...]
 
-
-def object_name(trial_id: str, prefix: str = "trialflow") -> str:
-    """A DNS-1035 label from the trial id: lowercase, [a-z0-9-], starting with a letter, at most
-    63 characters (long ids keep a hash of the whole so two never meet)."""
-    name = re.sub(r"[^a-z0-9-]+", "-", f"{prefix}-{trial_id}".lower()).strip("-")
-    if len(name) > NAME_LIMIT:
-        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-        name = name[:NAME_LIMIT - 9].rstrip("-") + "-" + digest
-    return name
-
-
-def trial_labels(spec: TrialSpec) -> dict[str, str]:
-    return {LABEL_MANAGED: "trialflow", LABEL_EXPERIMENT: spec.experiment_id, LABEL_TRIAL: spec.trial_id}
-
-
-def experiment_selector(experiment_id: str) -> str:
-    return f"{LABEL_MANAGED}=trialflow,{LABEL_EXPERIMENT}={experiment_id}"
-
-
-def condition_status(obj: Mapping[str, Any], rules: StatusRules) -> TrialStatus | None:
-    """The first rule whose condition type is present with status "True" (rules in priority
-    order: terminal first), or None. Reading only the last condition is wrong: operators
-    append and flip conditions, and the last one is not always the state."""
-    true_types = {c.get("type") for c in (obj.get("status") or {}).get("conditions") or []
-                  if str(c.get("status")) == "True"}
-    for kind, status in rules:
-        if kind in true_types:
-            return status
-    return None
-
-
-def condition_message(obj: Mapping[str, Any], kind: str) -> str | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == kind and str(c.get("status")) == "True":
-            return " ".join(x for x in (c.get("reason"), c.get("message")) if x) or None
-    return None
-
-
-def resources(cpu: float | None, memory_mb: int | None, gpus: int) -> dict[str, Any]:
-    """requests == limits, as NNI set them; GPUs as nvidia.com/gpu."""
-    amounts: dict[str, Any] = {}
-    if cpu is not None:
-        amounts["cpu"] = f"{cpu:g}"
-    if memory_mb is not None:
-        amounts["memory"] = f"{int(memory_mb)}Mi"
-    if gpus:
-        amounts["nvidia.com/gpu"] = gpus
-    return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
-
-
-class KubernetesPlatform:
+class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
     """Base of the Kubernetes platforms. Subclasses set the class attributes and builders."""
 
     name: ClassVar[str]
@@ -127,16 +79,12 @@ class KubernetesPlatform:
     #: Why this kind cannot run without mounted storage (None: the ConfigMap way works).
     storage_required: ClassVar[str | None] = None
 
-    def __init__(self, config: KubernetesServiceConfig, experiment_dir: Path):
-        self.config = config
-        self.experiment_dir = Path(experiment_dir)
-        self.cluster = Cluster(config.kubernetes_conn_id, str(config.kubeconfig) if config.kubeconfig else None)
+    def __init__(self, config: KubernetesServiceConfig, experiment_dir: Path, connections: Connections | None = None):
+        super().__init__(config, experiment_dir, connections)
+        self.cluster = Cluster(config.kubernetes_conn_id, str(config.kubeconfig) if config.kubeconfig else None,
+                               self.connections.kubernetes)
         self.api = CustomObjects(self.cluster, config.namespace)
         self._cancelled: dict[str, tuple[TrialStatus, str]] = {}
-
-    @classmethod
-    def from_config(cls, service_config: Any, experiment_dir: Path) -> "KubernetesPlatform":
-        return cls(service_config, experiment_dir)
 
     # -- what a kind module provides ---------------------------------------------------------
 
@@ -209,7 +157,36 @@ class KubernetesPlatform:
 
     # -- platform contract ------------------------------------------------------------------
 
-    async def _prepare(self) -> None:
+    def preflight(self, code_dir: Path, excludes: tuple[Path, ...] = ()) -> list[tuple[tuple[str | int, ...], str]]:
+        """Said before an experiment starts, without the cluster: the code must exist and fit
+        where it travels, mounted storage must be reachable from here, and what the job's objects
+        read (registry secrets, templates) must be readable."""
+        storage = self.storage
+        if storage is None and self.storage_required:
+            return [(("storage",), self.storage_required)]
+        in_image = self.code_in_image(code_dir)
+        if not in_image and not Path(code_dir).is_dir():
+            return [(("trialCodeDirectory",), f"the trial code directory {code_dir} does not exist "
+                     "(it is shipped to the pods)")]
+        try:
+            total = 0 if in_image else check_limits(code_dir, collect_files(code_dir, excludes))
+            if storage is None and total > kube_storage.CONFIG_MAP_LIMIT // 2:
+                kube_storage.config_map("check", {}, pack(code_dir, excludes), "")
+            if storage is not None:
+                kube_storage.check_storage(storage)
+            self.extra_objects(TrialSpec("check", "check-0000", 0, 0, {}, "", Path(code_dir)))
+        except CodeDirectoryError as exc:
+            return [(("trialCodeDirectory",), str(exc))]
+        except kube_storage.StorageError as exc:
+            return [(("storage",) if storage is not None else ("trialCodeDirectory",), str(exc))]
+        except KubernetesError as exc:
+            return [((), str(exc))]
+        return []
+
+    async def prepare(self, experiment_id: str) -> None:
+        """Fail before any trial when the cluster, the CRD or the storage cannot work."""
+        if self.storage is not None:
+            kube_storage.check_storage(self.storage)
         plurals = await self.api.served_plurals(self.resource)
         if plurals is None:
             raise KubernetesError(
@@ -219,13 +196,7 @@ class KubernetesPlatform:
             raise KubernetesError(f"{self.cluster.label} serves {self.resource.api_version} but not "
                                   f"{self.resource.plural}: is the {self.resource.kind} CRD installed?")
 
-    def prepare(self, experiment_id: str, code_dir: Path | None = None) -> None:
-        """Fail before any trial when the cluster, the CRD or the storage cannot work."""
-        if self.storage is not None:
-            kube_storage.check_storage(self.storage)
-        run_sync(self._prepare())
-
-    async def _submit(self, spec: TrialSpec) -> TrialHandle:
+    async def submit(self, spec: TrialSpec) -> TrialHandle:
         name = object_name(spec.trial_id)
         existing = await self.api.get(self.resource, name)
         if existing is not None:  # a retried task: re-attach, never start it twice
@@ -246,9 +217,6 @@ class KubernetesPlatform:
                 "name": name, "namespace": self.config.namespace, "kind": self.resource.kind,
                 "uid": (obj.get("metadata") or {}).get("uid"), "host": self.cluster.label,
                 "submitted_at": time.time()}
-
-    def submit(self, spec: TrialSpec) -> TrialHandle:
-        return run_sync(self._submit(spec))
 
     async def _object(self, handle: TrialHandle) -> tuple[dict[str, Any] | None, bool]:
         """(the job or its last state, deleted?) from the watch cache, else one GET."""
@@ -351,10 +319,11 @@ class KubernetesPlatform:
     def log_container(self) -> str:
         return self.metrics_container or "trial"
 
-    async def _cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+    async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         # Why it stopped must outlive the job: a small ConfigMap (removed by cleanup) for a
         # follower that only learns of it after the deletion, and an annotation for one that
         # sees the DELETED event.
+        self._cancelled[handle["trial_id"]] = (status, reason)
         await self.api.create_core({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": cancel_record_name(handle["name"]), "labels": {
@@ -369,21 +338,12 @@ class KubernetesPlatform:
         else:
             await self.api.merge_patch(self.resource, handle["name"], {**note, **self.stop_patch})
 
-    def cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
-        if status not in CANCEL_STATUSES:
-            raise ValueError(f"cancel status must be one of {sorted(s.value for s in CANCEL_STATUSES)}")
-        self._cancelled[handle["trial_id"]] = (status, reason)
-        run_sync(self._cancel(handle, status, reason))
-
-    async def _cleanup(self, experiment_id: str) -> None:
+    async def cleanup(self, experiment_id: str) -> None:
+        """Delete the experiment's jobs, ConfigMaps and secrets (and its files on storage)."""
         selector = experiment_selector(experiment_id)
         await self.api.delete_collection(self.resource, selector)
         for kind in self.api.CORE_KINDS:
             await self.api.delete_core(kind, selector)
-
-    def cleanup(self, experiment_id: str) -> None:
-        """Delete the experiment's jobs, ConfigMaps and secrets (and its files on storage)."""
-        run_sync(self._cleanup(experiment_id))
         if self.storage is not None and self.storage.local_mount_point is not None:
             kube_storage.remove_experiment(self.storage, experiment_id)
 
@@ -393,68 +353,3 @@ class KubernetesPlatform:
             if obj["kind"] == "Secret":
                 obj["data"] = {k: "***" for k in obj.get("data", {})}
         return {"platform": self.name, "objects": objects}
-
-
-@dataclass(frozen=True)
-class PodParts:
-    """What every pod of a trial gets, whatever its role: labels, env, volumes, start script."""
-
-    labels: dict[str, str]
-    env: list[dict[str, str]]
-    volumes: list[dict[str, Any]]
-    volume_mounts: list[dict[str, Any]]
-    script: Callable[[str], str]
-    service_account: str | None
-
-    def container(self, name: str, image: str, command: str, resources_: dict[str, Any]) -> dict[str, Any]:
-        container: dict[str, Any] = {"name": name, "image": image, "command": ["sh", "-c", self.script(command)],
-                                     "env": [dict(e) for e in self.env],
-                                     "volumeMounts": [dict(m) for m in self.volume_mounts]}
-        if resources_:
-            container["resources"] = resources_
-        return container
-
-    def pod_spec(self, containers: list[dict[str, Any]], restart_policy: str | None = None,
-                 pull_secrets: list[str] | None = None) -> dict[str, Any]:
-        spec: dict[str, Any] = {"containers": containers, "volumes": [dict(v) for v in self.volumes]}
-        if restart_policy:
-            spec["restartPolicy"] = restart_policy
-        if self.service_account:
-            spec["serviceAccountName"] = self.service_account
-        if pull_secrets:
-            spec["imagePullSecrets"] = [{"name": s} for s in pull_secrets]
-        return spec
-
-    def template(self, containers: list[dict[str, Any]], restart_policy: str | None = None,
-                 pull_secrets: list[str] | None = None, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
-        return {"metadata": {"labels": {**self.labels, **(extra_labels or {})}},
-                "spec": self.pod_spec(containers, restart_policy, pull_secrets)}
-
-
-def config_map_name(name: str) -> str:
-    return f"{name[:NAME_LIMIT - 6]}-files"
-
-
-def cancel_record_name(name: str) -> str:
-    return f"{name[:NAME_LIMIT - 7]}-cancel"
-
-
-def registry_secret(experiment_id: str, role: str, auth_path: Path, labels: dict[str, str]) -> dict[str, Any]:
-    """NNI's privateRegistryAuthPath (a docker config.json) as an image pull secret."""
-    import base64
-
-    try:
-        data = Path(auth_path).read_bytes()
-        json.loads(data)
-    except OSError as exc:
-        raise KubernetesError(f"privateRegistryAuthPath {auth_path}: {exc.strerror}") from None
-    except ValueError:
-        raise KubernetesError(f"privateRegistryAuthPath {auth_path} is not a docker config.json") from None
-    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
-            "metadata": {"name": registry_secret_name(experiment_id, role),
-                         "labels": {k: v for k, v in labels.items() if k != LABEL_TRIAL}},
-            "data": {".dockerconfigjson": base64.b64encode(data).decode()}}
-
-
-def registry_secret_name(experiment_id: str, role: str) -> str:
-    return object_name(f"{experiment_id}-{role}-registry")

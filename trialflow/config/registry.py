@@ -1,0 +1,107 @@
+"""Which training services exist: the built-ins and those other packages register.
+
+A third-party package adds a platform with an entry point in the group
+``trialflow.platforms`` whose value is a :class:`PlatformEntry`; then
+``trainingService.platform: <name>`` validates against its config model and
+runs on its implementation. See docs/implementing-a-platform.md.
+
+It lives in config because a config is validated against these entries; an
+implementation is named by a ``"module:Class"`` string and imported only when a
+trial runs there, so nothing here imports a platform.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+from trialflow.config.platforms import BUILTIN_PLATFORM_CONFIGS, TrainingServiceConfig
+
+if TYPE_CHECKING:
+    from trialflow.platforms.base import TrainingPlatform  # only named in a type
+
+ENTRY_POINT_GROUP = "trialflow.platforms"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PlatformEntry:
+    """A training service: its config section model and where its implementation lives.
+
+    ``implementation`` is ``"package.module:Class"`` and is imported only when a
+    trial actually runs there, so validating a Kubernetes config does not need
+    the Kubernetes client installed (the cosmos way of optional SDKs).
+    """
+
+    name: str
+    config_model: type[TrainingServiceConfig]
+    implementation: str | None
+    #: Said when ``implementation`` is None: why this platform cannot run yet.
+    unavailable_reason: str | None = None
+
+    def load(self) -> type["TrainingPlatform"]:
+        if self.implementation is None:
+            raise PlatformUnavailable(self.name, self.unavailable_reason or "it has no implementation")
+        module_name, _, attr = self.implementation.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise PlatformUnavailable(self.name, f"importing {module_name} failed: {exc}") from exc
+        return getattr(module, attr)
+
+
+class PlatformUnavailable(RuntimeError):
+    def __init__(self, name: str, reason: str):
+        super().__init__(f"training service platform {name!r} cannot run here: {reason}")
+        self.name = name
+
+
+_NOT_YET = "trialflow validates this platform's config, but its runner is not part of this release yet"
+
+_BUILTIN_IMPLEMENTATIONS: dict[str, str] = {
+    "local": "trialflow.platforms.local:LocalPlatform",
+    "remote": "trialflow.platforms.remote:RemotePlatform",
+    "kubeflow": "trialflow.platforms.kubernetes.kubeflow:KubeflowPlatform",
+    "kubeflow-trainer": "trialflow.platforms.kubernetes.trainer:KubeflowTrainerPlatform",
+    "frameworkcontroller": "trialflow.platforms.kubernetes.frameworkcontroller:FrameworkControllerPlatform",
+    "adl": "trialflow.platforms.kubernetes.adaptdl:AdaptdlPlatform",
+}
+
+
+def _builtin_entries() -> dict[str, PlatformEntry]:
+    return {
+        name: PlatformEntry(name, model, _BUILTIN_IMPLEMENTATIONS.get(name),
+                            None if name in _BUILTIN_IMPLEMENTATIONS else _NOT_YET)
+        for name, model in BUILTIN_PLATFORM_CONFIGS.items()
+    }
+
+
+@lru_cache(maxsize=1)
+def platform_entries() -> dict[str, PlatformEntry]:
+    """Built-ins first; an installed plugin may add names but not replace a built-in."""
+    entries = _builtin_entries()
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            entry: Any = ep.load()
+        except Exception as exc:  # a broken plugin must not break every other config
+            log.warning("trialflow platform plugin %s failed to load: %s", ep.value, exc)
+            continue
+        if not isinstance(entry, PlatformEntry):
+            log.warning("trialflow platform plugin %s is not a PlatformEntry; ignored", ep.value)
+            continue
+        if entry.name in entries:
+            log.warning("trialflow platform plugin %s tries to replace built-in %r; ignored", ep.value, entry.name)
+            continue
+        entries[entry.name] = entry
+    return entries
+
+
+def get_platform_entry(name: str) -> PlatformEntry:
+    entries = platform_entries()
+    if name not in entries:
+        raise PlatformUnavailable(name, f"unknown platform; known: {', '.join(sorted(entries))}")
+    return entries[name]

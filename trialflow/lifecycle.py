@@ -1,0 +1,196 @@
+"""A trial's life, from the core's side: start it, wait for it, finish it. No Airflow.
+
+The operator, the sensor and the trigger are shells over these functions (the
+way the pod operator sits on its PodManager): what a trial does does not
+depend on which of them runs it, and all of it is tested without a scheduler.
+
+* :func:`start_trial`: the run's window decides whether trial ``map_index`` may
+  still start; the tuner gives its parameters (or the ones it already has);
+  hybrid mode picks its platform (kept for a retry); it is submitted (a retry
+  re-attaches) and its handle recorded. A trial that already finished is
+  reported, not run again.
+* :func:`wait_in_worker`: the short wait in the task before deferring.
+* :func:`finish_trial`: close the trial in the store and say what the task's
+  outcome is (success, skipped on purpose, failed).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trialflow.experiment import Experiment, trial_result
+from trialflow.follow import EXPERIMENT_DEADLINE_REASON, FollowOutcome, Follower
+from trialflow.platforms.background import run_sync
+from trialflow.platforms.base import Connections, TrainingPlatform, TrialHandle, TrialSpec, TrialStatus, trial_id_for
+from trialflow.platforms.gpus import GpuRequestError
+from trialflow.trial.packing import CodeDirectoryError
+
+if TYPE_CHECKING:
+    from trialflow.tuning.store import ExperimentStore, TrialRecord
+
+#: How often the worker polls while it waits (it holds a slot anyway: a trial's end is seen at once).
+WORKER_POLL_INTERVAL = 0.2
+
+
+class TrialNotStarted(Exception):
+    """The trial's run is past maxExperimentDuration and the trial never started: it is not
+    counted (maxTrialNumber counts started trials, as in NNI)."""
+
+    def __init__(self, trial_id: str, reason: str):
+        super().__init__(f"trial {trial_id} not started: {reason}")
+        self.trial_id = trial_id
+
+
+class TrialCannotRun(Exception):
+    """The trial can never run as configured (GPUs no machine has, code over the limits); it is
+    recorded FAILED. Retrying would not help."""
+
+
+@dataclass
+class StartedTrial:
+    """A trial that has its parameters and, unless it had already finished, its job."""
+
+    experiment: Experiment
+    record: "TrialRecord"
+    spec: TrialSpec
+    service_index: int
+    resumed: bool
+    platform: TrainingPlatform | None = None
+    handle: TrialHandle | None = None
+    deadline: float | None = None
+    experiment_deadline: float | None = None
+
+    @property
+    def platform_name(self) -> str:
+        return self.experiment.config.platform_names[self.service_index]
+
+    @property
+    def finished(self) -> bool:
+        return self.record.finished
+
+    def follow_args(self) -> dict[str, Any]:
+        """What following it needs, as JSON (XCom, trigger kwargs)."""
+        return {"experiment_id": self.experiment.experiment_id, "workdir": str(self.experiment.workdir),
+                "handle": self.handle, "storage_id": self.record.storage_id, "service_index": self.service_index,
+                "deadline": self.deadline, "experiment_deadline": self.experiment_deadline}
+
+
+def _service_index(experiment: Experiment, store: "ExperimentStore", record: "TrialRecord",
+                   given: int | None) -> int:
+    """Which listed platform runs the trial: the one given, the one a retry already used, or
+    (NNI's hybrid mode) the one with the fewest active trials, recorded for the retries."""
+    if given is not None:
+        return int(given)
+    if record.service_index is not None:
+        return int(record.service_index)
+    chosen = experiment.choose_service(store, record.trial_index)
+    store.set_attrs(record.storage_id, service_index=chosen)
+    return chosen
+
+
+def start_trial(experiment: Experiment, store: "ExperimentStore", run_id: str, map_index: int, *,
+                service_index: int | None = None, connections: Connections | None = None) -> StartedTrial:
+    """Give trial ``map_index`` of run ``run_id`` its parameters and submit it (see module)."""
+    window = experiment.window(store, run_id)
+    index = window.first_index + int(map_index)
+    trial_id = trial_id_for(experiment.experiment_id, index)
+    if window.expired() and store.find_trial_id(experiment.experiment_id, index) is None:
+        raise TrialNotStarted(trial_id, EXPERIMENT_DEADLINE_REASON)
+    asked = store.ask(experiment.experiment_id, index, trial_id, experiment.algorithm, experiment.space,
+                      experiment.pruner)
+    record = store.trial(asked.storage_id)
+    chosen = _service_index(experiment, store, record, service_index)
+    spec = experiment.trial_spec(index, asked.number, asked.parameters, chosen)
+    started = StartedTrial(experiment, record, spec, chosen, asked.resumed, handle=record.handle,
+                           experiment_deadline=window.deadline)
+    if record.finished:
+        return started
+    platform = experiment.platform(chosen, connections)
+    platform.prepare_sync(experiment.experiment_id)
+    try:
+        handle = platform.submit_sync(spec)
+    except (GpuRequestError, CodeDirectoryError) as exc:
+        store.finish(record.storage_id, TrialStatus.FAILED, None, str(exc))
+        raise TrialCannotRun(f"trial {trial_id}: {exc}") from exc
+    started_at = record.started_at or time.time()
+    store.set_status(record.storage_id, TrialStatus.WAITING, handle=handle, started_at=started_at)
+    max_duration = experiment.config.max_trial_duration
+    started.platform, started.handle = platform, handle
+    started.deadline = started_at + max_duration if max_duration else None
+    started.record = store.trial(record.storage_id)
+    return started
+
+
+def follower(started: StartedTrial, store: "ExperimentStore", cursor: dict[str, Any] | None = None,
+             seen_running: bool = False) -> Follower:
+    assert started.platform is not None and started.handle is not None
+    return Follower(started.platform, store, started.handle, started.record.storage_id, cursor,
+                    deadline=started.deadline, experiment_deadline=started.experiment_deadline,
+                    stop_check=started.experiment.early_stop_check(store, started.record.storage_id),
+                    seen_running=seen_running)
+
+
+def wait_in_worker(started: StartedTrial, store: "ExperimentStore", give_up_after: float,
+                   poll_interval: float) -> FollowOutcome:
+    """Follow from the worker for up to ``give_up_after`` seconds: a short trial ends here,
+    without a deferral's second task start. ``outcome.status`` is None if it is still running."""
+    return run_sync(follower(started, store).run(min(poll_interval, WORKER_POLL_INTERVAL), give_up_after))
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """A finished trial: its XCom (``result``) and what the task's outcome is."""
+
+    result: dict[str, Any]
+    status: TrialStatus
+    message: str | None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == TrialStatus.SUCCEEDED
+
+    @property
+    def stopped_on_purpose(self) -> bool:
+        """Early stops and the experiment's deadline end a trial by decision, not by error:
+        the task is skipped. Failures and other cancellations fail it (without retry: the same
+        parameters would fail the same way)."""
+        return self.status == TrialStatus.EARLY_STOPPED or (
+            self.status == TrialStatus.SYS_CANCELED and self.message == EXPERIMENT_DEADLINE_REASON)
+
+    @property
+    def label(self) -> str:
+        return f"{self.result['trial_id']} {self.status.value}"
+
+    def describe(self) -> str:
+        return f"trial {self.result['trial_id']} {self.status.value}: {self.message or 'no detail'}"
+
+
+def finish_trial(store: "ExperimentStore", storage_id: int, status: TrialStatus, message: str | None) -> TrialResult:
+    """Close the trial in the store (a second call leaves the first outcome) and build its result."""
+    from trialflow.tuning.store import scalar
+
+    store.finish(storage_id, status, store.trial(storage_id).final, message)
+    record = store.trial(storage_id)
+    metric = scalar(record.final)
+    result = trial_result(record.trial_index, record.trial_id, record.parameters, status,
+                          metric if metric is not None and math.isfinite(metric) else None,
+                          record.intermediate_count, record.handle, record.message)
+    return TrialResult(result, status, message)
+
+
+def finished_outcome(record: "TrialRecord") -> tuple[TrialStatus, str | None]:
+    """How a trial that the store had already closed ended."""
+    return record.status, record.message
+
+
+def locate_trial(experiment: Experiment, store: "ExperimentStore", run_id: str, map_index: int) -> int:
+    """The storage id of trial ``map_index`` of run ``run_id`` (for a task resumed after a
+    deferral that did not keep it)."""
+    index = experiment.window(store, run_id).first_index + int(map_index)
+    storage_id = store.find_trial_id(experiment.experiment_id, index)
+    if storage_id is None:
+        raise LookupError(f"trial {index} is not in the experiment store")
+    return storage_id
