@@ -26,6 +26,8 @@ from trialflow.config import (
 )
 from trialflow.config.errors import ConfigError, Problem
 from trialflow.config.model import MAX_TRIALS_PER_RUN, AlgorithmConfig
+from trialflow.config.registry import PlatformUnavailable, get_platform_entry
+from trialflow.config.search_space import SearchSpace, parse_search_space
 from trialflow.platforms.base import (
     Connections,
     TrainingPlatform,
@@ -35,11 +37,8 @@ from trialflow.platforms.base import (
     experiment_id_for,
     trial_id_for,
 )
-from trialflow.config.registry import PlatformUnavailable, get_platform_entry
-from trialflow.config.search_space import SearchSpace, parse_search_space
 
 if TYPE_CHECKING:
-    import optuna
     from optuna.pruners import BasePruner
 
     from trialflow.tuning.store import ExperimentStore
@@ -114,8 +113,8 @@ def load_runnable_config(path: str | Path) -> ExperimentConfig:
 def _points(config: ExperimentConfig) -> int | None:
     """How many points GridSearch or BatchTuner has (computed, never listed); None for tuners
     that sample or algorithms that cannot run."""
-    from trialflow.tuning.algorithms import UnsupportedAlgorithm, batch_combinations, canonical_tuner_name
     from trialflow.config.search_space import SearchSpaceError
+    from trialflow.tuning.algorithms import UnsupportedAlgorithm, batch_combinations, canonical_tuner_name
 
     algorithm = config.tuner or config.advisor
     try:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment import Experiment, trial_result
-from trialflow.follow import EXPERIMENT_DEADLINE_REASON, FollowOutcome, Follower
+from trialflow.follow import EXPERIMENT_DEADLINE_REASON, Follower, FollowOutcome
 from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import Connections, TrainingPlatform, TrialHandle, TrialSpec, TrialStatus, trial_id_for
 from trialflow.platforms.gpus import GpuRequestError

@@ -20,7 +20,22 @@ from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.gpus import release_command
 from trialflow.platforms.leftovers import stop_marked_command
 from trialflow.platforms.local import LocalPlatform
-from trialflow.platforms.remote import RemotePlatform, probe_command, read_command, staging_command
+from trialflow.platforms.remote import RemotePlatform
+from trialflow.platforms.remote_commands import (
+    CANCEL_FILE,
+    LAUNCH_DIR,
+    cancel_request_command,
+    claim_command,
+    exists_command,
+    launch_once_guard,
+    mkdir_command,
+    probe_command,
+    read_command,
+    running_count_command,
+    staging_command,
+    upload_command,
+    workdir_command,
+)
 from trialflow.trial import unpack
 from trialflow.trial.packing import pack
 
@@ -100,6 +115,57 @@ def test_staging_and_probe_commands_with_hostile_paths(box):
     bash(release_command(str(claims), [(0, 0)]), box)
     assert not (claims / "gpu0-slot0").exists()
     bash(stop_marked_command(HOSTILE), box)
+    no_canary(box)
+
+
+def bash_in(command: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=60)
+
+
+def test_submit_path_commands_with_hostile_folders(box):
+    """The steps of a remote submit, each on its own, in folders named to break quoting: they
+    do what they say to exactly the folder given, and twice is the same as once."""
+    base = box / f"base {HOSTILE}"
+    assert bash_in(mkdir_command(str(base / "trials")), box).returncode == 0
+    assert (base / "trials").is_dir()
+    assert bash_in(exists_command(str(base), "d"), box).stdout == "yes\n"
+    assert bash_in(exists_command(str(base / "nope"), "e"), box).stdout == ""
+    with pytest.raises(ValueError):
+        exists_command(str(base), "d; touch CANARY4")
+    archive = base / f"up {HOSTILE}.tar.gz"
+    assert bash_in(upload_command(str(base), str(archive)), box, "payload").returncode == 0
+    assert archive.read_text() == "payload"
+
+    trial = base / "trials" / f"t {HOSTILE}"
+    claims = [bash_in(claim_command(str(trial)), box).stdout.strip() for _ in range(3)]
+    assert claims == ["claimed", "", ""]  # of racing submits, one launches
+    assert (trial / LAUNCH_DIR).is_dir()
+    assert bash_in(running_count_command(str(base / "trials")), box).stdout.strip() == "1"
+
+    code = box / f"code {HOSTILE}"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "train.py").write_text("print(1)\n")
+    os.chmod(code / "pkg" / "train.py", 0o444)
+    result = bash_in(workdir_command(str(trial), str(code), in_place=False), box, '{"parameter_id": 0}')
+    assert result.returncode == 0, result.stderr
+    assert (trial / "parameter.cfg").read_text() == '{"parameter_id": 0}'
+    assert (trial / "code" / "pkg" / "train.py").stat().st_ino == (code / "pkg" / "train.py").stat().st_ino
+    assert os.access(trial / "code" / "pkg", os.W_OK)  # the trial may write beside its code
+    shared = box / f"shared {HOSTILE}"
+    result = bash_in(workdir_command(str(shared), str(code), in_place=True), box, "{}")
+    assert result.returncode == 0 and (shared / "code").resolve() == code.resolve()
+
+    guard = launch_once_guard(str(trial)) + "echo launched\n"
+    assert [bash_in(guard, box).stdout for _ in range(2)] == ["launched\n", ""]
+
+    (trial / "exit_code").write_text("0")
+    assert bash_in(running_count_command(str(base / "trials")), box).stdout.strip() == "0"
+    bash_in(cancel_request_command(str(trial)), box, '{"status": "USER_CANCELED"}')
+    assert not (trial / CANCEL_FILE).exists()  # a trial that succeeded is not turned into a cancel
+    (trial / "exit_code").unlink()
+    bash_in(cancel_request_command(str(trial)), box, '{"status": "USER_CANCELED"}')
+    bash_in(cancel_request_command(str(trial)), box, '{"status": "EARLY_STOPPED"}')
+    assert (trial / CANCEL_FILE).read_text() == '{"status": "USER_CANCELED"}'  # the first reason wins
     no_canary(box)
 
 

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Union
 
 import yaml
-from pydantic import Discriminator, Tag, ValidationError, create_model
-from pydantic import SerializeAsAny
+from pydantic import Discriminator, SerializeAsAny, Tag, ValidationError, create_model
 
 from trialflow.config.base import NniModel, normalize_key
 from trialflow.config.errors import ConfigError, PathPart, Problem
@@ -28,8 +27,8 @@ from trialflow.config.files import (
     read_bounded,
 )
 from trialflow.config.model import ExperimentConfig
-from trialflow.config.v1 import convert_v1, is_v1
 from trialflow.config.search_space import SearchSpaceError, parse_search_space
+from trialflow.config.v1 import convert_v1, is_v1
 
 _SEARCH_SPACE_KEYS = ("searchspace", "searchspacefile")
 

@@ -14,9 +14,9 @@ This module imports nothing heavy: the config loader validates spaces with it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from collections.abc import Sequence
 from typing import Any, Iterator, Protocol, Union
 
 NUMERIC_TYPES = (

@@ -8,8 +8,8 @@ from typing import Any, Sequence
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.hooks import airflow_connections
+from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.operators.trial import experiment_for
 
 

@@ -3,9 +3,9 @@
 Nothing on a machine ever connects back (NNI's trials stuck WAITING because
 they could not reach the manager cannot happen): trialflow stages the code,
 launches the trial detached, and reads status and new metric bytes over SSH.
-The shell commands are pure builders (the SSH provider's remote-job builders
-for the detached wrapper, the kill and the cleanup; the rest below), so what
-runs on a machine is visible in ``trialflow render`` and tested without one.
+Every shell command is a pure builder in ``remote_commands``, so what runs on a
+machine is visible in ``trialflow render`` and tested without one (with hostile
+values in every field: tests/security/test_quoting.py).
 
 Layout on a machine (``<base>`` = ``$HOME/trialflow-experiments``)::
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,16 +41,25 @@ from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequestError, attempt, relea
 from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
 from trialflow.platforms.local import local_status
 from trialflow.platforms.remote_commands import (
-    CANCEL_FILE,
     LAUNCH_DIR,
     READ_CHUNK,
+    cancel_request_command,
+    claim_command,
     cleanup_command,
+    exists_command,
     kill_command,
     launch_command,
+    launch_once_guard,
+    mkdir_command,
     parse_probe,
+    path_prefix,
     probe_command,
     read_command,
+    running_count_command,
     staging_command,
+    trial_body,
+    upload_command,
+    workdir_command,
 )
 from trialflow.platforms.ssh import POOL, SshError, SshTarget
 from trialflow.trial import unpack
@@ -159,7 +167,7 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
             packed = pack(code_dir, exclude)
             remember_digest(fp, packed)
             return await self._stage(machine, packed, "code"), False
-        there = await self._run(machine, f"test -d {shlex.quote(shared)} && echo yes || true")
+        there = await self._run(machine, exists_command(shared, "d"))
         if there.strip() != b"yes":
             raise SshError(f"machine {machine.target.label}: the code is on sharedStorage but {shared} is not "
                            f"there; {self.mount_hint()}")
@@ -195,7 +203,7 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
     async def _staged_folder(self, machine: Machine, short_digest: str) -> str | None:
         """The folder holding content ``short_digest`` on ``machine``, if it was staged completely."""
         folder = f"{await self._base(machine)}/.code/{short_digest}"
-        found = await self._run(machine, f"test -e {shlex.quote(folder)}/.complete && echo yes || true")
+        found = await self._run(machine, exists_command(f"{folder}/.complete"))
         return folder if found.strip() == b"yes" else None
 
     async def _stage(self, machine: Machine, packed: PackedCode, kind: str) -> str:
@@ -208,8 +216,8 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
         folder = f"{base}/.code/{packed.short_digest}"
         if await self._staged_folder(machine, packed.short_digest) is None:
             archive = f"{base}/.upload-{kind}-{packed.short_digest}-{time.time_ns()}.tar.gz"
-            await self._run(machine, f"mkdir -p {shlex.quote(base)} && cat > {shlex.quote(archive)}", packed.archive)
-            await self._run(machine, f"cat > {shlex.quote(archive)}.py", Path(unpack.__file__).read_bytes())
+            await self._run(machine, upload_command(base, archive), packed.archive)
+            await self._run(machine, upload_command(base, f"{archive}.py"), Path(unpack.__file__).read_bytes())
             await self._run(machine, staging_command(base, packed.short_digest, archive, machine.python))
         self._staged[key] = folder
         return folder
@@ -219,7 +227,7 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
         stage trialflow's SDK there; the code is staged by the first trial that needs it."""
         async def one(machine: Machine) -> None:
             base = await self._base(machine)
-            await self._run(machine, f"mkdir -p {shlex.quote(self.experiment_root(base, experiment_id))}/trials")
+            await self._run(machine, mkdir_command(f"{self.experiment_root(base, experiment_id)}/trials"))
             await self._stage(machine, self._sdk, "sdk")
 
         await asyncio.gather(*(one(m) for m in self.machines))
@@ -248,9 +256,8 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
 
     async def _running_on(self, machine: Machine, experiment_id: str) -> int:
         base = await self._base(machine)
-        trials = shlex.quote(f"{self.experiment_root(base, experiment_id)}/trials")
-        out = await self._run(machine, f"n=0; for d in {trials}/*/; do [ -e \"$d/{LAUNCH_DIR}\" ] && "
-                                       "[ ! -e \"$d/exit_code\" ] && n=$((n+1)); done; echo $n", check=False)
+        out = await self._run(machine, running_count_command(f"{self.experiment_root(base, experiment_id)}/trials"),
+                              check=False)
         try:
             return int(out.strip() or 0)
         except ValueError:
@@ -278,25 +285,12 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
         env.update(spec.env)
         return env
 
-    @staticmethod
-    def path_prefix(machine: Machine) -> str:
-        """NNI's pythonPath: first on PATH for the trial (and for nvidia-smi)."""
-        python_path = machine.config.python_path
-        return f"export PATH={shlex.quote(python_path)}:\"$PATH\"\n" if python_path else ""
-
     def build_command(self, spec: TrialSpec, trial_dir: str, sdk_dir: str, machine: Machine,
                       release: str = "") -> str:
-        """What the detached wrapper runs: pythonPath first on PATH, the SDK on PYTHONPATH, the
-        trial's own code view as the working directory, stderr to its own file; then the
-        trial's GPU claims are released, keeping its exit code."""
-        run = (f"cd {shlex.quote(trial_dir)}/code && bash -c {shlex.quote(spec.command)} "
-               f"2>{shlex.quote(trial_dir)}/stderr </dev/null")
-        # A subshell: the wrapper must still see the trial's exit code after the processes the
-        # trial left behind are stopped and its GPUs released.
+        """What the detached wrapper runs; after the trial, the processes it left behind are
+        stopped and its GPU claims released."""
         leftovers = stop_marked_command(trial_mark(trial_dir), LEFTOVER_GRACE_SECONDS)
-        run = f"( {run}; rc=$?; {leftovers}; {release + '; ' if release else ''}exit $rc )"
-        return (f"{self.path_prefix(machine)}export PYTHONPATH={shlex.quote(sdk_dir)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-                + run)
+        return trial_body(trial_dir, spec.command, sdk_dir, machine.config.python_path, [leftovers, release])
 
     def launch_script(self, spec: TrialSpec, machine: Machine, trial_dir: str, code_dir: str, sdk_dir: str,
                       claims: list[tuple[int, int]] | None = None, base: str = "") -> str:
@@ -315,7 +309,7 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
                 base = await self._base(machine)
 
                 async def run(command: str, machine: Machine = machine) -> str:
-                    return (await self._run(machine, self.path_prefix(machine) + command, check=False)).decode()
+                    return (await self._run(machine, path_prefix(machine.config.python_path) + command, check=False)).decode()
 
                 try:
                     picks = await attempt(run, f"{base}/{CLAIMS_DIR}", spec.gpu_number,
@@ -338,7 +332,7 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
         for machine in self.machines:  # re-attach: the trial may already run on any machine
             base = await self._base(machine)
             trial_dir = self.trial_dir(base, spec.experiment_id, spec.trial_id)
-            if (await self._run(machine, f"test -d {shlex.quote(trial_dir)}/{LAUNCH_DIR} && echo yes || true")).strip():
+            if (await self._run(machine, exists_command(f"{trial_dir}/{LAUNCH_DIR}", "d"))).strip():
                 return self._handle(spec, machine, trial_dir)
         claims: list[tuple[int, int]] = []
         order = await self._order(spec)
@@ -351,12 +345,10 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
             machine = order[0]
         base = await self._base(machine)
         trial_dir = self.trial_dir(base, spec.experiment_id, spec.trial_id)
-        q = shlex.quote(trial_dir)
         try:
             code_folder, in_place = await self._code_on(machine, spec.code_dir, spec.code_excludes)
             sdk_folder = await self._stage(machine, self._sdk, "sdk")
-            # mkdir is atomic: of two racing submits for one trial id, one launches
-            claimed = await self._run(machine, f"mkdir -p {q} && mkdir {q}/{LAUNCH_DIR} 2>/dev/null && echo claimed || true")
+            claimed = await self._run(machine, claim_command(trial_dir))
         except BaseException:
             if claims:
                 await self._run(machine, release_command(f"{base}/{CLAIMS_DIR}", claims), check=False)
@@ -365,17 +357,9 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
             if claims:
                 await self._run(machine, release_command(f"{base}/{CLAIMS_DIR}", claims), check=False)
             return self._handle(spec, machine, trial_dir)
-        # The trial's working directory: on shared storage, the code in place (a symlink);
-        # otherwise a hard-linked view of the staged copy whose files stay shared and read-only
-        # and whose folders are the trial's own.
-        view = (f"ln -s {shlex.quote(code_folder)} {q}/code" if in_place else
-                f"cp -al {shlex.quote(code_folder)} {q}/code && find {q}/code -type d -exec chmod u+w {{}} +")
-        await self._run(machine, f"mkdir -p {q}/.nni && cat > {q}/parameter.cfg.tmp && mv {q}/parameter.cfg.tmp "
-                                 f"{q}/parameter.cfg && {view}",
+        await self._run(machine, workdir_command(trial_dir, code_folder, in_place),
                         parameter_text(spec.parameter_id, spec.parameters).encode())
-        # Guarded so that running it twice (a retry after a dropped connection) launches once.
-        guard = f"mkdir {q}/.launched 2>/dev/null || exit 0\n"
-        await self._run(machine, "bash -s", (guard + self.launch_script(
+        await self._run(machine, "bash -s", (launch_once_guard(trial_dir) + self.launch_script(
             spec, machine, trial_dir, code_folder, sdk_folder, claims, base)).encode())
         return self._handle(spec, machine, trial_dir)
 
@@ -420,11 +404,8 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
 
     async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         machine = self.machines[int(handle["machine"])]
-        q = shlex.quote(handle["trial_dir"])
         request = json.dumps({"status": status.value, "reason": reason}).encode()
-        await self._run(machine, f"[ -e {q}/exit_code ] && [ \"$(cat {q}/exit_code)\" = 0 ] && exit 0; "
-                                 f"[ -e {q}/{CANCEL_FILE} ] || {{ cat > {q}/{CANCEL_FILE}.tmp && "
-                                 f"mv {q}/{CANCEL_FILE}.tmp {q}/{CANCEL_FILE}; }}", request)
+        await self._run(machine, cancel_request_command(handle["trial_dir"]), request)
         await self._run(machine, kill_command(handle["trial_dir"], KILL_GRACE_SECONDS) + "; "
                         # what left the process group (setsid, double forks) carries the mark
                         + stop_marked_command(trial_mark(handle["trial_dir"]), KILL_GRACE_SECONDS), check=False)

@@ -18,7 +18,7 @@ Layout of a trial folder: ``pid`` (written by the detached job itself),
 from __future__ import annotations
 
 import shlex
-from typing import Mapping
+from typing import Mapping, Sequence
 
 CANCEL_FILE = "cancel.json"
 LAUNCH_DIR = ".launching"
@@ -115,3 +115,75 @@ def cleanup_command(root: str) -> str:
     experiments."""
     q = shlex.quote(root)
     return f"find {q} -type d -exec chmod u+w {{}} + 2>/dev/null; rm -rf -- {q}"
+
+
+def exists_command(path: str, kind: str = "e") -> str:
+    """Prints ``yes`` when ``path`` exists (``kind`` is test's flag: ``e`` anything, ``d`` a
+    folder); never fails, so an absent path is an answer rather than an SSH error."""
+    if kind not in ("e", "d", "f"):
+        raise ValueError(f"test flag must be e, d or f, not {kind!r}")
+    return f"test -{kind} {shlex.quote(path)} && echo yes || true"
+
+
+def mkdir_command(folder: str) -> str:
+    return f"mkdir -p {shlex.quote(folder)}"
+
+
+def upload_command(folder: str, target: str) -> str:
+    """Write stdin to ``target``, making ``folder`` first (an archive or the unpacker)."""
+    return f"mkdir -p {shlex.quote(folder)} && cat > {shlex.quote(target)}"
+
+
+def running_count_command(trials_dir: str) -> str:
+    """How many trials under ``trials_dir`` were launched and have not ended (for placement)."""
+    return (f"n=0; for d in {shlex.quote(trials_dir)}/*/; do [ -e \"$d/{LAUNCH_DIR}\" ] && "
+            "[ ! -e \"$d/exit_code\" ] && n=$((n+1)); done; echo $n")
+
+
+def claim_command(trial_dir: str) -> str:
+    """Prints ``claimed`` for the one caller that creates the trial's launch folder: mkdir is
+    atomic, so of two racing submits for one trial id exactly one launches."""
+    q = shlex.quote(trial_dir)
+    return f"mkdir -p {q} && mkdir {q}/{LAUNCH_DIR} 2>/dev/null && echo claimed || true"
+
+
+def workdir_command(trial_dir: str, code_folder: str, in_place: bool) -> str:
+    """Write stdin to the trial's parameter.cfg (atomically) and give the trial its working
+    directory: on shared storage the code in place (a symlink); otherwise a hard-linked view
+    of the staged copy whose files stay shared and read-only and whose folders are its own."""
+    q, code = shlex.quote(trial_dir), shlex.quote(code_folder)
+    view = (f"ln -s {code} {q}/code" if in_place else
+            f"cp -al {code} {q}/code && find {q}/code -type d -exec chmod u+w {{}} +")
+    return f"mkdir -p {q}/.nni && cat > {q}/parameter.cfg.tmp && mv {q}/parameter.cfg.tmp {q}/parameter.cfg && {view}"
+
+
+def launch_once_guard(trial_dir: str) -> str:
+    """The first line of a launch script: running it twice (a retry after a dropped
+    connection) launches once."""
+    return f"mkdir {shlex.quote(trial_dir)}/.launched 2>/dev/null || exit 0\n"
+
+
+def path_prefix(python_path: str | None) -> str:
+    """NNI's pythonPath: first on PATH for the trial (and for nvidia-smi)."""
+    return f"export PATH={shlex.quote(python_path)}:\"$PATH\"\n" if python_path else ""
+
+
+def trial_body(trial_dir: str, command: str, sdk_dir: str, python_path: str | None, after: Sequence[str]) -> str:
+    """What the detached job runs: pythonPath first on PATH, the SDK on PYTHONPATH, the trial's
+    code view as the working directory, stderr to its own file; then each of ``after`` (shell
+    text: stop the processes the trial left, release its GPUs), keeping the trial's exit code.
+    A subshell, so the job still sees that exit code."""
+    q = shlex.quote(trial_dir)
+    run = f"cd {q}/code && bash -c {shlex.quote(command)} 2>{q}/stderr </dev/null"
+    steps = "".join(f"{step}; " for step in after if step)
+    return (f"{path_prefix(python_path)}export PYTHONPATH={shlex.quote(sdk_dir)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+            f"( {run}; rc=$?; {steps}exit $rc )")
+
+
+def cancel_request_command(trial_dir: str) -> str:
+    """Record why a trial is stopped (stdin: the request's JSON), unless it already succeeded
+    or a request is there: the first reason wins, as the status it reports."""
+    q = shlex.quote(trial_dir)
+    return (f"[ -e {q}/exit_code ] && [ \"$(cat {q}/exit_code)\" = 0 ] && exit 0; "
+            f"[ -e {q}/{CANCEL_FILE} ] || {{ cat > {q}/{CANCEL_FILE}.tmp && "
+            f"mv {q}/{CANCEL_FILE}.tmp {q}/{CANCEL_FILE}; }}")

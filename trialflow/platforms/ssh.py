@@ -21,7 +21,6 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-
 if TYPE_CHECKING:
     import asyncssh
 

@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import time
+
 from trialflow.trial.wire import METRICS_FILE, PARAMETER_FILE, frame, metric_record, stdout_line
 
 __all__ = [

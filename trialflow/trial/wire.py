@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+
 PARAMETER_FILE = "parameter.cfg"
 METRICS_FILE = os.path.join(".nni", "metrics")
 STATE_FILE = os.path.join(".nni", "state")

@@ -51,8 +51,8 @@ class TrialTrigger(BaseTrigger):
         })
 
     def _open(self) -> tuple["TrainingPlatform", "ExperimentStore", "StopCheck | None"]:
-        from trialflow.experiment import Experiment
         from trialflow.config import load_config
+        from trialflow.experiment import Experiment
         from trialflow.hooks import airflow_connections
         from trialflow.hooks.store import ExperimentStoreHook
 

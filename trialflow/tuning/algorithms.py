@@ -10,8 +10,8 @@ below is also what README's algorithm table is checked against.
 from __future__ import annotations
 
 import difflib
-import math
 import importlib.util
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 

@@ -26,10 +26,10 @@ from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from trialflow.config.model import AlgorithmConfig
-from trialflow.trial.status import TrialStatus
+from trialflow.config.search_space import SearchSpace
 from trialflow.trial.protocol import Metric, describe_result
 from trialflow.trial.protocol import scalar as _plain_scalar
-from trialflow.config.search_space import SearchSpace
+from trialflow.trial.status import TrialStatus
 from trialflow.tuning.tuners import make_sampler, sample_parameters
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from typing import Any, Callable
 import optuna
 
 from trialflow.config.model import AlgorithmConfig
-from trialflow.tuning.algorithms import batch_combinations, canonical_tuner_name
 from trialflow.config.search_space import GridSequence, SearchSpace, listed
+from trialflow.tuning.algorithms import batch_combinations, canonical_tuner_name
 
 #: The Optuna parameter that records which grid point / batch combination a trial got.
 INDEX_PARAM = "grid_point"

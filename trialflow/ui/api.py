@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, AsyncIterator
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from trialflow import queries
@@ -87,11 +87,10 @@ def _dag_runs(pairs: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], str], 
     """(state of each (dag_id, run_id) that exists, dag ids that exist)."""
     if not pairs:
         return {}, set()
-    from sqlalchemy import select
-
     from airflow.models.dag import DagModel
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     dag_ids = {d for d, _ in pairs}
     with create_session() as session:

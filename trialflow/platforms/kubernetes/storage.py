@@ -29,7 +29,7 @@ from typing import Any
 
 from trialflow.config.platforms import KubernetesStorageConfig
 from trialflow.trial import unpack
-from trialflow.trial.packing import PackedCode, check_limits, collect_files, pack_sdk, SDK_FILES
+from trialflow.trial.packing import SDK_FILES, PackedCode, check_limits, collect_files, pack_sdk
 from trialflow.trial.protocol import parameter_text
 
 FILES_DIR = "/tmp/trialflow/files"   # the ConfigMap, read-only

@@ -1,0 +1,35 @@
+"""Read models of the experiment store, for the pages, the CLI and exports. No Airflow.
+
+Why plain SQL over Optuna's tables instead of ``study.get_trials()``: a page of
+50 trials out of 2,000, sorted by a parameter and filtered by status, must
+not load 2,000 trials and 200,000 intermediate values into Python. Every
+query here aggregates, sorts, filters and paginates in the database (SQLite
+or PostgreSQL), with bound parameters only: a sort key or a search text is
+never SQL.
+
+``tables`` declares the schema, ``experiments`` the list and headers, ``trials``
+the table, charts and curves, ``importance`` and ``export`` the rest.
+"""
+
+from __future__ import annotations
+
+from trialflow.queries.experiments import ExperimentRow, experiment_dag_id, experiment_summary, list_experiments
+from trialflow.queries.export import export_csv, export_json, export_rows, spreadsheet_safe
+from trialflow.queries.importance import flatten_parameters, importance
+from trialflow.queries.tables import (
+                                      ACTIVE,
+                                      INTERMEDIATE,
+                                      MAX_PAGE,
+                                      STATUSES,
+                                      STUDY_ATTRS,
+                                      TRIALS,
+                                      UnknownExperiment,
+                                      optimize_mode,
+                                      study_id_of,
+)
+from trialflow.queries.trials import chart_data, curves, trial_detail, trials_page
+
+__all__ = ["ACTIVE", "INTERMEDIATE", "MAX_PAGE", "STATUSES", "STUDY_ATTRS", "TRIALS", "ExperimentRow", "UnknownExperiment",
+           "chart_data", "curves", "experiment_dag_id", "experiment_summary", "export_csv", "export_json",
+           "export_rows", "flatten_parameters", "importance", "list_experiments", "optimize_mode", "spreadsheet_safe",
+           "study_id_of", "trial_detail", "trials_page"]

@@ -1,0 +1,81 @@
+"""Every trial as CSV or JSON, safe to open in a spreadsheet."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from trialflow.queries.importance import flatten_parameters
+from trialflow.queries.tables import MAX_PAGE
+from trialflow.queries.trials import trials_page
+
+_DANGEROUS_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula gets a leading apostrophe (OWASP's CSV
+    injection advice); numbers stay numbers."""
+    if isinstance(value, str) and value.startswith(_DANGEROUS_START):
+        return "'" + value
+    return value
+
+
+def _all_rows(engine: Engine, experiment_id: str) -> list[dict[str, Any]]:
+    """Every trial row, a page at a time (the table's own query, so exports match the pages)."""
+    rows: list[dict[str, Any]] = []
+    offset, total = 0, 1
+    while offset < total:
+        page = trials_page(engine, experiment_id, limit=MAX_PAGE, offset=offset)
+        total = page["total"]
+        rows += page["rows"]
+        offset += MAX_PAGE
+    return rows
+
+
+def export_rows(engine: Engine, experiment_id: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """(columns, rows) of every trial, parameters flattened into columns."""
+    rows = _all_rows(engine, experiment_id)
+    flat = [flatten_parameters(r["parameters"]) for r in rows]
+    params = sorted({k for f in flat for k in f})
+    columns = ["trial_index", "trial_id", "status", "metric", "final", "duration_s", "platform", "host",
+               "intermediate_count", "message"] + [f"param:{p}" for p in params]
+    out = []
+    for r, f in zip(rows, flat):
+        record = {"trial_index": r["trial_index"], "trial_id": r["trial_id"], "status": r["status"],
+                  "metric": r["metric"], "final": r["final"] if not isinstance(r["final"], (dict, list))
+                  else json.dumps(r["final"], sort_keys=True),
+                  "duration_s": None if r["duration"] is None else round(r["duration"], 3),
+                  "platform": r["platform"], "host": r["host"], "intermediate_count": r["intermediate_count"],
+                  "message": r["message"]}
+        record.update({f"param:{p}": f.get(p) for p in params})
+        out.append(record)
+    return columns, out
+
+
+def export_csv(engine: Engine, experiment_id: str) -> str:
+    columns, rows = export_rows(engine, experiment_id)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: spreadsheet_safe(v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+def export_json(engine: Engine, experiment_id: str) -> list[dict[str, Any]]:
+    """Trials as JSON, parameters in NNI's shape (text cells made safe, as for CSV: the file is
+    as likely to be opened in a spreadsheet)."""
+    rows = _all_rows(engine, experiment_id)
+    return [_safe_deep(r) for r in rows]
+
+
+def _safe_deep(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _safe_deep(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_safe_deep(v) for v in value]
+    return spreadsheet_safe(value)

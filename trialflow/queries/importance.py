@@ -1,0 +1,83 @@
+"""Parameter importance over NNI's (possibly nested) parameters."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from trialflow.queries.tables import TRIAL_INDEX, VALUES, optimize_mode, study_id_of
+from trialflow.queries.trials import chart_data
+
+
+def flatten_parameters(parameters: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """NNI parameters as flat columns: a nested choice's ``_name`` under its key, its own
+    parameters as ``key/sub``."""
+    flat: dict[str, Any] = {}
+    for key, value in (parameters or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and "_name" in value:
+            flat[name] = value["_name"]
+            flat.update(flatten_parameters({k: v for k, v in value.items() if k != "_name"}, name + "/"))
+        elif isinstance(value, (dict, list)):
+            flat[name] = json.dumps(value, sort_keys=True)
+        else:
+            flat[name] = value
+    return flat
+
+
+_importance_cache: dict[tuple[str, str, int], dict[str, Any]] = {}
+
+
+def importance(engine: Engine, experiment_id: str) -> dict[str, Any]:
+    """Parameter importance of the finished trials (Optuna's PED-ANOVA evaluator, which needs no
+    extra library), over the NNI parameters flattened; cached per count of finished trials."""
+    with engine.connect() as conn:
+        sid = study_id_of(conn, experiment_id)
+        finished = conn.execute(sa.select(sa.func.count()).select_from(
+            TRIAL_INDEX.join(VALUES, VALUES.c.trial_id == TRIAL_INDEX.c.trial_id)).where(
+            TRIAL_INDEX.c.study_id == sid)).scalar()
+    key = (str(engine.url), experiment_id, int(finished or 0))
+    if key in _importance_cache:
+        return _importance_cache[key]
+    rows = [r for r in chart_data(engine, experiment_id) if r["status"] == "SUCCEEDED" and r["metric"] is not None]
+    result = {"importances": {}, "trials": len(rows), "evaluator": "PED-ANOVA", "note": None}
+    if len(rows) < 4:
+        result["note"] = "needs at least 4 succeeded trials"
+        return result
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    flat = [flatten_parameters(r["parameters"]) for r in rows]
+    names = sorted({k for f in flat for k in f})
+    distributions: dict[str, Any] = {}
+    for name in names:
+        values = [f[name] for f in flat if f.get(name) is not None]  # conditional parameters: where set
+        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if numbers and len(numbers) == len(values):
+            if min(numbers) < max(numbers):
+                distributions[name] = FloatDistribution(float(min(numbers)), float(max(numbers)))
+        else:
+            choices = sorted({json.dumps(v) for v in values})
+            if len(choices) > 1:
+                distributions[name] = CategoricalDistribution(choices)
+    if not distributions:
+        result["note"] = "every parameter has a single value"
+        return result
+    mode = optimize_mode(engine, experiment_id)
+    study = optuna.create_study(direction=mode)
+    for f, r in zip(flat, rows):
+        params = {n: (float(f[n]) if isinstance(distributions[n], FloatDistribution) else json.dumps(f[n]))
+                  for n in distributions if f.get(n) is not None}
+        dists = {n: distributions[n] for n in params}
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=r["metric"]))
+    try:
+        values = optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), normalize=True)
+        result["importances"] = {k: float(v) for k, v in values.items()}
+    except (ValueError, RuntimeError) as exc:
+        result["note"] = f"importance could not be computed: {exc}"
+    _importance_cache[key] = result
+    return result
