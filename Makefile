@@ -7,7 +7,7 @@ export UV_PYTHON_DOWNLOADS := never
 # trial process pays them, and some environments set PYTHONDONTWRITEBYTECODE).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: demo test venv bench bench-tuners bench-ui ui clean
+.PHONY: demo test lint venv bench bench-tuners bench-ui ui clean
 
 $(VENV)/.synced: pyproject.toml uv.lock
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
@@ -22,6 +22,12 @@ demo: venv
 
 test: venv
 	$(VENV)/bin/python -m pytest -ra
+
+# ruff (lint and format, configured in pyproject.toml) and mypy on the package; .ci/run runs it.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 bench: venv
 	$(VENV)/bin/python bench/overhead.py

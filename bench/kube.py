@@ -41,21 +41,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.kube.cluster import KubeCluster, missing_reason  # noqa: E402
-from tests.kube.controller import TestController  # noqa: E402
 from datetime import datetime  # noqa: E402
 
+from tests.kube.cluster import KubeCluster, missing_reason  # noqa: E402
+from tests.kube.controller import TestController  # noqa: E402
 from trialflow.config.platforms import KubeflowConfig  # noqa: E402
 from trialflow.embedded import EmbeddedAirflow  # noqa: E402
-from trialflow.platforms.base import experiment_id_for  # noqa: E402
-from trialflow.platforms.kubernetes.manifests import object_name  # noqa: E402
-from trialflow.tuning.store import sqlite_url  # noqa: E402
 from trialflow.follow import follow_trial  # noqa: E402
 from trialflow.platforms.background import run_sync  # noqa: E402
-from trialflow.platforms.base import TrialSpec, TrialStatus  # noqa: E402
+from trialflow.platforms.base import (  # noqa: E402
+    TrialSpec,
+    TrialStatus,
+    experiment_id_for,  # noqa: E402
+)
 from trialflow.platforms.kubernetes.client import POOL  # noqa: E402
 from trialflow.platforms.kubernetes.informer import INFORMERS  # noqa: E402
 from trialflow.platforms.kubernetes.kubeflow import KubeflowPlatform  # noqa: E402
+from trialflow.platforms.kubernetes.manifests import object_name  # noqa: E402
+from trialflow.tuning.store import sqlite_url  # noqa: E402
 
 TRIAL = """\
 import sys, time
@@ -84,15 +87,21 @@ class Sink:
         pass
 
 
-def run_mode(mode: str, cluster: KubeCluster, controller: TestController, root: Path, trials: int,
-             seconds: float) -> dict[str, float]:
+def run_mode(
+    mode: str, cluster: KubeCluster, controller: TestController, root: Path, trials: int, seconds: float
+) -> dict[str, float]:
     code = root / "code"
     code.mkdir(parents=True, exist_ok=True)
     (code / "trial.py").write_text(TRIAL)
-    config = KubeflowConfig.model_validate({
-        "platform": "kubeflow", "operator": "tf-operator", "kubeconfig": str(cluster.kubeconfig),
-        "statusUpdates": mode, "worker": {"replicas": 1, "command": f"python3 trial.py {seconds}",
-                                          "cpuNumber": 1, "memorySize": "128mb"}})
+    config = KubeflowConfig.model_validate(
+        {
+            "platform": "kubeflow",
+            "operator": "tf-operator",
+            "kubeconfig": str(cluster.kubeconfig),
+            "statusUpdates": mode,
+            "worker": {"replicas": 1, "command": f"python3 trial.py {seconds}", "cpuNumber": 1, "memorySize": "128mb"},
+        }
+    )
     platform = KubeflowPlatform(config, root / "exp")
     exp = f"b{mode[0]}{int(time.time()) % 100000:05d}"
     platform.prepare_sync(exp)
@@ -117,20 +126,32 @@ def run_mode(mode: str, cluster: KubeCluster, controller: TestController, root: 
         return time.thread_time() - cpu0, time.monotonic() - wall0, POOL.requests - requests0, done_at, statuses
 
     cpu, wall, requests, done_at, statuses = run_sync(follow_all())
-    latencies = [done_at[i] - controller.completed_at[h["name"]] for i, h in enumerate(handles)
-                 if h["name"] in controller.completed_at]
+    latencies = [
+        done_at[i] - controller.completed_at[h["name"]]
+        for i, h in enumerate(handles)
+        if h["name"] in controller.completed_at
+    ]
     run_sync(INFORMERS.stop_all())
     platform.cleanup_sync(exp)
     succeeded = sum(1 for s in statuses if s == TrialStatus.SUCCEEDED)
-    return {"trials": len(handles), "succeeded": succeeded, "wall_s": wall, "requests": requests,
-            "req_per_trial_min": requests / len(handles) / (wall / 60),
-            "cpu_s": cpu, "cpu_s_per_trial_hour": cpu / (len(handles) * wall / 3600),
-            "lat_median": statistics.median(latencies), "lat_p95": sorted(latencies)[int(len(latencies) * .95) - 1],
-            "lat_max": max(latencies), "metrics": sink.metrics}
+    return {
+        "trials": len(handles),
+        "succeeded": succeeded,
+        "wall_s": wall,
+        "requests": requests,
+        "req_per_trial_min": requests / len(handles) / (wall / 60),
+        "cpu_s": cpu,
+        "cpu_s_per_trial_hour": cpu / (len(handles) * wall / 3600),
+        "lat_median": statistics.median(latencies),
+        "lat_p95": sorted(latencies)[int(len(latencies) * 0.95) - 1],
+        "lat_max": max(latencies),
+        "metrics": sink.metrics,
+    }
 
 
-def run_airflow(cluster: KubeCluster, controller: TestController, root: Path, trials: int,
-                seconds: float) -> dict[str, float]:
+def run_airflow(
+    cluster: KubeCluster, controller: TestController, root: Path, trials: int, seconds: float
+) -> dict[str, float]:
     """The experiment as a DAG: latency from Succeeded written to the trial task instance ending."""
     work = root / "airflow-experiment"
     work.mkdir(parents=True)
@@ -139,16 +160,27 @@ def run_airflow(cluster: KubeCluster, controller: TestController, root: Path, tr
         f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialConcurrency: {trials}\n"
         f"maxTrialNumber: {trials}\ntuner: {{name: Random}}\ntrialCodeDirectory: .\n"
         f"trainingService: {{platform: kubeflow, operator: tf-operator, kubeconfig: {cluster.kubeconfig},\n"
-        f"  worker: {{replicas: 1, command: python3 trial.py {seconds}, cpuNumber: 1, memorySize: 128mb}}}}\n")
+        f"  worker: {{replicas: 1, command: python3 trial.py {seconds}, cpuNumber: 1, memorySize: 128mb}}}}\n"
+    )
     store_url = sqlite_url(root / "experiments.db")
-    airflow = EmbeddedAirflow(home=root / "airflow", dags_folder=root / "dags", parallelism=8, extra_env={
-        "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps({"conn_type": "trialflow", "extra": {"storage_url": store_url}}),
-        "TRIALFLOW_WORKDIR": str(root / "runs")})
+    airflow = EmbeddedAirflow(
+        home=root / "airflow",
+        dags_folder=root / "dags",
+        parallelism=8,
+        extra_env={
+            "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
+                {"conn_type": "trialflow", "extra": {"storage_url": store_url}}
+            ),
+            "TRIALFLOW_WORKDIR": str(root / "runs"),
+        },
+    )
     airflow.dags_folder.mkdir(parents=True)
     dag_file = airflow.dags_folder / "kube_bench.py"
-    dag_file.write_text("# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-                        f"dag = experiment_dag({str(work / 'config.yml')!r}, dag_id='kube_bench', defer_after=0,\n"
-                        "                     cleanup=True)\n")
+    dag_file.write_text(
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        f"dag = experiment_dag({str(work / 'config.yml')!r}, dag_id='kube_bench', defer_after=0,\n"
+        "                     cleanup=True)\n"
+    )
     airflow.migrate()
     airflow.start()
     try:
@@ -172,9 +204,16 @@ def run_airflow(cluster: KubeCluster, controller: TestController, root: Path, tr
         if ti.get("end_date") and name in controller.completed_at:
             latencies.append(datetime.fromisoformat(ti["end_date"]).timestamp() - controller.completed_at[name])
     latencies.sort()
-    return {"state": state, "trials": len(tis), "succeeded": sum(1 for ti in tis if ti["state"] == "success"),
-            "wall_s": wall, "lat_median": statistics.median(latencies), "lat_p95": latencies[int(len(latencies) * .95) - 1],
-            "lat_max": latencies[-1], "lat_min": latencies[0]}
+    return {
+        "state": state,
+        "trials": len(tis),
+        "succeeded": sum(1 for ti in tis if ti["state"] == "success"),
+        "wall_s": wall,
+        "lat_median": statistics.median(latencies),
+        "lat_p95": latencies[int(len(latencies) * 0.95) - 1],
+        "lat_max": latencies[-1],
+        "lat_min": latencies[0],
+    }
 
 
 def main() -> int:
@@ -192,34 +231,54 @@ def main() -> int:
     cluster = KubeCluster(root / "cluster")
     cluster.start()
     try:
-        controller = TestController(cluster.kubeconfig, root / "controller",
-                                    path_prefix=str(Path(sys.executable).parent), interval=0.2).start()
+        controller = TestController(
+            cluster.kubeconfig, root / "controller", path_prefix=str(Path(sys.executable).parent), interval=0.2
+        ).start()
     except BaseException:
         cluster.stop()
         raise
     try:
-        results = {mode: run_mode(mode, cluster, controller, root / mode, args.trials, args.seconds)
-                   for mode in ("watch", "poll")} if args.trials else {}
-        dag = run_airflow(cluster, controller, root / "dag", args.airflow, args.airflow_seconds) if args.airflow else None
+        results = (
+            {
+                mode: run_mode(mode, cluster, controller, root / mode, args.trials, args.seconds)
+                for mode in ("watch", "poll")
+            }
+            if args.trials
+            else {}
+        )
+        dag = (
+            run_airflow(cluster, controller, root / "dag", args.airflow, args.airflow_seconds) if args.airflow else None
+        )
     finally:
         controller.stop()
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
     if dag is not None:
-        print(f"\nAs a DAG under the real scheduler + triggerer (LocalExecutor, parallelism 8): {dag['trials']} "
-              f"trials of {args.airflow_seconds:.0f} s, {dag['succeeded']} succeeded, run {dag['state']} in "
-              f"{dag['wall_s']:.0f} s")
-        print(f"Succeeded written -> task instance ended: median {dag['lat_median']:.2f} s, p95 {dag['lat_p95']:.2f} s, "
-              f"min {dag['lat_min']:.2f} s, max {dag['lat_max']:.2f} s")
+        print(
+            f"\nAs a DAG under the real scheduler + triggerer (LocalExecutor, parallelism 8): {dag['trials']} "
+            f"trials of {args.airflow_seconds:.0f} s, {dag['succeeded']} succeeded, run {dag['state']} in "
+            f"{dag['wall_s']:.0f} s"
+        )
+        print(
+            f"Succeeded written -> task instance ended: median {dag['lat_median']:.2f} s, p95 {dag['lat_p95']:.2f} s, "
+            f"min {dag['lat_min']:.2f} s, max {dag['lat_max']:.2f} s"
+        )
     if not results:
         return 0
     print(f"\n{args.trials} trials of {args.seconds:.0f} s at once, followed from one event loop, poll_interval 1 s")
     print(f"{'':28}{'watch':>12}{'poll':>12}{'poll/watch':>12}")
-    rows = [("succeeded", "succeeded", "{:.0f}"), ("wall time (s)", "wall_s", "{:.1f}"),
-            ("API requests", "requests", "{:.0f}"), ("requests / trial / minute", "req_per_trial_min", "{:.2f}"),
-            ("follower CPU (s)", "cpu_s", "{:.1f}"), ("CPU s / trial-hour", "cpu_s_per_trial_hour", "{:.2f}"),
-            ("status latency median (s)", "lat_median", "{:.2f}"), ("status latency p95 (s)", "lat_p95", "{:.2f}"),
-            ("status latency max (s)", "lat_max", "{:.2f}"), ("metrics received", "metrics", "{:.0f}")]
+    rows = [
+        ("succeeded", "succeeded", "{:.0f}"),
+        ("wall time (s)", "wall_s", "{:.1f}"),
+        ("API requests", "requests", "{:.0f}"),
+        ("requests / trial / minute", "req_per_trial_min", "{:.2f}"),
+        ("follower CPU (s)", "cpu_s", "{:.1f}"),
+        ("CPU s / trial-hour", "cpu_s_per_trial_hour", "{:.2f}"),
+        ("status latency median (s)", "lat_median", "{:.2f}"),
+        ("status latency p95 (s)", "lat_p95", "{:.2f}"),
+        ("status latency max (s)", "lat_max", "{:.2f}"),
+        ("metrics received", "metrics", "{:.0f}"),
+    ]
     for label, key, fmt in rows:
         w, p = results["watch"][key], results["poll"][key]
         ratio = f"{p / w:.2f}x" if w else "-"

@@ -32,8 +32,13 @@ def main() -> None:
     started = time.perf_counter()
     # Not --foreground: its own status loop gives up on a slow start (seen here); the manager
     # runs detached inside the namespace either way and is stopped below.
-    proc = subprocess.Popen([nnictl, "create", "--config", config, "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [nnictl, "create", "--config", config, "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     elapsed, done = None, 0
     try:
         while time.perf_counter() - started < timeout:
@@ -44,8 +49,9 @@ def main() -> None:
                 break
             time.sleep(0.2)
     finally:
-        subprocess.run([nnictl, "stop", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=120, env=os.environ)
+        subprocess.run(
+            [nnictl, "stop", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, env=os.environ
+        )
         try:
             os.killpg(proc.pid, 9)
         except ProcessLookupError:

@@ -53,9 +53,11 @@ NNI_VENV = Path(os.environ.get("TRIALFLOW_NNI_VENV", Path.home() / ".cache" / "t
 
 
 def config_text(n: int, c: int, s: float, python: str, script: str) -> str:
-    return (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {python} {script} {s}\n"
-            f"trialConcurrency: {c}\nmaxTrialNumber: {n}\ntuner: {{name: Random}}\n"
-            "trainingService: {platform: local}\n")
+    return (
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {python} {script} {s}\n"
+        f"trialConcurrency: {c}\nmaxTrialNumber: {n}\ntuner: {{name: Random}}\n"
+        "trainingService: {platform: local}\n"
+    )
 
 
 class PssSampler:
@@ -81,7 +83,7 @@ class PssSampler:
             self.peak = max(self.peak, total)
             self._stop.wait(0.5)
 
-    def __enter__(self) -> "PssSampler":
+    def __enter__(self) -> PssSampler:
         self.thread.start()
         return self
 
@@ -113,16 +115,34 @@ def run_dag(airflow: EmbeddedAirflow, dag_id: str, dag_file: Path, done) -> floa
 def run_nni(work: Path, n: int, c: int, s: float, tag: str) -> float | None:
     namespace = f"tfbench{os.getpid()}{tag}"
     config = work / f"nni_{tag}.yml"
-    config.write_text(config_text(n, c, s, str(NNI_VENV / "bin" / "python"), "nni_trial.py").replace(
-        "tuner: {name: Random}", "tuner: {name: Random}\nexperimentWorkingDirectory: " + str(work / "nni-exp")))
+    config.write_text(
+        config_text(n, c, s, str(NNI_VENV / "bin" / "python"), "nni_trial.py").replace(
+            "tuner: {name: Random}", "tuner: {name: Random}\nexperimentWorkingDirectory: " + str(work / "nni-exp")
+        )
+    )
     home = Path(tempfile.mkdtemp(prefix="nni-home-"))
     subprocess.run(["ip", "netns", "add", namespace], check=True)
     try:
         subprocess.run(["ip", "netns", "exec", namespace, "ip", "link", "set", "lo", "up"], check=True)
-        out = subprocess.run(["ip", "netns", "exec", namespace, str(NNI_VENV / "bin" / "python"),
-                              str(ROOT / "bench" / "nni_runner.py"), str(config), "8080", str(n), "600"],
-                             capture_output=True, text=True, cwd=work, env={**os.environ, "HOME": str(home)},
-                             timeout=900)
+        out = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                namespace,
+                str(NNI_VENV / "bin" / "python"),
+                str(ROOT / "bench" / "nni_runner.py"),
+                str(config),
+                "8080",
+                str(n),
+                "600",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=work,
+            env={**os.environ, "HOME": str(home)},
+            timeout=900,
+        )
         lines = out.stdout.strip().splitlines()
         if not lines:
             print(f"NNI run {tag} printed nothing: {out.stderr[-500:]}", file=sys.stderr)
@@ -135,13 +155,26 @@ def run_nni(work: Path, n: int, c: int, s: float, tag: str) -> float | None:
 
 def ensure_nni() -> bool:
     if (NNI_VENV / "bin" / "nnictl").exists() and subprocess.run(
-            [str(NNI_VENV / "bin" / "python"), "-c", "import pkg_resources"], capture_output=True).returncode == 0:
+        [str(NNI_VENV / "bin" / "python"), "-c", "import pkg_resources"], capture_output=True
+    ).returncode == 0:
         return True
     uv = shutil.which("uv") or str(Path(PY).parent / "uv")
     try:
         subprocess.run([uv, "venv", "-q", str(NNI_VENV)], check=True)
-        subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "-p", str(NNI_VENV / "bin" / "python"), "nni==3.0",
-                        "setuptools<81"], check=True)  # nnictl imports pkg_resources
+        subprocess.run(
+            [
+                uv,
+                "pip",
+                "install",
+                "-q",
+                "--compile-bytecode",
+                "-p",
+                str(NNI_VENV / "bin" / "python"),
+                "nni==3.0",
+                "setuptools<81",
+            ],
+            check=True,
+        )  # nnictl imports pkg_resources
         return True
     except (OSError, subprocess.CalledProcessError) as exc:
         print(f"NNI baseline skipped: cannot install nni==3.0 ({exc})", file=sys.stderr)
@@ -163,25 +196,39 @@ def main() -> None:
     (work / "nni_trial.py").write_text(NNI_TRIAL)
     store_url = sqlite_url(work / "experiments.db")
     max_c = max(c for _, c, _ in cases)
-    airflow = EmbeddedAirflow(home=work / "airflow", dags_folder=work / "dags", parallelism=max_c + 1, extra_env={
-        "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps({"conn_type": "trialflow", "extra": {"storage_url": store_url}}),
-        "TRIALFLOW_WORKDIR": str(work / "runs")})
+    airflow = EmbeddedAirflow(
+        home=work / "airflow",
+        dags_folder=work / "dags",
+        parallelism=max_c + 1,
+        extra_env={
+            "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
+                {"conn_type": "trialflow", "extra": {"storage_url": store_url}}
+            ),
+            "TRIALFLOW_WORKDIR": str(work / "runs"),
+        },
+    )
     airflow.dags_folder.mkdir(parents=True)
     dag_files: dict[str, Path] = {}
     for n, c, s in cases:
         tag = f"{n}_{c}_{str(s).replace('.', '_')}"
         cfg = work / f"tf_{tag}.yml"
-        cfg.write_text(config_text(n, c, s, PY, str(work / "light.py")).replace(
-            "trialCommand:", f"trialCodeDirectory: {work}\ntrialCommand:"))
+        cfg.write_text(
+            config_text(n, c, s, PY, str(work / "light.py")).replace(
+                "trialCommand:", f"trialCodeDirectory: {work}\ntrialCommand:"
+            )
+        )
         dag_files[f"tf_{tag}"] = airflow.dags_folder / f"tf_{tag}.py"
         dag_files[f"tf_{tag}"].write_text(
-            f"# airflow dag\nfrom trialflow.dag import experiment_dag\ndag = experiment_dag({str(cfg)!r}, dag_id='tf_{tag}')\n")
+            "# airflow dag\nfrom trialflow.dag import experiment_dag\n"
+            f"dag = experiment_dag({str(cfg)!r}, dag_id='tf_{tag}')\n"
+        )
         dag_files[f"hand_{tag}"] = airflow.dags_folder / f"hand_{tag}.py"
         dag_files[f"hand_{tag}"].write_text(
             "from airflow.sdk import DAG\nfrom airflow.providers.standard.operators.bash import BashOperator\n"
             f"with DAG('hand_{tag}', schedule=None):\n"
             f"    BashOperator.partial(task_id='trial', max_active_tis_per_dagrun={c}, cwd={str(work)!r}).expand(\n"
-            f"        bash_command=[{f'{PY} light.py {s}'!r}] * {n})\n")
+            f"        bash_command=[{f'{PY} light.py {s}'!r}] * {n})\n"
+        )
 
     results: dict[tuple, dict[str, list[float]]] = {case: {} for case in cases}
     peaks: dict[str, int] = {}
@@ -210,10 +257,12 @@ def main() -> None:
 
                 with PssSampler(roots) as hand_mem:
                     r.setdefault("hand-written DAG", []).append(
-                        run_dag(airflow, f"hand_{tag}", dag_files[f"hand_{tag}"], hand_done))
+                        run_dag(airflow, f"hand_{tag}", dag_files[f"hand_{tag}"], hand_done)
+                    )
                 with PssSampler(roots) as tf_mem:
                     r.setdefault("trialflow DAG", []).append(
-                        run_dag(airflow, f"tf_{tag}", dag_files[f"tf_{tag}"], tf_done))
+                        run_dag(airflow, f"tf_{tag}", dag_files[f"tf_{tag}"], tf_done)
+                    )
                 if c == max_c:
                     peaks[f"hand-written DAG, C={c}"] = max(peaks.get(f"hand-written DAG, C={c}", 0), hand_mem.peak)
                     peaks[f"trialflow DAG, C={c}"] = max(peaks.get(f"trialflow DAG, C={c}", 0), tf_mem.peak)
@@ -221,21 +270,30 @@ def main() -> None:
                     seconds = run_nni(work, n, c, s, f"{tag}_{rep}")
                     if seconds is not None:
                         r.setdefault("NNI 3.0 local", []).append(seconds)
-                print(f"rep {rep + 1}/{args.repeat} {case}: " + ", ".join(
-                    f"{k} {v[-1]:.2f}s" for k, v in r.items()), file=sys.stderr, flush=True)
+                print(
+                    f"rep {rep + 1}/{args.repeat} {case}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in r.items()),
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         airflow.stop()
 
     run_times, run_peak = [], 0
     if (20, 4, 3.0) in cases:
         cfg = work / "run_20_4_3.yml"
-        cfg.write_text(config_text(20, 4, 3, PY, str(work / "light.py")).replace(
-            "trialCommand:", f"trialCodeDirectory: {work}\ntrialCommand:"))
+        cfg.write_text(
+            config_text(20, 4, 3, PY, str(work / "light.py")).replace(
+                "trialCommand:", f"trialCodeDirectory: {work}\ntrialCommand:"
+            )
+        )
         for rep in range(args.repeat):
             home = work / f"run-home-{rep}"
             started = time.perf_counter()
-            proc = subprocess.Popen([PY, "-m", "trialflow.cli", "run", str(cfg), "--json", "--home", str(home)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                [PY, "-m", "trialflow.cli", "run", str(cfg), "--json", "--home", str(home)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
             with PssSampler([proc.pid]) as mem:
                 proc.communicate(timeout=900)
             run_times.append(time.perf_counter() - started)
@@ -247,10 +305,16 @@ def main() -> None:
 
 def print_report(cases, results, run_times, run_peak, peaks, repeat) -> None:
     med = statistics.median
-    print(f"\nWall seconds from start to all final results, median of {repeat} "
-          f"(same machine, same run; Airflow already running except for `trialflow run`)\n")
+    print(
+        f"\nWall seconds from start to all final results, median of {repeat} "
+        f"(same machine, same run; Airflow already running except for `trialflow run`)\n"
+    )
     columns = ["xargs", "hand-written DAG", "trialflow DAG", "NNI 3.0 local"]
-    print("| N,C,S | " + " | ".join(columns) + " | trialflow / hand-written (target <= 1.1) | trialflow / NNI (target <= 0.5) |")
+    print(
+        "| N,C,S | "
+        + " | ".join(columns)
+        + " | trialflow / hand-written (target <= 1.1) | trialflow / NNI (target <= 0.5) |"
+    )
     print("|---" * (len(columns) + 3) + "|")
     for case in cases:
         r = results[case]

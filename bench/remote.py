@@ -36,8 +36,10 @@ from trialflow.platforms.base import TrialSpec  # noqa: E402
 from trialflow.platforms.local import LocalPlatform  # noqa: E402
 from trialflow.platforms.remote import RemotePlatform  # noqa: E402
 
-TRIAL = ("import sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-         "time.sleep(float(sys.argv[1]))\ntrial.report_final_result(1.0)\n")
+TRIAL = (
+    "import sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+    "time.sleep(float(sys.argv[1]))\ntrial.report_final_result(1.0)\n"
+)
 
 
 def stage(platform, experiment_id, code):
@@ -59,9 +61,21 @@ def make_code(folder: Path, files: int, megabytes: int) -> None:
 
 
 def remote_platform(server: sshd.SshServer, workdir: Path) -> RemotePlatform:
-    config = RemoteConfig.model_validate({"platform": "remote", "machineList": [{
-        "host": "127.0.0.1", "port": server.port, "user": server.user, "sshKeyFile": str(server.client_key),
-        "hostKey": server.host_key_line, "pythonPath": "/usr/bin"}]})
+    config = RemoteConfig.model_validate(
+        {
+            "platform": "remote",
+            "machineList": [
+                {
+                    "host": "127.0.0.1",
+                    "port": server.port,
+                    "user": server.user,
+                    "sshKeyFile": str(server.client_key),
+                    "hostKey": server.host_key_line,
+                    "pythonPath": "/usr/bin",
+                }
+            ],
+        }
+    )
     return RemotePlatform(config, workdir)
 
 
@@ -73,9 +87,24 @@ def staging(server: sshd.SshServer, code: Path, tmp: Path) -> tuple[float, float
     stage(remote_platform(server, tmp / "w2"), "ebench002", code)
     second = time.perf_counter() - started
     started = time.perf_counter()
-    subprocess.run(["scp", "-q", "-r", "-i", str(server.client_key), "-P", str(server.port),
-                    "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                    str(code), f"{server.user}@127.0.0.1:scp-copy"], check=True)
+    subprocess.run(
+        [
+            "scp",
+            "-q",
+            "-r",
+            "-i",
+            str(server.client_key),
+            "-P",
+            str(server.port),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            str(code),
+            f"{server.user}@127.0.0.1:scp-copy",
+        ],
+        check=True,
+    )
     scp = time.perf_counter() - started
     return first, second, scp
 
@@ -131,8 +160,7 @@ def main() -> int:
         local = LocalPlatform(LocalConfig(), tmp / "local")
         remote = remote_platform(server, tmp / "remote")
         stage(remote, "ewarm000", small)
-        print("\nTrivial trials through the platform API (median of "
-              f"{args.repeat}); overhead = wall - N*S/C")
+        print(f"\nTrivial trials through the platform API (median of {args.repeat}); overhead = wall - N*S/C")
         print(f"{'N,C,S':>8} {'local s':>9} {'remote s':>9} {'remote/local':>13} {'remote ms/trial':>16}")
         for case in args.cases:
             n, c, s = case.split(",")

@@ -21,9 +21,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -42,15 +43,22 @@ MUST_BEAT_RANDOM = ("TPE", "GP")
 
 def branin(p: dict[str, float]) -> float:
     x1, x2 = p["x1"], p["x2"]
-    b, c, r, s, t = 5.1 / (4 * math.pi ** 2), 5 / math.pi, 6, 10, 1 / (8 * math.pi)
-    return (x2 - b * x1 ** 2 + c * x1 - r) ** 2 + s * (1 - t) * math.cos(x1) + s
+    b, c, r, s, t = 5.1 / (4 * math.pi**2), 5 / math.pi, 6, 10, 1 / (8 * math.pi)
+    return (x2 - b * x1**2 + c * x1 - r) ** 2 + s * (1 - t) * math.cos(x1) + s
 
 
 _HA = np.array([1.0, 1.2, 3.0, 3.2])
-_HA_A = np.array([[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14],
-                  [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]])
-_HA_P = 1e-4 * np.array([[1312, 1696, 5569, 124, 8283, 5886], [2329, 4135, 8307, 3736, 1004, 9991],
-                         [2348, 1451, 3522, 2883, 3047, 6650], [4047, 8828, 8732, 5743, 1091, 381]])
+_HA_A = np.array(
+    [[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14], [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]]
+)
+_HA_P = 1e-4 * np.array(
+    [
+        [1312, 1696, 5569, 124, 8283, 5886],
+        [2329, 4135, 8307, 3736, 1004, 9991],
+        [2348, 1451, 3522, 2883, 3047, 6650],
+        [4047, 8828, 8732, 5743, 1091, 381],
+    ]
+)
 
 
 def hartmann6(p: dict[str, float]) -> float:
@@ -59,8 +67,11 @@ def hartmann6(p: dict[str, float]) -> float:
 
 
 PROBLEMS: dict[str, tuple[Callable[[dict[str, float]], float], dict[str, Any], float]] = {
-    "Branin": (branin, {"x1": {"_type": "uniform", "_value": [-5, 10]},
-                        "x2": {"_type": "uniform", "_value": [0, 15]}}, 0.397887),
+    "Branin": (
+        branin,
+        {"x1": {"_type": "uniform", "_value": [-5, 10]}, "x2": {"_type": "uniform", "_value": [0, 15]}},
+        0.397887,
+    ),
     "Hartmann6": (hartmann6, {f"x{i}": {"_type": "uniform", "_value": [0, 1]} for i in range(1, 7)}, -3.32237),
 }
 
@@ -83,10 +94,12 @@ def _job(args: tuple[str, str, int, int]) -> tuple[str, str, int, float, float]:
     return args[0], args[1], args[2], value, time.perf_counter() - started
 
 
-LATENCY_SPACE = {"lr": {"_type": "loguniform", "_value": [1e-5, 1e-1]},
-                 "dropout": {"_type": "uniform", "_value": [0, 0.8]},
-                 "layers": {"_type": "randint", "_value": [1, 8]},
-                 "act": {"_type": "choice", "_value": ["relu", "tanh", "gelu"]}}
+LATENCY_SPACE = {
+    "lr": {"_type": "loguniform", "_value": [1e-5, 1e-1]},
+    "dropout": {"_type": "uniform", "_value": [0, 0.8]},
+    "layers": {"_type": "randint", "_value": [1, 8]},
+    "act": {"_type": "choice", "_value": ["relu", "tanh", "gelu"]},
+}
 
 
 def suggestion_latency(history: int) -> dict[str, float]:

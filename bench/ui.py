@@ -23,9 +23,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -43,11 +45,15 @@ optuna.logging.set_verbosity(optuna.logging.ERROR)
 BENCH = ROOT / ".bench" / "ui"
 EXPERIMENT = "ebench001"
 TARGET_MS = 300.0
-SPACE = {"lr": {"_type": "loguniform", "_value": [1e-4, 1e-1]},
-         "batch": {"_type": "choice", "_value": [16, 32, 64, 128]},
-         "opt": {"_type": "choice", "_value": [{"_name": "sgd", "momentum": {"_type": "uniform", "_value": [0, 0.99]}},
-                                               {"_name": "adam"}]},
-         "dropout": {"_type": "uniform", "_value": [0, 0.5]}}
+SPACE = {
+    "lr": {"_type": "loguniform", "_value": [1e-4, 1e-1]},
+    "batch": {"_type": "choice", "_value": [16, 32, 64, 128]},
+    "opt": {
+        "_type": "choice",
+        "_value": [{"_name": "sgd", "momentum": {"_type": "uniform", "_value": [0, 0.99]}}, {"_name": "adam"}],
+    },
+    "dropout": {"_type": "uniform", "_value": [0, 0.5]},
+}
 
 
 def seed_store(home: Path, trials: int, steps: int) -> str:
@@ -60,41 +66,73 @@ def seed_store(home: Path, trials: int, steps: int) -> str:
     home.mkdir(parents=True, exist_ok=True)
     store = ExperimentStore(url)
     study = optuna.create_study(storage=store.storage, study_name=EXPERIMENT, direction="maximize")
-    for key, value in {"experiment_name": "bench 2000 trials", "dag_id": "bench_ui", "run_id": "bench_run",
-                       "platform": "local", "optimize_mode": "maximize",
-                       "config": {"searchSpace": SPACE, "tuner": {"name": "TPE"}, "maxTrialNumber": trials,
-                                  "trialConcurrency": 8, "trainingService": {"platform": "local"}},
-                       "run:bench_run": {"first_index": 0, "count": trials, "deadline": None}}.items():
+    for key, value in {
+        "experiment_name": "bench 2000 trials",
+        "dag_id": "bench_ui",
+        "run_id": "bench_run",
+        "platform": "local",
+        "optimize_mode": "maximize",
+        "config": {
+            "searchSpace": SPACE,
+            "tuner": {"name": "TPE"},
+            "maxTrialNumber": trials,
+            "trialConcurrency": 8,
+            "trainingService": {"platform": "local"},
+        },
+        "run:bench_run": {"first_index": 0, "count": trials, "deadline": None},
+    }.items():
         study.set_user_attr(key, value)
     rng = random.Random(1)
     start = datetime.now() - timedelta(hours=6)
     ids = []
     for index in range(trials):
         opt = rng.choice(["sgd", "adam"])
-        params = {"lr": 10 ** rng.uniform(-4, -1), "batch": rng.choice([16, 32, 64, 128]),
-                  "opt": {"_name": opt, **({"momentum": rng.uniform(0, 0.99)} if opt == "sgd" else {})},
-                  "dropout": rng.uniform(0, 0.5)}
+        params = {
+            "lr": 10 ** rng.uniform(-4, -1),
+            "batch": rng.choice([16, 32, 64, 128]),
+            "opt": {"_name": opt, **({"momentum": rng.uniform(0, 0.99)} if opt == "sgd" else {})},
+            "dropout": rng.uniform(0, 0.5),
+        }
         quality = 1 - abs(params["lr"] - 0.01) * 5 - params["dropout"] * 0.2
         status = rng.choices(["SUCCEEDED", "FAILED", "EARLY_STOPPED"], [0.85, 0.05, 0.10])[0]
         curve = {s: quality * (1 - 0.9 ** (s + 1)) + rng.gauss(0, 0.01) for s in range(steps)}
         begun = start + timedelta(seconds=index * 10)
         trial = optuna.trial.create_trial(
-            state=optuna.trial.TrialState.COMPLETE if status == "SUCCEEDED" else
-            optuna.trial.TrialState.PRUNED if status == "EARLY_STOPPED" else optuna.trial.TrialState.FAIL,
-            value=curve[steps - 1] if status == "SUCCEEDED" else None, intermediate_values=curve,
-            user_attrs={"trial_index": index, "trial_id": f"{EXPERIMENT}-{index:04d}", "parameters": params,
-                        "nni_status": status, "final_metric": curve[steps - 1] if status == "SUCCEEDED" else None,
-                        "handle": {"platform": "local", "trial_dir": f"/nowhere/{index}"}, "service_index": 0})
+            state=optuna.trial.TrialState.COMPLETE
+            if status == "SUCCEEDED"
+            else optuna.trial.TrialState.PRUNED
+            if status == "EARLY_STOPPED"
+            else optuna.trial.TrialState.FAIL,
+            value=curve[steps - 1] if status == "SUCCEEDED" else None,
+            intermediate_values=curve,
+            user_attrs={
+                "trial_index": index,
+                "trial_id": f"{EXPERIMENT}-{index:04d}",
+                "parameters": params,
+                "nni_status": status,
+                "final_metric": curve[steps - 1] if status == "SUCCEEDED" else None,
+                "handle": {"platform": "local", "trial_dir": f"/nowhere/{index}"},
+                "service_index": 0,
+            },
+        )
         trial.datetime_start, trial.datetime_complete = begun, begun + timedelta(seconds=rng.uniform(30, 90))
         study.add_trial(trial)
     sid = store.storage.get_study_id_from_name(EXPERIMENT)
     with store.storage.engine.begin() as conn:
-        rows = conn.execute(sa.select(queries.TRIALS.c.trial_id, queries.TRIALS.c.number).where(
-            queries.TRIALS.c.study_id == sid)).all()
-        conn.execute(TRIAL_INDEX.insert(), [{"study_id": sid, "trial_index": number, "trial_id": tid}
-                                            for tid, number in rows])
+        rows = conn.execute(
+            sa.select(queries.TRIALS.c.trial_id, queries.TRIALS.c.number).where(queries.TRIALS.c.study_id == sid)
+        ).all()
+        conn.execute(
+            TRIAL_INDEX.insert(), [{"study_id": sid, "trial_index": number, "trial_id": tid} for tid, number in rows]
+        )
     ids.append(sid)
     return url
+
+
+def get_ok(url: str, params: dict[str, Any], headers: dict[str, str]) -> None:
+    import httpx
+
+    httpx.get(url, params=params, headers=headers, timeout=60).raise_for_status()
 
 
 def median_ms(call: Callable[[], Any], repeat: int = 5) -> float:
@@ -112,12 +150,15 @@ def endpoints(engine: Any) -> dict[str, Callable[[], Any]]:
         "experiments (list)": lambda: queries.list_experiments(engine),
         "experiment (summary)": lambda: queries.experiment_summary(engine, EXPERIMENT),
         "trials page, by index": lambda: queries.trials_page(engine, EXPERIMENT, limit=25),
-        "trials page, by metric": lambda: queries.trials_page(engine, EXPERIMENT, sort="metric", descending=True,
-                                                              limit=25),
-        "trials page, by parameter": lambda: queries.trials_page(engine, EXPERIMENT, sort="param:lr", limit=25,
-                                                                 offset=1000),
-        "trials page, status + search": lambda: queries.trials_page(engine, EXPERIMENT, statuses=["SUCCEEDED"],
-                                                                    search="adam", limit=25),
+        "trials page, by metric": lambda: queries.trials_page(
+            engine, EXPERIMENT, sort="metric", descending=True, limit=25
+        ),
+        "trials page, by parameter": lambda: queries.trials_page(
+            engine, EXPERIMENT, sort="param:lr", limit=25, offset=1000
+        ),
+        "trials page, status + search": lambda: queries.trials_page(
+            engine, EXPERIMENT, statuses=["SUCCEEDED"], search="adam", limit=25
+        ),
         "chart data (all trials)": lambda: queries.chart_data(engine, EXPERIMENT),
         "curves (best 20 + stopped)": lambda: queries.curves(engine, EXPERIMENT),
         "trial detail": lambda: queries.trial_detail(engine, EXPERIMENT, 1234),
@@ -131,10 +172,14 @@ HTTP_PATHS = {
     "experiment (summary)": (f"experiments/{EXPERIMENT}", {}),
     "trials page, by index": (f"experiments/{EXPERIMENT}/trials", {"limit": 25}),
     "trials page, by metric": (f"experiments/{EXPERIMENT}/trials", {"limit": 25, "sort": "metric", "desc": "true"}),
-    "trials page, by parameter": (f"experiments/{EXPERIMENT}/trials", {"limit": 25, "sort": "param:lr",
-                                                                       "offset": 1000}),
-    "trials page, status + search": (f"experiments/{EXPERIMENT}/trials", {"limit": 25, "status": "SUCCEEDED",
-                                                                          "search": "adam"}),
+    "trials page, by parameter": (
+        f"experiments/{EXPERIMENT}/trials",
+        {"limit": 25, "sort": "param:lr", "offset": 1000},
+    ),
+    "trials page, status + search": (
+        f"experiments/{EXPERIMENT}/trials",
+        {"limit": 25, "status": "SUCCEEDED", "search": "adam"},
+    ),
     "chart data (all trials)": (f"experiments/{EXPERIMENT}/chart", {}),
     "curves (best 20 + stopped)": (f"experiments/{EXPERIMENT}/curves", {}),
     "trial detail": (f"experiments/{EXPERIMENT}/trials/1234", {}),
@@ -147,9 +192,17 @@ def page_seconds(base: str, password: str) -> float:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=os.environ.get("TRIALFLOW_CHROMIUM", "/usr/bin/chromium"), args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = p.chromium.launch(
+            executable_path=os.environ.get("TRIALFLOW_CHROMIUM", "/usr/bin/chromium"),
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.goto(f"{base}/auth/login/")
         page.fill("input[name=username]", "trialflow")
@@ -160,12 +213,16 @@ def page_seconds(base: str, password: str) -> float:
         for _ in range(3):
             began = time.perf_counter()
             page.goto(f"{base}/plugin/trialflow?experiment={EXPERIMENT}")
-            page.wait_for_function("""() => ['chart-history', 'chart-parallel', 'chart-curves', 'chart-timeline']
+            page.wait_for_function(
+                """() => ['chart-history', 'chart-parallel', 'chart-curves', 'chart-timeline']
                 .every(id => { let n = 0;  // every canvas of the chart: ECharts may draw on several layers
                   for (const c of document.querySelectorAll(`[data-testid=${id}] canvas`)) {
                     const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
                     for (let i = 3; i < d.length; i += 16) if (d[i] > 0) n++; }
-                  return n > 500; })""", timeout=60000, polling=50)
+                  return n > 500; })""",
+                timeout=60000,
+                polling=50,
+            )
             times.append(time.perf_counter() - began)
         page.screenshot(path=str(BENCH / "experiment-2000.png"), full_page=True)
         browser.close()
@@ -180,11 +237,14 @@ def dashboard_seconds(url: str) -> float | None:
     if not python.exists():
         uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
         subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
-        subprocess.run([uv, "pip", "install", "-q", "--python", str(python), "optuna-dashboard", "optuna"],
-                       check=True)
+        subprocess.run([uv, "pip", "install", "-q", "--python", str(python), "optuna-dashboard", "optuna"], check=True)
     port = free_port()
-    proc = subprocess.Popen([str(venv / "bin" / "optuna-dashboard"), url, "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(venv / "bin" / "optuna-dashboard"), url, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         for _ in range(120):
@@ -226,12 +286,13 @@ def main() -> int:
     try:
         airflow.wait_serving()
         password = json.loads((airflow.home / "passwords.json").read_text())["trialflow"]
-        token = httpx.post(f"{airflow.base_url}/auth/token", json={"username": "trialflow", "password": password},
-                           timeout=10).json()["access_token"]
+        token = httpx.post(
+            f"{airflow.base_url}/auth/token", json={"username": "trialflow", "password": password}, timeout=10
+        ).json()["access_token"]
         headers = {"Authorization": f"Bearer {token}"}
         for name, (path, params) in HTTP_PATHS.items():
-            http[name] = median_ms(lambda: httpx.get(f"{airflow.base_url}/trialflow/api/{path}", params=params,
-                                                     headers=headers, timeout=60).raise_for_status())
+            url = f"{airflow.base_url}/trialflow/api/{path}"
+            http[name] = median_ms(partial(get_ok, url, params, headers))
         if not args.no_browser:
             page = page_seconds(airflow.base_url, password)
     finally:
@@ -245,8 +306,10 @@ def main() -> int:
         print(f"\nexperiment page, charts drawn (headless Chromium, median of 3): {page:.2f} s  (target < 2 s)")
     if dashboard is not None:
         overview = http["experiment (summary)"] + http["chart data (all trials)"] + http["curves (best 20 + stopped)"]
-        print(f"optuna-dashboard /api/studies/<id> on the same store: {dashboard:.2f} s; trialflow's page data "
-              f"(summary + chart + curves): {overview / 1000:.2f} s -> {dashboard / (overview / 1000):.1f}x")
+        print(
+            f"optuna-dashboard /api/studies/<id> on the same store: {dashboard:.2f} s; trialflow's page data "
+            f"(summary + chart + curves): {overview / 1000:.2f} s -> {dashboard / (overview / 1000):.1f}x"
+        )
     return 0
 
 

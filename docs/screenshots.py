@@ -36,10 +36,14 @@ def main() -> int:
 
         OUT.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            browser = p.chromium.launch(
+                executable_path="/usr/bin/chromium",
+                args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            )
             for dark in (False, True):
-                page = browser.new_page(viewport={"width": 1440, "height": 1000}, color_scheme="dark" if dark else "light")
+                page = browser.new_page(
+                    viewport={"width": 1440, "height": 1000}, color_scheme="dark" if dark else "light"
+                )
                 page.goto(f"{airflow.base_url}/auth/login/")
                 page.fill("input[name=username]", "trialflow")
                 page.fill("input[name=password]", password)
@@ -47,11 +51,17 @@ def main() -> int:
                 page.wait_for_url(lambda url: "/auth/login" not in url)
                 if dark:
                     page.evaluate("localStorage.setItem('theme', 'dark')")
-                pages = {"experiment": f"?experiment={experiment}"} if dark else {
-                    "experiments": "", "experiment": f"?experiment={experiment}",
-                    "trials": f"?experiment={experiment}&tab=trials",
-                    "compare": f"?experiment={experiment}&tab=compare&compare=0,{best},2",
-                    "trial": f"?experiment={experiment}&trial={best}"}
+                pages = (
+                    {"experiment": f"?experiment={experiment}"}
+                    if dark
+                    else {
+                        "experiments": "",
+                        "experiment": f"?experiment={experiment}",
+                        "trials": f"?experiment={experiment}&tab=trials",
+                        "compare": f"?experiment={experiment}&tab=compare&compare=0,{best},2",
+                        "trial": f"?experiment={experiment}&trial={best}",
+                    }
+                )
                 for name, query in pages.items():
                     page.goto(f"{airflow.base_url}/plugin/trialflow{query}")
                     page.wait_for_timeout(3000)

@@ -8,8 +8,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -25,19 +25,23 @@ NNI_EXAMPLES = SHARED / "nni-examples" / "examples" / "trials"
 @pytest.fixture
 def nni_examples() -> Path:
     if not NNI_EXAMPLES.is_dir():
-        pytest.skip(f"NNI example configs not found at {NNI_EXAMPLES} (../shared is beside a developer "
-                    "checkout and in CI, not in a user's clone)")
+        pytest.skip(
+            f"NNI example configs not found at {NNI_EXAMPLES} (../shared is beside a developer "
+            "checkout and in CI, not in a user's clone)"
+        )
     return NNI_EXAMPLES
 
 
 @pytest.fixture
 def write(tmp_path: Path):
     """write("name.yml", text) -> path, for small config fixtures."""
+
     def _write(name: str, text: str) -> Path:
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         return path
+
     return _write
 
 
@@ -50,6 +54,7 @@ def _postgres_bin() -> Path | None:
     if found:
         return found[0].parent
     import shutil
+
     initdb = shutil.which("initdb")
     return Path(initdb).parent if initdb else None
 
@@ -76,8 +81,23 @@ def postgres_url() -> Iterator[str]:
         shutil.chown(root, user)
         shutil.chown(root / "pw", user)
     run_as = {"user": user} if user else {}
-    init = subprocess.run([str(bin_dir / "initdb"), "-D", str(root / "data"), "-U", "trialflow", "-A", "scram-sha-256",
-                           f"--pwfile={root / 'pw'}", "--no-sync"], capture_output=True, text=True, timeout=120, **run_as)
+    init = subprocess.run(
+        [
+            str(bin_dir / "initdb"),
+            "-D",
+            str(root / "data"),
+            "-U",
+            "trialflow",
+            "-A",
+            "scram-sha-256",
+            f"--pwfile={root / 'pw'}",
+            "--no-sync",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **run_as,
+    )
     if init.returncode != 0:
         shutil.rmtree(root, ignore_errors=True)
         pytest.fail(f"initdb failed: {init.stderr[-2000:]}")
@@ -85,13 +105,33 @@ def postgres_url() -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
-        [str(bin_dir / "postgres"), "-D", str(root / "data"), "-h", "127.0.0.1", "-p", str(port),
-         "-k", str(root), "-c", "fsync=off", "-c", "max_connections=300"],
-        stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"), **run_as)
+        [
+            str(bin_dir / "postgres"),
+            "-D",
+            str(root / "data"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-k",
+            str(root),
+            "-c",
+            "fsync=off",
+            "-c",
+            "max_connections=300",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(root / "server.log", "w"),
+        **run_as,
+    )
     try:
         deadline = time.monotonic() + 60
-        while subprocess.run([str(bin_dir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)],
-                             capture_output=True).returncode != 0:
+        while (
+            subprocess.run(
+                [str(bin_dir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)], capture_output=True
+            ).returncode
+            != 0
+        ):
             if server.poll() is not None or time.monotonic() > deadline:
                 pytest.fail("PostgreSQL did not start: " + (root / "server.log").read_text()[-2000:])
             time.sleep(0.2)
@@ -136,12 +176,17 @@ def nni_python() -> str:
         uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
         try:
             subprocess.run([uv, "venv", "-q", str(NNI_VENV)], check=True, timeout=300)
-            subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "-p", str(python), "nni==3.0"], check=True, timeout=900)
+            subprocess.run(
+                [uv, "pip", "install", "-q", "--compile-bytecode", "-p", str(python), "nni==3.0"],
+                check=True,
+                timeout=900,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             shutil.rmtree(NNI_VENV, ignore_errors=True)
             pytest.fail(f"could not build the nni==3.0 virtualenv at {NNI_VENV}: {exc}")
-    check = subprocess.run([str(python), "-c", "import nni; print(nni.__version__)"], capture_output=True,
-                           text=True, timeout=120)
+    check = subprocess.run(
+        [str(python), "-c", "import nni; print(nni.__version__)"], capture_output=True, text=True, timeout=120
+    )
     assert check.stdout.strip() == "3.0", check.stderr
     return str(python)
 
@@ -175,8 +220,11 @@ def kube_controller(kube_cluster, tmp_path_factory):
     """The operators' and kubelet's part, played by test code (tests/kube/controller.py)."""
     from tests.kube.controller import TestController
 
-    controller = TestController(kube_cluster.kubeconfig, tmp_path_factory.mktemp("kube-controller"),
-                                path_prefix=str(Path(sys.executable).parent)).start()
+    controller = TestController(
+        kube_cluster.kubeconfig,
+        tmp_path_factory.mktemp("kube-controller"),
+        path_prefix=str(Path(sys.executable).parent),
+    ).start()
     try:
         yield controller
     finally:

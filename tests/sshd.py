@@ -25,8 +25,8 @@ class SshServer:
     user: str
     home: Path
     password: str
-    client_key: Path          # the private key a client logs in with
-    host_key_line: str        # "<type> <base64>" of the server's host key
+    client_key: Path  # the private key a client logs in with
+    host_key_line: str  # "<type> <base64>" of the server's host key
     root: Path
     pid: int | None = None
 
@@ -104,9 +104,9 @@ def make_server(name: str) -> SshServer:
     (root / "sshd_config").write_text(f"""\
 ListenAddress 127.0.0.1
 Port {port}
-HostKey {root / 'host_key'}
-PidFile {root / 'sshd.pid'}
-AuthorizedKeysFile {root / 'authorized_keys'}
+HostKey {root / "host_key"}
+PidFile {root / "sshd.pid"}
+AuthorizedKeysFile {root / "authorized_keys"}
 AllowUsers {user}
 PasswordAuthentication yes
 KbdInteractiveAuthentication no

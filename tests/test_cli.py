@@ -24,10 +24,12 @@ maxTrialNumber: {n}
 tuner: {{name: TPE, classArgs: {{optimize_mode: maximize, seed: 5}}}}
 trainingService: {{platform: local}}
 """
-TRIAL = ("import os, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-         "open('launches.txt', 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
-         "time.sleep(float(sys.argv[1]))\ntrial.report_intermediate_result(p['x'] / 2)\n"
-         "trial.report_final_result(p['x'])\n")
+TRIAL = (
+    "import os, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+    "open('launches.txt', 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
+    "time.sleep(float(sys.argv[1]))\ntrial.report_intermediate_result(p['x'] / 2)\n"
+    "trial.report_final_result(p['x'])\n"
+)
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -41,6 +43,7 @@ def experiment(tmp_path: Path):
         path = tmp_path / "config.yml"
         path.write_text(GOOD.format(command=f"{sys.executable} t.py {sleep}", n=n))
         return path
+
     return make
 
 
@@ -62,10 +65,12 @@ def test_validate_ok_and_failures(experiment, tmp_path):
 def test_convert_prints_a_loadable_v2_config(tmp_path):
     (tmp_path / "space.json").write_text('{"x": {"_type": "choice", "_value": [1, 2]}}')
     v1 = tmp_path / "v1.yml"
-    v1.write_text("authorName: a\nexperimentName: e\ntrialConcurrency: 1\nmaxExecDuration: 1h\nmaxTrialNum: 3\n"
-                  "trainingServicePlatform: remote\nsearchSpacePath: space.json\ntuner: {builtinTunerName: TPE}\n"
-                  "trial: {command: python3 t.py, codeDir: .}\n"
-                  "machineList: [{ip: h, username: u, passwd: hunter2, passphrase: pp}]\n")
+    v1.write_text(
+        "authorName: a\nexperimentName: e\ntrialConcurrency: 1\nmaxExecDuration: 1h\nmaxTrialNum: 3\n"
+        "trainingServicePlatform: remote\nsearchSpacePath: space.json\ntuner: {builtinTunerName: TPE}\n"
+        "trial: {command: python3 t.py, codeDir: .}\n"
+        "machineList: [{ip: h, username: u, passwd: hunter2, passphrase: pp}]\n"
+    )
     result = cli("convert", str(v1))
     assert result.returncode == 0, result.stderr
     v2 = yaml.safe_load(result.stdout)
@@ -96,10 +101,21 @@ def test_render_refuses_an_index_outside_the_experiment(experiment):
 
 def test_redaction_masks_secret_keys_at_any_depth():
     from trialflow.render import redact
-    data = {"env": {"MY_TOKEN": "t", "PATH": "/bin"}, "machines": [{"password": "p", "host": "h"}],
-            "sshPassphrase": "pp", "api_key": "k", "empty_password": ""}
-    assert redact(data) == {"env": {"MY_TOKEN": "***", "PATH": "/bin"}, "machines": [{"password": "***", "host": "h"}],
-                            "sshPassphrase": "***", "api_key": "***", "empty_password": ""}
+
+    data = {
+        "env": {"MY_TOKEN": "t", "PATH": "/bin"},
+        "machines": [{"password": "p", "host": "h"}],
+        "sshPassphrase": "pp",
+        "api_key": "k",
+        "empty_password": "",
+    }
+    assert redact(data) == {
+        "env": {"MY_TOKEN": "***", "PATH": "/bin"},
+        "machines": [{"password": "***", "host": "h"}],
+        "sshPassphrase": "***",
+        "api_key": "***",
+        "empty_password": "",
+    }
 
 
 def test_run_refuses_a_broken_config_before_starting_anything(tmp_path):
@@ -147,8 +163,7 @@ def test_run_end_to_end_then_resume_then_new(experiment, tmp_path):
 @pytest.mark.integration
 def test_ctrl_c_cancels_trials_and_stops_airflow(experiment, tmp_path):
     config = experiment(n=4, sleep=300)
-    proc = subprocess.Popen(TRIALFLOW + ["run", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(TRIALFLOW + ["run", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     trials = tmp_path / ".trialflow" / "experiments"
     deadline = time.monotonic() + 240
     pids: list[int] = []
@@ -173,7 +188,9 @@ def test_experiments_trials_and_export_read_the_store(tmp_path):
     listed = json.loads(cli("experiments", "--home", str(tmp_path), "--json").stdout)
     assert [e["experiment_id"] for e in listed] == ["eq000001"] and listed[0]["counts"]["SUCCEEDED"] == 5
     table = cli("trials", "eq000001", "--home", str(tmp_path), "--status", "SUCCEEDED", "--sort", "metric", "--desc")
-    assert table.returncode == 0 and "5 trials" in table.stdout and table.stdout.index("1.7") < table.stdout.index("1.6")
+    assert (
+        table.returncode == 0 and "5 trials" in table.stdout and table.stdout.index("1.7") < table.stdout.index("1.6")
+    )
     page = json.loads(cli("trials", "eq000001", "--home", str(tmp_path), "--json", "--limit", "2").stdout)
     assert page["total"] == 8 and len(page["rows"]) == 2
     out = tmp_path / "trials.csv"

@@ -14,8 +14,10 @@ from trialflow.tuning.store import ExperimentStore, sqlite_url
 
 def _config(tmp_path: Path, extra: str = "", space: str = "{x: {_type: uniform, _value: [0, 1]}}"):
     path = tmp_path / "c.yml"
-    path.write_text(f"searchSpace: {space}\ntrialCommand: 'true'\ntrialConcurrency: 1\n"
-                    f"trainingService: {{platform: local}}\n{extra}")
+    path.write_text(
+        f"searchSpace: {space}\ntrialCommand: 'true'\ntrialConcurrency: 1\n"
+        f"trainingService: {{platform: local}}\n{extra}"
+    )
     return load_config(path)
 
 
@@ -45,22 +47,26 @@ def test_scheduled_runs_rejects_other_values(tmp_path):
         _config(tmp_path, "tuner: {name: TPE}\nscheduledRuns: sometimes\n")
 
 
-@pytest.mark.parametrize("tuner, space, max_trials, expected", [
-    ("TPE", "{x: {_type: uniform, _value: [0, 1]}}", 7, 7),
-    ("TPE", "{x: {_type: uniform, _value: [0, 1]}}", None, 100),
-    ("GridSearch", "{x: {_type: choice, _value: [1, 2, 3]}}", None, 3),
-    ("GridSearch", "{x: {_type: choice, _value: [1, 2, 3]}}", 10, 3),   # NNI stops when the grid is done
-    ("GridSearch", "{x: {_type: choice, _value: [1, 2, 3]}}", 2, 2),
-    ("BatchTuner", "{combine_params: {_type: choice, _value: [{a: 1}, {a: 2}]}}", 9, 2),
-])
+@pytest.mark.parametrize(
+    "tuner, space, max_trials, expected",
+    [
+        ("TPE", "{x: {_type: uniform, _value: [0, 1]}}", 7, 7),
+        ("TPE", "{x: {_type: uniform, _value: [0, 1]}}", None, 100),
+        ("GridSearch", "{x: {_type: choice, _value: [1, 2, 3]}}", None, 3),
+        ("GridSearch", "{x: {_type: choice, _value: [1, 2, 3]}}", 10, 3),  # NNI stops when the grid is done
+        ("GridSearch", "{x: {_type: choice, _value: [1, 2, 3]}}", 2, 2),
+        ("BatchTuner", "{combine_params: {_type: choice, _value: [{a: 1}, {a: 2}]}}", 9, 2),
+    ],
+)
 def test_trial_count(tmp_path, tuner, space, max_trials, expected):
     extra = f"tuner: {{name: {tuner}}}\n" + (f"maxTrialNumber: {max_trials}\n" if max_trials else "")
     assert trial_count(_config(tmp_path, extra, space)) == expected
 
 
 def test_runs_that_continue_a_study_get_consecutive_indexes(tmp_path):
-    config = _config(tmp_path, "tuner: {name: TPE}\nmaxTrialNumber: 4\nmaxExperimentDuration: 1h\n"
-                               "scheduledRuns: continue\n")
+    config = _config(
+        tmp_path, "tuner: {name: TPE}\nmaxTrialNumber: 4\nmaxExperimentDuration: 1h\nscheduledRuns: continue\n"
+    )
     experiment = Experiment(config, "ecccccc1", tmp_path / "work")
     store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     experiment.open(store)
@@ -84,13 +90,20 @@ def test_window_expiry(tmp_path):
 def test_shared_storage_that_nni_would_mount_is_refused_with_what_to_do(tmp_path):
     from trialflow.experiment import check_runnable
 
-    config = _config(tmp_path, "tuner: {name: TPE}\nsharedStorage: {storageType: NFS, nfsServer: nfs.example, "
-                               "exportedDirectory: /export, localMountPoint: /mnt/nfs, remoteMountPoint: /mnt/nfs, "
-                               "localMounted: nnimount}\n")
+    config = _config(
+        tmp_path,
+        "tuner: {name: TPE}\nsharedStorage: {storageType: NFS, nfsServer: nfs.example, "
+        "exportedDirectory: /export, localMountPoint: /mnt/nfs, remoteMountPoint: /mnt/nfs, "
+        "localMounted: nnimount}\n",
+    )
     problems = [(p.key_path, p.message) for p in check_runnable(config)]
-    assert problems == [(("sharedStorage", "localMounted"),
-                         "trialflow never runs `sudo mount`: mount nfs.example:/export at /mnt/nfs yourself and set "
-                         "localMounted: usermount (or nomount to upload the code instead)")]
+    assert problems == [
+        (
+            ("sharedStorage", "localMounted"),
+            "trialflow never runs `sudo mount`: mount nfs.example:/export at /mnt/nfs yourself and set "
+            "localMounted: usermount (or nomount to upload the code instead)",
+        )
+    ]
 
 
 def test_hybrid_places_each_trial_on_the_platform_with_fewest_active_trials(tmp_path):
@@ -130,8 +143,10 @@ def test_a_remote_code_directory_over_nni_limits_is_refused_by_validate(tmp_path
     for i in range(4):
         (tmp_path / f"f{i}.py").write_text("x")
     path = tmp_path / "c.yml"
-    path.write_text("searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: 'true'\ntrialConcurrency: 1\n"
-                    "tuner: {name: TPE}\ntrainingService: {platform: remote, machineList: [{host: h, user: u}]}\n")
+    path.write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: 'true'\ntrialConcurrency: 1\n"
+        "tuner: {name: TPE}\ntrainingService: {platform: remote, machineList: [{host: h, user: u}]}\n"
+    )
     problems = [(p.key_path, p.message) for p in check_runnable(load_config(path))]
     assert len(problems) == 1 and problems[0][0] == ("trialCodeDirectory",)
     assert "files to upload; the limit is 3" in problems[0][1]

@@ -11,29 +11,48 @@ import pytest
 
 from trialflow import queries
 from trialflow.config.model import AlgorithmConfig
+from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
-from trialflow.config.search_space import parse_search_space
 from trialflow.tuning.store import ExperimentStore, sqlite_url
 
-SPACE = parse_search_space({
-    "lr": {"_type": "loguniform", "_value": [1e-4, 1e-1]},
-    "opt": {"_type": "choice", "_value": [{"_name": "sgd", "m": {"_type": "uniform", "_value": [0, 1]}},
-                                          {"_name": "adam"}]},
-    "act": {"_type": "choice", "_value": ["=cmd|' /C calc'!A0", "relu", "<img src=x onerror=alert(1)>"]},
-})
+SPACE = parse_search_space(
+    {
+        "lr": {"_type": "loguniform", "_value": [1e-4, 1e-1]},
+        "opt": {
+            "_type": "choice",
+            "_value": [{"_name": "sgd", "m": {"_type": "uniform", "_value": [0, 1]}}, {"_name": "adam"}],
+        },
+        "act": {"_type": "choice", "_value": ["=cmd|' /C calc'!A0", "relu", "<img src=x onerror=alert(1)>"]},
+    }
+)
 RANDOM = AlgorithmConfig(name="Random", class_args={"seed": 7, "optimize_mode": "minimize"})
-OUTCOMES = [TrialStatus.SUCCEEDED, TrialStatus.FAILED, TrialStatus.SUCCEEDED, TrialStatus.EARLY_STOPPED,
-            TrialStatus.SUCCEEDED, None, TrialStatus.SUCCEEDED, TrialStatus.SUCCEEDED]
+OUTCOMES = [
+    TrialStatus.SUCCEEDED,
+    TrialStatus.FAILED,
+    TrialStatus.SUCCEEDED,
+    TrialStatus.EARLY_STOPPED,
+    TrialStatus.SUCCEEDED,
+    None,
+    TrialStatus.SUCCEEDED,
+    TrialStatus.SUCCEEDED,
+]
 
 
 def fill(store: ExperimentStore, experiment_id: str = "eq000001", dag_id: str = "dag_a") -> list[dict]:
     store.open_experiment(experiment_id, RANDOM, SPACE, "minimize")
     study = experiment_id
-    store.set_experiment_attrs(study, {"experiment_name": "queries <b>test</b>", "dag_id": dag_id, "run_id": "r1",
-                                      "platform": "local", "optimize_mode": "minimize",
-                                      "config": {"tuner": {"name": "Random"}, "maxTrialNumber": 8,
-                                                 "trainingService": {"platform": "local"}}})
+    store.set_experiment_attrs(
+        study,
+        {
+            "experiment_name": "queries <b>test</b>",
+            "dag_id": dag_id,
+            "run_id": "r1",
+            "platform": "local",
+            "optimize_mode": "minimize",
+            "config": {"tuner": {"name": "Random"}, "maxTrialNumber": 8, "trainingService": {"platform": "local"}},
+        },
+    )
     made = []
     for index, outcome in enumerate(OUTCOMES):
         asked = store.ask(study, index, f"{experiment_id}-{index:04d}", RANDOM, SPACE)
@@ -56,7 +75,9 @@ def store(request, tmp_path: Path) -> ExperimentStore:
     import sqlalchemy as sa
 
     name = f"q{abs(hash(str(tmp_path))) % 10**8}"
-    with sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT").connect() as c:
+    with sa.create_engine(
+        url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
+    ).connect() as c:
         c.execute(sa.text(f"CREATE DATABASE {name}"))
     return ExperimentStore(url.rsplit("/", 1)[0] + f"/{name}")
 

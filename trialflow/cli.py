@@ -7,8 +7,9 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
@@ -38,8 +39,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     problems = check_runnable(config)
     if problems:
         return _fail(ConfigError(problems))
-    print(f"{args.config}: OK ({', '.join(config.platform_names)}; {trial_count(config)} trials, "
-          f"{config.trial_concurrency} at a time)", file=sys.stderr)
+    print(
+        f"{args.config}: OK ({', '.join(config.platform_names)}; {trial_count(config)} trials, "
+        f"{config.trial_concurrency} at a time)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -134,7 +138,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     home = Path(args.home) if args.home else default_home(Path(args.config)) if args.config else Path(".trialflow")
     home = home.resolve()
     if not (home / "airflow" / "airflow.db").exists():
-        return _fail(FileNotFoundError(f"no trialflow run in {home} (run `trialflow run CONFIG` first, or give --home)"))
+        return _fail(
+            FileNotFoundError(f"no trialflow run in {home} (run `trialflow run CONFIG` first, or give --home)")
+        )
     airflow = embedded_airflow(home)
     if args.port:
         airflow.port = args.port
@@ -183,7 +189,9 @@ def _span(seconds: float | None) -> str:
     if seconds is None:
         return ""
     seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
 def _cell(value: Any) -> str:
@@ -222,11 +230,24 @@ def cmd_experiments(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2))
         return 0
-    _table("trialflow experiments", ["experiment", "name", "dag", "platform", "tuner", "trials", "best", "started",
-                                     "duration"],
-           [[r.experiment_id, r.name, r.dag_id, r.platform, r.tuner,
-             ", ".join(f"{n} {s.lower()}" for s, n in sorted(r.counts.items())), r.best, _when(r.started),
-             _span((r.ended or 0) - r.started if r.started and r.ended else None)] for r in rows])
+    _table(
+        "trialflow experiments",
+        ["experiment", "name", "dag", "platform", "tuner", "trials", "best", "started", "duration"],
+        [
+            [
+                r.experiment_id,
+                r.name,
+                r.dag_id,
+                r.platform,
+                r.tuner,
+                ", ".join(f"{n} {s.lower()}" for s, n in sorted(r.counts.items())),
+                r.best,
+                _when(r.started),
+                _span((r.ended or 0) - r.started if r.started and r.ended else None),
+            ]
+            for r in rows
+        ],
+    )
     return 0
 
 
@@ -235,9 +256,16 @@ def cmd_trials(args: argparse.Namespace) -> int:
 
     try:
         engine = _store_engine(args)
-        page = queries.trials_page(engine, args.experiment, statuses=args.status.split(",") if args.status else None,
-                                   search=args.search or "", sort=args.sort, descending=args.desc,
-                                   limit=args.limit, offset=args.offset)
+        page = queries.trials_page(
+            engine,
+            args.experiment,
+            statuses=args.status.split(",") if args.status else None,
+            search=args.search or "",
+            sort=args.sort,
+            descending=args.desc,
+            limit=args.limit,
+            offset=args.offset,
+        )
     except queries.UnknownExperiment:
         return _fail(LookupError(f"no experiment {args.experiment!r} in the store (see `trialflow experiments`)"))
     except (FileNotFoundError, ValueError) as exc:
@@ -247,10 +275,22 @@ def cmd_trials(args: argparse.Namespace) -> int:
         return 0
     flat = [queries.flatten_parameters(r["parameters"]) for r in page["rows"]]
     names = sorted({k for f in flat for k in f})
-    _table(f"experiment {args.experiment}: {page['total']} trials",
-           ["#", "id", "status", "metric", "duration", "platform", *names],
-           [[r["trial_index"], r["trial_id"], r["status"], r["metric"], _span(r["duration"]), r["platform"],
-             *(f.get(n) for n in names)] for r, f in zip(page["rows"], flat)])
+    _table(
+        f"experiment {args.experiment}: {page['total']} trials",
+        ["#", "id", "status", "metric", "duration", "platform", *names],
+        [
+            [
+                r["trial_index"],
+                r["trial_id"],
+                r["status"],
+                r["metric"],
+                _span(r["duration"]),
+                r["platform"],
+                *(f.get(n) for n in names),
+            ]
+            for r, f in zip(page["rows"], flat)
+        ],
+    )
     return 0
 
 
@@ -259,8 +299,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     try:
         engine = _store_engine(args)
-        text = (queries.export_csv(engine, args.experiment) if args.format == "csv"
-                else json.dumps(queries.export_json(engine, args.experiment), indent=2) + "\n")
+        text = (
+            queries.export_csv(engine, args.experiment)
+            if args.format == "csv"
+            else json.dumps(queries.export_json(engine, args.experiment), indent=2) + "\n"
+        )
     except queries.UnknownExperiment:
         return _fail(LookupError(f"no experiment {args.experiment!r} in the store (see `trialflow experiments`)"))
     except (FileNotFoundError, ValueError) as exc:
@@ -273,8 +316,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _store_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--home", help="a `trialflow run` home (its experiments.db); default: the trialflow_default "
-                                  "Airflow connection")
+    p.add_argument(
+        "--home", help="a `trialflow run` home (its experiments.db); default: the trialflow_default Airflow connection"
+    )
     p.add_argument("--store", help="the store's SQLAlchemy URL")
 
 
@@ -296,10 +340,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--home", help="private Airflow + results folder (default: .trialflow/ beside the config)")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary instead of a table")
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
-    p.add_argument("--new", action="store_true",
-                   help="start a fresh experiment instead of resuming the last one for this config")
-    p.add_argument("--keep-running", action="store_true",
-                   help="when the experiment ends, keep Airflow up and print the experiment page's URL")
+    p.add_argument(
+        "--new", action="store_true", help="start a fresh experiment instead of resuming the last one for this config"
+    )
+    p.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="when the experiment ends, keep Airflow up and print the experiment page's URL",
+    )
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("ui", help="serve the experiment pages of a `trialflow run` home (Airflow's api-server)")
     p.add_argument("config", nargs="?", help="the experiment config whose .trialflow home to serve")

@@ -39,9 +39,16 @@ def default_dag_id(config_path: Path, experiment_name: str | None) -> str:
     return "trialflow_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("_").lower()
 
 
-def experiment_dag(config_path: str | Path, *, dag_id: str | None = None, store_conn_id: str = DEFAULT_CONN_ID,
-                   poll_interval: float = 1.0, defer_after: float = 10.0, cleanup: bool = False,
-                   **dag_kwargs: Any) -> DAG:
+def experiment_dag(
+    config_path: str | Path,
+    *,
+    dag_id: str | None = None,
+    store_conn_id: str = DEFAULT_CONN_ID,
+    poll_interval: float = 1.0,
+    defer_after: float = 10.0,
+    cleanup: bool = False,
+    **dag_kwargs: Any,
+) -> DAG:
     """Build the DAG for one NNI experiment config. Extra keyword arguments go to ``DAG``.
 
     ``defer_after``: seconds a trial task waits in its worker before deferring to the
@@ -54,8 +61,11 @@ def experiment_dag(config_path: str | Path, *, dag_id: str | None = None, store_
         path = _caller_dir() / path
     config = load_runnable_config(path)
     path = config.source_file or path
-    default_args = {"retries": DEFAULT_RETRIES, "retry_delay": timedelta(seconds=5),
-                    **dag_kwargs.pop("default_args", {})}
+    default_args = {
+        "retries": DEFAULT_RETRIES,
+        "retry_delay": timedelta(seconds=5),
+        **dag_kwargs.pop("default_args", {}),
+    }
     dag_kwargs.setdefault("schedule", None)
     dag_kwargs.setdefault("catchup", False)
     dag_kwargs.setdefault("max_active_runs", 1)
@@ -64,10 +74,8 @@ def experiment_dag(config_path: str | Path, *, dag_id: str | None = None, store_
     dag_kwargs.setdefault("doc_md", _doc(path, config))
     # maxExperimentDuration is not a dagrun_timeout: a timed-out run would never reach its end
     # step. The start step sets a deadline; past it no trial starts and running ones are cancelled.
-    with DAG(dag_id or default_dag_id(path, config.experiment_name), default_args=default_args,
-             **dag_kwargs) as dag:
-        start = StartExperimentOperator(task_id="start_experiment", config_path=str(path),
-                                        store_conn_id=store_conn_id)
+    with DAG(dag_id or default_dag_id(path, config.experiment_name), default_args=default_args, **dag_kwargs) as dag:
+        start = StartExperimentOperator(task_id="start_experiment", config_path=str(path), store_conn_id=store_conn_id)
         trials = SubmitTrialOperator.partial(
             task_id="trial",
             config_path=str(path),
@@ -77,17 +85,24 @@ def experiment_dag(config_path: str | Path, *, dag_id: str | None = None, store_
             max_active_tis_per_dagrun=config.trial_concurrency,
             map_index_template="{{ trial_label }}",
         ).expand(trial_index=list(range(trial_count(config))))
-        end = EndExperimentOperator(task_id="end_experiment", config_path=str(path),
-                                    store_conn_id=store_conn_id, trigger_rule="all_done", cleanup=cleanup)
+        end = EndExperimentOperator(
+            task_id="end_experiment",
+            config_path=str(path),
+            store_conn_id=store_conn_id,
+            trigger_rule="all_done",
+            cleanup=cleanup,
+        )
         start >> trials >> end
     return dag
 
 
 def _doc(path: Path, config: Any) -> str:
-    return (f"**NNI experiment** `{path}`\n\n"
-            f"- platform: {', '.join(config.platform_names)}\n"
-            f"- {'advisor' if config.advisor else 'tuner'}: "
-            f"{(config.tuner or config.advisor).name if (config.tuner or config.advisor) else '-'}"
-            f" ({config.optimize_mode})"
-            f"{f', assessor: {config.assessor.name}' if config.assessor else ''}\n"
-            f"- trials: {trial_count(config)}, {config.trial_concurrency} at a time\n")
+    return (
+        f"**NNI experiment** `{path}`\n\n"
+        f"- platform: {', '.join(config.platform_names)}\n"
+        f"- {'advisor' if config.advisor else 'tuner'}: "
+        f"{(config.tuner or config.advisor).name if (config.tuner or config.advisor) else '-'}"
+        f" ({config.optimize_mode})"
+        f"{f', assessor: {config.assessor.name}' if config.assessor else ''}\n"
+        f"- trials: {trial_count(config)}, {config.trial_concurrency} at a time\n"
+    )

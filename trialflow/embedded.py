@@ -54,34 +54,36 @@ class EmbeddedAirflow:
         home = self.home.resolve()
         bin_dir = str(Path(sys.executable).parent)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
-        env.update({
-            "AIRFLOW_HOME": str(home),
-            # Trials run `python3 ...`: the interpreter of this install comes first.
-            "PATH": bin_dir + os.pathsep + env.get("PATH", ""),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder.resolve()),
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API__BASE_URL": self.base_url,
-            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "600",
-            # Upstream race (apache/airflow #71580): a trigger that fires within the heartbeat
-            # interval can fail its task; a short interval makes it rare, re-attach makes it harmless.
-            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
-            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
-            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-        })
+        env.update(
+            {
+                "AIRFLOW_HOME": str(home),
+                # Trials run `python3 ...`: the interpreter of this install comes first.
+                "PATH": bin_dir + os.pathsep + env.get("PATH", ""),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder.resolve()),
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__API__BASE_URL": self.base_url,
+                "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+                "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "600",
+                # Upstream race (apache/airflow #71580): a trigger that fires within the heartbeat
+                # interval can fail its task; a short interval makes it rare, re-attach makes it harmless.
+                "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+                "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+                "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+            }
+        )
         env.update(self.extra_env)
         return env
 
@@ -95,22 +97,34 @@ class EmbeddedAirflow:
         (self.home / "logs").mkdir(exist_ok=True)
         log = self.home / "logs" / "db-migrate.log"
         with open(log, "wb") as out:
-            rc = subprocess.call(self._airflow() + ["db", "migrate"], env=self.env(), stdout=out,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            rc = subprocess.call(
+                self._airflow() + ["db", "migrate"],
+                env=self.env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         if rc != 0:
             raise EmbeddedAirflowError(f"`airflow db migrate` failed (exit {rc}); see {log}")
 
     def start(self, components: tuple[str, ...] = COMPONENTS) -> None:
         env = self.env()
-        args = {"api-server": ["api-server", "--port", str(self.port), "--host", "127.0.0.1"],
-                "scheduler": ["scheduler", "--skip-serve-logs"],
-                "triggerer": ["triggerer", "--skip-serve-logs"],
-                "dag-processor": ["dag-processor"]}
+        args = {
+            "api-server": ["api-server", "--port", str(self.port), "--host", "127.0.0.1"],
+            "scheduler": ["scheduler", "--skip-serve-logs"],
+            "triggerer": ["triggerer", "--skip-serve-logs"],
+            "dag-processor": ["dag-processor"],
+        }
         for name in components:
             out = open(self.home / "logs" / f"{name}.log", "ab")
             self.processes[name] = subprocess.Popen(
-                self._airflow() + args[name], env=env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                self._airflow() + args[name],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             out.close()
 
     def wait_serving(self, timeout: float = 120.0) -> None:
@@ -138,14 +152,16 @@ class EmbeddedAirflow:
             except (httpx.HTTPError, ValueError):
                 pass
             time.sleep(0.5)
-        raise EmbeddedAirflowError(f"Airflow did not become healthy in {timeout:.0f} s (last: {last}); "
-                                   f"logs in {self.home / 'logs'}")
+        raise EmbeddedAirflowError(
+            f"Airflow did not become healthy in {timeout:.0f} s (last: {last}); logs in {self.home / 'logs'}"
+        )
 
     def check_alive(self) -> None:
         for name, proc in self.processes.items():
             if proc.poll() is not None:
-                raise EmbeddedAirflowError(f"airflow {name} exited with code {proc.returncode}; "
-                                           f"see {self.home / 'logs' / (name + '.log')}")
+                raise EmbeddedAirflowError(
+                    f"airflow {name} exited with code {proc.returncode}; see {self.home / 'logs' / (name + '.log')}"
+                )
 
     def stop(self, grace: float = 15.0) -> None:
         """SIGTERM every component's process group, SIGKILL whatever is left after ``grace``."""
@@ -169,8 +185,9 @@ class EmbeddedAirflow:
     def _headers(self) -> dict[str, str]:
         if self._token is None:
             passwords = json.loads((self.home / "passwords.json").read_text())
-            response = httpx.post(f"{self.base_url}/auth/token",
-                                  json={"username": USER, "password": passwords[USER]}, timeout=10)
+            response = httpx.post(
+                f"{self.base_url}/auth/token", json={"username": USER, "password": passwords[USER]}, timeout=10
+            )
             response.raise_for_status()
             self._token = response.json()["access_token"]
         return {"Authorization": f"Bearer {self._token}"}
@@ -185,11 +202,15 @@ class EmbeddedAirflow:
             self.check_alive()
             if self.api("GET", f"/dags/{dag_id}").status_code == 200:
                 return
-            errors = [e for e in self.api("GET", "/importErrors").json().get("import_errors", [])
-                      if dag_file is not None and Path(e.get("filename", "")).name == dag_file.name]
+            errors = [
+                e
+                for e in self.api("GET", "/importErrors").json().get("import_errors", [])
+                if dag_file is not None and Path(e.get("filename", "")).name == dag_file.name
+            ]
             if errors:
-                raise EmbeddedAirflowError("the experiment DAG failed to import:\n" +
-                                           "\n".join(e.get("stack_trace", "") for e in errors))
+                raise EmbeddedAirflowError(
+                    "the experiment DAG failed to import:\n" + "\n".join(e.get("stack_trace", "") for e in errors)
+                )
             time.sleep(0.5)
         raise EmbeddedAirflowError(f"DAG {dag_id} did not appear in {timeout:.0f} s")
 
@@ -223,8 +244,9 @@ class EmbeddedAirflow:
         """Every task instance of the run (the API gives at most 100 per page)."""
         found: list[dict[str, Any]] = []
         while True:
-            response = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances",
-                                params={"limit": 100, "offset": len(found)})
+            response = self.api(
+                "GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100, "offset": len(found)}
+            )
             page = list(response.json().get("task_instances", []))
             found += page
             if len(page) < 100:

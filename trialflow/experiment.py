@@ -11,10 +11,11 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from trialflow.config import (
     ExperimentConfig,
@@ -64,23 +65,41 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
     from trialflow.tuning.algorithms import check_algorithms
 
     file = config.source_file
-    problems = [Problem(file, tuple(key.split(".")), msg)
-                for key, msg in check_algorithms(config.tuner, config.advisor, config.assessor,
-                                                 parse_search_space(config.search_space))]
+    problems = [
+        Problem(file, tuple(key.split(".")), msg)
+        for key, msg in check_algorithms(
+            config.tuner, config.advisor, config.assessor, parse_search_space(config.search_space)
+        )
+    ]
     shared = config.shared_storage
     if shared is not None and shared.local_mounted == "nnimount":
-        source = (f"{shared.nfs_server}:{shared.exported_directory}" if shared.storage_type == "NFS"
-                  else f"the container {shared.container_name}")
-        problems.append(Problem(file, ("sharedStorage", "localMounted"),
-                                f"trialflow never runs `sudo mount`: mount {source} at {shared.local_mount_point} "
-                                "yourself and set localMounted: usermount (or nomount to upload the code instead)"))
+        source = (
+            f"{shared.nfs_server}:{shared.exported_directory}"
+            if shared.storage_type == "NFS"
+            else f"the container {shared.container_name}"
+        )
+        problems.append(
+            Problem(
+                file,
+                ("sharedStorage", "localMounted"),
+                f"trialflow never runs `sudo mount`: mount {source} at {shared.local_mount_point} "
+                "yourself and set localMounted: usermount (or nomount to upload the code instead)",
+            )
+        )
     if not any(p.key_path[:1] in (("tuner",), ("advisor",)) for p in problems):
         count, points = trial_count(config), _points(config)
-        if points is not None and count == points and points > MAX_TRIALS_PER_RUN:
-            problems.append(Problem(file, ("maxTrialNumber",), f"the {(config.tuner or config.advisor).name} "
-                                    f"space has {points} points, more than the {MAX_TRIALS_PER_RUN} trials one DAG "
-                                    "run holds: set maxTrialNumber (trial i runs point i), and scheduledRuns: "
-                                    "continue to go on in later runs"))
+        algorithm = config.tuner or config.advisor
+        if algorithm is not None and points is not None and count == points and points > MAX_TRIALS_PER_RUN:
+            problems.append(
+                Problem(
+                    file,
+                    ("maxTrialNumber",),
+                    f"the {algorithm.name} "
+                    f"space has {points} points, more than the {MAX_TRIALS_PER_RUN} trials one DAG "
+                    "run holds: set maxTrialNumber (trial i runs point i), and scheduledRuns: "
+                    "continue to go on in later runs",
+                )
+            )
     for i, service in enumerate(config.training_service):
         try:
             implementation = get_platform_entry(service.platform).load()
@@ -138,8 +157,9 @@ def trial_count(config: ExperimentConfig) -> int:
     return min(config.max_trial_number, points) if config.max_trial_number else points
 
 
-def experiment_id_for_run(config: ExperimentConfig, dag_id: str, run_id: str,
-                          conf: dict[str, Any] | None = None) -> str:
+def experiment_id_for_run(
+    config: ExperimentConfig, dag_id: str, run_id: str, conf: dict[str, Any] | None = None
+) -> str:
     """Which experiment a DAG run drives: one named in the run's conf (``experiment_id``, e.g.
     to resume an older one), one study for the whole DAG (scheduledRuns: continue), or its own."""
     named = (conf or {}).get("experiment_id")
@@ -162,7 +182,7 @@ class RunWindow:
     deadline: float | None = None
 
     @classmethod
-    def of(cls, attrs: dict[str, Any], run_id: str) -> "RunWindow":
+    def of(cls, attrs: dict[str, Any], run_id: str) -> RunWindow:
         raw = attrs.get(RUN_ATTR_PREFIX + run_id) or {}
         return cls(int(raw.get("first_index", 0)), int(raw.get("count", 0)), raw.get("deadline"))
 
@@ -179,13 +199,23 @@ class Experiment:
     workdir: Path
 
     @classmethod
-    def for_run(cls, config_path: str | Path, dag_id: str, run_id: str, workdir: Path | None = None,
-                conf: dict[str, Any] | None = None, check: bool = True) -> "Experiment":
+    def for_run(
+        cls,
+        config_path: str | Path,
+        dag_id: str,
+        run_id: str,
+        workdir: Path | None = None,
+        conf: dict[str, Any] | None = None,
+        check: bool = True,
+    ) -> Experiment:
         """``check``: the full runnability check (walks, on Kubernetes packs, the code folder);
         DAG parsing and the start step do it, a trial task or trigger only loads the config."""
         config = load_runnable_config(config_path) if check else load_config(config_path)
-        return cls(config, experiment_id_for_run(config, dag_id, run_id, conf),
-                   Path(workdir or config.experiment_working_directory or default_workdir()))
+        return cls(
+            config,
+            experiment_id_for_run(config, dag_id, run_id, conf),
+            Path(workdir or config.experiment_working_directory or default_workdir()),
+        )
 
     @property
     def algorithm(self) -> AlgorithmConfig:
@@ -195,21 +225,20 @@ class Experiment:
         return algorithm
 
     @cached_property
-    def pruner(self) -> "BasePruner | None":
+    def pruner(self) -> BasePruner | None:
         from trialflow.tuning.assessors import make_pruner
 
         return make_pruner(self.config)
 
-    def open(self, store: "ExperimentStore") -> None:
+    def open(self, store: ExperimentStore) -> None:
         """Create the experiment in the store, or re-open it (a cleared or continued run)."""
-        store.open_experiment(self.experiment_id, self.algorithm, self.space, self.config.optimize_mode,
-                              self.pruner)
+        store.open_experiment(self.experiment_id, self.algorithm, self.space, self.config.optimize_mode, self.pruner)
 
-    def window(self, store: "ExperimentStore", run_id: str) -> RunWindow:
+    def window(self, store: ExperimentStore, run_id: str) -> RunWindow:
         """The trial indexes and deadline that DAG run ``run_id`` owns."""
         return RunWindow.of(store.experiment_attrs(self.experiment_id), run_id)
 
-    def start_run(self, store: "ExperimentStore", run_id: str, now: float | None = None) -> RunWindow:
+    def start_run(self, store: ExperimentStore, run_id: str, now: float | None = None) -> RunWindow:
         """Give this DAG run its trial indexes (kept when the run is cleared and starts again) and a
         fresh maxExperimentDuration window from now."""
         now = time.time() if now is None else now
@@ -218,17 +247,28 @@ class Experiment:
         if known is not None:
             first = int(known["first_index"])
         else:
-            taken = [int(v["first_index"]) + int(v["count"]) for k, v in attrs.items()
-                     if k.startswith(RUN_ATTR_PREFIX) and isinstance(v, dict)]
+            taken = [
+                int(v["first_index"]) + int(v["count"])
+                for k, v in attrs.items()
+                if k.startswith(RUN_ATTR_PREFIX) and isinstance(v, dict)
+            ]
             first = max(taken, default=0)
         duration = self.config.max_experiment_duration
         window = RunWindow(first, trial_count(self.config), now + duration if duration else None)
-        store.set_experiment_attrs(self.experiment_id, {RUN_ATTR_PREFIX + run_id: {
-            "first_index": window.first_index, "count": window.count, "deadline": window.deadline,
-            "started_at": now}})
+        store.set_experiment_attrs(
+            self.experiment_id,
+            {
+                RUN_ATTR_PREFIX + run_id: {
+                    "first_index": window.first_index,
+                    "count": window.count,
+                    "deadline": window.deadline,
+                    "started_at": now,
+                }
+            },
+        )
         return window
 
-    def early_stop_check(self, store: "ExperimentStore", storage_id: int) -> "Callable[[], str | None] | None":
+    def early_stop_check(self, store: ExperimentStore, storage_id: int) -> Callable[[], str | None] | None:
         """The assessor as a follow-loop check, or None when the experiment has none."""
         pruner = self.pruner
         if pruner is None:
@@ -259,7 +299,7 @@ class Experiment:
         platform.use_shared_storage(self.config.shared_storage)
         return platform
 
-    def choose_service(self, store: "ExperimentStore", trial_index: int) -> int:
+    def choose_service(self, store: ExperimentStore, trial_index: int) -> int:
         """NNI's hybrid mode: the listed platform with the fewest active (submitted, not ended)
         trials of this experiment; ties go round-robin by trial index."""
         count = len(self.config.training_service)
@@ -273,12 +313,18 @@ class Experiment:
 
     def description(self) -> dict[str, Any]:
         """What the store keeps about the experiment (secrets masked by the config model)."""
-        return {"config": to_v2_dict(self.config), "config_file": str(self.config.source_file),
-                "experiment_name": self.config.experiment_name, "optimize_mode": self.config.optimize_mode,
-                "platform": ", ".join(self.config.platform_names), "directory": str(self.directory)}
+        return {
+            "config": to_v2_dict(self.config),
+            "config_file": str(self.config.source_file),
+            "experiment_name": self.config.experiment_name,
+            "optimize_mode": self.config.optimize_mode,
+            "platform": ", ".join(self.config.platform_names),
+            "directory": str(self.directory),
+        }
 
-    def trial_spec(self, trial_index: int, parameter_id: int, parameters: dict[str, Any],
-                   service_index: int = 0) -> TrialSpec:
+    def trial_spec(
+        self, trial_index: int, parameter_id: int, parameters: dict[str, Any], service_index: int = 0
+    ) -> TrialSpec:
         command = effective_trial_command(self.config, service_index) or ""
         return TrialSpec(
             experiment_id=self.experiment_id,
@@ -293,11 +339,25 @@ class Experiment:
         )
 
 
-def trial_result(trial_index: int, trial_id: str, parameters: dict[str, Any], status: TrialStatus,
-                 final_metric: Any, intermediate_count: int, handle: TrialHandle | None = None,
-                 message: str | None = None) -> dict[str, Any]:
+def trial_result(
+    trial_index: int,
+    trial_id: str,
+    parameters: dict[str, Any],
+    status: TrialStatus,
+    final_metric: Any,
+    intermediate_count: int,
+    handle: TrialHandle | None = None,
+    message: str | None = None,
+) -> dict[str, Any]:
     """The small dict a trial task returns as its XCom."""
-    return {"trial_index": trial_index, "trial_id": trial_id, "parameters": parameters,
-            "status": status.value, "final_metric": final_metric,
-            "intermediate_count": intermediate_count, "message": message,
-            "platform": (handle or {}).get("platform"), "host": (handle or {}).get("host")}
+    return {
+        "trial_index": trial_index,
+        "trial_id": trial_id,
+        "parameters": parameters,
+        "status": status.value,
+        "final_metric": final_metric,
+        "intermediate_count": intermediate_count,
+        "message": message,
+        "platform": (handle or {}).get("platform"),
+        "host": (handle or {}).get("host"),
+    }

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from trialflow.platforms.base import Cursor, TrainingPlatform, TrialHandle, TrialStatus, TrialUpdate
 
@@ -38,8 +39,12 @@ class FollowOutcome:
     seen_running: bool = False
 
     def to_event(self) -> dict[str, Any]:
-        return {"status": self.status.value if self.status else None, "message": self.message,
-                "exit_code": self.exit_code, "cursor": self.cursor}
+        return {
+            "status": self.status.value if self.status else None,
+            "message": self.message,
+            "exit_code": self.exit_code,
+            "cursor": self.cursor,
+        }
 
 
 #: Cursor keys of the follow loop itself (platforms keep their own keys beside them).
@@ -76,10 +81,19 @@ class Follower:
     deadlines and the assessor; :meth:`run` steps until the trial ends. The sensor's poke is one
     step; the operator's short wait and the trigger are runs."""
 
-    def __init__(self, platform: TrainingPlatform, store: "ExperimentStore", handle: TrialHandle,
-                 storage_id: int, cursor: Cursor | None = None, *, deadline: float | None = None,
-                 experiment_deadline: float | None = None, stop_check: StopCheck | None = None,
-                 seen_running: bool = False):
+    def __init__(
+        self,
+        platform: TrainingPlatform,
+        store: ExperimentStore,
+        handle: TrialHandle,
+        storage_id: int,
+        cursor: Cursor | None = None,
+        *,
+        deadline: float | None = None,
+        experiment_deadline: float | None = None,
+        stop_check: StopCheck | None = None,
+        seen_running: bool = False,
+    ):
         self.platform, self.store, self.handle, self.storage_id = platform, store, handle, storage_id
         self.deadline, self.experiment_deadline, self.stop_check = deadline, experiment_deadline, stop_check
         self.outcome = FollowOutcome(None, dict(cursor or {}), seen_running=seen_running)
@@ -144,12 +158,31 @@ class Follower:
         return self.outcome
 
 
-async def follow_trial(platform: TrainingPlatform, store: "ExperimentStore", handle: TrialHandle, storage_id: int,
-                       cursor: Cursor | None = None, *, deadline: float | None = None, poll_interval: float = 1.0,
-                       give_up_after: float | None = None, seen_running: bool = False,
-                       experiment_deadline: float | None = None, stop_check: StopCheck | None = None) -> FollowOutcome:
+async def follow_trial(
+    platform: TrainingPlatform,
+    store: ExperimentStore,
+    handle: TrialHandle,
+    storage_id: int,
+    cursor: Cursor | None = None,
+    *,
+    deadline: float | None = None,
+    poll_interval: float = 1.0,
+    give_up_after: float | None = None,
+    seen_running: bool = False,
+    experiment_deadline: float | None = None,
+    stop_check: StopCheck | None = None,
+) -> FollowOutcome:
     """Poll until the trial ends (or ``give_up_after`` seconds pass), recording metrics as they
     come, applying maxTrialDuration, maxExperimentDuration and the assessor (see Follower)."""
-    follower = Follower(platform, store, handle, storage_id, cursor, deadline=deadline,
-                        experiment_deadline=experiment_deadline, stop_check=stop_check, seen_running=seen_running)
+    follower = Follower(
+        platform,
+        store,
+        handle,
+        storage_id,
+        cursor,
+        deadline=deadline,
+        experiment_deadline=experiment_deadline,
+        stop_check=stop_check,
+        seen_running=seen_running,
+    )
     return await follower.run(poll_interval, give_up_after)

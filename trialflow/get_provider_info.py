@@ -18,27 +18,42 @@ def get_provider_info() -> dict[str, Any]:
         "name": "trialflow",
         "description": "Run NNI hyperparameter-tuning experiments (v1/v2 configs, NNI trial code) as Airflow DAGs.",
         "versions": versions,
-        "integrations": [{"integration-name": "trialflow", "external-doc-url": "https://pypi.org/project/airflow-provider-trialflow/",
-                          "tags": ["software"]}],
-        "operators": [{"integration-name": "trialflow",
-                       "python-modules": ["trialflow.operators.trial", "trialflow.operators.experiment"]}],
+        "integrations": [
+            {
+                "integration-name": "trialflow",
+                "external-doc-url": "https://pypi.org/project/airflow-provider-trialflow/",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "trialflow",
+                "python-modules": ["trialflow.operators.trial", "trialflow.operators.experiment"],
+            }
+        ],
         "sensors": [{"integration-name": "trialflow", "python-modules": ["trialflow.sensors.trial"]}],
         "hooks": [{"integration-name": "trialflow", "python-modules": ["trialflow.hooks.store"]}],
         "triggers": [{"integration-name": "trialflow", "python-modules": ["trialflow.triggers.trial"]}],
-        "connection-types": [{
-            "connection-type": "trialflow",
-            "hook-class-name": "trialflow.hooks.store.ExperimentStoreHook",
-            "hook-name": "trialflow experiment store",
-            "conn-fields": {
-                "storage_url": {"label": "Storage URL (no password)", "schema": {"type": ["string", "null"]}},
-                "dialect": {"label": "SQLAlchemy dialect (with host/login/password)",
-                            "schema": {"type": ["string", "null"]}},
-            },
-            "ui-field-behaviour": {
-                "hidden-fields": ["extra"],
-                "relabeling": {"schema": "Database"},
-                "placeholders": {"storage_url": "sqlite:////var/lib/trialflow/experiments.db",
-                                 "dialect": "postgresql"},
-            },
-        }],
+        "connection-types": [
+            {
+                "connection-type": "trialflow",
+                "hook-class-name": "trialflow.hooks.store.ExperimentStoreHook",
+                "hook-name": "trialflow experiment store",
+                "conn-fields": {
+                    "storage_url": {"label": "Storage URL (no password)", "schema": {"type": ["string", "null"]}},
+                    "dialect": {
+                        "label": "SQLAlchemy dialect (with host/login/password)",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                },
+                "ui-field-behaviour": {
+                    "hidden-fields": ["extra"],
+                    "relabeling": {"schema": "Database"},
+                    "placeholders": {
+                        "storage_url": "sqlite:////var/lib/trialflow/experiments.db",
+                        "dialect": "postgresql",
+                    },
+                },
+            }
+        ],
     }

@@ -54,7 +54,7 @@ class StartedTrial:
     """A trial that has its parameters and, unless it had already finished, its job."""
 
     experiment: Experiment
-    record: "TrialRecord"
+    record: TrialRecord
     spec: TrialSpec
     service_index: int
     resumed: bool
@@ -73,13 +73,18 @@ class StartedTrial:
 
     def follow_args(self) -> dict[str, Any]:
         """What following it needs, as JSON (XCom, trigger kwargs)."""
-        return {"experiment_id": self.experiment.experiment_id, "workdir": str(self.experiment.workdir),
-                "handle": self.handle, "storage_id": self.record.storage_id, "service_index": self.service_index,
-                "deadline": self.deadline, "experiment_deadline": self.experiment_deadline}
+        return {
+            "experiment_id": self.experiment.experiment_id,
+            "workdir": str(self.experiment.workdir),
+            "handle": self.handle,
+            "storage_id": self.record.storage_id,
+            "service_index": self.service_index,
+            "deadline": self.deadline,
+            "experiment_deadline": self.experiment_deadline,
+        }
 
 
-def _service_index(experiment: Experiment, store: "ExperimentStore", record: "TrialRecord",
-                   given: int | None) -> int:
+def _service_index(experiment: Experiment, store: ExperimentStore, record: TrialRecord, given: int | None) -> int:
     """Which listed platform runs the trial: the one given, the one a retry already used, or
     (NNI's hybrid mode) the one with the fewest active trials, recorded for the retries."""
     if given is not None:
@@ -91,21 +96,30 @@ def _service_index(experiment: Experiment, store: "ExperimentStore", record: "Tr
     return chosen
 
 
-def start_trial(experiment: Experiment, store: "ExperimentStore", run_id: str, map_index: int, *,
-                service_index: int | None = None, connections: Connections | None = None) -> StartedTrial:
+def start_trial(
+    experiment: Experiment,
+    store: ExperimentStore,
+    run_id: str,
+    map_index: int,
+    *,
+    service_index: int | None = None,
+    connections: Connections | None = None,
+) -> StartedTrial:
     """Give trial ``map_index`` of run ``run_id`` its parameters and submit it (see module)."""
     window = experiment.window(store, run_id)
     index = window.first_index + int(map_index)
     trial_id = trial_id_for(experiment.experiment_id, index)
     if window.expired() and store.find_trial_id(experiment.experiment_id, index) is None:
         raise TrialNotStarted(trial_id, EXPERIMENT_DEADLINE_REASON)
-    asked = store.ask(experiment.experiment_id, index, trial_id, experiment.algorithm, experiment.space,
-                      experiment.pruner)
+    asked = store.ask(
+        experiment.experiment_id, index, trial_id, experiment.algorithm, experiment.space, experiment.pruner
+    )
     record = store.trial(asked.storage_id)
     chosen = _service_index(experiment, store, record, service_index)
     spec = experiment.trial_spec(index, asked.number, asked.parameters, chosen)
-    started = StartedTrial(experiment, record, spec, chosen, asked.resumed, handle=record.handle,
-                           experiment_deadline=window.deadline)
+    started = StartedTrial(
+        experiment, record, spec, chosen, asked.resumed, handle=record.handle, experiment_deadline=window.deadline
+    )
     if record.finished:
         return started
     platform = experiment.platform(chosen, connections)
@@ -124,17 +138,26 @@ def start_trial(experiment: Experiment, store: "ExperimentStore", run_id: str, m
     return started
 
 
-def follower(started: StartedTrial, store: "ExperimentStore", cursor: dict[str, Any] | None = None,
-             seen_running: bool = False) -> Follower:
+def follower(
+    started: StartedTrial, store: ExperimentStore, cursor: dict[str, Any] | None = None, seen_running: bool = False
+) -> Follower:
     assert started.platform is not None and started.handle is not None
-    return Follower(started.platform, store, started.handle, started.record.storage_id, cursor,
-                    deadline=started.deadline, experiment_deadline=started.experiment_deadline,
-                    stop_check=started.experiment.early_stop_check(store, started.record.storage_id),
-                    seen_running=seen_running)
+    return Follower(
+        started.platform,
+        store,
+        started.handle,
+        started.record.storage_id,
+        cursor,
+        deadline=started.deadline,
+        experiment_deadline=started.experiment_deadline,
+        stop_check=started.experiment.early_stop_check(store, started.record.storage_id),
+        seen_running=seen_running,
+    )
 
 
-def wait_in_worker(started: StartedTrial, store: "ExperimentStore", give_up_after: float,
-                   poll_interval: float) -> FollowOutcome:
+def wait_in_worker(
+    started: StartedTrial, store: ExperimentStore, give_up_after: float, poll_interval: float
+) -> FollowOutcome:
     """Follow from the worker for up to ``give_up_after`` seconds: a short trial ends here,
     without a deferral's second task start. ``outcome.status`` is None if it is still running."""
     return run_sync(follower(started, store).run(min(poll_interval, WORKER_POLL_INTERVAL), give_up_after))
@@ -158,7 +181,8 @@ class TrialResult:
         the task is skipped. Failures and other cancellations fail it (without retry: the same
         parameters would fail the same way)."""
         return self.status == TrialStatus.EARLY_STOPPED or (
-            self.status == TrialStatus.SYS_CANCELED and self.message == EXPERIMENT_DEADLINE_REASON)
+            self.status == TrialStatus.SYS_CANCELED and self.message == EXPERIMENT_DEADLINE_REASON
+        )
 
     @property
     def label(self) -> str:
@@ -168,25 +192,32 @@ class TrialResult:
         return f"trial {self.result['trial_id']} {self.status.value}: {self.message or 'no detail'}"
 
 
-def finish_trial(store: "ExperimentStore", storage_id: int, status: TrialStatus, message: str | None) -> TrialResult:
+def finish_trial(store: ExperimentStore, storage_id: int, status: TrialStatus, message: str | None) -> TrialResult:
     """Close the trial in the store (a second call leaves the first outcome) and build its result."""
     from trialflow.tuning.store import scalar
 
     store.finish(storage_id, status, store.trial(storage_id).final, message)
     record = store.trial(storage_id)
     metric = scalar(record.final)
-    result = trial_result(record.trial_index, record.trial_id, record.parameters, status,
-                          metric if metric is not None and math.isfinite(metric) else None,
-                          record.intermediate_count, record.handle, record.message)
+    result = trial_result(
+        record.trial_index,
+        record.trial_id,
+        record.parameters,
+        status,
+        metric if metric is not None and math.isfinite(metric) else None,
+        record.intermediate_count,
+        record.handle,
+        record.message,
+    )
     return TrialResult(result, status, message)
 
 
-def finished_outcome(record: "TrialRecord") -> tuple[TrialStatus, str | None]:
+def finished_outcome(record: TrialRecord) -> tuple[TrialStatus, str | None]:
     """How a trial that the store had already closed ended."""
     return record.status, record.message
 
 
-def locate_trial(experiment: Experiment, store: "ExperimentStore", run_id: str, map_index: int) -> int:
+def locate_trial(experiment: Experiment, store: ExperimentStore, run_id: str, map_index: int) -> int:
     """The storage id of trial ``map_index`` of run ``run_id`` (for a task resumed after a
     deferral that did not keep it)."""
     index = experiment.window(store, run_id).first_index + int(map_index)

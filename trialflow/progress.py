@@ -35,13 +35,19 @@ class RunDisplay:
         # Progress goes to stderr so `--json` leaves stdout machine-readable.
         self.err = Console(stderr=True)
         self.out = Console()
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=self.err, transient=False,
-                                 disable=quiet or not self.err.is_terminal)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.err,
+            transient=False,
+            disable=quiet or not self.err.is_terminal,
+        )
         self.task = self.progress.add_task("trials", total=total)
         self._last_line = ""
 
-    def __enter__(self) -> "RunDisplay":
+    def __enter__(self) -> RunDisplay:
         self.progress.start()
         return self
 
@@ -72,11 +78,18 @@ class RunDisplay:
             table.add_column(column, justify="right" if column in ("trial", "final", "#intermediate") else "left")
         best_index = result.best["trial_index"] if result.best else None
         for r in result.rows:
-            table.add_row("*" if r["trial_index"] == best_index else "", str(r["trial_index"]), r["status"] or "",
-                          "" if r["final_metric"] is None else f"{r['final_metric']:.6g}",
-                          str(r["intermediate_count"]), format_parameters(r["parameters"]))
+            table.add_row(
+                "*" if r["trial_index"] == best_index else "",
+                str(r["trial_index"]),
+                r["status"] or "",
+                "" if r["final_metric"] is None else f"{r['final_metric']:.6g}",
+                str(r["intermediate_count"]),
+                format_parameters(r["parameters"]),
+            )
         self.out.print(table)
         if result.best:
-            self.out.print(f"Best trial {result.best['trial_id']}: {result.best['final_metric']:.6g} "
-                           f"with {format_parameters(result.best['parameters'])}")
+            self.out.print(
+                f"Best trial {result.best['trial_id']}: {result.best['final_metric']:.6g} "
+                f"with {format_parameters(result.best['parameters'])}"
+            )
         self.out.print(f"Files: {result.home}")

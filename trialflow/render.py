@@ -38,18 +38,31 @@ def render_trial(config_path: str | Path, trial_index: int = 0) -> dict[str, Any
     config = load_runnable_config(config_path)
     count = trial_count(config)
     if not 0 <= trial_index < count:
-        raise ConfigError([Problem(config.source_file, ("maxTrialNumber",),
-                                   f"--trial-index {trial_index} is outside this experiment's trials 0..{count - 1}")])
-    experiment = Experiment(config, experiment_id_for("render", str(Path(config_path).resolve())),
-                            Path(config.experiment_working_directory or default_workdir()))
-    study = optuna.create_study(sampler=make_sampler(experiment.algorithm, experiment.space, trial_index),
-                                direction=config.optimize_mode)
+        raise ConfigError(
+            [
+                Problem(
+                    config.source_file,
+                    ("maxTrialNumber",),
+                    f"--trial-index {trial_index} is outside this experiment's trials 0..{count - 1}",
+                )
+            ]
+        )
+    experiment = Experiment(
+        config,
+        experiment_id_for("render", str(Path(config_path).resolve())),
+        Path(config.experiment_working_directory or default_workdir()),
+    )
+    study = optuna.create_study(
+        sampler=make_sampler(experiment.algorithm, experiment.space, trial_index), direction=config.optimize_mode
+    )
     parameters = sample_parameters(experiment.algorithm, experiment.space, study.ask(), trial_index)
     spec = experiment.trial_spec(trial_index, trial_index, parameters)
-    return redact({
-        "experiment_id": experiment.experiment_id,
-        "trial_index": trial_index,
-        "trial_id": spec.trial_id,
-        "parameters": parameters,
-        "submission": dict(experiment.platform().render(spec)),
-    })
+    return redact(
+        {
+            "experiment_id": experiment.experiment_id,
+            "trial_index": trial_index,
+            "trial_id": spec.trial_id,
+            "parameters": parameters,
+            "submission": dict(experiment.platform().render(spec)),
+        }
+    )

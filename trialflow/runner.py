@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from trialflow.config import ExperimentConfig
 from trialflow.dag import default_dag_id
@@ -50,8 +51,11 @@ class RunResult:
     def to_json(self) -> dict[str, Any]:
         keep = ("trial_index", "trial_id", "parameters", "status", "final_metric", "intermediate_count")
         return {
-            "experiment_id": self.experiment_id, "dag_id": self.dag_id, "run_id": self.run_id,
-            "state": self.state, "optimize_mode": self.optimize_mode,
+            "experiment_id": self.experiment_id,
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "state": self.state,
+            "optimize_mode": self.optimize_mode,
             "trials": [{k: r[k] for k in keep} for r in self.rows],
             "best": None if self.best is None else {k: self.best[k] for k in keep},
         }
@@ -70,17 +74,22 @@ def embedded_parallelism(config: ExperimentConfig) -> int:
 def embedded_airflow(home: Path, parallelism: int = 8) -> EmbeddedAirflow:
     """The private Airflow of a `trialflow run` home (its store as trialflow_default)."""
     return EmbeddedAirflow(
-        home=home / "airflow", dags_folder=home / "dags", parallelism=parallelism,
+        home=home / "airflow",
+        dags_folder=home / "dags",
+        parallelism=parallelism,
         extra_env={
             "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
-                {"conn_type": "trialflow", "extra": {"storage_url": sqlite_url(home / "experiments.db")}}),
+                {"conn_type": "trialflow", "extra": {"storage_url": sqlite_url(home / "experiments.db")}}
+            ),
             "TRIALFLOW_WORKDIR": str(home / "experiments"),
-        })
+        },
+    )
 
 
 class ExperimentRun:
-    def __init__(self, config_path: str | Path, home: Path | None = None, poll_interval: float = 0.5,
-                 new: bool = False):
+    def __init__(
+        self, config_path: str | Path, home: Path | None = None, poll_interval: float = 0.5, new: bool = False
+    ):
         self.config_path = Path(config_path).expanduser().resolve()
         self.config = load_runnable_config(self.config_path)  # raises ConfigError before anything starts
         self.home = (home or default_home(self.config_path)).resolve()
@@ -126,8 +135,10 @@ class ExperimentRun:
             # trials report from the store, trials still running are re-attached, the rest start.
             self.run_id, self.resumed = previous, True
             self.airflow.clear_run(self.dag_id, previous)
-            say(f"Resuming experiment {self.experiment_id} (DAG {self.dag_id}, run {self.run_id}); "
-                "--new starts a fresh one")
+            say(
+                f"Resuming experiment {self.experiment_id} (DAG {self.dag_id}, run {self.run_id}); "
+                "--new starts a fresh one"
+            )
         else:
             self.run_id = self.airflow.trigger(self.dag_id)
             say(f"Experiment {self.experiment_id} started (DAG {self.dag_id}, run {self.run_id})")
@@ -176,8 +187,16 @@ class ExperimentRun:
 
     def result(self, state: str) -> RunResult:
         rows = self.rows()
-        return RunResult(self.experiment_id, self.dag_id, self.run_id or "", state, rows,
-                         best_row(rows, self.config.optimize_mode), self.config.optimize_mode, self.home)
+        return RunResult(
+            self.experiment_id,
+            self.dag_id,
+            self.run_id or "",
+            state,
+            rows,
+            best_row(rows, self.config.optimize_mode),
+            self.config.optimize_mode,
+            self.home,
+        )
 
     def stop(self) -> None:
         self.airflow.stop()

@@ -46,8 +46,9 @@ def test_dag_shape(tmp_path):
 
 
 def test_dag_arguments_pass_through(tmp_path):
-    dag = experiment_dag(write_config(tmp_path), dag_id="nightly", schedule="@daily", tags=["team-a"],
-                         default_args={"retries": 5})
+    dag = experiment_dag(
+        write_config(tmp_path), dag_id="nightly", schedule="@daily", tags=["team-a"], default_args={"retries": 5}
+    )
     assert (dag.dag_id, dag.tags) == ("nightly", {"team-a"} if isinstance(dag.tags, set) else ["team-a"])
     assert dag.get_task("start_experiment").retries == 5  # default_args reach the tasks
 
@@ -68,31 +69,40 @@ def test_broken_config_fails_at_parse_time(tmp_path):
         experiment_dag(path)
 
 
-@pytest.mark.parametrize("tuner, platform, message", [
-    ("SMAC", "local", "closest supported choice is 'TPE'"),
-    ("TPE", "openpai", "trainingService.platform: training service platform 'openpai' cannot run here"),
-])
+@pytest.mark.parametrize(
+    "tuner, platform, message",
+    [
+        ("SMAC", "local", "closest supported choice is 'TPE'"),
+        ("TPE", "openpai", "trainingService.platform: training service platform 'openpai' cannot run here"),
+    ],
+)
 def test_configs_this_release_cannot_run_are_refused_at_parse_time(tmp_path, tuner, platform, message):
     path = write_config(tmp_path, tuner=tuner, platform=platform)
     if platform == "openpai":
-        path.write_text(path.read_text().replace(
-            "{platform: openpai}",
-            "{platform: openpai, host: 'https://pai', username: u, token: t, trialCpuNumber: 1,\n"
-            "  trialMemorySize: 1gb, storageConfigName: s, localStorageMountPoint: /tmp,\n"
-            "  containerStorageMountPoint: /mnt}"))
+        path.write_text(
+            path.read_text().replace(
+                "{platform: openpai}",
+                "{platform: openpai, host: 'https://pai', username: u, token: t, trialCpuNumber: 1,\n"
+                "  trialMemorySize: 1gb, storageConfigName: s, localStorageMountPoint: /tmp,\n"
+                "  containerStorageMountPoint: /mnt}",
+            )
+        )
     with pytest.raises(ConfigError, match=message):
         experiment_dag(path)
 
 
 def test_grid_search_without_max_trials_runs_the_whole_grid(tmp_path):
     path = tmp_path / "c.yml"
-    path.write_text("searchSpace: {a: {_type: choice, _value: [1, 2, 3]}, b: {_type: randint, _value: [0, 2]}}\n"
-                    "trialCommand: x\ntrialConcurrency: 2\ntuner: {name: GridSearch}\ntrainingService: {platform: local}\n")
+    path.write_text(
+        "searchSpace: {a: {_type: choice, _value: [1, 2, 3]}, b: {_type: randint, _value: [0, 2]}}\n"
+        "trialCommand: x\ntrialConcurrency: 2\ntuner: {name: GridSearch}\ntrainingService: {platform: local}\n"
+    )
     assert experiment_dag(path).get_task("trial").expand_input.value["trial_index"] == list(range(6))
 
 
 def test_provider_info_matches_airflows_schema():
     import airflow
+
     from trialflow.get_provider_info import get_provider_info
 
     schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
@@ -105,7 +115,6 @@ def test_provider_info_matches_airflows_schema():
     hook = info["connection-types"][0]["hook-class-name"]
     module, _, cls = hook.rpartition(".")
     assert getattr(importlib.import_module(module), cls).conn_type == "trialflow"
-
 
 
 def test_a_missing_code_directory_is_refused_at_parse_time(tmp_path):

@@ -56,14 +56,17 @@ trainingService: {{platform: local}}
 {algorithms}
 """)
     url = sqlite_url(tmp_path / "store.db")
-    monkeypatch.setenv("AIRFLOW_CONN_TRIALFLOW_TEST", json.dumps({"conn_type": "trialflow", "extra": {"storage_url": url}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TRIALFLOW_TEST", json.dumps({"conn_type": "trialflow", "extra": {"storage_url": url}})
+    )
     experiment = Experiment(load_runnable_config(config), "etest000", tmp_path / "work")
     store = ExperimentStore(url)
     experiment.open(store)
     study = experiment.experiment_id
 
-    def submit(index: int, mode: str, deadline: float | None = None, steps: int = 200,
-               experiment_deadline: float | None = None) -> TrialTrigger:
+    def submit(
+        index: int, mode: str, deadline: float | None = None, steps: int = 200, experiment_deadline: float | None = None
+    ) -> TrialTrigger:
         asked = store.ask(study, index, f"etest000-{index:04d}", experiment.algorithm, experiment.space)
         spec = experiment.trial_spec(index, asked.number, asked.parameters)
         spec.env["MODE"] = mode
@@ -71,10 +74,18 @@ trainingService: {{platform: local}}
         platform = experiment.platform()
         platform.prepare_sync(experiment.experiment_id)
         handle = platform.submit_sync(spec)
-        return TrialTrigger(config_path=str(config), experiment_id=experiment.experiment_id,
-                            workdir=str(experiment.workdir), handle=handle, storage_id=asked.storage_id,
-                            store_conn_id="trialflow_test", deadline=deadline, poll_interval=0.05,
-                            experiment_deadline=experiment_deadline)
+        return TrialTrigger(
+            config_path=str(config),
+            experiment_id=experiment.experiment_id,
+            workdir=str(experiment.workdir),
+            handle=handle,
+            storage_id=asked.storage_id,
+            store_conn_id="trialflow_test",
+            deadline=deadline,
+            poll_interval=0.05,
+            experiment_deadline=experiment_deadline,
+        )
+
     return submit, store
 
 
@@ -142,7 +153,9 @@ def test_the_experiment_deadline_cancels_a_running_trial(setup):
     assert not process_alive(trigger.handle["pid"])
 
 
-@pytest.mark.parametrize("algorithms", ["tuner: {name: Random}\nassessor: {name: Medianstop, classArgs: {start_step: 3}}"])
+@pytest.mark.parametrize(
+    "algorithms", ["tuner: {name: Random}\nassessor: {name: Medianstop, classArgs: {start_step: 3}}"]
+)
 def test_the_assessor_stops_a_trial_below_the_median_from_the_trigger(setup):
     """A good trial finishes; a worse one is stopped by Medianstop as its results arrive."""
     submit, store = setup

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-
 import pytest
 from pydantic import SecretStr
 
@@ -31,8 +30,11 @@ def test_minimal_v2_config(write):
 
 
 def test_keys_match_ignoring_case_and_underscores(write):
-    path = write("c.yml", MINIMAL.replace("trialConcurrency", "trial_concurrency").replace(
-        "trialCommand", "TRIAL_COMMAND") + "max_trial_number: 5\nMaxExperimentDuration: 1h\n")
+    path = write(
+        "c.yml",
+        MINIMAL.replace("trialConcurrency", "trial_concurrency").replace("trialCommand", "TRIAL_COMMAND")
+        + "max_trial_number: 5\nMaxExperimentDuration: 1h\n",
+    )
     config = load_config(path)
     assert (config.trial_concurrency, config.max_trial_number, config.max_experiment_duration) == (2, 5, 3600)
     assert config.trial_command == "python3 trial.py"
@@ -54,14 +56,20 @@ def test_unknown_key_names_file_line_path_and_suggests(write):
 
 
 def test_nested_error_has_key_path_and_line(write):
-    path = write("c.yml", MINIMAL.replace("trainingService: {platform: local}", """\
+    path = write(
+        "c.yml",
+        MINIMAL.replace(
+            "trainingService: {platform: local}",
+            """\
 trainingService:
   platform: remote
   machineList:
     - host: a
       user: u
       port: notaport
-"""))
+""",
+        ),
+    )
     with pytest.raises(ConfigError) as err:
         load_config(path)
     (message,) = problems(err.value)
@@ -93,9 +101,11 @@ def test_missing_platform(write):
 
 def test_trial_command_inside_training_service(write):
     text = MINIMAL.replace("trialCommand: python3 trial.py\n", "").replace(
-        "trainingService: {platform: local}", "trainingService: {platform: local, trialCommand: python3 t.py}")
+        "trainingService: {platform: local}", "trainingService: {platform: local, trialCommand: python3 t.py}"
+    )
     config = load_config(write("c.yml", text))
     from trialflow.config import effective_trial_command
+
     assert effective_trial_command(config) == "python3 t.py"
 
 
@@ -108,7 +118,9 @@ def test_search_space_file_json_and_yaml(write, tmp_path):
     write("space.json", '{"lr": {"_type": "loguniform", "_value": [0.001, 0.1]}}')
     write("space.yaml", "lr: {_type: choice, _value: [1, 2]}\n")
     base = MINIMAL.replace("searchSpace:\n  x: {_type: uniform, _value: [0, 1]}\n", "")
-    assert load_config(write("a.yml", base + "searchSpaceFile: space.json\n")).search_space["lr"]["_type"] == "loguniform"
+    assert (
+        load_config(write("a.yml", base + "searchSpaceFile: space.json\n")).search_space["lr"]["_type"] == "loguniform"
+    )
     assert load_config(write("b.yml", base + "searchSpaceFile: space.yaml\n")).search_space["lr"]["_value"] == [1, 2]
 
 
@@ -171,14 +183,20 @@ def test_annotation_is_refused_clearly(write):
 def test_gpu_needs_use_active_gpu_on_local(write):
     with pytest.raises(ConfigError, match="useActiveGpu must be set"):
         load_config(write("a.yml", MINIMAL + "trialGpuNumber: 1\n"))
-    config = load_config(write("b.yml", MINIMAL.replace("{platform: local}", "{platform: local, useActiveGpu: false}")
-                               + "trialGpuNumber: 1\n"))
+    config = load_config(
+        write(
+            "b.yml",
+            MINIMAL.replace("{platform: local}", "{platform: local, useActiveGpu: false}") + "trialGpuNumber: 1\n",
+        )
+    )
     assert config.trial_gpu_number == 1
 
 
 @pytest.mark.parametrize("given, expected", [('"0,2"', [0, 2]), ("3", [3]), ("[1, 2]", [1, 2]), ("1", [1])])
 def test_gpu_indices_forms(write, given, expected):
-    config = load_config(write("a.yml", MINIMAL.replace("{platform: local}", f"{{platform: local, gpuIndices: {given}}}")))
+    config = load_config(
+        write("a.yml", MINIMAL.replace("{platform: local}", f"{{platform: local, gpuIndices: {given}}}"))
+    )
     assert config.training_service[0].gpu_indices == expected
 
 
@@ -190,11 +208,17 @@ def test_relative_paths_resolve_against_config_folder(write, tmp_path):
 
 
 def test_secrets_are_masked_in_the_v2_form(write):
-    path = write("c.yml", MINIMAL.replace("trainingService: {platform: local}", """\
+    path = write(
+        "c.yml",
+        MINIMAL.replace(
+            "trainingService: {platform: local}",
+            """\
 trainingService:
   platform: remote
   machineList: [{host: h, user: u, password: hunter2, sshPassphrase: 12345}]
-"""))
+""",
+        ),
+    )
     config = load_config(path)
     machine = config.training_service[0].machine_list[0]
     assert isinstance(machine.password, SecretStr) and machine.password.get_secret_value() == "hunter2"
@@ -204,23 +228,29 @@ trainingService:
 
 
 def test_remote_machine_needs_host_and_user_or_a_connection(write):
-    text = MINIMAL.replace("trainingService: {platform: local}", "trainingService: {platform: remote, machineList: [{port: 22}]}")
+    text = MINIMAL.replace(
+        "trainingService: {platform: local}", "trainingService: {platform: remote, machineList: [{port: 22}]}"
+    )
     with pytest.raises(ConfigError, match="host and user"):
         load_config(write("a.yml", text))
-    ok = MINIMAL.replace("trainingService: {platform: local}",
-                         "trainingService: {platform: remote, machineList: [{sshConnId: gpu_box}]}")
+    ok = MINIMAL.replace(
+        "trainingService: {platform: local}", "trainingService: {platform: remote, machineList: [{sshConnId: gpu_box}]}"
+    )
     assert isinstance(load_config(write("b.yml", ok)).training_service[0], RemoteConfig)
     with pytest.raises(ConfigError, match="at least one machine"):
         load_config(write("c.yml", MINIMAL.replace("{platform: local}", "{platform: remote, machineList: []}")))
 
 
 def test_hybrid_list_keeps_each_platform_model(write):
-    text = MINIMAL.replace("trainingService: {platform: local}", """\
+    text = MINIMAL.replace(
+        "trainingService: {platform: local}",
+        """\
 trainingService:
   - platform: local
   - platform: remote
     machineList: [{host: h, user: u}]
-""")
+""",
+    )
     config = load_config(write("c.yml", text))
     assert config.platform_names == ["local", "remote"]
     with pytest.raises(ConfigError) as err:
@@ -229,18 +259,22 @@ trainingService:
 
 
 def test_kubeflow_roles_must_fit_the_operator(write):
-    text = MINIMAL.replace("trainingService: {platform: local}", """\
+    text = MINIMAL.replace(
+        "trainingService: {platform: local}",
+        """\
 trainingService:
   platform: kubeflow
   operator: tf-operator
   master: {replicas: 1, command: x, cpuNumber: 1, memorySize: 1gb}
-""")
+""",
+    )
     with pytest.raises(ConfigError, match="tf-operator takes worker and ps"):
         load_config(write("c.yml", text))
 
 
 def test_v2_form_round_trips(write, tmp_path):
     import yaml
+
     config = load_config(write("c.yml", MINIMAL + "maxTrialDuration: 10m\n"))
     again = load_config(write("again.yml", yaml.safe_dump(to_v2_dict(config))))
     assert to_v2_dict(again) == to_v2_dict(config)

@@ -13,8 +13,8 @@ import pathspec
 import pytest
 
 from trialflow.config import ConfigError, load_config
-from trialflow.experiment import check_runnable
 from trialflow.config.search_space import parse_search_space
+from trialflow.experiment import check_runnable
 
 QUOTE = "quote it"  # the hint for NNI's `{replace_me}` placeholders, which YAML reads as mappings
 #: config -> None (loads) or [(key path, substring of the message)] in any order.
@@ -36,14 +36,20 @@ EXPECTED: dict[str, list[tuple[str, str]] | None] = {
     "mnist-advisor/config_hyperband.yml": None,
     "mnist-batch-tune-keras/config.yml": None,
     "mnist-batch-tune-keras/config_windows.yml": None,
-    "mnist-distributed-pytorch/config_kubeflow.yml": [("trainingService.storage.server", QUOTE),
-                                                      ("trainingService.storage.path", QUOTE)],
-    "mnist-distributed-tfv1/config_kubeflow.yml": [("trainingService.storage.server", QUOTE),
-                                                   ("trainingService.storage.path", QUOTE)],
+    "mnist-distributed-pytorch/config_kubeflow.yml": [
+        ("trainingService.storage.server", QUOTE),
+        ("trainingService.storage.path", QUOTE),
+    ],
+    "mnist-distributed-tfv1/config_kubeflow.yml": [
+        ("trainingService.storage.server", QUOTE),
+        ("trainingService.storage.path", QUOTE),
+    ],
     "mnist-keras/config.yml": None,
-    "mnist-keras/config_pai.yml": [("trainingService.storageConfigName", QUOTE),
-                                   ("trainingService.localStorageMountPoint", QUOTE),
-                                   ("trainingService.containerStorageMountPoint", QUOTE)],
+    "mnist-keras/config_pai.yml": [
+        ("trainingService.storageConfigName", QUOTE),
+        ("trainingService.localStorageMountPoint", QUOTE),
+        ("trainingService.containerStorageMountPoint", QUOTE),
+    ],
     "mnist-keras/config_windows.yml": None,
     "mnist-nested-search-space/config.yml": None,
     "mnist-nested-search-space/config_windows.yml": None,
@@ -56,8 +62,10 @@ EXPECTED: dict[str, list[tuple[str, str]] | None] = {
     "mnist-pytorch/config_detailed.yml": None,
     "mnist-pytorch/config_dlc.yml": None,
     "mnist-pytorch/config_dlc_resource.yml": None,
-    "mnist-pytorch/config_frameworkcontroller.yml": [("trainingService.storage.server", QUOTE),
-                                                     ("trainingService.storage.path", QUOTE)],
+    "mnist-pytorch/config_frameworkcontroller.yml": [
+        ("trainingService.storage.server", QUOTE),
+        ("trainingService.storage.path", QUOTE),
+    ],
     "mnist-pytorch/config_frameworkcontroller_custom.yml": None,
     "mnist-pytorch/config_hybrid.yml": None,
     "mnist-pytorch/config_kubeflow.yml": None,
@@ -72,14 +80,18 @@ EXPECTED: dict[str, list[tuple[str, str]] | None] = {
     "mnist-tfv1/config_aml.yml": None,
     "mnist-tfv1/config_assessor.yml": None,
     "mnist-tfv1/config_dlts.yml": None,
-    "mnist-tfv1/config_frameworkcontroller.yml": [("trainingService.storage.server", QUOTE),
-                                                  ("trainingService.storage.path", QUOTE)],
+    "mnist-tfv1/config_frameworkcontroller.yml": [
+        ("trainingService.storage.server", QUOTE),
+        ("trainingService.storage.path", QUOTE),
+    ],
     "mnist-tfv1/config_hybrid.yml": None,
     "mnist-tfv1/config_hybrid_v2.yml": None,
     "mnist-tfv1/config_kubeflow.yml": None,
-    "mnist-tfv1/config_pai.yml": [("trainingService.storageConfigName", QUOTE),
-                                  ("trainingService.localStorageMountPoint", QUOTE),
-                                  ("trainingService.containerStorageMountPoint", QUOTE)],
+    "mnist-tfv1/config_pai.yml": [
+        ("trainingService.storageConfigName", QUOTE),
+        ("trainingService.localStorageMountPoint", QUOTE),
+        ("trainingService.containerStorageMountPoint", QUOTE),
+    ],
     "mnist-tfv1/config_windows.yml": None,
     "mnist-tfv2/config.yml": None,
     "mnist-tfv2/config_assessor.yml": None,
@@ -87,15 +99,18 @@ EXPECTED: dict[str, list[tuple[str, str]] | None] = {
     # Its kubeflow and frameworkcontroller sections are empty templates (`command:` with no value).
     "mnist-tfv2/config_hybrid.yml": [
         ("trainingService[3].storage.storageType", "'nfs', 'azureStorage' or 'pvc'"),
-        ("trainingService[3].worker.replicas", "integer"), ("trainingService[3].worker.command", "string"),
-        ("trainingService[3].worker.gpuNumber", "integer"), ("trainingService[3].worker.cpuNumber", "number"),
+        ("trainingService[3].worker.replicas", "integer"),
+        ("trainingService[3].worker.command", "string"),
+        ("trainingService[3].worker.gpuNumber", "integer"),
+        ("trainingService[3].worker.cpuNumber", "number"),
         ("trainingService[3].worker.memorySize", "size"),
         ("trainingService[4].storage.storageType", "'nfs', 'azureStorage' or 'pvc'"),
         ("trainingService[4].taskRoles[0].taskNumber", "integer"),
         ("trainingService[4].taskRoles[0].command", "string"),
         ("trainingService[4].taskRoles[0].gpuNumber", "integer"),
         ("trainingService[4].taskRoles[0].cpuNumber", "number"),
-        ("trainingService[4].taskRoles[0].memorySize", "size")],
+        ("trainingService[4].taskRoles[0].memorySize", "size"),
+    ],
     "mnist-tfv2/config_remote.yml": None,
     "mnist-tfv2/config_windows.yml": None,
     "network_morphism/FashionMNIST/config.yml": None,
@@ -110,30 +125,49 @@ EXPECTED: dict[str, list[tuple[str, str]] | None] = {
 
 #: Of the configs that load, the ones this release can run as they are (the rest say why not).
 RUNNABLE_NOW = {
-    "auto-gbdt/config.yml", "auto-gbdt/config_windows.yml", "mnist-keras/config.yml",
-    "mnist-keras/config_windows.yml", "mnist-nested-search-space/config.yml",
-    "mnist-nested-search-space/config_windows.yml", "mnist-pytorch/config.yml",
-    "mnist-pytorch/config_tensorboard.yml", "mnist-pytorch/config_windows.yml", "mnist-tfv1/config.yml",
-    "mnist-tfv1/config_windows.yml", "mnist-tfv2/config.yml", "mnist-tfv2/config_windows.yml",
-    "sklearn/classification/config.yml", "sklearn/regression/config.yml",
+    "auto-gbdt/config.yml",
+    "auto-gbdt/config_windows.yml",
+    "mnist-keras/config.yml",
+    "mnist-keras/config_windows.yml",
+    "mnist-nested-search-space/config.yml",
+    "mnist-nested-search-space/config_windows.yml",
+    "mnist-pytorch/config.yml",
+    "mnist-pytorch/config_tensorboard.yml",
+    "mnist-pytorch/config_windows.yml",
+    "mnist-tfv1/config.yml",
+    "mnist-tfv1/config_windows.yml",
+    "mnist-tfv2/config.yml",
+    "mnist-tfv2/config_windows.yml",
+    "sklearn/classification/config.yml",
+    "sklearn/regression/config.yml",
     "systems_auto_tuning/rocksdb-fillrandom/config_tpe.yml",
     # tuners, advisors and assessors beyond TPE/Random/GridSearch
-    "benchmarking/hyperband/config_hyperband.yml", "mnist-advisor/config_bohb.yml",
-    "mnist-advisor/config_hyperband.yml", "mnist-batch-tune-keras/config.yml",
-    "mnist-batch-tune-keras/config_windows.yml", "mnist-pytorch/config_assessor.yml",
-    "mnist-tfv1/config_assessor.yml", "mnist-tfv2/config_assessor.yml",
+    "benchmarking/hyperband/config_hyperband.yml",
+    "mnist-advisor/config_bohb.yml",
+    "mnist-advisor/config_hyperband.yml",
+    "mnist-batch-tune-keras/config.yml",
+    "mnist-batch-tune-keras/config_windows.yml",
+    "mnist-pytorch/config_assessor.yml",
+    "mnist-tfv1/config_assessor.yml",
+    "mnist-tfv2/config_assessor.yml",
     # remote machines over SSH
-    "mnist-pytorch/config_remote.yml", "mnist-tfv2/config_remote.yml",
+    "mnist-pytorch/config_remote.yml",
+    "mnist-tfv2/config_remote.yml",
     # GPU scheduling
-    "cifar10_pytorch/config.yml", "cifar10_pytorch/config_windows.yml", "mnist-pytorch/config_detailed.yml",
-    "mnist-tfv2/config_detailed.yml", "pix2pix-pytorch/config.yml",
+    "cifar10_pytorch/config.yml",
+    "cifar10_pytorch/config_windows.yml",
+    "mnist-pytorch/config_detailed.yml",
+    "mnist-tfv2/config_detailed.yml",
+    "pix2pix-pytorch/config.yml",
     # hybrid: local + remote
-    "mnist-tfv1/config_hybrid.yml", "mnist-tfv1/config_hybrid_v2.yml",
+    "mnist-tfv1/config_hybrid.yml",
+    "mnist-tfv1/config_hybrid_v2.yml",
 }
 
 
 def _fmt(path: tuple) -> str:
     from trialflow.config.errors import format_key_path
+
     return "" if not path else format_key_path(path)
 
 

@@ -31,6 +31,7 @@ def v1(write):
 
     def make(platform: str = "local", extra: str = "") -> object:
         return load_config(write("c.yml", V1.format(platform=platform) + extra))
+
     return make
 
 
@@ -47,13 +48,16 @@ def test_v1_local_maps_every_top_level_key(v1, tmp_path):
 
 
 def test_v1_remote_renames_machine_keys_including_passphrase(v1):
-    config = v1("remote", """\
+    config = v1(
+        "remote",
+        """\
 machineList:
   - {ip: 10.0.0.1, port: 2222, username: bob, sshKeyPath: /keys/id, passphrase: s3cret, pythonPath: /opt/py/bin,
      maxTrialNumPerGpu: 3, useActiveGpu: true, gpuIndices: 1}
   - {ip: 10.0.0.2, username: eve, passwd: pw}
 remoteConfig: {reuse: false}
-""")
+""",
+    )
     first, second = config.training_service[0].machine_list
     assert (first.host, first.port, first.user, str(first.ssh_key_file)) == ("10.0.0.1", 2222, "bob", "/keys/id")
     # NNI's converter drops `passphrase`; trialflow keeps it as sshPassphrase.
@@ -71,7 +75,10 @@ def test_v1_pai_without_trial_resources_names_the_v2_keys(v1):
 
 def test_v1_pai_complete(write):
     write("space.json", '{"x": {"_type": "choice", "_value": [1]}}')
-    text = V1.format(platform="pai").replace("  gpuNum: 0\n", """\
+    text = (
+        V1.format(platform="pai").replace(
+            "  gpuNum: 0\n",
+            """\
   gpuNum: 0
   cpuNum: 2
   memoryMB: 4096
@@ -80,38 +87,60 @@ def test_v1_pai_complete(write):
   paiStorageConfigName: confA
   nniManagerNFSMountPath: /mnt/nfs
   containerNFSMountPath: /mnt/c
-""") + "paiConfig: {userName: u, token: tok, host: 'http://pai'}\n"
+""",
+        )
+        + "paiConfig: {userName: u, token: tok, host: 'http://pai'}\n"
+    )
     service = load_config(write("c.yml", text)).training_service[0]
     assert service.platform == "openpai"
     assert (service.trial_cpu_number, service.trial_memory_size, service.docker_image) == (2, 4096, "img:1")
     assert (service.storage_config_name, service.virtual_cluster, service.container_storage_mount_point) == (
-        "confA", "vc", "/mnt/c")
+        "confA",
+        "vc",
+        "/mnt/c",
+    )
     assert service.token.get_secret_value() == "tok"
 
 
 def test_v1_kubeflow_roles_and_storage(write):
     write("space.json", '{"x": {"_type": "choice", "_value": [1]}}')
-    text = V1.format(platform="kubeflow").replace("  command: python3 t.py\n", "").replace("  gpuNum: 0\n", """\
+    text = (
+        V1.format(platform="kubeflow")
+        .replace("  command: python3 t.py\n", "")
+        .replace(
+            "  gpuNum: 0\n",
+            """\
   worker: {replicas: 2, command: python3 w.py, gpuNum: 1, cpuNum: 2, memoryMB: 8192, image: img}
   ps: {replicas: 1, command: python3 ps.py, gpuNum: 0, cpuNum: 1, memoryMB: 2048, image: img}
-""") + """\
+""",
+        )
+        + """\
 kubeflowConfig:
   operator: tf-operator
   apiVersion: v1alpha2
   storage: nfs
   nfs: {server: 10.1.1.1, path: /export}
 """
+    )
     service = load_config(write("c.yml", text)).training_service[0]
     assert (service.operator, service.api_version) == ("tf-operator", "v1alpha2")
     assert (service.worker.replicas, service.worker.gpu_number, service.worker.memory_size) == (2, 1, 8192)
     assert service.ps.command == "python3 ps.py"
-    assert (service.storage.storage_type, service.storage.server, service.storage.path) == ("nfs", "10.1.1.1", "/export")
+    assert (service.storage.storage_type, service.storage.server, service.storage.path) == (
+        "nfs",
+        "10.1.1.1",
+        "/export",
+    )
 
 
 def test_v1_frameworkcontroller_renames_min_succeeded(write):
     write("space.json", '{"x": {"_type": "choice", "_value": [1]}}')
-    text = V1.format(platform="frameworkcontroller").replace("  command: python3 t.py\n", "").replace(
-        "  gpuNum: 0\n", """\
+    text = (
+        V1.format(platform="frameworkcontroller")
+        .replace("  command: python3 t.py\n", "")
+        .replace(
+            "  gpuNum: 0\n",
+            """\
   taskRoles:
     - name: worker
       taskNum: 2
@@ -121,7 +150,10 @@ def test_v1_frameworkcontroller_renames_min_succeeded(write):
       memoryMB: 1024
       image: img
       frameworkAttemptCompletionPolicy: {minFailedTaskCount: 1, minSucceededTaskCount: 2}
-""") + "frameworkcontrollerConfig: {storage: nfs, nfs: {server: s, path: /p}, serviceAccountName: fc}\n"
+""",
+        )
+        + "frameworkcontrollerConfig: {storage: nfs, nfs: {server: s, path: /p}, serviceAccountName: fc}\n"
+    )
     service = load_config(write("c.yml", text)).training_service[0]
     role = service.task_roles[0]
     assert (role.task_number, role.framework_attempt_completion_policy.min_succeed_task_count) == (2, 2)
@@ -130,23 +162,29 @@ def test_v1_frameworkcontroller_renames_min_succeeded(write):
 
 def test_v1_custom_tuner_class(write):
     write("space.json", '{"x": {"_type": "choice", "_value": [1]}}')
-    text = V1.format(platform="local").replace("""tuner:
+    text = V1.format(platform="local").replace(
+        """tuner:
   builtinTunerName: TPE
-""", """tuner:
+""",
+        """tuner:
   codeDir: tuners
   classFileName: my_tuner.py
   className: MyTuner
-""")
+""",
+    )
     config = load_config(write("c.yml", text))
     assert config.tuner.class_name == "my_tuner.MyTuner"
 
 
 def test_v1_hybrid(write):
     write("space.json", '{"x": {"_type": "choice", "_value": [1]}}')
-    text = V1.format(platform="hybrid") + """\
+    text = (
+        V1.format(platform="hybrid")
+        + """\
 hybridConfig: {trainingServicePlatforms: [local, remote]}
 machineList: [{ip: h, username: u, passwd: p}]
 """
+    )
     assert load_config(write("c.yml", text)).platform_names == ["local", "remote"]
 
 
@@ -167,14 +205,20 @@ def test_v1_multiphase_is_refused(write):
 
 
 def test_v1_unknown_platform(write):
-    write("space.json", '{}')
+    write("space.json", "{}")
     with pytest.raises(ConfigError, match="unknown platform 'mesos'"):
         load_config(write("c.yml", V1.format(platform="mesos")))
 
 
 def test_convert_v1_is_pure_and_reports_problems():
-    v2, problems = convert_v1({"trainingServicePlatform": "local", "trialConcurrency": 1,
-                               "trial": {"command": "x", "codeDir": "."}, "localConfig": {"wat": 1}})
+    v2, problems = convert_v1(
+        {
+            "trainingServicePlatform": "local",
+            "trialConcurrency": 1,
+            "trial": {"command": "x", "codeDir": "."},
+            "localConfig": {"wat": 1},
+        }
+    )
     assert v2["trainingService"] == {"platform": "local"}
     assert v2["trialCommand"] == "x"
     assert [p.key_path for p in problems] == [("localConfig", "wat")]
@@ -182,6 +226,7 @@ def test_convert_v1_is_pure_and_reports_problems():
 
 def test_v1_converted_form_is_valid_v2(v1, write):
     import yaml
+
     config = v1("local")
     again = load_config(write("v2.yml", yaml.safe_dump(to_v2_dict(config))))
     assert again.max_trial_number == 7 and again.platform_names == ["local"]

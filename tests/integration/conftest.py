@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -31,8 +32,9 @@ class Harness:
     def store(self) -> ExperimentStore:
         return ExperimentStore(self.store_url)
 
-    def experiment(self, name: str, config: str, files: dict[str, str] | None = None,
-                   dag_source: str | None = None) -> tuple[str, Path]:
+    def experiment(
+        self, name: str, config: str, files: dict[str, str] | None = None, dag_source: str | None = None
+    ) -> tuple[str, Path]:
         """Write an experiment folder and its DAG file; return (dag_id, folder)."""
         folder = self.root / "experiments" / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -40,11 +42,14 @@ class Harness:
         for rel, text in (files or {}).items():
             (folder / rel).write_text(text)
         dag_id = f"it_{name}"
-        source = dag_source or ("# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-                                f"dag = experiment_dag({str(folder / 'config.yml')!r}, dag_id={dag_id!r}, "
-                                "poll_interval=0.3)\n")
-        (self.airflow.dags_folder / f"{name}.py").write_text(source.replace("{DAG_ID}", dag_id).replace(
-            "{CONFIG}", str(folder / "config.yml")))
+        source = dag_source or (
+            "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+            f"dag = experiment_dag({str(folder / 'config.yml')!r}, dag_id={dag_id!r}, "
+            "poll_interval=0.3)\n"
+        )
+        (self.airflow.dags_folder / f"{name}.py").write_text(
+            source.replace("{DAG_ID}", dag_id).replace("{CONFIG}", str(folder / "config.yml"))
+        )
         self.dag_files[dag_id] = self.airflow.dags_folder / f"{name}.py"
         return dag_id, folder
 
@@ -65,12 +70,17 @@ class Harness:
         raise TimeoutError(f"{dag_id} did not finish in {timeout} s")
 
     def tis(self, dag_id: str, run_id: str, task_id: str = "trial") -> list[dict[str, Any]]:
-        return sorted((ti for ti in self.airflow.task_instances(dag_id, run_id) if ti["task_id"] == task_id),
-                      key=lambda ti: ti["map_index"])
+        return sorted(
+            (ti for ti in self.airflow.task_instances(dag_id, run_id) if ti["task_id"] == task_id),
+            key=lambda ti: ti["map_index"],
+        )
 
     def xcom(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> Any:
-        response = self.airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/"
-                                           "return_value", params={"map_index": map_index, "deserialize": True})
+        response = self.airflow.api(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value",
+            params={"map_index": map_index, "deserialize": True},
+        )
         response.raise_for_status()
         value = response.json()["value"]
         return json.loads(value) if isinstance(value, str) else value
@@ -84,14 +94,21 @@ def start_harness(tmp_path_factory) -> Iterator[Harness]:
     tests/integration and tests/security)."""
     root = tmp_path_factory.mktemp("airflow")
     store_url = sqlite_url(root / "experiments.db")
-    airflow = EmbeddedAirflow(home=root / "home", dags_folder=root / "dags", parallelism=8, extra_env={
-        "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps({"conn_type": "trialflow", "extra": {"storage_url": store_url}}),
-        "TRIALFLOW_WORKDIR": str(root / "work"),
-        "PYTHONPATH": str(Path(__file__).parent / "plugins"),
-        # Per-DAG permissions for the experiment pages' tests; the admin user is unchanged.
-        "AIRFLOW__CORE__AUTH_MANAGER": "trialflow_test_auth.OneDagAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "trialflow:admin,limited:viewer",
-    })
+    airflow = EmbeddedAirflow(
+        home=root / "home",
+        dags_folder=root / "dags",
+        parallelism=8,
+        extra_env={
+            "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
+                {"conn_type": "trialflow", "extra": {"storage_url": store_url}}
+            ),
+            "TRIALFLOW_WORKDIR": str(root / "work"),
+            "PYTHONPATH": str(Path(__file__).parent / "plugins"),
+            # Per-DAG permissions for the experiment pages' tests; the admin user is unchanged.
+            "AIRFLOW__CORE__AUTH_MANAGER": "trialflow_test_auth.OneDagAuthManager",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "trialflow:admin,limited:viewer",
+        },
+    )
     airflow.dags_folder.mkdir(parents=True)
     airflow.migrate()
     airflow.start()

@@ -31,12 +31,15 @@ open(os.path.join(stamps, me + ".end"), "w").write(repr(time.time()))
 """
 
 
-def simple_config(script: str, concurrency: int, trials: int, extra: str = "",
-                  service: str = "{platform: local}") -> str:
+def simple_config(
+    script: str, concurrency: int, trials: int, extra: str = "", service: str = "{platform: local}"
+) -> str:
     """One uniform parameter x, a Random tuner, the trial script run with this interpreter."""
-    return (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} {script}\n"
-            f"trialConcurrency: {concurrency}\nmaxTrialNumber: {trials}\ntuner: {{name: Random}}\n"
-            f"trainingService: {service}\n{extra}")
+    return (
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} {script}\n"
+        f"trialConcurrency: {concurrency}\nmaxTrialNumber: {trials}\ntuner: {{name: Random}}\n"
+        f"trainingService: {service}\n{extra}"
+    )
 
 
 def stamp_config(stamps: Path, n: int, c: int, sleep: float, fail: str = "", extra: str = "") -> str:
@@ -66,8 +69,7 @@ def max_overlap(stamps: Path) -> int:
 def test_concurrency_is_exact_and_results_reach_store_and_xcom(harness: Harness, tmp_path: Path):
     stamps = tmp_path / "stamps"
     stamps.mkdir()
-    dag_id, _ = harness.experiment("concurrency", stamp_config(stamps, n=8, c=3, sleep=2),
-                                   {"trial.py": STAMP_TRIAL})
+    dag_id, _ = harness.experiment("concurrency", stamp_config(stamps, n=8, c=3, sleep=2), {"trial.py": STAMP_TRIAL})
     sampled: list[int] = []
 
     def sample(run_id: str) -> None:
@@ -93,8 +95,9 @@ def test_concurrency_is_exact_and_results_reach_store_and_xcom(harness: Harness,
 def test_a_failing_trial_fails_only_its_own_task(harness: Harness, tmp_path: Path):
     stamps = tmp_path / "stamps"
     stamps.mkdir()
-    dag_id, _ = harness.experiment("failing", stamp_config(stamps, n=4, c=2, sleep=0.5, fail="1"),
-                                   {"trial.py": STAMP_TRIAL})
+    dag_id, _ = harness.experiment(
+        "failing", stamp_config(stamps, n=4, c=2, sleep=0.5, fail="1"), {"trial.py": STAMP_TRIAL}
+    )
     run_id, state = harness.run(dag_id)
     assert state == "success"  # the end step reports: three trials succeeded
     tis = harness.tis(dag_id, run_id)
@@ -108,12 +111,14 @@ def test_a_failing_trial_fails_only_its_own_task(harness: Harness, tmp_path: Pat
 
 def test_max_trial_duration_stops_the_whole_process_tree(harness: Harness, tmp_path: Path):
     pids = tmp_path / "pids"
-    hang = ("import os, subprocess, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-            "if trial.get_sequence_id() == 0:\n    trial.report_final_result(1.0)\n    sys.exit(0)\n"
-            "child = subprocess.Popen(['sleep', '300'])\n"
-            "grandchild = subprocess.Popen(['setsid', 'sleep', '301'])\n"
-            f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}} {{grandchild.pid}}')\n"
-            "time.sleep(300)\n")
+    hang = (
+        "import os, subprocess, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        "if trial.get_sequence_id() == 0:\n    trial.report_final_result(1.0)\n    sys.exit(0)\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        "grandchild = subprocess.Popen(['setsid', 'sleep', '301'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}} {{grandchild.pid}}')\n"
+        "time.sleep(300)\n"
+    )
     config = simple_config("hang.py", 2, 2, extra="maxTrialDuration: 4s\n")
     dag_id, _ = harness.experiment("timeout", config, {"hang.py": hang})
     run_id, state = harness.run(dag_id)
@@ -126,9 +131,11 @@ def test_max_trial_duration_stops_the_whole_process_tree(harness: Harness, tmp_p
 
 def test_a_cleared_deferred_trial_reattaches_instead_of_starting_again(harness: Harness, tmp_path: Path):
     launches = tmp_path / "launches"
-    trial = ("import os, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-             f"open({str(launches)!r}, 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
-             "time.sleep(18)\ntrial.report_final_result(p['x'])\n")
+    trial = (
+        "import os, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        f"open({str(launches)!r}, 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
+        "time.sleep(18)\ntrial.report_final_result(p['x'])\n"
+    )
     config = simple_config("t.py", 1, 1)
     dag_id, _ = harness.experiment("reattach", config, {"t.py": trial})
     cleared: list[bool] = []
@@ -137,9 +144,18 @@ def test_a_cleared_deferred_trial_reattaches_instead_of_starting_again(harness: 
         # Clear while the trial waits in the triggerer (after defer_after, 10 s by default).
         if cleared or [ti["state"] for ti in harness.tis(dag_id, run_id)] != ["deferred"]:
             return
-        response = harness.airflow.api("POST", f"/dags/{dag_id}/clearTaskInstances", json={
-            "dry_run": False, "dag_run_id": run_id, "task_ids": [["trial", 0]], "only_failed": False,
-            "reset_dag_runs": False, "include_downstream": False})
+        response = harness.airflow.api(
+            "POST",
+            f"/dags/{dag_id}/clearTaskInstances",
+            json={
+                "dry_run": False,
+                "dag_run_id": run_id,
+                "task_ids": [["trial", 0]],
+                "only_failed": False,
+                "reset_dag_runs": False,
+                "include_downstream": False,
+            },
+        )
         assert response.status_code == 200, response.text
         cleared.append(True)
 
@@ -152,9 +168,11 @@ def test_a_cleared_deferred_trial_reattaches_instead_of_starting_again(harness: 
 
 def test_a_worker_killed_mid_trial_is_retried_and_reattaches(harness: Harness, tmp_path: Path):
     launches = tmp_path / "launches"
-    trial = ("import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-             f"open({str(launches)!r}, 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
-             "time.sleep(10)\ntrial.report_intermediate_result(0.5)\ntrial.report_final_result(p['x'])\n")
+    trial = (
+        "import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        f"open({str(launches)!r}, 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
+        "time.sleep(10)\ntrial.report_intermediate_result(0.5)\ntrial.report_final_result(p['x'])\n"
+    )
     config = simple_config("t.py", 1, 1)
     dag_source = (
         "# airflow DAG: submit now, wait with a poking sensor that holds a worker\n"
@@ -166,7 +184,8 @@ def test_a_worker_killed_mid_trial_is_retried_and_reattaches(harness: Harness, t
         "    submit = SubmitTrialOperator(task_id='submit', config_path='{CONFIG}', trial_index=0,\n"
         "                                 wait_for_completion=False)\n"
         "    wait = TrialSensor(task_id='wait', submission=submit.output, poke_interval=1, mode='poke')\n"
-        "    start >> submit >> wait\n")
+        "    start >> submit >> wait\n"
+    )
     dag_id, _ = harness.experiment("workerkill", config, {"t.py": trial}, dag_source=dag_source)
     killed: list[int] = []
 
@@ -189,14 +208,19 @@ def test_a_worker_killed_mid_trial_is_retried_and_reattaches(harness: Harness, t
 
 
 def test_a_broken_config_never_creates_a_dag_or_a_run(harness: Harness):
-    config = ("searchSpace: {x: {_type: uniform, _value: [1, 0]}}\ntrialCommand: x\ntrialConcurrency: 2\n"
-              "tuner: {name: TPE}\ntrainingService: {platform: local}\n")
+    config = (
+        "searchSpace: {x: {_type: uniform, _value: [1, 0]}}\ntrialCommand: x\ntrialConcurrency: 2\n"
+        "tuner: {name: TPE}\ntrainingService: {platform: local}\n"
+    )
     dag_id, folder = harness.experiment("broken", config)
     deadline = time.monotonic() + 60
     errors: list[dict] = []
     while time.monotonic() < deadline and not errors:
-        errors = [e for e in harness.airflow.api("GET", "/importErrors").json()["import_errors"]
-                  if e["filename"].endswith("broken.py")]
+        errors = [
+            e
+            for e in harness.airflow.api("GET", "/importErrors").json()["import_errors"]
+            if e["filename"].endswith("broken.py")
+        ]
         time.sleep(0.5)
     assert errors, "the broken DAG file should show an import error"
     assert "searchSpace.x._value: uniform needs low < high" in errors[0]["stack_trace"]
@@ -217,10 +241,12 @@ nni.report_final_result({"default": params["lr"] * 10, "loss": 0.25})
 
 
 def test_unmodified_nni_3_trial_code(harness: Harness, nni_python: str):
-    config = (f"searchSpace: {{lr: {{_type: loguniform, _value: [0.001, 0.1]}}, "
-              f"opt: {{_type: choice, _value: [{{_name: sgd, m: {{_type: uniform, _value: [0, 1]}}}}, {{_name: adam}}]}}}}\n"
-              f"trialCommand: {nni_python} mnist.py\ntrialConcurrency: 2\nmaxTrialNumber: 3\n"
-              "tuner: {name: TPE, classArgs: {optimize_mode: maximize}}\ntrainingService: {platform: local}\n")
+    config = (
+        f"searchSpace: {{lr: {{_type: loguniform, _value: [0.001, 0.1]}}, "
+        f"opt: {{_type: choice, _value: [{{_name: sgd, m: {{_type: uniform, _value: [0, 1]}}}}, {{_name: adam}}]}}}}\n"
+        f"trialCommand: {nni_python} mnist.py\ntrialConcurrency: 2\nmaxTrialNumber: 3\n"
+        "tuner: {name: TPE, classArgs: {optimize_mode: maximize}}\ntrainingService: {platform: local}\n"
+    )
     dag_id, _ = harness.experiment("nni3", config, {"mnist.py": NNI_TRIAL})
     run_id, state = harness.run(dag_id)
     assert state == "success"
@@ -251,9 +277,11 @@ def test_a_third_party_platform_runs_end_to_end(harness: Harness, tmp_path: Path
     """The `echo` platform lives in tests/integration/plugins (on the components' PYTHONPATH) and is
     found only through its `trialflow.platforms` entry point."""
     out = tmp_path / "greetings"
-    trial = ("import os\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-             f"open({str(out)!r}, 'a').write(os.environ['ECHO_GREETING'] + '\\n')\n"
-             "trial.report_final_result(p['x'])\n")
+    trial = (
+        "import os\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        f"open({str(out)!r}, 'a').write(os.environ['ECHO_GREETING'] + '\\n')\n"
+        "trial.report_final_result(p['x'])\n"
+    )
     config = simple_config("t.py", 2, 2, service="{platform: echo, greeting: bonjour}")
     dag_id, _ = harness.experiment("echo", config, {"t.py": trial})
     run_id, state = harness.run(dag_id)

@@ -28,27 +28,38 @@ t.report_final_result(p["x"] * 10)
 
 
 def kube_config(conn_id: str, trials: int, concurrency: int, extra: str = "") -> str:
-    return (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialConcurrency: {concurrency}\n"
-            f"maxTrialNumber: {trials}\ntuner: {{name: Random}}\ntrialCodeDirectory: .\n"
-            f"trainingService: {{platform: kubeflow, operator: pytorch-operator, kubernetesConnId: {conn_id},\n"
-            f"  master: {{replicas: 1, command: python3 trial.py, cpuNumber: 1, memorySize: 256mb}}{extra}}}\n")
+    return (
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialConcurrency: {concurrency}\n"
+        f"maxTrialNumber: {trials}\ntuner: {{name: Random}}\ntrialCodeDirectory: .\n"
+        f"trainingService: {{platform: kubeflow, operator: pytorch-operator, kubernetesConnId: {conn_id},\n"
+        f"  master: {{replicas: 1, command: python3 trial.py, cpuNumber: 1, memorySize: 256mb}}{extra}}}\n"
+    )
 
 
 @pytest.fixture(scope="module")
 def kube_conn(harness: Harness, kube_controller: TestController, kube_cluster) -> str:
     conn_id = "kube_test"
-    response = harness.airflow.api("POST", "/connections", json={
-        "connection_id": conn_id, "conn_type": "kubernetes",
-        "extra": json.dumps({"kube_config_path": str(kube_cluster.kubeconfig)})})
+    response = harness.airflow.api(
+        "POST",
+        "/connections",
+        json={
+            "connection_id": conn_id,
+            "conn_type": "kubernetes",
+            "extra": json.dumps({"kube_config_path": str(kube_cluster.kubeconfig)}),
+        },
+    )
     assert response.status_code in (200, 201, 409), response.text
     return conn_id
 
 
-def test_an_experiment_on_kubeflow_followed_by_the_triggerer(harness: Harness, kube_conn: str,
-                                                             kube_controller: TestController):
-    dag_source = ("# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-                  "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=0.5,\n"
-                  "                     cleanup=True)\n")
+def test_an_experiment_on_kubeflow_followed_by_the_triggerer(
+    harness: Harness, kube_conn: str, kube_controller: TestController
+):
+    dag_source = (
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=0.5,\n"
+        "                     cleanup=True)\n"
+    )
     dag_id, _ = harness.experiment("kube", kube_config(kube_conn, 3, 2), {"trial.py": TRIAL}, dag_source=dag_source)
     deferred: set[int] = set()
 
@@ -70,20 +81,27 @@ def test_an_experiment_on_kubeflow_followed_by_the_triggerer(harness: Harness, k
         assert kube_controller.launches(object_name(f"{exp}-{i:04d}")) == 1
     # cleanup=True: the end step removed the experiment's jobs and ConfigMaps
     listing = kube_controller.custom.list_namespaced_custom_object(
-        "kubeflow.org", "v1", "default", "pytorchjobs", label_selector=f"trialflow.io/experiment={exp}")
+        "kubeflow.org", "v1", "default", "pytorchjobs", label_selector=f"trialflow.io/experiment={exp}"
+    )
     assert listing["items"] == []
-    assert kube_controller.core.list_namespaced_config_map(
-        "default", label_selector=f"trialflow.io/experiment={exp}").items == []
+    assert (
+        kube_controller.core.list_namespaced_config_map(
+            "default", label_selector=f"trialflow.io/experiment={exp}"
+        ).items
+        == []
+    )
 
 
-def test_a_killed_worker_is_retried_and_reattaches_to_its_job(harness: Harness, kube_conn: str,
-                                                              kube_controller: TestController):
-    dag_source = ("# airflow DAG\nfrom datetime import timedelta\nfrom trialflow.dag import experiment_dag\n"
-                  "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=120,\n"
-                  "                     default_args={'retries': 2, 'retry_delay': timedelta(seconds=1)})\n")
+def test_a_killed_worker_is_retried_and_reattaches_to_its_job(
+    harness: Harness, kube_conn: str, kube_controller: TestController
+):
+    dag_source = (
+        "# airflow DAG\nfrom datetime import timedelta\nfrom trialflow.dag import experiment_dag\n"
+        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=120,\n"
+        "                     default_args={'retries': 2, 'retry_delay': timedelta(seconds=1)})\n"
+    )
     trial = TRIAL.replace('"0.7"', '"3"')
-    dag_id, _ = harness.experiment("kubekill", kube_config(kube_conn, 1, 1), {"trial.py": trial},
-                                   dag_source=dag_source)
+    dag_id, _ = harness.experiment("kubekill", kube_config(kube_conn, 1, 1), {"trial.py": trial}, dag_source=dag_source)
     killed: list[int] = []
 
     def kill_trial_worker(run_id: str) -> None:

@@ -16,8 +16,10 @@ pytestmark = pytest.mark.integration
 
 def dag_source(**kwargs: object) -> str:
     args = "".join(f", {k}={v!r}" for k, v in kwargs.items())
-    return ("# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-            f"dag = experiment_dag('{{CONFIG}}', dag_id='{{DAG_ID}}', poll_interval=0.3{args})\n")
+    return (
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        f"dag = experiment_dag('{{CONFIG}}', dag_id='{{DAG_ID}}', poll_interval=0.3{args})\n"
+    )
 
 
 CURVE_TRIAL = """\
@@ -39,12 +41,15 @@ trial.report_final_result(0.1)
 
 
 def test_medianstop_stops_a_trial_below_the_median_from_the_triggerer(harness: Harness):
-    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} trial.py\n"
-              "trialConcurrency: 1\nmaxTrialNumber: 3\ntuner: {name: Random, classArgs: {seed: 2}}\n"
-              "assessor: {name: Medianstop, classArgs: {optimize_mode: maximize, start_step: 3}}\n"
-              "trainingService: {platform: local}\n")
-    dag_id, _ = harness.experiment("medianstop", config, {"trial.py": CURVE_TRIAL},
-                                   dag_source=dag_source(defer_after=1.0))
+    config = (
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} trial.py\n"
+        "trialConcurrency: 1\nmaxTrialNumber: 3\ntuner: {name: Random, classArgs: {seed: 2}}\n"
+        "assessor: {name: Medianstop, classArgs: {optimize_mode: maximize, start_step: 3}}\n"
+        "trainingService: {platform: local}\n"
+    )
+    dag_id, _ = harness.experiment(
+        "medianstop", config, {"trial.py": CURVE_TRIAL}, dag_source=dag_source(defer_after=1.0)
+    )
     deferred: set[int] = set()
 
     def watch(run_id: str) -> None:
@@ -76,16 +81,20 @@ trial.report_final_result(p["x"])
 
 def test_a_cleared_dag_run_resumes_without_running_finished_trials_again(harness: Harness, tmp_path: Path):
     launches = tmp_path / "launches"
-    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\n"
-              f"trialCommand: {PY} trial.py {launches} 3\ntrialConcurrency: 2\nmaxTrialNumber: 6\n"
-              "tuner: {name: TPE, classArgs: {seed: 4}}\ntrainingService: {platform: local}\n")
+    config = (
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\n"
+        f"trialCommand: {PY} trial.py {launches} 3\ntrialConcurrency: 2\nmaxTrialNumber: 6\n"
+        "tuner: {name: TPE, classArgs: {seed: 4}}\ntrainingService: {platform: local}\n"
+    )
     dag_id, _ = harness.experiment("resume", config, {"trial.py": LAUNCH_TRIAL})
     cleared: list[int] = []
 
     def clear_midway(run_id: str) -> None:
         if cleared:
             return
-        rows = harness.rows(dag_id, run_id) if harness.store.experiment_exists(experiment_id_for(dag_id, run_id)) else []
+        rows = (
+            harness.rows(dag_id, run_id) if harness.store.experiment_exists(experiment_id_for(dag_id, run_id)) else []
+        )
         done = sum(r["status"] == "SUCCEEDED" for r in rows)
         running = sum(r["status"] in ("WAITING", "RUNNING") for r in rows)
         if done >= 2 and running:
@@ -104,11 +113,15 @@ def test_a_cleared_dag_run_resumes_without_running_finished_trials_again(harness
 
 
 def test_max_experiment_duration_cancels_stops_launching_and_still_reports(harness: Harness, tmp_path: Path):
-    slow = ("import sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-            "time.sleep(0.3 if trial.get_sequence_id() == 0 else 60)\ntrial.report_final_result(p['x'])\n")
-    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} slow.py\n"
-              "trialConcurrency: 1\nmaxTrialNumber: 4\nmaxExperimentDuration: 8s\n"
-              "tuner: {name: Random}\ntrainingService: {platform: local}\n")
+    slow = (
+        "import sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        "time.sleep(0.3 if trial.get_sequence_id() == 0 else 60)\ntrial.report_final_result(p['x'])\n"
+    )
+    config = (
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} slow.py\n"
+        "trialConcurrency: 1\nmaxTrialNumber: 4\nmaxExperimentDuration: 8s\n"
+        "tuner: {name: Random}\ntrainingService: {platform: local}\n"
+    )
     dag_id, _ = harness.experiment("duration", config, {"slow.py": slow})
     started = time.monotonic()
     run_id, state = harness.run(dag_id)
@@ -126,9 +139,11 @@ def test_max_experiment_duration_cancels_stops_launching_and_still_reports(harne
 
 def test_scheduled_runs_can_continue_one_study(harness: Harness):
     quick = "from trialflow import trial\np = trial.get_next_parameter()\ntrial.report_final_result(p['x'])\n"
-    config = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} q.py\n"
-              "trialConcurrency: 2\nmaxTrialNumber: 2\ntuner: {name: TPE, classArgs: {seed: 1}}\n"
-              "scheduledRuns: continue\ntrainingService: {platform: local}\n")
+    config = (
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} q.py\n"
+        "trialConcurrency: 2\nmaxTrialNumber: 2\ntuner: {name: TPE, classArgs: {seed: 1}}\n"
+        "scheduledRuns: continue\ntrainingService: {platform: local}\n"
+    )
     dag_id, _ = harness.experiment("continue", config, {"q.py": quick})
     first, state1 = harness.run(dag_id)
     second, state2 = harness.run(dag_id)
@@ -142,18 +157,24 @@ def test_scheduled_runs_can_continue_one_study(harness: Harness):
 
 
 def test_batch_tuner_and_hyperband_run_as_nni_configures_them(harness: Harness):
-    echo = ("import json\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-            "trial.report_final_result(float(p.get('lr', p.get('TRIAL_BUDGET', 0))))\n")
-    batch = (f"searchSpace: {{combine_params: {{_type: choice, _value: [{{lr: 0.1}}, {{lr: 0.2}}, {{lr: 0.3}}]}}}}\n"
-             f"trialCommand: {PY} echo.py\ntrialConcurrency: 3\ntuner: {{name: BatchTuner}}\n"
-             "trainingService: {platform: local}\n")
+    echo = (
+        "import json\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        "trial.report_final_result(float(p.get('lr', p.get('TRIAL_BUDGET', 0))))\n"
+    )
+    batch = (
+        f"searchSpace: {{combine_params: {{_type: choice, _value: [{{lr: 0.1}}, {{lr: 0.2}}, {{lr: 0.3}}]}}}}\n"
+        f"trialCommand: {PY} echo.py\ntrialConcurrency: 3\ntuner: {{name: BatchTuner}}\n"
+        "trainingService: {platform: local}\n"
+    )
     dag_id, _ = harness.experiment("batch", batch, {"echo.py": echo})
     run_id, state = harness.run(dag_id)
     assert state == "success"
     assert [r["parameters"] for r in harness.rows(dag_id, run_id)] == [{"lr": 0.1}, {"lr": 0.2}, {"lr": 0.3}]
-    hyperband = (f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} echo.py\n"
-                 "trialConcurrency: 2\nmaxTrialNumber: 2\nadvisor: {name: Hyperband, classArgs: {R: 9, eta: 3}}\n"
-                 "trainingService: {platform: local}\n")
+    hyperband = (
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} echo.py\n"
+        "trialConcurrency: 2\nmaxTrialNumber: 2\nadvisor: {name: Hyperband, classArgs: {R: 9, eta: 3}}\n"
+        "trainingService: {platform: local}\n"
+    )
     dag_id, _ = harness.experiment("hyperband", hyperband, {"echo.py": echo})
     run_id, state = harness.run(dag_id)
     assert state == "success"
@@ -164,16 +185,23 @@ def test_batch_tuner_and_hyperband_run_as_nni_configures_them(harness: Harness):
 def test_a_remote_experiment_on_two_ssh_machines(harness: Harness, ssh_servers):
     """Trials on two real OpenSSH servers, followed by the triggerer, spread by load."""
     a, b = ssh_servers
-    trial = ("import time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-             "trial.report_intermediate_result(p['x'])\ntime.sleep(12)\ntrial.report_final_result(p['x'])\n")
+    trial = (
+        "import time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        "trial.report_intermediate_result(p['x'])\ntime.sleep(12)\ntrial.report_final_result(p['x'])\n"
+    )
     machines = "".join(
         f"    - {{host: 127.0.0.1, port: {s.port}, user: {s.user}, sshKeyFile: {s.client_key}, "
-        f"hostKey: '{s.host_key_line}', pythonPath: /usr/bin}}\n" for s in (a, b))
-    config = ("searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 t.py\n"
-              "trialConcurrency: 2\nmaxTrialNumber: 4\ntuner: {name: Random}\n"
-              f"trainingService:\n  platform: remote\n  machineList:\n{machines}")
-    dag_id, _ = harness.experiment("remote", config, {"t.py": trial},
-                                   dag_source=dag_source(defer_after=2.0, cleanup=True))
+        f"hostKey: '{s.host_key_line}', pythonPath: /usr/bin}}\n"
+        for s in (a, b)
+    )
+    config = (
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 t.py\n"
+        "trialConcurrency: 2\nmaxTrialNumber: 4\ntuner: {name: Random}\n"
+        f"trainingService:\n  platform: remote\n  machineList:\n{machines}"
+    )
+    dag_id, _ = harness.experiment(
+        "remote", config, {"t.py": trial}, dag_source=dag_source(defer_after=2.0, cleanup=True)
+    )
     run_id, state = harness.run(dag_id)
     assert state == "success"
     rows = harness.rows(dag_id, run_id)
@@ -189,14 +217,18 @@ def test_a_remote_experiment_on_two_ssh_machines(harness: Harness, ssh_servers):
 def test_hybrid_spreads_trials_over_local_and_a_remote_machine(harness: Harness, ssh_servers):
     """NNI's hybrid mode: trainingService is a list; each trial runs on one of the platforms."""
     a, _ = ssh_servers
-    trial = ("import time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-             "time.sleep(6)\ntrial.report_final_result(p['x'])\n")
-    config = ("searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
-              "trialConcurrency: 2\nmaxTrialNumber: 4\ntuner: {name: Random}\n"
-              "trainingService:\n"
-              f"  - {{platform: local, trialCommand: {PY} t.py}}\n"
-              f"  - {{platform: remote, trialCommand: python3 t.py, machineList: [{{host: 127.0.0.1, port: {a.port}, "
-              f"user: {a.user}, sshKeyFile: {a.client_key}, hostKey: '{a.host_key_line}', pythonPath: /usr/bin}}]}}\n")
+    trial = (
+        "import time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        "time.sleep(6)\ntrial.report_final_result(p['x'])\n"
+    )
+    config = (
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
+        "trialConcurrency: 2\nmaxTrialNumber: 4\ntuner: {name: Random}\n"
+        "trainingService:\n"
+        f"  - {{platform: local, trialCommand: {PY} t.py}}\n"
+        f"  - {{platform: remote, trialCommand: python3 t.py, machineList: [{{host: 127.0.0.1, port: {a.port}, "
+        f"user: {a.user}, sshKeyFile: {a.client_key}, hostKey: '{a.host_key_line}', pythonPath: /usr/bin}}]}}\n"
+    )
     dag_id, _ = harness.experiment("hybrid", config, {"t.py": trial}, dag_source=dag_source(defer_after=2.0))
     run_id, state = harness.run(dag_id)
     assert state == "success"

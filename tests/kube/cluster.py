@@ -68,10 +68,14 @@ class KubeCluster:
         return self.root / "kubeconfig"
 
     def kubeconfig_dict(self, token: str = TOKEN) -> dict:
-        return {"apiVersion": "v1", "kind": "Config", "current-context": "test",
-                "clusters": [{"name": "test", "cluster": {"server": self.server, "insecure-skip-tls-verify": True}}],
-                "users": [{"name": "admin", "user": {"token": token}}],
-                "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin", "namespace": "default"}}]}
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": self.server, "insecure-skip-tls-verify": True}}],
+            "users": [{"name": "admin", "user": {"token": token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin", "namespace": "default"}}],
+        }
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -80,28 +84,61 @@ class KubeCluster:
         logs = self.root / "logs"
         logs.mkdir(exist_ok=True)
         self.processes["etcd"] = subprocess.Popen(
-            ["etcd", "--data-dir", str(self.root / "etcd"), "--listen-client-urls", etcd_url,
-             "--advertise-client-urls", etcd_url, "--listen-peer-urls", peer_url,
-             "--initial-advertise-peer-urls", peer_url, "--initial-cluster", f"default={peer_url}",
-             "--listen-metrics-urls", f"http://127.0.0.1:{metrics_port}"],
-            stdout=open(logs / "etcd.log", "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+            [
+                "etcd",
+                "--data-dir",
+                str(self.root / "etcd"),
+                "--listen-client-urls",
+                etcd_url,
+                "--advertise-client-urls",
+                etcd_url,
+                "--listen-peer-urls",
+                peer_url,
+                "--initial-advertise-peer-urls",
+                peer_url,
+                "--initial-cluster",
+                f"default={peer_url}",
+                "--listen-metrics-urls",
+                f"http://127.0.0.1:{metrics_port}",
+            ],
+            stdout=open(logs / "etcd.log", "wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         sa_key = self.root / "sa.key"
         subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True, capture_output=True)
-        subprocess.run(["openssl", "rsa", "-in", str(sa_key), "-pubout", "-out", str(self.root / "sa.pub")],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["openssl", "rsa", "-in", str(sa_key), "-pubout", "-out", str(self.root / "sa.pub")],
+            check=True,
+            capture_output=True,
+        )
         (self.root / "tokens.csv").write_text(f'{TOKEN},admin,admin,"system:masters"\n')
         self.processes["kube-apiserver"] = subprocess.Popen(
-            [str(apiserver_binary()), f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1",
-             "--advertise-address=127.0.0.1", f"--secure-port={self.port}", "--insecure-port=0",
-             f"--cert-dir={self.root / 'certs'}", f"--token-auth-file={self.root / 'tokens.csv'}",
-             "--authorization-mode=RBAC", f"--service-account-key-file={self.root / 'sa.pub'}",
-             f"--service-account-signing-key-file={sa_key}",
-             "--service-account-issuer=https://kubernetes.default.svc", "--api-audiences=https://kubernetes.default.svc",
-             "--service-cluster-ip-range=10.96.0.0/24", "--endpoint-reconciler-type=none",
-             "--kubelet-preferred-address-types=InternalIP", "--profiling=false"],
-            stdout=open(logs / "kube-apiserver.log", "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+            [
+                str(apiserver_binary()),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                "--insecure-port=0",
+                f"--cert-dir={self.root / 'certs'}",
+                f"--token-auth-file={self.root / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                f"--service-account-key-file={self.root / 'sa.pub'}",
+                f"--service-account-signing-key-file={sa_key}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                "--api-audiences=https://kubernetes.default.svc",
+                "--service-cluster-ip-range=10.96.0.0/24",
+                "--endpoint-reconciler-type=none",
+                "--kubelet-preferred-address-types=InternalIP",
+                "--profiling=false",
+            ],
+            stdout=open(logs / "kube-apiserver.log", "wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.kubeconfig.write_text(yaml.safe_dump(self.kubeconfig_dict()))
         try:
             self._wait_ready()

@@ -46,14 +46,25 @@ CRD_KINDS = {
 def crd(kind: str) -> dict[str, Any]:
     """The project's own minimal CRD for a kind: any spec, a status subresource."""
     group, version, plural = CRD_KINDS[kind]
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.{group}"},
-            "spec": {"group": group, "scope": "Namespaced",
-                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
-                     "versions": [{"name": version, "served": True, "storage": True,
-                                   "schema": {"openAPIV3Schema": {"type": "object",
-                                                                  "x-kubernetes-preserve-unknown-fields": True}},
-                                   "subresources": {"status": {}}}]}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    "subresources": {"status": {}},
+                }
+            ],
+        },
+    }
 
 
 def install_crd(api_client: k8s.ApiClient, kind: str, timeout: float = 20) -> None:
@@ -66,7 +77,7 @@ def install_crd(api_client: k8s.ApiClient, kind: str, timeout: float = 20) -> No
     name = crd(kind)["metadata"]["name"]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        conditions = (ext.read_custom_resource_definition(name).status.conditions or [])
+        conditions = ext.read_custom_resource_definition(name).status.conditions or []
         if any(c.type == "Established" and c.status == "True" for c in conditions):
             # the discovery document can lag a moment behind Established
             group, version, plural = CRD_KINDS[kind]
@@ -117,8 +128,26 @@ class Kubelet:
         self.logs: dict[tuple[str, str, str], Path] = {}
         self.requests = 0
         cert, key = root / "kubelet.crt", root / "kubelet.key"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                        str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                str(key),
+                "-out",
+                str(cert),
+                "-days",
+                "1",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+            check=True,
+            capture_output=True,
+        )
         kubelet = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -199,9 +228,17 @@ class Job:
 
 
 class TestController:
-    def __init__(self, kubeconfig: Path, root: Path, namespace: str = "default",
-                 storage: dict[tuple[str, ...], Path] | None = None, path_prefix: str | None = None,
-                 start_delay: float = 0.0, interval: float = 0.1, delete_fc_pods: bool = True):
+    def __init__(
+        self,
+        kubeconfig: Path,
+        root: Path,
+        namespace: str = "default",
+        storage: dict[tuple[str, ...], Path] | None = None,
+        path_prefix: str | None = None,
+        start_delay: float = 0.0,
+        interval: float = 0.1,
+        delete_fc_pods: bool = True,
+    ):
         self.root = root
         self.namespace = namespace
         self.storage = storage or {}
@@ -227,7 +264,7 @@ class TestController:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def start(self) -> "TestController":
+    def start(self) -> TestController:
         self.kubelet.start()
         try:
             self._register()
@@ -247,11 +284,24 @@ class TestController:
         except ApiException as exc:
             if exc.status != 409:
                 raise
-        self.core.patch_node_status(NODE, {"status": {
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet.port}},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}]}})
+        self.core.patch_node_status(
+            NODE,
+            {
+                "status": {
+                    "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                    "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet.port}},
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "KubeletReady",
+                            "lastHeartbeatTime": now_rfc3339(),
+                            "lastTransitionTime": now_rfc3339(),
+                        }
+                    ],
+                }
+            },
+        )
         try:
             self.core.create_namespaced_service_account(self.namespace, {"metadata": {"name": "default"}})
         except ApiException as exc:
@@ -299,8 +349,12 @@ class TestController:
                     job = self.jobs.get(uid)
                     if job is None:
                         created = obj["metadata"].get("creationTimestamp")
-                        age = time.time() - datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(
-                            tzinfo=timezone.utc).timestamp() if created else 99
+                        age = (
+                            time.time()
+                            - datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+                            if created
+                            else 99
+                        )
                         if age < self.start_delay:
                             continue
                         self.jobs[uid] = job = self._launch(kind, obj)
@@ -321,17 +375,23 @@ class TestController:
             for rtype, rs in spec[key].items():
                 for i in range(int(rs.get("replicas", 1))):
                     template = rs["template"]
-                    labels = {**template.get("metadata", {}).get("labels", {}),
-                              "training.kubeflow.org/job-name": name,
-                              "training.kubeflow.org/replica-type": rtype.lower(),
-                              "training.kubeflow.org/replica-index": str(i)}
+                    labels = {
+                        **template.get("metadata", {}).get("labels", {}),
+                        "training.kubeflow.org/job-name": name,
+                        "training.kubeflow.org/replica-type": rtype.lower(),
+                        "training.kubeflow.org/replica-index": str(i),
+                    }
                     out.append(Replica(rtype, i, f"{name}-{rtype.lower()}-{i}", labels, template["spec"]))
         elif kind == "Framework":
             for role in spec["taskRoles"]:
                 for i in range(int(role.get("taskNumber", 1))):
                     pod = role["task"]["pod"]
-                    labels = {**pod.get("metadata", {}).get("labels", {}), "FC_FRAMEWORK_NAME": name,
-                              "FC_TASKROLE_NAME": role["name"], "FC_TASK_INDEX": str(i)}
+                    labels = {
+                        **pod.get("metadata", {}).get("labels", {}),
+                        "FC_FRAMEWORK_NAME": name,
+                        "FC_TASKROLE_NAME": role["name"],
+                        "FC_TASK_INDEX": str(i),
+                    }
                     out.append(Replica(role["name"], i, f"{name}-{role['name']}-{i}", labels, pod["spec"]))
         elif kind == "AdaptDLJob":
             template = spec["template"]
@@ -342,14 +402,22 @@ class TestController:
             override = (spec.get("podTemplateOverrides") or [{}])[0]
             o_spec = override.get("spec") or {}
             mounts = (o_spec.get("containers") or [{}])[0].get("volumeMounts", [])
-            container = {"name": "node", "image": trainer.get("image", "runtime-image"),
-                         "command": trainer.get("command", []), "args": trainer.get("args", []),
-                         "env": trainer.get("env", []), "volumeMounts": mounts}
+            container = {
+                "name": "node",
+                "image": trainer.get("image", "runtime-image"),
+                "command": trainer.get("command", []),
+                "args": trainer.get("args", []),
+                "env": trainer.get("env", []),
+                "volumeMounts": mounts,
+            }
             pod_spec = {"containers": [container], "volumes": o_spec.get("volumes", []), "restartPolicy": "Never"}
             for i in range(int(trainer.get("numNodes", 1))):
-                labels = {**(override.get("metadata") or {}).get("labels", {}),
-                          "jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": "node",
-                          "batch.kubernetes.io/job-completion-index": str(i)}
+                labels = {
+                    **(override.get("metadata") or {}).get("labels", {}),
+                    "jobset.sigs.k8s.io/jobset-name": name,
+                    "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                    "batch.kubernetes.io/job-completion-index": str(i),
+                }
                 out.append(Replica("node", i, f"{name}-node-0-{i}-{obj['metadata']['uid'][:5]}", labels, pod_spec))
         return out
 
@@ -364,13 +432,23 @@ class TestController:
 
     def _create_pod(self, job: Job, replica: Replica) -> None:
         c = replica.container
-        body = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": replica.pod, "labels": replica.labels,
-                             "ownerReferences": [{"apiVersion": "v1", "kind": job.kind, "name": job.name,
-                                                  "uid": job.uid}]},
-                "spec": {"nodeName": NODE, "restartPolicy": "Never", "automountServiceAccountToken": False,
-                         "containers": [{"name": c["name"], "image": c.get("image") or "image",
-                                         "command": c.get("command", [])}]}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": replica.pod,
+                "labels": replica.labels,
+                "ownerReferences": [{"apiVersion": "v1", "kind": job.kind, "name": job.name, "uid": job.uid}],
+            },
+            "spec": {
+                "nodeName": NODE,
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": False,
+                "containers": [
+                    {"name": c["name"], "image": c.get("image") or "image", "command": c.get("command", [])}
+                ],
+            },
+        }
         try:
             self.core.create_namespaced_pod(self.namespace, body)
         except ApiException as exc:
@@ -427,17 +505,27 @@ class TestController:
             self._mount_point(inside)
             binds.insert(0, f"mount --bind {shlex.quote(str(local))} {shlex.quote(inside)}")
         env = {e["name"]: e.get("value", "") for e in c.get("env", [])}
-        env.update({"HOSTNAME": replica.pod, "HOME": str(self.root),
-                    "PATH": (self.path_prefix + ":" if self.path_prefix else "") + os.environ.get("PATH", "")})
+        env.update(
+            {
+                "HOSTNAME": replica.pod,
+                "HOME": str(self.root),
+                "PATH": (self.path_prefix + ":" if self.path_prefix else "") + os.environ.get("PATH", ""),
+            }
+        )
         command = list(c.get("command", [])) + list(c.get("args", []))
         script = " && ".join(binds + ['exec "$@"'])
         replica.log = self.root / "pods" / replica.pod / "container.log"
         replica.log.parent.mkdir(parents=True, exist_ok=True)
         replica.log.touch()
         self.kubelet.logs[(self.namespace, replica.pod, c["name"])] = replica.log
-        replica.proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
-                                         "container", *command], env=env, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        replica.proc = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "container", *command],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         replica.reader = threading.Thread(target=self._capture, args=(replica,), daemon=True)
         replica.reader.start()
 
@@ -486,18 +574,43 @@ class TestController:
     def _initial_status(self, kind: str, job: Job) -> dict[str, Any]:
         t = now_rfc3339()
         if kind in ("TFJob", "PyTorchJob"):
-            return {"startTime": t, "conditions": [
-                {"type": "Created", "status": "True", "reason": f"{kind}Created", "lastUpdateTime": t,
-                 "lastTransitionTime": t},
-                {"type": "Running", "status": "True", "reason": f"{kind}Running", "lastUpdateTime": t,
-                 "lastTransitionTime": t}],
-                "replicaStatuses": self._replica_statuses(job)}
+            return {
+                "startTime": t,
+                "conditions": [
+                    {
+                        "type": "Created",
+                        "status": "True",
+                        "reason": f"{kind}Created",
+                        "lastUpdateTime": t,
+                        "lastTransitionTime": t,
+                    },
+                    {
+                        "type": "Running",
+                        "status": "True",
+                        "reason": f"{kind}Running",
+                        "lastUpdateTime": t,
+                        "lastTransitionTime": t,
+                    },
+                ],
+                "replicaStatuses": self._replica_statuses(job),
+            }
         if kind == "Framework":
             return {"state": "AttemptRunning", "startTime": t, "attemptStatus": {"id": 0, "startTime": t}}
         if kind == "AdaptDLJob":
             return {"phase": "Running", "replicas": len(job.replicas), "readyReplicas": len(job.replicas)}
-        return {"jobsStatus": [{"name": "node", "active": len(job.replicas), "ready": len(job.replicas),
-                                "succeeded": 0, "failed": 0, "suspended": 0}], "conditions": []}
+        return {
+            "jobsStatus": [
+                {
+                    "name": "node",
+                    "active": len(job.replicas),
+                    "ready": len(job.replicas),
+                    "succeeded": 0,
+                    "failed": 0,
+                    "suspended": 0,
+                }
+            ],
+            "conditions": [],
+        }
 
     @staticmethod
     def _replica_statuses(job: Job) -> dict[str, Any]:
@@ -511,8 +624,9 @@ class TestController:
     def _write_status(self, job: Job) -> None:
         group, version, plural = CRD_KINDS[job.kind]
         try:
-            self.custom.patch_namespaced_custom_object_status(group, version, self.namespace, plural, job.name,
-                                                              {"status": job.status})
+            self.custom.patch_namespaced_custom_object_status(
+                group, version, self.namespace, plural, job.name, {"status": job.status}
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -533,7 +647,9 @@ class TestController:
                 mine = [r for r in job.replicas if r.role == role["name"]]
                 nfail = sum(1 for r in mine if r.exit_code not in (None, 0))
                 nok = sum(1 for r in mine if r.exit_code == 0)
-                if policy.get("minFailedTaskCount", 1) not in (-1, None) and nfail >= policy.get("minFailedTaskCount", 1):
+                if policy.get("minFailedTaskCount", 1) not in (-1, None) and nfail >= policy.get(
+                    "minFailedTaskCount", 1
+                ):
                     return False
                 if policy.get("minSucceededTaskCount", -1) not in (-1, None) and nok >= policy["minSucceededTaskCount"]:
                     return True
@@ -569,30 +685,63 @@ class TestController:
                 if c["type"] == "Running":
                     c.update(status="False", lastTransitionTime=t)
             kind = "Succeeded" if outcome else "Failed"
-            job.status["conditions"].append({"type": kind, "status": "True", "reason": f"{job.kind}{kind}",
-                                             "message": f"{job.kind} {job.name} {kind.lower()}.",
-                                             "lastUpdateTime": t, "lastTransitionTime": t})
+            job.status["conditions"].append(
+                {
+                    "type": kind,
+                    "status": "True",
+                    "reason": f"{job.kind}{kind}",
+                    "message": f"{job.kind} {job.name} {kind.lower()}.",
+                    "lastUpdateTime": t,
+                    "lastTransitionTime": t,
+                }
+            )
             job.status["replicaStatuses"] = self._replica_statuses(job)
             job.status["completionTime"] = t
         elif job.kind == "Framework":
             if self.delete_fc_pods:  # FrameworkController deletes a completed attempt's pods
                 self._delete_pods(job)
             code, phrase = (0, "Succeeded") if outcome else ((-210, "FrameworkStopped") if stop else (1, "Failed"))
-            job.status.update(state="Completed", completionTime=t, attemptStatus={
-                **job.status.get("attemptStatus", {}), "completionTime": t,
-                "completionStatus": {"code": code, "phrase": phrase, "diagnostics": "test controller",
-                                     "type": {"name": "Succeeded" if outcome else "Failed", "attributes": []}}})
+            job.status.update(
+                state="Completed",
+                completionTime=t,
+                attemptStatus={
+                    **job.status.get("attemptStatus", {}),
+                    "completionTime": t,
+                    "completionStatus": {
+                        "code": code,
+                        "phrase": phrase,
+                        "diagnostics": "test controller",
+                        "type": {"name": "Succeeded" if outcome else "Failed", "attributes": []},
+                    },
+                },
+            )
         elif job.kind == "AdaptDLJob":
-            job.status.update(phase="Succeeded" if outcome else "Failed", completionTimestamp=t,
-                              **({} if outcome else {"reason": "PodFailure", "message": "a replica failed"}))
+            job.status.update(
+                phase="Succeeded" if outcome else "Failed",
+                completionTimestamp=t,
+                **({} if outcome else {"reason": "PodFailure", "message": "a replica failed"}),
+            )
         else:
-            job.status["jobsStatus"] = [{"name": "node", "active": 0, "ready": 0, "suspended": 0,
-                                         "succeeded": sum(1 for r in job.replicas if r.exit_code == 0),
-                                         "failed": sum(1 for r in job.replicas if r.exit_code not in (None, 0))}]
+            job.status["jobsStatus"] = [
+                {
+                    "name": "node",
+                    "active": 0,
+                    "ready": 0,
+                    "suspended": 0,
+                    "succeeded": sum(1 for r in job.replicas if r.exit_code == 0),
+                    "failed": sum(1 for r in job.replicas if r.exit_code not in (None, 0)),
+                }
+            ]
             kind = "Complete" if outcome else "Failed"
-            job.status["conditions"] = [{"type": kind, "status": "True", "reason": "JobsSucceeded" if outcome
-                                         else "JobsFailed", "message": f"trainjob {kind.lower()}",
-                                         "lastTransitionTime": t}]
+            job.status["conditions"] = [
+                {
+                    "type": kind,
+                    "status": "True",
+                    "reason": "JobsSucceeded" if outcome else "JobsFailed",
+                    "message": f"trainjob {kind.lower()}",
+                    "lastTransitionTime": t,
+                }
+            ]
         job.done = True
         self._write_status(job)
         self.completed_at[job.name] = time.time()

@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.kube.cluster import TOKEN, KubeCluster
+from tests.kube.controller import TestController, delete_crd, install_crd
 from trialflow.config.platforms import BUILTIN_PLATFORM_CONFIGS
+from trialflow.config.registry import get_platform_entry
 from trialflow.follow import TIMEOUT_REASON, follow_trial
 from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.kubernetes.client import CustomObjects, KubernetesError
 from trialflow.platforms.kubernetes.informer import INFORMERS, Informer
 from trialflow.platforms.kubernetes.manifests import LABEL_EXPERIMENT, experiment_selector, object_name
-from trialflow.config.registry import get_platform_entry
 from trialflow.trial.protocol import Metric
-from tests.kube.cluster import TOKEN, KubeCluster
-from tests.kube.controller import TestController, delete_crd, install_crd
 
 pytestmark = pytest.mark.kube
 
@@ -72,8 +72,14 @@ def make(cluster: KubeCluster, service: dict[str, Any], tmp_path: Path):
     return get_platform_entry(service["platform"]).load().from_config(config, tmp_path / "exp")
 
 
-def spec_for(tmp_path: Path, exp: str, index: int = 0, command: str = "python3 trial.py", x: float = 2.0,
-             env: dict[str, str] | None = None) -> TrialSpec:
+def spec_for(
+    tmp_path: Path,
+    exp: str,
+    index: int = 0,
+    command: str = "python3 trial.py",
+    x: float = 2.0,
+    env: dict[str, str] | None = None,
+) -> TrialSpec:
     code = tmp_path / "code"
     code.mkdir(parents=True, exist_ok=True)
     (code / "trial.py").write_text(TRIAL)
@@ -84,8 +90,9 @@ def follow(platform, handle, deadline: float | None = None, timeout: float = 90)
     recorder = Recorder()
 
     async def run():
-        return await asyncio.wait_for(follow_trial(platform, recorder, handle, 1, {}, deadline=deadline,
-                                                   poll_interval=0.2), timeout)
+        return await asyncio.wait_for(
+            follow_trial(platform, recorder, handle, 1, {}, deadline=deadline, poll_interval=0.2), timeout
+        )
 
     outcome = run_sync(run())
     return outcome, recorder
@@ -105,17 +112,21 @@ def values(recorder: Recorder) -> tuple[list[Any], list[Any]]:
 
 KINDS = {
     "tfjob": {"platform": "kubeflow", "operator": "tf-operator", "worker": {**ROLE, "command": "python3 trial.py"}},
-    "pytorchjob": {"platform": "kubeflow", "operator": "pytorch-operator",
-                   "master": {**ROLE, "command": "python3 trial.py"},
-                   "worker": {**ROLE, "replicas": 2, "command": "python3 trial.py"}},
+    "pytorchjob": {
+        "platform": "kubeflow",
+        "operator": "pytorch-operator",
+        "master": {**ROLE, "command": "python3 trial.py"},
+        "worker": {**ROLE, "replicas": 2, "command": "python3 trial.py"},
+    },
     "trainjob": {"platform": "kubeflow-trainer", "runtimeRef": "torch-distributed", "numNodes": 2},
     "adaptdljob": {"platform": "adl", "dockerImage": "petuum/x"},
 }
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_a_trial_runs_and_its_metrics_come_from_the_pod_log(kind: str, kube_cluster: KubeCluster,
-                                                            kube_controller: TestController, tmp_path: Path):
+def test_a_trial_runs_and_its_metrics_come_from_the_pod_log(
+    kind: str, kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path
+):
     platform = make(kube_cluster, KINDS[kind], tmp_path)
     exp = experiment_id()
     platform.prepare_sync(exp)
@@ -126,18 +137,36 @@ def test_a_trial_runs_and_its_metrics_come_from_the_pod_log(kind: str, kube_clus
     platform.cleanup_sync(exp)
 
 
-def test_frameworkcontroller_with_nfs_storage(kube_cluster: KubeCluster, kube_controller: TestController,
-                                              tmp_path: Path):
+def test_frameworkcontroller_with_nfs_storage(
+    kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path
+):
     share = tmp_path / "nfs-export"
     share.mkdir()
     kube_controller.storage[("nfs", "10.0.0.9", "/exports/nni")] = share
-    platform = make(kube_cluster, {
-        "platform": "frameworkcontroller",
-        "storage": {"storageType": "nfs", "server": "10.0.0.9", "path": "/exports/nni", "localMountPoint": str(share),
-                    "containerMountPoint": MOUNT},
-        "taskRoles": [{"name": "worker", "taskNumber": 1, "command": "python3 trial.py", "cpuNumber": 1,
-                       "memorySize": "256mb", "frameworkAttemptCompletionPolicy": {
-                           "minFailedTaskCount": 1, "minSucceedTaskCount": 1}}]}, tmp_path)
+    platform = make(
+        kube_cluster,
+        {
+            "platform": "frameworkcontroller",
+            "storage": {
+                "storageType": "nfs",
+                "server": "10.0.0.9",
+                "path": "/exports/nni",
+                "localMountPoint": str(share),
+                "containerMountPoint": MOUNT,
+            },
+            "taskRoles": [
+                {
+                    "name": "worker",
+                    "taskNumber": 1,
+                    "command": "python3 trial.py",
+                    "cpuNumber": 1,
+                    "memorySize": "256mb",
+                    "frameworkAttemptCompletionPolicy": {"minFailedTaskCount": 1, "minSucceedTaskCount": 1},
+                }
+            ],
+        },
+        tmp_path,
+    )
     exp = experiment_id()
     platform.prepare_sync(exp)
     handle, outcome, recorder = run_trial(platform, spec_for(tmp_path, exp))
@@ -151,18 +180,28 @@ def test_frameworkcontroller_with_nfs_storage(kube_cluster: KubeCluster, kube_co
 
 
 @pytest.mark.parametrize("storage", ["nfs", "pvc", "azureStorage"])
-def test_metrics_through_mounted_storage(storage: str, kube_cluster: KubeCluster, kube_controller: TestController,
-                                         tmp_path: Path):
+def test_metrics_through_mounted_storage(
+    storage: str, kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path
+):
     share = tmp_path / "share"
     share.mkdir()
-    section = {"nfs": {"storageType": "nfs", "server": "10.0.0.8", "path": "/x"},
-               "pvc": {"storageType": "pvc", "claimName": "nni-claim"},
-               "azureStorage": {"storageType": "azureStorage", "azureAccount": "acct", "azureShare": "nni-share",
-                                "secretName": "azure-key"}}[storage]
+    section = {
+        "nfs": {"storageType": "nfs", "server": "10.0.0.8", "path": "/x"},
+        "pvc": {"storageType": "pvc", "claimName": "nni-claim"},
+        "azureStorage": {
+            "storageType": "azureStorage",
+            "azureAccount": "acct",
+            "azureShare": "nni-share",
+            "secretName": "azure-key",
+        },
+    }[storage]
     key = {"nfs": ("nfs", "10.0.0.8", "/x"), "pvc": ("pvc", "nni-claim"), "azureStorage": ("azureFile", "nni-share")}
     kube_controller.storage[key[storage]] = share
-    platform = make(kube_cluster, {**KINDS["tfjob"], "storage": {**section, "localMountPoint": str(share),
-                                                                    "containerMountPoint": MOUNT}}, tmp_path)
+    platform = make(
+        kube_cluster,
+        {**KINDS["tfjob"], "storage": {**section, "localMountPoint": str(share), "containerMountPoint": MOUNT}},
+        tmp_path,
+    )
     exp = experiment_id()
     platform.prepare_sync(exp)
     handle = platform.submit_sync(spec_for(tmp_path, exp))
@@ -182,15 +221,16 @@ async def objects_config_maps(objects: CustomObjects, exp: str) -> list[str]:
     return [cm.metadata.name for cm in found.items]
 
 
-def test_real_nni_trial_code_reports_from_a_pod(kube_cluster: KubeCluster, kube_controller: TestController,
-                                                tmp_path: Path, nni_python: str):
+def test_real_nni_trial_code_reports_from_a_pod(
+    kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path, nni_python: str
+):
     code = tmp_path / "code"
     code.mkdir()
     (code / "mnist.py").write_text(
         "import nni\np = nni.get_next_parameter()\nfor i in range(2):\n    nni.report_intermediate_result(i + p['x'])\n"
-        "nni.report_final_result({'default': p['x'] * 3, 'loss': 0.5})\n")
-    platform = make(kube_cluster, {**KINDS["tfjob"], "worker": {**ROLE, "command": f"{nni_python} mnist.py"}},
-                    tmp_path)
+        "nni.report_final_result({'default': p['x'] * 3, 'loss': 0.5})\n"
+    )
+    platform = make(kube_cluster, {**KINDS["tfjob"], "worker": {**ROLE, "command": f"{nni_python} mnist.py"}}, tmp_path)
     exp = experiment_id()
     handle = platform.submit_sync(TrialSpec(exp, f"{exp}-0000", 0, 0, {"x": 1.5}, "", code))
     outcome, recorder = follow(platform, handle)
@@ -199,10 +239,18 @@ def test_real_nni_trial_code_reports_from_a_pod(kube_cluster: KubeCluster, kube_
     platform.cleanup_sync(exp)
 
 
-def test_one_failing_replica_fails_the_trial_and_stops_the_others(kube_cluster: KubeCluster,
-                                                                   kube_controller: TestController, tmp_path: Path):
-    platform = make(kube_cluster, {**KINDS["tfjob"], "worker": {**ROLE, "replicas": 2, "command": "python3 trial.py"},
-                                   "ps": {**ROLE, "command": "sleep 600"}}, tmp_path)
+def test_one_failing_replica_fails_the_trial_and_stops_the_others(
+    kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path
+):
+    platform = make(
+        kube_cluster,
+        {
+            **KINDS["tfjob"],
+            "worker": {**ROLE, "replicas": 2, "command": "python3 trial.py"},
+            "ps": {**ROLE, "command": "sleep 600"},
+        },
+        tmp_path,
+    )
     exp = experiment_id()
     handle = platform.submit_sync(spec_for(tmp_path, exp, env={"FAIL_SUFFIX": "-worker-1"}))
     outcome, recorder = follow(platform, handle)
@@ -215,16 +263,34 @@ def test_one_failing_replica_fails_the_trial_and_stops_the_others(kube_cluster: 
 
 
 @pytest.mark.parametrize("kind", ["tfjob", "framework"])
-def test_cancel_stops_the_job_and_reports_why(kind: str, kube_cluster: KubeCluster, kube_controller: TestController,
-                                              tmp_path: Path):
+def test_cancel_stops_the_job_and_reports_why(
+    kind: str, kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path
+):
     share = tmp_path / "share"
     share.mkdir()
     kube_controller.storage[("pvc", "fc-claim")] = share
-    service = KINDS["tfjob"] if kind == "tfjob" else {
-        "platform": "frameworkcontroller", "storage": {"storageType": "pvc", "claimName": "fc-claim", "containerMountPoint": MOUNT,
-                                                       "localMountPoint": str(share)},
-        "taskRoles": [{"name": "w", "command": "python3 trial.py", "cpuNumber": 1, "memorySize": "256mb",
-                       "frameworkAttemptCompletionPolicy": {"minFailedTaskCount": 1, "minSucceedTaskCount": 1}}]}
+    service = (
+        KINDS["tfjob"]
+        if kind == "tfjob"
+        else {
+            "platform": "frameworkcontroller",
+            "storage": {
+                "storageType": "pvc",
+                "claimName": "fc-claim",
+                "containerMountPoint": MOUNT,
+                "localMountPoint": str(share),
+            },
+            "taskRoles": [
+                {
+                    "name": "w",
+                    "command": "python3 trial.py",
+                    "cpuNumber": 1,
+                    "memorySize": "256mb",
+                    "frameworkAttemptCompletionPolicy": {"minFailedTaskCount": 1, "minSucceedTaskCount": 1},
+                }
+            ],
+        }
+    )
     platform = make(kube_cluster, service, tmp_path)
     exp = experiment_id()
     handle = platform.submit_sync(spec_for(tmp_path, exp, env={"STEP": "30"}))
@@ -249,8 +315,9 @@ def test_cancel_stops_the_job_and_reports_why(kind: str, kube_cluster: KubeClust
     platform.cleanup_sync(exp)
 
 
-def test_max_trial_duration_stops_a_trial_early(kube_cluster: KubeCluster, kube_controller: TestController,
-                                                tmp_path: Path):
+def test_max_trial_duration_stops_a_trial_early(
+    kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path
+):
     platform = make(kube_cluster, KINDS["pytorchjob"], tmp_path)
     exp = experiment_id()
     handle = platform.submit_sync(spec_for(tmp_path, exp, env={"STEP": "30"}))
@@ -260,8 +327,9 @@ def test_max_trial_duration_stops_a_trial_early(kube_cluster: KubeCluster, kube_
     platform.cleanup_sync(exp)
 
 
-def test_a_second_submit_reattaches_instead_of_starting_again(kube_cluster: KubeCluster,
-                                                              kube_controller: TestController, tmp_path: Path):
+def test_a_second_submit_reattaches_instead_of_starting_again(
+    kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path
+):
     exp = experiment_id()
     spec = spec_for(tmp_path, exp)
     first = make(kube_cluster, KINDS["tfjob"], tmp_path).submit_sync(spec)
@@ -273,8 +341,7 @@ def test_a_second_submit_reattaches_instead_of_starting_again(kube_cluster: Kube
     make(kube_cluster, KINDS["tfjob"], tmp_path).cleanup_sync(exp)
 
 
-def test_the_watch_relists_after_410_gone(kube_cluster: KubeCluster, kube_controller: TestController,
-                                          tmp_path: Path):
+def test_the_watch_relists_after_410_gone(kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path):
     platform = make(kube_cluster, KINDS["tfjob"], tmp_path)
     exp = experiment_id()
     first = platform.submit_sync(spec_for(tmp_path, exp, 0))
@@ -298,9 +365,9 @@ def test_the_watch_relists_after_410_gone(kube_cluster: KubeCluster, kube_contro
     platform.cleanup_sync(exp)
 
 
-def test_watch_follows_without_asking_and_poll_asks_every_time(kube_cluster: KubeCluster,
-                                                                kube_controller: TestController, tmp_path: Path,
-                                                                monkeypatch):
+def test_watch_follows_without_asking_and_poll_asks_every_time(
+    kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path, monkeypatch
+):
     """Following a trial by watch needs no GET of its job; by poll, one per poll. (Counted by
     wrapping the real call: kube-apiserver 1.20 leaves custom-resource GETs out of its metrics.)"""
     reads: list[str] = []
@@ -355,8 +422,9 @@ def test_a_missing_crd_is_a_clear_error(kube_cluster: KubeCluster, kube_controll
         install_crd(kube_controller.api_client, "TrainJob")
 
 
-def test_cleanup_deletes_only_the_experiments_objects(kube_cluster: KubeCluster, kube_controller: TestController,
-                                                      tmp_path: Path):
+def test_cleanup_deletes_only_the_experiments_objects(
+    kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path
+):
     platform = make(kube_cluster, KINDS["tfjob"], tmp_path)
     mine, other = experiment_id(), experiment_id()
     for exp in (mine, other):
@@ -366,7 +434,8 @@ def test_cleanup_deletes_only_the_experiments_objects(kube_cluster: KubeCluster,
 
     async def names(exp: str) -> tuple[list[str], list[str]]:
         listing = await (await api.custom_api()).list_namespaced_custom_object(
-            "kubeflow.org", "v1", "default", "tfjobs", label_selector=f"{LABEL_EXPERIMENT}={exp}")
+            "kubeflow.org", "v1", "default", "tfjobs", label_selector=f"{LABEL_EXPERIMENT}={exp}"
+        )
         return [o["metadata"]["name"] for o in listing["items"]], await objects_config_maps(api, exp)
 
     assert run_sync(names(mine)) == ([], [])
@@ -376,13 +445,16 @@ def test_cleanup_deletes_only_the_experiments_objects(kube_cluster: KubeCluster,
     assert run_sync(names(other)) == ([], [])
 
 
-def test_a_kubernetes_connection_names_the_cluster(kube_cluster: KubeCluster, kube_controller: TestController,
-                                                   tmp_path: Path, monkeypatch):
+def test_a_kubernetes_connection_names_the_cluster(
+    kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path, monkeypatch
+):
     """kubernetesConnId: the cncf-kubernetes provider's connection fields, read via its async hook."""
     from trialflow.hooks import airflow_connections
 
-    monkeypatch.setenv("AIRFLOW_CONN_TEST_K8S", json.dumps({
-        "conn_type": "kubernetes", "extra": {"kube_config": kube_cluster.kubeconfig.read_text()}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TEST_K8S",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": kube_cluster.kubeconfig.read_text()}}),
+    )
     service = {k: v for k, v in KINDS["tfjob"].items()}
     config = BUILTIN_PLATFORM_CONFIGS["kubeflow"].model_validate({**service, "kubernetesConnId": "test_k8s"})
     with pytest.raises(KubernetesError, match="needs Airflow's cncf-kubernetes provider"):
@@ -396,9 +468,9 @@ def test_a_kubernetes_connection_names_the_cluster(kube_cluster: KubeCluster, ku
     platform.cleanup_sync(exp)
 
 
-def test_an_idle_informer_ends_its_watch_and_a_new_ask_relists(kube_cluster: KubeCluster,
-                                                               kube_controller: TestController, tmp_path: Path,
-                                                               monkeypatch):
+def test_an_idle_informer_ends_its_watch_and_a_new_ask_relists(
+    kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path, monkeypatch
+):
     from trialflow.platforms.kubernetes import informer as kube_informer
 
     monkeypatch.setattr(kube_informer, "WATCH_TIMEOUT_SECONDS", 1)
@@ -421,8 +493,9 @@ def test_an_idle_informer_ends_its_watch_and_a_new_ask_relists(kube_cluster: Kub
     assert ended and same and relists == 2  # the stream ended while idle; asked again, it listed afresh
 
 
-def test_adaptdl_code_in_the_image_runs_there(kube_cluster: KubeCluster, kube_controller: TestController,
-                                              tmp_path: Path):
+def test_adaptdl_code_in_the_image_runs_there(
+    kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path
+):
     """NNI's AdaptDL way: trialCodeDirectory names a folder of the image; only parameters travel."""
     image_code = tmp_path / "image-root-cifar10"
     image_code.mkdir()

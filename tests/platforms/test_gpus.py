@@ -39,30 +39,36 @@ def test_parse_gpus_tolerates_noise():
     assert parse_gpus("\n[Not Supported], x\n0, GPU-a, [N/A], 100\n") == [Gpu(0, "GPU-a", 0, 100, 0)]
 
 
-@pytest.mark.parametrize("need, claimed, per_gpu, indices, active, foreign, expected", [
-    (1, {}, 1, None, False, (), [(0, 0)]),
-    (2, {}, 1, None, False, (), [(0, 0), (1, 0)]),
-    (4, {}, 1, None, False, (), [(0, 0), (1, 0), (2, 0), (3, 0)]),   # all GPUs of the machine: scheduled
-    (1, {}, 1, None, False, (0,), [(1, 0)]),                           # GPU 0 is someone else's
-    (4, {}, 1, None, False, (0,), None),                               # wait for it
-    (4, {}, 1, None, True, (0,), [(0, 0), (1, 0), (2, 0), (3, 0)]),    # useActiveGpu
-    (1, {0: {0}}, 1, None, False, (0,), [(1, 0)]),                     # our own trial's process on 0
-    (1, {0: {0}, 1: {0}, 2: {0}, 3: {0}}, 1, None, False, (), None),  # full
-    (1, {0: {0}, 1: {0}, 2: {0}, 3: {0}}, 2, None, False, (), [(0, 1)]),  # maxTrialNumberPerGpu 2
-    (1, {0: {1}}, 2, None, False, (), [(1, 0)]),                       # least used first
-    (1, {0: {1}, 1: {0}, 2: {0}, 3: {0}}, 2, None, False, (), [(0, 0)]),  # a released slot is reused
-    (1, {}, 1, [2, 3], False, (), [(2, 0)]),                           # gpuIndices
-    (2, {2: {0}}, 1, [2, 3], False, (), None),
-])
+@pytest.mark.parametrize(
+    "need, claimed, per_gpu, indices, active, foreign, expected",
+    [
+        (1, {}, 1, None, False, (), [(0, 0)]),
+        (2, {}, 1, None, False, (), [(0, 0), (1, 0)]),
+        (4, {}, 1, None, False, (), [(0, 0), (1, 0), (2, 0), (3, 0)]),  # all GPUs of the machine: scheduled
+        (1, {}, 1, None, False, (0,), [(1, 0)]),  # GPU 0 is someone else's
+        (4, {}, 1, None, False, (0,), None),  # wait for it
+        (4, {}, 1, None, True, (0,), [(0, 0), (1, 0), (2, 0), (3, 0)]),  # useActiveGpu
+        (1, {0: {0}}, 1, None, False, (0,), [(1, 0)]),  # our own trial's process on 0
+        (1, {0: {0}, 1: {0}, 2: {0}, 3: {0}}, 1, None, False, (), None),  # full
+        (1, {0: {0}, 1: {0}, 2: {0}, 3: {0}}, 2, None, False, (), [(0, 1)]),  # maxTrialNumberPerGpu 2
+        (1, {0: {1}}, 2, None, False, (), [(1, 0)]),  # least used first
+        (1, {0: {1}, 1: {0}, 2: {0}, 3: {0}}, 2, None, False, (), [(0, 0)]),  # a released slot is reused
+        (1, {}, 1, [2, 3], False, (), [(2, 0)]),  # gpuIndices
+        (2, {2: {0}}, 1, [2, 3], False, (), None),
+    ],
+)
 def test_choose(need, claimed, per_gpu, indices, active, foreign, expected):
     assert choose(four(foreign), claimed, need, per_gpu, indices, active) == expected
 
 
-@pytest.mark.parametrize("need, indices, message", [
-    (5, None, "trialGpuNumber 5 can never fit on box: it may use 4 GPU(s) (0, 1, 2, 3)"),
-    (3, [1, 2], "it may use 2 GPU(s) (1, 2; limited by gpuIndices)"),
-    (1, [7], "it may use 0 GPU(s) (none; limited by gpuIndices)"),
-])
+@pytest.mark.parametrize(
+    "need, indices, message",
+    [
+        (5, None, "trialGpuNumber 5 can never fit on box: it may use 4 GPU(s) (0, 1, 2, 3)"),
+        (3, [1, 2], "it may use 2 GPU(s) (1, 2; limited by gpuIndices)"),
+        (1, [7], "it may use 0 GPU(s) (none; limited by gpuIndices)"),
+    ],
+)
 def test_a_request_that_can_never_fit_is_an_error_now(need, indices, message):
     with pytest.raises(GpuRequestError, match=message.replace("(", r"\(").replace(")", r"\)")):
         check_request(four(), indices, need, "box")
@@ -129,8 +135,9 @@ def test_a_trial_waits_for_a_busy_gpu_then_gets_it(machine, tmp_path):
     waits: list[str] = []
 
     async def scenario() -> list:
-        task = asyncio.create_task(acquire(run, str(claims), 1, 1, None, False, _owner(tmp_path, "t", os.getpid()),
-                                           "here", 0.05, waits.append))
+        task = asyncio.create_task(
+            acquire(run, str(claims), 1, 1, None, False, _owner(tmp_path, "t", os.getpid()), "here", 0.05, waits.append)
+        )
         await asyncio.sleep(0.5)
         assert not task.done()
         state.write_text(json.dumps({"gpus": ["GPU-0"], "apps": []}))  # it finished
@@ -150,7 +157,9 @@ def test_claims_of_dead_or_finished_trials_are_recovered(machine, tmp_path):
     (Path(finished) / ".nni").mkdir()
     (Path(finished) / ".nni" / "state").write_text("0 1")
     # all 4 GPUs were claimed; both owners are gone, so a 4-GPU trial gets the whole machine
-    picks = asyncio.run(acquire(run, str(claims), 4, 1, None, False, _owner(tmp_path, "big", os.getpid()), "here", 0.05))
+    picks = asyncio.run(
+        acquire(run, str(claims), 4, 1, None, False, _owner(tmp_path, "big", os.getpid()), "here", 0.05)
+    )
     assert picks == [(0, 0), (1, 0), (2, 0), (3, 0)]
     asyncio.run(run(release_command(str(claims), picks)))
     assert list(claims.iterdir()) == []

@@ -19,14 +19,14 @@ from trialflow.config.platforms import (
     KubeflowTrainerConfig,
     KubernetesStorageConfig,
 )
+from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.kubernetes import storage as kube_storage
 from trialflow.platforms.kubernetes.adaptdl import AdaptdlPlatform, adaptdl_status
-from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.kubernetes.frameworkcontroller import FrameworkControllerPlatform, framework_status
-from trialflow.platforms.kubernetes.logs import new_log_lines, since_time
 from trialflow.platforms.kubernetes.kubeflow import KubeflowPlatform, kubeflow_status
-from trialflow.platforms.kubernetes.trainer import KubeflowTrainerPlatform, trainjob_status
+from trialflow.platforms.kubernetes.logs import new_log_lines, since_time
 from trialflow.platforms.kubernetes.manifests import NAME_LIMIT, object_name, resources
+from trialflow.platforms.kubernetes.trainer import KubeflowTrainerPlatform, trainjob_status
 
 ROLE = {"replicas": 1, "command": "python3 t.py", "cpuNumber": 2, "memorySize": "1gb"}
 
@@ -60,8 +60,10 @@ def test_long_names_stay_distinct():
 
 
 def test_resources_set_requests_equal_to_limits_and_gpus():
-    assert resources(1.5, 2048, 2) == {"requests": {"cpu": "1.5", "memory": "2048Mi", "nvidia.com/gpu": 2},
-                                       "limits": {"cpu": "1.5", "memory": "2048Mi", "nvidia.com/gpu": 2}}
+    assert resources(1.5, 2048, 2) == {
+        "requests": {"cpu": "1.5", "memory": "2048Mi", "nvidia.com/gpu": 2},
+        "limits": {"cpu": "1.5", "memory": "2048Mi", "nvidia.com/gpu": 2},
+    }
     assert resources(None, None, 0) == {}
 
 
@@ -69,22 +71,26 @@ def test_resources_set_requests_equal_to_limits_and_gpus():
 
 
 def cond(*pairs: tuple[str, str]) -> dict:
-    return {"status": {"conditions": [{"type": t, "status": s, "reason": f"R{t}", "message": f"m {t}"}
-                                      for t, s in pairs]}}
+    return {
+        "status": {"conditions": [{"type": t, "status": s, "reason": f"R{t}", "message": f"m {t}"} for t, s in pairs]}
+    }
 
 
-@pytest.mark.parametrize("obj, expected", [
-    ({}, TrialStatus.WAITING),
-    (cond(("Created", "True")), TrialStatus.WAITING),
-    (cond(("Created", "True"), ("Running", "True")), TrialStatus.RUNNING),
-    (cond(("Created", "True"), ("Running", "True"), ("Restarting", "True")), TrialStatus.RUNNING),
-    (cond(("Created", "True"), ("Running", "False"), ("Succeeded", "True")), TrialStatus.SUCCEEDED),
-    (cond(("Created", "True"), ("Running", "False"), ("Failed", "True")), TrialStatus.FAILED),
-    # the last condition is not the state: Succeeded is True although Running came after it
-    (cond(("Succeeded", "True"), ("Running", "False")), TrialStatus.SUCCEEDED),
-    (cond(("Running", "True"), ("Succeeded", "False")), TrialStatus.RUNNING),
-    (cond(("Suspended", "True")), TrialStatus.WAITING),
-])
+@pytest.mark.parametrize(
+    "obj, expected",
+    [
+        ({}, TrialStatus.WAITING),
+        (cond(("Created", "True")), TrialStatus.WAITING),
+        (cond(("Created", "True"), ("Running", "True")), TrialStatus.RUNNING),
+        (cond(("Created", "True"), ("Running", "True"), ("Restarting", "True")), TrialStatus.RUNNING),
+        (cond(("Created", "True"), ("Running", "False"), ("Succeeded", "True")), TrialStatus.SUCCEEDED),
+        (cond(("Created", "True"), ("Running", "False"), ("Failed", "True")), TrialStatus.FAILED),
+        # the last condition is not the state: Succeeded is True although Running came after it
+        (cond(("Succeeded", "True"), ("Running", "False")), TrialStatus.SUCCEEDED),
+        (cond(("Running", "True"), ("Succeeded", "False")), TrialStatus.RUNNING),
+        (cond(("Suspended", "True")), TrialStatus.WAITING),
+    ],
+)
 def test_kubeflow_status_reads_the_true_condition(obj: dict, expected: TrialStatus):
     assert kubeflow_status(obj)[0] == expected
 
@@ -94,47 +100,67 @@ def test_kubeflow_failure_carries_the_operators_message():
     assert status == TrialStatus.FAILED and message == "RFailed m Failed"
 
 
-@pytest.mark.parametrize("obj, expected", [
-    ({}, TrialStatus.WAITING),
-    ({"status": {"jobsStatus": [{"name": "node", "active": 0, "ready": 0}]}}, TrialStatus.WAITING),
-    ({"status": {"jobsStatus": [{"name": "node", "active": 2}]}}, TrialStatus.RUNNING),
-    (cond(("Suspended", "True")), TrialStatus.WAITING),
-    (cond(("Complete", "True")), TrialStatus.SUCCEEDED),
-    (cond(("Failed", "True")), TrialStatus.FAILED),
-    (cond(("Complete", "False"), ("Failed", "True")), TrialStatus.FAILED),
-])
+@pytest.mark.parametrize(
+    "obj, expected",
+    [
+        ({}, TrialStatus.WAITING),
+        ({"status": {"jobsStatus": [{"name": "node", "active": 0, "ready": 0}]}}, TrialStatus.WAITING),
+        ({"status": {"jobsStatus": [{"name": "node", "active": 2}]}}, TrialStatus.RUNNING),
+        (cond(("Suspended", "True")), TrialStatus.WAITING),
+        (cond(("Complete", "True")), TrialStatus.SUCCEEDED),
+        (cond(("Failed", "True")), TrialStatus.FAILED),
+        (cond(("Complete", "False"), ("Failed", "True")), TrialStatus.FAILED),
+    ],
+)
 def test_trainjob_status(obj: dict, expected: TrialStatus):
     assert trainjob_status(obj)[0] == expected
 
 
-@pytest.mark.parametrize("state, expected", [
-    (None, TrialStatus.WAITING), ("AttemptCreationPending", TrialStatus.WAITING),
-    ("AttemptCreationRequested", TrialStatus.WAITING), ("AttemptPreparing", TrialStatus.WAITING),
-    ("AttemptRunning", TrialStatus.RUNNING), ("AttemptDeletionPending", TrialStatus.RUNNING),
-    ("AttemptDeletionRequested", TrialStatus.RUNNING), ("AttemptDeleting", TrialStatus.RUNNING),
-    ("AttemptCompleted", TrialStatus.RUNNING),
-])
+@pytest.mark.parametrize(
+    "state, expected",
+    [
+        (None, TrialStatus.WAITING),
+        ("AttemptCreationPending", TrialStatus.WAITING),
+        ("AttemptCreationRequested", TrialStatus.WAITING),
+        ("AttemptPreparing", TrialStatus.WAITING),
+        ("AttemptRunning", TrialStatus.RUNNING),
+        ("AttemptDeletionPending", TrialStatus.RUNNING),
+        ("AttemptDeletionRequested", TrialStatus.RUNNING),
+        ("AttemptDeleting", TrialStatus.RUNNING),
+        ("AttemptCompleted", TrialStatus.RUNNING),
+    ],
+)
 def test_framework_states_before_completion(state, expected):
     assert framework_status({"status": {"state": state}} if state else {})[0] == expected
 
 
-@pytest.mark.parametrize("kind, expected", [("Succeeded", TrialStatus.SUCCEEDED), ("Failed", TrialStatus.FAILED),
-                                            (None, TrialStatus.FAILED)])
+@pytest.mark.parametrize(
+    "kind, expected", [("Succeeded", TrialStatus.SUCCEEDED), ("Failed", TrialStatus.FAILED), (None, TrialStatus.FAILED)]
+)
 def test_framework_completion_is_read_from_completion_status(kind, expected):
     completion = {"code": 1, "phrase": "ContainerFailed", "diagnostics": "exit 1"}
     if kind:
         completion["type"] = {"name": kind}
-    status, message = framework_status({"status": {"state": "Completed",
-                                                   "attemptStatus": {"completionStatus": completion}}})
+    status, message = framework_status(
+        {"status": {"state": "Completed", "attemptStatus": {"completionStatus": completion}}}
+    )
     assert status == expected
     assert (message == "ContainerFailed exit 1") == (expected == TrialStatus.FAILED)
 
 
-@pytest.mark.parametrize("phase, expected", [
-    (None, TrialStatus.WAITING), ("Pending", TrialStatus.WAITING), ("Starting", TrialStatus.WAITING),
-    ("Running", TrialStatus.RUNNING), ("Stopping", TrialStatus.RUNNING), ("Succeeded", TrialStatus.SUCCEEDED),
-    ("Failed", TrialStatus.FAILED), ("SomethingNew", TrialStatus.WAITING),
-])
+@pytest.mark.parametrize(
+    "phase, expected",
+    [
+        (None, TrialStatus.WAITING),
+        ("Pending", TrialStatus.WAITING),
+        ("Starting", TrialStatus.WAITING),
+        ("Running", TrialStatus.RUNNING),
+        ("Stopping", TrialStatus.RUNNING),
+        ("Succeeded", TrialStatus.SUCCEEDED),
+        ("Failed", TrialStatus.FAILED),
+        ("SomethingNew", TrialStatus.WAITING),
+    ],
+)
 def test_adaptdl_phases(phase, expected):
     assert adaptdl_status({"status": {"phase": phase, "reason": "PodFailure"}} if phase else {})[0] == expected
 
@@ -143,9 +169,16 @@ def test_adaptdl_phases(phase, expected):
 
 
 def test_tfjob_roles_resources_gpus_and_labels(tmp_path: Path):
-    config = KubeflowConfig.model_validate({
-        "platform": "kubeflow", "operator": "tf-operator", "apiVersion": "v1alpha2", "namespace": "ml",
-        "worker": {**ROLE, "replicas": 2, "gpuNumber": 1}, "ps": {**ROLE, "command": "python3 ps.py"}})
+    config = KubeflowConfig.model_validate(
+        {
+            "platform": "kubeflow",
+            "operator": "tf-operator",
+            "apiVersion": "v1alpha2",
+            "namespace": "ml",
+            "worker": {**ROLE, "replicas": 2, "gpuNumber": 1},
+            "ps": {**ROLE, "command": "python3 ps.py"},
+        }
+    )
     job = job_of(KubeflowPlatform(config, tmp_path), spec(tmp_path))
     assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "TFJob"  # old apiVersion mapped
     assert job["metadata"]["name"] == "trialflow-eabc1234-0007" and job["metadata"]["namespace"] == "ml"
@@ -170,9 +203,14 @@ def test_tfjob_roles_resources_gpus_and_labels(tmp_path: Path):
 def test_pytorchjob_master_first_and_registry_secret(tmp_path: Path):
     auth = tmp_path / "config.json"
     auth.write_text(json.dumps({"auths": {"registry.example": {"auth": "c2VjcmV0"}}}))
-    config = KubeflowConfig.model_validate({
-        "platform": "kubeflow", "operator": "pytorch-operator",
-        "master": {**ROLE, "privateRegistryAuthPath": str(auth)}, "worker": ROLE})
+    config = KubeflowConfig.model_validate(
+        {
+            "platform": "kubeflow",
+            "operator": "pytorch-operator",
+            "master": {**ROLE, "privateRegistryAuthPath": str(auth)},
+            "worker": ROLE,
+        }
+    )
     platform = KubeflowPlatform(config, tmp_path)
     objects = platform.objects(spec(tmp_path))
     kinds = [o["kind"] for o in objects]
@@ -192,18 +230,29 @@ def test_kubeflow_roles_must_fit_the_operator():
     with pytest.raises(ValueError, match="not master"):
         KubeflowConfig.model_validate({"platform": "kubeflow", "operator": "tf-operator", "master": ROLE})
     with pytest.raises(ValueError, match="apiVersion|api_version|literal"):
-        KubeflowConfig.model_validate({"platform": "kubeflow", "operator": "tf-operator", "apiVersion": "v9",
-                                       "worker": ROLE})
+        KubeflowConfig.model_validate(
+            {"platform": "kubeflow", "operator": "tf-operator", "apiVersion": "v9", "worker": ROLE}
+        )
 
 
 def test_trainjob_runtime_ref_command_and_overrides(tmp_path: Path):
-    config = KubeflowTrainerConfig.model_validate({
-        "platform": "kubeflow-trainer", "runtimeRef": "torch-distributed", "numNodes": 3, "cpuNumber": 1,
-        "memorySize": "512mb", "dockerImage": "pytorch/pytorch:2"})
+    config = KubeflowTrainerConfig.model_validate(
+        {
+            "platform": "kubeflow-trainer",
+            "runtimeRef": "torch-distributed",
+            "numNodes": 3,
+            "cpuNumber": 1,
+            "memorySize": "512mb",
+            "dockerImage": "pytorch/pytorch:2",
+        }
+    )
     job = job_of(KubeflowTrainerPlatform(config, tmp_path), spec(tmp_path, gpu_number=2))
     assert job["apiVersion"] == "trainer.kubeflow.org/v1alpha1" and job["kind"] == "TrainJob"
-    assert job["spec"]["runtimeRef"] == {"name": "torch-distributed", "apiGroup": "trainer.kubeflow.org",
-                                         "kind": "ClusterTrainingRuntime"}
+    assert job["spec"]["runtimeRef"] == {
+        "name": "torch-distributed",
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+    }
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 3 and trainer["image"] == "pytorch/pytorch:2"
     assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 2
@@ -217,12 +266,27 @@ def test_trainjob_runtime_ref_command_and_overrides(tmp_path: Path):
 def test_framework_task_roles_and_v1_completion_policy(tmp_path: Path):
     from trialflow.config.v1 import convert_v1
 
-    v1 = {"trainingServicePlatform": "frameworkcontroller", "trialConcurrency": 1, "searchSpace": {},
-          "trial": {"codeDir": ".", "taskRoles": [{"name": "worker", "taskNum": 2, "command": "python3 t.py",
-                                                   "gpuNum": 1, "cpuNum": 1, "memoryMB": 2048, "image": "img",
-                                                   "frameworkAttemptCompletionPolicy": {
-                                                       "minFailedTaskCount": 1, "minSucceededTaskCount": 2}}]},
-          "frameworkcontrollerConfig": {"storage": "nfs", "nfs": {"server": "10.0.0.1", "path": "/nni"}}}
+    v1 = {
+        "trainingServicePlatform": "frameworkcontroller",
+        "trialConcurrency": 1,
+        "searchSpace": {},
+        "trial": {
+            "codeDir": ".",
+            "taskRoles": [
+                {
+                    "name": "worker",
+                    "taskNum": 2,
+                    "command": "python3 t.py",
+                    "gpuNum": 1,
+                    "cpuNum": 1,
+                    "memoryMB": 2048,
+                    "image": "img",
+                    "frameworkAttemptCompletionPolicy": {"minFailedTaskCount": 1, "minSucceededTaskCount": 2},
+                }
+            ],
+        },
+        "frameworkcontrollerConfig": {"storage": "nfs", "nfs": {"server": "10.0.0.1", "path": "/nni"}},
+    }
     service = convert_v1(v1)[0]["trainingService"]
     service["storage"]["localMountPoint"] = str(tmp_path)
     config = FrameworkControllerConfig.model_validate(service)
@@ -241,9 +305,13 @@ def test_framework_task_roles_and_v1_completion_policy(tmp_path: Path):
 
 def test_framework_config_path_template_keeps_its_pod_and_gains_ours(tmp_path: Path, nni_examples: Path):
     template = nni_examples / "mnist-pytorch" / "fc_template.yml"
-    config = FrameworkControllerConfig.model_validate({
-        "platform": "frameworkcontroller", "configPath": str(template),
-        "storage": {"storageType": "pvc", "localMountPoint": str(tmp_path)}})
+    config = FrameworkControllerConfig.model_validate(
+        {
+            "platform": "frameworkcontroller",
+            "configPath": str(template),
+            "storage": {"storageType": "pvc", "localMountPoint": str(tmp_path)},
+        }
+    )
     job = job_of(FrameworkControllerPlatform(config, tmp_path), spec(tmp_path))
     (role,) = job["spec"]["taskRoles"]
     pod = role["task"]["pod"]["spec"]
@@ -259,11 +327,19 @@ def test_framework_config_path_template_keeps_its_pod_and_gains_ours(tmp_path: P
 
 
 def test_adaptdl_adaptive_checkpoint_and_data_nfs(tmp_path: Path):
-    config = AdaptdlConfig.model_validate({
-        "platform": "adl", "dockerImage": "petuum/x", "trialCommand": "python3 t.py", "adaptive": False,
-        "checkpoint": {"storageClass": "hostpath", "storageSize": "1Gi"},
-        "nfs": {"server": "10.0.0.2", "path": "/data", "containerMountPath": "/data"},
-        "imagePullSecrets": [{"name": "regcred"}], "cpuNumber": 1, "memorySize": "1gb"})
+    config = AdaptdlConfig.model_validate(
+        {
+            "platform": "adl",
+            "dockerImage": "petuum/x",
+            "trialCommand": "python3 t.py",
+            "adaptive": False,
+            "checkpoint": {"storageClass": "hostpath", "storageSize": "1Gi"},
+            "nfs": {"server": "10.0.0.2", "path": "/data", "containerMountPath": "/data"},
+            "imagePullSecrets": [{"name": "regcred"}],
+            "cpuNumber": 1,
+            "memorySize": "1gb",
+        }
+    )
     platform = AdaptdlPlatform(config, tmp_path)
     objects = platform.objects(spec(tmp_path))
     assert [o["kind"] for o in objects] == ["PersistentVolumeClaim", "ConfigMap", "AdaptDLJob"]
@@ -275,16 +351,22 @@ def test_adaptdl_adaptive_checkpoint_and_data_nfs(tmp_path: Path):
     assert {"/adaptdl/checkpoint", "/data"} <= mounts
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert platform.storage is None  # nfs without localMountPoint is data only
-    adaptive = AdaptdlConfig.model_validate({"platform": "adl", "dockerImage": "x", "trialCommand": "c",
-                                             "adaptive": True})
+    adaptive = AdaptdlConfig.model_validate(
+        {"platform": "adl", "dockerImage": "x", "trialCommand": "c", "adaptive": True}
+    )
     job = job_of(AdaptdlPlatform(adaptive, tmp_path), spec(tmp_path))
     assert "maxReplicas" not in job["spec"] and job["spec"]["preemptible"] is True
 
 
 def test_adaptdl_nfs_with_a_local_mount_is_the_trial_storage(tmp_path: Path):
-    config = AdaptdlConfig.model_validate({
-        "platform": "adl", "dockerImage": "x", "trialCommand": "c",
-        "nfs": {"server": "s", "path": "/p", "containerMountPath": "/nfs", "localMountPoint": str(tmp_path)}})
+    config = AdaptdlConfig.model_validate(
+        {
+            "platform": "adl",
+            "dockerImage": "x",
+            "trialCommand": "c",
+            "nfs": {"server": "s", "path": "/p", "containerMountPath": "/nfs", "localMountPoint": str(tmp_path)},
+        }
+    )
     storage = AdaptdlPlatform(config, tmp_path).storage
     assert storage is not None and storage.container_mount_point == "/nfs"
 
@@ -292,12 +374,17 @@ def test_adaptdl_nfs_with_a_local_mount_is_the_trial_storage(tmp_path: Path):
 # -- storage -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("storage, volume", [
-    ({"storageType": "nfs", "server": "10.1.1.1", "path": "/x"}, {"nfs": {"server": "10.1.1.1", "path": "/x"}}),
-    ({"storageType": "azureStorage", "azureAccount": "acc", "azureShare": "share", "secretName": "az"},
-     {"azureFile": {"secretName": "az", "shareName": "share", "readOnly": False}}),
-    ({"storageType": "pvc", "claimName": "claim"}, {"persistentVolumeClaim": {"claimName": "claim"}}),
-])
+@pytest.mark.parametrize(
+    "storage, volume",
+    [
+        ({"storageType": "nfs", "server": "10.1.1.1", "path": "/x"}, {"nfs": {"server": "10.1.1.1", "path": "/x"}}),
+        (
+            {"storageType": "azureStorage", "azureAccount": "acc", "azureShare": "share", "secretName": "az"},
+            {"azureFile": {"secretName": "az", "shareName": "share", "readOnly": False}},
+        ),
+        ({"storageType": "pvc", "claimName": "claim"}, {"persistentVolumeClaim": {"claimName": "claim"}}),
+    ],
+)
 def test_storage_volumes_and_script(storage: dict, volume: dict):
     config = KubernetesStorageConfig.model_validate(storage)
     assert {"name": "nni-vol", **volume} in kube_storage.volumes(config, "cm")
@@ -306,14 +393,16 @@ def test_storage_volumes_and_script(storage: dict, volume: dict):
     assert paths.sys_dir == "/tmp/mount/trialflow/e1/trials/e1-0001"
     script = kube_storage.start_script(config, paths, "python3 t.py --a 'b c'")
     assert "cp -R /tmp/mount/trialflow/e1/code /tmp/trialflow/work/code" in script
-    assert "tee -a /tmp/mount/trialflow/e1/trials/e1-0001/logs/\"$HOSTNAME\".log" in script
+    assert 'tee -a /tmp/mount/trialflow/e1/trials/e1-0001/logs/"$HOSTNAME".log' in script
     assert "sh -c 'python3 t.py --a '\"'\"'b c'\"'\"''" in script
 
 
 def test_config_map_script_runs_in_a_shell_and_keeps_the_exit_code(tmp_path: Path):
     """The start scripts are real sh: run both against local folders standing in for the mounts."""
-    for storage in (None, KubernetesStorageConfig(storage_type="pvc", claim_name="c",
-                                                  container_mount_point=str(tmp_path / "mnt"))):
+    for storage in (
+        None,
+        KubernetesStorageConfig(storage_type="pvc", claim_name="c", container_mount_point=str(tmp_path / "mnt")),
+    ):
         paths = kube_storage.trial_paths(storage, "e1", "e1-0001")
         script = kube_storage.start_script(storage, paths, "exit 7")
         if storage is None:
@@ -321,8 +410,9 @@ def test_config_map_script_runs_in_a_shell_and_keeps_the_exit_code(tmp_path: Pat
         (tmp_path / "mnt" / "trialflow" / "e1" / "code").mkdir(parents=True)
         (tmp_path / "mnt" / "trialflow" / "e1" / "sdk").mkdir(parents=True)
         script = script.replace(kube_storage.WORK_DIR, str(tmp_path / "work"))
-        done = subprocess.run(["sh", "-c", script], env={"HOSTNAME": "pod-0", "PATH": "/usr/bin:/bin"},
-                              capture_output=True, timeout=30)
+        done = subprocess.run(
+            ["sh", "-c", script], env={"HOSTNAME": "pod-0", "PATH": "/usr/bin:/bin"}, capture_output=True, timeout=30
+        )
         assert done.returncode == 7
         assert (tmp_path / "mnt" / "trialflow" / "e1" / "trials" / "e1-0001" / "logs" / "pod-0.log").exists()
 
@@ -333,9 +423,16 @@ def test_storage_needs_its_parts_and_a_local_mount(tmp_path: Path):
     nfs = KubernetesStorageConfig.model_validate({"storageType": "nfs", "server": "s", "path": "/x"})
     with pytest.raises(kube_storage.StorageError, match="localMountPoint: mount the NFS export s:/x"):
         kube_storage.check_storage(nfs)
-    azure = KubernetesStorageConfig.model_validate({"storageType": "azureStorage", "azureAccount": "a",
-                                                    "azureShare": "s", "keyVaultName": "v", "keyVaultKey": "k",
-                                                    "localMountPoint": str(tmp_path)})
+    azure = KubernetesStorageConfig.model_validate(
+        {
+            "storageType": "azureStorage",
+            "azureAccount": "a",
+            "azureShare": "s",
+            "keyVaultName": "v",
+            "keyVaultKey": "k",
+            "localMountPoint": str(tmp_path),
+        }
+    )
     with pytest.raises(kube_storage.StorageError, match="secretName.*--vault-name v --name k"):
         kube_storage.check_storage(azure)
 
@@ -372,8 +469,10 @@ def test_stage_code_copies_once_honouring_nniignore(tmp_path: Path):
 
 
 def test_log_cursor_skips_what_was_read_and_waits_for_whole_lines():
-    first = ("2026-01-01T10:00:00.100000000Z a\n2026-01-01T10:00:00.200000000Z b\n"
-             "2026-01-01T10:00:00.200000000Z c\n2026-01-01T10:00:01.5Z partial")
+    first = (
+        "2026-01-01T10:00:00.100000000Z a\n2026-01-01T10:00:00.200000000Z b\n"
+        "2026-01-01T10:00:00.200000000Z c\n2026-01-01T10:00:01.5Z partial"
+    )
     lines, ts, n = new_log_lines(first, None, 0)
     assert lines == ["a", "b", "c"] and ts == "2026-01-01T10:00:00.200000000Z" and n == 2
     assert since_time(ts) == "2026-01-01T10:00:00Z"
@@ -401,9 +500,14 @@ def test_render_prints_multi_document_yaml_as_sent(tmp_path: Path):
         "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialConcurrency: 1\nmaxTrialNumber: 1\n"
         "tuner: {name: Random}\ntrialCodeDirectory: .\n"
         "trainingService: {platform: kubeflow, operator: tf-operator, namespace: team,\n"
-        "  worker: {replicas: 1, command: python3 t.py, cpuNumber: 1, memorySize: 1gb}}\n")
-    done = subprocess.run([sys.executable, "-m", "trialflow.cli", "render", str(tmp_path / "config.yml")],
-                          capture_output=True, text=True, timeout=120)
+        "  worker: {replicas: 1, command: python3 t.py, cpuNumber: 1, memorySize: 1gb}}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "trialflow.cli", "render", str(tmp_path / "config.yml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     docs = list(yaml.safe_load_all(done.stdout))
     assert [d["kind"] for d in docs] == ["ConfigMap", "TFJob"]
@@ -436,15 +540,22 @@ def test_frameworkcontroller_without_storage_is_refused_before_it_starts(tmp_pat
         "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialConcurrency: 1\ntuner: {name: Random}\n"
         "trainingService: {platform: frameworkcontroller, taskRoles: [{name: w, command: python3 t.py,\n"
         "  cpuNumber: 1, memorySize: 1gb, frameworkAttemptCompletionPolicy: {minFailedTaskCount: 1,\n"
-        "  minSucceedTaskCount: 1}}]}\n")
+        "  minSucceedTaskCount: 1}}]}\n"
+    )
     with pytest.raises(ConfigError, match=r"config.yml: trainingService.storage: FrameworkController deletes"):
         load_runnable_config(tmp_path / "config.yml")
 
 
 def test_a_pvc_needs_its_claim_unless_a_template_mounts_it():
     with pytest.raises(ValueError, match="storageType pvc needs claimName"):
-        KubeflowConfig.model_validate({"platform": "kubeflow", "operator": "tf-operator", "worker": ROLE,
-                                       "storage": {"storageType": "pvc", "localMountPoint": "/tmp"}})
+        KubeflowConfig.model_validate(
+            {
+                "platform": "kubeflow",
+                "operator": "tf-operator",
+                "worker": ROLE,
+                "storage": {"storageType": "pvc", "localMountPoint": "/tmp"},
+            }
+        )
 
 
 def test_adaptdl_code_in_the_image_ships_only_parameters(tmp_path: Path, nni_examples: Path):
@@ -456,7 +567,8 @@ def test_adaptdl_code_in_the_image_ships_only_parameters(tmp_path: Path, nni_exa
     text = text.replace("{replace_with_your_ip}", "10.0.0.1")
     (tmp_path / "config_adl.yml").write_text(text)
     (tmp_path / "search_space_adl.json").write_text(
-        (nni_examples / "cifar10_pytorch" / "search_space_adl.json").read_text())
+        (nni_examples / "cifar10_pytorch" / "search_space_adl.json").read_text()
+    )
     load_runnable_config(tmp_path / "config_adl.yml")  # runnable: nothing to ship from here
     objects = render_trial(tmp_path / "config_adl.yml")["submission"]["objects"]
     assert [o["kind"] for o in objects] == ["PersistentVolumeClaim", "ConfigMap", "AdaptDLJob"]
@@ -478,7 +590,11 @@ def test_a_missing_registry_auth_file_is_refused_by_validate(tmp_path: Path):
     (tmp_path / "config.yml").write_text(
         "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialConcurrency: 1\ntuner: {name: Random}\n"
         "trainingService: {platform: kubeflow, operator: tf-operator, worker: {command: python3 t.py,\n"
-        "  cpuNumber: 1, memorySize: 1gb, privateRegistryAuthPath: no-such-config.json}}\n")
-    with pytest.raises(ConfigError, match=r"config.yml: trainingService: privateRegistryAuthPath .*"
-                                          r"no-such-config.json: No such file"):
+        "  cpuNumber: 1, memorySize: 1gb, privateRegistryAuthPath: no-such-config.json}}\n"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"config.yml: trainingService: privateRegistryAuthPath .*"
+        r"no-such-config.json: No such file",
+    ):
         load_runnable_config(tmp_path / "config.yml")

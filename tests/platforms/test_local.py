@@ -34,7 +34,8 @@ def code(tmp_path: Path) -> Path:
         "import sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
         "for i in range(p.get('steps', 3)):\n    trial.report_intermediate_result(i * p['x'])\n"
         "    time.sleep(p.get('pause', 0))\n"
-        "trial.report_final_result({'default': p['x'], 'n': p.get('steps', 3)})\nsys.exit(p.get('rc', 0))\n")
+        "trial.report_final_result({'default': p['x'], 'n': p.get('steps', 3)})\nsys.exit(p.get('rc', 0))\n"
+    )
     return d
 
 
@@ -54,11 +55,14 @@ def follow(platform: LocalPlatform, handle: dict, timeout: float = 60) -> tuple[
                 return update.status, metrics, update.message
             await asyncio.sleep(0.05)
         raise TimeoutError
+
     return asyncio.run(run())
 
 
-@pytest.mark.parametrize("exit_code, cancel, alive", itertools.product(
-    [None, 0, 1, 137], [None, TrialStatus.EARLY_STOPPED, TrialStatus.USER_CANCELED], [True, False]))
+@pytest.mark.parametrize(
+    "exit_code, cancel, alive",
+    itertools.product([None, 0, 1, 137], [None, TrialStatus.EARLY_STOPPED, TrialStatus.USER_CANCELED], [True, False]),
+)
 def test_status_map_is_total(exit_code, cancel, alive):
     status = local_status(exit_code, cancel, alive)
     if exit_code == 0:
@@ -75,17 +79,23 @@ def test_trial_runs_in_the_code_dir_with_nni_env_and_reports(platform, code):
     handle = platform.submit_sync(spec(code, 0))
     status, metrics, _ = follow(platform, handle)
     assert status == TrialStatus.SUCCEEDED
-    assert [(m.type, m.value) for m in metrics] == [("PERIODICAL", 0.0), ("PERIODICAL", 1.5),
-                                                     ("PERIODICAL", 3.0), ("FINAL", {"default": 1.5, "n": 3})]
+    assert [(m.type, m.value) for m in metrics] == [
+        ("PERIODICAL", 0.0),
+        ("PERIODICAL", 1.5),
+        ("PERIODICAL", 3.0),
+        ("FINAL", {"default": 1.5, "n": 3}),
+    ]
     trial_dir = Path(handle["trial_dir"])
     assert trial_dir == platform.experiment_dir / "trials" / "e1-0000"
     assert (trial_dir / "parameter.cfg").exists() and (trial_dir / "stdout").exists()
 
 
 def test_environment_and_working_directory(platform, code):
-    (code / "env.py").write_text("import os, json\njson.dump({k: v for k, v in os.environ.items() "
-                                 "if k.startswith('NNI_') or k == 'CUDA_VISIBLE_DEVICES'} | {'cwd': os.getcwd()}, "
-                                 "open(os.environ['NNI_OUTPUT_DIR'] + '/env.json', 'w'))\n")
+    (code / "env.py").write_text(
+        "import os, json\njson.dump({k: v for k, v in os.environ.items() "
+        "if k.startswith('NNI_') or k == 'CUDA_VISIBLE_DEVICES'} | {'cwd': os.getcwd()}, "
+        "open(os.environ['NNI_OUTPUT_DIR'] + '/env.json', 'w'))\n"
+    )
     os.environ["NNI_TRIAL_COMMAND_CHANNEL"] = "http://stale"  # a stale var in the worker must not leak in
     try:
         handle = platform.submit_sync(spec(code, 1, f"{PY} env.py"))
@@ -93,6 +103,7 @@ def test_environment_and_working_directory(platform, code):
         del os.environ["NNI_TRIAL_COMMAND_CHANNEL"]
     assert follow(platform, handle)[0] == TrialStatus.SUCCEEDED
     import json
+
     env = json.loads((Path(handle["trial_dir"]) / "env.json").read_text())
     assert env["cwd"] == str(code)
     assert env["NNI_PLATFORM"] == "local" and env["NNI_TRIAL_JOB_ID"] == "e1-0001" and env["NNI_EXP_ID"] == "e1"
@@ -138,8 +149,10 @@ def test_racing_submits_launch_one_process(platform, code):
 
 def test_cancel_kills_the_whole_tree_including_escaped_sessions(platform, code, tmp_path):
     pids = tmp_path / "pids"
-    command = (f"sleep 300 & echo $! >> {pids}; setsid sleep 300 & echo $! >> {pids}; "
-               f"{PY} -c 'import time; time.sleep(300)' & echo $! >> {pids}; wait")
+    command = (
+        f"sleep 300 & echo $! >> {pids}; setsid sleep 300 & echo $! >> {pids}; "
+        f"{PY} -c 'import time; time.sleep(300)' & echo $! >> {pids}; wait"
+    )
     handle = platform.submit_sync(spec(code, 6, command))
     deadline = time.monotonic() + 10
     while (not pids.exists() or len(pids.read_text().split()) < 3) and time.monotonic() < deadline:
@@ -154,8 +167,10 @@ def test_cancel_kills_the_whole_tree_including_escaped_sessions(platform, code, 
 
 def test_cancel_escalates_to_kill_for_a_trial_that_ignores_term(platform, code, monkeypatch):
     monkeypatch.setattr("trialflow.platforms.local.KILL_GRACE_SECONDS", 0.5)
-    (code / "stubborn.py").write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                                      "open('ready', 'w').close()\ntime.sleep(300)\n")
+    (code / "stubborn.py").write_text(
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "open('ready', 'w').close()\ntime.sleep(300)\n"
+    )
     handle = platform.submit_sync(spec(code, 7, f"{PY} stubborn.py"))
     while not (code / "ready").exists():
         time.sleep(0.05)
@@ -188,6 +203,7 @@ def test_render_shows_what_would_run(platform, code):
 
 def test_a_reused_pid_is_not_mistaken_for_the_trial():
     import psutil
+
     me = os.getpid()
     assert process_alive(me, psutil.Process(me).create_time())
     assert not process_alive(me, psutil.Process(me).create_time() - 3600)  # same pid, another process
@@ -203,10 +219,12 @@ def test_the_handle_records_when_the_wrapper_started(platform, code):
 # -- GPU scheduling (a fake nvidia-smi on PATH describing the GPUs) ---------------------------
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
-GPU_TRIAL = ("import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-             "open('gpus-' + os.environ['NNI_TRIAL_JOB_ID'], 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])\n"
-             "while not os.path.exists('release-' + os.environ['NNI_TRIAL_JOB_ID']):\n    time.sleep(0.05)\n"
-             "trial.report_final_result(1.0)\n")
+GPU_TRIAL = (
+    "import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+    "open('gpus-' + os.environ['NNI_TRIAL_JOB_ID'], 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])\n"
+    "while not os.path.exists('release-' + os.environ['NNI_TRIAL_JOB_ID']):\n    time.sleep(0.05)\n"
+    "trial.report_final_result(1.0)\n"
+)
 
 
 @pytest.fixture

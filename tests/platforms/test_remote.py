@@ -13,25 +13,29 @@ import pytest
 from trialflow.config.platforms import RemoteConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.remote import LAUNCH_GRACE_SECONDS, RemotePlatform, parse_probe, remote_status
-from trialflow.platforms.ssh import SshError
+from trialflow.platforms.remote.machines import least_loaded_first, machines_of
+from trialflow.platforms.remote.ssh import SshError
 
 # -- pure ------------------------------------------------------------------------------------
 
 T = TrialStatus
 
 
-@pytest.mark.parametrize("exit_code, cancel, alive, has_pid, age, expected", [
-    (None, None, False, False, 1.0, T.WAITING),                    # launched, pid not written yet
-    (None, None, False, False, LAUNCH_GRACE_SECONDS + 1, T.FAILED),  # the launch never happened
-    (None, None, True, True, 5.0, T.RUNNING),
-    (0, None, False, True, 5.0, T.SUCCEEDED),
-    (0, T.EARLY_STOPPED, False, True, 5.0, T.SUCCEEDED),           # finished before the cancel landed
-    (3, None, False, True, 5.0, T.FAILED),
-    (None, None, False, True, 5.0, T.FAILED),                      # vanished without an exit code
-    (None, T.EARLY_STOPPED, True, True, 5.0, T.RUNNING),           # stopping
-    (143, T.EARLY_STOPPED, False, True, 5.0, T.EARLY_STOPPED),
-    (None, T.USER_CANCELED, False, False, 1.0, T.USER_CANCELED),   # cancelled before its pid
-])
+@pytest.mark.parametrize(
+    "exit_code, cancel, alive, has_pid, age, expected",
+    [
+        (None, None, False, False, 1.0, T.WAITING),  # launched, pid not written yet
+        (None, None, False, False, LAUNCH_GRACE_SECONDS + 1, T.FAILED),  # the launch never happened
+        (None, None, True, True, 5.0, T.RUNNING),
+        (0, None, False, True, 5.0, T.SUCCEEDED),
+        (0, T.EARLY_STOPPED, False, True, 5.0, T.SUCCEEDED),  # finished before the cancel landed
+        (3, None, False, True, 5.0, T.FAILED),
+        (None, None, False, True, 5.0, T.FAILED),  # vanished without an exit code
+        (None, T.EARLY_STOPPED, True, True, 5.0, T.RUNNING),  # stopping
+        (143, T.EARLY_STOPPED, False, True, 5.0, T.EARLY_STOPPED),
+        (None, T.USER_CANCELED, False, False, 1.0, T.USER_CANCELED),  # cancelled before its pid
+    ],
+)
 def test_remote_status_table(exit_code, cancel, alive, has_pid, age, expected):
     assert remote_status(exit_code, cancel, alive, has_pid, age) is expected
 
@@ -50,14 +54,39 @@ def test_probe_output_is_split_into_facts_and_metric_bytes():
     assert data == b"ME000001x"
 
 
-def test_the_staged_sdk_is_named_by_content_not_by_time(tmp_path, monkeypatch):
+def test_the_staged_sdk_is_named_by_content_not_by_time(monkeypatch):
     import time as time_module
 
-    config = RemoteConfig.model_validate({"platform": "remote", "machineList": [{"host": "h", "user": "u"}]})
-    first = RemotePlatform(config, tmp_path)._sdk
+    from trialflow.trial import packing
+
+    first = packing.pack_sdk()
+    monkeypatch.setattr(packing, "_sdk_cache", [])  # pack again, at another time
     monkeypatch.setattr(time_module, "time", lambda: 4_000_000_000.0)
-    assert RemotePlatform(config, tmp_path)._sdk.digest == first.digest
+    assert packing.pack_sdk().digest == first.digest
     assert first.file_count == 3
+
+
+def _machines(n: int) -> list:
+    config = RemoteConfig.model_validate(
+        {"platform": "remote", "machineList": [{"host": f"h{i}", "user": "u"} for i in range(n)]}
+    )
+    return machines_of(config.machine_list)
+
+
+@pytest.mark.parametrize(
+    ("loads", "sequence", "expected"),
+    [
+        ([0, 0, 0], 0, [0, 1, 2]),  # a tie: round-robin from the trial's sequence
+        ([0, 0, 0], 1, [1, 2, 0]),
+        ([0, 0, 0], 5, [2, 0, 1]),
+        ([2, 0, 1], 0, [1, 2, 0]),  # least loaded first
+        ([1, 1, 0], 0, [2, 0, 1]),  # the idle one, then the tie in round-robin order
+        ([1, 1, 0], 1, [2, 1, 0]),
+    ],
+)
+def test_placement_is_least_loaded_first_and_ties_spread(loads, sequence, expected):
+    machines = _machines(len(loads))
+    assert [m.index for m in least_loaded_first(machines, loads, sequence)] == expected
 
 
 # -- real servers ----------------------------------------------------------------------------
@@ -75,8 +104,13 @@ trial.report_final_result(p["x"] * 10)
 
 
 def _machine(server, auth: str, **extra) -> dict:
-    machine = {"host": "127.0.0.1", "port": server.port, "user": server.user, "pythonPath": "/usr/bin",
-               "hostKey": server.host_key_line}
+    machine = {
+        "host": "127.0.0.1",
+        "port": server.port,
+        "user": server.user,
+        "pythonPath": "/usr/bin",
+        "hostKey": server.host_key_line,
+    }
     if auth == "key":
         machine["sshKeyFile"] = str(server.client_key)
     else:
@@ -100,8 +134,15 @@ def _code(tmp_path: Path, text: str = TRIAL) -> Path:
 
 
 def _spec(code: Path, index: int, experiment: str = "eremote1", sleep: float = 0) -> TrialSpec:
-    return TrialSpec(experiment_id=experiment, trial_id=f"{experiment}-{index:04d}", sequence=index, parameter_id=index,
-                     parameters={"x": index}, command=f"SLEEP={sleep} python3 train.py", code_dir=code)
+    return TrialSpec(
+        experiment_id=experiment,
+        trial_id=f"{experiment}-{index:04d}",
+        sequence=index,
+        parameter_id=index,
+        parameters={"x": index},
+        command=f"SLEEP={sleep} python3 train.py",
+        code_dir=code,
+    )
 
 
 async def _follow(platform: RemotePlatform, handle: dict, timeout: float = 60) -> tuple[TrialStatus, list, str | None]:
@@ -125,7 +166,7 @@ def test_a_trial_runs_on_each_machine_key_and_password(ssh_servers, tmp_path):
         platform = _platform(tmp_path, [machine])
         platform.prepare_sync("eremote1")
         handle = platform.submit_sync(_spec(code, index))
-        assert platform.submit_sync(_spec(code, index)) ["trial_dir"] == handle["trial_dir"]  # re-attach, no 2nd launch
+        assert platform.submit_sync(_spec(code, index))["trial_dir"] == handle["trial_dir"]  # re-attach, no 2nd launch
         status, metrics, _ = asyncio.run(_follow(platform, handle))
         assert status == TrialStatus.SUCCEEDED
         assert [m.value for m in metrics] == [index, index + 1, index + 2, index * 10]
@@ -175,7 +216,7 @@ def test_a_trial_survives_its_sshd_restarting(ssh_servers, tmp_path):
 
     async def follow_across_restart() -> tuple:
         await platform.poll(handle, {})
-        a.stop()          # every SSH session dies, the trial (its own session) goes on
+        a.stop()  # every SSH session dies, the trial (its own session) goes on
         await asyncio.sleep(1)
         a.start()
         return await _follow(platform, handle)
@@ -233,9 +274,18 @@ def test_a_machine_named_by_an_airflow_ssh_connection(ssh_servers, tmp_path, mon
     from trialflow.hooks import airflow_connections
 
     a, _ = ssh_servers
-    monkeypatch.setenv("AIRFLOW_CONN_MACHINE_A", json.dumps({
-        "conn_type": "ssh", "host": "127.0.0.1", "port": a.port, "login": a.user,
-        "extra": {"key_file": str(a.client_key), "host_key": a.host_key_line}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MACHINE_A",
+        json.dumps(
+            {
+                "conn_type": "ssh",
+                "host": "127.0.0.1",
+                "port": a.port,
+                "login": a.user,
+                "extra": {"key_file": str(a.client_key), "host_key": a.host_key_line},
+            }
+        ),
+    )
     machines = [{"sshConnId": "machine_a", "pythonPath": "/usr/bin"}]
     with pytest.raises(SshError, match="sshConnId 'machine_a' needs Airflow's connections"):
         _platform(tmp_path, machines).prepare_sync("econnid1")  # no connections given: outside Airflow
@@ -263,19 +313,26 @@ def _fake_gpus(server, uuids: list[str], apps: list | None = None) -> str:
 
 def test_gpu_trials_are_placed_where_gpus_are_free(ssh_servers, tmp_path):
     a, b = ssh_servers
-    trial = ("import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-             "print('CUDA', os.environ['CUDA_VISIBLE_DEVICES'])\ntime.sleep(p['x'])\ntrial.report_final_result(1)\n")
+    trial = (
+        "import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        "print('CUDA', os.environ['CUDA_VISIBLE_DEVICES'])\ntime.sleep(p['x'])\ntrial.report_final_result(1)\n"
+    )
     code = _code(tmp_path, trial)
-    platform = _platform(tmp_path, [
-        _machine(a, "key", pythonPath=_fake_gpus(a, ["GPU-a0", "GPU-a1", "GPU-a2", "GPU-a3"])),
-        _machine(b, "key", pythonPath=_fake_gpus(b, ["GPU-b0", "GPU-b1"], [["GPU-b0", 4242]]))])
+    platform = _platform(
+        tmp_path,
+        [
+            _machine(a, "key", pythonPath=_fake_gpus(a, ["GPU-a0", "GPU-a1", "GPU-a2", "GPU-a3"])),
+            _machine(b, "key", pythonPath=_fake_gpus(b, ["GPU-b0", "GPU-b1"], [["GPU-b0", 4242]])),
+        ],
+    )
 
     def gpu_spec(index: int, need: int, hold: float) -> TrialSpec:
-        return TrialSpec("egpus001", f"egpus001-{index:04d}", index, index, {"x": hold}, "python3 train.py", code,
-                         gpu_number=need)
+        return TrialSpec(
+            "egpus001", f"egpus001-{index:04d}", index, index, {"x": hold}, "python3 train.py", code, gpu_number=need
+        )
 
-    whole = platform.submit_sync(gpu_spec(0, 4, 3))     # only machine A has 4 GPUs: all of them
-    small = platform.submit_sync(gpu_spec(1, 1, 0))     # A is full; on B, GPU 0 runs someone else's process
+    whole = platform.submit_sync(gpu_spec(0, 4, 3))  # only machine A has 4 GPUs: all of them
+    small = platform.submit_sync(gpu_spec(1, 1, 0))  # A is full; on B, GPU 0 runs someone else's process
     assert (whole["host"], small["host"]) == (platform.machines[0].target.label, platform.machines[1].target.label)
     with pytest.raises(Exception, match="trialGpuNumber 5 can never fit on .*trialflow-a.*trialGpuNumber 5 can never"):
         platform.submit_sync(gpu_spec(2, 5, 0))
@@ -298,9 +355,16 @@ def test_code_on_shared_storage_is_read_in_place(ssh_servers, tmp_path):
     for folder in (storage, storage / "project", code):
         folder.chmod(0o755)
     (code / "train.py").chmod(0o644)
-    shared = SharedStorageConfig.model_validate({
-        "storageType": "NFS", "nfsServer": "nfs.example", "exportedDirectory": "/export",
-        "localMountPoint": str(storage), "remoteMountPoint": str(storage), "localMounted": "usermount"})
+    shared = SharedStorageConfig.model_validate(
+        {
+            "storageType": "NFS",
+            "nfsServer": "nfs.example",
+            "exportedDirectory": "/export",
+            "localMountPoint": str(storage),
+            "remoteMountPoint": str(storage),
+            "localMounted": "usermount",
+        }
+    )
     platform = _platform(tmp_path, [_machine(a, "key")])
     platform.use_shared_storage(shared)
     staged = a.home / "trialflow-experiments" / ".code"
@@ -309,15 +373,20 @@ def test_code_on_shared_storage_is_read_in_place(ssh_servers, tmp_path):
     assert asyncio.run(_follow(platform, handle))[0] == TrialStatus.SUCCEEDED
     assert f"hello from eshared1-0000 {code}" in (Path(handle["trial_dir"]) / "stdout.log").read_text()
     after = set(staged.iterdir())
-    assert len(after - before) <= 1 and all(len(list(p.rglob("train.py"))) == 0 for p in after - before), \
+    assert len(after - before) <= 1 and all(len(list(p.rglob("train.py"))) == 0 for p in after - before), (
         "only the SDK may be staged; the code is not uploaded"
+    )
 
-    missing = SharedStorageConfig.model_validate({**shared.model_dump(by_alias=True),
-                                                  "remoteMountPoint": "/mnt/not-mounted"})
+    missing = SharedStorageConfig.model_validate(
+        {**shared.model_dump(by_alias=True), "remoteMountPoint": "/mnt/not-mounted"}
+    )
     platform = _platform(tmp_path, [_machine(a, "key")])
     platform.use_shared_storage(missing)
-    with pytest.raises(SshError, match=r"/mnt/not-mounted/project/code is not there; mount nfs.example:/export "
-                                       r"at /mnt/not-mounted on it \(trialflow never runs sudo mount\)"):
+    with pytest.raises(
+        SshError,
+        match=r"/mnt/not-mounted/project/code is not there; mount nfs.example:/export "
+        r"at /mnt/not-mounted on it \(trialflow never runs sudo mount\)",
+    ):
         stage(platform, "eshared2", code)
 
 

@@ -17,8 +17,9 @@ from trialflow.platforms.remote import staging_command
 from trialflow.trial import packing, unpack
 
 
-def _info(name: str, kind: bytes = tarfile.REGTYPE, link: str = "", data: bytes = b"",
-          mode: int = 0o644) -> tuple[tarfile.TarInfo, bytes]:
+def _info(
+    name: str, kind: bytes = tarfile.REGTYPE, link: str = "", data: bytes = b"", mode: int = 0o644
+) -> tuple[tarfile.TarInfo, bytes]:
     info = tarfile.TarInfo(name)
     info.type, info.linkname, info.mode = kind, link, mode
     info.size = len(data) if kind == tarfile.REGTYPE else 0
@@ -100,16 +101,21 @@ def test_hostile_archives_are_refused_whole(box: Path, case: str):
     _nothing_outside(box, dest)
 
 
-@pytest.mark.parametrize("case", ["chain through a link to itself", "hard link through a link",
-                                  "link through a later link"])
+@pytest.mark.parametrize(
+    "case", ["chain through a link to itself", "hard link through a link", "link through a later link"]
+)
 def test_the_real_staging_command_refuses_them(box: Path, case: str):
     """What runs on a machine: the staging command, the extractor's source on stdin."""
     base = box / "stage" / "base"
     base.mkdir()
     archive = _archive(base / "upload.tar.gz", file("ok.py"), *HOSTILE[case])
     (base / "upload.tar.gz.py").write_text(Path(unpack.__file__).read_text())
-    result = subprocess.run(["bash", "-c", staging_command(str(base), "d" * 16, str(archive), sys.executable)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["bash", "-c", staging_command(str(base), "d" * 16, str(archive), sys.executable)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode != 0 and "staged" not in result.stdout, result.stdout
     assert "refused archive member" in result.stderr
     assert not (base / ".code" / ("d" * 16)).exists()
@@ -117,8 +123,15 @@ def test_the_real_staging_command_refuses_them(box: Path, case: str):
 
 
 def test_links_that_stay_inside_are_kept(tmp_path: Path):
-    archive = _archive(tmp_path / "ok.tar.gz", folder("pkg"), file("pkg/mod.py", b"m"), sym("alias", "pkg/mod.py"),
-                       sym("pkg/up", "../alias"), sym("dirlink", "pkg"), hard("pkg/copy.py", "pkg/mod.py"))
+    archive = _archive(
+        tmp_path / "ok.tar.gz",
+        folder("pkg"),
+        file("pkg/mod.py", b"m"),
+        sym("alias", "pkg/mod.py"),
+        sym("pkg/up", "../alias"),
+        sym("dirlink", "pkg"),
+        hard("pkg/copy.py", "pkg/mod.py"),
+    )
     dest = tmp_path / "out"
     unpack.safe_extract(str(archive), str(dest))
     assert (dest / "pkg/up").read_text() == "m"
@@ -127,8 +140,9 @@ def test_links_that_stay_inside_are_kept(tmp_path: Path):
 
 
 def test_set_id_and_sticky_bits_are_dropped(tmp_path: Path):
-    archive = _archive(tmp_path / "ok.tar.gz", file("suid", mode=0o4755), file("sgid", mode=0o2700),
-                       file("ro", mode=0o444))
+    archive = _archive(
+        tmp_path / "ok.tar.gz", file("suid", mode=0o4755), file("sgid", mode=0o2700), file("ro", mode=0o444)
+    )
     dest = tmp_path / "out"
     unpack.safe_extract(str(archive), str(dest))
     modes = {name: stat.S_IMODE(os.stat(dest / name).st_mode) for name in ("suid", "sgid", "ro")}

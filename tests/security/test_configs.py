@@ -29,37 +29,50 @@ def _error(write, text: str, name: str = "c.yml") -> ConfigError:
     return err.value
 
 
-@pytest.mark.parametrize("line, key, expected", [
-    ("maxTrialDuration: .nan", "maxTrialDuration", "positive, finite duration"),
-    ("maxTrialDuration: .inf", "maxTrialDuration", "positive, finite duration"),
-    ("maxExperimentDuration: -.inf", "maxExperimentDuration", "positive, finite duration"),
-    ("maxTrialDuration: true", "maxTrialDuration", "got a boolean"),
-])
+@pytest.mark.parametrize(
+    "line, key, expected",
+    [
+        ("maxTrialDuration: .nan", "maxTrialDuration", "positive, finite duration"),
+        ("maxTrialDuration: .inf", "maxTrialDuration", "positive, finite duration"),
+        ("maxExperimentDuration: -.inf", "maxExperimentDuration", "positive, finite duration"),
+        ("maxTrialDuration: true", "maxTrialDuration", "got a boolean"),
+    ],
+)
 def test_durations_must_be_finite(write, line, key, expected):
     err = _error(write, BASE + line + "\n")
     assert [p.key_path for p in err.problems] == [(key,)] and expected in str(err)
     assert err.problems[0].line == 7
 
 
-@pytest.mark.parametrize("text, key", [
-    (BASE.replace("trialConcurrency: 2", "trialConcurrency: true"), ("trialConcurrency",)),
-    (BASE.replace("maxTrialNumber: 3", "maxTrialNumber: false"), ("maxTrialNumber",)),
-    (BASE + "trialGpuNumber: true\n", ("trialGpuNumber",)),
-    (BASE.replace("{platform: local}", "{platform: remote, machineList: [{host: h, user: u, port: true}]}"),
-     ("trainingService", "machineList", 0, "port")),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        (BASE.replace("trialConcurrency: 2", "trialConcurrency: true"), ("trialConcurrency",)),
+        (BASE.replace("maxTrialNumber: 3", "maxTrialNumber: false"), ("maxTrialNumber",)),
+        (BASE + "trialGpuNumber: true\n", ("trialGpuNumber",)),
+        (
+            BASE.replace("{platform: local}", "{platform: remote, machineList: [{host: h, user: u, port: true}]}"),
+            ("trainingService", "machineList", 0, "port"),
+        ),
+    ],
+)
 def test_booleans_are_not_numbers(write, text, key):
     err = _error(write, text)
     assert err.problems[0].key_path == key and "expected a number, got" in str(err)
 
 
 def test_memory_sizes_must_be_finite(write):
-    text = BASE.replace("{platform: local}", """
+    text = BASE.replace(
+        "{platform: local}",
+        """
   platform: kubeflow
   operator: tf-operator
-  worker: {replicas: 1, command: python3 t.py, cpuNumber: .nan, memorySize: .inf}""")
+  worker: {replicas: 1, command: python3 t.py, cpuNumber: .nan, memorySize: .inf}""",
+    )
     message = str(_error(write, text))
-    assert "cpuNumber: expected a finite number" in message and "memorySize: expected a positive, finite size" in message
+    assert (
+        "cpuNumber: expected a finite number" in message and "memorySize: expected a positive, finite size" in message
+    )
 
 
 @pytest.mark.parametrize("seed", [-1, 2**32, 10**26, 1.5, "7", True])
@@ -76,21 +89,25 @@ def test_the_largest_seed_renders_every_trial(write):
         assert 0 <= render_trial(path, index)["parameters"]["x"] <= 1
 
 
-@pytest.mark.parametrize("written, kind", [
-    ("012345", "rewrote"),         # octal: 5349
-    ("0x1F2E", "rewrote"),
-    ("1_234", "rewrote"),
-    ("1:30:00", "rewrote"),        # sexagesimal: 5400
-    ("2024-01-31", "a date"),
-    ("2024-01-31 10:00:00", "a datetime"),
-    ("3.14159", "a float"),
-    ("true", "a bool"),
-    ("[s3cr3t]", "a list"),
-    ("{pw: s3cr3t}", "a dict"),
-])
+@pytest.mark.parametrize(
+    "written, kind",
+    [
+        ("012345", "rewrote"),  # octal: 5349
+        ("0x1F2E", "rewrote"),
+        ("1_234", "rewrote"),
+        ("1:30:00", "rewrote"),  # sexagesimal: 5400
+        ("2024-01-31", "a date"),
+        ("2024-01-31 10:00:00", "a datetime"),
+        ("3.14159", "a float"),
+        ("true", "a bool"),
+        ("[s3cr3t]", "a list"),
+        ("{pw: s3cr3t}", "a dict"),
+    ],
+)
 def test_secrets_that_are_not_text_are_refused_and_never_echoed(write, written, kind):
-    text = BASE.replace("{platform: local}", f"{{platform: remote, machineList: [{{host: h, user: u, "
-                                              f"password: {written}}}]}}")
+    text = BASE.replace(
+        "{platform: local}", f"{{platform: remote, machineList: [{{host: h, user: u, password: {written}}}]}}"
+    )
     err = _error(write, text)
     message = str(err)
     assert err.problems[0].key_path == ("trainingService", "machineList", 0, "password")
@@ -100,8 +117,12 @@ def test_secrets_that_are_not_text_are_refused_and_never_echoed(write, written, 
 
 
 def test_plain_digit_secrets_are_taken_as_written(write):
-    config = load_config(write("c.yml", BASE.replace("{platform: local}", "{platform: remote, machineList: "
-                                                     "[{host: h, user: u, password: 12345}]}")))
+    config = load_config(
+        write(
+            "c.yml",
+            BASE.replace("{platform: local}", "{platform: remote, machineList: [{host: h, user: u, password: 12345}]}"),
+        )
+    )
     assert config.training_service[0].machine_list[0].password.get_secret_value() == "12345"
 
 
@@ -111,14 +132,18 @@ def test_a_huge_max_trial_number_is_a_clear_error(write):
     assert "scheduledRuns: continue" in str(err)
 
 
-GRID = """\
+GRID = (
+    """\
 searchSpace:
-""" + "".join(f"  p{i}: {{_type: randint, _value: [0, 1000]}}\n" for i in range(6)) + """\
+"""
+    + "".join(f"  p{i}: {{_type: randint, _value: [0, 1000]}}\n" for i in range(6))
+    + """\
 trialCommand: python3 t.py
 trialConcurrency: 1
 tuner: {name: GridSearch}
 trainingService: {platform: local}
 """
+)
 
 
 def test_a_huge_grid_is_counted_and_indexed_without_listing_it(write):
@@ -141,13 +166,16 @@ def test_a_huge_grid_dag_parses_in_a_bounded_process(write, tmp_path: Path):
     import resource
 
     config = write("grid.yml", GRID + "maxTrialNumber: 2\n")
-    script = write("dag.py", "from trialflow.dag import experiment_dag\n"
-                             f"dag = experiment_dag({str(config)!r})\nprint(len(dag.task_dict))\n")
+    script = write(
+        "dag.py",
+        f"from trialflow.dag import experiment_dag\ndag = experiment_dag({str(config)!r})\nprint(len(dag.task_dict))\n",
+    )
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                            preexec_fn=limit)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, preexec_fn=limit
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "3"

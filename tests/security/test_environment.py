@@ -33,8 +33,14 @@ def test_airflow_secrets_are_not_inherited_and_the_rest_is():
 
 
 def test_drop_and_keep_are_configurable():
-    base = {**SECRETS, "AWS_SECRET_ACCESS_KEY": "aws", "MY_TOKEN": "t", "PATH": "/usr/bin",
-            "TRIALFLOW_TRIAL_ENV_DROP": "AWS_*, MY_TOKEN", "TRIALFLOW_TRIAL_ENV_KEEP": "AIRFLOW_VAR_API_TOKEN"}
+    base = {
+        **SECRETS,
+        "AWS_SECRET_ACCESS_KEY": "aws",
+        "MY_TOKEN": "t",
+        "PATH": "/usr/bin",
+        "TRIALFLOW_TRIAL_ENV_DROP": "AWS_*, MY_TOKEN",
+        "TRIALFLOW_TRIAL_ENV_KEEP": "AIRFLOW_VAR_API_TOKEN",
+    }
     env = inherited_env(base)
     assert "AWS_SECRET_ACCESS_KEY" not in env and "MY_TOKEN" not in env
     assert env["AIRFLOW_VAR_API_TOKEN"] == "var-token-6" and "AIRFLOW_CONN_WAREHOUSE" not in env
@@ -59,4 +65,6 @@ def test_a_real_local_trial_sees_none_of_them(tmp_path: Path, monkeypatch: pytes
     seen = json.loads(dump.read_text())
     assert not set(SECRETS) & set(seen)
     assert not [v for v in SECRETS.values() if any(v in x for x in seen.values())]
-    assert seen["AIRFLOW_CTX_DAG_ID"] == "a_dag" and seen["EXPLICIT"] == "yes" and seen["NNI_TRIAL_JOB_ID"] == "eenv-0000"
+    assert (
+        seen["AIRFLOW_CTX_DAG_ID"] == "a_dag" and seen["EXPLICIT"] == "yes" and seen["NNI_TRIAL_JOB_ID"] == "eenv-0000"
+    )

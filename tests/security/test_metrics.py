@@ -15,6 +15,7 @@ import pytest
 from tests.platforms.test_remote import _machine, _platform
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.platforms import LocalConfig
+from trialflow.config.search_space import parse_search_space
 from trialflow.follow import follow_trial
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform
@@ -26,7 +27,6 @@ from trialflow.trial.protocol import (
     read_stdout_lines,
     stdout_line,
 )
-from trialflow.config.search_space import parse_search_space
 from trialflow.tuning.store import ExperimentStore, sqlite_url
 
 PY = sys.executable
@@ -67,11 +67,14 @@ def test_a_bad_record_in_the_metrics_file_is_skipped_and_its_neighbours_kept(cas
     assert len(read.skipped) == 1 and read.consumed == len(before + BAD_RECORDS[case] + after)
 
 
-@pytest.mark.parametrize("line", [
-    "NNISDK_MEb'not json'\n",
-    "NNISDK_MEb'{\"type\": \"FINAL\", \"sequence\": 1e400, \"value\": \"1\"}'\n",
-    "NNISDK_MEb'{\"type\": \"FINAL\", \"sequence\": 0}'\n",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "NNISDK_MEb'not json'\n",
+        'NNISDK_MEb\'{"type": "FINAL", "sequence": 1e400, "value": "1"}\'\n',
+        'NNISDK_MEb\'{"type": "FINAL", "sequence": 0}\'\n',
+    ],
+)
 def test_a_bad_stdout_line_is_skipped_and_its_neighbours_kept(line):
     data = (stdout_line(record("PERIODICAL", 0, 1)) + line + stdout_line(record("FINAL", 0, 2))).encode()
     read = read_stdout_lines(data)
@@ -91,10 +94,10 @@ def test_garbage_that_hides_a_frame_is_resynchronised():
 def test_an_overlong_line_is_skipped_chunk_by_chunk_and_reading_goes_on():
     """A 5 MB output line before the final metric, read in 4 MB chunks as remote and mounted
     storage do: the offset always moves, and the final metric is found."""
-    stream = (b"x" * (5 * 1024 * 1024) + b"\n" + stdout_line(record("FINAL", 0, 0.9)).encode())
+    stream = b"x" * (5 * 1024 * 1024) + b"\n" + stdout_line(record("FINAL", 0, 0.9)).encode()
     offset, long_line, found, skipped = 0, False, [], []
     for _ in range(10):
-        chunk = stream[offset:offset + 4 * 1024 * 1024]
+        chunk = stream[offset : offset + 4 * 1024 * 1024]
         read = read_stdout_lines(chunk, in_long_line=long_line)
         assert read.consumed > 0 or offset == len(stream)
         offset, long_line = offset + read.consumed, read.in_long_line
@@ -146,10 +149,15 @@ def run_trial(tmp_path: Path):
         spec = TrialSpec("emetrics", f"emetrics-{index:04d}", index, index, asked.parameters, command, code)
         handle = platform.submit_sync(spec)
         outcome = asyncio.run(follow_trial(platform, store, handle, asked.storage_id, poll_interval=0.05))
-        store.finish(asked.storage_id, outcome.status, store.storage.get_trial(asked.storage_id).user_attrs.get(
-            "final_metric"), outcome.message)
+        store.finish(
+            asked.storage_id,
+            outcome.status,
+            store.storage.get_trial(asked.storage_id).user_attrs.get("final_metric"),
+            outcome.message,
+        )
         frozen = store.storage.get_trial(asked.storage_id)
         return outcome.status, frozen, frozen.user_attrs.get("message")
+
     return run
 
 
@@ -161,13 +169,16 @@ def test_garbage_in_the_metrics_file_costs_nothing_but_a_warning(run_trial, capl
     assert any("skipped bytes that are not a metric frame" in r.message for r in caplog.records)
 
 
-@pytest.mark.parametrize("final, expected", [
-    ("huge", "is not a finite number"),
-    ("text", "the final result is a string ('text'), not a number"),
-    ({"loss": 0.1}, "a dict without a 'default' key (keys: loss)"),
-    ({"default": "high"}, "'default' is 'high', not a number"),
-    (None, "no final result reported"),
-])
+@pytest.mark.parametrize(
+    "final, expected",
+    [
+        ("huge", "is not a finite number"),
+        ("text", "the final result is a string ('text'), not a number"),
+        ({"loss": 0.1}, "a dict without a 'default' key (keys: loss)"),
+        ({"default": "high"}, "'default' is 'high', not a number"),
+        (None, "no final result reported"),
+    ],
+)
 def test_a_final_result_that_is_not_a_number_says_what_it_was(run_trial, final, expected):
     status, frozen, message = run_trial("", final)
     assert status == TrialStatus.SUCCEEDED and frozen.state.name == "FAIL"
@@ -179,9 +190,11 @@ def test_an_overlong_stdout_line_on_a_remote_machine_does_not_stall_metrics(ssh_
     a, _ = ssh_servers
     code = tmp_path / "code"
     code.mkdir()
-    (code / "t.py").write_text("import sys\nfrom trialflow import trial\ntrial.get_next_parameter()\n"
-                               "trial.report_intermediate_result(1)\nsys.stdout.write('y' * (5 * 1024 * 1024) + '\\n')\n"
-                               "trial.report_intermediate_result(2)\ntrial.report_final_result(3)\n")
+    (code / "t.py").write_text(
+        "import sys\nfrom trialflow import trial\ntrial.get_next_parameter()\n"
+        "trial.report_intermediate_result(1)\nsys.stdout.write('y' * (5 * 1024 * 1024) + '\\n')\n"
+        "trial.report_intermediate_result(2)\ntrial.report_final_result(3)\n"
+    )
     platform = _platform(tmp_path, [_machine(a, "key")])
     platform.prepare_sync("elongln1")
     spec = TrialSpec("elongln1", "elongln1-0000", 0, 0, {"x": 1}, "python3 t.py", code)

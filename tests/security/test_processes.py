@@ -17,11 +17,11 @@ import pytest
 from tests.platforms.test_remote import _machine, _platform
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.platforms import LocalConfig
+from trialflow.config.search_space import parse_search_space
 from trialflow.follow import TIMEOUT_REASON, follow_trial
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
 from trialflow.platforms.local import LocalPlatform
-from trialflow.config.search_space import parse_search_space
 from trialflow.tuning.store import ExperimentStore, sqlite_url
 
 PY = sys.executable
@@ -31,8 +31,10 @@ ESCAPES = {
     "setsid child": "setsid sleep {n} & sleep 600",
     "double fork": "(setsid sleep {n} &); sleep 600",
     "nohup child": "nohup sleep {n} >/dev/null 2>&1 & sleep 600",
-    "new session from python": (f"{PY} -c 'import subprocess, time; "
-                                "subprocess.Popen([\"sleep\", \"{n}\"], start_new_session=True); time.sleep(600)'"),
+    "new session from python": (
+        f"{PY} -c 'import subprocess, time; "
+        'subprocess.Popen(["sleep", "{n}"], start_new_session=True); time.sleep(600)\''
+    ),
 }
 
 
@@ -62,6 +64,7 @@ def unique():
         n = random.randint(100_000, 999_999)
         used.append(n)
         return n
+
     yield make
     for n in used:
         for proc in _sleepers(n):
@@ -107,8 +110,9 @@ def test_max_trial_duration_stops_what_left_the_process_group(local, tmp_path, u
     asked = store.ask("eproc", 0, "eproc-0000", random_tuner, space)
     handle = local.submit_sync(_spec(tmp_path / "code", 0, ESCAPES["double fork"].format(n=n)))
     assert _wait_for(lambda: len(_sleepers(n)) == 1)
-    outcome = asyncio.run(follow_trial(local, store, handle, asked.storage_id, deadline=time.time() + 0.5,
-                                       poll_interval=0.1))
+    outcome = asyncio.run(
+        follow_trial(local, store, handle, asked.storage_id, deadline=time.time() + 0.5, poll_interval=0.1)
+    )
     assert outcome.status == TrialStatus.EARLY_STOPPED and outcome.message == TIMEOUT_REASON
     assert _wait_for(lambda: not _sleepers(n))
 
@@ -131,8 +135,9 @@ def test_the_scan_spares_the_shell_that_runs_it(tmp_path):
     script = stop_marked_command(mark, 1) + "\necho alive-after-scan\n"
     import subprocess
 
-    result = subprocess.run(["bash", "-c", script], env={**os.environ, MARK_VAR: mark}, capture_output=True,
-                            text=True, timeout=30)
+    result = subprocess.run(
+        ["bash", "-c", script], env={**os.environ, MARK_VAR: mark}, capture_output=True, text=True, timeout=30
+    )
     assert result.stdout.strip() == "alive-after-scan"
 
 
@@ -144,9 +149,12 @@ def test_remote_cancel_and_end_stop_what_left_the_process_group(ssh_servers, tmp
     platform = _platform(tmp_path, [_machine(a, "key")])
     platform.prepare_sync("eprocrem")
     n, m = unique(), unique()
-    running = platform.submit_sync(TrialSpec("eprocrem", "eprocrem-0000", 0, 0, {}, ESCAPES["double fork"].format(n=n),
-                                        code))
-    ended = platform.submit_sync(TrialSpec("eprocrem", "eprocrem-0001", 1, 1, {}, f"setsid sleep {m} & echo done", code))
+    running = platform.submit_sync(
+        TrialSpec("eprocrem", "eprocrem-0000", 0, 0, {}, ESCAPES["double fork"].format(n=n), code)
+    )
+    ended = platform.submit_sync(
+        TrialSpec("eprocrem", "eprocrem-0001", 1, 1, {}, f"setsid sleep {m} & echo done", code)
+    )
     assert _wait_for(lambda: len(_sleepers(n)) == 1)
     assert _wait_for(lambda: (Path(ended["trial_dir"]) / "exit_code").exists())
     assert not _sleepers(m), "a finished remote trial left a process behind"

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from trialflow.config.platforms import KubernetesStorageConfig, LocalConfig, RemoteConfig
-from trialflow.platforms.kubernetes import storage as kube_storage
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.gpus import release_command
+from trialflow.platforms.kubernetes import storage as kube_storage
 from trialflow.platforms.leftovers import stop_marked_command
 from trialflow.platforms.local import LocalPlatform
 from trialflow.platforms.remote import RemotePlatform
-from trialflow.platforms.remote_commands import (
+from trialflow.platforms.remote.commands import (
     CANCEL_FILE,
     LAUNCH_DIR,
     cancel_request_command,
@@ -172,16 +172,18 @@ def test_submit_path_commands_with_hostile_folders(box):
 def test_remote_launch_script_with_hostile_python_path_and_folders(box):
     python_dir = hostile_dir(box, "bin")
     (python_dir / "python3").symlink_to(sys.executable)
-    config = RemoteConfig.model_validate({"platform": "remote", "machineList": [
-        {"host": "127.0.0.1", "user": "u", "pythonPath": str(python_dir)}]})
+    config = RemoteConfig.model_validate(
+        {"platform": "remote", "machineList": [{"host": "127.0.0.1", "user": "u", "pythonPath": str(python_dir)}]}
+    )
     platform = RemotePlatform(config, box / "exp")
     base = hostile_dir(box, "home")
     trial_dir = base / "trials" / "equote-0000"
     (trial_dir / "code").mkdir(parents=True)
     sdk = hostile_dir(box, "sdk")
     spec = TrialSpec("equote", "equote-0000", 0, 0, {}, COMMAND + "; command -v python3 > py.txt", box)
-    script = platform.launch_script(spec, platform.machines[0], str(trial_dir), str(trial_dir / "code"), str(sdk),
-                                    [(0, 0)], str(base))
+    script = platform.launch_script(
+        spec, platform.machines[0], str(trial_dir), str(trial_dir / "code"), str(sdk), [(0, 0)], str(base)
+    )
     result = bash(script, box)
     assert result.returncode == 0, result.stderr
     deadline = time.monotonic() + 30
@@ -197,13 +199,23 @@ def test_remote_launch_script_with_hostile_python_path_and_folders(box):
 def test_kubernetes_start_script_with_hostile_paths(box, monkeypatch):
     monkeypatch.setattr(kube_storage, "WORK_DIR", str(hostile_dir(box, "work")))
     root = hostile_dir(box, "mount")
-    paths = kube_storage.TrialPaths(sys_dir=str(root / "sys"), code_dir=str(root / "trialcode"),
-                                    sdk_dir=str(root / "sdk"), log_dir=str(root / "logs"))
+    paths = kube_storage.TrialPaths(
+        sys_dir=str(root / "sys"),
+        code_dir=str(root / "trialcode"),
+        sdk_dir=str(root / "sdk"),
+        log_dir=str(root / "logs"),
+    )
     (root / "code").mkdir()
     (root / "sdk").mkdir()
     storage = KubernetesStorageConfig(storageType="pvc", claimName="c", localMountPoint=str(root))
-    result = subprocess.run(["sh", "-c", kube_storage.start_script(storage, paths, COMMAND)], cwd=box,
-                            capture_output=True, text=True, timeout=60, env={**os.environ, "HOSTNAME": "pod-0"})
+    result = subprocess.run(
+        ["sh", "-c", kube_storage.start_script(storage, paths, COMMAND)],
+        cwd=box,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HOSTNAME": "pod-0"},
+    )
     assert result.returncode == 0, result.stderr
     assert (root / "trialcode" / "ran.txt").read_text() == "sh|it's|$HOME|"
     assert "ran" in (root / "logs" / "pod-0.log").read_text()
@@ -219,9 +231,12 @@ def test_remote_trial_with_a_hostile_python_path_over_ssh(ssh_servers, box):
     (python_dir / "python3").symlink_to("/usr/bin/python3")  # one the SSH user may run
     code = box / "code"
     code.mkdir()
-    (code / "t.py").write_text("from trialflow import trial\ntrial.get_next_parameter()\ntrial.report_final_result(1)\n")
-    config = RemoteConfig.model_validate({"platform": "remote", "machineList": [
-        _machine(a, "key", pythonPath=str(python_dir))]})
+    (code / "t.py").write_text(
+        "from trialflow import trial\ntrial.get_next_parameter()\ntrial.report_final_result(1)\n"
+    )
+    config = RemoteConfig.model_validate(
+        {"platform": "remote", "machineList": [_machine(a, "key", pythonPath=str(python_dir))]}
+    )
     platform = RemotePlatform(config, box / "exp")
     stage(platform, "equoter", code)
     handle = platform.submit_sync(TrialSpec("equoter", "equoter-0000", 0, 0, {}, "python3 t.py", code))

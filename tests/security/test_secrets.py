@@ -53,29 +53,67 @@ def platform_cases(tmp_path: Path) -> tuple[dict[str, dict[str, Any]], dict[str,
     mount = tmp_path / "mount"
     mount.mkdir(exist_ok=True)
     services = {
-        "remote": {"platform": "remote", "machineList": [{
-            "host": "127.0.0.1", "user": "u", "sshKeyFile": str(tmp_path / "key"),
-            "password": s["RemoteMachineConfig.password"], "sshPassphrase": s["RemoteMachineConfig.ssh_passphrase"]}]},
-        "openpai": {"platform": "openpai", "host": "https://pai.example", "username": "u",
-                    "token": s["OpenpaiConfig.token"], "trialCpuNumber": 1, "trialMemorySize": "1gb",
-                    "storageConfigName": "confignfs", "localStorageMountPoint": str(mount),
-                    "containerStorageMountPoint": "/mnt/data"},
-        "dlts": {"platform": "dlts", "dashboard": "https://dlts.example", "email": "a@b.c",
-                 "password": s["DltsConfig.password"]},
-        "dlc": {"platform": "dlc", "type": "Worker", "image": "i", "ecsSpec": "e", "region": "r",
-                "nasDataSourceId": "n", "accessKeyId": s["DlcConfig.access_key_id"],
-                "accessKeySecret": s["DlcConfig.access_key_secret"], "localStorageMountPoint": str(mount),
-                "containerStorageMountPoint": "/mnt"},
+        "remote": {
+            "platform": "remote",
+            "machineList": [
+                {
+                    "host": "127.0.0.1",
+                    "user": "u",
+                    "sshKeyFile": str(tmp_path / "key"),
+                    "password": s["RemoteMachineConfig.password"],
+                    "sshPassphrase": s["RemoteMachineConfig.ssh_passphrase"],
+                }
+            ],
+        },
+        "openpai": {
+            "platform": "openpai",
+            "host": "https://pai.example",
+            "username": "u",
+            "token": s["OpenpaiConfig.token"],
+            "trialCpuNumber": 1,
+            "trialMemorySize": "1gb",
+            "storageConfigName": "confignfs",
+            "localStorageMountPoint": str(mount),
+            "containerStorageMountPoint": "/mnt/data",
+        },
+        "dlts": {
+            "platform": "dlts",
+            "dashboard": "https://dlts.example",
+            "email": "a@b.c",
+            "password": s["DltsConfig.password"],
+        },
+        "dlc": {
+            "platform": "dlc",
+            "type": "Worker",
+            "image": "i",
+            "ecsSpec": "e",
+            "region": "r",
+            "nasDataSourceId": "n",
+            "accessKeyId": s["DlcConfig.access_key_id"],
+            "accessKeySecret": s["DlcConfig.access_key_secret"],
+            "localStorageMountPoint": str(mount),
+            "containerStorageMountPoint": "/mnt",
+        },
     }
     configs = {}
     for name, service in services.items():
         configs[name] = {
-            "searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}}, "trialCommand": "python3 t.py",
-            "trialCodeDirectory": str(tmp_path), "trialConcurrency": 1, "maxTrialNumber": 1,
-            "tuner": {"name": "Random"}, "trainingService": service,
-            "sharedStorage": {"storageType": "AzureBlob", "localMountPoint": str(mount), "remoteMountPoint": "/mnt/blob",
-                              "localMounted": "nomount", "storageAccountName": "acct", "containerName": "c",
-                              "storageAccountKey": s["SharedStorageConfig.storage_account_key"]},
+            "searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}},
+            "trialCommand": "python3 t.py",
+            "trialCodeDirectory": str(tmp_path),
+            "trialConcurrency": 1,
+            "maxTrialNumber": 1,
+            "tuner": {"name": "Random"},
+            "trainingService": service,
+            "sharedStorage": {
+                "storageType": "AzureBlob",
+                "localMountPoint": str(mount),
+                "remoteMountPoint": "/mnt/blob",
+                "localMounted": "nomount",
+                "storageAccountName": "acct",
+                "containerName": "c",
+                "storageAccountKey": s["SharedStorageConfig.storage_account_key"],
+            },
         }
     return configs, s
 
@@ -100,12 +138,29 @@ def test_validate_convert_and_render_never_print_a_secret(tmp_path):
         for command in ("validate", "convert", "render"):
             outputs[f"{name} {command}"] = _cli(command, str(path))
     v1 = tmp_path / "v1.yml"
-    v1.write_text(yaml.safe_dump({
-        "authorName": "a", "experimentName": "v1", "trialConcurrency": 1, "maxTrialNum": 1,
-        "trainingServicePlatform": "remote", "searchSpacePath": "space.json", "useAnnotation": False,
-        "tuner": {"builtinTunerName": "Random"}, "trial": {"command": "python3 t.py", "codeDir": "."},
-        "machineList": [{"ip": "127.0.0.1", "username": "u", "passwd": values["RemoteMachineConfig.password"],
-                         "passphrase": values["RemoteMachineConfig.ssh_passphrase"]}]}))
+    v1.write_text(
+        yaml.safe_dump(
+            {
+                "authorName": "a",
+                "experimentName": "v1",
+                "trialConcurrency": 1,
+                "maxTrialNum": 1,
+                "trainingServicePlatform": "remote",
+                "searchSpacePath": "space.json",
+                "useAnnotation": False,
+                "tuner": {"builtinTunerName": "Random"},
+                "trial": {"command": "python3 t.py", "codeDir": "."},
+                "machineList": [
+                    {
+                        "ip": "127.0.0.1",
+                        "username": "u",
+                        "passwd": values["RemoteMachineConfig.password"],
+                        "passphrase": values["RemoteMachineConfig.ssh_passphrase"],
+                    }
+                ],
+            }
+        )
+    )
     (tmp_path / "space.json").write_text(json.dumps({"x": {"_type": "uniform", "_value": [0, 1]}}))
     for command in ("validate", "convert", "render"):
         outputs[f"v1 {command}"] = _cli(command, str(v1))
@@ -157,8 +212,12 @@ def test_after_a_run_no_secret_is_anywhere(harness, ssh_servers, tmp_path):
     key = tmp_path / "encrypted_key"
     key.write_bytes(a.client_key.read_bytes())
     key.chmod(0o600)
-    subprocess.run(["ssh-keygen", "-q", "-p", "-P", "", "-N", values["passphrase"], "-f", str(key)], check=True,
-                   capture_output=True, timeout=30)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-p", "-P", "", "-N", values["passphrase"], "-f", str(key)],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
     mount = tmp_path / "blob"
     mount.mkdir()
     config = f"""\
@@ -168,14 +227,14 @@ maxTrialNumber: 4
 tuner: {{name: Random}}
 sharedStorage: {{storageType: AzureBlob, localMountPoint: {mount}, remoteMountPoint: /mnt/blob,
                 localMounted: nomount, storageAccountName: acct, containerName: c,
-                storageAccountKey: "{values['account_key']}"}}
+                storageAccountKey: "{values["account_key"]}"}}
 trainingService:
   - {{platform: local, trialCommand: {PY} t.py}}
   - platform: remote
     trialCommand: python3 t.py
     machineList:
-      - {{host: 127.0.0.1, port: {a.port}, user: {a.user}, sshKeyFile: {key}, password: "{values['password']}",
-          sshPassphrase: "{values['passphrase']}", hostKey: '{a.host_key_line}', pythonPath: /usr/bin}}
+      - {{host: 127.0.0.1, port: {a.port}, user: {a.user}, sshKeyFile: {key}, password: "{values["password"]}",
+          sshPassphrase: "{values["passphrase"]}", hostKey: '{a.host_key_line}', pythonPath: /usr/bin}}
 """
     dag_id, folder = harness.experiment("secrets", config, {"t.py": TRIAL})
     run_id, state = harness.run(dag_id)
@@ -186,21 +245,32 @@ trainingService:
     assert platforms == ["local", "local", "remote", "remote"]  # both platforms ran with the secrets
     api = [harness.xcom(dag_id, run_id, "trial", i) for i in range(4)]
     api += [harness.xcom(dag_id, run_id, "end_experiment"), harness.xcom(dag_id, run_id, "start_experiment")]
-    api += [harness.airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{i}").json()
-            for i in range(4)]
+    api += [
+        harness.airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{i}").json() for i in range(4)
+    ]
     # the experiment pages' data, as the browser gets it
     import httpx
 
     passwords = json.loads((harness.airflow.home / "passwords.json").read_text())
-    token = httpx.post(f"{harness.airflow.base_url}/auth/token", timeout=10,
-                       json={"username": "trialflow", "password": passwords["trialflow"]}).json()["access_token"]
+    token = httpx.post(
+        f"{harness.airflow.base_url}/auth/token",
+        timeout=10,
+        json={"username": "trialflow", "password": passwords["trialflow"]},
+    ).json()["access_token"]
     experiment = experiment_id_for(dag_id, run_id)
-    for path in ("experiments", f"experiments/{experiment}", f"experiments/{experiment}/trials",
-                 f"experiments/{experiment}/chart", f"experiments/{experiment}/trials/0",
-                 f"experiments/{experiment}/trials/2", f"experiments/{experiment}/export.csv",
-                 f"experiments/{experiment}/export.json"):
-        response = httpx.get(f"{harness.airflow.base_url}/trialflow/api/{path}", timeout=30,
-                             headers={"Authorization": f"Bearer {token}"})
+    for path in (
+        "experiments",
+        f"experiments/{experiment}",
+        f"experiments/{experiment}/trials",
+        f"experiments/{experiment}/chart",
+        f"experiments/{experiment}/trials/0",
+        f"experiments/{experiment}/trials/2",
+        f"experiments/{experiment}/export.csv",
+        f"experiments/{experiment}/export.json",
+    ):
+        response = httpx.get(
+            f"{harness.airflow.base_url}/trialflow/api/{path}", timeout=30, headers={"Authorization": f"Bearer {token}"}
+        )
         assert response.status_code == 200, path
         api.append(response.text)
     api_text = json.dumps(api)

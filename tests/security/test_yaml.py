@@ -28,11 +28,17 @@ def bomb(levels: int = 9, width: int = 9) -> str:
 def _limited_validate(config: Path) -> subprocess.CompletedProcess:
     """`trialflow validate` with at most 2 GiB of address space: a bomb that is expanded
     would die of MemoryError instead of refusing the file."""
+
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
-    return subprocess.run([sys.executable, "-m", "trialflow.cli", "validate", str(config)], capture_output=True,
-                          text=True, timeout=120, preexec_fn=limit)
+    return subprocess.run(
+        [sys.executable, "-m", "trialflow.cli", "validate", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limit,
+    )
 
 
 def test_an_alias_bomb_in_the_config_is_refused_with_its_line(write):
@@ -60,17 +66,22 @@ def test_an_alias_bomb_in_a_search_space_file_is_refused(write, tmp_path):
 def test_aliases_used_within_bounds_still_work(write):
     text = "searchSpace:\n  a: &u {_type: uniform, _value: [0, 1]}\n  b: *u\n" + HEAD
     config = load_config(write("ok.yml", text))
-    assert config.search_space == {"a": {"_type": "uniform", "_value": [0, 1]},
-                                   "b": {"_type": "uniform", "_value": [0, 1]}}
+    assert config.search_space == {
+        "a": {"_type": "uniform", "_value": [0, 1]},
+        "b": {"_type": "uniform", "_value": [0, 1]},
+    }
     data, _ = load_yaml("a: &a [1, 2]\nb: [*a, *a]\n")
     assert data == {"a": [1, 2], "b": [[1, 2], [1, 2]]}
 
 
-@pytest.mark.parametrize("text, line", [
-    ("x: &x [*x]\n", 1),
-    ("a: 1\nx: &x {y: *x}\n", 2),
-    ("x: &x [1, [2, *x]]\n", 1),
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ("x: &x [*x]\n", 1),
+        ("a: 1\nx: &x {y: *x}\n", 2),
+        ("x: &x [1, [2, *x]]\n", 1),
+    ],
+)
 def test_recursive_anchors_are_refused(write, text, line):
     with pytest.raises(ConfigError, match="recursive") as err:
         load_config(write("r.yml", HEAD + SPACE + text))
@@ -113,11 +124,14 @@ def test_oversized_files_are_refused_before_parsing(write, tmp_path):
         load_config(write("c.yml", HEAD + "searchSpaceFile: space.json\n"))
 
 
-@pytest.mark.parametrize("target, message", [
-    ("folder", "is a folder, expected a file"),
-    ("/dev/zero", "is not a regular file"),
-    ("missing.json", "does not exist"),
-])
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        ("folder", "is a folder, expected a file"),
+        ("/dev/zero", "is not a regular file"),
+        ("missing.json", "does not exist"),
+    ],
+)
 def test_a_search_space_file_that_is_not_a_file_says_what_it_is(write, tmp_path, target, message):
     (tmp_path / "folder").mkdir()
     with pytest.raises(ConfigError, match=message) as err:

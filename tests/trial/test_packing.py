@@ -23,12 +23,22 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_nniignore_top_level_and_nested(tmp_path):
-    root = _tree(tmp_path / "code", {
-        "train.py": "x", ".nniignore": "data/\n*.ckpt\n!keep.ckpt\n",
-        "data/big.bin": "x", "model.ckpt": "x", "keep.ckpt": "x",
-        "lib/util.py": "x", "lib/.nniignore": "scratch*\n/local.txt\n", "lib/scratch1.py": "x",
-        "lib/local.txt": "x", "lib/sub/local.txt": "x", "lib/sub/scratch2.py": "x",
-    })
+    root = _tree(
+        tmp_path / "code",
+        {
+            "train.py": "x",
+            ".nniignore": "data/\n*.ckpt\n!keep.ckpt\n",
+            "data/big.bin": "x",
+            "model.ckpt": "x",
+            "keep.ckpt": "x",
+            "lib/util.py": "x",
+            "lib/.nniignore": "scratch*\n/local.txt\n",
+            "lib/scratch1.py": "x",
+            "lib/local.txt": "x",
+            "lib/sub/local.txt": "x",
+            "lib/sub/scratch2.py": "x",
+        },
+    )
     names = [p.as_posix() for p in collect_files(root)]
     assert names == [".nniignore", "keep.ckpt", "lib/.nniignore", "lib/sub/local.txt", "lib/util.py", "train.py"]
 
@@ -64,8 +74,12 @@ def test_round_trip_through_the_remote_extractor_program(tmp_path):
     archive.write_bytes(pack(root).archive)
     dest = tmp_path / "out"
     # exactly how a machine runs it: the module's source on stdin
-    result = subprocess.run([sys.executable, "-", str(archive), str(dest)],
-                            input=Path(unpack.__file__).read_text(), text=True, capture_output=True)
+    result = subprocess.run(
+        [sys.executable, "-", str(archive), str(dest)],
+        input=Path(unpack.__file__).read_text(),
+        text=True,
+        capture_output=True,
+    )
     assert result.returncode == 0, result.stderr
     assert (dest / "lib/u.py").read_text() == "u"
     assert (dest / "link.py").is_symlink() and (dest / "link.py").read_text() == "print(1)"
@@ -88,16 +102,19 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
     return info
 
 
-@pytest.mark.parametrize("member, reason", [
-    (_member("/etc/evil"), "absolute path"),
-    (_member("../evil"), "path leaves the target folder"),
-    (_member("a/../../evil"), "path leaves the target folder"),
-    (_member("up", tarfile.SYMTYPE, "../../etc/passwd"), "link points outside the target folder"),
-    (_member("abs", tarfile.SYMTYPE, "/etc/passwd"), "link to an absolute path"),
-    (_member("hard", tarfile.LNKTYPE, "../outside"), "link points outside the target folder"),
-    (_member("dev", tarfile.CHRTYPE), "not a regular file, folder or link"),
-    (_member("fifo", tarfile.FIFOTYPE), "not a regular file, folder or link"),
-])
+@pytest.mark.parametrize(
+    "member, reason",
+    [
+        (_member("/etc/evil"), "absolute path"),
+        (_member("../evil"), "path leaves the target folder"),
+        (_member("a/../../evil"), "path leaves the target folder"),
+        (_member("up", tarfile.SYMTYPE, "../../etc/passwd"), "link points outside the target folder"),
+        (_member("abs", tarfile.SYMTYPE, "/etc/passwd"), "link to an absolute path"),
+        (_member("hard", tarfile.LNKTYPE, "../outside"), "link points outside the target folder"),
+        (_member("dev", tarfile.CHRTYPE), "not a regular file, folder or link"),
+        (_member("fifo", tarfile.FIFOTYPE), "not a regular file, folder or link"),
+    ],
+)
 def test_a_hostile_member_refuses_the_whole_archive(tmp_path, member, reason):
     archive = _hostile(tmp_path, member, b"evil" if member.isfile() else b"")
     dest = tmp_path / "out"
@@ -137,9 +154,19 @@ def test_a_known_folder_state_gives_its_digest_without_packing(tmp_path, monkeyp
 
 
 def test_a_deeper_nniignore_can_bring_back_what_a_parent_left_out(tmp_path):
-    root = _tree(tmp_path / "code", {
-        ".nniignore": "*.bin\nlogs/\n", "a.bin": "x", "models/.nniignore": "!*.bin\n", "models/w.bin": "x",
-        "models/sub/v.bin": "x", "logs/.nniignore": "!*\n", "logs/run.txt": "x", "t.py": "x"})
+    root = _tree(
+        tmp_path / "code",
+        {
+            ".nniignore": "*.bin\nlogs/\n",
+            "a.bin": "x",
+            "models/.nniignore": "!*.bin\n",
+            "models/w.bin": "x",
+            "models/sub/v.bin": "x",
+            "logs/.nniignore": "!*\n",
+            "logs/run.txt": "x",
+            "t.py": "x",
+        },
+    )
     names = [p.as_posix() for p in collect_files(root)]
     # gitignore: the deepest file decides; nothing returns from inside an ignored folder
     assert names == [".nniignore", "models/.nniignore", "models/sub/v.bin", "models/w.bin", "t.py"]
@@ -147,7 +174,7 @@ def test_a_deeper_nniignore_can_bring_back_what_a_parent_left_out(tmp_path):
 
 def test_links_travel_as_links_and_links_out_of_the_folder_are_refused(tmp_path):
     root = _tree(tmp_path / "code", {"lib/u.py": "u", "t.py": "x"})
-    (root / "libs").symlink_to("lib")        # a folder link: it used to vanish silently
+    (root / "libs").symlink_to("lib")  # a folder link: it used to vanish silently
     (root / "alias.py").symlink_to("t.py")
     assert [p.as_posix() for p in collect_files(root)] == ["alias.py", "lib/u.py", "libs", "t.py"]
     archive = tmp_path / "c.tar.gz"
@@ -174,9 +201,11 @@ def test_validate_says_so_for_a_remote_experiment(tmp_path):
 
     root = _tree(tmp_path / "code", {".nniignore": "*\n", "t.py": "x"})
     config = tmp_path / "c.yml"
-    config.write_text(f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: python3 t.py\n"
-                      f"trialCodeDirectory: {root}\ntrialConcurrency: 1\ntuner: {{name: Random}}\n"
-                      "trainingService: {platform: remote, machineList: [{host: h, user: u}]}\n")
+    config.write_text(
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: python3 t.py\n"
+        f"trialCodeDirectory: {root}\ntrialConcurrency: 1\ntuner: {{name: Random}}\n"
+        "trainingService: {platform: remote, machineList: [{host: h, user: u}]}\n"
+    )
     with pytest.raises(ConfigError, match="trialCodeDirectory: .*leave out every file"):
         load_runnable_config(config)
 

@@ -19,8 +19,9 @@ from trialflow.trial.protocol import (
 )
 
 # The exact bytes nni 3.0 writes for one intermediate result (nni-protocol.md).
-NNI_BYTES = (b'ME000098{"parameter_id": 7, "trial_job_id": "Xy12Z", "type": "PERIODICAL", '
-             b'"sequence": 0, "value": "0.5"}\n')
+NNI_BYTES = (
+    b'ME000098{"parameter_id": 7, "trial_job_id": "Xy12Z", "type": "PERIODICAL", "sequence": 0, "value": "0.5"}\n'
+)
 
 
 def _pair(read):
@@ -49,7 +50,7 @@ def test_length_counts_bytes_not_characters():
 @pytest.mark.parametrize("cut", [1, 5, 8, 9, 50, len(NNI_BYTES) - 1])
 def test_partial_tail_is_kept_for_the_next_read(cut):
     data = NNI_BYTES + NNI_BYTES
-    first, consumed = _pair(read_framed(data[:len(NNI_BYTES) + cut]))
+    first, consumed = _pair(read_framed(data[: len(NNI_BYTES) + cut]))
     assert len(first) == 1 and consumed == len(NNI_BYTES)
     rest, consumed2 = _pair(read_framed(data[consumed:]))
     assert len(rest) == 1 and consumed + consumed2 == len(data)
@@ -88,8 +89,13 @@ def test_garbage_is_skipped_and_said_never_guessed():
 
 def test_stdout_lines_between_other_output():
     record = metric_record("t", 2, "PERIODICAL", 3, {"default": 0.25})
-    out = ("epoch 1\n" + stdout_line(record) + "loss=0.3\n" + stdout_line(metric_record("t", 2, "FINAL", 0, 0.9))
-           + "NNISDK_MEb'{\"partial").encode()
+    out = (
+        "epoch 1\n"
+        + stdout_line(record)
+        + "loss=0.3\n"
+        + stdout_line(metric_record("t", 2, "FINAL", 0, 0.9))
+        + "NNISDK_MEb'{\"partial"
+    ).encode()
     metrics, consumed = _pair(read_stdout_lines(out))
     assert [(m.type, m.value) for m in metrics] == [("PERIODICAL", {"default": 0.25}), ("FINAL", 0.9)]
     assert out[consumed:] == b"NNISDK_MEb'{\"partial"
@@ -99,11 +105,13 @@ def test_nni_stdout_line_format():
     # nni 3.0 prints: NNISDK_MEb'<json>' (a literal b' prefix, no length)
     line = stdout_line(metric_record("t", 0, "FINAL", 0, 1))
     assert line.startswith("NNISDK_MEb'{") and line.endswith("}'\n")
-    assert json.loads(line[len("NNISDK_MEb'"):-2])["value"] == "1"
+    assert json.loads(line[len("NNISDK_MEb'") : -2])["value"] == "1"
 
 
-@pytest.mark.parametrize("value, expected", [(1, 1.0), (0.5, 0.5), ({"default": 2, "x": 1}, 2.0),
-                                             ({"x": 1}, None), ("a", None), (True, None), (None, None)])
+@pytest.mark.parametrize(
+    "value, expected",
+    [(1, 1.0), (0.5, 0.5), ({"default": 2, "x": 1}, 2.0), ({"x": 1}, None), ("a", None), (True, None), (None, None)],
+)
 def test_scalar_is_nnis_extract_scalar_reward(value, expected):
     assert scalar(value) == expected
 
@@ -111,8 +119,11 @@ def test_scalar_is_nnis_extract_scalar_reward(value, expected):
 def test_parameter_file_is_nnis_format(tmp_path):
     write_parameter_file(tmp_path, 7, {"lr": 0.1, "opt": {"_name": "sgd"}})
     assert json.loads((tmp_path / "parameter.cfg").read_text()) == {
-        "parameter_id": 7, "parameter_source": "algorithm",
-        "parameters": {"lr": 0.1, "opt": {"_name": "sgd"}}, "parameter_index": 0}
+        "parameter_id": 7,
+        "parameter_source": "algorithm",
+        "parameters": {"lr": 0.1, "opt": {"_name": "sgd"}},
+        "parameter_index": 0,
+    }
     assert not list(tmp_path.glob("*.tmp"))
 
 

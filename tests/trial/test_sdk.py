@@ -25,8 +25,15 @@ def _pair(read):
 
 
 def run_trial(tmp_path: Path, platform: str, **extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NNI_PLATFORM": platform, "NNI_SYS_DIR": str(tmp_path), "NNI_TRIAL_JOB_ID": "tr1",
-           "NNI_EXP_ID": "ex1", "NNI_TRIAL_SEQ_ID": "4", **extra}
+    env = {
+        **os.environ,
+        "NNI_PLATFORM": platform,
+        "NNI_SYS_DIR": str(tmp_path),
+        "NNI_TRIAL_JOB_ID": "tr1",
+        "NNI_EXP_ID": "ex1",
+        "NNI_TRIAL_SEQ_ID": "4",
+        **extra,
+    }
     write_parameter_file(tmp_path, 9, {"x": 0.25})
     return subprocess.run([sys.executable, "-c", TRIAL], env=env, capture_output=True, text=True, timeout=60)
 
@@ -38,8 +45,10 @@ def test_local_platform_writes_the_metrics_file(tmp_path):
     metrics, consumed = _pair(read_framed((tmp_path / ".nni" / "metrics").read_bytes()))
     assert consumed == (tmp_path / ".nni" / "metrics").stat().st_size
     assert [(m.type, m.sequence, m.value, m.parameter_id) for m in metrics] == [
-        ("PERIODICAL", 0, 0.25, 9), ("PERIODICAL", 1, {"default": 0.5, "acc": 0.5}, 9),
-        ("FINAL", 0, {"default": 1.5, "extra": [1, 2]}, 9)]
+        ("PERIODICAL", 0, 0.25, 9),
+        ("PERIODICAL", 1, {"default": 0.5, "acc": 0.5}, 9),
+        ("FINAL", 0, {"default": 1.5, "extra": [1, 2]}, 9),
+    ]
 
 
 def test_other_platforms_print_nnisdk_lines(tmp_path):
@@ -64,7 +73,9 @@ def test_standalone_without_an_experiment():
 
 
 def test_the_sdk_imports_nothing_heavy():
-    code = ("import sys, trialflow.trial; heavy = [m for m in ('optuna', 'pydantic', 'airflow', 'yaml', "
-            "'sqlalchemy', 'typing') if m in sys.modules]; print(heavy)")
+    code = (
+        "import sys, trialflow.trial; heavy = [m for m in ('optuna', 'pydantic', 'airflow', 'yaml', "
+        "'sqlalchemy', 'typing') if m in sys.modules]; print(heavy)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert json.loads(result.stdout.replace("'", '"')) == []

@@ -19,12 +19,15 @@ from trialflow.tuning.gp import acquisition, from_unit, to_unit
 # -- Anneal ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, low, high, shrink, expected", [
-    (5.0, 0.0, 10.0, 1.0, (0.0, 10.0)),     # no shrinking: the whole range
-    (5.0, 0.0, 10.0, 0.5, (2.5, 7.5)),      # centred on the good value
-    (0.5, 0.0, 10.0, 0.5, (0.0, 5.0)),      # pushed inside at the low end
-    (9.9, 0.0, 10.0, 0.2, (8.0, 10.0)),     # and at the high end
-])
+@pytest.mark.parametrize(
+    "value, low, high, shrink, expected",
+    [
+        (5.0, 0.0, 10.0, 1.0, (0.0, 10.0)),  # no shrinking: the whole range
+        (5.0, 0.0, 10.0, 0.5, (2.5, 7.5)),  # centred on the good value
+        (0.5, 0.0, 10.0, 0.5, (0.0, 5.0)),  # pushed inside at the low end
+        (9.9, 0.0, 10.0, 0.2, (8.0, 10.0)),  # and at the high end
+    ],
+)
 def test_anneal_window(value, low, high, shrink, expected):
     assert anneal_window(value, low, high, shrink) == pytest.approx(expected)
 
@@ -38,8 +41,9 @@ def test_shrink_factor_follows_hyperopt():
 def test_observed_loss_reads_completed_and_early_stopped_trials():
     dist = {"x": FloatDistribution(0, 1)}
     done = create_trial(params={"x": 0.1}, distributions=dist, value=0.8)
-    pruned = create_trial(params={"x": 0.1}, distributions=dist, state=TrialState.PRUNED,
-                          intermediate_values={0: 0.2, 3: 0.4})
+    pruned = create_trial(
+        params={"x": 0.1}, distributions=dist, state=TrialState.PRUNED, intermediate_values={0: 0.2, 3: 0.4}
+    )
     failed = create_trial(params={"x": 0.1}, distributions=dist, state=TrialState.FAIL)
     assert observed_loss(done, StudyDirection.MAXIMIZE) == -0.8
     assert observed_loss(done, StudyDirection.MINIMIZE) == 0.8
@@ -49,13 +53,19 @@ def test_observed_loss_reads_completed_and_early_stopped_trials():
 
 def test_anneal_concentrates_around_the_best_trial():
     study = optuna.create_study(direction="minimize")
-    dists = {"x": FloatDistribution(0, 100), "k": CategoricalDistribution(["a", "b", "c", "d"]),
-             "n": IntDistribution(0, 50)}
+    dists = {
+        "x": FloatDistribution(0, 100),
+        "k": CategoricalDistribution(["a", "b", "c", "d"]),
+        "n": IntDistribution(0, 50),
+    }
     rng = np.random.RandomState(0)
     for _ in range(40):
         x, k, n = float(rng.uniform(0, 100)), ["a", "b", "c", "d"][rng.randint(4)], int(rng.randint(51))
-        study.add_trial(create_trial(params={"x": x, "k": k, "n": n}, distributions=dists,
-                                     value=abs(x - 70) + (k != "c") * 10 + abs(n - 20)))
+        study.add_trial(
+            create_trial(
+                params={"x": x, "k": k, "n": n}, distributions=dists, value=abs(x - 70) + (k != "c") * 10 + abs(n - 20)
+            )
+        )
     best = study.best_params
     draws = []
     for seed in range(60):
@@ -100,8 +110,8 @@ def test_unit_decoding_clips_and_rounds(dist, values):
 
 def test_acquisition_functions_prefer_what_they_should():
     mean, std = np.array([1.0, 1.0, 0.5]), np.array([0.1, 1.0, 0.1])
-    assert np.argmax(acquisition("ucb", mean, std, 1.0, kappa=5, xi=0)) == 1   # exploration
-    assert np.argmax(acquisition("ei", mean, std, 1.0, kappa=5, xi=0)) == 1    # same mean, more upside
+    assert np.argmax(acquisition("ucb", mean, std, 1.0, kappa=5, xi=0)) == 1  # exploration
+    assert np.argmax(acquisition("ei", mean, std, 1.0, kappa=5, xi=0)) == 1  # same mean, more upside
     poi = acquisition("poi", np.array([2.0, 0.0]), np.array([0.1, 0.1]), 1.0, kappa=0, xi=0)
     assert poi[0] > 0.99 and poi[1] < 0.01
     assert acquisition("ucb", mean, std, 1.0, kappa=0, xi=0).tolist() == mean.tolist()
@@ -110,11 +120,14 @@ def test_acquisition_functions_prefer_what_they_should():
 # -- Curvefitting ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("curve", [
-    lambda x: 0.9 - 0.5 * x ** -0.8,              # pow3
-    lambda x: 0.1 * np.log(x) + 0.3,              # log-linear
-    lambda x: 0.8 - np.exp(-0.3 * x),             # exp3
-])
+@pytest.mark.parametrize(
+    "curve",
+    [
+        lambda x: 0.9 - 0.5 * x**-0.8,  # pow3
+        lambda x: 0.1 * np.log(x) + 0.3,  # log-linear
+        lambda x: 0.8 - np.exp(-0.3 * x),  # exp3
+    ],
+)
 def test_forecasts_of_clean_curves_land_near_the_truth(curve):
     x = np.arange(1, 9, dtype=float)
     predicted = predict_final(list(curve(x)), 20)
@@ -127,12 +140,15 @@ def test_no_forecast_from_garbage():
     assert predict_final([float("nan")] * 6, 20) is None
 
 
-@pytest.mark.parametrize("predicted, best, direction, stop", [
-    (0.80, 0.90, StudyDirection.MAXIMIZE, True),     # 0.80 < 0.95 * 0.90
-    (0.86, 0.90, StudyDirection.MAXIMIZE, False),
-    (0.30, 0.20, StudyDirection.MINIMIZE, True),     # best 0.20 < 0.95 * 0.30
-    (0.205, 0.20, StudyDirection.MINIMIZE, False),
-])
+@pytest.mark.parametrize(
+    "predicted, best, direction, stop",
+    [
+        (0.80, 0.90, StudyDirection.MAXIMIZE, True),  # 0.80 < 0.95 * 0.90
+        (0.86, 0.90, StudyDirection.MAXIMIZE, False),
+        (0.30, 0.20, StudyDirection.MINIMIZE, True),  # best 0.20 < 0.95 * 0.30
+        (0.205, 0.20, StudyDirection.MINIMIZE, False),
+    ],
+)
 def test_curvefitting_rule(predicted, best, direction, stop):
     assert worse_than_best(predicted, best, 0.95, direction) is stop
 
@@ -151,12 +167,12 @@ def test_curvefitting_pruner_judges_only_at_its_steps():
     study = _study_with_best("maximize", 0.9)
     pruner = CurveFittingPruner(epoch_num=20, start_step=6, threshold=0.95, gap=2)
     flat_low = [0.3] * 5
-    assert bool(pruner.prune(study, _running(flat_low))) is False            # 5 < start_step
-    assert bool(pruner.prune(study, _running([0.3] * 6))) is True            # at start_step
-    assert bool(pruner.prune(study, _running([0.3] * 7))) is False           # between gaps
+    assert bool(pruner.prune(study, _running(flat_low))) is False  # 5 < start_step
+    assert bool(pruner.prune(study, _running([0.3] * 6))) is True  # at start_step
+    assert bool(pruner.prune(study, _running([0.3] * 7))) is False  # between gaps
     assert bool(pruner.prune(study, _running([0.3] * 8))) is True
-    assert bool(pruner.prune(study, _running([0.3] * 20))) is False          # at epoch_num: let it finish
-    rising = [0.5 + 0.025 * i for i in range(6)]                        # heads for ~1.0
+    assert bool(pruner.prune(study, _running([0.3] * 20))) is False  # at epoch_num: let it finish
+    rising = [0.5 + 0.025 * i for i in range(6)]  # heads for ~1.0
     assert bool(pruner.prune(study, _running(rising))) is False
     assert pruner.prune(optuna.create_study(direction="maximize"), _running([0.3] * 6)) is False  # no best yet
 
@@ -166,8 +182,10 @@ def test_curvefitting_pruner_judges_only_at_its_steps():
 
 def _config(tmp_path, extra: str):
     path = tmp_path / "c.yml"
-    path.write_text("searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: 'true'\n"
-                    "trialConcurrency: 1\ntrainingService: {platform: local}\n" + extra)
+    path.write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: 'true'\n"
+        "trialConcurrency: 1\ntrainingService: {platform: local}\n" + extra
+    )
     return load_config(path)
 
 
@@ -179,8 +197,8 @@ def test_medianstop_is_a_median_pruner_judging_from_start_step(tmp_path):
     for _ in range(3):
         study.add_trial(create_trial(value=1.0, intermediate_values={s: 0.5 + s / 20 for s in range(10)}))
     low = [0.1] * 10
-    assert bool(pruner.prune(study, _running(low[:4]))) is False   # 4 results < start_step
-    assert bool(pruner.prune(study, _running(low[:5]))) is True    # judged at the 5th result, as NNI
+    assert bool(pruner.prune(study, _running(low[:4]))) is False  # 4 results < start_step
+    assert bool(pruner.prune(study, _running(low[:5]))) is True  # judged at the 5th result, as NNI
     assert bool(pruner.prune(study, _running([0.9] * 5))) is False
 
 
@@ -200,4 +218,3 @@ def test_no_assessor_no_pruner(tmp_path):
 def test_stop_reason_names_the_assessor(tmp_path):
     config = _config(tmp_path, "tuner: {name: TPE}\nassessor: {name: Curvefitting}\n")
     assert stop_reason(config, 7) == "stopped early by Curvefitting at step 7"
-

@@ -17,28 +17,31 @@ def draw(space_raw: dict, n: int = 400, seed: int = 0) -> list[dict]:
     return [space.sample(study.ask()) for _ in range(n)]
 
 
-@pytest.mark.parametrize("spec, message", [
-    ({"_type": "choice", "_value": []}, "at least one option"),
-    ({"_type": "choice", "_value": 3}, "expected a list"),
-    ({"_type": "randint", "_value": [5, 5]}, "lower < upper"),
-    ({"_type": "randint", "_value": [0.5, 5]}, "integers"),
-    ({"_type": "randint", "_value": [1]}, "takes 2 numbers"),
-    ({"_type": "uniform", "_value": [1, 0]}, "low < high"),
-    ({"_type": "uniform", "_value": ["a", 1]}, "takes 2 numbers"),
-    ({"_type": "quniform", "_value": [0, 1]}, "takes 3 numbers"),
-    ({"_type": "quniform", "_value": [0, 1, 0]}, "q > 0"),
-    ({"_type": "loguniform", "_value": [0, 1]}, "low > 0"),
-    ({"_type": "qloguniform", "_value": [-1, 1, 0.1]}, "low > 0"),
-    ({"_type": "normal", "_value": [0, 0]}, "sigma > 0"),
-    ({"_type": "qnormal", "_value": [0, 1, -1]}, "q > 0"),
-    ({"_type": "lognormal", "_value": [0, -1]}, "sigma > 0"),
-    ({"_type": "qlognormal", "_value": [0, 1]}, "takes 3 numbers"),
-    ({"_type": "gaussian", "_value": [0, 1]}, "unknown type 'gaussian'"),
-    ({"_type": "uniform"}, "expected {_type"),
-    ({"_type": "uniform", "_value": [0, 1], "extra": 1}, "unexpected keys"),
-    ({"_type": "uniform", "_value": [0, float("inf")]}, "takes 2 numbers"),
-    ({"_type": "uniform", "_value": [True, 2]}, "takes 2 numbers"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"_type": "choice", "_value": []}, "at least one option"),
+        ({"_type": "choice", "_value": 3}, "expected a list"),
+        ({"_type": "randint", "_value": [5, 5]}, "lower < upper"),
+        ({"_type": "randint", "_value": [0.5, 5]}, "integers"),
+        ({"_type": "randint", "_value": [1]}, "takes 2 numbers"),
+        ({"_type": "uniform", "_value": [1, 0]}, "low < high"),
+        ({"_type": "uniform", "_value": ["a", 1]}, "takes 2 numbers"),
+        ({"_type": "quniform", "_value": [0, 1]}, "takes 3 numbers"),
+        ({"_type": "quniform", "_value": [0, 1, 0]}, "q > 0"),
+        ({"_type": "loguniform", "_value": [0, 1]}, "low > 0"),
+        ({"_type": "qloguniform", "_value": [-1, 1, 0.1]}, "low > 0"),
+        ({"_type": "normal", "_value": [0, 0]}, "sigma > 0"),
+        ({"_type": "qnormal", "_value": [0, 1, -1]}, "q > 0"),
+        ({"_type": "lognormal", "_value": [0, -1]}, "sigma > 0"),
+        ({"_type": "qlognormal", "_value": [0, 1]}, "takes 3 numbers"),
+        ({"_type": "gaussian", "_value": [0, 1]}, "unknown type 'gaussian'"),
+        ({"_type": "uniform"}, "expected {_type"),
+        ({"_type": "uniform", "_value": [0, 1], "extra": 1}, "unexpected keys"),
+        ({"_type": "uniform", "_value": [0, float("inf")]}, "takes 2 numbers"),
+        ({"_type": "uniform", "_value": [True, 2]}, "takes 2 numbers"),
+    ],
+)
 def test_nni_validation_rules(spec, message):
     with pytest.raises(SearchSpaceError, match=message) as err:
         parse_search_space({"p": spec})
@@ -78,8 +81,14 @@ def test_qloguniform_values_are_multiples_of_q_within_bounds():
 
 
 def test_normal_family_moments():
-    draws = draw({"n": {"_type": "normal", "_value": [3, 2]}, "ln": {"_type": "lognormal", "_value": [0, 0.5]},
-                  "qn": {"_type": "qnormal", "_value": [0, 10, 5]}}, n=2000)
+    draws = draw(
+        {
+            "n": {"_type": "normal", "_value": [3, 2]},
+            "ln": {"_type": "lognormal", "_value": [0, 0.5]},
+            "qn": {"_type": "qnormal", "_value": [0, 10, 5]},
+        },
+        n=2000,
+    )
     normals = [d["n"] for d in draws]
     assert abs(statistics.mean(normals) - 3) < 0.2 and abs(statistics.stdev(normals) - 2) < 0.2
     logs = [math.log(d["ln"]) for d in draws]
@@ -99,10 +108,16 @@ def test_choice_keeps_option_types_and_dicts():
 
 
 def test_nested_choice_produces_nni_shape():
-    raw = {"layer": {"_type": "choice", "_value": [
-        {"_name": "Empty"},
-        {"_name": "Conv", "kernel": {"_type": "choice", "_value": [1, 3]}, "fixed": 9},
-        {"_name": "Pool", "size": {"_type": "randint", "_value": [2, 4]}}]}}
+    raw = {
+        "layer": {
+            "_type": "choice",
+            "_value": [
+                {"_name": "Empty"},
+                {"_name": "Conv", "kernel": {"_type": "choice", "_value": [1, 3]}, "fixed": 9},
+                {"_name": "Pool", "size": {"_type": "randint", "_value": [2, 4]}},
+            ],
+        }
+    }
     draws = draw(raw)
     names = {d["layer"]["_name"] for d in draws}
     assert names == {"Empty", "Conv", "Pool"}
@@ -117,30 +132,49 @@ def test_nested_choice_produces_nni_shape():
 
 
 def test_same_key_in_two_branches_gets_distinct_sampler_names():
-    raw = {"opt": {"_type": "choice", "_value": [
-        {"_name": "a", "lr": {"_type": "uniform", "_value": [0, 1]}},
-        {"_name": "b", "lr": {"_type": "loguniform", "_value": [0.1, 1]}}]}}
+    raw = {
+        "opt": {
+            "_type": "choice",
+            "_value": [
+                {"_name": "a", "lr": {"_type": "uniform", "_value": [0, 1]}},
+                {"_name": "b", "lr": {"_type": "loguniform", "_value": [0.1, 1]}},
+            ],
+        }
+    }
     # would raise in Optuna if both branches used the name "lr" with different distributions
     assert len(draw(raw, n=50)) == 50
 
 
 def test_grid_enumerates_exactly():
-    space = parse_search_space({
-        "a": {"_type": "choice", "_value": ["x", "y"]},
-        "b": {"_type": "randint", "_value": [0, 3]},
-        "c": {"_type": "quniform", "_value": [0, 1, 0.5]},
-    })
+    space = parse_search_space(
+        {
+            "a": {"_type": "choice", "_value": ["x", "y"]},
+            "b": {"_type": "randint", "_value": [0, 3]},
+            "c": {"_type": "quniform", "_value": [0, 1, 0.5]},
+        }
+    )
     grid = list(space.grid())
     assert len(grid) == 2 * 3 * 3
     assert {(g["a"], g["b"], g["c"]) for g in grid} == {
-        (a, b, c) for a in "xy" for b in range(3) for c in (0.0, 0.5, 1.0)}
+        (a, b, c) for a in "xy" for b in range(3) for c in (0.0, 0.5, 1.0)
+    }
 
 
 def test_grid_expands_nested_choices():
-    space = parse_search_space({"l": {"_type": "choice", "_value": [
-        {"_name": "E"}, {"_name": "C", "k": {"_type": "choice", "_value": [1, 2, 3]}}]}})
-    assert list(space.grid()) == [{"l": {"_name": "E"}}, {"l": {"_name": "C", "k": 1}},
-                            {"l": {"_name": "C", "k": 2}}, {"l": {"_name": "C", "k": 3}}]
+    space = parse_search_space(
+        {
+            "l": {
+                "_type": "choice",
+                "_value": [{"_name": "E"}, {"_name": "C", "k": {"_type": "choice", "_value": [1, 2, 3]}}],
+            }
+        }
+    )
+    assert list(space.grid()) == [
+        {"l": {"_name": "E"}},
+        {"l": {"_name": "C", "k": 1}},
+        {"l": {"_name": "C", "k": 2}},
+        {"l": {"_name": "C", "k": 3}},
+    ]
 
 
 def test_grid_refuses_continuous_parameters():

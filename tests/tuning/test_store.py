@@ -1,21 +1,20 @@
 from __future__ import annotations
 
-import optuna
 import math
 import multiprocessing
 from pathlib import Path
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
 from trialflow.config.model import AlgorithmConfig
+from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
-from trialflow.config.search_space import parse_search_space
 from trialflow.tuning.store import ExperimentStore, best_row, safe_url, sqlite_url
 
-SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]},
-                            "k": {"_type": "choice", "_value": [1, 2, 3]}})
+SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}, "k": {"_type": "choice", "_value": [1, 2, 3]}})
 TPE = AlgorithmConfig(name="TPE", class_args={"optimize_mode": "maximize", "seed": 3})
 
 
@@ -47,7 +46,9 @@ def test_seeded_trials_differ_from_each_other_and_reproduce(tmp_path):
 
 def test_grid_search_visits_every_point_once(store):
     grid = AlgorithmConfig(name="GridSearch", class_args={"seed": 1})
-    space = parse_search_space({"a": {"_type": "choice", "_value": [1, 2, 3]}, "b": {"_type": "randint", "_value": [0, 2]}})
+    space = parse_search_space(
+        {"a": {"_type": "choice", "_value": [1, 2, 3]}, "b": {"_type": "randint", "_value": [0, 2]}}
+    )
     store.open_experiment("grid", grid, space)
     study = "grid"
     seen = []
@@ -90,8 +91,12 @@ def test_intermediate_results_are_idempotent_per_sequence(store):
     store.open_experiment("exp", TPE, SPACE)
     study = "exp"
     sid = store.ask(study, 0, "t0", TPE, SPACE).storage_id
-    metrics = [Metric("PERIODICAL", 0, 0.1), Metric("PERIODICAL", 1, {"default": 0.2, "x": 1}),
-               Metric("PERIODICAL", 2, float("nan")), Metric("FINAL", 0, 0.9)]
+    metrics = [
+        Metric("PERIODICAL", 0, 0.1),
+        Metric("PERIODICAL", 1, {"default": 0.2, "x": 1}),
+        Metric("PERIODICAL", 2, float("nan")),
+        Metric("FINAL", 0, 0.9),
+    ]
     store.record_metrics(sid, metrics)
     store.record_metrics(sid, metrics[:2])  # re-read after a restart
     frozen = store.storage.get_trial(sid)
@@ -152,7 +157,8 @@ def _ask_same_index(url: str, index: int, barrier_path: str) -> None:
         pass
     asked = store.ask(study, index, f"t{index}", TPE, SPACE)
     Path(barrier_path + f".{asked.storage_id}.{multiprocessing.current_process().pid}").write_text(
-        repr(asked.parameters))
+        repr(asked.parameters)
+    )
 
 
 def test_racing_asks_for_one_index_agree_on_one_trial(tmp_path):

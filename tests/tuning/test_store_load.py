@@ -8,7 +8,6 @@ default, and PostgreSQL from Debian's packages).
 
 from __future__ import annotations
 
-import optuna
 import asyncio
 import multiprocessing
 import sys
@@ -16,6 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
+import optuna
 import pytest
 import sqlalchemy as sa
 
@@ -45,9 +45,11 @@ trial.report_final_result({{"default": float(seq), "steps": {reports}}})
 def _config(folder: Path) -> Path:
     (folder / "trial.py").write_text(TRIAL.format(reports=REPORTS))
     path = folder / "config.yml"
-    path.write_text(f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {sys.executable} trial.py\n"
-                    f"trialConcurrency: {TRIALS}\nmaxTrialNumber: {TRIALS}\ntuner: {{name: TPE, classArgs: {{seed: 1}}}}\n"
-                    "trainingService: {platform: local}\n")
+    path.write_text(
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {sys.executable} trial.py\n"
+        f"trialConcurrency: {TRIALS}\nmaxTrialNumber: {TRIALS}\ntuner: {{name: TPE, classArgs: {{seed: 1}}}}\n"
+        "trainingService: {platform: local}\n"
+    )
     return path
 
 
@@ -62,8 +64,9 @@ def _follower(config_path: str, url: str, indexes: list[int], errors: str) -> No
         platform.prepare_sync(EXPERIMENT)
 
         async def one(index: int) -> None:
-            asked = await asyncio.to_thread(store.ask, study, index, trial_id_for(EXPERIMENT, index),
-                                            experiment.algorithm, experiment.space)
+            asked = await asyncio.to_thread(
+                store.ask, study, index, trial_id_for(EXPERIMENT, index), experiment.algorithm, experiment.space
+            )
             handle = await platform.submit(experiment.trial_spec(index, asked.number, asked.parameters))
             outcome = await follow_trial(platform, store, handle, asked.storage_id, poll_interval=0.2)
             final = store.storage.get_trial(asked.storage_id).user_attrs.get("final_metric")
@@ -83,8 +86,10 @@ def _load(tmp_path: Path, url: str) -> ExperimentStore:
     config = _config(tmp_path)
     ctx = multiprocessing.get_context("spawn")
     errors = [tmp_path / f"errors.{i}" for i in range(FOLLOWERS)]
-    procs = [ctx.Process(target=_follower, args=(str(config), url, list(range(i, TRIALS, FOLLOWERS)), str(errors[i])))
-             for i in range(FOLLOWERS)]
+    procs = [
+        ctx.Process(target=_follower, args=(str(config), url, list(range(i, TRIALS, FOLLOWERS)), str(errors[i])))
+        for i in range(FOLLOWERS)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -98,8 +103,9 @@ def _load(tmp_path: Path, url: str) -> ExperimentStore:
 def _check(store: ExperimentStore) -> None:
     rows = store.trial_rows(EXPERIMENT)
     assert [r["trial_index"] for r in rows] == list(range(TRIALS))
-    assert [(r["trial_index"], r["status"], r["message"]) for r in rows
-            if r["status"] != TrialStatus.SUCCEEDED.value] == []
+    assert [
+        (r["trial_index"], r["status"], r["message"]) for r in rows if r["status"] != TrialStatus.SUCCEEDED.value
+    ] == []
     assert [r["final_metric"] for r in rows] == [float(i) for i in range(TRIALS)]
     assert all(r["final_extra"] == {"steps": REPORTS} for r in rows)
     study = optuna.load_study(study_name=EXPERIMENT, storage=store.storage)
@@ -108,9 +114,12 @@ def _check(store: ExperimentStore) -> None:
         # nothing lost, nothing out of place: every step once, with its own value
         assert trial.intermediate_values == {s: seq + s / 1000 for s in range(REPORTS)}
     with store.storage.engine.connect() as conn:
-        duplicates = conn.execute(sa.text(
-            "SELECT trial_id, step, COUNT(*) FROM trial_intermediate_values GROUP BY trial_id, step "
-            "HAVING COUNT(*) > 1")).fetchall()
+        duplicates = conn.execute(
+            sa.text(
+                "SELECT trial_id, step, COUNT(*) FROM trial_intermediate_values GROUP BY trial_id, step "
+                "HAVING COUNT(*) > 1"
+            )
+        ).fetchall()
         total = conn.execute(sa.text("SELECT COUNT(*) FROM trial_intermediate_values")).scalar_one()
     assert duplicates == []
     assert total == TRIALS * REPORTS
@@ -133,7 +142,9 @@ def _open_store(url: str, go: str, done: str) -> None:
 
 def test_workers_creating_the_tables_at_once_on_postgresql(tmp_path: Path, postgres_url: str):
     """Eight workers start on an empty database together; all of them get a working store."""
-    admin = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(
+        postgres_url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
+    )
     with admin.connect() as conn:
         conn.execute(sa.text("CREATE DATABASE fresh_tables"))
     admin.dispose()

@@ -10,6 +10,7 @@ import optuna
 import pytest
 
 from trialflow.config.model import AlgorithmConfig
+from trialflow.config.search_space import ALL_TYPES, parse_search_space
 from trialflow.tuning.algorithms import (
     CATALOGUE,
     UnsupportedAlgorithm,
@@ -18,7 +19,6 @@ from trialflow.tuning.algorithms import (
     check_algorithms,
     names,
 )
-from trialflow.config.search_space import ALL_TYPES, parse_search_space
 from trialflow.tuning.tuners import BUDGET_KEY, INDEX_PARAM, make_sampler, sample_parameters
 
 #: One parameter of each NNI type, and what a valid value of it is.
@@ -26,21 +26,33 @@ TYPE_SPECS: dict[str, tuple[dict[str, Any], Any]] = {
     "choice": ({"_type": "choice", "_value": ["a", 2, 3.5]}, lambda v: v in ("a", 2, 3.5)),
     "randint": ({"_type": "randint", "_value": [-3, 4]}, lambda v: isinstance(v, int) and -3 <= v < 4),
     "uniform": ({"_type": "uniform", "_value": [-1.5, 2.5]}, lambda v: -1.5 <= v <= 2.5),
-    "quniform": ({"_type": "quniform", "_value": [0, 10, 2.5]},
-                 lambda v: 0 <= v <= 10 and math.isclose(v / 2.5, round(v / 2.5))),
+    "quniform": (
+        {"_type": "quniform", "_value": [0, 10, 2.5]},
+        lambda v: 0 <= v <= 10 and math.isclose(v / 2.5, round(v / 2.5)),
+    ),
     "loguniform": ({"_type": "loguniform", "_value": [1e-4, 1e-1]}, lambda v: 1e-4 <= v <= 1e-1),
-    "qloguniform": ({"_type": "qloguniform", "_value": [1, 100, 5]},
-                    lambda v: 1 <= v <= 100 and (v in (1, 100) or math.isclose(v / 5, round(v / 5)))),
+    "qloguniform": (
+        {"_type": "qloguniform", "_value": [1, 100, 5]},
+        lambda v: 1 <= v <= 100 and (v in (1, 100) or math.isclose(v / 5, round(v / 5))),
+    ),
     "normal": ({"_type": "normal", "_value": [10, 2]}, lambda v: math.isfinite(v) and -10 < v < 30),
-    "qnormal": ({"_type": "qnormal", "_value": [10, 2, 0.5]},
-                lambda v: math.isclose(v / 0.5, round(v / 0.5)) and -10 < v < 30),
+    "qnormal": (
+        {"_type": "qnormal", "_value": [10, 2, 0.5]},
+        lambda v: math.isclose(v / 0.5, round(v / 0.5)) and -10 < v < 30,
+    ),
     "lognormal": ({"_type": "lognormal", "_value": [0, 1]}, lambda v: v > 0),
-    "qlognormal": ({"_type": "qlognormal", "_value": [1, 1, 2]},
-                   lambda v: v >= 0 and math.isclose(v / 2, round(v / 2))),
+    "qlognormal": (
+        {"_type": "qlognormal", "_value": [1, 1, 2]},
+        lambda v: v >= 0 and math.isclose(v / 2, round(v / 2)),
+    ),
 }
-NESTED = {"_type": "choice", "_value": [
-    {"_name": "linear", "lr": {"_type": "quniform", "_value": [0, 1, 0.25]}},
-    {"_name": "conv", "k": {"_type": "randint", "_value": [1, 4]}, "fixed": 7}]}
+NESTED = {
+    "_type": "choice",
+    "_value": [
+        {"_name": "linear", "lr": {"_type": "quniform", "_value": [0, 1, 0.25]}},
+        {"_name": "conv", "k": {"_type": "randint", "_value": [1, 4]}, "fixed": 7},
+    ],
+}
 PARAMETER_TUNERS = [s.name for s in CATALOGUE if s.role in ("tuner", "advisor") and s.name != "BatchTuner"]
 
 
@@ -49,8 +61,9 @@ def _objective(params: dict[str, Any]) -> float:
     return sum(hash(repr(v)) % 1000 for v in params.values()) / 1000.0
 
 
-def run_tuner(algorithm: AlgorithmConfig, raw_space: dict[str, Any], n: int,
-              pruner: optuna.pruners.BasePruner | None = None) -> list[dict[str, Any]]:
+def run_tuner(
+    algorithm: AlgorithmConfig, raw_space: dict[str, Any], n: int, pruner: optuna.pruners.BasePruner | None = None
+) -> list[dict[str, Any]]:
     """Ask like production (a fresh sampler per trial, seeded seed + index) and tell the result."""
     space = parse_search_space(raw_space)
     study = optuna.create_study(direction="maximize", pruner=pruner)
@@ -71,17 +84,41 @@ def _algo(name: str, **class_args: Any) -> AlgorithmConfig:
 # -- names ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, canonical", [
-    ("TPE", "TPE"), ("tpe", "TPE"), ("Random", "Random"), ("random_search", "Random"), ("GridSearch", "GridSearch"),
-    ("grid_search", "GridSearch"), ("Anneal", "Anneal"), ("Evolution", "Evolution"), ("GP", "GP"),
-    ("GPTuner", "GP"), ("BatchTuner", "BatchTuner"), ("Hyperband", "Hyperband"), ("BOHB", "BOHB")])
+@pytest.mark.parametrize(
+    "name, canonical",
+    [
+        ("TPE", "TPE"),
+        ("tpe", "TPE"),
+        ("Random", "Random"),
+        ("random_search", "Random"),
+        ("GridSearch", "GridSearch"),
+        ("grid_search", "GridSearch"),
+        ("Anneal", "Anneal"),
+        ("Evolution", "Evolution"),
+        ("GP", "GP"),
+        ("GPTuner", "GP"),
+        ("BatchTuner", "BatchTuner"),
+        ("Hyperband", "Hyperband"),
+        ("BOHB", "BOHB"),
+    ],
+)
 def test_supported_names(name, canonical):
     assert canonical_tuner_name(AlgorithmConfig(name=name)) == canonical
 
 
-@pytest.mark.parametrize("name, closest", [
-    ("SMAC", "TPE"), ("MetisTuner", "GP"), ("DNGOTuner", "GP"), ("PBTTuner", "Evolution"), ("PPOTuner", "Evolution"),
-    ("NetworkMorphism", "Evolution"), ("RegularizedEvolution", "Evolution"), ("TPEE", "TPE")])
+@pytest.mark.parametrize(
+    "name, closest",
+    [
+        ("SMAC", "TPE"),
+        ("MetisTuner", "GP"),
+        ("DNGOTuner", "GP"),
+        ("PBTTuner", "Evolution"),
+        ("PPOTuner", "Evolution"),
+        ("NetworkMorphism", "Evolution"),
+        ("RegularizedEvolution", "Evolution"),
+        ("TPEE", "TPE"),
+    ],
+)
 def test_unsupported_names_say_the_closest_choice(name, closest):
     with pytest.raises(UnsupportedAlgorithm, match=f"closest supported choice is '{closest}'"):
         canonical_tuner_name(AlgorithmConfig(name=name))
@@ -93,18 +130,34 @@ def test_custom_class_is_refused_with_the_supported_names():
 
 
 def test_an_algorithm_in_the_wrong_role_says_what_it_is():
-    problems = check_algorithms(AlgorithmConfig(name="Medianstop"), None, AlgorithmConfig(name="TPE"),
-                                parse_search_space({"x": TYPE_SPECS["uniform"][0]}))
-    assert ("tuner", "'Medianstop' is an assessor, not a tuner; supported tuners: "
-            "TPE, Random, GridSearch, BatchTuner, Anneal, Evolution, GP") in problems
+    problems = check_algorithms(
+        AlgorithmConfig(name="Medianstop"),
+        None,
+        AlgorithmConfig(name="TPE"),
+        parse_search_space({"x": TYPE_SPECS["uniform"][0]}),
+    )
+    assert (
+        "tuner",
+        "'Medianstop' is an assessor, not a tuner; supported tuners: "
+        "TPE, Random, GridSearch, BatchTuner, Anneal, Evolution, GP",
+    ) in problems
     assert any(key == "assessor" and "'TPE' is a tuner, not a assessor" in m for key, m in problems)
 
 
 def test_unknown_assessor_names_the_closest():
-    problems = check_algorithms(AlgorithmConfig(name="TPE"), None, AlgorithmConfig(name="MedianStopper"),
-                                parse_search_space({"x": TYPE_SPECS["uniform"][0]}))
-    assert problems == [("assessor", "assessor 'MedianStopper' is not supported; the closest supported choice "
-                         "is 'Medianstop' (supported: Medianstop, Curvefitting)")]
+    problems = check_algorithms(
+        AlgorithmConfig(name="TPE"),
+        None,
+        AlgorithmConfig(name="MedianStopper"),
+        parse_search_space({"x": TYPE_SPECS["uniform"][0]}),
+    )
+    assert problems == [
+        (
+            "assessor",
+            "assessor 'MedianStopper' is not supported; the closest supported choice "
+            "is 'Medianstop' (supported: Medianstop, Curvefitting)",
+        )
+    ]
 
 
 # -- search-space types --------------------------------------------------------------------
@@ -116,8 +169,12 @@ def test_every_tuner_samples_valid_values_or_refuses_the_type(name, kind):
     spec = algorithm_spec(AlgorithmConfig(name=name), "advisor" if name in names("advisor") else "tuner")
     raw, valid = TYPE_SPECS[kind]
     space = {"p": raw, "x": {"_type": "uniform", "_value": [0, 1]}}
-    problems = check_algorithms(None if spec.role == "advisor" else _algo(name),
-                                _algo(name) if spec.role == "advisor" else None, None, parse_search_space(space))
+    problems = check_algorithms(
+        None if spec.role == "advisor" else _algo(name),
+        _algo(name) if spec.role == "advisor" else None,
+        None,
+        parse_search_space(space),
+    )
     if name == "GridSearch":
         space = {"p": raw}
         problems = check_algorithms(_algo(name), None, None, parse_search_space(space))
@@ -139,8 +196,11 @@ def test_nested_choices_are_sampled_or_refused(name):
     spec = algorithm_spec(AlgorithmConfig(name=name), "advisor" if name in names("advisor") else "tuner")
     space = {"model": NESTED}
     algo = _algo(name)
-    problems = check_algorithms(None, algo, None, parse_search_space(space)) if spec.role == "advisor" else \
-        check_algorithms(algo, None, None, parse_search_space(space))
+    problems = (
+        check_algorithms(None, algo, None, parse_search_space(space))
+        if spec.role == "advisor"
+        else check_algorithms(algo, None, None, parse_search_space(space))
+    )
     if not spec.nested:
         assert problems == [("searchSpace.model", f"{name} does not support nested choices (options with _name)")]
         return
@@ -173,8 +233,13 @@ def test_batch_tuner_runs_exactly_the_listed_combinations():
 
 def test_batch_tuner_refuses_any_other_space():
     problems = check_algorithms(_algo("BatchTuner"), None, None, parse_search_space({"x": TYPE_SPECS["choice"][0]}))
-    assert problems == [("searchSpace", "BatchTuner needs a search space with exactly one key, combine_params: "
-                                        "{_type: choice, _value: [<parameter dict>, ...]}")]
+    assert problems == [
+        (
+            "searchSpace",
+            "BatchTuner needs a search space with exactly one key, combine_params: "
+            "{_type: choice, _value: [<parameter dict>, ...]}",
+        )
+    ]
 
 
 def test_indexed_tuners_record_the_point_for_the_dashboard():
@@ -190,15 +255,27 @@ def test_indexed_tuners_record_the_point_for_the_dashboard():
 
 # -- seeds and classArgs -------------------------------------------------------------------
 
-SEED_SPACE = {"x": {"_type": "uniform", "_value": [-5, 5]}, "y": {"_type": "loguniform", "_value": [1e-3, 1]},
-              "k": {"_type": "choice", "_value": ["a", "b", "c"]}, "n": {"_type": "randint", "_value": [0, 8]}}
+SEED_SPACE = {
+    "x": {"_type": "uniform", "_value": [-5, 5]},
+    "y": {"_type": "loguniform", "_value": [1e-3, 1]},
+    "k": {"_type": "choice", "_value": ["a", "b", "c"]},
+    "n": {"_type": "randint", "_value": [0, 8]},
+}
 
 
 @pytest.mark.parametrize("name", ["TPE", "Random", "Anneal", "Evolution", "GP", "Hyperband", "BOHB"])
 def test_seeds_reproduce_and_differ(name):
-    extra = {"tpe_args": {"n_startup_jobs": 4}} if name == "TPE" else \
-        {"cold_start_num": 4, "selection_num_warm_up": 200} if name == "GP" else \
-        {"population_size": 4} if name == "Evolution" else {"min_points_in_model": 4} if name == "BOHB" else {}
+    extra = (
+        {"tpe_args": {"n_startup_jobs": 4}}
+        if name == "TPE"
+        else {"cold_start_num": 4, "selection_num_warm_up": 200}
+        if name == "GP"
+        else {"population_size": 4}
+        if name == "Evolution"
+        else {"min_points_in_model": 4}
+        if name == "BOHB"
+        else {}
+    )
     first = run_tuner(_algo(name, seed=11, **extra), SEED_SPACE, 10)
     again = run_tuner(_algo(name, seed=11, **extra), SEED_SPACE, 10)
     other = run_tuner(_algo(name, seed=12, **extra), SEED_SPACE, 10)
@@ -213,23 +290,30 @@ def test_advisors_hand_trials_their_budget():
     assert run_tuner(_algo("BOHB", min_budget=1, max_budget=9), SEED_SPACE, 1)[0][BUDGET_KEY] == 9
 
 
-@pytest.mark.parametrize("name, args, key, fragment", [
-    ("TPE", {"optimize_mode": "maximise"}, "tuner.classArgs.optimize_mode", "expected maximize or minimize"),
-    ("TPE", {"tpe_args": {"gama": 0.2}}, "tuner.classArgs.tpe_args.gama", "unknown tpe_args key"),
-    ("TPE", {"tpe_args": {"n_startup_jobs": -1}}, "tuner.classArgs.tpe_args.n_startup_jobs", "integer >= 0"),
-    ("Evolution", {"population_size": 1}, "tuner.classArgs.population_size", "integer >= 2"),
-    ("GP", {"utility": "pi"}, "tuner.classArgs.utility", "one of 'ei', 'ucb', 'poi'"),
-    ("Random", {"population_size": 8}, "tuner.classArgs.population_size", "Random has no classArg"),
-    ("Anneal", {"seed": "7"}, "tuner.classArgs.seed", "integer seed"),
-])
+@pytest.mark.parametrize(
+    "name, args, key, fragment",
+    [
+        ("TPE", {"optimize_mode": "maximise"}, "tuner.classArgs.optimize_mode", "expected maximize or minimize"),
+        ("TPE", {"tpe_args": {"gama": 0.2}}, "tuner.classArgs.tpe_args.gama", "unknown tpe_args key"),
+        ("TPE", {"tpe_args": {"n_startup_jobs": -1}}, "tuner.classArgs.tpe_args.n_startup_jobs", "integer >= 0"),
+        ("Evolution", {"population_size": 1}, "tuner.classArgs.population_size", "integer >= 2"),
+        ("GP", {"utility": "pi"}, "tuner.classArgs.utility", "one of 'ei', 'ucb', 'poi'"),
+        ("Random", {"population_size": 8}, "tuner.classArgs.population_size", "Random has no classArg"),
+        ("Anneal", {"seed": "7"}, "tuner.classArgs.seed", "integer seed"),
+    ],
+)
 def test_bad_class_args_name_the_key(name, args, key, fragment):
     problems = check_algorithms(_algo(name, **args), None, None, parse_search_space(SEED_SPACE))
     assert any(k == key and fragment in m for k, m in problems), problems
 
 
 def test_nni_class_args_without_an_effect_here_are_accepted():
-    problems = check_algorithms(None, _algo("BOHB", top_n_percent=15, random_fraction=0.33, min_budget=1,
-                                            max_budget=27), None, parse_search_space(SEED_SPACE))
+    problems = check_algorithms(
+        None,
+        _algo("BOHB", top_n_percent=15, random_fraction=0.33, min_budget=1, max_budget=27),
+        None,
+        parse_search_space(SEED_SPACE),
+    )
     assert problems == []
 
 
@@ -239,8 +323,10 @@ def test_bohb_budgets_must_grow():
 
 
 def test_tpe_args_reach_the_sampler():
-    sampler = make_sampler(_algo("TPE", tpe_args={"n_startup_jobs": 3, "n_ei_candidates": 7, "gamma": 0.5,
-                                                  "constant_liar_type": None}), parse_search_space(SEED_SPACE))
+    sampler = make_sampler(
+        _algo("TPE", tpe_args={"n_startup_jobs": 3, "n_ei_candidates": 7, "gamma": 0.5, "constant_liar_type": None}),
+        parse_search_space(SEED_SPACE),
+    )
     assert sampler._n_startup_trials == 3
     assert sampler._n_ei_candidates == 7
     assert sampler._gamma(10) == 5

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ from tests.integration.conftest import PY, Harness
 from trialflow.platforms.base import experiment_id_for
 
 CHROMIUM = os.environ.get("TRIALFLOW_CHROMIUM", "/usr/bin/chromium")
-XSS = "<img src=x onerror=\"window.__xss=1\">"
+XSS = '<img src=x onerror="window.__xss=1">'
 TRIAL = """\
 import random, sys, time
 from trialflow import trial
@@ -48,8 +49,9 @@ class UiSetup:
         return self.harness.airflow.base_url
 
     def token(self, user: str) -> str:
-        response = httpx.post(f"{self.base}/auth/token", json={"username": user, "password": self.passwords[user]},
-                              timeout=10)
+        response = httpx.post(
+            f"{self.base}/auth/token", json={"username": user, "password": self.passwords[user]}, timeout=10
+        )
         response.raise_for_status()
         return response.json()["access_token"]
 
@@ -94,9 +96,19 @@ def browser() -> Iterator[Any]:
     if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
         pytest.skip(f"Chromium not found at {CHROMIUM} (Debian package chromium; .ci/run installs it)")
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--disable-quic",
+            ],
+        )
         try:
             yield browser
         finally:
@@ -105,8 +117,9 @@ def browser() -> Iterator[Any]:
 
 def login(browser: Any, ui: UiSetup, user: str = "trialflow", dark: bool = False) -> Any:
     """A page logged in to Airflow through its own login form."""
-    context = browser.new_context(viewport={"width": 1500, "height": 1100}, accept_downloads=True,
-                                  color_scheme="dark" if dark else "light")
+    context = browser.new_context(
+        viewport={"width": 1500, "height": 1100}, accept_downloads=True, color_scheme="dark" if dark else "light"
+    )
     page = context.new_page()
     page.errors = []
     page.on("pageerror", lambda exc: page.errors.append(str(exc)))

@@ -14,12 +14,19 @@ pytestmark = pytest.mark.integration
 
 
 def test_no_session_is_401_on_every_data_route(ui: UiSetup):
-    for path in ("experiments", f"experiments/{ui.experiment_id}", f"experiments/{ui.experiment_id}/trials",
-                 f"experiments/{ui.experiment_id}/chart", f"experiments/{ui.experiment_id}/trials/0",
-                 f"experiments/{ui.experiment_id}/export.csv", "resolve?dag_id=x&run_id=y"):
+    for path in (
+        "experiments",
+        f"experiments/{ui.experiment_id}",
+        f"experiments/{ui.experiment_id}/trials",
+        f"experiments/{ui.experiment_id}/chart",
+        f"experiments/{ui.experiment_id}/trials/0",
+        f"experiments/{ui.experiment_id}/export.csv",
+        "resolve?dag_id=x&run_id=y",
+    ):
         assert ui.get(path, user=None).status_code == 401, path
-    forged = httpx.get(f"{ui.base}/trialflow/api/experiments", headers={"Authorization": "Bearer not-a-token"},
-                       timeout=10)
+    forged = httpx.get(
+        f"{ui.base}/trialflow/api/experiments", headers={"Authorization": "Bearer not-a-token"}, timeout=10
+    )
     assert forged.status_code in (401, 403)
     assert httpx.get(f"{ui.base}/trialflow/static/trialflow.js", timeout=10).status_code == 200  # code, no data
 
@@ -29,9 +36,14 @@ def test_a_user_sees_only_experiments_of_dags_they_may_read(ui: UiSetup):
     limited = {e["experiment_id"] for e in ui.get("experiments", user="limited").json()["experiments"]}
     assert {ui.experiment_id, ui.private_id} <= admin
     assert ui.experiment_id in limited and ui.private_id not in limited
-    for path in (f"experiments/{ui.private_id}", f"experiments/{ui.private_id}/trials",
-                 f"experiments/{ui.private_id}/trials/0", f"experiments/{ui.private_id}/export.csv",
-                 f"experiments/{ui.private_id}/curves", f"experiments/{ui.private_id}/importance"):
+    for path in (
+        f"experiments/{ui.private_id}",
+        f"experiments/{ui.private_id}/trials",
+        f"experiments/{ui.private_id}/trials/0",
+        f"experiments/{ui.private_id}/export.csv",
+        f"experiments/{ui.private_id}/curves",
+        f"experiments/{ui.private_id}/importance",
+    ):
         assert ui.get(path, user="limited").status_code == 403, path
     assert ui.get("resolve", user="limited", dag_id="it_ui_private", run_id="r1").status_code == 403
     assert ui.get(f"experiments/{ui.private_id}").status_code == 200
@@ -46,9 +58,12 @@ def test_list_and_summary_describe_the_run(ui: UiSetup):
     assert gone["dag_exists"] is False and gone["state"] == "running"
     summary = ui.get(f"experiments/{ui.experiment_id}").json()
     assert summary["config"]["maxTrialNumber"] == 8 and summary["config"]["trialConcurrency"] == 3
-    assert summary["best"]["metric"] == max(r["metric"] for r in ui.get(
-        f"experiments/{ui.experiment_id}/trials", status="SUCCEEDED").json()["rows"])
-    assert summary["links"]["dag_run"].endswith(f"/dags/{ui.dag_id}/runs/{ui.run_id.replace(':', '%3A').replace('+', '%2B')}")
+    assert summary["best"]["metric"] == max(
+        r["metric"] for r in ui.get(f"experiments/{ui.experiment_id}/trials", status="SUCCEEDED").json()["rows"]
+    )
+    assert summary["links"]["dag_run"].endswith(
+        f"/dags/{ui.dag_id}/runs/{ui.run_id.replace(':', '%3A').replace('+', '%2B')}"
+    )
 
 
 def test_trials_sort_filter_search_and_page_on_the_server(ui: UiSetup):
@@ -71,7 +86,7 @@ def test_trial_detail_links_curves_importance(ui: UiSetup):
     detail = ui.get(f"experiments/{ui.experiment_id}/trials/2").json()
     assert len(detail["intermediate"]) == 6 and detail["final_extra"] == {"loss": 0.1}
     labels = {link["label"]: link["href"] for link in detail["links"]}
-    assert labels["Task instance"].endswith(f"/tasks/trial/mapped/2")
+    assert labels["Task instance"].endswith("/tasks/trial/mapped/2")
     assert labels["Platform"] == f"https://platform.example/jobs/{ui.experiment_id}/{ui.experiment_id}-0002"
     assert {part["name"] for part in detail["log"]} >= {"stdout", "stderr"}
     failed = ui.get(f"experiments/{ui.experiment_id}/trials/3").json()
@@ -91,8 +106,10 @@ def test_exports_are_safe_for_spreadsheets(ui: UiSetup):
     for row in rows:
         for value in row.values():
             assert not value.startswith(("=", "+", "-", "@")), value
-    raw = {r["trial_index"]: r["parameters"]["act"] for r in ui.get(
-        f"experiments/{ui.experiment_id}/trials").json()["rows"]}
+    raw = {
+        r["trial_index"]: r["parameters"]["act"]
+        for r in ui.get(f"experiments/{ui.experiment_id}/trials").json()["rows"]
+    }
     for row in rows:
         act = raw[int(row["trial_index"])]
         assert row["param:act"] == ("'" + act if act.startswith("=") else act)
@@ -101,8 +118,9 @@ def test_exports_are_safe_for_spreadsheets(ui: UiSetup):
 
 
 def test_trial_tasks_carry_trial_and_platform_links(ui: UiSetup):
-    links = ui.harness.airflow.api("GET", f"/dags/{ui.dag_id}/dagRuns/{ui.run_id}/taskInstances/trial/links",
-                                   params={"map_index": 2}).json()["extra_links"]
+    links = ui.harness.airflow.api(
+        "GET", f"/dags/{ui.dag_id}/dagRuns/{ui.run_id}/taskInstances/trial/links", params={"map_index": 2}
+    ).json()["extra_links"]
     assert links["Trial"].startswith("/plugin/trialflow?") and "map_index=2" in links["Trial"]
     assert links["Platform"] == f"https://platform.example/jobs/{ui.experiment_id}/{ui.experiment_id}-0002"
     resolved = ui.get("resolve", dag_id=ui.dag_id, run_id=ui.run_id, map_index=2).json()

@@ -21,9 +21,15 @@ def test_the_committed_bundle_is_the_build_of_the_source(tmp_path: Path):
     if not (UI / "node_modules" / ".package-lock.json").exists():
         subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=UI, check=True, capture_output=True, timeout=600)
     out = tmp_path / "static"
-    result = subprocess.run([npm, "exec", "--", "vite", "build", "--outDir", str(out), "--emptyOutDir"], cwd=UI,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [npm, "exec", "--", "vite", "build", "--outDir", str(out), "--emptyOutDir"],
+        cwd=UI,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     built = (out / "trialflow.js").read_bytes()
-    assert built == BUNDLE.read_bytes(), ("trialflow/ui/static/trialflow.js is not the build of ui/src: "
-                                         "run `make ui` and commit the result")
+    assert built == BUNDLE.read_bytes(), (
+        "trialflow/ui/static/trialflow.js is not the build of ui/src: run `make ui` and commit the result"
+    )

@@ -32,11 +32,14 @@ def canvas_drawn(page: Any, selector: str, timeout: float = 20.0) -> bool:
     page.wait_for_selector(f"{selector} canvas", timeout=timeout * 1000)
     deadline = time.monotonic() + timeout
     while True:
-        drawn = page.eval_on_selector_all(f"{selector} canvas", """cs => {
+        drawn = page.eval_on_selector_all(
+            f"{selector} canvas",
+            """cs => {
             let n = 0;  // every canvas of the chart: ECharts may draw on several layers
             for (const c of cs) { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
               for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; }
-            return n; }""")
+            return n; }""",
+        )
         if drawn > 3000 or time.monotonic() > deadline:
             return drawn > 3000
         time.sleep(0.3)
@@ -103,11 +106,17 @@ def test_trial_table_sort_filter_select_compare_and_csv(browser, ui: UiSetup, tm
 
 def test_trial_page_from_the_task_extra_link(browser, ui: UiSetup):
     page = login(browser, ui)
-    links = ui.harness.airflow.api("GET", f"/dags/{ui.dag_id}/dagRuns/{ui.run_id}/taskInstances/trial/links",
-                                   params={"map_index": 2}).json()["extra_links"]
+    links = ui.harness.airflow.api(
+        "GET", f"/dags/{ui.dag_id}/dagRuns/{ui.run_id}/taskInstances/trial/links", params={"map_index": 2}
+    ).json()["extra_links"]
     page.goto(ui.base + links["Trial"])
     page.wait_for_selector("[data-testid=trial-page]", timeout=30000)
-    assert "Trial 2" in page.locator("[data-testid=trial-page] h2, [data-testid=trial-page] h3, [data-testid=trial-page]").first.inner_text()
+    assert (
+        "Trial 2"
+        in page.locator(
+            "[data-testid=trial-page] h2, [data-testid=trial-page] h3, [data-testid=trial-page]"
+        ).first.inner_text()
+    )
     assert canvas_drawn(page, "[data-testid=trial-page]")
     assert page.locator("[data-testid=log-stdout]").count() == 1
     assert page.locator("[data-testid=link-Platform]").get_attribute("href").startswith("https://platform.example/")
@@ -123,10 +132,13 @@ def test_dark_theme_applies(browser, ui: UiSetup):
     page.wait_for_selector("[data-testid=summary]", timeout=30000)
     assert page.evaluate("document.documentElement.classList.contains('dark')")
     # the panel's colour as RGB, whatever CSS colour space Chakra wrote it in (oklch here)
-    channels = page.eval_on_selector("[data-testid=summary]", """e => {
+    channels = page.eval_on_selector(
+        "[data-testid=summary]",
+        """e => {
         const c = document.createElement('canvas').getContext('2d');
         c.fillStyle = getComputedStyle(e).backgroundColor; c.fillRect(0, 0, 1, 1);
-        return Array.from(c.getImageData(0, 0, 1, 1).data).slice(0, 3); }""")
+        return Array.from(c.getImageData(0, 0, 1, 1).data).slice(0, 3); }""",
+    )
     assert sum(channels) < 3 * 80, channels  # a dark panel, not a light one
     assert canvas_drawn(page, "[data-testid=chart-history]")
     shot(page, "experiment-dark")
@@ -161,11 +173,20 @@ def test_pages_work_under_a_path_prefix(browser, ui: UiSetup):
 
     airflow = ui.harness.airflow
     port = free_port()
-    env = {**airflow.env(), "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}/airflow"}
+    env = {
+        **airflow.env(),
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}/airflow",
+    }
     log = open(airflow.home / "logs" / "api-server-prefix.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--port", str(port), "--host", "127.0.0.1"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow", "api-server", "--port", str(port), "--host", "127.0.0.1"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         import httpx
 
@@ -213,16 +234,22 @@ def test_a_running_experiment_refreshes_by_itself(browser, ui: UiSetup):
     """Trials finish while the page is open: counts and the table move without a reload."""
     from tests.integration.conftest import PY
 
-    slow = ("import time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-            "time.sleep(4)\ntrial.report_final_result(p['x'])\n")
-    dag_id, _ = ui.harness.experiment("ui_live", f"""\
+    slow = (
+        "import time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        "time.sleep(4)\ntrial.report_final_result(p['x'])\n"
+    )
+    dag_id, _ = ui.harness.experiment(
+        "ui_live",
+        f"""\
 searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
 trialCommand: {PY} slow.py
 trialConcurrency: 2
 maxTrialNumber: 6
 tuner: {{name: Random}}
 trainingService: {{platform: local}}
-""", {"slow.py": slow})
+""",
+        {"slow.py": slow},
+    )
     ui.harness.airflow.wait_for_dag(dag_id, ui.harness.dag_files[dag_id], timeout=90)
     run_id = ui.harness.airflow.trigger(dag_id)
     from trialflow.platforms.base import experiment_id_for
@@ -239,8 +266,9 @@ trainingService: {{platform: local}}
     navigations = []
     page.on("framenavigated", lambda frame: navigations.append(frame.url))
     page.wait_for_function("document.querySelectorAll('[data-testid=trial-row]').length === 6", timeout=60000)
-    page.wait_for_function("document.querySelector('[data-testid=summary]').innerText.includes('succeeded')",
-                           timeout=60000)
+    page.wait_for_function(
+        "document.querySelector('[data-testid=summary]').innerText.includes('succeeded')", timeout=60000
+    )
     assert page.locator("[data-testid=summary]").inner_text() != first
     assert not navigations, "the page reloaded"
     ui.harness.wait(dag_id, run_id, timeout=120)

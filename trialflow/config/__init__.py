@@ -13,6 +13,13 @@ from trialflow.config.loader import (
 from trialflow.config.model import AlgorithmConfig, ExperimentConfig
 
 __all__ = [
-    "AlgorithmConfig", "ConfigError", "ExperimentConfig", "Problem", "effective_code_directory",
-    "effective_gpu_number", "effective_trial_command", "load_config", "to_v2_dict",
+    "AlgorithmConfig",
+    "ConfigError",
+    "ExperimentConfig",
+    "Problem",
+    "effective_code_directory",
+    "effective_gpu_number",
+    "effective_trial_command",
+    "load_config",
+    "to_v2_dict",
 ]

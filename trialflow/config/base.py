@@ -50,10 +50,10 @@ class NniModel(BaseModel):
             return data
         canonical: dict[str, str] = {}
         for name, field in cls.model_fields.items():
-            alias = field.alias or name
+            alias: str = field.alias or name
             canonical[normalize_key(alias)] = alias
             canonical.setdefault(normalize_key(name), alias)
-        renamed: dict[str, Any] = {}
+        renamed: dict[Any, Any] = {}
         for key, value in data.items():
             target = canonical.get(normalize_key(key), key)
             if target in renamed:
@@ -90,10 +90,15 @@ def _secret_text(value: Any) -> Any:
         return value
     if type(value) is int:  # plain digits: str() gives back exactly what was written
         return str(value)
-    kind = ("a number YAML rewrote (octal, hex or sexagesimal)" if isinstance(value, RewrittenInt)
-            else f"a {type(value).__name__}")
-    raise ValueError(f"a secret must be text, got {kind} (value not shown); put it in quotes in the "
-                     "YAML so it is read exactly as written")
+    kind = (
+        "a number YAML rewrote (octal, hex or sexagesimal)"
+        if isinstance(value, RewrittenInt)
+        else f"a {type(value).__name__}"
+    )
+    raise ValueError(
+        f"a secret must be text, got {kind} (value not shown); put it in quotes in the "
+        "YAML so it is read exactly as written"
+    )
 
 
 def _not_bool(value: Any) -> Any:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, Union
 
-PathPart = Union[str, int]
+PathPart = str | int
 
 
 def format_key_path(path: Sequence[PathPart]) -> str:
@@ -46,5 +46,5 @@ class ConfigError(ValueError):
     @classmethod
     def single(
         cls, file: Path | None, key_path: Sequence[PathPart], message: str, line: int | None = None
-    ) -> "ConfigError":
+    ) -> ConfigError:
         return cls([Problem(file, tuple(key_path), message, line)])

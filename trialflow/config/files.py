@@ -40,7 +40,7 @@ _PLAIN_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:  # type: ignore[override]
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         value = super().construct_yaml_int(node)
         return value if _PLAIN_INT.fullmatch(str(node.value).strip()) else RewrittenInt(value)
 
@@ -76,12 +76,18 @@ def read_bounded(path: Path, limit: int, what: str) -> str:
     except OSError as exc:
         raise FileProblem(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     if len(data) > limit:
-        raise FileProblem(f"{what} {path} is larger than {limit // 1024} KiB; that is not a config "
-                          "(Airflow must parse it within its DAG import timeout)")
+        raise FileProblem(
+            f"{what} {path} is larger than {limit // 1024} KiB; that is not a config "
+            "(Airflow must parse it within its DAG import timeout)"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FileProblem(f"cannot read {what} {path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _line(event: yaml.Event) -> int | None:
+    return event.start_mark.line + 1 if event.start_mark is not None else None
 
 
 def _check_events(text: str) -> None:
@@ -91,13 +97,13 @@ def _check_events(text: str) -> None:
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
-                raise FileProblem(f"nested deeper than {MAX_DEPTH} levels", event.start_mark.line + 1)
+                raise FileProblem(f"nested deeper than {MAX_DEPTH} levels", _line(event))
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
         elif isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
             count += 1
             if count > MAX_VALUES:
-                raise FileProblem(f"more than {MAX_VALUES} values", event.start_mark.line + 1)
+                raise FileProblem(f"more than {MAX_VALUES} values", _line(event))
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -125,8 +131,9 @@ def check_expansion(root: yaml.Node) -> None:
             depth[key] = 1 + max((depth[id(c)] for c in children), default=0)
             on_path.discard(key)
             if size[key] > MAX_VALUES:
-                raise FileProblem(f"aliases expand to more than {MAX_VALUES} values (an alias bomb?)",
-                                  node.start_mark.line + 1)
+                raise FileProblem(
+                    f"aliases expand to more than {MAX_VALUES} values (an alias bomb?)", node.start_mark.line + 1
+                )
             if depth[key] > MAX_DEPTH + 1:
                 raise FileProblem(f"aliases nest deeper than {MAX_DEPTH} levels", node.start_mark.line + 1)
             continue
@@ -136,8 +143,9 @@ def check_expansion(root: yaml.Node) -> None:
         stack.append((node, True))
         for child in _children(node):
             if id(child) in on_path:
-                raise FileProblem("an alias refers to the value that contains it (a recursive structure)",
-                                  child.start_mark.line + 1)
+                raise FileProblem(
+                    "an alias refers to the value that contains it (a recursive structure)", child.start_mark.line + 1
+                )
             if id(child) not in size:
                 stack.append((child, False))
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Union
 
 import yaml
 from pydantic import Discriminator, SerializeAsAny, Tag, ValidationError, create_model
+from pydantic_core import ErrorDetails
 
 from trialflow.config.base import NniModel, normalize_key
 from trialflow.config.errors import ConfigError, PathPart, Problem
@@ -99,18 +100,18 @@ def experiment_model() -> type[ExperimentConfig]:
     entries = platform_entries()
     members = tuple(Annotated[entry.config_model, Tag(name)] for name, entry in entries.items())
     union = Annotated[
-        Union[members],  # type: ignore[valid-type]
+        Union[members],  # type: ignore[valid-type]  # noqa: UP007 (a Union of a tuple of types built at run time)
         Discriminator(
             _platform_tag,
             custom_error_type="unknown_platform",
             custom_error_message=f"expected platform to be one of: {', '.join(sorted(entries))}",
         ),
     ]
-    return create_model(  # type: ignore[call-overload,no-any-return]
+    return create_model(
         "ExperimentConfig",
         __base__=ExperimentConfig,
         __module__=ExperimentConfig.__module__,
-        training_service=(list[SerializeAsAny[union]], ...),  # type: ignore[valid-type]
+        training_service=(list[SerializeAsAny[union]], ...),
     )
 
 
@@ -145,8 +146,9 @@ def _types_in(annotation: Any) -> list[Any]:
 # --- loading --------------------------------------------------------------------------
 
 
-def _pydantic_problems(exc: ValidationError, file: Path, lines: dict, service_is_list: bool,
-                       converted: bool) -> list[Problem]:
+def _pydantic_problems(
+    exc: ValidationError, file: Path, lines: dict, service_is_list: bool, converted: bool
+) -> list[Problem]:
     from trialflow.config.registry import platform_entries
 
     tags = set(platform_entries())
@@ -169,7 +171,7 @@ def _pydantic_problems(exc: ValidationError, file: Path, lines: dict, service_is
     return problems
 
 
-def _message(error: dict[str, Any]) -> str:
+def _message(error: ErrorDetails) -> str:
     kind, msg = error["type"], error["msg"]
     if kind == "missing":
         return "required key is missing"
@@ -179,7 +181,7 @@ def _message(error: dict[str, Any]) -> str:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         return f"unknown key (keys match ignoring case and underscores){hint}"
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     given = error.get("input")
     if kind not in {"value_error", "unknown_platform"} and not isinstance(given, (dict, list)):
         msg += f", got {given!r}"
@@ -193,11 +195,13 @@ def _load_search_space(data: dict[str, Any], file: Path, lines: dict) -> None:
     keys = {normalize_key(k): k for k in data}
     inline_key, file_key = keys.get("searchspace"), keys.get("searchspacefile")
     if inline_key and file_key:
-        raise ConfigError.single(file, (file_key,), "set searchSpace or searchSpaceFile, not both",
-                                 _line_for(lines, (file_key,)))
+        raise ConfigError.single(
+            file, (file_key,), "set searchSpace or searchSpaceFile, not both", _line_for(lines, (file_key,))
+        )
     if not inline_key and not file_key:
-        raise ConfigError.single(file, ("searchSpace",),
-                                 "required: set searchSpace (inline) or searchSpaceFile (a JSON or YAML file)")
+        raise ConfigError.single(
+            file, ("searchSpace",), "required: set searchSpace (inline) or searchSpaceFile (a JSON or YAML file)"
+        )
     where: tuple[PathPart, ...]
     if file_key:
         space_path = Path(str(data[file_key])).expanduser()
@@ -218,13 +222,15 @@ def _load_search_space(data: dict[str, Any], file: Path, lines: dict) -> None:
         source, where = space_path, ()
         data[file_key] = str(space_path)
     else:
+        assert inline_key is not None  # one of the two keys is set (checked above)
         space, source, where = data[inline_key], file, (inline_key,)
     try:
         parse_search_space(space)
     except SearchSpaceError as exc:
         path = where + exc.path
-        raise ConfigError.single(source, path, exc.message,
-                                 _line_for(lines, path) if source == file else None) from None
+        raise ConfigError.single(
+            source, path, exc.message, _line_for(lines, path) if source == file else None
+        ) from None
     data["searchSpace"] = space
     if inline_key and inline_key != "searchSpace":
         del data[inline_key]
@@ -238,8 +244,10 @@ def load_config(path: str | Path) -> ExperimentConfig:
         raise ConfigError.single(file, (), f"expected a mapping of experiment keys, got {type(data).__name__}")
     if not any(normalize_key(k) in ("trialconcurrency", "trainingservice", "trainingserviceplatform") for k in data):
         raise ConfigError.single(
-            file, (), "not an NNI experiment config (no trialConcurrency, trainingService or "
-            "trainingServicePlatform key)")
+            file,
+            (),
+            "not an NNI experiment config (no trialConcurrency, trainingService or trainingServicePlatform key)",
+        )
     converted = is_v1(data)
     if converted:
         data, problems = convert_v1(data)
@@ -248,9 +256,12 @@ def load_config(path: str | Path) -> ExperimentConfig:
     annotation = next((v for k, v in data.items() if normalize_key(k) == "useannotation"), False)
     if annotation is True:
         raise ConfigError.single(
-            file, ("useAnnotation",), "NNI annotations (code rewriting) are not supported; use "
+            file,
+            ("useAnnotation",),
+            "NNI annotations (code rewriting) are not supported; use "
             "nni.get_next_parameter() in the trial code and set useAnnotation: false",
-            _line_for(lines, ("useAnnotation",)))
+            _line_for(lines, ("useAnnotation",)),
+        )
     _load_search_space(data, file, lines)
     service_key = next((k for k in data if normalize_key(k) == "trainingservice"), None)
     service_is_list = service_key is not None and isinstance(data[service_key], list)
@@ -281,8 +292,11 @@ def _cross_checks(config: ExperimentConfig, file: Path, lines: dict, service_is_
     if config.assessor is not None and config.advisor is not None:
         add(("assessor",), "an advisor already decides early stopping; remove assessor")
     if config.use_annotation:
-        add(("useAnnotation",), "NNI annotations (code rewriting) are not supported; "
-            "use nni.get_next_parameter() in the trial code and set useAnnotation: false")
+        add(
+            ("useAnnotation",),
+            "NNI annotations (code rewriting) are not supported; "
+            "use nni.get_next_parameter() in the trial code and set useAnnotation: false",
+        )
     if not config.training_service:
         add(("trainingService",), "at least one training service is required")
     names = [s.platform for s in config.training_service]
@@ -295,8 +309,11 @@ def _cross_checks(config: ExperimentConfig, file: Path, lines: dict, service_is_
             add(path + ("trialCommand",), "trialCommand is required (at the top level or in trainingService)")
         gpus = service.trial_gpu_number if service.trial_gpu_number is not None else config.trial_gpu_number
         if service.platform == "local" and gpus and getattr(service, "use_active_gpu", None) is None:
-            add(path + ("useActiveGpu",), "useActiveGpu must be set (true or false) when trialGpuNumber > 0, "
-                "as in NNI: a desktop session keeps the GPU 'active'")
+            add(
+                path + ("useActiveGpu",),
+                "useActiveGpu must be set (true or false) when trialGpuNumber > 0, "
+                "as in NNI: a desktop session keeps the GPU 'active'",
+            )
     return problems
 
 

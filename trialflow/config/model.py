@@ -23,7 +23,7 @@ class AlgorithmConfig(NniModel):
     class_args: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _name_or_class(self) -> "AlgorithmConfig":
+    def _name_or_class(self) -> AlgorithmConfig:
         if (self.name is None) == (self.class_name is None):
             raise ValueError("set name (a built-in algorithm) or className (a custom one), exactly one")
         return self
@@ -60,9 +60,12 @@ class SharedStorageConfig(NniModel):
         return lookup.get(str(value).lower(), value)
 
     @model_validator(mode="after")
-    def _complete(self) -> "SharedStorageConfig":
-        need = ("nfs_server", "exported_directory") if self.storage_type == "NFS" else (
-            "storage_account_name", "container_name")
+    def _complete(self) -> SharedStorageConfig:
+        need = (
+            ("nfs_server", "exported_directory")
+            if self.storage_type == "NFS"
+            else ("storage_account_name", "container_name")
+        )
         missing = [self.model_fields[n].alias for n in need if getattr(self, n) is None]
         if missing:
             raise ValueError(f"storageType {self.storage_type} needs {', '.join(map(str, missing))}")
@@ -105,9 +108,11 @@ class ExperimentConfig(NniModel):
     @classmethod
     def _within_one_run(cls, value: int | None) -> int | None:
         if value is not None and value > MAX_TRIALS_PER_RUN:
-            raise ValueError(f"at most {MAX_TRIALS_PER_RUN} trials per DAG run (each is a mapped task instance), "
-                             f"got {value}; for more, run the DAG again with scheduledRuns: continue (each run "
-                             "adds maxTrialNumber trials to the same experiment)")
+            raise ValueError(
+                f"at most {MAX_TRIALS_PER_RUN} trials per DAG run (each is a mapped task instance), "
+                f"got {value}; for more, run the DAG again with scheduledRuns: continue (each run "
+                "adds maxTrialNumber trials to the same experiment)"
+            )
         return value
 
     @field_validator("log_level", mode="before")

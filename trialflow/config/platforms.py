@@ -64,7 +64,7 @@ class RemoteMachineConfig(NniModel):
     python_path: str | None = None
 
     @model_validator(mode="after")
-    def _who_and_how(self) -> "RemoteMachineConfig":
+    def _who_and_how(self) -> RemoteMachineConfig:
         if self.ssh_conn_id is None:
             missing = [k for k in ("host", "user") if getattr(self, k) is None]
             if missing:
@@ -105,7 +105,7 @@ class OpenpaiConfig(TrainingServiceConfig):
     openpai_config_file: ConfigPath | None = None
 
     @model_validator(mode="after")
-    def _one_openpai_config(self) -> "OpenpaiConfig":
+    def _one_openpai_config(self) -> OpenpaiConfig:
         if self.openpai_config is not None and self.openpai_config_file is not None:
             raise ValueError("set openpaiConfig or openpaiConfigFile, not both")
         return self
@@ -141,7 +141,7 @@ class KubernetesStorageConfig(NniModel):
     container_mount_point: str = "/tmp/mount"
 
     @model_validator(mode="after")
-    def _complete(self) -> "KubernetesStorageConfig":
+    def _complete(self) -> KubernetesStorageConfig:
         need = {
             "nfs": ("server", "path"),
             "azureStorage": ("azure_account", "azure_share"),
@@ -175,14 +175,20 @@ class KubernetesServiceConfig(TrainingServiceConfig):
     needs_trial_command: ClassVar[bool] = False
 
     @model_validator(mode="after")
-    def _one_cluster_source(self) -> "KubernetesServiceConfig":
+    def _one_cluster_source(self) -> KubernetesServiceConfig:
         if self.kubernetes_conn_id is not None and self.kubeconfig is not None:
             raise ValueError("set kubernetesConnId or kubeconfig, not both")
         storage = self.storage
-        if storage is not None and storage.storage_type == "pvc" and not storage.claim_name \
-                and getattr(self, "config_path", None) is None:
-            raise ValueError("storageType pvc needs claimName (only a frameworkcontroller configPath template "
-                             "may mount the claim itself, at containerMountPoint)")
+        if (
+            storage is not None
+            and storage.storage_type == "pvc"
+            and not storage.claim_name
+            and getattr(self, "config_path", None) is None
+        ):
+            raise ValueError(
+                "storageType pvc needs claimName (only a frameworkcontroller configPath template "
+                "may mount the claim itself, at containerMountPoint)"
+            )
         return self
 
 
@@ -208,7 +214,7 @@ class KubeflowConfig(KubernetesServiceConfig):
     master: KubeflowRoleConfig | None = None
 
     @model_validator(mode="after")
-    def _roles_fit_operator(self) -> "KubeflowConfig":
+    def _roles_fit_operator(self) -> KubeflowConfig:
         if self.worker is None and self.master is None:
             raise ValueError("kubeflow needs a worker (tf-operator) or master (pytorch-operator) section")
         if self.operator == "tf-operator" and self.master is not None:
@@ -244,7 +250,7 @@ class FrameworkControllerConfig(KubernetesServiceConfig):
     config_path: ConfigPath | None = None
 
     @model_validator(mode="after")
-    def _roles_or_template(self) -> "FrameworkControllerConfig":
+    def _roles_or_template(self) -> FrameworkControllerConfig:
         if not self.task_roles and self.config_path is None:
             raise ValueError("frameworkcontroller needs taskRoles (or configPath to a Framework template)")
         return self

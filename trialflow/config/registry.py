@@ -43,7 +43,7 @@ class PlatformEntry:
     #: Said when ``implementation`` is None: why this platform cannot run yet.
     unavailable_reason: str | None = None
 
-    def load(self) -> type["TrainingPlatform"]:
+    def load(self) -> type[TrainingPlatform]:
         if self.implementation is None:
             raise PlatformUnavailable(self.name, self.unavailable_reason or "it has no implementation")
         module_name, _, attr = self.implementation.partition(":")
@@ -64,7 +64,7 @@ _NOT_YET = "trialflow validates this platform's config, but its runner is not pa
 
 _BUILTIN_IMPLEMENTATIONS: dict[str, str] = {
     "local": "trialflow.platforms.local:LocalPlatform",
-    "remote": "trialflow.platforms.remote:RemotePlatform",
+    "remote": "trialflow.platforms.remote.platform:RemotePlatform",
     "kubeflow": "trialflow.platforms.kubernetes.kubeflow:KubeflowPlatform",
     "kubeflow-trainer": "trialflow.platforms.kubernetes.trainer:KubeflowTrainerPlatform",
     "frameworkcontroller": "trialflow.platforms.kubernetes.frameworkcontroller:FrameworkControllerPlatform",
@@ -74,8 +74,9 @@ _BUILTIN_IMPLEMENTATIONS: dict[str, str] = {
 
 def _builtin_entries() -> dict[str, PlatformEntry]:
     return {
-        name: PlatformEntry(name, model, _BUILTIN_IMPLEMENTATIONS.get(name),
-                            None if name in _BUILTIN_IMPLEMENTATIONS else _NOT_YET)
+        name: PlatformEntry(
+            name, model, _BUILTIN_IMPLEMENTATIONS.get(name), None if name in _BUILTIN_IMPLEMENTATIONS else _NOT_YET
+        )
         for name, model in BUILTIN_PLATFORM_CONFIGS.items()
     }
 

@@ -14,14 +14,21 @@ This module imports nothing heavy: the config loader validates spaces with it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any, Iterator, Protocol, Union
+from typing import Any, Protocol
 
 NUMERIC_TYPES = (
-    "randint", "uniform", "quniform", "loguniform", "qloguniform",
-    "normal", "qnormal", "lognormal", "qlognormal",
+    "randint",
+    "uniform",
+    "quniform",
+    "loguniform",
+    "qloguniform",
+    "normal",
+    "qnormal",
+    "lognormal",
+    "qlognormal",
 )
 ALL_TYPES = ("choice",) + NUMERIC_TYPES
 _Q_TYPES = {"quniform", "qloguniform", "qnormal", "qlognormal"}
@@ -52,11 +59,11 @@ class NestedOption:
     """A dict option of a nested ``choice``: ``{"_name": ..., <sub-parameters or constants>}``."""
 
     name: Any
-    params: tuple["Parameter", ...]
+    params: tuple[Parameter, ...]
     constants: tuple[tuple[str, Any], ...] = ()
 
 
-Option = Union[NestedOption, Any]
+Option = NestedOption | Any
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ class SearchSpace:
         """Draw one parameter set in NNI's shape (what ``nni.get_next_parameter()`` returns)."""
         return {p.key: _sample_param(p, trial) for p in self.params}
 
-    def grid(self) -> "Grid":
+    def grid(self) -> Grid:
         """Every combination, for GridSearch, computed per index (never listed); raises
         SearchSpaceError for spaces that have no finite grid."""
         return Grid(self.params)
@@ -112,7 +119,9 @@ def _walk(params: tuple[Parameter, ...], path: tuple[str, ...]) -> Iterator[tupl
 
 def parse_search_space(raw: Any) -> SearchSpace:
     if not isinstance(raw, dict):
-        raise SearchSpaceError((), f"expected a mapping of parameter name -> {{_type, _value}}, got {type(raw).__name__}")
+        raise SearchSpaceError(
+            (), f"expected a mapping of parameter name -> {{_type, _value}}, got {type(raw).__name__}"
+        )
     return SearchSpace(_parse_params(raw, (), ""), raw)
 
 
@@ -144,9 +153,19 @@ def _parse_param(key: str, spec: Any, path: tuple[str | int, ...], prefix: str) 
         )
         return Parameter(key, kind, options, sampler_name)
     expected = 3 if kind in _Q_TYPES else 2
-    shape = "[low, high, q]" if kind in {"quniform", "qloguniform"} else (
-        "[mu, sigma, q]" if kind in _Q_TYPES else
-        "[lower, upper)" if kind == "randint" else "[mu, sigma]" if kind in _NORMAL_FAMILY else "[low, high]")
+    shape = (
+        "[low, high, q]"
+        if kind in {"quniform", "qloguniform"}
+        else (
+            "[mu, sigma, q]"
+            if kind in _Q_TYPES
+            else "[lower, upper)"
+            if kind == "randint"
+            else "[mu, sigma]"
+            if kind in _NORMAL_FAMILY
+            else "[low, high]"
+        )
+    )
     if len(values) != expected or not all(_number(v) for v in values):
         raise SearchSpaceError(path + ("_value",), f"{kind} takes {expected} numbers {shape}, got {values!r}")
     if kind == "randint":
@@ -191,8 +210,9 @@ def _parse_option(option: Any, path: tuple[str | int, ...], prefix: str) -> Opti
 
 def _is_plain_choice(values: tuple[Any, ...]) -> bool:
     """Optuna stores categorical choices only if they are None/bool/int/float/str."""
-    return all(v is None or isinstance(v, (bool, int, float, str)) for v in values) and len(set(
-        (type(v), v) for v in values)) == len(values)
+    return all(v is None or isinstance(v, (bool, int, float, str)) for v in values) and len(
+        set((type(v), v) for v in values)
+    ) == len(values)
 
 
 def _quantize(value: float, q: float, low: float | None = None, high: float | None = None) -> float:
@@ -380,5 +400,6 @@ def grid_values(p: Parameter) -> GridSequence:
             return lazy
         return _Values(sorted({lazy.at(i) for i in range(lazy.size)}))
     raise SearchSpaceError(
-        (p.key,), f"GridSearch needs a finite space, but {p.key!r} is {p.type}; "
-        "use choice, randint, quniform or qloguniform")
+        (p.key,),
+        f"GridSearch needs a finite space, but {p.key!r} is {p.type}; use choice, randint, quniform or qloguniform",
+    )

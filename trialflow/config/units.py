@@ -10,9 +10,19 @@ _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(tb|gb|mb|kb|ti|gi|mi|ki|b|t|g|m|k)?\s*$", re.IGNORECASE)
 # Kubernetes-style binary suffixes (1Gi) are accepted too: AdaptDL configs use them.
 _SIZE_UNITS_MB = {
-    "ti": 1024 * 1024, "gi": 1024, "mi": 1, "ki": 1 / 1024,
-    "tb": 1024 * 1024, "t": 1024 * 1024, "gb": 1024, "g": 1024,
-    "mb": 1, "m": 1, "kb": 1 / 1024, "k": 1 / 1024, "b": 1 / (1024 * 1024),
+    "ti": 1024 * 1024,
+    "gi": 1024,
+    "mi": 1,
+    "ki": 1 / 1024,
+    "tb": 1024 * 1024,
+    "t": 1024 * 1024,
+    "gb": 1024,
+    "g": 1024,
+    "mb": 1,
+    "m": 1,
+    "kb": 1 / 1024,
+    "k": 1 / 1024,
+    "b": 1 / (1024 * 1024),
 }
 
 

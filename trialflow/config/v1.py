@@ -8,53 +8,106 @@ instead of silently carrying them into the v2 form.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from trialflow.config.base import normalize_key
 from trialflow.config.errors import PathPart, Problem
 
 #: v1 key -> v2 key (None: accepted and dropped, because trialflow has no use for it).
 _TOP = {
-    "authorName": None, "experimentName": "experimentName", "description": None,
-    "trialConcurrency": "trialConcurrency", "maxExecDuration": "maxExperimentDuration",
-    "maxTrialNum": "maxTrialNumber", "maxTrialDuration": "maxTrialDuration",
-    "searchSpacePath": "searchSpaceFile", "searchSpace": "searchSpace",
-    "useAnnotation": "useAnnotation", "nniManagerIp": "nniManagerIp",
-    "logDir": "experimentWorkingDirectory", "logLevel": "logLevel", "debug": "debug",
+    "authorName": None,
+    "experimentName": "experimentName",
+    "description": None,
+    "trialConcurrency": "trialConcurrency",
+    "maxExecDuration": "maxExperimentDuration",
+    "maxTrialNum": "maxTrialNumber",
+    "maxTrialDuration": "maxTrialDuration",
+    "searchSpacePath": "searchSpaceFile",
+    "searchSpace": "searchSpace",
+    "useAnnotation": "useAnnotation",
+    "nniManagerIp": "nniManagerIp",
+    "logDir": "experimentWorkingDirectory",
+    "logLevel": "logLevel",
+    "debug": "debug",
     # NNI-manager internals with no meaning when trials are pulled, never pushed:
-    "logCollection": None, "multiThread": None, "versionCheck": None, "experimentType": None,
+    "logCollection": None,
+    "multiThread": None,
+    "versionCheck": None,
+    "experimentType": None,
     "multiPhase": None,
 }
 _SECTIONS = (
-    "trainingServicePlatform", "tuner", "assessor", "advisor", "trial", "localConfig",
-    "machineList", "remoteConfig", "paiConfig", "kubeflowConfig", "frameworkcontrollerConfig",
-    "amlConfig", "dltsConfig", "hybridConfig", "sharedStorage",
+    "trainingServicePlatform",
+    "tuner",
+    "assessor",
+    "advisor",
+    "trial",
+    "localConfig",
+    "machineList",
+    "remoteConfig",
+    "paiConfig",
+    "kubeflowConfig",
+    "frameworkcontrollerConfig",
+    "amlConfig",
+    "dltsConfig",
+    "hybridConfig",
+    "sharedStorage",
 )
 _ALGORITHM = {
-    "builtinTunerName": "name", "builtinAssessorName": "name", "builtinAdvisorName": "name",
-    "classArgs": "classArgs", "codeDir": "codeDirectory", "classFileName": None, "className": None,
-    "gpuIndices": None, "includeIntermediateResults": None,
+    "builtinTunerName": "name",
+    "builtinAssessorName": "name",
+    "builtinAdvisorName": "name",
+    "classArgs": "classArgs",
+    "codeDir": "codeDirectory",
+    "classFileName": None,
+    "className": None,
+    "gpuIndices": None,
+    "includeIntermediateResults": None,
 }
 _MACHINE = {
-    "ip": "host", "port": "port", "username": "user", "passwd": "password",
-    "sshKeyPath": "sshKeyFile", "passphrase": "sshPassphrase", "gpuIndices": "gpuIndices",
-    "maxTrialNumPerGpu": "maxTrialNumberPerGpu", "useActiveGpu": "useActiveGpu",
+    "ip": "host",
+    "port": "port",
+    "username": "user",
+    "passwd": "password",
+    "sshKeyPath": "sshKeyFile",
+    "passphrase": "sshPassphrase",
+    "gpuIndices": "gpuIndices",
+    "maxTrialNumPerGpu": "maxTrialNumberPerGpu",
+    "useActiveGpu": "useActiveGpu",
     "pythonPath": "pythonPath",
 }
 _K8S_ROLE = {
-    "replicas": "replicas", "command": "command", "gpuNum": "gpuNumber", "cpuNum": "cpuNumber",
-    "memoryMB": "memorySize", "image": "dockerImage", "privateRegistryAuthPath": "privateRegistryAuthPath",
+    "replicas": "replicas",
+    "command": "command",
+    "gpuNum": "gpuNumber",
+    "cpuNum": "cpuNumber",
+    "memoryMB": "memorySize",
+    "image": "dockerImage",
+    "privateRegistryAuthPath": "privateRegistryAuthPath",
 }
 _FC_ROLE = {
-    "name": "name", "taskNum": "taskNumber", "command": "command", "gpuNum": "gpuNumber",
-    "cpuNum": "cpuNumber", "memoryMB": "memorySize", "image": "dockerImage",
+    "name": "name",
+    "taskNum": "taskNumber",
+    "command": "command",
+    "gpuNum": "gpuNumber",
+    "cpuNum": "cpuNumber",
+    "memoryMB": "memorySize",
+    "image": "dockerImage",
     "frameworkAttemptCompletionPolicy": "frameworkAttemptCompletionPolicy",
     "privateRegistryAuthPath": "privateRegistryAuthPath",
 }
 _PLATFORM_NAMES = {
-    "local": "local", "remote": "remote", "pai": "openpai", "openpai": "openpai",
-    "kubeflow": "kubeflow", "frameworkcontroller": "frameworkcontroller", "aml": "aml",
-    "dlts": "dlts", "adl": "adl", "hybrid": "hybrid",
+    "local": "local",
+    "remote": "remote",
+    "pai": "openpai",
+    "openpai": "openpai",
+    "kubeflow": "kubeflow",
+    "frameworkcontroller": "frameworkcontroller",
+    "aml": "aml",
+    "dlts": "dlts",
+    "adl": "adl",
+    "hybrid": "hybrid",
 }
 
 
@@ -70,8 +123,9 @@ class _Converter:
     def problem(self, path: tuple[PathPart, ...], message: str) -> None:
         self.problems.append(Problem(None, path, message))
 
-    def rename(self, section: Any, path: tuple[PathPart, ...], table: dict[str, str | None],
-               keep_unknown: bool = False) -> dict[str, Any]:
+    def rename(
+        self, section: Any, path: tuple[PathPart, ...], table: Mapping[str, str | None], keep_unknown: bool = False
+    ) -> dict[str, Any]:
         """Copy ``section`` under v2 names; unknown keys are problems unless kept."""
         if section is None:
             return {}
@@ -116,8 +170,10 @@ def convert_v1(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
             v2[target] = value
 
     if _get(raw, "multiPhase"):
-        c.problem(("multiPhase",), "multi-phase trials are not supported (NNI 2.0 dropped them too); "
-                  "remove multiPhase or set it to false")
+        c.problem(
+            ("multiPhase",),
+            "multi-phase trials are not supported (NNI 2.0 dropped them too); remove multiPhase or set it to false",
+        )
 
     for name in ("tuner", "assessor", "advisor"):
         section = _get(raw, name)
@@ -131,8 +187,11 @@ def convert_v1(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     if not isinstance(trial, dict):
         c.problem(("trial",), f"expected a mapping, got {type(trial).__name__}")
         trial = {}
-    for v1_key, v2_key in (("command", "trialCommand"), ("codeDir", "trialCodeDirectory"),
-                           ("gpuNum", "trialGpuNumber")):
+    for v1_key, v2_key in (
+        ("command", "trialCommand"),
+        ("codeDir", "trialCodeDirectory"),
+        ("gpuNum", "trialGpuNumber"),
+    ):
         value = _get(trial, v1_key)
         if value is not None:
             v2[v2_key] = value
@@ -140,8 +199,10 @@ def convert_v1(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     platform_raw = _get(raw, "trainingServicePlatform")
     platform = _PLATFORM_NAMES.get(str(platform_raw).lower()) if isinstance(platform_raw, str) else None
     if platform is None:
-        c.problem(("trainingServicePlatform",),
-                  f"unknown platform {platform_raw!r}; expected one of {', '.join(sorted(_PLATFORM_NAMES))}")
+        c.problem(
+            ("trainingServicePlatform",),
+            f"unknown platform {platform_raw!r}; expected one of {', '.join(sorted(_PLATFORM_NAMES))}",
+        )
     elif platform == "hybrid":
         hybrid = _get(raw, "hybridConfig") or {}
         names = _get(hybrid, "trainingServicePlatforms") if isinstance(hybrid, dict) else None
@@ -186,8 +247,11 @@ def _service(c: _Converter, platform: str, raw: dict[str, Any], trial: dict[str,
 
 def _local(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any]:
     _trial_keys(c, trial, {})
-    local = c.rename(_get(raw, "localConfig"), ("localConfig",), {
-        "gpuIndices": "gpuIndices", "maxTrialNumPerGpu": "maxTrialNumberPerGpu", "useActiveGpu": "useActiveGpu"})
+    local = c.rename(
+        _get(raw, "localConfig"),
+        ("localConfig",),
+        {"gpuIndices": "gpuIndices", "maxTrialNumPerGpu": "maxTrialNumberPerGpu", "useActiveGpu": "useActiveGpu"},
+    )
     return {"platform": "local", **local}
 
 
@@ -207,15 +271,40 @@ def _remote(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict[s
 
 def _openpai(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"platform": "openpai"}
-    out.update(c.rename(_get(raw, "paiConfig"), ("paiConfig",), {
-        "userName": "username", "token": "token", "host": "host", "reuse": "reuseMode",
-        "passWord": None, "cpuNum": "trialCpuNumber", "memoryMB": "trialMemorySize"}))
-    out.update(_trial_keys(c, trial, {
-        "cpuNum": "trialCpuNumber", "memoryMB": "trialMemorySize", "image": "dockerImage",
-        "virtualCluster": "virtualCluster", "paiStorageConfigName": "storageConfigName",
-        "nniManagerNFSMountPath": "localStorageMountPoint",
-        "containerNFSMountPath": "containerStorageMountPoint", "paiConfigPath": "openpaiConfigFile",
-        "shmMB": None, "authFile": None, "portList": None}))
+    out.update(
+        c.rename(
+            _get(raw, "paiConfig"),
+            ("paiConfig",),
+            {
+                "userName": "username",
+                "token": "token",
+                "host": "host",
+                "reuse": "reuseMode",
+                "passWord": None,
+                "cpuNum": "trialCpuNumber",
+                "memoryMB": "trialMemorySize",
+            },
+        )
+    )
+    out.update(
+        _trial_keys(
+            c,
+            trial,
+            {
+                "cpuNum": "trialCpuNumber",
+                "memoryMB": "trialMemorySize",
+                "image": "dockerImage",
+                "virtualCluster": "virtualCluster",
+                "paiStorageConfigName": "storageConfigName",
+                "nniManagerNFSMountPath": "localStorageMountPoint",
+                "containerNFSMountPath": "containerStorageMountPoint",
+                "paiConfigPath": "openpaiConfigFile",
+                "shmMB": None,
+                "authFile": None,
+                "portList": None,
+            },
+        )
+    )
     return out
 
 
@@ -227,10 +316,14 @@ def _k8s_storage(c: _Converter, section: dict[str, Any], path: tuple[PathPart, .
         nfs = c.rename(_get(section, "nfs"), path + ("nfs",), {"server": "server", "path": "path"})
         return {"storageType": "nfs", **nfs}
     if kind == "azureStorage":
-        vault = c.rename(_get(section, "keyVault"), path + ("keyVault",),
-                         {"vaultName": "keyVaultName", "name": "keyVaultKey"})
-        share = c.rename(_get(section, "azureStorage"), path + ("azureStorage",),
-                         {"accountName": "azureAccount", "azureShare": "azureShare"})
+        vault = c.rename(
+            _get(section, "keyVault"), path + ("keyVault",), {"vaultName": "keyVaultName", "name": "keyVaultKey"}
+        )
+        share = c.rename(
+            _get(section, "azureStorage"),
+            path + ("azureStorage",),
+            {"accountName": "azureAccount", "azureShare": "azureShare"},
+        )
         return {"storageType": "azureStorage", **vault, **share}
     if kind == "pvc":
         pvc = c.rename(_get(section, "pvc"), path + ("pvc",), {"path": "localMountPoint", "claimName": "claimName"})
@@ -241,9 +334,21 @@ def _k8s_storage(c: _Converter, section: dict[str, Any], path: tuple[PathPart, .
 
 def _kubeflow(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any]:
     section = _get(raw, "kubeflowConfig") or {}
-    c.rename(section, ("kubeflowConfig",), {
-        "operator": None, "apiVersion": None, "storage": None, "nfs": None, "keyVault": None,
-        "azureStorage": None, "uploadRetryCount": None, "namespace": None, "reuse": None})
+    c.rename(
+        section,
+        ("kubeflowConfig",),
+        {
+            "operator": None,
+            "apiVersion": None,
+            "storage": None,
+            "nfs": None,
+            "keyVault": None,
+            "azureStorage": None,
+            "uploadRetryCount": None,
+            "namespace": None,
+            "reuse": None,
+        },
+    )
     out: dict[str, Any] = {"platform": "kubeflow"}
     for key in ("operator", "apiVersion", "namespace"):
         if _get(section, key) is not None:
@@ -262,10 +367,22 @@ def _kubeflow(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict
 
 def _frameworkcontroller(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any]:
     section = _get(raw, "frameworkcontrollerConfig") or {}
-    c.rename(section, ("frameworkcontrollerConfig",), {
-        "storage": None, "nfs": None, "keyVault": None, "azureStorage": None, "pvc": None,
-        "serviceAccountName": None, "configPath": None, "namespace": None, "reuse": None,
-        "uploadRetryCount": None})
+    c.rename(
+        section,
+        ("frameworkcontrollerConfig",),
+        {
+            "storage": None,
+            "nfs": None,
+            "keyVault": None,
+            "azureStorage": None,
+            "pvc": None,
+            "serviceAccountName": None,
+            "configPath": None,
+            "namespace": None,
+            "reuse": None,
+            "uploadRetryCount": None,
+        },
+    )
     out: dict[str, Any] = {"platform": "frameworkcontroller"}
     for key in ("serviceAccountName", "configPath", "namespace"):
         if _get(section, key) is not None:
@@ -285,44 +402,84 @@ def _frameworkcontroller(c: _Converter, raw: dict[str, Any], trial: dict[str, An
             policy = converted.get("frameworkAttemptCompletionPolicy")
             if isinstance(policy, dict):
                 converted["frameworkAttemptCompletionPolicy"] = c.rename(
-                    policy, path + ("frameworkAttemptCompletionPolicy",), {
+                    policy,
+                    path + ("frameworkAttemptCompletionPolicy",),
+                    {
                         "minFailedTaskCount": "minFailedTaskCount",
                         "minSucceededTaskCount": "minSucceedTaskCount",
-                        "minSucceedTaskCount": "minSucceedTaskCount"})
+                        "minSucceedTaskCount": "minSucceedTaskCount",
+                    },
+                )
             out["taskRoles"].append(converted)
     return out
 
 
 def _aml(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"platform": "aml"}
-    out.update(c.rename(_get(raw, "amlConfig"), ("amlConfig",), {
-        "subscriptionId": "subscriptionId", "resourceGroup": "resourceGroup",
-        "workspaceName": "workspaceName", "computeTarget": "computeTarget",
-        "maxTrialNumPerGpu": "maxTrialNumberPerGpu"}))
+    out.update(
+        c.rename(
+            _get(raw, "amlConfig"),
+            ("amlConfig",),
+            {
+                "subscriptionId": "subscriptionId",
+                "resourceGroup": "resourceGroup",
+                "workspaceName": "workspaceName",
+                "computeTarget": "computeTarget",
+                "maxTrialNumPerGpu": "maxTrialNumberPerGpu",
+            },
+        )
+    )
     out.update(_trial_keys(c, trial, {"image": "dockerImage"}))
     return out
 
 
 def _dlts(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"platform": "dlts"}
-    out.update(c.rename(_get(raw, "dltsConfig"), ("dltsConfig",), {
-        "dashboard": "dashboard", "cluster": "cluster", "team": "team", "email": "email",
-        "password": "password", "gpuType": None}))
+    out.update(
+        c.rename(
+            _get(raw, "dltsConfig"),
+            ("dltsConfig",),
+            {
+                "dashboard": "dashboard",
+                "cluster": "cluster",
+                "team": "team",
+                "email": "email",
+                "password": "password",
+                "gpuType": None,
+            },
+        )
+    )
     out.update(_trial_keys(c, trial, {"image": "dockerImage"}))
     return out
 
 
 def _adl(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"platform": "adl"}
-    converted = _trial_keys(c, trial, {
-        "image": "dockerImage", "namespace": "namespace", "imagePullSecrets": "imagePullSecrets",
-        "nfs": "nfs", "adaptive": "adaptive", "checkpoint": "checkpoint", "cpuNum": "cpuNumber",
-        "memorySize": "memorySize"})
+    converted = _trial_keys(
+        c,
+        trial,
+        {
+            "image": "dockerImage",
+            "namespace": "namespace",
+            "imagePullSecrets": "imagePullSecrets",
+            "nfs": "nfs",
+            "adaptive": "adaptive",
+            "checkpoint": "checkpoint",
+            "cpuNum": "cpuNumber",
+            "memorySize": "memorySize",
+        },
+    )
     out.update(converted)
     return out
 
 
 _SERVICE_BUILDERS: dict[str, Callable[[_Converter, dict[str, Any], dict[str, Any]], dict[str, Any]]] = {
-    "local": _local, "remote": _remote, "openpai": _openpai, "kubeflow": _kubeflow,
-    "frameworkcontroller": _frameworkcontroller, "aml": _aml, "dlts": _dlts, "adl": _adl,
+    "local": _local,
+    "remote": _remote,
+    "openpai": _openpai,
+    "kubeflow": _kubeflow,
+    "frameworkcontroller": _frameworkcontroller,
+    "aml": _aml,
+    "dlts": _dlts,
+    "adl": _adl,
 }

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trialflow.platforms.ssh import SshError
+from trialflow.platforms.remote.ssh import SshError
 
 if TYPE_CHECKING:
     import asyncssh
 
 
-async def open_connection(conn_id: str) -> "asyncssh.SSHClientConnection":
+async def open_connection(conn_id: str) -> asyncssh.SSHClientConnection:
     """An open connection to the machine of Airflow SSH connection ``conn_id``."""
     try:
         from airflow.providers.ssh.hooks.ssh import SSHHookAsync

@@ -43,15 +43,23 @@ def store_url_from_connection(conn: Any, conn_id: str = DEFAULT_CONN_ID) -> str:
         return str(extra["storage_url"])
     dialect = extra.get("dialect")
     if not dialect or not conn.host:
-        raise ValueError(f"connection {conn_id!r} needs extra.storage_url, or host and "
-                         "extra.dialect (e.g. postgresql)")
+        raise ValueError(f"connection {conn_id!r} needs extra.storage_url, or host and extra.dialect (e.g. postgresql)")
     from sqlalchemy.engine import URL
 
-    return URL.create(dialect, username=conn.login, password=conn.password, host=conn.host,
-                      port=conn.port, database=conn.schema).render_as_string(hide_password=False)
+    return URL.create(
+        dialect, username=conn.login, password=conn.password, host=conn.host, port=conn.port, database=conn.schema
+    ).render_as_string(hide_password=False)
 
 
 class ExperimentStoreHook(BaseHook):
+    """The experiment store (an Optuna RDB storage with trialflow's index table) named by a
+    ``trialflow`` connection, so its password lives in Airflow's secrets, not in a DAG.
+
+    :param trialflow_conn_id: the connection; when it does not exist, the default SQLite
+        store under ``$AIRFLOW_HOME`` (only for the default id: a named connection that is
+        missing is an error, not a silent second store).
+    """
+
     conn_name_attr = "trialflow_conn_id"
     default_conn_name = DEFAULT_CONN_ID
     conn_type = "trialflow"
@@ -72,7 +80,7 @@ class ExperimentStoreHook(BaseHook):
             return url
         return store_url_from_connection(conn, self.trialflow_conn_id)
 
-    def get_conn(self) -> "ExperimentStore":
+    def get_conn(self) -> ExperimentStore:
         # Imported here: Optuna costs ~0.5 s, and DAG parsing imports this module.
         from trialflow.tuning.store import ExperimentStore, safe_url
 

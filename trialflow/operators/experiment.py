@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
@@ -14,7 +15,12 @@ from trialflow.operators.trial import experiment_for
 
 
 class _ExperimentStep(BaseOperator):
-    """What the start and end steps share: the config and the store connection."""
+    """What the start and end steps share: the config and the store connection.
+
+    :param config_path: the NNI experiment config (v1 or v2 YAML); templated.
+    :param store_conn_id: the ``trialflow`` connection of the experiment store (absent: a
+        SQLite file under ``$AIRFLOW_HOME``).
+    """
 
     template_fields: Sequence[str] = ("config_path",)
     ui_color = "#d9ead3"
@@ -26,7 +32,15 @@ class _ExperimentStep(BaseOperator):
 
 
 class StartExperimentOperator(_ExperimentStep):
-    """Create (or re-open, on a cleared run) the experiment in the store and prepare the platform."""
+    """Create (or re-open, on a cleared run) the experiment in the store and prepare the platform.
+
+    The config is checked in full here (platform preflight included), before any trial
+    starts: a broken config fails this step and nothing else runs. Returns the run's trial
+    window and the experiment id (its XCom).
+
+    :param config_path: the NNI experiment config (v1 or v2 YAML); templated.
+    :param store_conn_id: the ``trialflow`` connection of the experiment store.
+    """
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.tuning.store import safe_url
@@ -36,20 +50,34 @@ class StartExperimentOperator(_ExperimentStep):
         config = experiment.config
         resumed = store.experiment_exists(experiment.experiment_id)
         experiment.open(store)
-        store.set_experiment_attrs(experiment.experiment_id, {
-            **experiment.description(), "dag_id": context["dag"].dag_id, "run_id": context["run_id"]})
+        store.set_experiment_attrs(
+            experiment.experiment_id,
+            {**experiment.description(), "dag_id": context["dag"].dag_id, "run_id": context["run_id"]},
+        )
         window = experiment.start_run(store, context["run_id"])
         connections = airflow_connections()
         for i in range(len(config.training_service)):
             experiment.platform(i, connections).prepare_sync(experiment.experiment_id)
-        self.log.info("Experiment %s (%s): trials %d..%d, %d at a time, on %s; files in %s",
-                      experiment.experiment_id, "continued" if resumed else "new", window.first_index,
-                      window.first_index + window.count - 1, config.trial_concurrency,
-                      ", ".join(config.platform_names), experiment.directory)
-        return {"experiment_id": experiment.experiment_id, "directory": str(experiment.directory),
-                "trial_count": window.count, "first_trial_index": window.first_index, "resumed": resumed,
-                "deadline": window.deadline, "trial_concurrency": config.trial_concurrency,
-                "store": safe_url(store.url)}
+        self.log.info(
+            "Experiment %s (%s): trials %d..%d, %d at a time, on %s; files in %s",
+            experiment.experiment_id,
+            "continued" if resumed else "new",
+            window.first_index,
+            window.first_index + window.count - 1,
+            config.trial_concurrency,
+            ", ".join(config.platform_names),
+            experiment.directory,
+        )
+        return {
+            "experiment_id": experiment.experiment_id,
+            "directory": str(experiment.directory),
+            "trial_count": window.count,
+            "first_trial_index": window.first_index,
+            "resumed": resumed,
+            "deadline": window.deadline,
+            "trial_concurrency": config.trial_concurrency,
+            "store": safe_url(store.url),
+        }
 
 
 def format_table(rows: list[dict[str, Any]], best_index: int | None) -> str:
@@ -59,8 +87,10 @@ def format_table(rows: list[dict[str, Any]], best_index: int | None) -> str:
         final = "" if r["final_metric"] is None else f"{r['final_metric']:.6g}"
         mark = "*" if r["trial_index"] == best_index else " "
         extra = f"  {r['final_extra']}" if r.get("final_extra") else ""
-        lines.append(f"{mark} {r['trial_index']:>5}  {r['trial_id'] or '':<14} {r['status'] or '':<14} "
-                     f"{final:>12}  {r['intermediate_count']:>4}  {r['parameters']}{extra}")
+        lines.append(
+            f"{mark} {r['trial_index']:>5}  {r['trial_id'] or '':<14} {r['status'] or '':<14} "
+            f"{final:>12}  {r['intermediate_count']:>4}  {r['parameters']}{extra}"
+        )
     return "\n".join(lines)
 
 
@@ -71,6 +101,10 @@ class EndExperimentOperator(_ExperimentStep):
     when no trial succeeded, because then there is no result to report. With
     ``cleanup=True`` it then asks each platform to remove the experiment's files
     (remote machines: the trial folders; local results are kept, as NNI keeps them).
+
+    :param config_path: the NNI experiment config (v1 or v2 YAML); templated.
+    :param store_conn_id: the ``trialflow`` connection of the experiment store.
+    :param cleanup: remove the experiment's files from the platforms after summarising.
     """
 
     def __init__(self, *, cleanup: bool = False, **kwargs: Any):
@@ -80,8 +114,9 @@ class EndExperimentOperator(_ExperimentStep):
     def _cleanup(self, experiment: Any) -> None:
         connections = airflow_connections()
         for i in range(len(experiment.config.training_service)):
-            self.log.info("Removing experiment %s's files from %s", experiment.experiment_id,
-                          experiment.config.platform_names[i])
+            self.log.info(
+                "Removing experiment %s's files from %s", experiment.experiment_id, experiment.config.platform_names[i]
+            )
             experiment.platform(i, connections).cleanup_sync(experiment.experiment_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -92,8 +127,11 @@ class EndExperimentOperator(_ExperimentStep):
         all_rows = store.trial_rows(experiment.experiment_id)
         window = experiment.window(store, context["run_id"])
         # A run that continues a study reports its own trials, and the study's best beside them.
-        rows = [r for r in all_rows if not window.count
-                or window.first_index <= (r["trial_index"] or 0) < window.first_index + window.count]
+        rows = [
+            r
+            for r in all_rows
+            if not window.count or window.first_index <= (r["trial_index"] or 0) < window.first_index + window.count
+        ]
         mode = experiment.config.optimize_mode
         best = best_row(rows, mode)
         study_best = best_row(all_rows, mode)
@@ -106,15 +144,34 @@ class EndExperimentOperator(_ExperimentStep):
             "status_counts": dict(counts),
             "best": None if best is None else {k: best[k] for k in keep},
             "study_best": None if study_best is None else {k: study_best[k] for k in keep},
-            "trials": [{k: r[k] for k in ("trial_index", "trial_id", "parameters", "status", "final_metric",
-                                          "final_extra", "intermediate_count", "message")} for r in rows],
+            "trials": [
+                {
+                    k: r[k]
+                    for k in (
+                        "trial_index",
+                        "trial_id",
+                        "parameters",
+                        "status",
+                        "final_metric",
+                        "final_extra",
+                        "intermediate_count",
+                        "message",
+                    )
+                }
+                for r in rows
+            ],
         }
-        self.log.info("Results of experiment %s (%s):\n%s", experiment.experiment_id, mode,
-                      format_table(rows, best["trial_index"] if best else None))
+        self.log.info(
+            "Results of experiment %s (%s):\n%s",
+            experiment.experiment_id,
+            mode,
+            format_table(rows, best["trial_index"] if best else None),
+        )
         if self.cleanup:
             self._cleanup(experiment)
         if best is None:
-            raise AirflowFailException(f"no trial of experiment {experiment.experiment_id} succeeded "
-                                       f"with a final result ({dict(counts)})")
+            raise AirflowFailException(
+                f"no trial of experiment {experiment.experiment_id} succeeded with a final result ({dict(counts)})"
+            )
         self.log.info("Best trial %s: %s = %s", best["trial_id"], best["parameters"], best["final_metric"])
         return summary

@@ -11,7 +11,8 @@ until the end.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
@@ -35,11 +36,17 @@ def experiment_for(config_path: str, context: Context, check: bool = False) -> E
     return Experiment.for_run(config_path, context["dag"].dag_id, context["run_id"], conf=conf, check=check)
 
 
+def label_task(context: Context, label: str) -> None:
+    """The mapped task's name in the grid: its trial id (the DAG's map_index_template renders
+    ``trial_label`` from the context, Airflow's documented way to name mapped instances)."""
+    cast("dict[str, Any]", context)["trial_label"] = label
+
+
 def report(context: Context, result: lifecycle.TrialResult) -> dict[str, Any]:
     """The trial's outcome as the task's: SUCCEEDED -> success; EARLY_STOPPED and the
     maxExperimentDuration cancel -> skipped; FAILED and other cancellations -> failed without
     retry (retries are for infrastructure faults). The result XCom is pushed in every case."""
-    context["trial_label"] = result.label
+    label_task(context, result.label)
     if result.succeeded:
         return result.result
     context["ti"].xcom_push(key="return_value", value=result.result)
@@ -48,13 +55,16 @@ def report(context: Context, result: lifecycle.TrialResult) -> dict[str, Any]:
     raise AirflowFailException(result.describe())
 
 
-def complete_from_event(context: Context, event: dict[str, Any], experiment: Experiment,
-                        store: "ExperimentStore", storage_id: int) -> dict[str, Any]:
+def complete_from_event(
+    context: Context, event: dict[str, Any], experiment: Experiment, store: ExperimentStore, storage_id: int
+) -> dict[str, Any]:
     """Turn TrialTrigger's event into the task outcome (the operator and the sensor alike)."""
     if event["status"] == "ERROR":
         # The trial itself may be fine: fail this attempt so a retry re-attaches to it.
         raise AirflowException(event["message"])
-    return report(context, lifecycle.finish_trial(store, storage_id, TrialStatus(event["status"]), event.get("message")))
+    return report(
+        context, lifecycle.finish_trial(store, storage_id, TrialStatus(event["status"]), event.get("message"))
+    )
 
 
 class SubmitTrialOperator(BaseOperator):
@@ -72,17 +82,32 @@ class SubmitTrialOperator(BaseOperator):
     :param defer_after: seconds to follow the trial in the worker before deferring.
     """
 
-    template_fields: Sequence[str] = ("config_path", "trial_index", "trial_id", "parameters", "command",
-                                      "platform_name")
+    template_fields: Sequence[str] = (
+        "config_path",
+        "trial_index",
+        "trial_id",
+        "parameters",
+        "command",
+        "platform_name",
+    )
     template_fields_renderers = {"parameters": "json", "command": "bash"}
     # Parameters are chosen at run time; show them in "Rendered Template" once known.
     overwrite_rtif_after_execution = True
     ui_color = "#e8f1fb"
     operator_extra_links = (TrialLink(), PlatformLink())
 
-    def __init__(self, *, config_path: str, trial_index: int, service_index: int | None = None,
-                 store_conn_id: str = DEFAULT_CONN_ID, wait_for_completion: bool = True,
-                 poll_interval: float = 1.0, defer_after: float = 10.0, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        config_path: str,
+        trial_index: int,
+        service_index: int | None = None,
+        store_conn_id: str = DEFAULT_CONN_ID,
+        wait_for_completion: bool = True,
+        poll_interval: float = 1.0,
+        defer_after: float = 10.0,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.config_path = config_path
         self.trial_index = trial_index
@@ -99,43 +124,62 @@ class SubmitTrialOperator(BaseOperator):
     def _show(self, context: Context, started: lifecycle.StartedTrial) -> None:
         self.trial_id, self.parameters = started.spec.trial_id, started.spec.parameters
         self.command, self.platform_name = started.spec.command, started.platform_name
-        context["trial_label"] = started.spec.trial_id
+        label_task(context, started.spec.trial_id)
 
     def execute(self, context: Context) -> Any:
         experiment = experiment_for(self.config_path, context)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
         try:
-            started = lifecycle.start_trial(experiment, store, context["run_id"], int(self.trial_index),
-                                            service_index=self.service_index, connections=airflow_connections())
+            started = lifecycle.start_trial(
+                experiment,
+                store,
+                context["run_id"],
+                int(self.trial_index),
+                service_index=self.service_index,
+                connections=airflow_connections(),
+            )
         except lifecycle.TrialNotStarted as exc:
-            context["trial_label"] = f"{exc.trial_id} not started"
+            label_task(context, f"{exc.trial_id} not started")
             raise AirflowSkipException(str(exc)) from None
         except lifecycle.TrialCannotRun as exc:
             raise AirflowFailException(str(exc)) from exc
         self._show(context, started)
         if started.finished:
-            self.log.info("Trial %s already finished (%s); reporting it", started.spec.trial_id,
-                          started.record.status.value)
+            self.log.info(
+                "Trial %s already finished (%s); reporting it", started.spec.trial_id, started.record.status.value
+            )
             status, message = lifecycle.finished_outcome(started.record)
             return report(context, lifecycle.finish_trial(store, started.record.storage_id, status, message))
         assert started.handle is not None
-        web = platform_url(experiment.config.training_service[started.service_index].trial_web_url,
-                           {**started.handle, "experiment_id": experiment.experiment_id})
+        web = platform_url(
+            experiment.config.training_service[started.service_index].trial_web_url,
+            {**started.handle, "experiment_id": experiment.experiment_id},
+        )
         if web:
             context["ti"].xcom_push(key=PLATFORM_URL_KEY, value=web)
-        self.log.info("Trial %s %s with parameters %s", started.spec.trial_id,
-                      "re-attached" if started.resumed else "submitted", started.spec.parameters)
-        submission = {"config_path": str(self.config_path), "store_conn_id": self.store_conn_id,
-                      **started.follow_args()}
+        self.log.info(
+            "Trial %s %s with parameters %s",
+            started.spec.trial_id,
+            "re-attached" if started.resumed else "submitted",
+            started.spec.parameters,
+        )
+        submission = {
+            "config_path": str(self.config_path),
+            "store_conn_id": self.store_conn_id,
+            **started.follow_args(),
+        }
         if not self.wait_for_completion:
             return submission
         outcome = lifecycle.wait_in_worker(started, store, self.defer_after, self.poll_interval)
         if outcome.status is not None:
             result = lifecycle.finish_trial(store, started.record.storage_id, outcome.status, outcome.message)
             return report(context, result)
-        self.defer(trigger=TrialTrigger(**submission, cursor=outcome.cursor, poll_interval=self.poll_interval,
-                                        seen_running=outcome.seen_running),
-                   method_name="execute_complete")
+        self.defer(
+            trigger=TrialTrigger(
+                **submission, cursor=outcome.cursor, poll_interval=self.poll_interval, seen_running=outcome.seen_running
+            ),
+            method_name="execute_complete",
+        )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         experiment = experiment_for(self.config_path, context)

@@ -1,2 +1,1 @@
 """Training services: one module per platform, same shape, no Airflow imports."""
-

@@ -20,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Generic, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from trialflow.platforms.background import run_sync
 from trialflow.trial.protocol import Metric
@@ -31,8 +32,19 @@ from trialflow.trial.status import CANCEL_STATUSES, TERMINAL_STATUSES, TrialStat
 if TYPE_CHECKING:
     from trialflow.config.model import SharedStorageConfig
 
-__all__ = ["CANCEL_STATUSES", "TERMINAL_STATUSES", "Connections", "Cursor", "TrainingPlatform", "TrialHandle",
-           "TrialSpec", "TrialStatus", "TrialUpdate", "experiment_id_for", "trial_id_for"]
+__all__ = [
+    "CANCEL_STATUSES",
+    "TERMINAL_STATUSES",
+    "Connections",
+    "Cursor",
+    "TrainingPlatform",
+    "TrialHandle",
+    "TrialSpec",
+    "TrialStatus",
+    "TrialUpdate",
+    "experiment_id_for",
+    "trial_id_for",
+]
 
 TrialHandle = dict[str, Any]
 Cursor = dict[str, Any]
@@ -112,8 +124,9 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
         self.connections = connections or Connections()
 
     @classmethod
-    def from_config(cls, config: ConfigT, experiment_dir: Path,
-                    connections: Connections | None = None) -> "TrainingPlatform[ConfigT]":
+    def from_config(
+        cls, config: ConfigT, experiment_dir: Path, connections: Connections | None = None
+    ) -> TrainingPlatform[ConfigT]:
         return cls(config, experiment_dir, connections)
 
     # -- what each platform provides -----------------------------------------------------------
@@ -139,7 +152,7 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
         DAG parsing call it): (config key path, message) pairs; none by default."""
         return []
 
-    def use_shared_storage(self, shared: "SharedStorageConfig | None") -> None:
+    def use_shared_storage(self, shared: SharedStorageConfig | None) -> None:
         """NNI's sharedStorage; platforms that can read code in place override this."""
 
     async def prepare(self, experiment_id: str) -> None:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 GPU_QUERY = "nvidia-smi --query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits"
 APPS_QUERY = "nvidia-smi --query-compute-apps=gpu_uuid,pid --format=csv,noheader,nounits"
@@ -43,7 +43,9 @@ class Gpu:
 
 
 def _rows(text: str) -> list[list[str]]:
-    return [[cell.strip() for cell in row] for row in csv.reader(io.StringIO(text)) if row and any(c.strip() for c in row)]
+    return [
+        [cell.strip() for cell in row] for row in csv.reader(io.StringIO(text)) if row and any(c.strip() for c in row)
+    ]
 
 
 def parse_gpus(gpu_csv: str, apps_csv: str = "") -> list[Gpu]:
@@ -63,8 +65,15 @@ def parse_gpus(gpu_csv: str, apps_csv: str = "") -> list[Gpu]:
             except ValueError:
                 return 0
 
-        gpus.append(Gpu(int(row[0]), row[1], number(row[2]) if len(row) > 2 else 0,
-                        number(row[3]) if len(row) > 3 else 0, apps.get(row[1], 0)))
+        gpus.append(
+            Gpu(
+                int(row[0]),
+                row[1],
+                number(row[2]) if len(row) > 2 else 0,
+                number(row[3]) if len(row) > 3 else 0,
+                apps.get(row[1], 0),
+            )
+        )
     return sorted(gpus, key=lambda g: g.index)
 
 
@@ -80,11 +89,18 @@ def check_request(gpus: list[Gpu], gpu_indices: list[int] | None, need: int, whe
         listed = ", ".join(str(g.index) for g in have) or "none"
         raise GpuRequestError(
             f"trialGpuNumber {need} can never fit on {where}: it may use {len(have)} GPU(s) ({listed}"
-            f"{'; limited by gpuIndices' if gpu_indices is not None else ''})")
+            f"{'; limited by gpuIndices' if gpu_indices is not None else ''})"
+        )
 
 
-def choose(gpus: list[Gpu], claimed: dict[int, set[int]], need: int, per_gpu: int,
-           gpu_indices: list[int] | None, use_active_gpu: bool) -> list[tuple[int, int]] | None:
+def choose(
+    gpus: list[Gpu],
+    claimed: dict[int, set[int]],
+    need: int,
+    per_gpu: int,
+    gpu_indices: list[int] | None,
+    use_active_gpu: bool,
+) -> list[tuple[int, int]] | None:
     """``need`` distinct GPUs as (index, free slot) to claim now, or None if not free yet.
 
     ``claimed``: GPU index -> slots our trials hold. A GPU with processes is someone
@@ -138,15 +154,17 @@ def survey_command(claims_dir: str) -> str:
 
     d = shlex.quote(claims_dir)
     return (
-        f"mkdir -p {d}; for c in {d}/gpu*-slot*; do [ -d \"$c\" ] || continue; "
+        f'mkdir -p {d}; for c in {d}/gpu*-slot*; do [ -d "$c" ] || continue; '
         'o="$(cat "$c/owner" 2>/dev/null)"; gone=0; '
         'if [ -z "$o" ]; then [ -n "$(find "$c" -maxdepth 0 -mmin +2 2>/dev/null)" ] && gone=1; '
         'elif [ -e "$o/exit_code" ] || [ -e "$o/.nni/state" ]; then gone=1; '
         'else p="$(cut -d" " -f1 "$o/.trialflow/pid" 2>/dev/null || cat "$o/pid" 2>/dev/null)"; '
         'if [ -n "$p" ]; then kill -0 "$p" 2>/dev/null || gone=1; '
-        f'elif [ -n "$(find "$c" -maxdepth 0 -mmin +{UNLAUNCHED_CLAIM_SECONDS // 60} 2>/dev/null)" ]; then gone=1; fi; fi; '
+        f'elif [ -n "$(find "$c" -maxdepth 0 -mmin +{UNLAUNCHED_CLAIM_SECONDS // 60} 2>/dev/null)" ]; '
+        "then gone=1; fi; fi; "
         '[ "$gone" = 1 ] && rm -rf "$c"; done; '
-        f"ls {d}; echo '--gpus--'; {GPU_QUERY} 2>&1; echo \"rc=$?\"; echo '--apps--'; {APPS_QUERY} 2>/dev/null; true")
+        f"ls {d}; echo '--gpus--'; {GPU_QUERY} 2>&1; echo \"rc=$?\"; echo '--apps--'; {APPS_QUERY} 2>/dev/null; true"
+    )
 
 
 def parse_survey(output: str) -> tuple[list[str], str, int, str]:
@@ -164,9 +182,11 @@ def claim_command(claims_dir: str, picks: list[tuple[int, int]], owner: str) -> 
 
     paths = [shlex.quote(f"{claims_dir}/{claim_name(i, s)}") for i, s in picks]
     made = " ".join(paths)
-    return (f"got=''; for c in {made}; do if mkdir \"$c\" 2>/dev/null; then got=\"$got $c\"; "
-            f"printf %s {shlex.quote(owner)} > \"$c/owner\"; else rm -rf $got; echo busy; exit 0; fi; done; "
-            "echo claimed")
+    return (
+        f'got=\'\'; for c in {made}; do if mkdir "$c" 2>/dev/null; then got="$got $c"; '
+        f'printf %s {shlex.quote(owner)} > "$c/owner"; else rm -rf $got; echo busy; exit 0; fi; done; '
+        "echo claimed"
+    )
 
 
 def release_command(claims_dir: str, picks: list[tuple[int, int]]) -> str:
@@ -175,16 +195,24 @@ def release_command(claims_dir: str, picks: list[tuple[int, int]]) -> str:
     return "rm -rf " + " ".join(shlex.quote(f"{claims_dir}/{claim_name(i, s)}") for i, s in picks)
 
 
-async def attempt(run: Callable[[str], Awaitable[str]], claims_dir: str, need: int, per_gpu: int,
-                  gpu_indices: list[int] | None, use_active_gpu: bool, owner: str,
-                  where: str) -> list[tuple[int, int]] | None:
+async def attempt(
+    run: Callable[[str], Awaitable[str]],
+    claims_dir: str,
+    need: int,
+    per_gpu: int,
+    gpu_indices: list[int] | None,
+    use_active_gpu: bool,
+    owner: str,
+    where: str,
+) -> list[tuple[int, int]] | None:
     """One look at one machine: the claimed (GPU, slot)s, or None when they are taken now;
     GpuRequestError when they can never be had there or nvidia-smi is missing."""
     while True:
         claims, gpu_csv, status, apps = parse_survey(await run(survey_command(claims_dir)))
         if status != 0:
-            raise GpuRequestError(f"trialGpuNumber {need} needs nvidia-smi on {where}; it failed ({status}): "
-                                  f"{gpu_csv.strip()[-300:]}")
+            raise GpuRequestError(
+                f"trialGpuNumber {need} needs nvidia-smi on {where}; it failed ({status}): {gpu_csv.strip()[-300:]}"
+            )
         gpus = parse_gpus(gpu_csv, apps)
         check_request(gpus, gpu_indices, need, where)
         picks = choose(gpus, claimed_slots(claims), need, per_gpu, gpu_indices, use_active_gpu)
@@ -195,9 +223,18 @@ async def attempt(run: Callable[[str], Awaitable[str]], claims_dir: str, need: i
         # another trial took a slot between the survey and the claim: look again
 
 
-async def acquire(run: Callable[[str], Awaitable[str]], claims_dir: str, need: int, per_gpu: int,
-                  gpu_indices: list[int] | None, use_active_gpu: bool, owner: str, where: str,
-                  poll_seconds: float = 2.0, on_wait: Callable[[str], None] | None = None) -> list[tuple[int, int]]:
+async def acquire(
+    run: Callable[[str], Awaitable[str]],
+    claims_dir: str,
+    need: int,
+    per_gpu: int,
+    gpu_indices: list[int] | None,
+    use_active_gpu: bool,
+    owner: str,
+    where: str,
+    poll_seconds: float = 2.0,
+    on_wait: Callable[[str], None] | None = None,
+) -> list[tuple[int, int]]:
     """Claim ``need`` GPUs on one machine for the trial in ``owner``, waiting while they are
     taken; GpuRequestError at once when they can never be had or nvidia-smi is missing."""
     import asyncio

@@ -37,9 +37,9 @@ def stop_marked_command(mark: str, grace_seconds: float = 5.0) -> str:
     entry = shlex.quote(f"{MARK_VAR}={mark}")
     return (
         f"tf_marked() {{ set -- /proc/[0-9]*/environ; "
-        f"for f in $(grep -lszxF -e {entry} -- \"$@\"); do p=${{f#/proc/}}; p=${{p%/environ}}; "
+        f'for f in $(grep -lszxF -e {entry} -- "$@"); do p=${{f#/proc/}}; p=${{p%/environ}}; '
         '[ "$p" = "$$" ] || [ "$p" = "${BASHPID:-}" ] || echo "$p"; done; }; '
-        "tf_left=$(tf_marked); if [ -n \"$tf_left\" ]; then kill -TERM $tf_left 2>/dev/null; tf_i=0; "
-        f"while [ $tf_i -lt {steps} ]; do sleep 0.1; tf_left=$(tf_marked); [ -z \"$tf_left\" ] && break; "
-        "tf_i=$((tf_i+1)); done; [ -n \"$tf_left\" ] && kill -KILL $tf_left 2>/dev/null; fi; true"
+        'tf_left=$(tf_marked); if [ -n "$tf_left" ]; then kill -TERM $tf_left 2>/dev/null; tf_i=0; '
+        f'while [ $tf_i -lt {steps} ]; do sleep 0.1; tf_left=$(tf_marked); [ -z "$tf_left" ] && break; '
+        'tf_i=$((tf_i+1)); done; [ -n "$tf_left" ] && kill -KILL $tf_left 2>/dev/null; fi; true'
     )

@@ -21,8 +21,9 @@ import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import psutil
 
@@ -158,9 +159,16 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
     def build_env(self, spec: TrialSpec) -> dict[str, str]:
         """The trial's environment (subclasses extend it); submit adds the claimed GPUs."""
         sys_dir = str(self.trial_dir(spec.trial_id))
-        env = trial_env(platform="local", experiment_id=spec.experiment_id, trial_id=spec.trial_id,
-                        sys_dir=sys_dir, output_dir=sys_dir, sequence=spec.sequence,
-                        code_dir=str(spec.code_dir), gpu_indices=[])
+        env = trial_env(
+            platform="local",
+            experiment_id=spec.experiment_id,
+            trial_id=spec.trial_id,
+            sys_dir=sys_dir,
+            output_dir=sys_dir,
+            sequence=spec.sequence,
+            code_dir=str(spec.code_dir),
+            gpu_indices=[],
+        )
         env[MARK_VAR] = trial_mark(sys_dir)
         env.update(spec.env)
         return env
@@ -170,9 +178,14 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         the exit code is written (whoever sees the trial ended sees its GPUs free)."""
         sys_dir = self.trial_dir(spec.trial_id)
         release = release_command(str(self.claims_dir), claims) if claims else ""
-        return _WRAPPER.format(ctl=shlex.quote(str(sys_dir / CONTROL_DIR)), code_dir=shlex.quote(str(spec.code_dir)),
-                               sys_dir=shlex.quote(str(sys_dir)), command=shlex.quote(spec.command), release=release,
-                               leftovers=stop_marked_command(trial_mark(str(sys_dir)), LEFTOVER_GRACE_SECONDS))
+        return _WRAPPER.format(
+            ctl=shlex.quote(str(sys_dir / CONTROL_DIR)),
+            code_dir=shlex.quote(str(spec.code_dir)),
+            sys_dir=shlex.quote(str(sys_dir)),
+            command=shlex.quote(spec.command),
+            release=release,
+            leftovers=stop_marked_command(trial_mark(str(sys_dir)), LEFTOVER_GRACE_SECONDS),
+        )
 
     async def claim_gpus(self, spec: TrialSpec) -> list[tuple[int, int]]:
         """Wait for and claim trialGpuNumber GPUs of this machine (none when it is 0)."""
@@ -180,29 +193,45 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
             return []
 
         async def run(command: str) -> str:
-            proc = await asyncio.create_subprocess_exec("bash", "-c", command, stdout=subprocess.PIPE,
-                                                        stderr=subprocess.DEVNULL)
+            proc = await asyncio.create_subprocess_exec(
+                "bash", "-c", command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            )
             out, _ = await proc.communicate()
             return out.decode("utf-8", "replace")
 
-        return await acquire(run, str(self.claims_dir), spec.gpu_number, self.config.max_trial_number_per_gpu,
-                             self.config.gpu_indices, bool(self.config.use_active_gpu),
-                             str(self.trial_dir(spec.trial_id)), "this machine", on_wait=log.info)
+        return await acquire(
+            run,
+            str(self.claims_dir),
+            spec.gpu_number,
+            self.config.max_trial_number_per_gpu,
+            self.config.gpu_indices,
+            bool(self.config.use_active_gpu),
+            str(self.trial_dir(spec.trial_id)),
+            "this machine",
+            on_wait=log.info,
+        )
 
     def render(self, spec: TrialSpec) -> Mapping[str, Any]:
         env = self.build_env(spec)
         if spec.gpu_number > 0:
             env["CUDA_VISIBLE_DEVICES"] = f"<{spec.gpu_number} GPU(s) claimed at launch>"
-        nni_env = {k: v for k, v in sorted(env.items()) if k.startswith("NNI_") or k in (
-            "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")}
+        nni_env = {
+            k: v
+            for k, v in sorted(env.items())
+            if k.startswith("NNI_") or k in ("CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
+        }
         return {
             "platform": "local",
             "command": spec.command,
             "working_directory": str(spec.code_dir),
             "trial_directory": str(self.trial_dir(spec.trial_id)),
             "environment": nni_env,
-            "parameter.cfg": {"parameter_id": spec.parameter_id, "parameter_source": "algorithm",
-                              "parameters": spec.parameters, "parameter_index": 0},
+            "parameter.cfg": {
+                "parameter_id": spec.parameter_id,
+                "parameter_source": "algorithm",
+                "parameters": spec.parameters,
+                "parameter_index": 0,
+            },
         }
 
     # -- contract -------------------------------------------------------------------------
@@ -221,8 +250,9 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         # The launch waits (up to LAUNCH_WAIT_SECONDS) for the wrapper's pid: off the event loop.
         return await asyncio.to_thread(self._launch, spec, sys_dir, handle, claims)
 
-    def _launch(self, spec: TrialSpec, sys_dir: Path, handle: TrialHandle,
-                claims: list[tuple[int, int]]) -> TrialHandle:
+    def _launch(
+        self, spec: TrialSpec, sys_dir: Path, handle: TrialHandle, claims: list[tuple[int, int]]
+    ) -> TrialHandle:
         try:
             if not self._mark_launch(sys_dir):
                 existing = self._reattach(sys_dir, handle, wait=True)
@@ -237,9 +267,14 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
                 env = self.build_env(spec)
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index, _ in claims)
                 subprocess.Popen(
-                    ["bash", str(wrapper)], env=env, cwd=str(sys_dir),
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    start_new_session=True, close_fds=True,
+                    ["bash", str(wrapper)],
+                    env=env,
+                    cwd=str(sys_dir),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                    close_fds=True,
                 )
             except BaseException:
                 (sys_dir / LAUNCH_FILE).unlink(missing_ok=True)  # a retry may launch again
@@ -307,8 +342,11 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         elif cancel and status in CANCEL_STATUSES:
             message = cancel["reason"]
         elif status == TrialStatus.FAILED:
-            message = (f"trial command exited with code {exit_code}" if exit_code is not None
-                       else "trial process disappeared without an exit code (killed?)")
+            message = (
+                f"trial command exited with code {exit_code}"
+                if exit_code is not None
+                else "trial process disappeared without an exit code (killed?)"
+            )
         else:
             message = None
         return status, exit_code, message
@@ -317,8 +355,9 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         # Status first, then metrics: a trial that just ended has written its last metric, and
         # then every byte left is read (not one chunk) with nothing kept back for later.
         status, exit_code, message = self.status(handle)
-        metrics, offset, skipped = self.read_metrics(handle, int(cursor.get("metrics_offset", 0)),
-                                                     final=status.is_terminal)
+        metrics, offset, skipped = self.read_metrics(
+            handle, int(cursor.get("metrics_offset", 0)), final=status.is_terminal
+        )
         return TrialUpdate(status, metrics, {"metrics_offset": offset}, message, exit_code, skipped)
 
     def read_metrics(self, handle: TrialHandle, offset: int, final: bool = False) -> tuple[list, int, list[str]]:
@@ -367,9 +406,14 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
             self._signal(pid, tree, signal.SIGTERM)
         # Meanwhile, what left the tree and its process group (setsid, double forks) but still
         # carries the trial's mark gets the same TERM, grace and KILL.
-        subprocess.run(["bash", "-c", stop_marked_command(trial_mark(str(sys_dir)), KILL_GRACE_SECONDS)],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       check=False, timeout=KILL_GRACE_SECONDS + 30)
+        subprocess.run(
+            ["bash", "-c", stop_marked_command(trial_mark(str(sys_dir)), KILL_GRACE_SECONDS)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+            timeout=KILL_GRACE_SECONDS + 30,
+        )
         if not tree:
             return
         deadline = time.monotonic() + KILL_GRACE_SECONDS

@@ -17,19 +17,40 @@ from trialflow.queries.experiments import ExperimentRow, experiment_dag_id, expe
 from trialflow.queries.export import export_csv, export_json, export_rows, spreadsheet_safe
 from trialflow.queries.importance import flatten_parameters, importance
 from trialflow.queries.tables import (
-                                      ACTIVE,
-                                      INTERMEDIATE,
-                                      MAX_PAGE,
-                                      STATUSES,
-                                      STUDY_ATTRS,
-                                      TRIALS,
-                                      UnknownExperiment,
-                                      optimize_mode,
-                                      study_id_of,
+    ACTIVE,
+    INTERMEDIATE,
+    MAX_PAGE,
+    STATUSES,
+    STUDY_ATTRS,
+    TRIALS,
+    UnknownExperiment,
+    optimize_mode,
+    study_id_of,
 )
 from trialflow.queries.trials import chart_data, curves, trial_detail, trials_page
 
-__all__ = ["ACTIVE", "INTERMEDIATE", "MAX_PAGE", "STATUSES", "STUDY_ATTRS", "TRIALS", "ExperimentRow", "UnknownExperiment",
-           "chart_data", "curves", "experiment_dag_id", "experiment_summary", "export_csv", "export_json",
-           "export_rows", "flatten_parameters", "importance", "list_experiments", "optimize_mode", "spreadsheet_safe",
-           "study_id_of", "trial_detail", "trials_page"]
+__all__ = [
+    "ACTIVE",
+    "INTERMEDIATE",
+    "MAX_PAGE",
+    "STATUSES",
+    "STUDY_ATTRS",
+    "TRIALS",
+    "ExperimentRow",
+    "UnknownExperiment",
+    "chart_data",
+    "curves",
+    "experiment_dag_id",
+    "experiment_summary",
+    "export_csv",
+    "export_json",
+    "export_rows",
+    "flatten_parameters",
+    "importance",
+    "list_experiments",
+    "optimize_mode",
+    "spreadsheet_safe",
+    "study_id_of",
+    "trial_detail",
+    "trials_page",
+]

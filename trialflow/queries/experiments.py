@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -28,11 +29,15 @@ from trialflow.queries.trials import trials_page
 def _status_counts(conn: sa.Connection, study_ids: Sequence[int] | None) -> dict[int, dict[str, int]]:
     """Trials per NNI status per study (superseded asks excluded: only indexed trials count)."""
     status = TRIAL_ATTRS.alias("st")
-    query = (sa.select(TRIALS.c.study_id, status.c.value_json, sa.func.count())
-             .select_from(TRIALS.join(TRIAL_INDEX, TRIAL_INDEX.c.trial_id == TRIALS.c.trial_id)
-                          .outerjoin(status, sa.and_(status.c.trial_id == TRIALS.c.trial_id,
-                                                     status.c.key == "nni_status")))
-             .group_by(TRIALS.c.study_id, status.c.value_json))
+    query = (
+        sa.select(TRIALS.c.study_id, status.c.value_json, sa.func.count())
+        .select_from(
+            TRIALS.join(TRIAL_INDEX, TRIAL_INDEX.c.trial_id == TRIALS.c.trial_id).outerjoin(
+                status, sa.and_(status.c.trial_id == TRIALS.c.trial_id, status.c.key == "nni_status")
+            )
+        )
+        .group_by(TRIALS.c.study_id, status.c.value_json)
+    )
     if study_ids is not None:  # through the index table's key: SQLite plans it well only that way
         query = query.where(TRIAL_INDEX.c.study_id.in_(list(study_ids)))
     out: dict[int, dict[str, int]] = {}
@@ -43,16 +48,32 @@ def _status_counts(conn: sa.Connection, study_ids: Sequence[int] | None) -> dict
 
 
 def _times_and_best(conn: sa.Connection, study_ids: Sequence[int] | None) -> dict[int, dict[str, Any]]:
-    query = (sa.select(TRIALS.c.study_id, sa.func.min(TRIALS.c.datetime_start), sa.func.max(TRIALS.c.datetime_complete),
-                       sa.func.min(VALUES.c.value), sa.func.max(VALUES.c.value))
-             .select_from(TRIALS.join(TRIAL_INDEX, TRIAL_INDEX.c.trial_id == TRIALS.c.trial_id)
-                          .outerjoin(VALUES, sa.and_(VALUES.c.trial_id == TRIALS.c.trial_id, VALUES.c.objective == 0,
-                                                     sa.cast(TRIALS.c.state, sa.String(8)) == "COMPLETE")))
-             .group_by(TRIALS.c.study_id))
+    query = (
+        sa.select(
+            TRIALS.c.study_id,
+            sa.func.min(TRIALS.c.datetime_start),
+            sa.func.max(TRIALS.c.datetime_complete),
+            sa.func.min(VALUES.c.value),
+            sa.func.max(VALUES.c.value),
+        )
+        .select_from(
+            TRIALS.join(TRIAL_INDEX, TRIAL_INDEX.c.trial_id == TRIALS.c.trial_id).outerjoin(
+                VALUES,
+                sa.and_(
+                    VALUES.c.trial_id == TRIALS.c.trial_id,
+                    VALUES.c.objective == 0,
+                    sa.cast(TRIALS.c.state, sa.String(8)) == "COMPLETE",
+                ),
+            )
+        )
+        .group_by(TRIALS.c.study_id)
+    )
     if study_ids is not None:
         query = query.where(TRIAL_INDEX.c.study_id.in_(list(study_ids)))
-    return {row[0]: {"started": epoch(row[1]), "ended": epoch(row[2]), "min": row[3], "max": row[4]}
-            for row in conn.execute(query)}
+    return {
+        row[0]: {"started": epoch(row[1]), "ended": epoch(row[2]), "min": row[3], "max": row[4]}
+        for row in conn.execute(query)
+    }
 
 
 _LIST_ATTRS = ("experiment_name", "dag_id", "run_id", "platform", "optimize_mode", "config")
@@ -103,12 +124,24 @@ def list_experiments(engine: Engine) -> list[ExperimentRow]:
         mode = a.get("optimize_mode") or "maximize"
         t = times.get(sid, {})
         c = counts.get(sid, {})
-        rows.append(ExperimentRow(
-            experiment_id=name, name=a.get("experiment_name"), dag_id=a.get("dag_id"), run_id=a.get("run_id"),
-            platform=a.get("platform"), tuner=_algorithm_name(config), optimize_mode=mode, counts=c,
-            trials=sum(c.values()), best=finite(t.get("min") if mode == "minimize" else t.get("max")),
-            started=t.get("started"), ended=t.get("ended"), max_trial_number=config.get("maxTrialNumber"),
-            active=any(c.get(s) for s in ACTIVE)))
+        rows.append(
+            ExperimentRow(
+                experiment_id=name,
+                name=a.get("experiment_name"),
+                dag_id=a.get("dag_id"),
+                run_id=a.get("run_id"),
+                platform=a.get("platform"),
+                tuner=_algorithm_name(config),
+                optimize_mode=mode,
+                counts=c,
+                trials=sum(c.values()),
+                best=finite(t.get("min") if mode == "minimize" else t.get("max")),
+                started=t.get("started"),
+                ended=t.get("ended"),
+                max_trial_number=config.get("maxTrialNumber"),
+                active=any(c.get(s) for s in ACTIVE),
+            )
+        )
     return sorted(rows, key=lambda r: r.started or 0, reverse=True)
 
 
@@ -116,8 +149,11 @@ def experiment_dag_id(engine: Engine, experiment_id: str) -> str | None:
     """The DAG an experiment belongs to (for access checks: one indexed lookup)."""
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
-        return decoded(conn.execute(sa.select(STUDY_ATTRS.c.value_json).where(
-            STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key == "dag_id")).scalar())
+        return decoded(
+            conn.execute(
+                sa.select(STUDY_ATTRS.c.value_json).where(STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key == "dag_id")
+            ).scalar()
+        )
 
 
 def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
@@ -125,8 +161,11 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
         attrs = {k: v for k, v in study_attrs(conn, [sid], _LIST_ATTRS + ("directory",)).get(sid, {}).items()}
-        runs = conn.execute(sa.select(STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
-            STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key.like("run:%"))).all()
+        runs = conn.execute(
+            sa.select(STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
+                STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key.like("run:%")
+            )
+        ).all()
         counts = _status_counts(conn, [sid]).get(sid, {})
         times = _times_and_best(conn, [sid]).get(sid, {})
     config = attrs.get("config") or {}
@@ -134,25 +173,38 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
     best_value = finite(times.get("min") if mode == "minimize" else times.get("max"))
     best = None
     if best_value is not None:
-        page = trials_page(engine, experiment_id, sort="metric", descending=mode != "minimize", limit=1,
-                           statuses=["SUCCEEDED"])
+        page = trials_page(
+            engine, experiment_id, sort="metric", descending=mode != "minimize", limit=1, statuses=["SUCCEEDED"]
+        )
         best = page["rows"][0] if page["rows"] else None
-    windows = [dict(decoded(value) or {}, run_id=key[len("run:"):]) for key, value in runs]
+    windows = [dict(decoded(value) or {}, run_id=key[len("run:") :]) for key, value in runs]
     deadline = max((w.get("deadline") or 0 for w in windows), default=0) or None
     service = config.get("trainingService")
     services = service if isinstance(service, list) else [service] if service else []
     return {
-        "experiment_id": experiment_id, "name": attrs.get("experiment_name"), "dag_id": attrs.get("dag_id"),
-        "run_id": attrs.get("run_id"), "platform": attrs.get("platform"), "optimize_mode": mode,
-        "directory": attrs.get("directory"), "counts": counts, "trials": sum(counts.values()),
-        "active": any(counts.get(s) for s in ACTIVE), "best": best,
-        "started": times.get("started"), "ended": times.get("ended"), "deadline": deadline,
+        "experiment_id": experiment_id,
+        "name": attrs.get("experiment_name"),
+        "dag_id": attrs.get("dag_id"),
+        "run_id": attrs.get("run_id"),
+        "platform": attrs.get("platform"),
+        "optimize_mode": mode,
+        "directory": attrs.get("directory"),
+        "counts": counts,
+        "trials": sum(counts.values()),
+        "active": any(counts.get(s) for s in ACTIVE),
+        "best": best,
+        "started": times.get("started"),
+        "ended": times.get("ended"),
+        "deadline": deadline,
         "runs": sorted(windows, key=lambda w: w.get("first_index", 0)),
         "config": {
-            "tuner": config.get("tuner") or config.get("advisor"), "assessor": config.get("assessor"),
-            "trialConcurrency": config.get("trialConcurrency"), "maxTrialNumber": config.get("maxTrialNumber"),
+            "tuner": config.get("tuner") or config.get("advisor"),
+            "assessor": config.get("assessor"),
+            "trialConcurrency": config.get("trialConcurrency"),
+            "maxTrialNumber": config.get("maxTrialNumber"),
             "maxExperimentDuration": config.get("maxExperimentDuration"),
-            "maxTrialDuration": config.get("maxTrialDuration"), "trialCommand": config.get("trialCommand"),
+            "maxTrialDuration": config.get("maxTrialDuration"),
+            "trialCommand": config.get("trialCommand"),
             "platforms": [s.get("platform") for s in services if isinstance(s, dict)],
             "searchSpace": config.get("searchSpace"),
         },

@@ -41,16 +41,32 @@ def export_rows(engine: Engine, experiment_id: str) -> tuple[list[str], list[dic
     rows = _all_rows(engine, experiment_id)
     flat = [flatten_parameters(r["parameters"]) for r in rows]
     params = sorted({k for f in flat for k in f})
-    columns = ["trial_index", "trial_id", "status", "metric", "final", "duration_s", "platform", "host",
-               "intermediate_count", "message"] + [f"param:{p}" for p in params]
+    columns = [
+        "trial_index",
+        "trial_id",
+        "status",
+        "metric",
+        "final",
+        "duration_s",
+        "platform",
+        "host",
+        "intermediate_count",
+        "message",
+    ] + [f"param:{p}" for p in params]
     out = []
     for r, f in zip(rows, flat):
-        record = {"trial_index": r["trial_index"], "trial_id": r["trial_id"], "status": r["status"],
-                  "metric": r["metric"], "final": r["final"] if not isinstance(r["final"], (dict, list))
-                  else json.dumps(r["final"], sort_keys=True),
-                  "duration_s": None if r["duration"] is None else round(r["duration"], 3),
-                  "platform": r["platform"], "host": r["host"], "intermediate_count": r["intermediate_count"],
-                  "message": r["message"]}
+        record = {
+            "trial_index": r["trial_index"],
+            "trial_id": r["trial_id"],
+            "status": r["status"],
+            "metric": r["metric"],
+            "final": r["final"] if not isinstance(r["final"], (dict, list)) else json.dumps(r["final"], sort_keys=True),
+            "duration_s": None if r["duration"] is None else round(r["duration"], 3),
+            "platform": r["platform"],
+            "host": r["host"],
+            "intermediate_count": r["intermediate_count"],
+            "message": r["message"],
+        }
         record.update({f"param:{p}": f.get(p) for p in params})
         out.append(record)
     return columns, out

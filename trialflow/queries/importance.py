@@ -36,14 +36,16 @@ def importance(engine: Engine, experiment_id: str) -> dict[str, Any]:
     extra library), over the NNI parameters flattened; cached per count of finished trials."""
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
-        finished = conn.execute(sa.select(sa.func.count()).select_from(
-            TRIAL_INDEX.join(VALUES, VALUES.c.trial_id == TRIAL_INDEX.c.trial_id)).where(
-            TRIAL_INDEX.c.study_id == sid)).scalar()
+        finished = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(TRIAL_INDEX.join(VALUES, VALUES.c.trial_id == TRIAL_INDEX.c.trial_id))
+            .where(TRIAL_INDEX.c.study_id == sid)
+        ).scalar()
     key = (str(engine.url), experiment_id, int(finished or 0))
     if key in _importance_cache:
         return _importance_cache[key]
     rows = [r for r in chart_data(engine, experiment_id) if r["status"] == "SUCCEEDED" and r["metric"] is not None]
-    result = {"importances": {}, "trials": len(rows), "evaluator": "PED-ANOVA", "note": None}
+    result: dict[str, Any] = {"importances": {}, "trials": len(rows), "evaluator": "PED-ANOVA", "note": None}
     if len(rows) < 4:
         result["note"] = "needs at least 4 succeeded trials"
         return result
@@ -69,14 +71,18 @@ def importance(engine: Engine, experiment_id: str) -> dict[str, Any]:
     mode = optimize_mode(engine, experiment_id)
     study = optuna.create_study(direction=mode)
     for f, r in zip(flat, rows):
-        params = {n: (float(f[n]) if isinstance(distributions[n], FloatDistribution) else json.dumps(f[n]))
-                  for n in distributions if f.get(n) is not None}
+        params = {
+            n: (float(f[n]) if isinstance(distributions[n], FloatDistribution) else json.dumps(f[n]))
+            for n in distributions
+            if f.get(n) is not None
+        }
         dists = {n: distributions[n] for n in params}
         study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=r["metric"]))
     try:
-        values = optuna.importance.get_param_importances(
-            study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), normalize=True)
-        result["importances"] = {k: float(v) for k, v in values.items()}
+        importances = optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), normalize=True
+        )
+        result["importances"] = {k: float(v) for k, v in importances.items()}
     except (ValueError, RuntimeError) as exc:
         result["note"] = f"importance could not be computed: {exc}"
     _importance_cache[key] = result

@@ -9,47 +9,92 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from trialflow.tuning.store import TRIAL_INDEX
 
-__all__ = ["ACTIVE", "DIRECTIONS", "INTERMEDIATE", "MAX_PAGE", "ROW_ATTRS", "STATUSES", "STUDIES", "STUDY_ATTRS",
-           "TRIALS", "TRIAL_ATTRS", "TRIAL_INDEX", "VALUES", "UnknownExperiment", "optimize_mode", "study_id_of"]
+__all__ = [
+    "ACTIVE",
+    "DIRECTIONS",
+    "INTERMEDIATE",
+    "MAX_PAGE",
+    "ROW_ATTRS",
+    "STATUSES",
+    "STUDIES",
+    "STUDY_ATTRS",
+    "TRIALS",
+    "TRIAL_ATTRS",
+    "TRIAL_INDEX",
+    "VALUES",
+    "UnknownExperiment",
+    "optimize_mode",
+    "study_id_of",
+]
 
 _META = sa.MetaData()
-STUDIES = sa.Table("studies", _META, sa.Column("study_id", sa.Integer, primary_key=True),
-                   sa.Column("study_name", sa.String(512)))
-DIRECTIONS = sa.Table("study_directions", _META, sa.Column("study_direction_id", sa.Integer, primary_key=True),
-                      sa.Column("direction", sa.String(8)), sa.Column("study_id", sa.Integer),
-                      sa.Column("objective", sa.Integer))
-STUDY_ATTRS = sa.Table("study_user_attributes", _META, sa.Column("study_user_attribute_id", sa.Integer,
-                                                                 primary_key=True),
-                       sa.Column("study_id", sa.Integer), sa.Column("key", sa.String(512)),
-                       sa.Column("value_json", sa.Text))
-TRIALS = sa.Table("trials", _META, sa.Column("trial_id", sa.Integer, primary_key=True),
-                  sa.Column("number", sa.Integer), sa.Column("study_id", sa.Integer),
-                  sa.Column("state", sa.String(8)), sa.Column("datetime_start", sa.DateTime),
-                  sa.Column("datetime_complete", sa.DateTime))
-TRIAL_ATTRS = sa.Table("trial_user_attributes", _META, sa.Column("trial_user_attribute_id", sa.Integer,
-                                                                 primary_key=True),
-                       sa.Column("trial_id", sa.Integer), sa.Column("key", sa.String(512)),
-                       sa.Column("value_json", sa.Text))
-VALUES = sa.Table("trial_values", _META, sa.Column("trial_value_id", sa.Integer, primary_key=True),
-                  sa.Column("trial_id", sa.Integer), sa.Column("objective", sa.Integer),
-                  sa.Column("value", sa.Float), sa.Column("value_type", sa.String(7)))
-INTERMEDIATE = sa.Table("trial_intermediate_values", _META,
-                        sa.Column("trial_intermediate_value_id", sa.Integer, primary_key=True),
-                        sa.Column("trial_id", sa.Integer), sa.Column("step", sa.Integer),
-                        sa.Column("intermediate_value", sa.Float),
-                        sa.Column("intermediate_value_type", sa.String(7)))
+STUDIES = sa.Table(
+    "studies", _META, sa.Column("study_id", sa.Integer, primary_key=True), sa.Column("study_name", sa.String(512))
+)
+DIRECTIONS = sa.Table(
+    "study_directions",
+    _META,
+    sa.Column("study_direction_id", sa.Integer, primary_key=True),
+    sa.Column("direction", sa.String(8)),
+    sa.Column("study_id", sa.Integer),
+    sa.Column("objective", sa.Integer),
+)
+STUDY_ATTRS = sa.Table(
+    "study_user_attributes",
+    _META,
+    sa.Column("study_user_attribute_id", sa.Integer, primary_key=True),
+    sa.Column("study_id", sa.Integer),
+    sa.Column("key", sa.String(512)),
+    sa.Column("value_json", sa.Text),
+)
+TRIALS = sa.Table(
+    "trials",
+    _META,
+    sa.Column("trial_id", sa.Integer, primary_key=True),
+    sa.Column("number", sa.Integer),
+    sa.Column("study_id", sa.Integer),
+    sa.Column("state", sa.String(8)),
+    sa.Column("datetime_start", sa.DateTime),
+    sa.Column("datetime_complete", sa.DateTime),
+)
+TRIAL_ATTRS = sa.Table(
+    "trial_user_attributes",
+    _META,
+    sa.Column("trial_user_attribute_id", sa.Integer, primary_key=True),
+    sa.Column("trial_id", sa.Integer),
+    sa.Column("key", sa.String(512)),
+    sa.Column("value_json", sa.Text),
+)
+VALUES = sa.Table(
+    "trial_values",
+    _META,
+    sa.Column("trial_value_id", sa.Integer, primary_key=True),
+    sa.Column("trial_id", sa.Integer),
+    sa.Column("objective", sa.Integer),
+    sa.Column("value", sa.Float),
+    sa.Column("value_type", sa.String(7)),
+)
+INTERMEDIATE = sa.Table(
+    "trial_intermediate_values",
+    _META,
+    sa.Column("trial_intermediate_value_id", sa.Integer, primary_key=True),
+    sa.Column("trial_id", sa.Integer),
+    sa.Column("step", sa.Integer),
+    sa.Column("intermediate_value", sa.Float),
+    sa.Column("intermediate_value_type", sa.String(7)),
+)
 
 #: The trial attributes a row shows (Optuna user attributes written by trialflow's store).
-ROW_ATTRS = ("trial_id", "nni_status", "parameters", "final_metric", "message", "handle", "service_index",
-             "started_at")
+ROW_ATTRS = ("trial_id", "nni_status", "parameters", "final_metric", "message", "handle", "service_index", "started_at")
 STATUSES = ("WAITING", "RUNNING", "SUCCEEDED", "FAILED", "USER_CANCELED", "SYS_CANCELED", "EARLY_STOPPED")
 ACTIVE = ("WAITING", "RUNNING")
 MAX_PAGE = 500
@@ -94,7 +139,8 @@ def study_id_of(conn: sa.Connection, experiment_id: str) -> int:
 
 def study_attrs(conn: sa.Connection, study_ids: Sequence[int] | None, keys: Iterable[str]) -> dict[int, dict]:
     query = sa.select(STUDY_ATTRS.c.study_id, STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
-        STUDY_ATTRS.c.key.in_(list(keys)))
+        STUDY_ATTRS.c.key.in_(list(keys))
+    )
     if study_ids is not None:
         query = query.where(STUDY_ATTRS.c.study_id.in_(list(study_ids)))
     out: dict[int, dict] = {}
@@ -107,6 +153,11 @@ def optimize_mode(engine: Engine, experiment_id: str) -> Literal["maximize", "mi
     """The direction the experiment optimises (NNI's optimize_mode; maximize unless set)."""
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
-        mode = decoded(conn.execute(sa.select(STUDY_ATTRS.c.value_json).where(
-            STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key == "optimize_mode")).scalar())
+        mode = decoded(
+            conn.execute(
+                sa.select(STUDY_ATTRS.c.value_json).where(
+                    STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key == "optimize_mode"
+                )
+            ).scalar()
+        )
     return "minimize" if mode == "minimize" else "maximize"

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+from sqlalchemy.sql.selectable import NamedFromClause
 
 from trialflow.queries.tables import (
     ACTIVE,
@@ -32,7 +34,7 @@ from trialflow.queries.tables import (
 SortKey = str  # "index" | "status" | "metric" | "duration" | "platform" | "param:<name>"
 
 
-def _attr(name: str) -> sa.Alias:
+def _attr(name: str) -> NamedFromClause:
     return TRIAL_ATTRS.alias(f"a_{name}")
 
 
@@ -48,8 +50,10 @@ def _json_field(engine: Engine, column: sa.ColumnElement, key: str) -> tuple[sa.
         return numeric, text
     path = "$." + json.dumps(key)  # $."name": any characters, quoted by json.dumps
     extracted = sa.func.json_extract(column, sa.bindparam(None, path, type_=sa.String))
-    numeric = sa.case((sa.func.json_type(column, sa.bindparam(None, path, type_=sa.String)).in_(["integer", "real"]),
-                       extracted), else_=None)
+    numeric = sa.case(
+        (sa.func.json_type(column, sa.bindparam(None, path, type_=sa.String)).in_(["integer", "real"]), extracted),
+        else_=None,
+    )
     return numeric, sa.cast(extracted, sa.Text)
 
 
@@ -69,35 +73,60 @@ def _row(raw: sa.Row, index_offset: int = 0) -> dict[str, Any]:
     final = decoded(raw.a_final_metric)
     started, ended = epoch(raw.datetime_start), epoch(raw.datetime_complete)
     return {
-        "trial_index": raw.trial_index, "trial_id": decoded(raw.a_trial_id), "status": decoded(raw.a_nni_status) or "WAITING",
-        "parameters": decoded(raw.a_parameters) or {}, "final": final, "metric": finite(raw.value),
-        "message": decoded(raw.a_message), "platform": handle.get("platform"), "host": handle.get("host"),
-        "started": started, "ended": ended,
+        "trial_index": raw.trial_index,
+        "trial_id": decoded(raw.a_trial_id),
+        "status": decoded(raw.a_nni_status) or "WAITING",
+        "parameters": decoded(raw.a_parameters) or {},
+        "final": final,
+        "metric": finite(raw.value),
+        "message": decoded(raw.a_message),
+        "platform": handle.get("platform"),
+        "host": handle.get("host"),
+        "started": started,
+        "ended": ended,
         "duration": None if started is None else ((ended or time.time()) - started),
-        "intermediate_count": raw.intermediate_count, "optuna_state": raw.state,
+        "intermediate_count": raw.intermediate_count,
+        "optuna_state": raw.state,
     }
 
 
-def _trials_query(engine: Engine, sid: int) -> tuple[sa.Select, dict[str, sa.Alias]]:
+def _trials_query(engine: Engine, sid: int) -> tuple[sa.Select, dict[str, NamedFromClause]]:
     attrs = {name: _attr(name) for name in ROW_ATTRS}
-    counts = (sa.select(INTERMEDIATE.c.trial_id, sa.func.count().label("n"))
-              .group_by(INTERMEDIATE.c.trial_id).subquery("ic"))
-    joined = TRIALS.join(TRIAL_INDEX, TRIAL_INDEX.c.trial_id == TRIALS.c.trial_id).outerjoin(
-        VALUES, sa.and_(VALUES.c.trial_id == TRIALS.c.trial_id, VALUES.c.objective == 0)).outerjoin(
-        counts, counts.c.trial_id == TRIALS.c.trial_id)
+    counts = (
+        sa.select(INTERMEDIATE.c.trial_id, sa.func.count().label("n")).group_by(INTERMEDIATE.c.trial_id).subquery("ic")
+    )
+    joined = (
+        TRIALS.join(TRIAL_INDEX, TRIAL_INDEX.c.trial_id == TRIALS.c.trial_id)
+        .outerjoin(VALUES, sa.and_(VALUES.c.trial_id == TRIALS.c.trial_id, VALUES.c.objective == 0))
+        .outerjoin(counts, counts.c.trial_id == TRIALS.c.trial_id)
+    )
     for name, alias in attrs.items():
         joined = joined.outerjoin(alias, sa.and_(alias.c.trial_id == TRIALS.c.trial_id, alias.c.key == name))
-    columns = [TRIAL_INDEX.c.trial_index, TRIALS.c.trial_id.label("storage_id"),
-               sa.cast(TRIALS.c.state, sa.String(8)).label("state"),
-               TRIALS.c.datetime_start, TRIALS.c.datetime_complete, VALUES.c.value,
-               sa.func.coalesce(counts.c.n, 0).label("intermediate_count")]
+    columns = [
+        TRIAL_INDEX.c.trial_index,
+        TRIALS.c.trial_id.label("storage_id"),
+        sa.cast(TRIALS.c.state, sa.String(8)).label("state"),
+        TRIALS.c.datetime_start,
+        TRIALS.c.datetime_complete,
+        VALUES.c.value,
+        sa.func.coalesce(counts.c.n, 0).label("intermediate_count"),
+    ]
     columns += [alias.c.value_json.label(f"a_{name}") for name, alias in attrs.items()]
     return sa.select(*columns).select_from(joined).where(TRIAL_INDEX.c.study_id == sid), attrs
 
 
-def trials_page(engine: Engine, experiment_id: str, *, statuses: Sequence[str] | None = None, search: str = "",
-                sort: SortKey = "index", descending: bool = False, offset: int = 0, limit: int = 50,
-                indexes: Sequence[int] | None = None) -> dict[str, Any]:
+def trials_page(
+    engine: Engine,
+    experiment_id: str,
+    *,
+    statuses: Sequence[str] | None = None,
+    search: str = "",
+    sort: SortKey = "index",
+    descending: bool = False,
+    offset: int = 0,
+    limit: int = 50,
+    indexes: Sequence[int] | None = None,
+) -> dict[str, Any]:
     """One page of the trial table: filtered by status and text, sorted by any column (a
     parameter too), paginated; ``total`` counts every trial that matches."""
     limit = max(1, min(int(limit), MAX_PAGE))
@@ -108,7 +137,7 @@ def trials_page(engine: Engine, experiment_id: str, *, statuses: Sequence[str] |
         if statuses:
             wanted = [json.dumps(s) for s in statuses if s in STATUSES]
             status_col = attrs["nni_status"].c.value_json
-            condition = status_col.in_(wanted)
+            condition: sa.ColumnElement[bool] = status_col.in_(wanted)
             if "WAITING" in statuses:
                 condition = sa.or_(condition, status_col.is_(None))
             query = query.where(condition)
@@ -116,8 +145,14 @@ def trials_page(engine: Engine, experiment_id: str, *, statuses: Sequence[str] |
             query = query.where(TRIAL_INDEX.c.trial_index.in_([int(i) for i in indexes]))
         if search:
             pattern = f"%{_escape_like(search)}%"
-            query = query.where(sa.or_(*(attrs[name].c.value_json.like(pattern, escape="\\")
-                                         for name in ("trial_id", "parameters", "message", "nni_status"))))
+            query = query.where(
+                sa.or_(
+                    *(
+                        attrs[name].c.value_json.like(pattern, escape="\\")
+                        for name in ("trial_id", "parameters", "message", "nni_status")
+                    )
+                )
+            )
         order: list[sa.ColumnElement] = []
         if sort == "status":
             order.append(attrs["nni_status"].c.value_json)
@@ -128,7 +163,7 @@ def trials_page(engine: Engine, experiment_id: str, *, statuses: Sequence[str] |
         elif sort == "platform":
             order.append(attrs["service_index"].c.value_json)
         elif sort.startswith("param:"):
-            numeric, text = _json_field(engine, attrs["parameters"].c.value_json, sort[len("param:"):])
+            numeric, text = _json_field(engine, attrs["parameters"].c.value_json, sort[len("param:") :])
             order += [numeric, text]
         order = [(o.desc() if descending else o.asc()).nulls_last() for o in order]
         order.append(TRIAL_INDEX.c.trial_index.desc() if descending and sort == "index" else TRIAL_INDEX.c.trial_index)
@@ -144,22 +179,39 @@ def chart_data(engine: Engine, experiment_id: str) -> list[dict[str, Any]]:
     status, params, handle = _attr("nni_status"), _attr("parameters"), _attr("handle")
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
-        query = (sa.select(TRIAL_INDEX.c.trial_index, VALUES.c.value, TRIALS.c.datetime_start,
-                           TRIALS.c.datetime_complete, status.c.value_json, params.c.value_json, handle.c.value_json)
-                 .select_from(TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id)
-                              .outerjoin(VALUES, sa.and_(VALUES.c.trial_id == TRIALS.c.trial_id, VALUES.c.objective == 0))
-                              .outerjoin(status, sa.and_(status.c.trial_id == TRIALS.c.trial_id,
-                                                         status.c.key == "nni_status"))
-                              .outerjoin(params, sa.and_(params.c.trial_id == TRIALS.c.trial_id,
-                                                         params.c.key == "parameters"))
-                              .outerjoin(handle, sa.and_(handle.c.trial_id == TRIALS.c.trial_id,
-                                                         handle.c.key == "handle")))
-                 .where(TRIAL_INDEX.c.study_id == sid).order_by(TRIAL_INDEX.c.trial_index))
+        query = (
+            sa.select(
+                TRIAL_INDEX.c.trial_index,
+                VALUES.c.value,
+                TRIALS.c.datetime_start,
+                TRIALS.c.datetime_complete,
+                status.c.value_json,
+                params.c.value_json,
+                handle.c.value_json,
+            )
+            .select_from(
+                TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id)
+                .outerjoin(VALUES, sa.and_(VALUES.c.trial_id == TRIALS.c.trial_id, VALUES.c.objective == 0))
+                .outerjoin(status, sa.and_(status.c.trial_id == TRIALS.c.trial_id, status.c.key == "nni_status"))
+                .outerjoin(params, sa.and_(params.c.trial_id == TRIALS.c.trial_id, params.c.key == "parameters"))
+                .outerjoin(handle, sa.and_(handle.c.trial_id == TRIALS.c.trial_id, handle.c.key == "handle"))
+            )
+            .where(TRIAL_INDEX.c.study_id == sid)
+            .order_by(TRIAL_INDEX.c.trial_index)
+        )
         rows = conn.execute(query).all()
-    return [{"trial_index": index, "status": decoded(st) or "WAITING", "parameters": decoded(pa) or {},
-             "metric": finite(value), "started": epoch(begun), "ended": epoch(done),
-             "platform": (decoded(ha) or {}).get("platform")}
-            for index, value, begun, done, st, pa, ha in rows]
+    return [
+        {
+            "trial_index": index,
+            "status": decoded(st) or "WAITING",
+            "parameters": decoded(pa) or {},
+            "metric": finite(value),
+            "started": epoch(begun),
+            "ended": epoch(done),
+            "platform": (decoded(ha) or {}).get("platform"),
+        }
+        for index, value, begun, done, st, pa, ha in rows
+    ]
 
 
 def trial_detail(engine: Engine, experiment_id: str, trial_index: int) -> dict[str, Any]:
@@ -169,53 +221,88 @@ def trial_detail(engine: Engine, experiment_id: str, trial_index: int) -> dict[s
     row = page["rows"][0]
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
-        storage_id = conn.execute(sa.select(TRIAL_INDEX.c.trial_id).where(
-            TRIAL_INDEX.c.study_id == sid, TRIAL_INDEX.c.trial_index == trial_index)).scalar()
-        handle = decoded(conn.execute(sa.select(TRIAL_ATTRS.c.value_json).where(
-            TRIAL_ATTRS.c.trial_id == storage_id, TRIAL_ATTRS.c.key == "handle")).scalar())
-        extra = decoded(conn.execute(sa.select(TRIAL_ATTRS.c.value_json).where(
-            TRIAL_ATTRS.c.trial_id == storage_id, TRIAL_ATTRS.c.key == "final_metric_extra")).scalar())
-        points = conn.execute(sa.select(INTERMEDIATE.c.step, INTERMEDIATE.c.intermediate_value).where(
-            INTERMEDIATE.c.trial_id == storage_id).order_by(INTERMEDIATE.c.step)).all()
-    return {**row, "handle": handle or {}, "final_extra": extra or {},
-            "intermediate": [[step, finite(value)] for step, value in points]}
+        storage_id = conn.execute(
+            sa.select(TRIAL_INDEX.c.trial_id).where(
+                TRIAL_INDEX.c.study_id == sid, TRIAL_INDEX.c.trial_index == trial_index
+            )
+        ).scalar()
+        handle = decoded(
+            conn.execute(
+                sa.select(TRIAL_ATTRS.c.value_json).where(
+                    TRIAL_ATTRS.c.trial_id == storage_id, TRIAL_ATTRS.c.key == "handle"
+                )
+            ).scalar()
+        )
+        extra = decoded(
+            conn.execute(
+                sa.select(TRIAL_ATTRS.c.value_json).where(
+                    TRIAL_ATTRS.c.trial_id == storage_id, TRIAL_ATTRS.c.key == "final_metric_extra"
+                )
+            ).scalar()
+        )
+        points = conn.execute(
+            sa.select(INTERMEDIATE.c.step, INTERMEDIATE.c.intermediate_value)
+            .where(INTERMEDIATE.c.trial_id == storage_id)
+            .order_by(INTERMEDIATE.c.step)
+        ).all()
+    return {
+        **row,
+        "handle": handle or {},
+        "final_extra": extra or {},
+        "intermediate": [[step, finite(value)] for step, value in points],
+    }
 
 
-def curves(engine: Engine, experiment_id: str, indexes: Sequence[int] | None = None, *, top: int = 20,
-           max_points: int = 200) -> dict[str, Any]:
+def curves(
+    engine: Engine, experiment_id: str, indexes: Sequence[int] | None = None, *, top: int = 20, max_points: int = 200
+) -> dict[str, Any]:
     """Intermediate results per trial: the given trials, or the ``top`` best finished ones plus
     the running ones; each curve thinned to at most ``max_points`` (evenly, last point kept)."""
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
     status = _attr("nni_status")
-    base = (sa.select(TRIAL_INDEX.c.trial_index, status.c.value_json)
-            .select_from(TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id)
-                         .outerjoin(VALUES, sa.and_(VALUES.c.trial_id == TRIALS.c.trial_id, VALUES.c.objective == 0))
-                         .outerjoin(status, sa.and_(status.c.trial_id == TRIALS.c.trial_id,
-                                                    status.c.key == "nni_status")))
-            .where(TRIAL_INDEX.c.study_id == sid))
+    base = (
+        sa.select(TRIAL_INDEX.c.trial_index, status.c.value_json)
+        .select_from(
+            TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id)
+            .outerjoin(VALUES, sa.and_(VALUES.c.trial_id == TRIALS.c.trial_id, VALUES.c.objective == 0))
+            .outerjoin(status, sa.and_(status.c.trial_id == TRIALS.c.trial_id, status.c.key == "nni_status"))
+        )
+        .where(TRIAL_INDEX.c.study_id == sid)
+    )
     with engine.connect() as conn:
         if indexes is None:
             minimize = optimize_mode(engine, experiment_id) == "minimize"
-            best = conn.execute(base.where(status.c.value_json == json.dumps("SUCCEEDED"), VALUES.c.value.is_not(None))
-                                .order_by(VALUES.c.value.asc() if minimize else VALUES.c.value.desc())
-                                .limit(top)).all()
-            others = conn.execute(base.where(status.c.value_json.in_([json.dumps(s) for s in ACTIVE]
-                                                                     + [json.dumps("EARLY_STOPPED")]))
-                                  .order_by(TRIAL_INDEX.c.trial_index.desc()).limit(top)).all()
-            picked = best + others
+            best = conn.execute(
+                base.where(status.c.value_json == json.dumps("SUCCEEDED"), VALUES.c.value.is_not(None))
+                .order_by(VALUES.c.value.asc() if minimize else VALUES.c.value.desc())
+                .limit(top)
+            ).all()
+            others = conn.execute(
+                base.where(status.c.value_json.in_([json.dumps(s) for s in ACTIVE] + [json.dumps("EARLY_STOPPED")]))
+                .order_by(TRIAL_INDEX.c.trial_index.desc())
+                .limit(top)
+            ).all()
+            picked = [*best, *others]
         else:
-            picked = conn.execute(base.where(TRIAL_INDEX.c.trial_index.in_([int(i) for i in indexes][:50]))).all()
+            picked = [*conn.execute(base.where(TRIAL_INDEX.c.trial_index.in_([int(i) for i in indexes][:50]))).all()]
     chosen = {index: decoded(st) or "WAITING" for index, st in picked}
     if not chosen:
         return {"curves": []}
     with engine.connect() as conn:
-        ids = dict(conn.execute(sa.select(TRIAL_INDEX.c.trial_id, TRIAL_INDEX.c.trial_index).where(
-            TRIAL_INDEX.c.study_id == sid, TRIAL_INDEX.c.trial_index.in_(list(chosen)))).all())
+        ids = dict(
+            conn.execute(
+                sa.select(TRIAL_INDEX.c.trial_id, TRIAL_INDEX.c.trial_index).where(
+                    TRIAL_INDEX.c.study_id == sid, TRIAL_INDEX.c.trial_index.in_(list(chosen))
+                )
+            ).all()
+        )
         points: dict[int, list] = {}
         for trial_id, step, value in conn.execute(
-                sa.select(INTERMEDIATE.c.trial_id, INTERMEDIATE.c.step, INTERMEDIATE.c.intermediate_value)
-                .where(INTERMEDIATE.c.trial_id.in_(list(ids))).order_by(INTERMEDIATE.c.trial_id, INTERMEDIATE.c.step)):
+            sa.select(INTERMEDIATE.c.trial_id, INTERMEDIATE.c.step, INTERMEDIATE.c.intermediate_value)
+            .where(INTERMEDIATE.c.trial_id.in_(list(ids)))
+            .order_by(INTERMEDIATE.c.trial_id, INTERMEDIATE.c.step)
+        ):
             points.setdefault(ids[trial_id], []).append([step, finite(value)])
     out = []
     for index, status_name in sorted(chosen.items()):

@@ -13,8 +13,9 @@ Each poke is one step of the same follower the operator and the trigger use
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
@@ -39,8 +40,7 @@ class TrialSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("submission",)
 
-    def __init__(self, *, submission: Any, deferrable: bool = False, trigger_poll_interval: float = 1.0,
-                 **kwargs: Any):
+    def __init__(self, *, submission: Any, deferrable: bool = False, trigger_poll_interval: float = 1.0, **kwargs: Any):
         super().__init__(**kwargs)
         self.submission = submission
         self.deferrable = deferrable
@@ -52,8 +52,10 @@ class TrialSensor(BaseSensorOperator):
 
     def execute(self, context: Context) -> Any:
         if self.deferrable:
-            self.defer(trigger=TrialTrigger(**self.submission, poll_interval=self.trigger_poll_interval),
-                       method_name="execute_complete")
+            self.defer(
+                trigger=TrialTrigger(**self.submission, poll_interval=self.trigger_poll_interval),
+                method_name="execute_complete",
+            )
         return super().execute(context)
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
@@ -62,16 +64,22 @@ class TrialSensor(BaseSensorOperator):
         store = ExperimentStoreHook(sub["store_conn_id"]).get_conn()
         # Poke mode keeps no cursor between pokes: re-reading from 0 is safe (the store keys
         # intermediate values by sequence) and bounded by the trial's own output.
-        follower = Follower(experiment.platform(sub["service_index"], airflow_connections()), store, sub["handle"],
-                            sub["storage_id"], deadline=sub.get("deadline"),
-                            experiment_deadline=sub.get("experiment_deadline"),
-                            stop_check=experiment.early_stop_check(store, sub["storage_id"]))
+        follower = Follower(
+            experiment.platform(sub["service_index"], airflow_connections()),
+            store,
+            sub["handle"],
+            sub["storage_id"],
+            deadline=sub.get("deadline"),
+            experiment_deadline=sub.get("experiment_deadline"),
+            stop_check=experiment.early_stop_check(store, sub["storage_id"]),
+        )
         if not run_sync(follower.step(judge_always=True)):
             return False
         outcome = follower.outcome
         assert outcome.status is not None
-        result = complete_from_event(context, {"status": outcome.status.value, "message": outcome.message},
-                                     experiment, store, sub["storage_id"])
+        result = complete_from_event(
+            context, {"status": outcome.status.value, "message": outcome.message}, experiment, store, sub["storage_id"]
+        )
         return PokeReturnValue(is_done=True, xcom_value=result)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

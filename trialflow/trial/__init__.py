@@ -22,12 +22,22 @@ import time
 
 from trialflow.trial.wire import METRICS_FILE, PARAMETER_FILE, frame, metric_record, stdout_line
 
+#: The SDK must not import typing (trial start-up time), so its names exist for type checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = [
-    "get_next_parameter", "get_current_parameter", "report_intermediate_result", "report_final_result",
-    "get_trial_id", "get_experiment_id", "get_sequence_id",
+    "get_next_parameter",
+    "get_current_parameter",
+    "report_intermediate_result",
+    "report_final_result",
+    "get_trial_id",
+    "get_experiment_id",
+    "get_sequence_id",
 ]
 
-_state: dict[str, object] = {"parameter": None, "intermediate_seq": 0}
+_state: dict[str, Any] = {"parameter": None, "intermediate_seq": 0}
 #: How long get_next_parameter waits for parameter.cfg (the platform writes it before launch,
 #: so a long wait means something is wrong; nni waits forever, we say so instead).
 PARAMETER_WAIT_SECONDS = float(os.environ.get("TRIALFLOW_PARAMETER_WAIT", "600"))
@@ -37,7 +47,7 @@ def _sys_dir() -> str | None:
     return os.environ.get("NNI_SYS_DIR") or None
 
 
-def get_next_parameter() -> dict[str, object]:
+def get_next_parameter() -> dict[str, Any]:
     """The parameters chosen for this trial (``{}`` outside an experiment)."""
     sys_dir = _sys_dir()
     if sys_dir is None:

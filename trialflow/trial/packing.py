@@ -15,9 +15,9 @@ import hashlib
 import io
 import os
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import pathspec
 
@@ -80,7 +80,8 @@ def collect_files(code_dir: Path, exclude: Iterable[Path] = ()) -> list[Path]:
             raise CodeDirectoryError(
                 f"trialCodeDirectory {root}: {rel.as_posix()} is a link to {os.readlink(root / rel)}, outside the "
                 f"folder; trials on another machine would not have it. Copy what it points to into the folder, or "
-                f"list {rel.as_posix()} in {root / IGNORE_FILE}")
+                f"list {rel.as_posix()} in {root / IGNORE_FILE}"
+            )
 
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
@@ -109,8 +110,10 @@ def collect_files(code_dir: Path, exclude: Iterable[Path] = ()) -> list[Path]:
                     check_link(rel)
                 found.append(rel)
     if not found and ignored_any:
-        raise CodeDirectoryError(f"trialCodeDirectory {root}: the {IGNORE_FILE} files leave out every file, so "
-                                 "nothing would reach the trials (a pattern such as * ignores everything)")
+        raise CodeDirectoryError(
+            f"trialCodeDirectory {root}: the {IGNORE_FILE} files leave out every file, so "
+            "nothing would reach the trials (a pattern such as * ignores everything)"
+        )
     return sorted(found, key=lambda p: p.as_posix())
 
 
@@ -122,18 +125,21 @@ def _largest(root: Path, files: list[Path], n: int = 5) -> str:
 def check_limits(root: Path, files: list[Path]) -> int:
     """Total bytes, or CodeDirectoryError naming the folder, the numbers and the way out."""
     if len(files) > MAX_FILES:
-        top = sorted({f.parts[0] for f in files if len(f.parts) > 1},
-                     key=lambda d: -sum(1 for f in files if f.parts[0] == d))[:5]
+        top = sorted(
+            {f.parts[0] for f in files if len(f.parts) > 1}, key=lambda d: -sum(1 for f in files if f.parts[0] == d)
+        )[:5]
         raise CodeDirectoryError(
             f"trialCodeDirectory {root} has {len(files)} files to upload; the limit is {MAX_FILES} (as NNI). "
             f"List what trials do not need in {root / IGNORE_FILE} (gitignore syntax); "
-            f"the folders with most files: {', '.join(top) or '(top level)'}")
+            f"the folders with most files: {', '.join(top) or '(top level)'}"
+        )
     total = sum((root / f).lstat().st_size for f in files)
     if total > MAX_BYTES:
         raise CodeDirectoryError(
             f"trialCodeDirectory {root} has {total / 1e6:.0f} MB to upload; the limit is "
             f"{MAX_BYTES // (1024 * 1024)} MB (as NNI). List data and outputs in {root / IGNORE_FILE}; "
-            f"the largest files: {_largest(root, files)}")
+            f"the largest files: {_largest(root, files)}"
+        )
     return total
 
 

@@ -51,12 +51,19 @@ class Metric:
 
 def parameter_text(parameter_id: Any, parameters: dict[str, Any], index: int = 0) -> str:
     """parameter.cfg's content, in nni's format."""
-    return json.dumps({"parameter_id": parameter_id, "parameter_source": "algorithm",
-                       "parameters": parameters, "parameter_index": index})
+    return json.dumps(
+        {
+            "parameter_id": parameter_id,
+            "parameter_source": "algorithm",
+            "parameters": parameters,
+            "parameter_index": index,
+        }
+    )
 
 
-def write_parameter_file(sys_dir: str | os.PathLike[str], parameter_id: Any, parameters: dict[str, Any],
-                         index: int = 0) -> Path:
+def write_parameter_file(
+    sys_dir: str | os.PathLike[str], parameter_id: Any, parameters: dict[str, Any], index: int = 0
+) -> Path:
     """Write parameter.cfg atomically: nni's SDK polls until the file is non-empty, so it must
     never see a half-written file."""
     path = Path(sys_dir) / PARAMETER_FILE
@@ -106,7 +113,7 @@ def read_framed(data: bytes, *, final: bool = False) -> MetricsRead:
     skipped: list[str] = []
     pos = 0
     while len(data) - pos >= _FRAME_HEADER or (final and pos < len(data)):
-        header = data[pos:pos + _FRAME_HEADER]
+        header = data[pos : pos + _FRAME_HEADER]
         end = pos + _FRAME_HEADER + int(header[2:]) if _FRAME_START.fullmatch(header) else None
         if end is None or (end > len(data) and final):
             found = _FRAME_START.search(data, pos + 1)
@@ -117,7 +124,7 @@ def read_framed(data: bytes, *, final: bool = False) -> MetricsRead:
         if end > len(data):
             break  # incomplete tail: keep it for the next read
         try:
-            metrics.append(parse_record(data[pos + _FRAME_HEADER:end]))
+            metrics.append(parse_record(data[pos + _FRAME_HEADER : end]))
         except MetricFormatError as exc:
             skipped.append(str(exc))
         pos = end
@@ -153,8 +160,7 @@ def read_stdout_lines(data: bytes, *, in_long_line: bool = False, final: bool = 
             except MetricFormatError as exc:
                 skipped.append(str(exc))
     if long_tail:
-        skipped.append(f"an output line longer than {MAX_STDOUT_LINE} bytes (not a metric line): "
-                       f"{_preview(tail)}")
+        skipped.append(f"an output line longer than {MAX_STDOUT_LINE} bytes (not a metric line): {_preview(tail)}")
         return MetricsRead(metrics, len(data), skipped, not final)
     return MetricsRead(metrics, end, skipped)
 
@@ -175,11 +181,20 @@ def parse_record(raw: bytes) -> Metric:
         if kind not in _KINDS:
             raise ValueError(f"type {str(kind)[:40]!r} is not one of {', '.join(_KINDS)}")
         sequence = obj.get("sequence", 0)
-        if isinstance(sequence, bool) or not isinstance(sequence, (int, float)) or sequence != int(sequence) \
-                or not 0 <= sequence <= MAX_SEQUENCE:
+        if (
+            isinstance(sequence, bool)
+            or not isinstance(sequence, (int, float))
+            or sequence != int(sequence)
+            or not 0 <= sequence <= MAX_SEQUENCE
+        ):
             raise ValueError(f"sequence must be an integer from 0 to {MAX_SEQUENCE}, got {str(sequence)[:40]}")
-        return Metric(type=kind, sequence=int(sequence), value=value, parameter_id=obj.get("parameter_id"),
-                      trial_job_id=obj.get("trial_job_id"))
+        return Metric(
+            type=kind,
+            sequence=int(sequence),
+            value=value,
+            parameter_id=obj.get("parameter_id"),
+            trial_job_id=obj.get("trial_job_id"),
+        )
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, OverflowError, RecursionError) as exc:
         reason = f"no {exc}" if isinstance(exc, KeyError) else (str(exc) or type(exc).__name__)
         raise MetricFormatError(f"malformed metric record {_preview(raw)}: {reason[:200]}") from None

@@ -65,7 +65,7 @@ def check_members(members):
     """(folders, files, hard links, symbolic links) to extract, each a list of (name, member);
     UnsafeArchive for the first member that must not be extracted."""
     folders, files, hard, soft = [], [], [], []
-    seen = {}
+    seen = {}  # type: dict[str, str]
     total = 0
     for count, member in enumerate(members, 1):
         if count > MAX_MEMBERS:
@@ -76,8 +76,9 @@ def check_members(members):
                 raise UnsafeArchive("refused archive member %r: not a folder" % (member.name,))
             continue
         if name in seen:
-            raise UnsafeArchive("refused archive member %r: it appears twice (the second would replace "
-                                "the first)" % (member.name,))
+            raise UnsafeArchive(
+                "refused archive member %r: it appears twice (the second would replace the first)" % (member.name,)
+            )
         if member.isdir():
             folders.append((name, member))
         elif member.isfile():
@@ -88,18 +89,18 @@ def check_members(members):
             if link.startswith("/") or link.startswith("\\"):
                 raise UnsafeArchive("refused archive member %r: link to an absolute path" % (member.name,))
             if not link or not _lexically_inside(posixpath.join(posixpath.dirname(name), link)):
-                raise UnsafeArchive("refused archive member %r: link points outside the target folder"
-                                    % (member.name,))
+                raise UnsafeArchive("refused archive member %r: link points outside the target folder" % (member.name,))
             soft.append((name, member))
         elif member.islnk():
             target = member.linkname
             if target.startswith("/") or not _lexically_inside(target):
-                raise UnsafeArchive("refused archive member %r: link points outside the target folder"
-                                    % (member.name,))
+                raise UnsafeArchive("refused archive member %r: link points outside the target folder" % (member.name,))
             target = posixpath.normpath(target)
             if seen.get(target) != "file":
-                raise UnsafeArchive("refused archive member %r: a hard link must name a file earlier in the "
-                                    "archive, not %r" % (member.name, member.linkname))
+                raise UnsafeArchive(
+                    "refused archive member %r: a hard link must name a file earlier in the "
+                    "archive, not %r" % (member.name, member.linkname)
+                )
             hard.append((name, member))
         else:
             raise UnsafeArchive("refused archive member %r: not a regular file, folder or link" % (member.name,))
@@ -107,8 +108,9 @@ def check_members(members):
         if len(files) + len(hard) + len(soft) > MAX_FILES:
             raise UnsafeArchive("refused archive: more than %d files (NNI's upload limit)" % MAX_FILES)
         if total > MAX_BYTES:
-            raise UnsafeArchive("refused archive: more than %d MB of files (NNI's upload limit)"
-                                % (MAX_BYTES // (1024 * 1024)))
+            raise UnsafeArchive(
+                "refused archive: more than %d MB of files (NNI's upload limit)" % (MAX_BYTES // (1024 * 1024))
+            )
     links = set(name for name, _ in soft)
     for name in seen:
         parent = posixpath.dirname(name)
@@ -133,7 +135,7 @@ def _mode(member, folder):
 
 
 def _write(tar, work, folders, files, hard, soft):
-    for name, member in folders:
+    for name, _member in folders:
         os.makedirs(os.path.join(work, name), exist_ok=True)
     for name, member in files:
         path = os.path.join(work, name)
@@ -159,8 +161,10 @@ def _write(tar, work, folders, files, hard, soft):
         os.symlink(member.linkname, path)
     for name, member in soft:  # every link in place: now chains resolve as they will for the trial
         if not _inside(work, os.path.join(work, name)):
-            raise UnsafeArchive("refused archive member %r: link points outside the target folder "
-                                "(through other links)" % (member.name,))
+            raise UnsafeArchive(
+                "refused archive member %r: link points outside the target folder "
+                "(through other links)" % (member.name,)
+            )
     for name, member in reversed(folders):
         os.chmod(os.path.join(work, name), _mode(member, True))
 

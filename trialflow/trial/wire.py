@@ -17,8 +17,13 @@ MAX_RECORD_BYTES = 999_999
 
 def metric_record(trial_job_id: str | None, parameter_id: object, kind: str, sequence: int, value: object) -> dict:
     """The JSON object nni sends, with the metric itself as a JSON string inside."""
-    return {"parameter_id": parameter_id, "trial_job_id": trial_job_id, "type": kind,
-            "sequence": sequence, "value": dumps_value(value)}
+    return {
+        "parameter_id": parameter_id,
+        "trial_job_id": trial_job_id,
+        "type": kind,
+        "sequence": sequence,
+        "value": dumps_value(value),
+    }
 
 
 def dumps_value(value: object) -> str:

@@ -11,8 +11,9 @@ the store absorbs: intermediate values are keyed by sequence).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -23,10 +24,40 @@ if TYPE_CHECKING:
 
 
 class TrialTrigger(BaseTrigger):
-    def __init__(self, *, config_path: str, experiment_id: str, workdir: str, handle: dict[str, Any],
-                 storage_id: int, cursor: dict[str, Any] | None = None, service_index: int = 0,
-                 store_conn_id: str = "trialflow_default", deadline: float | None = None,
-                 poll_interval: float = 1.0, seen_running: bool = False, experiment_deadline: float | None = None):
+    """Follow one submitted trial until it ends; fires one event with its outcome.
+
+    :param config_path: the experiment config (read again here: the platform is rebuilt
+        from it, so the trigger's kwargs hold no secrets).
+    :param experiment_id: the experiment's id in the store.
+    :param workdir: the experiment's working folder on this machine.
+    :param handle: what the platform's submit returned (JSON: pod name, remote folder...).
+    :param storage_id: the trial's row in the store.
+    :param cursor: how far the metrics were read (a restarted triggerer resumes from it).
+    :param service_index: which training service of the config runs the trial.
+    :param store_conn_id: the ``trialflow`` connection of the experiment store.
+    :param deadline: epoch seconds when maxTrialDuration ends the trial (EARLY_STOPPED).
+    :param poll_interval: seconds between polls (a platform with a watch wakes sooner).
+    :param seen_running: the trial was seen running before (a vanished handle then means
+        it was lost, not that it has not started).
+    :param experiment_deadline: epoch seconds when maxExperimentDuration ends the trial.
+    """
+
+    def __init__(
+        self,
+        *,
+        config_path: str,
+        experiment_id: str,
+        workdir: str,
+        handle: dict[str, Any],
+        storage_id: int,
+        cursor: dict[str, Any] | None = None,
+        service_index: int = 0,
+        store_conn_id: str = "trialflow_default",
+        deadline: float | None = None,
+        poll_interval: float = 1.0,
+        seen_running: bool = False,
+        experiment_deadline: float | None = None,
+    ):
         super().__init__()
         self.config_path = config_path
         self.experiment_id = experiment_id
@@ -42,15 +73,25 @@ class TrialTrigger(BaseTrigger):
         self.experiment_deadline = experiment_deadline
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}", {
-            "config_path": self.config_path, "experiment_id": self.experiment_id, "workdir": self.workdir,
-            "handle": self.handle, "storage_id": self.storage_id, "cursor": self.cursor,
-            "service_index": self.service_index, "store_conn_id": self.store_conn_id,
-            "deadline": self.deadline, "poll_interval": self.poll_interval, "seen_running": self.seen_running,
-            "experiment_deadline": self.experiment_deadline,
-        })
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "config_path": self.config_path,
+                "experiment_id": self.experiment_id,
+                "workdir": self.workdir,
+                "handle": self.handle,
+                "storage_id": self.storage_id,
+                "cursor": self.cursor,
+                "service_index": self.service_index,
+                "store_conn_id": self.store_conn_id,
+                "deadline": self.deadline,
+                "poll_interval": self.poll_interval,
+                "seen_running": self.seen_running,
+                "experiment_deadline": self.experiment_deadline,
+            },
+        )
 
-    def _open(self) -> tuple["TrainingPlatform", "ExperimentStore", "StopCheck | None"]:
+    def _open(self) -> tuple[TrainingPlatform, ExperimentStore, StopCheck | None]:
         from trialflow.config import load_config
         from trialflow.experiment import Experiment
         from trialflow.hooks import airflow_connections
@@ -59,8 +100,11 @@ class TrialTrigger(BaseTrigger):
         # The config as it is now (validated in full at DAG parse and at the experiment's start).
         experiment = Experiment(load_config(self.config_path), self.experiment_id, Path(self.workdir))
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
-        return (experiment.platform(self.service_index, airflow_connections()), store,
-                experiment.early_stop_check(store, self.storage_id))
+        return (
+            experiment.platform(self.service_index, airflow_connections()),
+            store,
+            experiment.early_stop_check(store, self.storage_id),
+        )
 
     def _error(self, message: str) -> TriggerEvent:
         return TriggerEvent({"status": "ERROR", "message": message, "exit_code": None, "cursor": self.cursor})
@@ -75,10 +119,18 @@ class TrialTrigger(BaseTrigger):
             yield self._error(f"cannot follow trial {trial_id}: {exc}")
             return
         try:
-            outcome = await follow_trial(platform, store, self.handle, self.storage_id, self.cursor,
-                                         deadline=self.deadline, poll_interval=self.poll_interval,
-                                         seen_running=self.seen_running, experiment_deadline=self.experiment_deadline,
-                                         stop_check=stop_check)
+            outcome = await follow_trial(
+                platform,
+                store,
+                self.handle,
+                self.storage_id,
+                self.cursor,
+                deadline=self.deadline,
+                poll_interval=self.poll_interval,
+                seen_running=self.seen_running,
+                experiment_deadline=self.experiment_deadline,
+                stop_check=stop_check,
+            )
         except Exception as exc:
             yield self._error(f"following trial {trial_id} failed: {exc}")
             return

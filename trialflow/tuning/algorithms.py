@@ -12,8 +12,9 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import ALL_TYPES, SearchSpace, SearchSpaceError
@@ -38,6 +39,7 @@ def _int(low: int) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
         ok = isinstance(v, int) and not isinstance(v, bool) and v >= low
         return None if ok else f"expected an integer >= {low}, got {v!r}"
+
     return check
 
 
@@ -46,7 +48,10 @@ def _float(low: float, high: float = float("inf"), *, open_low: bool = False) ->
         number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         ok = number and (v > low if open_low else v >= low) and v <= high
         bound = f"> {low}" if open_low else f">= {low}"
-        return None if ok else f"expected a number {bound}{'' if high == float('inf') else f' and <= {high}'}, got {v!r}"
+        return (
+            None if ok else f"expected a number {bound}{'' if high == float('inf') else f' and <= {high}'}, got {v!r}"
+        )
+
     return check
 
 
@@ -72,9 +77,14 @@ def _anything(v: Any) -> str | None:
 
 
 COMMON_ARGS = {"optimize_mode": _mode, "seed": _seed}
-TPE_ARGS = {"constant_liar_type": _one_of("best", "worst", "mean", None), "n_startup_jobs": _int(0),
-            "n_ei_candidates": _int(1), "linear_forgetting": _int(1), "prior_weight": _float(0, open_low=True),
-            "gamma": _float(0, 1, open_low=True)}
+TPE_ARGS = {
+    "constant_liar_type": _one_of("best", "worst", "mean", None),
+    "n_startup_jobs": _int(0),
+    "n_ei_candidates": _int(1),
+    "linear_forgetting": _int(1),
+    "prior_weight": _float(0, open_low=True),
+    "gamma": _float(0, 1, open_low=True),
+}
 NUMERIC_NO_NORMAL = frozenset({"choice", "randint", "uniform", "quniform", "loguniform", "qloguniform"})
 
 
@@ -100,50 +110,130 @@ class AlgorithmSpec:
 
 
 CATALOGUE: tuple[AlgorithmSpec, ...] = (
-    AlgorithmSpec("TPE", "tuner", "Optuna TPESampler (multivariate, grouped for nested choices; NNI's 20 random "
-                  "startup trials; a constant liar for parallel trials unless constant_liar_type is null)",
-                  {**COMMON_ARGS, "tpe_args": _mapping}),
+    AlgorithmSpec(
+        "TPE",
+        "tuner",
+        "Optuna TPESampler (multivariate, grouped for nested choices; NNI's 20 random "
+        "startup trials; a constant liar for parallel trials unless constant_liar_type is null)",
+        {**COMMON_ARGS, "tpe_args": _mapping},
+    ),
     AlgorithmSpec("Random", "tuner", "Optuna RandomSampler", dict(COMMON_ARGS), aliases=("RandomSearch",)),
-    AlgorithmSpec("GridSearch", "tuner", "every grid point exactly once, trial i = point i",
-                  {"optimize_mode": _mode}, ignored={"seed": "the order is fixed: trial i = point i"}, types=frozenset({"choice", "randint", "quniform", "qloguniform"}),
-                  aliases=("Grid",)),
-    AlgorithmSpec("BatchTuner", "tuner", "the listed combinations exactly once, trial i = combination i",
-                  {"optimize_mode": _mode}, ignored={"seed": "the order is fixed: trial i = combination i"}, types=frozenset({"choice"}), nested=False, aliases=("Batch",)),
-    AlgorithmSpec("Anneal", "tuner", "hyperopt's annealing rule as an Optuna sampler (trialflow.tuning.anneal)",
-                  {**COMMON_ARGS, "avg_best_idx": _float(1), "shrink_coef": _float(0, open_low=True)},
-                  ignored={"parallel_optimize": "parallel asks always see running trials' absence",
-                           "constant_liar_type": "no constant liar in annealing"}),
-    AlgorithmSpec("Evolution", "tuner", "Optuna NSGAIISampler (single objective: a genetic algorithm)",
-                  {**COMMON_ARGS, "population_size": _int(2)}),
-    AlgorithmSpec("GP", "tuner", "scikit-learn Gaussian process (Matern) + EI/UCB/POI, as NNI's GPTuner "
-                  "(trialflow.tuning.gp)",
-                  {**COMMON_ARGS, "utility": _one_of("ei", "ucb", "poi"), "kappa": _float(0), "xi": _float(0),
-                   "nu": _one_of(0.5, 1.5, 2.5), "alpha": _float(0, open_low=True), "cold_start_num": _int(1),
-                   "selection_num_warm_up": _int(1), "selection_num_starting_points": _int(0)},
-                  types=NUMERIC_NO_NORMAL, nested=False, needs="sklearn", aliases=("GPTuner",)),
-    AlgorithmSpec("Hyperband", "advisor", "Optuna HyperbandPruner (max_resource=R, reduction_factor=eta) "
-                  "with RandomSampler; trials get TRIAL_BUDGET=R and are stopped at rungs",
-                  {"optimize_mode": _mode, "seed": _seed, "R": _int(1), "eta": _int(2)},
-                  ignored={"exec_mode": "brackets run in parallel, as with exec_mode: parallelism"}),
-    AlgorithmSpec("BOHB", "advisor", "Optuna HyperbandPruner (min/max_budget, eta) with TPESampler; trials get "
-                  "TRIAL_BUDGET=max_budget and are stopped at rungs",
-                  {"optimize_mode": _mode, "seed": _seed, "min_budget": _int(1), "max_budget": _int(1),
-                   "eta": _int(2), "min_points_in_model": _int(1), "num_samples": _int(1)},
-                  ignored={"top_n_percent": "Optuna's TPE gamma is used", "random_fraction": "not in Optuna's TPE",
-                           "bandwidth_factor": "Optuna's TPE bandwidth is used",
-                           "min_bandwidth": "Optuna's TPE bandwidth is used", "config_space": "use searchSpace"}),
-    AlgorithmSpec("Medianstop", "assessor", "Optuna MedianPruner (n_warmup_steps from start_step)",
-                  {"optimize_mode": _mode, "start_step": _int(0)}),
-    AlgorithmSpec("Curvefitting", "assessor", "least-squares fits of 5 learning-curve families, extrapolated to "
-                  "epoch_num (an approximation of NNI's 12-curve MCMC ensemble; trialflow.tuning.curvefitting)",
-                  {"optimize_mode": _mode, "epoch_num": _int(1), "start_step": _int(1),
-                   "threshold": _float(0, 1, open_low=True), "gap": _int(1)}, needs="scipy"),
+    AlgorithmSpec(
+        "GridSearch",
+        "tuner",
+        "every grid point exactly once, trial i = point i",
+        {"optimize_mode": _mode},
+        ignored={"seed": "the order is fixed: trial i = point i"},
+        types=frozenset({"choice", "randint", "quniform", "qloguniform"}),
+        aliases=("Grid",),
+    ),
+    AlgorithmSpec(
+        "BatchTuner",
+        "tuner",
+        "the listed combinations exactly once, trial i = combination i",
+        {"optimize_mode": _mode},
+        ignored={"seed": "the order is fixed: trial i = combination i"},
+        types=frozenset({"choice"}),
+        nested=False,
+        aliases=("Batch",),
+    ),
+    AlgorithmSpec(
+        "Anneal",
+        "tuner",
+        "hyperopt's annealing rule as an Optuna sampler (trialflow.tuning.anneal)",
+        {**COMMON_ARGS, "avg_best_idx": _float(1), "shrink_coef": _float(0, open_low=True)},
+        ignored={
+            "parallel_optimize": "parallel asks always see running trials' absence",
+            "constant_liar_type": "no constant liar in annealing",
+        },
+    ),
+    AlgorithmSpec(
+        "Evolution",
+        "tuner",
+        "Optuna NSGAIISampler (single objective: a genetic algorithm)",
+        {**COMMON_ARGS, "population_size": _int(2)},
+    ),
+    AlgorithmSpec(
+        "GP",
+        "tuner",
+        "scikit-learn Gaussian process (Matern) + EI/UCB/POI, as NNI's GPTuner (trialflow.tuning.gp)",
+        {
+            **COMMON_ARGS,
+            "utility": _one_of("ei", "ucb", "poi"),
+            "kappa": _float(0),
+            "xi": _float(0),
+            "nu": _one_of(0.5, 1.5, 2.5),
+            "alpha": _float(0, open_low=True),
+            "cold_start_num": _int(1),
+            "selection_num_warm_up": _int(1),
+            "selection_num_starting_points": _int(0),
+        },
+        types=NUMERIC_NO_NORMAL,
+        nested=False,
+        needs="sklearn",
+        aliases=("GPTuner",),
+    ),
+    AlgorithmSpec(
+        "Hyperband",
+        "advisor",
+        "Optuna HyperbandPruner (max_resource=R, reduction_factor=eta) "
+        "with RandomSampler; trials get TRIAL_BUDGET=R and are stopped at rungs",
+        {"optimize_mode": _mode, "seed": _seed, "R": _int(1), "eta": _int(2)},
+        ignored={"exec_mode": "brackets run in parallel, as with exec_mode: parallelism"},
+    ),
+    AlgorithmSpec(
+        "BOHB",
+        "advisor",
+        "Optuna HyperbandPruner (min/max_budget, eta) with TPESampler; trials get "
+        "TRIAL_BUDGET=max_budget and are stopped at rungs",
+        {
+            "optimize_mode": _mode,
+            "seed": _seed,
+            "min_budget": _int(1),
+            "max_budget": _int(1),
+            "eta": _int(2),
+            "min_points_in_model": _int(1),
+            "num_samples": _int(1),
+        },
+        ignored={
+            "top_n_percent": "Optuna's TPE gamma is used",
+            "random_fraction": "not in Optuna's TPE",
+            "bandwidth_factor": "Optuna's TPE bandwidth is used",
+            "min_bandwidth": "Optuna's TPE bandwidth is used",
+            "config_space": "use searchSpace",
+        },
+    ),
+    AlgorithmSpec(
+        "Medianstop",
+        "assessor",
+        "Optuna MedianPruner (n_warmup_steps from start_step)",
+        {"optimize_mode": _mode, "start_step": _int(0)},
+    ),
+    AlgorithmSpec(
+        "Curvefitting",
+        "assessor",
+        "least-squares fits of 5 learning-curve families, extrapolated to "
+        "epoch_num (an approximation of NNI's 12-curve MCMC ensemble; trialflow.tuning.curvefitting)",
+        {
+            "optimize_mode": _mode,
+            "epoch_num": _int(1),
+            "start_step": _int(1),
+            "threshold": _float(0, 1, open_low=True),
+            "gap": _int(1),
+        },
+        needs="scipy",
+    ),
 )
 
 #: NNI algorithms with no faithful, well-kept implementation, and what to use instead.
 CLOSEST = {
-    "SMAC": "TPE", "MetisTuner": "GP", "DNGOTuner": "GP", "PBTTuner": "Evolution", "PPOTuner": "Evolution",
-    "NetworkMorphism": "Evolution", "RegularizedEvolution": "Evolution",
+    "SMAC": "TPE",
+    "MetisTuner": "GP",
+    "DNGOTuner": "GP",
+    "PBTTuner": "Evolution",
+    "PPOTuner": "Evolution",
+    "NetworkMorphism": "Evolution",
+    "RegularizedEvolution": "Evolution",
 }
 _ROLE_DEFAULT: dict[Role, str] = {"tuner": "TPE", "advisor": "BOHB", "assessor": "Medianstop"}
 
@@ -153,8 +243,9 @@ def _key(name: str) -> str:
 
 
 _BY_KEY = {_key(alias): spec for spec in CATALOGUE for alias in (spec.name,) + spec.aliases}
-_CLOSEST_BY_KEY = {key: closest for name, closest in CLOSEST.items()
-                   for key in (_key(name), _key(name).removesuffix("tuner"))}
+_CLOSEST_BY_KEY = {
+    key: closest for name, closest in CLOSEST.items() for key in (_key(name), _key(name).removesuffix("tuner"))
+}
 
 
 def names(role: Role) -> list[str]:
@@ -167,19 +258,23 @@ def algorithm_spec(algorithm: AlgorithmConfig, role: Role) -> AlgorithmSpec:
     if algorithm.class_name is not None:
         raise UnsupportedAlgorithm(
             f"custom {role} className {algorithm.class_name!r} is not supported (its code would run inside "
-            f"the scheduler); use one of {', '.join(supported)}")
+            f"the scheduler); use one of {', '.join(supported)}"
+        )
     name = str(algorithm.name)
     spec = _BY_KEY.get(_key(name))
     if spec is not None and spec.role == role:
         return spec
     if spec is not None:
-        raise UnsupportedAlgorithm(f"{name!r} is {'an' if spec.role[0] in 'aeiou' else 'a'} {spec.role}, "
-                                   f"not a {role}; supported {role}s: {', '.join(supported)}")
+        raise UnsupportedAlgorithm(
+            f"{name!r} is {'an' if spec.role[0] in 'aeiou' else 'a'} {spec.role}, "
+            f"not a {role}; supported {role}s: {', '.join(supported)}"
+        )
     closest = _CLOSEST_BY_KEY.get(_key(name)) if role == "tuner" else None
     closest = closest or next(iter(difflib.get_close_matches(name, supported, n=1, cutoff=0.5)), _ROLE_DEFAULT[role])
     raise UnsupportedAlgorithm(
         f"{role} {name!r} is not supported; the closest supported choice is {closest!r} "
-        f"(supported: {', '.join(supported)})")
+        f"(supported: {', '.join(supported)})"
+    )
 
 
 def canonical_tuner_name(algorithm: AlgorithmConfig) -> str:
@@ -193,8 +288,11 @@ def canonical_tuner_name(algorithm: AlgorithmConfig) -> str:
 def batch_combinations(space: SearchSpace) -> list[Any]:
     """BatchTuner's list: NNI requires exactly one parameter, ``combine_params``, a plain choice."""
     if [p.key for p in space.params] != ["combine_params"] or space.params[0].type != "choice":
-        raise SearchSpaceError((), "BatchTuner needs a search space with exactly one key, combine_params: "
-                                   "{_type: choice, _value: [<parameter dict>, ...]}")
+        raise SearchSpaceError(
+            (),
+            "BatchTuner needs a search space with exactly one key, combine_params: "
+            "{_type: choice, _value: [<parameter dict>, ...]}",
+        )
     return list(space.params[0].values)
 
 
@@ -206,8 +304,9 @@ def _check_args(spec: AlgorithmSpec, algorithm: AlgorithmConfig, key: str) -> li
         check = spec.args.get(arg)
         if check is None:
             known = sorted(set(spec.args) | set(spec.ignored))
-            problems.append((f"{key}.classArgs.{arg}", f"{spec.name} has no classArg {arg!r}; "
-                             f"known: {', '.join(known) or 'none'}"))
+            problems.append(
+                (f"{key}.classArgs.{arg}", f"{spec.name} has no classArg {arg!r}; known: {', '.join(known) or 'none'}")
+            )
             continue
         message = check(value)
         if message:
@@ -231,8 +330,13 @@ def _check_space(spec: AlgorithmSpec, space: SearchSpace) -> list[tuple[str, str
     for path, param in space.walk():
         where = "searchSpace." + ".".join(path)
         if param.type not in spec.types:
-            problems.append((where, f"{spec.name} does not support {param.type}; it supports "
-                             f"{', '.join(t for t in ALL_TYPES if t in spec.types)}"))
+            problems.append(
+                (
+                    where,
+                    f"{spec.name} does not support {param.type}; it supports "
+                    f"{', '.join(t for t in ALL_TYPES if t in spec.types)}",
+                )
+            )
         elif param.is_nested and not spec.nested:
             problems.append((where, f"{spec.name} does not support nested choices (options with _name)"))
     if spec.name == "GridSearch" and not problems:
@@ -254,12 +358,16 @@ def _check_needs(spec: AlgorithmSpec, key: str) -> list[tuple[str, str]]:
     return []
 
 
-def check_algorithms(tuner: AlgorithmConfig | None, advisor: AlgorithmConfig | None,
-                     assessor: AlgorithmConfig | None, space: SearchSpace) -> list[tuple[str, str]]:
+def check_algorithms(
+    tuner: AlgorithmConfig | None, advisor: AlgorithmConfig | None, assessor: AlgorithmConfig | None, space: SearchSpace
+) -> list[tuple[str, str]]:
     """Problems as (config key, message), for `trialflow validate` and DAG building."""
     problems: list[tuple[str, str]] = []
-    for key, algorithm, role in (("tuner", tuner, "tuner"), ("advisor", advisor, "advisor"),
-                                 ("assessor", assessor, "assessor")):
+    for key, algorithm, role in (
+        ("tuner", tuner, "tuner"),
+        ("advisor", advisor, "advisor"),
+        ("assessor", assessor, "assessor"),
+    ):
         if algorithm is None:
             continue
         try:
@@ -275,16 +383,21 @@ def check_algorithms(tuner: AlgorithmConfig | None, advisor: AlgorithmConfig | N
 
 def markdown_table() -> str:
     """README's algorithm table, generated from the catalogue (a test keeps the README in step)."""
-    lines = ["| NNI name | kind | what runs | classArgs honoured | accepted, no effect | search space |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| NNI name | kind | what runs | classArgs honoured | accepted, no effect | search space |",
+        "|---|---|---|---|---|---|",
+    ]
     for spec in CATALOGUE:
         if spec.role == "assessor":
             space = "-"
         elif spec.name == "BatchTuner":
             space = "`combine_params` choice only"
         else:
-            space = "all types" if spec.types == frozenset(ALL_TYPES) else ", ".join(
-                t for t in ALL_TYPES if t in spec.types)
+            space = (
+                "all types"
+                if spec.types == frozenset(ALL_TYPES)
+                else ", ".join(t for t in ALL_TYPES if t in spec.types)
+            )
             space += "" if spec.nested else "; no nested choices"
         honoured = ", ".join(f"`{a}`" for a in spec.args) or "-"
         if spec.name == "TPE":
@@ -293,6 +406,8 @@ def markdown_table() -> str:
         lines.append(f"| {spec.name} | {spec.role} | {spec.runs} | {honoured} | {ignored} | {space} |")
     refused = ", ".join(f"{name} (-> {closest})" for name, closest in CLOSEST.items())
     lines.append("")
-    lines.append(f"Refused by `trialflow validate`, each with the closest supported choice: {refused} "
-                 "(and custom `className` algorithms).")
+    lines.append(
+        f"Refused by `trialflow validate`, each with the closest supported choice: {refused} "
+        "(and custom `className` algorithms)."
+    )
     return "\n".join(lines)

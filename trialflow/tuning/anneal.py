@@ -67,8 +67,9 @@ class AnnealSampler(BaseSampler):
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return {}
 
-    def sample_relative(self, study: Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
         return {}
 
     def _finished(self, study: Study) -> list[tuple[float, FrozenTrial]]:
@@ -79,7 +80,9 @@ class AnnealSampler(BaseSampler):
                 scored.append((loss, t))
         return sorted(scored, key=lambda pair: pair[0])
 
-    def _good_trial(self, study: Study, trial: FrozenTrial) -> tuple[FrozenTrial | None, list[tuple[float, FrozenTrial]]]:
+    def _good_trial(
+        self, study: Study, trial: FrozenTrial
+    ) -> tuple[FrozenTrial | None, list[tuple[float, FrozenTrial]]]:
         finished = self._finished(study)
         if trial.number not in self._good:
             if not finished:
@@ -89,8 +92,9 @@ class AnnealSampler(BaseSampler):
                 self._good[trial.number] = finished[min(rank, len(finished) - 1)][1]
         return self._good[trial.number], finished
 
-    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
+    def sample_independent(
+        self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
         good, finished = self._good_trial(study, trial)
         if good is None or param_name not in good.params:
             return self._random.sample_independent(study, trial, param_name, param_distribution)

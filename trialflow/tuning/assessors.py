@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from optuna.pruners import BasePruner
 
 
-def make_pruner(config: ExperimentConfig) -> "BasePruner | None":
+def make_pruner(config: ExperimentConfig) -> BasePruner | None:
     """The experiment's early-stopping rule: its assessor, or its advisor's; None for neither."""
     if config.assessor is not None:
         return _assessor(config.assessor)
@@ -29,7 +29,7 @@ def make_pruner(config: ExperimentConfig) -> "BasePruner | None":
     return None
 
 
-def _assessor(assessor: AlgorithmConfig) -> "BasePruner":
+def _assessor(assessor: AlgorithmConfig) -> BasePruner:
     name = algorithm_spec(assessor, "assessor").name
     args = assessor.class_args
     if name == "Medianstop":
@@ -38,19 +38,26 @@ def _assessor(assessor: AlgorithmConfig) -> "BasePruner":
         return optuna.pruners.MedianPruner(n_startup_trials=0, n_warmup_steps=max(0, start_step - 1))
     from trialflow.tuning.curvefitting import CurveFittingPruner
 
-    return CurveFittingPruner(epoch_num=int(args.get("epoch_num", 20)), start_step=int(args.get("start_step", 6)),
-                              threshold=float(args.get("threshold", 0.95)), gap=int(args.get("gap", 1)))
+    return CurveFittingPruner(
+        epoch_num=int(args.get("epoch_num", 20)),
+        start_step=int(args.get("start_step", 6)),
+        threshold=float(args.get("threshold", 0.95)),
+        gap=int(args.get("gap", 1)),
+    )
 
 
-def _advisor(advisor: AlgorithmConfig) -> "BasePruner":
+def _advisor(advisor: AlgorithmConfig) -> BasePruner:
     name = algorithm_spec(advisor, "advisor").name
     args = advisor.class_args
     if name == "Hyperband":
-        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=int(args.get("R", 60)),
-                                              reduction_factor=int(args.get("eta", 3)))
-    return optuna.pruners.HyperbandPruner(min_resource=int(args.get("min_budget", 1)),
-                                          max_resource=int(args.get("max_budget", 3)),
-                                          reduction_factor=int(args.get("eta", 3)))
+        return optuna.pruners.HyperbandPruner(
+            min_resource=1, max_resource=int(args.get("R", 60)), reduction_factor=int(args.get("eta", 3))
+        )
+    return optuna.pruners.HyperbandPruner(
+        min_resource=int(args.get("min_budget", 1)),
+        max_resource=int(args.get("max_budget", 3)),
+        reduction_factor=int(args.get("eta", 3)),
+    )
 
 
 def stop_reason(config: ExperimentConfig, step: int | None) -> str:

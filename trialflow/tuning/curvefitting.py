@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from optuna.pruners import BasePruner
@@ -74,8 +74,7 @@ def predict_final(values: Sequence[float], epoch_num: int) -> float | None:
         except (RuntimeError, ValueError, TypeError, OverflowError):
             continue
         # A fit that runs off to a value far outside what the curve has shown is no forecast.
-        if math.isfinite(value) and math.isfinite(residual) and \
-                y.min() - 10 * spread <= value <= y.max() + 10 * spread:
+        if math.isfinite(value) and math.isfinite(residual) and y.min() - 10 * spread <= value <= y.max() + 10 * spread:
             forecasts.append(value)
             weights.append(1.0 / (residual + 1e-6 * spread * spread))
     return float(np.average(forecasts, weights=weights)) if forecasts else None
@@ -98,8 +97,11 @@ class CurveFittingPruner(BasePruner):
         count = len(steps)
         if count < self.start_step or (count - self.start_step) % self.gap or count >= self.epoch_num:
             return False
-        finals = [t.values[0] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                  if t.values and math.isfinite(t.values[0])]
+        finals = [
+            t.values[0]
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.values and math.isfinite(t.values[0])
+        ]
         if not finals:
             return False
         best = max(finals) if study.direction == StudyDirection.MAXIMIZE else min(finals)

@@ -52,8 +52,11 @@ def from_unit(x: float, dist: BaseDistribution) -> Any:
     if isinstance(dist, CategoricalDistribution):
         return dist.choices[int(round(x * (len(dist.choices) - 1)))]
     low, high = float(dist.low), float(dist.high)  # type: ignore[attr-defined]
-    value = math.exp(math.log(low) + x * (math.log(high) - math.log(low))) if getattr(dist, "log", False) \
+    value = (
+        math.exp(math.log(low) + x * (math.log(high) - math.log(low)))
+        if getattr(dist, "log", False)
         else low + x * (high - low)
+    )
     if isinstance(dist, IntDistribution):
         return int(min(max(round(value), dist.low), dist.high))
     return float(min(max(value, low), high))
@@ -73,9 +76,19 @@ def acquisition(utility: str, mean: np.ndarray, std: np.ndarray, y_max: float, k
 
 
 class GPSampler(BaseSampler):
-    def __init__(self, *, seed: int | None = None, utility: str = "ei", kappa: float = 5.0, xi: float = 0.0,
-                 nu: float = 2.5, alpha: float = 1e-6, cold_start_num: int = 10,
-                 selection_num_warm_up: int = 10_000, selection_num_starting_points: int = 250):
+    def __init__(
+        self,
+        *,
+        seed: int | None = None,
+        utility: str = "ei",
+        kappa: float = 5.0,
+        xi: float = 0.0,
+        nu: float = 2.5,
+        alpha: float = 1e-6,
+        cold_start_num: int = 10,
+        selection_num_warm_up: int = 10_000,
+        selection_num_starting_points: int = 250,
+    ):
         self._rng = np.random.RandomState(seed)
         self._random = RandomSampler(seed=seed)
         self._space = IntersectionSearchSpace()
@@ -93,13 +106,17 @@ class GPSampler(BaseSampler):
         space = self._space.calculate(study)
         return {name: dist for name, dist in space.items() if not dist.single()}
 
-    def sample_relative(self, study: Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
         if not search_space:
             return {}
-        observed = [(t, loss) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-                    if (loss := observed_loss(t, study.direction)) is not None
-                    and all(name in t.params for name in search_space)]
+        observed = [
+            (t, loss)
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+            if (loss := observed_loss(t, study.direction)) is not None
+            and all(name in t.params for name in search_space)
+        ]
         if len(observed) < self.cold_start_num:
             return {}
         names = sorted(search_space)
@@ -113,8 +130,13 @@ class GPSampler(BaseSampler):
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import Matern
 
-        gp = GaussianProcessRegressor(kernel=Matern(nu=self.nu), alpha=self.alpha, normalize_y=True,
-                                      n_restarts_optimizer=KERNEL_RESTARTS, random_state=self._rng)
+        gp = GaussianProcessRegressor(
+            kernel=Matern(nu=self.nu),
+            alpha=self.alpha,
+            normalize_y=True,
+            n_restarts_optimizer=KERNEL_RESTARTS,
+            random_state=self._rng,
+        )
         with warnings.catch_warnings():  # length scales at their bounds are expected on few points
             warnings.simplefilter("ignore")
             gp.fit(x, y)
@@ -128,13 +150,14 @@ class GPSampler(BaseSampler):
         scores = score(candidates)
         best, best_score = candidates[int(np.argmax(scores))], float(np.max(scores))
         for start in candidates[np.argsort(scores)[::-1][: self.starting_points]]:
-            found = minimize(lambda p: -score(p.reshape(1, -1))[0], start, bounds=[(0.0, 1.0)] * x.shape[1],
-                             method="L-BFGS-B")
+            found = minimize(
+                lambda p: -score(p.reshape(1, -1))[0], start, bounds=[(0.0, 1.0)] * x.shape[1], method="L-BFGS-B"
+            )
             if found.success and -float(found.fun) > best_score:
                 best, best_score = np.clip(found.x, 0.0, 1.0), -float(found.fun)
         return best
 
-    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
+    def sample_independent(
+        self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
         return self._random.sample_independent(study, trial, param_name, param_distribution)
-

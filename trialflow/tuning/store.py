@@ -13,13 +13,14 @@ import json
 import logging
 import math
 import sqlite3
-import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Literal
 
 import optuna
 import sqlalchemy as sa
+import tenacity
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
@@ -45,14 +46,14 @@ SQLITE_TIMEOUT_SECONDS = 60
 #: "one Optuna trial per trial index" a constraint the database enforces, on every backend.
 _METADATA = sa.MetaData()
 TRIAL_INDEX = sa.Table(
-    "trialflow_trial_index", _METADATA,
+    "trialflow_trial_index",
+    _METADATA,
     sa.Column("study_id", sa.Integer, primary_key=True),
     sa.Column("trial_index", sa.Integer, primary_key=True),
     sa.Column("trial_id", sa.Integer, nullable=False),
 )
 #: Pages join from Optuna's trials to their index: without this, SQLite scans the table per trial.
 TRIAL_INDEX_BY_TRIAL = sa.Index("ix_trialflow_trial_index_trial_id", TRIAL_INDEX.c.trial_id)
-
 
 
 def safe_url(url: str) -> str:
@@ -79,7 +80,14 @@ def sqlite_url(path: str | Path) -> str:
     return f"sqlite:///{Path(path).expanduser().resolve()}"
 
 
-def _open_storage(url: str, engine_kwargs: dict[str, Any], attempts: int = 6) -> RDBStorage:
+@tenacity.retry(
+    retry=tenacity.retry_if_exception_type((sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError)),
+    stop=tenacity.stop_after_attempt(6),
+    wait=tenacity.wait_incrementing(0.1, 0.1),
+    before_sleep=tenacity.before_sleep_log(log, logging.INFO),
+    reraise=True,
+)
+def _open_storage(url: str, engine_kwargs: dict[str, Any]) -> RDBStorage:
     """Optuna's storage with trialflow's table, created if missing.
 
     Workers that start together on an empty database all try to create the tables, and
@@ -87,18 +95,10 @@ def _open_storage(url: str, engine_kwargs: dict[str, Any], attempts: int = 6) ->
     pg_type; SQLite: "table ... already exists"). The loser retries, and by then the tables
     exist (both found by the load test).
     """
-    for attempt in range(attempts):
-        try:
-            storage = RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
-            _METADATA.create_all(storage.engine, checkfirst=True)
-            TRIAL_INDEX_BY_TRIAL.create(storage.engine, checkfirst=True)  # stores made before it existed
-            return storage
-        except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
-            if attempt == attempts - 1:
-                raise
-            log.info("Experiment store tables created concurrently (%s); retrying", type(exc).__name__)
-            time.sleep(0.1 * (attempt + 1))
-    raise AssertionError("unreachable")
+    storage = RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
+    _METADATA.create_all(storage.engine, checkfirst=True)
+    TRIAL_INDEX_BY_TRIAL.create(storage.engine, checkfirst=True)  # stores made before it existed
+    return storage
 
 
 @dataclass(frozen=True)
@@ -137,12 +137,21 @@ class TrialRecord:
 def _record(frozen: optuna.trial.FrozenTrial, storage_id: int) -> TrialRecord:
     attrs = frozen.user_attrs
     return TrialRecord(
-        storage_id=storage_id, number=frozen.number, trial_index=int(attrs.get("trial_index", frozen.number)),
-        trial_id=str(attrs.get("trial_id", "")), parameters=attrs.get("parameters") or {},
-        status=TrialStatus(attrs.get("nni_status", TrialStatus.WAITING.value)), finished=frozen.state.is_finished(),
-        handle=attrs.get("handle"), service_index=attrs.get("service_index"), started_at=attrs.get("started_at"),
-        final=attrs.get("final_metric"), message=attrs.get("message"),
-        intermediate_count=len(frozen.intermediate_values), last_step=frozen.last_step)
+        storage_id=storage_id,
+        number=frozen.number,
+        trial_index=int(attrs.get("trial_index", frozen.number)),
+        trial_id=str(attrs.get("trial_id", "")),
+        parameters=attrs.get("parameters") or {},
+        status=TrialStatus(attrs.get("nni_status", TrialStatus.WAITING.value)),
+        finished=frozen.state.is_finished(),
+        handle=attrs.get("handle"),
+        service_index=attrs.get("service_index"),
+        started_at=attrs.get("started_at"),
+        final=attrs.get("final_metric"),
+        message=attrs.get("message"),
+        intermediate_count=len(frozen.intermediate_values),
+        last_step=frozen.last_step,
+    )
 
 
 class ExperimentStore:
@@ -179,13 +188,24 @@ class ExperimentStore:
 
     # -- experiments ------------------------------------------------------------------------
 
-    def open_experiment(self, experiment_id: str, tuner: AlgorithmConfig | None = None,
-                        space: SearchSpace | None = None, direction: str = "maximize",
-                        pruner: "BasePruner | None" = None) -> None:
+    def open_experiment(
+        self,
+        experiment_id: str,
+        tuner: AlgorithmConfig | None = None,
+        space: SearchSpace | None = None,
+        direction: Literal["maximize", "minimize"] = "maximize",
+        pruner: BasePruner | None = None,
+    ) -> None:
         """Create the experiment, or re-open it (a cleared or continued run)."""
         sampler = make_sampler(tuner, space) if tuner is not None and space is not None else None
-        optuna.create_study(storage=self.storage, study_name=experiment_id, sampler=sampler, pruner=pruner,
-                            direction=direction, load_if_exists=True)
+        optuna.create_study(
+            storage=self.storage,
+            study_name=experiment_id,
+            sampler=sampler,
+            pruner=pruner,
+            direction=direction,
+            load_if_exists=True,
+        )
 
     def experiment_exists(self, experiment_id: str) -> bool:
         try:
@@ -213,7 +233,8 @@ class ExperimentStore:
     def find_trial_id(self, experiment_id: str, trial_index: int) -> int | None:
         """The storage id of trial ``trial_index`` (one indexed query)."""
         query = sa.select(TRIAL_INDEX.c.trial_id).where(
-            TRIAL_INDEX.c.study_id == self._study_id(experiment_id), TRIAL_INDEX.c.trial_index == trial_index)
+            TRIAL_INDEX.c.study_id == self._study_id(experiment_id), TRIAL_INDEX.c.trial_index == trial_index
+        )
         with self.storage.engine.begin() as conn:
             return conn.execute(query).scalar_one_or_none()
 
@@ -228,17 +249,28 @@ class ExperimentStore:
         """Record ``storage_id`` as trial ``trial_index``; the id that holds the index afterwards."""
         try:
             with self.storage.engine.begin() as conn:
-                conn.execute(TRIAL_INDEX.insert().values(study_id=study_id, trial_index=trial_index,
-                                                         trial_id=storage_id))
+                conn.execute(
+                    TRIAL_INDEX.insert().values(study_id=study_id, trial_index=trial_index, trial_id=storage_id)
+                )
             return storage_id
         except sa.exc.IntegrityError:
             with self.storage.engine.begin() as conn:
-                winner = conn.execute(sa.select(TRIAL_INDEX.c.trial_id).where(
-                    TRIAL_INDEX.c.study_id == study_id, TRIAL_INDEX.c.trial_index == trial_index)).scalar_one()
+                winner = conn.execute(
+                    sa.select(TRIAL_INDEX.c.trial_id).where(
+                        TRIAL_INDEX.c.study_id == study_id, TRIAL_INDEX.c.trial_index == trial_index
+                    )
+                ).scalar_one()
             return int(winner)
 
-    def ask(self, experiment_id: str, trial_index: int, trial_id: str, tuner: AlgorithmConfig,
-            space: SearchSpace, pruner: "BasePruner | None" = None) -> AskedTrial:
+    def ask(
+        self,
+        experiment_id: str,
+        trial_index: int,
+        trial_id: str,
+        tuner: AlgorithmConfig,
+        space: SearchSpace,
+        pruner: BasePruner | None = None,
+    ) -> AskedTrial:
         """Parameters for trial ``trial_index``: the ones it already has (a retry or a resumed
         run re-attaches), or new ones from the tuner, which has seen every earlier result."""
         existing = self.find_trial(experiment_id, trial_index)
@@ -246,14 +278,22 @@ class ExperimentStore:
             return AskedTrial(existing.number, existing.storage_id, existing.parameters, True)
         # A study object of its own: the sampler is per trial (seeded by index), and callers may
         # ask from many threads (the triggerer follows many trials in one process).
-        asking = optuna.Study(study_name=experiment_id, storage=self.storage,
-                              sampler=make_sampler(tuner, space, trial_index), pruner=pruner)
+        asking = optuna.Study(
+            study_name=experiment_id,
+            storage=self.storage,
+            sampler=make_sampler(tuner, space, trial_index),
+            pruner=pruner,
+        )
         trial = asking.ask()
         study_id = self._study_id(experiment_id)
         storage_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         parameters = sample_parameters(tuner, space, trial, trial_index)
-        for key, value in {"trial_index": trial_index, "trial_id": trial_id, "parameters": parameters,
-                           "nni_status": TrialStatus.WAITING.value}.items():
+        for key, value in {
+            "trial_index": trial_index,
+            "trial_id": trial_id,
+            "parameters": parameters,
+            "nni_status": TrialStatus.WAITING.value,
+        }.items():
             trial.set_user_attr(key, value)
         winner = self._claim(study_id, trial_index, storage_id)
         if winner != storage_id:
@@ -264,7 +304,7 @@ class ExperimentStore:
             return AskedTrial(frozen.number, winner, frozen.user_attrs["parameters"], True)
         return AskedTrial(trial.number, storage_id, parameters, False)
 
-    def should_stop(self, experiment_id: str, storage_id: int, pruner: "BasePruner") -> bool:
+    def should_stop(self, experiment_id: str, storage_id: int, pruner: BasePruner) -> bool:
         """The assessor's verdict on a running trial, from the intermediate results stored so far."""
         frozen = self.storage.get_trial(storage_id)
         if frozen.state.is_finished() or not frozen.intermediate_values:
@@ -276,8 +316,11 @@ class ExperimentStore:
         """Trials submitted and not closed (for hybrid placement and for cancelling a run)."""
         study_id = self._study_id(experiment_id)
         frozen = self.storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-        return [_record(t, self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number))
-                for t in frozen if "superseded_by" not in t.user_attrs]
+        return [
+            _record(t, self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number))
+            for t in frozen
+            if "superseded_by" not in t.user_attrs
+        ]
 
     def set_status(self, storage_id: int, status: TrialStatus, **attrs: Any) -> None:
         self.storage.set_trial_user_attr(storage_id, "nni_status", status.value)
@@ -345,17 +388,19 @@ class ExperimentStore:
         for t in frozen:
             if "superseded_by" in t.user_attrs:
                 continue
-            rows.append({
-                "trial_index": t.user_attrs.get("trial_index"),
-                "trial_id": t.user_attrs.get("trial_id"),
-                "parameters": t.user_attrs.get("parameters"),
-                "status": t.user_attrs.get("nni_status"),
-                "final_metric": _finite_or_none(scalar(t.user_attrs.get("final_metric"))),
-                "final_metric_raw": t.user_attrs.get("final_metric"),
-                "final_extra": t.user_attrs.get("final_metric_extra") or {},
-                "intermediate_count": len(t.intermediate_values),
-                "message": t.user_attrs.get("message"),
-            })
+            rows.append(
+                {
+                    "trial_index": t.user_attrs.get("trial_index"),
+                    "trial_id": t.user_attrs.get("trial_id"),
+                    "parameters": t.user_attrs.get("parameters"),
+                    "status": t.user_attrs.get("nni_status"),
+                    "final_metric": _finite_or_none(scalar(t.user_attrs.get("final_metric"))),
+                    "final_metric_raw": t.user_attrs.get("final_metric"),
+                    "final_extra": t.user_attrs.get("final_metric_extra") or {},
+                    "intermediate_count": len(t.intermediate_values),
+                    "message": t.user_attrs.get("message"),
+                }
+            )
         return sorted(rows, key=lambda r: (r["trial_index"] is None, r["trial_index"] or 0))
 
 
@@ -365,8 +410,13 @@ def _finite_or_none(value: float | None) -> float | None:
 
 def best_row(rows: list[dict[str, Any]], optimize_mode: str) -> dict[str, Any] | None:
     """The best succeeded trial by final metric, honouring maximize/minimize."""
-    done = [r for r in rows if r["status"] == TrialStatus.SUCCEEDED.value
-            and r["final_metric"] is not None and math.isfinite(r["final_metric"])]
+    done = [
+        r
+        for r in rows
+        if r["status"] == TrialStatus.SUCCEEDED.value
+        and r["final_metric"] is not None
+        and math.isfinite(r["final_metric"])
+    ]
     if not done:
         return None
     pick = min if optimize_mode == "minimize" else max

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 
@@ -89,22 +90,32 @@ def _random(args: dict[str, Any], space: SearchSpace) -> optuna.samplers.BaseSam
 def _anneal(args: dict[str, Any], space: SearchSpace) -> optuna.samplers.BaseSampler:
     from trialflow.tuning.anneal import AnnealSampler
 
-    return AnnealSampler(seed=_seed(args), avg_best_idx=float(args.get("avg_best_idx", 2.0)),
-                         shrink_coef=float(args.get("shrink_coef", 0.1)))
+    return AnnealSampler(
+        seed=_seed(args),
+        avg_best_idx=float(args.get("avg_best_idx", 2.0)),
+        shrink_coef=float(args.get("shrink_coef", 0.1)),
+    )
 
 
 def _evolution(args: dict[str, Any], space: SearchSpace) -> optuna.samplers.BaseSampler:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.NSGAIISampler(population_size=int(args.get("population_size", 32)),
-                                             seed=_seed(args))
+        return optuna.samplers.NSGAIISampler(population_size=int(args.get("population_size", 32)), seed=_seed(args))
 
 
 def _gp(args: dict[str, Any], space: SearchSpace) -> optuna.samplers.BaseSampler:
     from trialflow.tuning.gp import GPSampler
 
-    keys = ("utility", "kappa", "xi", "nu", "alpha", "cold_start_num", "selection_num_warm_up",
-            "selection_num_starting_points")
+    keys = (
+        "utility",
+        "kappa",
+        "xi",
+        "nu",
+        "alpha",
+        "cold_start_num",
+        "selection_num_warm_up",
+        "selection_num_starting_points",
+    )
     return GPSampler(seed=_seed(args), **{k: args[k] for k in keys if k in args})
 
 
@@ -118,19 +129,29 @@ def _hyperband(args: dict[str, Any], space: SearchSpace) -> optuna.samplers.Base
 
 
 def _bohb(args: dict[str, Any], space: SearchSpace) -> optuna.samplers.BaseSampler:
-    tpe_args = {"n_startup_jobs": int(args.get("min_points_in_model", len(space.params) + 1)),
-                "n_ei_candidates": int(args.get("num_samples", 64))}
+    tpe_args = {
+        "n_startup_jobs": int(args.get("min_points_in_model", len(space.params) + 1)),
+        "n_ei_candidates": int(args.get("num_samples", 64)),
+    }
     return _tpe_sampler(_seed(args), tpe_args)
 
 
 SAMPLERS: dict[str, Factory] = {
-    "TPE": _tpe, "Random": _random, "GridSearch": _indexed, "BatchTuner": _indexed, "Anneal": _anneal,
-    "Evolution": _evolution, "GP": _gp, "Hyperband": _hyperband, "BOHB": _bohb,
+    "TPE": _tpe,
+    "Random": _random,
+    "GridSearch": _indexed,
+    "BatchTuner": _indexed,
+    "Anneal": _anneal,
+    "Evolution": _evolution,
+    "GP": _gp,
+    "Hyperband": _hyperband,
+    "BOHB": _bohb,
 }
 
 
-def make_sampler(algorithm: AlgorithmConfig, space: SearchSpace,
-                 trial_index: int | None = None) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    algorithm: AlgorithmConfig, space: SearchSpace, trial_index: int | None = None
+) -> optuna.samplers.BaseSampler:
     """The sampler for ``algorithm`` (a tuner or advisor); with ``trial_index``, seeded for that trial.
 
     Every trial asks from its own process, so a sampler seeded with the bare
@@ -165,19 +186,20 @@ def trial_budget(algorithm: AlgorithmConfig) -> int | None:
     return None
 
 
-def sample_parameters(algorithm: AlgorithmConfig, space: SearchSpace, trial: optuna.Trial,
-                      trial_index: int = 0) -> dict[str, Any]:
+def sample_parameters(
+    algorithm: AlgorithmConfig, space: SearchSpace, trial: optuna.Trial, trial_index: int = 0
+) -> dict[str, Any]:
     """Parameters for ``trial`` in NNI's shape, drawn through the algorithm's sampler."""
     points = indexed_points(algorithm, space)
     if points is not None:
         if not 0 <= trial_index < points.size:
-            raise IndexError(f"trial {trial_index} is beyond the {points.size} points of "
-                             f"{canonical_tuner_name(algorithm)}")
+            raise IndexError(
+                f"trial {trial_index} is beyond the {points.size} points of {canonical_tuner_name(algorithm)}"
+            )
         # Recorded as an Optuna parameter too, so the dashboard shows which point a trial ran.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            trial.study.sampler = optuna.samplers.PartialFixedSampler({INDEX_PARAM: trial_index},
-                                                                      trial.study.sampler)
+            trial.study.sampler = optuna.samplers.PartialFixedSampler({INDEX_PARAM: trial_index}, trial.study.sampler)
         # (the range is capped: a grid of 10**18 points still records an index Optuna can store)
         trial.suggest_int(INDEX_PARAM, 0, min(points.size, 2**31) - 1)
         point = points[trial_index]

@@ -14,10 +14,11 @@ import json
 import logging
 import os
 import threading
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, AsyncIterator
+from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Query
@@ -61,8 +62,11 @@ def store_engine() -> Any:
         url = store_url_from_connection(Connection.get_connection_from_secrets(DEFAULT_CONN_ID), DEFAULT_CONN_ID)
     except Exception as exc:  # AirflowNotFoundException and its variants: the embedded store
         if "not defined" not in str(exc) and "not found" not in str(exc).lower():
-            log.warning("trialflow store connection %s unreadable (%s); using the default store",
-                        DEFAULT_CONN_ID, type(exc).__name__)
+            log.warning(
+                "trialflow store connection %s unreadable (%s); using the default store",
+                DEFAULT_CONN_ID,
+                type(exc).__name__,
+            )
         url = default_store_url()
     return _engine(url)
 
@@ -94,8 +98,9 @@ def _dag_runs(pairs: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], str], 
 
     dag_ids = {d for d, _ in pairs}
     with create_session() as session:
-        runs = session.execute(select(DagRun.dag_id, DagRun.run_id, DagRun.state).where(
-            DagRun.dag_id.in_(dag_ids))).all()
+        runs = session.execute(
+            select(DagRun.dag_id, DagRun.run_id, DagRun.state).where(DagRun.dag_id.in_(dag_ids))
+        ).all()
         existing = set(session.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(dag_ids))))
     return {(d, r): str(getattr(s, "value", s)) for d, r, s in runs if (d, r) in pairs}, existing
 
@@ -128,8 +133,7 @@ def _map_index(summary: dict[str, Any], trial_index: int) -> tuple[str | None, i
 
 
 def _ti_url(dag_id: str, run_id: str, map_index: int) -> str:
-    return (f"{base_url()}dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/tasks/trial/"
-            f"mapped/{map_index}")
+    return f"{base_url()}dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/tasks/trial/mapped/{map_index}"
 
 
 def _log_tail(handle: dict[str, Any]) -> list[dict[str, str]]:
@@ -178,8 +182,11 @@ def queries_config(summary: dict[str, Any]) -> dict[str, Any]:
         sid = queries.study_id_of(conn, summary["experiment_id"])
         import sqlalchemy as sa
 
-        raw = conn.execute(sa.select(queries.STUDY_ATTRS.c.value_json).where(
-            queries.STUDY_ATTRS.c.study_id == sid, queries.STUDY_ATTRS.c.key == "config")).scalar()
+        raw = conn.execute(
+            sa.select(queries.STUDY_ATTRS.c.value_json).where(
+                queries.STUDY_ATTRS.c.study_id == sid, queries.STUDY_ATTRS.c.key == "config"
+            )
+        ).scalar()
     return json.loads(raw) if raw else {}
 
 
@@ -195,8 +202,14 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app() -> FastAPI:
-    app = FastAPI(title="trialflow", description="trialflow experiment pages (data for the Airflow UI plugin)",
-                  docs_url=None, redoc_url=None, openapi_url=None, lifespan=_lifespan)
+    app = FastAPI(
+        title="trialflow",
+        description="trialflow experiment pages (data for the Airflow UI plugin)",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=_lifespan,
+    )
 
     @app.get("/static/trialflow.js", include_in_schema=False)
     def bundle() -> Response:
@@ -229,26 +242,44 @@ def create_app() -> FastAPI:
         dag, run = summary.get("dag_id"), summary.get("run_id")
         summary["links"] = {
             "dag_run": f"{base_url()}dags/{quote(dag, safe='')}/runs/{quote(run, safe='')}"
-            if dag in existing and run else None,
+            if dag in existing and run
+            else None,
             "grid": f"{base_url()}dags/{quote(dag, safe='')}/grid" if dag in existing else None,
         }
         return summary
 
     @app.get("/api/experiments/{experiment_id}/trials")
-    def trials(user: User, experiment_id: str, sort: str = "index", desc: bool = False, status: str = "",
-               search: str = "", offset: int = 0, limit: Annotated[int, Query(ge=1, le=queries.MAX_PAGE)] = 50,
-               indexes: str = "") -> dict[str, Any]:
+    def trials(
+        user: User,
+        experiment_id: str,
+        sort: str = "index",
+        desc: bool = False,
+        status: str = "",
+        search: str = "",
+        offset: int = 0,
+        limit: Annotated[int, Query(ge=1, le=queries.MAX_PAGE)] = 50,
+        indexes: str = "",
+    ) -> dict[str, Any]:
         _authorize(user, experiment_id)
         if sort not in ("index", "status", "metric", "duration", "platform") and not sort.startswith("param:"):
-            raise HTTPException(status_code=422, detail="sort must be index, status, metric, duration, platform "
-                                                        "or param:NAME")
+            raise HTTPException(
+                status_code=422, detail="sort must be index, status, metric, duration, platform or param:NAME"
+            )
         try:
             wanted = [int(i) for i in indexes.split(",") if i.strip()] if indexes else None
         except ValueError:
             raise HTTPException(status_code=422, detail="indexes: comma-separated trial indexes") from None
-        return queries.trials_page(store_engine(), experiment_id, statuses=[s for s in status.split(",") if s] or None,
-                                   search=search[:200], sort=sort, descending=desc, offset=offset, limit=limit,
-                                   indexes=wanted)
+        return queries.trials_page(
+            store_engine(),
+            experiment_id,
+            statuses=[s for s in status.split(",") if s] or None,
+            search=search[:200],
+            sort=sort,
+            descending=desc,
+            offset=offset,
+            limit=limit,
+            indexes=wanted,
+        )
 
     @app.get("/api/experiments/{experiment_id}/chart")
     def chart(user: User, experiment_id: str) -> dict[str, Any]:
@@ -283,8 +314,9 @@ def create_app() -> FastAPI:
         if summary.get("dag_id") and run_id is not None and map_index is not None:
             ti = _ti_url(summary["dag_id"], run_id, map_index)
             links += [{"label": "Task instance", "href": ti}, {"label": "Task log", "href": ti + "?tab=logs"}]
-        web = platform_url(_web_url_template(summary, handle.get("platform")), {
-            **handle, "experiment_id": experiment_id})
+        web = platform_url(
+            _web_url_template(summary, handle.get("platform")), {**handle, "experiment_id": experiment_id}
+        )
         if web:
             links.append({"label": "Platform", "href": web})
         detail.update(map_index=map_index, links=links, log=_log_tail(handle), location=_location(handle))
@@ -293,14 +325,19 @@ def create_app() -> FastAPI:
     @app.get("/api/experiments/{experiment_id}/export.csv")
     def export_csv(user: User, experiment_id: str) -> Response:
         _authorize(user, experiment_id)
-        return Response(queries.export_csv(store_engine(), experiment_id), media_type="text/csv", headers={
-            "Content-Disposition": f'attachment; filename="{quote(experiment_id)}-trials.csv"'})
+        return Response(
+            queries.export_csv(store_engine(), experiment_id),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{quote(experiment_id)}-trials.csv"'},
+        )
 
     @app.get("/api/experiments/{experiment_id}/export.json")
     def export_json(user: User, experiment_id: str) -> Response:
         _authorize(user, experiment_id)
-        return JSONResponse(queries.export_json(store_engine(), experiment_id), headers={
-            "Content-Disposition": f'attachment; filename="{quote(experiment_id)}-trials.json"'})
+        return JSONResponse(
+            queries.export_json(store_engine(), experiment_id),
+            headers={"Content-Disposition": f'attachment; filename="{quote(experiment_id)}-trials.json"'},
+        )
 
     @app.get("/api/resolve")
     def resolve(user: User, dag_id: str, run_id: str, map_index: int | None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from urllib.parse import quote, urlencode
 from airflow.sdk import BaseOperatorLink
 
 if TYPE_CHECKING:
-    from airflow.models.taskinstancekey import TaskInstanceKey
+    from airflow.sdk.types import TaskInstanceKey
 
 #: XCom key under which the trial task pushes its platform page (from trialWebUrl).
 PLATFORM_URL_KEY = "trialflow_platform_url"
@@ -54,14 +54,14 @@ def platform_url(template: str | None, handle: dict[str, Any]) -> str | None:
 class TrialLink(BaseOperatorLink):
     name = "Trial"
 
-    def get_link(self, operator: Any, *, ti_key: "TaskInstanceKey") -> str:
+    def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
         return trial_page(ti_key.dag_id, ti_key.run_id, ti_key.map_index)
 
 
 class PlatformLink(BaseOperatorLink):
     name = "Platform"
 
-    def get_link(self, operator: Any, *, ti_key: "TaskInstanceKey") -> str:
+    def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
         from airflow.sdk.execution_time.xcom import XCom
 
         value = XCom.get_value(ti_key=ti_key, key=PLATFORM_URL_KEY)

@@ -30,10 +30,15 @@ class TrialflowPlugin(AirflowPlugin):
     name = "trialflow"
     fastapi_apps = _fastapi_apps()
     react_apps = [
-        {"name": "Experiments", "bundle_url": BUNDLE_URL, "destination": "nav", "url_route": "trialflow",
-         "nav_top_level": True, "icon": ICON_URL},
-        {"name": "Trialflow experiments", "bundle_url": BUNDLE_URL, "destination": "dag",
-         "url_route": "trialflow-dag"},
+        {
+            "name": "Experiments",
+            "bundle_url": BUNDLE_URL,
+            "destination": "nav",
+            "url_route": "trialflow",
+            "nav_top_level": True,
+            "icon": ICON_URL,
+        },
+        {"name": "Trialflow experiments", "bundle_url": BUNDLE_URL, "destination": "dag", "url_route": "trialflow-dag"},
         {"name": "Experiment", "bundle_url": BUNDLE_URL, "destination": "dag_run", "url_route": "trialflow-run"},
     ]
     operator_extra_links = [TrialLink(), PlatformLink()]

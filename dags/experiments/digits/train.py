@@ -19,7 +19,7 @@ params.update(nni.get_next_parameter() or {})
 X, y = load_digits(return_X_y=True)
 model = SVC(C=params["C"], gamma=params["gamma"], kernel=params["kernel"])
 scores = []
-for fold, score in enumerate(cross_val_score(model, X, y, cv=3)):
+for score in cross_val_score(model, X, y, cv=3):
     scores.append(float(score))
     nni.report_intermediate_result(sum(scores) / len(scores))
 nni.report_final_result(sum(scores) / len(scores))

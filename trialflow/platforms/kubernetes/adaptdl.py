@@ -13,8 +13,9 @@ trial runs there and only parameters and the SDK are shipped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from trialflow.config.platforms import AdaptdlConfig, KubernetesStorageConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
@@ -54,15 +55,22 @@ def adaptdl_status(obj: Mapping[str, Any]) -> tuple[TrialStatus, str | None]:
 def checkpoint_claim(config: AdaptdlConfig, spec: TrialSpec, name: str) -> dict[str, Any] | None:
     if config.checkpoint is None:
         return None
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": f"{name[:52]}-checkpoint", "labels": trial_labels(spec)},
-            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": config.checkpoint.storage_class,
-                     "resources": {"requests": {"storage": config.checkpoint.storage_size}}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": f"{name[:52]}-checkpoint", "labels": trial_labels(spec)},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": config.checkpoint.storage_class,
+            "resources": {"requests": {"storage": config.checkpoint.storage_size}},
+        },
+    }
 
 
 def build_adaptdljob(config: AdaptdlConfig, spec: TrialSpec, name: str, pod: PodParts) -> dict[str, Any]:
-    container = pod.container(CONTAINER, config.docker_image, spec.command,
-                              resources(config.cpu_number, config.memory_size, spec.gpu_number))
+    container = pod.container(
+        CONTAINER, config.docker_image, spec.command, resources(config.cpu_number, config.memory_size, spec.gpu_number)
+    )
     volumes = list(pod.volumes)
     claim = checkpoint_claim(config, spec, name)
     if claim is not None:
@@ -79,8 +87,12 @@ def build_adaptdljob(config: AdaptdlConfig, spec: TrialSpec, name: str, pod: Pod
     job_spec: dict[str, Any] = {"template": template, "preemptible": config.adaptive}
     if not config.adaptive:
         job_spec["maxReplicas"] = 1
-    return {"apiVersion": ADAPTDLJOB.api_version, "kind": ADAPTDLJOB.kind,
-            "metadata": {"name": name, "labels": dict(pod.labels)}, "spec": job_spec}
+    return {
+        "apiVersion": ADAPTDLJOB.api_version,
+        "kind": ADAPTDLJOB.kind,
+        "metadata": {"name": name, "labels": dict(pod.labels)},
+        "spec": job_spec,
+    }
 
 
 class AdaptdlPlatform(KubernetesPlatform):
@@ -94,9 +106,13 @@ class AdaptdlPlatform(KubernetesPlatform):
     def storage(self) -> KubernetesStorageConfig | None:
         nfs = self.config.nfs
         if nfs is not None and nfs.local_mount_point is not None:
-            return KubernetesStorageConfig(storage_type="nfs", server=nfs.server, path=nfs.path,
-                                           local_mount_point=nfs.local_mount_point,
-                                           container_mount_point=nfs.container_mount_path)
+            return KubernetesStorageConfig(
+                storage_type="nfs",
+                server=nfs.server,
+                path=nfs.path,
+                local_mount_point=nfs.local_mount_point,
+                container_mount_point=nfs.container_mount_path,
+            )
         return self.config.storage
 
     def code_in_image(self, code_dir: Path) -> bool:

@@ -15,8 +15,9 @@ import atexit
 import json
 import logging
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
@@ -78,8 +79,10 @@ async def _configuration(cluster: Cluster) -> Any:
     try:
         if cluster.conn_id:
             if cluster.configure is None:
-                raise KubernetesError(f"kubernetesConnId {cluster.conn_id!r} needs Airflow's cncf-kubernetes "
-                                      "provider (pip install 'airflow-provider-trialflow[kubernetes]')")
+                raise KubernetesError(
+                    f"kubernetesConnId {cluster.conn_id!r} needs Airflow's cncf-kubernetes "
+                    "provider (pip install 'airflow-provider-trialflow[kubernetes]')"
+                )
             return await cluster.configure(cluster.conn_id)
         conf = Configuration()
         if cluster.kubeconfig:
@@ -103,12 +106,13 @@ class ClientPool:
     client bound to a dead loop must never be reused."""
 
     def __init__(self) -> None:
-        self._by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Cluster, ApiClient]]" = \
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Cluster, ApiClient]] = (
             weakref.WeakKeyDictionary()
+        )
         self.requests = 0  # counted for the benchmark and tests
         self._atexit = False
 
-    async def get(self, cluster: Cluster) -> "ApiClient":
+    async def get(self, cluster: Cluster) -> ApiClient:
         from kubernetes_asyncio.client import ApiClient
 
         clients = self._by_loop.setdefault(asyncio.get_running_loop(), {})
@@ -164,7 +168,7 @@ def describe_api_error(exc: Exception, cluster: Cluster, what: str) -> str:
 _RAISE = object()  # _request's default: a 404 is an error too
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
+def _transport_errors() -> tuple[type[Exception], ...]:
     """What a call raises when the API server cannot be reached or drops the connection (aiohttp's
     own errors are not all OSErrors)."""
     import aiohttp
@@ -189,8 +193,14 @@ class CustomObjects:
 
         return CoreV1Api(await POOL.get(self.cluster))
 
-    async def _request(self, what: str, call: Callable[[], Awaitable[Any]], gone: Any = _RAISE,
-                       exists: Any = _RAISE, explain: dict[int, str] | None = None) -> Any:
+    async def _request(
+        self,
+        what: str,
+        call: Callable[[], Awaitable[Any]],
+        gone: Any = _RAISE,
+        exists: Any = _RAISE,
+        explain: dict[int, str] | None = None,
+    ) -> Any:
         """The one path every call takes: counted, its errors as KubernetesError naming
         ``what``; a 404 returns ``gone`` and a 409 ``exists`` when given (deleted objects are
         expected after a cancel or cleanup, existing ones on a retried submit); ``explain``
@@ -217,12 +227,22 @@ class CustomObjects:
         api = await self.custom_api()
         name = body["metadata"]["name"]
         created = await self._request(
-            f"creating {resource.kind} {name}", lambda: api.create_namespaced_custom_object(
-                resource.group, resource.version, self.namespace, resource.plural, body,
-                _request_timeout=REQUEST_TIMEOUT), exists=None,
-            explain={404: f"the API server of {self.cluster.label} does not serve {resource.api_version} "
-                          f"{resource.plural} in namespace {self.namespace} — is the {resource.kind} operator "
-                          f"(its CRD {resource.crd_name}) installed, and does the namespace exist?"})
+            f"creating {resource.kind} {name}",
+            lambda: api.create_namespaced_custom_object(
+                resource.group,
+                resource.version,
+                self.namespace,
+                resource.plural,
+                body,
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
+            exists=None,
+            explain={
+                404: f"the API server of {self.cluster.label} does not serve {resource.api_version} "
+                f"{resource.plural} in namespace {self.namespace} — is the {resource.kind} operator "
+                f"(its CRD {resource.crd_name}) installed, and does the namespace exist?"
+            },
+        )
         if created is None:
             return await self.get(resource, name) or {}, False
         return created, True
@@ -231,18 +251,35 @@ class CustomObjects:
         """The resources the API server serves in ``resource``'s group version (its discovery
         document), or None when it serves none: the CRD is not installed."""
         client = await POOL.get(self.cluster)
-        found = await self._request(f"checking that {resource.api_version} is served", lambda: client.call_api(
-            f"/apis/{resource.api_version}", "GET", auth_settings=["BearerToken"],
-            response_types_map={200: "object"}, _return_http_data_only=True,
-            _request_timeout=REQUEST_TIMEOUT), gone=None)
+        found = await self._request(
+            f"checking that {resource.api_version} is served",
+            lambda: client.call_api(
+                f"/apis/{resource.api_version}",
+                "GET",
+                auth_settings=["BearerToken"],
+                response_types_map={200: "object"},
+                _return_http_data_only=True,
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
+            gone=None,
+        )
         return None if found is None else {r.get("name") for r in found.get("resources", [])}
 
     async def get(self, resource: Resource, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist (deleted, or never created)."""
         api = await self.custom_api()
-        return await self._request(f"reading {resource.kind} {name}", lambda: api.get_namespaced_custom_object(
-            resource.group, resource.version, self.namespace, resource.plural, name,
-            _request_timeout=REQUEST_TIMEOUT), gone=None)
+        return await self._request(
+            f"reading {resource.kind} {name}",
+            lambda: api.get_namespaced_custom_object(
+                resource.group,
+                resource.version,
+                self.namespace,
+                resource.plural,
+                name,
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
+            gone=None,
+        )
 
     async def merge_patch(self, resource: Resource, name: str, patch: dict[str, Any]) -> bool:
         """Merge-patch; False if the object is gone. (kubernetes_asyncio sends a dict as a
@@ -251,8 +288,15 @@ class CustomObjects:
 
         async def call() -> bool:
             await api.patch_namespaced_custom_object(
-                resource.group, resource.version, self.namespace, resource.plural, name, patch,
-                _content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT)
+                resource.group,
+                resource.version,
+                self.namespace,
+                resource.plural,
+                name,
+                patch,
+                _content_type="application/merge-patch+json",
+                _request_timeout=REQUEST_TIMEOUT,
+            )
             return True
 
         return await self._request(f"patching {resource.kind} {name}", call, gone=False)
@@ -263,17 +307,33 @@ class CustomObjects:
 
         async def call() -> bool:
             await api.delete_namespaced_custom_object(
-                resource.group, resource.version, self.namespace, resource.plural, name,
-                propagation_policy="Background", _request_timeout=REQUEST_TIMEOUT)
+                resource.group,
+                resource.version,
+                self.namespace,
+                resource.plural,
+                name,
+                propagation_policy="Background",
+                _request_timeout=REQUEST_TIMEOUT,
+            )
             return True
 
         return await self._request(f"deleting {resource.kind} {name}", call, gone=False)
 
     async def delete_collection(self, resource: Resource, label_selector: str) -> None:
         api = await self.custom_api()
-        await self._request(f"deleting {resource.plural}", lambda: api.delete_collection_namespaced_custom_object(
-            resource.group, resource.version, self.namespace, resource.plural, label_selector=label_selector,
-            propagation_policy="Background", _request_timeout=REQUEST_TIMEOUT), gone=None)
+        await self._request(
+            f"deleting {resource.plural}",
+            lambda: api.delete_collection_namespaced_custom_object(
+                resource.group,
+                resource.version,
+                self.namespace,
+                resource.plural,
+                label_selector=label_selector,
+                propagation_policy="Background",
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
+            gone=None,
+        )
 
     # -- core objects: ConfigMaps, secrets, claims, pods, logs -----------------------------
 
@@ -281,8 +341,10 @@ class CustomObjects:
     CORE_KINDS: dict[str, tuple[str, str]] = {
         "ConfigMap": ("create_namespaced_config_map", "delete_collection_namespaced_config_map"),
         "Secret": ("create_namespaced_secret", "delete_collection_namespaced_secret"),
-        "PersistentVolumeClaim": ("create_namespaced_persistent_volume_claim",
-                                  "delete_collection_namespaced_persistent_volume_claim"),
+        "PersistentVolumeClaim": (
+            "create_namespaced_persistent_volume_claim",
+            "delete_collection_namespaced_persistent_volume_claim",
+        ),
     }
 
     async def create_core(self, body: dict[str, Any]) -> None:
@@ -290,30 +352,48 @@ class CustomObjects:
         another trial's shared secret) is kept as it is."""
         core = await self._core()
         kind, name = body["kind"], body["metadata"]["name"]
-        too_big = ("the packed code is over the API server's ConfigMap limit; use storage (nfs, azureStorage or "
-                   "pvc) or a smaller code directory (.nniignore)") if kind == "ConfigMap" else ""
-        await self._request(f"creating {kind} {name}",  # never the body: it may be a secret
-                            lambda: getattr(core, self.CORE_KINDS[kind][0])(
-                                self.namespace, body, _request_timeout=REQUEST_TIMEOUT),
-                            exists=None, explain={413: too_big, 422: too_big})
+        too_big = (
+            (
+                "the packed code is over the API server's ConfigMap limit; use storage (nfs, azureStorage or "
+                "pvc) or a smaller code directory (.nniignore)"
+            )
+            if kind == "ConfigMap"
+            else ""
+        )
+        await self._request(
+            f"creating {kind} {name}",  # never the body: it may be a secret
+            lambda: getattr(core, self.CORE_KINDS[kind][0])(self.namespace, body, _request_timeout=REQUEST_TIMEOUT),
+            exists=None,
+            explain={413: too_big, 422: too_big},
+        )
 
     async def read_config_map(self, name: str) -> dict[str, str] | None:
         """A ConfigMap's data, or None when there is none by that name."""
         core = await self._core()
-        found = await self._request(f"reading ConfigMap {name}", lambda: core.read_namespaced_config_map(
-            name, self.namespace, _request_timeout=REQUEST_TIMEOUT), gone=None)
+        found = await self._request(
+            f"reading ConfigMap {name}",
+            lambda: core.read_namespaced_config_map(name, self.namespace, _request_timeout=REQUEST_TIMEOUT),
+            gone=None,
+        )
         return None if found is None else dict(found.data or {})
 
     async def delete_core(self, kind: str, label_selector: str) -> None:
         core = await self._core()
         delete = getattr(core, self.CORE_KINDS[kind][1])
-        await self._request(f"deleting {kind}s", lambda: delete(self.namespace, label_selector=label_selector,
-                                                                 _request_timeout=REQUEST_TIMEOUT), gone=None)
+        await self._request(
+            f"deleting {kind}s",
+            lambda: delete(self.namespace, label_selector=label_selector, _request_timeout=REQUEST_TIMEOUT),
+            gone=None,
+        )
 
     async def pods(self, label_selector: str) -> list[dict[str, Any]]:
         core = await self._core()
-        result = await self._request("listing pods", lambda: core.list_namespaced_pod(
-            self.namespace, label_selector=label_selector, _request_timeout=REQUEST_TIMEOUT))
+        result = await self._request(
+            "listing pods",
+            lambda: core.list_namespaced_pod(
+                self.namespace, label_selector=label_selector, _request_timeout=REQUEST_TIMEOUT
+            ),
+        )
         client = await POOL.get(self.cluster)
         return [client.sanitize_for_serialization(p) for p in result.items]
 
@@ -331,9 +411,14 @@ class CustomObjects:
         async def call() -> str:
             try:
                 response = await client.call_api(
-                    f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log", "GET", query_params=query,
-                    header_params={"Accept": "*/*"}, auth_settings=["BearerToken"],
-                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+                    f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
+                    "GET",
+                    query_params=query,
+                    header_params={"Accept": "*/*"},
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
             except ApiException as exc:
                 if exc.status == 400:
                     return ""

@@ -12,8 +12,9 @@ Framework's final status stays readable.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import yaml
 
@@ -72,11 +73,14 @@ def template_roles(path: Path) -> list[dict[str, Any]]:
         for role in task_roles:
             assert role["task"]["pod"]["spec"]["containers"]
     except FileProblem as exc:
-        raise KubernetesError(f"configPath {path}: {exc.message}"
-                              + (f" (line {exc.line})" if exc.line else "")) from None
+        raise KubernetesError(
+            f"configPath {path}: {exc.message}" + (f" (line {exc.line})" if exc.line else "")
+        ) from None
     except (OSError, yaml.YAMLError, KeyError, TypeError, AssertionError) as exc:
-        raise KubernetesError(f"configPath {path}: expected a Framework with spec.taskRoles[].task.pod.spec."
-                              f"containers ({type(exc).__name__}: {exc})") from None
+        raise KubernetesError(
+            f"configPath {path}: expected a Framework with spec.taskRoles[].task.pod.spec."
+            f"containers ({type(exc).__name__}: {exc})"
+        ) from None
     return task_roles
 
 
@@ -87,34 +91,57 @@ def build_framework(config: FrameworkControllerConfig, spec: TrialSpec, name: st
             pod_spec = role["task"]["pod"]["spec"]
             first = pod_spec["containers"][0]
             command = " ".join(first.get("command", []) + first.get("args", [])) or (config.trial_command or "")
-            ours = pod.container(first.get("name", role["name"]), first.get("image", "msranni/nni:latest"),
-                                 config.trial_command or command, first.get("resources") or {})
+            ours = pod.container(
+                first.get("name", role["name"]),
+                first.get("image", "msranni/nni:latest"),
+                config.trial_command or command,
+                first.get("resources") or {},
+            )
             first.update({k: v for k, v in ours.items() if k in ("command", "env")})
             first.pop("args", None)
             taken = {m.get("mountPath") for m in first.get("volumeMounts", [])}
             first["volumeMounts"] = list(first.get("volumeMounts", [])) + [
-                m for m in ours["volumeMounts"] if m["mountPath"] not in taken]
+                m for m in ours["volumeMounts"] if m["mountPath"] not in taken
+            ]
             pod_spec["volumes"] = list(pod_spec.get("volumes", [])) + pod.volumes
             pod_spec.setdefault("restartPolicy", "Never")
             role["task"]["pod"].setdefault("metadata", {}).setdefault("labels", {}).update(pod.labels)
             task_roles.append(role)
-    for role in config.task_roles:
-        pull = [registry_secret_name(spec.experiment_id, role.name)] if role.private_registry_auth_path else None
-        container = pod.container(role.name, role.docker_image, role.command,
-                                  resources(role.cpu_number, role.memory_size, role.gpu_number))
-        policy = role.framework_attempt_completion_policy
-        task_roles.append({
-            "name": role.name,
-            "taskNumber": role.task_number,
-            "frameworkAttemptCompletionPolicy": {"minFailedTaskCount": policy.min_failed_task_count,
-                                                 "minSucceededTaskCount": policy.min_succeed_task_count},
-            "task": {"retryPolicy": {"fancyRetryPolicy": False, "maxRetryCount": 0},
-                     "pod": pod.template([container], restart_policy="Never", pull_secrets=pull)},
-        })
-    return {"apiVersion": FRAMEWORK.api_version, "kind": FRAMEWORK.kind,
-            "metadata": {"name": name, "labels": dict(pod.labels)},
-            "spec": {"executionType": "Start", "retryPolicy": {"fancyRetryPolicy": False, "maxRetryCount": 0},
-                     "taskRoles": task_roles}}
+    for task_role in config.task_roles:
+        pull = (
+            [registry_secret_name(spec.experiment_id, task_role.name)] if task_role.private_registry_auth_path else None
+        )
+        container = pod.container(
+            task_role.name,
+            task_role.docker_image,
+            task_role.command,
+            resources(task_role.cpu_number, task_role.memory_size, task_role.gpu_number),
+        )
+        policy = task_role.framework_attempt_completion_policy
+        task_roles.append(
+            {
+                "name": task_role.name,
+                "taskNumber": task_role.task_number,
+                "frameworkAttemptCompletionPolicy": {
+                    "minFailedTaskCount": policy.min_failed_task_count,
+                    "minSucceededTaskCount": policy.min_succeed_task_count,
+                },
+                "task": {
+                    "retryPolicy": {"fancyRetryPolicy": False, "maxRetryCount": 0},
+                    "pod": pod.template([container], restart_policy="Never", pull_secrets=pull),
+                },
+            }
+        )
+    return {
+        "apiVersion": FRAMEWORK.api_version,
+        "kind": FRAMEWORK.kind,
+        "metadata": {"name": name, "labels": dict(pod.labels)},
+        "spec": {
+            "executionType": "Start",
+            "retryPolicy": {"fancyRetryPolicy": False, "maxRetryCount": 0},
+            "taskRoles": task_roles,
+        },
+    }
 
 
 class FrameworkControllerPlatform(KubernetesPlatform):
@@ -125,7 +152,8 @@ class FrameworkControllerPlatform(KubernetesPlatform):
     stop_patch: ClassVar[dict[str, Any]] = {"spec": {"executionType": "Stop"}}
     storage_required: ClassVar[str | None] = (
         "FrameworkController deletes a task's pods as soon as its attempt completes, so their logs cannot be "
-        "trusted to still hold the last metrics: configure storage (nfs, azureStorage or pvc), as NNI required")
+        "trusted to still hold the last metrics: configure storage (nfs, azureStorage or pvc), as NNI required"
+    )
     config: FrameworkControllerConfig
 
     def build_job(self, spec: TrialSpec, name: str, pod: PodParts) -> dict[str, Any]:
@@ -147,5 +175,8 @@ class FrameworkControllerPlatform(KubernetesPlatform):
         return self._first_role()[1]
 
     def extra_objects(self, spec: TrialSpec) -> list[dict[str, Any]]:
-        return [registry_secret(spec.experiment_id, r.name, r.private_registry_auth_path, trial_labels(spec))
-                for r in self.config.task_roles if r.private_registry_auth_path]
+        return [
+            registry_secret(spec.experiment_id, r.name, r.private_registry_auth_path, trial_labels(spec))
+            for r in self.config.task_roles
+            if r.private_registry_auth_path
+        ]

@@ -54,7 +54,7 @@ class Informer:
     _synced: asyncio.Event = field(default_factory=asyncio.Event)
     _changed: dict[str, asyncio.Event] = field(default_factory=dict)
     last_used: float = field(default_factory=time.monotonic)
-    _task: "asyncio.Task[None] | None" = None
+    _task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self._task is None or self._task.done():
@@ -88,8 +88,13 @@ class Informer:
         api = await self.objects_api.custom_api()
         POOL.requests += 1
         listing = await api.list_namespaced_custom_object(
-            self.resource.group, self.resource.version, self.objects_api.namespace, self.resource.plural,
-            label_selector=self.label_selector, _request_timeout=REQUEST_TIMEOUT)
+            self.resource.group,
+            self.resource.version,
+            self.objects_api.namespace,
+            self.resource.plural,
+            label_selector=self.label_selector,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
         fresh = {o["metadata"]["name"]: o for o in listing.get("items", [])}
         for name, obj in self.objects.items():
             if name not in fresh:
@@ -110,10 +115,17 @@ class Informer:
         POOL.requests += 1
         async with watch.Watch() as stream:
             async for event in stream.stream(
-                    api.list_namespaced_custom_object, self.resource.group, self.resource.version,
-                    self.objects_api.namespace, self.resource.plural, label_selector=self.label_selector,
-                    allow_watch_bookmarks=True, resource_version=self.resource_version or "",
-                    timeout_seconds=WATCH_TIMEOUT_SECONDS, _request_timeout=WATCH_TIMEOUT_SECONDS + 30):
+                api.list_namespaced_custom_object,
+                self.resource.group,
+                self.resource.version,
+                self.objects_api.namespace,
+                self.resource.plural,
+                label_selector=self.label_selector,
+                allow_watch_bookmarks=True,
+                resource_version=self.resource_version or "",
+                timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                _request_timeout=WATCH_TIMEOUT_SECONDS + 30,
+            ):
                 self._apply({"type": event["type"], "object": event["raw_object"]})
 
     def _apply(self, event: dict[str, Any]) -> None:
@@ -138,6 +150,10 @@ class Informer:
         self.resource_version = rv or self.resource_version
 
     async def _run(self) -> None:
+        """List, then watch from the list's resourceVersion, forever (until idle). A 410 relists
+        at once; any other failure relists after a jittered backoff that resets on success.
+        Not a tenacity retry: the loop never gives up, and what a failure changes (relist or
+        resume) depends on which one it was."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         failures = 0
@@ -153,25 +169,24 @@ class Informer:
                     need_list = False
                 await self._watch_once()
                 failures = 0
+                continue
+            except asyncio.CancelledError:
+                raise
             except _Gone:
                 self.gone += 1
                 need_list = True
-            except asyncio.CancelledError:
-                raise
+                continue
             except ApiException as exc:
                 if exc.status == 410:
                     self.gone += 1
                     need_list = True
                     continue
                 self.error = describe_api_error(exc, self.objects_api.cluster, f"watching {self.resource.plural}")
-                failures += 1
-                need_list = True
-                await asyncio.sleep(RELIST_DELAYS[min(failures, len(RELIST_DELAYS)) - 1] * (1 + random.random() / 4))
             except Exception as exc:  # a dropped stream, a restarted API server
                 self.error = str(exc)
-                failures += 1
-                need_list = True
-                await asyncio.sleep(RELIST_DELAYS[min(failures, len(RELIST_DELAYS)) - 1] * (1 + random.random() / 4))
+            failures += 1
+            need_list = True
+            await asyncio.sleep(RELIST_DELAYS[min(failures, len(RELIST_DELAYS)) - 1] * (1 + random.random() / 4))
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -190,8 +205,9 @@ class Informers:
     """One Informer per (event loop, cluster, namespace, kind, selector)."""
 
     def __init__(self) -> None:
-        self._by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, Informer]]" = \
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, Informer]] = (
             weakref.WeakKeyDictionary()
+        )
 
     def get(self, objects_api: CustomObjects, resource: Resource, label_selector: str) -> Informer:
         informers = self._by_loop.setdefault(asyncio.get_running_loop(), {})

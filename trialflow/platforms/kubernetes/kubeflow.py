@@ -13,7 +13,8 @@ readable.
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from trialflow.config.platforms import KubeflowConfig, KubeflowRoleConfig
 from trialflow.platforms.base import Connections, TrialSpec, TrialStatus
@@ -73,13 +74,23 @@ def build_job(config: KubeflowConfig, spec: TrialSpec, name: str, pod: PodParts)
     replica_specs: dict[str, Any] = {}
     for role, rtype, role_config in roles(config):
         pull = [registry_secret_name(spec.experiment_id, role)] if role_config.private_registry_auth_path else None
-        c = pod.container(container, role_config.docker_image, role_config.command,
-                          resources(role_config.cpu_number, role_config.memory_size, role_config.gpu_number))
-        replica_specs[rtype] = {"replicas": role_config.replicas, "restartPolicy": "Never",
-                                "template": pod.template([c], pull_secrets=pull)}
-    return {"apiVersion": resource.api_version, "kind": resource.kind,
-            "metadata": {"name": name, "labels": dict(pod.labels)},
-            "spec": {"runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 0}, specs_key: replica_specs}}
+        c = pod.container(
+            container,
+            role_config.docker_image,
+            role_config.command,
+            resources(role_config.cpu_number, role_config.memory_size, role_config.gpu_number),
+        )
+        replica_specs[rtype] = {
+            "replicas": role_config.replicas,
+            "restartPolicy": "Never",
+            "template": pod.template([c], pull_secrets=pull),
+        }
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": {"name": name, "labels": dict(pod.labels)},
+        "spec": {"runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 0}, specs_key: replica_specs},
+    }
 
 
 class KubeflowPlatform(KubernetesPlatform):
@@ -90,8 +101,10 @@ class KubeflowPlatform(KubernetesPlatform):
     def __init__(self, config: KubeflowConfig, experiment_dir: Any, connections: Connections | None = None):
         super().__init__(config, experiment_dir, connections)
         if config.api_version != "v1":
-            log.info("kubeflow apiVersion %s is sent as kubeflow.org/v1 (the training operator serves only v1)",
-                     config.api_version)
+            log.info(
+                "kubeflow apiVersion %s is sent as kubeflow.org/v1 (the training operator serves only v1)",
+                config.api_version,
+            )
 
     @property
     def resource(self) -> Resource:  # type: ignore[override]
@@ -112,5 +125,8 @@ class KubeflowPlatform(KubernetesPlatform):
         return f"{JOB_NAME_LABEL}={name},{REPLICA_TYPE_LABEL}={rtype.lower()},{REPLICA_INDEX_LABEL}=0"
 
     def extra_objects(self, spec: TrialSpec) -> list[dict[str, Any]]:
-        return [registry_secret(spec.experiment_id, role, rc.private_registry_auth_path, trial_labels(spec))
-                for role, _, rc in roles(self.config) if rc.private_registry_auth_path]
+        return [
+            registry_secret(spec.experiment_id, role, rc.private_registry_auth_path, trial_labels(spec))
+            for role, _, rc in roles(self.config)
+            if rc.private_registry_auth_path
+        ]

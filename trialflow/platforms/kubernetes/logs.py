@@ -27,7 +27,7 @@ def new_log_lines(text: str, last_ts: str | None, seen_at_last: int) -> tuple[li
     lines: list[str] = []
     last = _parse_ts(last_ts) if last_ts else None
     at_last = 0
-    complete = text if text.endswith("\n") else text[:text.rfind("\n") + 1]
+    complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
     for raw in complete.splitlines():
         ts, _, line = raw.partition(" ")
         try:

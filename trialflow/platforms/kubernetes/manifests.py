@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.kubernetes.client import KubernetesError
@@ -26,14 +27,13 @@ CANCEL_ANNOTATION = "trialflow.io/cancel"
 StatusRules = tuple[tuple[str, TrialStatus], ...]
 
 
-
 def object_name(trial_id: str, prefix: str = "trialflow") -> str:
     """A DNS-1035 label from the trial id: lowercase, [a-z0-9-], starting with a letter, at most
     63 characters (long ids keep a hash of the whole so two never meet)."""
     name = re.sub(r"[^a-z0-9-]+", "-", f"{prefix}-{trial_id}".lower()).strip("-")
     if len(name) > NAME_LIMIT:
         digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-        name = name[:NAME_LIMIT - 9].rstrip("-") + "-" + digest
+        name = name[: NAME_LIMIT - 9].rstrip("-") + "-" + digest
     return name
 
 
@@ -49,8 +49,9 @@ def condition_status(obj: Mapping[str, Any], rules: StatusRules) -> TrialStatus 
     """The first rule whose condition type is present with status "True" (rules in priority
     order: terminal first), or None. Reading only the last condition is wrong: operators
     append and flip conditions, and the last one is not always the state."""
-    true_types = {c.get("type") for c in (obj.get("status") or {}).get("conditions") or []
-                  if str(c.get("status")) == "True"}
+    true_types = {
+        c.get("type") for c in (obj.get("status") or {}).get("conditions") or [] if str(c.get("status")) == "True"
+    }
     for kind, status in rules:
         if kind in true_types:
             return status
@@ -88,15 +89,20 @@ class PodParts:
     service_account: str | None
 
     def container(self, name: str, image: str, command: str, resources_: dict[str, Any]) -> dict[str, Any]:
-        container: dict[str, Any] = {"name": name, "image": image, "command": ["sh", "-c", self.script(command)],
-                                     "env": [dict(e) for e in self.env],
-                                     "volumeMounts": [dict(m) for m in self.volume_mounts]}
+        container: dict[str, Any] = {
+            "name": name,
+            "image": image,
+            "command": ["sh", "-c", self.script(command)],
+            "env": [dict(e) for e in self.env],
+            "volumeMounts": [dict(m) for m in self.volume_mounts],
+        }
         if resources_:
             container["resources"] = resources_
         return container
 
-    def pod_spec(self, containers: list[dict[str, Any]], restart_policy: str | None = None,
-                 pull_secrets: list[str] | None = None) -> dict[str, Any]:
+    def pod_spec(
+        self, containers: list[dict[str, Any]], restart_policy: str | None = None, pull_secrets: list[str] | None = None
+    ) -> dict[str, Any]:
         spec: dict[str, Any] = {"containers": containers, "volumes": [dict(v) for v in self.volumes]}
         if restart_policy:
             spec["restartPolicy"] = restart_policy
@@ -106,18 +112,25 @@ class PodParts:
             spec["imagePullSecrets"] = [{"name": s} for s in pull_secrets]
         return spec
 
-    def template(self, containers: list[dict[str, Any]], restart_policy: str | None = None,
-                 pull_secrets: list[str] | None = None, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
-        return {"metadata": {"labels": {**self.labels, **(extra_labels or {})}},
-                "spec": self.pod_spec(containers, restart_policy, pull_secrets)}
+    def template(
+        self,
+        containers: list[dict[str, Any]],
+        restart_policy: str | None = None,
+        pull_secrets: list[str] | None = None,
+        extra_labels: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "metadata": {"labels": {**self.labels, **(extra_labels or {})}},
+            "spec": self.pod_spec(containers, restart_policy, pull_secrets),
+        }
 
 
 def config_map_name(name: str) -> str:
-    return f"{name[:NAME_LIMIT - 6]}-files"
+    return f"{name[: NAME_LIMIT - 6]}-files"
 
 
 def cancel_record_name(name: str) -> str:
-    return f"{name[:NAME_LIMIT - 7]}-cancel"
+    return f"{name[: NAME_LIMIT - 7]}-cancel"
 
 
 def registry_secret(experiment_id: str, role: str, auth_path: Path, labels: dict[str, str]) -> dict[str, Any]:
@@ -131,10 +144,16 @@ def registry_secret(experiment_id: str, role: str, auth_path: Path, labels: dict
         raise KubernetesError(f"privateRegistryAuthPath {auth_path}: {exc.strerror}") from None
     except ValueError:
         raise KubernetesError(f"privateRegistryAuthPath {auth_path} is not a docker config.json") from None
-    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
-            "metadata": {"name": registry_secret_name(experiment_id, role),
-                         "labels": {k: v for k, v in labels.items() if k != LABEL_TRIAL}},
-            "data": {".dockerconfigjson": base64.b64encode(data).decode()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {
+            "name": registry_secret_name(experiment_id, role),
+            "labels": {k: v for k, v in labels.items() if k != LABEL_TRIAL},
+        },
+        "data": {".dockerconfigjson": base64.b64encode(data).decode()},
+    }
 
 
 def registry_secret_name(experiment_id: str, role: str) -> str:

@@ -23,8 +23,9 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from trialflow.config.platforms import KubernetesServiceConfig, KubernetesStorageConfig
 from trialflow.platforms.base import (
@@ -81,8 +82,11 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
 
     def __init__(self, config: KubernetesServiceConfig, experiment_dir: Path, connections: Connections | None = None):
         super().__init__(config, experiment_dir, connections)
-        self.cluster = Cluster(config.kubernetes_conn_id, str(config.kubeconfig) if config.kubeconfig else None,
-                               self.connections.kubernetes)
+        self.cluster = Cluster(
+            config.kubernetes_conn_id,
+            str(config.kubeconfig) if config.kubeconfig else None,
+            self.connections.kubernetes,
+        )
         self.api = CustomObjects(self.cluster, config.namespace)
         self._cancelled: dict[str, tuple[TrialStatus, str]] = {}
 
@@ -92,7 +96,7 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
     def storage(self) -> KubernetesStorageConfig | None:
         return self.config.storage
 
-    def build_job(self, spec: TrialSpec, name: str, pod: "PodParts") -> dict[str, Any]:
+    def build_job(self, spec: TrialSpec, name: str, pod: PodParts) -> dict[str, Any]:
         raise NotImplementedError
 
     def status_of(self, obj: Mapping[str, Any]) -> tuple[TrialStatus, str | None]:
@@ -113,11 +117,18 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
     def _image_code_dir(self, spec: TrialSpec) -> str | None:
         return Path(spec.code_dir).as_posix() if self.code_in_image(spec.code_dir) else None
 
-    def pod_parts(self, spec: TrialSpec, name: str) -> "PodParts":
+    def pod_parts(self, spec: TrialSpec, name: str) -> PodParts:
         paths = kube_storage.trial_paths(self.storage, spec.experiment_id, spec.trial_id, self._image_code_dir(spec))
-        env = trial_env(platform=self.nni_platform, experiment_id=spec.experiment_id, trial_id=spec.trial_id,
-                        sys_dir=paths.sys_dir, output_dir=paths.sys_dir, sequence=spec.sequence,
-                        code_dir=paths.code_dir, base={})
+        env = trial_env(
+            platform=self.nni_platform,
+            experiment_id=spec.experiment_id,
+            trial_id=spec.trial_id,
+            sys_dir=paths.sys_dir,
+            output_dir=paths.sys_dir,
+            sequence=spec.sequence,
+            code_dir=paths.code_dir,
+            base={},
+        )
         env.pop("CUDA_VISIBLE_DEVICES", None)  # the device plugin decides which GPUs a pod sees
         env.update(spec.env)
         return PodParts(
@@ -133,8 +144,9 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         if self.storage is not None:
             return None
         code = None if self.code_in_image(spec.code_dir) else pack(spec.code_dir, spec.code_excludes)
-        return kube_storage.config_map(config_map_name(name), trial_labels(spec), code,
-                                       parameter_text(spec.parameter_id, spec.parameters))
+        return kube_storage.config_map(
+            config_map_name(name), trial_labels(spec), code, parameter_text(spec.parameter_id, spec.parameters)
+        )
 
     def extra_objects(self, spec: TrialSpec) -> list[dict[str, Any]]:
         """Core objects the job needs besides its ConfigMap (image pull secrets, claims)."""
@@ -166,8 +178,12 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
             return [(("storage",), self.storage_required)]
         in_image = self.code_in_image(code_dir)
         if not in_image and not Path(code_dir).is_dir():
-            return [(("trialCodeDirectory",), f"the trial code directory {code_dir} does not exist "
-                     "(it is shipped to the pods)")]
+            return [
+                (
+                    ("trialCodeDirectory",),
+                    f"the trial code directory {code_dir} does not exist (it is shipped to the pods)",
+                )
+            ]
         try:
             total = 0 if in_image else check_limits(code_dir, collect_files(code_dir, excludes))
             if storage is None and total > kube_storage.CONFIG_MAP_LIMIT // 2:
@@ -191,10 +207,13 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         if plurals is None:
             raise KubernetesError(
                 f"{self.cluster.label} does not serve {self.resource.api_version}: the {self.resource.kind} "
-                f"CRD ({self.resource.crd_name}) is not installed; install its operator first")
+                f"CRD ({self.resource.crd_name}) is not installed; install its operator first"
+            )
         if self.resource.plural not in plurals:
-            raise KubernetesError(f"{self.cluster.label} serves {self.resource.api_version} but not "
-                                  f"{self.resource.plural}: is the {self.resource.kind} CRD installed?")
+            raise KubernetesError(
+                f"{self.cluster.label} serves {self.resource.api_version} but not "
+                f"{self.resource.plural}: is the {self.resource.kind} CRD installed?"
+            )
 
     async def submit(self, spec: TrialSpec) -> TrialHandle:
         name = object_name(spec.trial_id)
@@ -202,10 +221,15 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         if existing is not None:  # a retried task: re-attach, never start it twice
             return self._handle(spec, name, existing)
         if self.storage is not None:
-            kube_storage.stage_code(self.storage, spec.experiment_id,
-                                    None if self.code_in_image(spec.code_dir) else spec.code_dir, spec.code_excludes)
-            kube_storage.write_parameters(self.storage, spec.experiment_id, spec.trial_id, spec.parameter_id,
-                                          spec.parameters)
+            kube_storage.stage_code(
+                self.storage,
+                spec.experiment_id,
+                None if self.code_in_image(spec.code_dir) else spec.code_dir,
+                spec.code_excludes,
+            )
+            kube_storage.write_parameters(
+                self.storage, spec.experiment_id, spec.trial_id, spec.parameter_id, spec.parameters
+            )
         objects = self.objects(spec)  # built whole before anything is created (too big: no half-made trial)
         for obj in objects[:-1]:
             await self.api.create_core(obj)
@@ -213,10 +237,17 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         return self._handle(spec, name, created)
 
     def _handle(self, spec: TrialSpec, name: str, obj: Mapping[str, Any]) -> TrialHandle:
-        return {"platform": self.name, "trial_id": spec.trial_id, "experiment_id": spec.experiment_id,
-                "name": name, "namespace": self.config.namespace, "kind": self.resource.kind,
-                "uid": (obj.get("metadata") or {}).get("uid"), "host": self.cluster.label,
-                "submitted_at": time.time()}
+        return {
+            "platform": self.name,
+            "trial_id": spec.trial_id,
+            "experiment_id": spec.experiment_id,
+            "name": name,
+            "namespace": self.config.namespace,
+            "kind": self.resource.kind,
+            "uid": (obj.get("metadata") or {}).get("uid"),
+            "host": self.cluster.label,
+            "submitted_at": time.time(),
+        }
 
     async def _object(self, handle: TrialHandle) -> tuple[dict[str, Any] | None, bool]:
         """(the job or its last state, deleted?) from the watch cache, else one GET."""
@@ -226,8 +257,9 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
             try:
                 await informer.wait_synced(SYNC_WAIT_SECONDS)
             except asyncio.TimeoutError:  # the watch cannot list (yet): ask directly meanwhile
-                log.warning("watch of %s not ready (%s); reading %s directly", self.resource.plural,
-                            informer.error, name)
+                log.warning(
+                    "watch of %s not ready (%s); reading %s directly", self.resource.plural, informer.error, name
+                )
             obj, deleted = informer.get(name)
             if obj is not None:
                 if obj.get("metadata", {}).get("uid") == handle.get("uid") or handle.get("uid") is None:
@@ -250,6 +282,7 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         obj, deleted = await self._object(handle)
         cancel = self._cancel_reason(handle, obj)
         cursor = dict(cursor)
+        message: str | None
         if deleted or obj is None:
             if cancel is None:  # cancelled by another process before this one saw it: the tombstone
                 data = await self.api.read_config_map(cancel_record_name(handle["name"]))
@@ -258,8 +291,10 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
             if cancel is not None:
                 status, message = cancel
             else:
-                status, message = TrialStatus.USER_CANCELED, (f"{self.resource.kind} {handle['name']} was deleted "
-                                                              "outside trialflow")
+                status, message = (
+                    TrialStatus.USER_CANCELED,
+                    (f"{self.resource.kind} {handle['name']} was deleted outside trialflow"),
+                )
             return TrialUpdate(status, [], cursor, message)
         cursor["version"] = obj["metadata"].get("resourceVersion")
         status, message = self.status_of(obj)
@@ -277,13 +312,17 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         informer = INFORMERS.get(self.api, self.resource, experiment_selector(handle["experiment_id"]))
         await informer.changed(handle["name"], cursor.get("version"), timeout)
 
-    async def _metrics(self, handle: TrialHandle, cursor: Cursor,
-                       status: TrialStatus) -> tuple[list, Cursor, list[str]]:
+    async def _metrics(
+        self, handle: TrialHandle, cursor: Cursor, status: TrialStatus
+    ) -> tuple[list, Cursor, list[str]]:
         if status == TrialStatus.WAITING:
             return [], cursor, []
         now = time.time()  # wall clock: the cursor moves from a worker to the triggerer
-        if not status.is_terminal and now - float(cursor.get("log_read_at", 0)) < LOG_INTERVAL_SECONDS \
-                and cursor.get("log_read_at") is not None:
+        if (
+            not status.is_terminal
+            and now - float(cursor.get("log_read_at", 0)) < LOG_INTERVAL_SECONDS
+            and cursor.get("log_read_at") is not None
+        ):
             return [], cursor, []
         pod = cursor.get("pod")
         if pod is None:
@@ -300,8 +339,9 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
                 offset = int(cursor.get("offset", 0))
                 data = read_local_bytes(path, offset, LOG_CHUNK)
                 last = len(data) < LOG_CHUNK
-                read = read_stdout_lines(data, in_long_line=bool(cursor.get("in_long_line")),
-                                         final=status.is_terminal and last)
+                read = read_stdout_lines(
+                    data, in_long_line=bool(cursor.get("in_long_line")), final=status.is_terminal and last
+                )
                 metrics += read.metrics
                 skipped += read.skipped
                 cursor["offset"] = offset + read.consumed
@@ -311,8 +351,9 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
                 if not status.is_terminal or last or read.consumed == 0:
                     return metrics, cursor, skipped
         text = await self.api.pod_log(pod, self.log_container(), since_time(cursor.get("log_ts")))
-        lines, cursor["log_ts"], cursor["log_n"] = new_log_lines(text, cursor.get("log_ts"),
-                                                                 int(cursor.get("log_n", 0)))
+        lines, cursor["log_ts"], cursor["log_n"] = new_log_lines(
+            text, cursor.get("log_ts"), int(cursor.get("log_n", 0))
+        )
         read = read_stdout_lines("".join(line + "\n" for line in lines).encode())
         return read.metrics, cursor, read.skipped
 
@@ -324,14 +365,24 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         # follower that only learns of it after the deletion, and an annotation for one that
         # sees the DELETED event.
         self._cancelled[handle["trial_id"]] = (status, reason)
-        await self.api.create_core({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": cancel_record_name(handle["name"]), "labels": {
-                LABEL_MANAGED: "trialflow", LABEL_EXPERIMENT: handle["experiment_id"],
-                LABEL_TRIAL: handle["trial_id"]}},
-            "data": {"status": status.value, "reason": reason}})
-        note = {"metadata": {"annotations": {CANCEL_ANNOTATION: json.dumps({"status": status.value,
-                                                                              "reason": reason})}}}
+        await self.api.create_core(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": cancel_record_name(handle["name"]),
+                    "labels": {
+                        LABEL_MANAGED: "trialflow",
+                        LABEL_EXPERIMENT: handle["experiment_id"],
+                        LABEL_TRIAL: handle["trial_id"],
+                    },
+                },
+                "data": {"status": status.value, "reason": reason},
+            }
+        )
+        note = {
+            "metadata": {"annotations": {CANCEL_ANNOTATION: json.dumps({"status": status.value, "reason": reason})}}
+        }
         if self.cancel_by_delete:
             if await self.api.merge_patch(self.resource, handle["name"], note):
                 await self.api.delete(self.resource, handle["name"])

@@ -32,11 +32,11 @@ from trialflow.trial import unpack
 from trialflow.trial.packing import SDK_FILES, PackedCode, check_limits, collect_files, pack_sdk
 from trialflow.trial.protocol import parameter_text
 
-FILES_DIR = "/tmp/trialflow/files"   # the ConfigMap, read-only
-WORK_DIR = "/tmp/trialflow/work"     # an emptyDir: the trial's own copy of the code
+FILES_DIR = "/tmp/trialflow/files"  # the ConfigMap, read-only
+WORK_DIR = "/tmp/trialflow/work"  # an emptyDir: the trial's own copy of the code
 FILES_VOLUME = "trialflow-files"
 WORK_VOLUME = "trialflow-work"
-STORAGE_VOLUME = "nni-vol"           # NNI's volume name
+STORAGE_VOLUME = "nni-vol"  # NNI's volume name
 #: The API server refuses a ConfigMap over 1 MiB (data + binaryData, raw bytes); the rest of
 #: the object needs a little room.
 CONFIG_MAP_LIMIT = 1024 * 1024 - 8 * 1024
@@ -50,9 +50,9 @@ class StorageError(ValueError):
 class TrialPaths:
     """Where a trial's files are inside its pods."""
 
-    sys_dir: str       # NNI_SYS_DIR: parameter.cfg, nni's own files
-    code_dir: str      # the trial's working directory (its own copy of the code)
-    sdk_dir: str       # on PYTHONPATH
+    sys_dir: str  # NNI_SYS_DIR: parameter.cfg, nni's own files
+    code_dir: str  # the trial's working directory (its own copy of the code)
+    sdk_dir: str  # on PYTHONPATH
     log_dir: str | None  # mounted storage: where each pod tees its output
     code_in_image: bool = False  # code_dir is a folder of the image (NNI's AdaptDL way): nothing shipped
 
@@ -61,8 +61,9 @@ def storage_root(storage: KubernetesStorageConfig) -> str:
     return f"{storage.container_mount_point.rstrip('/')}/trialflow"
 
 
-def trial_paths(storage: KubernetesStorageConfig | None, experiment_id: str, trial_id: str,
-                image_code_dir: str | None = None) -> TrialPaths:
+def trial_paths(
+    storage: KubernetesStorageConfig | None, experiment_id: str, trial_id: str, image_code_dir: str | None = None
+) -> TrialPaths:
     """``image_code_dir``: the code is already in the image there; it is not shipped."""
     code_dir = image_code_dir or f"{WORK_DIR}/code"
     if storage is None:
@@ -80,8 +81,12 @@ def volumes(storage: KubernetesStorageConfig | None, config_map: str) -> list[di
     elif storage.storage_type == "nfs":
         vols.append({"name": STORAGE_VOLUME, "nfs": {"server": storage.server, "path": storage.path}})
     elif storage.storage_type == "azureStorage":
-        vols.append({"name": STORAGE_VOLUME, "azureFile": {
-            "secretName": storage.secret_name, "shareName": storage.azure_share, "readOnly": False}})
+        vols.append(
+            {
+                "name": STORAGE_VOLUME,
+                "azureFile": {"secretName": storage.secret_name, "shareName": storage.azure_share, "readOnly": False},
+            }
+        )
     elif storage.claim_name:
         vols.append({"name": STORAGE_VOLUME, "persistentVolumeClaim": {"claimName": storage.claim_name}})
     return vols
@@ -106,7 +111,8 @@ def start_script(storage: KubernetesStorageConfig | None, paths: TrialPaths, com
     q = shlex.quote
     py = 'PY="$(command -v python3 || command -v python)"'
     unpack_py, code_tar, sdk_tar, parameter_cfg_file = (
-        q(f"{FILES_DIR}/{name}") for name in ("unpack.py", "code.tar.gz", "sdk.tar.gz", "parameter.cfg"))
+        q(f"{FILES_DIR}/{name}") for name in ("unpack.py", "code.tar.gz", "sdk.tar.gz", "parameter.cfg")
+    )
     rc_file = q(f"{WORK_DIR}/rc")
     lines = ["set -e", py, f"mkdir -p {q(paths.sys_dir)} {q(WORK_DIR)}"]
     if storage is None:
@@ -125,8 +131,11 @@ def start_script(storage: KubernetesStorageConfig | None, paths: TrialPaths, com
         lines.append(f"exec sh -c {q(command)}")
     else:
         log = f'{q(paths.log_dir or "")}/"$HOSTNAME".log'
-        lines += ["set +e", f"{{ sh -c {q(command)} 2>&1; echo $? > {rc_file}; }} | tee -a {log}",
-                  f'exit "$(cat {rc_file})"']
+        lines += [
+            "set +e",
+            f"{{ sh -c {q(command)} 2>&1; echo $? > {rc_file}; }} | tee -a {log}",
+            f'exit "$(cat {rc_file})"',
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -142,13 +151,17 @@ def config_map(name: str, labels: dict[str, str], code: PackedCode | None, param
             f"the packed trial code is {len(code.archive) / 1024:.0f} KiB ({code.file_count} files, "
             f"{code.total_bytes / 1024 / 1024:.1f} MB unpacked); a ConfigMap holds at most 1 MiB. Leave data and "
             "outputs out with .nniignore, put them in the image, or configure storage (nfs, azureStorage or pvc) "
-            "so the code is read from a mounted share")
+            "so the code is read from a mounted share"
+        )
     return {
-        "apiVersion": "v1", "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
         "metadata": {"name": name, "labels": dict(labels)},
         "data": {"parameter.cfg": parameter_cfg, "unpack.py": extractor},
-        "binaryData": {**({"code.tar.gz": base64.b64encode(code_bytes).decode()} if code is not None else {}),
-                       "sdk.tar.gz": base64.b64encode(sdk.archive).decode()},
+        "binaryData": {
+            **({"code.tar.gz": base64.b64encode(code_bytes).decode()} if code is not None else {}),
+            "sdk.tar.gz": base64.b64encode(sdk.archive).decode(),
+        },
     }
 
 
@@ -162,12 +175,15 @@ def local_root(storage: KubernetesStorageConfig, experiment_id: str) -> Path:
 
 
 def _mount_hint(storage: KubernetesStorageConfig) -> str:
-    source = {"nfs": f"the NFS export {storage.server}:{storage.path}",
-              "azureStorage": f"the Azure file share {storage.azure_account}/{storage.azure_share}",
-              "pvc": f"the volume of claim {storage.claim_name}" if storage.claim_name else "the claim's volume"}[
-                  storage.storage_type]
-    return (f"storage {storage.storage_type} needs localMountPoint: mount {source} on the Airflow workers "
-            "and give the folder (trialflow never runs sudo mount)")
+    source = {
+        "nfs": f"the NFS export {storage.server}:{storage.path}",
+        "azureStorage": f"the Azure file share {storage.azure_account}/{storage.azure_share}",
+        "pvc": f"the volume of claim {storage.claim_name}" if storage.claim_name else "the claim's volume",
+    }[storage.storage_type]
+    return (
+        f"storage {storage.storage_type} needs localMountPoint: mount {source} on the Airflow workers "
+        "and give the folder (trialflow never runs sudo mount)"
+    )
 
 
 def check_storage(storage: KubernetesStorageConfig) -> None:
@@ -177,26 +193,30 @@ def check_storage(storage: KubernetesStorageConfig) -> None:
     if not mount.is_dir():
         raise StorageError(f"localMountPoint {mount} is not a folder here: {_mount_hint(storage)}")
     if storage.storage_type == "azureStorage" and not storage.secret_name:
-        vault = (f"e.g. kubectl create secret generic NAME --from-literal=azurestorageaccountname="
-                 f"{storage.azure_account} --from-literal=azurestorageaccountkey=\"$(az keyvault secret show "
-                 f"--vault-name {storage.key_vault_name or 'VAULT'} --name {storage.key_vault_key or 'KEY'} "
-                 "--query value -o tsv)\"")
+        vault = (
+            f"e.g. kubectl create secret generic NAME --from-literal=azurestorageaccountname="
+            f'{storage.azure_account} --from-literal=azurestorageaccountkey="$(az keyvault secret show '
+            f"--vault-name {storage.key_vault_name or 'VAULT'} --name {storage.key_vault_key or 'KEY'} "
+            '--query value -o tsv)"'
+        )
         raise StorageError(f"azureStorage needs secretName, a Kubernetes secret with the share's key ({vault})")
     if not os.access(mount, os.W_OK | os.X_OK):  # checked, not tried: validating writes nothing
         raise StorageError(f"cannot write to localMountPoint {mount} (the trials' code and parameters go there)")
 
 
-def stage_code(storage: KubernetesStorageConfig, experiment_id: str, code_dir: Path | None,
-               exclude: tuple[Path, ...] = ()) -> Path:
+def stage_code(
+    storage: KubernetesStorageConfig, experiment_id: str, code_dir: Path | None, exclude: tuple[Path, ...] = ()
+) -> Path:
     """Copy the code (honouring .nniignore and NNI's limits; None: it is in the image) and the
     SDK to the storage, once per experiment; concurrent submitters race safely (the first
     complete copy wins)."""
     root = local_root(storage, experiment_id)
-    parts = [("code", Path(code_dir), None)] if code_dir is not None else []
-    for name, source, files in parts + [("sdk", None, None)]:
+    parts: list[tuple[str, Path | None]] = [("code", Path(code_dir))] if code_dir is not None else []
+    for name, source in [*parts, ("sdk", None)]:
         target = root / name
         if (target / ".complete").exists():
             continue
+        files: list[Path]
         if source is None:
             import trialflow
 
@@ -218,8 +238,9 @@ def stage_code(storage: KubernetesStorageConfig, experiment_id: str, code_dir: P
     return root
 
 
-def write_parameters(storage: KubernetesStorageConfig, experiment_id: str, trial_id: str,
-                     parameter_id: Any, parameters: dict[str, Any]) -> None:
+def write_parameters(
+    storage: KubernetesStorageConfig, experiment_id: str, trial_id: str, parameter_id: Any, parameters: dict[str, Any]
+) -> None:
     """parameter.cfg atomically, before the job exists (nni polls for a non-empty file)."""
     folder = local_root(storage, experiment_id) / "trials" / trial_id
     (folder / "logs").mkdir(parents=True, exist_ok=True)

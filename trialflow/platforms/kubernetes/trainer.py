@@ -9,7 +9,8 @@ numNodes and resourcesPerNode, and adds the trial's volumes through
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from trialflow.config.platforms import KubeflowTrainerConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
@@ -48,23 +49,34 @@ def trainjob_status(obj: Mapping[str, Any]) -> tuple[TrialStatus, str | None]:
 
 
 def build_trainjob(config: KubeflowTrainerConfig, spec: TrialSpec, name: str, pod: PodParts) -> dict[str, Any]:
-    container = pod.container(NODE_JOB, config.docker_image or "", spec.command,
-                              resources(config.cpu_number, config.memory_size, spec.gpu_number))
+    container = pod.container(
+        NODE_JOB,
+        config.docker_image or "",
+        spec.command,
+        resources(config.cpu_number, config.memory_size, spec.gpu_number),
+    )
     trainer: dict[str, Any] = {"command": container["command"], "env": container["env"], "numNodes": config.num_nodes}
     if config.docker_image:
         trainer["image"] = config.docker_image
     if "resources" in container:
         trainer["resourcesPerNode"] = container["resources"]
-    override: dict[str, Any] = {"targetJobs": [{"name": NODE_JOB}],
-                                "metadata": {"labels": dict(pod.labels)},
-                                "spec": {"volumes": pod.volumes,
-                                         "containers": [{"name": NODE_JOB, "volumeMounts": container["volumeMounts"]}]}}
+    override: dict[str, Any] = {
+        "targetJobs": [{"name": NODE_JOB}],
+        "metadata": {"labels": dict(pod.labels)},
+        "spec": {"volumes": pod.volumes, "containers": [{"name": NODE_JOB, "volumeMounts": container["volumeMounts"]}]},
+    }
     if pod.service_account:
         override["spec"]["serviceAccountName"] = pod.service_account
-    return {"apiVersion": TRAINJOB.api_version, "kind": TRAINJOB.kind,
-            "metadata": {"name": name, "labels": dict(pod.labels)},
-            "spec": {"runtimeRef": {"name": config.runtime_ref, "apiGroup": TRAINJOB.group, "kind": config.runtime_kind},
-                     "trainer": trainer, "podTemplateOverrides": [override]}}
+    return {
+        "apiVersion": TRAINJOB.api_version,
+        "kind": TRAINJOB.kind,
+        "metadata": {"name": name, "labels": dict(pod.labels)},
+        "spec": {
+            "runtimeRef": {"name": config.runtime_ref, "apiGroup": TRAINJOB.group, "kind": config.runtime_kind},
+            "trainer": trainer,
+            "podTemplateOverrides": [override],
+        },
+    }
 
 
 class KubeflowTrainerPlatform(KubernetesPlatform):

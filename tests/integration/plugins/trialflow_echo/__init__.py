@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from trialflow.config.platforms import TrainingServiceConfig
+from trialflow.config.registry import PlatformEntry
 from trialflow.platforms.base import TrialSpec
 from trialflow.platforms.local import LocalPlatform
-from trialflow.config.registry import PlatformEntry
 
 
 class EchoConfig(TrainingServiceConfig):

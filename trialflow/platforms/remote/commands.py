@@ -18,7 +18,7 @@ Layout of a trial folder: ``pid`` (written by the detached job itself),
 from __future__ import annotations
 
 import shlex
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 CANCEL_FILE = "cancel.json"
 LAUNCH_DIR = ".launching"
@@ -33,20 +33,23 @@ def probe_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> s
     stdout after ``offset`` (off the local platform, nni and trialflow's SDK report metrics as
     ``NNISDK_MEb'...'`` lines on stdout)."""
     d = shlex.quote(trial_dir)
-    return (f"cd {d} 2>/dev/null || {{ echo missing=1; exit 0; }}; "
-            # liveness before the exit code: a wrapper found gone has written it
-            'p="$(cat pid 2>/dev/null)"; echo "pid=$p"; '
-            'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo alive=1; else echo alive=0; fi; '
-            'echo "exit=$(cat exit_code 2>/dev/null)"; '
-            f'echo "cancel=$(cat {CANCEL_FILE} 2>/dev/null)"; '
-            "echo; echo --trialflow-metrics--; "
-            f"tail -c +{offset + 1} {METRICS_SOURCE} 2>/dev/null | head -c {max_bytes}; true")
+    return (
+        f"cd {d} 2>/dev/null || {{ echo missing=1; exit 0; }}; "
+        # liveness before the exit code: a wrapper found gone has written it
+        'p="$(cat pid 2>/dev/null)"; echo "pid=$p"; '
+        'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo alive=1; else echo alive=0; fi; '
+        'echo "exit=$(cat exit_code 2>/dev/null)"; '
+        f'echo "cancel=$(cat {CANCEL_FILE} 2>/dev/null)"; '
+        "echo; echo --trialflow-metrics--; "
+        f"tail -c +{offset + 1} {METRICS_SOURCE} 2>/dev/null | head -c {max_bytes}; true"
+    )
 
 
 def read_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> str:
     """The trial's stdout after ``offset``, at most ``max_bytes`` (the rest of an ended trial's
     output, when a poll's chunk was full)."""
-    return f"tail -c +{int(offset) + 1} {shlex.quote(trial_dir)}/{METRICS_SOURCE} 2>/dev/null | head -c {int(max_bytes)}; true"
+    source = shlex.quote(f"{trial_dir}/{METRICS_SOURCE}")
+    return f"tail -c +{int(offset) + 1} {source} 2>/dev/null | head -c {int(max_bytes)}; true"
 
 
 def parse_probe(output: bytes) -> tuple[dict[str, str], bytes]:
@@ -63,12 +66,15 @@ def staging_command(base: str, digest: str, archive: str, python: str) -> str:
     result is kept (rename is atomic), and the code is made read-only."""
     final = f"{base}/.code/{digest}"
     tmp = shlex.quote(f"{final}.tmp.") + '"$$"'  # quoted path, then this shell's pid
-    return (f"set -e; if [ -e {shlex.quote(final)}/.complete ]; then rm -f {shlex.quote(archive)}; echo present; exit 0; fi; "
-            f"mkdir -p {shlex.quote(base)}/.code; rm -rf {tmp}; "
-            f"{shlex.quote(python)} - {shlex.quote(archive)} {tmp} < {shlex.quote(archive)}.py; "
-            f"chmod -R a-w {tmp}; chmod u+w {tmp}; touch {tmp}/.complete; chmod u-w {tmp}; "
-            f"mv -T {tmp} {shlex.quote(final)} 2>/dev/null || {{ chmod -R u+w {tmp}; rm -rf {tmp}; }}; "
-            f"rm -f {shlex.quote(archive)} {shlex.quote(archive)}.py; echo staged")
+    return (
+        f"set -e; if [ -e {shlex.quote(final)}/.complete ]; "
+        f"then rm -f {shlex.quote(archive)}; echo present; exit 0; fi; "
+        f"mkdir -p {shlex.quote(base)}/.code; rm -rf {tmp}; "
+        f"{shlex.quote(python)} - {shlex.quote(archive)} {tmp} < {shlex.quote(archive)}.py; "
+        f"chmod -R a-w {tmp}; chmod u+w {tmp}; touch {tmp}/.complete; chmod u-w {tmp}; "
+        f"mv -T {tmp} {shlex.quote(final)} 2>/dev/null || {{ chmod -R u+w {tmp}; rm -rf {tmp}; }}; "
+        f"rm -f {shlex.quote(archive)} {shlex.quote(archive)}.py; echo staged"
+    )
 
 
 def launch_command(body: str, trial_dir: str, env: Mapping[str, str]) -> str:
@@ -80,20 +86,23 @@ def launch_command(body: str, trial_dir: str, env: Mapping[str, str]) -> str:
     there is no setsid).
     """
     d = shlex.quote(trial_dir)
-    exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items()
-                      if name.isidentifier())
-    job = (f"echo \"$$\" > {d}/pid.tmp && mv -f {d}/pid.tmp {d}/pid\n"
-           f"{exports}"
-           f"{{\n{body}\n}} >> {d}/{METRICS_SOURCE} 2>&1\n"
-           f"ec=$?\n"
-           f"printf %s \"$ec\" > {d}/exit_code.tmp && mv -f {d}/exit_code.tmp {d}/exit_code\n")
+    exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items() if name.isidentifier())
+    job = (
+        f'echo "$$" > {d}/pid.tmp && mv -f {d}/pid.tmp {d}/pid\n'
+        f"{exports}"
+        f"{{\n{body}\n}} >> {d}/{METRICS_SOURCE} 2>&1\n"
+        f"ec=$?\n"
+        f'printf %s "$ec" > {d}/exit_code.tmp && mv -f {d}/exit_code.tmp {d}/exit_code\n'
+    )
     job_word = shlex.quote(job)
-    return (f"set -eu\nmkdir -p {d}\n: > {d}/{METRICS_SOURCE}\n"
-            "if command -v setsid >/dev/null 2>&1; then\n"
-            f"  setsid bash -c {job_word} </dev/null >/dev/null 2>&1 &\n"
-            "else\n"
-            f"  nohup bash -c {job_word} </dev/null >/dev/null 2>&1 &\n"
-            "fi\n")
+    return (
+        f"set -eu\nmkdir -p {d}\n: > {d}/{METRICS_SOURCE}\n"
+        "if command -v setsid >/dev/null 2>&1; then\n"
+        f"  setsid bash -c {job_word} </dev/null >/dev/null 2>&1 &\n"
+        "else\n"
+        f"  nohup bash -c {job_word} </dev/null >/dev/null 2>&1 &\n"
+        "fi\n"
+    )
 
 
 def kill_command(trial_dir: str, grace_seconds: float) -> str:
@@ -102,11 +111,13 @@ def kill_command(trial_dir: str, grace_seconds: float) -> str:
     -0`` or ``-1`` would reach every process of the account)."""
     pid_file = shlex.quote(f"{trial_dir}/pid")
     steps = max(1, int(grace_seconds * 10))
-    return (f"p=\"$(cat {pid_file} 2>/dev/null)\"; "
-            'case "$p" in ""|*[!0-9]*) p=0;; esac; '
-            'if [ "$p" -gt 1 ]; then kill -TERM -- -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; '
-            f'i=0; while [ $i -lt {steps} ] && kill -0 -- -"$p" 2>/dev/null; do sleep 0.1; i=$((i+1)); done; '
-            'if kill -0 -- -"$p" 2>/dev/null; then kill -KILL -- -"$p" 2>/dev/null; fi; fi; true')
+    return (
+        f'p="$(cat {pid_file} 2>/dev/null)"; '
+        'case "$p" in ""|*[!0-9]*) p=0;; esac; '
+        'if [ "$p" -gt 1 ]; then kill -TERM -- -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; '
+        f'i=0; while [ $i -lt {steps} ] && kill -0 -- -"$p" 2>/dev/null; do sleep 0.1; i=$((i+1)); done; '
+        'if kill -0 -- -"$p" 2>/dev/null; then kill -KILL -- -"$p" 2>/dev/null; fi; fi; true'
+    )
 
 
 def cleanup_command(root: str) -> str:
@@ -136,8 +147,10 @@ def upload_command(folder: str, target: str) -> str:
 
 def running_count_command(trials_dir: str) -> str:
     """How many trials under ``trials_dir`` were launched and have not ended (for placement)."""
-    return (f"n=0; for d in {shlex.quote(trials_dir)}/*/; do [ -e \"$d/{LAUNCH_DIR}\" ] && "
-            "[ ! -e \"$d/exit_code\" ] && n=$((n+1)); done; echo $n")
+    return (
+        f'n=0; for d in {shlex.quote(trials_dir)}/*/; do [ -e "$d/{LAUNCH_DIR}" ] && '
+        '[ ! -e "$d/exit_code" ] && n=$((n+1)); done; echo $n'
+    )
 
 
 def claim_command(trial_dir: str) -> str:
@@ -152,8 +165,11 @@ def workdir_command(trial_dir: str, code_folder: str, in_place: bool) -> str:
     directory: on shared storage the code in place (a symlink); otherwise a hard-linked view
     of the staged copy whose files stay shared and read-only and whose folders are its own."""
     q, code = shlex.quote(trial_dir), shlex.quote(code_folder)
-    view = (f"ln -s {code} {q}/code" if in_place else
-            f"cp -al {code} {q}/code && find {q}/code -type d -exec chmod u+w {{}} +")
+    view = (
+        f"ln -s {code} {q}/code"
+        if in_place
+        else f"cp -al {code} {q}/code && find {q}/code -type d -exec chmod u+w {{}} +"
+    )
     return f"mkdir -p {q}/.nni && cat > {q}/parameter.cfg.tmp && mv {q}/parameter.cfg.tmp {q}/parameter.cfg && {view}"
 
 
@@ -165,7 +181,7 @@ def launch_once_guard(trial_dir: str) -> str:
 
 def path_prefix(python_path: str | None) -> str:
     """NNI's pythonPath: first on PATH for the trial (and for nvidia-smi)."""
-    return f"export PATH={shlex.quote(python_path)}:\"$PATH\"\n" if python_path else ""
+    return f'export PATH={shlex.quote(python_path)}:"$PATH"\n' if python_path else ""
 
 
 def trial_body(trial_dir: str, command: str, sdk_dir: str, python_path: str | None, after: Sequence[str]) -> str:
@@ -176,14 +192,18 @@ def trial_body(trial_dir: str, command: str, sdk_dir: str, python_path: str | No
     q = shlex.quote(trial_dir)
     run = f"cd {q}/code && bash -c {shlex.quote(command)} 2>{q}/stderr </dev/null"
     steps = "".join(f"{step}; " for step in after if step)
-    return (f"{path_prefix(python_path)}export PYTHONPATH={shlex.quote(sdk_dir)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-            f"( {run}; rc=$?; {steps}exit $rc )")
+    return (
+        f"{path_prefix(python_path)}export PYTHONPATH={shlex.quote(sdk_dir)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+        f"( {run}; rc=$?; {steps}exit $rc )"
+    )
 
 
 def cancel_request_command(trial_dir: str) -> str:
     """Record why a trial is stopped (stdin: the request's JSON), unless it already succeeded
     or a request is there: the first reason wins, as the status it reports."""
     q = shlex.quote(trial_dir)
-    return (f"[ -e {q}/exit_code ] && [ \"$(cat {q}/exit_code)\" = 0 ] && exit 0; "
-            f"[ -e {q}/{CANCEL_FILE} ] || {{ cat > {q}/{CANCEL_FILE}.tmp && "
-            f"mv {q}/{CANCEL_FILE}.tmp {q}/{CANCEL_FILE}; }}")
+    return (
+        f'[ -e {q}/exit_code ] && [ "$(cat {q}/exit_code)" = 0 ] && exit 0; '
+        f"[ -e {q}/{CANCEL_FILE} ] || {{ cat > {q}/{CANCEL_FILE}.tmp && "
+        f"mv {q}/{CANCEL_FILE}.tmp {q}/{CANCEL_FILE}; }}"
+    )

@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import asyncssh
@@ -32,6 +33,13 @@ CHANNELS_PER_CONNECTION = 6
 RECONNECT_DELAYS = (0.5, 1.0, 2.0, 4.0)
 CONNECT_TIMEOUT = 15.0
 COMMAND_TIMEOUT = 120.0
+
+
+def _as_bytes(output: bytes | str | None) -> bytes:
+    """asyncssh types output as str or bytes; run with encoding=None, it is bytes."""
+    if output is None:
+        return b""
+    return output if isinstance(output, bytes) else output.encode()
 
 
 class SshError(RuntimeError):
@@ -67,8 +75,10 @@ def describe_connect_error(target: SshTarget, exc: BaseException) -> str:
 
     where = f"machine {target.label}"
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
-        return (f"{where}: its host key is not trusted ({exc}); add it to known_hosts "
-                "(ssh-keyscan), give hostKey, or set hostKeyCheck: false")
+        return (
+            f"{where}: its host key is not trusted ({exc}); add it to known_hosts "
+            "(ssh-keyscan), give hostKey, or set hostKeyCheck: false"
+        )
     if isinstance(exc, asyncssh.PermissionDenied):
         return f"{where}: authentication failed for user {target.username!r} (wrong key or password?)"
     if isinstance(exc, (asyncssh.KeyImportError, asyncssh.KeyEncryptionError)):
@@ -78,18 +88,25 @@ def describe_connect_error(target: SshTarget, exc: BaseException) -> str:
     return f"{where}: {type(exc).__name__}: {exc}"
 
 
-async def _open(target: SshTarget, opener: ConnIdOpener | None) -> "asyncssh.SSHClientConnection":
+async def _open(target: SshTarget, opener: ConnIdOpener | None) -> asyncssh.SSHClientConnection:
     import asyncssh
 
     asyncssh.set_log_level(logging.WARNING)  # its INFO lines echo every command
 
     if target.conn_id is not None:
         if opener is None:
-            raise SshError(f"machine {target.label}: sshConnId {target.conn_id!r} needs Airflow's connections "
-                           "(run it from an Airflow task, or give host/user in the config)")
+            raise SshError(
+                f"machine {target.label}: sshConnId {target.conn_id!r} needs Airflow's connections "
+                "(run it from an Airflow task, or give host/user in the config)"
+            )
         return await opener(target.conn_id)
-    options: dict[str, Any] = {"host": target.host, "port": target.port, "username": target.username,
-                               "connect_timeout": CONNECT_TIMEOUT, "keepalive_interval": 30}
+    options: dict[str, Any] = {
+        "host": target.host,
+        "port": target.port,
+        "username": target.username,
+        "connect_timeout": CONNECT_TIMEOUT,
+        "keepalive_interval": 30,
+    }
     if target.password:
         options["password"] = target.password
     if target.key_file:
@@ -124,8 +141,9 @@ def trusted_host_keys(target: SshTarget) -> Any:
         try:
             return ([asyncssh.import_public_key(target.host_key)], [], [])
         except (asyncssh.KeyImportError, ValueError) as exc:
-            raise SshError(f"machine {target.label}: hostKey is not a public key line "
-                           f"like 'ssh-ed25519 AAAA...' ({exc})") from exc
+            raise SshError(
+                f"machine {target.label}: hostKey is not a public key line like 'ssh-ed25519 AAAA...' ({exc})"
+            ) from exc
     path = os.path.expanduser(target.known_hosts)
     return path if os.path.isfile(path) else ([], [], [])
 
@@ -134,11 +152,11 @@ class _Connection:
     def __init__(self, target: SshTarget, opener: ConnIdOpener | None):
         self.target = target
         self.opener = opener
-        self.conn: "asyncssh.SSHClientConnection | None" = None
+        self.conn: asyncssh.SSHClientConnection | None = None
         self.lock = asyncio.Lock()
         self.channels = asyncio.Semaphore(CHANNELS_PER_CONNECTION)
 
-    async def get(self, broken: "asyncssh.SSHClientConnection | None" = None) -> "asyncssh.SSHClientConnection":
+    async def get(self, broken: asyncssh.SSHClientConnection | None = None) -> asyncssh.SSHClientConnection:
         """The open connection; ``broken`` is one a command just failed on, replaced unless another
         command replaced it already (closing a fresh connection would fail everything on it)."""
         async with self.lock:
@@ -160,8 +178,9 @@ class SshPool:
     reused by a new loop, which must not inherit its dead connections."""
 
     def __init__(self) -> None:
-        self._by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[SshTarget, _Connection]]" = \
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[SshTarget, _Connection]] = (
             weakref.WeakKeyDictionary()
+        )
 
     def _slot(self, target: SshTarget, opener: ConnIdOpener | None) -> _Connection:
         conns = self._by_loop.setdefault(asyncio.get_running_loop(), {})
@@ -171,46 +190,72 @@ class SshPool:
             conns[target].opener = opener  # a platform that can open connection ids came later
         return conns[target]
 
-    async def run(self, target: SshTarget, command: str, stdin: bytes | None = None,
-                  timeout: float = COMMAND_TIMEOUT, opener: ConnIdOpener | None = None) -> tuple[int, bytes, bytes]:
+    async def run(
+        self,
+        target: SshTarget,
+        command: str,
+        stdin: bytes | None = None,
+        timeout: float = COMMAND_TIMEOUT,
+        opener: ConnIdOpener | None = None,
+    ) -> tuple[int, bytes, bytes]:
         """(exit status, stdout, stderr) of ``command``; reconnects (with backoff) when the
         connection broke, and raises SshError when the machine stays unreachable.
 
         A command may run again after a connection drop: every command trialflow sends is
         idempotent (launches are guarded by an atomic mkdir)."""
         import asyncssh
+        import tenacity
 
         slot = self._slot(target, opener)
-        last: BaseException | None = None
-        broken = None
-        for attempt, delay in enumerate((0.0,) + RECONNECT_DELAYS):
-            if delay:
-                await asyncio.sleep(delay)
+        broken = None  # the connection that failed: the next attempt replaces it
+
+        async def once() -> tuple[int, bytes, bytes]:
+            nonlocal broken
             conn = None
             try:
                 conn = await slot.get(broken)
                 broken = None
                 async with slot.channels:
                     result = await conn.run(command, input=stdin, encoding=None, timeout=timeout, check=False)
-                if result.exit_status is None and result.exit_signal is None:
-                    raise ConnectionLost("the connection closed while running a command")
-                status = result.exit_status if result.exit_status is not None else 128 + 15
-                return status, bytes(result.stdout or b""), bytes(result.stderr or b"")
-            except (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, asyncssh.KeyImportError,
-                    asyncssh.KeyEncryptionError) as exc:
+            except (
+                asyncssh.HostKeyNotVerifiable,
+                asyncssh.PermissionDenied,
+                asyncssh.KeyImportError,
+                asyncssh.KeyEncryptionError,
+            ) as exc:
                 raise SshError(describe_connect_error(target, exc)) from exc  # retrying cannot help
-            except SshError:
+            except asyncssh.ChannelOpenError:
+                # the server refused one more session now: try again, on this connection if it lives
+                broken = conn if conn is not None and conn.is_closed() else None
                 raise
-            except asyncssh.ChannelOpenError as exc:
-                last = exc  # the server refused one more session now: try again on this connection
-                if conn is not None and conn.is_closed():
-                    broken = conn
-                log.info("machine %s: %s; retrying (attempt %d)", target.label, exc, attempt + 1)
-            except (OSError, asyncssh.Error, asyncio.TimeoutError, ConnectionLost) as exc:
-                last = exc
+            except BaseException:
                 broken = conn
-                log.info("machine %s: %s; reconnecting (attempt %d)", target.label, exc, attempt + 1)
-        raise SshError(describe_connect_error(target, last or RuntimeError("unknown"))) from last
+                raise
+            if result.exit_status is None and result.exit_signal is None:
+                broken = conn
+                raise ConnectionLost("the connection closed while running a command")
+            status = result.exit_status if result.exit_status is not None else 128 + 15
+            return status, _as_bytes(result.stdout), _as_bytes(result.stderr)
+
+        transient = (OSError, asyncssh.Error, asyncio.TimeoutError, ConnectionLost)
+        retrying = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception_type(transient),
+            wait=tenacity.wait_chain(*(tenacity.wait_fixed(d) for d in RECONNECT_DELAYS)),
+            stop=tenacity.stop_after_attempt(len(RECONNECT_DELAYS) + 1),
+            reraise=True,
+            before_sleep=lambda state: log.info(
+                "machine %s: %s; reconnecting (attempt %d)",
+                target.label,
+                state.outcome.exception() if state.outcome else None,
+                state.attempt_number,
+            ),
+        )
+        try:
+            return await retrying(once)
+        except SshError:
+            raise
+        except transient as exc:
+            raise SshError(describe_connect_error(target, exc)) from exc
 
     async def close(self) -> None:
         conns = self._by_loop.pop(asyncio.get_running_loop(), {})

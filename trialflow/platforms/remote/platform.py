@@ -1,0 +1,389 @@
+"""NNI's ``platform: remote``: trials on machines reached over SSH, everything pulled.
+
+Nothing on a machine ever connects back (NNI's trials stuck WAITING because
+they could not reach the manager cannot happen): trialflow stages the code,
+launches the trial detached, and reads status and new metric bytes over SSH.
+Every shell command is a pure builder in ``remote_commands``, so what runs on a
+machine is visible in ``trialflow render`` and tested without one (with hostile
+values in every field: tests/security/test_quoting.py).
+
+Machines, the shell on each and placement are in ``machines``; staging the code in
+``staging``; SSH connections in ``ssh``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from trialflow.config.model import SharedStorageConfig
+from trialflow.config.platforms import RemoteConfig
+from trialflow.platforms.base import (
+    CANCEL_STATUSES,
+    Connections,
+    Cursor,
+    TrainingPlatform,
+    TrialHandle,
+    TrialSpec,
+    TrialStatus,
+    TrialUpdate,
+)
+from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequestError, attempt, release_command
+from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
+from trialflow.platforms.local import local_status
+from trialflow.platforms.remote.commands import (
+    LAUNCH_DIR,
+    READ_CHUNK,
+    cancel_request_command,
+    claim_command,
+    cleanup_command,
+    exists_command,
+    kill_command,
+    launch_command,
+    launch_once_guard,
+    mkdir_command,
+    parse_probe,
+    path_prefix,
+    probe_command,
+    read_command,
+    running_count_command,
+    trial_body,
+    workdir_command,
+)
+from trialflow.platforms.remote.machines import (
+    BASE_DIR_NAME,
+    Machine,
+    Shell,
+    experiment_root,
+    least_loaded_first,
+    machines_of,
+    trial_folder,
+)
+from trialflow.platforms.remote.staging import CodeStaging
+from trialflow.trial.env import trial_env
+from trialflow.trial.packing import (
+    CodeDirectoryError,
+    check_limits,
+    collect_files,
+)
+from trialflow.trial.protocol import parameter_text, read_stdout_lines
+
+log = logging.getLogger(__name__)
+GPU_WAIT_SECONDS = 2.0
+LAUNCH_GRACE_SECONDS = 60.0
+KILL_GRACE_SECONDS = 5.0
+#: Seconds a finished trial's leftover processes get between SIGTERM and SIGKILL.
+LEFTOVER_GRACE_SECONDS = 2.0
+
+
+def remote_status(
+    exit_code: int | None, cancel: TrialStatus | None, alive: bool, has_pid: bool, seconds_since_submit: float
+) -> TrialStatus:
+    """local_status's table, plus the one fact only a remote launch has: the pid file is written
+    by the detached job itself, so for a moment after submit there is none.
+
+    | pid recorded | exit code | status                                     |
+    |--------------|-----------|--------------------------------------------|
+    | no           | none      | WAITING for LAUNCH_GRACE_SECONDS, then FAILED |
+    | otherwise    |           | as local_status                            |
+    """
+    if not has_pid and exit_code is None and cancel is None:
+        return TrialStatus.WAITING if seconds_since_submit < LAUNCH_GRACE_SECONDS else TrialStatus.FAILED
+    return local_status(exit_code, cancel, alive)
+
+
+class RemotePlatform(TrainingPlatform[RemoteConfig]):
+    name: ClassVar[str] = "remote"
+
+    def __init__(self, config: RemoteConfig, experiment_dir: Path, connections: Connections | None = None):
+        super().__init__(config, experiment_dir, connections)
+        self.machines = machines_of(config.machine_list)
+        self.shell = Shell(self.connections.ssh)
+        self.staging = CodeStaging(self.shell)
+
+    def use_shared_storage(self, shared: SharedStorageConfig | None) -> None:
+        """NNI's sharedStorage: code already on storage the machines mount is read in place."""
+        self.staging.shared = shared
+
+    async def prepare(self, experiment_id: str) -> None:
+        """Check every machine is reachable (clear errors for keys, host keys, addresses) and
+        stage trialflow's SDK there; the code is staged by the first trial that needs it."""
+
+        async def one(machine: Machine) -> None:
+            base = await self.shell.base(machine)
+            await self.shell.run(machine, mkdir_command(f"{experiment_root(base, experiment_id)}/trials"))
+            await self.staging.sdk_on(machine)
+
+        await asyncio.gather(*(one(m) for m in self.machines))
+
+    async def stage_code(self, code_dir: Path, excludes: tuple[Path, ...] = ()) -> list[str]:
+        """Put the code on every machine now (submit does it per machine when needed): the
+        folder each reads it from."""
+
+        async def one(machine: Machine) -> str:
+            return (await self.staging.code_on(machine, Path(code_dir), excludes))[0]
+
+        return list(await asyncio.gather(*(one(m) for m in self.machines)))
+
+    def preflight(self, code_dir: Path, excludes: tuple[Path, ...] = ()) -> list[tuple[tuple[str | int, ...], str]]:
+        """The code must exist and fit NNI's upload limits: said by validate, not the first trial."""
+        if not Path(code_dir).is_dir():
+            return [(("trialCodeDirectory",), f"the trial code directory {code_dir} does not exist")]
+        if self.staging.shared_code_path(code_dir) is not None:
+            return []  # read in place on the machines: nothing is uploaded
+        try:
+            check_limits(code_dir, collect_files(code_dir, excludes))
+        except CodeDirectoryError as exc:
+            return [(("trialCodeDirectory",), str(exc))]
+        return []
+
+    # -- placement ------------------------------------------------------------------------
+
+    async def _running_on(self, machine: Machine, experiment_id: str) -> int:
+        base = await self.shell.base(machine)
+        out = await self.shell.run(
+            machine, running_count_command(f"{experiment_root(base, experiment_id)}/trials"), check=False
+        )
+        try:
+            return int(out.strip() or 0)
+        except ValueError:
+            return 0
+
+    async def _order(self, spec: TrialSpec) -> list[Machine]:
+        if len(self.machines) == 1:
+            return list(self.machines)
+        loads = await asyncio.gather(*(self._running_on(m, spec.experiment_id) for m in self.machines))
+        return least_loaded_first(self.machines, loads, spec.sequence)
+
+    # -- trials ---------------------------------------------------------------------------
+
+    def build_env(
+        self,
+        spec: TrialSpec,
+        trial_dir: str,
+        code_dir: str,
+        sdk_dir: str,
+        machine: Machine,
+        gpus: list[int] | None = None,
+    ) -> dict[str, str]:
+        env = trial_env(
+            platform="remote",
+            experiment_id=spec.experiment_id,
+            trial_id=spec.trial_id,
+            sys_dir=trial_dir,
+            output_dir=trial_dir,
+            sequence=spec.sequence,
+            code_dir=code_dir,
+            gpu_indices=gpus or [],
+            base={},
+        )
+        env[MARK_VAR] = trial_mark(trial_dir)
+        env.update(spec.env)
+        return env
+
+    def build_command(self, spec: TrialSpec, trial_dir: str, sdk_dir: str, machine: Machine, release: str = "") -> str:
+        """What the detached wrapper runs; after the trial, the processes it left behind are
+        stopped and its GPU claims released."""
+        leftovers = stop_marked_command(trial_mark(trial_dir), LEFTOVER_GRACE_SECONDS)
+        return trial_body(trial_dir, spec.command, sdk_dir, machine.config.python_path, [leftovers, release])
+
+    def launch_script(
+        self,
+        spec: TrialSpec,
+        machine: Machine,
+        trial_dir: str,
+        code_dir: str,
+        sdk_dir: str,
+        claims: list[tuple[int, int]] | None = None,
+        base: str = "",
+    ) -> str:
+        env = self.build_env(spec, trial_dir, code_dir, sdk_dir, machine, [i for i, _ in claims or []])
+        release = release_command(f"{base}/{CLAIMS_DIR}", claims) if claims else ""
+        return launch_command(self.build_command(spec, trial_dir, sdk_dir, machine, release), trial_dir, env)
+
+    async def _claim_gpus(
+        self, spec: TrialSpec, trial_for: Callable[[Machine], Awaitable[str]], order: list[Machine]
+    ) -> tuple[Machine, list[tuple[int, int]]]:
+        """The first machine (in placement order) with trialGpuNumber free GPUs, and the claims;
+        waits while every machine is full, refuses a request no machine can ever take."""
+        refusals: list[str] = []
+        waited = False
+        while True:
+            for machine in order:
+                base = await self.shell.base(machine)
+
+                async def run(command: str, machine: Machine = machine) -> str:
+                    return (
+                        await self.shell.run(machine, path_prefix(machine.config.python_path) + command, check=False)
+                    ).decode()
+
+                try:
+                    picks = await attempt(
+                        run,
+                        f"{base}/{CLAIMS_DIR}",
+                        spec.gpu_number,
+                        machine.config.max_trial_number_per_gpu,
+                        machine.config.gpu_indices,
+                        machine.config.use_active_gpu,
+                        await trial_for(machine),
+                        machine.target.label,
+                    )
+                except GpuRequestError as exc:
+                    refusals.append(str(exc))
+                    continue
+                if picks is not None:
+                    return machine, picks
+            if len(refusals) >= len(order):
+                raise GpuRequestError("; ".join(dict.fromkeys(refusals)))
+            refusals.clear()
+            if not waited:
+                log.info(
+                    "Trial %s waits for %d free GPU(s) on %d machine(s)", spec.trial_id, spec.gpu_number, len(order)
+                )
+            waited = True
+            await asyncio.sleep(GPU_WAIT_SECONDS)
+
+    async def submit(self, spec: TrialSpec) -> TrialHandle:
+        for machine in self.machines:  # re-attach: the trial may already run on any machine
+            base = await self.shell.base(machine)
+            trial_dir = trial_folder(base, spec.experiment_id, spec.trial_id)
+            if (await self.shell.run(machine, exists_command(f"{trial_dir}/{LAUNCH_DIR}", "d"))).strip():
+                return self._handle(spec, machine, trial_dir)
+        claims: list[tuple[int, int]] = []
+        order = await self._order(spec)
+        if spec.gpu_number > 0:
+
+            async def trial_for(m: Machine) -> str:
+                return trial_folder(await self.shell.base(m), spec.experiment_id, spec.trial_id)
+
+            machine, claims = await self._claim_gpus(spec, trial_for, order)
+        else:
+            machine = order[0]
+        base = await self.shell.base(machine)
+        trial_dir = trial_folder(base, spec.experiment_id, spec.trial_id)
+        try:
+            code_folder, in_place = await self.staging.code_on(machine, spec.code_dir, spec.code_excludes)
+            sdk_folder = await self.staging.sdk_on(machine)
+            claimed = await self.shell.run(machine, claim_command(trial_dir))
+        except BaseException:
+            if claims:
+                await self.shell.run(machine, release_command(f"{base}/{CLAIMS_DIR}", claims), check=False)
+            raise
+        if claimed.strip() != b"claimed":
+            if claims:
+                await self.shell.run(machine, release_command(f"{base}/{CLAIMS_DIR}", claims), check=False)
+            return self._handle(spec, machine, trial_dir)
+        await self.shell.run(
+            machine,
+            workdir_command(trial_dir, code_folder, in_place),
+            parameter_text(spec.parameter_id, spec.parameters).encode(),
+        )
+        await self.shell.run(
+            machine,
+            "bash -s",
+            (
+                launch_once_guard(trial_dir)
+                + self.launch_script(spec, machine, trial_dir, code_folder, sdk_folder, claims, base)
+            ).encode(),
+        )
+        return self._handle(spec, machine, trial_dir)
+
+    def _handle(self, spec: TrialSpec, machine: Machine, trial_dir: str) -> TrialHandle:
+        return {
+            "platform": self.name,
+            "trial_id": spec.trial_id,
+            "machine": machine.index,
+            "host": machine.target.label,
+            "trial_dir": trial_dir,
+            "submitted_at": time.time(),
+        }
+
+    async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
+        machine = self.machines[int(handle["machine"])]
+        offset = int(cursor.get("metrics_offset", 0))
+        out = await self.shell.run(machine, probe_command(handle["trial_dir"], offset))
+        facts, data = parse_probe(out)
+        if facts.get("missing"):
+            return TrialUpdate(
+                TrialStatus.FAILED,
+                [],
+                dict(cursor),
+                f"trial folder {handle['trial_dir']} is gone from {machine.target.label}",
+            )
+        exit_code = int(facts["exit"]) if facts.get("exit", "").strip().lstrip("-").isdigit() else None
+        cancel = json.loads(facts["cancel"]) if facts.get("cancel") else None
+        status = remote_status(
+            exit_code,
+            TrialStatus(cancel["status"]) if cancel else None,
+            facts.get("alive") == "1",
+            bool(facts.get("pid")),
+            time.time() - float(handle.get("submitted_at", 0)),
+        )
+        metrics, skipped = [], []
+        in_long_line = bool(cursor.get("in_long_line"))
+        while True:  # while the trial runs, one chunk a poll; once it ended, every byte left
+            last = len(data) < READ_CHUNK
+            read = read_stdout_lines(data, in_long_line=in_long_line, final=status.is_terminal and last)
+            metrics += read.metrics
+            skipped += read.skipped
+            offset, in_long_line = offset + read.consumed, read.in_long_line
+            if not status.is_terminal or last or read.consumed == 0:
+                break
+            data = await self.shell.run(machine, read_command(handle["trial_dir"], offset))
+        message = None
+        if status in CANCEL_STATUSES and cancel:
+            message = cancel["reason"]
+        elif status == TrialStatus.FAILED:
+            message = (
+                f"trial command exited with code {exit_code} on {machine.target.label}"
+                if exit_code is not None
+                else f"trial process on {machine.target.label} disappeared without an exit code"
+            )
+        next_cursor: Cursor = {"metrics_offset": offset}
+        if in_long_line:
+            next_cursor["in_long_line"] = True
+        return TrialUpdate(status, metrics, next_cursor, message, exit_code, skipped)
+
+    async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+        machine = self.machines[int(handle["machine"])]
+        request = json.dumps({"status": status.value, "reason": reason}).encode()
+        await self.shell.run(machine, cancel_request_command(handle["trial_dir"]), request)
+        await self.shell.run(
+            machine,
+            kill_command(handle["trial_dir"], KILL_GRACE_SECONDS)
+            + "; "
+            # what left the process group (setsid, double forks) carries the mark
+            + stop_marked_command(trial_mark(handle["trial_dir"]), KILL_GRACE_SECONDS),
+            check=False,
+        )
+
+    async def cleanup(self, experiment_id: str) -> None:
+        """Remove the experiment's files from every machine (the staged code stays: another
+        experiment with the same code reuses it)."""
+        for machine in self.machines:
+            base = await self.shell.base(machine)
+            await self.shell.run(machine, cleanup_command(experiment_root(base, experiment_id)))
+
+    def render(self, spec: TrialSpec) -> Mapping[str, Any]:
+        base = f"$HOME/{BASE_DIR_NAME}"
+        trial_dir = trial_folder(base, spec.experiment_id, spec.trial_id)
+        machine = self.machines[0]
+        env = self.build_env(spec, trial_dir, f"{base}/.code/<code digest>", f"{base}/.code/<sdk digest>", machine)
+        return {
+            "platform": "remote",
+            "machines": [m.target.label for m in self.machines],
+            "command": spec.command,
+            "trial_directory": trial_dir,
+            "environment": {
+                k: v
+                for k, v in sorted(env.items())
+                if k.startswith("NNI_") or k in ("CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
+            },
+            "launch": self.build_command(spec, trial_dir, f"{base}/.code/<sdk digest>", machine),
+            "parameter.cfg": json.loads(parameter_text(spec.parameter_id, spec.parameters)),
+        }

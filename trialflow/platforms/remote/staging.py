@@ -1,0 +1,98 @@
+"""Putting trial code and trialflow's SDK on the machines: once per content, never per trial.
+
+Code is packed (``.nniignore`` honoured, NNI's size limits checked), named by
+its digest, uploaded only where that digest is not yet staged, unpacked by
+trialflow's own stdlib unpacker (which refuses hostile archives) and made
+read-only; each trial then gets a hard-linked view of it. Code that already
+lies on NNI's sharedStorage, mounted by the user on both sides, is read in
+place and never uploaded.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from trialflow.config.model import SharedStorageConfig
+from trialflow.platforms.remote.commands import exists_command, staging_command, upload_command
+from trialflow.platforms.remote.machines import Machine, Shell
+from trialflow.platforms.remote.ssh import SshError
+from trialflow.trial import unpack
+from trialflow.trial.packing import PackedCode, known_digest, pack, pack_sdk, remember_digest
+
+
+class CodeStaging:
+    """What is staged where, for one platform instance (a process may hold several)."""
+
+    def __init__(self, shell: Shell):
+        self.shell = shell
+        self.shared: SharedStorageConfig | None = None
+        self._staged: dict[tuple[int, str], str] = {}
+
+    def shared_code_path(self, code_dir: Path) -> str | None:
+        """Where the machines see ``code_dir``, if it lies on the shared storage and that storage
+        is mounted here by the user (usermount); None means: upload it as usual."""
+        shared = self.shared
+        if shared is None or shared.local_mounted != "usermount":
+            return None
+        try:
+            rel = Path(code_dir).resolve().relative_to(Path(shared.local_mount_point).resolve())
+        except ValueError:
+            return None
+        return f"{shared.remote_mount_point.rstrip('/')}/{rel.as_posix()}".rstrip("/.") or "/"
+
+    def mount_hint(self) -> str:
+        shared = self.shared
+        assert shared is not None
+        source = (
+            f"{shared.nfs_server}:{shared.exported_directory}"
+            if shared.storage_type == "NFS"
+            else f"the Azure blob container {shared.container_name}"
+        )
+        return f"mount {source} at {shared.remote_mount_point} on it (trialflow never runs sudo mount)"
+
+    async def code_on(self, machine: Machine, code_dir: Path, exclude: tuple[Path, ...] = ()) -> tuple[str, bool]:
+        """(folder with the code on ``machine``, whether trials read it in place)."""
+        shared = self.shared_code_path(code_dir)
+        if shared is None:
+            fp, digest = known_digest(code_dir, exclude)
+            if digest is not None:  # packed before in this state: staged there already?
+                folder = await self.staged_folder(machine, digest[:16])
+                if folder is not None:
+                    return folder, False
+            packed = pack(code_dir, exclude)
+            remember_digest(fp, packed)
+            return await self.stage(machine, packed, "code"), False
+        there = await self.shell.run(machine, exists_command(shared, "d"))
+        if there.strip() != b"yes":
+            raise SshError(
+                f"machine {machine.target.label}: the code is on sharedStorage but {shared} is not "
+                f"there; {self.mount_hint()}"
+            )
+        return shared, True
+
+    async def sdk_on(self, machine: Machine) -> str:
+        """The folder of trialflow's trial SDK on ``machine`` (put on PYTHONPATH)."""
+        return await self.stage(machine, pack_sdk(), "sdk")
+
+    async def staged_folder(self, machine: Machine, short_digest: str) -> str | None:
+        """The folder holding content ``short_digest`` on ``machine``, if it was staged completely."""
+        folder = f"{await self.shell.base(machine)}/.code/{short_digest}"
+        found = await self.shell.run(machine, exists_command(f"{folder}/.complete"))
+        return folder if found.strip() == b"yes" else None
+
+    async def stage(self, machine: Machine, packed: PackedCode, kind: str) -> str:
+        """Make ``packed`` present on ``machine`` (uploading only if its digest is new there);
+        return the folder."""
+        key = (machine.index, packed.digest)
+        if key in self._staged:
+            return self._staged[key]
+        base = await self.shell.base(machine)
+        folder = f"{base}/.code/{packed.short_digest}"
+        if await self.staged_folder(machine, packed.short_digest) is None:
+            archive = f"{base}/.upload-{kind}-{packed.short_digest}-{time.time_ns()}.tar.gz"
+            await self.shell.run(machine, upload_command(base, archive), packed.archive)
+            await self.shell.run(machine, upload_command(base, f"{archive}.py"), Path(unpack.__file__).read_bytes())
+            await self.shell.run(machine, staging_command(base, packed.short_digest, archive, machine.python))
+        self._staged[key] = folder
+        return folder
