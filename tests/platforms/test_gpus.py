@@ -89,7 +89,12 @@ import os  # noqa: E402
 import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from trialflow.platforms.gpus import acquire, release_command  # noqa: E402
+from trialflow.platforms.gpus import GpuRequest, acquire, release_command  # noqa: E402
+
+
+def _ask(claims: Path, need: int, per_gpu: int, owner: str) -> GpuRequest:
+    return GpuRequest(str(claims), need, per_gpu, None, False, owner, "here")
+
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 
@@ -121,7 +126,7 @@ def test_concurrent_trials_never_share_a_slot(machine, tmp_path):
 
     async def eight() -> list:
         owners = [_owner(tmp_path, f"t{i}", os.getpid()) for i in range(8)]
-        return await asyncio.gather(*(acquire(run, str(claims), 1, 2, None, False, o, "here", 0.05) for o in owners))
+        return await asyncio.gather(*(acquire(run, _ask(claims, 1, 2, o), 0.05) for o in owners))
 
     picks = asyncio.run(eight())
     flat = [p for pick in picks for p in pick]
@@ -136,7 +141,7 @@ def test_a_trial_waits_for_a_busy_gpu_then_gets_it(machine, tmp_path):
 
     async def scenario() -> list:
         task = asyncio.create_task(
-            acquire(run, str(claims), 1, 1, None, False, _owner(tmp_path, "t", os.getpid()), "here", 0.05, waits.append)
+            acquire(run, _ask(claims, 1, 1, _owner(tmp_path, "t", os.getpid())), 0.05, waits.append)
         )
         await asyncio.sleep(0.5)
         assert not task.done()
@@ -151,15 +156,13 @@ def test_claims_of_dead_or_finished_trials_are_recovered(machine, tmp_path):
     run, claims, _ = machine
     dead = subprocess.Popen(["true"])
     dead.wait()
-    asyncio.run(acquire(run, str(claims), 2, 1, None, False, _owner(tmp_path, "dead", dead.pid), "here", 0.05))
+    asyncio.run(acquire(run, _ask(claims, 2, 1, _owner(tmp_path, "dead", dead.pid)), 0.05))
     finished = _owner(tmp_path, "finished", os.getpid())
-    asyncio.run(acquire(run, str(claims), 2, 1, None, False, finished, "here", 0.05))
+    asyncio.run(acquire(run, _ask(claims, 2, 1, finished), 0.05))
     (Path(finished) / ".nni").mkdir()
     (Path(finished) / ".nni" / "state").write_text("0 1")
     # all 4 GPUs were claimed; both owners are gone, so a 4-GPU trial gets the whole machine
-    picks = asyncio.run(
-        acquire(run, str(claims), 4, 1, None, False, _owner(tmp_path, "big", os.getpid()), "here", 0.05)
-    )
+    picks = asyncio.run(acquire(run, _ask(claims, 4, 1, _owner(tmp_path, "big", os.getpid())), 0.05))
     assert picks == [(0, 0), (1, 0), (2, 0), (3, 0)]
     asyncio.run(run(release_command(str(claims), picks)))
     assert list(claims.iterdir()) == []
@@ -168,7 +171,7 @@ def test_claims_of_dead_or_finished_trials_are_recovered(machine, tmp_path):
 def test_never_fitting_and_missing_nvidia_smi_are_errors(machine, tmp_path, monkeypatch):
     run, claims, _ = machine
     with pytest.raises(GpuRequestError, match="trialGpuNumber 5 can never fit on here"):
-        asyncio.run(acquire(run, str(claims), 5, 1, None, False, _owner(tmp_path, "t"), "here"))
+        asyncio.run(acquire(run, _ask(claims, 5, 1, _owner(tmp_path, "t"))))
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     with pytest.raises(GpuRequestError, match="needs nvidia-smi on here"):
-        asyncio.run(acquire(run, str(claims), 1, 1, None, False, _owner(tmp_path, "t"), "here"))
+        asyncio.run(acquire(run, _ask(claims, 1, 1, _owner(tmp_path, "t"))))

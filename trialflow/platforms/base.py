@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from trialflow.platforms.background import run_sync
+from trialflow.platforms.leftovers import MARK_VAR, trial_mark
+from trialflow.trial.env import trial_env
 from trialflow.trial.protocol import Metric
 from trialflow.trial.status import CANCEL_STATUSES, TERMINAL_STATUSES, TrialStatus
 
@@ -79,6 +81,40 @@ class TrialSpec:
     #: Files of code_dir that are never shipped to a machine or pod (the experiment's config:
     #: it may hold passwords and tokens).
     code_excludes: tuple[Path, ...] = ()
+
+    def environment(
+        self,
+        platform: str,
+        sys_dir: str,
+        code_dir: str,
+        gpu_indices: list[int] | None = None,
+        base: Mapping[str, str] | None = None,
+        marked: bool = True,
+    ) -> dict[str, str]:
+        """The trial's environment on any platform: NNI's variables over ``base`` (os.environ
+        when None), then the config's own variables, so the user's word wins over ours,
+        except for the leftover mark (``marked``), which must stay what cleanup looks for.
+
+        ``gpu_indices`` None leaves CUDA_VISIBLE_DEVICES unset (a device plugin decides);
+        a list, even empty, sets it, since NNI hides every GPU from a trial that asked none.
+        """
+        env = trial_env(
+            platform=platform,
+            experiment_id=self.experiment_id,
+            trial_id=self.trial_id,
+            sys_dir=sys_dir,
+            output_dir=sys_dir,
+            sequence=self.sequence,
+            code_dir=code_dir,
+            gpu_indices=gpu_indices,
+            base=base,
+        )
+        if gpu_indices is None:
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+        env.update(self.env)
+        if marked:
+            env[MARK_VAR] = trial_mark(sys_dir)
+        return env
 
 
 @dataclass

@@ -195,56 +195,57 @@ def release_command(claims_dir: str, picks: list[tuple[int, int]]) -> str:
     return "rm -rf " + " ".join(shlex.quote(f"{claims_dir}/{claim_name(i, s)}") for i, s in picks)
 
 
-async def attempt(
-    run: Callable[[str], Awaitable[str]],
-    claims_dir: str,
-    need: int,
-    per_gpu: int,
-    gpu_indices: list[int] | None,
-    use_active_gpu: bool,
-    owner: str,
-    where: str,
-) -> list[tuple[int, int]] | None:
+@dataclass(frozen=True)
+class GpuRequest:
+    """One trial's ask for GPUs on one machine: where the claims live, how many it needs,
+    the machine's sharing rules, who owns the claims (the trial's folder) and the machine's
+    name for messages."""
+
+    claims_dir: str
+    need: int
+    per_gpu: int
+    gpu_indices: list[int] | None
+    use_active_gpu: bool
+    owner: str
+    where: str
+
+
+async def attempt(run: Callable[[str], Awaitable[str]], request: GpuRequest) -> list[tuple[int, int]] | None:
     """One look at one machine: the claimed (GPU, slot)s, or None when they are taken now;
     GpuRequestError when they can never be had there or nvidia-smi is missing."""
+    r = request
     while True:
-        claims, gpu_csv, status, apps = parse_survey(await run(survey_command(claims_dir)))
+        claims, gpu_csv, status, apps = parse_survey(await run(survey_command(r.claims_dir)))
         if status != 0:
             raise GpuRequestError(
-                f"trialGpuNumber {need} needs nvidia-smi on {where}; it failed ({status}): {gpu_csv.strip()[-300:]}"
+                f"trialGpuNumber {r.need} needs nvidia-smi on {r.where}; it failed ({status}): {gpu_csv.strip()[-300:]}"
             )
         gpus = parse_gpus(gpu_csv, apps)
-        check_request(gpus, gpu_indices, need, where)
-        picks = choose(gpus, claimed_slots(claims), need, per_gpu, gpu_indices, use_active_gpu)
+        check_request(gpus, r.gpu_indices, r.need, r.where)
+        picks = choose(gpus, claimed_slots(claims), r.need, r.per_gpu, r.gpu_indices, r.use_active_gpu)
         if picks is None:
             return None
-        if (await run(claim_command(claims_dir, picks, owner))).strip().endswith("claimed"):
+        if (await run(claim_command(r.claims_dir, picks, r.owner))).strip().endswith("claimed"):
             return picks
         # another trial took a slot between the survey and the claim: look again
 
 
 async def acquire(
     run: Callable[[str], Awaitable[str]],
-    claims_dir: str,
-    need: int,
-    per_gpu: int,
-    gpu_indices: list[int] | None,
-    use_active_gpu: bool,
-    owner: str,
-    where: str,
+    request: GpuRequest,
     poll_seconds: float = 2.0,
     on_wait: Callable[[str], None] | None = None,
 ) -> list[tuple[int, int]]:
-    """Claim ``need`` GPUs on one machine for the trial in ``owner``, waiting while they are
-    taken; GpuRequestError at once when they can never be had or nvidia-smi is missing."""
+    """Claim the request's GPUs on one machine, waiting while they are taken; GpuRequestError
+    at once when they can never be had or nvidia-smi is missing."""
     import asyncio
 
     waited = False
     while True:
-        picks = await attempt(run, claims_dir, need, per_gpu, gpu_indices, use_active_gpu, owner, where)
+        picks = await attempt(run, request)
         if picks is not None:
             return picks
         if not waited and on_wait is not None:
-            on_wait(f"waiting for {need} free GPU(s) on {where}")
+            on_wait(f"waiting for {request.need} free GPU(s) on {request.where}")
         waited = True
         await asyncio.sleep(poll_seconds)

@@ -37,9 +37,8 @@ from trialflow.platforms.base import (
     TrialStatus,
     TrialUpdate,
 )
-from trialflow.platforms.gpus import CLAIMS_DIR, acquire, release_command
-from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
-from trialflow.trial.env import trial_env
+from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequest, acquire, release_command
+from trialflow.platforms.leftovers import stop_marked_command, trial_mark
 from trialflow.trial.protocol import (
     METRICS_FILE,
     read_framed,
@@ -158,20 +157,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
 
     def build_env(self, spec: TrialSpec) -> dict[str, str]:
         """The trial's environment (subclasses extend it); submit adds the claimed GPUs."""
-        sys_dir = str(self.trial_dir(spec.trial_id))
-        env = trial_env(
-            platform="local",
-            experiment_id=spec.experiment_id,
-            trial_id=spec.trial_id,
-            sys_dir=sys_dir,
-            output_dir=sys_dir,
-            sequence=spec.sequence,
-            code_dir=str(spec.code_dir),
-            gpu_indices=[],
-        )
-        env[MARK_VAR] = trial_mark(sys_dir)
-        env.update(spec.env)
-        return env
+        return spec.environment("local", str(self.trial_dir(spec.trial_id)), str(spec.code_dir), gpu_indices=[])
 
     def build_wrapper(self, spec: TrialSpec, claims: list[tuple[int, int]] | None = None) -> str:
         """The trial's launcher; it releases the trial's GPU claims when the trial ends, before
@@ -199,17 +185,16 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
             out, _ = await proc.communicate()
             return out.decode("utf-8", "replace")
 
-        return await acquire(
-            run,
-            str(self.claims_dir),
-            spec.gpu_number,
-            self.config.max_trial_number_per_gpu,
-            self.config.gpu_indices,
-            bool(self.config.use_active_gpu),
-            str(self.trial_dir(spec.trial_id)),
-            "this machine",
-            on_wait=log.info,
+        request = GpuRequest(
+            claims_dir=str(self.claims_dir),
+            need=spec.gpu_number,
+            per_gpu=self.config.max_trial_number_per_gpu,
+            gpu_indices=self.config.gpu_indices,
+            use_active_gpu=bool(self.config.use_active_gpu),
+            owner=str(self.trial_dir(spec.trial_id)),
+            where="this machine",
         )
+        return await acquire(run, request, on_wait=log.info)
 
     def render(self, spec: TrialSpec) -> Mapping[str, Any]:
         env = self.build_env(spec)

@@ -53,7 +53,6 @@ from trialflow.platforms.kubernetes.manifests import (
     object_name,
     trial_labels,
 )
-from trialflow.trial.env import trial_env
 from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files, pack
 from trialflow.trial.protocol import parameter_text, read_stdout_lines
 
@@ -119,18 +118,7 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
 
     def pod_parts(self, spec: TrialSpec, name: str) -> PodParts:
         paths = kube_storage.trial_paths(self.storage, spec.experiment_id, spec.trial_id, self._image_code_dir(spec))
-        env = trial_env(
-            platform=self.nni_platform,
-            experiment_id=spec.experiment_id,
-            trial_id=spec.trial_id,
-            sys_dir=paths.sys_dir,
-            output_dir=paths.sys_dir,
-            sequence=spec.sequence,
-            code_dir=paths.code_dir,
-            base={},
-        )
-        env.pop("CUDA_VISIBLE_DEVICES", None)  # the device plugin decides which GPUs a pod sees
-        env.update(spec.env)
+        env = spec.environment(self.nni_platform, paths.sys_dir, paths.code_dir, base={}, marked=False)
         return PodParts(
             labels=trial_labels(spec),
             env=[{"name": k, "value": v} for k, v in sorted(env.items())],

@@ -33,8 +33,8 @@ from trialflow.platforms.base import (
     TrialStatus,
     TrialUpdate,
 )
-from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequestError, attempt, release_command
-from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
+from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequest, GpuRequestError, attempt, release_command
+from trialflow.platforms.leftovers import stop_marked_command, trial_mark
 from trialflow.platforms.local import local_status
 from trialflow.platforms.remote.commands import (
     LAUNCH_DIR,
@@ -65,7 +65,6 @@ from trialflow.platforms.remote.machines import (
     trial_folder,
 )
 from trialflow.platforms.remote.staging import CodeStaging
-from trialflow.trial.env import trial_env
 from trialflow.trial.packing import (
     CodeDirectoryError,
     check_limits,
@@ -171,20 +170,7 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
         machine: Machine,
         gpus: list[int] | None = None,
     ) -> dict[str, str]:
-        env = trial_env(
-            platform="remote",
-            experiment_id=spec.experiment_id,
-            trial_id=spec.trial_id,
-            sys_dir=trial_dir,
-            output_dir=trial_dir,
-            sequence=spec.sequence,
-            code_dir=code_dir,
-            gpu_indices=gpus or [],
-            base={},
-        )
-        env[MARK_VAR] = trial_mark(trial_dir)
-        env.update(spec.env)
-        return env
+        return spec.environment("remote", trial_dir, code_dir, gpu_indices=gpus or [], base={})
 
     def build_command(self, spec: TrialSpec, trial_dir: str, sdk_dir: str, machine: Machine, release: str = "") -> str:
         """What the detached wrapper runs; after the trial, the processes it left behind are
@@ -223,16 +209,16 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
                     ).decode()
 
                 try:
-                    picks = await attempt(
-                        run,
-                        f"{base}/{CLAIMS_DIR}",
-                        spec.gpu_number,
-                        machine.config.max_trial_number_per_gpu,
-                        machine.config.gpu_indices,
-                        machine.config.use_active_gpu,
-                        await trial_for(machine),
-                        machine.target.label,
+                    request = GpuRequest(
+                        claims_dir=f"{base}/{CLAIMS_DIR}",
+                        need=spec.gpu_number,
+                        per_gpu=machine.config.max_trial_number_per_gpu,
+                        gpu_indices=machine.config.gpu_indices,
+                        use_active_gpu=machine.config.use_active_gpu,
+                        owner=await trial_for(machine),
+                        where=machine.target.label,
                     )
+                    picks = await attempt(run, request)
                 except GpuRequestError as exc:
                     refusals.append(str(exc))
                     continue
