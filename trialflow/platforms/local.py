@@ -39,9 +39,9 @@ from trialflow.platforms.base import (
 )
 from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequest, acquire, release_command
 from trialflow.platforms.leftovers import stop_marked_command, trial_mark
+from trialflow.platforms.mounted import read_framed_file
 from trialflow.trial.protocol import (
     METRICS_FILE,
-    read_framed,
     read_state_file,
     write_parameter_file,
 )
@@ -57,7 +57,6 @@ KILL_GRACE_SECONDS = 5.0
 LEFTOVER_GRACE_SECONDS = 2.0
 #: How long a re-attaching submit waits for a launching wrapper to record its pid.
 LAUNCH_WAIT_SECONDS = 10.0
-READ_CHUNK = 4 * 1024 * 1024
 #: A process created this long after the recorded start reused the pid (clock granularity).
 PID_REUSE_TOLERANCE = 2.0
 #: How late after its creation a wrapper may record its start time and still be that process.
@@ -347,24 +346,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
 
     def read_metrics(self, handle: TrialHandle, offset: int, final: bool = False) -> tuple[list, int, list[str]]:
         """New metrics from ``offset``: one chunk while the trial runs, everything once it ended."""
-        path = Path(handle["trial_dir"]) / METRICS_FILE
-        metrics: list = []
-        skipped: list[str] = []
-        try:
-            with open(path, "rb") as fh:
-                while True:
-                    fh.seek(offset)
-                    data = fh.read(READ_CHUNK)
-                    last = len(data) < READ_CHUNK
-                    read = read_framed(data, final=final and last)
-                    metrics += read.metrics
-                    skipped += read.skipped
-                    offset += read.consumed
-                    if not final or last or read.consumed == 0:
-                        break
-        except FileNotFoundError:
-            pass
-        return metrics, offset, skipped
+        return read_framed_file(Path(handle["trial_dir"]) / METRICS_FILE, offset, final)
 
     def _cancel_request(self, sys_dir: Path) -> dict[str, Any] | None:
         try:

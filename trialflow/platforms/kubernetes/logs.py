@@ -6,7 +6,6 @@ Pure functions of the bytes and the cursor, so they are tested without a cluster
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from pathlib import Path
 
 
 def _parse_ts(text: str) -> tuple[datetime, int]:
@@ -53,13 +52,3 @@ def since_time(last_ts: str | None) -> str | None:
     if not last_ts:
         return None
     return last_ts.split(".")[0].rstrip("Z") + "Z"
-
-
-def read_local_bytes(path: Path, offset: int, limit: int = 4 * 1024 * 1024) -> bytes:
-    """Bytes of a file on mounted storage from ``offset``; empty if it is not there yet."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            return handle.read(limit)
-    except FileNotFoundError:
-        return b""

@@ -40,7 +40,7 @@ from trialflow.platforms.base import (
 from trialflow.platforms.kubernetes import storage as kube_storage
 from trialflow.platforms.kubernetes.client import Cluster, CustomObjects, KubernetesError, Resource
 from trialflow.platforms.kubernetes.informer import INFORMERS
-from trialflow.platforms.kubernetes.logs import new_log_lines, read_local_bytes, since_time
+from trialflow.platforms.kubernetes.logs import new_log_lines, since_time
 from trialflow.platforms.kubernetes.manifests import (
     CANCEL_ANNOTATION,
     LABEL_EXPERIMENT,
@@ -53,6 +53,7 @@ from trialflow.platforms.kubernetes.manifests import (
     object_name,
     trial_labels,
 )
+from trialflow.platforms.mounted import read_log_metrics
 from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files, pack
 from trialflow.trial.protocol import parameter_text, read_stdout_lines
 
@@ -61,7 +62,6 @@ log = logging.getLogger(__name__)
 #: How often a running trial's log is read for metrics (status comes from the watch).
 LOG_INTERVAL_SECONDS = 5.0
 #: Bytes of a pod's log file read per poll from mounted storage.
-LOG_CHUNK = 4 * 1024 * 1024
 #: How long a poll waits for the watch's first list before reading its job directly.
 SYNC_WAIT_SECONDS = 10.0
 
@@ -322,22 +322,8 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         cursor["log_read_at"] = now
         if self.storage is not None:
             path = kube_storage.local_log_file(self.storage, handle["experiment_id"], handle["trial_id"], pod)
-            metrics, skipped = [], []
-            while True:  # one chunk while the trial runs; everything left once it ended
-                offset = int(cursor.get("offset", 0))
-                data = read_local_bytes(path, offset, LOG_CHUNK)
-                last = len(data) < LOG_CHUNK
-                read = read_stdout_lines(
-                    data, in_long_line=bool(cursor.get("in_long_line")), final=status.is_terminal and last
-                )
-                metrics += read.metrics
-                skipped += read.skipped
-                cursor["offset"] = offset + read.consumed
-                cursor.pop("in_long_line", None)
-                if read.in_long_line:
-                    cursor["in_long_line"] = True
-                if not status.is_terminal or last or read.consumed == 0:
-                    return metrics, cursor, skipped
+            metrics, skipped = read_log_metrics(path, cursor, final=status.is_terminal)
+            return metrics, cursor, skipped
         text = await self.api.pod_log(pod, self.log_container(), since_time(cursor.get("log_ts")))
         lines, cursor["log_ts"], cursor["log_n"] = new_log_lines(
             text, cursor.get("log_ts"), int(cursor.get("log_n", 0))

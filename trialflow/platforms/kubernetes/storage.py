@@ -22,15 +22,14 @@ import base64
 import os
 import shlex
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trialflow.config.platforms import KubernetesStorageConfig
+from trialflow.platforms.mounted import stage_tree, write_parameter_file
 from trialflow.trial import unpack
-from trialflow.trial.packing import SDK_FILES, PackedCode, check_limits, collect_files, pack_sdk
-from trialflow.trial.protocol import parameter_text
+from trialflow.trial.packing import PackedCode, pack_sdk
 
 FILES_DIR = "/tmp/trialflow/files"  # the ConfigMap, read-only
 WORK_DIR = "/tmp/trialflow/work"  # an emptyDir: the trial's own copy of the code
@@ -211,30 +210,7 @@ def stage_code(
     SDK to the storage, once per experiment; concurrent submitters race safely (the first
     complete copy wins)."""
     root = local_root(storage, experiment_id)
-    parts: list[tuple[str, Path | None]] = [("code", Path(code_dir))] if code_dir is not None else []
-    for name, source in [*parts, ("sdk", None)]:
-        target = root / name
-        if (target / ".complete").exists():
-            continue
-        files: list[Path]
-        if source is None:
-            import trialflow
-
-            source = Path(trialflow.__file__).resolve().parent.parent
-            files = [Path(f) for f in SDK_FILES]
-        else:
-            files = collect_files(source, exclude)
-            check_limits(source, files)
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
-        for rel in files:
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source / rel, tmp / rel, follow_symlinks=False)
-        (tmp / ".complete").touch()
-        try:
-            os.rename(tmp, target)
-        except OSError:  # another submitter got there first
-            shutil.rmtree(tmp, ignore_errors=True)
+    stage_tree(root, code_dir, exclude)
     return root
 
 
@@ -244,9 +220,7 @@ def write_parameters(
     """parameter.cfg atomically, before the job exists (nni polls for a non-empty file)."""
     folder = local_root(storage, experiment_id) / "trials" / trial_id
     (folder / "logs").mkdir(parents=True, exist_ok=True)
-    tmp = folder / "parameter.cfg.tmp"
-    tmp.write_text(parameter_text(parameter_id, parameters), encoding="utf-8")
-    os.replace(tmp, folder / "parameter.cfg")
+    write_parameter_file(folder, parameter_id, parameters)
 
 
 def local_log_file(storage: KubernetesStorageConfig, experiment_id: str, trial_id: str, pod: str) -> Path:

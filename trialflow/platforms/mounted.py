@@ -1,0 +1,112 @@
+"""A folder both Airflow and the trials see: code staged once, parameters per trial, metrics read back.
+
+NNI's cluster platforms (Kubernetes with NFS / Azure Files / a claim, OpenPAI's
+storage config) all share files the same way: the user mounts the share on the
+Airflow workers (trialflow never runs ``sudo mount``) and names that folder;
+the jobs mount it too. Everything here is file work on the Airflow side, so a
+platform module only decides the folder layout and what its jobs run.
+
+Reads are by byte offset, so a cursor in XCom or trigger kwargs picks up
+exactly where the last poll stopped, on any worker, after any restart.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from trialflow.trial.packing import SDK_FILES, check_limits, collect_files
+from trialflow.trial.protocol import Metric, parameter_text, read_framed, read_stdout_lines
+
+#: How much of a file one poll reads while the trial runs (all of it once the trial ended).
+READ_CHUNK = 4 * 1024 * 1024
+#: The marker of a complete copy: a staging interrupted half-way is never used.
+COMPLETE = ".complete"
+
+
+def stage_tree(root: Path, code_dir: Path | None, exclude: tuple[Path, ...] = ()) -> None:
+    """Copy the code (honouring .nniignore and NNI's size limits; None: it is in the image)
+    to ``root/code`` and trialflow's light SDK to ``root/sdk``, once per experiment.
+    Concurrent submitters race safely: each copies into a temporary folder and the first
+    complete copy is renamed into place."""
+    parts: list[tuple[str, Path | None]] = [("code", Path(code_dir))] if code_dir is not None else []
+    for name, source in [*parts, ("sdk", None)]:
+        target = root / name
+        if (target / COMPLETE).exists():
+            continue
+        files: list[Path]
+        if source is None:
+            import trialflow
+
+            source = Path(trialflow.__file__).resolve().parent.parent
+            files = [Path(f) for f in SDK_FILES]
+        else:
+            files = collect_files(source, exclude)
+            check_limits(source, files)
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+        for rel in files:
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / rel, tmp / rel, follow_symlinks=False)
+        (tmp / COMPLETE).touch()
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another submitter got there first
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_parameter_file(folder: Path, parameter_id: Any, parameters: dict[str, Any]) -> None:
+    """parameter.cfg atomically, before the job exists (nni polls for a non-empty file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "parameter.cfg.tmp"
+    tmp.write_text(parameter_text(parameter_id, parameters), encoding="utf-8")
+    os.replace(tmp, folder / "parameter.cfg")
+
+
+def read_bytes(path: Path, offset: int, limit: int = READ_CHUNK) -> bytes:
+    """Up to ``limit`` bytes from ``offset``; nothing when the file is not there yet."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read(limit)
+    except FileNotFoundError:
+        return b""
+
+
+def read_framed_file(path: Path, offset: int, final: bool = False) -> tuple[list[Metric], int, list[str]]:
+    """New ``.nni/metrics`` frames from ``offset``: one chunk while the trial runs, everything
+    once it ended. Returns the metrics, the next offset and why any record was skipped."""
+    metrics: list[Metric] = []
+    skipped: list[str] = []
+    while True:
+        data = read_bytes(path, offset)
+        last = len(data) < READ_CHUNK
+        read = read_framed(data, final=final and last)
+        metrics += read.metrics
+        skipped += read.skipped
+        offset += read.consumed
+        if not final or last or read.consumed == 0:
+            return metrics, offset, skipped
+
+
+def read_log_metrics(path: Path, cursor: dict[str, Any], final: bool = False) -> tuple[list[Metric], list[str]]:
+    """New ``NNISDK_MEb`` lines of a trial's output file; ``cursor`` (``offset``, and
+    ``in_long_line`` while a too-long line is being skipped) is updated in place."""
+    metrics: list[Metric] = []
+    skipped: list[str] = []
+    while True:  # one chunk while the trial runs; everything left once it ended
+        offset = int(cursor.get("offset", 0))
+        data = read_bytes(path, offset)
+        last = len(data) < READ_CHUNK
+        read = read_stdout_lines(data, in_long_line=bool(cursor.get("in_long_line")), final=final and last)
+        metrics += read.metrics
+        skipped += read.skipped
+        cursor["offset"] = offset + read.consumed
+        cursor.pop("in_long_line", None)
+        if read.in_long_line:
+            cursor["in_long_line"] = True
+        if not final or last or read.consumed == 0:
+            return metrics, skipped
