@@ -69,6 +69,7 @@ _BUILTIN_IMPLEMENTATIONS: dict[str, str] = {
     "kubeflow-trainer": "trialflow.platforms.kubernetes.trainer:KubeflowTrainerPlatform",
     "frameworkcontroller": "trialflow.platforms.kubernetes.frameworkcontroller:FrameworkControllerPlatform",
     "adl": "trialflow.platforms.kubernetes.adaptdl:AdaptdlPlatform",
+    "openpai": "trialflow.platforms.openpai:OpenpaiPlatform",
 }
 
 

@@ -38,7 +38,10 @@ def platform_url(template: str | None, handle: dict[str, Any]) -> str | None:
     """A platform's page for a trial, from the config's ``trialWebUrl`` template: handle fields
     ({trial_id}, {name}, {namespace}, {host}, {trial_dir}, {experiment_id}) URL-quoted; only
     http(s) addresses are links."""
-    if not template or not template.startswith(("http://", "https://")):
+    if not template:
+        own = handle.get("web_url")  # a platform that knows its job page (OpenPAI) says it
+        return own if isinstance(own, str) and own.startswith(("http://", "https://")) else None
+    if not template.startswith(("http://", "https://")):
         return None
 
     class Fields(dict):

@@ -1,0 +1,122 @@
+"""The seeds' own OpenPAI configs (v2 and v1), placeholders filled, through `trialflow run` against
+the OpenPAI emulator: real Airflow, the real REST client, jobs that really run unmodified
+`import nni` trial code (the nni==3.0 virtualenv stands in for the msranni/nni image)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import NNI_EXAMPLES
+from tests.emulators.openpai import OpenpaiEmulator, can_run_jobs
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(can_run_jobs() is not None, reason=can_run_jobs() or ""),
+    pytest.mark.skipif(not NNI_EXAMPLES.is_dir(), reason=f"NNI's example configs are not at {NNI_EXAMPLES}"),
+]
+
+TOKEN = "pai-seed-token-41c2"
+#: Stands in for the seeds' mnist.py (which needs PyTorch and a dataset download): the same nni calls.
+MNIST = """\
+import nni
+params = nni.get_next_parameter()
+score = sum(v for v in params.values() if isinstance(v, (int, float)))
+for epoch in range(2):
+    nni.report_intermediate_result(score + epoch)
+nni.report_final_result(score)
+"""
+
+
+def _run(config: Path) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "trialflow.cli", "run", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert TOKEN not in done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def _experiment_folder(tmp_path: Path, seed: str) -> Path:
+    folder = tmp_path / "experiment"
+    folder.mkdir()
+    shutil.copy(NNI_EXAMPLES / seed / "search_space.json", folder / "search_space.json")
+    (folder / "mnist.py").write_text(MNIST)
+    return folder
+
+
+@pytest.fixture
+def pai(tmp_path, nni_python):
+    nfs = tmp_path / "nfs"
+    nfs.mkdir()
+    storages = {"confignfs": (nfs, str(tmp_path / "container-mount"))}
+    images = {image: str(Path(nni_python).parent) for image in ("msranni/nni", "msranni/nni:latest")}
+    with OpenpaiEmulator(TOKEN, "alice", storages, images=images) as emulator:
+        yield emulator
+
+
+def _no_token_under(folder: Path) -> None:
+    """Airflow's logs and database, the experiment store, the trials' files: the token is in
+    none of them (the config file itself is the user's)."""
+    for path in folder.rglob("*"):
+        if path.is_file() and path.name != "config.yml":
+            assert TOKEN.encode() not in path.read_bytes(), f"the token leaked into {path}"
+
+
+def _check(summary: dict, pai: OpenpaiEmulator, trials: int) -> None:
+    assert summary["state"] == "success"
+    assert [t["status"] for t in summary["trials"]] == ["SUCCEEDED"] * trials
+    for t in summary["trials"]:
+        score = sum(v for v in t["parameters"].values() if isinstance(v, (int, float)))
+        assert t["final_metric"] == pytest.approx(score)
+        assert t["intermediate_count"] == 2
+    names = sorted(j.name for j in pai.jobs.values())
+    assert len(names) == trials and len(set(pai.submissions)) == trials
+    assert all(j.state == "SUCCEEDED" for j in pai.jobs.values())
+
+
+def test_the_v2_seed_config_runs_end_to_end(pai, tmp_path):
+    folder = _experiment_folder(tmp_path, "mnist-pytorch")
+    text = (NNI_EXAMPLES / "mnist-pytorch" / "config_openpai.yml").read_text()
+    for placeholder, value in {
+        "http://123.123.123.123": pai.host,
+        "${your user name}": "alice",
+        "${your token}": TOKEN,
+        "${your storage config name}": "confignfs",
+        "${NFS mount point on local machine}": str(tmp_path / "nfs"),
+        "${NFS mount point inside Docker container}": str(tmp_path / "container-mount"),
+        "maxTrialNumber: 10": "maxTrialNumber: 3",
+    }.items():
+        assert placeholder in text
+        text = text.replace(placeholder, value)
+    (folder / "config.yml").write_text(text)
+    _check(_run(folder / "config.yml"), pai, 3)
+    _no_token_under(folder)
+    _no_token_under(tmp_path / "nfs")
+
+
+def test_the_v1_seed_config_runs_end_to_end(pai, tmp_path):
+    folder = _experiment_folder(tmp_path, "mnist-tfv1")
+    text = (NNI_EXAMPLES / "mnist-tfv1" / "config_pai.yml").read_text()
+    for placeholder, value in {
+        "{replace_to_your_nfs_mount_path}": str(tmp_path / "nfs"),
+        "{replace_to_your_container_mount_path}": str(tmp_path / "container-mount"),
+        "{replace_to_your_storage_config_name}": "confignfs",
+        "userName: username": "userName: alice",
+        "token: token": f"token: {TOKEN}",
+        "host: 10.10.10.10": f"host: {pai.host}",
+        "maxTrialNum: 10": "maxTrialNum: 2",
+    }.items():
+        assert placeholder in text
+        text = text.replace(placeholder, value)
+    (folder / "config.yml").write_text(text)
+    _check(_run(folder / "config.yml"), pai, 2)
+    _no_token_under(folder)

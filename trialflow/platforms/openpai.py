@@ -1,0 +1,343 @@
+"""Trials as OpenPAI jobs, through the REST server's v2 API (as NNI's openpai service used it).
+
+One job per trial, named after the trial id, so a retried task's submit gets
+409 and re-attaches instead of starting a second job. Code, trialflow's SDK
+and parameter.cfg travel through the storage the jobs mount
+(``storageConfigName``): the Airflow workers see it at
+``localStorageMountPoint``, the jobs at ``containerStorageMountPoint``. Each
+job copies the code into its trial folder there (NNI did the same), runs the
+trial command, and tees the output into ``trial.log`` beside it, which polls
+read by byte offset for NNI's metric lines: nothing reaches back to Airflow.
+
+The builders (job name, paths, the job protocol, the container script, the
+status table) are pure and tested row by row; the class is the shell that
+calls the REST server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import quote, urlencode, urlsplit
+
+import yaml
+
+from trialflow.config.platforms import OpenpaiConfig
+from trialflow.platforms.base import (
+    Connections,
+    Cursor,
+    TrainingPlatform,
+    TrialHandle,
+    TrialSpec,
+    TrialStatus,
+    TrialUpdate,
+)
+from trialflow.platforms.mounted import read_log_metrics, stage_tree, write_parameter_file
+from trialflow.platforms.rest import RestClient, RestError
+from trialflow.trial.packing import check_limits, collect_files
+
+API = "/rest-server/api/v2"
+TASK_ROLE = "taskrole"
+LOG_FILE = "trial.log"
+RC_FILE = ".trialflow-rc"
+CANCEL_FILE = ".trialflow-cancel.json"
+
+#: jobStatus.state -> NNI status. STOPPED is whoever stopped it: trialflow's own stops leave
+#: the cancel status beside the trial (read in poll); a stop from OpenPAI's page is the user's.
+STATES: dict[str, TrialStatus] = {
+    "WAITING": TrialStatus.WAITING,
+    "RUNNING": TrialStatus.RUNNING,
+    "STOPPING": TrialStatus.RUNNING,
+    "SUCCEEDED": TrialStatus.SUCCEEDED,
+    "FAILED": TrialStatus.FAILED,
+    "STOPPED": TrialStatus.USER_CANCELED,
+    # NNI had an UNKNOWN status; trialflow keeps following (maxTrialDuration still bounds it).
+    "UNKNOWN": TrialStatus.WAITING,
+}
+
+
+class OpenpaiError(RuntimeError):
+    """OpenPAI refused what this config asks; the message names the config key to change."""
+
+
+def job_name(trial_id: str) -> str:
+    """NNI's job names were ``nni_exp_<exp>_trial_<trial>``; ours derive from the trial id alone."""
+    return "trialflow_" + trial_id.replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Paths:
+    """One trial's folders: ``local_*`` as Airflow sees the storage, the rest as the job does."""
+
+    local_root: Path
+    local_trial: Path
+    root: str
+    trial: str
+
+    @property
+    def code(self) -> str:
+        return f"{self.trial}/code"
+
+
+def paths(config: OpenpaiConfig, experiment_id: str, trial_id: str) -> Paths:
+    local_root = Path(config.local_storage_mount_point) / "trialflow" / experiment_id
+    root = f"{config.container_storage_mount_point.rstrip('/')}/trialflow/{experiment_id}"
+    return Paths(local_root, local_root / "trials" / trial_id, root, f"{root}/trials/{trial_id}")
+
+
+def api_base(host: str) -> str:
+    """NNI took ``host`` with or without a scheme (http:// assumed) and called the REST server
+    under ``/rest-server``."""
+    host = host.strip().rstrip("/")
+    return host if "://" in host else f"http://{host}"
+
+
+def job_page(host: str, username: str, name: str) -> str:
+    return f"{api_base(host)}/job-detail.html?" + urlencode({"username": username, "jobName": name})
+
+
+def trial_script(spec: TrialSpec, p: Paths, env: dict[str, str]) -> list[str]:
+    """The job's commands (POSIX sh, one per line): the code into the trial folder, NNI's
+    environment, the trial command with its output teed to ``trial.log``, its exit code kept
+    (sh has no pipefail). Every value is quoted once, here."""
+    q = shlex.quote
+    rc = q(f"{p.trial}/{RC_FILE}")
+    lines = [
+        "set -e",
+        f"mkdir -p {q(p.trial)}",
+        f"[ -d {q(p.code)} ] || cp -R {q(p.root + '/code')} {q(p.code)}",
+    ]
+    lines += [f"export {key}={q(value)}" for key, value in sorted(env.items())]
+    lines += [
+        f"export PYTHONPATH={q(p.root + '/sdk')}${{PYTHONPATH:+:$PYTHONPATH}}",
+        f"cd {q(p.code)}",
+        "set +e",
+        f"{{ sh -c {q(spec.command)} 2>&1; echo $? > {rc}; }} | tee -a {q(p.trial + '/' + LOG_FILE)}",
+        f'exit "$(cat {rc})"',
+    ]
+    return lines
+
+
+def user_protocol(config: OpenpaiConfig) -> dict[str, Any] | None:
+    """``openpaiConfig`` or the YAML of ``openpaiConfigFile`` (the validator allows one)."""
+    if config.openpai_config is not None:
+        return copy.deepcopy(config.openpai_config)
+    if config.openpai_config_file is not None:
+        loaded = yaml.safe_load(Path(config.openpai_config_file).read_text(encoding="utf-8"))
+        if not isinstance(loaded, dict):
+            raise OpenpaiError(f"openpaiConfigFile {config.openpai_config_file} is not a YAML mapping")
+        return loaded
+    return None
+
+
+def build_job(config: OpenpaiConfig, spec: TrialSpec, name: str, commands: list[str]) -> dict[str, Any]:
+    """The job protocol (v2) for one trial.
+
+    Without ``openpaiConfig`` it is NNI's: one task role, one instance, the config's image,
+    CPU, memory and GPUs, the virtual cluster and the storage. With it (NNI's way of asking
+    for more), the user's protocol is kept whole except the name and every task role's
+    commands, which become the trial's; the storage is added if the user's extras lack it.
+    """
+    protocol = user_protocol(config)
+    if protocol is None:
+        protocol = {
+            "protocolVersion": 2,
+            "type": "job",
+            "jobRetryCount": 0,
+            "prerequisites": [{"type": "dockerimage", "name": "image", "uri": config.docker_image}],
+            "taskRoles": {
+                TASK_ROLE: {
+                    "instances": 1,
+                    "completion": {"minFailedInstances": 1, "minSucceededInstances": -1},
+                    "dockerImage": "image",
+                    "resourcePerInstance": {
+                        "cpu": config.trial_cpu_number,
+                        "memoryMB": int(config.trial_memory_size),
+                        "gpu": spec.gpu_number,
+                    },
+                    "commands": [],
+                }
+            },
+        }
+        if config.virtual_cluster:
+            protocol["defaults"] = {"virtualCluster": config.virtual_cluster}
+    protocol["name"] = name
+    roles = protocol.get("taskRoles")
+    if not isinstance(roles, dict) or not roles:
+        raise OpenpaiError("openpaiConfig has no taskRoles: it needs at least one task role")
+    for role in roles.values():
+        role["commands"] = list(commands)
+    extras = protocol.setdefault("extras", {})
+    storages = extras.setdefault("storages", [])
+    if not any(isinstance(s, dict) and s.get("name") == config.storage_config_name for s in storages):
+        storages.append({"name": config.storage_config_name})
+    return protocol
+
+
+def job_status(body: dict[str, Any]) -> tuple[TrialStatus, int | None, str | None]:
+    """(status, exit code, message) from a job's GET body."""
+    job = body.get("jobStatus") or {}
+    state = str(job.get("state") or "UNKNOWN").upper()
+    code = job.get("appExitCode")
+    message = job.get("appExitDiagnostics") or job.get("appExitMessages")
+    if isinstance(message, dict):
+        message = json.dumps(message)[:300]
+    return (
+        STATES.get(state, TrialStatus.WAITING),
+        code if isinstance(code, int) else None,
+        (str(message)[:300] if message else None),
+    )
+
+
+class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
+    name: ClassVar[str] = "openpai"
+
+    def __init__(self, config: OpenpaiConfig, experiment_dir: Path, connections: Connections | None = None):
+        super().__init__(config, experiment_dir, connections)
+        token = config.token.get_secret_value()
+        self.api = RestClient(
+            api_base(config.host) + API, headers={"Authorization": f"Bearer {token}"}, secrets=[token]
+        )
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def preflight(self, code_dir: Path, excludes: tuple[Path, ...] = ()) -> list[tuple[tuple[str | int, ...], str]]:
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        parts = urlsplit(api_base(self.config.host))
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problems.append(
+                (("host",), f"expected an http(s) address of the OpenPAI cluster, not {self.config.host!r}")
+            )
+        mount = Path(self.config.local_storage_mount_point)
+        if not mount.is_dir():
+            problems.append(
+                (
+                    ("localStorageMountPoint",),
+                    f"{mount} is not a folder here: mount the storage {self.config.storage_config_name!r} there "
+                    "on every Airflow worker (trialflow copies code and parameters through it)",
+                )
+            )
+        elif not os.access(mount, os.W_OK | os.X_OK):
+            problems.append((("localStorageMountPoint",), f"cannot write to {mount}"))
+        if not Path(code_dir).is_dir():
+            problems.append((("trialCodeDirectory",), f"the trial code directory {code_dir} does not exist"))
+        else:
+            try:
+                check_limits(code_dir, collect_files(code_dir, excludes))
+            except ValueError as exc:
+                problems.append((("trialCodeDirectory",), str(exc)))
+        try:
+            user_protocol(self.config)
+        except (OSError, yaml.YAMLError, OpenpaiError) as exc:
+            problems.append((("openpaiConfigFile",), str(exc)))
+        return problems
+
+    async def prepare(self, experiment_id: str) -> None:
+        """Fail the start step before any trial when the token, the virtual cluster or the
+        storage config is refused."""
+        try:
+            if self.config.virtual_cluster:
+                await self.api.request("GET", f"/virtual-clusters/{quote(self.config.virtual_cluster, safe='')}")
+            else:
+                await self.api.request("GET", "/jobs", params={"username": self.config.username})
+            await self.api.request("GET", f"/storages/{quote(self.config.storage_config_name, safe='')}")
+        except RestError as exc:
+            raise OpenpaiError(self._explain(exc)) from None
+
+    def _explain(self, exc: RestError) -> str:
+        where = f"OpenPAI at {api_base(self.config.host)}"
+        if exc.status in (401, 403):
+            return f"trainingService.token was refused by {where} ({exc.service_message})"
+        if exc.status == 404 and "/virtual-clusters/" in exc.path:
+            return f"trainingService.virtualCluster {self.config.virtual_cluster!r} does not exist on {where}"
+        if exc.status == 404 and "/storages/" in exc.path:
+            return f"trainingService.storageConfigName {self.config.storage_config_name!r} does not exist on {where}"
+        if exc.status is None:
+            return f"trainingService.host: cannot reach {where}: {exc.service_message}"
+        return f"{where}: {exc}"
+
+    # -- trials ------------------------------------------------------------------------------
+
+    def _commands(self, spec: TrialSpec) -> list[str]:
+        p = paths(self.config, spec.experiment_id, spec.trial_id)
+        env = spec.environment("openpai", p.trial, p.code, gpu_indices=None, base={}, marked=False)
+        return trial_script(spec, p, env)
+
+    def render(self, spec: TrialSpec) -> dict[str, Any]:
+        return build_job(self.config, spec, job_name(spec.trial_id), self._commands(spec))
+
+    def _handle(self, spec: TrialSpec, name: str) -> TrialHandle:
+        p = paths(self.config, spec.experiment_id, spec.trial_id)
+        return {
+            "platform": "openpai",
+            "experiment_id": spec.experiment_id,
+            "trial_id": spec.trial_id,
+            "user": self.config.username,
+            "job": name,
+            "trial_dir": str(p.local_trial),
+            "web_url": job_page(self.config.host, self.config.username, name),
+        }
+
+    async def submit(self, spec: TrialSpec) -> TrialHandle:
+        name = job_name(spec.trial_id)
+        p = paths(self.config, spec.experiment_id, spec.trial_id)
+        protocol = build_job(self.config, spec, name, self._commands(spec))
+        await asyncio.to_thread(stage_tree, p.local_root, spec.code_dir, spec.code_excludes)
+        await asyncio.to_thread(write_parameter_file, p.local_trial, spec.parameter_id, spec.parameters)
+        body = yaml.safe_dump(protocol, sort_keys=False)
+        try:
+            await self.api.request("POST", "/jobs", content=body, headers={"Content-Type": "text/yaml"}, accept=(409,))
+        except RestError as exc:
+            raise OpenpaiError(self._explain(exc)) from None
+        return self._handle(spec, name)  # 202: submitted; 409: it exists, re-attach
+
+    def _job_path(self, handle: TrialHandle) -> str:
+        return f"/jobs/{quote(handle['user'], safe='')}~{quote(handle['job'], safe='')}"
+
+    async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
+        try:
+            body = (await self.api.request("GET", self._job_path(handle))).json()
+        except RestError as exc:
+            if exc.status == 404:
+                return TrialUpdate(TrialStatus.FAILED, [], cursor, f"job {handle['job']} is gone from OpenPAI")
+            raise OpenpaiError(self._explain(exc)) from None
+        status, code, message = job_status(body)
+        if status is TrialStatus.USER_CANCELED:
+            status, message = self._stopped_as(handle, message)
+        cursor = dict(cursor)
+        metrics, skipped = await asyncio.to_thread(
+            read_log_metrics, Path(handle["trial_dir"]) / LOG_FILE, cursor, status.is_terminal
+        )
+        return TrialUpdate(status, metrics, cursor, message, code, skipped)
+
+    def _stopped_as(self, handle: TrialHandle, message: str | None) -> tuple[TrialStatus, str | None]:
+        try:
+            asked = json.loads((Path(handle["trial_dir"]) / CANCEL_FILE).read_text())
+            return TrialStatus(asked["status"]), asked.get("reason") or message
+        except (OSError, ValueError, KeyError):
+            return TrialStatus.USER_CANCELED, message or "stopped on OpenPAI"
+
+    async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
+        folder = Path(handle["trial_dir"])
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / (CANCEL_FILE + ".tmp")
+        tmp.write_text(json.dumps({"status": status.value, "reason": reason}))
+        os.replace(tmp, folder / CANCEL_FILE)
+        try:
+            await self.api.request(
+                "PUT", self._job_path(handle) + "/executionType", json={"value": "STOP"}, accept=(404,)
+            )
+        except RestError as exc:
+            raise OpenpaiError(self._explain(exc)) from None
+
+    async def cleanup(self, experiment_id: str) -> None:
+        import shutil
+
+        root = Path(self.config.local_storage_mount_point) / "trialflow" / experiment_id
+        await asyncio.to_thread(shutil.rmtree, root, True)
