@@ -16,6 +16,7 @@ import yaml
 from tests.emulators.openpai import OpenpaiEmulator, can_run_jobs
 from trialflow.config.platforms import OpenpaiConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
+from trialflow.platforms.mounted import job_script
 from trialflow.platforms.openpai import (
     STATES,
     OpenpaiError,
@@ -25,7 +26,6 @@ from trialflow.platforms.openpai import (
     job_page,
     job_status,
     paths,
-    trial_script,
 )
 from trialflow.platforms.rest import RestClient, RestError
 
@@ -86,7 +86,7 @@ def test_job_names_are_deterministic_and_valid_for_openpai():
         ("STOPPING", TrialStatus.RUNNING),
         ("SUCCEEDED", TrialStatus.SUCCEEDED),
         ("FAILED", TrialStatus.FAILED),
-        ("STOPPED", TrialStatus.USER_CANCELED),
+        ("STOPPED", TrialStatus.SYS_CANCELED),
         ("UNKNOWN", TrialStatus.WAITING),
         ("SOMETHING_NEW", TrialStatus.WAITING),
         (None, TrialStatus.WAITING),
@@ -144,7 +144,7 @@ def test_the_job_script_quotes_every_value(tmp_path):
     p = paths(config, spec.experiment_id, spec.trial_id)
     (Path(p.root) / "code").mkdir(parents=True)
     env = spec.environment("openpai", p.trial, p.code, base={}, marked=False)
-    script = "\n".join(trial_script(spec, p, env))
+    script = "\n".join(job_script(spec.command, p, env))
     assert "export NNI_PLATFORM=openpai" in script and "CUDA_VISIBLE_DEVICES" not in script
     done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
     assert done.returncode == 7, done.stderr
@@ -182,7 +182,7 @@ def test_busy_answers_are_retried_with_retry_after_and_bounded(tmp_path):
         started = time.monotonic()
         response = asyncio.run(client.request("GET", "/jobs"))
         assert response.status_code == 200 and 1.0 <= time.monotonic() - started < 10
-        assert len([r for r in pai.requests if r[1].endswith("/jobs")]) == 4
+        assert len([r for r in pai.requests if r.path.endswith("/jobs")]) == 4
         pai.faults += [("GET", "/jobs$", (503, {"Retry-After": "0"}, {"message": f"busy {i}"})) for i in range(6)]
         with pytest.raises(RestError, match="answered 503: busy 5"):
             asyncio.run(client.request("GET", "/jobs"))
@@ -288,10 +288,10 @@ def test_cancel_stops_the_job_and_polls_as_the_cancel_status(pai, code, tmp_path
     assert status is TrialStatus.EARLY_STOPPED and info["message"] == "maxTrialDuration 1s"
     assert [m.value for m in metrics] == [3]
     job = pai.jobs["alice~trialflow_epai0001_0003"]
-    assert job.state == "STOPPED" and job.process is not None and job.process.poll() is not None
-    # Stopped from OpenPAI's own page (no request of ours beside it): the user's cancel.
+    assert job.state == "stopped" and job.process is not None and job.process.poll() is not None
+    # Stopped from OpenPAI's own page (no request of ours beside it): SYS_CANCELED, as in NNI.
     other = platform.submit_sync(_spec(code, 4, command=f"STEP=5 {sys.executable} trial.py"))
     asyncio.run(
         platform.api.request("PUT", "/jobs/alice~trialflow_epai0001_0004/executionType", json={"value": "STOP"})
     )
-    assert asyncio.run(_follow(platform, other, 20))[0] is TrialStatus.USER_CANCELED
+    assert asyncio.run(_follow(platform, other, 20))[0] is TrialStatus.SYS_CANCELED

@@ -323,6 +323,11 @@ class DltsConfig(TrainingServiceConfig):
     email: str | None = None
     password: Secret | None = None
     docker_image: str = "msranni/nni:latest"
+    #: trialflow: where the jobs' work storage is on the Airflow side and in the jobs. NNI ran
+    #: inside a DLTS job and saw it at the same path; without these, so must the experiment's
+    #: folder (trialflow's experimentWorkingDirectory).
+    local_storage_mount_point: ConfigPath | None = None
+    container_storage_mount_point: str | None = None
 
 
 class DlcConfig(TrainingServiceConfig):

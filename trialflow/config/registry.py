@@ -70,6 +70,7 @@ _BUILTIN_IMPLEMENTATIONS: dict[str, str] = {
     "frameworkcontroller": "trialflow.platforms.kubernetes.frameworkcontroller:FrameworkControllerPlatform",
     "adl": "trialflow.platforms.kubernetes.adaptdl:AdaptdlPlatform",
     "openpai": "trialflow.platforms.openpai:OpenpaiPlatform",
+    "dlts": "trialflow.platforms.dlts:DltsPlatform",
 }
 
 

@@ -12,9 +12,12 @@ exactly where the last poll stopped, on any worker, after any restart.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,71 @@ from trialflow.trial.protocol import Metric, parameter_text, read_framed, read_s
 READ_CHUNK = 4 * 1024 * 1024
 #: The marker of a complete copy: a staging interrupted half-way is never used.
 COMPLETE = ".complete"
+#: In a trial's folder: its output (metrics are read from it), its exit code, why we stopped it.
+LOG_FILE = "trial.log"
+RC_FILE = ".trialflow-rc"
+CANCEL_FILE = ".trialflow-cancel.json"
+
+
+@dataclass(frozen=True)
+class SharedPaths:
+    """One trial's folders: ``local_*`` as Airflow sees the storage, the rest as the job does."""
+
+    local_root: Path
+    local_trial: Path
+    root: str
+    trial: str
+
+    @property
+    def code(self) -> str:
+        return f"{self.trial}/code"
+
+    @property
+    def sdk(self) -> str:
+        return f"{self.root}/sdk"
+
+
+def shared_paths(local_mount: str | Path, job_mount: str, experiment_id: str, trial_id: str) -> SharedPaths:
+    """``<mount>/trialflow/<experiment>/{code,sdk,trials/<trial>}`` on both sides."""
+    local_root = Path(local_mount) / "trialflow" / experiment_id
+    root = f"{job_mount.rstrip('/')}/trialflow/{experiment_id}"
+    return SharedPaths(local_root, local_root / "trials" / trial_id, root, f"{root}/trials/{trial_id}")
+
+
+def job_script(command: str, p: SharedPaths, env: dict[str, str]) -> list[str]:
+    """A job's commands (POSIX sh, one per line): the staged code copied into the trial folder
+    (NNI did the same), NNI's environment, the trial command with its output teed into
+    ``trial.log`` and its exit code kept (sh has no pipefail). Every value is quoted once, here."""
+    q = shlex.quote
+    rc = q(f"{p.trial}/{RC_FILE}")
+    lines = ["set -e", f"mkdir -p {q(p.trial)}", f"[ -d {q(p.code)} ] || cp -R {q(p.root + '/code')} {q(p.code)}"]
+    lines += [f"export {key}={q(value)}" for key, value in sorted(env.items())]
+    lines += [
+        f"export PYTHONPATH={q(p.sdk)}${{PYTHONPATH:+:$PYTHONPATH}}",
+        f"cd {q(p.code)}",
+        "set +e",
+        f"{{ sh -c {q(command)} 2>&1; echo $? > {rc}; }} | tee -a {q(p.trial + '/' + LOG_FILE)}",
+        f'exit "$(cat {rc})"',
+    ]
+    return lines
+
+
+def record_cancel(folder: Path, status: str, reason: str) -> None:
+    """Why trialflow stopped a job, beside the trial: the platform only says "stopped"/"killed",
+    and whichever worker or triggerer polls next must report the cancel status asked for."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (CANCEL_FILE + ".tmp")
+    tmp.write_text(json.dumps({"status": status, "reason": reason}))
+    os.replace(tmp, folder / CANCEL_FILE)
+
+
+def recorded_cancel(folder: Path) -> tuple[str, str] | None:
+    """(status, reason) that :func:`record_cancel` left, or None (someone else stopped it)."""
+    try:
+        asked = json.loads((folder / CANCEL_FILE).read_text())
+        return str(asked["status"]), str(asked.get("reason") or "")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def stage_tree(root: Path, code_dir: Path | None, exclude: tuple[Path, ...] = ()) -> None:

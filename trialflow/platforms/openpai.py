@@ -20,8 +20,6 @@ import asyncio
 import copy
 import json
 import os
-import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote, urlencode, urlsplit
@@ -38,25 +36,32 @@ from trialflow.platforms.base import (
     TrialStatus,
     TrialUpdate,
 )
-from trialflow.platforms.mounted import read_log_metrics, stage_tree, write_parameter_file
+from trialflow.platforms.mounted import (
+    LOG_FILE,
+    SharedPaths,
+    job_script,
+    read_log_metrics,
+    record_cancel,
+    recorded_cancel,
+    shared_paths,
+    stage_tree,
+    write_parameter_file,
+)
 from trialflow.platforms.rest import RestClient, RestError
 from trialflow.trial.packing import check_limits, collect_files
 
 API = "/rest-server/api/v2"
 TASK_ROLE = "taskrole"
-LOG_FILE = "trial.log"
-RC_FILE = ".trialflow-rc"
-CANCEL_FILE = ".trialflow-cancel.json"
 
 #: jobStatus.state -> NNI status. STOPPED is whoever stopped it: trialflow's own stops leave
-#: the cancel status beside the trial (read in poll); a stop from OpenPAI's page is the user's.
+#: the cancel status beside the trial (read in poll); any other stop is, as in NNI, SYS_CANCELED.
 STATES: dict[str, TrialStatus] = {
     "WAITING": TrialStatus.WAITING,
     "RUNNING": TrialStatus.RUNNING,
     "STOPPING": TrialStatus.RUNNING,
     "SUCCEEDED": TrialStatus.SUCCEEDED,
     "FAILED": TrialStatus.FAILED,
-    "STOPPED": TrialStatus.USER_CANCELED,
+    "STOPPED": TrialStatus.SYS_CANCELED,
     # NNI had an UNKNOWN status; trialflow keeps following (maxTrialDuration still bounds it).
     "UNKNOWN": TrialStatus.WAITING,
 }
@@ -71,24 +76,8 @@ def job_name(trial_id: str) -> str:
     return "trialflow_" + trial_id.replace("-", "_")
 
 
-@dataclass(frozen=True)
-class Paths:
-    """One trial's folders: ``local_*`` as Airflow sees the storage, the rest as the job does."""
-
-    local_root: Path
-    local_trial: Path
-    root: str
-    trial: str
-
-    @property
-    def code(self) -> str:
-        return f"{self.trial}/code"
-
-
-def paths(config: OpenpaiConfig, experiment_id: str, trial_id: str) -> Paths:
-    local_root = Path(config.local_storage_mount_point) / "trialflow" / experiment_id
-    root = f"{config.container_storage_mount_point.rstrip('/')}/trialflow/{experiment_id}"
-    return Paths(local_root, local_root / "trials" / trial_id, root, f"{root}/trials/{trial_id}")
+def paths(config: OpenpaiConfig, experiment_id: str, trial_id: str) -> SharedPaths:
+    return shared_paths(config.local_storage_mount_point, config.container_storage_mount_point, experiment_id, trial_id)
 
 
 def api_base(host: str) -> str:
@@ -100,28 +89,6 @@ def api_base(host: str) -> str:
 
 def job_page(host: str, username: str, name: str) -> str:
     return f"{api_base(host)}/job-detail.html?" + urlencode({"username": username, "jobName": name})
-
-
-def trial_script(spec: TrialSpec, p: Paths, env: dict[str, str]) -> list[str]:
-    """The job's commands (POSIX sh, one per line): the code into the trial folder, NNI's
-    environment, the trial command with its output teed to ``trial.log``, its exit code kept
-    (sh has no pipefail). Every value is quoted once, here."""
-    q = shlex.quote
-    rc = q(f"{p.trial}/{RC_FILE}")
-    lines = [
-        "set -e",
-        f"mkdir -p {q(p.trial)}",
-        f"[ -d {q(p.code)} ] || cp -R {q(p.root + '/code')} {q(p.code)}",
-    ]
-    lines += [f"export {key}={q(value)}" for key, value in sorted(env.items())]
-    lines += [
-        f"export PYTHONPATH={q(p.root + '/sdk')}${{PYTHONPATH:+:$PYTHONPATH}}",
-        f"cd {q(p.code)}",
-        "set +e",
-        f"{{ sh -c {q(spec.command)} 2>&1; echo $? > {rc}; }} | tee -a {q(p.trial + '/' + LOG_FILE)}",
-        f'exit "$(cat {rc})"',
-    ]
-    return lines
 
 
 def user_protocol(config: OpenpaiConfig) -> dict[str, Any] | None:
@@ -267,7 +234,7 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
     def _commands(self, spec: TrialSpec) -> list[str]:
         p = paths(self.config, spec.experiment_id, spec.trial_id)
         env = spec.environment("openpai", p.trial, p.code, gpu_indices=None, base={}, marked=False)
-        return trial_script(spec, p, env)
+        return job_script(spec.command, p, env)
 
     def render(self, spec: TrialSpec) -> dict[str, Any]:
         return build_job(self.config, spec, job_name(spec.trial_id), self._commands(spec))
@@ -308,7 +275,7 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
                 return TrialUpdate(TrialStatus.FAILED, [], cursor, f"job {handle['job']} is gone from OpenPAI")
             raise OpenpaiError(self._explain(exc)) from None
         status, code, message = job_status(body)
-        if status is TrialStatus.USER_CANCELED:
+        if status is TrialStatus.SYS_CANCELED:
             status, message = self._stopped_as(handle, message)
         cursor = dict(cursor)
         metrics, skipped = await asyncio.to_thread(
@@ -317,18 +284,13 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
         return TrialUpdate(status, metrics, cursor, message, code, skipped)
 
     def _stopped_as(self, handle: TrialHandle, message: str | None) -> tuple[TrialStatus, str | None]:
-        try:
-            asked = json.loads((Path(handle["trial_dir"]) / CANCEL_FILE).read_text())
-            return TrialStatus(asked["status"]), asked.get("reason") or message
-        except (OSError, ValueError, KeyError):
-            return TrialStatus.USER_CANCELED, message or "stopped on OpenPAI"
+        asked = recorded_cancel(Path(handle["trial_dir"]))
+        if asked is None:
+            return TrialStatus.SYS_CANCELED, message or "stopped on OpenPAI, not by trialflow"
+        return TrialStatus(asked[0]), asked[1] or message
 
     async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
-        folder = Path(handle["trial_dir"])
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / (CANCEL_FILE + ".tmp")
-        tmp.write_text(json.dumps({"status": status.value, "reason": reason}))
-        os.replace(tmp, folder / CANCEL_FILE)
+        await asyncio.to_thread(record_cancel, Path(handle["trial_dir"]), status.value, reason)
         try:
             await self.api.request(
                 "PUT", self._job_path(handle) + "/executionType", json={"value": "STOP"}, accept=(404,)

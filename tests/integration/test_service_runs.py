@@ -1,10 +1,12 @@
-"""The seeds' own OpenPAI configs (v2 and v1), placeholders filled, through `trialflow run` against
-the OpenPAI emulator: real Airflow, the real REST client, jobs that really run unmodified
-`import nni` trial code (the nni==3.0 virtualenv stands in for the msranni/nni image)."""
+"""The seeds' own OpenPAI (v2 and v1) and DLTS (v1) configs, placeholders filled, through
+`trialflow run` against the services' emulators: real Airflow, the real REST clients, jobs that
+really run unmodified `import nni` trial code (the nni==3.0 virtualenv stands in for the
+msranni/nni image)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import NNI_EXAMPLES
-from tests.emulators.openpai import OpenpaiEmulator, can_run_jobs
+from tests.emulators.base import Emulator, can_run_jobs
+from tests.emulators.dlts import DltsEmulator
+from tests.emulators.openpai import OpenpaiEmulator
 
 pytestmark = [
     pytest.mark.integration,
@@ -33,12 +37,13 @@ nni.report_final_result(score)
 """
 
 
-def _run(config: Path) -> dict:
+def _run(config: Path, env: dict[str, str] | None = None) -> dict:
     done = subprocess.run(
         [sys.executable, "-m", "trialflow.cli", "run", str(config), "--json"],
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, **(env or {})},
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert TOKEN not in done.stdout + done.stderr
@@ -63,24 +68,23 @@ def pai(tmp_path, nni_python):
         yield emulator
 
 
-def _no_token_under(folder: Path) -> None:
+def _no_token_under(folder: Path, token: str = TOKEN) -> None:
     """Airflow's logs and database, the experiment store, the trials' files: the token is in
     none of them (the config file itself is the user's)."""
     for path in folder.rglob("*"):
         if path.is_file() and path.name != "config.yml":
-            assert TOKEN.encode() not in path.read_bytes(), f"the token leaked into {path}"
+            assert token.encode() not in path.read_bytes(), f"the secret leaked into {path}"
 
 
-def _check(summary: dict, pai: OpenpaiEmulator, trials: int) -> None:
+def _check(summary: dict, service: Emulator, trials: int) -> None:
     assert summary["state"] == "success"
     assert [t["status"] for t in summary["trials"]] == ["SUCCEEDED"] * trials
     for t in summary["trials"]:
         score = sum(v for v in t["parameters"].values() if isinstance(v, (int, float)))
         assert t["final_metric"] == pytest.approx(score)
         assert t["intermediate_count"] == 2
-    names = sorted(j.name for j in pai.jobs.values())
-    assert len(names) == trials and len(set(pai.submissions)) == trials
-    assert all(j.state == "SUCCEEDED" for j in pai.jobs.values())
+    assert len(service.jobs) == trials, "one job per trial, none twice"
+    assert all(j.state == "succeeded" for j in service.jobs.values())
 
 
 def test_the_v2_seed_config_runs_end_to_end(pai, tmp_path):
@@ -119,4 +123,24 @@ def test_the_v1_seed_config_runs_end_to_end(pai, tmp_path):
         text = text.replace(placeholder, value)
     (folder / "config.yml").write_text(text)
     _check(_run(folder / "config.yml"), pai, 2)
+    _no_token_under(folder)
+
+
+def test_the_v1_dlts_seed_config_runs_end_to_end(tmp_path, nni_python):
+    """The seed names only the dashboard: team, email and password come from DLTS's job
+    variables, as in NNI, and the experiment's folder is on the work storage at the same path."""
+    folder = _experiment_folder(tmp_path, "mnist-tfv1")
+    text = (NNI_EXAMPLES / "mnist-tfv1" / "config_dlts.yml").read_text()
+    image = {"msranni/nni:latest": str(Path(nni_python).parent)}
+    with DltsEmulator("alice@example.com", TOKEN, "platform", (tmp_path, str(tmp_path)), images=image) as dlts:
+        for placeholder, value in {
+            "http://azure-eastus-p40-dev1-infra01.eastus.cloudapp.azure.com/": dlts.dashboard,
+            "maxTrialNum: 10": "maxTrialNum: 2",
+        }.items():
+            assert placeholder in text
+            text = text.replace(placeholder, value)
+        (folder / "config.yml").write_text(text)
+        credentials = {"DLWS_USER_EMAIL": "alice@example.com", "DLTS_JOB_TOKEN": TOKEN, "DLWS_VC_NAME": "platform"}
+        _check(_run(folder / "config.yml", credentials), dlts, 2)
+        assert all(job.spec["resourcegpu"] == 1 and job.spec["gpuType"] == "P40" for job in dlts.jobs.values())
     _no_token_under(folder)
