@@ -159,6 +159,9 @@ RUNNABLE_NOW = {
     "mnist-pytorch/config_detailed.yml",
     "mnist-tfv2/config_detailed.yml",
     "pix2pix-pytorch/config.yml",
+    # Kubeflow: the NFS export without a local mount is mounted into the pods for data
+    "mnist-pytorch/config_kubeflow.yml",
+    "mnist-tfv1/config_kubeflow.yml",
     # hybrid: local + remote
     "mnist-tfv1/config_hybrid.yml",
     "mnist-tfv1/config_hybrid_v2.yml",

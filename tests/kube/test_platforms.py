@@ -514,3 +514,48 @@ def test_adaptdl_code_in_the_image_runs_there(
         platform.cleanup_sync(exp)
     finally:
         del kube_controller.image_files[inside]
+
+
+#: Stands in for the seeds' dist_mnist.py (PyTorch / TensorFlow and a dataset download): reads
+#: the NFS export where the seed mounts it, and reports the way the seed's trial does.
+DIST_MNIST = """\
+import trialflow.trial as t
+p = t.get_next_parameter()
+data = float(open("/tmp/mount/data.txt").read())
+t.report_intermediate_result(data)
+t.report_final_result(data * 2)
+"""
+
+
+@pytest.mark.parametrize(
+    "seed, kind", [("mnist-distributed-pytorch", "pytorchjobs"), ("mnist-distributed-tfv1", "tfjobs")]
+)
+def test_the_kubeflow_seeds_nfs_without_a_local_mount(
+    seed: str, kind: str, kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path, nni_examples
+):
+    """The Kubeflow mode document's configs, placeholders filled and nothing added: the export is
+    mounted into the pods for the trial's data, code and metrics go the ConfigMap way."""
+    from trialflow.experiment import load_runnable_config
+
+    share = tmp_path / "export"
+    share.mkdir()
+    (share / "data.txt").write_text("21")
+    kube_controller.storage[("nfs", "10.0.0.7", "/var/nfs/nni")] = share
+    folder = tmp_path / "experiment"
+    folder.mkdir()
+    (folder / "dist_mnist.py").write_text(DIST_MNIST)
+    (folder / "search_space.json").write_text((nni_examples / seed / "search_space.json").read_text())
+    text = (nni_examples / seed / "config_kubeflow.yml").read_text()
+    text = text.replace("{your_nfs_server_ip}", "10.0.0.7").replace("{your_nfs_server_export_path}", "/var/nfs/nni")
+    (folder / "config.yml").write_text(text)
+    service = load_runnable_config(folder / "config.yml").training_service[0]
+    assert service.storage is not None and service.storage.local_mount_point is None
+    service = service.model_copy(update={"kubeconfig": str(kube_cluster.kubeconfig)})
+    platform = get_platform_entry("kubeflow").load().from_config(service, tmp_path / "exp")
+    assert platform.resource.plural == kind
+    exp = experiment_id()
+    platform.prepare_sync(exp)
+    handle, outcome, recorder = run_trial(platform, TrialSpec(exp, f"{exp}-0000", 0, 0, {"x": 1}, "", folder))
+    assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
+    assert values(recorder) == ([21.0], [42.0])
+    platform.cleanup_sync(exp)

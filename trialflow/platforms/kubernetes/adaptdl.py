@@ -113,7 +113,7 @@ class AdaptdlPlatform(KubernetesPlatform):
                 local_mount_point=nfs.local_mount_point,
                 container_mount_point=nfs.container_mount_path,
             )
-        return self.config.storage
+        return super().storage
 
     def code_in_image(self, code_dir: Path) -> bool:
         """NNI's AdaptDL expected the code in the image (its example's codeDir is /cifar10): a code

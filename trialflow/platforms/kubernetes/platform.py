@@ -93,7 +93,17 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
 
     @property
     def storage(self) -> KubernetesStorageConfig | None:
-        return self.config.storage
+        """Storage that carries the trial's files: one the Airflow side reaches (localMountPoint)."""
+        storage = self.config.storage
+        return storage if storage is not None and storage.local_mount_point is not None else None
+
+    @property
+    def data_storage(self) -> KubernetesStorageConfig | None:
+        """Storage without a localMountPoint (NNI's seed configs give only server and path):
+        mounted into the pods for the trial's data, while code, parameters and metrics travel
+        the ConfigMap way. trialflow never runs ``sudo mount``, so NNI's users need not either."""
+        storage = self.config.storage
+        return storage if storage is not None and storage.local_mount_point is None else None
 
     def build_job(self, spec: TrialSpec, name: str, pod: PodParts) -> dict[str, Any]:
         raise NotImplementedError
@@ -122,8 +132,8 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         return PodParts(
             labels=trial_labels(spec),
             env=[{"name": k, "value": v} for k, v in sorted(env.items())],
-            volumes=kube_storage.volumes(self.storage, config_map_name(name)),
-            volume_mounts=kube_storage.volume_mounts(self.storage),
+            volumes=kube_storage.volumes(self.storage, config_map_name(name), self.data_storage),
+            volume_mounts=kube_storage.volume_mounts(self.storage, self.data_storage),
             script=lambda command: kube_storage.start_script(self.storage, paths, command),
             service_account=self.config.service_account_name,
         )
@@ -163,7 +173,10 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         read (registry secrets, templates) must be readable."""
         storage = self.storage
         if storage is None and self.storage_required:
-            return [(("storage",), self.storage_required)]
+            why = self.storage_required
+            if self.data_storage is not None:
+                why += f" ({kube_storage.mount_hint(self.data_storage)})"
+            return [(("storage",), why)]
         in_image = self.code_in_image(code_dir)
         if not in_image and not Path(code_dir).is_dir():
             return [
@@ -191,6 +204,13 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         """Fail before any trial when the cluster, the CRD or the storage cannot work."""
         if self.storage is not None:
             kube_storage.check_storage(self.storage)
+        if self.data_storage is not None:
+            log.info(
+                "storage %s has no localMountPoint: the pods mount it at %s for data; code, parameters and "
+                "metrics travel in a ConfigMap and the pods' logs",
+                self.data_storage.storage_type,
+                self.data_storage.container_mount_point,
+            )
         plurals = await self.api.served_plurals(self.resource)
         if plurals is None:
             raise KubernetesError(

@@ -72,31 +72,40 @@ def trial_paths(
     return TrialPaths(sys_dir, code_dir, f"{root}/sdk", f"{sys_dir}/logs", image_code_dir is not None)
 
 
-def volumes(storage: KubernetesStorageConfig | None, config_map: str) -> list[dict[str, Any]]:
-    """The pod volumes for a trial (the same for every role)."""
+def volumes(
+    storage: KubernetesStorageConfig | None, config_map: str, data: KubernetesStorageConfig | None = None
+) -> list[dict[str, Any]]:
+    """The pod volumes for a trial (the same for every role); ``data`` is storage mounted for
+    the trial's data only, beside the ConfigMap way."""
     vols: list[dict[str, Any]] = [{"name": WORK_VOLUME, "emptyDir": {}}]
     if storage is None:
         vols.append({"name": FILES_VOLUME, "configMap": {"name": config_map}})
-    elif storage.storage_type == "nfs":
-        vols.append({"name": STORAGE_VOLUME, "nfs": {"server": storage.server, "path": storage.path}})
-    elif storage.storage_type == "azureStorage":
-        vols.append(
-            {
-                "name": STORAGE_VOLUME,
-                "azureFile": {"secretName": storage.secret_name, "shareName": storage.azure_share, "readOnly": False},
-            }
-        )
-    elif storage.claim_name:
-        vols.append({"name": STORAGE_VOLUME, "persistentVolumeClaim": {"claimName": storage.claim_name}})
+    for shared in (storage, data):
+        volume = _storage_volume(shared) if shared is not None else None
+        if volume is not None:
+            vols.append({"name": STORAGE_VOLUME, **volume})
     return vols
 
 
-def volume_mounts(storage: KubernetesStorageConfig | None) -> list[dict[str, Any]]:
+def _storage_volume(storage: KubernetesStorageConfig) -> dict[str, Any] | None:
+    if storage.storage_type == "nfs":
+        return {"nfs": {"server": storage.server, "path": storage.path}}
+    if storage.storage_type == "azureStorage":
+        return {"azureFile": {"secretName": storage.secret_name, "shareName": storage.azure_share, "readOnly": False}}
+    if storage.claim_name:
+        return {"persistentVolumeClaim": {"claimName": storage.claim_name}}
+    return None  # a pvc without claimName: a template mounts the claim
+
+
+def volume_mounts(
+    storage: KubernetesStorageConfig | None, data: KubernetesStorageConfig | None = None
+) -> list[dict[str, Any]]:
     mounts: list[dict[str, Any]] = [{"name": WORK_VOLUME, "mountPath": WORK_DIR}]
     if storage is None:
         mounts.append({"name": FILES_VOLUME, "mountPath": FILES_DIR, "readOnly": True})
-    elif storage.storage_type != "pvc" or storage.claim_name:  # else a template mounts the claim
-        mounts.append({"name": STORAGE_VOLUME, "mountPath": storage.container_mount_point})
+    for shared in (storage, data):
+        if shared is not None and _storage_volume(shared) is not None:
+            mounts.append({"name": STORAGE_VOLUME, "mountPath": shared.container_mount_point})
     return mounts
 
 
@@ -169,11 +178,11 @@ def config_map(name: str, labels: dict[str, str], code: PackedCode | None, param
 
 def local_root(storage: KubernetesStorageConfig, experiment_id: str) -> Path:
     if storage.local_mount_point is None:
-        raise StorageError(_mount_hint(storage))
+        raise StorageError(mount_hint(storage))
     return Path(storage.local_mount_point) / "trialflow" / experiment_id
 
 
-def _mount_hint(storage: KubernetesStorageConfig) -> str:
+def mount_hint(storage: KubernetesStorageConfig) -> str:
     source = {
         "nfs": f"the NFS export {storage.server}:{storage.path}",
         "azureStorage": f"the Azure file share {storage.azure_account}/{storage.azure_share}",
@@ -190,7 +199,7 @@ def check_storage(storage: KubernetesStorageConfig) -> None:
     local_root(storage, "x")  # no localMountPoint: says what to mount
     mount = Path(storage.local_mount_point or "")
     if not mount.is_dir():
-        raise StorageError(f"localMountPoint {mount} is not a folder here: {_mount_hint(storage)}")
+        raise StorageError(f"localMountPoint {mount} is not a folder here: {mount_hint(storage)}")
     if storage.storage_type == "azureStorage" and not storage.secret_name:
         vault = (
             f"e.g. kubectl create secret generic NAME --from-literal=azurestorageaccountname="
