@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.following import Recorder, follow
 from tests.kube.cluster import TOKEN, KubeCluster
 from tests.kube.controller import TestController, delete_crd, install_crd
 from trialflow.config.platforms import BUILTIN_PLATFORM_CONFIGS
 from trialflow.config.registry import get_platform_entry
-from trialflow.follow import TIMEOUT_REASON, follow_trial
+from trialflow.follow import TIMEOUT_REASON
 from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.kubernetes.client import CustomObjects, KubernetesError
 from trialflow.platforms.kubernetes.informer import INFORMERS, Informer
 from trialflow.platforms.kubernetes.manifests import LABEL_EXPERIMENT, experiment_selector, object_name
-from trialflow.trial.protocol import Metric
 
 pytestmark = pytest.mark.kube
 
@@ -43,20 +43,6 @@ if os.environ.get("HOSTNAME", "").endswith(os.environ.get("FAIL_SUFFIX", "no-suc
     sys.exit(3)
 t.report_final_result(p["x"] * 10)
 """
-
-
-class Recorder:
-    """What follow_trial needs from a store: collects what it is given."""
-
-    def __init__(self) -> None:
-        self.metrics: list[Metric] = []
-        self.statuses: list[TrialStatus] = []
-
-    def record_metrics(self, storage_id: int, metrics: list[Metric]) -> None:
-        self.metrics.extend(metrics)
-
-    def set_status(self, storage_id: int, status: TrialStatus) -> None:
-        self.statuses.append(status)
 
 
 _counter = iter(range(10_000))
@@ -84,18 +70,6 @@ def spec_for(
     code.mkdir(parents=True, exist_ok=True)
     (code / "trial.py").write_text(TRIAL)
     return TrialSpec(exp, f"{exp}-{index:04d}", index, index, {"x": x}, command, code, env=env or {})
-
-
-def follow(platform, handle, deadline: float | None = None, timeout: float = 90):
-    recorder = Recorder()
-
-    async def run():
-        return await asyncio.wait_for(
-            follow_trial(platform, recorder, handle, 1, {}, deadline=deadline, poll_interval=0.2), timeout
-        )
-
-    outcome = run_sync(run())
-    return outcome, recorder
 
 
 def run_trial(platform, spec: TrialSpec, **follow_kw: Any):

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.emulators.dlts import DltsEmulator, can_run_jobs
+from tests.following import follow
 from trialflow.config.platforms import DltsConfig
+from trialflow.follow import TIMEOUT_REASON
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.dlts import STATES, DltsError, DltsPlatform, build_job, credentials, gpu_type_of, job_status
 
@@ -165,3 +167,14 @@ def test_kill_polls_as_the_cancel_status(dlts, code, tmp_path):
     assert status is TrialStatus.USER_CANCELED and info["message"] == "stopped from the UI"
     assert [m.value for m in metrics] == [3]
     assert dlts.jobs[handle["job_id"]].state == "stopped"
+
+
+@needs_jobs
+def test_max_trial_duration_kills_the_job_early(dlts, code, tmp_path):
+    platform = DltsPlatform(_config(tmp_path, dlts.dashboard), tmp_path / "exp")
+    handle = platform.submit_sync(_spec(code, 5, command=f"STEP=30 {sys.executable} t.py"))
+    outcome, recorder = follow(platform, handle, deadline=time.time() + 2)
+    assert (outcome.status, outcome.message) == (TrialStatus.EARLY_STOPPED, TIMEOUT_REASON)
+    job = dlts.jobs[handle["job_id"]]
+    assert job.done.wait(10) and job.state == "stopped"
+    assert [m.value for m in recorder.metrics] == [5]

@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from tests.emulators.openpai import OpenpaiEmulator, can_run_jobs
+from tests.following import follow
 from trialflow.config.platforms import OpenpaiConfig
+from trialflow.follow import TIMEOUT_REASON
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.mounted import job_script
 from trialflow.platforms.openpai import (
@@ -295,3 +297,14 @@ def test_cancel_stops_the_job_and_polls_as_the_cancel_status(pai, code, tmp_path
         platform.api.request("PUT", "/jobs/alice~trialflow_epai0001_0004/executionType", json={"value": "STOP"})
     )
     assert asyncio.run(_follow(platform, other, 20))[0] is TrialStatus.SYS_CANCELED
+
+
+@needs_jobs
+def test_max_trial_duration_stops_the_job_early(pai, code, tmp_path):
+    platform = OpenpaiPlatform(_config(tmp_path, host=pai.host), tmp_path / "exp")
+    handle = platform.submit_sync(_spec(code, 5, command=f"STEP=30 {sys.executable} trial.py"))
+    outcome, recorder = follow(platform, handle, deadline=time.time() + 2)
+    assert (outcome.status, outcome.message) == (TrialStatus.EARLY_STOPPED, TIMEOUT_REASON)
+    job = pai.jobs["alice~trialflow_epai0001_0005"]
+    assert job.done.wait(10) and job.state == "stopped"
+    assert [m.value for m in recorder.metrics] == [5]

@@ -265,7 +265,7 @@ trainingService: {{platform: local}}
     assert "refreshing every 5 s" in page.locator("[data-testid=experiment-page]").inner_text()
     navigations = []
     page.on("framenavigated", lambda frame: navigations.append(frame.url))
-    page.wait_for_function("document.querySelectorAll('[data-testid=trial-row]').length === 6", timeout=60000)
+    page.wait_for_function("document.querySelectorAll('[data-testid=trial-row]').length === 6", timeout=150000)
     page.wait_for_function(
         "document.querySelector('[data-testid=summary]').innerText.includes('succeeded')", timeout=60000
     )
