@@ -9,9 +9,9 @@ export UV_COMPILE_BYTECODE := 1
 
 .PHONY: demo test lint venv bench bench-tuners bench-ui ui clean
 
-$(VENV)/.synced: pyproject.toml uv.lock
+$(VENV)/.synced: pyproject.toml uv.lock Makefile
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
-	uv sync --frozen --compile-bytecode --extra examples --extra ssh --extra kubernetes --group dev --python $(PYTHON)
+	uv sync --frozen --compile-bytecode --extra examples --extra ssh --extra kubernetes --extra azure --group dev --python $(PYTHON)
 	@touch $@
 
 venv: $(VENV)/.synced

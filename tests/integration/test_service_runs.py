@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -144,3 +145,52 @@ def test_the_v1_dlts_seed_config_runs_end_to_end(tmp_path, nni_python):
         _check(_run(folder / "config.yml", credentials), dlts, 2)
         assert all(job.spec["resourcegpu"] == 1 and job.spec["gpuType"] == "P40" for job in dlts.jobs.values())
     _no_token_under(folder)
+
+
+SLOW_TRIAL = """\
+import time
+import trialflow.trial as t
+p = t.get_next_parameter()
+for i in range(3):
+    t.report_intermediate_result(i)
+    time.sleep(2)
+t.report_final_result(1.0)
+"""
+
+
+def test_a_killed_worker_reattaches_to_its_openpai_job(harness, tmp_path):
+    """SIGKILL the task's worker while its job runs: the retry gets 409 and follows the same job."""
+    nfs = tmp_path / "nfs"
+    nfs.mkdir()
+    mount = str(tmp_path / "container-mount")
+    dag_source = (
+        "# airflow DAG\nfrom datetime import timedelta\nfrom trialflow.dag import experiment_dag\n"
+        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=120,\n"
+        "                     default_args={'retries': 2, 'retry_delay': timedelta(seconds=1)})\n"
+    )
+    with OpenpaiEmulator(TOKEN, "alice", {"confignfs": (nfs, mount)}) as pai:
+        config = (
+            "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialConcurrency: 1\nmaxTrialNumber: 1\n"
+            f"tuner: {{name: Random}}\ntrialCommand: {sys.executable} trial.py\ntrialCodeDirectory: .\n"
+            f"trainingService: {{platform: openpai, host: '{pai.host}', username: alice, token: {TOKEN},\n"
+            f"  trialCpuNumber: 1, trialMemorySize: 1gb, storageConfigName: confignfs,\n"
+            f"  localStorageMountPoint: '{nfs}', containerStorageMountPoint: '{mount}'}}\n"
+        )
+        dag_id, _ = harness.experiment("paikill", config, {"trial.py": SLOW_TRIAL}, dag_source=dag_source)
+        killed: list[int] = []
+
+        def kill_trial_worker(run_id: str) -> None:
+            (ti,) = harness.tis(dag_id, run_id) or [None]
+            if not killed and ti and ti["state"] == "running" and ti.get("pid") and pai.jobs:
+                os.kill(ti["pid"], signal.SIGKILL)
+                killed.append(ti["pid"])
+
+        run_id, state = harness.run(dag_id, timeout=300, on_tick=kill_trial_worker)
+        assert killed, "the trial's worker was never seen running"
+        assert state == "success"
+        (ti,) = harness.tis(dag_id, run_id)
+        assert ti["try_number"] >= 2
+        assert len(pai.jobs) == 1 and len(pai.submissions) >= 2, "the retry re-attached (409), no second job"
+        (row,) = harness.rows(dag_id, run_id)
+        assert row["status"] == "SUCCEEDED" and row["intermediate_count"] == 3
+        assert TOKEN not in json.dumps(harness.xcom(dag_id, run_id, "trial", 0))
