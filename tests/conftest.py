@@ -13,6 +13,13 @@ from pathlib import Path
 
 import pytest
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.hosts import install
+
+    install()  # first, while the session has no other thread or process
+
+
 # Unit tests import Airflow: give it a private, throwaway home before anything imports it.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="trialflow-test-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")

@@ -162,6 +162,10 @@ RUNNABLE_NOW = {
     # Kubeflow: the NFS export without a local mount is mounted into the pods for data
     "mnist-pytorch/config_kubeflow.yml",
     "mnist-tfv1/config_kubeflow.yml",
+    # Azure ML (azure-ai-ml v2; the workspace is asked only when the experiment starts)
+    "mnist-pytorch/config_aml.yml",
+    "mnist-tfv1/config_aml.yml",
+    "mnist-pytorch/config_hybrid.yml",
     # hybrid: local + remote
     "mnist-tfv1/config_hybrid.yml",
     "mnist-tfv1/config_hybrid_v2.yml",

@@ -63,9 +63,15 @@ class Job:
 class Emulator:
     """Subclasses answer :meth:`route`; jobs go through :meth:`run_job` and :meth:`kill_job`."""
 
-    def __init__(self, storages: dict[str, tuple[Any, str]], images: dict[str, str] | None = None):
+    def __init__(
+        self,
+        storages: dict[str, tuple[Any, str]],
+        images: dict[str, str] | None = None,
+        tls: tuple[str, str] | None = None,
+    ):
         """``storages``: name -> (the folder a job's storage is, the path the job mounts it at).
-        ``images``: image -> a bin folder standing in for it."""
+        ``images``: image -> a bin folder standing in for it. ``tls``: (certificate, key) files:
+        serve HTTPS (Azure's clients refuse bearer tokens over plain HTTP)."""
         self.storages = storages
         self.images = images or {}
         self.jobs: dict[str, Job] = {}
@@ -91,7 +97,15 @@ class Emulator:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.host = f"http://127.0.0.1:{self.server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.host = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
 
     def __enter__(self) -> Emulator:

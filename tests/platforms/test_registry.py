@@ -60,4 +60,4 @@ def test_without_the_plugin_the_platform_is_unknown(write):
 
 def test_builtins_without_a_runner_say_so():
     with pytest.raises(PlatformUnavailable, match="not part of this release"):
-        get_platform_entry("aml").load()
+        get_platform_entry("dlc").load()

@@ -71,6 +71,7 @@ _BUILTIN_IMPLEMENTATIONS: dict[str, str] = {
     "adl": "trialflow.platforms.kubernetes.adaptdl:AdaptdlPlatform",
     "openpai": "trialflow.platforms.openpai:OpenpaiPlatform",
     "dlts": "trialflow.platforms.dlts:DltsPlatform",
+    "aml": "trialflow.platforms.aml:AmlPlatform",
 }
 
 

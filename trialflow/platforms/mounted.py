@@ -17,6 +17,7 @@ import os
 import shlex
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,20 +162,29 @@ def read_framed_file(path: Path, offset: int, final: bool = False) -> tuple[list
 
 
 def read_log_metrics(path: Path, cursor: dict[str, Any], final: bool = False) -> tuple[list[Metric], list[str]]:
-    """New ``NNISDK_MEb`` lines of a trial's output file; ``cursor`` (``offset``, and
-    ``in_long_line`` while a too-long line is being skipped) is updated in place."""
+    """New ``NNISDK_MEb`` lines of a trial's output file (see :func:`read_metric_lines`)."""
+    return read_metric_lines(lambda offset, limit: read_bytes(path, offset, limit), cursor, final)
+
+
+def read_metric_lines(
+    read: Callable[[int, int], bytes], cursor: dict[str, Any], final: bool = False
+) -> tuple[list[Metric], list[str]]:
+    """New ``NNISDK_MEb`` lines of a trial's output wherever it is (a file here, a blob),
+    ``read(offset, limit)`` giving its bytes; ``cursor`` (``offset``, and ``in_long_line``
+    while a too-long line is being skipped) is updated in place. One chunk while the trial
+    runs, everything left once it ended."""
     metrics: list[Metric] = []
     skipped: list[str] = []
-    while True:  # one chunk while the trial runs; everything left once it ended
+    while True:
         offset = int(cursor.get("offset", 0))
-        data = read_bytes(path, offset)
+        data = read(offset, READ_CHUNK)
         last = len(data) < READ_CHUNK
-        read = read_stdout_lines(data, in_long_line=bool(cursor.get("in_long_line")), final=final and last)
-        metrics += read.metrics
-        skipped += read.skipped
-        cursor["offset"] = offset + read.consumed
+        read_now = read_stdout_lines(data, in_long_line=bool(cursor.get("in_long_line")), final=final and last)
+        metrics += read_now.metrics
+        skipped += read_now.skipped
+        cursor["offset"] = offset + read_now.consumed
         cursor.pop("in_long_line", None)
-        if read.in_long_line:
+        if read_now.in_long_line:
             cursor["in_long_line"] = True
-        if not final or last or read.consumed == 0:
+        if not final or last or read_now.consumed == 0:
             return metrics, skipped
