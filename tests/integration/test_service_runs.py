@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -194,3 +195,32 @@ def test_a_killed_worker_reattaches_to_its_openpai_job(harness, tmp_path):
         (row,) = harness.rows(dag_id, run_id)
         assert row["status"] == "SUCCEEDED" and row["intermediate_count"] == 3
         assert TOKEN not in json.dumps(harness.xcom(dag_id, run_id, "trial", 0))
+
+
+@pytest.mark.parametrize("seed", ["mnist-pytorch/config_aml.yml", "mnist-tfv1/config_aml.yml"])
+def test_the_aml_seed_configs_run_end_to_end(seed, tmp_path, nni_python, monkeypatch):
+    """azure-ai-ml against the workspace emulator (HTTPS, Azurite for the code), credentials
+    through azure-identity's chain, the cloud through the SDK's ARM_CLOUD_METADATA_URL."""
+    from tests.emulators.azure import azure_workspace, missing_reason
+
+    if missing_reason():
+        pytest.skip(missing_reason() or "")
+    monkeypatch.delenv("AZUREML_CURRENT_CLOUD", raising=False)
+    example = seed.split("/")[0]
+    folder = _experiment_folder(tmp_path, example)
+    text = (NNI_EXAMPLES / seed).read_text()
+    image = {name: str(Path(nni_python).parent) for name in ("msranni/nni", "msranni/nni:latest")}
+    with azure_workspace(tmp_path / "azure", TOKEN, images=image) as azure:
+        values = {
+            "subscriptionId": azure.config["subscriptionId"],
+            "resourceGroup": azure.config["resourceGroup"],
+            "workspaceName": azure.config["workspaceName"],
+            "computeTarget": azure.config["computeTarget"],
+        }
+        for key, value in values.items():
+            text, count = re.subn(rf"({key}: )\$\{{[^}}]+\}}", rf"\g<1>{value}", text)
+            assert count == 1, key
+        text = re.sub(r"(maxTrialNumber|maxTrialNum): 10", r"\1: 2", text)
+        (folder / "config.yml").write_text(text)
+        _check(_run(folder / "config.yml", azure.env), azure.emulator, 2)
+    _no_token_under(folder)

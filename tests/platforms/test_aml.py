@@ -183,3 +183,17 @@ def test_refusals_name_the_config_key(azure, tmp_path, monkeypatch):
     with pytest.raises(AmlError, match="credential was refused") as info:
         _platform(azure, tmp_path).prepare_sync("eaml0001")
     assert TOKEN not in str(info.value)
+
+
+def test_busy_answers_and_dropped_connections_are_retried_by_the_sdk(azure, code, tmp_path):
+    """azure-core's retry policy (Retry-After honoured, bounded) under the platform's calls."""
+    platform = _platform(azure, tmp_path)
+    handle = platform.submit_sync(_spec(code, 4, command=f"{sys.executable} t.py"))
+    azure.emulator.faults += [
+        ("GET", r"/jobs/trialflow_eaml0001_0004$", (503, {"Retry-After": "1"}, {"error": {"code": "Busy"}})),
+        ("GET", r"/jobs/trialflow_eaml0001_0004$", (429, {"Retry-After": "0"}, {"error": {"code": "TooMany"}})),
+        ("GET", r"/jobs/trialflow_eaml0001_0004$", "drop"),
+    ]
+    status, metrics, _ = asyncio.run(_follow(platform, handle))
+    assert status is TrialStatus.SUCCEEDED and [m.value for m in metrics] == [4, 5, 6, 40]
+    assert azure.emulator.faults == []
