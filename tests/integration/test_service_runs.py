@@ -160,7 +160,12 @@ t.report_final_result(1.0)
 
 
 def test_a_killed_worker_reattaches_to_its_openpai_job(harness, tmp_path):
-    """SIGKILL the task's worker while its job runs: the retry gets 409 and follows the same job."""
+    """SIGKILL the task's worker while its job runs: the retry gets 409 and follows the same job.
+    The token is an Airflow connection's password (tokenConnId), never in the config."""
+    response = harness.airflow.api(
+        "POST", "/connections", json={"connection_id": "pai_token", "conn_type": "generic", "password": TOKEN}
+    )
+    assert response.status_code in (200, 201, 409), response.text
     nfs = tmp_path / "nfs"
     nfs.mkdir()
     mount = str(tmp_path / "container-mount")
@@ -173,7 +178,7 @@ def test_a_killed_worker_reattaches_to_its_openpai_job(harness, tmp_path):
         config = (
             "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialConcurrency: 1\nmaxTrialNumber: 1\n"
             f"tuner: {{name: Random}}\ntrialCommand: {sys.executable} trial.py\ntrialCodeDirectory: .\n"
-            f"trainingService: {{platform: openpai, host: '{pai.host}', username: alice, token: {TOKEN},\n"
+            f"trainingService: {{platform: openpai, host: '{pai.host}', username: alice, tokenConnId: pai_token,\n"
             f"  trialCpuNumber: 1, trialMemorySize: 1gb, storageConfigName: confignfs,\n"
             f"  localStorageMountPoint: '{nfs}', containerStorageMountPoint: '{mount}'}}\n"
         )

@@ -308,3 +308,12 @@ def test_max_trial_duration_stops_the_job_early(pai, code, tmp_path):
     job = pai.jobs["alice~trialflow_epai0001_0005"]
     assert job.done.wait(10) and job.state == "stopped"
     assert [m.value for m in recorder.metrics] == [5]
+
+
+def test_the_token_or_its_airflow_connection_one_of_them(tmp_path):
+    with pytest.raises(ValueError, match="token, or tokenConnId"):
+        _config(tmp_path, tokenConnId="pai")
+    config = _config(tmp_path, token=None, tokenConnId="pai")
+    platform = OpenpaiPlatform(config, tmp_path / "exp")
+    with pytest.raises(OpenpaiError, match="tokenConnId 'pai' is an Airflow connection"):
+        platform.prepare_sync("epai0001")

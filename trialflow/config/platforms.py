@@ -93,7 +93,9 @@ class OpenpaiConfig(TrainingServiceConfig):
     platform: Literal["openpai"] = "openpai"
     host: str
     username: Str
-    token: Secret
+    token: Secret | None = None
+    #: trialflow: an Airflow connection whose password is the token (instead of ``token``).
+    token_conn_id: str | None = None
     trial_cpu_number: Int = Field(ge=1)
     trial_memory_size: SizeMB
     storage_config_name: Str
@@ -108,6 +110,10 @@ class OpenpaiConfig(TrainingServiceConfig):
     def _one_openpai_config(self) -> OpenpaiConfig:
         if self.openpai_config is not None and self.openpai_config_file is not None:
             raise ValueError("set openpaiConfig or openpaiConfigFile, not both")
+        if (self.token is None) == (self.token_conn_id is None):
+            raise ValueError(
+                "set token, or tokenConnId (an Airflow connection whose password is the token): one of them"
+            )
         return self
 
 

@@ -8,8 +8,20 @@ from trialflow.platforms.base import Connections
 
 def airflow_connections() -> Connections:
     """What platforms use to open machines and clusters named by Airflow connections
-    (sshConnId, kubernetesConnId): the SSH and cncf-kubernetes providers' hooks. Passed to
+    (sshConnId, kubernetesConnId, tokenConnId): the SSH and cncf-kubernetes providers' hooks,
+    and a connection's password for a token. Passed to
     every platform that Airflow code builds (operator, sensor, trigger, end step)."""
     from trialflow.hooks import kubernetes, ssh
 
-    return Connections(ssh=ssh.open_connection, kubernetes=kubernetes.configuration)
+    return Connections(ssh=ssh.open_connection, kubernetes=kubernetes.configuration, token=connection_password)
+
+
+async def connection_password(conn_id: str) -> str:
+    """A token kept as an Airflow connection's password (any connection type), so it lives in
+    Airflow's connections or secrets backend instead of the experiment's config."""
+    from airflow.sdk import BaseHook
+
+    password = (await BaseHook.aget_connection(conn_id)).password
+    if not password:
+        raise ValueError(f"Airflow connection {conn_id!r} has no password (where trialflow reads the token)")
+    return str(password)

@@ -141,6 +141,8 @@ class Connections:
     ssh: Callable[[str], Awaitable[Any]] | None = None
     #: kubernetesConnId -> a kubernetes_asyncio Configuration (the cncf-kubernetes provider's hook).
     kubernetes: Callable[[str], Awaitable[Any]] | None = None
+    #: a token's connection id (OpenPAI's tokenConnId) -> the token: the connection's password.
+    token: Callable[[str], Awaitable[str]] | None = None
 
 
 class TrainingPlatform(ABC, Generic[ConfigT]):

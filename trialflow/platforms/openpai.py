@@ -167,10 +167,26 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
 
     def __init__(self, config: OpenpaiConfig, experiment_dir: Path, connections: Connections | None = None):
         super().__init__(config, experiment_dir, connections)
-        token = config.token.get_secret_value()
-        self.api = RestClient(
-            api_base(config.host) + API, headers={"Authorization": f"Bearer {token}"}, secrets=[token]
+        self.api: RestClient | None = None
+        if config.token is not None:
+            self.api = self._client_for(config.token.get_secret_value())
+
+    def _client_for(self, token: str) -> RestClient:
+        return RestClient(
+            api_base(self.config.host) + API, headers={"Authorization": f"Bearer {token}"}, secrets=[token]
         )
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Every call to the REST server; the token comes from the config or, once per
+        process, from the Airflow connection ``tokenConnId``."""
+        if self.api is None:
+            conn_id = self.config.token_conn_id or ""
+            if self.connections.token is None:
+                raise OpenpaiError(
+                    f"tokenConnId {conn_id!r} is an Airflow connection: run the experiment under Airflow"
+                )
+            self.api = self._client_for(await self.connections.token(conn_id))
+        return await self.api.request(method, path, **kwargs)
 
     # -- checks ------------------------------------------------------------------------------
 
@@ -210,10 +226,10 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
         storage config is refused."""
         try:
             if self.config.virtual_cluster:
-                await self.api.request("GET", f"/virtual-clusters/{quote(self.config.virtual_cluster, safe='')}")
+                await self._request("GET", f"/virtual-clusters/{quote(self.config.virtual_cluster, safe='')}")
             else:
-                await self.api.request("GET", "/jobs", params={"username": self.config.username})
-            await self.api.request("GET", f"/storages/{quote(self.config.storage_config_name, safe='')}")
+                await self._request("GET", "/jobs", params={"username": self.config.username})
+            await self._request("GET", f"/storages/{quote(self.config.storage_config_name, safe='')}")
         except RestError as exc:
             raise OpenpaiError(self._explain(exc)) from None
 
@@ -259,7 +275,7 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
         await asyncio.to_thread(write_parameter_file, p.local_trial, spec.parameter_id, spec.parameters)
         body = yaml.safe_dump(protocol, sort_keys=False)
         try:
-            await self.api.request("POST", "/jobs", content=body, headers={"Content-Type": "text/yaml"}, accept=(409,))
+            await self._request("POST", "/jobs", content=body, headers={"Content-Type": "text/yaml"}, accept=(409,))
         except RestError as exc:
             raise OpenpaiError(self._explain(exc)) from None
         return self._handle(spec, name)  # 202: submitted; 409: it exists, re-attach
@@ -269,7 +285,7 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
 
     async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
         try:
-            body = (await self.api.request("GET", self._job_path(handle))).json()
+            body = (await self._request("GET", self._job_path(handle))).json()
         except RestError as exc:
             if exc.status == 404:
                 return TrialUpdate(TrialStatus.FAILED, [], cursor, f"job {handle['job']} is gone from OpenPAI")
@@ -292,9 +308,7 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
     async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         await asyncio.to_thread(record_cancel, Path(handle["trial_dir"]), status.value, reason)
         try:
-            await self.api.request(
-                "PUT", self._job_path(handle) + "/executionType", json={"value": "STOP"}, accept=(404,)
-            )
+            await self._request("PUT", self._job_path(handle) + "/executionType", json={"value": "STOP"}, accept=(404,))
         except RestError as exc:
             raise OpenpaiError(self._explain(exc)) from None
 
