@@ -4,6 +4,7 @@ with a store that only records what it is given."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from trialflow.follow import follow_trial
@@ -36,3 +37,20 @@ def follow(platform: Any, handle: dict, deadline: float | None = None, timeout: 
         )
 
     return run_sync(run()), recorder
+
+
+async def poll_until_done(
+    platform: Any, handle: dict, timeout: float = 60, interval: float = 0.1
+) -> tuple[Any, list, Any]:
+    """Poll as a follower does, without a store: (final status, every metric, the last update)."""
+    cursor: dict = {}
+    metrics: list = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        update = await platform.poll(handle, cursor)
+        metrics += update.metrics
+        cursor = update.cursor
+        if update.status.is_terminal:
+            return update.status, metrics, update
+        await asyncio.sleep(interval)
+    raise AssertionError(f"trial {handle.get('trial_id')} did not finish in {timeout} s")

@@ -119,12 +119,12 @@ def test_the_v1_seed_config_runs_end_to_end(pai, tmp_path):
         "userName: username": "userName: alice",
         "token: token": f"token: {TOKEN}",
         "host: 10.10.10.10": f"host: {pai.host}",
-        "maxTrialNum: 10": "maxTrialNum: 2",
+        "maxTrialNum: 10": "maxTrialNum: 3",
     }.items():
         assert placeholder in text
         text = text.replace(placeholder, value)
     (folder / "config.yml").write_text(text)
-    _check(_run(folder / "config.yml"), pai, 2)
+    _check(_run(folder / "config.yml"), pai, 3)
     _no_token_under(folder)
 
 
@@ -137,13 +137,13 @@ def test_the_v1_dlts_seed_config_runs_end_to_end(tmp_path, nni_python):
     with DltsEmulator("alice@example.com", TOKEN, "platform", (tmp_path, str(tmp_path)), images=image) as dlts:
         for placeholder, value in {
             "http://azure-eastus-p40-dev1-infra01.eastus.cloudapp.azure.com/": dlts.dashboard,
-            "maxTrialNum: 10": "maxTrialNum: 2",
+            "maxTrialNum: 10": "maxTrialNum: 3",
         }.items():
             assert placeholder in text
             text = text.replace(placeholder, value)
         (folder / "config.yml").write_text(text)
         credentials = {"DLWS_USER_EMAIL": "alice@example.com", "DLTS_JOB_TOKEN": TOKEN, "DLWS_VC_NAME": "platform"}
-        _check(_run(folder / "config.yml", credentials), dlts, 2)
+        _check(_run(folder / "config.yml", credentials), dlts, 3)
         assert all(job.spec["resourcegpu"] == 1 and job.spec["gpuType"] == "P40" for job in dlts.jobs.values())
     _no_token_under(folder)
 
@@ -225,7 +225,7 @@ def test_the_aml_seed_configs_run_end_to_end(seed, tmp_path, nni_python, monkeyp
         for key, value in values.items():
             text, count = re.subn(rf"({key}: )\$\{{[^}}]+\}}", rf"\g<1>{value}", text)
             assert count == 1, key
-        text = re.sub(r"(maxTrialNumber|maxTrialNum): 10", r"\1: 2", text)
+        text = re.sub(r"(maxTrialNumber|maxTrialNum): 10", r"\1: 3", text)
         (folder / "config.yml").write_text(text)
-        _check(_run(folder / "config.yml", azure.env), azure.emulator, 2)
+        _check(_run(folder / "config.yml", azure.env), azure.emulator, 3)
     _no_token_under(folder)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.following import follow
+from tests.following import follow, poll_until_done
 from trialflow.config.platforms import AmlConfig
 from trialflow.follow import TIMEOUT_REASON
 from trialflow.platforms.aml import (
@@ -94,20 +94,6 @@ def _platform(azure, tmp_path: Path, **extra) -> AmlPlatform:
     return AmlPlatform(config, tmp_path / "exp")
 
 
-async def _follow(platform: AmlPlatform, handle: dict, timeout: float = 90) -> tuple[TrialStatus, list, dict]:
-    cursor: dict = {}
-    metrics: list = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        update = await platform.poll(handle, cursor)
-        metrics += update.metrics
-        cursor = update.cursor
-        if update.status.is_terminal:
-            return update.status, metrics, {"message": update.message}
-        await asyncio.sleep(0.2)
-    raise AssertionError("trial did not finish")
-
-
 #: What azure-ai-ml asks to start one command job with local code (the SDK's own sequence; a
 #: change here is a change in the SDK worth reading about).
 SUBMIT_SEQUENCE = [
@@ -144,7 +130,7 @@ def test_trials_run_report_fail_and_reattach(azure, code, tmp_path, caplog):
     second = platform.submit_sync(bad)
 
     async def both():
-        return await asyncio.gather(_follow(platform, first), _follow(platform, second))
+        return await asyncio.gather(poll_until_done(platform, first), poll_until_done(platform, second))
 
     (s1, m1, _), (s2, m2, _) = asyncio.run(both())
     assert s1 is TrialStatus.SUCCEEDED and [m.value for m in m1] == [1, 2, 3, 10]
@@ -170,8 +156,8 @@ def test_cancel_and_max_trial_duration_end_the_job_with_the_reason(azure, code, 
     job = azure.emulator.jobs[handle["job"]]
     assert job.done.wait(10) and job.state == "stopped"
     # Another process polls: the reason is on the job itself.
-    status, _, info = asyncio.run(_follow(_platform(azure, tmp_path), handle, 20))
-    assert status is TrialStatus.EARLY_STOPPED and info["message"] == TIMEOUT_REASON
+    status, _, info = asyncio.run(poll_until_done(_platform(azure, tmp_path), handle, 20))
+    assert status is TrialStatus.EARLY_STOPPED and info.message == TIMEOUT_REASON
 
 
 def test_refusals_name_the_config_key(azure, tmp_path, monkeypatch):
@@ -194,6 +180,6 @@ def test_busy_answers_and_dropped_connections_are_retried_by_the_sdk(azure, code
         ("GET", r"/jobs/trialflow_eaml0001_0004$", (429, {"Retry-After": "0"}, {"error": {"code": "TooMany"}})),
         ("GET", r"/jobs/trialflow_eaml0001_0004$", "drop"),
     ]
-    status, metrics, _ = asyncio.run(_follow(platform, handle))
+    status, metrics, _ = asyncio.run(poll_until_done(platform, handle))
     assert status is TrialStatus.SUCCEEDED and [m.value for m in metrics] == [4, 5, 6, 40]
     assert azure.emulator.faults == []

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.emulators.dlts import DltsEmulator, can_run_jobs
-from tests.following import follow
+from tests.following import follow, poll_until_done
 from trialflow.config.platforms import DltsConfig
 from trialflow.follow import TIMEOUT_REASON
 from trialflow.platforms.base import TrialSpec, TrialStatus
@@ -119,20 +119,6 @@ def code(tmp_path):
     return folder
 
 
-async def _follow(platform: DltsPlatform, handle: dict, timeout: float = 60) -> tuple[TrialStatus, list, dict]:
-    cursor: dict = {}
-    metrics: list = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        update = await platform.poll(handle, cursor)
-        metrics += update.metrics
-        cursor = update.cursor
-        if update.status.is_terminal:
-            return update.status, metrics, {"message": update.message, "exit_code": update.exit_code}
-        await asyncio.sleep(0.1)
-    raise AssertionError("trial did not finish")
-
-
 @needs_jobs
 def test_trials_run_report_fail_and_reattach(dlts, code, tmp_path, caplog):
     platform = DltsPlatform(_config(tmp_path, dlts.dashboard), tmp_path / "exp")
@@ -142,12 +128,12 @@ def test_trials_run_report_fail_and_reattach(dlts, code, tmp_path, caplog):
 
     async def both():
         handles = [await platform.submit(good), await platform.submit(bad)]
-        return handles, await asyncio.gather(*(_follow(platform, h) for h in handles))
+        return handles, await asyncio.gather(*(poll_until_done(platform, h) for h in handles))
 
     with caplog.at_level(logging.DEBUG):
         handles, ((s1, m1, i1), (s2, m2, i2)) = asyncio.run(both())
-    assert s1 is TrialStatus.SUCCEEDED and [m.value for m in m1] == [1, 2, 3, 10] and i1["exit_code"] == 0
-    assert s2 is TrialStatus.FAILED and i2["exit_code"] == 4 and [m.value for m in m2] == [2, 3, 4, 20]
+    assert s1 is TrialStatus.SUCCEEDED and [m.value for m in m1] == [1, 2, 3, 10] and i1.exit_code == 0
+    assert s2 is TrialStatus.FAILED and i2.exit_code == 4 and [m.value for m in m2] == [2, 3, 4, 20]
     assert handles[0]["web_url"] == f"{dlts.dashboard}job/platform/.default/{handles[0]['job_id']}"
     assert PASSWORD not in str(handles) and PASSWORD not in caplog.text
     assert list((tmp_path / "job-work").iterdir()) == [], "the job's paths exist only in its namespace"
@@ -163,8 +149,8 @@ def test_kill_polls_as_the_cancel_status(dlts, code, tmp_path):
     while not platform.poll_sync(handle, {}).metrics and time.monotonic() < deadline:
         time.sleep(0.1)
     platform.cancel_sync(handle, TrialStatus.USER_CANCELED, "stopped from the UI")
-    status, metrics, info = asyncio.run(_follow(platform, handle, 20))
-    assert status is TrialStatus.USER_CANCELED and info["message"] == "stopped from the UI"
+    status, metrics, info = asyncio.run(poll_until_done(platform, handle, 20))
+    assert status is TrialStatus.USER_CANCELED and info.message == "stopped from the UI"
     assert [m.value for m in metrics] == [3]
     assert dlts.jobs[handle["job_id"]].state == "stopped"
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.emulators.openpai import OpenpaiEmulator, can_run_jobs
-from tests.following import follow
+from tests.following import follow, poll_until_done
 from trialflow.config.platforms import OpenpaiConfig
 from trialflow.follow import TIMEOUT_REASON
 from trialflow.platforms.base import TrialSpec, TrialStatus
@@ -233,20 +233,6 @@ def code(tmp_path):
     return folder
 
 
-async def _follow(platform: OpenpaiPlatform, handle: dict, timeout: float = 60) -> tuple[TrialStatus, list, dict]:
-    cursor: dict = {}
-    metrics: list = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        update = await platform.poll(handle, cursor)
-        metrics += update.metrics
-        cursor = update.cursor
-        if update.status.is_terminal:
-            return update.status, metrics, {"message": update.message, "exit_code": update.exit_code}
-        await asyncio.sleep(0.1)
-    raise AssertionError("trial did not finish")
-
-
 @needs_jobs
 def test_trials_run_report_and_fail_through_the_storage(pai, code, tmp_path):
     platform = OpenpaiPlatform(_config(tmp_path, host=pai.host), tmp_path / "exp")
@@ -258,11 +244,11 @@ def test_trials_run_report_and_fail_through_the_storage(pai, code, tmp_path):
 
     async def both():
         handles = [await platform.submit(good), await platform.submit(bad)]
-        return handles, await asyncio.gather(*(_follow(platform, h) for h in handles))
+        return handles, await asyncio.gather(*(poll_until_done(platform, h) for h in handles))
 
     handles, ((s1, m1, _), (s2, m2, info2)) = asyncio.run(both())
     assert s1 is TrialStatus.SUCCEEDED and [m.value for m in m1] == [1, 2, 3, 10]
-    assert s2 is TrialStatus.FAILED and info2["exit_code"] == 3 and [m.value for m in m2] == [2, 3, 4]
+    assert s2 is TrialStatus.FAILED and info2.exit_code == 3 and [m.value for m in m2] == [2, 3, 4]
     trial_dir = Path(handles[0]["trial_dir"])
     # The job ran in the container's paths, which exist only inside its mount namespace.
     assert (trial_dir / "where.txt").read_text() == str(tmp_path / "container-view/trialflow/epai0001/trials") + (
@@ -286,8 +272,8 @@ def test_cancel_stops_the_job_and_polls_as_the_cancel_status(pai, code, tmp_path
     while not platform.poll_sync(handle, {}).metrics and time.monotonic() < deadline:
         time.sleep(0.1)
     platform.cancel_sync(handle, TrialStatus.EARLY_STOPPED, "maxTrialDuration 1s")
-    status, metrics, info = asyncio.run(_follow(platform, handle, 20))
-    assert status is TrialStatus.EARLY_STOPPED and info["message"] == "maxTrialDuration 1s"
+    status, metrics, info = asyncio.run(poll_until_done(platform, handle, 20))
+    assert status is TrialStatus.EARLY_STOPPED and info.message == "maxTrialDuration 1s"
     assert [m.value for m in metrics] == [3]
     job = pai.jobs["alice~trialflow_epai0001_0003"]
     assert job.state == "stopped" and job.process is not None and job.process.poll() is not None
@@ -296,7 +282,7 @@ def test_cancel_stops_the_job_and_polls_as_the_cancel_status(pai, code, tmp_path
     asyncio.run(
         platform.api.request("PUT", "/jobs/alice~trialflow_epai0001_0004/executionType", json={"value": "STOP"})
     )
-    assert asyncio.run(_follow(platform, other, 20))[0] is TrialStatus.SYS_CANCELED
+    assert asyncio.run(poll_until_done(platform, other, 20))[0] is TrialStatus.SYS_CANCELED
 
 
 @needs_jobs

@@ -38,6 +38,7 @@ from trialflow.platforms.base import (
     TrialSpec,
     TrialStatus,
     TrialUpdate,
+    job_name_for,
 )
 from trialflow.platforms.mounted import read_metric_lines
 from trialflow.trial.packing import SDK_FILES, check_limits, collect_files
@@ -72,9 +73,7 @@ class AmlError(RuntimeError):
     """Azure ML refused what this config asks; the message names the config key to change."""
 
 
-def job_name(trial_id: str) -> str:
-    """Azure ML job names: letters, digits and underscores, unique in the workspace."""
-    return "trialflow_" + trial_id.replace("-", "_")
+job_name = job_name_for
 
 
 def sys_dir(trial_id: str) -> str:

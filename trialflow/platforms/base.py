@@ -45,6 +45,7 @@ __all__ = [
     "TrialStatus",
     "TrialUpdate",
     "experiment_id_for",
+    "job_name_for",
     "trial_id_for",
 ]
 
@@ -63,6 +64,12 @@ def experiment_id_for(dag_id: str, run_id: str) -> str:
 def trial_id_for(experiment_id: str, trial_index: int) -> str:
     """Deterministic per (experiment, run, index): a retried task re-attaches to its job."""
     return f"{experiment_id}-{trial_index:04d}"
+
+
+def job_name_for(trial_id: str) -> str:
+    """A service job's name from the trial id alone (OpenPAI, DLTS, Azure ML accept letters,
+    digits and underscores): the same trial always asks for the same job."""
+    return "trialflow_" + trial_id.replace("-", "_")
 
 
 @dataclass

@@ -34,6 +34,7 @@ from trialflow.platforms.base import (
     TrialSpec,
     TrialStatus,
     TrialUpdate,
+    job_name_for,
 )
 from trialflow.platforms.mounted import (
     LOG_FILE,
@@ -90,8 +91,7 @@ def dashboard(config: DltsConfig) -> str:
     return config.dashboard.rstrip("/") + "/"
 
 
-def job_name(trial_id: str) -> str:
-    return "trialflow_" + trial_id.replace("-", "_")
+job_name = job_name_for
 
 
 def build_job(

@@ -35,6 +35,7 @@ from trialflow.platforms.base import (
     TrialSpec,
     TrialStatus,
     TrialUpdate,
+    job_name_for,
 )
 from trialflow.platforms.mounted import (
     LOG_FILE,
@@ -71,9 +72,7 @@ class OpenpaiError(RuntimeError):
     """OpenPAI refused what this config asks; the message names the config key to change."""
 
 
-def job_name(trial_id: str) -> str:
-    """NNI's job names were ``nni_exp_<exp>_trial_<trial>``; ours derive from the trial id alone."""
-    return "trialflow_" + trial_id.replace("-", "_")
+job_name = job_name_for
 
 
 def paths(config: OpenpaiConfig, experiment_id: str, trial_id: str) -> SharedPaths:
