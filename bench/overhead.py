@@ -30,6 +30,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.nni_venv import NNI_VENV, build_nni_venv  # noqa: E402
 from trialflow.embedded import EmbeddedAirflow  # noqa: E402
 from trialflow.platforms.base import experiment_id_for  # noqa: E402
 from trialflow.tuning.store import ExperimentStore, sqlite_url  # noqa: E402
@@ -49,7 +50,6 @@ p = nni.get_next_parameter()
 time.sleep(float(sys.argv[1]))
 nni.report_final_result(p.get("x", 0.0))
 """
-NNI_VENV = Path(os.environ.get("TRIALFLOW_NNI_VENV", Path.home() / ".cache" / "trialflow" / "nni-3.0-venv"))
 
 
 def config_text(n: int, c: int, s: float, python: str, script: str) -> str:
@@ -154,30 +154,11 @@ def run_nni(work: Path, n: int, c: int, s: float, tag: str) -> float | None:
 
 
 def ensure_nni() -> bool:
-    if (NNI_VENV / "bin" / "nnictl").exists() and subprocess.run(
-        [str(NNI_VENV / "bin" / "python"), "-c", "import pkg_resources"], capture_output=True
-    ).returncode == 0:
-        return True
-    uv = shutil.which("uv") or str(Path(PY).parent / "uv")
     try:
-        subprocess.run([uv, "venv", "-q", str(NNI_VENV)], check=True)
-        subprocess.run(
-            [
-                uv,
-                "pip",
-                "install",
-                "-q",
-                "--compile-bytecode",
-                "-p",
-                str(NNI_VENV / "bin" / "python"),
-                "nni==3.0",
-                "setuptools<81",
-            ],
-            check=True,
-        )  # nnictl imports pkg_resources
+        build_nni_venv(NNI_VENV)
         return True
-    except (OSError, subprocess.CalledProcessError) as exc:
-        print(f"NNI baseline skipped: cannot install nni==3.0 ({exc})", file=sys.stderr)
+    except RuntimeError as exc:
+        print(f"NNI baseline skipped: {exc}", file=sys.stderr)
         return False
 
 

@@ -60,7 +60,6 @@ def _postgres_bin() -> Path | None:
     found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]), reverse=True)
     if found:
         return found[0].parent
-    import shutil
 
     initdb = shutil.which("initdb")
     return Path(initdb).parent if initdb else None
@@ -70,10 +69,8 @@ def _postgres_bin() -> Path | None:
 def postgres_url() -> Iterator[str]:
     """A real PostgreSQL server from Debian's packages on 127.0.0.1 (a free port), password
     authentication, stopped and deleted at the end of the session."""
-    import shutil
     import signal
     import socket
-    import subprocess
     import time
 
     bin_dir = _postgres_bin()
@@ -172,30 +169,15 @@ def ssh_servers() -> Iterator[list]:
             sshd.remove(server)
 
 
-NNI_VENV = Path(os.environ.get("TRIALFLOW_NNI_VENV", Path.home() / ".cache" / "trialflow" / "nni-3.0-venv"))
-
-
 @pytest.fixture(scope="session")
 def nni_python() -> str:
     """A separate virtualenv with the real nni==3.0 (built once per machine, then cached)."""
-    python = NNI_VENV / "bin" / "python"
-    if not python.exists():
-        uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-        try:
-            subprocess.run([uv, "venv", "-q", str(NNI_VENV)], check=True, timeout=300)
-            subprocess.run(
-                [uv, "pip", "install", "-q", "--compile-bytecode", "-p", str(python), "nni==3.0"],
-                check=True,
-                timeout=900,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            shutil.rmtree(NNI_VENV, ignore_errors=True)
-            pytest.fail(f"could not build the nni==3.0 virtualenv at {NNI_VENV}: {exc}")
-    check = subprocess.run(
-        [str(python), "-c", "import nni; print(nni.__version__)"], capture_output=True, text=True, timeout=120
-    )
-    assert check.stdout.strip() == "3.0", check.stderr
-    return str(python)
+    from tests.nni_venv import build_nni_venv
+
+    try:
+        return str(build_nni_venv())
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
 def _kube_skip_reason() -> str | None:

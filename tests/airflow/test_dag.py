@@ -73,18 +73,17 @@ def test_broken_config_fails_at_parse_time(tmp_path):
     "tuner, platform, message",
     [
         ("SMAC", "local", "closest supported choice is 'TPE'"),
-        ("TPE", "openpai", "trainingService.platform: training service platform 'openpai' cannot run here"),
+        ("TPE", "dlc", "trainingService.platform: training service platform 'dlc' cannot run here"),
     ],
 )
 def test_configs_this_release_cannot_run_are_refused_at_parse_time(tmp_path, tuner, platform, message):
     path = write_config(tmp_path, tuner=tuner, platform=platform)
-    if platform == "openpai":
+    if platform == "dlc":
         path.write_text(
             path.read_text().replace(
-                "{platform: openpai}",
-                "{platform: openpai, host: 'https://pai', username: u, token: t, trialCpuNumber: 1,\n"
-                "  trialMemorySize: 1gb, storageConfigName: s, localStorageMountPoint: /tmp,\n"
-                "  containerStorageMountPoint: /mnt}",
+                "{platform: dlc}",
+                "{platform: dlc, image: i, ecsSpec: e, region: r, nasDataSourceId: n, accessKeyId: a,\n"
+                "  accessKeySecret: s, localStorageMountPoint: /tmp, containerStorageMountPoint: /mnt}",
             )
         )
     with pytest.raises(ConfigError, match=message):

@@ -97,7 +97,11 @@ def azurite(folder: Path, cert: Path, key: Path) -> Iterator[int]:
         yield port
     finally:
         os.killpg(proc.pid, 15)
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # it may wait for idle keep-alive connections
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=10)
 
 
 @dataclass

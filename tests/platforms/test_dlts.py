@@ -95,6 +95,8 @@ def dlts(tmp_path):
 
 def test_refused_credentials_name_the_keys_and_never_show_the_password(dlts, tmp_path, caplog):
     wrong = DltsPlatform(_config(tmp_path, dlts.dashboard, password="x" + PASSWORD), tmp_path / "exp")
+    caplog.set_level(logging.DEBUG, logger="httpx")  # Airflow's logging config may have quieted it
+    caplog.set_level(logging.DEBUG, logger="trialflow")
     with caplog.at_level(logging.DEBUG), pytest.raises(DltsError) as info:
         wrong.prepare_sync("edlts001")
     assert "trainingService.email / password were refused" in str(info.value)
