@@ -183,3 +183,17 @@ def test_busy_answers_and_dropped_connections_are_retried_by_the_sdk(azure, code
     status, metrics, _ = asyncio.run(poll_until_done(platform, handle))
     assert status is TrialStatus.SUCCEEDED and [m.value for m in metrics] == [4, 5, 6, 40]
     assert azure.emulator.faults == []
+
+
+def test_render_shows_the_job_as_the_sdk_would_send_it(tmp_path):
+    """No workspace needed: the job the SDK would create, with the code folder, image, compute."""
+    config = AmlConfig.model_validate(
+        {"platform": "aml", "subscriptionId": "s", "resourceGroup": "r", "workspaceName": "w", "computeTarget": "c"}
+        | {"trialCommand": "python3 t.py", "dockerImage": "msranni/nni:v3"}
+    )
+    job = AmlPlatform(config, tmp_path / "exp").render(_spec(tmp_path, 2, text="x"))
+    assert job["type"] == "command" and job["compute"] == "azureml:c"
+    assert job["component"]["name"] == "trialflow_eaml0001_0002" and job["component"]["code"] == str(tmp_path)
+    assert job["environment"]["image"] == "msranni/nni:v3"
+    assert json.loads(job["environment_variables"][PARAMETER_VAR])["parameters"] == {"x": 2, "text": "x"}
+    assert job["component"]["tags"] == {"trialflow.experiment": "eaml0001", "trialflow.trial": "eaml0001-0002"}
