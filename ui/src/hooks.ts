@@ -78,5 +78,11 @@ export function useLoad<T>(load: () => Promise<T>, deps: unknown[], live = false
     const timer = window.setInterval(run, everyMs);
     return () => window.clearInterval(timer);
   }, [live, everyMs, run, enabled]);
+  // The run just ended: one last load, or what finished after the previous tick would never show.
+  const wasLive = useRef(live);
+  useEffect(() => {
+    if (wasLive.current && !live && enabled) run();
+    wasLive.current = live;
+  }, [live, enabled, run]);
   return { data, error, loading, reload: run };
 }
