@@ -166,3 +166,16 @@ def test_max_trial_duration_kills_the_job_early(dlts, code, tmp_path):
     job = dlts.jobs[handle["job_id"]]
     assert job.done.wait(10) and job.state == "stopped"
     assert [m.value for m in recorder.metrics] == [5]
+
+
+def test_a_dropped_submit_is_not_sent_twice_and_odd_answers_are_clear_errors(dlts, code, tmp_path):
+    """DLTS cannot recognise a job sent again, so a submit whose connection dropped after it went
+    out is not retried (the job may exist); an answer that is not JSON names the call."""
+    platform = DltsPlatform(_config(tmp_path, dlts.dashboard), tmp_path / "exp")
+    dlts.faults.append(("POST", r"/jobs$", "drop"))
+    with pytest.raises(DltsError, match=r"disconnected without sending a response\. \(attempts: 1\)"):
+        platform.submit_sync(_spec(code, 6))
+    assert [r.method for r in dlts.requests].count("POST") == 1
+    dlts.faults.append(("GET", r"/v2/clusters/", (200, {}, None)))
+    with pytest.raises(DltsError, match="expected JSON"):
+        platform.poll_sync({"job_id": "j1", "trial_dir": str(tmp_path)}, {})

@@ -130,6 +130,9 @@ def test_openpai_config_is_kept_whole_except_name_and_commands(tmp_path):
     assert job["extras"]["hivedScheduler"] == {"jobPriorityClass": "prod"}
     assert job["extras"]["storages"] == [{"name": "other"}, {"name": "confignfs"}]
     assert own["name"] == "theirs", "the config's own dict is not changed"
+    bad = {**own, "taskRoles": {"a": "python3 x.py"}}
+    with pytest.raises(OpenpaiError, match="taskRoles.a: expected a mapping"):
+        build_job(_config(tmp_path, openpaiConfig=bad), _spec(tmp_path, 0), "mine", ["run"])
     file = tmp_path / "pai.yaml"
     file.write_text(yaml.safe_dump({**own, "taskRoles": {}}))
     with pytest.raises(OpenpaiError, match="taskRoles"):

@@ -196,10 +196,12 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
         if self._gpu_type is None:
             team = quote(self.team or "", safe="")
             try:
-                info = await self.api.request("GET", f"api/teams/{team}/clusters/{quote(self.config.cluster, safe='')}")
+                info = await self.api.request_json(
+                    "GET", f"api/teams/{team}/clusters/{quote(self.config.cluster, safe='')}"
+                )
             except RestError as exc:
                 raise DltsError(self._explain(exc)) from None
-            self._gpu_type = gpu_type_of(info.json())
+            self._gpu_type = gpu_type_of(info)
         return self._gpu_type
 
     def _explain(self, exc: RestError) -> str:
@@ -257,13 +259,16 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
         await asyncio.to_thread(stage_tree, p.local_root, spec.code_dir, spec.code_excludes)
         await asyncio.to_thread(write_parameter_file, folder, spec.parameter_id, spec.parameters)
         try:
-            answer = await self.api.request(
-                "POST", f"api/clusters/{quote(self.config.cluster, safe='')}/jobs", json=body
+            answer = await self.api.request_json(
+                "POST", f"api/clusters/{quote(self.config.cluster, safe='')}/jobs", json=body, idempotent=False
             )
         except RestError as exc:
-            (folder / CLAIM_FILE).unlink(missing_ok=True)  # nothing started: a retry may submit
+            if exc.status is not None:  # the service answered: nothing started, a retry may submit
+                (folder / CLAIM_FILE).unlink(missing_ok=True)
             raise DltsError(self._explain(exc)) from None
-        job_id = str(answer.json()["jobId"])
+        if not isinstance(answer, dict) or not answer.get("jobId"):
+            raise DltsError(f"the DLTS dashboard accepted the job but gave no jobId: {str(answer)[:200]}")
+        job_id = str(answer["jobId"])
         tmp = folder / (JOB_FILE + ".tmp")
         tmp.write_text(json.dumps({"jobId": job_id}))
         os.replace(tmp, folder / JOB_FILE)
@@ -299,7 +304,7 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
 
     async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
         try:
-            body = (await self.api.request("GET", self._job_path(handle, v2=True))).json()
+            body = await self.api.request_json("GET", self._job_path(handle, v2=True))
         except RestError as exc:
             if exc.status == 404:
                 return TrialUpdate(TrialStatus.FAILED, [], cursor, f"DLTS job {handle['job_id']} is gone")

@@ -137,7 +137,9 @@ def build_job(config: OpenpaiConfig, spec: TrialSpec, name: str, commands: list[
     roles = protocol.get("taskRoles")
     if not isinstance(roles, dict) or not roles:
         raise OpenpaiError("openpaiConfig has no taskRoles: it needs at least one task role")
-    for role in roles.values():
+    for role_name, role in roles.items():
+        if not isinstance(role, dict):
+            raise OpenpaiError(f"openpaiConfig taskRoles.{role_name}: expected a mapping (instances, commands, ...)")
         role["commands"] = list(commands)
     extras = protocol.setdefault("extras", {})
     storages = extras.setdefault("storages", [])
@@ -176,6 +178,12 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
         )
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        return await self._call("request", method, path, **kwargs)
+
+    async def _request_json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return await self._call("request_json", method, path, **kwargs)
+
+    async def _call(self, how: str, method: str, path: str, **kwargs: Any) -> Any:
         """Every call to the REST server; the token comes from the config or, once per
         process, from the Airflow connection ``tokenConnId``."""
         if self.api is None:
@@ -185,7 +193,7 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
                     f"tokenConnId {conn_id!r} is an Airflow connection: run the experiment under Airflow"
                 )
             self.api = self._client_for(await self.connections.token(conn_id))
-        return await self.api.request(method, path, **kwargs)
+        return await getattr(self.api, how)(method, path, **kwargs)
 
     # -- checks ------------------------------------------------------------------------------
 
@@ -284,7 +292,7 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
 
     async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
         try:
-            body = (await self._request("GET", self._job_path(handle))).json()
+            body = await self._request_json("GET", self._job_path(handle))
         except RestError as exc:
             if exc.status == 404:
                 return TrialUpdate(TrialStatus.FAILED, [], cursor, f"job {handle['job']} is gone from OpenPAI")

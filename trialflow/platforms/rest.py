@@ -154,10 +154,15 @@ class RestClient:
         headers: Mapping[str, str] | None = None,
         params: Mapping[str, str] | None = None,
         accept: Iterable[int] = (),
+        idempotent: bool = True,
     ) -> httpx.Response:
         """The response when its status is 2xx or in ``accept``; RestError otherwise, after
-        bounded retries of 429/502/503/504 and dropped connections."""
+        bounded retries of 429/502/503/504 and dropped connections. ``idempotent=False`` (a
+        submit the service cannot recognise again): a connection that dropped after the request
+        went out is not retried, since the service may have acted on it; only one that never
+        connected is."""
         accepted = set(accept)
+        tries = 0
         query = {**self.params, **(params or {})}
 
         async def once() -> httpx.Response:
@@ -172,20 +177,33 @@ class RestClient:
             async for attempt in tenacity.AsyncRetrying(
                 stop=tenacity.stop_after_attempt(self.attempts),
                 wait=_wait,
-                retry=tenacity.retry_if_exception_type((_RetryLater, httpx.TransportError)),
+                retry=tenacity.retry_if_exception_type(
+                    (_RetryLater, httpx.TransportError if idempotent else httpx.ConnectError)
+                ),
                 before_sleep=self._log_retry(method, path),
                 reraise=True,
             ):
+                tries = attempt.retry_state.attempt_number
                 with attempt:
                     response = await once()
         except _RetryLater as exc:
             raise self._error(exc.response, method, path) from None
         except httpx.TransportError as exc:
             reason = self.scrub(str(_without_query(str(exc))) or type(exc).__name__)
-            raise RestError(None, method, path, f"{reason} (after {self.attempts} attempts)") from None
+            raise RestError(None, method, path, f"{reason} (attempts: {tries})") from None
         if response.is_success or response.status_code in accepted:
             return response
         raise self._error(response, method, path)
+
+    async def request_json(self, method: str, path: str, **kwargs: Any) -> Any:
+        """:meth:`request`, then its JSON body; an answer that is not JSON is a RestError saying
+        so (a proxy's HTML error page, a truncated body), never a traceback."""
+        response = await self.request(method, path, **kwargs)
+        try:
+            return response.json()
+        except ValueError:
+            start = self.scrub(response.text.strip()[:120])
+            raise RestError(response.status_code, method, path, f"expected JSON, got {start!r}") from None
 
     def _error(self, response: httpx.Response, method: str, path: str) -> RestError:
         return RestError(response.status_code, method, path, self.scrub(service_message(response)))
