@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.following import poll_until_done
 from trialflow.config.platforms import RemoteConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.remote import LAUNCH_GRACE_SECONDS, RemotePlatform, parse_probe, remote_status
@@ -146,17 +147,8 @@ def _spec(code: Path, index: int, experiment: str = "eremote1", sleep: float = 0
 
 
 async def _follow(platform: RemotePlatform, handle: dict, timeout: float = 60) -> tuple[TrialStatus, list, str | None]:
-    cursor: dict = {}
-    metrics: list = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        update = await platform.poll(handle, cursor)
-        metrics += update.metrics
-        cursor = update.cursor
-        if update.status.is_terminal:
-            return update.status, metrics, update.message
-        await asyncio.sleep(0.2)
-    raise TimeoutError(handle["trial_id"])
+    status, metrics, last = await poll_until_done(platform, handle, timeout, interval=0.2)
+    return status, metrics, last.message
 
 
 def test_a_trial_runs_on_each_machine_key_and_password(ssh_servers, tmp_path):

@@ -4,7 +4,7 @@ NNI drove Azure ML through the v1 SDK (azureml-core), out of support since
 2026-06; trialflow uses ``MLClient`` and one command job per trial, named after
 the trial id, so a retried task finds its job and re-attaches. The code goes
 the SDK's way (uploaded to the workspace's blob store as a code asset,
-content-addressed, so an experiment uploads it once), with trialflow's light
+looked up by content hash before each upload), with trialflow's light
 SDK beside it; parameters travel in the job's environment and are written to
 parameter.cfg before the trial command runs; metrics are the ``NNISDK_MEb``
 lines of the job's ``user_logs/std_log.txt``, which Azure ML uploads to the
@@ -105,7 +105,7 @@ def job_status(status: str | None) -> TrialStatus:
 
 def stage_code(code_dir: Path, excludes: tuple[Path, ...], target: Path) -> Path:
     """The folder the SDK uploads: the trial code (honouring .nniignore and NNI's limits, never
-    the experiment's config) and trialflow's SDK. Same content, same code asset: one upload."""
+    the experiment's config) and trialflow's SDK; the SDK looks the folder up by its content hash."""
     files = collect_files(code_dir, excludes)
     check_limits(code_dir, files)
     for rel in files:
