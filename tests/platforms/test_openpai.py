@@ -306,3 +306,23 @@ def test_the_token_or_its_airflow_connection_one_of_them(tmp_path):
     platform = OpenpaiPlatform(config, tmp_path / "exp")
     with pytest.raises(OpenpaiError, match="tokenConnId 'pai' is an Airflow connection"):
         platform.prepare_sync("epai0001")
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"status": "EARLY_STOPPED", "reason": "assessor"}', (TrialStatus.EARLY_STOPPED, "assessor")),
+        ('{"status": "USER_CANCELED"}', (TrialStatus.USER_CANCELED, "")),
+        ('{"status": "SUCCEEDED", "reason": "edited by hand"}', None),  # not a cancel status
+        ('{"status": "NOPE"}', None),
+        ('["EARLY_STOPPED"]', None),
+        ('{"status": ', None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_cancel_records_never_raise(text, expected):
+    """A torn cancel file or a hand-edited job tag reads as "not ours", not as a traceback."""
+    from trialflow.platforms.mounted import parse_cancel
+
+    assert parse_cancel(text) == expected

@@ -40,7 +40,7 @@ from trialflow.platforms.base import (
     TrialUpdate,
     job_name_for,
 )
-from trialflow.platforms.mounted import read_metric_lines
+from trialflow.platforms.mounted import parse_cancel, read_metric_lines
 from trialflow.trial.packing import SDK_FILES, check_limits, collect_files
 from trialflow.trial.protocol import Metric, parameter_text
 
@@ -269,10 +269,8 @@ class AmlPlatform(TrainingPlatform[AmlConfig]):
         status = job_status(job.status)
         message = None
         if status is TrialStatus.SYS_CANCELED:
-            asked = json.loads((job.tags or {}).get(CANCEL_TAG) or "null")
-            status, message = (
-                (TrialStatus(asked["status"]), asked["reason"]) if asked else (status, "canceled in Azure ML")
-            )
+            asked = parse_cancel((job.tags or {}).get(CANCEL_TAG))
+            status, message = asked if asked else (status, "canceled in Azure ML")
         cursor = dict(cursor)
         metrics, skipped = self._read_log(handle["job"], cursor, status.is_terminal)
         return TrialUpdate(status, metrics, cursor, message, None, skipped)

@@ -314,7 +314,7 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
         message = None
         if status is TrialStatus.SYS_CANCELED:
             asked = recorded_cancel(folder)
-            status, message = (TrialStatus(asked[0]), asked[1]) if asked else (status, "killed on DLTS")
+            status, message = asked if asked else (status, "killed on DLTS")
         cursor = dict(cursor)
         metrics, skipped = await asyncio.to_thread(read_log_metrics, folder / LOG_FILE, cursor, status.is_terminal)
         return TrialUpdate(

@@ -24,6 +24,7 @@ from typing import Any
 
 from trialflow.trial.packing import SDK_FILES, check_limits, collect_files
 from trialflow.trial.protocol import Metric, parameter_text, read_framed, read_stdout_lines
+from trialflow.trial.status import CANCEL_STATUSES, TrialStatus
 
 #: How much of a file one poll reads while the trial runs (all of it once the trial ended).
 READ_CHUNK = 4 * 1024 * 1024
@@ -87,13 +88,23 @@ def record_cancel(folder: Path, status: str, reason: str) -> None:
     os.replace(tmp, folder / CANCEL_FILE)
 
 
-def recorded_cancel(folder: Path) -> tuple[str, str] | None:
+def recorded_cancel(folder: Path) -> tuple[TrialStatus, str] | None:
     """(status, reason) that :func:`record_cancel` left, or None (someone else stopped it)."""
     try:
-        asked = json.loads((folder / CANCEL_FILE).read_text())
-        return str(asked["status"]), str(asked.get("reason") or "")
-    except (OSError, ValueError, KeyError, TypeError):
+        return parse_cancel((folder / CANCEL_FILE).read_text())
+    except OSError:
         return None
+
+
+def parse_cancel(text: str | None) -> tuple[TrialStatus, str] | None:
+    """A cancel record (``{"status", "reason"}`` JSON, in a file or a job's tag); None when it is
+    missing or not one (a hand-edited tag, a torn file), never an exception."""
+    try:
+        asked = json.loads(text or "null")
+        status = TrialStatus(asked["status"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return (status, str(asked.get("reason") or "")) if status in CANCEL_STATUSES else None
 
 
 def stage_tree(root: Path, code_dir: Path | None, exclude: tuple[Path, ...] = ()) -> None:

@@ -310,7 +310,7 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
         asked = recorded_cancel(Path(handle["trial_dir"]))
         if asked is None:
             return TrialStatus.SYS_CANCELED, message or "stopped on OpenPAI, not by trialflow"
-        return TrialStatus(asked[0]), asked[1] or message
+        return asked[0], asked[1] or message
 
     async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         await asyncio.to_thread(record_cancel, Path(handle["trial_dir"]), status.value, reason)
