@@ -115,7 +115,8 @@ export function curvesOption(curves: Curve[]): Option {
     tooltip: { trigger: "item", formatter: (p: { seriesName: string; data: number[] }) =>
       `${escapeHtml(p.seriesName)}<br/>step ${p.data[0]}: ${formatValue(p.data[1])}` },
     legend: { type: "scroll", bottom: 0 },
-    grid: { left: 60, right: 24, top: 20, bottom: 50 },
+    // room above the plot for the axis name, which otherwise sits on the chart's subtitle
+    grid: { left: 60, right: 24, top: 36, bottom: 50 },
     xAxis: { type: "value", name: "step", minInterval: 1 },
     yAxis: { type: "value", name: "intermediate", scale: true },
     dataZoom: [{ type: "inside" }],
@@ -169,7 +170,8 @@ export function timelineOption(rows: TrialRow[]): Option {
     // a lines series does not size its axes: the extent is given
     xAxis: [{ type: "time", gridIndex: 0, axisLabel: { show: false }, min: first, max: last },
       { type: "time", gridIndex: 1, min: first, max: last }],
-    yAxis: [{ type: "value", name: "trial", gridIndex: 0, minInterval: 1, inverse: true, min: -0.5,
+    // an inverse axis puts its name at its end, the bottom, on top of "running": name it at the top
+    yAxis: [{ type: "value", name: "trial", nameLocation: "start", gridIndex: 0, minInterval: 1, inverse: true, min: -0.5,
       max: Math.max(...timed.map((r) => r.trial_index)) + 0.5,
       axisLabel: { formatter: (v: number) => (Number.isInteger(v) ? String(v) : "") } },
       { type: "value", name: "running", gridIndex: 1, minInterval: 1 }],
