@@ -277,3 +277,10 @@ trainingService: {{platform: local}}
     assert page.locator("[data-testid=summary]").inner_text() != first
     assert not navigations, "the page reloaded"
     ui.harness.wait(dag_id, run_id, timeout=300)
+    # The run's end reaches the page too: every trial shows, and it stops refreshing.
+    page.wait_for_function("document.querySelectorAll('[data-testid=trial-row]').length === 6", timeout=30000)
+    page.wait_for_function(
+        "!document.querySelector('[data-testid=experiment-page]').innerText.includes('refreshing every')",
+        timeout=30000,
+    )
+    assert not navigations, "the page reloaded"

@@ -105,11 +105,22 @@ def _dag_runs(pairs: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], str], 
     return {(d, r): str(getattr(s, "value", s)) for d, r, s in runs if (d, r) in pairs}, existing
 
 
-def _state(row: dict[str, Any], runs: dict[tuple[str, str], str]) -> str:
-    state = runs.get((row.get("dag_id") or "", row.get("run_id") or ""))
+LIVE_RUN_STATES = frozenset({"queued", "running"})
+
+
+def run_state(row: dict[str, Any], runs: dict[tuple[str, str], str]) -> tuple[str, bool]:
+    """(state, active) of an experiment row: its DAG run's word when the run still exists.
+
+    The run, not the trial counts, says whether the experiment is still going: between two
+    waves of trials (the previous ones ended, the next not yet asked) no trial is waiting or
+    running, yet the run is, and a page that stopped refreshing then never saw the rest.
+    Without a run (its DAG deleted, or the CLI's own runs), the trials' statuses are all there is.
+    """
+    dag_id, run_id = row.get("dag_id"), row.get("run_id")
+    state = runs.get((dag_id, run_id)) if dag_id and run_id else None
     if state:
-        return state
-    return "running" if row.get("active") else "finished"
+        return state, state in LIVE_RUN_STATES
+    return ("running", True) if row.get("active") else ("finished", False)
 
 
 def _authorize(user: Any, experiment_id: str) -> str | None:
@@ -229,7 +240,7 @@ def create_app() -> FastAPI:
         rows = [r for r in rows if allowed[r["dag_id"]]]
         runs, existing = _dag_runs({(r["dag_id"], r["run_id"]) for r in rows if r["dag_id"] and r["run_id"]})
         for row in rows:
-            row["state"] = _state(row, runs)
+            row["state"], row["active"] = run_state(row, runs)
             row["dag_exists"] = row["dag_id"] in existing
         return {"experiments": rows}
 
@@ -238,7 +249,7 @@ def create_app() -> FastAPI:
         _authorize(user, experiment_id)
         summary = queries.experiment_summary(store_engine(), experiment_id)
         runs, existing = _dag_runs({(summary["dag_id"], summary["run_id"])} if summary.get("dag_id") else set())
-        summary["state"] = _state(summary, runs)
+        summary["state"], summary["active"] = run_state(summary, runs)
         dag, run = summary.get("dag_id"), summary.get("run_id")
         summary["links"] = {
             "dag_run": f"{base_url()}dags/{quote(dag, safe='')}/runs/{quote(run, safe='')}"
