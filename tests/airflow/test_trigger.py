@@ -1,4 +1,8 @@
-"""TrialTrigger run directly (no scheduler) against real local trials and a real store."""
+"""TrialTrigger run directly (no scheduler) against real local trials and a real store.
+
+A trial that succeeded or was stopped on purpose ends its task from the trigger (the
+task-ending events, the result XCom with them); failures and errors resume the worker.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from airflow.triggers.base import BaseTaskEndEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
 
 from trialflow.experiment import Experiment, load_runnable_config
 from trialflow.platforms.base import TrialStatus
@@ -21,6 +26,9 @@ import os, sys, time, subprocess
 from trialflow import trial
 p = trial.get_next_parameter()
 mode = os.environ.get("MODE", "ok")
+if mode == "fail":
+    trial.report_intermediate_result(0.5)
+    sys.exit(3)
 if mode == "hang":
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
     open(os.environ["NNI_OUTPUT_DIR"] + "/child.pid", "w").write(str(child.pid))
@@ -89,10 +97,19 @@ trainingService: {{platform: local}}
     return submit, store
 
 
+async def only_event(trigger: TrialTrigger) -> TriggerEvent:
+    events = [event async for event in trigger.run()]
+    assert len(events) == 1, events
+    return events[0]
+
+
 async def first_event(trigger: TrialTrigger) -> dict:
-    async for event in trigger.run():
-        return event.payload
-    raise AssertionError("no event")
+    """The trial's outcome however it came: the ending event's XCom or the worker's event."""
+    event = await only_event(trigger)
+    if isinstance(event, BaseTaskEndEvent):
+        assert event.xcoms is not None
+        return dict(event.xcoms["return_value"], ending=type(event).__name__)
+    return event.payload
 
 
 def test_serialize_round_trip(setup):
@@ -107,12 +124,37 @@ def test_serialize_round_trip(setup):
 def test_trigger_follows_to_the_end_and_records_metrics(setup):
     submit, store = setup
     trigger = submit(1, "ok")
-    event = asyncio.run(first_event(trigger))
-    assert event["status"] == "SUCCEEDED"
+    event = asyncio.run(only_event(trigger))
+    # The task ends here, with the result the worker would have returned, already in the store.
+    assert isinstance(event, TaskSuccessEvent) and event.xcoms is not None
+    result = event.xcoms["return_value"]
     frozen = store.storage.get_trial(trigger.storage_id)
     assert frozen.intermediate_values == {0: 0.0, 1: 0.25, 2: 0.5, 3: 0.75}
     assert frozen.user_attrs["final_metric"] == frozen.user_attrs["parameters"]["x"]
-    assert event["cursor"]["metrics_offset"] > 0
+    assert result["status"] == "SUCCEEDED" and result["final_metric"] == frozen.user_attrs["final_metric"]
+    assert result["intermediate_count"] == 4 and result["trial_index"] == 1
+    assert store.trial(trigger.storage_id).status == TrialStatus.SUCCEEDED
+    assert trigger.cursor["metrics_offset"] > 0
+    json.dumps(event.xcoms)  # what the triggerer stores as the task's XCom
+
+
+def test_a_failed_trial_goes_back_to_the_worker(setup):
+    """A task-ending failure would be retried; the worker fails a failed trial without retries."""
+    submit, store = setup
+    trigger = submit(7, "fail")
+    event = asyncio.run(only_event(trigger))
+    assert not isinstance(event, BaseTaskEndEvent)
+    assert event.payload["status"] == "FAILED" and event.payload["exit_code"] == 3
+    assert store.trial(trigger.storage_id).status == TrialStatus.FAILED  # recorded already
+
+
+def test_without_end_task_every_outcome_resumes_the_worker(setup):
+    submit, store = setup
+    trigger = submit(8, "ok")
+    trigger.end_task = False
+    event = asyncio.run(only_event(trigger))
+    assert not isinstance(event, BaseTaskEndEvent) and event.payload["status"] == "SUCCEEDED"
+    assert store.trial(trigger.storage_id).status != TrialStatus.SUCCEEDED  # the worker records it
 
 
 def test_a_restarted_trigger_resumes_from_its_cursor(setup):
@@ -132,6 +174,7 @@ def test_deadline_stops_the_trial_and_its_children(setup):
     started = time.monotonic()
     event = asyncio.run(first_event(trigger))
     assert event["status"] == "EARLY_STOPPED" and event["message"] == "maxTrialDuration exceeded"
+    assert event["ending"] == TaskSkippedEvent.__name__  # stopped on purpose: skipped, as in the worker
     assert time.monotonic() - started < 30
     child = int((Path(trigger.handle["trial_dir"]) / "child.pid").read_text())
     assert not process_alive(child) and not process_alive(trigger.handle["pid"])
@@ -150,6 +193,7 @@ def test_the_experiment_deadline_cancels_a_running_trial(setup):
     trigger = submit(5, "hang", experiment_deadline=time.time() + 0.5)
     event = asyncio.run(first_event(trigger))
     assert event["status"] == "SYS_CANCELED" and event["message"] == "maxExperimentDuration reached"
+    assert event["ending"] == TaskSkippedEvent.__name__
     assert not process_alive(trigger.handle["pid"])
 
 

@@ -80,6 +80,8 @@ class SubmitTrialOperator(BaseOperator):
         TrialSensor (False).
     :param poll_interval: seconds between polls while deferred (the triggerer starts faster).
     :param defer_after: seconds to follow the trial in the worker before deferring.
+    :param end_from_trigger: a deferred trial that succeeds or is stopped on purpose ends its task
+        from the triggerer (no worker round trip); False resumes a worker for every outcome.
     """
 
     template_fields: Sequence[str] = (
@@ -106,9 +108,11 @@ class SubmitTrialOperator(BaseOperator):
         wait_for_completion: bool = True,
         poll_interval: float = 1.0,
         defer_after: float = 10.0,
+        end_from_trigger: bool = True,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
+        self.end_from_trigger = end_from_trigger
         self.config_path = config_path
         self.trial_index = trial_index
         self.service_index = service_index
@@ -176,7 +180,11 @@ class SubmitTrialOperator(BaseOperator):
             return report(context, result)
         self.defer(
             trigger=TrialTrigger(
-                **submission, cursor=outcome.cursor, poll_interval=self.poll_interval, seen_running=outcome.seen_running
+                **submission,
+                cursor=outcome.cursor,
+                poll_interval=self.poll_interval,
+                seen_running=outcome.seen_running,
+                end_task=self.end_from_trigger,
             ),
             method_name="execute_complete",
         )

@@ -6,6 +6,14 @@ maxTrialDuration by cancelling the trial (EARLY_STOPPED, as NNI), and fires
 once when the trial ends. Everything it needs is in its kwargs, so a restarted
 triggerer picks up where the last one was (re-reading at most one poll, which
 the store absorbs: intermediate values are keyed by sequence).
+
+A trial that succeeded or was stopped on purpose ends its task here (Airflow's
+task-ending events, the result as the task's XCom): resuming a worker only to
+record what the trigger already knows cost a scheduler round and a task start
+(seconds per trial). A failed trial still goes back to the worker, which fails the
+task without retries (a task-ending failure would be retried, and a retry of a
+failed trial only finds it failed again). A trigger error goes back too: the
+worker fails that attempt so a retry re-attaches to the same job.
 """
 
 from __future__ import annotations
@@ -15,10 +23,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
 
 if TYPE_CHECKING:
-    from trialflow.follow import StopCheck
+    from trialflow.follow import FollowOutcome, StopCheck
     from trialflow.platforms.base import TrainingPlatform
     from trialflow.tuning.store import ExperimentStore
 
@@ -40,6 +48,8 @@ class TrialTrigger(BaseTrigger):
     :param seen_running: the trial was seen running before (a vanished handle then means
         it was lost, not that it has not started).
     :param experiment_deadline: epoch seconds when maxExperimentDuration ends the trial.
+    :param end_task: end the task from here when the trial succeeded or was stopped on purpose
+        (False: always resume the worker with the outcome).
     """
 
     def __init__(
@@ -57,6 +67,7 @@ class TrialTrigger(BaseTrigger):
         poll_interval: float = 1.0,
         seen_running: bool = False,
         experiment_deadline: float | None = None,
+        end_task: bool = True,
     ):
         super().__init__()
         self.config_path = config_path
@@ -71,6 +82,7 @@ class TrialTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.seen_running = seen_running
         self.experiment_deadline = experiment_deadline
+        self.end_task = end_task
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -88,6 +100,7 @@ class TrialTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "seen_running": self.seen_running,
                 "experiment_deadline": self.experiment_deadline,
+                "end_task": self.end_task,
             },
         )
 
@@ -135,4 +148,24 @@ class TrialTrigger(BaseTrigger):
             yield self._error(f"following trial {trial_id} failed: {exc}")
             return
         self.cursor = outcome.cursor
-        yield TriggerEvent(outcome.to_event())
+        try:
+            event = await asyncio.to_thread(self._ending, store, outcome)
+        except Exception as exc:  # the store refused: the worker records it (and retries if need be)
+            self.log.warning("cannot end trial %s's task from the triggerer: %s", trial_id, exc)
+            event = TriggerEvent(outcome.to_event())
+        yield event
+
+    def _ending(self, store: ExperimentStore, outcome: FollowOutcome) -> TriggerEvent:
+        """The task-ending event for a trial that succeeded or was stopped on purpose (recorded
+        in the store first, as the worker would); the outcome for the worker otherwise."""
+        from trialflow import lifecycle
+
+        if not self.end_task or outcome.status is None:
+            return TriggerEvent(outcome.to_event())
+        result = lifecycle.finish_trial(store, self.storage_id, outcome.status, outcome.message)
+        if result.succeeded:
+            return TaskSuccessEvent(xcoms={"return_value": result.result})
+        if result.stopped_on_purpose:
+            self.log.info("%s", result.describe())
+            return TaskSkippedEvent(xcoms={"return_value": result.result})
+        return TriggerEvent(outcome.to_event())
