@@ -51,7 +51,7 @@ def test_scheduled_runs_rejects_other_values(tmp_path):
     "tuner, space, max_trials, expected",
     [
         ("TPE", "{x: {_type: uniform, _value: [0, 1]}}", 7, 7),
-        ("TPE", "{x: {_type: uniform, _value: [0, 1]}}", None, 100),
+        ("TPE", "{x: {_type: uniform, _value: [0, 1]}}", None, 100),  # per run: the next run goes on
         ("GridSearch", "{x: {_type: choice, _value: [1, 2, 3]}}", None, 3),
         ("GridSearch", "{x: {_type: choice, _value: [1, 2, 3]}}", 10, 3),  # NNI stops when the grid is done
         ("GridSearch", "{x: {_type: choice, _value: [1, 2, 3]}}", 2, 2),
@@ -79,6 +79,46 @@ def test_runs_that_continue_a_study_get_consecutive_indexes(tmp_path):
     assert (again.first_index, again.deadline) == (0, 12600.0)
     assert RunWindow.of(store.experiment_attrs("ecccccc1"), "r2") == second
     assert RunWindow.of({}, "never-started") == RunWindow(0, 0, None)
+
+
+@pytest.mark.parametrize(
+    "extra, space, why",
+    [
+        ("tuner: {name: TPE}\nmaxTrialNumber: 4\n", None, "the experiment's trials are all in this run"),
+        ("tuner: {name: GridSearch}\n", "{x: {_type: choice, _value: [1, 2]}}", "all in this run"),
+    ],
+)
+def test_a_bounded_experiment_never_continues(tmp_path, extra, space, why):
+    config = _config(tmp_path, extra, space or "{x: {_type: uniform, _value: [0, 1]}}")
+    experiment = Experiment(config, "ebbbbbb1", tmp_path / "work")
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    experiment.open(store)
+    experiment.start_run(store, "r1")
+    following = experiment.continuation(store, "r1")
+    assert following.run_id is None and why in following.reason
+
+
+def test_an_unbounded_experiment_goes_on_in_follow_on_runs_until_its_duration_ends(tmp_path):
+    """No maxTrialNumber: as NNI, trials keep coming until maxExperimentDuration, run after run;
+    each follow-on run keeps the first run's deadline and takes the next indexes."""
+    config = _config(tmp_path, "tuner: {name: TPE}\nmaxExperimentDuration: 1h\n")
+    experiment = Experiment(config, "eaaaaaa1", tmp_path / "work")
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    experiment.open(store)
+    first = experiment.start_run(store, "manual_1", now=1000.0, count=30)
+    following = experiment.continuation(store, "manual_1", now=2000.0)
+    assert following.run_id == "trialflow__eaaaaaa1__from_000030"
+    assert following.conf == {"experiment_id": "eaaaaaa1", "continues": "manual_1"}
+    assert experiment_id_for_run(config, "d", following.run_id, following.conf) == "eaaaaaa1"
+    second = experiment.start_run(store, following.run_id, now=3000.0, continues="manual_1", count=30)
+    assert (second.first_index, second.count, second.deadline) == (30, 30, first.deadline) == (30, 30, 4600.0)
+    last = experiment.continuation(store, following.run_id, now=4600.0)
+    assert last.run_id is None and last.reason == "maxExperimentDuration reached"
+    # Without maxExperimentDuration it goes on until someone stops it, as in NNI.
+    forever = Experiment(_config(tmp_path, "tuner: {name: Random}\n"), "eaaaaaa2", tmp_path / "work")
+    forever.open(store)
+    forever.start_run(store, "r1")
+    assert forever.continuation(store, "r1", now=1e12).run_id == "trialflow__eaaaaaa2__from_000100"
 
 
 def test_window_expiry(tmp_path):

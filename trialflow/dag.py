@@ -17,9 +17,14 @@ from typing import Any
 
 from airflow.sdk import DAG
 
-from trialflow.experiment import load_runnable_config, trial_count
+from trialflow.config.model import MAX_TRIALS_PER_RUN
+from trialflow.experiment import load_runnable_config, trial_count, unbounded
 from trialflow.hooks.store import DEFAULT_CONN_ID
-from trialflow.operators.experiment import EndExperimentOperator, StartExperimentOperator
+from trialflow.operators.experiment import (
+    ContinueExperimentOperator,
+    EndExperimentOperator,
+    StartExperimentOperator,
+)
 from trialflow.operators.trial import SubmitTrialOperator
 
 DEFAULT_RETRIES = 2
@@ -47,6 +52,8 @@ def experiment_dag(
     poll_interval: float = 1.0,
     defer_after: float = 10.0,
     cleanup: bool = False,
+    trials_per_run: int | None = None,
+    end_from_trigger: bool = True,
     **dag_kwargs: Any,
 ) -> DAG:
     """Build the DAG for one NNI experiment config. Extra keyword arguments go to ``DAG``.
@@ -55,12 +62,27 @@ def experiment_dag(
     triggerer; shorter trials finish without the deferral's second task start.
     ``cleanup``: the end step removes what the experiment left on its platforms (files on remote
     machines; jobs, ConfigMaps and files on storage on Kubernetes).
+    ``trials_per_run``: for an experiment without maxTrialNumber (it goes on in follow-on runs
+    until maxExperimentDuration), how many mapped trial tasks each run holds; the default is
+    100, or ten waves of trialConcurrency when that is more.
+    ``end_from_trigger``: a deferred trial that succeeds (or is stopped on purpose) ends its task
+    from the triggerer, without a worker round trip; False resumes a worker (the old way, kept
+    for comparison: bench/kube.py measures both).
     """
     path = Path(config_path).expanduser()
     if not path.is_absolute():
         path = _caller_dir() / path
     config = load_runnable_config(path)
     path = config.source_file or path
+    count = trial_count(config)
+    if trials_per_run is not None:
+        if not unbounded(config):
+            raise ValueError(
+                f"{path}: trials_per_run is for experiments without maxTrialNumber; this one runs {count} trials"
+            )
+        if not 1 <= trials_per_run <= MAX_TRIALS_PER_RUN:
+            raise ValueError(f"trials_per_run: expected 1..{MAX_TRIALS_PER_RUN}, got {trials_per_run}")
+        count = trials_per_run
     default_args = {
         "retries": DEFAULT_RETRIES,
         "retry_delay": timedelta(seconds=5),
@@ -71,20 +93,26 @@ def experiment_dag(
     dag_kwargs.setdefault("max_active_runs", 1)
     dag_kwargs.setdefault("tags", ["trialflow", "nni"])
     dag_kwargs.setdefault("description", f"NNI experiment {config.experiment_name or path.name}")
-    dag_kwargs.setdefault("doc_md", _doc(path, config))
+    dag_kwargs.setdefault("doc_md", _doc(path, config, count))
     # maxExperimentDuration is not a dagrun_timeout: a timed-out run would never reach its end
     # step. The start step sets a deadline; past it no trial starts and running ones are cancelled.
     with DAG(dag_id or default_dag_id(path, config.experiment_name), default_args=default_args, **dag_kwargs) as dag:
-        start = StartExperimentOperator(task_id="start_experiment", config_path=str(path), store_conn_id=store_conn_id)
+        start = StartExperimentOperator(
+            task_id="start_experiment",
+            config_path=str(path),
+            store_conn_id=store_conn_id,
+            trial_count=count if trials_per_run is not None else None,
+        )
         trials = SubmitTrialOperator.partial(
             task_id="trial",
             config_path=str(path),
             store_conn_id=store_conn_id,
             poll_interval=poll_interval,
             defer_after=defer_after,
+            end_from_trigger=end_from_trigger,
             max_active_tis_per_dagrun=config.trial_concurrency,
             map_index_template="{{ trial_label }}",
-        ).expand(trial_index=list(range(trial_count(config))))
+        ).expand(trial_index=list(range(count)))
         end = EndExperimentOperator(
             task_id="end_experiment",
             config_path=str(path),
@@ -93,10 +121,12 @@ def experiment_dag(
             cleanup=cleanup,
         )
         start >> trials >> end
+        if unbounded(config):
+            end >> ContinueExperimentOperator(task_id="continue_experiment", trigger_dag_id=dag.dag_id)
     return dag
 
 
-def _doc(path: Path, config: Any) -> str:
+def _doc(path: Path, config: Any, count: int) -> str:
     return (
         f"**NNI experiment** `{path}`\n\n"
         f"- platform: {', '.join(config.platform_names)}\n"
@@ -104,5 +134,7 @@ def _doc(path: Path, config: Any) -> str:
         f"{(config.tuner or config.advisor).name if (config.tuner or config.advisor) else '-'}"
         f" ({config.optimize_mode})"
         f"{f', assessor: {config.assessor.name}' if config.assessor else ''}\n"
-        f"- trials: {trial_count(config)}, {config.trial_concurrency} at a time\n"
+        f"- trials: {count}"
+        f"{' per run, more in follow-on runs until maxExperimentDuration' if unbounded(config) else ''}"
+        f", {config.trial_concurrency} at a time\n"
     )

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -229,6 +230,14 @@ class EmbeddedAirflow:
         response.raise_for_status()
         runs = response.json().get("dag_runs", [])
         return str(runs[0]["dag_run_id"]) if runs else None
+
+    def run_conf(self, dag_id: str, run_id: str) -> dict[str, Any] | None:
+        """A run's conf; None when there is no such run."""
+        response = self.api("GET", f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}")
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        return dict(response.json().get("conf") or {})
 
     def clear_run(self, dag_id: str, run_id: str) -> None:
         """Clear every task of a run so it runs again; trialflow's tasks then resume their experiment."""

@@ -46,8 +46,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Trials when a config sets no maxTrialNumber: a DAG needs a finite fan-out.
-DEFAULT_MAX_TRIALS = 100
+#: Trials one DAG run holds when a config sets no maxTrialNumber (at least this many, and ten
+#: waves of trialConcurrency): a DAG needs a finite fan-out, so the experiment goes on in
+#: follow-on runs of the same DAG (see continuation), never stopping at a silent cap.
+UNBOUNDED_TRIALS_PER_RUN = 100
+UNBOUNDED_WAVES_PER_RUN = 10
+#: The run conf key a follow-on run names the run it continues with.
+CONTINUES_KEY = "continues"
 EXPERIMENT_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 #: Study user attribute holding one DAG run's RunWindow.
 RUN_ATTR_PREFIX = "run:"
@@ -153,8 +158,32 @@ def trial_count(config: ExperimentConfig) -> int:
     BatchTuner stop when their points run out, as NNI's do."""
     points = _points(config)
     if points is None:
-        return config.max_trial_number or DEFAULT_MAX_TRIALS
+        if config.max_trial_number:
+            return config.max_trial_number
+        waves = UNBOUNDED_WAVES_PER_RUN * config.trial_concurrency
+        return min(MAX_TRIALS_PER_RUN, max(UNBOUNDED_TRIALS_PER_RUN, waves))
     return min(config.max_trial_number, points) if config.max_trial_number else points
+
+
+def unbounded(config: ExperimentConfig) -> bool:
+    """No maxTrialNumber and a tuner that never runs out: as in NNI, trials keep coming until
+    maxExperimentDuration (or until someone stops the experiment), over as many DAG runs as it takes."""
+    return not config.max_trial_number and _points(config) is None
+
+
+def continuation_run_id(experiment_id: str, first_index: int) -> str:
+    """The follow-on run that starts an unbounded experiment's trials at ``first_index``: one name
+    per step, so a retried end of the run before it can never start a second one."""
+    return f"trialflow__{experiment_id}__from_{first_index:06d}"
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """Whether (and why not) a finished run of an unbounded experiment goes on in another one."""
+
+    run_id: str | None
+    conf: dict[str, Any]
+    reason: str
 
 
 def experiment_id_for_run(
@@ -238,9 +267,18 @@ class Experiment:
         """The trial indexes and deadline that DAG run ``run_id`` owns."""
         return RunWindow.of(store.experiment_attrs(self.experiment_id), run_id)
 
-    def start_run(self, store: ExperimentStore, run_id: str, now: float | None = None) -> RunWindow:
+    def start_run(
+        self,
+        store: ExperimentStore,
+        run_id: str,
+        now: float | None = None,
+        continues: str | None = None,
+        count: int | None = None,
+    ) -> RunWindow:
         """Give this DAG run its trial indexes (kept when the run is cleared and starts again) and a
-        fresh maxExperimentDuration window from now."""
+        fresh maxExperimentDuration window from now; a run that ``continues`` another (an
+        unbounded experiment's follow-on run) keeps that run's deadline instead. ``count``: the
+        DAG's fan-out when it sets its own (unbounded experiments), else trial_count."""
         now = time.time() if now is None else now
         attrs = store.experiment_attrs(self.experiment_id)
         known = attrs.get(RUN_ATTR_PREFIX + run_id)
@@ -254,7 +292,10 @@ class Experiment:
             ]
             first = max(taken, default=0)
         duration = self.config.max_experiment_duration
-        window = RunWindow(first, trial_count(self.config), now + duration if duration else None)
+        deadline = now + duration if duration else None
+        if continues is not None and RUN_ATTR_PREFIX + continues in attrs:
+            deadline = RunWindow.of(attrs, continues).deadline
+        window = RunWindow(first, count or trial_count(self.config), deadline)
         store.set_experiment_attrs(
             self.experiment_id,
             {
@@ -267,6 +308,26 @@ class Experiment:
             },
         )
         return window
+
+    def continuation(self, store: ExperimentStore, run_id: str, now: float | None = None) -> Continuation:
+        """After run ``run_id`` ended: the follow-on run an unbounded experiment needs, or why none.
+
+        Only an experiment without maxTrialNumber whose tuner never runs out goes on, and only
+        while its maxExperimentDuration lasts (without one, until someone stops it: pause the
+        DAG or mark the run failed, as ``nnictl stop`` would). The follow-on run's conf names
+        this experiment and this run (whose deadline it keeps)."""
+        if not unbounded(self.config):
+            return Continuation(None, {}, "the experiment's trials are all in this run")
+        window = self.window(store, run_id)
+        if window.expired(now):
+            return Continuation(None, {}, "maxExperimentDuration reached")
+        conf = {"experiment_id": self.experiment_id, CONTINUES_KEY: run_id}
+        next_index = window.first_index + window.count
+        return Continuation(
+            continuation_run_id(self.experiment_id, next_index),
+            conf,
+            f"no maxTrialNumber: trials {next_index}.. go on in the next run",
+        )
 
     def early_stop_check(self, store: ExperimentStore, storage_id: int) -> Callable[[], str | None] | None:
         """The assessor as a follow-loop check, or None when the experiment has none."""

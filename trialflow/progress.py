@@ -29,7 +29,8 @@ def format_parameters(parameters: Any) -> str:
 
 
 class RunDisplay:
-    def __init__(self, total: int, quiet: bool = False, optimize_mode: str = "maximize"):
+    def __init__(self, total: int | None, quiet: bool = False, optimize_mode: str = "maximize"):
+        """``total``: trials the experiment starts; None when it runs until its duration ends."""
         self.total = total
         self.optimize_mode = optimize_mode
         # Progress goes to stderr so `--json` leaves stdout machine-readable.
@@ -67,7 +68,7 @@ class RunDisplay:
             description += f", best {best:.6g}"
         self.progress.update(self.task, completed=done, description=description)
         if not self.err.is_terminal:  # plain logs: a line when something changes
-            line = f"{done}/{self.total} done; {description}"
+            line = f"{done}{'' if self.total is None else f'/{self.total}'} done; {description}"
             if line != self._last_line:
                 self.err.print(line)
                 self._last_line = line

@@ -3,7 +3,8 @@
 The config is validated before anything starts (a broken config never
 half-starts an experiment). Then a loopback-only Airflow is brought up in the
 experiment's private home, the one-line DAG file is written, one DAG run is
-triggered and followed through the experiment store until it ends, and
+triggered and followed through the experiment store until it ends (an
+experiment without maxTrialNumber goes on in the follow-on runs it starts), and
 everything is stopped again, on success, failure or Ctrl-C (which also
 cancels the trials still running).
 """
@@ -20,7 +21,15 @@ from typing import Any
 from trialflow.config import ExperimentConfig
 from trialflow.dag import default_dag_id
 from trialflow.embedded import EmbeddedAirflow
-from trialflow.experiment import Experiment, experiment_id_for_run, load_runnable_config, trial_count
+from trialflow.experiment import (
+    Experiment,
+    RunWindow,
+    continuation_run_id,
+    experiment_id_for_run,
+    load_runnable_config,
+    trial_count,
+    unbounded,
+)
 from trialflow.platforms.base import TrialStatus
 from trialflow.tuning.store import ExperimentStore, best_row, sqlite_url
 
@@ -99,21 +108,29 @@ class ExperimentRun:
         self.workdir = self.home / "experiments"
         self.airflow = embedded_airflow(self.home, embedded_parallelism(self.config))
         self.run_id: str | None = None
+        #: The run being followed: run_id, or the follow-on run an unbounded experiment is in now.
+        self.current_run_id: str | None = None
+        self._experiment_id: str | None = None
         self.new = new
         self.resumed = False
 
     @property
     def experiment_id(self) -> str:
-        assert self.run_id is not None
-        return experiment_id_for_run(self.config, self.dag_id, self.run_id)
+        assert self._experiment_id is not None
+        return self._experiment_id
+
+    def _follow(self, run_id: str, conf: dict[str, Any] | None = None) -> None:
+        self.run_id = self.current_run_id = run_id
+        self._experiment_id = experiment_id_for_run(self.config, self.dag_id, run_id, conf)
 
     def page_url(self) -> str:
         """The experiment's page in the private Airflow's UI."""
         return f"{self.airflow.base_url}/plugin/trialflow?experiment={self.experiment_id}"
 
     @property
-    def total_trials(self) -> int:
-        return trial_count(self.config)
+    def total_trials(self) -> int | None:
+        """Trials the experiment will start; None when it goes on until maxExperimentDuration."""
+        return None if unbounded(self.config) else trial_count(self.config)
 
     def write_dag(self) -> Path:
         self.airflow.dags_folder.mkdir(parents=True, exist_ok=True)
@@ -133,14 +150,15 @@ class ExperimentRun:
         if previous is not None:
             # NNI's `nnictl resume`: the same DAG run, cleared, continues its experiment. Finished
             # trials report from the store, trials still running are re-attached, the rest start.
-            self.run_id, self.resumed = previous, True
+            self._follow(previous, self.airflow.run_conf(self.dag_id, previous))
+            self.resumed = True
             self.airflow.clear_run(self.dag_id, previous)
             say(
                 f"Resuming experiment {self.experiment_id} (DAG {self.dag_id}, run {self.run_id}); "
                 "--new starts a fresh one"
             )
         else:
-            self.run_id = self.airflow.trigger(self.dag_id)
+            self._follow(self.airflow.trigger(self.dag_id))
             say(f"Experiment {self.experiment_id} started (DAG {self.dag_id}, run {self.run_id})")
 
     def rows(self) -> list[dict[str, Any]]:
@@ -150,8 +168,20 @@ class ExperimentRun:
             return []
 
     def state(self) -> str:
-        assert self.run_id is not None
-        return self.airflow.dag_run_state(self.dag_id, self.run_id)
+        assert self.current_run_id is not None
+        return self.airflow.dag_run_state(self.dag_id, self.current_run_id)
+
+    def next_run(self) -> str | None:
+        """The follow-on run the ended current run started (unbounded experiments only)."""
+        if not unbounded(self.config) or self.current_run_id is None:
+            return None
+        try:
+            attrs = ExperimentStore(self.store_url).experiment_attrs(self.experiment_id)
+        except KeyError:
+            return None
+        window = RunWindow.of(attrs, self.current_run_id)
+        run_id = continuation_run_id(self.experiment_id, window.first_index + window.count)
+        return run_id if self.airflow.run_conf(self.dag_id, run_id) is not None else None
 
     def wait(self, on_progress: Callable[[list[dict[str, Any]]], None], timeout: float | None = None) -> str:
         deadline = time.monotonic() + timeout if timeout else None
@@ -161,6 +191,10 @@ class ExperimentRun:
             on_progress(rows)
             state = self.state()
             if state in TERMINAL_RUN_STATES:
+                following = self.next_run()
+                if following is not None:  # the experiment goes on in the run this one started
+                    self.current_run_id = following
+                    continue
                 on_progress(self.rows())
                 return state
             if deadline and time.monotonic() > deadline:

@@ -125,3 +125,29 @@ def test_a_missing_code_directory_is_refused_at_parse_time(tmp_path):
 def test_the_end_step_cleans_up_only_when_asked(tmp_path):
     assert experiment_dag(write_config(tmp_path)).get_task("end_experiment").cleanup is False
     assert experiment_dag(write_config(tmp_path), cleanup=True).get_task("end_experiment").cleanup is True
+
+
+def test_a_bounded_experiment_has_no_continue_step(tmp_path):
+    assert "continue_experiment" not in experiment_dag(write_config(tmp_path)).task_ids
+    with pytest.raises(ValueError, match="trials_per_run is for experiments without maxTrialNumber"):
+        experiment_dag(write_config(tmp_path), trials_per_run=5)
+
+
+def test_without_max_trial_number_the_run_continues_in_a_follow_on_run(tmp_path):
+    """No silent cap: one run holds a finite fan-out and its last step starts the next run."""
+    path = tmp_path / "c.yml"
+    path.write_text(CONFIG.format(tuner="TPE", platform="local").replace("maxTrialNumber: 7\n", ""))
+    dag = experiment_dag(path, dag_id="unbounded")
+    assert dag.task_ids == ["start_experiment", "trial", "end_experiment", "continue_experiment"]
+    assert dag.get_task("trial").expand_input.value["trial_index"] == list(range(100))
+    follow = dag.get_task("continue_experiment")
+    assert follow.trigger_dag_id == "unbounded" and follow.upstream_task_ids == {"end_experiment"}
+    assert follow.skip_when_already_exists  # a retried step finds its run instead of starting another
+    assert "more in follow-on runs until maxExperimentDuration" in dag.doc_md
+    wide = experiment_dag(path, trials_per_run=3)
+    assert wide.get_task("trial").expand_input.value["trial_index"] == [0, 1, 2]
+    assert wide.get_task("start_experiment").trial_count == 3  # the window matches the fan-out
+    path.write_text(path.read_text().replace("trialConcurrency: 3", "trialConcurrency: 50"))
+    assert len(experiment_dag(path).get_task("trial").expand_input.value["trial_index"]) == 500  # ten waves
+    with pytest.raises(ValueError, match="trials_per_run: expected 1..10000"):
+        experiment_dag(path, trials_per_run=0)

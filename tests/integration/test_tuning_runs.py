@@ -237,3 +237,48 @@ def test_hybrid_spreads_trials_over_local_and_a_remote_machine(harness: Harness,
     assert sorted(platforms) == ["local", "local", "remote", "remote"]
     rendered = harness.airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/0").json()
     assert rendered["rendered_fields"]["platform_name"] in ("local", "remote")
+
+
+def test_an_experiment_without_max_trial_number_goes_on_until_its_duration_ends(harness: Harness):
+    """NNI runs such an experiment until maxExperimentDuration: here run after run of the same DAG,
+    each started by the one before, one study, consecutive trial indexes, never a silent cap."""
+    from trialflow.experiment import RunWindow, continuation_run_id
+
+    trial = "import time\nfrom trialflow import trial\np = trial.get_next_parameter()\ntime.sleep(1)\n"
+    trial += "trial.report_final_result(p['x'])\n"
+    config = (
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} t.py\n"
+        "trialConcurrency: 2\nmaxExperimentDuration: 25s\n"
+        "tuner: {name: TPE, classArgs: {seed: 3}}\ntrainingService: {platform: local}\n"
+    )
+    dag_id, _ = harness.experiment("unbounded", config, {"t.py": trial}, dag_source=dag_source(trials_per_run=4))
+    started = time.monotonic()
+    first, state = harness.run(dag_id, timeout=180)
+    assert state == "success"
+    experiment = experiment_id_for(dag_id, first)
+    runs = [first]
+    while True:
+        window = RunWindow.of(harness.store.experiment_attrs(experiment), runs[-1])
+        following = continuation_run_id(experiment, window.first_index + window.count)
+        conf = harness.airflow.run_conf(dag_id, following)
+        if conf is None:
+            break
+        assert conf == {"experiment_id": experiment, "continues": runs[-1]}
+        _, state = harness.wait(dag_id, following, timeout=180)
+        assert state == "success", f"run {following} {state}"
+        runs.append(following)
+        assert len(runs) < 20, "the duration should have ended the experiment"
+    assert len(runs) >= 2, "the experiment went on in a follow-on run"
+    assert time.monotonic() - started >= 25  # it ran until its duration, not until a trial count
+    states = [harness.tis(dag_id, run, "continue_experiment")[0]["state"] for run in runs]
+    assert states == ["success"] * (len(runs) - 1) + ["skipped"]
+    attrs = harness.store.experiment_attrs(experiment)
+    windows = [RunWindow.of(attrs, run) for run in runs]
+    assert [w.first_index for w in windows] == [4 * i for i in range(len(runs))]
+    assert len({w.deadline for w in windows}) == 1  # every run kept the first run's deadline
+    rows = harness.store.trial_rows(experiment)
+    indexes = [r["trial_index"] for r in rows]
+    assert len(set(indexes)) == len(indexes)  # each trial recorded once, in the window of its run
+    assert all(any(w.first_index <= i < w.first_index + w.count for w in windows) for i in indexes)
+    assert len({r["trial_id"] for r in rows}) == len(rows)
+    assert len(rows) > 4 and all(r["status"] in ("SUCCEEDED", "SYS_CANCELED") for r in rows)

@@ -6,9 +6,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from trialflow.experiment import CONTINUES_KEY
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.operators.trial import experiment_for
@@ -40,7 +42,12 @@ class StartExperimentOperator(_ExperimentStep):
 
     :param config_path: the NNI experiment config (v1 or v2 YAML); templated.
     :param store_conn_id: the ``trialflow`` connection of the experiment store.
+    :param trial_count: the DAG's fan-out (trials per run), when it is not the config's own.
     """
+
+    def __init__(self, *, trial_count: int | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.trial_count = trial_count
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.tuning.store import safe_url
@@ -54,7 +61,10 @@ class StartExperimentOperator(_ExperimentStep):
             experiment.experiment_id,
             {**experiment.description(), "dag_id": context["dag"].dag_id, "run_id": context["run_id"]},
         )
-        window = experiment.start_run(store, context["run_id"])
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
+        window = experiment.start_run(
+            store, context["run_id"], continues=conf.get(CONTINUES_KEY), count=self.trial_count
+        )
         connections = airflow_connections()
         for i in range(len(config.training_service)):
             experiment.platform(i, connections).prepare_sync(experiment.experiment_id)
@@ -167,11 +177,47 @@ class EndExperimentOperator(_ExperimentStep):
             mode,
             format_table(rows, best["trial_index"] if best else None),
         )
-        if self.cleanup:
+        following = experiment.continuation(store, context["run_id"])
+        summary["continuation"] = {"run_id": following.run_id, "conf": following.conf, "reason": following.reason}
+        if self.cleanup and following.run_id is None:  # the next run still needs the experiment's files
             self._cleanup(experiment)
+        continued = bool((getattr(context.get("dag_run"), "conf", None) or {}).get(CONTINUES_KEY))
+        if best is None and continued and study_best is not None and window.expired():
+            # A follow-on run the duration ended before any of its trials did: the experiment
+            # ended as it should, with the best of the runs before.
+            self.log.info("No trial of this run succeeded (%s); the experiment's best stands", dict(counts))
+            return summary
         if best is None:
             raise AirflowFailException(
                 f"no trial of experiment {experiment.experiment_id} succeeded with a final result ({dict(counts)})"
             )
         self.log.info("Best trial %s: %s = %s", best["trial_id"], best["parameters"], best["final_metric"])
         return summary
+
+
+class ContinueExperimentOperator(TriggerDagRunOperator):
+    """An unbounded experiment's next step: trigger the follow-on run of this DAG.
+
+    A config without maxTrialNumber (and a tuner that never runs out) runs until
+    maxExperimentDuration, as in NNI, but one DAG run holds a finite fan-out: the end step
+    decides whether the experiment goes on (``continuation`` in its XCom) and this task
+    starts the next run with a conf naming the same experiment; it is skipped when the
+    experiment is over. The run id is fixed per step, so a retry never starts two runs.
+    The next run waits for this one to finish (``max_active_runs=1``).
+    """
+
+    ui_color = "#d9ead3"
+
+    def __init__(self, *, end_task_id: str = "end_experiment", **kwargs: Any):
+        super().__init__(skip_when_already_exists=True, **kwargs)
+        self.end_task_id = end_task_id
+
+    def execute(self, context: Context) -> Any:
+        summary = context["ti"].xcom_pull(task_ids=self.end_task_id) or {}
+        following = summary.get("continuation") or {}
+        if not following.get("run_id"):
+            raise AirflowSkipException(f"the experiment does not go on: {following.get('reason', 'no summary')}")
+        self.log.info("%s (run %s)", following["reason"], following["run_id"])
+        self.trigger_run_id = following["run_id"]
+        self.conf = following["conf"]
+        return super().execute(context)
