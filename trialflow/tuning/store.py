@@ -27,6 +27,7 @@ import sqlalchemy as sa
 import tenacity
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage
+from optuna.storages._cached_storage import _CachedStorage  # what optuna.Study itself wraps RDBStorage in
 from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
@@ -35,6 +36,7 @@ from trialflow.config.search_space import SearchSpace
 from trialflow.trial.protocol import Metric, describe_result
 from trialflow.trial.protocol import scalar as _plain_scalar
 from trialflow.trial.status import TrialStatus
+from trialflow.tuning.storage import TrialflowStorage
 from trialflow.tuning.tuners import make_sampler, sample_parameters
 
 if TYPE_CHECKING:
@@ -99,7 +101,7 @@ def _open_storage(url: str, engine_kwargs: dict[str, Any]) -> RDBStorage:
     pg_type; SQLite: "table ... already exists"). The loser retries, and by then the tables
     exist (both found by the load test).
     """
-    storage = RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
+    storage = TrialflowStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
     _METADATA.create_all(storage.engine, checkfirst=True)
     TRIAL_INDEX_BY_TRIAL.create(storage.engine, checkfirst=True)  # stores made before it existed
     return storage
@@ -181,6 +183,10 @@ class ExperimentStore:
         else:
             engine_kwargs["pool_pre_ping"] = True
         self.storage = _open_storage(url, engine_kwargs)
+        # What the tuners and assessors read through: Optuna's own cache of finished trials, one
+        # per store (a Study made from the bare storage would start an empty cache every time),
+        # so a process that asks or checks again reads only what changed since.
+        self._sampling_storage = _CachedStorage(self.storage)
 
     def __repr__(self) -> str:
         return f"ExperimentStore({safe_url(self.url)})"
@@ -284,7 +290,7 @@ class ExperimentStore:
         # ask from many threads (the triggerer follows many trials in one process).
         asking = optuna.Study(
             study_name=experiment_id,
-            storage=self.storage,
+            storage=self._sampling_storage,
             sampler=make_sampler(tuner, space, trial_index),
             pruner=pruner,
         )
@@ -313,7 +319,7 @@ class ExperimentStore:
         frozen = self.storage.get_trial(storage_id)
         if frozen.state.is_finished() or not frozen.intermediate_values:
             return False
-        study = optuna.load_study(study_name=experiment_id, storage=self.storage, pruner=pruner)
+        study = optuna.load_study(study_name=experiment_id, storage=self._sampling_storage, pruner=pruner)
         return bool(pruner.prune(study, frozen))
 
     def active_trials(self, experiment_id: str) -> list[TrialRecord]:

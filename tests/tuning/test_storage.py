@@ -1,0 +1,122 @@
+"""The bulk trial reader gives exactly Optuna's FrozenTrials, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.storages import RDBStorage
+from optuna.trial import TrialState
+
+from trialflow.tuning.storage import TrialflowStorage
+from trialflow.tuning.store import with_installed_driver
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+def _fill(storage: TrialflowStorage, directions: list[str]) -> int:
+    """A study with every kind of row the reader must turn back: each distribution type and
+    categorical choice type, every trial state, infinite and NaN values, attributes."""
+    study = optuna.create_study(storage=storage, study_name=f"s-{uuid.uuid4().hex[:8]}", directions=directions)
+    objectives = len(directions)
+    for i in range(12):
+        trial = study.ask(
+            {
+                "lr": FloatDistribution(1e-5, 1.0, log=True),
+                "drop": FloatDistribution(0.0, 0.5, step=0.1),
+                "layers": IntDistribution(1, 8),
+                "width": IntDistribution(16, 256, step=16),
+                "act": CategoricalDistribution(["relu", None, True, 2.5, 7]),
+            }
+        )
+        trial.set_user_attr("parameters", {"nested": [i, {"k": "v"}], "text": "é\n'\""})
+        trial.set_user_attr("trial_index", i)
+        storage.set_trial_system_attr(trial._trial_id, "fixed", [i])
+        for step, value in enumerate([0.5, math.inf, -math.inf, math.nan][: i % 5]):
+            trial.report(value, step) if objectives == 1 else None
+        kind = i % 6
+        if kind == 0:
+            study.tell(trial, [float(i)] * objectives if objectives > 1 else float(i))
+        elif kind == 1:
+            study.tell(trial, [math.inf, -math.inf][:objectives] if objectives > 1 else -math.inf)
+        elif kind == 2:
+            study.tell(trial, state=TrialState.FAIL)
+        elif kind == 3 and objectives == 1:
+            study.tell(trial, state=TrialState.PRUNED)
+        # kinds 4, 5 (and 3 with two objectives): still running
+    study.enqueue_trial({"layers": 3})  # a WAITING trial
+    return study._study_id
+
+
+def _comparable(trials: list) -> list[dict]:
+    """FrozenTrial's equality with NaN equal to NaN (a NaN intermediate result is never == itself)."""
+    return [
+        {k: repr(sorted(v.items())) if k.endswith("intermediate_values") else v for k, v in t.__dict__.items()}
+        for t in trials
+    ]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage(request, tmp_path: Path) -> TrialflowStorage:
+    if request.param == "sqlite":
+        return TrialflowStorage(f"sqlite:///{tmp_path / 'reader.db'}")
+    return TrialflowStorage(with_installed_driver(request.getfixturevalue("postgres_url")))
+
+
+@pytest.mark.parametrize("directions", [["maximize"], ["minimize", "maximize"]])
+def test_the_reader_returns_what_optunas_own_reader_returns(storage: TrialflowStorage, directions):
+    study_id = _fill(storage, directions)
+    all_ids = [t._trial_id for t in RDBStorage._get_trials(storage, study_id, None, set(), -1)]
+    middle = all_ids[len(all_ids) // 2]
+    cases = [
+        (None, set(), -1),
+        ((TrialState.COMPLETE,), set(), -1),
+        ((TrialState.COMPLETE, TrialState.PRUNED), set(), -1),
+        ((TrialState.WAITING,), set(), -1),
+        (None, set(), middle),  # what Optuna's cache asks for: the newer trials ...
+        (None, {all_ids[0], all_ids[3], middle + 1}, middle),  # ... and the unfinished older ones
+        ((TrialState.RUNNING,), {all_ids[4]}, middle),
+    ]
+    for states, included, greater in cases:
+        theirs = RDBStorage._get_trials(storage, study_id, states, set(included), greater)
+        ours = storage._get_trials(study_id, states, set(included), greater)
+        assert _comparable(ours) == _comparable(theirs), (states, included, greater)
+        assert [t.number for t in ours] == [t.number for t in theirs]
+    assert len(storage._get_trials(study_id, None, set(), -1)) == 13
+
+
+def test_an_unknown_study_raises_as_optuna_does(storage: TrialflowStorage):
+    with pytest.raises(KeyError):
+        RDBStorage._get_trials(storage, 987654, None, set(), -1)
+    with pytest.raises(KeyError):
+        storage._get_trials(987654, None, set(), -1)
+    _fill(storage, ["maximize"])  # a study without trials of its own reads as empty, not an error
+    empty = optuna.create_study(storage=storage, study_name=f"e-{uuid.uuid4().hex[:8]}")
+    assert storage._get_trials(empty._study_id, None, set(), -1) == []
+
+
+def test_samplers_see_the_same_history_through_the_store_cache(tmp_path: Path):
+    """The store's asks read through one Optuna cache: a second ask in the same process sees a
+    trial finished in between (by another store, as another worker would)."""
+    from trialflow.config.model import AlgorithmConfig
+    from trialflow.config.search_space import parse_search_space
+    from trialflow.trial.status import TrialStatus
+    from trialflow.tuning.store import ExperimentStore, sqlite_url
+
+    url = sqlite_url(tmp_path / "s.db")
+    space = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
+    tpe = AlgorithmConfig(name="TPE", class_args={"seed": 1})
+    mine, other = ExperimentStore(url), ExperimentStore(url)
+    mine.open_experiment("cache", tpe, space)
+    first = mine.ask("cache", 0, "t0", tpe, space)
+    elsewhere = other.ask("cache", 1, "t1", tpe, space)
+    other.finish(elsewhere.storage_id, TrialStatus.SUCCEEDED, 0.75)
+    mine.ask("cache", 2, "t2", tpe, space)
+    seen = mine._sampling_storage.get_all_trials(mine._study_id("cache"), deepcopy=False)
+    by_number = {t.number: t for t in seen}
+    assert by_number[1].state == TrialState.COMPLETE and by_number[1].value == 0.75
+    assert by_number[0].state == TrialState.RUNNING and first.storage_id == by_number[0]._trial_id
