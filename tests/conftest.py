@@ -23,6 +23,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # Unit tests import Airflow: give it a private, throwaway home before anything imports it.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="trialflow-test-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+# DAG plans (trialflow.plan) kept for this session only, never in the user's ~/.cache.
+os.environ.setdefault("TRIALFLOW_CACHE_DIR", tempfile.mkdtemp(prefix="trialflow-test-plans-"))
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("TRIALFLOW_SHARED", ROOT.parent / "shared"))

@@ -17,8 +17,6 @@ from typing import Any
 
 from airflow.sdk import DAG
 
-from trialflow.config.model import MAX_TRIALS_PER_RUN
-from trialflow.experiment import load_runnable_config, trial_count, unbounded
 from trialflow.hooks.store import DEFAULT_CONN_ID
 from trialflow.operators.experiment import (
     ContinueExperimentOperator,
@@ -26,6 +24,7 @@ from trialflow.operators.experiment import (
     StartExperimentOperator,
 )
 from trialflow.operators.trial import SubmitTrialOperator
+from trialflow.plan import MAX_TRIALS_PER_RUN, DagPlan, load_plan
 
 DEFAULT_RETRIES = 2
 
@@ -72,11 +71,11 @@ def experiment_dag(
     path = Path(config_path).expanduser()
     if not path.is_absolute():
         path = _caller_dir() / path
-    config = load_runnable_config(path)
-    path = config.source_file or path
-    count = trial_count(config)
+    plan = load_plan(path)  # the full check, unless these files passed it before (trialflow.plan)
+    path = Path(plan.config_path)
+    count = plan.trial_count
     if trials_per_run is not None:
-        if not unbounded(config):
+        if not plan.unbounded:
             raise ValueError(
                 f"{path}: trials_per_run is for experiments without maxTrialNumber; this one runs {count} trials"
             )
@@ -92,11 +91,11 @@ def experiment_dag(
     dag_kwargs.setdefault("catchup", False)
     dag_kwargs.setdefault("max_active_runs", 1)
     dag_kwargs.setdefault("tags", ["trialflow", "nni"])
-    dag_kwargs.setdefault("description", f"NNI experiment {config.experiment_name or path.name}")
-    dag_kwargs.setdefault("doc_md", _doc(path, config, count))
+    dag_kwargs.setdefault("description", f"NNI experiment {plan.experiment_name or path.name}")
+    dag_kwargs.setdefault("doc_md", _doc(plan, count))
     # maxExperimentDuration is not a dagrun_timeout: a timed-out run would never reach its end
     # step. The start step sets a deadline; past it no trial starts and running ones are cancelled.
-    with DAG(dag_id or default_dag_id(path, config.experiment_name), default_args=default_args, **dag_kwargs) as dag:
+    with DAG(dag_id or default_dag_id(path, plan.experiment_name), default_args=default_args, **dag_kwargs) as dag:
         start = StartExperimentOperator(
             task_id="start_experiment",
             config_path=str(path),
@@ -110,7 +109,7 @@ def experiment_dag(
             poll_interval=poll_interval,
             defer_after=defer_after,
             end_from_trigger=end_from_trigger,
-            max_active_tis_per_dagrun=config.trial_concurrency,
+            max_active_tis_per_dagrun=plan.trial_concurrency,
             map_index_template="{{ trial_label }}",
         ).expand(trial_index=list(range(count)))
         end = EndExperimentOperator(
@@ -121,20 +120,18 @@ def experiment_dag(
             cleanup=cleanup,
         )
         start >> trials >> end
-        if unbounded(config):
+        if plan.unbounded:
             end >> ContinueExperimentOperator(task_id="continue_experiment", trigger_dag_id=dag.dag_id)
     return dag
 
 
-def _doc(path: Path, config: Any, count: int) -> str:
+def _doc(plan: DagPlan, count: int) -> str:
     return (
-        f"**NNI experiment** `{path}`\n\n"
-        f"- platform: {', '.join(config.platform_names)}\n"
-        f"- {'advisor' if config.advisor else 'tuner'}: "
-        f"{(config.tuner or config.advisor).name if (config.tuner or config.advisor) else '-'}"
-        f" ({config.optimize_mode})"
-        f"{f', assessor: {config.assessor.name}' if config.assessor else ''}\n"
+        f"**NNI experiment** `{plan.config_path}`\n\n"
+        f"- platform: {', '.join(plan.platforms)}\n"
+        f"- {plan.algorithm_kind}: {plan.algorithm or '-'} ({plan.optimize_mode})"
+        f"{f', assessor: {plan.assessor}' if plan.assessor else ''}\n"
         f"- trials: {count}"
-        f"{' per run, more in follow-on runs until maxExperimentDuration' if unbounded(config) else ''}"
-        f", {config.trial_concurrency} at a time\n"
+        f"{' per run, more in follow-on runs until maxExperimentDuration' if plan.unbounded else ''}"
+        f", {plan.trial_concurrency} at a time\n"
     )

@@ -142,7 +142,6 @@ def test_without_max_trial_number_the_run_continues_in_a_follow_on_run(tmp_path)
     assert dag.get_task("trial").expand_input.value["trial_index"] == list(range(100))
     follow = dag.get_task("continue_experiment")
     assert follow.trigger_dag_id == "unbounded" and follow.upstream_task_ids == {"end_experiment"}
-    assert follow.skip_when_already_exists  # a retried step finds its run instead of starting another
     assert "more in follow-on runs until maxExperimentDuration" in dag.doc_md
     wide = experiment_dag(path, trials_per_run=3)
     assert wide.get_task("trial").expand_input.value["trial_index"] == [0, 1, 2]

@@ -3,7 +3,10 @@ machines, Kubernetes clusters)."""
 
 from __future__ import annotations
 
-from trialflow.platforms.base import Connections
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the platforms' core is imported when a task runs, never at DAG parse
+    from trialflow.platforms.base import Connections
 
 
 def airflow_connections() -> Connections:
@@ -12,6 +15,7 @@ def airflow_connections() -> Connections:
     and a connection's password for a token. Passed to
     every platform that Airflow code builds (operator, sensor, trigger, end step)."""
     from trialflow.hooks import kubernetes, ssh
+    from trialflow.platforms.base import Connections
 
     return Connections(ssh=ssh.open_connection, kubernetes=kubernetes.configuration, token=connection_password)
 

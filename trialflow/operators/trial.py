@@ -17,21 +17,21 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from trialflow import lifecycle
-from trialflow.experiment import Experiment
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
-from trialflow.platforms.base import TrialStatus
-from trialflow.triggers.trial import TrialTrigger
 from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
 
 if TYPE_CHECKING:
+    from trialflow import lifecycle
+    from trialflow.experiment import Experiment
     from trialflow.tuning.store import ExperimentStore
 
 
 def experiment_for(config_path: str, context: Context, check: bool = False) -> Experiment:
     """The experiment this DAG run drives (a run's conf may name another: ``experiment_id``).
     Trial tasks only load the config; DAG parsing and the start step checked it in full."""
+    from trialflow.experiment import Experiment
+
     conf = getattr(context.get("dag_run"), "conf", None) or {}
     return Experiment.for_run(config_path, context["dag"].dag_id, context["run_id"], conf=conf, check=check)
 
@@ -59,6 +59,9 @@ def complete_from_event(
     context: Context, event: dict[str, Any], experiment: Experiment, store: ExperimentStore, storage_id: int
 ) -> dict[str, Any]:
     """Turn TrialTrigger's event into the task outcome (the operator and the sensor alike)."""
+    from trialflow import lifecycle
+    from trialflow.platforms.base import TrialStatus
+
     if event["status"] == "ERROR":
         # The trial itself may be fine: fail this attempt so a retry re-attaches to it.
         raise AirflowException(event["message"])
@@ -131,6 +134,9 @@ class SubmitTrialOperator(BaseOperator):
         label_task(context, started.spec.trial_id)
 
     def execute(self, context: Context) -> Any:
+        from trialflow import lifecycle
+        from trialflow.triggers.trial import TrialTrigger
+
         experiment = experiment_for(self.config_path, context)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
         try:
@@ -190,6 +196,8 @@ class SubmitTrialOperator(BaseOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        from trialflow import lifecycle
+
         experiment = experiment_for(self.config_path, context)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
         storage_id = lifecycle.locate_trial(experiment, store, context["run_id"], int(self.trial_index))

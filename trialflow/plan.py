@@ -1,0 +1,136 @@
+"""What an experiment's DAG needs from its config, remembered between DAG parses.
+
+Airflow parses a DAG file over and over: the dag-processor every few minutes, and
+every task process once more before it runs. Checking an NNI config in full
+(pydantic models for every platform, the search space, the platform's preflight)
+costs ~0.3 s of imports and work each time, for the same answer. So the full check
+runs when the config (or its searchSpaceFile) changed, and its result, the
+:class:`DagPlan`, is kept in a small JSON file keyed by the config's path and the
+content hashes of the files it read. A parse whose files are unchanged reads the plan
+and builds the DAG without importing the config models at all; the start step still
+checks the config in full before any trial starts, so a code folder removed since the
+last check is still refused before anything runs. Only plans of configs that passed
+the check are kept: a broken config is checked (and refused) at every parse.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trialflow import __version__
+
+if TYPE_CHECKING:
+    from trialflow.config import ExperimentConfig
+
+CACHE_ENV = "TRIALFLOW_CACHE_DIR"
+#: Mapped trial tasks one DAG run may hold (maxTrialNumber, trials_per_run).
+MAX_TRIALS_PER_RUN = 10_000
+#: Bumped when DagPlan's fields or their meaning change (with trialflow's version, in the key).
+PLAN_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class DagPlan:
+    """The config's answers to the questions a DAG asks: what to name it, how many trials
+    per run, how many at once, whether it goes on in follow-on runs, what to say in its doc."""
+
+    config_path: str
+    experiment_name: str | None
+    trial_count: int
+    trial_concurrency: int
+    unbounded: bool
+    platforms: tuple[str, ...]
+    algorithm_kind: str
+    algorithm: str | None
+    assessor: str | None
+    optimize_mode: str
+
+    @classmethod
+    def of(cls, config: ExperimentConfig) -> DagPlan:
+        from trialflow.experiment import trial_count, unbounded
+
+        algorithm = config.tuner or config.advisor
+        return cls(
+            config_path=str(config.source_file),
+            experiment_name=config.experiment_name,
+            trial_count=trial_count(config),
+            trial_concurrency=config.trial_concurrency,
+            unbounded=unbounded(config),
+            platforms=tuple(config.platform_names),
+            algorithm_kind="advisor" if config.advisor else "tuner",
+            algorithm=algorithm.name if algorithm else None,
+            assessor=config.assessor.name if config.assessor else None,
+            optimize_mode=config.optimize_mode,
+        )
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> DagPlan:
+        return cls(**{**raw, "platforms": tuple(raw["platforms"])})
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "trialflow" / "dag-plans").expanduser()
+
+
+def _entry_path(config_path: Path) -> Path:
+    key = hashlib.sha256(f"{PLAN_FORMAT}\0{__version__}\0{config_path}".encode()).hexdigest()[:32]
+    return cache_dir() / f"{key}.json"
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def cached_plan(config_path: Path) -> DagPlan | None:
+    """The plan kept for this config, if every file it was made from is unchanged."""
+    try:
+        entry = json.loads(_entry_path(config_path).read_text())
+        files = entry["files"]
+        if not isinstance(files, dict) or str(config_path) not in files:
+            return None
+        if any(_digest(Path(name)) != digest for name, digest in files.items()):
+            return None
+        return DagPlan.from_json(entry["plan"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no entry, or one that does not read back: check the config again
+
+
+def remember(config: ExperimentConfig) -> DagPlan:
+    """Keep the plan of a config that passed the full check (best effort: a read-only cache
+    folder only means the next parse checks again)."""
+    plan = DagPlan.of(config)
+    assert config.source_file is not None
+    sources = [config.source_file] + ([Path(config.search_space_file)] if config.search_space_file else [])
+    files = {str(p): _digest(p) for p in sources}
+    if None in files.values():
+        return plan
+    target = _entry_path(config.source_file)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=target.parent, suffix=".tmp", delete=False) as out:
+            json.dump({"files": files, "plan": asdict(plan)}, out)
+        os.replace(out.name, target)
+    except OSError:
+        pass
+    return plan
+
+
+def load_plan(config_path: str | Path) -> DagPlan:
+    """The DAG plan of a config: kept from an earlier full check of the same files, or from a
+    full check now (which raises ConfigError for a config that cannot run)."""
+    path = Path(config_path).expanduser().resolve()
+    plan = cached_plan(path)
+    if plan is not None:
+        return plan
+    from trialflow.experiment import load_runnable_config
+
+    return remember(load_runnable_config(path))
