@@ -7,7 +7,7 @@ export UV_PYTHON_DOWNLOADS := never
 # trial process pays them, and some environments set PYTHONDONTWRITEBYTECODE).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: demo test lint venv bench bench-tuners bench-ui ui clean
+.PHONY: demo test lint venv bench bench-tuners bench-ui bench-parse bench-scale bench-kube ui clean
 
 $(VENV)/.synced: pyproject.toml uv.lock Makefile
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
@@ -37,6 +37,16 @@ bench-tuners: venv
 
 bench-ui: venv
 	$(VENV)/bin/python bench/ui.py
+
+bench-parse: venv
+	$(VENV)/bin/python bench/parse.py
+
+bench-scale: venv
+	$(VENV)/bin/python bench/scale.py
+
+# Needs the kube-apiserver that tests/kube/build-apiserver.sh builds.
+bench-kube: venv
+	$(VENV)/bin/python bench/kube.py --trials 200 --airflow 200
 
 # Rebuild the experiment pages' bundle (committed; a test checks it is the build of ui/src).
 ui:
