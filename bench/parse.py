@@ -9,7 +9,7 @@ max_active_tis_per_dagrun, an end task). trialflow is timed twice: "first" with 
 empty plan cache (the config checked in full, as after an edit) and "again" (the
 plan kept from that check: what every later parse and every task pays).
 
-    python bench/parse.py [--trials 10 1000 10000] [--repeat 5]
+    python bench/parse.py [--trials 10 1000 10000] [--repeat 5] [--source OLD_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -69,10 +69,18 @@ trainingService: {{platform: local}}
 """
 
 
-def parse_once(dag_file: Path, cache: Path) -> dict:
+def parse_once(dag_file: Path, cache: Path, source: str | None = None) -> dict:
     env = {"TRIALFLOW_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin", "HOME": str(cache.parent)}
+    if source:
+        env["PYTHONPATH"] = source
     out = subprocess.run(
-        [sys.executable, "-c", TIMER, str(dag_file)], capture_output=True, text=True, env=env, check=True, timeout=120
+        [sys.executable, "-c", TIMER, str(dag_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=120,
+        cwd=dag_file.parent,  # not this checkout: -c puts the working folder first on sys.path
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -81,6 +89,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, nargs="+", default=[10, 1000, 10000])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--source", help="time the trialflow package of another checkout (e.g. an older commit)")
     args = parser.parse_args()
     print(f"DAG file import in a fresh process with Airflow imported, median of {args.repeat} (ms)")
     print(f"{'trials':>7}{'hand-written':>14}{'trialflow first':>17}{'trialflow again':>17}{'again / hand':>14}")
@@ -100,8 +109,8 @@ def main() -> int:
             for i in range(args.repeat):
                 hand_s.append(parse_once(hand, root / "unused")["seconds"])
                 cache = root / f"cache-{n}-{i}"
-                first_s.append(parse_once(mine, cache)["seconds"])
-                again = parse_once(mine, cache)
+                first_s.append(parse_once(mine, cache, args.source)["seconds"])
+                again = parse_once(mine, cache, args.source)
                 again_s.append(again["seconds"])
                 heavy.update(again["heavy"])
             h, f, a = (statistics.median(x) * 1000 for x in (hand_s, first_s, again_s))
