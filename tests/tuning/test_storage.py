@@ -120,3 +120,25 @@ def test_samplers_see_the_same_history_through_the_store_cache(tmp_path: Path):
     by_number = {t.number: t for t in seen}
     assert by_number[1].state == TrialState.COMPLETE and by_number[1].value == 0.75
     assert by_number[0].state == TrialState.RUNNING and first.storage_id == by_number[0]._trial_id
+
+
+def test_a_database_checked_once_reopens_without_the_schema_check(storage: TrialflowStorage, tmp_path: Path):
+    """The second open of a store skips alembic (0.3 s per task process) and is the same storage."""
+    from trialflow.tuning.store import ExperimentStore
+
+    url = storage.url
+    first = ExperimentStore(url).storage  # the full path, which records the check
+    again = TrialflowStorage.reopen(url, {})
+    assert again is not None and not isinstance(first._version_manager, type(again._version_manager))
+    assert set(vars(again)) == set(vars(first))  # every attribute RDBStorage.__init__ sets
+    for name in ("url", "skip_compatibility_check", "heartbeat_interval", "grace_period"):
+        assert getattr(again, name) == getattr(first, name) or name == "skip_compatibility_check"
+    assert again.get_current_version() == first.get_current_version()  # built when asked for
+    study_id = _fill(again, ["maximize"])
+    assert len(first._get_trials(study_id, None, set(), -1)) == 13
+    # Another Optuna version (or a migrated database) takes the full path again.
+    with again.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE trialflow_checked_schema SET optuna_version = 'other'")
+    assert TrialflowStorage.reopen(url, {}) is None
+    ExperimentStore(url)
+    assert TrialflowStorage.reopen(url, {}) is not None

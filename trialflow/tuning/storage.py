@@ -9,6 +9,12 @@ FrozenTrials (each distinct distribution's JSON decoded once); the store then ke
 Optuna cache per process (``_CachedStorage``) so a process that asks again reads only the
 trials that changed since. The reader is checked against Optuna's own
 (tests/tuning/test_storage.py), field for field.
+
+Opening the storage costs ~0.3 s in every task process, most of it importing alembic to
+check the schema's revision. Once a process with this Optuna version has done that full
+check on a database, it records (Optuna version, revision) in a table of its own; later
+opens that find the same pair skip the check (``TrialflowStorage.reopen``). A different
+Optuna version, or a database migrated since, takes the full path again.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from collections.abc import Container, Iterable
 from functools import lru_cache
 from typing import Any
 
+import optuna
 import sqlalchemy as sa
+import sqlalchemy.orm as sa_orm
 from optuna import distributions
 from optuna.storages import RDBStorage
 from optuna.storages._rdb import models
@@ -34,14 +42,82 @@ _SYSTEM_ATTRS = models.TrialSystemAttributeModel.__table__
 _INTERMEDIATE = models.TrialIntermediateValueModel.__table__
 
 
+#: The schema checks done: which Optuna version found which alembic revision compatible.
+_CHECKED = sa.Table(
+    "trialflow_checked_schema",
+    sa.MetaData(),
+    sa.Column("optuna_version", sa.String(64), primary_key=True),
+    sa.Column("revision", sa.String(64), nullable=False),
+)
+_ALEMBIC = sa.Table("alembic_version", sa.MetaData(), sa.Column("version_num", sa.String(32)))
+
+
 @lru_cache(maxsize=4096)
 def _distribution(distribution_json: str) -> distributions.BaseDistribution:
     """A study has a few distributions and many parameter rows: decode each JSON once."""
     return distributions.json_to_distribution(distribution_json)
 
 
+class _DeferredVersionManager:
+    """Optuna's schema version manager, built (alembic imported) only if something asks for it."""
+
+    def __init__(self, storage: RDBStorage):
+        self._storage = storage
+        self._manager: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._manager is None:
+            from optuna.storages._rdb.storage import _VersionManager
+
+            self._manager = _VersionManager(self._storage.url, self._storage.engine, self._storage.scoped_session)
+        return getattr(self._manager, name)
+
+
 class TrialflowStorage(RDBStorage):
     """RDBStorage whose trial reads are plain SQL (same tables, same FrozenTrials)."""
+
+    @classmethod
+    def reopen(cls, url: str, engine_kwargs: dict[str, Any]) -> TrialflowStorage | None:
+        """The storage of a database this Optuna version already checked, without checking it
+        again; None when it has not (then open it the usual way and ``mark_checked``)."""
+        url = cls._fill_storage_url_template(url)
+        cls._set_default_engine_kwargs_for_mysql(url, engine_kwargs)
+        engine = sa.create_engine(url, **engine_kwargs)
+        try:
+            with engine.connect() as conn:
+                checked = conn.execute(
+                    sa.select(_CHECKED.c.revision).where(_CHECKED.c.optuna_version == optuna.__version__)
+                ).scalar()
+                current = conn.execute(sa.select(_ALEMBIC.c.version_num)).scalars().all()
+        except sa.exc.DBAPIError:
+            checked, current = None, []
+        if checked is None or current != [checked]:
+            engine.dispose()
+            return None
+        storage = cls.__new__(cls)
+        # What RDBStorage.__init__ sets, minus the tables' creation and the schema check (the
+        # test compares the attributes with a storage opened the usual way).
+        storage.engine_kwargs = engine_kwargs
+        storage.url = url
+        storage.skip_compatibility_check = True
+        storage.heartbeat_interval = None
+        storage.grace_period = None
+        storage.heartbeat_stale_trial_callback = None
+        storage.failed_trial_callback = None
+        storage.engine = engine
+        storage.scoped_session = sa_orm.scoped_session(sa_orm.sessionmaker(bind=engine))
+        storage._version_manager = _DeferredVersionManager(storage)  # type: ignore[assignment]
+        return storage
+
+    def mark_checked(self) -> None:
+        """Record that this Optuna version found the database's schema revision compatible."""
+        with self.engine.begin() as conn:
+            _CHECKED.create(conn, checkfirst=True)
+            revision = conn.execute(sa.select(_ALEMBIC.c.version_num)).scalar()
+            if revision is None:
+                return
+            conn.execute(_CHECKED.delete().where(_CHECKED.c.optuna_version == optuna.__version__))
+            conn.execute(_CHECKED.insert().values(optuna_version=optuna.__version__, revision=revision))
 
     def _get_trials(
         self,

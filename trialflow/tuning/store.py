@@ -101,9 +101,13 @@ def _open_storage(url: str, engine_kwargs: dict[str, Any]) -> RDBStorage:
     pg_type; SQLite: "table ... already exists"). The loser retries, and by then the tables
     exist (both found by the load test).
     """
+    known = TrialflowStorage.reopen(url, engine_kwargs)  # checked before by this Optuna version
+    if known is not None:
+        return known
     storage = TrialflowStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
     _METADATA.create_all(storage.engine, checkfirst=True)
     TRIAL_INDEX_BY_TRIAL.create(storage.engine, checkfirst=True)  # stores made before it existed
+    storage.mark_checked()
     return storage
 
 
