@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import statistics
 import sys
@@ -46,10 +45,10 @@ sys.path.insert(0, str(ROOT))
 
 from datetime import datetime  # noqa: E402
 
+from bench.private_airflow import private_airflow  # noqa: E402
 from tests.kube.cluster import KubeCluster, missing_reason  # noqa: E402
 from tests.kube.controller import TestController  # noqa: E402
 from trialflow.config.platforms import KubeflowConfig  # noqa: E402
-from trialflow.embedded import EmbeddedAirflow  # noqa: E402
 from trialflow.follow import follow_trial  # noqa: E402
 from trialflow.platforms.background import run_sync  # noqa: E402
 from trialflow.platforms.base import (  # noqa: E402
@@ -166,18 +165,7 @@ def run_airflow(
         f"  worker: {{replicas: 1, command: python3 trial.py {seconds}, cpuNumber: 1, memorySize: 128mb}}}}\n"
     )
     store_url = sqlite_url(root / "experiments.db")
-    airflow = EmbeddedAirflow(
-        home=root / "airflow",
-        dags_folder=root / "dags",
-        parallelism=8,
-        extra_env={
-            "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
-                {"conn_type": "trialflow", "extra": {"storage_url": store_url}}
-            ),
-            "TRIALFLOW_WORKDIR": str(root / "runs"),
-        },
-    )
-    airflow.dags_folder.mkdir(parents=True)
+    airflow = private_airflow(root, 8, store_url)
     dag_file = airflow.dags_folder / "kube_bench.py"
     dag_file.write_text(
         "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"

@@ -30,6 +30,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.private_airflow import private_airflow  # noqa: E402
 from tests.nni_venv import NNI_VENV, build_nni_venv  # noqa: E402
 from trialflow.embedded import EmbeddedAirflow  # noqa: E402
 from trialflow.platforms.base import experiment_id_for  # noqa: E402
@@ -177,18 +178,7 @@ def main() -> None:
     (work / "nni_trial.py").write_text(NNI_TRIAL)
     store_url = sqlite_url(work / "experiments.db")
     max_c = max(c for _, c, _ in cases)
-    airflow = EmbeddedAirflow(
-        home=work / "airflow",
-        dags_folder=work / "dags",
-        parallelism=max_c + 1,
-        extra_env={
-            "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
-                {"conn_type": "trialflow", "extra": {"storage_url": store_url}}
-            ),
-            "TRIALFLOW_WORKDIR": str(work / "runs"),
-        },
-    )
-    airflow.dags_folder.mkdir(parents=True)
+    airflow = private_airflow(work, max_c + 1, store_url)
     dag_files: dict[str, Path] = {}
     for n, c, s in cases:
         tag = f"{n}_{c}_{str(s).replace('.', '_')}"

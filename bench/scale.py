@@ -14,7 +14,6 @@ one task instance per trial, all successful.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trialflow.embedded import EmbeddedAirflow  # noqa: E402
+from bench.private_airflow import private_airflow  # noqa: E402
 from trialflow.platforms.base import experiment_id_for  # noqa: E402
 from trialflow.tuning.store import ExperimentStore, sqlite_url  # noqa: E402
 
@@ -55,19 +54,7 @@ def main() -> int:
         "tuner: {name: Random}\ntrainingService: {platform: local}\n"
     )
     store_url = sqlite_url(root / "experiments.db")
-    airflow = EmbeddedAirflow(
-        home=root / "airflow",
-        dags_folder=root / "dags",
-        parallelism=args.concurrency + 2,
-        extra_env={
-            "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
-                {"conn_type": "trialflow", "extra": {"storage_url": store_url}}
-            ),
-            "TRIALFLOW_WORKDIR": str(root / "runs"),
-            "TRIALFLOW_CACHE_DIR": str(root / "plans"),
-        },
-    )
-    airflow.dags_folder.mkdir(parents=True)
+    airflow = private_airflow(root, args.concurrency + 2, store_url, TRIALFLOW_CACHE_DIR=str(root / "plans"))
     dag_file = airflow.dags_folder / "scale.py"
     dag_file.write_text(
         "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
