@@ -113,14 +113,17 @@ def _check(store: ExperimentStore) -> None:
         seq = trial.user_attrs["trial_index"]
         # nothing lost, nothing out of place: every step once, with its own value
         assert trial.intermediate_values == {s: seq + s / 1000 for s in range(REPORTS)}
+    # This experiment's rows only: the session's PostgreSQL holds other tests' studies too.
+    mine = (
+        "FROM trial_intermediate_values v JOIN trials t ON t.trial_id = v.trial_id "
+        "JOIN studies s ON s.study_id = t.study_id WHERE s.study_name = :name"
+    )
     with store.storage.engine.connect() as conn:
         duplicates = conn.execute(
-            sa.text(
-                "SELECT trial_id, step, COUNT(*) FROM trial_intermediate_values GROUP BY trial_id, step "
-                "HAVING COUNT(*) > 1"
-            )
+            sa.text(f"SELECT v.trial_id, v.step, COUNT(*) {mine} GROUP BY v.trial_id, v.step HAVING COUNT(*) > 1"),
+            {"name": EXPERIMENT},
         ).fetchall()
-        total = conn.execute(sa.text("SELECT COUNT(*) FROM trial_intermediate_values")).scalar_one()
+        total = conn.execute(sa.text(f"SELECT COUNT(*) {mine}"), {"name": EXPERIMENT}).scalar_one()
     assert duplicates == []
     assert total == TRIALS * REPORTS
 

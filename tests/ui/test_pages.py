@@ -266,14 +266,17 @@ trainingService: {{platform: local}}
     navigations = []
     page.on("framenavigated", lambda frame: navigations.append(frame.url))
     # What the page must do is follow the run, however fast the shared scheduler is today: a
-    # trial that ends while it is open shows up, without a reload.
+    # trial that ends while it is open shows up, without a reload (some may have ended already).
+    succeeded_rows = (
+        "Array.from(document.querySelectorAll('[data-testid=trial-row]'))"
+        ".filter(r => r.innerText.includes('succeeded')).length"
+    )
+    before = page.evaluate(succeeded_rows)
     try:
-        page.wait_for_function(
-            "document.querySelector('[data-testid=summary]').innerText.includes('succeeded')", timeout=240000
-        )
+        page.wait_for_function(f"n => {succeeded_rows} > n", arg=before, timeout=240000)
     except Exception:
         states = [(ti["map_index"], ti["state"]) for ti in ui.harness.tis(dag_id, run_id)]
-        raise AssertionError(f"no trial shown as succeeded; the run's trial tasks: {states}") from None
+        raise AssertionError(f"no trial ended on the page; the run's trial tasks: {states}") from None
     assert page.locator("[data-testid=summary]").inner_text() != first
     assert not navigations, "the page reloaded"
     ui.harness.wait(dag_id, run_id, timeout=300)
