@@ -190,3 +190,13 @@ def test_a_remote_code_directory_over_nni_limits_is_refused_by_validate(tmp_path
     problems = [(p.key_path, p.message) for p in check_runnable(load_config(path))]
     assert len(problems) == 1 and problems[0][0] == ("trialCodeDirectory",)
     assert "files to upload; the limit is 3" in problems[0][1]
+
+
+@pytest.mark.parametrize("bad", [5, "", ["r1"], {"run": "r1"}])
+def test_a_hand_written_continues_in_the_run_conf_is_refused_by_name(bad):
+    from trialflow.experiment import continued_run
+
+    assert continued_run({"continues": "manual_1"}) == "manual_1"
+    assert continued_run({}) is None and continued_run(None) is None
+    with pytest.raises(ValueError, match="dag run conf continues: expected the run id"):
+        continued_run({"continues": bad})

@@ -117,3 +117,12 @@ def test_a_planned_dag_parses_without_the_config_models(config: Path):
     first, again = parse(), parse()
     assert "trialflow.config.model" in first  # the full check, the first time
     assert again.strip() == "['start_experiment', 'trial', 'end_experiment'] []"
+
+
+def test_a_failed_write_leaves_no_temporary_file(config: Path, monkeypatch):
+    def refuse(*_: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("trialflow.plan.os.replace", refuse)
+    assert load_plan(config).trial_count == 7  # the check's answer, kept or not
+    assert list(cache_dir().iterdir()) == []

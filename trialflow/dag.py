@@ -79,6 +79,8 @@ def experiment_dag(
             raise ValueError(
                 f"{path}: trials_per_run is for experiments without maxTrialNumber; this one runs {count} trials"
             )
+        if isinstance(trials_per_run, bool) or not isinstance(trials_per_run, int):
+            raise ValueError(f"trials_per_run: expected a whole number, got {trials_per_run!r}")
         if not 1 <= trials_per_run <= MAX_TRIALS_PER_RUN:
             raise ValueError(f"trials_per_run: expected 1..{MAX_TRIALS_PER_RUN}, got {trials_per_run}")
         count = trials_per_run

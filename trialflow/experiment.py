@@ -177,6 +177,17 @@ def continuation_run_id(experiment_id: str, first_index: int) -> str:
     return f"trialflow__{experiment_id}__from_{first_index:06d}"
 
 
+def continued_run(conf: dict[str, Any] | None) -> str | None:
+    """The run a follow-on run continues (its conf's ``continues``, set by the continue step);
+    a hand-written conf with something else there is refused by name, not a traceback."""
+    value = (conf or {}).get(CONTINUES_KEY)
+    if value is None or isinstance(value, str) and value:
+        return value
+    raise ValueError(
+        f"dag run conf {CONTINUES_KEY}: expected the run id (text) of the run this one continues, got {value!r}"
+    )
+
+
 @dataclass(frozen=True)
 class Continuation:
     """Whether (and why not) a finished run of an unbounded experiment goes on in another one."""

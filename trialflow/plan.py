@@ -114,13 +114,16 @@ def remember(config: ExperimentConfig) -> DagPlan:
     if None in files.values():
         return plan
     target = _entry_path(config.source_file)
+    written: str | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=target.parent, suffix=".tmp", delete=False) as out:
+            written = out.name
             json.dump({"files": files, "plan": asdict(plan)}, out)
-        os.replace(out.name, target)
+        os.replace(written, target)  # whole or not at all: a parse never reads half an entry
     except OSError:
-        pass
+        if written is not None:
+            Path(written).unlink(missing_ok=True)
     return plan
 
 

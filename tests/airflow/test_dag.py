@@ -150,3 +150,6 @@ def test_without_max_trial_number_the_run_continues_in_a_follow_on_run(tmp_path)
     assert len(experiment_dag(path).get_task("trial").expand_input.value["trial_index"]) == 500  # ten waves
     with pytest.raises(ValueError, match="trials_per_run: expected 1..10000"):
         experiment_dag(path, trials_per_run=0)
+    for wrong in ("5", 2.5, True):
+        with pytest.raises(ValueError, match="trials_per_run: expected a whole number"):
+            experiment_dag(path, trials_per_run=wrong)

@@ -59,12 +59,10 @@ class StartExperimentOperator(_ExperimentStep):
             experiment.experiment_id,
             {**experiment.description(), "dag_id": context["dag"].dag_id, "run_id": context["run_id"]},
         )
-        from trialflow.experiment import CONTINUES_KEY
+        from trialflow.experiment import continued_run
 
         conf = getattr(context.get("dag_run"), "conf", None) or {}
-        window = experiment.start_run(
-            store, context["run_id"], continues=conf.get(CONTINUES_KEY), count=self.trial_count
-        )
+        window = experiment.start_run(store, context["run_id"], continues=continued_run(conf), count=self.trial_count)
         connections = airflow_connections()
         for i in range(len(config.training_service)):
             experiment.platform(i, connections).prepare_sync(experiment.experiment_id)
@@ -181,9 +179,9 @@ class EndExperimentOperator(_ExperimentStep):
         summary["continuation"] = {"run_id": following.run_id, "conf": following.conf, "reason": following.reason}
         if self.cleanup and following.run_id is None:  # the next run still needs the experiment's files
             self._cleanup(experiment)
-        from trialflow.experiment import CONTINUES_KEY
+        from trialflow.experiment import continued_run
 
-        continued = bool((getattr(context.get("dag_run"), "conf", None) or {}).get(CONTINUES_KEY))
+        continued = continued_run(getattr(context.get("dag_run"), "conf", None)) is not None
         if best is None and continued and study_best is not None and window.expired():
             # A follow-on run the duration ended before any of its trials did: the experiment
             # ended as it should, with the best of the runs before.
