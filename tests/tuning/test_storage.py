@@ -12,7 +12,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from trialflow.tuning.storage import TrialflowStorage
+from trialflow.tuning.storage import TrialflowStorage, _DeferredVersionManager
 from trialflow.tuning.store import with_installed_driver
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -128,11 +128,13 @@ def test_a_database_checked_once_reopens_without_the_schema_check(storage: Trial
 
     url = storage.url
     first = ExperimentStore(url).storage  # the full path, which records the check
-    again = TrialflowStorage.reopen(url, {})
-    assert again is not None and not isinstance(first._version_manager, type(again._version_manager))
+    again = ExperimentStore(url).storage  # the store's own open: it takes the short way now
+    assert isinstance(again._version_manager, _DeferredVersionManager)
+    assert not isinstance(first._version_manager, _DeferredVersionManager)
     assert set(vars(again)) == set(vars(first))  # every attribute RDBStorage.__init__ sets
-    for name in ("url", "skip_compatibility_check", "heartbeat_interval", "grace_period"):
-        assert getattr(again, name) == getattr(first, name) or name == "skip_compatibility_check"
+    for name in ("url", "engine_kwargs", "heartbeat_interval", "grace_period", "heartbeat_stale_trial_callback"):
+        assert getattr(again, name) == getattr(first, name), name
+    assert again.skip_compatibility_check and not first.skip_compatibility_check  # the one difference
     assert again.get_current_version() == first.get_current_version()  # built when asked for
     study_id = _fill(again, ["maximize"])
     assert len(first._get_trials(study_id, None, set(), -1)) == 13
