@@ -103,7 +103,10 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
                 <Text fontSize="xs" color="fg.muted" mb={1}>best finished, running and early-stopped trials (dashed, ✕ where stopped)</Text>
                 <Chart option={curveOption} />
               </Panel>
-              <Panel title="Timeline and concurrency" testId="chart-timeline"><Chart option={timeline} /></Panel>
+              <Panel title="Timeline and concurrency" testId="chart-timeline">
+                <Text fontSize="xs" color="fg.muted" mb={1}>one bar per trial, from its start to its end, coloured by status as in the counts above</Text>
+                <Chart option={timeline} />
+              </Panel>
               <Panel title="Parameter importance" testId="chart-importance">
                 {importance.data?.note ? <Text color="fg.muted" fontSize="sm">{importance.data.note}</Text> : null}
                 <Chart option={importanceChart} height={220} />

@@ -165,7 +165,8 @@ export function timelineOption(rows: TrialRow[]): Option {
         return row ? `trial ${row.trial_index} (${row.status}), ${formatDuration(row.duration)}` : "";
       },
     },
-    legend: { data: ["trials", "running at once"], top: 0 },
+    // the bars take their status's colour (one swatch could not stand for them): only the line has a legend
+    legend: { data: ["running at once"], top: 0 },
     grid: [{ left: 60, right: 24, top: 36, bottom: "34%" }, { left: 60, right: 24, top: "74%", bottom: 28 }],
     // a lines series does not size its axes: the extent is given
     xAxis: [{ type: "time", gridIndex: 0, axisLabel: { show: false }, min: first, max: last },
