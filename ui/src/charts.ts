@@ -99,10 +99,11 @@ export function parallelOption(rows: TrialRow[], summary: Summary | undefined): 
     ...ANIMATION,
     tooltip: { trigger: "item", formatter: (p: { dataIndex: number }) => tooltipTrial(done[p.dataIndex]) },
     parallelAxis: axes.map((axis) => ({ ...axis, nameTextStyle: { fontSize: 11 }, axisLabel: { fontSize: 10 } })),
-    parallel: { left: 50, right: 90, top: 40, bottom: 30 },
+    parallel: { left: 50, right: 125, top: 40, bottom: 30 },
     visualMap: metrics.length
       ? { min: Math.min(...metrics), max: Math.max(...metrics), dimension: names.length, calculable: true,
-          right: 8, top: "middle", itemHeight: 120, precision: 3, textStyle: { fontSize: 10 }, inRange: { color: ["#3182ce", "#38a169", "#ecc94b", "#e53e3e"] } }
+          // align "left": the handles' values sit right of the bar, not on the metric axis's labels
+          right: 4, top: "middle", align: "left", itemHeight: 120, precision: 3, textStyle: { fontSize: 10 }, inRange: { color: ["#3182ce", "#38a169", "#ecc94b", "#e53e3e"] } }
       : undefined,
     series: [{ type: "parallel", lineStyle: { width: 1.5, opacity: 0.6 }, data }],
   };
