@@ -7,7 +7,7 @@ export UV_PYTHON_DOWNLOADS := never
 # trial process pays them, and some environments set PYTHONDONTWRITEBYTECODE).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: demo test lint venv bench bench-tuners bench-ui bench-parse bench-scale bench-kube ui clean
+.PHONY: demo test lint venv bench bench-tuners bench-ui bench-parse bench-scale bench-kube bench-remote ui clean
 
 $(VENV)/.synced: pyproject.toml uv.lock Makefile
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
@@ -45,6 +45,9 @@ bench-scale: venv
 	$(VENV)/bin/python bench/scale.py
 
 # Needs the kube-apiserver that tests/kube/build-apiserver.sh builds.
+bench-remote: venv
+	$(VENV)/bin/python bench/remote.py
+
 bench-kube: venv
 	$(VENV)/bin/python bench/kube.py --trials 200 --airflow 200
 

@@ -1,9 +1,11 @@
 """Remote machines: code staging and per-trial overhead, side by side in one run.
 
 1. Staging a code directory of ``--files`` files / ``--megabytes`` MB (random bytes,
-   so nothing compresses) to a real OpenSSH server on 127.0.0.1: trialflow's first
-   upload (pack + upload + safe unpack) vs ``scp -r`` of the same folder (ratio),
-   then a second experiment with the same code (should be ~0: nothing uploaded).
+   so nothing compresses) to a real OpenSSH server on 127.0.0.1, each way in a fresh
+   process (wall time and the process's peak RSS): trialflow's streamed upload (pack
+   while uploading + safe unpack), the archive built in memory first as before
+   (``--no-before`` leaves it out), and ``scp -r`` of the same folder (the ratio's
+   base); then a second experiment with the same code (should be ~0: nothing uploaded).
 2. Per-trial overhead, remote vs local: N trivial trials, C at once, S seconds
    each, submitted and followed through the platform API (the same calls the
    operator and the triggerer make, without Airflow's scheduling on top), for
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import statistics
@@ -79,13 +82,50 @@ def remote_platform(server: sshd.SshServer, workdir: Path) -> RemotePlatform:
     return RemotePlatform(config, workdir)
 
 
-def staging(server: sshd.SshServer, code: Path, tmp: Path) -> tuple[float, float, float]:
-    started = time.perf_counter()
-    stage(remote_platform(server, tmp / "w1"), "ebench001", code)
-    first = time.perf_counter() - started
-    started = time.perf_counter()
-    stage(remote_platform(server, tmp / "w2"), "ebench002", code)
-    second = time.perf_counter() - started
+#: Staging in a fresh process, so its peak RSS is the staging's own: "stream" is how a machine
+#: gets its code now, "memory" the archive built whole first (the way before issue 15).
+STAGE_CHILD = """
+import json, resource, sys, time
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from bench.remote import remote_platform, stage
+from tests import sshd
+from trialflow.platforms.background import run_sync
+from trialflow.trial.packing import pack
+server = sshd.SshServer(**json.loads(sys.argv[1]))
+code, work, how = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+platform = remote_platform(server, work)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+started = time.perf_counter()
+if how == "stream":
+    stage(platform, work.name, code)
+else:
+    platform.prepare_sync(work.name)
+    run_sync(platform.staging.stage(platform.machines[0], pack(code), "code"))
+wall = time.perf_counter() - started
+print(json.dumps({{"wall": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rss_before_mb": base / 1024}}))
+"""
+
+
+def stage_in_child(server: sshd.SshServer, code: Path, work: Path, how: str) -> dict:
+    fields = {k: str(v) if isinstance(v, Path) else v for k, v in server.__dict__.items()}
+    out = subprocess.run(
+        [sys.executable, "-c", STAGE_CHILD.format(root=str(ROOT)), json.dumps(fields), str(code), str(work), how],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRIALFLOW_CACHE": str(work / "cache")},  # a cold digest cache: a real upload
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def forget_staged(server: sshd.SshServer) -> None:
+    """The machine forgets the code, so the next way uploads it in full too."""
+    subprocess.run(["rm", "-rf", str(server.home / "trialflow-experiments" / ".code"), str(server.home / "scp-copy")])
+
+
+def scp_copy(server: sshd.SshServer, code: Path) -> float:
     started = time.perf_counter()
     subprocess.run(
         [
@@ -105,8 +145,23 @@ def staging(server: sshd.SshServer, code: Path, tmp: Path) -> tuple[float, float
         ],
         check=True,
     )
-    scp = time.perf_counter() - started
-    return first, second, scp
+    return time.perf_counter() - started
+
+
+def staging(server: sshd.SshServer, code: Path, tmp: Path, repeat: int, before: bool) -> dict[str, list]:
+    """Each way ``repeat`` times, interleaved (so a slow minute of the machine hits all)."""
+    results: dict[str, list] = {"stream": [], "memory": [], "scp": [], "second": []}
+    for r in range(repeat):
+        for how in ("stream", "memory") if before else ("stream",):
+            forget_staged(server)
+            results[how].append(stage_in_child(server, code, tmp / f"{how}{r}", how))
+        forget_staged(server)
+        results["scp"].append(scp_copy(server, code))
+    stage(remote_platform(server, tmp / "first"), "first", code)  # one experiment uploads it...
+    started = time.perf_counter()
+    stage(remote_platform(server, tmp / "again"), "again", code)  # ...the next finds it there
+    results["second"].append(time.perf_counter() - started)
+    return results
 
 
 async def run_trials(platform, code: Path, n: int, c: int, s: float, experiment: str, python: str) -> float:
@@ -137,7 +192,8 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--megabytes", type=int, default=300)
     parser.add_argument("--cases", nargs="*", default=["20,4,0", "20,4,3"])
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-before", action="store_true", help="leave out the in-memory archive (the old way)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/remote.py creates a local user for its SSH server: run it as root")
@@ -148,11 +204,18 @@ def main() -> int:
         server.start()
         code = tmp / "code"
         make_code(code, args.files, args.megabytes)
-        first, second, scp = staging(server, code, tmp)
-        print(f"\nStaging {args.files} files / {args.megabytes} MB to 127.0.0.1 over SSH")
-        print(f"  trialflow first upload   {first:7.2f} s   ({first / scp:.2f} x scp -r)")
-        print(f"  scp -r                   {scp:7.2f} s")
-        print(f"  second experiment        {second:7.2f} s   (same code: nothing uploaded)")
+        results = staging(server, code, tmp, args.repeat, not args.no_before)
+        scp = statistics.median(results["scp"])
+        print(f"\nStaging {args.files} files / {args.megabytes} MB to 127.0.0.1 over SSH (median of {args.repeat})")
+        print(f"{'':28} {'wall s':>8} {'x scp -r':>9} {'peak RSS MB':>12} {'RSS at start':>13}")
+        for how, label in (("stream", "trialflow, streamed"), ("memory", "archive in memory (before)")):
+            if results[how]:
+                wall = statistics.median(r["wall"] for r in results[how])
+                rss = statistics.median(r["rss_mb"] for r in results[how])
+                rss0 = statistics.median(r["rss_before_mb"] for r in results[how])
+                print(f"{label:28} {wall:8.2f} {wall / scp:9.2f} {rss:12.0f} {rss0:13.0f}")
+        print(f"{'scp -r':28} {scp:8.2f} {1:9.2f}")
+        print(f"{'second experiment, same code':28} {results['second'][0]:8.2f}   (nothing uploaded)")
 
         small = tmp / "small"
         small.mkdir()

@@ -230,6 +230,54 @@ def test_a_second_experiment_with_the_same_code_uploads_nothing(ssh_servers, tmp
     assert "efirst01" in {p.name for p in (a.home / "trialflow-experiments").iterdir()}
 
 
+def test_code_streams_to_the_machine_and_arrives_whole(ssh_servers, tmp_path, monkeypatch):
+    import hashlib
+    import os
+
+    from trialflow.trial import packing
+
+    monkeypatch.setenv("TRIALFLOW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(packing, "CHUNK_BYTES", 256 * 1024)  # many chunks through the channel
+    a, _ = ssh_servers
+    code = _code(tmp_path, TRIAL + "# streamed\n")
+    (code / "weights").mkdir()
+    for i in range(3):
+        (code / "weights" / f"w{i}.bin").write_bytes(os.urandom(1024 * 1024 + i))
+    [folder] = stage(_platform(tmp_path, [_machine(a, "key")]), "estream1", code)
+    staged = Path(folder)
+    assert str(staged).startswith(str(a.home))
+    for rel in ["train.py", "weights/w0.bin", "weights/w1.bin", "weights/w2.bin"]:
+        assert hashlib.sha256((staged / rel).read_bytes()).digest() == hashlib.sha256((code / rel).read_bytes()).digest()
+    assert not (staged / "data").exists()  # .nniignore honoured
+    digest = packing.pack(code).digest
+    assert staged.name == digest[:16]  # named by the content, learnt at the end of the stream
+    assert not list((a.home / "trialflow-experiments").glob(".upload-*"))  # nothing left behind
+
+
+def test_a_command_that_fails_while_its_input_streams_is_an_error_not_a_hang(ssh_servers, tmp_path, monkeypatch):
+    import os
+    import threading
+
+    from trialflow.platforms.background import run_sync
+    from trialflow.trial import packing
+
+    monkeypatch.setattr(packing, "CHUNK_BYTES", 64 * 1024)
+    a, _ = ssh_servers
+    code = tmp_path / "big"
+    code.mkdir()
+    (code / "data.bin").write_bytes(os.urandom(8 * 1024 * 1024))
+    platform = _platform(tmp_path, [_machine(a, "key")])
+    machine = platform.machines[0]
+    stream = packing.ArchiveStream(code, packing.collect_files(code), False)
+    started = time.monotonic()
+    with pytest.raises(SshError, match=r"`head -c 1000 >/dev/null; echo refused >&2; exit 3` failed \(3\): refused"):
+        run_sync(platform.shell.run(machine, "head -c 1000 >/dev/null; echo refused >&2; exit 3", stream.chunks))
+    assert time.monotonic() - started < 30
+    deadline = time.monotonic() + 5
+    while any(t.name == "trialflow-archive" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the archive writer outlived the failed upload"
+
+
 def test_cancel_kills_the_remote_process_group_and_cleanup_removes_files(ssh_servers, tmp_path):
     a, _ = ssh_servers
     platform = _platform(tmp_path, [_machine(a, "key")])

@@ -140,17 +140,104 @@ def test_the_digest_does_not_depend_on_when_it_was_packed(tmp_path, monkeypatch)
 
 
 def test_a_known_folder_state_gives_its_digest_without_packing(tmp_path, monkeypatch):
-    from trialflow.trial.packing import known_digest, remember_digest
+    from trialflow.trial.packing import cached_digest, fingerprint, remember_digest
 
     monkeypatch.setenv("TRIALFLOW_CACHE", str(tmp_path / "cache"))
     root = _tree(tmp_path / "code", {"train.py": "print(1)"})
-    fp, digest = known_digest(root)
-    assert digest is None
+    fp = fingerprint(root, collect_files(root))
+    assert cached_digest(fp) is None
     packed = pack(root)
-    remember_digest(fp, packed)
-    assert known_digest(root) == (fp, packed.digest)
+    remember_digest(fp, packed.digest)
+    assert cached_digest(fingerprint(root, collect_files(root))) == packed.digest
     (root / "train.py").write_text("print(22)")  # changed: another state, unknown
-    assert known_digest(root)[1] is None
+    assert fingerprint(root, collect_files(root)) != fp
+
+
+def _stream(root: Path, compress: bool, stop_after: int | None = None) -> tuple[list[bytes], packing.ArchiveStream]:
+    import asyncio
+    import contextlib
+
+    stream = packing.ArchiveStream(root, collect_files(root), compress)
+
+    async def read() -> list[bytes]:
+        chunks = []
+        async with contextlib.aclosing(stream.chunks()) as source:
+            async for chunk in source:
+                chunks.append(chunk)
+                if stop_after is not None and len(chunks) == stop_after:
+                    break
+        return chunks
+
+    return asyncio.run(read()), stream
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_a_streamed_archive_is_the_packed_archive_in_bounded_chunks(tmp_path, monkeypatch, compress):
+    import gzip
+    import os
+
+    monkeypatch.setattr(packing, "CHUNK_BYTES", 64 * 1024)
+    root = _tree(tmp_path / "code", {"train.py": "print(1)\n" * 5000, "lib/u.py": "u"})
+    (root / "weights.bin").write_bytes(os.urandom(700 * 1024))  # one file of many chunks
+    (root / "alias.py").symlink_to("train.py")
+    chunks, stream = _stream(root, compress)
+    packed = pack(root)
+    assert stream.digest == packed.digest  # the digest names the content, compressed or not
+    data = b"".join(chunks)
+    raw = gzip.decompress(data) if compress else data
+    assert raw == gzip.decompress(packed.archive)
+    if compress:
+        assert data == packed.archive
+    # a tar record and a gzip block beyond the chunk size at most: nothing held whole
+    assert len(chunks) > 10 and max(len(c) for c in chunks) < 64 * 1024 + 64 * 1024
+    archive = tmp_path / "streamed.tar"
+    archive.write_bytes(data)
+    unpack.safe_extract(str(archive), str(tmp_path / "out"))
+    assert (tmp_path / "out" / "weights.bin").read_bytes() == (root / "weights.bin").read_bytes()
+
+
+def test_a_stream_read_again_gives_the_same_bytes_and_one_left_early_stops_its_writer(tmp_path, monkeypatch):
+    import os
+    import threading
+
+    monkeypatch.setattr(packing, "CHUNK_BYTES", 16 * 1024)
+    root = _tree(tmp_path / "code", {"train.py": "x"})
+    (root / "data.bin").write_bytes(os.urandom(2 * 1024 * 1024))
+    first, stream = _stream(root, False)
+    assert b"".join(first) == b"".join(_stream(root, False)[0])  # a retried upload sends the same
+    before = threading.active_count()
+    partial, stream = _stream(root, False, stop_after=2)
+    assert len(partial) == 2 and stream.digest is None
+    deadline = __import__("time").monotonic() + 5
+    while any(t.name == "trialflow-archive" for t in threading.enumerate()):
+        assert __import__("time").monotonic() < deadline, "the writer thread outlived its reader"
+    assert threading.active_count() <= before
+
+
+def test_a_file_that_vanishes_while_streaming_is_raised_to_the_reader(tmp_path):
+    root = _tree(tmp_path / "code", {"train.py": "x", "gone.py": "y"})
+    stream = packing.ArchiveStream(root, collect_files(root), False)
+    (root / "gone.py").unlink()
+    import asyncio
+
+    async def read() -> None:
+        async for _ in stream.chunks():
+            pass
+
+    with pytest.raises(FileNotFoundError, match="gone.py"):
+        asyncio.run(read())
+
+
+def test_gzip_only_where_the_sample_shrinks(tmp_path):
+    import os
+
+    source = _tree(tmp_path / "src", {f"m{i}.py": f"def f{i}(x):\n    return x + {i}\n" * 200 for i in range(20)})
+    assert packing.worth_compressing(source, collect_files(source))
+    data = _tree(tmp_path / "data", {"train.py": "print(1)\n" * 100})
+    (data / "model.pt").write_bytes(os.urandom(3 * 1024 * 1024))  # the bytes are the weights'
+    assert not packing.worth_compressing(data, collect_files(data))
+    empty = _tree(tmp_path / "empty", {"t.py": ""})
+    assert packing.worth_compressing(empty, collect_files(empty))
 
 
 def test_a_deeper_nniignore_can_bring_back_what_a_parent_left_out(tmp_path):

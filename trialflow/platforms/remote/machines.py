@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trialflow.config.platforms import RemoteMachineConfig
-from trialflow.platforms.remote.ssh import POOL, ConnIdOpener, SshError, SshTarget
+from trialflow.platforms.remote.ssh import POOL, ConnIdOpener, SshError, SshTarget, StdinSource
 
 BASE_DIR_NAME = "trialflow-experiments"
 
@@ -82,7 +82,9 @@ class Shell:
         self._opener = opener
         self._bases: dict[int, str] = {}
 
-    async def run(self, machine: Machine, command: str, stdin: bytes | None = None, check: bool = True) -> bytes:
+    async def run(
+        self, machine: Machine, command: str, stdin: bytes | StdinSource | None = None, check: bool = True
+    ) -> bytes:
         """The command's stdout; with ``check``, a non-zero exit is an SshError naming the
         machine, the command's start and the end of its stderr."""
         status, out, err = await POOL.run(machine.target, command, stdin, opener=self._opener)

@@ -16,9 +16,10 @@ trialflow.hooks), so this module never imports Airflow.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -172,6 +173,29 @@ class ConnectionLost(Exception):
     """The connection closed before a command reported its exit status."""
 
 
+#: A command's input made while it is sent (an archive written as it uploads); called once per
+#: attempt, so a retried command gets its input from the start again.
+StdinSource = Callable[[], AsyncGenerator[bytes, None]]
+
+
+async def _run_fed(
+    conn: asyncssh.SSHClientConnection, command: str, source: StdinSource, timeout: float
+) -> asyncssh.SSHCompletedProcess:
+    """Run ``command`` with ``source``'s chunks as its stdin, each written when the channel
+    takes it (asyncssh's drain), so nothing piles up in memory. ``timeout`` bounds the wait
+    after the input ended; while it flows, a dead connection is found by its keepalives."""
+    process = await conn.create_process(command, encoding=None)
+    try:
+        async with contextlib.aclosing(source()) as chunks:
+            async for chunk in chunks:
+                process.stdin.write(chunk)
+                await process.stdin.drain()
+        process.stdin.write_eof()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the command stopped reading (it failed): its exit status and stderr say why
+    return await process.wait(check=False, timeout=timeout)
+
+
 class SshPool:
     """Connections of this process, per event loop (asyncssh connections, locks and semaphores
     belong to a loop). Keyed by the loop object itself, weakly: a closed loop's id can be
@@ -194,7 +218,7 @@ class SshPool:
         self,
         target: SshTarget,
         command: str,
-        stdin: bytes | None = None,
+        stdin: bytes | StdinSource | None = None,
         timeout: float = COMMAND_TIMEOUT,
         opener: ConnIdOpener | None = None,
     ) -> tuple[int, bytes, bytes]:
@@ -216,7 +240,10 @@ class SshPool:
                 conn = await slot.get(broken)
                 broken = None
                 async with slot.channels:
-                    result = await conn.run(command, input=stdin, encoding=None, timeout=timeout, check=False)
+                    if callable(stdin):
+                        result = await _run_fed(conn, command, stdin, timeout)
+                    else:
+                        result = await conn.run(command, input=stdin, encoding=None, timeout=timeout, check=False)
             except (
                 asyncssh.HostKeyNotVerifiable,
                 asyncssh.PermissionDenied,

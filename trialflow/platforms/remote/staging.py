@@ -1,7 +1,9 @@
 """Putting trial code and trialflow's SDK on the machines: once per content, never per trial.
 
-Code is packed (``.nniignore`` honoured, NNI's size limits checked), named by
-its digest, uploaded only where that digest is not yet staged, unpacked by
+Code is packed (``.nniignore`` honoured, NNI's size limits checked) while it
+streams to the machine, named by its digest, uploaded only where that digest
+is not yet staged (known from the last upload of the folder in this state, or
+found there after the upload), unpacked by
 trialflow's own stdlib unpacker (which refuses hostile archives) and made
 read-only; each trial then gets a hard-linked view of it. Code that already
 lies on NNI's sharedStorage, mounted by the user on both sides, is read in
@@ -18,7 +20,17 @@ from trialflow.platforms.remote.commands import exists_command, staging_command,
 from trialflow.platforms.remote.machines import Machine, Shell
 from trialflow.platforms.remote.ssh import SshError
 from trialflow.trial import unpack
-from trialflow.trial.packing import PackedCode, known_digest, pack, pack_sdk, remember_digest
+from trialflow.trial.packing import (
+    ArchiveStream,
+    PackedCode,
+    cached_digest,
+    check_limits,
+    collect_files,
+    fingerprint,
+    pack_sdk,
+    remember_digest,
+    worth_compressing,
+)
 
 
 class CodeStaging:
@@ -55,14 +67,21 @@ class CodeStaging:
         """(folder with the code on ``machine``, whether trials read it in place)."""
         shared = self.shared_code_path(code_dir)
         if shared is None:
-            fp, digest = known_digest(code_dir, exclude)
+            root = Path(code_dir)
+            files = collect_files(root, exclude)
+            fp = fingerprint(root, files)
+            digest = cached_digest(fp)
             if digest is not None:  # packed before in this state: staged there already?
+                if (machine.index, digest) in self._staged:
+                    return self._staged[(machine.index, digest)], False
                 folder = await self.staged_folder(machine, digest[:16])
                 if folder is not None:
+                    self._staged[(machine.index, digest)] = folder
                     return folder, False
-            packed = pack(code_dir, exclude)
-            remember_digest(fp, packed)
-            return await self.stage(machine, packed, "code"), False
+            check_limits(root, files)
+            folder, digest = await self.stream(machine, ArchiveStream(root, files, worth_compressing(root, files)))
+            remember_digest(fp, digest)
+            return folder, False
         there = await self.shell.run(machine, exists_command(shared, "d"))
         if there.strip() != b"yes":
             raise SshError(
@@ -80,6 +99,21 @@ class CodeStaging:
         folder = f"{await self.shell.base(machine)}/.code/{short_digest}"
         found = await self.shell.run(machine, exists_command(f"{folder}/.complete"))
         return folder if found.strip() == b"yes" else None
+
+    async def stream(self, machine: Machine, archive: ArchiveStream) -> tuple[str, str]:
+        """Upload ``archive`` as it is written and stage it under its digest (learnt at the end
+        of the upload; a machine that had it already keeps its copy and drops this one).
+        Returns (folder, digest)."""
+        base = await self.shell.base(machine)
+        upload = f"{base}/.upload-code-{time.time_ns()}.tar"
+        await self.shell.run(machine, upload_command(base, upload), archive.chunks)
+        await self.shell.run(machine, upload_command(base, f"{upload}.py"), Path(unpack.__file__).read_bytes())
+        assert archive.digest is not None  # the upload read the stream to its end
+        short = archive.digest[:16]
+        await self.shell.run(machine, staging_command(base, short, upload, machine.python))
+        folder = f"{base}/.code/{short}"
+        self._staged[(machine.index, archive.digest)] = folder
+        return folder, archive.digest
 
     async def stage(self, machine: Machine, packed: PackedCode, kind: str) -> str:
         """Make ``packed`` present on ``machine`` (uploading only if its digest is new there);
