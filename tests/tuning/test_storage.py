@@ -144,3 +144,17 @@ def test_a_database_checked_once_reopens_without_the_schema_check(storage: Trial
     assert TrialflowStorage.reopen(url, {}) is None
     ExperimentStore(url)
     assert TrialflowStorage.reopen(url, {}) is not None
+
+
+def test_several_user_attributes_are_one_write_and_a_finished_trial_takes_none(storage: TrialflowStorage):
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    study = optuna.create_study(storage=storage, study_name=f"attrs-{uuid.uuid4().hex[:8]}")
+    trial = study.ask()
+    storage.set_trial_user_attrs(trial._trial_id, {"a": 1, "b": {"nested": [1, "é"]}})
+    storage.set_trial_user_attrs(trial._trial_id, {"b": "replaced", "c": None})
+    assert storage.get_trial_user_attrs(trial._trial_id) == {"a": 1, "b": "replaced", "c": None}
+    study.tell(trial, 1.0)
+    with pytest.raises(UpdateFinishedTrialError):
+        storage.set_trial_user_attrs(trial._trial_id, {"a": 2, "d": 4})
+    assert storage.get_trial_user_attrs(trial._trial_id) == {"a": 1, "b": "replaced", "c": None}

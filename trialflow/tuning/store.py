@@ -26,8 +26,6 @@ import optuna
 import sqlalchemy as sa
 import tenacity
 from optuna.exceptions import UpdateFinishedTrialError
-from optuna.storages import RDBStorage
-from optuna.storages._cached_storage import _CachedStorage  # what optuna.Study itself wraps RDBStorage in
 from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
@@ -36,6 +34,7 @@ from trialflow.config.search_space import SearchSpace
 from trialflow.trial.protocol import Metric, describe_result
 from trialflow.trial.protocol import scalar as _plain_scalar
 from trialflow.trial.status import TrialStatus
+from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
 from trialflow.tuning.storage import TrialflowStorage
 from trialflow.tuning.tuners import make_sampler, sample_parameters
 
@@ -93,7 +92,7 @@ def sqlite_url(path: str | Path) -> str:
     before_sleep=tenacity.before_sleep_log(log, logging.INFO),
     reraise=True,
 )
-def _open_storage(url: str, engine_kwargs: dict[str, Any]) -> RDBStorage:
+def _open_storage(url: str, engine_kwargs: dict[str, Any]) -> TrialflowStorage:
     """Optuna's storage with trialflow's table, created if missing.
 
     Workers that start together on an empty database all try to create the tables, and
@@ -107,6 +106,7 @@ def _open_storage(url: str, engine_kwargs: dict[str, Any]) -> RDBStorage:
     storage = TrialflowStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
     _METADATA.create_all(storage.engine, checkfirst=True)
     TRIAL_INDEX_BY_TRIAL.create(storage.engine, checkfirst=True)  # stores made before it existed
+    SNAPSHOTS.create(storage.engine, checkfirst=True)
     storage.mark_checked()
     return storage
 
@@ -190,7 +190,9 @@ class ExperimentStore:
         # What the tuners and assessors read through: Optuna's own cache of finished trials, one
         # per store (a Study made from the bare storage would start an empty cache every time),
         # so a process that asks or checks again reads only what changed since.
-        self._sampling_storage = _CachedStorage(self.storage)
+        # The cache starts from the experiment's snapshot row (trialflow.tuning.snapshot), so a new
+        # task process does not read every finished trial back.
+        self._sampling_storage = SnapshotCache(self.storage)
 
     def __repr__(self) -> str:
         return f"ExperimentStore({safe_url(self.url)})"
@@ -302,13 +304,15 @@ class ExperimentStore:
         study_id = self._study_id(experiment_id)
         storage_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         parameters = sample_parameters(tuner, space, trial, trial_index)
-        for key, value in {
-            "trial_index": trial_index,
-            "trial_id": trial_id,
-            "parameters": parameters,
-            "nni_status": TrialStatus.WAITING.value,
-        }.items():
-            trial.set_user_attr(key, value)
+        self.storage.set_trial_user_attrs(
+            storage_id,
+            {
+                "trial_index": trial_index,
+                "trial_id": trial_id,
+                "parameters": parameters,
+                "nni_status": TrialStatus.WAITING.value,
+            },
+        )
         winner = self._claim(study_id, trial_index, storage_id)
         if winner != storage_id:
             # Another attempt asked for the same index at the same moment; its trial stands.
@@ -337,13 +341,11 @@ class ExperimentStore:
         ]
 
     def set_status(self, storage_id: int, status: TrialStatus, **attrs: Any) -> None:
-        self.storage.set_trial_user_attr(storage_id, "nni_status", status.value)
-        self.set_attrs(storage_id, **attrs)
+        self.storage.set_trial_user_attrs(storage_id, {"nni_status": status.value, **attrs})
 
     def set_attrs(self, storage_id: int, **attrs: Any) -> None:
         """Facts about a trial besides its status: handle, started_at, service_index."""
-        for key, value in attrs.items():
-            self.storage.set_trial_user_attr(storage_id, key, value)
+        self.storage.set_trial_user_attrs(storage_id, attrs)
 
     def record_metrics(self, storage_id: int, metrics: Iterable[Metric]) -> None:
         """Intermediate results become Optuna intermediate values (idempotent per sequence, so a
@@ -373,8 +375,7 @@ class ExperimentStore:
             pass  # finished concurrently by another process (a cancel racing the trigger): first wins
 
     def _close(self, storage_id: int, status: TrialStatus, final: Any, attrs: dict[str, Any]) -> None:
-        for key, value in attrs.items():
-            self.storage.set_trial_user_attr(storage_id, key, value)
+        self.storage.set_trial_user_attrs(storage_id, attrs)
         value = scalar(final)
         if status == TrialStatus.SUCCEEDED and value is not None and math.isfinite(value):
             self.storage.set_trial_state_values(storage_id, TrialState.COMPLETE, [value])
