@@ -1,6 +1,8 @@
 """Orchestration overhead, side by side in one run on trivial trials (N trials, C at once, S s each):
 
     trialflow experiment DAG  vs  a hand-written Airflow DAG (BashOperator.expand, same scheduler)
+    vs  the same hand-written DAG with a start task before the trials (trialflow's shape: the
+        floor Airflow sets for a DAG with a start step, whatever the start step does)
     vs  NNI 3.0 local mode (nnictl, its own venv)  vs  `xargs -P C` (the floor)
 
 plus `trialflow run` including Airflow's start-up, and orchestration memory (PSS).
@@ -200,6 +202,14 @@ def main() -> None:
             f"    BashOperator.partial(task_id='trial', max_active_tis_per_dagrun={c}, cwd={str(work)!r}).expand(\n"
             f"        bash_command=[{f'{PY} light.py {s}'!r}] * {n})\n"
         )
+        dag_files[f"shape_{tag}"] = airflow.dags_folder / f"shape_{tag}.py"
+        dag_files[f"shape_{tag}"].write_text(
+            "from airflow.sdk import DAG\nfrom airflow.providers.standard.operators.bash import BashOperator\n"
+            f"with DAG('shape_{tag}', schedule=None):\n"
+            "    BashOperator(task_id='start', bash_command='true') >> "
+            f"BashOperator.partial(task_id='trial', max_active_tis_per_dagrun={c}, cwd={str(work)!r}).expand(\n"
+            f"        bash_command=[{f'{PY} light.py {s}'!r}] * {n})\n"
+        )
 
     results: dict[tuple, dict[str, list[float]]] = {case: {} for case in cases}
     peaks: dict[str, int] = {}
@@ -215,9 +225,12 @@ def main() -> None:
                 r = results[case]
                 r.setdefault("xargs", []).append(run_xargs(work, n, c, s))
 
-                def hand_done(run_id: str, tag: str = tag, n: int = n) -> bool:
-                    tis = airflow.task_instances(f"hand_{tag}", run_id)
-                    return sum(ti["state"] == "success" for ti in tis) >= n
+                def hand_done(run_id: str, tag: str = tag, n: int = n, prefix: str = "hand") -> bool:
+                    tis = airflow.task_instances(f"{prefix}_{tag}", run_id)
+                    return sum(ti["state"] == "success" and ti["task_id"] == "trial" for ti in tis) >= n
+
+                def shape_done(run_id: str, tag: str = tag, n: int = n) -> bool:
+                    return hand_done(run_id, tag, n, "shape")
 
                 def tf_done(run_id: str, tag: str = tag, n: int = n) -> bool:
                     try:
@@ -230,6 +243,9 @@ def main() -> None:
                     r.setdefault("hand-written DAG", []).append(
                         run_dag(airflow, f"hand_{tag}", dag_files[f"hand_{tag}"], hand_done)
                     )
+                r.setdefault("hand-written, start step", []).append(
+                    run_dag(airflow, f"shape_{tag}", dag_files[f"shape_{tag}"], shape_done)
+                )
                 with PssSampler(roots) as tf_mem:
                     r.setdefault("trialflow DAG", []).append(
                         run_dag(airflow, f"tf_{tag}", dag_files[f"tf_{tag}"], tf_done)
@@ -280,20 +296,21 @@ def print_report(cases, results, run_times, run_peak, peaks, repeat) -> None:
         f"\nWall seconds from start to all final results, median of {repeat} "
         f"(same machine, same run; Airflow already running except for `trialflow run`)\n"
     )
-    columns = ["xargs", "hand-written DAG", "trialflow DAG", "NNI 3.0 local"]
+    columns = ["xargs", "hand-written DAG", "hand-written, start step", "trialflow DAG", "NNI 3.0 local"]
     print(
         "| N,C,S | "
         + " | ".join(columns)
-        + " | trialflow / hand-written (target <= 1.1) | trialflow / NNI (target <= 0.5) |"
+        + " | trialflow / hand-written (target <= 1.1) | trialflow / same shape | trialflow / NNI (target <= 0.5) |"
     )
-    print("|---" * (len(columns) + 3) + "|")
+    print("|---" * (len(columns) + 4) + "|")
     for case in cases:
         r = results[case]
         cells = [f"{med(r[c]):.2f}" if r.get(c) else "-" for c in columns]
         tf = med(r["trialflow DAG"])
         hand = f"{tf / med(r['hand-written DAG']):.2f}"
+        shape = f"{tf / med(r['hand-written, start step']):.2f}"
         nni = f"{tf / med(r['NNI 3.0 local']):.2f}" if r.get("NNI 3.0 local") else "-"
-        print(f"| {case[0]},{case[1]},{case[2]:g} | " + " | ".join(cells) + f" | {hand} | {nni} |")
+        print(f"| {case[0]},{case[1]},{case[2]:g} | " + " | ".join(cells) + f" | {hand} | {shape} | {nni} |")
     if run_times:
         line = f"\n`trialflow run` on (20,4,3) including Airflow start-up and shutdown: {med(run_times):.2f} s"
         nni = results.get((20, 4, 3.0), {}).get("NNI 3.0 local")
