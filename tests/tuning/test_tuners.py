@@ -361,3 +361,36 @@ def test_the_readme_table_is_the_catalogue():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     table = readme.split("<!-- algorithm table: start -->\n")[1].split("\n<!-- algorithm table: end -->")[0]
     assert table == markdown_table(), "regenerate README's table from trialflow.tuning.algorithms.markdown_table()"
+
+
+def test_gp_fits_on_the_best_half_and_a_draw_of_the_rest():
+    import numpy as np
+
+    from trialflow.tuning.gp import model_points
+
+    rng = np.random.RandomState(0)
+    small = np.array([3.0, 1.0, 2.0])
+    assert list(model_points(small, 10, rng)) == [0, 1, 2]  # under the limit: every point
+    y = rng.uniform(size=1000)
+    keep = model_points(y, 300, rng)
+    assert len(keep) == 300 and len(set(keep.tolist())) == 300 and list(keep) == sorted(keep)
+    best150 = set(np.argsort(-y)[:150].tolist())
+    assert best150 <= set(keep.tolist())  # every one of the best half kept
+    others = [i for i in keep if i not in best150]
+    assert np.median(y[others]) < np.median(y[list(best150)])  # the rest a draw, not the next best
+
+
+def test_gp_past_its_point_limit_still_steers_downhill(monkeypatch):
+    from trialflow.tuning import gp
+
+    monkeypatch.setattr(gp, "MAX_MODEL_POINTS", 8)  # the subsampled path, on a small study
+    algo = _algo("GP", optimize_mode="minimize", seed=0, cold_start_num=6, selection_num_warm_up=500)
+    space = parse_search_space({"x": {"_type": "uniform", "_value": [-10, 10]}})
+    study = optuna.create_study(direction="minimize")
+    for i in range(20):
+        study.sampler = make_sampler(algo, space, i)
+        trial = study.ask()
+        x = sample_parameters(algo, space, trial, i)["x"]
+        study.tell(trial, x * x)
+    assert abs(study.best_params["x"]) < 1.5
+    assert min(abs(t.params["x"]) for t in study.trials[14:]) < 1.5  # late picks near the minimum too
