@@ -247,7 +247,8 @@ def test_code_streams_to_the_machine_and_arrives_whole(ssh_servers, tmp_path, mo
     staged = Path(folder)
     assert str(staged).startswith(str(a.home))
     for rel in ["train.py", "weights/w0.bin", "weights/w1.bin", "weights/w2.bin"]:
-        assert hashlib.sha256((staged / rel).read_bytes()).digest() == hashlib.sha256((code / rel).read_bytes()).digest()
+        there, here = (staged / rel).read_bytes(), (code / rel).read_bytes()
+        assert hashlib.sha256(there).digest() == hashlib.sha256(here).digest()
     assert not (staged / "data").exists()  # .nniignore honoured
     digest = packing.pack(code).digest
     assert staged.name == digest[:16]  # named by the content, learnt at the end of the stream
