@@ -9,8 +9,10 @@ stopping kills each whole process group, including LocalExecutor workers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -83,6 +85,10 @@ class EmbeddedAirflow:
                 "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
                 "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
                 "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+                # Every component loads the trialflow plugin as it starts, and the plugin imports
+                # the core there, so forked trial tasks inherit it (trialflow.ui.plugin.preload_core).
+                "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",
+                "AIRFLOW__TRIALFLOW__PRELOAD_CORE": "True",
             }
         )
         env.update(self.extra_env)
@@ -94,8 +100,26 @@ class EmbeddedAirflow:
         return [sys.executable, "-m", "airflow"]
 
     def migrate(self) -> None:
+        """Airflow's database, ready: a fresh one is a copy of a migrated template when this
+        install made one before (`airflow db migrate` of an empty SQLite database costs
+        seconds, the same ones every time); an existing one is migrated as usual."""
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "logs").mkdir(exist_ok=True)
+        database = self.home / "airflow.db"
+        template = None if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in self.extra_env else database_template()
+        fresh = not database.exists()
+        if fresh and template is not None and template.is_file():
+            _copy_atomically(template, database)
+            return
+        self._run_migrate()
+        if fresh and template is not None and not Path(f"{database}-wal").exists():
+            try:
+                template.parent.mkdir(parents=True, exist_ok=True)
+                _copy_atomically(database, template)
+            except OSError:
+                pass  # a cache: without it, the next fresh home migrates
+
+    def _run_migrate(self) -> None:
         log = self.home / "logs" / "db-migrate.log"
         with open(log, "wb") as out:
             rc = subprocess.call(
@@ -260,6 +284,35 @@ class EmbeddedAirflow:
             found += page
             if len(page) < 100:
                 return found
+
+
+#: Where migrated empty databases are kept, one per Airflow install (see ``database_template``).
+TEMPLATE_ENV = "TRIALFLOW_AIRFLOW_DB_TEMPLATES"
+
+
+def database_template() -> Path:
+    """The migrated empty database for this install: named by the versions of Airflow and of
+    every installed Airflow distribution (providers bring tables and migrations of their own),
+    so an upgrade never reuses an older schema."""
+    from importlib import metadata
+
+    installed = sorted(
+        f"{dist.metadata['Name']}=={dist.version}"
+        for dist in metadata.distributions()
+        if (dist.metadata["Name"] or "").lower().replace("_", "-").startswith("apache-airflow")
+    )
+    key = hashlib.sha256("\n".join(installed).encode()).hexdigest()[:16]
+    folder = Path(os.environ.get(TEMPLATE_ENV) or Path.home() / ".cache" / "trialflow" / "airflow-db").expanduser()
+    return folder / f"airflow-{key}.db"
+
+
+def _copy_atomically(source: Path, target: Path) -> None:
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:

@@ -1,0 +1,72 @@
+"""The private Airflow's database: a fresh home starts from a migrated template, and that copy
+is a database Airflow itself finds fully migrated."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trialflow import embedded
+from trialflow.embedded import EmbeddedAirflow, database_template
+
+
+def test_a_fresh_home_copies_the_migrated_template_and_airflow_accepts_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(embedded.TEMPLATE_ENV, str(tmp_path / "templates"))
+    first = EmbeddedAirflow(tmp_path / "first", tmp_path / "dags")
+    started = time.monotonic()
+    first.migrate()  # migrates for real, then keeps the result
+    migrating = time.monotonic() - started
+    template = database_template()
+    assert template.is_file() and template.parent == tmp_path / "templates"
+
+    second = EmbeddedAirflow(tmp_path / "second", tmp_path / "dags")
+    started = time.monotonic()
+    second.migrate()
+    copying = time.monotonic() - started
+    assert (second.home / "airflow.db").read_bytes() == template.read_bytes()
+    assert copying < migrating / 5, (copying, migrating)
+    assert not (second.home / "logs" / "db-migrate.log").exists()  # no migration ran
+    check = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "check-migrations", "-t", "0"],
+        env=second.env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_an_existing_database_is_migrated_not_replaced(tmp_path, monkeypatch):
+    monkeypatch.setenv(embedded.TEMPLATE_ENV, str(tmp_path / "templates"))
+    template = database_template()
+    template.parent.mkdir(parents=True)
+    template.write_bytes(b"template")
+    airflow = EmbeddedAirflow(tmp_path / "home", tmp_path / "dags")
+    (airflow.home).mkdir()
+    (airflow.home / "airflow.db").write_bytes(b"")  # a home that has its database (resume)
+    calls: list[Path] = []
+    monkeypatch.setattr(EmbeddedAirflow, "_run_migrate", lambda self: calls.append(self.home))
+    airflow.migrate()
+    assert calls == [airflow.home] and (airflow.home / "airflow.db").read_bytes() == b""
+    assert template.read_bytes() == b"template"  # an existing home never becomes the template
+
+
+def test_the_template_is_named_by_the_installed_airflow_distributions(monkeypatch, tmp_path):
+    from importlib import metadata
+
+    monkeypatch.setenv(embedded.TEMPLATE_ENV, str(tmp_path))
+
+    class Dist:
+        def __init__(self, name: str, version: str):
+            self.metadata = {"Name": name}
+            self.version = version
+
+    installed = [Dist("apache-airflow", "3.3.2"), Dist("apache-airflow-providers-fab", "2.0"), Dist("numpy", "1")]
+    monkeypatch.setattr(metadata, "distributions", lambda: installed)
+    name = database_template().name
+    installed[2] = Dist("numpy", "2")  # not Airflow's: same template
+    assert database_template().name == name
+    installed[1] = Dist("apache-airflow-providers-fab", "2.1")  # a provider upgrade: another one
+    assert database_template().name != name
