@@ -34,6 +34,25 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [{"integration-name": "trialflow", "python-modules": ["trialflow.sensors.trial"]}],
         "hooks": [{"integration-name": "trialflow", "python-modules": ["trialflow.hooks.store"]}],
         "triggers": [{"integration-name": "trialflow", "python-modules": ["trialflow.triggers.trial"]}],
+        "config": {
+            "trialflow": {
+                "description": "trialflow's settings.",
+                "options": {
+                    "preload_core": {
+                        "description": (
+                            "Import trialflow's core (Optuna, the experiment store, the config models) in every "
+                            "Airflow component as it starts, so the task processes forked from them inherit it "
+                            "instead of importing it per trial task. Needs [core] lazy_load_plugins = False. "
+                            "`trialflow run` turns it on."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
+                    }
+                },
+            }
+        },
         "connection-types": [
             {
                 "connection-type": "trialflow",

@@ -6,7 +6,9 @@
   ("Experiments"), as a tab of each DAG ("Experiments": its runs' experiments) and of each DAG
   run ("Experiment": the run's experiment);
 * extra links on trial tasks: "Trial" (its page) and "Platform" (its job's page, when the
-  config gives ``trialWebUrl``).
+  config gives ``trialWebUrl``);
+* with ``[trialflow] preload_core = True``, trialflow's core imported once per component
+  (see ``preload_core``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,45 @@ from trialflow.ui.links import PlatformLink, TrialLink
 #: Relative to Airflow's base URL (the UI resolves it against <base href>): works under a prefix.
 BUNDLE_URL = "trialflow/static/trialflow.js"
 ICON_URL = "trialflow/static/experiments.svg"
+
+
+#: What a trial task imports and sets up before its first line of work: the core, Optuna and its
+#: samplers, SQLAlchemy's ORM mapping of Optuna's tables, the local platform.
+PRELOADED = (
+    "trialflow.lifecycle",
+    "trialflow.tuning.store",
+    "trialflow.tuning.tuners",
+    "trialflow.operators.trial",
+    "trialflow.platforms.local",
+)
+
+
+def preload_core() -> bool:
+    """Import trialflow's core in this process when ``[trialflow] preload_core`` says so.
+
+    Airflow starts a task by forking (on Linux: the LocalExecutor's workers are forks of the
+    scheduler, each task a fork of a worker; Celery's pool and Airflow's supervisor fork
+    likewise). What the forking process has imported, every task has for free, so with
+    Airflow's ``[core] lazy_load_plugins = False`` (every component loads plugins as it
+    starts) and this option on, a trial task no longer imports Optuna, SQLAlchemy's ORM and
+    the config models itself (~0.5 s of CPU each, bench/RESULTS.md), and the forked tasks
+    share those pages instead of each holding a copy. Off by default: it adds that import to
+    every Airflow component's start. ``trialflow run`` turns it on."""
+    from airflow.configuration import conf
+
+    if not conf.getboolean("trialflow", "preload_core", fallback=False):
+        return False
+    import importlib
+
+    import sqlalchemy.orm
+
+    for name in PRELOADED:
+        importlib.import_module(name)
+    sqlalchemy.orm.configure_mappers()  # Optuna's models: ~25 ms at a process's first query
+    return True
+
+
+preload_core()
 
 
 def _fastapi_apps() -> list[dict]:

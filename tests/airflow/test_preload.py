@@ -1,0 +1,27 @@
+"""``[trialflow] preload_core``: the plugin imports the core where Airflow loads plugins, and
+only when asked (each case in a fresh interpreter: what is imported is the point)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+CHECK = """
+import sys
+import trialflow.ui.plugin
+from optuna.storages._rdb import models
+print(int("trialflow.lifecycle" in sys.modules), int(not models.BaseModel.registry._new_mappers))
+"""
+
+
+@pytest.mark.parametrize(("setting", "expected"), [(None, "0 0"), ("False", "0 0"), ("True", "1 1")])
+def test_the_plugin_preloads_the_core_only_when_asked(setting, expected):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__TRIALFLOW__")}
+    if setting is not None:
+        env["AIRFLOW__TRIALFLOW__PRELOAD_CORE"] = setting
+    out = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1].split() == expected.split()  # Airflow may log before
