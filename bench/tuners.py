@@ -13,6 +13,7 @@ twice, with trialflow's trial reader and, side by side, with Optuna's own (how
 trialflow asked before). ``--latency-only`` skips the quality part.
 
     python bench/tuners.py [--trials 60] [--seeds 10] [--history 1000] [--jobs 2] [--latency-only]
+                           [--tuners GP ...]
 """
 
 from __future__ import annotations
@@ -136,7 +137,9 @@ def _ask_in_a_fresh_process(url: str, name: str, index: int, reader: str) -> tup
     return opened - started, took[0], took[1]
 
 
-def suggestion_latency(history: int, repeat: int = 3) -> dict[str, dict[str, tuple[float, float, float]]]:
+def suggestion_latency(
+    history: int, repeat: int = 3, tuners: tuple[str, ...] = TUNERS + ("BOHB", "Hyperband")
+) -> dict[str, dict[str, tuple[float, float, float]]]:
     """Per tuner and reader: medians of ``repeat`` fresh processes, each opening the store and
     asking twice, against a SQLite store holding ``history`` finished trials."""
     import multiprocessing
@@ -158,7 +161,7 @@ def suggestion_latency(history: int, repeat: int = 3) -> dict[str, dict[str, tup
         index = history
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(1, mp_context=ctx, max_tasks_per_child=1) as pool:
-            for name in TUNERS + ("BOHB", "Hyperband"):
+            for name in tuners:
                 for reader in ("trialflow", "no-snapshot", "optuna"):
                     runs = []
                     for _ in range(repeat):
@@ -177,6 +180,7 @@ def main() -> int:
     parser.add_argument("--history", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--latency-only", action="store_true")
+    parser.add_argument("--tuners", nargs="+", default=[*TUNERS, "BOHB", "Hyperband"], help="for the latency part")
     args = parser.parse_args()
     verdicts: list[tuple[str, str, bool, float]] = []
     if not args.latency_only:
@@ -189,7 +193,7 @@ def main() -> int:
         f"{'tuner':<10}{'first ask':>12}{'no snapshot':>12}{'baseline':>12}{'ratio':>8}"
         f"{'next ask':>12}{'baseline':>12}{'open':>8}"
     )
-    for name, by_reader in suggestion_latency(args.history).items():
+    for name, by_reader in suggestion_latency(args.history, tuners=tuple(args.tuners)).items():
         (opened, first, again), (_, base_first, base_again) = by_reader["trialflow"], by_reader["optuna"]
         unseeded = by_reader["no-snapshot"][1]
         print(
