@@ -340,17 +340,24 @@ def test_evolution_population_size_reaches_the_sampler():
     assert sampler._population_size == 6
 
 
-def test_minimize_steers_model_based_tuners_downhill():
-    """After a cold start, GP proposes points near the minimum of x**2, not the maximum."""
+@pytest.mark.parametrize(("limit", "trials"), [(None, 14), (8, 20)])
+def test_minimize_steers_model_based_tuners_downhill(monkeypatch, limit, trials):
+    """After a cold start, GP proposes points near the minimum of x**2, not the maximum; also
+    once it fits on a subsample (a limit of 8 points, reached on a small study)."""
+    from trialflow.tuning import gp
+
+    if limit is not None:
+        monkeypatch.setattr(gp, "MAX_MODEL_POINTS", limit)
     algo = _algo("GP", optimize_mode="minimize", seed=0, cold_start_num=6, selection_num_warm_up=500)
     space = parse_search_space({"x": {"_type": "uniform", "_value": [-10, 10]}})
     study = optuna.create_study(direction="minimize")
-    for i in range(14):
+    for i in range(trials):
         study.sampler = make_sampler(algo, space, i)
         trial = study.ask()
         x = sample_parameters(algo, space, trial, i)["x"]
         study.tell(trial, x * x)
     assert abs(study.best_params["x"]) < 1.5
+    assert min(abs(t.params["x"]) for t in study.trials[12:]) < 1.5  # late picks near the minimum too
 
 
 def test_the_readme_table_is_the_catalogue():
@@ -378,19 +385,3 @@ def test_gp_fits_on_the_best_half_and_a_draw_of_the_rest():
     assert best150 <= set(keep.tolist())  # every one of the best half kept
     others = [i for i in keep if i not in best150]
     assert np.median(y[others]) < np.median(y[list(best150)])  # the rest a draw, not the next best
-
-
-def test_gp_past_its_point_limit_still_steers_downhill(monkeypatch):
-    from trialflow.tuning import gp
-
-    monkeypatch.setattr(gp, "MAX_MODEL_POINTS", 8)  # the subsampled path, on a small study
-    algo = _algo("GP", optimize_mode="minimize", seed=0, cold_start_num=6, selection_num_warm_up=500)
-    space = parse_search_space({"x": {"_type": "uniform", "_value": [-10, 10]}})
-    study = optuna.create_study(direction="minimize")
-    for i in range(20):
-        study.sampler = make_sampler(algo, space, i)
-        trial = study.ask()
-        x = sample_parameters(algo, space, trial, i)["x"]
-        study.tell(trial, x * x)
-    assert abs(study.best_params["x"]) < 1.5
-    assert min(abs(t.params["x"]) for t in study.trials[14:]) < 1.5  # late picks near the minimum too
