@@ -26,6 +26,11 @@ def test_a_fresh_home_copies_the_migrated_template_and_airflow_accepts_it(tmp_pa
     second.migrate()
     copying = time.monotonic() - started
     assert (second.home / "airflow.db").read_bytes() == template.read_bytes()
+    # each home has its own secrets, written before any component could race to make its own
+    configs = [(a.home / "airflow.cfg") for a in (first, second)]
+    assert all(c.stat().st_mode & 0o077 == 0 for c in configs)
+    secrets = [dict(line.split(" = ", 1) for line in c.read_text().splitlines() if " = " in line) for c in configs]
+    assert secrets[0].keys() >= {"fernet_key", "jwt_secret"} and secrets[0] != secrets[1]
     assert copying < migrating / 5, (copying, migrating)
     assert not (second.home / "logs" / "db-migrate.log").exists()  # no migration ran
     check = subprocess.run(

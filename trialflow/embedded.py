@@ -9,6 +9,7 @@ stopping kills each whole process group, including LocalExecutor workers.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -60,6 +61,7 @@ class EmbeddedAirflow:
         env.update(
             {
                 "AIRFLOW_HOME": str(home),
+                "AIRFLOW_CONFIG": str(home / "airflow.cfg"),  # this home's, whatever the shell says
                 # Trials run `python3 ...`: the interpreter of this install comes first.
                 "PATH": bin_dir + os.pathsep + env.get("PATH", ""),
                 "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder.resolve()),
@@ -105,6 +107,7 @@ class EmbeddedAirflow:
         seconds, the same ones every time); an existing one is migrated as usual."""
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "logs").mkdir(exist_ok=True)
+        self.write_config()
         database = self.home / "airflow.db"
         template = None if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in self.extra_env else database_template()
         fresh = not database.exists()
@@ -118,6 +121,31 @@ class EmbeddedAirflow:
                 _copy_atomically(database, template)
             except OSError:
                 pass  # a cache: without it, the next fresh home migrates
+
+    def write_config(self) -> None:
+        """This home's airflow.cfg with its own fernet key and JWT secret, unless it has one.
+
+        The first Airflow process in a home writes airflow.cfg with secrets it generates; four
+        components starting at once on a fresh home each generate their own, and the tasks'
+        tokens signed by one are refused by another ("Invalid auth token"). `airflow db migrate`
+        used to be that first process; with the database copied from a template, nothing runs
+        before the components, so the secrets are made here, once, readable by the owner only.
+        Everything else keeps Airflow's defaults."""
+        path = self.home / "airflow.cfg"
+        if path.exists():
+            return
+        from cryptography.fernet import Fernet
+
+        text = (
+            "# written by trialflow for this private Airflow; other options keep Airflow's defaults\n"
+            f"[core]\nfernet_key = {Fernet.generate_key().decode()}\n\n"
+            f"[api_auth]\njwt_secret = {base64.b64encode(os.urandom(32)).decode()}\n"
+        )
+        tmp = path.with_name(f"airflow.cfg.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(tmp, path)
 
     def _run_migrate(self) -> None:
         log = self.home / "logs" / "db-migrate.log"
@@ -133,6 +161,7 @@ class EmbeddedAirflow:
             raise EmbeddedAirflowError(f"`airflow db migrate` failed (exit {rc}); see {log}")
 
     def start(self, components: tuple[str, ...] = COMPONENTS) -> None:
+        self.write_config()  # before the components: they must share its secrets
         env = self.env()
         args = {
             "api-server": ["api-server", "--port", str(self.port), "--host", "127.0.0.1"],
