@@ -119,6 +119,7 @@ def test_the_real_staging_command_refuses_them(box: Path, case: str):
     assert result.returncode != 0 and "staged" not in result.stdout, result.stdout
     assert "refused archive member" in result.stderr
     assert not (base / ".code" / ("d" * 16)).exists()
+    assert not archive.exists() and not (base / "upload.tar.gz.py").exists()  # a refused upload is not kept
     _nothing_outside(box, box / "stage" / "never")
 
 

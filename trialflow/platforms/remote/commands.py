@@ -66,14 +66,17 @@ def staging_command(base: str, digest: str, archive: str, python: str) -> str:
     result is kept (rename is atomic), and the code is made read-only."""
     final = f"{base}/.code/{digest}"
     tmp = shlex.quote(f"{final}.tmp.") + '"$$"'  # quoted path, then this shell's pid
+    uploads = f"{shlex.quote(archive)} {shlex.quote(archive)}.py"
     return (
+        # the uploaded archive and its unpacker go whatever happens: staged, present, or refused
+        f"trap {shlex.quote('rm -f ' + uploads)} EXIT; "
         f"set -e; if [ -e {shlex.quote(final)}/.complete ]; "
-        f"then rm -f {shlex.quote(archive)}; echo present; exit 0; fi; "
+        f"then echo present; exit 0; fi; "
         f"mkdir -p {shlex.quote(base)}/.code; rm -rf {tmp}; "
         f"{shlex.quote(python)} - {shlex.quote(archive)} {tmp} < {shlex.quote(archive)}.py; "
         f"chmod -R a-w {tmp}; chmod u+w {tmp}; touch {tmp}/.complete; chmod u-w {tmp}; "
         f"mv -T {tmp} {shlex.quote(final)} 2>/dev/null || {{ chmod -R u+w {tmp}; rm -rf {tmp}; }}; "
-        f"rm -f {shlex.quote(archive)} {shlex.quote(archive)}.py; echo staged"
+        "echo staged"
     )
 
 
