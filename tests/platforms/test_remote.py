@@ -281,6 +281,32 @@ def test_a_command_that_fails_while_its_input_streams_is_an_error_not_a_hang(ssh
         assert time.monotonic() < deadline, "the archive writer outlived the failed upload"
 
 
+def test_a_file_that_vanishes_while_code_streams_is_said_and_leaves_nothing(ssh_servers, tmp_path, monkeypatch):
+    """The input's own error (not "cannot connect", not five reconnects), and no partial upload."""
+    import os
+
+    from trialflow.platforms.background import run_sync
+    from trialflow.trial import packing
+
+    monkeypatch.setattr(packing, "CHUNK_BYTES", 64 * 1024)
+    a, _ = ssh_servers
+    code = tmp_path / "vanish"
+    code.mkdir()
+    (code / "a.bin").write_bytes(os.urandom(2 * 1024 * 1024))
+    (code / "z.py").write_text("gone")
+    platform = _platform(tmp_path, [_machine(a, "key")])
+    machine = platform.machines[0]
+    uploads = a.home / "trialflow-experiments"
+    before = set(uploads.glob(".upload-*"))
+    files = packing.collect_files(code)
+    (code / "z.py").unlink()  # after the listing, before its turn in the archive
+    started = time.monotonic()
+    with pytest.raises(FileNotFoundError, match="z.py"):
+        run_sync(platform.staging.stream(machine, packing.ArchiveStream(code, files, False)))
+    assert time.monotonic() - started < 10  # not retried as a connection error
+    assert set(uploads.glob(".upload-*")) <= before
+
+
 def test_cancel_kills_the_remote_process_group_and_cleanup_removes_files(ssh_servers, tmp_path):
     a, _ = ssh_servers
     platform = _platform(tmp_path, [_machine(a, "key")])

@@ -148,6 +148,11 @@ def upload_command(folder: str, target: str) -> str:
     return f"mkdir -p {shlex.quote(folder)} && cat > {shlex.quote(target)}"
 
 
+def remove_file_command(path: str) -> str:
+    """Remove one file (an upload that did not complete); absent is fine."""
+    return f"rm -f {shlex.quote(path)}"
+
+
 def running_count_command(trials_dir: str) -> str:
     """How many trials under ``trials_dir`` were launched and have not ended (for placement)."""
     return (

@@ -178,6 +178,11 @@ class ConnectionLost(Exception):
 StdinSource = Callable[[], AsyncGenerator[bytes, None]]
 
 
+class InputFailed(Exception):
+    """A streamed command's own input failed (a file vanished while packing): the machine is
+    fine, so this is not retried as a connection error; ``SshPool.run`` raises the cause."""
+
+
 async def _run_fed(
     conn: asyncssh.SSHClientConnection, command: str, source: StdinSource, timeout: float
 ) -> asyncssh.SSHCompletedProcess:
@@ -185,14 +190,22 @@ async def _run_fed(
     takes it (asyncssh's drain), so nothing piles up in memory. ``timeout`` bounds the wait
     after the input ended; while it flows, a dead connection is found by its keepalives."""
     process = await conn.create_process(command, encoding=None)
-    try:
-        async with contextlib.aclosing(source()) as chunks:
-            async for chunk in chunks:
+    async with contextlib.aclosing(source()) as chunks:
+        while True:
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                process.close()  # the command sees its input cut short; its partial output is dropped
+                raise InputFailed(str(exc)) from exc
+            try:
                 process.stdin.write(chunk)
                 await process.stdin.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                break  # the command stopped reading (it failed): its exit status and stderr say why
+    if not process.stdin.is_closing():
         process.stdin.write_eof()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the command stopped reading (it failed): its exit status and stderr say why
     return await process.wait(check=False, timeout=timeout)
 
 
@@ -255,6 +268,8 @@ class SshPool:
                 # the server refused one more session now: try again, on this connection if it lives
                 broken = conn if conn is not None and conn.is_closed() else None
                 raise
+            except InputFailed:
+                raise  # the connection is fine
             except BaseException:
                 broken = conn
                 raise
@@ -279,6 +294,8 @@ class SshPool:
         )
         try:
             return await retrying(once)
+        except InputFailed as exc:
+            raise exc.__cause__ or exc from None  # the input's own error (a vanished file), unwrapped
         except SshError:
             raise
         except transient as exc:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from trialflow.config.model import SharedStorageConfig
-from trialflow.platforms.remote.commands import exists_command, staging_command, upload_command
+from trialflow.platforms.remote.commands import exists_command, remove_file_command, staging_command, upload_command
 from trialflow.platforms.remote.machines import Machine, Shell
 from trialflow.platforms.remote.ssh import SshError
 from trialflow.trial import unpack
@@ -106,14 +106,21 @@ class CodeStaging:
         Returns (folder, digest)."""
         base = await self.shell.base(machine)
         upload = f"{base}/.upload-code-{time.time_ns()}.tar"
-        await self.shell.run(machine, upload_command(base, upload), archive.chunks)
-        await self.shell.run(machine, upload_command(base, f"{upload}.py"), Path(unpack.__file__).read_bytes())
+        try:
+            await self.shell.run(machine, upload_command(base, upload), archive.chunks)
+        except BaseException:
+            await self.shell.run(machine, remove_file_command(upload), check=False)  # the part that came
+            raise
         assert archive.digest is not None  # the upload read the stream to its end
-        short = archive.digest[:16]
-        await self.shell.run(machine, staging_command(base, short, upload, machine.python))
-        folder = f"{base}/.code/{short}"
+        folder = await self._unpack_there(machine, base, upload, archive.digest[:16])
         self._staged[(machine.index, archive.digest)] = folder
         return folder, archive.digest
+
+    async def _unpack_there(self, machine: Machine, base: str, upload: str, short_digest: str) -> str:
+        """Unpack an uploaded archive into its digest's folder with the checking unpacker."""
+        await self.shell.run(machine, upload_command(base, f"{upload}.py"), Path(unpack.__file__).read_bytes())
+        await self.shell.run(machine, staging_command(base, short_digest, upload, machine.python))
+        return f"{base}/.code/{short_digest}"
 
     async def stage(self, machine: Machine, packed: PackedCode, kind: str) -> str:
         """Make ``packed`` present on ``machine`` (uploading only if its digest is new there);
@@ -126,7 +133,6 @@ class CodeStaging:
         if await self.staged_folder(machine, packed.short_digest) is None:
             archive = f"{base}/.upload-{kind}-{packed.short_digest}-{time.time_ns()}.tar.gz"
             await self.shell.run(machine, upload_command(base, archive), packed.archive)
-            await self.shell.run(machine, upload_command(base, f"{archive}.py"), Path(unpack.__file__).read_bytes())
-            await self.shell.run(machine, staging_command(base, packed.short_digest, archive, machine.python))
+            await self._unpack_there(machine, base, archive, packed.short_digest)
         self._staged[key] = folder
         return folder
