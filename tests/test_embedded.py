@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from trialflow import embedded
@@ -15,23 +14,18 @@ from trialflow.embedded import EmbeddedAirflow, database_template
 def test_a_fresh_home_copies_the_migrated_template_and_airflow_accepts_it(tmp_path, monkeypatch):
     monkeypatch.setenv(embedded.TEMPLATE_ENV, str(tmp_path / "templates"))
     first = EmbeddedAirflow(tmp_path / "first", tmp_path / "dags")
-    started = time.monotonic()
     first.migrate()  # migrates for real, then keeps the result
-    migrating = time.monotonic() - started
     template = database_template()
     assert template.is_file() and template.parent == tmp_path / "templates"
 
     second = EmbeddedAirflow(tmp_path / "second", tmp_path / "dags")
-    started = time.monotonic()
     second.migrate()
-    copying = time.monotonic() - started
     assert (second.home / "airflow.db").read_bytes() == template.read_bytes()
     # each home has its own secrets, written before any component could race to make its own
     configs = [(a.home / "airflow.cfg") for a in (first, second)]
     assert all(c.stat().st_mode & 0o077 == 0 for c in configs)
     secrets = [dict(line.split(" = ", 1) for line in c.read_text().splitlines() if " = " in line) for c in configs]
     assert secrets[0].keys() >= {"fernet_key", "jwt_secret"} and secrets[0] != secrets[1]
-    assert copying < migrating / 5, (copying, migrating)
     assert not (second.home / "logs" / "db-migrate.log").exists()  # no migration ran
     check = subprocess.run(
         [sys.executable, "-m", "airflow", "db", "check-migrations", "-t", "0"],
