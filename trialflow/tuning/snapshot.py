@@ -12,8 +12,8 @@ reads only what came after, exactly as the process that wrote it would have.
 
 The row is rewritten when ``SNAPSHOT_STEP`` trials finished since (one write per 32 trials:
 encoding 1,000 trials measured 70-100 ms, ~2-3 ms a trial spread over the 32); writers race
-harmlessly (a row only moves forward), and a row that does not match the trials table (another Optuna version, a study id reused after a
-deletion) is ignored.
+harmlessly (a row only moves forward), and a row that does not match the trials table
+(another Optuna version, a study id reused after a deletion) is ignored.
 """
 
 from __future__ import annotations
