@@ -10,7 +10,6 @@ broken experiment can ever start.
 from __future__ import annotations
 
 import inspect
-import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from trialflow.operators.experiment import (
     StartExperimentOperator,
 )
 from trialflow.operators.trial import SubmitTrialOperator
-from trialflow.plan import MAX_TRIALS_PER_RUN, DagPlan, load_plan
+from trialflow.plan import MAX_TRIALS_PER_RUN, DagPlan, default_dag_id, load_plan
 
 DEFAULT_RETRIES = 2
 
@@ -36,11 +35,6 @@ def _caller_dir() -> Path:
         if not filename.startswith("<") and Path(filename).resolve() != Path(__file__).resolve():
             return Path(filename).resolve().parent
     return Path.cwd()
-
-
-def default_dag_id(config_path: Path, experiment_name: str | None) -> str:
-    base = experiment_name or config_path.stem
-    return "trialflow_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("_").lower()
 
 
 def experiment_dag(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -72,6 +73,13 @@ class DagPlan:
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> DagPlan:
         return cls(**{**raw, "platforms": tuple(raw["platforms"])})
+
+
+def default_dag_id(config_path: Path, experiment_name: str | None) -> str:
+    """The DAG id a config gets unless the DAG file names one: here, not in trialflow.dag, so
+    `trialflow run` names its DAG without importing Airflow (~2.8 s of its start-up)."""
+    base = experiment_name or config_path.stem
+    return "trialflow_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("_").lower()
 
 
 def cache_dir() -> Path:

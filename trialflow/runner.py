@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from trialflow.config import ExperimentConfig
-from trialflow.dag import default_dag_id
 from trialflow.embedded import EmbeddedAirflow
 from trialflow.experiment import (
     Experiment,
@@ -30,6 +29,7 @@ from trialflow.experiment import (
     trial_count,
     unbounded,
 )
+from trialflow.plan import default_dag_id
 from trialflow.platforms.base import TrialStatus
 from trialflow.tuning.store import ExperimentStore, best_row, sqlite_url
 
