@@ -144,7 +144,8 @@ class ExperimentRun:
         self.airflow.migrate()
         say("Starting Airflow (scheduler, triggerer, dag-processor, api-server on 127.0.0.1)")
         self.airflow.start()
-        self.airflow.wait_healthy()
+        self.airflow.wait_serving()
+        self.airflow.warm_up()  # while the other components start
         self.airflow.wait_for_dag(self.dag_id, dag_file)
         previous = None if self.new else self.airflow.latest_run(self.dag_id)
         if previous is not None:
@@ -160,6 +161,9 @@ class ExperimentRun:
         else:
             self._follow(self.airflow.trigger(self.dag_id))
             say(f"Experiment {self.experiment_id} started (DAG {self.dag_id}, run {self.run_id})")
+        # The scheduler and triggerer have been starting all along; a run waits for them anyway,
+        # so they are checked last (a component that died says so here).
+        self.airflow.wait_healthy()
 
     def rows(self) -> list[dict[str, Any]]:
         try:
@@ -199,7 +203,7 @@ class ExperimentRun:
                 return state
             if deadline and time.monotonic() > deadline:
                 return "timeout"
-            time.sleep(1.0)
+            time.sleep(0.5)
 
     def cancel_running(self, reason: str) -> int:
         """Cancel trials still running (Ctrl-C): trials run in their own sessions and would
