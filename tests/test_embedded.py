@@ -1,11 +1,14 @@
-"""The private Airflow's database: a fresh home starts from a migrated template, and that copy
-is a database Airflow itself finds fully migrated."""
+"""The private Airflow: a fresh home starts from a migrated template, and that copy is a
+database Airflow itself finds fully migrated; its components stop without leaving a process."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import psutil
 
 from trialflow import embedded
 from trialflow.embedded import EmbeddedAirflow, database_template
@@ -69,3 +72,39 @@ def test_the_template_is_named_by_the_installed_airflow_distributions(monkeypatc
     assert database_template().name == name
     installed[1] = Dist("apache-airflow-providers-fab", "2.1")  # a provider upgrade: another one
     assert database_template().name != name
+
+
+def _sessions_alive(sids: set[int]) -> list[psutil.Process]:
+    alive = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) in sids and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return alive
+
+
+def test_stop_ends_every_component_with_its_children(tmp_path, monkeypatch):
+    """The four real components, healthy, then stopped: Airflow's own exit first, then the
+    whole process groups, so no scheduler worker, trigger runner or gunicorn child outlives
+    the run; and the Execution API answered the warm-up before any task asked it."""
+    monkeypatch.setenv(embedded.TEMPLATE_ENV, str(tmp_path / "templates"))
+    airflow = EmbeddedAirflow(tmp_path / "home", tmp_path / "dags")
+    (tmp_path / "dags").mkdir()
+    airflow.migrate()
+    airflow.start()
+    sids = {proc.pid for proc in airflow.processes.values()}
+    try:
+        airflow.wait_serving()
+        airflow.warm_up()
+        airflow.wait_healthy()
+        assert airflow._warm_up is not None
+        airflow._warm_up.join(timeout=120)
+        assert not airflow._warm_up.is_alive()
+        children = [p for p in _sessions_alive(sids) if p.pid not in sids]
+        assert children, "the components run children (LocalExecutor workers, trigger runner)"
+    finally:
+        airflow.stop(grace=15)
+    assert all(proc.poll() is not None for proc in airflow.processes.values())
+    assert _sessions_alive(sids) == []
