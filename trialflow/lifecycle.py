@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment import Experiment, trial_result
 from trialflow.follow import EXPERIMENT_DEADLINE_REASON, Follower, FollowOutcome
+from trialflow.hosts import HOST_BOUND_PLATFORMS, check_host, this_host
 from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import Connections, TrainingPlatform, TrialHandle, TrialSpec, TrialStatus, trial_id_for
 from trialflow.platforms.gpus import GpuRequestError
@@ -104,8 +105,14 @@ def start_trial(
     *,
     service_index: int | None = None,
     connections: Connections | None = None,
+    pin_host: bool = False,
 ) -> StartedTrial:
-    """Give trial ``map_index`` of run ``run_id`` its parameters and submit it (see module)."""
+    """Give trial ``map_index`` of run ``run_id`` its parameters and submit it (see module).
+
+    ``pin_host``: tasks may run on several hosts (trialflow.hosts). A local trial then claims
+    this host in the store before it is launched, so a retry elsewhere is refused even if the
+    first attempt died before the store had its handle.
+    """
     window = experiment.window(store, run_id)
     index = window.first_index + int(map_index)
     trial_id = trial_id_for(experiment.experiment_id, index)
@@ -122,6 +129,10 @@ def start_trial(
     )
     if record.finished:
         return started
+    if started.platform_name in HOST_BOUND_PLATFORMS:
+        check_host(trial_id, {"host": record.host} if record.host else record.handle)
+        if pin_host and record.host is None:
+            store.set_attrs(record.storage_id, host=this_host())
     platform = experiment.platform(chosen, connections)
     platform.prepare_sync(experiment.experiment_id)
     try:
@@ -156,10 +167,11 @@ def follower(
 
 
 def wait_in_worker(
-    started: StartedTrial, store: ExperimentStore, give_up_after: float, poll_interval: float
+    started: StartedTrial, store: ExperimentStore, give_up_after: float | None, poll_interval: float
 ) -> FollowOutcome:
-    """Follow from the worker for up to ``give_up_after`` seconds: a short trial ends here,
-    without a deferral's second task start. ``outcome.status`` is None if it is still running."""
+    """Follow from the worker for up to ``give_up_after`` seconds (None: to the end): a short
+    trial ends here, without a deferral's second task start. ``outcome.status`` is None if it is
+    still running."""
     return run_sync(follower(started, store).run(min(poll_interval, WORKER_POLL_INTERVAL), give_up_after))
 
 

@@ -343,3 +343,62 @@ def test_a_trial_ending_between_the_status_reads_is_not_vanished(platform: Local
     monkeypatch.setattr(local, "process_alive", wrapper_ends_now)
     status, exit_code, message = platform.status(handle)
     assert (status, exit_code) == (TrialStatus.SUCCEEDED, 0), message
+
+
+_OTHER_HOST_PROBE = """
+import json, sys
+from pathlib import Path
+from trialflow.config.platforms import LocalConfig
+from trialflow.hosts import TrialOnAnotherHost
+from trialflow.platforms.base import TrialStatus
+from trialflow.platforms.local import LocalPlatform
+
+handle = json.loads(sys.argv[2])
+platform = LocalPlatform(LocalConfig(), Path(sys.argv[1]))
+for name, act in (
+    ("poll", lambda: platform.poll_sync(handle, {})),
+    ("cancel", lambda: platform.cancel_sync(handle, TrialStatus.USER_CANCELED, "from worker-b")),
+):
+    try:
+        act()
+        print(name, "went ahead")
+    except TrialOnAnotherHost as exc:
+        print(name, "refused:", exc)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a second host (its own UTS namespace) needs root")
+def test_a_trial_is_neither_followed_nor_stopped_from_another_host(platform, code):
+    """Another host sees the same pid numbers and, on a shared folder, the same files: a
+    process there named like the trial's would be read as it, or killed. Run in its own UTS
+    namespace (its own hostname, as a Celery worker on another machine), the platform says
+    where the trial is instead, and the trial lives on."""
+    import json
+    import socket
+    import subprocess
+
+    handle = platform.submit_sync(spec(code, 12, "sleep 30"))
+    assert handle["host"] == socket.gethostname()
+    done = subprocess.run(
+        [
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            'hostname worker-b && exec "$0" -c "$1" "$2" "$3"',
+            PY,
+            _OTHER_HOST_PROBE,
+            str(platform.experiment_dir),
+            json.dumps(handle),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["poll refused", "cancel refused"], done.stdout
+    assert f"runs on host {socket.gethostname()!r}, and this runs on 'worker-b'" in lines[0]
+    assert process_alive(handle["pid"], handle["started"])
+    platform.cancel_sync(handle, TrialStatus.USER_CANCELED, "test over")
+    assert follow(platform, handle)[0] == TrialStatus.USER_CANCELED

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import psutil
 
 from trialflow.config.platforms import LocalConfig
+from trialflow.hosts import check_host, this_host
 from trialflow.platforms.base import (
     CANCEL_STATUSES,
     Cursor,
@@ -62,10 +63,11 @@ PID_REUSE_TOLERANCE = 2.0
 #: How late after its creation a wrapper may record its start time and still be that process.
 MAX_START_LAG = 300.0
 
-# The wrapper: pid (and its start time, against pid reuse) first, exit code last, both atomic.
+# The wrapper: pid (with its start time, against pid reuse, and its host: only that one can
+# see the process, trialflow.hosts) first, exit code last, both atomic.
 _WRAPPER = """#!/bin/bash
 ctl={ctl}
-echo "$$ $EPOCHREALTIME" > "$ctl/pid.tmp" && mv -f "$ctl/pid.tmp" "$ctl/pid"
+echo "$$ $EPOCHREALTIME $HOSTNAME" > "$ctl/pid.tmp" && mv -f "$ctl/pid.tmp" "$ctl/pid"
 cd {code_dir} || {{ echo "cannot cd to the code directory {code_dir}" >> {sys_dir}/stderr; rc=127; }}
 if [ -z "$rc" ]; then
   bash -c {command} > {sys_dir}/stdout 2> {sys_dir}/stderr < /dev/null
@@ -305,7 +307,8 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
                 pid_text = []
             if pid_text:
                 started = float(pid_text[1]) if len(pid_text) > 1 and pid_text[1] else None
-                return {**handle, "pid": int(pid_text[0]), "started": started}
+                host = pid_text[2] if len(pid_text) > 2 else this_host()  # a launch before hosts were kept
+                return {**handle, "pid": int(pid_text[0]), "started": started, "host": host}
             if not (sys_dir / LAUNCH_FILE).exists() and not wait:
                 return None
             if time.monotonic() >= deadline:
@@ -313,6 +316,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
             time.sleep(0.05)
 
     def status(self, handle: TrialHandle) -> tuple[TrialStatus, int | None, str | None]:
+        check_host(handle.get("trial_id", ""), handle)  # elsewhere its pid is another process, or none
         sys_dir = Path(handle["trial_dir"])
         # Liveness before the exit code: the wrapper writes its exit code and then ends, so a
         # wrapper found gone has written it. Read the other way round, a trial ending between
@@ -360,6 +364,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
 
     def _stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         """TERM the whole tree, KILL what is left after the grace period."""
+        check_host(handle.get("trial_id", ""), handle)  # never signal another host's pid here
         sys_dir = Path(handle["trial_dir"])
         if read_state_file(sys_dir) == 0:
             return  # finished successfully before we got here

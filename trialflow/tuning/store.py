@@ -136,6 +136,8 @@ class TrialRecord:
     finished: bool
     handle: dict[str, Any] | None
     service_index: int | None
+    #: The host a host-bound (local) trial was claimed for before its launch, when pinned.
+    host: str | None
     started_at: float | None
     #: The final result as reported (a number, a dict with ``default``, or what the trial sent).
     final: Any
@@ -156,6 +158,7 @@ def _record(frozen: optuna.trial.FrozenTrial, storage_id: int) -> TrialRecord:
         finished=frozen.state.is_finished(),
         handle=attrs.get("handle"),
         service_index=attrs.get("service_index"),
+        host=attrs.get("host"),
         started_at=attrs.get("started_at"),
         final=attrs.get("final_metric"),
         message=attrs.get("message"),
@@ -344,7 +347,7 @@ class ExperimentStore:
         self.storage.set_trial_user_attrs(storage_id, {"nni_status": status.value, **attrs})
 
     def set_attrs(self, storage_id: int, **attrs: Any) -> None:
-        """Facts about a trial besides its status: handle, started_at, service_index."""
+        """Facts about a trial besides its status: handle, started_at, service_index, host."""
         self.storage.set_trial_user_attrs(storage_id, attrs)
 
     def record_metrics(self, storage_id: int, metrics: Iterable[Metric]) -> None:
