@@ -16,6 +16,8 @@ from typing import Any
 
 from airflow.sdk import DAG
 
+from trialflow import hosts
+from trialflow.config.errors import ConfigError
 from trialflow.hooks.store import DEFAULT_CONN_ID
 from trialflow.operators.experiment import (
     ContinueExperimentOperator,
@@ -47,6 +49,7 @@ def experiment_dag(
     cleanup: bool = False,
     trials_per_run: int | None = None,
     end_from_trigger: bool = True,
+    local_queue: str | None = None,
     **dag_kwargs: Any,
 ) -> DAG:
     """Build the DAG for one NNI experiment config. Extra keyword arguments go to ``DAG``.
@@ -61,6 +64,9 @@ def experiment_dag(
     ``end_from_trigger``: a deferred trial that succeeds (or is stopped on purpose) ends its task
     from the triggerer, without a worker round trip; False resumes a worker (the old way, kept
     for comparison: bench/kube.py measures both).
+    ``local_queue``: under an executor that may run tasks on several hosts (Celery, Kubernetes,
+    Edge), the queue one host serves, for an experiment with the local platform (default:
+    ``[trialflow] local_queue``); docs/multi-host.md says why it is required.
     """
     path = Path(config_path).expanduser()
     if not path.is_absolute():
@@ -83,6 +89,7 @@ def experiment_dag(
         "retry_delay": timedelta(seconds=5),
         **dag_kwargs.pop("default_args", {}),
     }
+    stay_on_host = _place(path, plan, default_args, local_queue)
     dag_kwargs.setdefault("schedule", None)
     dag_kwargs.setdefault("catchup", False)
     dag_kwargs.setdefault("max_active_runs", 1)
@@ -105,6 +112,7 @@ def experiment_dag(
             poll_interval=poll_interval,
             defer_after=defer_after,
             end_from_trigger=end_from_trigger,
+            stay_on_host=stay_on_host,
             max_active_tis_per_dagrun=plan.trial_concurrency,
             map_index_template="{{ trial_label }}",
         ).expand(trial_index=list(range(count)))
@@ -119,6 +127,22 @@ def experiment_dag(
         if plan.unbounded:
             end >> ContinueExperimentOperator(task_id="continue_experiment", trigger_dag_id=dag.dag_id)
     return dag
+
+
+def _place(path: Path, plan: DagPlan, default_args: dict[str, Any], local_queue: str | None) -> bool:
+    """Send a local experiment's tasks to one host's queue under a multi-host executor, or refuse
+    it (trialflow.hosts); True if its local trials must then stay on that host."""
+    from airflow.sdk.configuration import conf
+
+    executor = hosts.executor_class_name(conf.get("core", "executor", fallback=""), default_args.get("executor"))
+    queue = local_queue or default_args.get("queue") or conf.get(*hosts.QUEUE_SETTING, fallback=None)
+    problem = hosts.placement_problem(plan.platforms, executor, queue)
+    if problem is not None:
+        raise ConfigError.single(path, *problem)
+    if not (hosts.host_bound(plan.platforms) and hosts.spans_hosts(executor)):
+        return False
+    default_args["queue"] = queue
+    return True
 
 
 def _doc(plan: DagPlan, count: int) -> str:

@@ -153,3 +153,60 @@ def test_without_max_trial_number_the_run_continues_in_a_follow_on_run(tmp_path)
     for wrong in ("5", 2.5, True):
         with pytest.raises(ValueError, match="trials_per_run: expected a whole number"):
             experiment_dag(path, trials_per_run=wrong)
+
+
+@pytest.fixture
+def celery(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+    monkeypatch.delenv("AIRFLOW__TRIALFLOW__LOCAL_QUEUE", raising=False)
+    return monkeypatch
+
+
+def placement(dag) -> dict[str, object]:
+    trial = dag.get_task("trial")
+    return {
+        "start": dag.get_task("start_experiment").queue,
+        "trial": trial.partial_kwargs.get("queue"),
+        "end": dag.get_task("end_experiment").queue,
+        "stay_on_host": trial.partial_kwargs.get("stay_on_host"),
+    }
+
+
+def test_local_trials_under_a_multi_host_executor_are_refused_without_one_hosts_queue(tmp_path, celery):
+    path = write_config(tmp_path)
+    with pytest.raises(ConfigError) as raised:
+        experiment_dag(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: trainingService.platform: 'local' runs each trial as a process")
+    assert "CeleryExecutor" in message and "local_queue" in message
+
+
+@pytest.mark.parametrize(
+    "how, expected",
+    [
+        ({"local_queue": "box-1"}, "box-1"),
+        ({"default_args": {"queue": "box-3"}}, "box-3"),
+        ({}, "box-2"),  # [trialflow] local_queue
+    ],
+)
+def test_with_one_hosts_queue_every_step_goes_there_and_local_trials_stay(tmp_path, celery, how, expected):
+    celery.setenv("AIRFLOW__TRIALFLOW__LOCAL_QUEUE", "box-2")
+    dag = experiment_dag(write_config(tmp_path), **how)
+    assert placement(dag) == {"start": expected, "trial": expected, "end": expected, "stay_on_host": True}
+
+
+def test_single_host_executors_and_multi_host_platforms_are_left_as_they_are(tmp_path, celery):
+    path = write_config(tmp_path, platform="remote", extra="")
+    path.write_text(
+        path.read_text().replace(
+            "{platform: remote}", "{platform: remote, machineList: [{host: 127.0.0.1, user: u, password: p}]}"
+        )
+    )
+    remote = placement(experiment_dag(path))
+    assert remote["stay_on_host"] is False and remote["trial"] in (None, "default")
+    celery.setenv("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
+    local = placement(experiment_dag(write_config(tmp_path)))
+    assert local["stay_on_host"] is False and local["trial"] in (None, "default")
+    # a task sent to a multi-host executor by name is as good as the default being one
+    with pytest.raises(ConfigError, match="KubernetesExecutor"):
+        experiment_dag(write_config(tmp_path), default_args={"executor": "KubernetesExecutor"})

@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
+from trialflow.hosts import HOST_BOUND_PLATFORMS
 from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
 
 if TYPE_CHECKING:
@@ -85,6 +86,9 @@ class SubmitTrialOperator(BaseOperator):
     :param defer_after: seconds to follow the trial in the worker before deferring.
     :param end_from_trigger: a deferred trial that succeeds or is stopped on purpose ends its task
         from the triggerer (no worker round trip); False resumes a worker for every outcome.
+    :param stay_on_host: tasks may run on several hosts (a multi-host executor, its queue pinned
+        to one host by experiment_dag): a local trial claims this host before its launch and is
+        followed here to its end, since a triggerer elsewhere could not see its process.
     """
 
     template_fields: Sequence[str] = (
@@ -112,9 +116,11 @@ class SubmitTrialOperator(BaseOperator):
         poll_interval: float = 1.0,
         defer_after: float = 10.0,
         end_from_trigger: bool = True,
+        stay_on_host: bool = False,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
+        self.stay_on_host = stay_on_host
         self.end_from_trigger = end_from_trigger
         self.config_path = config_path
         self.trial_index = trial_index
@@ -147,6 +153,7 @@ class SubmitTrialOperator(BaseOperator):
                 int(self.trial_index),
                 service_index=self.service_index,
                 connections=airflow_connections(),
+                pin_host=self.stay_on_host,
             )
         except lifecycle.TrialNotStarted as exc:
             label_task(context, f"{exc.trial_id} not started")
@@ -180,7 +187,8 @@ class SubmitTrialOperator(BaseOperator):
         }
         if not self.wait_for_completion:
             return submission
-        outcome = lifecycle.wait_in_worker(started, store, self.defer_after, self.poll_interval)
+        stays = self.stay_on_host and started.platform_name in HOST_BOUND_PLATFORMS
+        outcome = lifecycle.wait_in_worker(started, store, None if stays else self.defer_after, self.poll_interval)
         if outcome.status is not None:
             result = lifecycle.finish_trial(store, started.record.storage_id, outcome.status, outcome.message)
             return report(context, result)
