@@ -1,0 +1,218 @@
+"""A multi-host Airflow on one machine: CeleryExecutor, Redis, PostgreSQL, workers as hosts.
+
+PostgreSQL holds Airflow's metadata database and the experiment store, Redis (Debian's
+redis-server) is the Celery broker, and the scheduler, dag-processor, triggerer and
+api-server run as the embedded Airflow's components do. Each Celery worker is a "host" of
+its own: its own UTS namespace (hostname), PID namespace (it sees only its own processes;
+when it dies, everything it started dies with it, as on a machine that goes down) and mount
+namespace with an empty tmpfs over the experiments' working folder (its own disk). The
+network stays the machine's, and every server listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from trialflow.embedded import EmbeddedAirflow, free_port
+
+REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
+# Inside the worker's namespaces: its hostname, its own empty working folder, then the worker.
+_HOST_SCRIPT = 'hostname "$1" && mount -t tmpfs -o size=512m trialflow-host "$2" && shift 2 && exec "$@"'
+
+
+def missing_reason() -> str | None:
+    """Why a deployment cannot start here (None: it can)."""
+    if os.geteuid() != 0:
+        return "the workers run in their own namespaces (unshare): needs root"
+    if not Path(REDIS).exists():
+        return "redis-server not found (Debian package redis-server; .ci/run installs it)"
+    try:
+        import airflow.providers.celery  # noqa: F401
+    except ImportError:
+        return "apache-airflow-providers-celery is not installed (the dev dependency group has it)"
+    return None
+
+
+def create_database(admin_url: str, name: str) -> str:
+    """A new database on the session's PostgreSQL; its SQLAlchemy URL (psycopg 3)."""
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return admin_url.replace("postgresql://", "postgresql+psycopg://").rsplit("/", 1)[0] + f"/{name}"
+
+
+@dataclass
+class Worker:
+    host: str
+    queues: tuple[str, ...]
+    process: subprocess.Popen
+
+    def main_pid(self) -> int | None:
+        """The worker's pid as this (the parent) namespace sees it: unshare's child."""
+        try:
+            children = psutil.Process(self.process.pid).children()
+        except psutil.NoSuchProcess:
+            return None
+        return children[0].pid if children else None
+
+
+@dataclass
+class Deployment:
+    root: Path
+    postgres_url: str
+    airflow: EmbeddedAirflow = field(init=False)
+    store_url: str = field(init=False)
+    workdir: Path = field(init=False)
+    redis: subprocess.Popen | None = None
+    redis_port: int = field(default_factory=free_port)
+    workers: dict[str, Worker] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.workdir = self.root / "work"  # each worker mounts its own disk here
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        meta = create_database(self.postgres_url, "airflow_cluster")
+        self.store_url = create_database(self.postgres_url, "experiments_cluster")
+        store = self.store_url.split("://", 1)[1]
+        userinfo, location = store.split("@", 1)
+        login, password = userinfo.split(":", 1)
+        hostport, database = location.split("/", 1)
+        host, port = hostport.split(":")
+        broker = f"redis://127.0.0.1:{self.redis_port}/0"
+        self.airflow = EmbeddedAirflow(
+            home=self.root / "home",
+            dags_folder=self.root / "dags",
+            parallelism=16,
+            extra_env={
+                "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": meta,
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": meta,
+                "AIRFLOW__CELERY__BROKER_URL": broker,
+                "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{meta}",
+                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "4",
+                "AIRFLOW__CELERY__SYNC_PARALLELISM": "1",
+                # The store: PostgreSQL, its password in the connection's secret field.
+                "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
+                    {
+                        "conn_type": "trialflow",
+                        "host": host,
+                        "port": int(port),
+                        "login": login,
+                        "password": password,
+                        "schema": database,
+                        "extra": {"dialect": "postgresql+psycopg"},
+                    }
+                ),
+                "TRIALFLOW_WORKDIR": str(self.workdir),
+            },
+        )
+        self.airflow.dags_folder.mkdir(parents=True, exist_ok=True)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self, workers: dict[str, tuple[str, ...]]) -> None:
+        """Redis, Airflow's database and components, then one worker per host name."""
+        log = open(self.root / "redis.log", "ab")
+        self.redis = subprocess.Popen(
+            [REDIS, "--bind", "127.0.0.1", "--port", str(self.redis_port), "--save", "", "--appendonly", "no"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        self.airflow.migrate()
+        self.airflow.start()
+        for host, queues in workers.items():
+            self.start_worker(host, queues)
+        self.airflow.wait_healthy(timeout=240)
+
+    def start_worker(self, host: str, queues: tuple[str, ...]) -> Worker:
+        command = [
+            "unshare",
+            "--uts",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount",
+            "--mount-proc",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            _HOST_SCRIPT,
+            "sh",
+            host,
+            str(self.workdir),
+            *self.airflow._airflow(),
+            "celery",
+            "worker",
+            "--celery-hostname",
+            f"{host}@{host}",
+            "--queues",
+            ",".join(queues),
+            "--skip-serve-logs",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+        log = open(self.airflow.home / "logs" / f"worker-{host}.log", "ab")
+        process = subprocess.Popen(
+            command,
+            env=self.airflow.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        self.workers[host] = Worker(host, queues, process)
+        return self.workers[host]
+
+    def kill_worker(self, host: str) -> None:
+        """The host goes down: its worker and everything it started die at once."""
+        worker = self.workers.pop(host)
+        try:
+            os.killpg(worker.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        worker.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        for host in list(self.workers):
+            self.kill_worker(host)
+        self.airflow.stop()
+        if self.redis is not None:
+            self.redis.terminate()
+            try:
+                self.redis.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.redis.kill()
+                self.redis.wait(timeout=10)
+
+    def wait_for_workers(self, timeout: float = 120) -> None:
+        """Until every worker answers Celery's ping (started and connected to the broker)."""
+        from celery import Celery
+
+        app = Celery(broker=f"redis://127.0.0.1:{self.redis_port}/0")
+        deadline = time.monotonic() + timeout
+        expected = {f"{host}@{host}" for host in self.workers}
+        seen: set[str] = set()
+        while time.monotonic() < deadline:
+            for host, worker in self.workers.items():
+                if worker.process.poll() is not None:
+                    raise RuntimeError(f"worker {host} exited; see {self.airflow.home / 'logs'}/worker-{host}.log")
+            replies = app.control.ping(timeout=1.0) or []
+            seen = {name for reply in replies for name in reply}
+            if expected <= seen:
+                return
+        raise TimeoutError(f"workers {sorted(expected - seen)} did not answer in {timeout:.0f} s")
