@@ -4,8 +4,6 @@ not in a user's clone: tests that need it skip with that reason."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -59,99 +57,26 @@ def write(tmp_path: Path):
 PYTHON = sys.executable
 
 
-def _postgres_bin() -> Path | None:
-    """Debian's server binaries (postgresql-NN), newest first, or initdb on PATH."""
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]), reverse=True)
-    if found:
-        return found[0].parent
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator:
+    """A real PostgreSQL server from Debian's packages on 127.0.0.1 (tests/postgres.py), for the
+    session; tests that restart it (the fault suite) use this, the others ``postgres_url``."""
+    from tests.postgres import PostgresServer, missing_reason
 
-    initdb = shutil.which("initdb")
-    return Path(initdb).parent if initdb else None
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason)
+    server = PostgresServer.create()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A real PostgreSQL server from Debian's packages on 127.0.0.1 (a free port), password
-    authentication, stopped and deleted at the end of the session."""
-    import signal
-    import socket
-    import time
-
-    bin_dir = _postgres_bin()
-    if bin_dir is None:
-        pytest.skip("PostgreSQL server binaries not found (Debian package postgresql; .ci/run installs it)")
-    user = "postgres" if os.geteuid() == 0 else None  # initdb refuses to run as root
-    # Not under pytest's tmp folder: as root that is private to root, and the server runs as postgres.
-    root = Path(tempfile.mkdtemp(prefix="trialflow-pg-"))
-    password = "pg-" + os.urandom(6).hex()
-    (root / "pw").write_text(password)
-    if user:
-        shutil.chown(root, user)
-        shutil.chown(root / "pw", user)
-    run_as = {"user": user} if user else {}
-    init = subprocess.run(
-        [
-            str(bin_dir / "initdb"),
-            "-D",
-            str(root / "data"),
-            "-U",
-            "trialflow",
-            "-A",
-            "scram-sha-256",
-            f"--pwfile={root / 'pw'}",
-            "--no-sync",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        **run_as,
-    )
-    if init.returncode != 0:
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.fail(f"initdb failed: {init.stderr[-2000:]}")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [
-            str(bin_dir / "postgres"),
-            "-D",
-            str(root / "data"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-k",
-            str(root),
-            "-c",
-            "fsync=off",
-            "-c",
-            "max_connections=300",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(root / "server.log", "w"),
-        **run_as,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while (
-            subprocess.run(
-                [str(bin_dir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)], capture_output=True
-            ).returncode
-            != 0
-        ):
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("PostgreSQL did not start: " + (root / "server.log").read_text()[-2000:])
-            time.sleep(0.2)
-        yield f"postgresql://trialflow:{password}@127.0.0.1:{port}/postgres"
-    finally:
-        server.send_signal(signal.SIGINT)  # "fast" shutdown
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
-        shutil.rmtree(root, ignore_errors=True)
+def postgres_url(postgres_server) -> str:
+    return postgres_server.url
 
 
 @pytest.fixture(scope="session")

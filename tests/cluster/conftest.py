@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.deployment import Deployment, missing_reason
+from tests.cluster.deployment import FAULT_REPORT, Deployment, missing_reason
 
 pytestmark = pytest.mark.integration
 
@@ -15,14 +15,25 @@ HOSTS = {"worker-a": ("box-a", "default"), "worker-b": ("default",)}
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory, postgres_url) -> Iterator[Deployment]:
+def cluster(tmp_path_factory, postgres_server) -> Iterator[Deployment]:
     reason = missing_reason()
     if reason:
         pytest.skip(reason)
-    deployment = Deployment(tmp_path_factory.mktemp("cluster"), postgres_url)
+    deployment = Deployment(tmp_path_factory.mktemp("cluster"), postgres_server.url)
     try:
         deployment.start(HOSTS)
         deployment.wait_for_workers()
         yield deployment
     finally:
         deployment.stop()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The fault suite's figures (issue 16): trials started, finished, lost, duplicated."""
+    if not FAULT_REPORT:
+        return
+    columns = list(FAULT_REPORT[0])
+    terminalreporter.section("trialflow fault injection (multi-host deployment)")
+    terminalreporter.write_line(" | ".join(columns))
+    for row in FAULT_REPORT:
+        terminalreporter.write_line(" | ".join(str(row[c]) for c in columns))

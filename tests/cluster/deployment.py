@@ -24,6 +24,8 @@ import psutil
 
 from trialflow.embedded import EmbeddedAirflow, free_port
 
+#: Figures of the fault tests (tests/cluster/test_faults.py), printed at the end of the session.
+FAULT_REPORT: list[dict[str, object]] = []
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 # Inside the worker's namespaces: its hostname, its own empty working folder, then the worker.
 _HOST_SCRIPT = 'hostname "$1" && mount -t tmpfs -o size=512m trialflow-host "$2" && shift 2 && exec "$@"'
@@ -101,6 +103,11 @@ class Deployment:
                 "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{meta}",
                 "AIRFLOW__CELERY__WORKER_CONCURRENCY": "4",
                 "AIRFLOW__CELERY__SYNC_PARALLELISM": "1",
+                # A restarted triggerer takes over the triggers of one silent this long (default 30 s).
+                "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+                # A task whose worker died is found by its missing heartbeats (default: 5 min).
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
                 # The store: PostgreSQL, its password in the connection's secret field.
                 "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
                     {
@@ -186,6 +193,18 @@ class Deployment:
         except ProcessLookupError:
             pass
         worker.process.wait(timeout=30)
+
+    def kill_component(self, name: str) -> None:
+        """SIGKILL an Airflow component and everything it started (a crash, no clean-up)."""
+        process = self.airflow.processes.pop(name)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=30)
+
+    def start_component(self, name: str) -> None:
+        self.airflow.start((name,))
 
     def stop(self) -> None:
         for host in list(self.workers):

@@ -1,0 +1,254 @@
+"""Faults a multi-host deployment sees, injected while an experiment runs (issue 16, part 2).
+
+Each test ends with every trial in a terminal state, recorded once in the store and once in
+Airflow, every metric the trial printed present, and no trial started twice: each trial
+appends its id to a start log as its first act, so a second launch of the same trial would
+show as a second line.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.deployment import FAULT_REPORT, Deployment
+from trialflow.platforms.base import experiment_id_for
+from trialflow.tuning.store import ExperimentStore
+
+pytestmark = pytest.mark.integration
+
+TRIAL = """\
+import os, time
+from trialflow import trial
+with open({log!r}, "a") as out:
+    out.write(os.environ["NNI_TRIAL_JOB_ID"] + "\\n")
+x = trial.get_next_parameter()["x"]
+trial.report_intermediate_result(x / 2)
+time.sleep(8)
+trial.report_intermediate_result(x)
+trial.report_final_result(x)
+"""
+
+
+def remote_experiment(
+    cluster: Deployment, server, name: str, log: Path, trials: int = 12, defer_after: float = 600
+) -> tuple[str, Path]:
+    folder = cluster.root / "experiments" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "t.py").write_text(TRIAL.format(log=str(log)))
+    (folder / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 t.py\n"
+        f"trialCodeDirectory: .\ntrialConcurrency: 4\nmaxTrialNumber: {trials}\ntuner: {{name: Random}}\n"
+        "trainingService:\n  platform: remote\n  machineList:\n"
+        f"    - {{host: 127.0.0.1, port: {server.port}, user: {server.user}, sshKeyFile: {server.client_key}, "
+        f"hostKey: '{server.host_key_line}', pythonPath: /usr/bin}}\n"
+    )
+    dag_id = f"cluster_{name}"
+    dag_file = cluster.airflow.dags_folder / f"{name}.py"
+    # defer_after > a trial's length: followed in the worker; 0: deferred to the triggerer at once.
+    dag_file.write_text(
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        f"dag = experiment_dag({str(folder / 'config.yml')!r}, dag_id={dag_id!r}, "
+        f"defer_after={defer_after}, poll_interval=0.3)\n"
+    )
+    return dag_id, dag_file
+
+
+def start_log() -> Path:
+    """A file the SSH user's trials can append to (pytest's folders are private to root)."""
+    folder = Path(tempfile.mkdtemp(prefix="trialflow-starts-"))
+    folder.chmod(0o777)
+    log = folder / "starts"
+    log.touch()
+    log.chmod(0o666)
+    return log
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+
+
+def check_every_trial_once(
+    cluster: Deployment, dag_id: str, run_id: str, log: Path, trials: int, fault: str, started_at: float
+) -> None:
+    """The end of every fault test: its figures go to the session's report (printed at the end
+    of the run), then every trial must be there once, finished, with both its metrics."""
+    rows = ExperimentStore(cluster.store_url).trial_rows(experiment_id_for(dag_id, run_id))
+    tis = [ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
+    starts = Counter(log.read_text().split())
+    FAULT_REPORT.append(
+        {
+            "fault": fault,
+            "trials": trials,
+            "started": len(starts),
+            "finished": sum(r["status"] == "SUCCEEDED" for r in rows),
+            "lost": trials - sum(r["status"] == "SUCCEEDED" and r["intermediate_count"] == 2 for r in rows),
+            "duplicated": sum(n - 1 for n in starts.values()),
+            "retried tasks": sum(ti["try_number"] > 1 for ti in tis),
+            "wall s": round(time.monotonic() - started_at, 1),
+        }
+    )
+    assert [r["status"] for r in rows] == ["SUCCEEDED"] * trials, rows
+    assert [r["trial_index"] for r in rows] == list(range(trials))
+    assert all(r["intermediate_count"] == 2 for r in rows), [r["intermediate_count"] for r in rows]
+    assert sorted(ti["map_index"] for ti in tis) == list(range(trials))
+    assert all(ti["state"] == "success" for ti in tis), [(ti["map_index"], ti["state"]) for ti in tis]
+    assert sorted(starts) == sorted(r["trial_id"] for r in rows)
+    assert set(starts.values()) == {1}, f"trials started more than once: {starts}"
+
+
+def test_a_worker_killed_mid_trial_loses_and_duplicates_nothing(cluster: Deployment, ssh_servers):
+    """worker-b's host goes down (SIGKILL to its whole PID namespace) while it follows trials:
+    Airflow finds the tasks by their missing heartbeats, retries them on worker-a, and each
+    retry re-attaches to the trial still running on the SSH machine."""
+    server = ssh_servers[0]
+    log = start_log()
+    dag_id, dag_file = remote_experiment(cluster, server, "worker_killed", log)
+    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    started_at = time.monotonic()
+    run_id = cluster.airflow.trigger(dag_id)
+
+    def followed_on_b():
+        running = [
+            ti
+            for ti in cluster.airflow.task_instances(dag_id, run_id)
+            if ti["task_id"] == "trial" and ti["state"] == "running" and ti["hostname"] == "worker-b"
+        ]
+        return running if len(running) >= 2 and len(log.read_text().split()) >= 2 else None
+
+    victims = wait_until(followed_on_b, 180, "two trials followed on worker-b")
+    time.sleep(1.0)  # the trials are past their start on the SSH machine
+    cluster.kill_worker("worker-b")
+    try:
+        state = wait_until(
+            lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
+            400,
+            "the run to end",
+            interval=1.0,
+        )
+    finally:
+        cluster.start_worker("worker-b", ("default",))  # the host comes back for later tests
+    assert state == "success"
+    retried = {
+        ti["map_index"]: ti
+        for ti in cluster.airflow.task_instances(dag_id, run_id)
+        if ti["task_id"] == "trial" and ti["map_index"] in {v["map_index"] for v in victims}
+    }
+    for index, ti in retried.items():
+        assert ti["try_number"] >= 2 and ti["hostname"] == "worker-a", (index, ti)
+    check_every_trial_once(cluster, dag_id, run_id, log, 12, "Celery worker host SIGKILLed mid-trial", started_at)
+    os.remove(log)
+
+
+def test_a_killed_triggerer_restarted_follows_every_deferred_trial_to_its_end(cluster: Deployment, ssh_servers):
+    """Every trial defers at once; the triggerer is SIGKILLed while it follows them and started
+    again 5 s later. The trials' last metric is printed during the outage; the new triggerer
+    takes the triggers over and reads it from where the cursor stood."""
+    server = ssh_servers[0]
+    log = start_log()
+    dag_id, dag_file = remote_experiment(cluster, server, "triggerer_killed", log, trials=8, defer_after=0)
+    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    started_at = time.monotonic()
+    run_id = cluster.airflow.trigger(dag_id)
+
+    def deferred():
+        tis = cluster.airflow.task_instances(dag_id, run_id)
+        waiting = [ti for ti in tis if ti["task_id"] == "trial" and ti["state"] == "deferred"]
+        return waiting if len(waiting) >= 3 else None
+
+    victims = wait_until(deferred, 180, "three trials deferred")
+    cluster.kill_component("triggerer")
+    try:
+        time.sleep(5)
+    finally:
+        cluster.start_component("triggerer")
+    state = wait_until(
+        lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
+        400,
+        "the run to end",
+        interval=1.0,
+    )
+    assert state == "success"
+    ended = {ti["map_index"]: ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"}
+    for victim in victims:  # ended by the new triggerer, not by a failed attempt and a retry
+        assert ended[victim["map_index"]]["try_number"] == 1, ended[victim["map_index"]]
+    check_every_trial_once(cluster, dag_id, run_id, log, 8, "triggerer SIGKILLed, restarted 5 s later", started_at)
+    os.remove(log)
+
+
+def test_the_scheduler_killed_and_the_api_server_restarted_mid_experiment(cluster: Deployment, ssh_servers):
+    """The scheduler is SIGKILLed and started again; then the api-server (the Execution API every
+    running task reports to) is killed and started again. Half the trials are followed in
+    their workers, half deferred."""
+    server = ssh_servers[0]
+    log = start_log()
+    dag_id, dag_file = remote_experiment(cluster, server, "control_plane", log, trials=12, defer_after=4)
+    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    started_at = time.monotonic()
+    run_id = cluster.airflow.trigger(dag_id)
+    wait_until(lambda: len(log.read_text().split()) >= 2, 180, "two trials started")
+    cluster.kill_component("scheduler")
+    time.sleep(3)
+    cluster.start_component("scheduler")
+    wait_until(lambda: len(log.read_text().split()) >= 6, 180, "six trials started")
+    cluster.kill_component("api-server")
+    time.sleep(3)
+    cluster.start_component("api-server")
+    cluster.airflow.wait_serving()
+    state = wait_until(
+        lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
+        400,
+        "the run to end",
+        interval=1.0,
+    )
+    assert state == "success"
+    check_every_trial_once(
+        cluster, dag_id, run_id, log, 12, "scheduler SIGKILLed and restarted; api-server restarted", started_at
+    )
+    os.remove(log)
+
+
+def test_postgresql_restarted_mid_experiment(cluster: Deployment, postgres_server, ssh_servers):
+    """PostgreSQL (Airflow's metadata database and the experiment store) goes down for 5 s
+    while trials run, some followed in workers and some deferred, then comes back. A component
+    that exits over it is started again, as a service manager would."""
+    server = ssh_servers[0]
+    log = start_log()
+    dag_id, dag_file = remote_experiment(cluster, server, "database_restart", log, trials=12, defer_after=4)
+    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    started_at = time.monotonic()
+    run_id = cluster.airflow.trigger(dag_id)
+    wait_until(lambda: len(log.read_text().split()) >= 4, 180, "four trials started")
+    postgres_server.stop()
+    time.sleep(5)
+    postgres_server.start()
+    restarted = []
+
+    def ended():
+        for name, process in list(cluster.airflow.processes.items()):
+            if process.poll() is not None:
+                restarted.append(name)
+                cluster.airflow.processes.pop(name)
+                cluster.start_component(name)
+        try:
+            state = cluster.airflow.dag_run_state(dag_id, run_id)
+        except Exception:  # the api-server may still be reconnecting
+            return None
+        return state if state in ("success", "failed") else None
+
+    state = wait_until(ended, 400, "the run to end", interval=1.0)
+    assert state == "success", restarted
+    fault = "PostgreSQL (metadata and store) down 5 s" + (f"; {', '.join(restarted)} restarted" if restarted else "")
+    check_every_trial_once(cluster, dag_id, run_id, log, 12, fault, started_at)
+    os.remove(log)
