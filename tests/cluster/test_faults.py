@@ -252,3 +252,29 @@ def test_postgresql_restarted_mid_experiment(cluster: Deployment, postgres_serve
     fault = "PostgreSQL (metadata and store) down 5 s" + (f"; {', '.join(restarted)} restarted" if restarted else "")
     check_every_trial_once(cluster, dag_id, run_id, log, 12, fault, started_at)
     os.remove(log)
+
+
+def test_the_remote_machines_sshd_stopped_for_30_s(cluster: Deployment, ssh_servers):
+    """The SSH server (and every session it had) goes away for 30 s while trials run there; the
+    trials themselves keep running. Following resumes when it is back; nothing runs twice."""
+    server = ssh_servers[0]
+    log = start_log()
+    dag_id, dag_file = remote_experiment(cluster, server, "sshd_outage", log, trials=12, defer_after=4)
+    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    started_at = time.monotonic()
+    run_id = cluster.airflow.trigger(dag_id)
+    wait_until(lambda: len(log.read_text().split()) >= 4, 180, "four trials started")
+    server.stop()
+    try:
+        time.sleep(30)
+    finally:
+        server.start()
+    state = wait_until(
+        lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
+        400,
+        "the run to end",
+        interval=1.0,
+    )
+    check_every_trial_once(cluster, dag_id, run_id, log, 12, "the SSH machine's sshd stopped for 30 s", started_at)
+    assert state == "success"
+    os.remove(log)
