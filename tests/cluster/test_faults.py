@@ -278,3 +278,50 @@ def test_the_remote_machines_sshd_stopped_for_30_s(cluster: Deployment, ssh_serv
     check_every_trial_once(cluster, dag_id, run_id, log, 12, "the SSH machine's sshd stopped for 30 s", started_at)
     assert state == "success"
     os.remove(log)
+
+
+def test_the_kube_apiserver_restarted_mid_experiment(cluster: Deployment, kube_cluster, kube_controller):
+    """Kubeflow trials (the test controller plays the operator and the kubelet) while the
+    kube-apiserver is stopped for 10 s and started again; etcd keeps the jobs."""
+    import json
+
+    response = cluster.airflow.api(
+        "POST",
+        "/connections",
+        json={
+            "connection_id": "cluster_kube",
+            "conn_type": "kubernetes",
+            "extra": json.dumps({"kube_config_path": str(kube_cluster.kubeconfig)}),
+        },
+    )
+    assert response.status_code in (200, 201, 409), response.text
+    log = start_log()
+    folder = cluster.root / "experiments" / "kube_restart"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "t.py").write_text(TRIAL.format(log=str(log)))
+    (folder / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialConcurrency: 4\nmaxTrialNumber: 8\n"
+        "tuner: {name: Random}\ntrialCodeDirectory: .\n"
+        "trainingService: {platform: kubeflow, operator: pytorch-operator, kubernetesConnId: cluster_kube,\n"
+        "  master: {replicas: 1, command: python3 t.py, cpuNumber: 1, memorySize: 256mb}}\n"
+    )
+    dag_id = "cluster_kube_restart"
+    dag_file = cluster.airflow.dags_folder / "kube_restart.py"
+    dag_file.write_text(
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        f"dag = experiment_dag({str(folder / 'config.yml')!r}, dag_id={dag_id!r}, defer_after=4, poll_interval=0.3)\n"
+    )
+    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    started_at = time.monotonic()
+    run_id = cluster.airflow.trigger(dag_id)
+    wait_until(lambda: len(log.read_text().split()) >= 3, 180, "three trials started")
+    kube_cluster.restart_apiserver(down=10)
+    state = wait_until(
+        lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
+        400,
+        "the run to end",
+        interval=1.0,
+    )
+    check_every_trial_once(cluster, dag_id, run_id, log, 8, "kube-apiserver down 10 s, restarted", started_at)
+    assert state == "success", kube_controller.errors
+    os.remove(log)

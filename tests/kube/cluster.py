@@ -56,6 +56,7 @@ def free_ports(n: int) -> list[int]:
 class KubeCluster:
     root: Path
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    _apiserver_command: list[str] = field(default_factory=list)
     port: int = 0
     etcd_port: int = 0
 
@@ -114,37 +115,55 @@ class KubeCluster:
             capture_output=True,
         )
         (self.root / "tokens.csv").write_text(f'{TOKEN},admin,admin,"system:masters"\n')
-        self.processes["kube-apiserver"] = subprocess.Popen(
-            [
-                str(apiserver_binary()),
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={self.port}",
-                "--insecure-port=0",
-                f"--cert-dir={self.root / 'certs'}",
-                f"--token-auth-file={self.root / 'tokens.csv'}",
-                "--authorization-mode=RBAC",
-                f"--service-account-key-file={self.root / 'sa.pub'}",
-                f"--service-account-signing-key-file={sa_key}",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                "--api-audiences=https://kubernetes.default.svc",
-                "--service-cluster-ip-range=10.96.0.0/24",
-                "--endpoint-reconciler-type=none",
-                "--kubelet-preferred-address-types=InternalIP",
-                "--profiling=false",
-            ],
-            stdout=open(logs / "kube-apiserver.log", "wb"),
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        self._apiserver_command = [
+            str(apiserver_binary()),
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.port}",
+            "--insecure-port=0",
+            f"--cert-dir={self.root / 'certs'}",
+            f"--token-auth-file={self.root / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            f"--service-account-key-file={self.root / 'sa.pub'}",
+            f"--service-account-signing-key-file={sa_key}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--api-audiences=https://kubernetes.default.svc",
+            "--service-cluster-ip-range=10.96.0.0/24",
+            "--endpoint-reconciler-type=none",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--profiling=false",
+        ]
+        self._start_apiserver()
         self.kubeconfig.write_text(yaml.safe_dump(self.kubeconfig_dict()))
         try:
             self._wait_ready()
         except BaseException:
             self.stop()  # never leave a half-started server behind
             raise
+
+    def _start_apiserver(self) -> None:
+        self.processes["kube-apiserver"] = subprocess.Popen(
+            self._apiserver_command,
+            stdout=open(self.root / "logs" / "kube-apiserver.log", "ab"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def restart_apiserver(self, down: float = 0.0) -> None:
+        """Stop the API server (etcd keeps the cluster's state), wait ``down`` seconds, start it
+        again on the same address, and wait until it is ready."""
+        proc = self.processes["kube-apiserver"]
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        time.sleep(down)
+        self._start_apiserver()
+        self._wait_ready()
 
     def _wait_ready(self, timeout: float = 90) -> None:
         context = ssl.create_default_context()
