@@ -105,6 +105,8 @@ class Deployment:
                 "AIRFLOW__CELERY__SYNC_PARALLELISM": "1",
                 # A restarted triggerer takes over the triggers of one silent this long (default 30 s).
                 "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+                # Tasks of a dead scheduler are adopted or reset at this interval (default: 5 min).
+                "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15",
                 # A task whose worker died is found by its missing heartbeats (default: 5 min).
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
@@ -129,6 +131,28 @@ class Deployment:
 
     def start(self, workers: dict[str, tuple[str, ...]]) -> None:
         """Redis, Airflow's database and components, then one worker per host name."""
+        self._start_redis()
+        self.airflow.migrate()
+        self.airflow.start()
+        for host, queues in workers.items():
+            self.start_worker(host, queues)
+        self.airflow.wait_healthy(timeout=240)
+
+    def kill_all(self) -> dict[str, tuple[str, ...]]:
+        """Every process of the deployment SIGKILLed at once (a power cut, PostgreSQL aside);
+        returns the workers, to start them again."""
+        workers = {host: worker.queues for host, worker in self.workers.items()}
+        for host in list(self.workers):
+            self.kill_worker(host)
+        for name in list(self.airflow.processes):
+            self.kill_component(name)
+        if self.redis is not None:
+            self.redis.kill()
+            self.redis.wait(timeout=10)
+            self.redis = None
+        return workers
+
+    def _start_redis(self) -> None:
         log = open(self.root / "redis.log", "ab")
         self.redis = subprocess.Popen(
             [REDIS, "--bind", "127.0.0.1", "--port", str(self.redis_port), "--save", "", "--appendonly", "no"],
@@ -138,11 +162,6 @@ class Deployment:
             start_new_session=True,
         )
         log.close()
-        self.airflow.migrate()
-        self.airflow.start()
-        for host, queues in workers.items():
-            self.start_worker(host, queues)
-        self.airflow.wait_healthy(timeout=240)
 
     def start_worker(self, host: str, queues: tuple[str, ...]) -> Worker:
         command = [
@@ -230,7 +249,11 @@ class Deployment:
             for host, worker in self.workers.items():
                 if worker.process.poll() is not None:
                     raise RuntimeError(f"worker {host} exited; see {self.airflow.home / 'logs'}/worker-{host}.log")
-            replies = app.control.ping(timeout=1.0) or []
+            try:
+                replies = app.control.ping(timeout=1.0) or []
+            except Exception:  # Redis itself may still be starting (a restart)
+                time.sleep(0.5)
+                continue
             seen = {name for reply in replies for name in reply}
             if expected <= seen:
                 return

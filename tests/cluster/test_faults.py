@@ -325,3 +325,42 @@ def test_the_kube_apiserver_restarted_mid_experiment(cluster: Deployment, kube_c
     check_every_trial_once(cluster, dag_id, run_id, log, 8, "kube-apiserver down 10 s, restarted", started_at)
     assert state == "success", kube_controller.errors
     os.remove(log)
+
+
+def test_the_whole_deployment_killed_started_again_and_the_run_cleared(cluster: Deployment, ssh_servers):
+    """Every Airflow process, both workers and Redis SIGKILLed at once mid-experiment; started
+    again, the run is cleared and the experiment resumes from the store: finished trials keep
+    their results, running ones are re-attached on the SSH machine."""
+    server = ssh_servers[0]
+    log = start_log()
+    dag_id, dag_file = remote_experiment(cluster, server, "power_cut", log, trials=12, defer_after=4)
+    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    started_at = time.monotonic()
+    run_id = cluster.airflow.trigger(dag_id)
+    store = ExperimentStore(cluster.store_url)
+    experiment_id = experiment_id_for(dag_id, run_id)
+
+    def under_way() -> bool:
+        try:
+            rows = store.trial_rows(experiment_id)
+        except KeyError:  # the start step has not opened the experiment yet
+            return False
+        return sum(r["status"] == "SUCCEEDED" for r in rows) >= 2 and len(log.read_text().split()) >= 6
+
+    wait_until(under_way, 180, "two trials finished and six started")
+    workers = cluster.kill_all()
+    time.sleep(3)
+    cluster.start(workers)
+    cluster.wait_for_workers()
+    cluster.airflow.clear_run(dag_id, run_id)
+    state = wait_until(
+        lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
+        400,
+        "the run to end",
+        interval=1.0,
+    )
+    check_every_trial_once(
+        cluster, dag_id, run_id, log, 12, "whole deployment SIGKILLed, started again, run cleared", started_at
+    )
+    assert state == "success"
+    os.remove(log)
