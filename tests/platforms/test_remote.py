@@ -217,6 +217,41 @@ def test_a_trial_survives_its_sshd_restarting(ssh_servers, tmp_path):
     assert status == TrialStatus.SUCCEEDED and metrics[-1].value == 0
 
 
+def test_following_outlasts_an_outage_longer_than_the_reconnects(ssh_servers, tmp_path):
+    """sshd gone for 15 s, twice as long as the connection's own reconnect attempts (~7.5 s):
+    a poll then raises SshUnreachable, and the follower asks again instead of failing, so the
+    trial is followed to its end with every metric (before, the task failed and used a retry)."""
+    import threading
+
+    from tests.following import follow
+    from trialflow.follow import UNREACHABLE_GRACE
+    from trialflow.platforms.base import PlatformUnreachable
+    from trialflow.platforms.remote.ssh import SshUnreachable
+
+    assert issubclass(SshUnreachable, PlatformUnreachable) and UNREACHABLE_GRACE > 15
+    a, _ = ssh_servers
+    platform = _platform(tmp_path, [_machine(a, "key")])
+    code = _code(tmp_path)
+    handle = platform.submit_sync(_spec(code, 0, "eoutage1", sleep=10))
+
+    def outage() -> None:
+        time.sleep(1.0)
+        a.stop()
+        try:
+            time.sleep(15)
+        finally:
+            a.start()
+
+    cut = threading.Thread(target=outage)
+    cut.start()
+    try:
+        outcome, recorder = follow(platform, handle, timeout=120)
+    finally:
+        cut.join()
+    assert outcome.status == TrialStatus.SUCCEEDED
+    assert [m.value for m in recorder.metrics] == [0, 1, 2, 0]
+
+
 def test_a_second_experiment_with_the_same_code_uploads_nothing(ssh_servers, tmp_path):
     a, _ = ssh_servers
     code = _code(tmp_path, TRIAL + "# same code, second time\n")

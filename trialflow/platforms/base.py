@@ -152,6 +152,13 @@ class Connections:
     token: Callable[[str], Awaitable[str]] | None = None
 
 
+class PlatformUnreachable(RuntimeError):
+    """The platform did not answer (its machine or API server down, the network cut) after the
+    platform's own retries: the trial itself may be fine. Following asks again for a while
+    (trialflow.follow.UNREACHABLE_GRACE) instead of failing the task at once. Each platform's
+    error for this case subclasses both its own error and this one."""
+
+
 class TrainingPlatform(ABC, Generic[ConfigT]):
     """One training service; one module per platform subclasses this.
 

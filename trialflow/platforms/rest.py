@@ -24,6 +24,8 @@ from typing import Any
 import httpx
 import tenacity
 
+from trialflow.platforms.base import PlatformUnreachable
+
 log = logging.getLogger(__name__)
 
 #: Statuses that mean "later", not "no".
@@ -43,6 +45,10 @@ class RestError(RuntimeError):
         self.service_message = message
         where = f"{method} {path}"
         super().__init__(f"{where} failed: {message}" if status is None else f"{where} answered {status}: {message}")
+
+
+class RestUnreachable(RestError, PlatformUnreachable):
+    """No answer came back through every attempt (refused, timed out): the service may come back."""
 
 
 class _RetryLater(Exception):
@@ -190,7 +196,7 @@ class RestClient:
             raise self._error(exc.response, method, path) from None
         except httpx.TransportError as exc:
             reason = self.scrub(str(_without_query(str(exc))) or type(exc).__name__)
-            raise RestError(None, method, path, f"{reason} (attempts: {tries})") from None
+            raise RestUnreachable(None, method, path, f"{reason} (attempts: {tries})") from None
         if response.is_success or response.status_code in accepted:
             return response
         raise self._error(response, method, path)

@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from trialflow.platforms.base import PlatformUnreachable
+
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
 
@@ -29,6 +31,10 @@ REQUEST_TIMEOUT = 30
 
 class KubernetesError(RuntimeError):
     """A Kubernetes call failed; the message names the cluster, the object and what to do."""
+
+
+class KubernetesUnreachable(KubernetesError, PlatformUnreachable):
+    """The API server could not be reached or dropped the connection: it may come back."""
 
 
 @dataclass(frozen=True)
@@ -219,7 +225,7 @@ class CustomObjects:
                 raise KubernetesError(f"{what}: {explain[exc.status]}") from None
             raise KubernetesError(describe_api_error(exc, self.cluster, what)) from None
         except _transport_errors() as exc:
-            raise KubernetesError(describe_api_error(exc, self.cluster, what)) from None
+            raise KubernetesUnreachable(describe_api_error(exc, self.cluster, what)) from None
 
     async def create(self, resource: Resource, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """Create ``body``; if it exists already, return the existing object (re-attach).

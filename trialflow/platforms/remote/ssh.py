@@ -23,6 +23,8 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from trialflow.platforms.base import PlatformUnreachable
+
 if TYPE_CHECKING:
     import asyncssh
 
@@ -45,6 +47,11 @@ def _as_bytes(output: bytes | str | None) -> bytes:
 
 class SshError(RuntimeError):
     """A machine cannot be reached or used; the message names the machine and the cause."""
+
+
+class SshUnreachable(SshError, PlatformUnreachable):
+    """The machine stayed unreachable through the reconnect attempts (refused, timed out,
+    dropped): it may come back."""
 
 
 @dataclass(frozen=True)
@@ -299,7 +306,7 @@ class SshPool:
         except SshError:
             raise
         except transient as exc:
-            raise SshError(describe_connect_error(target, exc)) from exc
+            raise SshUnreachable(describe_connect_error(target, exc)) from exc
 
     async def close(self) -> None:
         conns = self._by_loop.pop(asyncio.get_running_loop(), {})
