@@ -280,6 +280,7 @@ def test_the_remote_machines_sshd_stopped_for_30_s(cluster: Deployment, ssh_serv
     os.remove(log)
 
 
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # the test cluster's own cert
 def test_the_kube_apiserver_restarted_mid_experiment(cluster: Deployment, kube_cluster, kube_controller):
     """Kubeflow trials (the test controller plays the operator and the kubelet) while the
     kube-apiserver is stopped for 10 s and started again; etcd keeps the jobs."""
