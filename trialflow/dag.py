@@ -17,7 +17,6 @@ from typing import Any
 from airflow.sdk import DAG
 
 from trialflow import hosts
-from trialflow.config.errors import ConfigError
 from trialflow.hooks.store import DEFAULT_CONN_ID
 from trialflow.operators.experiment import (
     ContinueExperimentOperator,
@@ -138,6 +137,8 @@ def _place(path: Path, plan: DagPlan, default_args: dict[str, Any], local_queue:
     queue = local_queue or default_args.get("queue") or conf.get(*hosts.QUEUE_SETTING, fallback=None)
     problem = hosts.placement_problem(plan.platforms, executor, queue)
     if problem is not None:
+        from trialflow.config.errors import ConfigError  # here: a planned parse skips the config package
+
         raise ConfigError.single(path, *problem)
     if not (hosts.host_bound(plan.platforms) and hosts.spans_hosts(executor)):
         return False

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.integration
 HOSTS = {"worker-a": ("box-a", "default"), "worker-b": ("default",)}
 
 
-@pytest.fixture(scope="session")
+# Package scope: stopped once these tests are done, not left running under the rest of the suite.
+@pytest.fixture(scope="package")
 def cluster(tmp_path_factory, postgres_server) -> Iterator[Deployment]:
     reason = missing_reason()
     if reason:
