@@ -175,7 +175,15 @@ def test_run_end_to_end_then_resume_then_new(experiment, tmp_path):
 @pytest.mark.integration
 def test_ctrl_c_cancels_trials_and_stops_airflow(experiment, tmp_path):
     config = experiment(n=4, sleep=300)
-    proc = subprocess.Popen(TRIALFLOW + ["run", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as a terminal delivers it, even when the suite itself runs in the background (a
+    # shell's `&` starts it with SIGINT ignored, which the child would inherit and never see).
+    proc = subprocess.Popen(
+        TRIALFLOW + ["run", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     trials = tmp_path / ".trialflow" / "experiments"
     deadline = time.monotonic() + 240
     pids: list[int] = []

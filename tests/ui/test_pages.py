@@ -277,7 +277,10 @@ trainingService: {{platform: local}}
     except Exception:
         states = [(ti["map_index"], ti["state"]) for ti in ui.harness.tis(dag_id, run_id)]
         raise AssertionError(f"no trial ended on the page; the run's trial tasks: {states}") from None
-    assert page.locator("[data-testid=summary]").inner_text() != first
+    # The summary moves too (its own request: it may land a refresh after the table's).
+    page.wait_for_function(
+        "first => document.querySelector('[data-testid=summary]').innerText !== first", arg=first, timeout=30000
+    )
     assert not navigations, "the page reloaded"
     ui.harness.wait(dag_id, run_id, timeout=300)
     # The run's end reaches the page too: every trial shows, and it stops refreshing.
