@@ -4,6 +4,8 @@ different users and homes; key and password authentication)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -14,7 +16,9 @@ from tests.following import poll_until_done
 from trialflow.config.platforms import RemoteConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.remote import LAUNCH_GRACE_SECONDS, RemotePlatform, parse_probe, remote_status
+from trialflow.platforms.remote.commands import LAUNCH_DIR
 from trialflow.platforms.remote.machines import least_loaded_first, machines_of
+from trialflow.platforms.remote.platform import CLAIM_STALE_SECONDS
 from trialflow.platforms.remote.ssh import SshError
 
 # -- pure ------------------------------------------------------------------------------------
@@ -168,6 +172,31 @@ def test_a_trial_runs_on_each_machine_key_and_password(ssh_servers, tmp_path):
         assert f"hello from eremote1-{index:04d}" in (trial_dir / "stdout.log").read_text()
         assert not (trial_dir / "code" / "data").exists()  # .nniignore honoured
         assert (trial_dir / "code" / "train.py").stat().st_nlink >= 2  # a view of the staged copy
+
+
+def test_a_launch_abandoned_after_its_claim_is_taken_over_by_the_next_submit(ssh_servers, tmp_path):
+    """A worker killed between claiming a trial's folder and launching it left the claim: the
+    retried task's submit used to re-attach to a trial that never started (failed a minute
+    later: "disappeared without an exit code"). It now launches the trial itself once the
+    claim is CLAIM_STALE_SECONDS old, and the trial runs once."""
+    a, _ = ssh_servers
+    platform = _platform(tmp_path, [_machine(a, "key")])
+    code = _code(tmp_path)
+    platform.prepare_sync("eabandon")
+    spec = _spec(code, 3, "eabandon")
+    trial_dir = a.home / "trialflow-experiments" / "eabandon" / "trials" / spec.trial_id
+    (trial_dir / LAUNCH_DIR).mkdir(parents=True)
+    (trial_dir / "code").mkdir()  # the dead submit's half-made working directory
+    for path in [trial_dir.parent, trial_dir, *trial_dir.iterdir()]:
+        shutil.chown(path, a.user, a.user)  # made by that submit, as the machine's user
+    then = time.time() - CLAIM_STALE_SECONDS - 5
+    os.utime(trial_dir / LAUNCH_DIR, (then, then))
+    handle = platform.submit_sync(spec)
+    assert Path(handle["trial_dir"]) == trial_dir
+    status, metrics, _ = asyncio.run(_follow(platform, handle))
+    assert status == TrialStatus.SUCCEEDED and [m.value for m in metrics] == [3, 4, 5, 30]
+    assert (trial_dir / "stdout.log").read_text().count("hello from eabandon-0003") == 1
+    assert platform.submit_sync(spec)["trial_dir"] == str(trial_dir)  # launched: re-attached, not again
 
 
 def test_clear_errors_for_wrong_key_unknown_host_key_and_no_server(ssh_servers, tmp_path):

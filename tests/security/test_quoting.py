@@ -28,11 +28,14 @@ from trialflow.platforms.remote.commands import (
     claim_command,
     exists_command,
     launch_once_guard,
+    launch_state_command,
     mkdir_command,
+    parse_launch_state,
     probe_command,
     read_command,
     running_count_command,
     staging_command,
+    take_over_command,
     upload_command,
     workdir_command,
 )
@@ -166,6 +169,37 @@ def test_submit_path_commands_with_hostile_folders(box):
     bash_in(cancel_request_command(str(trial)), box, '{"status": "USER_CANCELED"}')
     bash_in(cancel_request_command(str(trial)), box, '{"status": "EARLY_STOPPED"}')
     assert (trial / CANCEL_FILE).read_text() == '{"status": "USER_CANCELED"}'  # the first reason wins
+    no_canary(box)
+
+
+def test_an_abandoned_claim_is_taken_over_once_and_a_launched_trial_never(box):
+    """A submit that died between claiming a trial folder and launching leaves the claim and a
+    half-written working directory: the next submit sees how old the claim is, and of several
+    takers exactly one gets it, with the half-written files gone; once the trial has launched,
+    a take-over changes nothing."""
+    trial = box / "trials" / f"t {HOSTILE}"
+    state = lambda: parse_launch_state(bash_in(launch_state_command(str(trial)), box).stdout)  # noqa: E731
+    assert state() == ("none", 0.0)
+    assert bash_in(claim_command(str(trial)), box).stdout.strip() == "claimed"
+    (trial / "code").mkdir()
+    (trial / "parameter.cfg.tmp").write_text("{")
+    then = time.time() - 300
+    os.utime(trial / LAUNCH_DIR, (then, then))
+    kind, age = state()
+    assert kind == "claimed" and 295 <= age <= 330
+    assert bash_in(take_over_command(str(trial), 600), box).stdout == ""  # not stale by this measure
+    assert (trial / LAUNCH_DIR).is_dir() and (trial / "code").is_dir()  # put back untouched
+    takers = [bash_in(take_over_command(str(trial), 60), box).stdout.strip() for _ in range(3)]
+    assert takers == ["claimed", "", ""]  # the later ones find the first taker's fresh claim
+    assert sorted(p.name for p in trial.iterdir()) == [LAUNCH_DIR]  # the half-written files are gone
+    kind, age = state()
+    assert kind == "claimed" and age < 30  # a fresh claim, this taker's
+
+    assert bash_in(launch_once_guard(str(trial)) + "echo launched\n", box).stdout == "launched\n"
+    assert state() == ("launched", 0.0)
+    (trial / "code").mkdir()
+    assert bash_in(take_over_command(str(trial), 60), box).stdout == ""
+    assert (trial / LAUNCH_DIR).is_dir() and (trial / "code").is_dir()  # a launched trial is left alone
     no_canary(box)
 
 

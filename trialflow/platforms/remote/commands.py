@@ -168,6 +168,45 @@ def claim_command(trial_dir: str) -> str:
     return f"mkdir -p {q} && mkdir {q}/{LAUNCH_DIR} 2>/dev/null && echo claimed || true"
 
 
+def launch_state_command(trial_dir: str) -> str:
+    """Where a trial's launch stands, for a submit that finds its folder: ``launched`` (the
+    launch script ran, or its detached job wrote a pid), ``claimed <seconds>`` (a submit
+    claimed it that long ago and has not launched yet), or ``none``."""
+    q = shlex.quote(trial_dir)
+    return (
+        f"cd {q} 2>/dev/null || {{ echo none; exit 0; }}; "
+        "if [ -e .launched ] || [ -s pid ]; then echo launched; "
+        f'elif [ -d {LAUNCH_DIR} ]; then echo "claimed $(( $(date +%s) - $(stat -c %Y {LAUNCH_DIR}) ))"; '
+        "else echo none; fi"
+    )
+
+
+def parse_launch_state(output: str) -> tuple[str, float]:
+    """(state, seconds since the claim) from launch_state_command's output."""
+    state, _, age = output.strip().partition(" ")
+    try:
+        return state or "none", float(age) if age else 0.0
+    except ValueError:
+        return state, 0.0
+
+
+def take_over_command(trial_dir: str, stale_after: float) -> str:
+    """Prints ``claimed`` for the one caller that takes over a stale claim (a submit that died
+    between claiming the folder and launching). The claim is renamed away first (rename is
+    atomic: of two takers one gets it, the other finds nothing to rename), then checked: a
+    claim younger than ``stale_after`` seconds (another taker's fresh one) or a trial that
+    has launched meanwhile is put back untouched. Otherwise the half-written working
+    directory is removed and the claim is made again, for this caller."""
+    q = shlex.quote(trial_dir)
+    return (
+        f"cd {q} 2>/dev/null || exit 0; "
+        f'stale=.stale-claim.$$; mv {LAUNCH_DIR} "$stale" 2>/dev/null || exit 0; '
+        f'if [ -e .launched ] || [ -s pid ] || [ $(( $(date +%s) - $(stat -c %Y "$stale") )) -lt {int(stale_after)} ]; '
+        f'then mv "$stale" {LAUNCH_DIR}; exit 0; fi; '
+        f'rm -rf "$stale" code parameter.cfg parameter.cfg.tmp .nni && mkdir {LAUNCH_DIR} && echo claimed'
+    )
+
+
 def workdir_command(trial_dir: str, code_folder: str, in_place: bool) -> str:
     """Write stdin to the trial's parameter.cfg (atomically) and give the trial its working
     directory: on shared storage the code in place (a symlink); otherwise a hard-linked view

@@ -37,21 +37,22 @@ from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequest, GpuRequestError, at
 from trialflow.platforms.leftovers import stop_marked_command, trial_mark
 from trialflow.platforms.local import local_status
 from trialflow.platforms.remote.commands import (
-    LAUNCH_DIR,
     READ_CHUNK,
     cancel_request_command,
     claim_command,
     cleanup_command,
-    exists_command,
     kill_command,
     launch_command,
     launch_once_guard,
+    launch_state_command,
     mkdir_command,
+    parse_launch_state,
     parse_probe,
     path_prefix,
     probe_command,
     read_command,
     running_count_command,
+    take_over_command,
     trial_body,
     workdir_command,
 )
@@ -75,6 +76,8 @@ from trialflow.trial.protocol import parameter_text, read_stdout_lines
 log = logging.getLogger(__name__)
 GPU_WAIT_SECONDS = 2.0
 LAUNCH_GRACE_SECONDS = 60.0
+#: A claim this old whose trial never launched was left by a submit that died (see submit).
+CLAIM_STALE_SECONDS = 45.0
 KILL_GRACE_SECONDS = 5.0
 #: Seconds a finished trial's leftover processes get between SIGTERM and SIGKILL.
 LEFTOVER_GRACE_SECONDS = 2.0
@@ -236,31 +239,57 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
 
     async def submit(self, spec: TrialSpec) -> TrialHandle:
         for machine in self.machines:  # re-attach: the trial may already run on any machine
-            base = await self.shell.base(machine)
-            trial_dir = trial_folder(base, spec.experiment_id, spec.trial_id)
-            if (await self.shell.run(machine, exists_command(f"{trial_dir}/{LAUNCH_DIR}", "d"))).strip():
+            trial_dir = trial_folder(await self.shell.base(machine), spec.experiment_id, spec.trial_id)
+            state = await self._launch_state(machine, trial_dir)
+            if state == "launched":
                 return self._handle(spec, machine, trial_dir)
+            if state == "stale":
+                # The submit that claimed this folder died before launching (its worker was
+                # killed): this one launches the trial there, unless another taker won.
+                log.warning("Trial %s: taking over a launch abandoned on %s", spec.trial_id, machine.target.label)
+                if (
+                    await self.shell.run(machine, take_over_command(trial_dir, CLAIM_STALE_SECONDS))
+                ).strip() != b"claimed":
+                    return self._handle(spec, machine, trial_dir)
+                return await self._launch_on(spec, machine, [machine], claimed=True)
+        return await self._launch_on(spec, None, await self._order(spec), claimed=False)
+
+    async def _launch_state(self, machine: Machine, trial_dir: str) -> str:
+        """``launched``, ``none``, or ``stale`` (claimed CLAIM_STALE_SECONDS ago and never
+        launched); a younger claim is a submit still launching, which this one waits out."""
+        while True:
+            state, age = parse_launch_state((await self.shell.run(machine, launch_state_command(trial_dir))).decode())
+            if state != "claimed":
+                return state
+            if age >= CLAIM_STALE_SECONDS:
+                return "stale"
+            await asyncio.sleep(1.0)
+
+    async def _launch_on(
+        self, spec: TrialSpec, machine: Machine | None, order: list[Machine], claimed: bool
+    ) -> TrialHandle:
+        """Claim GPUs and the trial folder (unless ``claimed``), write the working directory,
+        launch. ``machine`` None: the first of ``order`` (with free GPUs when the trial needs them)."""
         claims: list[tuple[int, int]] = []
-        order = await self._order(spec)
         if spec.gpu_number > 0:
 
             async def trial_for(m: Machine) -> str:
                 return trial_folder(await self.shell.base(m), spec.experiment_id, spec.trial_id)
 
             machine, claims = await self._claim_gpus(spec, trial_for, order)
-        else:
+        elif machine is None:
             machine = order[0]
         base = await self.shell.base(machine)
         trial_dir = trial_folder(base, spec.experiment_id, spec.trial_id)
         try:
             code_folder, in_place = await self.staging.code_on(machine, spec.code_dir, spec.code_excludes)
             sdk_folder = await self.staging.sdk_on(machine)
-            claimed = await self.shell.run(machine, claim_command(trial_dir))
+            won = claimed or (await self.shell.run(machine, claim_command(trial_dir))).strip() == b"claimed"
         except BaseException:
             if claims:
                 await self.shell.run(machine, release_command(f"{base}/{CLAIMS_DIR}", claims), check=False)
             raise
-        if claimed.strip() != b"claimed":
+        if not won:
             if claims:
                 await self.shell.run(machine, release_command(f"{base}/{CLAIMS_DIR}", claims), check=False)
             return self._handle(spec, machine, trial_dir)
