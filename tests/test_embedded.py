@@ -108,3 +108,52 @@ def test_stop_ends_every_component_with_its_children(tmp_path, monkeypatch):
         airflow.stop(grace=15)
     assert all(proc.poll() is not None for proc in airflow.processes.values())
     assert _sessions_alive(sids) == []
+
+
+def test_calls_outlast_a_busy_api_server_and_a_lost_trigger_answer_starts_one_run(tmp_path, monkeypatch):
+    """A `trialflow run` failed with a bare "timed out": its first call came while the
+    api-server, one worker, was busy building its Execution API. Calls that may be repeated
+    are now asked again (here: one made before the api-server even listens), and a trigger
+    whose answer is lost after Airflow made the run is asked again without a second run."""
+    import threading
+
+    import httpx
+
+    monkeypatch.setenv(embedded.TEMPLATE_ENV, str(tmp_path / "templates"))
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "tiny.py").write_text(
+        "# airflow DAG\nfrom airflow.sdk import DAG\n"
+        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
+        "with DAG('tiny', schedule=None):\n    EmptyOperator(task_id='nothing')\n"
+    )
+    airflow = EmbeddedAirflow(tmp_path / "home", dags)
+    airflow.migrate()
+    early: list[int] = []
+    asking = threading.Thread(target=lambda: early.append(airflow.api("GET", "/monitor/health").status_code))
+    airflow.write_config()
+    (airflow.home / "passwords.json").write_text('{"trialflow": "pw"}')  # the api-server keeps this file
+    asking.start()  # before anything listens: the token and the call wait for the api-server
+    airflow.start(("api-server", "dag-processor"))
+    try:
+        asking.join(timeout=200)
+        assert early == [200]
+        airflow.wait_for_dag("tiny", dags / "tiny.py")
+        real = httpx.request
+        lost: list[str] = []
+
+        def answer_lost_once(method: str, url: str, **kwargs):
+            response = real(method, url, **kwargs)
+            if method == "POST" and url.endswith("/dagRuns") and not lost:
+                lost.append(kwargs["json"]["dag_run_id"])
+                raise httpx.ReadTimeout("timed out")  # the run was made; its answer never came
+            return response
+
+        monkeypatch.setattr(httpx, "request", answer_lost_once)
+        run_id = airflow.trigger("tiny", {"x": 1})
+        monkeypatch.setattr(httpx, "request", real)
+        assert lost == [run_id]
+        runs = airflow.api("GET", "/dags/tiny/dagRuns").json()["dag_runs"]
+        assert [(r["dag_run_id"], r["conf"]) for r in runs] == [(run_id, {"x": 1})]
+    finally:
+        airflow.stop(grace=15)

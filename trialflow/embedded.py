@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -29,6 +30,12 @@ import httpx
 
 COMPONENTS = ("api-server", "scheduler", "triggerer", "dag-processor")
 USER = "trialflow"
+#: One REST call's timeout, and how long a call that timed out or found the port closed is
+#: made again. The api-server (one worker) answers nothing while it builds its Execution API:
+#: 4-7 s of CPU measured on an idle machine, past 10 s with a test suite beside it, and a
+#: `trialflow run` failed on that with a bare "timed out".
+API_TIMEOUT = 60.0
+API_PATIENCE = 180.0
 
 
 def free_port() -> int:
@@ -214,7 +221,7 @@ class EmbeddedAirflow:
         )
 
     def check_alive(self) -> None:
-        for name, proc in self.processes.items():
+        for name, proc in list(self.processes.items()):
             if proc.poll() is not None:
                 raise EmbeddedAirflowError(
                     f"airflow {name} exited with code {proc.returncode}; see {self.home / 'logs' / (name + '.log')}"
@@ -281,15 +288,33 @@ class EmbeddedAirflow:
     def _headers(self) -> dict[str, str]:
         if self._token is None:
             passwords = json.loads((self.home / "passwords.json").read_text())
-            response = httpx.post(
-                f"{self.base_url}/auth/token", json={"username": USER, "password": passwords[USER]}, timeout=10
-            )
+            response = self._request("POST", "/auth/token", json={"username": USER, "password": passwords[USER]})
             response.raise_for_status()
             self._token = response.json()["access_token"]
         return {"Authorization": f"Bearer {self._token}"}
 
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        return httpx.request(method, f"{self.base_url}/api/v2{path}", headers=self._headers(), timeout=30, **kwargs)
+        """One call to the REST API. Reads, pause switches and the token are asked again while
+        the api-server is busy or restarting; other writes are not (they may have happened),
+        except a trigger, which names its run and so is safe to repeat (see ``trigger``)."""
+        return self._request(method, f"/api/v2{path}", headers=self._headers(), **kwargs)
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        repeatable = method in ("GET", "PATCH") or path in ("/auth/token",) or bool(kwargs.pop("repeatable", False))
+        deadline = time.monotonic() + API_PATIENCE
+        while True:
+            try:
+                return httpx.request(method, f"{self.base_url}{path}", timeout=API_TIMEOUT, **kwargs)
+            except (httpx.TimeoutException, httpx.ConnectError) as exc:
+                if not repeatable:
+                    raise EmbeddedAirflowError(f"the api-server did not answer {method} {path}: {exc}") from exc
+                if time.monotonic() > deadline:
+                    raise EmbeddedAirflowError(
+                        f"the api-server did not answer {method} {path} in {API_PATIENCE:.0f} s ({exc}); "
+                        f"logs in {self.home / 'logs'}"
+                    ) from exc
+            self.check_alive()
+            time.sleep(1.0)
 
     def wait_for_dag(self, dag_id: str, dag_file: Path | None = None, timeout: float = 120.0) -> None:
         """Wait until the DAG is parsed; fail fast if its file (when given) has an import error."""
@@ -311,8 +336,15 @@ class EmbeddedAirflow:
         raise EmbeddedAirflowError(f"DAG {dag_id} did not appear in {timeout:.0f} s")
 
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        """A new run of ``dag_id``. The run id is chosen here, in Airflow's own form for a
+        manual run, so a trigger whose answer was lost is asked again safely: the second ask
+        finds the run the first one made (409) instead of starting another experiment."""
         self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
-        response = self.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf or {}})
+        run_id = f"manual__{datetime.now(timezone.utc).isoformat()}"
+        body = {"dag_run_id": run_id, "logical_date": None, "conf": conf or {}}
+        response = self.api("POST", f"/dags/{dag_id}/dagRuns", json=body, repeatable=True)
+        if response.status_code == 409 and self.run_conf(dag_id, run_id) == (conf or {}):
+            return run_id
         if response.status_code >= 300:
             raise EmbeddedAirflowError(f"triggering {dag_id} failed: {response.status_code} {response.text}")
         return str(response.json()["dag_run_id"])
