@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
@@ -29,6 +31,8 @@ class SshServer:
     host_key_line: str  # "<type> <base64>" of the server's host key
     root: Path
     pid: int | None = None
+    #: Set by ``on_machine_of_its_own``: the server runs on a "machine" (its own namespaces).
+    machine: Machine | None = None
 
     @property
     def known_hosts_line(self) -> str:
@@ -39,11 +43,15 @@ class SshServer:
         return self.root / "sshd.log"
 
     def start(self) -> None:
-        subprocess.run([SSHD, "-f", str(self.root / "sshd_config"), "-E", str(self.log)], check=True, timeout=30)
+        enter = self.machine.enter() if self.machine else []
+        sshd = [SSHD, "-f", str(self.root / "sshd_config"), "-E", str(self.log)]
+        subprocess.run(enter + sshd, check=True, timeout=30)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
-                self.pid = int((self.root / "sshd.pid").read_text())
+                pid = int((self.root / "sshd.pid").read_text())
+                # On a machine, the pid file holds the pid its own namespace gave the server.
+                self.pid = self.machine.outside_pid(pid) if self.machine else pid
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     return
             except (OSError, ValueError):
@@ -68,6 +76,86 @@ class SshServer:
                 break
         (self.root / "sshd.pid").unlink(missing_ok=True)
         self.pid = None
+
+
+_REAPER = """
+import os, time
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.2)
+"""
+
+
+@dataclass
+class Machine:
+    """A host of its own for an SSH server, as the Celery workers of tests/cluster are: its own
+    hostname (UTS namespace), processes (PID namespace: it sees only its own; their init reaps
+    the trials the server's sessions leave behind) and disk (mount namespace, an empty tmpfs over
+    the user's home, so nothing the remote platform stages there is visible from outside). The
+    network stays the machine's: the server still listens on 127.0.0.1 only."""
+
+    hostname: str
+    process: subprocess.Popen
+
+    @property
+    def init_pid(self) -> int:
+        """The namespaces' init as this (the parent) namespace sees it: unshare's child."""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            children = psutil.Process(self.process.pid).children()
+            if children and children[0].name() == "python3":
+                return children[0].pid
+            time.sleep(0.05)
+        raise RuntimeError(f"machine {self.hostname} did not start")
+
+    def enter(self) -> list[str]:
+        """The command prefix that runs a command on the machine."""
+        return ["nsenter", "-t", str(self.init_pid), "--uts", "--pid", "--mount", "--"]
+
+    def outside_pid(self, inside: int) -> int:
+        """Our pid of the machine's process ``inside`` (the last field of NSpid is the pid in the
+        innermost namespace)."""
+        namespace = os.readlink(f"/proc/{self.init_pid}/ns/pid")
+        for proc in psutil.process_iter():
+            try:
+                if os.readlink(f"/proc/{proc.pid}/ns/pid") != namespace:
+                    continue
+                status = Path(f"/proc/{proc.pid}/status").read_text()
+            except OSError:
+                continue
+            nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
+            if int(nspid[-1]) == inside:
+                return proc.pid
+        raise LookupError(f"no process {inside} on machine {self.hostname}")
+
+    def shut_down(self) -> None:
+        """Everything on the machine dies with its init."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=30)
+
+
+def on_machine_of_its_own(server: SshServer, hostname: str) -> SshServer:
+    """Give a configured, not yet started server a machine of its own (see Machine)."""
+    user = pwd.getpwnam(server.user)
+    script = (
+        'hostname "$1" && mount -t tmpfs -o "size=512m,mode=0755,uid=$3,gid=$4" trialflow-machine "$2" '
+        '&& exec python3 -c "$5"'
+    )
+    process = subprocess.Popen(
+        ["unshare", "--uts", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc"]
+        + ["--propagation", "private", "sh", "-c", script, "sh", hostname, str(server.home)]
+        + [str(user.pw_uid), str(user.pw_gid), _REAPER],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    server.machine = Machine(hostname, process)
+    server.machine.init_pid  # noqa: B018 (waits until the machine is up)
+    return server
 
 
 def _free_port() -> int:
@@ -125,4 +213,6 @@ LogLevel VERBOSE
 def remove(server: SshServer) -> None:
     server.stop()
     subprocess.run(["pkill", "-KILL", "-u", server.user], capture_output=True)
+    if server.machine:
+        server.machine.shut_down()
     shutil.rmtree(server.root, ignore_errors=True)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.cluster.deployment import FAULT_REPORT, Deployment, missing_reason
+from tests.cluster.deployment import FAULT_REPORT, SSH_MACHINE, Deployment, missing_reason
 
 pytestmark = pytest.mark.integration
 
@@ -27,6 +28,22 @@ def cluster(tmp_path_factory, postgres_server) -> Iterator[Deployment]:
         yield deployment
     finally:
         deployment.stop()
+
+
+@pytest.fixture(scope="package")
+def ssh_machine(cluster: Deployment) -> Iterator:
+    """The remote platform's machine: a real OpenSSH server on a host of its own (its own
+    hostname, processes and disk: tests/sshd.py Machine), as the workers are."""
+    from tests import sshd
+
+    if not Path(sshd.SSHD).exists():
+        pytest.skip("OpenSSH server not found (Debian package openssh-server; .ci/run installs it)")
+    server = sshd.on_machine_of_its_own(sshd.make_server("m"), SSH_MACHINE)
+    try:
+        server.start()
+        yield server
+    finally:
+        sshd.remove(server)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -26,6 +26,8 @@ from trialflow.embedded import EmbeddedAirflow, free_port
 
 #: Figures of the fault tests (tests/cluster/test_faults.py), printed at the end of the session.
 FAULT_REPORT: list[dict[str, object]] = []
+#: The hostname of the remote platform's machine (an SSH server on a host of its own).
+SSH_MACHINE = "ssh-machine"
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 # Inside the worker's namespaces: its hostname, its own empty working folder, then the worker.
 _HOST_SCRIPT = 'hostname "$1" && mount -t tmpfs -o size=512m trialflow-host "$2" && shift 2 && exec "$@"'

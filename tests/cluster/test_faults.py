@@ -9,6 +9,7 @@ show as a second line.
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -16,17 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.deployment import FAULT_REPORT, Deployment
+from tests.cluster.deployment import FAULT_REPORT, SSH_MACHINE, Deployment
 from trialflow.platforms.base import experiment_id_for
 from trialflow.tuning.store import ExperimentStore
 
 pytestmark = pytest.mark.integration
 
 TRIAL = """\
-import os, time
+import os, socket, time
 from trialflow import trial
 with open({log!r}, "a") as out:
     out.write(os.environ["NNI_TRIAL_JOB_ID"] + "\\n")
+with open({log!r} + ".hosts", "a") as out:
+    out.write(socket.gethostname() + "\\n")
 x = trial.get_next_parameter()["x"]
 trial.report_intermediate_result(x / 2)
 time.sleep(8)
@@ -80,10 +83,18 @@ def wait_until(condition, timeout: float, what: str, interval: float = 0.5):
 
 
 def check_every_trial_once(
-    cluster: Deployment, dag_id: str, run_id: str, log: Path, trials: int, fault: str, started_at: float
+    cluster: Deployment,
+    dag_id: str,
+    run_id: str,
+    log: Path,
+    trials: int,
+    fault: str,
+    started_at: float,
+    ran_on: str | None = None,
 ) -> None:
     """The end of every fault test: its figures go to the session's report (printed at the end
-    of the run), then every trial must be there once, finished, with both its metrics."""
+    of the run), then every trial must be there once, finished, with both its metrics, and
+    (``ran_on``) every one of them on that host."""
     rows = ExperimentStore(cluster.store_url).trial_rows(experiment_id_for(dag_id, run_id))
     tis = [ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
     starts = Counter(log.read_text().split())
@@ -106,13 +117,17 @@ def check_every_trial_once(
     assert all(ti["state"] == "success" for ti in tis), [(ti["map_index"], ti["state"]) for ti in tis]
     assert sorted(starts) == sorted(r["trial_id"] for r in rows)
     assert set(starts.values()) == {1}, f"trials started more than once: {starts}"
+    hosts = Path(f"{log}.hosts")
+    if ran_on is not None:
+        assert Counter(hosts.read_text().split()) == {ran_on: len(starts)}
+    hosts.unlink(missing_ok=True)
 
 
-def test_a_worker_killed_mid_trial_loses_and_duplicates_nothing(cluster: Deployment, ssh_servers):
+def test_a_worker_killed_mid_trial_loses_and_duplicates_nothing(cluster: Deployment, ssh_machine):
     """worker-b's host goes down (SIGKILL to its whole PID namespace) while it follows trials:
     Airflow finds the tasks by their missing heartbeats, retries them on worker-a, and each
     retry re-attaches to the trial still running on the SSH machine."""
-    server = ssh_servers[0]
+    server = ssh_machine
     log = start_log()
     dag_id, dag_file = remote_experiment(cluster, server, "worker_killed", log)
     cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
@@ -147,15 +162,17 @@ def test_a_worker_killed_mid_trial_loses_and_duplicates_nothing(cluster: Deploym
     }
     for index, ti in retried.items():
         assert ti["try_number"] >= 2 and ti["hostname"] == "worker-a", (index, ti)
-    check_every_trial_once(cluster, dag_id, run_id, log, 12, "Celery worker host SIGKILLed mid-trial", started_at)
+    check_every_trial_once(
+        cluster, dag_id, run_id, log, 12, "Celery worker host SIGKILLed mid-trial", started_at, ran_on=SSH_MACHINE
+    )
     os.remove(log)
 
 
-def test_a_killed_triggerer_restarted_follows_every_deferred_trial_to_its_end(cluster: Deployment, ssh_servers):
+def test_a_killed_triggerer_restarted_follows_every_deferred_trial_to_its_end(cluster: Deployment, ssh_machine):
     """Every trial defers at once; the triggerer is SIGKILLed while it follows them and started
     again 5 s later. The trials' last metric is printed during the outage; the new triggerer
     takes the triggers over and reads it from where the cursor stood."""
-    server = ssh_servers[0]
+    server = ssh_machine
     log = start_log()
     dag_id, dag_file = remote_experiment(cluster, server, "triggerer_killed", log, trials=8, defer_after=0)
     cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
@@ -183,15 +200,17 @@ def test_a_killed_triggerer_restarted_follows_every_deferred_trial_to_its_end(cl
     ended = {ti["map_index"]: ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"}
     for victim in victims:  # ended by the new triggerer, not by a failed attempt and a retry
         assert ended[victim["map_index"]]["try_number"] == 1, ended[victim["map_index"]]
-    check_every_trial_once(cluster, dag_id, run_id, log, 8, "triggerer SIGKILLed, restarted 5 s later", started_at)
+    check_every_trial_once(
+        cluster, dag_id, run_id, log, 8, "triggerer SIGKILLed, restarted 5 s later", started_at, ran_on=SSH_MACHINE
+    )
     os.remove(log)
 
 
-def test_the_scheduler_killed_and_the_api_server_restarted_mid_experiment(cluster: Deployment, ssh_servers):
+def test_the_scheduler_killed_and_the_api_server_restarted_mid_experiment(cluster: Deployment, ssh_machine):
     """The scheduler is SIGKILLed and started again; then the api-server (the Execution API every
     running task reports to) is killed and started again. Half the trials are followed in
     their workers, half deferred."""
-    server = ssh_servers[0]
+    server = ssh_machine
     log = start_log()
     dag_id, dag_file = remote_experiment(cluster, server, "control_plane", log, trials=12, defer_after=4)
     cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
@@ -214,16 +233,23 @@ def test_the_scheduler_killed_and_the_api_server_restarted_mid_experiment(cluste
     )
     assert state == "success"
     check_every_trial_once(
-        cluster, dag_id, run_id, log, 12, "scheduler SIGKILLed and restarted; api-server restarted", started_at
+        cluster,
+        dag_id,
+        run_id,
+        log,
+        12,
+        "scheduler SIGKILLed and restarted; api-server restarted",
+        started_at,
+        ran_on=SSH_MACHINE,
     )
     os.remove(log)
 
 
-def test_postgresql_restarted_mid_experiment(cluster: Deployment, postgres_server, ssh_servers):
+def test_postgresql_restarted_mid_experiment(cluster: Deployment, postgres_server, ssh_machine):
     """PostgreSQL (Airflow's metadata database and the experiment store) goes down for 5 s
     while trials run, some followed in workers and some deferred, then comes back. A component
     that exits over it is started again, as a service manager would."""
-    server = ssh_servers[0]
+    server = ssh_machine
     log = start_log()
     dag_id, dag_file = remote_experiment(cluster, server, "database_restart", log, trials=12, defer_after=4)
     cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
@@ -250,14 +276,14 @@ def test_postgresql_restarted_mid_experiment(cluster: Deployment, postgres_serve
     state = wait_until(ended, 400, "the run to end", interval=1.0)
     assert state == "success", restarted
     fault = "PostgreSQL (metadata and store) down 5 s" + (f"; {', '.join(restarted)} restarted" if restarted else "")
-    check_every_trial_once(cluster, dag_id, run_id, log, 12, fault, started_at)
+    check_every_trial_once(cluster, dag_id, run_id, log, 12, fault, started_at, ran_on=SSH_MACHINE)
     os.remove(log)
 
 
-def test_the_remote_machines_sshd_stopped_for_30_s(cluster: Deployment, ssh_servers):
+def test_the_remote_machines_sshd_stopped_for_30_s(cluster: Deployment, ssh_machine):
     """The SSH server (and every session it had) goes away for 30 s while trials run there; the
     trials themselves keep running. Following resumes when it is back; nothing runs twice."""
-    server = ssh_servers[0]
+    server = ssh_machine
     log = start_log()
     dag_id, dag_file = remote_experiment(cluster, server, "sshd_outage", log, trials=12, defer_after=4)
     cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
@@ -275,8 +301,19 @@ def test_the_remote_machines_sshd_stopped_for_30_s(cluster: Deployment, ssh_serv
         "the run to end",
         interval=1.0,
     )
-    check_every_trial_once(cluster, dag_id, run_id, log, 12, "the SSH machine's sshd stopped for 30 s", started_at)
+    check_every_trial_once(
+        cluster, dag_id, run_id, log, 12, "the SSH machine's sshd stopped for 30 s", started_at, ran_on=SSH_MACHINE
+    )
     assert state == "success"
+    # The trials' folders are on the machine's own disk: there, not in its user's home seen from here.
+    assert not any(server.home.iterdir())
+    on_machine = subprocess.run(
+        server.machine.enter() + ["ls", "-A", str(server.home / "trialflow-experiments")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert experiment_id_for(dag_id, run_id) in on_machine.stdout.split(), on_machine
     os.remove(log)
 
 
@@ -328,11 +365,11 @@ def test_the_kube_apiserver_restarted_mid_experiment(cluster: Deployment, kube_c
     os.remove(log)
 
 
-def test_the_whole_deployment_killed_started_again_and_the_run_cleared(cluster: Deployment, ssh_servers):
+def test_the_whole_deployment_killed_started_again_and_the_run_cleared(cluster: Deployment, ssh_machine):
     """Every Airflow process, both workers and Redis SIGKILLed at once mid-experiment; started
     again, the run is cleared and the experiment resumes from the store: finished trials keep
     their results, running ones are re-attached on the SSH machine."""
-    server = ssh_servers[0]
+    server = ssh_machine
     log = start_log()
     dag_id, dag_file = remote_experiment(cluster, server, "power_cut", log, trials=12, defer_after=4)
     cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
@@ -361,7 +398,14 @@ def test_the_whole_deployment_killed_started_again_and_the_run_cleared(cluster: 
         interval=1.0,
     )
     check_every_trial_once(
-        cluster, dag_id, run_id, log, 12, "whole deployment SIGKILLed, started again, run cleared", started_at
+        cluster,
+        dag_id,
+        run_id,
+        log,
+        12,
+        "whole deployment SIGKILLed, started again, run cleared",
+        started_at,
+        ran_on=SSH_MACHINE,
     )
     assert state == "success"
     os.remove(log)

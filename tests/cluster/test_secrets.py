@@ -85,8 +85,8 @@ def dump_database(postgres_server, name: str) -> str:
     return done.stdout
 
 
-def test_no_secret_anywhere_in_the_deployment(cluster: Deployment, postgres_server, ssh_servers, tmp_path):
-    server = ssh_servers[0]
+def test_no_secret_anywhere_in_the_deployment(cluster: Deployment, postgres_server, ssh_machine, tmp_path):
+    server = ssh_machine
     values = {"password": f"password-{secrets.token_hex(6)}", "passphrase": f"passphrase-{secrets.token_hex(6)}"}
     key = tmp_path / "encrypted_key"
     key.write_bytes(server.client_key.read_bytes())
