@@ -256,12 +256,15 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
 
     async def _launch_state(self, machine: Machine, trial_dir: str) -> str:
         """``launched``, ``none``, or ``stale`` (claimed CLAIM_STALE_SECONDS ago and never
-        launched); a younger claim is a submit still launching, which this one waits out."""
+        launched); a younger claim is a submit still launching, which this one waits out, for
+        no longer than the claim could take to go stale (a claim dated in the machine's future
+        never does: take_over_command then finds it young and leaves it)."""
+        deadline = time.monotonic() + CLAIM_STALE_SECONDS + 15
         while True:
             state, age = parse_launch_state((await self.shell.run(machine, launch_state_command(trial_dir))).decode())
             if state != "claimed":
                 return state
-            if age >= CLAIM_STALE_SECONDS:
+            if age >= CLAIM_STALE_SECONDS or time.monotonic() > deadline:
                 return "stale"
             await asyncio.sleep(1.0)
 
