@@ -3,7 +3,7 @@ machines, Kubernetes clusters)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the platforms' core is imported when a task runs, never at DAG parse
     from trialflow.platforms.base import Connections
@@ -13,11 +13,26 @@ def airflow_connections() -> Connections:
     """What platforms use to open machines and clusters named by Airflow connections
     (sshConnId, kubernetesConnId, tokenConnId): the SSH and cncf-kubernetes providers' hooks,
     and a connection's password for a token. Passed to
-    every platform that Airflow code builds (operator, sensor, trigger, end step)."""
-    from trialflow.hooks import kubernetes, ssh
+    every platform that Airflow code builds (operator, sensor, trigger, end step).
+
+    Each hook module is imported when a platform first opens a connection, not here: they pull
+    in their platform's package and client library, which a trial that names no connection
+    never needs (importing both was 15 % of a local trial task's CPU samples, bench/RESULTS.md)."""
     from trialflow.platforms.base import Connections
 
-    return Connections(ssh=ssh.open_connection, kubernetes=kubernetes.configuration, token=connection_password)
+    return Connections(ssh=_ssh_connection, kubernetes=_kubernetes_configuration, token=connection_password)
+
+
+async def _ssh_connection(conn_id: str) -> Any:
+    from trialflow.hooks import ssh
+
+    return await ssh.open_connection(conn_id)
+
+
+async def _kubernetes_configuration(conn_id: str) -> Any:
+    from trialflow.hooks import kubernetes
+
+    return await kubernetes.configuration(conn_id)
 
 
 async def connection_password(conn_id: str) -> str:
