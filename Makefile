@@ -14,7 +14,11 @@ $(VENV)/.synced: pyproject.toml uv.lock Makefile
 	uv sync --frozen --compile-bytecode --extra examples --extra ssh --extra kubernetes --extra azure --group dev --python $(PYTHON)
 	@touch $@
 
+# The checkout is installed editable, so uv's --compile-bytecode leaves its own modules alone;
+# where PYTHONDONTWRITEBYTECODE is set, every task process compiled trialflow from source
+# (a wheel install compiles at install time). compileall only rewrites what changed.
 venv: $(VENV)/.synced
+	@$(VENV)/bin/python -m compileall -q -j 0 trialflow
 
 # --new: every demo runs the experiment (without it, a second run would resume the first).
 demo: venv

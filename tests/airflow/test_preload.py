@@ -13,11 +13,19 @@ CHECK = """
 import sys
 import trialflow.ui.plugin
 from optuna.storages._rdb import models
-print(int("trialflow.lifecycle" in sys.modules), int(not models.BaseModel.registry._new_mappers))
+from trialflow.config.loader import experiment_model
+print(
+    int("trialflow.lifecycle" in sys.modules),
+    int(not models.BaseModel.registry._new_mappers),
+    # what the task process needed besides: its DAG file's module, the trigger it defers to,
+    # what Optuna's samplers import at their first draw, the config model over every platform
+    int(all(m in sys.modules for m in ("trialflow.dag", "trialflow.triggers.trial", "numpy.random"))),
+    experiment_model.cache_info().currsize,
+)
 """
 
 
-@pytest.mark.parametrize(("setting", "expected"), [(None, "0 0"), ("False", "0 0"), ("True", "1 1")])
+@pytest.mark.parametrize(("setting", "expected"), [(None, "0 0 0 0"), ("False", "0 0 0 0"), ("True", "1 1 1 1")])
 def test_the_plugin_preloads_the_core_only_when_asked(setting, expected):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__TRIALFLOW__")}
     if setting is not None:

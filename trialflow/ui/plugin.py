@@ -23,13 +23,19 @@ ICON_URL = "trialflow/static/experiments.svg"
 
 
 #: What a trial task imports and sets up before its first line of work: the core, Optuna and its
-#: samplers, SQLAlchemy's ORM mapping of Optuna's tables, the local platform.
+#: samplers, SQLAlchemy's ORM mapping of Optuna's tables, the local platform, and what parsing the
+#: experiment's DAG file and deferring need. numpy.random is imported by Optuna's samplers at
+#: their first draw, not with Optuna (NumPy's lazy submodules).
 PRELOADED = (
+    "trialflow.dag",
     "trialflow.lifecycle",
     "trialflow.tuning.store",
     "trialflow.tuning.tuners",
+    "trialflow.tuning.assessors",
     "trialflow.operators.trial",
+    "trialflow.triggers.trial",
     "trialflow.platforms.local",
+    "numpy.random",
 )
 
 
@@ -52,9 +58,12 @@ def preload_core() -> bool:
 
     import sqlalchemy.orm
 
+    from trialflow.config.loader import experiment_model
+
     for name in PRELOADED:
         importlib.import_module(name)
     sqlalchemy.orm.configure_mappers()  # Optuna's models: ~25 ms at a process's first query
+    experiment_model()  # the config model over every registered platform (reads entry points)
     return True
 
 
