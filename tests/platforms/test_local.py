@@ -402,3 +402,65 @@ def test_a_trial_is_neither_followed_nor_stopped_from_another_host(platform, cod
     assert process_alive(handle["pid"], handle["started"])
     platform.cancel_sync(handle, TrialStatus.USER_CANCELED, "test over")
     assert follow(platform, handle)[0] == TrialStatus.USER_CANCELED
+
+
+# -- the follow loop's pause ends when the trial does ---------------------------------------------
+
+
+def _pause(platform: LocalPlatform, handle: dict, timeout: float) -> float:
+    started = time.monotonic()
+    asyncio.run(platform.wait_for_change(handle, {}, timeout))
+    return time.monotonic() - started
+
+
+def test_the_pause_between_polls_ends_when_the_trial_ends(platform, code):
+    """A trial's end is seen when it happens, not a poll interval later (the worker's wait and
+    the triggerer alike): a 30 s pause returns once the 0.5 s trial is over."""
+    handle = platform.submit_sync(spec(code, 20, "sleep 0.5"))
+    assert _pause(platform, handle, 30) < 10
+    assert asyncio.run(platform.poll(handle, {})).status == TrialStatus.SUCCEEDED
+    assert _pause(platform, handle, 30) < 1  # over already: nothing to wait for
+
+
+def test_the_pause_watches_a_trial_another_process_launched(platform, code):
+    """The triggerer follows trials that a worker launched: not its children, still watched."""
+    import json
+    import subprocess
+
+    launcher = (
+        "import json, sys\nfrom pathlib import Path\nfrom trialflow.config.platforms import LocalConfig\n"
+        "from trialflow.platforms.base import TrialSpec\nfrom trialflow.platforms.local import LocalPlatform\n"
+        "p = LocalPlatform(LocalConfig(), Path(sys.argv[1]))\n"
+        "print(json.dumps(p.submit_sync(TrialSpec('e1', 'e1-0021', 21, 21, {}, 'sleep 1', Path(sys.argv[2])))))\n"
+    )
+    out = subprocess.run(
+        [PY, "-c", launcher, str(platform.experiment_dir), str(code)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    handle = json.loads(out.stdout)
+    assert _pause(platform, handle, 30) < 10
+    assert asyncio.run(platform.poll(handle, {})).status == TrialStatus.SUCCEEDED
+
+
+def test_a_pid_now_of_another_process_is_not_waited_for(platform, code):
+    """The recorded pid belongs to a later process now (the trial's wrapper is long gone): the
+    pause does not wait for that process, and the poll says the trial is over."""
+    import subprocess
+
+    handle = platform.submit_sync(spec(code, 22, "true"))
+    follow(platform, handle)
+    later = subprocess.Popen(["sleep", "30"])
+    try:
+        reused = {**handle, "pid": later.pid, "started": handle["started"] - 3600}
+        assert _pause(platform, reused, 30) < 1
+        assert asyncio.run(platform.poll(reused, {})).status.is_terminal
+    finally:
+        later.kill()
+        later.wait()
+
+
+def test_a_trial_of_another_host_is_paused_for_not_watched(platform, code):
+    handle = platform.submit_sync(spec(code, 23, "sleep 0.2"))
+    elsewhere = {**handle, "host": "another-host"}
+    assert _pause(platform, elsewhere, 0.5) >= 0.5
+    follow(platform, handle)

@@ -99,6 +99,31 @@ def process_alive(pid: int, started: float | None = None) -> bool:
         return True
 
 
+#: exit_watch's answer for a wrapper that has already ended (gone, a zombie, or its pid reused):
+#: the next poll reports how the trial ended, so there is nothing to wait for.
+ENDED = -1
+
+
+def exit_watch(handle: TrialHandle) -> int | None:
+    """A pidfd of the trial's wrapper, readable once it has exited; ENDED when it already has;
+    None when it cannot be watched from here: a trial of another host, or no pidfd (Linux <
+    5.3, another PID namespace)."""
+    pid = handle.get("pid")
+    if not pid or handle.get("host", this_host()) != this_host() or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        watch = os.pidfd_open(int(pid))
+    except ProcessLookupError:
+        return ENDED
+    except OSError:
+        return None
+    # Checked after the pidfd is open, so the process it names is the one that was checked.
+    if not process_alive(int(pid), handle.get("started")):
+        os.close(watch)
+        return ENDED
+    return watch
+
+
 def _tree(pid: int) -> list[int]:
     """``pid`` and every process below it (children that started their own session too)."""
     try:
@@ -300,6 +325,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
     def _reattach(self, sys_dir: Path, handle: TrialHandle, wait: bool = False) -> TrialHandle | None:
         """The handle of a trial already launched under this id, or None if there is none."""
         deadline = time.monotonic() + (LAUNCH_WAIT_SECONDS if wait else 0)
+        pause = 0.002  # a wrapper records its pid a few ms after it starts: look soon, then less often
         while True:
             try:
                 pid_text = (sys_dir / PID_FILE).read_text().split()
@@ -313,7 +339,8 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
                 return None
             if time.monotonic() >= deadline:
                 return None
-            time.sleep(0.05)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def status(self, handle: TrialHandle) -> tuple[TrialStatus, int | None, str | None]:
         check_host(handle.get("trial_id", ""), handle)  # elsewhere its pid is another process, or none
@@ -338,6 +365,39 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         else:
             message = None
         return status, exit_code, message
+
+    async def wait_for_change(self, handle: TrialHandle, cursor: Cursor, timeout: float) -> None:
+        """Sleep until the next poll, or until the trial's wrapper exits, whichever comes first:
+        a pidfd becomes readable when its process ends, so a trial's end is seen at once, as a
+        BashOperator sees its child's, instead of up to a poll interval later. Any process of
+        this host can be watched this way (the worker that launched it, or a triggerer beside
+        it); where a pidfd cannot be had (another host's trial, an old kernel), it sleeps."""
+        watch = exit_watch(handle)
+        if watch == ENDED:
+            return
+        if watch is None:
+            await asyncio.sleep(timeout)
+            return
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def exited() -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        try:
+            loop.add_reader(watch, exited)
+        except (NotImplementedError, ValueError, OSError):  # a loop that cannot watch fds
+            os.close(watch)
+            await asyncio.sleep(timeout)
+            return
+        try:
+            await asyncio.wait_for(ended, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            loop.remove_reader(watch)
+            os.close(watch)
 
     async def poll(self, handle: TrialHandle, cursor: Cursor) -> TrialUpdate:
         # Status first, then metrics: a trial that just ended has written its last metric, and
