@@ -79,6 +79,12 @@ def test_runs_that_continue_a_study_get_consecutive_indexes(tmp_path):
     assert (again.first_index, again.deadline) == (0, 12600.0)
     assert RunWindow.of(store.experiment_attrs("ecccccc1"), "r2") == second
     assert RunWindow.of({}, "never-started") == RunWindow(0, 0, None)
+    # what a trial task reads: its own run's window only, the same as from all attributes
+    assert [experiment.window(store, run) for run in ("r1", "r2", "never-started")] == [
+        again,
+        second,
+        RunWindow(0, 0, None),
+    ]
 
 
 @pytest.mark.parametrize(

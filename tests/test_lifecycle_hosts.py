@@ -109,6 +109,8 @@ def test_without_pinning_no_host_is_claimed(setup):
     experiment, store, *_ = setup
     started = lifecycle.start_trial(experiment, store, "r1", 0)
     try:
+        # the record the start keeps without reading it back is the one the store holds
+        assert started.record == store.trial(started.record.storage_id)
         assert store.trial(started.record.storage_id).host is None
         assert started.handle is not None and started.handle["host"] == socket.gethostname()
     finally:

@@ -223,7 +223,11 @@ class RunWindow:
 
     @classmethod
     def of(cls, attrs: dict[str, Any], run_id: str) -> RunWindow:
-        raw = attrs.get(RUN_ATTR_PREFIX + run_id) or {}
+        return cls.parse(attrs.get(RUN_ATTR_PREFIX + run_id))
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any] | None) -> RunWindow:
+        raw = raw or {}
         return cls(int(raw.get("first_index", 0)), int(raw.get("count", 0)), raw.get("deadline"))
 
     def expired(self, now: float | None = None) -> bool:
@@ -276,7 +280,7 @@ class Experiment:
 
     def window(self, store: ExperimentStore, run_id: str) -> RunWindow:
         """The trial indexes and deadline that DAG run ``run_id`` owns."""
-        return RunWindow.of(store.experiment_attrs(self.experiment_id), run_id)
+        return RunWindow.parse(store.experiment_attr(self.experiment_id, RUN_ATTR_PREFIX + run_id))
 
     def start_run(
         self,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment import Experiment, trial_result
@@ -92,6 +92,8 @@ def _service_index(experiment: Experiment, store: ExperimentStore, record: Trial
         return int(given)
     if record.service_index is not None:
         return int(record.service_index)
+    if len(experiment.config.training_service) == 1:
+        return 0  # nothing to choose, nothing to record
     chosen = experiment.choose_service(store, record.trial_index)
     store.set_attrs(record.storage_id, service_index=chosen)
     return chosen
@@ -121,7 +123,7 @@ def start_trial(
     asked = store.ask(
         experiment.experiment_id, index, trial_id, experiment.algorithm, experiment.space, experiment.pruner
     )
-    record = store.trial(asked.storage_id)
+    record = asked.record
     chosen = _service_index(experiment, store, record, service_index)
     spec = experiment.trial_spec(index, asked.number, asked.parameters, chosen)
     started = StartedTrial(
@@ -145,7 +147,7 @@ def start_trial(
     max_duration = experiment.config.max_trial_duration
     started.platform, started.handle = platform, handle
     started.deadline = started_at + max_duration if max_duration else None
-    started.record = store.trial(record.storage_id)
+    started.record = replace(record, status=TrialStatus.WAITING, handle=handle, started_at=started_at)
     return started
 
 
@@ -208,8 +210,7 @@ def finish_trial(store: ExperimentStore, storage_id: int, status: TrialStatus, m
     """Close the trial in the store (a second call leaves the first outcome) and build its result."""
     from trialflow.tuning.store import scalar
 
-    store.finish(storage_id, status, store.trial(storage_id).final, message)
-    record = store.trial(storage_id)
+    record = store.close(storage_id, status, message)
     metric = scalar(record.final)
     result = trial_result(
         record.trial_index,

@@ -158,3 +158,85 @@ def test_several_user_attributes_are_one_write_and_a_finished_trial_takes_none(s
     with pytest.raises(UpdateFinishedTrialError):
         storage.set_trial_user_attrs(trial._trial_id, {"a": 2, "d": 4})
     assert storage.get_trial_user_attrs(trial._trial_id) == {"a": 1, "b": "replaced", "c": None}
+
+
+# -- grouped writes and the one-trial reader, against Optuna's own paths ------------------------
+
+
+def test_get_trial_returns_what_optunas_get_trial_returns(storage: TrialflowStorage):
+    study_id = _fill(storage, ["maximize"])
+    for trial in RDBStorage._get_trials(storage, study_id, None, set(), -1):
+        ours, theirs = storage.get_trial(trial._trial_id), RDBStorage.get_trial(storage, trial._trial_id)
+        assert _comparable([ours]) == _comparable([theirs])
+    with pytest.raises(KeyError):
+        storage.get_trial(987654)
+
+
+def _two_trials(storage: TrialflowStorage) -> tuple[int, int]:
+    study = optuna.create_study(storage=storage, study_name=f"w-{uuid.uuid4().hex[:8]}")
+    return study.ask()._trial_id, study.ask()._trial_id
+
+
+def _attrs_and_state(storage: TrialflowStorage, trial_id: int) -> tuple:
+    frozen = RDBStorage.get_trial(storage, trial_id)
+    return frozen.user_attrs, frozen.state, frozen.values, frozen.datetime_complete is not None
+
+
+ATTRS = {"parameters": {"lr": 0.1, "text": "é\n'\""}, "nni_status": "WAITING", "trial_index": 3, "none": None}
+
+
+def test_grouped_user_attributes_are_optunas_per_key_writes(storage: TrialflowStorage):
+    mine, theirs = _two_trials(storage)
+    for trial_id, write in ((mine, storage.set_trial_user_attrs), (theirs, None)):
+        for attrs in (ATTRS, {"nni_status": "RUNNING", "handle": {"pid": 7}}):  # the second overwrites one key
+            if write is not None:
+                write(trial_id, attrs)
+            else:
+                for key, value in attrs.items():
+                    RDBStorage.set_trial_user_attr(storage, trial_id, key, value)
+    assert _attrs_and_state(storage, mine) == _attrs_and_state(storage, theirs)
+    assert _attrs_and_state(storage, mine)[0]["nni_status"] == "RUNNING"
+
+
+def test_a_finished_trials_attributes_are_refused_as_optuna_refuses_them(storage: TrialflowStorage):
+    trial_id, _ = _two_trials(storage)
+    storage.set_trial_state_values(trial_id, TrialState.FAIL)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        storage.set_trial_user_attrs(trial_id, {"late": 1})
+
+
+@pytest.mark.parametrize(
+    "state, values", [(TrialState.COMPLETE, [0.25]), (TrialState.PRUNED, None), (TrialState.FAIL, None)]
+)
+def test_closing_in_one_transaction_is_optunas_two_writes(storage: TrialflowStorage, state, values):
+    mine, theirs = _two_trials(storage)
+    storage.close_trial(mine, state, values, {"nni_status": "X", "message": "m"})
+    RDBStorage.set_trial_user_attr(storage, theirs, "nni_status", "X")
+    RDBStorage.set_trial_user_attr(storage, theirs, "message", "m")
+    RDBStorage.set_trial_state_values(storage, theirs, state, values)
+    assert _attrs_and_state(storage, mine) == _attrs_and_state(storage, theirs)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):  # a second close: the first stands
+        storage.close_trial(mine, TrialState.FAIL, None, {"nni_status": "Y"})
+    assert _attrs_and_state(storage, mine)[0]["nni_status"] == "X"
+
+
+def test_held_parameters_are_written_as_optuna_writes_them(storage: TrialflowStorage):
+    """Parameters the sampler sets while held reach the tables only with write_params, and then
+    as Optuna's own set_trial_param leaves them; a distribution that disagrees with the study's
+    earlier one is still refused."""
+    space = {"lr": FloatDistribution(1e-5, 1.0, log=True), "act": CategoricalDistribution(["relu", None, 2.5])}
+    study = optuna.create_study(storage=storage, study_name=f"p-{uuid.uuid4().hex[:8]}")
+    reference = study.ask(space)
+    with storage.holding_params() as held:
+        trial = study.ask(space)
+        assert RDBStorage.get_trial(storage, trial._trial_id).params == {}  # nothing written yet
+    assert [h.name for h in held] == ["lr", "act"]
+    with storage.transaction() as session:
+        storage.write_params(session, held)
+    ours = RDBStorage.get_trial(storage, trial._trial_id)
+    assert ours.params == trial.params and ours.distributions == reference.distributions
+    with storage.holding_params() as held:
+        other = study.ask({"lr": IntDistribution(1, 3)})
+    with pytest.raises(ValueError, match="Cannot set different distribution"), storage.transaction() as session:
+        storage.write_params(session, held)
+    assert RDBStorage.get_trial(storage, other._trial_id).params == {}  # the transaction left nothing

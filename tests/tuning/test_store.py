@@ -234,3 +234,37 @@ def test_a_plain_postgresql_url_uses_the_installed_driver():
     assert url == "postgresql+psycopg://u:s3cret@db.example:5432/exp"  # psycopg 3 (the postgres extra)
     assert with_installed_driver("postgresql+psycopg2://u@h/x") == "postgresql+psycopg2://u@h/x"
     assert with_installed_driver("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+
+
+def test_the_records_an_ask_and_a_close_return_are_what_the_store_then_holds(store):
+    """They are built without reading the trial back; a read must agree field for field."""
+    store.open_experiment("exp", TPE, SPACE)
+    asked = store.ask("exp", 0, "exp-0000", TPE, SPACE)
+    assert asked.record == store.trial(asked.storage_id)
+    assert store.ask("exp", 0, "exp-0000", TPE, SPACE).record == asked.record  # a retry reads it
+    store.set_status(asked.storage_id, TrialStatus.RUNNING)
+    store.record_metrics(
+        asked.storage_id, [Metric("PERIODICAL", 0, 0.5), Metric("FINAL", 1, {"default": 0.7, "loss": 2})]
+    )
+    closed = store.close(asked.storage_id, TrialStatus.SUCCEEDED, "done")
+    assert closed == store.trial(asked.storage_id)
+    assert (closed.status, closed.final, closed.message, closed.finished) == (
+        TrialStatus.SUCCEEDED,
+        {"default": 0.7, "loss": 2},
+        "done",
+        True,
+    )
+    assert store.close(asked.storage_id, TrialStatus.FAILED, "late").status == TrialStatus.SUCCEEDED  # first stands
+    other = store.ask("exp", 1, "exp-0001", TPE, SPACE)
+    unreported = store.close(other.storage_id, TrialStatus.SUCCEEDED)  # succeeded without a final result
+    assert unreported == store.trial(other.storage_id) and unreported.message == "no final result reported"
+    frozen = store.storage.get_trial(other.storage_id)
+    assert frozen.state == TrialState.FAIL
+
+
+def test_an_experiment_attribute_is_read_alone(store):
+    store.open_experiment("exp", TPE, SPACE)
+    store.set_experiment_attrs("exp", {"run:a": {"first_index": 4}, "other": [1, "x"]})
+    assert store.experiment_attr("exp", "run:a") == {"first_index": 4}
+    assert store.experiment_attr("exp", "other") == [1, "x"]
+    assert store.experiment_attr("exp", "missing") is None

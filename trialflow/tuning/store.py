@@ -26,6 +26,7 @@ import optuna
 import sqlalchemy as sa
 import tenacity
 from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages._rdb import models
 from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
@@ -114,12 +115,13 @@ def _open_storage(url: str, engine_kwargs: dict[str, Any]) -> TrialflowStorage:
 @dataclass(frozen=True)
 class AskedTrial:
     """A trial's identity and parameters, as the tuner gave them (``resumed``: it had them
-    already: a retry or a resumed run re-attaches)."""
+    already: a retry or a resumed run re-attaches), and the trial as the store holds it now."""
 
     number: int
     storage_id: int
     parameters: dict[str, Any]
     resumed: bool
+    record: TrialRecord
 
 
 @dataclass(frozen=True)
@@ -239,6 +241,17 @@ class ExperimentStore:
     def experiment_attrs(self, experiment_id: str) -> dict[str, Any]:
         return self.storage.get_study_user_attrs(self._study_id(experiment_id))
 
+    def experiment_attr(self, experiment_id: str, key: str) -> Any:
+        """One of the experiment's attributes (None if unset), without reading the others: every
+        trial task reads its run's window, and the study keeps one attribute per run."""
+        table = models.StudyUserAttributeModel.__table__
+        query = sa.select(table.c.value_json).where(
+            table.c.study_id == self._study_id(experiment_id), table.c.key == key
+        )
+        with self.storage.engine.connect() as conn:
+            raw = conn.execute(query).scalar_one_or_none()
+        return None if raw is None else json.loads(raw)
+
     def set_experiment_attrs(self, experiment_id: str, attrs: dict[str, Any]) -> None:
         """Set what changed (an unchanged value is not written again)."""
         study_id = self._study_id(experiment_id)
@@ -264,22 +277,15 @@ class ExperimentStore:
     def trial(self, storage_id: int) -> TrialRecord:
         return _record(self.storage.get_trial(storage_id), storage_id)
 
-    def _claim(self, study_id: int, trial_index: int, storage_id: int) -> int:
-        """Record ``storage_id`` as trial ``trial_index``; the id that holds the index afterwards."""
-        try:
-            with self.storage.engine.begin() as conn:
+    def _winner(self, study_id: int, trial_index: int) -> int:
+        with self.storage.engine.begin() as conn:
+            return int(
                 conn.execute(
-                    TRIAL_INDEX.insert().values(study_id=study_id, trial_index=trial_index, trial_id=storage_id)
-                )
-            return storage_id
-        except sa.exc.IntegrityError:
-            with self.storage.engine.begin() as conn:
-                winner = conn.execute(
                     sa.select(TRIAL_INDEX.c.trial_id).where(
                         TRIAL_INDEX.c.study_id == study_id, TRIAL_INDEX.c.trial_index == trial_index
                     )
                 ).scalar_one()
-            return int(winner)
+            )
 
     def ask(
         self,
@@ -291,10 +297,14 @@ class ExperimentStore:
         pruner: BasePruner | None = None,
     ) -> AskedTrial:
         """Parameters for trial ``trial_index``: the ones it already has (a retry or a resumed
-        run re-attaches), or new ones from the tuner, which has seen every earlier result."""
+        run re-attaches), or new ones from the tuner, which has seen every earlier result.
+
+        Optuna creates the trial (one commit); its parameters, trialflow's attributes and the
+        claim of the index are then one transaction, so another process sees the trial either
+        without them or with all of them, and a claim that loses leaves nothing of it behind."""
         existing = self.find_trial(experiment_id, trial_index)
         if existing is not None:
-            return AskedTrial(existing.number, existing.storage_id, existing.parameters, True)
+            return AskedTrial(existing.number, existing.storage_id, existing.parameters, True, existing)
         # A study object of its own: the sampler is per trial (seeded by index), and callers may
         # ask from many threads (the triggerer follows many trials in one process).
         asking = optuna.Study(
@@ -303,27 +313,49 @@ class ExperimentStore:
             sampler=make_sampler(tuner, space, trial_index),
             pruner=pruner,
         )
-        trial = asking.ask()
+        with self.storage.holding_params() as params:
+            trial = asking.ask()
+            parameters = sample_parameters(tuner, space, trial, trial_index)
+        storage_id = trial._trial_id  # the trial Optuna just created (its id, as RDBStorage gave it)
         study_id = self._study_id(experiment_id)
-        storage_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
-        parameters = sample_parameters(tuner, space, trial, trial_index)
-        self.storage.set_trial_user_attrs(
-            storage_id,
-            {
-                "trial_index": trial_index,
-                "trial_id": trial_id,
-                "parameters": parameters,
-                "nni_status": TrialStatus.WAITING.value,
-            },
-        )
-        winner = self._claim(study_id, trial_index, storage_id)
-        if winner != storage_id:
+        attrs = {
+            "trial_index": trial_index,
+            "trial_id": trial_id,
+            "parameters": parameters,
+            "nni_status": TrialStatus.WAITING.value,
+        }
+        try:
+            with self.storage.transaction() as session:
+                session.execute(
+                    TRIAL_INDEX.insert().values(study_id=study_id, trial_index=trial_index, trial_id=storage_id)
+                )
+                self.storage.write_params(session, params)
+                self.storage.write_user_attrs(session, storage_id, attrs)
+        except sa.exc.IntegrityError:
             # Another attempt asked for the same index at the same moment; its trial stands.
+            winner = self._winner(study_id, trial_index)
             self.storage.set_trial_user_attr(storage_id, "superseded_by", winner)
             self.storage.set_trial_state_values(storage_id, TrialState.FAIL)
-            frozen = self.storage.get_trial(winner)
-            return AskedTrial(frozen.number, winner, frozen.user_attrs["parameters"], True)
-        return AskedTrial(trial.number, storage_id, parameters, False)
+            record = self.trial(winner)
+            return AskedTrial(record.number, winner, record.parameters, True, record)
+        record = TrialRecord(
+            storage_id=storage_id,
+            number=trial.number,
+            trial_index=trial_index,
+            trial_id=trial_id,
+            parameters=parameters,
+            status=TrialStatus.WAITING,
+            finished=False,
+            handle=None,
+            service_index=None,
+            host=None,
+            started_at=None,
+            final=None,
+            message=None,
+            intermediate_count=0,
+            last_step=None,
+        )
+        return AskedTrial(trial.number, storage_id, parameters, False, record)
 
     def should_stop(self, experiment_id: str, storage_id: int, pruner: BasePruner) -> bool:
         """The assessor's verdict on a running trial, from the intermediate results stored so far."""
@@ -363,8 +395,20 @@ class ExperimentStore:
 
     def finish(self, storage_id: int, status: TrialStatus, final: Any = None, message: str | None = None) -> None:
         """Close the trial in the store; a second call (retry) leaves a finished trial alone."""
-        if self.storage.get_trial(storage_id).state.is_finished():
-            return  # Optuna freezes finished trials; the first outcome stands
+        self._finish(self.storage.get_trial(storage_id), storage_id, status, final, message)
+
+    def close(self, storage_id: int, status: TrialStatus, message: str | None = None) -> TrialRecord:
+        """Close the trial with the final result it reported (as stored) and return it as the
+        store now holds it; a trial already closed (a retry, or a cancel that came first) keeps
+        its first outcome. One read and one write."""
+        frozen = self.storage.get_trial(storage_id)
+        return self._finish(frozen, storage_id, status, frozen.user_attrs.get("final_metric"), message)
+
+    def _finish(
+        self, frozen: optuna.trial.FrozenTrial, storage_id: int, status: TrialStatus, final: Any, message: str | None
+    ) -> TrialRecord:
+        if frozen.state.is_finished():
+            return _record(frozen, storage_id)  # Optuna freezes finished trials; the first outcome stands
         attrs: dict[str, Any] = {"nni_status": status.value}
         if message:
             attrs["message"] = message
@@ -372,19 +416,14 @@ class ExperimentStore:
             attrs["final_metric"] = _jsonable(final)
             if isinstance(final, dict):
                 attrs["final_metric_extra"] = {k: _jsonable(v) for k, v in final.items() if k != "default"}
-        try:
-            self._close(storage_id, status, final, attrs)
-        except UpdateFinishedTrialError:
-            pass  # finished concurrently by another process (a cancel racing the trigger): first wins
-
-    def _close(self, storage_id: int, status: TrialStatus, final: Any, attrs: dict[str, Any]) -> None:
-        self.storage.set_trial_user_attrs(storage_id, attrs)
         value = scalar(final)
+        values: list[float] | None = None
         if status == TrialStatus.SUCCEEDED and value is not None and math.isfinite(value):
-            self.storage.set_trial_state_values(storage_id, TrialState.COMPLETE, [value])
+            state, values = TrialState.COMPLETE, [value]
         elif status == TrialStatus.EARLY_STOPPED:
-            self.storage.set_trial_state_values(storage_id, TrialState.PRUNED)
+            state = TrialState.PRUNED
         else:
+            state = TrialState.FAIL
             if status == TrialStatus.SUCCEEDED:
                 if final is None:
                     reason = "no final result reported"
@@ -394,8 +433,16 @@ class ExperimentStore:
                     reason = describe_result(final) or "the final result is not a number"
                 if attrs.get("message"):
                     reason += f"; {attrs['message']}"
-                self.storage.set_trial_user_attr(storage_id, "message", reason)
-            self.storage.set_trial_state_values(storage_id, TrialState.FAIL)
+                attrs["message"] = reason
+        try:
+            self.storage.close_trial(storage_id, state, values, attrs)
+        except UpdateFinishedTrialError:
+            # finished concurrently by another process (a cancel racing the trigger): first wins
+            return self.trial(storage_id)
+        frozen.state = state
+        frozen.values = values
+        frozen.user_attrs.update(attrs)
+        return _record(frozen, storage_id)
 
     # -- reading --------------------------------------------------------------------------
 
