@@ -1,0 +1,182 @@
+"""A trial task's own cost, without the scheduler's noise: CPU, SQL statements and wall time.
+
+Airflow runs a trial task as a fork of a process that has (with ``preload_core``) imported the
+core already. This bench does the same: a parent process imports what the trialflow plugin
+preloads, creates the experiment (what the start step does), then forks one child per trial, one
+after the other, and each child does what SubmitTrialOperator.execute does without Airflow: load
+the experiment, open the store, start the trial (ask, record, launch), follow it to its end in
+the worker, finish it. The child's CPU comes from the kernel (``wait4``'s rusage), so the
+figure is repeatable to a few ms where the overhead bench moves by +-30 %. The trial itself
+(``python light.py 0``) runs in its own processes and is not counted.
+
+    python bench/trial_task.py [--trials 20] [--tuner Random] [--source OLD_CHECKOUT]
+
+``--source`` runs the same children from another checkout (side by side: before/after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DRIVER = r"""
+import json, os, sys, time
+from pathlib import Path
+
+work, trials, tuner = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+os.environ["AIRFLOW__TRIALFLOW__PRELOAD_CORE"] = "True"
+os.environ["AIRFLOW__CORE__LAZY_LOAD_PLUGINS"] = "False"
+import trialflow.ui.plugin  # noqa: F401  (preload_core(), as in each Airflow component)
+
+from trialflow import lifecycle
+from trialflow.experiment import Experiment
+from trialflow.tuning.store import ExperimentStore
+
+url = f"sqlite:///{work / 'experiments.db'}"
+config = str(work / "config.yml")
+dag_id, run_id = "bench", "manual__bench"
+experiment = Experiment.for_run(config, dag_id, run_id, check=True)
+store = ExperimentStore(url)
+experiment.open(store)
+experiment.start_run(store, run_id)
+del store
+
+
+def task(index: int, report: int) -> None:
+    import sqlalchemy as sa
+
+    started = time.perf_counter()
+    from trialflow.hooks import airflow_connections
+
+    experiment = Experiment.for_run(config, dag_id, run_id, check=False)
+    store = ExperimentStore(url)
+    counts = {"statements": 0, "commits": 0}
+    def count(kind):
+        return lambda *args: counts.__setitem__(kind, counts[kind] + 1)
+
+    sa.event.listen(store.engine, "before_cursor_execute", count("statements"))
+    sa.event.listen(store.engine, "commit", count("commits"))
+    trial = lifecycle.start_trial(experiment, store, run_id, index, connections=airflow_connections())
+    launched = time.perf_counter()
+    outcome = lifecycle.wait_in_worker(trial, store, None, 1.0)
+    ended = time.perf_counter()
+    result = lifecycle.finish_trial(store, trial.record.storage_id, outcome.status, outcome.message)
+    done = time.perf_counter()
+    os.write(report, json.dumps({
+        "status": result.status.value, "wall": done - started, "to_launch": launched - started,
+        "noticed": ended - launched, "finish": done - ended, **counts,
+    }).encode() + b"\n")
+
+
+rows = []
+for index in range(trials):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            task(index, write)
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, _, usage = os.wait4(pid, 0)
+    with os.fdopen(read) as pipe:
+        row = json.loads(pipe.read())
+    row["cpu"] = usage.ru_utime + usage.ru_stime
+    rows.append(row)
+print(json.dumps(rows))
+"""
+
+LIGHT_TRIAL = """\
+import sys
+from trialflow import trial
+p = trial.get_next_parameter()
+trial.report_final_result(p.get("x", 0.0))
+"""
+
+
+def run(source: Path, trials: int, tuner: str) -> list[dict]:
+    work = Path(tempfile.mkdtemp(prefix="trialflow-task-bench-"))
+    (work / "light.py").write_text(LIGHT_TRIAL)
+    (work / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}, y: {_type: choice, _value: [a, b, c]}}\n"
+        f"trialCommand: {sys.executable} light.py\ntrialCodeDirectory: {work}\n"
+        f"trialConcurrency: 1\nmaxTrialNumber: {trials}\ntuner: {{name: {tuner}}}\n"
+        f"trainingService: {{platform: local}}\nexperimentWorkingDirectory: {work / 'runs'}\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(source),
+        "AIRFLOW_HOME": str(work / "airflow"),
+        "TRIALFLOW_CACHE_DIR": str(work / "cache"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(work), str(trials), tuner],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=work,
+        timeout=600,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"{source}: the driver failed:\n{out.stderr[-3000:]}")
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    bad = [r for r in rows if r["status"] != "SUCCEEDED"]
+    if bad:
+        raise SystemExit(f"{source}: {len(bad)} trials did not succeed: {bad[:3]}")
+    return rows
+
+
+def summary(rows: list[dict]) -> dict[str, float]:
+    rows = rows[1:]  # the first child also pays what the parent left lazy (first statement, caches)
+    med = statistics.median
+    return {
+        "cpu_ms": 1000 * med(r["cpu"] for r in rows),
+        "wall_ms": 1000 * med(r["wall"] for r in rows),
+        "to_launch_ms": 1000 * med(r["to_launch"] for r in rows),
+        "noticed_ms": 1000 * med(r["noticed"] for r in rows),
+        "finish_ms": 1000 * med(r["finish"] for r in rows),
+        "statements": med(r["statements"] for r in rows),
+        "commits": med(r["commits"] for r in rows),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--tuner", default="Random")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--source", help="another checkout to run side by side (before)")
+    args = parser.parse_args()
+    sources = {"this checkout": ROOT}
+    if args.source:
+        sources = {"before": Path(args.source).resolve(), "after": ROOT}
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
+    for _ in range(args.repeat):  # interleaved, so both see the same machine
+        for name, source in sources.items():
+            results[name].append(summary(run(source, args.trials, args.tuner)))
+    keys = ["cpu_ms", "wall_ms", "to_launch_ms", "noticed_ms", "finish_ms", "statements", "commits"]
+    print(
+        f"\nOne trial task ({args.tuner}, trivial local trial), medians over {args.trials - 1} tasks, "
+        f"then the median of {args.repeat} runs\n"
+    )
+    print("| checkout | " + " | ".join(keys) + " |")
+    print("|---" * (len(keys) + 1) + "|")
+    for name, runs in results.items():
+        cells = [f"{statistics.median(r[k] for r in runs):.1f}" for k in keys]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    if len(results) == 2:
+        before, after = (statistics.median(r["cpu_ms"] for r in runs) for runs in results.values())
+        print(f"\nCPU per trial task: after / before = {after / before:.2f}")
+
+
+if __name__ == "__main__":
+    main()
