@@ -464,3 +464,21 @@ def test_a_trial_of_another_host_is_paused_for_not_watched(platform, code):
     elsewhere = {**handle, "host": "another-host"}
     assert _pause(platform, elsewhere, 0.5) >= 0.5
     follow(platform, handle)
+
+
+def test_a_pid_file_being_written_is_not_read_as_a_launch(platform, code):
+    """The wrapper writes its pid line with one echo and no rename: an empty or cut-short file
+    is a launch still under way, never a pid (a cut "12" of "1234" would name another process)."""
+    handle = platform.submit_sync(spec(code, 24, "true"))
+    follow(platform, handle)
+    sys_dir = Path(handle["trial_dir"])
+    pid_file = sys_dir / ".trialflow" / "pid"
+    whole = pid_file.read_text()
+    assert whole.endswith("\n") and whole.split()[0] == str(handle["pid"])
+    (sys_dir / ".trialflow" / "launching").unlink(missing_ok=True)
+    pid_file.write_text(whole[:2])
+    assert platform._reattach(sys_dir, {}) is None
+    pid_file.write_text(whole)
+    assert platform._reattach(sys_dir, {})["pid"] == handle["pid"]
+    state = (sys_dir / ".nni" / "state").read_text()
+    assert state.endswith("\n") and state.split()[0] == "0" and len(state.split()[1]) == 13  # ms since the epoch

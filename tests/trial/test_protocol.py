@@ -130,5 +130,12 @@ def test_parameter_file_is_nnis_format(tmp_path):
 def test_state_file(tmp_path):
     assert read_state_file(tmp_path) is None
     (tmp_path / ".nni").mkdir()
-    (tmp_path / ".nni" / "state").write_text("3 1700000000000\n")
+    state = tmp_path / ".nni" / "state"
+    # the wrapper's echo seen mid-write: opened (empty), or cut short ("1" of "12 ...")
+    for partial in ("", "1", "12 17000"):
+        state.write_text(partial)
+        assert read_state_file(tmp_path) is None, partial
+    state.write_text("12 1700000000000\n")
+    assert read_state_file(tmp_path) == 12
+    state.write_text("3 \n")  # a bash without EPOCHREALTIME writes no time
     assert read_state_file(tmp_path) == 3

@@ -43,6 +43,7 @@ from trialflow.platforms.leftovers import stop_marked_command, trial_mark
 from trialflow.platforms.mounted import read_framed_file
 from trialflow.trial.protocol import (
     METRICS_FILE,
+    complete_line,
     read_state_file,
     write_parameter_file,
 )
@@ -64,10 +65,13 @@ PID_REUSE_TOLERANCE = 2.0
 MAX_START_LAG = 300.0
 
 # The wrapper: pid (with its start time, against pid reuse, and its host: only that one can
-# see the process, trialflow.hosts) first, exit code last, both atomic.
+# see the process, trialflow.hosts) first, exit code last. Each is one line written by one
+# echo, and read only once it ends with its newline (complete_line), so a reader never takes a
+# half-written file for the whole: no temporary file and rename (two mv and a date were three
+# processes started on every trial's way to its exit code).
 _WRAPPER = """#!/bin/bash
 ctl={ctl}
-echo "$$ $EPOCHREALTIME $HOSTNAME" > "$ctl/pid.tmp" && mv -f "$ctl/pid.tmp" "$ctl/pid"
+echo "$$ $EPOCHREALTIME $HOSTNAME" > "$ctl/pid"
 cd {code_dir} || {{ echo "cannot cd to the code directory {code_dir}" >> {sys_dir}/stderr; rc=127; }}
 if [ -z "$rc" ]; then
   bash -c {command} > {sys_dir}/stdout 2> {sys_dir}/stderr < /dev/null
@@ -75,7 +79,8 @@ if [ -z "$rc" ]; then
 fi
 {leftovers}
 {release}
-echo "$rc $(date +%s%3N)" > {sys_dir}/.nni/state.tmp && mv -f {sys_dir}/.nni/state.tmp {sys_dir}/.nni/state
+now=${{EPOCHREALTIME/[.,]/}}
+echo "$rc ${{now:0:13}}" > {sys_dir}/.nni/state
 """
 
 
@@ -328,7 +333,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         pause = 0.002  # a wrapper records its pid a few ms after it starts: look soon, then less often
         while True:
             try:
-                pid_text = (sys_dir / PID_FILE).read_text().split()
+                pid_text = complete_line((sys_dir / PID_FILE).read_text()).split()
             except FileNotFoundError:
                 pid_text = []
             if pid_text:

@@ -235,10 +235,17 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def complete_line(text: str) -> str:
+    """``text`` if it is whole (ends with its newline), else the empty string: a file written by
+    one ``echo`` without a rename can be seen empty or cut short while it is being written."""
+    return text if text.endswith("\n") else ""
+
+
 def read_state_file(sys_dir: str | os.PathLike[str]) -> int | None:
-    """Exit code from ``.nni/state`` (``"<rc> <epoch ms>"``), or None while the trial runs."""
+    """Exit code from ``.nni/state`` (``"<rc> <epoch ms>"``), or None while the trial runs (or
+    while the line is still being written)."""
     try:
-        text = (Path(sys_dir) / STATE_FILE).read_text().split()
+        text = complete_line((Path(sys_dir) / STATE_FILE).read_text()).split()
     except FileNotFoundError:
         return None
     return int(text[0]) if text else None
