@@ -157,3 +157,40 @@ def test_calls_outlast_a_busy_api_server_and_a_lost_trigger_answer_starts_one_ru
         assert [(r["dag_run_id"], r["conf"]) for r in runs] == [(run_id, {"x": 1})]
     finally:
         airflow.stop(grace=15)
+
+
+FINISHING_API_SERVER = """
+import signal, sys, time
+def term(*_):
+    time.sleep(0.5)  # the request in flight is answered
+    print("Finished server process [1]", flush=True)
+    time.sleep(60)  # what the real one then spends in the interpreter's final garbage collection
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print("serving", flush=True)
+time.sleep(120)
+"""
+
+
+def test_stop_waits_for_the_api_server_to_finish_serving_not_for_its_exit(tmp_path):
+    """The api-server is killed once it logged that it served its last request (it keeps no
+    state), not after its 3-4 s of final garbage collection; never before that line."""
+    import subprocess
+    import sys
+    import time
+
+    airflow = EmbeddedAirflow(tmp_path / "home", tmp_path / "dags")
+    (airflow.home / "logs").mkdir(parents=True)
+    log = airflow.home / "logs" / "api-server.log"
+    log.write_text("Finished server process [0]\n")  # an earlier run's line does not count
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-c", FINISHING_API_SERVER], stdout=out, start_new_session=True)
+    airflow.processes["api-server"] = proc
+    deadline = time.monotonic() + 30
+    while b"serving" not in log.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    airflow.stop(grace=30, polite=20)
+    assert time.monotonic() - started < 15  # not the 60 s of its lingering exit (nor polite + grace)
+    assert proc.returncode == -9
+    assert log.read_text().count("Finished server process") == 2  # killed after its own line
