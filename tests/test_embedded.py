@@ -3,6 +3,7 @@ database Airflow itself finds fully migrated; its components stop without leavin
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -108,6 +109,11 @@ def test_stop_ends_every_component_with_its_children(tmp_path, monkeypatch):
         airflow.stop(grace=15)
     assert all(proc.poll() is not None for proc in airflow.processes.values())
     assert _sessions_alive(sids) == []
+    # the login's password stays in its 0600 file: Airflow printed none into the logs
+    password = json.loads((airflow.home / "passwords.json").read_text())["trialflow"]
+    assert (airflow.home / "passwords.json").stat().st_mode & 0o077 == 0
+    logs = list((airflow.home / "logs").rglob("*.log"))
+    assert logs and not [log for log in logs if password in log.read_text(errors="replace")]
 
 
 def test_calls_outlast_a_busy_api_server_and_a_lost_trigger_answer_starts_one_run(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -149,22 +150,25 @@ class EmbeddedAirflow:
         tokens signed by one are refused by another ("Invalid auth token"). `airflow db migrate`
         used to be that first process; with the database copied from a template, nothing runs
         before the components, so the secrets are made here, once, readable by the owner only.
-        Everything else keeps Airflow's defaults."""
+        Everything else keeps Airflow's defaults.
+
+        The login's password file too: Airflow's simple auth manager prints a password it
+        generates into the api-server's log; one it finds in the file it leaves unsaid."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        passwords = self.home / "passwords.json"
+        if not passwords.exists():
+            _write_private(passwords, json.dumps({USER: secrets.token_urlsafe(16)}))
         path = self.home / "airflow.cfg"
         if path.exists():
             return
         from cryptography.fernet import Fernet
 
-        text = (
+        _write_private(
+            path,
             "# written by trialflow for this private Airflow; other options keep Airflow's defaults\n"
             f"[core]\nfernet_key = {Fernet.generate_key().decode()}\n\n"
-            f"[api_auth]\njwt_secret = {base64.b64encode(os.urandom(32)).decode()}\n"
+            f"[api_auth]\njwt_secret = {base64.b64encode(os.urandom(32)).decode()}\n",
         )
-        tmp = path.with_name(f"airflow.cfg.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.replace(tmp, path)
 
     def _run_migrate(self) -> None:
         log = self.home / "logs" / "db-migrate.log"
@@ -442,6 +446,15 @@ def _copy_atomically(source: Path, target: Path) -> None:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """``path`` with ``text``, readable by its owner only, appearing whole or not at all."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.replace(tmp, path)
 
 
 def _size(path: Path) -> int:
