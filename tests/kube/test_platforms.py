@@ -39,9 +39,15 @@ for i in range(3):
     t.report_intermediate_result(i * p["x"])
     time.sleep(float(os.environ.get("STEP", "0.2")))
 if os.environ.get("HOSTNAME", "").endswith(os.environ.get("FAIL_SUFFIX", "no-such-suffix")):
+    # FAIL_AFTER: fail once the other replicas reported (they may start later on a busy machine)
+    deadline = time.time() + 60
+    while os.environ.get("FAIL_AFTER") and not os.path.exists(os.environ["FAIL_AFTER"]) and time.time() < deadline:
+        time.sleep(0.05)
     print("replica failing on purpose", flush=True)
     sys.exit(3)
 t.report_final_result(p["x"] * 10)
+if os.environ.get("FAIL_AFTER"):
+    open(os.environ["FAIL_AFTER"], "w").close()
 """
 
 
@@ -226,7 +232,10 @@ def test_one_failing_replica_fails_the_trial_and_stops_the_others(
         tmp_path,
     )
     exp = experiment_id()
-    handle = platform.submit_sync(spec_for(tmp_path, exp, env={"FAIL_SUFFIX": "-worker-1"}))
+    reported = tmp_path / "worker-0-reported"
+    handle = platform.submit_sync(
+        spec_for(tmp_path, exp, env={"FAIL_SUFFIX": "-worker-1", "FAIL_AFTER": str(reported)})
+    )
     outcome, recorder = follow(platform, handle)
     assert outcome.status == TrialStatus.FAILED
     assert "TFJobFailed" in (outcome.message or "")

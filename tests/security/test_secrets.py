@@ -241,8 +241,10 @@ trainingService:
     assert state == "success"
     rows = harness.rows(dag_id, run_id)
     assert [r["status"] for r in rows] == ["SUCCEEDED"] * 4
-    platforms = sorted(harness.xcom(dag_id, run_id, "trial", i)["platform"] for i in range(4))
-    assert platforms == ["local", "local", "remote", "remote"]  # both platforms ran with the secrets
+    # both platforms ran with the secrets (how many each is hybrid placement's choice: the one
+    # with the fewest active trials, so local trials, which end sooner, may take three)
+    platforms = {harness.xcom(dag_id, run_id, "trial", i)["platform"] for i in range(4)}
+    assert platforms == {"local", "remote"}
     api = [harness.xcom(dag_id, run_id, "trial", i) for i in range(4)]
     api += [harness.xcom(dag_id, run_id, "end_experiment"), harness.xcom(dag_id, run_id, "start_experiment")]
     api += [
