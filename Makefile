@@ -7,7 +7,7 @@ export UV_PYTHON_DOWNLOADS := never
 # trial process pays them, and some environments set PYTHONDONTWRITEBYTECODE).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: demo test lint venv bench bench-tuners bench-ui bench-parse bench-scale bench-kube bench-remote ui clean
+.PHONY: demo test lint venv bench bench-task bench-tuners bench-ui bench-parse bench-scale bench-kube bench-remote ui clean
 
 $(VENV)/.synced: pyproject.toml uv.lock Makefile
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
@@ -35,6 +35,10 @@ lint: venv
 
 bench: venv
 	$(VENV)/bin/python bench/overhead.py
+
+# One trial task's own CPU, SQL statements and commits (no scheduler); SOURCE=<checkout> compares.
+bench-task: venv
+	$(VENV)/bin/python bench/trial_task.py $(if $(SOURCE),--source $(SOURCE))
 
 bench-tuners: venv
 	$(VENV)/bin/python bench/tuners.py

@@ -3,6 +3,9 @@
     trialflow experiment DAG  vs  a hand-written Airflow DAG (BashOperator.expand, same scheduler)
     vs  the same hand-written DAG with a start task before the trials (trialflow's shape: the
         floor Airflow sets for a DAG with a start step, whatever the start step does)
+    vs  a hand-written DAG that tunes: each mapped task asks Optuna for the parameter, runs the
+        same trial and tells Optuna its result, in an Optuna RDB storage (SQLite) of its own (the
+        floor of hyperparameter tuning in Airflow tasks, whatever does it)
     vs  NNI 3.0 local mode (nnictl, its own venv)  vs  `xargs -P C` (the floor)
 
 plus `trialflow run` including Airflow's start-up, and orchestration memory (PSS).
@@ -27,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+import optuna
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +49,35 @@ from trialflow import trial
 p = trial.get_next_parameter()
 time.sleep(float(sys.argv[1]))
 trial.report_final_result(p.get("x", 0.0))
+"""
+PLAIN_TRIAL = """\
+import sys, time
+time.sleep(float(sys.argv[1]))
+print(float(sys.argv[2]))
+"""
+#: The hand-written tuning DAG: what a user writes with Optuna and no trialflow.
+OPTUNA_DAG = """\
+from airflow.sdk import DAG, task
+
+STORAGE, PY, SCRIPT, SECONDS = {storage!r}, {py!r}, {script!r}, {seconds!r}
+
+
+@task(max_active_tis_per_dagrun={c})
+def trial(index, dag_run=None):
+    import subprocess
+
+    import optuna
+
+    study = optuna.load_study(study_name=dag_run.run_id, storage=STORAGE)
+    asked = study.ask()
+    x = asked.suggest_float("x", 0.0, 1.0)
+    out = subprocess.run([PY, SCRIPT, str(SECONDS), str(x)], check=True, capture_output=True, text=True)
+    study.tell(asked, float(out.stdout))
+    return x
+
+
+with DAG({dag_id!r}, schedule=None):
+    trial.expand(index=list(range({n})))
 """
 NNI_TRIAL = """\
 import sys, time
@@ -101,10 +134,18 @@ def run_xargs(work: Path, n: int, c: int, s: float) -> float:
     return time.perf_counter() - started
 
 
-def run_dag(airflow: EmbeddedAirflow, dag_id: str, dag_file: Path, done) -> float:
+def run_dag(airflow: EmbeddedAirflow, dag_id: str, dag_file: Path, done, before=None) -> float:
+    """Seconds from the trigger until ``done(run_id)``; ``before(run_id)`` runs first, untimed
+    (the run id is chosen here, as EmbeddedAirflow.trigger chooses it)."""
     airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    run_id = None
+    if before is not None:
+        from datetime import datetime, timezone
+
+        run_id = f"manual__{datetime.now(timezone.utc).isoformat()}"
+        before(run_id)
     started = time.perf_counter()
-    run_id = airflow.trigger(dag_id)
+    run_id = airflow.trigger(dag_id, run_id=run_id)
     while not done(run_id):
         if airflow.dag_run_state(dag_id, run_id) == "failed":
             raise RuntimeError(f"{dag_id} failed")
@@ -177,8 +218,10 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="trialflow-bench-"))
     (work / "light.py").write_text(LIGHT_TRIAL)
+    (work / "plain.py").write_text(PLAIN_TRIAL)
     (work / "nni_trial.py").write_text(NNI_TRIAL)
     store_url = sqlite_url(work / "experiments.db")
+    optuna_url = sqlite_url(work / "optuna.db")
     max_c = max(c for _, c, _ in cases)
     airflow = private_airflow(work, max_c + 1, store_url)
     dag_files: dict[str, Path] = {}
@@ -201,6 +244,12 @@ def main() -> None:
             f"with DAG('hand_{tag}', schedule=None):\n"
             f"    BashOperator.partial(task_id='trial', max_active_tis_per_dagrun={c}, cwd={str(work)!r}).expand(\n"
             f"        bash_command=[{f'{PY} light.py {s}'!r}] * {n})\n"
+        )
+        dag_files[f"optuna_{tag}"] = airflow.dags_folder / f"optuna_{tag}.py"
+        dag_files[f"optuna_{tag}"].write_text(
+            OPTUNA_DAG.format(
+                storage=optuna_url, py=PY, script=str(work / "plain.py"), seconds=s, c=c, n=n, dag_id=f"optuna_{tag}"
+            )
         )
         dag_files[f"shape_{tag}"] = airflow.dags_folder / f"shape_{tag}.py"
         dag_files[f"shape_{tag}"].write_text(
@@ -246,12 +295,29 @@ def main() -> None:
                 r.setdefault("hand-written, start step", []).append(
                     run_dag(airflow, f"shape_{tag}", dag_files[f"shape_{tag}"], shape_done)
                 )
+
+                def optuna_done(run_id: str, tag: str = tag, n: int = n) -> bool:
+                    return hand_done(run_id, tag, n, "optuna")
+
+                with PssSampler(roots) as optuna_mem:
+                    r.setdefault("hand-written, Optuna", []).append(
+                        run_dag(
+                            airflow,
+                            f"optuna_{tag}",
+                            dag_files[f"optuna_{tag}"],
+                            optuna_done,
+                            before=lambda run_id: optuna.create_study(study_name=run_id, storage=optuna_url),
+                        )
+                    )
                 with PssSampler(roots) as tf_mem:
                     r.setdefault("trialflow DAG", []).append(
                         run_dag(airflow, f"tf_{tag}", dag_files[f"tf_{tag}"], tf_done)
                     )
                 if c == max_c:
                     peaks[f"hand-written DAG, C={c}"] = max(peaks.get(f"hand-written DAG, C={c}", 0), hand_mem.peak)
+                    peaks[f"hand-written DAG with Optuna, C={c}"] = max(
+                        peaks.get(f"hand-written DAG with Optuna, C={c}", 0), optuna_mem.peak
+                    )
                     peaks[f"trialflow DAG, C={c}"] = max(peaks.get(f"trialflow DAG, C={c}", 0), tf_mem.peak)
                 if with_nni:
                     seconds = run_nni(work, n, c, s, f"{tag}_{rep}")
@@ -296,21 +362,30 @@ def print_report(cases, results, run_times, run_peak, peaks, repeat) -> None:
         f"\nWall seconds from start to all final results, median of {repeat} "
         f"(same machine, same run; Airflow already running except for `trialflow run`)\n"
     )
-    columns = ["xargs", "hand-written DAG", "hand-written, start step", "trialflow DAG", "NNI 3.0 local"]
+    columns = [
+        "xargs",
+        "hand-written DAG",
+        "hand-written, start step",
+        "hand-written, Optuna",
+        "trialflow DAG",
+        "NNI 3.0 local",
+    ]
     print(
         "| N,C,S | "
         + " | ".join(columns)
-        + " | trialflow / hand-written (target <= 1.1) | trialflow / same shape | trialflow / NNI (target <= 0.5) |"
+        + " | trialflow / hand-written (target <= 1.1) | trialflow / same shape | trialflow / hand-written with"
+        " Optuna | trialflow / NNI (target <= 0.5) |"
     )
-    print("|---" * (len(columns) + 4) + "|")
+    print("|---" * (len(columns) + 5) + "|")
     for case in cases:
         r = results[case]
         cells = [f"{med(r[c]):.2f}" if r.get(c) else "-" for c in columns]
         tf = med(r["trialflow DAG"])
         hand = f"{tf / med(r['hand-written DAG']):.2f}"
         shape = f"{tf / med(r['hand-written, start step']):.2f}"
+        tuned = f"{tf / med(r['hand-written, Optuna']):.2f}"
         nni = f"{tf / med(r['NNI 3.0 local']):.2f}" if r.get("NNI 3.0 local") else "-"
-        print(f"| {case[0]},{case[1]},{case[2]:g} | " + " | ".join(cells) + f" | {hand} | {shape} | {nni} |")
+        print(f"| {case[0]},{case[1]},{case[2]:g} | " + " | ".join(cells) + f" | {hand} | {shape} | {tuned} | {nni} |")
     if run_times:
         line = f"\n`trialflow run` on (20,4,3) including Airflow start-up and shutdown: {med(run_times):.2f} s"
         nni = results.get((20, 4, 3.0), {}).get("NNI 3.0 local")

@@ -10,7 +10,10 @@ figure is repeatable to a few ms where the overhead bench moves by +-30 %. The s
 work runs in a child of its own, so the forking parent has only what the preload gave it. The trial itself
 (``python light.py 0``) runs in its own processes and is not counted.
 
-    python bench/trial_task.py [--trials 20] [--tuner Random] [--source OLD_CHECKOUT]
+    python bench/trial_task.py [--trials 20] [--tuner Random] [--history 0] [--source OLD_CHECKOUT]
+
+``--history N`` puts N finished trials in the experiment first (the tuner reads them all: TPE's
+and GP's ask latency with 1,000 finished trials, the way a trial task asks).
 
 ``--source`` runs the same children from another checkout (side by side: before/after).
 """
@@ -32,7 +35,7 @@ DRIVER = r"""
 import json, os, sys, time
 from pathlib import Path
 
-work, trials, tuner = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+work, trials, tuner, history = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 os.environ["AIRFLOW__TRIALFLOW__PRELOAD_CORE"] = "True"
 os.environ["AIRFLOW__CORE__LAZY_LOAD_PLUGINS"] = "False"
 import trialflow.ui.plugin  # noqa: F401  (preload_core(), as in each Airflow component)
@@ -52,8 +55,29 @@ if starter == 0:
     store = ExperimentStore(url)
     experiment.open(store)
     experiment.start_run(store, run_id)
+    from trialflow.platforms.base import TrialStatus
+
+    for i in range(history):  # finished trials of earlier runs, as trialflow writes them
+        asked = store.ask(experiment.experiment_id, 100000 + i, f"h{i}", experiment.algorithm, experiment.space)
+        store.finish(asked.storage_id, TrialStatus.SUCCEEDED, (i * 7919 % 1000) / 1000)
     os._exit(0)
-os.waitpid(starter, 0)
+_, status = os.waitpid(starter, 0)
+assert status == 0, "the start step's work failed"
+
+# The tuner's own share of a task: the ask, timed where start_trial makes it.
+asks = []
+_ask = ExperimentStore.ask
+
+
+def timed_ask(self, *args, **kwargs):
+    before = time.perf_counter()
+    try:
+        return _ask(self, *args, **kwargs)
+    finally:
+        asks.append(time.perf_counter() - before)
+
+
+ExperimentStore.ask = timed_ask
 
 
 def task(index: int, report: int) -> None:
@@ -78,7 +102,7 @@ def task(index: int, report: int) -> None:
     done = time.perf_counter()
     os.write(report, json.dumps({
         "status": result.status.value, "wall": done - started, "to_launch": launched - started,
-        "noticed": ended - launched, "finish": done - ended, **counts,
+        "noticed": ended - launched, "finish": done - ended, "ask": sum(asks), **counts,
     }).encode() + b"\n")
 
 
@@ -109,7 +133,7 @@ trial.report_final_result(p.get("x", 0.0))
 """
 
 
-def run(source: Path, trials: int, tuner: str) -> list[dict]:
+def run(source: Path, trials: int, tuner: str, history: int = 0) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="trialflow-task-bench-"))
     (work / "light.py").write_text(LIGHT_TRIAL)
     (work / "config.yml").write_text(
@@ -125,7 +149,7 @@ def run(source: Path, trials: int, tuner: str) -> list[dict]:
         "TRIALFLOW_CACHE_DIR": str(work / "cache"),
     }
     out = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(work), str(trials), tuner],
+        [sys.executable, "-c", DRIVER, str(work), str(trials), tuner, str(history)],
         capture_output=True,
         text=True,
         env=env,
@@ -150,6 +174,7 @@ def summary(rows: list[dict]) -> dict[str, float]:
         "to_launch_ms": 1000 * med(r["to_launch"] for r in rows),
         "noticed_ms": 1000 * med(r["noticed"] for r in rows),
         "finish_ms": 1000 * med(r["finish"] for r in rows),
+        "ask_ms": 1000 * med(r["ask"] for r in rows),
         "statements": med(r["statements"] for r in rows),
         "commits": med(r["commits"] for r in rows),
     }
@@ -160,6 +185,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--tuner", default="Random")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--history", type=int, default=0, help="finished trials in the experiment before")
     parser.add_argument("--source", help="another checkout to run side by side (before)")
     args = parser.parse_args()
     sources = {"this checkout": ROOT}
@@ -168,7 +194,7 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
     for _ in range(args.repeat):  # interleaved, so both see the same machine
         for name, source in sources.items():
-            results[name].append(summary(run(source, args.trials, args.tuner)))
+            results[name].append(summary(run(source, args.trials, args.tuner, args.history)))
     keys = ["cpu_ms", "wall_ms", "to_launch_ms", "noticed_ms", "finish_ms", "statements", "commits"]
     print(
         f"\nOne trial task ({args.tuner}, trivial local trial), medians over {args.trials - 1} tasks, "

@@ -365,12 +365,12 @@ class EmbeddedAirflow:
             time.sleep(0.5)
         raise EmbeddedAirflowError(f"DAG {dag_id} did not appear in {timeout:.0f} s")
 
-    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
-        """A new run of ``dag_id``. The run id is chosen here, in Airflow's own form for a
-        manual run, so a trigger whose answer was lost is asked again safely: the second ask
-        finds the run the first one made (409) instead of starting another experiment."""
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None, run_id: str | None = None) -> str:
+        """A new run of ``dag_id``. The run id is chosen here (unless given), in Airflow's own
+        form for a manual run, so a trigger whose answer was lost is asked again safely: the
+        second ask finds the run the first one made (409) instead of starting another experiment."""
         self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
-        run_id = f"manual__{datetime.now(timezone.utc).isoformat()}"
+        run_id = run_id or f"manual__{datetime.now(timezone.utc).isoformat()}"
         body = {"dag_run_id": run_id, "logical_date": None, "conf": conf or {}}
         response = self.api("POST", f"/dags/{dag_id}/dagRuns", json=body, repeatable=True)
         if response.status_code == 409 and self.run_conf(dag_id, run_id) == (conf or {}):
