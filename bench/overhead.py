@@ -8,7 +8,8 @@
         floor of hyperparameter tuning in Airflow tasks, whatever does it)
     vs  NNI 3.0 local mode (nnictl, its own venv)  vs  `xargs -P C` (the floor)
 
-plus `trialflow run` including Airflow's start-up, and orchestration memory (PSS).
+plus `trialflow run` including Airflow's start-up, and orchestration memory (PSS). Airflow's
+runs come first, then NNI's (see main), then `trialflow run`.
 Prints medians and ratios; targets from issue #2 are shown beside them. Not a test:
 figures depend on the machine, so read them side by side.
 
@@ -319,10 +320,6 @@ def main() -> None:
                         peaks.get(f"hand-written DAG with Optuna, C={c}", 0), optuna_mem.peak
                     )
                     peaks[f"trialflow DAG, C={c}"] = max(peaks.get(f"trialflow DAG, C={c}", 0), tf_mem.peak)
-                if with_nni:
-                    seconds = run_nni(work, n, c, s, f"{tag}_{rep}")
-                    if seconds is not None:
-                        r.setdefault("NNI 3.0 local", []).append(seconds)
                 print(
                     f"rep {rep + 1}/{args.repeat} {case}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in r.items()),
                     file=sys.stderr,
@@ -330,6 +327,20 @@ def main() -> None:
                 )
     finally:
         airflow.stop()
+
+    # NNI's runs come after all of Airflow's, never between them: after each one the machine was
+    # still busy with its aftermath (its files written back, its network namespace torn down)
+    # when the next DAG ran, and every Airflow figure measured after an NNI run was slower
+    # (same day: the hand-written DAG 2.9 s on (20,4,0) with no NNI run between, 5.1 s with).
+    if with_nni:
+        for rep in range(args.repeat):
+            for case in cases:
+                n, c, s = case
+                tag = f"{n}_{c}_{str(s).replace('.', '_')}"
+                seconds = run_nni(work, n, c, s, f"{tag}_{rep}")
+                if seconds is not None:
+                    results[case].setdefault("NNI 3.0 local", []).append(seconds)
+                print(f"rep {rep + 1}/{args.repeat} {case}: NNI 3.0 local {seconds}", file=sys.stderr, flush=True)
 
     run_times, run_peak = [], 0
     if (20, 4, 3.0) in cases:

@@ -7,7 +7,8 @@ after the other, and each child does what SubmitTrialOperator.execute does witho
 the experiment, open the store, start the trial (ask, record, launch), follow it to its end in
 the worker, finish it. The child's CPU comes from the kernel (``wait4``'s rusage), so the
 figure is repeatable to a few ms where the overhead bench moves by +-30 %. The start step's
-work runs in a child of its own, so the forking parent has only what the preload gave it. The trial itself
+work runs in a child of its own, so the forking parent has only what the preload gave it, and the
+parent freezes its objects before forking (``gc.freeze()``, as the LocalExecutor does). The trial itself
 (``python light.py 0``) runs in its own processes and is not counted.
 
     python bench/trial_task.py [--trials 20] [--tuner Random] [--history 0] [--source OLD_CHECKOUT]
@@ -106,6 +107,11 @@ def task(index: int, report: int) -> None:
     }).encode() + b"\n")
 
 
+# As the LocalExecutor does before it forks its workers: what the parent holds moves to the
+# permanent generation, so a collection in a child does not walk (and copy) all of it.
+import gc
+
+gc.freeze()
 rows = []
 for index in range(trials):
     read, write = os.pipe()
@@ -195,9 +201,10 @@ def main() -> None:
     for _ in range(args.repeat):  # interleaved, so both see the same machine
         for name, source in sources.items():
             results[name].append(summary(run(source, args.trials, args.tuner, args.history)))
-    keys = ["cpu_ms", "wall_ms", "to_launch_ms", "noticed_ms", "finish_ms", "statements", "commits"]
+    keys = ["cpu_ms", "wall_ms", "to_launch_ms", "ask_ms", "noticed_ms", "finish_ms", "statements", "commits"]
     print(
-        f"\nOne trial task ({args.tuner}, trivial local trial), medians over {args.trials - 1} tasks, "
+        f"\nOne trial task ({args.tuner}, {args.history} finished trials before, trivial local trial), "
+        f"medians over {args.trials - 1} tasks, "
         f"then the median of {args.repeat} runs\n"
     )
     print("| checkout | " + " | ".join(keys) + " |")
