@@ -142,19 +142,14 @@ def run_trial(tmp_path: Path):
     platform.prepare_sync("emetrics")
     counter = iter(range(100))
 
-    def run(garbage: str, final: object) -> tuple[TrialStatus, dict, str | None]:
+    def run(garbage: str, final: object, before: str = "") -> tuple[TrialStatus, dict, str | None]:
         index = next(counter)
         asked = store.ask(study, index, f"emetrics-{index:04d}", RANDOM, SPACE)
-        command = f"{PY} t.py {shlex.quote(garbage)} {shlex.quote(json.dumps(final))}"
+        command = before + f"{PY} t.py {shlex.quote(garbage)} {shlex.quote(json.dumps(final))}"
         spec = TrialSpec("emetrics", f"emetrics-{index:04d}", index, index, asked.parameters, command, code)
         handle = platform.submit_sync(spec)
         outcome = asyncio.run(follow_trial(platform, store, handle, asked.storage_id, poll_interval=0.05))
-        store.finish(
-            asked.storage_id,
-            outcome.status,
-            store.storage.get_trial(asked.storage_id).user_attrs.get("final_metric"),
-            outcome.message,
-        )
+        store.close(asked.storage_id, outcome.status, outcome.message)
         frozen = store.storage.get_trial(asked.storage_id)
         return outcome.status, frozen, frozen.user_attrs.get("message")
 
@@ -216,3 +211,14 @@ def test_an_overlong_stdout_line_on_a_remote_machine_does_not_stall_metrics(ssh_
     status, metrics, skipped = asyncio.run(follow())
     assert status == TrialStatus.SUCCEEDED
     assert [m.value for m in metrics] == [1, 2, 3] and len(skipped) == 1
+
+
+@pytest.mark.parametrize("line", ["oops", "0.5 done", r"\xff\xfe"])
+def test_a_trial_writing_over_its_exit_code_file_is_followed_to_its_real_end(run_trial, line):
+    """.nni/state (the wrapper's exit code) is in the trial's output folder, where its code
+    writes too: a line there that is not the wrapper's is no exit code, polled for a second
+    while the trial runs on, and the wrapper's own line decides once it ends."""
+    before = f'mkdir -p "$NNI_OUTPUT_DIR/.nni" && printf "{line}\\n" > "$NNI_OUTPUT_DIR/.nni/state" && sleep 1 && '
+    status, frozen, message = run_trial("", 0.7, before)
+    assert status == TrialStatus.SUCCEEDED and frozen.state.name == "COMPLETE" and frozen.value == 0.7, message
+    assert frozen.intermediate_values == {0: 0.25, 1: 0.5}

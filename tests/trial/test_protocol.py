@@ -139,3 +139,9 @@ def test_state_file(tmp_path):
     assert read_state_file(tmp_path) == 12
     state.write_text("3 \n")  # a bash without EPOCHREALTIME writes no time
     assert read_state_file(tmp_path) == 3
+    # not the wrapper's line: the trial's own code wrote there (its output folder)
+    for foreign in ("oops\n", "1.5 x\n", "\n"):
+        state.write_text(foreign)
+        assert read_state_file(tmp_path) is None, foreign
+    state.write_bytes(b"\xff\xfe\n")
+    assert read_state_file(tmp_path) is None

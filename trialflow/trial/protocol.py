@@ -243,9 +243,16 @@ def complete_line(text: str) -> str:
 
 def read_state_file(sys_dir: str | os.PathLike[str]) -> int | None:
     """Exit code from ``.nni/state`` (``"<rc> <epoch ms>"``), or None while the trial runs (or
-    while the line is still being written)."""
+    while the line is still being written).
+
+    The file sits in the trial's output folder, where its own code writes too; a line that is
+    not the wrapper's (no integer first) is read as no exit code yet: the wrapper overwrites it
+    when the trial ends, and a trial whose wrapper is gone without one is failed for that."""
     try:
-        text = complete_line((Path(sys_dir) / STATE_FILE).read_text()).split()
+        text = complete_line((Path(sys_dir) / STATE_FILE).read_text(errors="replace")).split()
     except FileNotFoundError:
         return None
-    return int(text[0]) if text else None
+    try:
+        return int(text[0]) if text else None
+    except ValueError:
+        return None
