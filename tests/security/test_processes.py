@@ -160,3 +160,19 @@ def test_remote_cancel_and_end_stop_what_left_the_process_group(ssh_servers, tmp
     assert not _sleepers(m), "a finished remote trial left a process behind"
     platform.cancel_sync(running, TrialStatus.USER_CANCELED, "test")
     assert _wait_for(lambda: not _sleepers(n)), "the escaped remote process survived the cancel"
+
+
+@pytest.mark.parametrize("line", ["hello world\n", "123 soon\n", "\udcff\n"])
+def test_a_pid_file_that_is_not_the_wrappers_says_so_on_a_retry(tmp_path, line):
+    """The wrapper's pid line lives in the trial's output folder, where the trial's code writes
+    too. A retry that finds something else there neither crashes on it nor takes it for 'not
+    launched' (that would run the trial twice): it names the file and what it holds."""
+    platform = LocalPlatform(LocalConfig(), tmp_path / "exp")
+    platform.prepare_sync("e1")
+    trial_spec = TrialSpec("e1", "e1-0025", 25, 25, {}, "true", tmp_path)
+    handle = platform.submit_sync(trial_spec)
+    assert _wait_for(lambda: platform.status(handle)[0] == TrialStatus.SUCCEEDED)
+    pid_file = Path(handle["trial_dir"]) / ".trialflow" / "pid"
+    pid_file.write_bytes(line.encode(errors="surrogateescape"))
+    with pytest.raises(RuntimeError, match=r"\.trialflow/pid holds .*not the trial wrapper's"):
+        platform.submit_sync(trial_spec)

@@ -333,13 +333,22 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         pause = 0.002  # a wrapper records its pid a few ms after it starts: look soon, then less often
         while True:
             try:
-                pid_text = complete_line((sys_dir / PID_FILE).read_text()).split()
+                pid_text = complete_line((sys_dir / PID_FILE).read_text(errors="replace")).split()
             except FileNotFoundError:
                 pid_text = []
             if pid_text:
-                started = float(pid_text[1]) if len(pid_text) > 1 and pid_text[1] else None
+                try:
+                    pid = int(pid_text[0])
+                    started = float(pid_text[1]) if len(pid_text) > 1 and pid_text[1] else None
+                except ValueError:
+                    # In the trial's output folder, where its own code writes too. Not a launch
+                    # to ignore (a second launch would run the trial twice): say what is there.
+                    raise RuntimeError(
+                        f"{sys_dir / PID_FILE} holds {' '.join(pid_text)[:80]!r}, not the trial wrapper's "
+                        "'<pid> <start time> <host>' line (did the trial's code write there?)"
+                    ) from None
                 host = pid_text[2] if len(pid_text) > 2 else this_host()  # a launch before hosts were kept
-                return {**handle, "pid": int(pid_text[0]), "started": started, "host": host}
+                return {**handle, "pid": pid, "started": started, "host": host}
             if not (sys_dir / LAUNCH_FILE).exists() and not wait:
                 return None
             if time.monotonic() >= deadline:
