@@ -133,19 +133,20 @@ class TrialRecord:
     trial_index: int
     trial_id: str
     parameters: dict[str, Any]
-    status: TrialStatus
+    # The defaults are a trial just asked: waiting, not launched, nothing reported.
+    status: TrialStatus = TrialStatus.WAITING
     #: Closed in the store (Optuna froze it): its outcome no longer changes.
-    finished: bool
-    handle: dict[str, Any] | None
-    service_index: int | None
+    finished: bool = False
+    handle: dict[str, Any] | None = None
+    service_index: int | None = None
     #: The host a host-bound (local) trial was claimed for before its launch, when pinned.
-    host: str | None
-    started_at: float | None
+    host: str | None = None
+    started_at: float | None = None
     #: The final result as reported (a number, a dict with ``default``, or what the trial sent).
-    final: Any
-    message: str | None
-    intermediate_count: int
-    last_step: int | None
+    final: Any = None
+    message: str | None = None
+    intermediate_count: int = 0
+    last_step: int | None = None
 
 
 def _record(frozen: optuna.trial.FrozenTrial, storage_id: int) -> TrialRecord:
@@ -338,23 +339,7 @@ class ExperimentStore:
             self.storage.set_trial_state_values(storage_id, TrialState.FAIL)
             record = self.trial(winner)
             return AskedTrial(record.number, winner, record.parameters, True, record)
-        record = TrialRecord(
-            storage_id=storage_id,
-            number=trial.number,
-            trial_index=trial_index,
-            trial_id=trial_id,
-            parameters=parameters,
-            status=TrialStatus.WAITING,
-            finished=False,
-            handle=None,
-            service_index=None,
-            host=None,
-            started_at=None,
-            final=None,
-            message=None,
-            intermediate_count=0,
-            last_step=None,
-        )
+        record = TrialRecord(storage_id, trial.number, trial_index, trial_id, parameters)
         return AskedTrial(trial.number, storage_id, parameters, False, record)
 
     def should_stop(self, experiment_id: str, storage_id: int, pruner: BasePruner) -> bool:
