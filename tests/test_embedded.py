@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -181,10 +182,6 @@ time.sleep(120)
 def test_stop_waits_for_the_api_server_to_finish_serving_not_for_its_exit(tmp_path):
     """The api-server is killed once it logged that it served its last request (it keeps no
     state), not after its 3-4 s of final garbage collection; never before that line."""
-    import subprocess
-    import sys
-    import time
-
     airflow = EmbeddedAirflow(tmp_path / "home", tmp_path / "dags")
     (airflow.home / "logs").mkdir(parents=True)
     log = airflow.home / "logs" / "api-server.log"
