@@ -75,7 +75,7 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
         <Table.Root size="sm">
           <Table.Body>
             {Object.entries(trial.handle ?? {}).map(([key, value]) => (
-              <Table.Row key={key}><Table.Cell>{key}</Table.Cell><Table.Cell fontFamily="mono" fontSize="xs">{formatValue(value)}</Table.Cell></Table.Row>
+              <Table.Row key={key}><Table.Cell>{key}</Table.Cell><Table.Cell fontFamily="mono" fontSize="xs">{typeof value === "number" ? String(value) : formatValue(value)}</Table.Cell></Table.Row>
             ))}
           </Table.Body>
         </Table.Root>

@@ -202,6 +202,7 @@ export function timelineOption(rows: TrialRow[]): Option {
 export function importanceOption(importances: Record<string, number>): Option {
   const entries = Object.entries(importances).sort((a, b) => a[1] - b[1]);
   return {
+    ...ANIMATION,
     tooltip: { trigger: "item", formatter: (p: { name: string; value: number }) =>
       `${escapeHtml(p.name)}: ${(p.value * 100).toFixed(1)}%` },
     grid: { left: 120, right: 40, top: 10, bottom: 30 },
@@ -213,10 +214,11 @@ export function importanceOption(importances: Record<string, number>): Option {
 
 export function detailOption(points: [number, number | null][], status: Status): Option {
   return {
+    ...ANIMATION, // drawn whole at once, as the other charts (a screenshot caught it half drawn)
     tooltip: { trigger: "axis" },
-    grid: { left: 60, right: 24, top: 20, bottom: 40 },
+    grid: { left: 60, right: 24, top: 30, bottom: 40 },
     xAxis: { type: "value", name: "step", minInterval: 1 },
-    yAxis: { type: "value", scale: true },
+    yAxis: { type: "value", name: "intermediate", scale: true },
     series: [{ type: "line", data: points, showSymbol: points.length < 50,
       lineStyle: { type: status === "EARLY_STOPPED" ? "dashed" : "solid" } }],
   };
