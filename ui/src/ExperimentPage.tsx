@@ -6,7 +6,7 @@ import { Chart } from "./Chart";
 import { curvesOption, historyOption, importanceOption, parallelOption, timelineOption } from "./charts";
 import { ErrorBox, Fact, Loading, Panel, StatusBadge, StatusCounts } from "./common";
 import { Compare } from "./Compare";
-import { useLoad } from "./hooks";
+import { useColorMode, useLoad } from "./hooks";
 import { TrialTable } from "./TrialTable";
 import { airflowUrl, formatDuration, formatTime, formatValue } from "./util";
 
@@ -61,7 +61,8 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
   const rows = chart.data?.trials ?? [];
   const mode = current?.optimize_mode ?? "maximize";
   const history = useMemo(() => historyOption(rows, mode), [rows, mode]);
-  const parallel = useMemo(() => parallelOption(rows, current), [rows, current]);
+  const colorMode = useColorMode();
+  const parallel = useMemo(() => parallelOption(rows, current, colorMode), [rows, current, colorMode]);
   const timeline = useMemo(() => timelineOption(rows), [rows]);
   const curveOption = useMemo(() => curvesOption(curves.data?.curves ?? []), [curves.data]);
   const importanceChart = useMemo(() => importanceOption(importance.data?.importances ?? {}), [importance.data]);

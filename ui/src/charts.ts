@@ -71,7 +71,7 @@ function logAxes(summary: Summary | undefined): Set<string> {
 
 /** Parameters against the metric: one axis per flattened parameter (numbers, log-scaled where the
  * search space says so, or categories), coloured by the metric. */
-export function parallelOption(rows: TrialRow[], summary: Summary | undefined): Option {
+export function parallelOption(rows: TrialRow[], summary: Summary | undefined, colorMode: "light" | "dark" = "light"): Option {
   const done = rows.filter((r) => r.metric !== null);
   const flat = done.map((r) => flatten(r.parameters));
   const names = Array.from(new Set(flat.flatMap((f) => Object.keys(f)))).sort();
@@ -98,7 +98,11 @@ export function parallelOption(rows: TrialRow[], summary: Summary | undefined): 
   return {
     ...ANIMATION,
     tooltip: { trigger: "item", formatter: (p: { dataIndex: number }) => tooltipTrial(done[p.dataIndex]) },
-    parallelAxis: axes.map((axis) => ({ ...axis, nameTextStyle: { fontSize: 11 }, axisLabel: { fontSize: 10 } })),
+    // Each label on a patch of the page's colour: with thousands of trials the lines crossing
+    // the axes made the category names ("sgd", "adam") and the ticks unreadable.
+    parallelAxis: axes.map((axis) => ({ ...axis, nameTextStyle: { fontSize: 11 }, axisLabel: { fontSize: 10,
+      backgroundColor: colorMode === "dark" ? "rgba(12, 12, 16, 0.95)" : "rgba(255, 255, 255, 0.95)",
+      padding: [1, 3], borderRadius: 2 } })),
     parallel: { left: 50, right: 125, top: 40, bottom: 30 },
     visualMap: metrics.length
       ? { min: Math.min(...metrics), max: Math.max(...metrics), dimension: names.length, calculable: true,
