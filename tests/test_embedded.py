@@ -110,6 +110,8 @@ def test_stop_ends_every_component_with_its_children(tmp_path, monkeypatch):
         airflow.stop(grace=15)
     assert all(proc.poll() is not None for proc in airflow.processes.values())
     assert _sessions_alive(sids) == []
+    # the line the stop kills the api-server after is what this Airflow's uvicorn really writes
+    assert embedded.SERVED_ALL in (airflow.home / "logs" / "api-server.log").read_text(errors="replace")
     # the login's password stays in its 0600 file: Airflow printed none into the logs
     password = json.loads((airflow.home / "passwords.json").read_text())["trialflow"]
     assert (airflow.home / "passwords.json").stat().st_mode & 0o077 == 0
