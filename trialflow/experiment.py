@@ -212,6 +212,38 @@ def experiment_id_for_run(
     return experiment_id_for(dag_id, run_id)
 
 
+class ExperimentNotOwned(Exception):
+    """A DAG run named (or would write to) an experiment that is not its DAG's to drive.
+
+    Experiment ids are derived from names, so they are guessable: a person allowed to
+    trigger one DAG must not reach another DAG's experiment by naming its id in the run's
+    conf (nor plant trials in the id a future run of that DAG will get)."""
+
+
+def check_owner(store: ExperimentStore, experiment_id: str, dag_id: str, conf: dict[str, Any] | None) -> None:
+    """Refuse, before anything is written, a run that would drive an experiment of another DAG.
+
+    An experiment belongs to the DAG whose start step created it (its ``dag_id`` attribute).
+    A run may re-open its own experiment (a cleared run, ``scheduledRuns: continue``) and may
+    name, in its conf, an existing experiment of its own DAG; a named experiment that does not
+    exist is refused too, so no one can pre-create the id another DAG's run will use. The
+    message is the same whether the named id exists under another DAG or not at all: it
+    tells nobody what another DAG holds."""
+    named = bool((conf or {}).get("experiment_id"))
+    owner = store.experiment_attr(experiment_id, "dag_id") if store.experiment_exists(experiment_id) else None
+    if owner == dag_id:
+        return
+    if named:
+        raise ExperimentNotOwned(
+            f"dag run conf experiment_id: {experiment_id!r} is not an experiment of DAG {dag_id!r}; "
+            "a run may only continue an experiment its own DAG started (nothing was changed)"
+        )
+    if owner is not None:
+        raise ExperimentNotOwned(
+            f"experiment {experiment_id!r} belongs to another DAG, not {dag_id!r}: refused (nothing was changed)"
+        )
+
+
 @dataclass(frozen=True)
 class RunWindow:
     """What one DAG run owns in its experiment: trial indexes first_index .. first_index+count-1

@@ -116,6 +116,13 @@ def start_trial(
     first attempt died before the store had its handle.
     """
     window = experiment.window(store, run_id)
+    if not window.count or int(map_index) >= window.count:
+        # Only a start step that checked the run may drive this experiment gives it a window:
+        # without one, trial `map_index` would land in an index this run does not own.
+        raise TrialCannotRun(
+            f"run {run_id!r} has no trial {map_index} in experiment {experiment.experiment_id!r} "
+            "(its start step did not give it that trial): nothing was started"
+        )
     index = window.first_index + int(map_index)
     trial_id = trial_id_for(experiment.experiment_id, index)
     if window.expired() and store.find_trial_id(experiment.experiment_id, index) is None:

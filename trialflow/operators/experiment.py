@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
@@ -12,6 +12,10 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.operators.trial import experiment_for
+
+if TYPE_CHECKING:
+    from trialflow.experiment import Experiment
+    from trialflow.tuning.store import ExperimentStore
 
 
 class _ExperimentStep(BaseOperator):
@@ -29,6 +33,20 @@ class _ExperimentStep(BaseOperator):
         super().__init__(**kwargs)
         self.config_path = config_path
         self.store_conn_id = store_conn_id
+
+    def owned_experiment(self, context: Context, check: bool = False) -> tuple[Experiment, ExperimentStore]:
+        """The run's experiment and the store, once the store says this DAG may drive it: an id a
+        run's conf names is checked before anything of it is read or written."""
+        from trialflow.experiment import ExperimentNotOwned, check_owner
+
+        experiment = experiment_for(self.config_path, context, check=check)
+        store = ExperimentStoreHook(self.store_conn_id).get_conn()
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
+        try:
+            check_owner(store, experiment.experiment_id, context["dag"].dag_id, conf)
+        except ExperimentNotOwned as exc:
+            raise AirflowFailException(str(exc)) from None
+        return experiment, store
 
 
 class StartExperimentOperator(_ExperimentStep):
@@ -48,20 +66,18 @@ class StartExperimentOperator(_ExperimentStep):
         self.trial_count = trial_count
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from trialflow.experiment import continued_run
         from trialflow.tuning.store import safe_url
 
-        experiment = experiment_for(self.config_path, context, check=True)  # in full: nothing has started yet
-        store = ExperimentStoreHook(self.store_conn_id).get_conn()
+        experiment, store = self.owned_experiment(context, check=True)  # in full: nothing has started yet
         config = experiment.config
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
         resumed = store.experiment_exists(experiment.experiment_id)
         experiment.open(store)
         store.set_experiment_attrs(
             experiment.experiment_id,
             {**experiment.description(), "dag_id": context["dag"].dag_id, "run_id": context["run_id"]},
         )
-        from trialflow.experiment import continued_run
-
-        conf = getattr(context.get("dag_run"), "conf", None) or {}
         window = experiment.start_run(store, context["run_id"], continues=continued_run(conf), count=self.trial_count)
         connections = airflow_connections()
         for i in range(len(config.training_service)):
@@ -130,16 +146,16 @@ class EndExperimentOperator(_ExperimentStep):
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.tuning.store import best_row
 
-        experiment = experiment_for(self.config_path, context)
-        store = ExperimentStoreHook(self.store_conn_id).get_conn()
-        all_rows = store.trial_rows(experiment.experiment_id)
+        experiment, store = self.owned_experiment(context)
         window = experiment.window(store, context["run_id"])
+        if not window.count:
+            raise AirflowFailException(
+                f"experiment {experiment.experiment_id}: this run has no trials (its start step did not give it any)"
+            )
+        all_rows = store.trial_rows(experiment.experiment_id)
         # A run that continues a study reports its own trials, and the study's best beside them.
-        rows = [
-            r
-            for r in all_rows
-            if not window.count or window.first_index <= (r["trial_index"] or 0) < window.first_index + window.count
-        ]
+        end = window.first_index + window.count
+        rows = [r for r in all_rows if window.first_index <= (r["trial_index"] or 0) < end]
         mode = experiment.config.optimize_mode
         best = best_row(rows, mode)
         study_best = best_row(all_rows, mode)

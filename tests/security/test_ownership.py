@@ -1,0 +1,93 @@
+"""One DAG's run never reaches another DAG's experiment (ids are guessable: a hash of names).
+
+A person allowed to trigger DAG A names DAG B's experiment in A's run conf, or the id a future
+run of B will get: the start step refuses, and the store is as it was.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from trialflow.experiment import ExperimentNotOwned, check_owner
+from trialflow.platforms.base import experiment_id_for
+from trialflow.tuning.store import ExperimentStore, sqlite_url
+
+CONFIG = f"""\
+searchSpace: {{x: {{_type: choice, _value: [1, 2, 3]}}}}
+trialCommand: {sys.executable} t.py
+trialConcurrency: 1
+maxTrialNumber: 1
+tuner: {{name: Random}}
+trainingService: {{platform: local}}
+"""
+TRIAL = "import trialflow.trial as t\np = t.get_next_parameter()\nt.report_final_result(p['x'])\n"
+
+
+def test_a_store_check_refuses_other_dags_experiments(tmp_path):
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    theirs = experiment_id_for("dag_b", "run-1")
+    store.open_experiment(theirs)
+    store.set_experiment_attrs(theirs, {"dag_id": "dag_b"})
+    check_owner(store, theirs, "dag_b", {"experiment_id": theirs})  # its own DAG may name it
+    with pytest.raises(ExperimentNotOwned, match="not an experiment of DAG 'dag_a'"):
+        check_owner(store, theirs, "dag_a", {"experiment_id": theirs})
+    with pytest.raises(ExperimentNotOwned, match="belongs to another DAG"):
+        check_owner(store, theirs, "dag_a", {})
+    future = experiment_id_for("dag_b", "run-2")
+    with pytest.raises(ExperimentNotOwned, match="not an experiment of DAG 'dag_a'") as refused:
+        check_owner(store, future, "dag_a", {"experiment_id": future})
+    # the same words whether the id exists elsewhere or not at all: nothing about B leaks
+    assert str(refused.value).replace(future, theirs) == str(
+        pytest.raises(ExperimentNotOwned, check_owner, store, theirs, "dag_a", {"experiment_id": theirs}).value
+    )
+    check_owner(store, experiment_id_for("dag_a", "r"), "dag_a", {})  # a new experiment of its own
+    assert not store.experiment_exists(future)
+
+
+@pytest.mark.integration
+def test_a_run_conf_cannot_take_over_or_plant_in_another_dags_experiment(harness):
+    dag_b, _ = harness.experiment("owner_b", CONFIG, {"t.py": TRIAL})
+    dag_a, _ = harness.experiment("attacker_a", CONFIG, {"t.py": TRIAL})
+    run_b, state = harness.run(dag_b)
+    assert state == "success"
+    store = harness.store
+    victim = experiment_id_for(dag_b, run_b)
+    before = (store.experiment_attrs(victim), store.trial_rows(victim))
+
+    harness.airflow.wait_for_dag(dag_a, harness.dag_files[dag_a], timeout=90)
+    future = experiment_id_for(dag_b, "manual__2099-01-01T00:00:00+00:00")
+    for named in (victim, future):
+        run_a = harness.airflow.trigger(dag_a, conf={"experiment_id": named})
+        _, state = harness.wait(dag_a, run_a, timeout=180)
+        states = {ti["task_id"]: ti["state"] for ti in harness.airflow.task_instances(dag_a, run_a)}
+        assert state == "failed", states
+        assert states["start_experiment"] == "failed"
+        assert states["trial"] == "upstream_failed"
+        assert states["end_experiment"] == "failed"  # and it read nothing of B's trials to report
+
+    after = (store.experiment_attrs(victim), store.trial_rows(victim))
+    assert after == before  # B's owner, run, config and trials untouched
+    assert after[0]["dag_id"] == dag_b
+    assert not store.experiment_exists(future)  # nothing planted for B's future run
+
+
+def test_a_trial_task_of_a_run_its_start_step_did_not_window_starts_nothing(tmp_path):
+    """Defence behind the start step: a trial task (say, after a person marked the failed start
+    step 'success') finds no window for its run and asks the tuner for nothing."""
+    from trialflow import lifecycle
+    from trialflow.config import load_config
+    from trialflow.experiment import Experiment
+
+    (tmp_path / "config.yml").write_text(CONFIG)
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "eowned01", tmp_path / "work")
+    experiment.open(store)
+    with pytest.raises(lifecycle.TrialCannotRun, match="its start step did not give it that trial"):
+        lifecycle.start_trial(experiment, store, "not-started", 0)
+    assert store.trial_rows("eowned01") == []
+    experiment.start_run(store, "started")
+    with pytest.raises(lifecycle.TrialCannotRun):  # and only the indexes the window holds
+        lifecycle.start_trial(experiment, store, "started", 1)
+    assert store.trial_rows("eowned01") == []
