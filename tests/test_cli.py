@@ -62,6 +62,24 @@ def test_validate_ok_and_failures(experiment, tmp_path):
     assert result.returncode == 1 and "closest supported choice is 'TPE'" in result.stderr
 
 
+def test_validate_says_what_a_config_without_max_trial_number_runs(tmp_path):
+    """Not "100 trials": without maxTrialNumber the experiment goes on in follow-on runs."""
+    path = tmp_path / "open.yml"
+    unbounded = GOOD.format(command="x", n=1).replace("maxTrialNumber: 1\n", "")
+    path.write_text(unbounded)
+    said = cli("validate", str(path)).stderr
+    assert (
+        "trials without a limit until you stop it (no maxTrialNumber, no maxExperimentDuration), 100 per DAG run"
+        in said
+    )
+    path.write_text(unbounded + "maxExperimentDuration: 90m\n")
+    assert (
+        "trials without a limit until maxExperimentDuration (90m), 100 per DAG run" in cli("validate", str(path)).stderr
+    )
+    path.write_text(GOOD.format(command="x", n=7))
+    assert "; 7 trials, 2 at a time" in cli("validate", str(path)).stderr
+
+
 def test_convert_prints_a_loadable_v2_config(tmp_path):
     (tmp_path / "space.json").write_text('{"x": {"_type": "choice", "_value": [1, 2]}}')
     v1 = tmp_path / "v1.yml"

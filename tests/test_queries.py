@@ -155,3 +155,32 @@ def test_importance_and_export(store):
 def test_unknown_experiment(store):
     with pytest.raises(queries.UnknownExperiment):
         queries.trials_page(store.storage.engine, "nope")
+
+
+def test_an_early_stop_after_the_final_result_keeps_it_in_every_view(store):
+    """The assessor's stop took effect after the trial had written its final result: the trial
+    stays EARLY_STOPPED and its final counts, as NNI counts it (the tuner, the best, sorting,
+    curves, the summary), so no view shows a metric the others leave out."""
+    from trialflow.tuning.store import best_row
+
+    fill(store)
+    engine = store.storage.engine
+    asked = store.ask("eq000001", 8, "eq000001-0008", RANDOM, SPACE)
+    store.set_status(asked.storage_id, TrialStatus.RUNNING)
+    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", 0, 0.9), Metric("FINAL", 0, 0.5)])
+    record = store.close(asked.storage_id, TrialStatus.EARLY_STOPPED, "Medianstop: below the median")
+    assert record.status == TrialStatus.EARLY_STOPPED and record.final == 0.5
+    frozen = store.storage.get_trial(asked.storage_id)
+    assert frozen.state.name == "COMPLETE" and frozen.values == [0.5]  # what the tuner learns from
+    best = best_row(store.trial_rows("eq000001"), "minimize")
+    assert best is not None and best["trial_index"] == 8
+    summary = queries.experiment_summary(engine, "eq000001")
+    assert summary["best"]["trial_index"] == 8 and summary["best"]["status"] == "EARLY_STOPPED"
+    (row,) = queries.list_experiments(engine)
+    assert row.best == 0.5
+    by_metric = queries.trials_page(engine, "eq000001", sort="metric")["rows"]
+    assert by_metric[0]["trial_index"] == 8 and by_metric[0]["metric"] == 0.5
+    assert 8 in {c["trial_index"] for c in queries.curves(engine, "eq000001", top=1)["curves"]}
+    # an early stop with no final result stays out of all of them
+    stopped = store.storage.get_trial(store.find_trial_id("eq000001", 3))
+    assert stopped.state.name == "PRUNED" and stopped.values is None

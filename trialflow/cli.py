@@ -30,8 +30,25 @@ def _load(path: str) -> ExperimentConfig | None:
         return None
 
 
+def trials_sentence(config: ExperimentConfig) -> str:
+    """How many trials the experiment runs, as it will run them: a config without
+    maxTrialNumber is not "100 trials" but unbounded, in DAG runs of that many."""
+    from trialflow.config.units import format_duration
+    from trialflow.experiment import trial_count, unbounded
+
+    count = trial_count(config)
+    if not unbounded(config):
+        return f"{count} trials"
+    until = (
+        f"until maxExperimentDuration ({format_duration(config.max_experiment_duration)})"
+        if config.max_experiment_duration
+        else "until you stop it (no maxTrialNumber, no maxExperimentDuration)"
+    )
+    return f"trials without a limit {until}, {count} per DAG run"
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    from trialflow.experiment import check_runnable, trial_count
+    from trialflow.experiment import check_runnable
 
     config = _load(args.config)
     if config is None:
@@ -40,7 +57,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if problems:
         return _fail(ConfigError(problems))
     print(
-        f"{args.config}: OK ({', '.join(config.platform_names)}; {trial_count(config)} trials, "
+        f"{args.config}: OK ({', '.join(config.platform_names)}; {trials_sentence(config)}, "
         f"{config.trial_concurrency} at a time)",
         file=sys.stderr,
     )

@@ -63,13 +63,14 @@ SKIPPED_COUNT = "skipped_metrics"
 SKIPPED_FIRST = "skipped_first"
 
 
-def carry_skipped(before: Cursor, update: TrialUpdate, trial_id: Any) -> Cursor:
-    """The platform's new cursor, still counting the malformed records skipped so far (the
-    count travels with the cursor from the worker to the triggerer). Each skip is warned once."""
+def carry_skipped(before: Cursor, update: TrialUpdate, trial_id: Any, uncounted: list[str] | None = None) -> Cursor:
+    """The platform's new cursor, still counting the records skipped so far: malformed ones the
+    platform could not read and ``uncounted`` ones the store would not count (the count travels
+    with the cursor from the worker to the triggerer). Each skip is warned once."""
     cursor = dict(update.cursor)
     count = int(before.get(SKIPPED_COUNT, 0))
     first = before.get(SKIPPED_FIRST)
-    for reason in update.skipped:
+    for reason in [*update.skipped, *(uncounted or [])]:
         log.warning("Trial %s: skipped %s", trial_id, reason)
         count += 1
         first = first or reason[:300]
@@ -83,7 +84,7 @@ def with_skipped(message: str | None, cursor: Cursor) -> str | None:
     count = int(cursor.get(SKIPPED_COUNT, 0))
     if not count:
         return message
-    note = f"{count} malformed metric record{'s' if count > 1 else ''} skipped (first: {cursor.get(SKIPPED_FIRST)})"
+    note = f"{count} metric record{'s' if count > 1 else ''} skipped (first: {cursor.get(SKIPPED_FIRST)})"
     return f"{message}; {note}" if message else note
 
 
@@ -129,9 +130,10 @@ class Follower:
         """
         outcome = self.outcome
         update = await self.platform.poll(self.handle, outcome.cursor)
+        uncounted = None
         if update.metrics:
-            await asyncio.to_thread(self.store.record_metrics, self.storage_id, update.metrics)
-        outcome.cursor = carry_skipped(outcome.cursor, update, self.handle.get("trial_id"))
+            uncounted = await asyncio.to_thread(self.store.record_metrics, self.storage_id, update.metrics)
+        outcome.cursor = carry_skipped(outcome.cursor, update, self.handle.get("trial_id"), uncounted)
         if update.status.is_terminal:
             outcome.status, outcome.exit_code = update.status, update.exit_code
             outcome.message = with_skipped(update.message, outcome.cursor)

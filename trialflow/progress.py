@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from trialflow.platforms.base import TERMINAL_STATUSES
+from trialflow.trial.status import COUNTED_STATUS_NAMES
 
 _TERMINAL = {s.value for s in TERMINAL_STATUSES}
 
@@ -61,7 +62,9 @@ class RunDisplay:
     def update(self, rows: list[dict[str, Any]]) -> None:
         counts = Counter(r["status"] for r in rows)
         done = sum(n for s, n in counts.items() if s in _TERMINAL)
-        finals = [r["final_metric"] for r in rows if r["final_metric"] is not None and r["status"] == "SUCCEEDED"]
+        finals = [
+            r["final_metric"] for r in rows if r["final_metric"] is not None and r["status"] in COUNTED_STATUS_NAMES
+        ]
         best = (min if self.optimize_mode == "minimize" else max)(finals) if finals else None
         description = f"trials: {counts.get('RUNNING', 0)} running, {counts.get('FAILED', 0)} failed"
         if best is not None:

@@ -21,6 +21,7 @@ from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform
 from trialflow.trial.protocol import (
     MAX_STDOUT_LINE,
+    Metric,
     frame,
     metric_record,
     read_framed,
@@ -160,7 +161,7 @@ def test_garbage_in_the_metrics_file_costs_nothing_but_a_warning(run_trial, capl
     status, frozen, message = run_trial("garbage line\\n", 0.8)
     assert status == TrialStatus.SUCCEEDED and frozen.state.name == "COMPLETE" and frozen.value == 0.8
     assert frozen.intermediate_values == {0: 0.25, 1: 0.5}
-    assert "1 malformed metric record skipped" in message
+    assert "1 metric record skipped (first: bytes that are not a metric frame" in message
     assert any("skipped bytes that are not a metric frame" in r.message for r in caplog.records)
 
 
@@ -222,3 +223,42 @@ def test_a_trial_writing_over_its_exit_code_file_is_followed_to_its_real_end(run
     status, frozen, message = run_trial("", 0.7, before)
     assert status == TrialStatus.SUCCEEDED and frozen.state.name == "COMPLETE" and frozen.value == 0.7, message
     assert frozen.intermediate_values == {0: 0.25, 1: 0.5}
+
+
+UNCOUNTED = """\
+from trialflow import trial
+trial.get_next_parameter()
+for value in (float("nan"), float("inf"), "text", {"loss": 1}, 0.5):
+    trial.report_intermediate_result(value)
+trial.report_final_result(0.9)
+trial.report_final_result(0.1)
+"""
+
+
+def test_results_that_are_not_counted_are_said_in_the_message(tmp_path):
+    """Intermediate results that are not finite numbers stay off the curve and the assessor, and
+    a second final result is ignored (NNI keeps the first): each is counted in the message,
+    never dropped without a word."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "t.py").write_text(UNCOUNTED)
+    store = ExperimentStore(sqlite_url(tmp_path / "store.db"))
+    store.open_experiment("euncount", RANDOM, SPACE)
+    platform = LocalPlatform(LocalConfig(), tmp_path / "work")
+    platform.prepare_sync("euncount")
+    asked = store.ask("euncount", 0, "euncount-0000", RANDOM, SPACE)
+    spec = TrialSpec("euncount", "euncount-0000", 0, 0, asked.parameters, f"{PY} t.py", code)
+    handle = platform.submit_sync(spec)
+    outcome = asyncio.run(follow_trial(platform, store, handle, asked.storage_id, poll_interval=0.05))
+    record = store.close(asked.storage_id, outcome.status, outcome.message)
+    frozen = store.storage.get_trial(asked.storage_id)
+    assert outcome.status == TrialStatus.SUCCEEDED and frozen.value == 0.9 and record.final == 0.9
+    assert frozen.intermediate_values == {4: 0.5}
+    message = record.message or ""
+    assert message.startswith("5 metric records skipped (first: intermediate result 0 ('nan') is not a finite"), message
+    # reading the same records again (a cursor lost in a restart) counts nothing twice
+    assert store.record_metrics(asked.storage_id, [Metric("FINAL", 0, 0.9)]) == []
+    assert (
+        "a second final result (0.1) was ignored"
+        in store.record_metrics(asked.storage_id, [Metric("FINAL", 0, 0.1)])[0]
+    )

@@ -57,3 +57,12 @@ def parse_size_mb(value: object) -> int:
     if not math.isfinite(size) or size <= 0:
         raise ValueError(f"expected a positive, finite size, got {value!r}")
     return max(1, int(round(size)))
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds in NNI's own words, the largest unit that says them exactly (7200 -> "2h")."""
+    for unit in ("d", "h", "m"):
+        count = seconds / _DURATION_UNITS[unit]
+        if count >= 1 and count == int(count):
+            return f"{int(count)}{unit}"
+    return f"{seconds:g}s"

@@ -24,6 +24,7 @@ from trialflow.queries.tables import (
     study_id_of,
 )
 from trialflow.queries.trials import trials_page
+from trialflow.trial.status import COUNTED_STATUS_NAMES
 
 
 def _status_counts(conn: sa.Connection, study_ids: Sequence[int] | None) -> dict[int, dict[str, int]]:
@@ -174,7 +175,12 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
     best = None
     if best_value is not None:
         page = trials_page(
-            engine, experiment_id, sort="metric", descending=mode != "minimize", limit=1, statuses=["SUCCEEDED"]
+            engine,
+            experiment_id,
+            sort="metric",
+            descending=mode != "minimize",
+            limit=1,
+            statuses=sorted(COUNTED_STATUS_NAMES),
         )
         best = page["rows"][0] if page["rows"] else None
     windows = [dict(decoded(value) or {}, run_id=key[len("run:") :]) for key, value in runs]

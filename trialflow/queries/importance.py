@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine
 
 from trialflow.queries.tables import TRIAL_INDEX, VALUES, optimize_mode, study_id_of
 from trialflow.queries.trials import chart_data
+from trialflow.trial.status import COUNTED_STATUS_NAMES
 
 
 def flatten_parameters(parameters: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -44,7 +45,9 @@ def importance(engine: Engine, experiment_id: str) -> dict[str, Any]:
     key = (str(engine.url), experiment_id, int(finished or 0))
     if key in _importance_cache:
         return _importance_cache[key]
-    rows = [r for r in chart_data(engine, experiment_id) if r["status"] == "SUCCEEDED" and r["metric"] is not None]
+    rows = [
+        r for r in chart_data(engine, experiment_id) if r["status"] in COUNTED_STATUS_NAMES and r["metric"] is not None
+    ]
     result: dict[str, Any] = {"importances": {}, "trials": len(rows), "evaluator": "PED-ANOVA", "note": None}
     if len(rows) < 4:
         result["note"] = "needs at least 4 succeeded trials"

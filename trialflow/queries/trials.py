@@ -30,6 +30,7 @@ from trialflow.queries.tables import (
     optimize_mode,
     study_id_of,
 )
+from trialflow.trial.status import COUNTED_STATUS_NAMES
 
 SortKey = str  # "index" | "status" | "metric" | "duration" | "platform" | "param:<name>"
 
@@ -274,7 +275,10 @@ def curves(
         if indexes is None:
             minimize = optimize_mode(engine, experiment_id) == "minimize"
             best = conn.execute(
-                base.where(status.c.value_json == json.dumps("SUCCEEDED"), VALUES.c.value.is_not(None))
+                base.where(
+                    status.c.value_json.in_([json.dumps(s) for s in sorted(COUNTED_STATUS_NAMES)]),
+                    VALUES.c.value.is_not(None),
+                )
                 .order_by(VALUES.c.value.asc() if minimize else VALUES.c.value.desc())
                 .limit(top)
             ).all()

@@ -34,7 +34,7 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import SearchSpace
 from trialflow.trial.protocol import Metric, describe_result
 from trialflow.trial.protocol import scalar as _plain_scalar
-from trialflow.trial.status import TrialStatus
+from trialflow.trial.status import COUNTED_STATUS_NAMES, COUNTED_STATUSES, TrialStatus
 from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
 from trialflow.tuning.storage import TrialflowStorage
 from trialflow.tuning.tuners import make_sampler, sample_parameters
@@ -367,16 +367,40 @@ class ExperimentStore:
         """Facts about a trial besides its status: handle, started_at, service_index, host."""
         self.storage.set_trial_user_attrs(storage_id, attrs)
 
-    def record_metrics(self, storage_id: int, metrics: Iterable[Metric]) -> None:
+    def record_metrics(self, storage_id: int, metrics: Iterable[Metric]) -> list[str]:
         """Intermediate results become Optuna intermediate values (idempotent per sequence, so a
-        re-read after a restart changes nothing); the final result waits for ``finish``."""
+        re-read after a restart changes nothing); the final result waits for ``finish``.
+
+        Returns why records were not counted, for the trial's message: an intermediate result
+        that is not a finite number (NaN, infinity, a string, a dict without ``default``) has
+        no place on a curve or before an assessor; a second, different final result is ignored,
+        as NNI keeps the first one the trial reported (the same final read again after a
+        restart is the first one, not a second)."""
+        skipped: list[str] = []
+        first_final: Any = None
         for metric in metrics:
             if metric.is_final:
-                self.storage.set_trial_user_attr(storage_id, "final_metric", _jsonable(metric.value))
+                reported = _jsonable(metric.value)
+                if first_final is None:
+                    first_final = self.storage.get_trial(storage_id).user_attrs.get("final_metric")
+                if first_final is None:
+                    self.storage.set_trial_user_attr(storage_id, "final_metric", reported)
+                    first_final = reported
+                elif reported != first_final:
+                    skipped.append(
+                        f"a second final result ({_preview(reported)}) was ignored: the first "
+                        f"({_preview(first_final)}) counts, as in NNI"
+                    )
                 continue
             value = scalar(metric.value)
             if value is not None and math.isfinite(value):
                 self.storage.set_trial_intermediate_value(storage_id, metric.sequence, value)
+            else:
+                skipped.append(
+                    f"intermediate result {metric.sequence} ({_preview(_jsonable(metric.value))}) "
+                    "is not a finite number"
+                )
+        return skipped
 
     def finish(self, storage_id: int, status: TrialStatus, final: Any = None, message: str | None = None) -> None:
         """Close the trial in the store; a second call (retry) leaves a finished trial alone."""
@@ -403,7 +427,7 @@ class ExperimentStore:
                 attrs["final_metric_extra"] = {k: _jsonable(v) for k, v in final.items() if k != "default"}
         value = scalar(final)
         values: list[float] | None = None
-        if status == TrialStatus.SUCCEEDED and value is not None and math.isfinite(value):
+        if status in COUNTED_STATUSES and value is not None and math.isfinite(value):
             state, values = TrialState.COMPLETE, [value]
         elif status == TrialStatus.EARLY_STOPPED:
             state = TrialState.PRUNED
@@ -454,6 +478,12 @@ class ExperimentStore:
         return sorted(rows, key=lambda r: (r["trial_index"] is None, r["trial_index"] or 0))
 
 
+def _preview(value: Any, limit: int = 40) -> str:
+    """A reported value as the message quotes it: short, whatever the trial sent."""
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
@@ -463,9 +493,7 @@ def best_row(rows: list[dict[str, Any]], optimize_mode: str) -> dict[str, Any] |
     done = [
         r
         for r in rows
-        if r["status"] == TrialStatus.SUCCEEDED.value
-        and r["final_metric"] is not None
-        and math.isfinite(r["final_metric"])
+        if r["status"] in COUNTED_STATUS_NAMES and r["final_metric"] is not None and math.isfinite(r["final_metric"])
     ]
     if not done:
         return None
