@@ -316,7 +316,7 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
             asked = recorded_cancel(folder)
             status, message = asked if asked else (status, "killed on DLTS")
         cursor = dict(cursor)
-        metrics, skipped = await asyncio.to_thread(read_log_metrics, folder / LOG_FILE, cursor, status.is_terminal)
+        metrics, skipped = await asyncio.to_thread(read_log_metrics, folder, LOG_FILE, cursor, status.is_terminal)
         return TrialUpdate(
             status, metrics, cursor, message, _exit_code(folder) if status.is_terminal else None, skipped
         )

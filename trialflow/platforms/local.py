@@ -41,6 +41,7 @@ from trialflow.platforms.base import (
 from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequest, acquire, release_command
 from trialflow.platforms.leftovers import stop_marked_command, trial_mark
 from trialflow.platforms.mounted import read_framed_file
+from trialflow.trial.folder import TrialFileRefused, read_in_folder
 from trialflow.trial.protocol import (
     METRICS_FILE,
     complete_line,
@@ -333,9 +334,10 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         pause = 0.002  # a wrapper records its pid a few ms after it starts: look soon, then less often
         while True:
             try:
-                pid_text = complete_line((sys_dir / PID_FILE).read_text(errors="replace")).split()
-            except FileNotFoundError:
-                pid_text = []
+                pid_text = complete_line(read_in_folder(sys_dir, PID_FILE, 0, 4096).decode(errors="replace")).split()
+            except TrialFileRefused as exc:
+                pid_text = [str(exc)]  # not the wrapper's line: said below, never taken for 'not launched'
+
             if pid_text:
                 try:
                     pid = int(pid_text[0])
@@ -424,7 +426,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
 
     def read_metrics(self, handle: TrialHandle, offset: int, final: bool = False) -> tuple[list, int, list[str]]:
         """New metrics from ``offset``: one chunk while the trial runs, everything once it ended."""
-        return read_framed_file(Path(handle["trial_dir"]) / METRICS_FILE, offset, final)
+        return read_framed_file(Path(handle["trial_dir"]), METRICS_FILE, offset, final)
 
     def _cancel_request(self, sys_dir: Path) -> dict[str, Any] | None:
         try:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trialflow.trial.folder import TrialFileRefused, read_in_folder
 from trialflow.trial.packing import SDK_FILES, check_limits, collect_files
 from trialflow.trial.protocol import Metric, parameter_text, read_framed, read_stdout_lines
 from trialflow.trial.status import CANCEL_STATUSES, TrialStatus
@@ -146,23 +147,24 @@ def write_parameter_file(folder: Path, parameter_id: Any, parameters: dict[str, 
     os.replace(tmp, folder / "parameter.cfg")
 
 
-def read_bytes(path: Path, offset: int, limit: int = READ_CHUNK) -> bytes:
-    """Up to ``limit`` bytes from ``offset``; nothing when the file is not there yet."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            return fh.read(limit)
-    except FileNotFoundError:
-        return b""
+#: The offset of a metrics file that was refused (a symlink, a FIFO): said once, never read.
+REFUSED = -1
 
 
-def read_framed_file(path: Path, offset: int, final: bool = False) -> tuple[list[Metric], int, list[str]]:
-    """New ``.nni/metrics`` frames from ``offset``: one chunk while the trial runs, everything
-    once it ended. Returns the metrics, the next offset and why any record was skipped."""
+def read_framed_file(folder: Path, name: str, offset: int, final: bool = False) -> tuple[list[Metric], int, list[str]]:
+    """New ``.nni/metrics`` frames of ``folder/name`` from ``offset``: one chunk while the
+    trial runs, everything once it ended. Returns the metrics, the next offset and why any
+    record was skipped. A file the trial replaced by a symlink or something not a regular
+    file is not read (trialflow.trial.folder): said once, and the offset stays REFUSED."""
     metrics: list[Metric] = []
     skipped: list[str] = []
+    if offset == REFUSED:
+        return metrics, offset, skipped
     while True:
-        data = read_bytes(path, offset)
+        try:
+            data = read_in_folder(folder, name, offset, READ_CHUNK)
+        except TrialFileRefused as exc:
+            return metrics, REFUSED, [*skipped, str(exc)]
         last = len(data) < READ_CHUNK
         read = read_framed(data, final=final and last)
         metrics += read.metrics
@@ -172,9 +174,19 @@ def read_framed_file(path: Path, offset: int, final: bool = False) -> tuple[list
             return metrics, offset, skipped
 
 
-def read_log_metrics(path: Path, cursor: dict[str, Any], final: bool = False) -> tuple[list[Metric], list[str]]:
-    """New ``NNISDK_MEb`` lines of a trial's output file (see :func:`read_metric_lines`)."""
-    return read_metric_lines(lambda offset, limit: read_bytes(path, offset, limit), cursor, final)
+def read_log_metrics(
+    folder: Path, name: str, cursor: dict[str, Any], final: bool = False
+) -> tuple[list[Metric], list[str]]:
+    """New ``NNISDK_MEb`` lines of the trial's output file ``folder/name`` (see
+    :func:`read_metric_lines`); one the trial replaced by a symlink or a FIFO is not read,
+    said once (``cursor["refused"]``)."""
+    if cursor.get("refused"):
+        return [], []
+    try:
+        return read_metric_lines(lambda offset, limit: read_in_folder(folder, name, offset, limit), cursor, final)
+    except TrialFileRefused as exc:
+        cursor["refused"] = True
+        return [], [str(exc)]
 
 
 def read_metric_lines(

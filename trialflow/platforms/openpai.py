@@ -302,7 +302,7 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
             status, message = self._stopped_as(handle, message)
         cursor = dict(cursor)
         metrics, skipped = await asyncio.to_thread(
-            read_log_metrics, Path(handle["trial_dir"]) / LOG_FILE, cursor, status.is_terminal
+            read_log_metrics, Path(handle["trial_dir"]), LOG_FILE, cursor, status.is_terminal
         )
         return TrialUpdate(status, metrics, cursor, message, code, skipped)
 

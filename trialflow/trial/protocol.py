@@ -248,10 +248,13 @@ def read_state_file(sys_dir: str | os.PathLike[str]) -> int | None:
     The file sits in the trial's output folder, where its own code writes too; a line that is
     not the wrapper's (no integer first) is read as no exit code yet: the wrapper overwrites it
     when the trial ends, and a trial whose wrapper is gone without one is failed for that."""
-    try:
-        text = complete_line((Path(sys_dir) / STATE_FILE).read_text(errors="replace")).split()
-    except FileNotFoundError:
+    from trialflow.trial.folder import TrialFileRefused, read_in_folder
+
+    try:  # a symlink or a FIFO there is not the wrapper's line either (and must not block)
+        raw = read_in_folder(sys_dir, STATE_FILE, 0, 4096)
+    except TrialFileRefused:
         return None
+    text = complete_line(raw.decode(errors="replace")).split()
     try:
         return int(text[0]) if text else None
     except ValueError:

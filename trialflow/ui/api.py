@@ -153,16 +153,18 @@ def _log_tail(handle: dict[str, Any]) -> list[dict[str, str]]:
     folder = handle.get("trial_dir")
     if handle.get("platform") not in ("local",) or not isinstance(folder, str):
         return []
+    from trialflow.trial.folder import TrialFileRefused, tail_in_folder
+
     out = []
     for name in LOG_FILES:
-        path = Path(folder) / name
-        try:
-            size = path.stat().st_size
-            with open(path, "rb") as handle_file:
-                handle_file.seek(max(0, size - LOG_TAIL_BYTES))
-                text = handle_file.read().decode("utf-8", "replace")
+        try:  # the trial's code may have put a symlink (to /etc/shadow) or a FIFO there
+            data, size = tail_in_folder(folder, name, LOG_TAIL_BYTES)
+        except TrialFileRefused as exc:
+            out.append({"name": name, "text": f"(not shown: {exc})"})
+            continue
         except OSError:
             continue
+        text = data.decode("utf-8", "replace")
         out.append({"name": name, "text": text if size <= LOG_TAIL_BYTES else "…" + text.split("\n", 1)[-1]})
     return out
 

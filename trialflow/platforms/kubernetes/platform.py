@@ -342,7 +342,7 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         cursor["log_read_at"] = now
         if self.storage is not None:
             path = kube_storage.local_log_file(self.storage, handle["experiment_id"], handle["trial_id"], pod)
-            metrics, skipped = read_log_metrics(path, cursor, final=status.is_terminal)
+            metrics, skipped = read_log_metrics(path.parent, path.name, cursor, final=status.is_terminal)
             return metrics, cursor, skipped
         text = await self.api.pod_log(pod, self.log_container(), since_time(cursor.get("log_ts")))
         lines, cursor["log_ts"], cursor["log_n"] = new_log_lines(

@@ -28,6 +28,23 @@ SEPARATOR = b"\n--trialflow-metrics--\n"  # what `echo; echo --trialflow-metrics
 METRICS_SOURCE = "stdout.log"
 
 
+def read_file(name: str, offset: int = 0, max_bytes: int = 4096) -> str:
+    """Shell text that prints up to ``max_bytes`` of ``name`` (a file in the current folder,
+    the trial's) from ``offset``, and nothing when it is not a regular file there.
+
+    The trial's code owns its folder: a symlink where its output or exit code was would show
+    another file (say /etc/shadow) to whoever reads the result, and a FIFO would hang the
+    poll. GNU dd opens with O_NOFOLLOW and O_NONBLOCK (``iflag=nofollow,nonblock``), and
+    ``[ -f ]`` before it refuses what is not a regular file (a FIFO swapped in between the two
+    still cannot block: the open does not wait and its read finds nothing). Remote machines
+    need GNU coreutils, as NNI's remote mode assumed Linux."""
+    q = shlex.quote(name)
+    return (
+        f"{{ [ -f {q} ] && [ ! -L {q} ] && dd if={q} iflag=nofollow,nonblock,skip_bytes,count_bytes "
+        f"skip={int(offset)} count={int(max_bytes)} bs=65536 status=none; }} 2>/dev/null"
+    )
+
+
 def probe_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> str:
     """One round trip per poll: status facts as key=value lines, a separator, then the trial's
     stdout after ``offset`` (off the local platform, nni and trialflow's SDK report metrics as
@@ -36,20 +53,19 @@ def probe_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> s
     return (
         f"cd {d} 2>/dev/null || {{ echo missing=1; exit 0; }}; "
         # liveness before the exit code: a wrapper found gone has written it
-        'p="$(cat pid 2>/dev/null)"; echo "pid=$p"; '
+        f'p="$({read_file("pid")})"; echo "pid=$p"; '
         'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo alive=1; else echo alive=0; fi; '
-        'echo "exit=$(cat exit_code 2>/dev/null)"; '
-        f'echo "cancel=$(cat {CANCEL_FILE} 2>/dev/null)"; '
+        f'echo "exit=$({read_file("exit_code")})"; '
+        f'echo "cancel=$({read_file(CANCEL_FILE, max_bytes=65536)})"; '
         "echo; echo --trialflow-metrics--; "
-        f"tail -c +{offset + 1} {METRICS_SOURCE} 2>/dev/null | head -c {max_bytes}; true"
+        f"{read_file(METRICS_SOURCE, offset, max_bytes)}; true"
     )
 
 
 def read_command(trial_dir: str, offset: int, max_bytes: int = READ_CHUNK) -> str:
     """The trial's stdout after ``offset``, at most ``max_bytes`` (the rest of an ended trial's
     output, when a poll's chunk was full)."""
-    source = shlex.quote(f"{trial_dir}/{METRICS_SOURCE}")
-    return f"tail -c +{int(offset) + 1} {source} 2>/dev/null | head -c {int(max_bytes)}; true"
+    return f"cd {shlex.quote(trial_dir)} && {read_file(METRICS_SOURCE, offset, max_bytes)}; true"
 
 
 def parse_probe(output: bytes) -> tuple[dict[str, str], bytes]:
@@ -112,10 +128,9 @@ def kill_command(trial_dir: str, grace_seconds: float) -> str:
     """TERM the trial's process group (its pid leads it: setsid), KILL it if it is still there
     after ``grace_seconds``. A pid that is not an integer above 1 is never signalled (``kill
     -0`` or ``-1`` would reach every process of the account)."""
-    pid_file = shlex.quote(f"{trial_dir}/pid")
     steps = max(1, int(grace_seconds * 10))
     return (
-        f'p="$(cat {pid_file} 2>/dev/null)"; '
+        f'p="$(cd {shlex.quote(trial_dir)} 2>/dev/null && {read_file("pid")})"; '
         'case "$p" in ""|*[!0-9]*) p=0;; esac; '
         'if [ "$p" -gt 1 ]; then kill -TERM -- -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; '
         f'i=0; while [ $i -lt {steps} ] && kill -0 -- -"$p" 2>/dev/null; do sleep 0.1; i=$((i+1)); done; '

@@ -1,0 +1,87 @@
+"""Reading the files a trial can write: inside its folder only, regular files only.
+
+A trial's code owns its folder: it can put a symlink where its ``stdout`` or its
+``.nni/metrics`` was (to ``/etc/shadow``, to another trial's folder), or a FIFO
+that never answers. Whoever reads those files (the follow loop, the experiment
+pages) may run as another user than the trial, so every component below the
+trial's folder is opened with ``O_NOFOLLOW`` relative to the one above it
+(``openat``), and only a regular file is read. No Airflow, no platform.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import PurePosixPath
+
+#: Opening a FIFO or a device would block or reach outside; O_NONBLOCK makes the open return,
+#: and the fstat below refuses what is not a regular file.
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+
+
+class TrialFileRefused(OSError):
+    """The path inside the trial's folder is a symlink, not a regular file, or leads outside."""
+
+
+def open_in_folder(folder: str | os.PathLike[str], name: str) -> int:
+    """A read-only descriptor of ``folder/name``, a regular file reached without following any
+    symlink below ``folder`` (nor ``folder`` itself). FileNotFoundError when it is not there
+    (yet); TrialFileRefused, naming ``name`` only, when it is there but not a plain file."""
+    parts = PurePosixPath(name).parts
+    if not parts or any(p in ("..", "/") for p in parts) or PurePosixPath(name).is_absolute():
+        raise TrialFileRefused(f"{name!r} is not a path inside the trial's folder")
+    try:
+        fd = os.open(folder, _DIR_FLAGS)
+    except OSError as exc:
+        raise _refused_or_missing(exc, "the trial's folder") from None
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            try:
+                child = os.open(part, _FILE_FLAGS if last else _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                raise _refused_or_missing(exc, name) from None
+            os.close(fd)
+            fd = child
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TrialFileRefused(f"{name} in the trial's folder is not a regular file: not read")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _refused_or_missing(exc: OSError, what: str) -> OSError:
+    import errno
+
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+        # ELOOP: a symlink where O_NOFOLLOW asked for none; ENOTDIR: a symlink or file where a
+        # folder should be (O_DIRECTORY | O_NOFOLLOW).
+        return TrialFileRefused(f"{what} in the trial's folder is a symlink or not what it should be: not read")
+    return exc
+
+
+def read_in_folder(folder: str | os.PathLike[str], name: str, offset: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes of ``folder/name`` from ``offset``; nothing when it is not there
+    yet. TrialFileRefused as :func:`open_in_folder`."""
+    try:
+        fd = open_in_folder(folder, name)
+    except FileNotFoundError:
+        return b""
+    try:
+        return os.pread(fd, limit, offset)
+    finally:
+        os.close(fd)
+
+
+def tail_in_folder(folder: str | os.PathLike[str], name: str, limit: int) -> tuple[bytes, int]:
+    """The last ``limit`` bytes of ``folder/name`` and the file's size (FileNotFoundError,
+    TrialFileRefused as :func:`open_in_folder`)."""
+    fd = open_in_folder(folder, name)
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, limit, max(0, size - limit)), size
+    finally:
+        os.close(fd)
