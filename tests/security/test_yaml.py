@@ -151,3 +151,80 @@ def test_too_many_values_are_refused(write):
     many = "big: [" + ", ".join("1" for _ in range(100_001)) + "]\n"
     with pytest.raises(ConfigError, match="more than 100000 values"):
         load_config(write("many.yml", HEAD + SPACE + many))
+
+
+# -- duplicate keys, and a search-space file that is not one -----------------------------------
+
+DUPLICATE_CONFIG = """\
+searchSpace: {x: {_type: uniform, _value: [0, 1]}}
+trialCommand: python3 t.py
+trialConcurrency: 1
+tuner: {name: TPE}
+trialConcurrency: 8
+trainingService: {platform: local}
+"""
+
+
+def test_a_key_written_twice_in_the_config_is_refused_with_both_lines(tmp_path):
+    from trialflow.config import ConfigError, load_config
+
+    path = tmp_path / "c.yml"
+    path.write_text(DUPLICATE_CONFIG)
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    assert f"{path}:5:" in str(refused.value)
+    assert "duplicate key 'trialConcurrency': on line 3 and line 5" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            '{"x": {"_type": "uniform", "_value": [0, 1]},\n "x": {"_type": "choice", "_value": [1]}}',
+            "on line 1 and line 2",
+        ),
+        ('{"x": {"_type": "uniform", "_value": [0, 1], "_type": "choice"}}', "duplicate key '_type'"),
+    ],
+)
+def test_a_key_written_twice_in_a_search_space_json_is_refused(tmp_path, text, expected):
+    from trialflow.config import ConfigError, load_config
+
+    (tmp_path / "space.json").write_text(text)
+    path = tmp_path / "c.yml"
+    path.write_text(
+        DUPLICATE_CONFIG.replace("trialConcurrency: 8\n", "").replace(
+            "searchSpace: {x: {_type: uniform, _value: [0, 1]}}", "searchSpaceFile: space.json"
+        )
+    )
+    with pytest.raises(ConfigError, match=expected):
+        load_config(path)
+
+
+SHADOW = "root:$6$TOPSECRETHASH:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n"
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("shadow", SHADOW),
+        ("shadow", "root: $6$TOPSECRET: x\n"),  # not YAML: PyYAML's message quotes the line
+        ("shadow", "password: TOPSECRET\n"),  # YAML, but no search space
+        ("shadow.json", '{"password": "TOPSECRET"}'),
+        ("shadow.json", '{"password": TOPSECRET}'),
+    ],
+)
+def test_a_search_space_file_that_is_not_one_is_described_not_quoted(tmp_path, name, text):
+    from trialflow.config import ConfigError, load_config
+
+    (tmp_path / name).write_text(text)
+    path = tmp_path / "c.yml"
+    path.write_text(
+        DUPLICATE_CONFIG.replace("trialConcurrency: 8\n", "").replace(
+            "searchSpace: {x: {_type: uniform, _value: [0, 1]}}", f"searchSpaceFile: {name}"
+        )
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    said = str(refused.value)
+    assert str(tmp_path / name) in said
+    assert "TOPSECRET" not in said and "password" not in said and "$6$" not in said

@@ -150,9 +150,44 @@ def check_expansion(root: yaml.Node) -> None:
                 stack.append((child, False))
 
 
+def check_duplicate_keys(root: yaml.Node) -> None:
+    """Refuse a mapping that names a key twice, with both lines: YAML (and JSON) readers keep
+    the last silently, so a config with two ``trialConcurrency`` lines ran with the second
+    while its author read the first. Keys are compared as written (tag and text); merge keys
+    (``<<``) are YAML's own way to repeat and are left to it."""
+    seen_nodes: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], int] = {}
+            for key, _ in node.value:
+                if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                    continue
+                line = key.start_mark.line + 1
+                known = first.get((key.tag, key.value))
+                if known is None:
+                    first[(key.tag, key.value)] = line
+                else:
+                    raise FileProblem(
+                        f"duplicate key {excerpt(key.value)}: on line {known} and line {line} "
+                        "(only one may stay: a reader would keep the last without a word)",
+                        line,
+                    )
+        stack.extend(_children(node))
+
+
+def excerpt(text: str, keep: int = 40) -> str:
+    """A value of the user's file as an error quotes it: at most ``keep`` characters."""
+    return repr(text if len(text) <= keep else text[: keep - 1] + "…")
+
+
 def load_yaml(text: str) -> tuple[Any, yaml.Node | None]:
-    """(data, root node for line numbers) of one YAML document, refusing bombs and recursion.
-    A yaml.YAMLError for text that is not YAML."""
+    """(data, root node for line numbers) of one YAML document, refusing bombs, recursion and
+    duplicate keys. A yaml.YAMLError for text that is not YAML."""
     _check_events(text)
     loader = _BoundedLoader(text)
     try:
@@ -160,6 +195,7 @@ def load_yaml(text: str) -> tuple[Any, yaml.Node | None]:
         if node is None:
             return None, None
         check_expansion(node)
+        check_duplicate_keys(node)
         return loader.construct_document(node), node
     finally:
         loader.dispose()
@@ -182,11 +218,37 @@ def check_json_shape(data: Any) -> None:
             stack.extend((v, level + 1) for v in value)
 
 
+class _DuplicateJsonKey(Exception):
+    pass
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateJsonKey(key)
+        out[key] = value
+    return out
+
+
 def load_json(text: str) -> Any:
-    """Parsed JSON within MAX_DEPTH / MAX_VALUES; json.JSONDecodeError for text that is not JSON."""
+    """Parsed JSON within MAX_DEPTH / MAX_VALUES, refusing duplicate keys (with both lines);
+    json.JSONDecodeError for text that is not JSON."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_refuse_duplicates)
     except RecursionError:
         raise FileProblem(f"nested deeper than {MAX_DEPTH} levels") from None
+    except _DuplicateJsonKey as exc:
+        # JSON's reader knows no lines: the same text composed as YAML (JSON is nearly a subset)
+        # finds both; where it cannot, the key alone is named.
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            if node is not None:
+                check_duplicate_keys(node)
+        except FileProblem as located:
+            raise located from None
+        except yaml.YAMLError:
+            pass
+        raise FileProblem(f"duplicate key {excerpt(str(exc.args[0]))} in one object") from None
     check_json_shape(data)
     return data

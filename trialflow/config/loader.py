@@ -190,6 +190,21 @@ def _message(error: ErrorDetails) -> str:
     return msg
 
 
+def looks_like_search_space(value: Any) -> bool:
+    """A mapping with at least one ``{_type: ...}`` entry: what a searchSpaceFile must hold
+    before its keys and values may be quoted in an error (any other file named there by
+    mistake is described, not quoted)."""
+    return isinstance(value, dict) and any(isinstance(v, dict) and "_type" in v for v in value.values())
+
+
+def masked_excerpt(text: str) -> str:
+    """What a file that is not a search space holds, said without showing it: its first
+    three characters and its size."""
+    head = text.lstrip()[:3]
+    lines = text.count("\n") + (not text.endswith("\n") and bool(text))
+    return f"starts {head!r}…, {lines} line{'s' if lines != 1 else ''}, {len(text)} characters"
+
+
 def _load_search_space(data: dict[str, Any], file: Path, lines: dict) -> None:
     """Inline the search space (from searchSpaceFile or searchSpace) and validate it."""
     keys = {normalize_key(k): k for k in data}
@@ -217,8 +232,23 @@ def _load_search_space(data: dict[str, Any], file: Path, lines: dict) -> None:
             space = load_json(text) if is_json else load_yaml(text)[0]
         except FileProblem as exc:
             raise ConfigError.single(space_path, (), exc.message, exc.line) from None
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise ConfigError.single(space_path, (), f"not valid {'JSON' if is_json else 'YAML'}: {exc}") from None
+        except json.JSONDecodeError as exc:  # its message names a position, never the text
+            raise ConfigError.single(space_path, (), f"not valid JSON: {exc.msg}", exc.lineno) from None
+        except yaml.YAMLError as exc:
+            # PyYAML's own message quotes the offending line: a file named here by mistake
+            # (a key, /etc/shadow) would be shown to whoever reads the error.
+            mark = getattr(exc, "problem_mark", None)
+            problem = getattr(exc, "problem", None) or "cannot be read"
+            raise ConfigError.single(
+                space_path, (), f"not valid YAML: {problem}", mark.line + 1 if mark is not None else None
+            ) from None
+        if not looks_like_search_space(space):
+            raise ConfigError.single(
+                space_path,
+                (),
+                "not a search space: expected a mapping of parameter name -> {_type, _value} "
+                f"(the file {masked_excerpt(text)}; is searchSpaceFile the right file?)",
+            )
         source, where = space_path, ()
         data[file_key] = str(space_path)
     else:
