@@ -150,6 +150,8 @@ def test_importance_and_export(store):
     assert queries.spreadsheet_safe(-3.5) == -3.5 and queries.spreadsheet_safe("a=b") == "a=b"
     exported = queries.export_json(engine, "eq000001")
     assert len(exported) == 8 and exported[0]["parameters"]
+    # JSON keeps values exactly: no spreadsheet guard there
+    assert [t["parameters"]["act"] for t in exported] == [m["parameters"]["act"] for m in made]
 
 
 def test_unknown_experiment(store):

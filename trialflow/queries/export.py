@@ -1,10 +1,11 @@
-"""Every trial as CSV or JSON, safe to open in a spreadsheet."""
+"""Every trial as CSV (safe to open in a spreadsheet) or JSON (the values exactly)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import unicodedata
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -13,13 +14,25 @@ from trialflow.queries.importance import flatten_parameters
 from trialflow.queries.tables import MAX_PAGE
 from trialflow.queries.trials import trials_page
 
-_DANGEROUS_START = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA_START = frozenset("=+-@")
 
 
 def spreadsheet_safe(value: Any) -> Any:
     """A text cell a spreadsheet would run as a formula gets a leading apostrophe (OWASP's CSV
-    injection advice); numbers stay numbers."""
-    if isinstance(value, str) and value.startswith(_DANGEROUS_START):
+    injection advice); numbers stay numbers.
+
+    Spreadsheets skip leading spaces and control characters before a formula and read the
+    full-width forms (``＝``, ``＋``) as the ASCII ones, so a cell that starts with any
+    whitespace or control character is guarded, and so is one whose first character is a
+    formula start once normalised (NFKC)."""
+    if not isinstance(value, str) or not value:
+        return value
+    first = value[0]
+    if (
+        first.isspace()
+        or unicodedata.category(first) in ("Cc", "Cf")
+        or unicodedata.normalize("NFKC", first)[:1] in _FORMULA_START
+    ):
         return "'" + value
     return value
 
@@ -75,7 +88,9 @@ def export_rows(engine: Engine, experiment_id: str) -> tuple[list[str], list[dic
 def export_csv(engine: Engine, experiment_id: str) -> str:
     columns, rows = export_rows(engine, experiment_id)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    # Every text cell quoted: a value with a carriage return (not this file's line end) is
+    # otherwise written bare, and a spreadsheet starts a new row there.
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
     writer.writeheader()
     for row in rows:
         writer.writerow({k: spreadsheet_safe(v) for k, v in row.items()})
@@ -83,15 +98,6 @@ def export_csv(engine: Engine, experiment_id: str) -> str:
 
 
 def export_json(engine: Engine, experiment_id: str) -> list[dict[str, Any]]:
-    """Trials as JSON, parameters in NNI's shape (text cells made safe, as for CSV: the file is
-    as likely to be opened in a spreadsheet)."""
-    rows = _all_rows(engine, experiment_id)
-    return [_safe_deep(r) for r in rows]
-
-
-def _safe_deep(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _safe_deep(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_safe_deep(v) for v in value]
-    return spreadsheet_safe(value)
+    """Trials as JSON, parameters in NNI's shape, every value exactly as stored: JSON is read
+    by programs, and a spreadsheet guard would change the data ("=1+1" is a valid choice)."""
+    return _all_rows(engine, experiment_id)
