@@ -32,6 +32,13 @@ class TrainingServiceConfig(NniModel):
     #: Platforms whose command lives in per-role sections (kubeflow worker/ps...) say False.
     needs_trial_command: ClassVar[bool] = True
 
+    @field_validator("trial_web_url")
+    @classmethod
+    def _web_url(cls, value: str | None) -> str | None:
+        from trialflow.config.web_url import check_web_url
+
+        return None if value is None else check_web_url(value)
+
 
 # --- local and remote -----------------------------------------------------------------
 

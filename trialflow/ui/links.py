@@ -7,7 +7,7 @@ them, so they show while the trial is still running.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from airflow.sdk import BaseOperatorLink
 
@@ -38,20 +38,12 @@ def platform_url(template: str | None, handle: dict[str, Any]) -> str | None:
     """A platform's page for a trial, from the config's ``trialWebUrl`` template: handle fields
     ({trial_id}, {name}, {namespace}, {host}, {trial_dir}, {experiment_id}) URL-quoted; only
     http(s) addresses are links."""
+    from trialflow.config.web_url import fill_web_url
+
     if not template:
         own = handle.get("web_url")  # a platform that knows its job page (OpenPAI) says it
         return own if isinstance(own, str) and own.startswith(("http://", "https://")) else None
-    if not template.startswith(("http://", "https://")):
-        return None
-
-    class Fields(dict):
-        def __missing__(self, key: str) -> str:
-            return ""
-
-    try:
-        return template.format_map(Fields({k: quote(str(v), safe="") for k, v in handle.items()}))
-    except (ValueError, IndexError, AttributeError):
-        return None
+    return fill_web_url(template, handle)
 
 
 class TrialLink(BaseOperatorLink):
