@@ -239,3 +239,8 @@ def test_experiments_trials_and_export_read_the_store(tmp_path):
     missing = cli("trials", "nope", "--home", str(tmp_path))
     assert missing.returncode == 1 and "no experiment 'nope'" in missing.stderr and "Traceback" not in missing.stderr
     assert "no experiment store" in cli("experiments", "--home", str(tmp_path / "none")).stderr
+
+
+def test_an_offset_too_large_for_the_store_is_a_usage_error(tmp_path):
+    result = cli("trials", "eanything", "--store", f"sqlite:///{tmp_path}/s.db", "--offset", str(10**19))
+    assert result.returncode == 2 and "expected 0..2147483647" in result.stderr and "Traceback" not in result.stderr

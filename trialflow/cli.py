@@ -16,6 +16,17 @@ import yaml
 from trialflow.config import ConfigError, ExperimentConfig, load_config, to_v2_dict
 
 
+def _count(text: str) -> int:
+    """A row count or offset: 0..2**31-1 (a larger one is a typo, not a database error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"expected 0..{2**31 - 1}, got {text}")
+    return value
+
+
 def _fail(exc: Exception) -> int:
     print(str(exc), file=sys.stderr)
     return 1
@@ -382,8 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--desc", action="store_true", help="sort descending")
     p.add_argument("--status", help="comma-separated statuses, e.g. SUCCEEDED,FAILED")
     p.add_argument("--search", help="text in the id, parameters or message")
-    p.add_argument("--limit", type=int, default=100)
-    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--limit", type=_count, default=100)
+    p.add_argument("--offset", type=_count, default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_trials)
     p = sub.add_parser("export", help="every trial of an experiment as CSV or JSON")

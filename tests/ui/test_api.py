@@ -125,3 +125,21 @@ def test_trial_tasks_carry_trial_and_platform_links(ui: UiSetup):
     assert links["Platform"] == f"https://platform.example/jobs/{ui.experiment_id}/{ui.experiment_id}-0002"
     resolved = ui.get("resolve", dag_id=ui.dag_id, run_id=ui.run_id, map_index=2).json()
     assert resolved == {"experiment_id": ui.experiment_id, "trial_index": 2}
+
+
+@pytest.mark.parametrize(
+    "path, params",
+    [
+        ("experiments/{id}/trials", {"offset": 10**19}),
+        ("experiments/{id}/trials", {"offset": -1}),
+        ("experiments/{id}/trials", {"indexes": "1," + "9" * 20}),
+        ("experiments/{id}/trials/" + "9" * 20, {}),
+        ("experiments/{id}/curves", {"trials": "9" * 20}),
+        ("experiments/{id}/curves", {"trials": "-5"}),
+        ("resolve", {"dag_id": "d", "run_id": "r", "map_index": 10**19}),
+    ],
+)
+def test_numbers_too_large_for_the_store_are_422_not_500(ui: UiSetup, path, params):
+    """Found by hostile input: these were OverflowErrors from the database driver (500)."""
+    response = ui.get(path.format(id=ui.experiment_id), **params)
+    assert response.status_code == 422, response.text

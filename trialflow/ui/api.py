@@ -22,6 +22,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from trialflow import queries
@@ -29,6 +30,26 @@ from trialflow.ui.links import base_url, platform_url
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
+#: Trial indexes, offsets and map indexes are stored as 32-bit integers at most: a larger number
+#: from a URL is the caller's mistake (422), not an OverflowError in the database driver (500).
+MAX_INT = 2**31 - 1
+Offset = Annotated[int, Query(ge=0, le=MAX_INT)]
+TrialIndex = Annotated[int, PathParam(ge=0, le=MAX_INT)]
+
+
+def index_list(text: str, what: str) -> list[int] | None:
+    """Comma-separated trial indexes from a query string, each within 0..MAX_INT (else 422)."""
+    if not text:
+        return None
+    try:
+        values = [int(i) for i in text.split(",") if i.strip()]
+    except ValueError:
+        raise HTTPException(status_code=422, detail=f"{what}: comma-separated trial indexes") from None
+    if any(not 0 <= v <= MAX_INT for v in values):
+        raise HTTPException(status_code=422, detail=f"{what}: trial indexes are 0..{MAX_INT}")
+    return values
+
+
 BUNDLE = STATIC / "trialflow.js"
 LOG_TAIL_BYTES = 16 * 1024
 #: The files a trial's log lives in, per platform layout (local: stdout/stderr; remote: stdout.log).
@@ -269,7 +290,7 @@ def create_app() -> FastAPI:
         desc: bool = False,
         status: str = "",
         search: str = "",
-        offset: int = 0,
+        offset: Offset = 0,
         limit: Annotated[int, Query(ge=1, le=queries.MAX_PAGE)] = 50,
         indexes: str = "",
     ) -> dict[str, Any]:
@@ -278,10 +299,7 @@ def create_app() -> FastAPI:
             raise HTTPException(
                 status_code=422, detail="sort must be index, status, metric, duration, platform or param:NAME"
             )
-        try:
-            wanted = [int(i) for i in indexes.split(",") if i.strip()] if indexes else None
-        except ValueError:
-            raise HTTPException(status_code=422, detail="indexes: comma-separated trial indexes") from None
+        wanted = index_list(indexes, "indexes")
         return queries.trials_page(
             store_engine(),
             experiment_id,
@@ -302,10 +320,7 @@ def create_app() -> FastAPI:
     @app.get("/api/experiments/{experiment_id}/curves")
     def curves(user: User, experiment_id: str, trials: str = "") -> dict[str, Any]:
         _authorize(user, experiment_id)
-        try:
-            chosen = [int(i) for i in trials.split(",") if i.strip()] if trials else None
-        except ValueError:
-            raise HTTPException(status_code=422, detail="trials: comma-separated trial indexes") from None
+        chosen = index_list(trials, "trials")
         return queries.curves(store_engine(), experiment_id, chosen)
 
     @app.get("/api/experiments/{experiment_id}/importance")
@@ -314,7 +329,7 @@ def create_app() -> FastAPI:
         return queries.importance(store_engine(), experiment_id)
 
     @app.get("/api/experiments/{experiment_id}/trials/{trial_index}")
-    def trial(user: User, experiment_id: str, trial_index: int) -> dict[str, Any]:
+    def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
         _authorize(user, experiment_id)
         summary = queries.experiment_summary(store_engine(), experiment_id)
         try:
@@ -353,7 +368,9 @@ def create_app() -> FastAPI:
         )
 
     @app.get("/api/resolve")
-    def resolve(user: User, dag_id: str, run_id: str, map_index: int | None = None) -> dict[str, Any]:
+    def resolve(
+        user: User, dag_id: str, run_id: str, map_index: Annotated[int | None, Query(ge=-1, le=MAX_INT)] = None
+    ) -> dict[str, Any]:
         """The experiment (and trial) of a DAG run's task instance: for extra links and the run tab."""
         if not may_read_dag(user, dag_id):
             raise HTTPException(status_code=403, detail="you may not read this DAG")
@@ -362,7 +379,8 @@ def create_app() -> FastAPI:
             summary = queries.experiment_summary(store_engine(), row.experiment_id)
             for window in summary.get("runs", []):
                 if window.get("run_id") == run_id:
-                    index = None if map_index is None else int(window.get("first_index", 0)) + map_index
+                    # -1: an unmapped trial task (a hand-written DAG): its run's one trial
+                    index = None if map_index is None else int(window.get("first_index", 0)) + max(map_index, 0)
                     return {"experiment_id": row.experiment_id, "trial_index": index}
         raise HTTPException(status_code=404, detail="this DAG run has no trialflow experiment")
 
