@@ -7,7 +7,7 @@ export UV_PYTHON_DOWNLOADS := never
 # trial process pays them, and some environments set PYTHONDONTWRITEBYTECODE).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: demo test lint venv bench bench-task bench-tuners bench-ui bench-parse bench-scale bench-kube bench-remote ui clean
+.PHONY: demo test lint venv bench bench-task bench-tuners bench-ui bench-parse bench-scale bench-ingest bench-kube bench-remote ui clean
 
 $(VENV)/.synced: pyproject.toml uv.lock Makefile
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
@@ -51,6 +51,11 @@ bench-parse: venv
 
 bench-scale: venv
 	$(VENV)/bin/python bench/scale.py
+
+# A real trial reporting 1,000,000 intermediate results, on SQLite then PostgreSQL (started here).
+bench-ingest: venv
+	$(VENV)/bin/python bench/ingest.py
+	$(VENV)/bin/python bench/ingest.py --postgres local
 
 # Needs the kube-apiserver that tests/kube/build-apiserver.sh builds.
 bench-remote: venv

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from trialflow.config.model import AlgorithmConfig
@@ -268,3 +269,40 @@ def test_an_experiment_attribute_is_read_alone(store):
     assert store.experiment_attr("exp", "run:a") == {"first_index": 4}
     assert store.experiment_attr("exp", "other") == [1, "x"]
     assert store.experiment_attr("exp", "missing") is None
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request, tmp_path: Path) -> ExperimentStore:
+    if request.param == "sqlite":
+        return ExperimentStore(sqlite_url(tmp_path / "store.db"))
+    url = request.getfixturevalue("postgres_url")
+    name = f"ingest{abs(hash(str(tmp_path))) % 10**8}"
+    with sa.create_engine(
+        url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
+    ).connect() as c:
+        c.execute(sa.text(f"CREATE DATABASE {name}"))
+    return ExperimentStore(url.rsplit("/", 1)[0] + f"/{name}")
+
+
+def test_many_intermediate_results_are_stored_in_one_batch_exactly_once(any_store, monkeypatch):
+    """A batch is one transaction of multi-row upserts: all of it or none of it, and a batch
+    read again (a cursor lost in a crash mid-batch) overwrites its own rows instead of adding."""
+    store = any_store
+    store.open_experiment("ingest", TPE, SPACE)
+    sid = store.ask("ingest", 0, "t0", TPE, SPACE).storage_id
+    monkeypatch.setattr(type(store.storage), "INTERMEDIATE_BATCH", 1000)  # several statements per batch
+    first = [Metric("PERIODICAL", s, s / 10) for s in range(12_345)]
+    store.record_metrics(sid, first)
+    store.record_metrics(sid, first[-2345:] + [Metric("PERIODICAL", s, s / 10) for s in range(12_345, 13_000)])
+    values = store.storage.get_trial(sid).intermediate_values
+    assert len(values) == 13_000 and values[12_999] == 1299.9 and values[0] == 0.0
+
+    # a batch that fails half-way (the database refuses its last row) leaves nothing of itself
+    broken = [Metric("PERIODICAL", s, 1.0) for s in range(13_000, 15_000)] + [Metric("PERIODICAL", 2**64, 1.0)]
+    with pytest.raises((OverflowError, sa.exc.DBAPIError, optuna.exceptions.StorageInternalError)):
+        store.record_metrics(sid, broken)
+    assert len(store.storage.get_trial(sid).intermediate_values) == 13_000
+
+    store.finish(sid, TrialStatus.SUCCEEDED, 0.5)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):  # a closed trial takes no more
+        store.record_metrics(sid, [Metric("PERIODICAL", 20_000, 1.0)])

@@ -196,6 +196,45 @@ class TrialflowStorage(RDBStorage):
         rows = [{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)} for key, value in attrs.items()]
         session.execute(statement, rows)
 
+    #: Rows per INSERT: SQLite allows 32,766 bound values; three per row, with room to spare.
+    INTERMEDIATE_BATCH = 5000
+
+    def write_intermediate_values(self, trial_id: int, values: Sequence[tuple[int, float]]) -> None:
+        """Many intermediate values of one running trial in one transaction: multi-row upserts
+        (the same row Optuna's set_trial_intermediate_value writes, a re-read step overwriting
+        its own) where the database has them, Optuna's per-step write in one session elsewhere.
+
+        One commit per step stored 300-700 rows/s: a trial that reported a million results
+        stayed RUNNING for 41 minutes after it ended. Finite values only (the caller counts the
+        others): Optuna's value-type column then always says FINITE."""
+        if not values:
+            return
+        upsert = _UPSERTS.get(self.engine.name)
+        with self.transaction() as session:
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
+            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
+            if upsert is None or (self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0)):
+                for step, value in values:
+                    self._set_trial_intermediate_value_without_commit(session, trial_id, step, value)
+                return
+            insert = upsert(_INTERMEDIATE)
+            statement = insert.on_conflict_do_update(
+                index_elements=[_INTERMEDIATE.c.trial_id, _INTERMEDIATE.c.step],
+                set_={
+                    "intermediate_value": insert.excluded.intermediate_value,
+                    "intermediate_value_type": insert.excluded.intermediate_value_type,
+                },
+            )
+            finite = models.TrialIntermediateValueModel.TrialIntermediateValueType.FINITE
+            latest = dict(values)  # one row per step: a step reported twice keeps its last value
+            rows = [
+                {"trial_id": trial_id, "step": step, "intermediate_value": value, "intermediate_value_type": finite}
+                for step, value in latest.items()
+            ]
+            connection = session.connection()  # Core, not the ORM's bulk path (no RETURNING wanted)
+            for start in range(0, len(rows), self.INTERMEDIATE_BATCH):
+                connection.execute(statement, rows[start : start + self.INTERMEDIATE_BATCH])
+
     def close_trial(
         self, trial_id: int, state: TrialState, values: Sequence[float] | None, attrs: dict[str, Any]
     ) -> None:

@@ -378,6 +378,7 @@ class ExperimentStore:
         restart is the first one, not a second)."""
         skipped: list[str] = []
         first_final: Any = None
+        intermediate: list[tuple[int, float]] = []
         for metric in metrics:
             if metric.is_final:
                 reported = _jsonable(metric.value)
@@ -394,12 +395,13 @@ class ExperimentStore:
                 continue
             value = scalar(metric.value)
             if value is not None and math.isfinite(value):
-                self.storage.set_trial_intermediate_value(storage_id, metric.sequence, value)
+                intermediate.append((metric.sequence, float(value)))
             else:
                 skipped.append(
                     f"intermediate result {metric.sequence} ({_preview(_jsonable(metric.value))}) "
                     "is not a finite number"
                 )
+        self.storage.write_intermediate_values(storage_id, intermediate)
         return skipped
 
     def finish(self, storage_id: int, status: TrialStatus, final: Any = None, message: str | None = None) -> None:
