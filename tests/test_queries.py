@@ -128,8 +128,8 @@ def test_detail_curves_and_chart_data(store):
     assert len(chart) == 8 and {r["status"] for r in chart} >= {"SUCCEEDED", "FAILED"}
     chosen = queries.curves(engine, "eq000001")["curves"]
     assert {c["trial_index"] for c in chosen} == {0, 2, 3, 4, 5, 6, 7}  # finished best, running, stopped
-    thin = queries.curves(engine, "eq000001", [1], max_points=3)["curves"]
-    assert len(thin[0]["points"]) == 3 and thin[0]["points"][-1][0] == 4
+    thin = queries.curves(engine, "eq000001", [1], max_points=4)["curves"]
+    assert len(thin[0]["points"]) == 4 and thin[0]["points"][-1][0] == 4 and thin[0]["total"] == 5
 
 
 def test_importance_and_export(store):
@@ -186,3 +186,37 @@ def test_an_early_stop_after_the_final_result_keeps_it_in_every_view(store):
     # an early stop with no final result stays out of all of them
     stopped = store.storage.get_trial(store.find_trial_id("eq000001", 3))
     assert stopped.state.name == "PRUNED" and stopped.values is None
+
+
+@pytest.mark.parametrize("total", [0, 1, 2, 3, 7, 100, 2001, 12_345])
+@pytest.mark.parametrize("max_points", [4, 10, 200])
+def test_downsampling_keeps_ends_and_every_spike(total, max_points):
+    import random
+
+    rng = random.Random(total * 1000 + max_points)
+    points = [(step * 3, rng.random()) for step in range(total)]
+    spikes = {}
+    if total > 20:
+        spikes = {points[total // 3][0]: 99.0, points[total // 2][0]: -99.0}
+        points = [(s, spikes.get(s, v)) for s, v in points]
+    out = queries.downsample(iter(points), total, max_points)
+    assert len(out) <= max(max_points, total if total <= max_points else 0)
+    assert [p[0] for p in out] == sorted({p[0] for p in out})  # in step order, no step twice
+    if total:
+        assert out[0] == list(points[0]) and out[-1] == list(points[-1])
+    if total <= max_points:
+        assert out == [list(p) for p in points]
+    for step, value in spikes.items():
+        assert [step, value] in out  # a spike or a dip is never hidden
+
+
+def test_a_trial_page_sends_a_curve_of_bounded_size_and_says_how_many_points_there_are(tmp_path):
+    store = ExperimentStore(sqlite_url(tmp_path / "big.db"))
+    store.open_experiment("ebig0001", RANDOM, SPACE)
+    asked = store.ask("ebig0001", 0, "ebig0001-0000", RANDOM, SPACE)
+    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, float(s % 97)) for s in range(50_000)])
+    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", 31_337, 1e6)])
+    detail = queries.trial_detail(store.storage.engine, "ebig0001", 0)
+    assert detail["intermediate_total"] == 50_000 and len(detail["intermediate"]) <= queries.DETAIL_POINTS
+    assert [31_337, 1e6] in detail["intermediate"]
+    assert detail["intermediate"][-1] == [49_999, float(49_999 % 97)]

@@ -27,10 +27,11 @@ from trialflow.queries.tables import (
     optimize_mode,
     study_id_of,
 )
-from trialflow.queries.trials import chart_data, curves, trial_detail, trials_page
+from trialflow.queries.trials import DETAIL_POINTS, chart_data, curves, downsample, trial_detail, trials_page
 
 __all__ = [
     "ACTIVE",
+    "DETAIL_POINTS",
     "INTERMEDIATE",
     "MAX_PAGE",
     "STATUSES",
@@ -40,6 +41,7 @@ __all__ = [
     "UnknownExperiment",
     "chart_data",
     "curves",
+    "downsample",
     "experiment_dag_id",
     "experiment_summary",
     "export_csv",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -215,7 +215,57 @@ def chart_data(engine: Engine, experiment_id: str) -> list[dict[str, Any]]:
     ]
 
 
-def trial_detail(engine: Engine, experiment_id: str, trial_index: int) -> dict[str, Any]:
+#: Points of one trial's curve on its page: enough for any screen, a few KB to send.
+DETAIL_POINTS = 2000
+
+
+def downsample(points: Iterable[Sequence[Any]], total: int, max_points: int) -> list[list[Any]]:
+    """At most ``max_points`` of a curve's ``total`` (step, value) points, in step order, for
+    display: the points are cut into ``max_points // 2`` buckets of consecutive points and each
+    bucket keeps its lowest and its highest value (min-max decimation), so a spike or a dip
+    is never hidden however many points there are; the first and last points always stay.
+    One pass, constant memory beyond the output (``points`` may be a streamed cursor)."""
+    if total <= max_points:
+        return [[step, finite(value)] for step, value in points]
+    buckets = max(1, (max_points - 4) // 2)  # + the first point, the last, and a last bucket of one
+    out: list[list[Any]] = []
+    current = -1
+    low: list[Any] | None = None
+    high: list[Any] | None = None
+    last: list[Any] | None = None
+
+    def flush() -> None:
+        pair = sorted({id(p): p for p in (low, high) if p is not None}.values(), key=lambda p: p[0])
+        out.extend(p for p in pair if not out or p[0] != out[-1][0])
+
+    for i, (step, raw) in enumerate(points):
+        point = [step, finite(raw)]
+        last = point
+        if i == 0:
+            out.append(point)
+            continue
+        bucket = (i - 1) * buckets // max(1, total - 2)
+        if bucket != current:
+            flush()
+            current, low, high = bucket, None, None
+        value = point[1]
+        if value is None:
+            continue
+        if low is None or value < low[1]:
+            low = point
+        if high is None or value > high[1]:
+            high = point
+    flush()
+    if last is not None and out[-1][0] != last[0]:
+        out.append(last)
+    return out
+
+
+def trial_detail(
+    engine: Engine, experiment_id: str, trial_index: int, max_points: int = DETAIL_POINTS
+) -> dict[str, Any]:
+    """One trial's row, handle, final extras and its curve (downsampled past ``max_points``;
+    ``intermediate_total`` says how many points the store holds)."""
     page = trials_page(engine, experiment_id, indexes=[trial_index], limit=1)
     if not page["rows"]:
         raise UnknownExperiment(f"{experiment_id} trial {trial_index}")
@@ -241,16 +291,19 @@ def trial_detail(engine: Engine, experiment_id: str, trial_index: int) -> dict[s
                 )
             ).scalar()
         )
-        points = conn.execute(
+        total = int(row.get("intermediate_count") or 0)
+        stream = conn.execution_options(yield_per=10_000).execute(
             sa.select(INTERMEDIATE.c.step, INTERMEDIATE.c.intermediate_value)
             .where(INTERMEDIATE.c.trial_id == storage_id)
             .order_by(INTERMEDIATE.c.step)
-        ).all()
+        )
+        intermediate = downsample(stream, total, max_points)
     return {
         **row,
         "handle": handle or {},
         "final_extra": extra or {},
-        "intermediate": [[step, finite(value)] for step, value in points],
+        "intermediate": intermediate,
+        "intermediate_total": total,
     }
 
 
@@ -311,8 +364,6 @@ def curves(
     out = []
     for index, status_name in sorted(chosen.items()):
         series = points.get(index, [])
-        if len(series) > max_points:
-            stride = len(series) / max_points
-            series = [series[int(i * stride)] for i in range(max_points - 1)] + [series[-1]]
-        out.append({"trial_index": index, "status": status_name, "points": series})
+        series = downsample(series, len(series), max_points)
+        out.append({"trial_index": index, "status": status_name, "points": series, "total": len(points.get(index, []))})
     return {"curves": out}
