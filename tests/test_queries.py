@@ -220,3 +220,41 @@ def test_a_trial_page_sends_a_curve_of_bounded_size_and_says_how_many_points_the
     assert detail["intermediate_total"] == 50_000 and len(detail["intermediate"]) <= queries.DETAIL_POINTS
     assert [31_337, 1e6] in detail["intermediate"]
     assert detail["intermediate"][-1] == [49_999, float(49_999 % 97)]
+
+
+def test_search_finds_what_the_person_sees_and_nested_parameters_sort(store):
+    """Found by hostile input: 'ünï' and 'x"y' found nothing (the store holds JSON escapes) and
+    a lone backslash matched almost everything; sorting by 'loss/alpha' did nothing."""
+    space = parse_search_space(
+        {
+            "name": {"_type": "choice", "_value": ["ünï", 'x"y', "back\\slash", "plain"]},
+            "loss": {
+                "_type": "choice",
+                "_value": [
+                    {"_name": "huber", "alpha": {"_type": "uniform", "_value": [0, 1]}},
+                    {"_name": "absolute", "alpha": {"_type": "uniform", "_value": [2, 3]}},
+                ],
+            },
+        }
+    )
+    grid = AlgorithmConfig(name="Random", class_args={"seed": 1})
+    store.open_experiment("esearch1", grid, space)
+    made = [store.ask("esearch1", i, f"esearch1-{i:04d}", grid, space).parameters for i in range(24)]
+    engine = store.storage.engine
+    for text in ("ünï", 'x"y', "back\\slash", "\\"):
+        expected = {i for i, p in enumerate(made) if text in p["name"]}
+        found = {r["trial_index"] for r in queries.trials_page(engine, "esearch1", search=text, limit=100)["rows"]}
+        assert found == expected, text
+    by_alpha = queries.trials_page(engine, "esearch1", sort="param:loss/alpha", limit=100)["rows"]
+    assert [r["parameters"]["loss"]["alpha"] for r in by_alpha] == sorted(p["loss"]["alpha"] for p in made)
+    by_choice = queries.trials_page(engine, "esearch1", sort="param:loss", descending=True, limit=100)["rows"]
+    assert [r["parameters"]["loss"]["_name"] for r in by_choice] == sorted(
+        (p["loss"]["_name"] for p in made), reverse=True
+    )
+
+
+def test_parameter_paths_try_the_whole_name_first():
+    assert queries.parameter_paths("lr")[:2] == [("lr",), ("lr", "_name")]
+    paths = queries.parameter_paths("a/b")
+    assert paths[:2] == [("a/b",), ("a/b", "_name")] and ("a", "b") in paths
+    assert len(queries.parameter_paths("a/b/c/d/e/f/g")) == 4  # whole and full split only

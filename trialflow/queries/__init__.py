@@ -27,7 +27,15 @@ from trialflow.queries.tables import (
     optimize_mode,
     study_id_of,
 )
-from trialflow.queries.trials import DETAIL_POINTS, chart_data, curves, downsample, trial_detail, trials_page
+from trialflow.queries.trials import (
+    DETAIL_POINTS,
+    chart_data,
+    curves,
+    downsample,
+    parameter_paths,
+    trial_detail,
+    trials_page,
+)
 
 __all__ = [
     "ACTIVE",
@@ -51,6 +59,7 @@ __all__ = [
     "importance",
     "list_experiments",
     "optimize_mode",
+    "parameter_paths",
     "spreadsheet_safe",
     "study_id_of",
     "trial_detail",
