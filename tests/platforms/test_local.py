@@ -482,3 +482,14 @@ def test_a_pid_file_being_written_is_not_read_as_a_launch(platform, code):
     assert platform._reattach(sys_dir, {})["pid"] == handle["pid"]
     state = (sys_dir / ".nni" / "state").read_text()
     assert state.endswith("\n") and state.split()[0] == "0" and len(state.split()[1]) == 13  # ms since the epoch
+
+
+def test_a_failed_trials_message_ends_with_its_exceptions_last_line(platform, code):
+    """So the table shows why, and a search for the exception finds the trial."""
+    (code / "boom.py").write_text(
+        "import sys\nprint('noise', file=sys.stderr)\nraise ValueError('learning rate 3.2 diverged')\n"
+    )
+    handle = platform.submit_sync(spec(code, 5, f"{PY} boom.py"))
+    status, _, message = follow(platform, handle)
+    assert status == TrialStatus.FAILED
+    assert message == "trial command exited with code 1: ValueError: learning rate 3.2 diverged"

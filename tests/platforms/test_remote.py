@@ -536,3 +536,14 @@ def test_a_key_with_a_passphrase_and_a_wrong_passphrase(ssh_servers, tmp_path):
     with pytest.raises(SshError, match=r"cannot read the private key .*locked_key .*wrong sshPassphrase\?") as err:
         _platform(tmp_path, [_machine(a, "key", sshKeyFile=str(key), sshPassphrase="wrong")]).prepare_sync("epass002")
     assert "wrong" not in str(err.value).replace("wrong sshPassphrase", "")  # the passphrase is not echoed
+
+
+def test_a_failed_remote_trials_message_ends_with_its_exceptions_last_line(ssh_servers, tmp_path):
+    a, _ = ssh_servers
+    code = _code(tmp_path, "raise KeyError('no column named price')\n")
+    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform.prepare_sync("efailmsg")
+    handle = platform.submit_sync(TrialSpec("efailmsg", "efailmsg-0000", 0, 0, {"x": 1}, "python3 train.py", code))
+    status, _, message = asyncio.run(_follow(platform, handle))
+    assert status == TrialStatus.FAILED
+    assert message is not None and message.endswith(": KeyError: 'no column named price'"), message

@@ -41,7 +41,7 @@ from trialflow.platforms.base import (
 from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequest, acquire, release_command
 from trialflow.platforms.leftovers import stop_marked_command, trial_mark
 from trialflow.platforms.mounted import read_framed_file
-from trialflow.trial.folder import TrialFileRefused, read_in_folder
+from trialflow.trial.folder import TrialFileRefused, last_line, read_in_folder, tail_in_folder
 from trialflow.trial.protocol import (
     METRICS_FILE,
     complete_line,
@@ -83,6 +83,15 @@ fi
 now=${{EPOCHREALTIME/[.,]/}}
 echo "$rc ${{now:0:13}}" > {sys_dir}/.nni/state
 """
+
+
+def _last_stderr_line(sys_dir: Path) -> str | None:
+    """The failed trial's last word on stderr (its exception), read safely from its folder."""
+    try:
+        data, _ = tail_in_folder(sys_dir, "stderr", 4096)
+    except OSError:
+        return None
+    return last_line(data)
 
 
 def process_alive(pid: int, started: float | None = None) -> bool:
@@ -378,6 +387,9 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
                 if exit_code is not None
                 else "trial process disappeared without an exit code (killed?)"
             )
+            said = _last_stderr_line(sys_dir)
+            if said:
+                message += f": {said}"
         else:
             message = None
         return status, exit_code, message

@@ -85,3 +85,14 @@ def tail_in_folder(folder: str | os.PathLike[str], name: str, limit: int) -> tup
         return os.pread(fd, limit, max(0, size - limit)), size
     finally:
         os.close(fd)
+
+
+def last_line(data: bytes, limit: int = 300) -> str | None:
+    """The last non-empty line of a trial's output tail (a traceback's ``ValueError: ...``),
+    at most ``limit`` characters: what a failed trial's message quotes, so the reason shows
+    in the table and a search finds it."""
+    for raw in reversed(data.decode("utf-8", "replace").splitlines()):
+        line = "".join(ch for ch in raw.strip() if ch.isprintable())
+        if line:
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return None

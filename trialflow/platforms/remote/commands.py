@@ -38,10 +38,24 @@ def read_file(name: str, offset: int = 0, max_bytes: int = 4096) -> str:
     ``[ -f ]`` before it refuses what is not a regular file (a FIFO swapped in between the two
     still cannot block: the open does not wait and its read finds nothing). Remote machines
     need GNU coreutils, as NNI's remote mode assumed Linux."""
-    q = shlex.quote(name)
+    return _safe_dd(shlex.quote(name), str(int(offset)), int(max_bytes))
+
+
+def _safe_dd(quoted: str, skip: str, count: int) -> str:
+    """``skip`` is a shell word: a number, or an arithmetic expansion this module built."""
     return (
-        f"{{ [ -f {q} ] && [ ! -L {q} ] && dd if={q} iflag=nofollow,nonblock,skip_bytes,count_bytes "
-        f"skip={int(offset)} count={int(max_bytes)} bs=65536 status=none; }} 2>/dev/null"
+        f"{{ [ -f {quoted} ] && [ ! -L {quoted} ] && dd if={quoted} iflag=nofollow,nonblock,skip_bytes,count_bytes "
+        f"skip={skip} count={count} bs=65536 status=none; }} 2>/dev/null"
+    )
+
+
+def tail_command(trial_dir: str, name: str, max_bytes: int = 4096) -> str:
+    """The last ``max_bytes`` of the trial's file ``name`` (its stderr, for a failed trial's
+    message), read as :func:`read_file` reads: no symlink, no FIFO."""
+    q, n = shlex.quote(name), int(max_bytes)
+    return (
+        f'cd {shlex.quote(trial_dir)} 2>/dev/null && s="$(stat -c %s {q} 2>/dev/null || echo 0)" && '
+        f"{_safe_dd(q, f'$((s > {n} ? s - {n} : 0))', n)}; true"
     )
 
 

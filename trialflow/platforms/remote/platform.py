@@ -52,6 +52,7 @@ from trialflow.platforms.remote.commands import (
     probe_command,
     read_command,
     running_count_command,
+    tail_command,
     take_over_command,
     trial_body,
     workdir_command,
@@ -66,6 +67,7 @@ from trialflow.platforms.remote.machines import (
     trial_folder,
 )
 from trialflow.platforms.remote.staging import CodeStaging
+from trialflow.trial.folder import last_line
 from trialflow.trial.packing import (
     CodeDirectoryError,
     check_limits,
@@ -362,6 +364,9 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
                 if exit_code is not None
                 else f"trial process on {machine.target.label} disappeared without an exit code"
             )
+            said = last_line(await self.shell.run(machine, tail_command(handle["trial_dir"], "stderr")))
+            if said:
+                message += f": {said}"
         next_cursor: Cursor = {"metrics_offset": offset}
         if in_long_line:
             next_cursor["in_long_line"] = True
