@@ -108,7 +108,11 @@ def test_render_shows_one_trial_without_running_it(experiment, tmp_path):
     assert sub["environment"]["NNI_TRIAL_SEQ_ID"] == "1"
     assert sub["parameter.cfg"]["parameters"] == out["parameters"]
     assert not Path(sub["trial_directory"]).exists()
+    # the folder `trialflow run` would use (its home beside the config), not one under ~
+    assert Path(sub["trial_directory"]).is_relative_to(config.parent / ".trialflow" / "experiments")
     assert cli("render", str(config), "--trial-index", "1").stdout == result.stdout  # seeded: reproducible
+    elsewhere = yaml.safe_load(cli("render", str(config), "--home", str(tmp_path / "h")).stdout)
+    assert Path(elsewhere["submission"]["trial_directory"]).is_relative_to(tmp_path / "h" / "experiments")
 
 
 def test_render_refuses_an_index_outside_the_experiment(experiment):
@@ -244,3 +248,18 @@ def test_experiments_trials_and_export_read_the_store(tmp_path):
 def test_an_offset_too_large_for_the_store_is_a_usage_error(tmp_path):
     result = cli("trials", "eanything", "--store", f"sqlite:///{tmp_path}/s.db", "--offset", str(10**19))
     assert result.returncode == 2 and "expected 0..2147483647" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_render_keeps_the_azure_sdks_own_noise_out(tmp_path):
+    """azure-ai-ml logged six 'experimental class' warnings before render's output."""
+    pytest.importorskip("azure.ai.ml", reason="the azure extra (make venv installs it)")
+    (tmp_path / "t.py").write_text("print(1)\n")
+    config = tmp_path / "aml.yml"
+    config.write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 t.py\ntrialConcurrency: 1\n"
+        "maxTrialNumber: 2\ntuner: {name: TPE}\ntrainingService:\n  platform: aml\n  dockerImage: python:3.11\n"
+        "  subscriptionId: s\n  resourceGroup: g\n  workspaceName: w\n  computeTarget: c\n"
+    )
+    result = cli("render", str(config))
+    assert result.returncode == 0, result.stderr
+    assert "experimental class" not in result.stderr and result.stderr.strip() == ""

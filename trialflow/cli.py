@@ -87,7 +87,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from trialflow.render import render_trial
 
     try:
-        rendered = render_trial(args.config, args.trial_index)
+        rendered = render_trial(args.config, args.trial_index, Path(args.home) if args.home else None)
     except ConfigError as exc:
         return _fail(exc)
     objects = rendered["submission"].get("objects")
@@ -161,7 +161,8 @@ def _serve(airflow: Any, url: str, say: Any) -> None:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     """Serve the experiment pages of a `trialflow run` home (its api-server only)."""
-    from trialflow.runner import default_home, embedded_airflow
+    from trialflow.experiment import default_home
+    from trialflow.runner import embedded_airflow
 
     home = Path(args.home) if args.home else default_home(Path(args.config)) if args.config else Path(".trialflow")
     home = home.resolve()
@@ -362,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("render", help="print what would be submitted for one trial, without submitting")
     p.add_argument("config")
     p.add_argument("--trial-index", type=int, default=0)
+    p.add_argument(
+        "--home", help="the `trialflow run` home whose folders to show (default: .trialflow/ beside the config)"
+    )
     p.set_defaults(func=cmd_render)
     p = sub.add_parser("run", help="run the experiment end to end on a private, local Airflow")
     p.add_argument("config")

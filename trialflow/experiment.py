@@ -59,6 +59,17 @@ RUN_ATTR_PREFIX = "run:"
 WORKDIR_ENV = "TRIALFLOW_WORKDIR"
 
 
+def default_home(config_path: Path) -> Path:
+    """Where `trialflow run` keeps its private Airflow, store and trial folders for a config."""
+    return config_path.resolve().parent / ".trialflow"
+
+
+def run_workdir(config: ExperimentConfig, home: Path) -> Path:
+    """The trial folders' root of a `trialflow run` in ``home``: the config's
+    experimentWorkingDirectory, else ``home/experiments`` (what run and render both use)."""
+    return Path(config.experiment_working_directory or home / "experiments")
+
+
 def default_workdir() -> Path:
     """Like NNI's ~/nni-experiments; `trialflow run` points it into its private home."""
     return Path(os.environ.get(WORKDIR_ENV) or Path.home() / "trialflow-experiments").expanduser()

@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 
 from trialflow.config.errors import ConfigError, Problem
-from trialflow.experiment import Experiment, default_workdir, load_runnable_config, trial_count
+from trialflow.experiment import Experiment, default_home, load_runnable_config, run_workdir, trial_count
 from trialflow.platforms.base import experiment_id_for
 from trialflow.tuning.tuners import make_sampler, sample_parameters
 
@@ -34,7 +34,9 @@ def redact(value: Any, key: str = "") -> Any:
     return value
 
 
-def render_trial(config_path: str | Path, trial_index: int = 0) -> dict[str, Any]:
+def render_trial(config_path: str | Path, trial_index: int = 0, home: Path | None = None) -> dict[str, Any]:
+    """What trial ``trial_index`` would submit, with the folders `trialflow run` (``home``:
+    its home, default .trialflow beside the config) would give it."""
     config = load_runnable_config(config_path)
     count = trial_count(config)
     if not 0 <= trial_index < count:
@@ -50,7 +52,7 @@ def render_trial(config_path: str | Path, trial_index: int = 0) -> dict[str, Any
     experiment = Experiment(
         config,
         experiment_id_for("render", str(Path(config_path).resolve())),
-        Path(config.experiment_working_directory or default_workdir()),
+        run_workdir(config, home or default_home(Path(config_path))),
     )
     study = optuna.create_study(
         sampler=make_sampler(experiment.algorithm, experiment.space, trial_index), direction=config.optimize_mode

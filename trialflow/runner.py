@@ -24,8 +24,10 @@ from trialflow.experiment import (
     Experiment,
     RunWindow,
     continuation_run_id,
+    default_home,
     experiment_id_for_run,
     load_runnable_config,
+    run_workdir,
     trial_count,
     unbounded,
 )
@@ -70,10 +72,6 @@ class RunResult:
         }
 
 
-def default_home(config_path: Path) -> Path:
-    return config_path.resolve().parent / ".trialflow"
-
-
 def embedded_parallelism(config: ExperimentConfig) -> int:
     """Size the embedded Airflow to the experiment: deferred trials hold no worker, so workers
     are needed only to submit and to finish trials, plus one for start/end."""
@@ -105,7 +103,7 @@ class ExperimentRun:
         self.poll_interval = poll_interval
         self.dag_id = default_dag_id(self.config_path, self.config.experiment_name)
         self.store_url = sqlite_url(self.home / "experiments.db")
-        self.workdir = self.home / "experiments"
+        self.workdir = run_workdir(self.config, self.home)
         self.airflow = embedded_airflow(self.home, embedded_parallelism(self.config))
         self.run_id: str | None = None
         #: The run being followed: run_id, or the follow-on run an unbounded experiment is in now.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import shlex
 import shutil
 import tempfile
@@ -43,6 +44,11 @@ from trialflow.platforms.base import (
 from trialflow.platforms.mounted import parse_cancel, read_metric_lines
 from trialflow.trial.packing import SDK_FILES, check_limits, collect_files
 from trialflow.trial.protocol import Metric, parameter_text
+
+#: azure-ai-ml logs "Class X: This is an experimental class" at WARNING for classes its own
+#: schemas load (six of them on every first job): noise in `trialflow render` and in every trial
+#: task's log, about the SDK's internals and nothing the user chose. Its real warnings stay.
+logging.getLogger("azure.ai.ml._utils._experimental").setLevel(logging.ERROR)
 
 SDK_FOLDER = ".trialflow-sdk"
 PARAMETER_VAR = "TRIALFLOW_PARAMETER_CFG"
