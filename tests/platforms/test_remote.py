@@ -68,7 +68,7 @@ def test_the_staged_sdk_is_named_by_content_not_by_time(monkeypatch):
     monkeypatch.setattr(packing, "_sdk_cache", [])  # pack again, at another time
     monkeypatch.setattr(time_module, "time", lambda: 4_000_000_000.0)
     assert packing.pack_sdk().digest == first.digest
-    assert first.file_count == 3
+    assert first.file_count == len(packing.SDK_FILES) == 5  # the SDK and its nni stand-in
 
 
 def _machines(n: int) -> list:
@@ -547,3 +547,20 @@ def test_a_failed_remote_trials_message_ends_with_its_exceptions_last_line(ssh_s
     status, _, message = asyncio.run(_follow(platform, handle))
     assert status == TrialStatus.FAILED
     assert message is not None and message.endswith(": KeyError: 'no column named price'"), message
+
+
+def test_unmodified_nni_trial_code_runs_on_a_machine_without_nni(ssh_servers, tmp_path):
+    """The machine's python3 has no nni: the SDK shipped beside the code answers for it."""
+    a, _ = ssh_servers
+    code = _code(
+        tmp_path,
+        "import nni\np = nni.get_next_parameter()\nnni.report_intermediate_result(p['x'])\n"
+        "nni.report_final_result({'default': p['x'] * 2, 'via': nni.__file__})\n",
+    )
+    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform.prepare_sync("enniless")
+    handle = platform.submit_sync(TrialSpec("enniless", "enniless-0000", 0, 0, {"x": 3}, "python3 train.py", code))
+    status, metrics, message = asyncio.run(_follow(platform, handle))
+    assert status == TrialStatus.SUCCEEDED, message
+    assert metrics[0].value == 3 and metrics[-1].value["default"] == 6
+    assert "/trialflow/trial/shim/nni/" in metrics[-1].value["via"]

@@ -42,7 +42,7 @@ from trialflow.platforms.base import (
     job_name_for,
 )
 from trialflow.platforms.mounted import parse_cancel, read_metric_lines
-from trialflow.trial.packing import SDK_FILES, check_limits, collect_files
+from trialflow.trial.packing import SDK_FILES, check_limits, collect_files, sdk_pythonpath
 from trialflow.trial.protocol import Metric, parameter_text
 
 #: azure-ai-ml logs "Class X: This is an experimental class" at WARNING for classes its own
@@ -94,7 +94,7 @@ def job_command(spec: TrialSpec) -> str:
     folder = q(sys_dir(spec.trial_id))
     return (
         f"mkdir -p {folder} && printf '%s' \"${PARAMETER_VAR}\" > {folder}/parameter.cfg && "
-        f'export PYTHONPATH="$PWD/{SDK_FOLDER}${{PYTHONPATH:+:$PYTHONPATH}}" && '
+        f'export PYTHONPATH="{sdk_pythonpath("$PWD/" + SDK_FOLDER)}${{PYTHONPATH:+:$PYTHONPATH}}" && '
         f"sh -c {q(spec.command)}"
     )
 

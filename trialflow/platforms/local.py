@@ -49,6 +49,8 @@ from trialflow.trial.protocol import (
     write_parameter_file,
 )
 
+#: The folder holding trialflow's ``nni`` stand-in (trialflow/trial/shim).
+NNI_SHIM = Path(__file__).resolve().parent.parent / "trial" / "shim"
 log = logging.getLogger(__name__)
 CONTROL_DIR = ".trialflow"
 PID_FILE = f"{CONTROL_DIR}/pid"
@@ -197,8 +199,13 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
     # -- pure builders --------------------------------------------------------------------
 
     def build_env(self, spec: TrialSpec) -> dict[str, str]:
-        """The trial's environment (subclasses extend it); submit adds the claimed GPUs."""
-        return spec.environment("local", str(self.trial_dir(spec.trial_id)), str(spec.code_dir), gpu_indices=[])
+        """The trial's environment (subclasses extend it); submit adds the claimed GPUs.
+
+        ``import nni`` works where NNI is not installed: the SDK's ``nni`` stand-in goes last on
+        PYTHONPATH (it hands over to an installed nni, and the user's own entries come first)."""
+        env = spec.environment("local", str(self.trial_dir(spec.trial_id)), str(spec.code_dir), gpu_indices=[])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(NNI_SHIM)) if p)
+        return env
 
     def build_wrapper(self, spec: TrialSpec, claims: list[tuple[int, int]] | None = None) -> str:
         """The trial's launcher; it releases the trial's GPU claims when the trial ends, before

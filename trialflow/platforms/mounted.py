@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trialflow.trial.folder import TrialFileRefused, read_in_folder
-from trialflow.trial.packing import SDK_FILES, check_limits, collect_files
+from trialflow.trial.packing import SDK_FILES, check_limits, collect_files, sdk_pythonpath
 from trialflow.trial.protocol import Metric, parameter_text, read_framed, read_stdout_lines
 from trialflow.trial.status import CANCEL_STATUSES, TrialStatus
 
@@ -71,7 +71,7 @@ def job_script(command: str, p: SharedPaths, env: dict[str, str]) -> list[str]:
     lines = ["set -e", f"mkdir -p {q(p.trial)}", f"[ -d {q(p.code)} ] || cp -R {q(p.root + '/code')} {q(p.code)}"]
     lines += [f"export {key}={q(value)}" for key, value in sorted(env.items())]
     lines += [
-        f"export PYTHONPATH={q(p.sdk)}${{PYTHONPATH:+:$PYTHONPATH}}",
+        f"export PYTHONPATH={q(sdk_pythonpath(p.sdk))}${{PYTHONPATH:+:$PYTHONPATH}}",
         f"cd {q(p.code)}",
         "set +e",
         f"{{ sh -c {q(command)} 2>&1; echo $? > {rc}; }} | tee -a {q(p.trial + '/' + LOG_FILE)}",

@@ -324,7 +324,24 @@ class ArchiveStream:
 
 
 #: trialflow's stdlib-only trial SDK: what a trial needs on PYTHONPATH to ``import trialflow.trial``.
-SDK_FILES = ("trialflow/__init__.py", "trialflow/trial/__init__.py", "trialflow/trial/wire.py")
+#: Its ``nni`` stand-in (trialflow/trial/shim/nni) answers ``import nni`` where NNI is not
+#: installed, and hands over to the real nni where it is.
+SHIM_DIR = "trialflow/trial/shim"
+SDK_FILES = (
+    "trialflow/__init__.py",
+    "trialflow/trial/__init__.py",
+    "trialflow/trial/wire.py",
+    f"{SHIM_DIR}/nni/__init__.py",
+    f"{SHIM_DIR}/nni/utils.py",
+)
+
+
+def sdk_pythonpath(sdk_dir: str) -> str:
+    """The PYTHONPATH entries (':'-joined, unquoted) that make an SDK folder's ``trialflow.trial``
+    and ``nni`` importable."""
+    return f"{sdk_dir}:{sdk_dir}/{SHIM_DIR}"
+
+
 _sdk_cache: list[PackedCode] = []
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from trialflow.config.platforms import KubernetesStorageConfig
 from trialflow.platforms.mounted import stage_tree, write_parameter_file
 from trialflow.trial import unpack
-from trialflow.trial.packing import PackedCode, pack_sdk
+from trialflow.trial.packing import PackedCode, pack_sdk, sdk_pythonpath
 
 FILES_DIR = "/tmp/trialflow/files"  # the ConfigMap, read-only
 WORK_DIR = "/tmp/trialflow/work"  # an emptyDir: the trial's own copy of the code
@@ -134,7 +134,10 @@ def start_script(storage: KubernetesStorageConfig | None, paths: TrialPaths, com
         if not paths.code_in_image:
             lines.append(f"cp -R {q(paths.sdk_dir.rsplit('/', 1)[0] + '/code')} {q(paths.code_dir)}")
         lines.append(f"mkdir -p {q(paths.log_dir or '')}")
-    lines += [f"export PYTHONPATH={q(paths.sdk_dir)}${{PYTHONPATH:+:$PYTHONPATH}}", f"cd {q(paths.code_dir)}"]
+    lines += [
+        f"export PYTHONPATH={q(sdk_pythonpath(paths.sdk_dir))}${{PYTHONPATH:+:$PYTHONPATH}}",
+        f"cd {q(paths.code_dir)}",
+    ]
     if storage is None:
         lines.append(f"exec sh -c {q(command)}")
     else:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
+from trialflow.trial.packing import sdk_pythonpath
+
 CANCEL_FILE = "cancel.json"
 LAUNCH_DIR = ".launching"
 READ_CHUNK = 4 * 1024 * 1024
@@ -268,8 +270,9 @@ def trial_body(trial_dir: str, command: str, sdk_dir: str, python_path: str | No
     q = shlex.quote(trial_dir)
     run = f"cd {q}/code && bash -c {shlex.quote(command)} 2>{q}/stderr </dev/null"
     steps = "".join(f"{step}; " for step in after if step)
+    sdk = shlex.quote(sdk_pythonpath(sdk_dir))
     return (
-        f"{path_prefix(python_path)}export PYTHONPATH={shlex.quote(sdk_dir)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+        f"{path_prefix(python_path)}export PYTHONPATH={sdk}${{PYTHONPATH:+:$PYTHONPATH}}\n"
         f"( {run}; rc=$?; {steps}exit $rc )"
     )
 

@@ -1,0 +1,93 @@
+"""``import nni`` trial code, written as NNI's docs say, with and without NNI installed.
+
+Where the trial's Python has no ``nni`` (a fresh worker, a remote machine, a pod image), the
+SDK's stand-in answers; where it has the real nni 3.0, that one runs, untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trialflow.config.platforms import LocalConfig
+from trialflow.platforms.base import TrialSpec, TrialStatus
+from trialflow.platforms.local import LocalPlatform
+
+TRIAL = """\
+import argparse, json, os
+import nni
+from nni.utils import merge_parameter
+
+defaults = argparse.Namespace(lr=0.5, epochs=2, optimizer=None)
+params = merge_parameter(defaults, nni.get_next_parameter())
+for epoch in range(params.epochs):
+    nni.report_intermediate_result(params.lr * (epoch + 1))
+nni.report_final_result({"default": params.lr * 10, "loss": 0.25})
+with open(os.path.join(os.environ["NNI_OUTPUT_DIR"], "which.json"), "w") as f:
+    json.dump({"nni": nni.__file__, "trial_id": nni.get_trial_id()}, f)
+"""
+#: The interpreter this venv was made from: no nni, no trialflow (a fresh machine's Python).
+BARE_PYTHON = getattr(sys, "_base_executable", sys.executable)
+
+
+def run(tmp_path: Path, python: str) -> tuple[TrialStatus, list, dict]:
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    (code / "mnist.py").write_text(TRIAL)
+    platform = LocalPlatform(LocalConfig(), tmp_path / "work")
+    platform.prepare_sync("eshim001")
+    spec = TrialSpec("eshim001", "eshim001-0000", 0, 0, {"lr": 0.01, "optimizer": "sgd"}, f"{python} mnist.py", code)
+    handle = platform.submit_sync(spec)
+
+    async def follow() -> tuple[TrialStatus, list]:
+        cursor: dict = {}
+        metrics: list = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            update = await platform.poll(handle, cursor)
+            metrics += update.metrics
+            cursor = update.cursor
+            if update.status.is_terminal:
+                return update.status, metrics
+            await asyncio.sleep(0.05)
+        raise TimeoutError
+
+    status, metrics = asyncio.run(follow())
+    import json
+
+    which = json.loads((Path(handle["trial_dir"]) / "which.json").read_text()) if status.value == "SUCCEEDED" else {}
+    return status, metrics, which
+
+
+def test_unmodified_nni_code_runs_where_nni_and_trialflow_are_not_installed(tmp_path):
+    bare = __import__("subprocess").run([BARE_PYTHON, "-c", "import nni"], capture_output=True, cwd=tmp_path)
+    if bare.returncode == 0:
+        pytest.skip(f"{BARE_PYTHON} has nni installed")
+    status, metrics, which = run(tmp_path, BARE_PYTHON)
+    assert status == TrialStatus.SUCCEEDED
+    assert [m.value for m in metrics] == [0.01, 0.02, {"default": 0.1, "loss": 0.25}]
+    assert which["trial_id"] == "eshim001-0000" and "trialflow/trial/shim/nni" in which["nni"]
+
+
+def test_merge_parameter_keeps_nnis_rules():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "trialflow" / "trial" / "shim" / "nni"))
+    try:
+        from utils import merge_parameter  # the stand-in's own module, loaded directly
+    finally:
+        sys.path.pop(0)
+    assert merge_parameter({"a": 1, "b": None}, {"a": 2, "b": "x"}) == {"a": 2, "b": "x"}
+    with pytest.raises(ValueError, match="Key 'c' not found"):
+        merge_parameter({"a": 1}, {"c": 1})
+    with pytest.raises(TypeError, match="to have type 'int'"):
+        merge_parameter({"a": 1}, {"a": "one"})
+
+
+@pytest.mark.integration
+def test_the_real_nni_wins_where_it_is_installed(tmp_path, nni_python):
+    status, metrics, which = run(tmp_path, nni_python)
+    assert status == TrialStatus.SUCCEEDED and len(metrics) == 3
+    assert which["nni"].endswith("site-packages/nni/__init__.py") and "/shim/" not in which["nni"]

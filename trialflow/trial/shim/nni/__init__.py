@@ -1,0 +1,57 @@
+"""``import nni`` where NNI is not installed: trialflow's trial SDK answers for it.
+
+Trial code written as NNI's docs say (``import nni; nni.get_next_parameter()``)
+runs on any platform with nothing more installed: trialflow puts this folder on
+the trial's PYTHONPATH beside its SDK. Where the real ``nni`` is installed it
+wins: this module finds it further along ``sys.path`` and hands the import over,
+so the trial gets NNI itself, exactly as before.
+
+Only NNI's trial API is here (what trials call; NNI's tuners, NAS and
+compression are NNI's own and need the real package).
+"""
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _real_nni():
+    """The installed nni's spec, looked up on sys.path without this folder (None if absent)."""
+    import importlib.machinery
+
+    elsewhere = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    return importlib.machinery.PathFinder.find_spec("nni", elsewhere)
+
+
+_spec = _real_nni()
+if _spec is not None and _spec.loader is not None:
+    import importlib.util
+
+    _module = importlib.util.module_from_spec(_spec)
+    sys.modules["nni"] = _module  # the import statement returns what sys.modules holds now
+    _spec.loader.exec_module(_module)
+else:
+    try:
+        import trialflow.trial as _sdk
+    except ImportError:  # another interpreter than the worker's: the SDK root is three folders up
+        sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(_HERE))))
+        import trialflow.trial as _sdk
+
+    get_next_parameter = _sdk.get_next_parameter
+    get_current_parameter = _sdk.get_current_parameter
+    report_intermediate_result = _sdk.report_intermediate_result
+    report_final_result = _sdk.report_final_result
+    get_trial_id = _sdk.get_trial_id
+    get_experiment_id = _sdk.get_experiment_id
+    get_sequence_id = _sdk.get_sequence_id
+    __version__ = "3.0+trialflow"
+    __all__ = [
+        "get_next_parameter",
+        "get_current_parameter",
+        "report_intermediate_result",
+        "report_final_result",
+        "get_trial_id",
+        "get_experiment_id",
+        "get_sequence_id",
+    ]
