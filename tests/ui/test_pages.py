@@ -99,8 +99,10 @@ def test_trial_table_sort_filter_select_compare_and_csv(browser, ui: UiSetup, tm
         page.click("[data-testid=export-csv]")
     saved = tmp_path / "trials.csv"
     download.value.save_as(saved)
-    lines = saved.read_text().splitlines()
-    assert lines[0].startswith("trial_index,trial_id,status") and len(lines) == 9
+    import csv
+
+    rows = list(csv.reader(saved.open(newline="")))
+    assert rows[0][:3] == ["trial_index", "trial_id", "status"] and len(rows) == 9
     assert not page.errors, page.errors
 
 
@@ -149,6 +151,60 @@ def test_the_dag_run_tab_shows_its_experiment(browser, ui: UiSetup):
     page.goto(f"{ui.base}/dags/{ui.dag_id}/runs/{ui.run_id}/plugin/trialflow-run")
     page.wait_for_selector("[data-testid=summary]", timeout=30000)
     assert ui.experiment_id in page.locator("[data-testid=experiment-page]").inner_text()
+    # the heading sat ~8 px under the run's tab bar, its top cut off
+    tabs = (
+        page.get_by_role("link", name="Task Instances").bounding_box()
+        or page.get_by_text("Task Instances").first.bounding_box()
+    )
+    heading = page.locator("[data-testid=experiment-name]").bounding_box()
+    assert tabs is not None and heading is not None
+    assert heading["y"] >= tabs["y"] + tabs["height"] + 4, (heading, tabs)
+    best = page.locator("[data-testid=best-parameters]").inner_text()
+    assert best.startswith(("lr = ", "opt = ", "act = ")) and "{" not in best  # not raw JSON
+    shot(page, "dag-run-tab")
+
+
+def test_what_a_name_says_is_what_shows_and_a_trial_without_results_says_so(browser, ui: UiSetup):
+    """A name with a right-to-left override ('quotes' read as 'setouq') shows the control
+    visibly in the list, the heading and the DAG run's tab; a trial that failed before any
+    result says so instead of drawing empty axes; a handle's start time reads as a date."""
+    from tests.integration.conftest import PY
+
+    dag_id, _ = ui.harness.experiment(
+        "ui_rtl",
+        f"""\
+experimentName: "\\u202Equotes"
+searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
+trialCommand: {PY} fail.py
+trialConcurrency: 1
+maxTrialNumber: 1
+tuner: {{name: Random}}
+trainingService: {{platform: local}}
+""",
+        {"fail.py": "raise SystemExit('no data file')\n"},
+    )
+    run_id, _ = ui.harness.run(dag_id)
+    from trialflow.platforms.base import experiment_id_for
+
+    experiment = experiment_id_for(dag_id, run_id)
+    page = login(browser, ui)
+    page.goto(f"{ui.base}/plugin/trialflow")
+    page.wait_for_selector("[data-testid=experiment-row]", timeout=30000)
+    assert "⟨U+202E⟩quotes" in page.locator("[data-testid=experiment-list]").inner_text()
+    page.goto(f"{ui.base}/dags/{dag_id}/runs/{run_id}/plugin/trialflow-run")
+    page.wait_for_selector("[data-testid=experiment-name]", timeout=30000)
+    assert page.locator("[data-testid=experiment-name]").inner_text() == "⟨U+202E⟩quotes"
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment}&trial=0")
+    page.wait_for_selector("[data-testid=trial-page]", timeout=30000)
+    assert page.locator("[data-testid=no-intermediate]").inner_text() == "This trial reported no intermediate results."
+    assert page.locator("[data-testid=trial-curve]").count() == 0
+    assert "no data file" in page.locator("[data-testid=trial-message]").inner_text()
+    started = page.locator("[data-testid=trial-page] td", has_text="started").locator("xpath=following-sibling::td")
+    assert "(" in started.inner_text() and "/" in started.inner_text(), (
+        started.inner_text()
+    )  # a date, the number beside
+    shot(page, "trial-failed")
+    assert not page.errors, page.errors
 
 
 def test_a_limited_user_and_an_anonymous_visit(browser, ui: UiSetup):

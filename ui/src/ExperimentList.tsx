@@ -4,7 +4,7 @@ import { Box, Heading, HStack, Input, Link, Table, Text } from "@chakra-ui/react
 import { type ExperimentRow, getJson } from "./api";
 import { ErrorBox, Loading, StatusBadge, StatusCounts } from "./common";
 import { useLoad } from "./hooks";
-import { formatDuration, formatTime, formatValue } from "./util";
+import { formatDuration, formatTime, formatValue, visible } from "./util";
 
 type Key = "experiment_id" | "name" | "dag_id" | "platform" | "tuner" | "trials" | "best" | "started" | "duration" | "state";
 
@@ -66,7 +66,7 @@ export function ExperimentList({ dagId, onOpen }: { dagId?: string; onOpen: (row
                 data-testid="experiment-row">
                 <Table.Cell><Link fontFamily="mono" onClick={(e) => { e.preventDefault(); onOpen(row); }}
                   href={`?experiment=${encodeURIComponent(row.experiment_id)}`}>{row.experiment_id}</Link></Table.Cell>
-                <Table.Cell>{row.name}</Table.Cell>
+                <Table.Cell>{visible(row.name)}</Table.Cell>
                 <Table.Cell>
                   <Text>{row.dag_id}{row.dag_exists ? "" : " (DAG gone)"}</Text>
                   <Text fontSize="xs" color="fg.muted">{row.run_id}</Text>

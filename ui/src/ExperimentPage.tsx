@@ -8,7 +8,7 @@ import { ErrorBox, Fact, Loading, Panel, StatusBadge, StatusCounts } from "./com
 import { Compare } from "./Compare";
 import { useColorMode, useLoad } from "./hooks";
 import { TrialTable } from "./TrialTable";
-import { airflowUrl, formatDuration, formatTime, formatValue } from "./util";
+import { airflowUrl, formatDuration, formatParameters, formatTime, formatValue, visible } from "./util";
 
 function Summary({ summary }: { summary: Summary }) {
   const elapsed = summary.started ? (summary.active || !summary.ended ? Date.now() / 1000 : summary.ended) - summary.started : null;
@@ -32,7 +32,7 @@ function Summary({ summary }: { summary: Summary }) {
       <Box mt={3}><StatusCounts counts={summary.counts} /></Box>
       {summary.best && (
         <Text mt={3} fontSize="sm">
-          Best trial <b>{summary.best.trial_id}</b>: <Code fontSize="xs">{JSON.stringify(summary.best.parameters)}</Code>
+          Best trial <b>{summary.best.trial_id}</b>: <Code fontSize="xs" data-testid="best-parameters">{formatParameters(summary.best.parameters)}</Code>
         </Text>
       )}
     </Panel>
@@ -69,10 +69,11 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
   if (summary.error && !current) return <ErrorBox error={summary.error} />;
   if (!current) return <Loading />;
   return (
-    <VStack alignItems="stretch" gap={4} p={embedded ? 0 : 2} data-testid="experiment-page">
+    // Embedded under the DAG run's tab bar, the heading needs room of its own (it sat under the bar).
+    <VStack alignItems="stretch" gap={4} p={embedded ? 0 : 2} pt={embedded ? 4 : 2} data-testid="experiment-page">
       <HStack justifyContent="space-between" flexWrap="wrap">
         <Box>
-          <Heading size="md">{current.name ?? current.experiment_id}</Heading>
+          <Heading size="md" data-testid="experiment-name">{visible(current.name ?? current.experiment_id)}</Heading>
           <Text fontSize="sm" color="fg.muted">
             experiment <Code fontSize="xs">{current.experiment_id}</Code>
             {current.dag_id ? <> · DAG <Link href={airflowUrl(`dags/${encodeURIComponent(current.dag_id)}`)}>{current.dag_id}</Link></> : null}

@@ -7,7 +7,7 @@ import { Chart } from "./Chart";
 import { detailOption } from "./charts";
 import { ErrorBox, Fact, Loading, Panel, StatusBadge } from "./common";
 import { useLoad } from "./hooks";
-import { flatten, formatDuration, formatTime, formatValue } from "./util";
+import { flatten, formatDuration, formatHandleValue, formatTime, formatValue, visible } from "./util";
 
 export function TrialPage({ experimentId, index, onBack }: { experimentId: string; index: number; onBack: () => void }) {
   const path = `experiments/${encodeURIComponent(experimentId)}/trials/${index}`;
@@ -31,12 +31,12 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
       <Panel>
         <HStack gap={8} flexWrap="wrap">
           <Fact label="Status"><StatusBadge status={trial.status} /></Fact>
-          <Fact label="Final metric"><Text fontFamily="mono" data-testid="trial-metric">{formatValue(trial.metric)}</Text></Fact>
+          <Fact label="Final metric"><Text fontFamily="mono" data-testid="trial-metric">{trial.metric === null || trial.metric === undefined ? "–" : formatValue(trial.metric)}</Text></Fact>
           <Fact label="Duration">{formatDuration(trial.duration)}</Fact>
           <Fact label="Started">{formatTime(trial.started)}</Fact>
           <Fact label="Platform">{trial.platform ?? "–"}{trial.host ? ` · ${trial.host}` : ""}</Fact>
         </HStack>
-        {trial.message ? <Text mt={3} fontSize="sm" data-testid="trial-message">{trial.message}</Text> : null}
+        {trial.message ? <Text mt={3} fontSize="sm" data-testid="trial-message">{visible(trial.message)}</Text> : null}
         <HStack mt={3} gap={3} flexWrap="wrap">
           {trial.links.map((link) => (
             <Button key={link.label} asChild size="xs" variant="outline"><a href={link.href} data-testid={`link-${link.label}`}>{link.label}</a></Button>
@@ -48,7 +48,7 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
           <Table.Root size="sm">
             <Table.Body>
               {Object.entries(flat).map(([key, value]) => (
-                <Table.Row key={key}><Table.Cell>{key}</Table.Cell><Table.Cell fontFamily="mono">{formatValue(value)}</Table.Cell></Table.Row>
+                <Table.Row key={key}><Table.Cell>{visible(key)}</Table.Cell><Table.Cell fontFamily="mono">{formatValue(value)}</Table.Cell></Table.Row>
               ))}
             </Table.Body>
           </Table.Root>
@@ -56,9 +56,23 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
             <Text mt={3} fontSize="sm">Final result's other keys: <Code fontSize="xs">{JSON.stringify(trial.final_extra)}</Code></Text>
           ) : null}
         </Panel>
-        <Panel title={`Intermediate results (${trial.intermediate.length})`}>
-          <Chart option={option} height={240} testId="trial-curve" />
-          <Box maxH="200px" overflowY="auto" mt={2}>
+        <Panel title={`Intermediate results (${(trial.intermediate_total ?? trial.intermediate.length).toLocaleString()})`}>
+          {trial.intermediate.length === 0 ? (
+            <Text fontSize="sm" color="fg.muted" data-testid="no-intermediate">
+              {["WAITING", "RUNNING"].includes(trial.status) ? "No intermediate results yet." : "This trial reported no intermediate results."}
+            </Text>
+          ) : (
+            <>
+              <Chart option={option} height={240} testId="trial-curve" />
+              {trial.intermediate_total && trial.intermediate_total > trial.intermediate.length ? (
+                <Text fontSize="xs" color="fg.muted" data-testid="downsampled">
+                  Drawn from {trial.intermediate.length.toLocaleString()} of {trial.intermediate_total.toLocaleString()} points:
+                  each stretch's lowest and highest, so no spike is hidden. The store keeps every point.
+                </Text>
+              ) : null}
+            </>
+          )}
+          <Box maxH="200px" overflowY="auto" mt={2} display={trial.intermediate.length ? "block" : "none"}>
             <Table.Root size="sm">
               <Table.Header><Table.Row><Table.ColumnHeader>step</Table.ColumnHeader><Table.ColumnHeader>value</Table.ColumnHeader></Table.Row></Table.Header>
               <Table.Body>
@@ -75,7 +89,7 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
         <Table.Root size="sm">
           <Table.Body>
             {Object.entries(trial.handle ?? {}).map(([key, value]) => (
-              <Table.Row key={key}><Table.Cell>{key}</Table.Cell><Table.Cell fontFamily="mono" fontSize="xs">{typeof value === "number" ? String(value) : formatValue(value)}</Table.Cell></Table.Row>
+              <Table.Row key={key}><Table.Cell>{key}</Table.Cell><Table.Cell fontFamily="mono" fontSize="xs">{formatHandleValue(key, value)}</Table.Cell></Table.Row>
             ))}
           </Table.Body>
         </Table.Root>

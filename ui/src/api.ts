@@ -91,6 +91,7 @@ export interface TrialDetail extends TrialRow {
   handle: Record<string, unknown>;
   final_extra: Record<string, unknown>;
   intermediate: [number, number | null][];
+  intermediate_total?: number;
   log: { name: string; text: string }[];
   location: string | null;
   links: { label: string; href: string }[];

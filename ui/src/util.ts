@@ -40,11 +40,34 @@ export function flatten(parameters: Record<string, unknown>, prefix = ""): Recor
   return out;
 }
 
+// Bidirectional controls (embeddings, overrides, isolates, marks): in a name they reorder what
+// follows ('quotes' displayed as 'setouq'), so a person would read something that is not there.
+const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+/** Text as a person should read it: every bidirectional control shown as a visible ⟨U+XXXX⟩. */
+export function visible(text: string | null | undefined): string {
+  if (!text) return text ?? "";
+  return text.replace(BIDI_CONTROLS, (c) => `⟨U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0")}⟩`);
+}
+
 export function formatValue(value: unknown): string {
   if (value === null || value === undefined) return "";
   if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toPrecision(6).replace(/\.?0+($|e)/, "$1");
-  if (typeof value === "string") return value;
-  return JSON.stringify(value);
+  if (typeof value === "string") return visible(value);
+  return visible(JSON.stringify(value));
+}
+
+/** Parameters as "name = value" pairs (nested choices flattened), for a line of text. */
+export function formatParameters(parameters: Record<string, unknown>): string {
+  return Object.entries(flatten(parameters)).map(([k, v]) => `${visible(k)} = ${formatValue(v)}`).join(" · ");
+}
+
+/** Handle fields that are times (epoch seconds): shown as a date, the exact number beside it. */
+export function formatHandleValue(key: string, value: unknown): string {
+  if (typeof value === "number" && (key === "started" || key.endsWith("_at")) && value > 1e9) {
+    return `${formatTime(value)} (${String(value)})`;
+  }
+  return typeof value === "number" ? String(value) : formatValue(value);
 }
 
 export function formatDuration(seconds: number | null | undefined): string {
