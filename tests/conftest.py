@@ -79,6 +79,25 @@ def postgres_url(postgres_server) -> str:
     return postgres_server.url
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request, tmp_path: Path):
+    """An empty experiment store on SQLite, then on a database of its own on the session's
+    PostgreSQL: store and query tests run on both."""
+    from trialflow.tuning.store import ExperimentStore, sqlite_url
+
+    if request.param == "sqlite":
+        return ExperimentStore(sqlite_url(tmp_path / "store.db"))
+    import sqlalchemy as sa
+
+    url = request.getfixturevalue("postgres_url")
+    name = f"s{abs(hash(str(tmp_path))) % 10**8}"
+    with sa.create_engine(
+        url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
+    ).connect() as c:
+        c.execute(sa.text(f"CREATE DATABASE {name}"))
+    return ExperimentStore(url.rsplit("/", 1)[0] + f"/{name}")
+
+
 @pytest.fixture(scope="session")
 def ssh_servers() -> Iterator[list]:
     """Two real OpenSSH servers on 127.0.0.1 (different ports, users and home folders)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-from pathlib import Path
 
 import pytest
 
@@ -67,19 +66,9 @@ def fill(store: ExperimentStore, experiment_id: str = "eq000001", dag_id: str = 
     return made
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path: Path) -> ExperimentStore:
-    if request.param == "sqlite":
-        return ExperimentStore(sqlite_url(tmp_path / "q.db"))
-    url = request.getfixturevalue("postgres_url")
-    import sqlalchemy as sa
-
-    name = f"q{abs(hash(str(tmp_path))) % 10**8}"
-    with sa.create_engine(
-        url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
-    ).connect() as c:
-        c.execute(sa.text(f"CREATE DATABASE {name}"))
-    return ExperimentStore(url.rsplit("/", 1)[0] + f"/{name}")
+@pytest.fixture
+def store(any_store) -> ExperimentStore:
+    return any_store
 
 
 def test_experiment_list_counts_best_and_times(store):

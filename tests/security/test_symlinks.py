@@ -130,8 +130,7 @@ def test_a_trial_cannot_show_a_file_through_a_symlink(harness, tmp_path: Path):
 def test_a_remote_trials_symlinked_output_is_not_read(ssh_servers, tmp_path: Path):
     """The remote platform reads over SSH with GNU dd's O_NOFOLLOW: a trial that puts a symlink
     where its stdout.log was (to a file holding a metric line) shows nothing of that file."""
-    import asyncio
-
+    from tests.following import follow
     from tests.platforms.test_remote import _machine, _platform
     from trialflow.platforms.base import TrialSpec, TrialStatus
     from trialflow.trial.protocol import metric_record, stdout_line
@@ -152,18 +151,7 @@ def test_a_remote_trials_symlinked_output_is_not_read(ssh_servers, tmp_path: Pat
     platform.prepare_sync("esymlnk1")
     handle = platform.submit_sync(TrialSpec("esymlnk1", "esymlnk1-0000", 0, 0, {"x": 1}, "python3 t.py", code))
 
-    async def follow() -> tuple[TrialStatus, list]:
-        cursor: dict = {}
-        metrics: list = []
-        for _ in range(300):
-            update = await platform.poll(handle, cursor)
-            metrics += update.metrics
-            cursor = update.cursor
-            if update.status.is_terminal:
-                return update.status, metrics
-            await asyncio.sleep(0.1)
-        raise TimeoutError
-
-    status, metrics = asyncio.run(follow())
+    outcome, recorder = follow(platform, handle)
+    status, metrics = outcome.status, recorder.metrics
     assert status == TrialStatus.SUCCEEDED
     assert metrics == []  # the symlinked file's metric line was not read

@@ -6,13 +6,12 @@ SDK's stand-in answers; where it has the real nni 3.0, that one runs, untouched.
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.following import follow
 from trialflow.config.platforms import LocalConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform
@@ -43,20 +42,8 @@ def run(tmp_path: Path, python: str) -> tuple[TrialStatus, list, dict]:
     spec = TrialSpec("eshim001", "eshim001-0000", 0, 0, {"lr": 0.01, "optimizer": "sgd"}, f"{python} mnist.py", code)
     handle = platform.submit_sync(spec)
 
-    async def follow() -> tuple[TrialStatus, list]:
-        cursor: dict = {}
-        metrics: list = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            update = await platform.poll(handle, cursor)
-            metrics += update.metrics
-            cursor = update.cursor
-            if update.status.is_terminal:
-                return update.status, metrics
-            await asyncio.sleep(0.05)
-        raise TimeoutError
-
-    status, metrics = asyncio.run(follow())
+    outcome, recorder = follow(platform, handle, timeout=60)
+    status, metrics = outcome.status, recorder.metrics
     import json
 
     which = json.loads((Path(handle["trial_dir"]) / "which.json").read_text()) if status.value == "SUCCEEDED" else {}

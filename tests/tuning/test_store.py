@@ -271,19 +271,6 @@ def test_an_experiment_attribute_is_read_alone(store):
     assert store.experiment_attr("exp", "missing") is None
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def any_store(request, tmp_path: Path) -> ExperimentStore:
-    if request.param == "sqlite":
-        return ExperimentStore(sqlite_url(tmp_path / "store.db"))
-    url = request.getfixturevalue("postgres_url")
-    name = f"ingest{abs(hash(str(tmp_path))) % 10**8}"
-    with sa.create_engine(
-        url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
-    ).connect() as c:
-        c.execute(sa.text(f"CREATE DATABASE {name}"))
-    return ExperimentStore(url.rsplit("/", 1)[0] + f"/{name}")
-
-
 def test_many_intermediate_results_are_stored_in_one_batch_exactly_once(any_store, monkeypatch):
     """A batch is one transaction of multi-row upserts: all of it or none of it, and a batch
     read again (a cursor lost in a crash mid-batch) overwrites its own rows instead of adding."""

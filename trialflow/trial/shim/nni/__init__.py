@@ -38,20 +38,7 @@ else:
         sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(_HERE))))
         import trialflow.trial as _sdk
 
-    get_next_parameter = _sdk.get_next_parameter
-    get_current_parameter = _sdk.get_current_parameter
-    report_intermediate_result = _sdk.report_intermediate_result
-    report_final_result = _sdk.report_final_result
-    get_trial_id = _sdk.get_trial_id
-    get_experiment_id = _sdk.get_experiment_id
-    get_sequence_id = _sdk.get_sequence_id
+    # NNI's trial API, name for name: the SDK was written to it.
+    __all__ = list(_sdk.__all__)
+    globals().update({name: getattr(_sdk, name) for name in __all__})
     __version__ = "3.0+trialflow"
-    __all__ = [
-        "get_next_parameter",
-        "get_current_parameter",
-        "report_intermediate_result",
-        "report_final_result",
-        "get_trial_id",
-        "get_experiment_id",
-        "get_sequence_id",
-    ]
