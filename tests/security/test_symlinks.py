@@ -155,3 +155,15 @@ def test_a_remote_trials_symlinked_output_is_not_read(ssh_servers, tmp_path: Pat
     status, metrics = outcome.status, recorder.metrics
     assert status == TrialStatus.SUCCEEDED
     assert metrics == []  # the symlinked file's metric line was not read
+
+
+def test_control_files_that_are_fifos_or_symlinks_read_as_absent(folder: Path):
+    """A cancel record, exit code or job id the trial replaced: no hang, no content shown."""
+    from trialflow.trial.folder import read_small
+
+    (folder / "rc").write_text("0\n")
+    assert read_small(folder, "rc") == "0\n"
+    os.mkfifo(folder / "cancel.json")
+    (folder / "job.json").symlink_to(folder.parent / "secret")
+    assert read_small(folder, "cancel.json") is None and read_small(folder, "job.json") is None
+    assert read_small(folder, "absent") is None

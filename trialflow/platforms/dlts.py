@@ -49,6 +49,7 @@ from trialflow.platforms.mounted import (
     write_parameter_file,
 )
 from trialflow.platforms.rest import RestClient, RestError
+from trialflow.trial.folder import read_small
 
 JOB_FILE = ".trialflow-job.json"
 CLAIM_FILE = ".trialflow-submit"
@@ -282,8 +283,8 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
         deadline = asyncio.get_running_loop().time() + CLAIM_WAIT_SECONDS
         while True:
             try:
-                return str(json.loads((folder / JOB_FILE).read_text())["jobId"])
-            except (OSError, ValueError, KeyError):
+                return str(json.loads(read_small(folder, JOB_FILE) or "null")["jobId"])
+            except (ValueError, KeyError, TypeError):
                 pass
             try:
                 os.close(os.open(folder / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
@@ -338,6 +339,6 @@ def _exit_code(folder: Path) -> int | None:
     """The trial command's exit code, which the job script leaves beside the trial (DLTS's job
     status has none)."""
     try:
-        return int((folder / RC_FILE).read_text().strip())
-    except (OSError, ValueError):
+        return int((read_small(folder, RC_FILE) or "").strip())
+    except ValueError:
         return None

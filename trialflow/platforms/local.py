@@ -41,7 +41,7 @@ from trialflow.platforms.base import (
 from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequest, acquire, release_command
 from trialflow.platforms.leftovers import stop_marked_command, trial_mark
 from trialflow.platforms.mounted import read_framed_file
-from trialflow.trial.folder import TrialFileRefused, last_line, read_in_folder, tail_in_folder
+from trialflow.trial.folder import TrialFileRefused, last_line, read_in_folder, read_small, tail_in_folder
 from trialflow.trial.protocol import (
     METRICS_FILE,
     complete_line,
@@ -449,8 +449,8 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
 
     def _cancel_request(self, sys_dir: Path) -> dict[str, Any] | None:
         try:
-            return json.loads((sys_dir / CANCEL_FILE).read_text())
-        except (FileNotFoundError, ValueError):
+            return json.loads(read_small(sys_dir, CANCEL_FILE) or "null")
+        except ValueError:
             return None
 
     async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trialflow.trial.folder import TrialFileRefused, read_in_folder
+from trialflow.trial.folder import TrialFileRefused, read_in_folder, read_small
 from trialflow.trial.packing import SDK_FILES, check_limits, collect_files, sdk_pythonpath
 from trialflow.trial.protocol import Metric, parameter_text, read_framed, read_stdout_lines
 from trialflow.trial.status import CANCEL_STATUSES, TrialStatus
@@ -91,10 +91,7 @@ def record_cancel(folder: Path, status: str, reason: str) -> None:
 
 def recorded_cancel(folder: Path) -> tuple[TrialStatus, str] | None:
     """(status, reason) that :func:`record_cancel` left, or None (someone else stopped it)."""
-    try:
-        return parse_cancel((folder / CANCEL_FILE).read_text())
-    except OSError:
-        return None
+    return parse_cancel(read_small(folder, CANCEL_FILE))
 
 
 def parse_cancel(text: str | None) -> tuple[TrialStatus, str] | None:

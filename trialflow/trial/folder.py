@@ -96,3 +96,17 @@ def last_line(data: bytes, limit: int = 300) -> str | None:
         if line:
             return line if len(line) <= limit else line[: limit - 1] + "…"
     return None
+
+
+def read_small(folder: str | os.PathLike[str], name: str, limit: int = 65536) -> str | None:
+    """A small control file of the trial's folder as text (a cancel record, an exit code, a job
+    id), or None when it is not there or is not a regular file in the folder: the trial could
+    have put a symlink or a FIFO in its place."""
+    try:
+        fd = open_in_folder(folder, name)
+    except OSError:
+        return None
+    try:
+        return os.pread(fd, limit, 0).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
