@@ -27,11 +27,13 @@ demo: venv
 test: venv
 	$(VENV)/bin/python -m pytest -ra
 
-# ruff (lint and format, configured in pyproject.toml) and mypy on the package; .ci/run runs it.
+# ruff (lint and format), mypy and the layer contract (import-linter), all configured in
+# pyproject.toml, on the package; .ci/run runs it.
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 bench: venv
 	$(VENV)/bin/python bench/overhead.py

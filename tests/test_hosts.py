@@ -1,4 +1,4 @@
-"""trialflow.hosts: which executor runs the tasks, and when a local trial needs one host."""
+"""trialflow.platforms.hosts: which executor runs the tasks, and when a local trial needs one host."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from trialflow.hosts import (
+from trialflow.platforms.hosts import (
     TrialOnAnotherHost,
     check_host,
     executor_class_name,

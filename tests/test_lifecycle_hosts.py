@@ -19,8 +19,8 @@ import pytest
 from trialflow import lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
-from trialflow.hosts import TrialOnAnotherHost
 from trialflow.platforms.base import TrialStatus, trial_id_for
+from trialflow.platforms.hosts import TrialOnAnotherHost
 from trialflow.platforms.local import process_alive
 from trialflow.tuning.store import ExperimentStore, sqlite_url
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from trialflow import lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
-from trialflow.hosts import TrialOnAnotherHost
+from trialflow.platforms.hosts import TrialOnAnotherHost
 from trialflow.tuning.store import ExperimentStore
 
 config, workdir, url = sys.argv[1:4]

@@ -16,15 +16,16 @@ from typing import Any
 
 from airflow.sdk import DAG
 
-from trialflow import hosts
 from trialflow.hooks.store import DEFAULT_CONN_ID
+from trialflow.limits import MAX_TRIALS_PER_RUN
 from trialflow.operators.experiment import (
     ContinueExperimentOperator,
     EndExperimentOperator,
     StartExperimentOperator,
 )
 from trialflow.operators.trial import SubmitTrialOperator
-from trialflow.plan import MAX_TRIALS_PER_RUN, DagPlan, default_dag_id, load_plan
+from trialflow.plan import DagPlan, default_dag_id, load_plan
+from trialflow.platforms import hosts
 
 DEFAULT_RETRIES = 2
 
@@ -130,7 +131,7 @@ def experiment_dag(
 
 def _place(path: Path, plan: DagPlan, default_args: dict[str, Any], local_queue: str | None) -> bool:
     """Send a local experiment's tasks to one host's queue under a multi-host executor, or refuse
-    it (trialflow.hosts); True if its local trials must then stay on that host."""
+    it (trialflow.platforms.hosts); True if its local trials must then stay on that host."""
     from airflow.sdk.configuration import conf
 
     executor = hosts.executor_class_name(conf.get("core", "executor", fallback=""), default_args.get("executor"))

@@ -26,9 +26,10 @@ from trialflow.config import (
     to_v2_dict,
 )
 from trialflow.config.errors import ConfigError, Problem
-from trialflow.config.model import MAX_TRIALS_PER_RUN, AlgorithmConfig
+from trialflow.config.model import AlgorithmConfig
 from trialflow.config.registry import PlatformUnavailable, get_platform_entry
 from trialflow.config.search_space import SearchSpace, parse_search_space
+from trialflow.limits import MAX_TRIALS_PER_RUN
 from trialflow.platforms.base import (
     Connections,
     TrainingPlatform,
@@ -118,7 +119,7 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
             )
     for i, service in enumerate(config.training_service):
         try:
-            implementation = get_platform_entry(service.platform).load()
+            implementation: type[TrainingPlatform] = get_platform_entry(service.platform).load()
         except PlatformUnavailable as exc:
             problems.append(Problem(file, ("trainingService", "platform"), str(exc)))
             continue
@@ -413,7 +414,7 @@ class Experiment:
         """The platform of listed training service ``service_index``; ``connections`` opens what
         the config names by Airflow connection (the Airflow layer passes them)."""
         service = self.config.training_service[service_index]
-        implementation = get_platform_entry(service.platform).load()
+        implementation: type[TrainingPlatform] = get_platform_entry(service.platform).load()
         platform = implementation.from_config(service, self.directory, connections)
         platform.use_shared_storage(self.config.shared_storage)
         return platform

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment import Experiment, trial_result
 from trialflow.follow import EXPERIMENT_DEADLINE_REASON, Follower, FollowOutcome
-from trialflow.hosts import HOST_BOUND_PLATFORMS, check_host, this_host
 from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import Connections, TrainingPlatform, TrialHandle, TrialSpec, TrialStatus, trial_id_for
 from trialflow.platforms.gpus import GpuRequestError
+from trialflow.platforms.hosts import HOST_BOUND_PLATFORMS, check_host, this_host
 from trialflow.trial.packing import CodeDirectoryError
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def start_trial(
 ) -> StartedTrial:
     """Give trial ``map_index`` of run ``run_id`` its parameters and submit it (see module).
 
-    ``pin_host``: tasks may run on several hosts (trialflow.hosts). A local trial then claims
+    ``pin_host``: tasks may run on several hosts (trialflow.platforms.hosts). A local trial then claims
     this host in the store before it is launched, so a retry elsewhere is refused even if the
     first attempt died before the store had its handle.
     """

@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from trialflow.config import ExperimentConfig
 
 CACHE_ENV = "TRIALFLOW_CACHE_DIR"
-#: Mapped trial tasks one DAG run may hold (maxTrialNumber, trials_per_run).
-MAX_TRIALS_PER_RUN = 10_000
 #: Bumped when DagPlan's fields or their meaning change (with trialflow's version, in the key).
 PLAN_FORMAT = 1
 

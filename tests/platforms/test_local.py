@@ -349,7 +349,7 @@ _OTHER_HOST_PROBE = """
 import json, sys
 from pathlib import Path
 from trialflow.config.platforms import LocalConfig
-from trialflow.hosts import TrialOnAnotherHost
+from trialflow.platforms.hosts import TrialOnAnotherHost
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import LocalPlatform
 

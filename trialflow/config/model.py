@@ -9,7 +9,7 @@ from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
 from trialflow.config.base import ConfigPath, GpuIndices, Int, NniModel, Seconds, Secret, Str
 from trialflow.config.platforms import TrainingServiceConfig
-from trialflow.plan import MAX_TRIALS_PER_RUN
+from trialflow.limits import MAX_TRIALS_PER_RUN
 
 #: The largest fan-out one DAG run is given (one mapped task instance per trial).
 

@@ -17,12 +17,9 @@ import logging
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trialflow.config.platforms import BUILTIN_PLATFORM_CONFIGS, TrainingServiceConfig
-
-if TYPE_CHECKING:
-    from trialflow.platforms.base import TrainingPlatform  # only named in a type
 
 ENTRY_POINT_GROUP = "trialflow.platforms"
 log = logging.getLogger(__name__)
@@ -43,7 +40,9 @@ class PlatformEntry:
     #: Said when ``implementation`` is None: why this platform cannot run yet.
     unavailable_reason: str | None = None
 
-    def load(self) -> type[TrainingPlatform]:
+    def load(self) -> type[Any]:
+        """The platform's class (a trialflow.platforms.base.TrainingPlatform: config sits below
+        the platforms and names none of them)."""
         if self.implementation is None:
             raise PlatformUnavailable(self.name, self.unavailable_reason or "it has no implementation")
         module_name, _, attr = self.implementation.partition(":")

@@ -19,7 +19,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
-from trialflow.hosts import HOST_BOUND_PLATFORMS
+from trialflow.platforms.hosts import HOST_BOUND_PLATFORMS
 from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
 
 if TYPE_CHECKING:

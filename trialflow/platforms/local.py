@@ -28,7 +28,6 @@ from typing import Any, ClassVar
 import psutil
 
 from trialflow.config.platforms import LocalConfig
-from trialflow.hosts import check_host, this_host
 from trialflow.platforms.base import (
     CANCEL_STATUSES,
     Cursor,
@@ -39,6 +38,7 @@ from trialflow.platforms.base import (
     TrialUpdate,
 )
 from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequest, acquire, release_command
+from trialflow.platforms.hosts import check_host, this_host
 from trialflow.platforms.leftovers import stop_marked_command, trial_mark
 from trialflow.platforms.mounted import read_framed_file
 from trialflow.trial.folder import TrialFileRefused, last_line, read_in_folder, read_small, tail_in_folder
@@ -68,7 +68,7 @@ PID_REUSE_TOLERANCE = 2.0
 MAX_START_LAG = 300.0
 
 # The wrapper: pid (with its start time, against pid reuse, and its host: only that one can
-# see the process, trialflow.hosts) first, exit code last. Each is one line written by one
+# see the process, trialflow.platforms.hosts) first, exit code last. Each is one line written by one
 # echo, and read only once it ends with its newline (complete_line), so a reader never takes a
 # half-written file for the whole: no temporary file and rename (two mv and a date were three
 # processes started on every trial's way to its exit code).

@@ -1,0 +1,7 @@
+"""Numbers every layer agrees on, with no imports: the config checks them, the DAG plan and the
+experiment use them, so they live below all three."""
+
+from __future__ import annotations
+
+#: Mapped trial tasks one DAG run may hold (maxTrialNumber, trials_per_run).
+MAX_TRIALS_PER_RUN = 10_000
