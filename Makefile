@@ -7,7 +7,7 @@ export UV_PYTHON_DOWNLOADS := never
 # trial process pays them, and some environments set PYTHONDONTWRITEBYTECODE).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: demo test lint venv bench bench-task bench-tuners bench-ui bench-parse bench-scale bench-ingest bench-kube bench-remote ui clean
+.PHONY: demo test test-lowest lint venv bench bench-task bench-tuners bench-ui bench-parse bench-scale bench-ingest bench-kube bench-remote ui clean
 
 $(VENV)/.synced: pyproject.toml uv.lock Makefile
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
@@ -26,6 +26,24 @@ demo: venv
 
 test: venv
 	$(VENV)/bin/python -m pytest -ra
+
+# pyproject's lower bounds, tested: the lowest versions its ranges allow (uv's lowest-direct
+# resolution; what they need themselves at their newest), in a virtualenv of their own, and the
+# tests of the core, the store (SQLite and PostgreSQL) and the DAG.
+LOWEST := .lowest
+LOWEST_TESTS := tests/config tests/tuning tests/trial tests/test_queries.py tests/test_experiment.py \
+	tests/test_plan.py tests/airflow/test_dag.py tests/platforms/test_local.py tests/security/test_yaml.py \
+	tests/security/test_exports.py tests/security/test_ownership.py
+test-lowest:
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
+	mkdir -p $(LOWEST)
+	uv pip compile pyproject.toml -q --resolution lowest-direct --extra postgres --extra tuners \
+		--python $(PYTHON) -o $(LOWEST)/requirements.txt
+	uv venv -q --allow-existing --python $(PYTHON) $(LOWEST)/venv
+	uv pip install -q -p $(LOWEST)/venv/bin/python -r $(LOWEST)/requirements.txt pytest pytest-timeout
+	uv pip install -q -p $(LOWEST)/venv/bin/python --no-deps -e .
+	@grep -iE '^(apache-airflow|apache-airflow-providers-standard|optuna|pydantic|pyyaml|pathspec|psutil|rich|sqlalchemy|tenacity)==' $(LOWEST)/requirements.txt
+	$(LOWEST)/venv/bin/python -m pytest -q -m "not integration" --deselect tests/config/test_nni_examples.py $(LOWEST_TESTS)
 
 # ruff (lint and format), mypy and the layer contract (import-linter), all configured in
 # pyproject.toml, on the package; .ci/run runs it.
@@ -71,4 +89,4 @@ ui:
 	cd ui && npm ci --no-audit --no-fund && npm run build
 
 clean:
-	rm -rf $(VENV) dags/experiments/digits/.trialflow .pytest_cache
+	rm -rf $(VENV) $(LOWEST) dags/experiments/digits/.trialflow .pytest_cache

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import UTC
 from pathlib import Path
 
 import optuna
@@ -141,9 +142,9 @@ def run_dag(airflow: EmbeddedAirflow, dag_id: str, dag_file: Path, done, before=
     airflow.wait_for_dag(dag_id, dag_file, timeout=120)
     run_id = None
     if before is not None:
-        from datetime import datetime, timezone
+        from datetime import datetime
 
-        run_id = f"manual__{datetime.now(timezone.utc).isoformat()}"
+        run_id = f"manual__{datetime.now(UTC).isoformat()}"
         before(run_id)
     started = time.perf_counter()
     run_id = airflow.trigger(dag_id, run_id=run_id)

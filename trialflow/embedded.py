@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -370,7 +370,7 @@ class EmbeddedAirflow:
         form for a manual run, so a trigger whose answer was lost is asked again safely: the
         second ask finds the run the first one made (409) instead of starting another experiment."""
         self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
-        run_id = run_id or f"manual__{datetime.now(timezone.utc).isoformat()}"
+        run_id = run_id or f"manual__{datetime.now(UTC).isoformat()}"
         body = {"dag_run_id": run_id, "logical_date": None, "conf": conf or {}}
         response = self.api("POST", f"/dags/{dag_id}/dagRuns", json=body, repeatable=True)
         if response.status_code == 409 and self.run_conf(dag_id, run_id) == (conf or {}):

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,7 @@ class AmlEmulator(Emulator):
 
     def _pending_upload(self, body: dict[str, Any]) -> dict[str, Any]:
         """A temporary container and a SAS to write it, as Azure ML hands out for a code upload."""
-        from datetime import datetime, timedelta, timezone
+        from datetime import datetime, timedelta
 
         from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
@@ -145,7 +146,7 @@ class AmlEmulator(Emulator):
             container,
             account_key=self.account_key,
             permission=ContainerSasPermissions(read=True, write=True, create=True, add=True, list=True),
-            expiry=datetime.now(timezone.utc) + timedelta(hours=1),
+            expiry=datetime.now(UTC) + timedelta(hours=1),
         )
         uri = f"https://{ACCOUNT}.blob.{self.storage_suffix}/{container}"
         return {

@@ -22,7 +22,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -110,7 +110,7 @@ def delete_crd(api_client: k8s.ApiClient, kind: str, timeout: float = 30) -> Non
 
 
 def now_rfc3339(nanos: bool = False) -> str:
-    t = datetime.now(timezone.utc)
+    t = datetime.now(UTC)
     if nanos:
         return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond:06d}000Z"
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -351,7 +351,7 @@ class TestController:
                         created = obj["metadata"].get("creationTimestamp")
                         age = (
                             time.time()
-                            - datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+                            - datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
                             if created
                             else 99
                         )

@@ -428,7 +428,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
             return
         try:
             await asyncio.wait_for(ended, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             loop.remove_reader(watch)

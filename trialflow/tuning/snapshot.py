@@ -26,10 +26,11 @@ import zlib
 import optuna
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
-from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
-from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial, TrialState
 
+from trialflow.tuning.optuna_internals import CachedStorage as _CachedStorage
+from trialflow.tuning.optuna_internals import StudyInfo as _StudyInfo
+from trialflow.tuning.optuna_internals import models
 from trialflow.tuning.storage import _distribution
 
 #: Finished trials beyond the stored ones before a process writes the row again.

@@ -41,12 +41,13 @@ import sqlalchemy as sa
 import sqlalchemy.orm as sa_orm
 from optuna import distributions
 from optuna.storages import RDBStorage
-from optuna.storages._rdb import models
-from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.dialects import postgresql as postgresql_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+from trialflow.tuning.optuna_internals import create_scoped_session as _create_scoped_session
+from trialflow.tuning.optuna_internals import models, version_manager
 
 _STUDIES = models.StudyModel.__table__
 _TRIALS = models.TrialModel.__table__
@@ -87,9 +88,7 @@ class _DeferredVersionManager:
 
     def __getattr__(self, name: str) -> Any:
         if self._manager is None:
-            from optuna.storages._rdb.storage import _VersionManager
-
-            self._manager = _VersionManager(self._storage.url, self._storage.engine, self._storage.scoped_session)
+            self._manager = version_manager(self._storage.url, self._storage.engine, self._storage.scoped_session)
         return getattr(self._manager, name)
 
 

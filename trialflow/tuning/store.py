@@ -26,7 +26,6 @@ import optuna
 import sqlalchemy as sa
 import tenacity
 from optuna.exceptions import UpdateFinishedTrialError
-from optuna.storages._rdb import models
 from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
@@ -35,6 +34,7 @@ from trialflow.config.search_space import SearchSpace
 from trialflow.trial.protocol import Metric, describe_result
 from trialflow.trial.protocol import scalar as _plain_scalar
 from trialflow.trial.status import COUNTED_STATUS_NAMES, COUNTED_STATUSES, TrialStatus
+from trialflow.tuning.optuna_internals import models, trial_storage_id
 from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
 from trialflow.tuning.storage import TrialflowStorage
 from trialflow.tuning.tuners import make_sampler, sample_parameters
@@ -317,7 +317,7 @@ class ExperimentStore:
         with self.storage.holding_params() as params:
             trial = asking.ask()
             parameters = sample_parameters(tuner, space, trial, trial_index)
-        storage_id = trial._trial_id  # the trial Optuna just created (its id, as RDBStorage gave it)
+        storage_id = trial_storage_id(trial)  # the trial Optuna just created (its id, as RDBStorage gave it)
         study_id = self._study_id(experiment_id)
         attrs = {
             "trial_index": trial_index,

@@ -81,7 +81,7 @@ class Informer:
         event.clear()  # no await since the check above: no change can slip between them
         try:
             await asyncio.wait_for(event.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def _list(self) -> None:

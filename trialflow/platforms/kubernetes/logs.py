@@ -5,14 +5,14 @@ Pure functions of the bytes and the cursor, so they are tested without a cluster
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def _parse_ts(text: str) -> tuple[datetime, int]:
     """An RFC 3339 timestamp with up to nanoseconds -> (seconds, nanoseconds) for ordering."""
     main, _, frac = text.rstrip("Z").partition(".")
     nanos = int((frac + "000000000")[:9]) if frac else 0
-    return datetime.strptime(main, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc), nanos
+    return datetime.strptime(main, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC), nanos
 
 
 def new_log_lines(text: str, last_ts: str | None, seen_at_last: int) -> tuple[list[str], str | None, int]:

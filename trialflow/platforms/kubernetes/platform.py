@@ -264,7 +264,7 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
             informer = INFORMERS.get(self.api, self.resource, experiment_selector(handle["experiment_id"]))
             try:
                 await informer.wait_synced(SYNC_WAIT_SECONDS)
-            except asyncio.TimeoutError:  # the watch cannot list (yet): ask directly meanwhile
+            except TimeoutError:  # the watch cannot list (yet): ask directly meanwhile
                 log.warning(
                     "watch of %s not ready (%s); reading %s directly", self.resource.plural, informer.error, name
                 )

@@ -1,0 +1,87 @@
+"""Optuna's private parts stay behind trialflow/tuning/optuna_internals.py, within the tested range.
+
+A new Optuna that moves one of them fails here, naming it, instead of at every experiment's ask.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.storages import RDBStorage
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from trialflow.queries import tables
+from trialflow.tuning import optuna_internals as internals
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_tested_range_is_pyprojects_and_holds_the_installed_optuna():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (optuna_req,) = [Requirement(r) for r in project["project"]["dependencies"] if Requirement(r).name == "optuna"]
+    assert str(optuna_req.specifier) == str(Requirement(f"optuna{internals.TESTED}").specifier)
+    assert optuna_req.specifier.contains(Version(optuna.__version__)), (
+        f"Optuna {optuna.__version__} is outside {internals.TESTED}: run the suite on it, then move the range "
+        "in pyproject.toml and optuna_internals.TESTED together"
+    )
+    assert any(clause.operator == "<" for clause in optuna_req.specifier), "the range must be capped"
+
+
+@pytest.mark.parametrize(
+    "owner, names",
+    [
+        (RDBStorage, internals.RDB_STORAGE_MEMBERS),
+        (internals.CachedStorage, internals.CACHED_STORAGE_MEMBERS),
+    ],
+)
+def test_every_private_member_used_still_exists(owner, names, tmp_path):
+    storage = RDBStorage(f"sqlite:///{tmp_path / 'x.db'}")
+    instance = storage if owner is RDBStorage else internals.CachedStorage(storage)
+    missing = [name for name in names if not hasattr(instance, name)]
+    assert not missing, f"Optuna {optuna.__version__}'s {owner.__name__} has no {missing}"
+
+
+def test_a_new_trials_storage_id_is_read_where_optuna_keeps_it(tmp_path):
+    storage = RDBStorage(f"sqlite:///{tmp_path / 'x.db'}")
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    assert all(hasattr(trial, name) for name in internals.TRIAL_MEMBERS)
+    assert internals.trial_storage_id(trial) == storage.get_trial_id_from_study_id_trial_number(
+        study._study_id, trial.number
+    )
+
+
+def test_the_read_models_tables_match_optunas_schema():
+    """queries/tables.py declares Optuna's tables itself (the schema, which Optuna migrates on
+    purpose): each column it declares is one Optuna's models have."""
+    declared = [t for t in vars(tables).values() if hasattr(t, "columns") and hasattr(t, "name")]
+    optuna_tables = internals.models.BaseModel.metadata.tables
+    checked = 0
+    for table in declared:
+        if table.name not in optuna_tables:
+            continue  # trialflow's own (the trial index)
+        theirs = set(optuna_tables[table.name].columns.keys())
+        assert set(table.columns.keys()) <= theirs, (table.name, set(table.columns.keys()) - theirs)
+        checked += 1
+    assert checked >= 6
+
+
+def test_no_other_module_imports_optunas_private_modules():
+    offenders = []
+    for path in (ROOT / "trialflow").rglob("*.py"):
+        if path.name == "optuna_internals.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            if any(n.startswith("optuna") and any(part.startswith("_") for part in n.split(".")) for n in names):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, offenders
