@@ -21,12 +21,13 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from trialflow.config.registry import is_host_bound
 from trialflow.experiment import Experiment, trial_result
 from trialflow.follow import EXPERIMENT_DEADLINE_REASON, Follower, FollowOutcome
 from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import Connections, TrainingPlatform, TrialHandle, TrialSpec, TrialStatus, trial_id_for
 from trialflow.platforms.gpus import GpuRequestError
-from trialflow.platforms.hosts import HOST_BOUND_PLATFORMS, check_host, this_host
+from trialflow.platforms.hosts import check_host, this_host
 from trialflow.trial.packing import CodeDirectoryError
 
 if TYPE_CHECKING:
@@ -138,14 +139,14 @@ def start_trial(
     )
     if record.finished:
         return started
-    if started.platform_name in HOST_BOUND_PLATFORMS:
+    if is_host_bound(started.platform_name):
         check_host(trial_id, {"host": record.host} if record.host else record.handle)
         if pin_host and record.host is None:
             store.set_attrs(record.storage_id, host=this_host())
     platform = experiment.platform(chosen, connections)
     platform.prepare_sync(experiment.experiment_id)
     try:
-        handle = platform.submit_sync(spec)
+        handle = platform.describe(platform.submit_sync(spec))
     except (GpuRequestError, CodeDirectoryError) as exc:
         store.finish(record.storage_id, TrialStatus.FAILED, None, str(exc))
         raise TrialCannotRun(f"trial {trial_id}: {exc}") from exc

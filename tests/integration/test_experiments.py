@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -273,7 +274,7 @@ def test_every_component_listens_on_loopback_only(harness: Harness):
     assert {c.laddr.ip for c in listening} == {"127.0.0.1"}, listening
 
 
-def test_a_third_party_platform_runs_end_to_end(harness: Harness, tmp_path: Path):
+def test_a_third_party_platform_runs_end_to_end(harness: Harness, tmp_path: Path, monkeypatch):
     """The `echo` platform lives in tests/integration/plugins (on the components' PYTHONPATH) and is
     found only through its `trialflow.platforms` entry point."""
     out = tmp_path / "greetings"
@@ -289,3 +290,27 @@ def test_a_third_party_platform_runs_end_to_end(harness: Harness, tmp_path: Path
     assert out.read_text().split() == ["bonjour", "bonjour"]
     assert [r["status"] for r in harness.rows(dag_id, run_id)] == ["SUCCEEDED"] * 2
     assert harness.xcom(dag_id, run_id, "trial", 0)["platform"] == "echo"
+    # its entry's traits reach the core, the DAG and the pages without trialflow naming it
+    from trialflow.config.registry import platform_entries
+    from trialflow.platforms import hosts
+    from trialflow.platforms.base import experiment_id_for
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugins"))  # as on the components' path
+    platform_entries.cache_clear()
+    try:
+        assert hosts.host_bound(["echo", "remote"]) == ["echo"]
+        assert hosts.placement_problem(["echo"], "CeleryExecutor", None) is not None
+    finally:
+        monkeypatch.undo()
+        platform_entries.cache_clear()
+    experiment = experiment_id_for(dag_id, run_id)
+    record = harness.store.trial(harness.store.find_trial_id(experiment, 0))
+    assert record.handle["log_files"] == ["stdout", "stderr"] and record.handle["location"].startswith("on ")
+    from tests.ui.conftest import UiSetup
+
+    passwords = json.loads((harness.airflow.home / "passwords.json").read_text())
+    detail = (
+        UiSetup(harness, dag_id, run_id, experiment, "", passwords).get(f"experiments/{experiment}/trials/0").json()
+    )
+    assert {part["name"] for part in detail["log"]} == {"stdout", "stderr"}
+    assert detail["location"] == record.handle["location"]

@@ -61,3 +61,30 @@ def test_without_the_plugin_the_platform_is_unknown(write):
 def test_builtins_without_a_runner_say_so():
     with pytest.raises(PlatformUnavailable, match="not part of this release"):
         get_platform_entry("dlc").load()
+
+
+def test_a_handle_says_where_it_runs_and_which_logs_the_pages_may_read():
+    from trialflow.platforms.base import handle_location, handle_log_files
+
+    assert handle_location({"host": "gpu-3", "trial_dir": "/t/1"}) == "on gpu-3 in /t/1"
+    assert handle_location({"kind": "TFJob", "namespace": "ml", "name": "e1-0001"}) == "Kubernetes TFJob ml/e1-0001"
+    assert handle_location({"location": "slot 4 of cluster A", "host": "x"}) == "slot 4 of cluster A"
+    assert handle_location({"platform": "aml"}) is None
+    assert handle_log_files({"log_files": ["out.txt"], "platform": "local"}) == ["out.txt"]
+    assert handle_log_files({"platform": "local"}) == ["stdout", "stderr"]  # stored before handles said it
+    assert handle_log_files({"platform": "remote", "trial_dir": "/x"}) == []
+
+
+def test_connections_open_to_credential_kinds_of_plug_ins():
+    import asyncio
+
+    from trialflow.platforms.base import Connections
+
+    async def slurm_token(conn_id: str) -> str:
+        return f"token-of-{conn_id}"
+
+    connections = Connections(token=slurm_token, others={"slurm": slurm_token})
+    assert connections.opener("token") is slurm_token and connections.opener("ssh") is None
+    opener = connections.opener("slurm")
+    assert opener is not None and asyncio.run(opener("c1")) == "token-of-c1"
+    assert Connections().opener("anything") is None

@@ -39,6 +39,11 @@ class PlatformEntry:
     implementation: str | None
     #: Said when ``implementation`` is None: why this platform cannot run yet.
     unavailable_reason: str | None = None
+    #: Its trials are processes of the host that started them (only that host can follow,
+    #: re-attach or stop them): the DAG then pins the experiment's tasks to one host's queue
+    #: under a multi-host executor and follows its trials in the worker (trialflow.platforms.hosts).
+    #: Known here, from the entry, without importing the platform.
+    host_bound: bool = False
 
     def load(self) -> type[Any]:
         """The platform's class (a trialflow.platforms.base.TrainingPlatform: config sits below
@@ -74,13 +79,27 @@ _BUILTIN_IMPLEMENTATIONS: dict[str, str] = {
 }
 
 
+_BUILTIN_HOST_BOUND = frozenset({"local"})
+
+
 def _builtin_entries() -> dict[str, PlatformEntry]:
     return {
         name: PlatformEntry(
-            name, model, _BUILTIN_IMPLEMENTATIONS.get(name), None if name in _BUILTIN_IMPLEMENTATIONS else _NOT_YET
+            name,
+            model,
+            _BUILTIN_IMPLEMENTATIONS.get(name),
+            None if name in _BUILTIN_IMPLEMENTATIONS else _NOT_YET,
+            host_bound=name in _BUILTIN_HOST_BOUND,
         )
         for name, model in BUILTIN_PLATFORM_CONFIGS.items()
     }
+
+
+def is_host_bound(name: str) -> bool:
+    """Whether platform ``name`` says its trials live on the host that started them (an unknown
+    name is not: the config check reports it)."""
+    entry = platform_entries().get(name)
+    return bool(entry and entry.host_bound)
 
 
 @lru_cache(maxsize=1)

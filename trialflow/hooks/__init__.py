@@ -20,7 +20,20 @@ def airflow_connections() -> Connections:
     never needs (importing both was 15 % of a local trial task's CPU samples, bench/RESULTS.md)."""
     from trialflow.platforms.base import Connections
 
-    return Connections(ssh=_ssh_connection, kubernetes=_kubernetes_configuration, token=connection_password)
+    return Connections(
+        ssh=_ssh_connection,
+        kubernetes=_kubernetes_configuration,
+        token=connection_password,
+        others={"connection": airflow_connection},
+    )
+
+
+async def airflow_connection(conn_id: str) -> Any:
+    """An Airflow connection by id (its host, login, password and extra), for a plug-in platform
+    that builds its own client from one (Connections.opener("connection"))."""
+    from airflow.sdk import BaseHook
+
+    return await BaseHook.aget_connection(conn_id)
 
 
 async def _ssh_connection(conn_id: str) -> Any:

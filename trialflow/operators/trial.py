@@ -19,7 +19,6 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
-from trialflow.platforms.hosts import HOST_BOUND_PLATFORMS
 from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
 
 if TYPE_CHECKING:
@@ -187,7 +186,9 @@ class SubmitTrialOperator(BaseOperator):
         }
         if not self.wait_for_completion:
             return submission
-        stays = self.stay_on_host and started.platform_name in HOST_BOUND_PLATFORMS
+        from trialflow.config.registry import is_host_bound
+
+        stays = self.stay_on_host and is_host_bound(started.platform_name)
         outcome = lifecycle.wait_in_worker(started, store, None if stays else self.defer_after, self.poll_interval)
         if outcome.status is not None:
             result = lifecycle.finish_trial(store, started.record.storage_id, outcome.status, outcome.message)

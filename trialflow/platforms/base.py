@@ -45,6 +45,8 @@ __all__ = [
     "TrialStatus",
     "TrialUpdate",
     "experiment_id_for",
+    "handle_location",
+    "handle_log_files",
     "job_name_for",
     "trial_id_for",
 ]
@@ -138,6 +140,32 @@ class TrialUpdate:
     skipped: list[str] = field(default_factory=list)
 
 
+def handle_location(handle: Mapping[str, Any]) -> str | None:
+    """Where a trial runs, said from its handle's common fields (a platform that knows better
+    puts its own ``location`` in the handle)."""
+    if handle.get("location"):
+        return str(handle["location"])
+    if handle.get("namespace") or handle.get("name"):
+        return f"Kubernetes {handle.get('kind', 'job')} {handle.get('namespace', '')}/{handle.get('name', '')}"
+    where = [
+        f"on {handle['host']}" if handle.get("host") else "",
+        f"in {handle['trial_dir']}" if handle.get("trial_dir") else "",
+    ]
+    return " ".join(w for w in where if w) or None
+
+
+#: The local platform's files, for handles stored before handles said which files they have.
+_LEGACY_LOG_FILES = {"local": ("stdout", "stderr")}
+
+
+def handle_log_files(handle: Mapping[str, Any]) -> list[str]:
+    """The files of the trial's folder that the pages may show (see TrainingPlatform.log_files)."""
+    named = handle.get("log_files")
+    if isinstance(named, list):
+        return [str(n) for n in named]
+    return list(_LEGACY_LOG_FILES.get(str(handle.get("platform")), ()))
+
+
 @dataclass(frozen=True)
 class Connections:
     """How a platform opens what a config names by Airflow connection id. The Airflow layer
@@ -150,6 +178,17 @@ class Connections:
     kubernetes: Callable[[str], Awaitable[Any]] | None = None
     #: a token's connection id (OpenPAI's tokenConnId) -> the token: the connection's password.
     token: Callable[[str], Awaitable[str]] | None = None
+    #: Any other kind, by name: a plug-in platform with a credential of its own asks
+    #: ``opener(kind)``. The Airflow layer puts ``"connection"`` here (connection id -> Airflow's
+    #: Connection: host, login, password, extra), from which a plug-in builds its own client.
+    others: Mapping[str, Callable[[str], Awaitable[Any]]] = field(default_factory=dict)
+
+    def opener(self, kind: str) -> Callable[[str], Awaitable[Any]] | None:
+        """The factory for credential ``kind`` (a built-in field's name or one of ``others``),
+        None where nothing provides it (outside Airflow)."""
+        if kind in ("ssh", "kubernetes", "token"):
+            return getattr(self, kind)
+        return self.others.get(kind)
 
 
 class PlatformUnreachable(RuntimeError):
@@ -169,6 +208,10 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
     """
 
     name: ClassVar[str]
+    #: Files in a trial's folder (its handle's ``trial_dir``) that Airflow's own machines can
+    #: read: the trial page shows their last lines. Empty where the folder lives elsewhere (a
+    #: remote machine, a pod).
+    log_files: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: ConfigT, experiment_dir: Path, connections: Connections | None = None):
         self.config = config
@@ -218,6 +261,16 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
         await asyncio.sleep(timeout)
 
     # -- shared -----------------------------------------------------------------------------
+
+    def describe(self, handle: TrialHandle) -> TrialHandle:
+        """The handle as submit returned it, plus what the pages show without knowing which
+        platform wrote it: where the trial runs (``location``) and which of its files they may
+        read (``log_files``). Written once, at submit, into the store with the handle."""
+        described = dict(handle)
+        described.setdefault("location", handle_location(handle))
+        if self.log_files and handle.get("trial_dir"):
+            described["log_files"] = list(self.log_files)
+        return described
 
     async def cancel(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         """User cancel, early stop or timeout; ``status`` says which (a cancel status)."""

@@ -146,6 +146,8 @@ def job_status(body: Any) -> TrialStatus:
 
 class DltsPlatform(TrainingPlatform[DltsConfig]):
     name: ClassVar[str] = "dlts"
+    #: The job writes its output beside the trial on the shared folder Airflow mounts too.
+    log_files: ClassVar[tuple[str, ...]] = (LOG_FILE,)
 
     def __init__(self, config: DltsConfig, experiment_dir: Path, connections: Connections | None = None):
         super().__init__(config, experiment_dir, connections)

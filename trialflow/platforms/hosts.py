@@ -20,10 +20,10 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterable, Sequence
 
+from trialflow.config.registry import is_host_bound
+
 #: Executors that run every task on the machine that runs the scheduler.
 SINGLE_HOST_EXECUTORS = frozenset({"LocalExecutor", "SequentialExecutor", "DebugExecutor"})
-#: Platforms whose trials are processes of the host that started them.
-HOST_BOUND_PLATFORMS = frozenset({"local"})
 #: Where a DAG without ``local_queue=`` finds the queue (``AIRFLOW__TRIALFLOW__LOCAL_QUEUE``).
 QUEUE_SETTING = ("trialflow", "local_queue")
 
@@ -82,7 +82,8 @@ def spans_hosts(executor_class: str) -> bool:
 
 
 def host_bound(platforms: Iterable[str]) -> list[str]:
-    return sorted({name for name in platforms if name in HOST_BOUND_PLATFORMS})
+    """The platforms among ``platforms`` whose entries say they are host-bound."""
+    return sorted({name for name in platforms if is_host_bound(name)})
 
 
 def placement_problem(
@@ -90,7 +91,7 @@ def placement_problem(
 ) -> tuple[tuple[str | int, ...], str] | None:
     """Why this experiment cannot be scheduled as configured, as (config key path, message) for
     a ConfigError; None: it can. ``platforms``: the config's training services, in order."""
-    bound = [i for i, name in enumerate(platforms) if name in HOST_BOUND_PLATFORMS]
+    bound = [i for i, name in enumerate(platforms) if is_host_bound(name)]
     if not bound or not spans_hosts(executor_class) or queue:
         return None
     key: tuple[str | int, ...] = ("trainingService", "platform")

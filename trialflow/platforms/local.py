@@ -175,6 +175,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
     the triggerer that follows them must run on the same machine (as with NNI's manager)."""
 
     name: ClassVar[str] = "local"
+    log_files: ClassVar[tuple[str, ...]] = ("stdout", "stderr")
 
     # -- layout ---------------------------------------------------------------------------
 

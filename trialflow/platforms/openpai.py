@@ -165,6 +165,8 @@ def job_status(body: dict[str, Any]) -> tuple[TrialStatus, int | None, str | Non
 
 class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
     name: ClassVar[str] = "openpai"
+    #: The job writes its output beside the trial on the shared folder Airflow mounts too.
+    log_files: ClassVar[tuple[str, ...]] = (LOG_FILE,)
 
     def __init__(self, config: OpenpaiConfig, experiment_dir: Path, connections: Connections | None = None):
         super().__init__(config, experiment_dir, connections)

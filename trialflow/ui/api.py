@@ -52,8 +52,6 @@ def index_list(text: str, what: str) -> list[int] | None:
 
 BUNDLE = STATIC / "trialflow.js"
 LOG_TAIL_BYTES = 16 * 1024
-#: The files a trial's log lives in, per platform layout (local: stdout/stderr; remote: stdout.log).
-LOG_FILES = ("stdout", "stderr", "stdout.log")
 
 
 # -- the store and Airflow --------------------------------------------------------------------
@@ -169,15 +167,17 @@ def _ti_url(dag_id: str, run_id: str, map_index: int) -> str:
 
 
 def _log_tail(handle: dict[str, Any]) -> list[dict[str, str]]:
-    """The end of the trial's output files, when the trial folder is on this machine (local
-    trials; remote and Kubernetes trials' logs stay where they ran)."""
-    folder = handle.get("trial_dir")
-    if handle.get("platform") not in ("local",) or not isinstance(folder, str):
-        return []
+    """The end of the trial's output files that its platform says Airflow's machines can read
+    (the handle's ``log_files``: a local trial's stdout and stderr; remote and Kubernetes
+    trials' logs stay where they ran)."""
+    from trialflow.platforms.base import handle_log_files
     from trialflow.trial.folder import TrialFileRefused, tail_in_folder
 
+    folder = handle.get("trial_dir")
+    if not isinstance(folder, str):
+        return []
     out = []
-    for name in LOG_FILES:
+    for name in handle_log_files(handle):
         try:  # the trial's code may have put a symlink (to /etc/shadow) or a FIFO there
             data, size = tail_in_folder(folder, name, LOG_TAIL_BYTES)
         except TrialFileRefused as exc:
@@ -191,14 +191,9 @@ def _log_tail(handle: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _location(handle: dict[str, Any]) -> str | None:
-    platform = handle.get("platform")
-    if platform == "remote":
-        return f"on {handle.get('host')} in {handle.get('trial_dir')}"
-    if handle.get("namespace") or handle.get("name"):
-        return f"Kubernetes {handle.get('kind', 'job')} {handle.get('namespace', '')}/{handle.get('name', '')}"
-    if handle.get("trial_dir"):
-        return f"in {handle.get('trial_dir')}"
-    return None
+    from trialflow.platforms.base import handle_location
+
+    return handle_location(handle)
 
 
 def _web_url_template(summary: dict[str, Any], platform: str | None) -> str | None:

@@ -28,4 +28,7 @@ class EchoPlatform(LocalPlatform):
         return env
 
 
-ENTRY = PlatformEntry("echo", EchoConfig, "trialflow_echo:EchoPlatform")
+# Its trials are processes of this host (host_bound), and its log files are LocalPlatform's:
+# the DAG pins it under a multi-host executor and the trial page shows its log tail, with
+# nothing in trialflow naming "echo".
+ENTRY = PlatformEntry("echo", EchoConfig, "trialflow_echo:EchoPlatform", host_bound=True)
