@@ -32,7 +32,7 @@ from trialflow.experiment import (
     unbounded,
 )
 from trialflow.plan import default_dag_id
-from trialflow.platforms.base import TrialStatus
+from trialflow.run_lifecycle import cancel_trials
 from trialflow.tuning.store import ExperimentStore, best_row, sqlite_url
 
 TERMINAL_RUN_STATES = {"success", "failed"}
@@ -213,17 +213,7 @@ class ExperimentRun:
         if self.run_id is None:
             return 0
         experiment = Experiment(self.config, self.experiment_id, self.workdir)
-        store = ExperimentStore(self.store_url)
-        if not store.experiment_exists(self.experiment_id):
-            return 0
-        cancelled = 0
-        for trial in store.active_trials(self.experiment_id):
-            if trial.handle:
-                platform = experiment.platform(int(trial.service_index or 0))
-                platform.cancel_sync(trial.handle, TrialStatus.USER_CANCELED, reason)
-                store.finish(trial.storage_id, TrialStatus.USER_CANCELED, trial.final, reason)
-                cancelled += 1
-        return cancelled
+        return cancel_trials(experiment, ExperimentStore(self.store_url), reason)
 
     def result(self, state: str) -> RunResult:
         rows = self.rows()

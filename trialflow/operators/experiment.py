@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,19 +33,10 @@ class _ExperimentStep(BaseOperator):
         self.config_path = config_path
         self.store_conn_id = store_conn_id
 
-    def owned_experiment(self, context: Context, check: bool = False) -> tuple[Experiment, ExperimentStore]:
-        """The run's experiment and the store, once the store says this DAG may drive it: an id a
-        run's conf names is checked before anything of it is read or written."""
-        from trialflow.experiment import ExperimentNotOwned, check_owner
-
-        experiment = experiment_for(self.config_path, context, check=check)
-        store = ExperimentStoreHook(self.store_conn_id).get_conn()
-        conf = getattr(context.get("dag_run"), "conf", None) or {}
-        try:
-            check_owner(store, experiment.experiment_id, context["dag"].dag_id, conf)
-        except ExperimentNotOwned as exc:
-            raise AirflowFailException(str(exc)) from None
-        return experiment, store
+    def experiment_and_store(self, context: Context, check: bool = False) -> tuple[Experiment, ExperimentStore]:
+        return experiment_for(self.config_path, context, check=check), ExperimentStoreHook(
+            self.store_conn_id
+        ).get_conn()
 
 
 class StartExperimentOperator(_ExperimentStep):
@@ -66,26 +56,29 @@ class StartExperimentOperator(_ExperimentStep):
         self.trial_count = trial_count
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trialflow.experiment import continued_run
+        from trialflow.experiment import ExperimentNotOwned
+        from trialflow.run_lifecycle import start_run
         from trialflow.tuning.store import safe_url
 
-        experiment, store = self.owned_experiment(context, check=True)  # in full: nothing has started yet
-        config = experiment.config
+        experiment, store = self.experiment_and_store(context, check=True)  # in full: nothing has started yet
         conf = getattr(context.get("dag_run"), "conf", None) or {}
-        resumed = store.experiment_exists(experiment.experiment_id)
-        experiment.open(store)
-        store.set_experiment_attrs(
-            experiment.experiment_id,
-            {**experiment.description(), "dag_id": context["dag"].dag_id, "run_id": context["run_id"]},
-        )
-        window = experiment.start_run(store, context["run_id"], continues=continued_run(conf), count=self.trial_count)
-        connections = airflow_connections()
-        for i in range(len(config.training_service)):
-            experiment.platform(i, connections).prepare_sync(experiment.experiment_id)
+        try:
+            started = start_run(
+                experiment,
+                store,
+                context["dag"].dag_id,
+                context["run_id"],
+                conf,
+                count=self.trial_count,
+                connections=airflow_connections(),
+            )
+        except ExperimentNotOwned as exc:
+            raise AirflowFailException(str(exc)) from None
+        window, config = started.window, experiment.config
         self.log.info(
             "Experiment %s (%s): trials %d..%d, %d at a time, on %s; files in %s",
             experiment.experiment_id,
-            "continued" if resumed else "new",
+            "continued" if started.resumed else "new",
             window.first_index,
             window.first_index + window.count - 1,
             config.trial_concurrency,
@@ -97,25 +90,11 @@ class StartExperimentOperator(_ExperimentStep):
             "directory": str(experiment.directory),
             "trial_count": window.count,
             "first_trial_index": window.first_index,
-            "resumed": resumed,
+            "resumed": started.resumed,
             "deadline": window.deadline,
             "trial_concurrency": config.trial_concurrency,
             "store": safe_url(store.url),
         }
-
-
-def format_table(rows: list[dict[str, Any]], best_index: int | None) -> str:
-    """A plain-text results table for the task log; a dict final's other keys follow its value."""
-    lines = [f"{'':1} {'trial':>5}  {'id':<14} {'status':<14} {'final':>12}  {'#int':>4}  parameters"]
-    for r in rows:
-        final = "" if r["final_metric"] is None else f"{r['final_metric']:.6g}"
-        mark = "*" if r["trial_index"] == best_index else " "
-        extra = f"  {r['final_extra']}" if r.get("final_extra") else ""
-        lines.append(
-            f"{mark} {r['trial_index']:>5}  {r['trial_id'] or '':<14} {r['status'] or '':<14} "
-            f"{final:>12}  {r['intermediate_count']:>4}  {r['parameters']}{extra}"
-        )
-    return "\n".join(lines)
 
 
 class EndExperimentOperator(_ExperimentStep):
@@ -144,71 +123,28 @@ class EndExperimentOperator(_ExperimentStep):
             experiment.platform(i, connections).cleanup_sync(experiment.experiment_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trialflow.tuning.store import best_row
+        from trialflow.experiment import ExperimentNotOwned, check_owner
+        from trialflow.run_lifecycle import RunHasNoTrials, summarize_run
 
-        experiment, store = self.owned_experiment(context)
-        window = experiment.window(store, context["run_id"])
-        if not window.count:
-            raise AirflowFailException(
-                f"experiment {experiment.experiment_id}: this run has no trials (its start step did not give it any)"
-            )
-        all_rows = store.trial_rows(experiment.experiment_id)
-        # A run that continues a study reports its own trials, and the study's best beside them.
-        end = window.first_index + window.count
-        rows = [r for r in all_rows if window.first_index <= (r["trial_index"] or 0) < end]
+        experiment, store = self.experiment_and_store(context)
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
+        try:
+            check_owner(store, experiment.experiment_id, context["dag"].dag_id, conf)  # before reading anything
+            verdict = summarize_run(experiment, store, context["run_id"], conf)
+        except (ExperimentNotOwned, RunHasNoTrials) as exc:
+            raise AirflowFailException(str(exc)) from None
         mode = experiment.config.optimize_mode
-        best = best_row(rows, mode)
-        study_best = best_row(all_rows, mode)
-        counts = Counter(r["status"] for r in rows)
-        keep = ("trial_index", "trial_id", "parameters", "final_metric", "final_extra")
-        summary = {
-            "experiment_id": experiment.experiment_id,
-            "experiment_name": experiment.config.experiment_name,
-            "optimize_mode": mode,
-            "status_counts": dict(counts),
-            "best": None if best is None else {k: best[k] for k in keep},
-            "study_best": None if study_best is None else {k: study_best[k] for k in keep},
-            "trials": [
-                {
-                    k: r[k]
-                    for k in (
-                        "trial_index",
-                        "trial_id",
-                        "parameters",
-                        "status",
-                        "final_metric",
-                        "final_extra",
-                        "intermediate_count",
-                        "message",
-                    )
-                }
-                for r in rows
-            ],
-        }
-        self.log.info(
-            "Results of experiment %s (%s):\n%s",
-            experiment.experiment_id,
-            mode,
-            format_table(rows, best["trial_index"] if best else None),
-        )
-        following = experiment.continuation(store, context["run_id"])
-        summary["continuation"] = {"run_id": following.run_id, "conf": following.conf, "reason": following.reason}
-        if self.cleanup and following.run_id is None:  # the next run still needs the experiment's files
+        self.log.info("Results of experiment %s (%s):\n%s", experiment.experiment_id, mode, verdict.table)
+        if self.cleanup and verdict.summary["continuation"]["run_id"] is None:  # a next run needs the files
             self._cleanup(experiment)
-        from trialflow.experiment import continued_run
-
-        continued = continued_run(getattr(context.get("dag_run"), "conf", None)) is not None
-        if best is None and continued and study_best is not None and window.expired():
-            # A follow-on run the duration ended before any of its trials did: the experiment
-            # ended as it should, with the best of the runs before.
-            self.log.info("No trial of this run succeeded (%s); the experiment's best stands", dict(counts))
-            return summary
-        if best is None:
-            raise AirflowFailException(
-                f"no trial of experiment {experiment.experiment_id} succeeded with a final result ({dict(counts)})"
-            )
-        self.log.info("Best trial %s: %s = %s", best["trial_id"], best["parameters"], best["final_metric"])
-        return summary
+        for note in verdict.notes:
+            self.log.info("%s", note)
+        if verdict.failure:
+            raise AirflowFailException(verdict.failure)
+        if verdict.best:
+            best = verdict.best
+            self.log.info("Best trial %s: %s = %s", best["trial_id"], best["parameters"], best["final_metric"])
+        return verdict.summary
 
 
 class ContinueExperimentOperator(BaseOperator):

@@ -1,0 +1,88 @@
+"""A run's start, summary and cancel, without Airflow: the rules the start and end steps,
+`trialflow run` and a stop share."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trialflow import lifecycle
+from trialflow.config import load_config
+from trialflow.experiment import Experiment, ExperimentNotOwned
+from trialflow.platforms.base import TrialStatus
+from trialflow.platforms.local import process_alive
+from trialflow.run_lifecycle import RunHasNoTrials, cancel_trials, start_run, summarize_run
+from trialflow.trial.protocol import Metric
+from trialflow.tuning.store import ExperimentStore, sqlite_url
+
+CONFIG = f"""\
+searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
+trialCommand: {sys.executable} -c "import time; time.sleep(60)"
+trialCodeDirectory: .
+trialConcurrency: 2
+maxTrialNumber: 3
+tuner: {{name: Random}}
+trainingService: {{platform: local}}
+"""
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Experiment, ExperimentStore]:
+    (tmp_path / "config.yml").write_text(CONFIG)
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "erunlife", tmp_path / "work")
+    return experiment, ExperimentStore(sqlite_url(tmp_path / "s.db"))
+
+
+def test_a_run_starts_once_and_a_cleared_run_keeps_its_window(setup):
+    experiment, store = setup
+    first = start_run(experiment, store, "dag_a", "r1", {})
+    assert not first.resumed and (first.window.first_index, first.window.count) == (0, 3)
+    again = start_run(experiment, store, "dag_a", "r1", {})
+    assert again.resumed and again.window.first_index == 0
+    assert store.experiment_attrs("erunlife")["dag_id"] == "dag_a"
+    with pytest.raises(ExperimentNotOwned):
+        start_run(experiment, store, "dag_b", "r9", {"experiment_id": "erunlife"})
+    assert store.experiment_attrs("erunlife")["dag_id"] == "dag_a" and "run:r9" not in store.experiment_attrs(
+        "erunlife"
+    )
+
+
+def test_the_summary_counts_the_runs_own_trials_and_fails_without_a_result(setup):
+    experiment, store = setup
+    with pytest.raises(RunHasNoTrials):
+        summarize_run(experiment, store, "never-started", {})
+    start_run(experiment, store, "dag_a", "r1", {})
+    asked = [store.ask("erunlife", i, f"erunlife-{i:04d}", experiment.algorithm, experiment.space) for i in range(3)]
+    for a in asked:
+        store.finish(a.storage_id, TrialStatus.FAILED, None, "boom")
+    failed = summarize_run(experiment, store, "r1", {})
+    assert failed.failure and "no trial of experiment erunlife succeeded" in failed.failure
+    assert failed.summary["status_counts"] == {"FAILED": 3} and failed.best is None
+
+    start_run(experiment, store, "dag_a", "r2", {})  # a second run of the same study: indexes 3..5
+    a = store.ask("erunlife", 3, "erunlife-0003", experiment.algorithm, experiment.space)
+    store.record_metrics(a.storage_id, [Metric("FINAL", 0, 0.7)])
+    store.close(a.storage_id, TrialStatus.SUCCEEDED)
+    ok = summarize_run(experiment, store, "r2", {})
+    assert ok.failure is None and ok.best is not None and ok.best["trial_index"] == 3
+    assert [t["trial_index"] for t in ok.summary["trials"]] == [3]  # only its own window
+    assert "* " in ok.table.splitlines()[1]
+
+
+def test_cancel_stops_every_running_trial_and_closes_it(setup):
+    experiment, store = setup
+    start_run(experiment, store, "dag_a", "r1", {})
+    started = [lifecycle.start_trial(experiment, store, "r1", i) for i in range(2)]
+    pids = [s.handle["pid"] for s in started]
+    assert all(process_alive(pid) for pid in pids)
+    assert cancel_trials(experiment, store, "stopped by a person") == 2
+    deadline = time.monotonic() + 10
+    while any(process_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(process_alive(pid) for pid in pids)
+    rows = store.trial_rows("erunlife")
+    assert [r["status"] for r in rows] == ["USER_CANCELED"] * 2 and rows[0]["message"] == "stopped by a person"
+    assert cancel_trials(experiment, store, "again") == 0

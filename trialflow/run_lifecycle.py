@@ -1,0 +1,166 @@
+"""A DAG run's life, from the core's side: start it, summarize it, cancel its trials. No Airflow.
+
+trialflow.lifecycle is one trial's life; this is the run around the trials. The start and end
+operators, `trialflow run` and whatever stops an experiment call these and only turn their
+outcomes into Airflow's words (a failed task, a log line), so the rules of an experiment (who
+may drive it, what counts as its result, which trials a cancel reaches) live here, tested
+without a scheduler.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trialflow.experiment import Experiment, RunWindow, check_owner, continued_run
+from trialflow.platforms.base import Connections, TrialStatus
+
+if TYPE_CHECKING:
+    from trialflow.tuning.store import ExperimentStore
+
+#: A trial's fields in the end step's summary (its XCom) and in ``best``.
+SUMMARY_FIELDS = (
+    "trial_index",
+    "trial_id",
+    "parameters",
+    "status",
+    "final_metric",
+    "final_extra",
+    "intermediate_count",
+    "message",
+)
+BEST_FIELDS = ("trial_index", "trial_id", "parameters", "final_metric", "final_extra")
+
+
+class RunHasNoTrials(Exception):
+    """The end step of a run its start step gave no trials (it failed, or was skipped)."""
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What the start step did: the run's trial window, and whether the experiment existed."""
+
+    window: RunWindow
+    resumed: bool
+
+
+def start_run(
+    experiment: Experiment,
+    store: ExperimentStore,
+    dag_id: str,
+    run_id: str,
+    conf: dict[str, Any] | None,
+    *,
+    count: int | None = None,
+    connections: Connections | None = None,
+) -> RunStart:
+    """Check the run may drive the experiment (ExperimentNotOwned if not: nothing is written),
+    create or re-open it, give the run its trial indexes and deadline, and prepare each
+    platform (stage code once)."""
+    check_owner(store, experiment.experiment_id, dag_id, conf)
+    resumed = store.experiment_exists(experiment.experiment_id)
+    experiment.open(store)
+    store.set_experiment_attrs(
+        experiment.experiment_id, {**experiment.description(), "dag_id": dag_id, "run_id": run_id}
+    )
+    window = experiment.start_run(store, run_id, continues=continued_run(conf), count=count)
+    for i in range(len(experiment.config.training_service)):
+        experiment.platform(i, connections).prepare_sync(experiment.experiment_id)
+    return RunStart(window, resumed)
+
+
+@dataclass
+class RunSummary:
+    """The end step's verdict on one run: its trials, its best, the experiment's best, and
+    whether the step succeeds (``failure`` None) or not (``failure`` says why)."""
+
+    summary: dict[str, Any]
+    rows: list[dict[str, Any]]
+    best: dict[str, Any] | None
+    failure: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def table(self) -> str:
+        return format_table(self.rows, self.best["trial_index"] if self.best else None)
+
+
+def summarize_run(
+    experiment: Experiment, store: ExperimentStore, run_id: str, conf: dict[str, Any] | None
+) -> RunSummary:
+    """The run's own trials (a run that continues a study reports its window, with the study's
+    best beside), counts, best, the follow-on run an unbounded experiment needs, and the
+    verdict: the step fails only when no trial of the run has a result, except for a follow-on
+    run the experiment's deadline ended first (the best of the runs before stands)."""
+    from trialflow.tuning.store import best_row
+
+    exists = store.experiment_exists(experiment.experiment_id)
+    window = experiment.window(store, run_id) if exists else RunWindow()
+    if not window.count:
+        raise RunHasNoTrials(
+            f"experiment {experiment.experiment_id}: this run has no trials (its start step did not give it any)"
+        )
+    all_rows = store.trial_rows(experiment.experiment_id)
+    end = window.first_index + window.count
+    rows = [r for r in all_rows if window.first_index <= (r["trial_index"] or 0) < end]
+    mode = experiment.config.optimize_mode
+    best = best_row(rows, mode)
+    study_best = best_row(all_rows, mode)
+    counts = Counter(r["status"] for r in rows)
+    following = experiment.continuation(store, run_id)
+    summary = {
+        "experiment_id": experiment.experiment_id,
+        "experiment_name": experiment.config.experiment_name,
+        "optimize_mode": mode,
+        "status_counts": dict(counts),
+        "best": None if best is None else {k: best[k] for k in BEST_FIELDS},
+        "study_best": None if study_best is None else {k: study_best[k] for k in BEST_FIELDS},
+        "trials": [{k: r[k] for k in SUMMARY_FIELDS} for r in rows],
+        "continuation": {"run_id": following.run_id, "conf": following.conf, "reason": following.reason},
+    }
+    result = RunSummary(summary, rows, best)
+    if best is None:
+        if continued_run(conf) is not None and study_best is not None and window.expired():
+            result.notes.append(f"No trial of this run succeeded ({dict(counts)}); the experiment's best stands")
+        else:
+            result.failure = (
+                f"no trial of experiment {experiment.experiment_id} succeeded with a final result ({dict(counts)})"
+            )
+    return result
+
+
+def cancel_trials(
+    experiment: Experiment,
+    store: ExperimentStore,
+    reason: str,
+    connections: Connections | None = None,
+    status: TrialStatus = TrialStatus.USER_CANCELED,
+) -> int:
+    """Stop every trial of the experiment still running, on its own platform, and close it in
+    the store as ``status`` with ``reason`` (a trial that ended meanwhile keeps its outcome).
+    Returns how many were stopped."""
+    if not store.experiment_exists(experiment.experiment_id):
+        return 0
+    cancelled = 0
+    for trial in store.active_trials(experiment.experiment_id):
+        if trial.handle:
+            platform = experiment.platform(int(trial.service_index or 0), connections)
+            platform.cancel_sync(trial.handle, status, reason)
+            store.finish(trial.storage_id, status, trial.final, reason)
+            cancelled += 1
+    return cancelled
+
+
+def format_table(rows: list[dict[str, Any]], best_index: int | None) -> str:
+    """A plain-text results table for the task log; a dict final's other keys follow its value."""
+    lines = [f"{'':1} {'trial':>5}  {'id':<14} {'status':<14} {'final':>12}  {'#int':>4}  parameters"]
+    for r in rows:
+        final = "" if r["final_metric"] is None else f"{r['final_metric']:.6g}"
+        mark = "*" if r["trial_index"] == best_index else " "
+        extra = f"  {r['final_extra']}" if r.get("final_extra") else ""
+        lines.append(
+            f"{mark} {r['trial_index']:>5}  {r['trial_id'] or '':<14} {r['status'] or '':<14} "
+            f"{final:>12}  {r['intermediate_count']:>4}  {r['parameters']}{extra}"
+        )
+    return "\n".join(lines)
