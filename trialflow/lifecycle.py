@@ -28,6 +28,7 @@ from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import Connections, TrainingPlatform, TrialHandle, TrialSpec, TrialStatus, trial_id_for
 from trialflow.platforms.gpus import GpuRequestError
 from trialflow.platforms.hosts import check_host, this_host
+from trialflow.submission import Submission
 from trialflow.trial.packing import CodeDirectoryError
 
 if TYPE_CHECKING:
@@ -73,17 +74,20 @@ class StartedTrial:
     def finished(self) -> bool:
         return self.record.finished
 
-    def follow_args(self) -> dict[str, Any]:
-        """What following it needs, as JSON (XCom, trigger kwargs)."""
-        return {
-            "experiment_id": self.experiment.experiment_id,
-            "workdir": str(self.experiment.workdir),
-            "handle": self.handle,
-            "storage_id": self.record.storage_id,
-            "service_index": self.service_index,
-            "deadline": self.deadline,
-            "experiment_deadline": self.experiment_deadline,
-        }
+    def submission(self, config_path: str, store_conn_id: str) -> Submission:
+        """What following it needs, wherever that happens (a sensor's XCom, the trigger's kwargs)."""
+        assert self.handle is not None
+        return Submission(
+            config_path=str(config_path),
+            store_conn_id=store_conn_id,
+            experiment_id=self.experiment.experiment_id,
+            workdir=str(self.experiment.workdir),
+            handle=self.handle,
+            storage_id=self.record.storage_id,
+            service_index=self.service_index,
+            deadline=self.deadline,
+            experiment_deadline=self.experiment_deadline,
+        )
 
 
 def _service_index(experiment: Experiment, store: ExperimentStore, record: TrialRecord, given: int | None) -> int:
@@ -162,17 +166,10 @@ def start_trial(
 def follower(
     started: StartedTrial, store: ExperimentStore, cursor: dict[str, Any] | None = None, seen_running: bool = False
 ) -> Follower:
-    assert started.platform is not None and started.handle is not None
-    return Follower(
-        started.platform,
-        store,
-        started.handle,
-        started.record.storage_id,
-        cursor,
-        deadline=started.deadline,
-        experiment_deadline=started.experiment_deadline,
-        stop_check=started.experiment.early_stop_check(store, started.record.storage_id),
-        seen_running=seen_running,
+    """The follow loop in the worker that submitted it (its experiment and platform reused)."""
+    assert started.platform is not None
+    return started.submission("", "").follower(
+        store, cursor=cursor, seen_running=seen_running, experiment=started.experiment, platform=started.platform
     )
 
 

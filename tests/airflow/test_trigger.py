@@ -18,6 +18,7 @@ from airflow.triggers.base import BaseTaskEndEvent, TaskSkippedEvent, TaskSucces
 from trialflow.experiment import Experiment, load_runnable_config
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import process_alive
+from trialflow.submission import Submission
 from trialflow.triggers.trial import TrialTrigger
 from trialflow.tuning.store import ExperimentStore, sqlite_url
 
@@ -82,17 +83,17 @@ trainingService: {{platform: local}}
         platform = experiment.platform()
         platform.prepare_sync(experiment.experiment_id)
         handle = platform.submit_sync(spec)
-        return TrialTrigger(
+        submission = Submission(
             config_path=str(config),
+            store_conn_id="trialflow_test",
             experiment_id=experiment.experiment_id,
             workdir=str(experiment.workdir),
             handle=handle,
             storage_id=asked.storage_id,
-            store_conn_id="trialflow_test",
             deadline=deadline,
-            poll_interval=0.05,
             experiment_deadline=experiment_deadline,
         )
+        return TrialTrigger(submission=submission.to_dict(), poll_interval=0.05)
 
     return submit, store
 
@@ -128,12 +129,12 @@ def test_trigger_follows_to_the_end_and_records_metrics(setup):
     # The task ends here, with the result the worker would have returned, already in the store.
     assert isinstance(event, TaskSuccessEvent) and event.xcoms is not None
     result = event.xcoms["return_value"]
-    frozen = store.storage.get_trial(trigger.storage_id)
+    frozen = store.storage.get_trial(trigger.submission.storage_id)
     assert frozen.intermediate_values == {0: 0.0, 1: 0.25, 2: 0.5, 3: 0.75}
     assert frozen.user_attrs["final_metric"] == frozen.user_attrs["parameters"]["x"]
     assert result["status"] == "SUCCEEDED" and result["final_metric"] == frozen.user_attrs["final_metric"]
     assert result["intermediate_count"] == 4 and result["trial_index"] == 1
-    assert store.trial(trigger.storage_id).status == TrialStatus.SUCCEEDED
+    assert store.trial(trigger.submission.storage_id).status == TrialStatus.SUCCEEDED
     assert trigger.cursor["metrics_offset"] > 0
     json.dumps(event.xcoms)  # what the triggerer stores as the task's XCom
 
@@ -145,7 +146,7 @@ def test_a_failed_trial_goes_back_to_the_worker(setup):
     event = asyncio.run(only_event(trigger))
     assert not isinstance(event, BaseTaskEndEvent)
     assert event.payload["status"] == "FAILED" and event.payload["exit_code"] == 3
-    assert store.trial(trigger.storage_id).status == TrialStatus.FAILED  # recorded already
+    assert store.trial(trigger.submission.storage_id).status == TrialStatus.FAILED  # recorded already
 
 
 def test_without_end_task_every_outcome_resumes_the_worker(setup):
@@ -154,7 +155,7 @@ def test_without_end_task_every_outcome_resumes_the_worker(setup):
     trigger.end_task = False
     event = asyncio.run(only_event(trigger))
     assert not isinstance(event, BaseTaskEndEvent) and event.payload["status"] == "SUCCEEDED"
-    assert store.trial(trigger.storage_id).status != TrialStatus.SUCCEEDED  # the worker records it
+    assert store.trial(trigger.submission.storage_id).status != TrialStatus.SUCCEEDED  # the worker records it
 
 
 def test_a_restarted_trigger_resumes_from_its_cursor(setup):
@@ -165,7 +166,7 @@ def test_a_restarted_trigger_resumes_from_its_cursor(setup):
     resumed = TrialTrigger(**kwargs)  # as a new triggerer would build it, with the saved cursor
     event = asyncio.run(first_event(resumed))
     assert event["status"] == "SUCCEEDED"
-    assert len(store.storage.get_trial(trigger.storage_id).intermediate_values) == 4
+    assert len(store.storage.get_trial(trigger.submission.storage_id).intermediate_values) == 4
 
 
 def test_deadline_stops_the_trial_and_its_children(setup):
@@ -176,14 +177,16 @@ def test_deadline_stops_the_trial_and_its_children(setup):
     assert event["status"] == "EARLY_STOPPED" and event["message"] == "maxTrialDuration exceeded"
     assert event["ending"] == TaskSkippedEvent.__name__  # stopped on purpose: skipped, as in the worker
     assert time.monotonic() - started < 30
-    child = int((Path(trigger.handle["trial_dir"]) / "child.pid").read_text())
-    assert not process_alive(child) and not process_alive(trigger.handle["pid"])
+    child = int((Path(trigger.submission.handle["trial_dir"]) / "child.pid").read_text())
+    assert not process_alive(child) and not process_alive(trigger.submission.handle["pid"])
 
 
 def test_a_broken_handle_is_an_error_event_not_a_hang(setup):
     submit, _ = setup
     trigger = submit(4, "ok")
-    trigger.config_path = "/nonexistent/config.yml"
+    from dataclasses import replace
+
+    trigger.submission = replace(trigger.submission, config_path="/nonexistent/config.yml")
     event = asyncio.run(first_event(trigger))
     assert event["status"] == "ERROR" and "file not found" in event["message"]
 
@@ -194,7 +197,7 @@ def test_the_experiment_deadline_cancels_a_running_trial(setup):
     event = asyncio.run(first_event(trigger))
     assert event["status"] == "SYS_CANCELED" and event["message"] == "maxExperimentDuration reached"
     assert event["ending"] == TaskSkippedEvent.__name__
-    assert not process_alive(trigger.handle["pid"])
+    assert not process_alive(trigger.submission.handle["pid"])
 
 
 @pytest.mark.parametrize(
@@ -207,16 +210,16 @@ def test_the_assessor_stops_a_trial_below_the_median_from_the_trigger(setup):
     # wide window (steps 3..59) for the follower's polls even on a loaded machine.
     good = submit(0, "curve=0.9", steps=60)
     assert asyncio.run(first_event(good))["status"] == "SUCCEEDED"
-    store.finish(good.storage_id, TrialStatus.SUCCEEDED, 0.9)
+    store.finish(good.submission.storage_id, TrialStatus.SUCCEEDED, 0.9)
     same = submit(1, "curve=0.9", steps=6)
     assert asyncio.run(first_event(same))["status"] == "SUCCEEDED"  # at the median: not stopped
     bad = submit(2, "curve=0.1", steps=600)  # 30 s if nobody stops it
     event = asyncio.run(first_event(bad))
     assert event["status"] == "EARLY_STOPPED"
     assert event["message"].startswith("stopped early by Medianstop at step ")
-    reported = store.storage.get_trial(bad.storage_id).intermediate_values
+    reported = store.storage.get_trial(bad.submission.storage_id).intermediate_values
     assert 3 <= len(reported) < 600
-    assert not process_alive(bad.handle["pid"])
+    assert not process_alive(bad.submission.handle["pid"])
 
 
 def test_the_poking_sensor_enforces_the_experiment_deadline_too(setup):
@@ -228,7 +231,7 @@ def test_the_poking_sensor_enforces_the_experiment_deadline_too(setup):
 
     submit, store = setup
     trigger = submit(6, "hang", experiment_deadline=time.time() - 1)
-    sensor = TrialSensor(task_id="wait", submission={**trigger.serialize()[1], "store_conn_id": "trialflow_test"})
+    sensor = TrialSensor(task_id="wait", submission=trigger.submission.to_dict())  # the operator's XCom
     pushed: list = []
     context = {"ti": type("TI", (), {"xcom_push": lambda self, key, value: pushed.append(value)})()}
     assert sensor.poke(context) is False  # cancels
@@ -238,4 +241,30 @@ def test_the_poking_sensor_enforces_the_experiment_deadline_too(setup):
             assert time.monotonic() < deadline
             time.sleep(0.1)
     assert pushed and pushed[0]["status"] == "SYS_CANCELED"
-    assert store.trial(trigger.storage_id).status == TrialStatus.SYS_CANCELED
+    assert store.trial(trigger.submission.storage_id).status == TrialStatus.SYS_CANCELED
+
+
+def test_a_trigger_serialized_before_submissions_were_one_value_still_loads():
+    """Deferred tasks of an older trialflow keep their flat kwargs in Airflow's database."""
+    flat = {
+        "config_path": "/x/config.yml",
+        "experiment_id": "eold0001",
+        "workdir": "/w",
+        "handle": {"platform": "local", "trial_id": "eold0001-0000"},
+        "storage_id": 7,
+        "cursor": {"metrics_offset": 12},
+        "service_index": 0,
+        "store_conn_id": "trialflow_default",
+        "deadline": 123.0,
+        "poll_interval": 2.0,
+        "seen_running": True,
+        "experiment_deadline": None,
+        "end_task": True,
+    }
+    trigger = TrialTrigger(**flat)
+    _, kwargs = trigger.serialize()
+    assert kwargs["submission"]["storage_id"] == 7 and kwargs["submission"]["deadline"] == 123.0
+    assert kwargs["cursor"] == {"metrics_offset": 12} and kwargs["poll_interval"] == 2.0 and kwargs["seen_running"]
+    assert TrialTrigger(**kwargs).serialize() == trigger.serialize()
+    with pytest.raises(ValueError, match="not a trial submission"):
+        TrialTrigger(submission={"config_path": "/x"})

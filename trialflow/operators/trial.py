@@ -179,13 +179,9 @@ class SubmitTrialOperator(BaseOperator):
             "re-attached" if started.resumed else "submitted",
             started.spec.parameters,
         )
-        submission = {
-            "config_path": str(self.config_path),
-            "store_conn_id": self.store_conn_id,
-            **started.follow_args(),
-        }
+        submission = started.submission(str(self.config_path), self.store_conn_id)
         if not self.wait_for_completion:
-            return submission
+            return submission.to_dict()
         from trialflow.config.registry import is_host_bound
 
         stays = self.stay_on_host and is_host_bound(started.platform_name)
@@ -195,7 +191,7 @@ class SubmitTrialOperator(BaseOperator):
             return report(context, result)
         self.defer(
             trigger=TrialTrigger(
-                **submission,
+                submission=submission.to_dict(),
                 cursor=outcome.cursor,
                 poll_interval=self.poll_interval,
                 seen_running=outcome.seen_running,

@@ -14,18 +14,15 @@ Each poke is one step of the same follower the operator and the trigger use
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
-from trialflow.config import load_config
-from trialflow.experiment import Experiment
-from trialflow.follow import Follower
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.store import ExperimentStoreHook
 from trialflow.operators.trial import complete_from_event
 from trialflow.platforms.background import run_sync
+from trialflow.submission import Submission
 from trialflow.triggers.trial import TrialTrigger
 
 
@@ -46,43 +43,34 @@ class TrialSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self.trigger_poll_interval = trigger_poll_interval
 
-    def _experiment(self) -> Experiment:
-        sub = self.submission
-        return Experiment(load_config(sub["config_path"]), sub["experiment_id"], Path(sub["workdir"]))
+    def _submission(self) -> Submission:
+        return Submission.from_dict(self.submission)
 
     def execute(self, context: Context) -> Any:
         if self.deferrable:
             self.defer(
-                trigger=TrialTrigger(**self.submission, poll_interval=self.trigger_poll_interval),
+                trigger=TrialTrigger(submission=self._submission().to_dict(), poll_interval=self.trigger_poll_interval),
                 method_name="execute_complete",
             )
         return super().execute(context)
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
-        sub = self.submission
-        experiment = self._experiment()
-        store = ExperimentStoreHook(sub["store_conn_id"]).get_conn()
+        sub = self._submission()
+        experiment = sub.experiment()
+        store = ExperimentStoreHook(sub.store_conn_id).get_conn()
         # Poke mode keeps no cursor between pokes: re-reading from 0 is safe (the store keys
         # intermediate values by sequence) and bounded by the trial's own output.
-        follower = Follower(
-            experiment.platform(sub["service_index"], airflow_connections()),
-            store,
-            sub["handle"],
-            sub["storage_id"],
-            deadline=sub.get("deadline"),
-            experiment_deadline=sub.get("experiment_deadline"),
-            stop_check=experiment.early_stop_check(store, sub["storage_id"]),
-        )
+        follower = sub.follower(store, airflow_connections(), experiment=experiment)
         if not run_sync(follower.step(judge_always=True)):
             return False
         outcome = follower.outcome
         assert outcome.status is not None
         result = complete_from_event(
-            context, {"status": outcome.status.value, "message": outcome.message}, experiment, store, sub["storage_id"]
+            context, {"status": outcome.status.value, "message": outcome.message}, experiment, store, sub.storage_id
         )
         return PokeReturnValue(is_done=True, xcom_value=result)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        sub = self.submission
-        store = ExperimentStoreHook(sub["store_conn_id"]).get_conn()
-        return complete_from_event(context, event, self._experiment(), store, sub["storage_id"])
+        sub = self._submission()
+        store = ExperimentStoreHook(sub.store_conn_id).get_conn()
+        return complete_from_event(context, event, sub.experiment(), store, sub.storage_id)

@@ -1,0 +1,84 @@
+"""A submitted trial as it travels between the operator, the sensor and the trigger.
+
+The submit step hands it on (the operator's XCom for a TrialSensor, the trigger's kwargs when it
+defers); whoever follows the trial rebuilds the experiment, the platform and the follow loop from
+it, in one place. It is plain JSON on the way (``to_dict`` / ``from_dict``) and holds no secret:
+the platform is rebuilt from the config file and Airflow's connections where it is followed.
+No Airflow here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trialflow.follow import Follower
+
+if TYPE_CHECKING:
+    from trialflow.experiment import Experiment
+    from trialflow.platforms.base import Connections, Cursor, TrainingPlatform, TrialHandle
+    from trialflow.tuning.store import ExperimentStore
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One submitted trial: where its experiment is, what its platform returned, its row in the
+    store, and its deadlines (epoch seconds: maxTrialDuration, maxExperimentDuration)."""
+
+    config_path: str
+    store_conn_id: str
+    experiment_id: str
+    workdir: str
+    handle: TrialHandle
+    storage_id: int
+    service_index: int = 0
+    deadline: float | None = None
+    experiment_deadline: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Submission:
+        """From ``to_dict``'s form; keys it does not know (a newer writer's) are left out, and a
+        missing required one is an error naming it."""
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except TypeError as exc:
+            raise ValueError(f"not a trial submission: {exc}") from None
+
+    def experiment(self) -> Experiment:
+        """The experiment as its config file says now (validated in full at DAG parse and at the
+        experiment's start; here only loaded)."""
+        from trialflow.config import load_config
+        from trialflow.experiment import Experiment
+
+        return Experiment(load_config(self.config_path), self.experiment_id, Path(self.workdir))
+
+    def follower(
+        self,
+        store: ExperimentStore,
+        connections: Connections | None = None,
+        cursor: Cursor | None = None,
+        *,
+        seen_running: bool = False,
+        experiment: Experiment | None = None,
+        platform: TrainingPlatform | None = None,
+    ) -> Follower:
+        """The follow loop for this trial: its platform, the store, its deadlines and the
+        experiment's assessor. The one way the worker, the sensor and the trigger build it
+        (the worker passes the experiment and platform it submitted with)."""
+        experiment = experiment or self.experiment()
+        return Follower(
+            platform or experiment.platform(self.service_index, connections),
+            store,
+            self.handle,
+            self.storage_id,
+            cursor,
+            deadline=self.deadline,
+            experiment_deadline=self.experiment_deadline,
+            stop_check=experiment.early_stop_check(store, self.storage_id),
+            seen_running=seen_running,
+        )
