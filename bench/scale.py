@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.private_airflow import private_airflow  # noqa: E402
 from trialflow.platforms.base import experiment_id_for  # noqa: E402
-from trialflow.tuning.store import ExperimentStore, sqlite_url  # noqa: E402
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 
 TRIAL = """\
 import sys, time

@@ -43,7 +43,7 @@ import trialflow.ui.plugin  # noqa: F401  (preload_core(), as in each Airflow co
 
 from trialflow import lifecycle
 from trialflow.experiment import Experiment
-from trialflow.tuning.store import ExperimentStore
+from trialflow.tuning.experiment_store import ExperimentStore
 
 url = f"sqlite:///{work / 'experiments.db'}"
 config = str(work / "config.yml")

@@ -114,8 +114,8 @@ def _ask_in_a_fresh_process(url: str, name: str, index: int, reader: str) -> tup
     from optuna.storages import RDBStorage
     from optuna.storages._cached_storage import _CachedStorage
 
-    from trialflow.tuning.storage import TrialflowStorage
-    from trialflow.tuning.store import ExperimentStore
+    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.tuning.rdb_storage import TrialflowStorage
 
     if reader == "optuna":
         TrialflowStorage._get_trials = RDBStorage._get_trials  # type: ignore[method-assign]
@@ -145,7 +145,7 @@ def suggestion_latency(
     import multiprocessing
 
     from trialflow.trial.status import TrialStatus
-    from trialflow.tuning.store import ExperimentStore, sqlite_url
+    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
     space: SearchSpace = parse_search_space(LATENCY_SPACE)
     out: dict[str, dict[str, tuple[float, float, float]]] = {}

@@ -39,7 +39,7 @@ import sqlalchemy as sa  # noqa: E402
 from trialflow import queries  # noqa: E402
 from trialflow.embedded import free_port  # noqa: E402
 from trialflow.runner import embedded_airflow  # noqa: E402
-from trialflow.tuning.store import TRIAL_INDEX, ExperimentStore, sqlite_url  # noqa: E402
+from trialflow.tuning.experiment_store import TRIAL_INDEX, ExperimentStore, sqlite_url  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 BENCH = ROOT / ".bench" / "ui"

@@ -83,7 +83,7 @@ def postgres_url(postgres_server) -> str:
 def any_store(request, tmp_path: Path):
     """An empty experiment store on SQLite, then on a database of its own on the session's
     PostgreSQL: store and query tests run on both."""
-    from trialflow.tuning.store import ExperimentStore, sqlite_url
+    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
     if request.param == "sqlite":
         return ExperimentStore(sqlite_url(tmp_path / "store.db"))

@@ -224,7 +224,7 @@ def test_ctrl_c_cancels_trials_and_stops_airflow(experiment, tmp_path):
 
 def test_experiments_trials_and_export_read_the_store(tmp_path):
     from tests.test_queries import fill
-    from trialflow.tuning.store import ExperimentStore, sqlite_url
+    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
     fill(ExperimentStore(sqlite_url(tmp_path / "experiments.db")))
     listed = json.loads(cli("experiments", "--home", str(tmp_path), "--json").stdout)

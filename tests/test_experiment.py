@@ -9,7 +9,7 @@ import pytest
 from trialflow.config import load_config
 from trialflow.experiment import Experiment, RunWindow, experiment_id_for_run, trial_count
 from trialflow.platforms.base import experiment_id_for
-from trialflow.tuning.store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 
 def _config(tmp_path: Path, extra: str = "", space: str = "{x: {_type: uniform, _value: [0, 1]}}"):

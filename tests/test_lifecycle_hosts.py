@@ -22,7 +22,7 @@ from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus, trial_id_for
 from trialflow.platforms.hosts import TrialOnAnotherHost
 from trialflow.platforms.local import process_alive
-from trialflow.tuning.store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a second host (its own namespaces) needs root")
 
@@ -33,7 +33,7 @@ from trialflow import lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.platforms.hosts import TrialOnAnotherHost
-from trialflow.tuning.store import ExperimentStore
+from trialflow.tuning.experiment_store import ExperimentStore
 
 config, workdir, url = sys.argv[1:4]
 experiment = Experiment(load_config(Path(config)), "ehosts01", Path(workdir))

@@ -13,7 +13,7 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
-from trialflow.tuning.store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 SPACE = parse_search_space(
     {
@@ -152,7 +152,7 @@ def test_an_early_stop_after_the_final_result_keeps_it_in_every_view(store):
     """The assessor's stop took effect after the trial had written its final result: the trial
     stays EARLY_STOPPED and its final counts, as NNI counts it (the tuner, the best, sorting,
     curves, the summary), so no view shows a metric the others leave out."""
-    from trialflow.tuning.store import best_row
+    from trialflow.tuning.experiment_store import best_row
 
     fill(store)
     engine = store.storage.engine

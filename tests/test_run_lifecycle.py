@@ -16,7 +16,7 @@ from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import process_alive
 from trialflow.run_lifecycle import RunHasNoTrials, cancel_trials, start_run, summarize_run
 from trialflow.trial.protocol import Metric
-from trialflow.tuning.store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 CONFIG = f"""\
 searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}

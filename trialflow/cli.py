@@ -193,7 +193,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 def _store_engine(args: argparse.Namespace) -> Any:
     """The store named by --store, by --home (a `trialflow run` home), or by Airflow's
     ``trialflow_default`` connection."""
-    from trialflow.tuning.store import ExperimentStore, sqlite_url
+    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
     if args.store:
         url = args.store
@@ -202,7 +202,7 @@ def _store_engine(args: argparse.Namespace) -> Any:
         if not (Path(args.home) / "experiments.db").exists():
             raise FileNotFoundError(f"no experiment store in {args.home} (expected experiments.db there)")
     else:
-        from trialflow.hooks.store import ExperimentStoreHook
+        from trialflow.hooks.experiment_store import ExperimentStoreHook
 
         url = ExperimentStoreHook().storage_url()
     return ExperimentStore(url).storage.engine

@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow.sdk import DAG
 
-from trialflow.hooks.store import DEFAULT_CONN_ID
+from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
 from trialflow.limits import MAX_TRIALS_PER_RUN
 from trialflow.operators.experiment import (
     ContinueExperimentOperator,

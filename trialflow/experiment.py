@@ -43,7 +43,7 @@ from trialflow.platforms.base import (
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
 
-    from trialflow.tuning.store import ExperimentStore
+    from trialflow.tuning.experiment_store import ExperimentStore
 
 log = logging.getLogger(__name__)
 

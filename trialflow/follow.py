@@ -25,7 +25,7 @@ from trialflow.platforms.base import (
 )
 
 if TYPE_CHECKING:
-    from trialflow.tuning.store import ExperimentStore
+    from trialflow.tuning.experiment_store import ExperimentStore
 
 log = logging.getLogger(__name__)
 TIMEOUT_REASON = "maxTrialDuration exceeded"

@@ -32,7 +32,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "sensors": [{"integration-name": "trialflow", "python-modules": ["trialflow.sensors.trial"]}],
-        "hooks": [{"integration-name": "trialflow", "python-modules": ["trialflow.hooks.store"]}],
+        "hooks": [{"integration-name": "trialflow", "python-modules": ["trialflow.hooks.experiment_store"]}],
         "triggers": [{"integration-name": "trialflow", "python-modules": ["trialflow.triggers.trial"]}],
         "config": {
             "trialflow": {
@@ -49,14 +49,28 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "boolean",
                         "example": "True",
                         "default": "False",
-                    }
+                    },
+                    "local_queue": {
+                        "description": (
+                            "The queue, served by one host, that experiments on the local platform (or any "
+                            "platform whose entry says host_bound) send every task to under a multi-host "
+                            "executor (CeleryExecutor, KubernetesExecutor, EdgeExecutor): their trials are "
+                            "processes of that host. experiment_dag(..., local_queue=...) or a DAG's "
+                            "default_args queue take precedence; without any, such an experiment is refused "
+                            "when its DAG is parsed. Not needed under the LocalExecutor."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "trialflow-host-a",
+                        "default": None,
+                    },
                 },
             }
         },
         "connection-types": [
             {
                 "connection-type": "trialflow",
-                "hook-class-name": "trialflow.hooks.store.ExperimentStoreHook",
+                "hook-class-name": "trialflow.hooks.experiment_store.ExperimentStoreHook",
                 "hook-name": "trialflow experiment store",
                 "conn-fields": {
                     "storage_url": {"label": "Storage URL (no password)", "schema": {"type": ["string", "null"]}},

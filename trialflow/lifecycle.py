@@ -32,7 +32,7 @@ from trialflow.submission import Submission
 from trialflow.trial.packing import CodeDirectoryError
 
 if TYPE_CHECKING:
-    from trialflow.tuning.store import ExperimentStore, TrialRecord
+    from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
 
 #: How often the worker polls while it waits (it holds a slot anyway: a trial's end is seen at once).
 WORKER_POLL_INTERVAL = 0.2
@@ -213,7 +213,7 @@ class TrialResult:
 
 def finish_trial(store: ExperimentStore, storage_id: int, status: TrialStatus, message: str | None) -> TrialResult:
     """Close the trial in the store (a second call leaves the first outcome) and build its result."""
-    from trialflow.tuning.store import scalar
+    from trialflow.tuning.experiment_store import scalar
 
     record = store.close(storage_id, status, message)
     metric = scalar(record.final)

@@ -17,7 +17,7 @@ from trialflow.experiment import Experiment, RunWindow, check_owner, continued_r
 from trialflow.platforms.base import Connections, TrialStatus
 
 if TYPE_CHECKING:
-    from trialflow.tuning.store import ExperimentStore
+    from trialflow.tuning.experiment_store import ExperimentStore
 
 #: A trial's fields in the end step's summary (its XCom) and in ``best``.
 SUMMARY_FIELDS = (
@@ -93,7 +93,7 @@ def summarize_run(
     best beside), counts, best, the follow-on run an unbounded experiment needs, and the
     verdict: the step fails only when no trial of the run has a result, except for a follow-on
     run the experiment's deadline ended first (the best of the runs before stands)."""
-    from trialflow.tuning.store import best_row
+    from trialflow.tuning.experiment_store import best_row
 
     exists = store.experiment_exists(experiment.experiment_id)
     window = experiment.window(store, run_id) if exists else RunWindow()

@@ -33,7 +33,7 @@ from trialflow.experiment import (
 )
 from trialflow.plan import default_dag_id
 from trialflow.run_lifecycle import cancel_trials
-from trialflow.tuning.store import ExperimentStore, best_row, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, best_row, sqlite_url
 
 TERMINAL_RUN_STATES = {"success", "failed"}
 DAG_FILE = """\

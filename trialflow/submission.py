@@ -18,7 +18,7 @@ from trialflow.follow import Follower
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
     from trialflow.platforms.base import Connections, Cursor, TrainingPlatform, TrialHandle
-    from trialflow.tuning.store import ExperimentStore
+    from trialflow.tuning.experiment_store import ExperimentStore
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import process_alive
 from trialflow.submission import Submission
 from trialflow.triggers.trial import TrialTrigger
-from trialflow.tuning.store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 TRIAL = """\
 import os, sys, time, subprocess

@@ -19,7 +19,7 @@ import pytest
 
 from tests.cluster.deployment import FAULT_REPORT, SSH_MACHINE, Deployment
 from trialflow.platforms.base import experiment_id_for
-from trialflow.tuning.store import ExperimentStore
+from trialflow.tuning.experiment_store import ExperimentStore
 
 pytestmark = pytest.mark.integration
 

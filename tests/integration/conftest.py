@@ -15,7 +15,7 @@ import pytest
 
 from trialflow.embedded import EmbeddedAirflow
 from trialflow.platforms.base import experiment_id_for
-from trialflow.tuning.store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 PY = sys.executable
 pytestmark = pytest.mark.integration

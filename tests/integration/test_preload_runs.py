@@ -14,8 +14,10 @@ import sys
 from airflow.sdk import DAG
 from airflow.providers.standard.operators.python import PythonOperator
 
+PRELOADED = ("optuna", "trialflow.lifecycle", "trialflow.tuning.experiment_store")
+
 def modules():
-    return {name: name in sys.modules for name in ("optuna", "trialflow.lifecycle", "trialflow.tuning.store")}
+    return {name: name in sys.modules for name in PRELOADED}
 
 with DAG("{DAG_ID}", schedule=None):
     PythonOperator(task_id="probe", python_callable=modules)
@@ -29,5 +31,5 @@ def test_a_task_process_inherits_the_preloaded_core(harness):
     assert harness.xcom(dag_id, run_id, "probe") == {
         "optuna": True,
         "trialflow.lifecycle": True,
-        "trialflow.tuning.store": True,
+        "trialflow.tuning.experiment_store": True,
     }

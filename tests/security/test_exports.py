@@ -12,7 +12,7 @@ from trialflow import queries
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
-from trialflow.tuning.store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 HOSTILE = [
     "\r=cmd|' /C calc'!A0",

@@ -28,7 +28,7 @@ from trialflow.trial.protocol import (
     read_stdout_lines,
     stdout_line,
 )
-from trialflow.tuning.store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 PY = sys.executable
 SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})

@@ -12,7 +12,7 @@ import pytest
 
 from trialflow.experiment import ExperimentNotOwned, check_owner
 from trialflow.platforms.base import experiment_id_for
-from trialflow.tuning.store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 CONFIG = f"""\
 searchSpace: {{x: {{_type: choice, _value: [1, 2, 3]}}}}

@@ -22,7 +22,7 @@ from trialflow.follow import TIMEOUT_REASON, follow_trial
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
 from trialflow.platforms.local import LocalPlatform
-from trialflow.tuning.store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 PY = sys.executable
 

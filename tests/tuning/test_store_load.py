@@ -23,7 +23,7 @@ from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.follow import follow_trial
 from trialflow.platforms.base import TrialStatus, trial_id_for
-from trialflow.tuning.store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 pytestmark = pytest.mark.integration
 

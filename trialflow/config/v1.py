@@ -337,32 +337,32 @@ def _k8s_storage(c: _Converter, section: dict[str, Any], path: tuple[PathPart, .
     return None
 
 
-def _kubeflow(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any]:
-    section = _get(raw, "kubeflowConfig") or {}
-    c.rename(
-        section,
-        ("kubeflowConfig",),
-        {
-            "operator": None,
-            "apiVersion": None,
-            "storage": None,
-            "nfs": None,
-            "keyVault": None,
-            "azureStorage": None,
-            "uploadRetryCount": None,
-            "namespace": None,
-            "reuse": None,
-        },
-    )
-    out: dict[str, Any] = {"platform": "kubeflow"}
-    for key in ("operator", "apiVersion", "namespace"):
+#: What both Kubernetes operators' v1 sections hold besides their own keys.
+_K8S_SECTION_KEYS = ("storage", "nfs", "keyVault", "azureStorage", "uploadRetryCount", "namespace", "reuse")
+
+
+def _k8s_section(
+    c: _Converter, raw: dict[str, Any], name: str, platform: str, own: tuple[str, ...], extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """kubeflowConfig / frameworkcontrollerConfig -> the v2 section's common part: ``own`` keys
+    copied as they are (namespace among them), ``reuse`` -> reuseMode, the storage converted;
+    ``extra`` keys are accepted and dropped (NNI read them, trialflow has no use for them)."""
+    section = _get(raw, name) or {}
+    c.rename(section, (name,), dict.fromkeys((*_K8S_SECTION_KEYS, *own, *extra)))
+    out: dict[str, Any] = {"platform": platform}
+    for key in (*own, "namespace"):
         if _get(section, key) is not None:
             out[key] = _get(section, key)
     if _get(section, "reuse") is not None:
         out["reuseMode"] = _get(section, "reuse")
-    storage = _k8s_storage(c, section, ("kubeflowConfig",))
+    storage = _k8s_storage(c, section, (name,))
     if storage:
         out["storage"] = storage
+    return out
+
+
+def _kubeflow(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any]:
+    out = _k8s_section(c, raw, "kubeflowConfig", "kubeflow", ("operator", "apiVersion"))
     _trial_keys(c, trial, {"worker": None, "ps": None, "master": None})
     for role in ("worker", "ps", "master"):
         if _get(trial, role) is not None:
@@ -371,32 +371,9 @@ def _kubeflow(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict
 
 
 def _frameworkcontroller(c: _Converter, raw: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any]:
-    section = _get(raw, "frameworkcontrollerConfig") or {}
-    c.rename(
-        section,
-        ("frameworkcontrollerConfig",),
-        {
-            "storage": None,
-            "nfs": None,
-            "keyVault": None,
-            "azureStorage": None,
-            "pvc": None,
-            "serviceAccountName": None,
-            "configPath": None,
-            "namespace": None,
-            "reuse": None,
-            "uploadRetryCount": None,
-        },
+    out = _k8s_section(
+        c, raw, "frameworkcontrollerConfig", "frameworkcontroller", ("serviceAccountName", "configPath"), ("pvc",)
     )
-    out: dict[str, Any] = {"platform": "frameworkcontroller"}
-    for key in ("serviceAccountName", "configPath", "namespace"):
-        if _get(section, key) is not None:
-            out[key] = _get(section, key)
-    if _get(section, "reuse") is not None:
-        out["reuseMode"] = _get(section, "reuse")
-    storage = _k8s_storage(c, section, ("frameworkcontrollerConfig",))
-    if storage:
-        out["storage"] = storage
     _trial_keys(c, trial, {"taskRoles": None})
     roles = _get(trial, "taskRoles")
     if isinstance(roles, list):

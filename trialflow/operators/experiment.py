@@ -9,12 +9,12 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from trialflow.hooks import airflow_connections
-from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
+from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.operators.trial import experiment_for
 
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
-    from trialflow.tuning.store import ExperimentStore
+    from trialflow.tuning.experiment_store import ExperimentStore
 
 
 class _ExperimentStep(BaseOperator):
@@ -58,7 +58,7 @@ class StartExperimentOperator(_ExperimentStep):
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.experiment import ExperimentNotOwned
         from trialflow.run_lifecycle import start_run
-        from trialflow.tuning.store import safe_url
+        from trialflow.tuning.experiment_store import safe_url
 
         experiment, store = self.experiment_and_store(context, check=True)  # in full: nothing has started yet
         conf = getattr(context.get("dag_run"), "conf", None) or {}

@@ -18,13 +18,13 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from trialflow.hooks import airflow_connections
-from trialflow.hooks.store import DEFAULT_CONN_ID, ExperimentStoreHook
+from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
 
 if TYPE_CHECKING:
     from trialflow import lifecycle
     from trialflow.experiment import Experiment
-    from trialflow.tuning.store import ExperimentStore
+    from trialflow.tuning.experiment_store import ExperimentStore
 
 
 def experiment_for(config_path: str, context: Context, check: bool = False) -> Experiment:

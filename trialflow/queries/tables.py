@@ -16,7 +16,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from trialflow.tuning.store import TRIAL_INDEX
+from trialflow.tuning.experiment_store import TRIAL_INDEX
 
 __all__ = [
     "ACTIVE",

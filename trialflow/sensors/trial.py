@@ -19,7 +19,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
 from trialflow.hooks import airflow_connections
-from trialflow.hooks.store import ExperimentStoreHook
+from trialflow.hooks.experiment_store import ExperimentStoreHook
 from trialflow.operators.trial import complete_from_event
 from trialflow.platforms.background import run_sync
 from trialflow.submission import Submission

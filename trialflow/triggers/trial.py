@@ -26,7 +26,7 @@ from airflow.triggers.base import BaseTrigger, TaskSkippedEvent, TaskSuccessEven
 
 if TYPE_CHECKING:
     from trialflow.follow import Follower, FollowOutcome
-    from trialflow.tuning.store import ExperimentStore
+    from trialflow.tuning.experiment_store import ExperimentStore
 
 
 class TrialTrigger(BaseTrigger):
@@ -76,7 +76,7 @@ class TrialTrigger(BaseTrigger):
 
     def _open(self) -> tuple[Follower, ExperimentStore]:
         from trialflow.hooks import airflow_connections
-        from trialflow.hooks.store import ExperimentStoreHook
+        from trialflow.hooks.experiment_store import ExperimentStoreHook
 
         store = ExperimentStoreHook(self.submission.store_conn_id).get_conn()
         follower = self.submission.follower(store, airflow_connections(), self.cursor, seen_running=self.seen_running)

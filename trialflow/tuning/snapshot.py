@@ -31,7 +31,7 @@ from optuna.trial import FrozenTrial, TrialState
 from trialflow.tuning.optuna_internals import CachedStorage as _CachedStorage
 from trialflow.tuning.optuna_internals import StudyInfo as _StudyInfo
 from trialflow.tuning.optuna_internals import models
-from trialflow.tuning.storage import _distribution
+from trialflow.tuning.rdb_storage import _distribution
 
 #: Finished trials beyond the stored ones before a process writes the row again.
 SNAPSHOT_STEP = 32

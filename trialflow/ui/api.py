@@ -61,7 +61,7 @@ LOG_TAIL_BYTES = 16 * 1024
 def _engine(url: str) -> Any:
     import sqlalchemy as sa
 
-    from trialflow.tuning.store import with_installed_driver
+    from trialflow.tuning.experiment_store import with_installed_driver
 
     url = with_installed_driver(url)
     kwargs: dict[str, Any] = {"pool_pre_ping": True}
@@ -73,7 +73,7 @@ def _engine(url: str) -> Any:
 def store_engine() -> Any:
     """The engine of the store named by the ``trialflow_default`` connection (read in the
     api-server the way Airflow reads any connection), else the embedded default."""
-    from trialflow.hooks.store import DEFAULT_CONN_ID, default_store_url, store_url_from_connection
+    from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, default_store_url, store_url_from_connection
 
     try:
         from airflow.models.connection import Connection

@@ -29,7 +29,7 @@ ICON_URL = "trialflow/static/experiments.svg"
 PRELOADED = (
     "trialflow.dag",
     "trialflow.lifecycle",
-    "trialflow.tuning.store",
+    "trialflow.tuning.experiment_store",
     "trialflow.tuning.tuners",
     "trialflow.tuning.assessors",
     "trialflow.operators.trial",

@@ -35,8 +35,8 @@ from trialflow.trial.protocol import Metric, describe_result
 from trialflow.trial.protocol import scalar as _plain_scalar
 from trialflow.trial.status import COUNTED_STATUS_NAMES, COUNTED_STATUSES, TrialStatus
 from trialflow.tuning.optuna_internals import models, trial_storage_id
+from trialflow.tuning.rdb_storage import TrialflowStorage
 from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
-from trialflow.tuning.storage import TrialflowStorage
 from trialflow.tuning.tuners import make_sampler, sample_parameters
 
 if TYPE_CHECKING:

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 if TYPE_CHECKING:
-    from trialflow.tuning.store import ExperimentStore
+    from trialflow.tuning.experiment_store import ExperimentStore
 
 log = logging.getLogger(__name__)
 DEFAULT_CONN_ID = "trialflow_default"
 
 
 def default_store_url() -> str:
-    from trialflow.tuning.store import sqlite_url
+    from trialflow.tuning.experiment_store import sqlite_url
 
     home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
     return sqlite_url(home / "trialflow" / "experiments.db")
@@ -82,7 +82,7 @@ class ExperimentStoreHook(BaseHook):
 
     def get_conn(self) -> ExperimentStore:
         # Imported here: Optuna costs ~0.5 s, and DAG parsing imports this module.
-        from trialflow.tuning.store import ExperimentStore, safe_url
+        from trialflow.tuning.experiment_store import ExperimentStore, safe_url
 
         store = ExperimentStore(self.storage_url())
         log.info("Experiment store: %s", safe_url(store.url))

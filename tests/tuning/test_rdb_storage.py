@@ -12,8 +12,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from trialflow.tuning.storage import TrialflowStorage, _DeferredVersionManager
-from trialflow.tuning.store import with_installed_driver
+from trialflow.tuning.experiment_store import with_installed_driver
+from trialflow.tuning.rdb_storage import TrialflowStorage, _DeferredVersionManager
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -105,7 +105,7 @@ def test_samplers_see_the_same_history_through_the_store_cache(tmp_path: Path):
     from trialflow.config.model import AlgorithmConfig
     from trialflow.config.search_space import parse_search_space
     from trialflow.trial.status import TrialStatus
-    from trialflow.tuning.store import ExperimentStore, sqlite_url
+    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
     url = sqlite_url(tmp_path / "s.db")
     space = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
@@ -124,7 +124,7 @@ def test_samplers_see_the_same_history_through_the_store_cache(tmp_path: Path):
 
 def test_a_database_checked_once_reopens_without_the_schema_check(storage: TrialflowStorage, tmp_path: Path):
     """The second open of a store skips alembic (0.3 s per task process) and is the same storage."""
-    from trialflow.tuning.store import ExperimentStore
+    from trialflow.tuning.experiment_store import ExperimentStore
 
     url = storage.url
     first = ExperimentStore(url).storage  # the full path, which records the check

@@ -13,7 +13,7 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
-from trialflow.tuning.store import ExperimentStore, best_row, safe_url, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, best_row, safe_url, sqlite_url
 
 SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}, "k": {"_type": "choice", "_value": [1, 2, 3]}})
 TPE = AlgorithmConfig(name="TPE", class_args={"optimize_mode": "maximize", "seed": 3})
@@ -229,7 +229,7 @@ def test_dict_finals_keep_their_other_keys_in_rows(store):
 
 
 def test_a_plain_postgresql_url_uses_the_installed_driver():
-    from trialflow.tuning.store import with_installed_driver
+    from trialflow.tuning.experiment_store import with_installed_driver
 
     url = with_installed_driver("postgresql://u:s3cret@db.example:5432/exp")
     assert url == "postgresql+psycopg://u:s3cret@db.example:5432/exp"  # psycopg 3 (the postgres extra)
