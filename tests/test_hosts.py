@@ -53,16 +53,16 @@ def test_which_executors_span_hosts(executor, many):
 
 
 def test_local_trials_under_celery_without_a_queue_are_refused_with_what_to_do():
-    key, message = placement_problem(["local"], "CeleryExecutor", None)
+    key, message = placement_problem(["local"], {"local"}, "CeleryExecutor", None)
     assert key == ("trainingService", "platform")
     for part in ("'local' runs each trial", "CeleryExecutor", "local_queue", "AIRFLOW__TRIALFLOW__LOCAL_QUEUE"):
         assert part in message
     # one host's queue makes it schedulable; so does any single-host executor or platform
-    assert placement_problem(["local"], "CeleryExecutor", "gpu-box-1") is None
-    assert placement_problem(["local"], "LocalExecutor", None) is None
-    assert placement_problem(["remote", "kubeflow"], "CeleryExecutor", None) is None
+    assert placement_problem(["local"], {"local"}, "CeleryExecutor", "gpu-box-1") is None
+    assert placement_problem(["local"], {"local"}, "LocalExecutor", None) is None
+    assert placement_problem(["remote", "kubeflow"], set(), "CeleryExecutor", None) is None
     # a hybrid config with a local service needs the queue too, and the key says which service
-    key, _ = placement_problem(["remote", "local"], "KubernetesExecutor", "")
+    key, _ = placement_problem(["remote", "local"], {"local"}, "KubernetesExecutor", "")
     assert key == ("trainingService", 1, "platform")
 
 

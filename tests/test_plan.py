@@ -45,6 +45,7 @@ def test_a_checked_config_is_planned_once_and_read_back(config: Path):
         trial_concurrency=3,
         unbounded=False,
         platforms=("local",),
+        host_bound=("local",),
         algorithm_kind="tuner",
         algorithm="TPE",
         assessor="Medianstop",

@@ -136,12 +136,12 @@ def _place(path: Path, plan: DagPlan, default_args: dict[str, Any], local_queue:
 
     executor = hosts.executor_class_name(conf.get("core", "executor", fallback=""), default_args.get("executor"))
     queue = local_queue or default_args.get("queue") or conf.get(*hosts.QUEUE_SETTING, fallback=None)
-    problem = hosts.placement_problem(plan.platforms, executor, queue)
+    problem = hosts.placement_problem(plan.platforms, plan.host_bound, executor, queue)
     if problem is not None:
         from trialflow.config.errors import ConfigError  # here: a planned parse skips the config package
 
         raise ConfigError.single(path, *problem)
-    if not (hosts.host_bound(plan.platforms) and hosts.spans_hosts(executor)):
+    if not (plan.host_bound and hosts.spans_hosts(executor)):
         return False
     default_args["queue"] = queue
     return True

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 CACHE_ENV = "TRIALFLOW_CACHE_DIR"
 #: Bumped when DagPlan's fields or their meaning change (with trialflow's version, in the key).
-PLAN_FORMAT = 1
+PLAN_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,9 @@ class DagPlan:
     trial_concurrency: int
     unbounded: bool
     platforms: tuple[str, ...]
+    #: Those of ``platforms`` whose registry entries say host-bound (asked once, with the config:
+    #: the registry imports the config models, which a kept plan spares every parse).
+    host_bound: tuple[str, ...]
     algorithm_kind: str
     algorithm: str | None
     assessor: str | None
@@ -52,6 +55,7 @@ class DagPlan:
 
     @classmethod
     def of(cls, config: ExperimentConfig) -> DagPlan:
+        from trialflow.config.registry import is_host_bound
         from trialflow.experiment import trial_count, unbounded
 
         algorithm = config.tuner or config.advisor
@@ -62,6 +66,7 @@ class DagPlan:
             trial_concurrency=config.trial_concurrency,
             unbounded=unbounded(config),
             platforms=tuple(config.platform_names),
+            host_bound=tuple(sorted({name for name in config.platform_names if is_host_bound(name)})),
             algorithm_kind="advisor" if config.advisor else "tuner",
             algorithm=algorithm.name if algorithm else None,
             assessor=config.assessor.name if config.assessor else None,
@@ -70,7 +75,7 @@ class DagPlan:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> DagPlan:
-        return cls(**{**raw, "platforms": tuple(raw["platforms"])})
+        return cls(**{**raw, "platforms": tuple(raw["platforms"]), "host_bound": tuple(raw["host_bound"])})
 
 
 def default_dag_id(config_path: Path, experiment_name: str | None) -> str:

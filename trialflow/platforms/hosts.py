@@ -18,9 +18,7 @@ Pure: no Airflow here. trialflow.dag reads the settings and asks these functions
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable, Sequence
-
-from trialflow.config.registry import is_host_bound
+from collections.abc import Collection, Sequence
 
 #: Executors that run every task on the machine that runs the scheduler.
 SINGLE_HOST_EXECUTORS = frozenset({"LocalExecutor", "SequentialExecutor", "DebugExecutor"})
@@ -81,17 +79,13 @@ def spans_hosts(executor_class: str) -> bool:
     return executor_class not in SINGLE_HOST_EXECUTORS
 
 
-def host_bound(platforms: Iterable[str]) -> list[str]:
-    """The platforms among ``platforms`` whose entries say they are host-bound."""
-    return sorted({name for name in platforms if is_host_bound(name)})
-
-
 def placement_problem(
-    platforms: Sequence[str], executor_class: str, queue: str | None
+    platforms: Sequence[str], host_bound: Collection[str], executor_class: str, queue: str | None
 ) -> tuple[tuple[str | int, ...], str] | None:
     """Why this experiment cannot be scheduled as configured, as (config key path, message) for
-    a ConfigError; None: it can. ``platforms``: the config's training services, in order."""
-    bound = [i for i, name in enumerate(platforms) if is_host_bound(name)]
+    a ConfigError; None: it can. ``platforms``: the config's training services, in order;
+    ``host_bound``: those whose registry entries say host-bound (trialflow.plan keeps them)."""
+    bound = [i for i, name in enumerate(platforms) if name in host_bound]
     if not bound or not spans_hosts(executor_class) or queue:
         return None
     key: tuple[str | int, ...] = ("trainingService", "platform")
