@@ -43,7 +43,10 @@ import trialflow.ui.plugin  # noqa: F401  (preload_core(), as in each Airflow co
 
 from trialflow import lifecycle
 from trialflow.experiment import Experiment
-from trialflow.tuning.experiment_store import ExperimentStore
+try:
+    from trialflow.tuning.experiment_store import ExperimentStore
+except ImportError:  # a checkout from before the module was named for what it holds (--source)
+    from trialflow.tuning.store import ExperimentStore
 
 url = f"sqlite:///{work / 'experiments.db'}"
 config = str(work / "config.yml")
