@@ -61,11 +61,16 @@ def test_unmodified_nni_code_runs_where_nni_and_trialflow_are_not_installed(tmp_
 
 
 def test_merge_parameter_keeps_nnis_rules():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "trialflow" / "trial" / "shim" / "nni"))
-    try:
-        from utils import merge_parameter  # the stand-in's own module, loaded directly
-    finally:
-        sys.path.pop(0)
+    import importlib.util
+
+    # the stand-in's own file, loaded under a name of its own (a bare "utils" on sys.path could be
+    # any module of that name already imported)
+    path = Path(__file__).resolve().parents[2] / "trialflow" / "trial" / "shim" / "nni" / "utils.py"
+    spec = importlib.util.spec_from_file_location("trialflow_nni_shim_utils", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    merge_parameter = module.merge_parameter
     assert merge_parameter({"a": 1, "b": None}, {"a": 2, "b": "x"}) == {"a": 2, "b": "x"}
     with pytest.raises(ValueError, match="Key 'c' not found"):
         merge_parameter({"a": 1}, {"c": 1})
