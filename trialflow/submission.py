@@ -43,6 +43,9 @@ class Submission:
     def from_dict(cls, data: dict[str, Any]) -> Submission:
         """From ``to_dict``'s form; keys it does not know (a newer writer's) are left out, and a
         missing required one is an error naming it."""
+        if not isinstance(data, dict):  # a sensor templated on an XCom that is not a submission
+            got = type(data).__name__
+            raise ValueError(f"not a trial submission: expected SubmitTrialOperator's result, got {got}")
         known = {f.name for f in fields(cls)}
         try:
             return cls(**{k: v for k, v in data.items() if k in known})

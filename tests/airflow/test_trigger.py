@@ -268,3 +268,7 @@ def test_a_trigger_serialized_before_submissions_were_one_value_still_loads():
     assert TrialTrigger(**kwargs).serialize() == trigger.serialize()
     with pytest.raises(ValueError, match="not a trial submission"):
         TrialTrigger(submission={"config_path": "/x"})
+    from trialflow.submission import Submission
+
+    with pytest.raises(ValueError, match="expected SubmitTrialOperator's result, got NoneType"):
+        Submission.from_dict(None)  # type: ignore[arg-type]
