@@ -396,10 +396,15 @@ class EmbeddedAirflow:
         response.raise_for_status()
         return dict(response.json().get("conf") or {})
 
-    def clear_run(self, dag_id: str, run_id: str) -> None:
-        """Clear every task of a run so it runs again; trialflow's tasks then resume their experiment."""
+    def clear_run(self, dag_id: str, run_id: str, only_failed: bool = False) -> None:
+        """Clear the tasks of a run (``only_failed``: those that failed) so they run again;
+        trialflow's tasks then resume their experiment. Clearing a trial task that is running
+        or deferred stops its trial (the task's on_kill), as a person's clear should: resuming
+        after a crash clears before the triggerer is up (see runner.py), or only what failed."""
         self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
-        response = self.api("POST", f"/dags/{dag_id}/dagRuns/{run_id}/clear", json={"dry_run": False})
+        response = self.api(
+            "POST", f"/dags/{dag_id}/dagRuns/{run_id}/clear", json={"dry_run": False, "only_failed": only_failed}
+        )
         if response.status_code >= 300:
             raise EmbeddedAirflowError(f"clearing {dag_id} {run_id} failed: {response.status_code} {response.text}")
 

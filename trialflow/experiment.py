@@ -264,6 +264,8 @@ class RunWindow:
     first_index: int = 0
     count: int = 0
     deadline: float | None = None
+    #: Who stopped the run and why (trialflow.steering): no trial of it starts any more.
+    stopped: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, attrs: dict[str, Any], run_id: str) -> RunWindow:
@@ -272,7 +274,7 @@ class RunWindow:
     @classmethod
     def parse(cls, raw: dict[str, Any] | None) -> RunWindow:
         raw = raw or {}
-        return cls(int(raw.get("first_index", 0)), int(raw.get("count", 0)), raw.get("deadline"))
+        return cls(int(raw.get("first_index", 0)), int(raw.get("count", 0)), raw.get("deadline"), raw.get("stopped"))
 
     def expired(self, now: float | None = None) -> bool:
         return self.deadline is not None and (now if now is not None else time.time()) >= self.deadline
@@ -378,6 +380,8 @@ class Experiment:
         if not unbounded(self.config):
             return Continuation(None, {}, "the experiment's trials are all in this run")
         window = self.window(store, run_id)
+        if window.stopped:
+            return Continuation(None, {}, f"the run was stopped ({window.stopped.get('reason')})")
         if window.expired(now):
             return Continuation(None, {}, "maxExperimentDuration reached")
         conf = {"experiment_id": self.experiment_id, CONTINUES_KEY: run_id}

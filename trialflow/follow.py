@@ -37,6 +37,8 @@ FIRST_POLL_INTERVAL = 0.05
 UNREACHABLE_GRACE = 600.0
 #: Longest pause between two tries while it is.
 UNREACHABLE_RETRY = 5.0
+#: Seconds between two readings of the store for a person's stop request (trialflow.steering).
+CONTROL_INTERVAL = 1.0
 
 
 @dataclass
@@ -104,10 +106,13 @@ class Follower:
         deadline: float | None = None,
         experiment_deadline: float | None = None,
         stop_check: StopCheck | None = None,
+        control_check: StopCheck | None = None,
         seen_running: bool = False,
     ):
         self.platform, self.store, self.handle, self.storage_id = platform, store, handle, storage_id
         self.deadline, self.experiment_deadline, self.stop_check = deadline, experiment_deadline, stop_check
+        self.control_check = control_check
+        self._controlled_at = -CONTROL_INTERVAL
         self.outcome = FollowOutcome(None, dict(cursor or {}), seen_running=seen_running)
         self.cancelling = False
         self._just_cancelled = False
@@ -123,7 +128,9 @@ class Follower:
 
         ``deadline`` (epoch seconds) is maxTrialDuration: past it the trial is cancelled once
         as EARLY_STOPPED, and following continues until the platform reports the cancelled
-        state. ``experiment_deadline`` is maxExperimentDuration: past it the trial is cancelled
+        state. ``control_check`` (a person's kill or stop, read from the store at most every
+        CONTROL_INTERVAL seconds) cancels it as USER_CANCELED with the reason it gives.
+        ``experiment_deadline`` is maxExperimentDuration: past it the trial is cancelled
         as SYS_CANCELED. The assessor (``stop_check``) is asked when new intermediate results
         were stored (every step with ``judge_always``); a reason from it cancels the trial as
         EARLY_STOPPED.
@@ -143,6 +150,12 @@ class Follower:
             await asyncio.to_thread(self.store.set_status, self.storage_id, TrialStatus.RUNNING)
         if self.cancelling:
             return False
+        if self.control_check is not None and time.monotonic() - self._controlled_at >= CONTROL_INTERVAL:
+            self._controlled_at = time.monotonic()
+            requested = await asyncio.to_thread(self.control_check)
+            if requested:
+                await self._cancel(TrialStatus.USER_CANCELED, requested)
+                return False
         now = time.time()
         if self.experiment_deadline is not None and now > self.experiment_deadline:
             await self._cancel(TrialStatus.SYS_CANCELED, EXPERIMENT_DEADLINE_REASON)

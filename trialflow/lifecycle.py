@@ -16,18 +16,20 @@ depend on which of them runs it, and all of it is tested without a scheduler.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from trialflow.config.registry import is_host_bound
-from trialflow.experiment import Experiment, trial_result
+from trialflow.experiment import Experiment, RunWindow, trial_result
 from trialflow.follow import EXPERIMENT_DEADLINE_REASON, Follower, FollowOutcome
 from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import Connections, TrainingPlatform, TrialHandle, TrialSpec, TrialStatus, trial_id_for
 from trialflow.platforms.gpus import GpuRequestError
 from trialflow.platforms.hosts import check_host, this_host
+from trialflow.steering import stop_requested
 from trialflow.submission import Submission
 from trialflow.trial.packing import CodeDirectoryError
 
@@ -130,8 +132,8 @@ def start_trial(
         )
     index = window.first_index + int(map_index)
     trial_id = trial_id_for(experiment.experiment_id, index)
-    if window.expired() and store.find_trial_id(experiment.experiment_id, index) is None:
-        raise TrialNotStarted(trial_id, EXPERIMENT_DEADLINE_REASON)
+    if (window.expired() or window.stopped) and store.find_trial_id(experiment.experiment_id, index) is None:
+        raise TrialNotStarted(trial_id, _stopped_reason(window) or EXPERIMENT_DEADLINE_REASON)
     asked = store.ask(
         experiment.experiment_id, index, trial_id, experiment.algorithm, experiment.space, experiment.pruner
     )
@@ -160,7 +162,39 @@ def start_trial(
     started.platform, started.handle = platform, handle
     started.deadline = started_at + max_duration if max_duration else None
     started.record = replace(record, status=TrialStatus.WAITING, handle=handle, started_at=started_at)
+    # A stop that came while it was being submitted (steering.stop_runs marks the run, then asks
+    # the trials it finds running: one asked meanwhile sees the mark here).
+    reason = stop_requested(store, record.storage_id) or _stopped_reason(experiment.window(store, run_id))
+    if reason:
+        run_sync(stop_trial(platform, store, handle, record.storage_id, reason))
+        started.record = store.trial(record.storage_id)
     return started
+
+
+def _stopped_reason(window: RunWindow) -> str | None:
+    return str(window.stopped.get("reason") or "the run was stopped") if window.stopped else None
+
+
+async def stop_trial(
+    platform: TrainingPlatform,
+    store: ExperimentStore,
+    handle: TrialHandle,
+    storage_id: int,
+    reason: str,
+    status: TrialStatus = TrialStatus.USER_CANCELED,
+) -> bool:
+    """Close the trial in the store as ``status`` with ``reason``, then cancel its job.
+
+    The store first: whoever follows the trial then sees the job end and finds this outcome
+    already recorded (not a FAILED from a killed process), and the tuner and the end step stop
+    counting it as running at once. A trial that had already ended keeps its outcome and its
+    job is left alone (False)."""
+    record = await asyncio.to_thread(store.trial, storage_id)
+    if record.finished:
+        return False
+    await asyncio.to_thread(store.close, storage_id, status, reason)
+    await platform.cancel(handle, status, reason)
+    return True
 
 
 def follower(
@@ -196,10 +230,10 @@ class TrialResult:
 
     @property
     def stopped_on_purpose(self) -> bool:
-        """Early stops and the experiment's deadline end a trial by decision, not by error:
-        the task is skipped. Failures and other cancellations fail it (without retry: the same
+        """Early stops, a person's kill or stop and the experiment's deadline end a trial by
+        decision, not by error: the task is skipped. Failures and other cancellations fail it (without retry: the same
         parameters would fail the same way)."""
-        return self.status == TrialStatus.EARLY_STOPPED or (
+        return self.status in (TrialStatus.EARLY_STOPPED, TrialStatus.USER_CANCELED) or (
             self.status == TrialStatus.SYS_CANCELED and self.message == EXPERIMENT_DEADLINE_REASON
         )
 

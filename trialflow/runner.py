@@ -152,6 +152,8 @@ class ExperimentRun:
         if previous is not None:
             # NNI's `nnictl resume`: the same DAG run, cleared, continues its experiment. Finished
             # trials report from the store, trials still running are re-attached, the rest start.
+            # The triggerer is not up yet: a clear drops the deferred tasks' triggers unseen,
+            # where a running triggerer would take it as a person's stop (on_kill).
             self._follow(previous, self.airflow.run_conf(self.dag_id, previous))
             self.resumed = True
             self.airflow.clear_run(self.dag_id, previous)

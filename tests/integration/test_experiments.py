@@ -130,43 +130,6 @@ def test_max_trial_duration_stops_the_whole_process_tree(harness: Harness, tmp_p
     assert not any(process_alive(pid) for pid in map(int, pids.read_text().split()))
 
 
-def test_a_cleared_deferred_trial_reattaches_instead_of_starting_again(harness: Harness, tmp_path: Path):
-    launches = tmp_path / "launches"
-    trial = (
-        "import os, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
-        f"open({str(launches)!r}, 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
-        "time.sleep(18)\ntrial.report_final_result(p['x'])\n"
-    )
-    config = simple_config("t.py", 1, 1)
-    dag_id, _ = harness.experiment("reattach", config, {"t.py": trial})
-    cleared: list[bool] = []
-
-    def clear_once(run_id: str) -> None:
-        # Clear while the trial waits in the triggerer (after defer_after, 10 s by default).
-        if cleared or [ti["state"] for ti in harness.tis(dag_id, run_id)] != ["deferred"]:
-            return
-        response = harness.airflow.api(
-            "POST",
-            f"/dags/{dag_id}/clearTaskInstances",
-            json={
-                "dry_run": False,
-                "dag_run_id": run_id,
-                "task_ids": [["trial", 0]],
-                "only_failed": False,
-                "reset_dag_runs": False,
-                "include_downstream": False,
-            },
-        )
-        assert response.status_code == 200, response.text
-        cleared.append(True)
-
-    run_id, state = harness.run(dag_id, on_tick=clear_once)
-    assert cleared and state == "success"
-    (ti,) = harness.tis(dag_id, run_id)
-    assert ti["try_number"] >= 2 and ti["state"] == "success"
-    assert launches.read_text().split() == [harness.rows(dag_id, run_id)[0]["trial_id"]]  # launched once
-
-
 def test_a_worker_killed_mid_trial_is_retried_and_reattaches(harness: Harness, tmp_path: Path):
     launches = tmp_path / "launches"
     trial = (

@@ -19,11 +19,14 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHook
+from trialflow.triggers.airflow_stop import TaskRef
 from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
 
 if TYPE_CHECKING:
     from trialflow import lifecycle
     from trialflow.experiment import Experiment
+    from trialflow.platforms.base import TrainingPlatform
+    from trialflow.submission import Submission
     from trialflow.tuning.experiment_store import ExperimentStore
 
 
@@ -68,6 +71,18 @@ def complete_from_event(
     return report(
         context, lifecycle.finish_trial(store, storage_id, TrialStatus(event["status"]), event.get("message"))
     )
+
+
+def stop_from_worker(submission: Submission, ref: TaskRef | None, platform: TrainingPlatform | None = None) -> None:
+    """The worker side of on_kill, for the operator and the sensor: cancel the trial only if a
+    person stopped the task."""
+    from trialflow.platforms.background import run_sync
+    from trialflow.triggers.airflow_stop import stop_from_airflow, worker_kill_reason
+
+    stop = worker_kill_reason(ref)
+    if stop is None or ref is None:
+        return
+    run_sync(stop_from_airflow(submission, stop, ref.run_id, platform))
 
 
 class SubmitTrialOperator(BaseOperator):
@@ -132,6 +147,7 @@ class SubmitTrialOperator(BaseOperator):
         self.parameters: dict[str, Any] | None = None
         self.command: str | None = None
         self.platform_name: str | None = None
+        self._following: tuple[Submission, TrainingPlatform | None, TaskRef | None] | None = None
 
     def _show(self, context: Context, started: lifecycle.StartedTrial) -> None:
         self.trial_id, self.parameters = started.spec.trial_id, started.spec.parameters
@@ -185,7 +201,11 @@ class SubmitTrialOperator(BaseOperator):
         from trialflow.config.registry import is_host_bound
 
         stays = self.stay_on_host and is_host_bound(started.platform_name)
-        outcome = lifecycle.wait_in_worker(started, store, None if stays else self.defer_after, self.poll_interval)
+        self._following = (submission, started.platform, TaskRef.of(context["ti"]))
+        try:
+            outcome = lifecycle.wait_in_worker(started, store, None if stays else self.defer_after, self.poll_interval)
+        finally:
+            self._following = None
         if outcome.status is not None:
             result = lifecycle.finish_trial(store, started.record.storage_id, outcome.status, outcome.message)
             return report(context, result)
@@ -199,6 +219,17 @@ class SubmitTrialOperator(BaseOperator):
             ),
             method_name="execute_complete",
         )
+
+    def on_kill(self) -> None:
+        """The worker is stopping this task while it follows its trial. A person's action (mark
+        failed or success, clear, a failed DAG run) cancels the job and records USER_CANCELED;
+        a stop nobody asked for (the api-server unreachable, the worker shutting down) leaves
+        the trial running for the task's retry to re-attach to (trialflow.triggers.airflow_stop)."""
+        following = getattr(self, "_following", None)
+        if following is None:
+            return  # not following a trial (submitting, or deferred: the trigger's on_kill acts)
+        submission, platform, ref = following
+        stop_from_worker(submission, ref, platform)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         from trialflow import lifecycle

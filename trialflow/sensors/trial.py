@@ -20,9 +20,10 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.experiment_store import ExperimentStoreHook
-from trialflow.operators.trial import complete_from_event
+from trialflow.operators.trial import complete_from_event, stop_from_worker
 from trialflow.platforms.background import run_sync
 from trialflow.submission import Submission
+from trialflow.triggers.airflow_stop import TaskRef
 from trialflow.triggers.trial import TrialTrigger
 
 
@@ -54,7 +55,16 @@ class TrialSensor(BaseSensorOperator):
             )
         return super().execute(context)
 
+    def on_kill(self) -> None:
+        """A person stopped this task while it poked: cancel the trial (see SubmitTrialOperator.on_kill).
+        A deferred sensor's trial is cancelled by the trigger's on_kill; one between two pokes
+        in reschedule mode has no process to signal, so nothing reaches it until the next poke."""
+        ref = getattr(self, "_ref", None)
+        if ref is not None:
+            stop_from_worker(self._submission(), ref)
+
     def poke(self, context: Context) -> PokeReturnValue | bool:
+        self._ref = TaskRef.of(context["ti"])
         sub = self._submission()
         experiment = sub.experiment()
         store = ExperimentStoreHook(sub.store_conn_id).get_conn()

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
 
 
+#: Stops under way (a reference keeps each task alive until it ends: see TrialTrigger.on_kill).
+_STOPPING: set[asyncio.Future[None]] = set()
+
+
 class TrialTrigger(BaseTrigger):
     """Follow one submitted trial until it ends; fires one event with its outcome.
 
@@ -104,6 +108,31 @@ class TrialTrigger(BaseTrigger):
             self.log.warning("cannot end trial %s's task from the triggerer: %s", trial_id, exc)
             event = TriggerEvent(outcome.to_event())
         yield event
+
+    async def on_kill(self) -> None:
+        """A person marked the deferred task failed or success, cleared it, or failed its DAG
+        run (Airflow calls this for nothing else: not on a triggerer restart or redistribution,
+        which must leave the trial running): cancel its job and record USER_CANCELED.
+
+        The work runs as a task of its own, shielded: the triggerer cancels a killed trigger's
+        task again on its next loop (measured: ~2.5 s later), which would otherwise interrupt
+        the stop half done."""
+        work = asyncio.ensure_future(self._stop_from_airflow())
+        _STOPPING.add(work)
+        work.add_done_callback(_STOPPING.discard)
+        await asyncio.shield(work)
+
+    async def _stop_from_airflow(self) -> None:
+        from trialflow.triggers.airflow_stop import TaskRef, stop_from_airflow, trigger_kill_reason
+
+        trial_id = self.submission.handle.get("trial_id")
+        try:
+            ref = TaskRef.of(self.task_instance)
+            stop = await trigger_kill_reason(ref)
+            self.log.info("Stopping trial %s: %s", trial_id, stop.reason)
+            await stop_from_airflow(self.submission, stop, ref.run_id if ref else "")
+        except Exception:
+            self.log.exception("could not stop trial %s", trial_id)
 
     def _ending(self, store: ExperimentStore, outcome: FollowOutcome) -> TriggerEvent:
         """The task-ending event for a trial that succeeded or was stopped on purpose (recorded

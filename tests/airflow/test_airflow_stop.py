@@ -1,0 +1,119 @@
+"""Which stops from Airflow cancel a trial: every task-instance state, both DAG-run states."""
+
+from __future__ import annotations
+
+import pytest
+
+from trialflow.triggers.airflow_stop import NOT_A_PERSON, SOME_ACTION, TaskRef, reason_for, worker_kill_reason
+
+# Every TaskInstanceState Airflow 3.3 has, and None (a cleared task's new try).
+STATES = [
+    None,
+    "removed",
+    "scheduled",
+    "queued",
+    "running",
+    "success",
+    "restarting",
+    "failed",
+    "up_for_retry",
+    "up_for_reschedule",
+    "upstream_failed",
+    "skipped",
+    "deferred",
+    "awaiting_input",
+]
+
+
+def test_the_list_covers_airflows_states():
+    from airflow.utils.state import TaskInstanceState
+
+    assert {s.value for s in TaskInstanceState} == {s for s in STATES if s}
+
+
+@pytest.mark.parametrize("ti_state", STATES)
+@pytest.mark.parametrize("dag_run_state", ["running", "failed"])
+def test_only_a_persons_action_cancels(ti_state, dag_run_state):
+    stop = reason_for(ti_state, dag_run_state, "manual__1")
+    if ti_state in NOT_A_PERSON:
+        assert stop is None  # a fault or a retry: the trial runs on for the next attempt
+        return
+    assert stop is not None and stop.reason.startswith("stopped from Airflow: ")
+    assert stop.whole_run == (dag_run_state == "failed")
+    assert stop.reason.endswith("; DAG run manual__1 is failed") == (dag_run_state == "failed")
+    expected = {
+        "failed": "marked failed",
+        "success": "marked success",
+        "restarting": "cleared",
+        None: "cleared",
+        "skipped": "marked skipped",
+    }.get(ti_state, "")
+    assert expected in stop.reason
+
+
+@pytest.mark.parametrize("ti_state", sorted(NOT_A_PERSON))
+def test_for_the_trigger_a_task_already_in_its_next_try_was_cleared(ti_state):
+    stop = reason_for(ti_state, "running", "r", known_person=True)
+    assert stop is not None and stop.reason == "stopped from Airflow: its task was cleared"
+    assert reason_for("failed", "running", "r", known_person=True).reason.endswith("marked failed")
+
+
+def test_the_worker_keeps_the_trial_when_airflow_cannot_be_asked(monkeypatch):
+    import trialflow.triggers.airflow_stop as module
+
+    def unreachable(ref):
+        raise ConnectionError("api-server down")
+
+    monkeypatch.setattr(module, "ask_states", unreachable)
+    assert worker_kill_reason(TaskRef("d", "r", "trial", 3)) is None
+    assert worker_kill_reason(None) is None
+    monkeypatch.setattr(module, "ask_states", lambda ref: ("failed", "running"))
+    stop = worker_kill_reason(TaskRef("d", "r", "trial", 3))
+    assert stop is not None and "marked failed" in stop.reason
+
+
+def test_a_hung_answer_is_given_up_on_in_bounded_time(monkeypatch):
+    import threading
+    import time
+
+    import trialflow.triggers.airflow_stop as module
+
+    release = threading.Event()
+    monkeypatch.setattr(module, "ASK_TIMEOUT", 0.2)
+    monkeypatch.setattr(module, "ask_states", lambda ref: (release.wait(5), ("failed", "running"))[1])
+    started = time.monotonic()
+    assert worker_kill_reason(TaskRef("d", "r", "trial", 0)) is None
+    assert time.monotonic() - started < 2
+    release.set()
+
+
+def test_the_triggers_fallback_names_every_action():
+    assert not SOME_ACTION.whole_run and "marked failed, success or cleared" in SOME_ACTION.reason
+
+
+def test_task_ref_from_a_task_instance():
+    class TI:
+        dag_id, run_id, task_id, map_index = "d", "r", "trial", 4
+
+    assert TaskRef.of(TI()) == TaskRef("d", "r", "trial", 4)
+    TI.map_index = 0
+    assert TaskRef.of(TI()) == TaskRef("d", "r", "trial", 0)
+    assert TaskRef.of(None) is None
+
+
+def test_states_are_read_as_airflow_spells_them(monkeypatch):
+    """The execution API answers with enums whose str() is 'DagRunState.FAILED'."""
+    import airflow.sdk.execution_time.task_runner as runner
+    from airflow.sdk.api.datamodels._generated import DagRunState, TaskInstanceState
+
+    import trialflow.triggers.airflow_stop as module
+
+    monkeypatch.setattr(
+        runner.RuntimeTaskInstance,
+        "get_task_states",
+        staticmethod(lambda **kw: {"r": {"trial_2": TaskInstanceState.FAILED}}),
+    )
+    monkeypatch.setattr(runner.RuntimeTaskInstance, "get_dagrun_state", staticmethod(lambda **kw: DagRunState.FAILED))
+    assert module.ask_states(TaskRef("d", "r", "trial", 2)) == ("failed", "failed")
+    stop = worker_kill_reason(TaskRef("d", "r", "trial", 2))
+    assert stop is not None and stop.whole_run

@@ -1,0 +1,169 @@
+"""Airflow's own buttons reach the trial: the real scheduler and triggerer, driven through
+Airflow's REST API as the Grid drives them (PATCH a task instance or a DAG run, clear).
+
+Each test starts trials that would sleep for a minute, acts once they run, and checks what a
+person expects: the trial's process is gone within seconds, the store says USER_CANCELED and
+why, no trial started twice, and nothing of a stopped run starts afterwards."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import PY, Harness
+from trialflow.platforms.base import experiment_id_for
+from trialflow.platforms.local import process_alive
+
+pytestmark = pytest.mark.integration
+
+SLEEPER = (
+    "import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+    "open(os.environ['LAUNCHES'], 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
+    "time.sleep(60)\ntrial.report_final_result(p['x'])\n"
+)
+
+
+def config(trials: int, concurrency: int) -> str:
+    return (
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: LAUNCHES={{launches}} {PY} t.py\n"
+        f"trialConcurrency: {concurrency}\nmaxTrialNumber: {trials}\ntuner: {{name: Random}}\n"
+        "trainingService: {platform: local}\n"
+    )
+
+
+def sleeper_dag(harness: Harness, name: str, defer_after: float, trials: int = 1, concurrency: int = 1):
+    folder = harness.root / "experiments" / name
+    launches = folder / "launches"
+    source = (
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        f"dag = experiment_dag('{{CONFIG}}', dag_id='{{DAG_ID}}', poll_interval=0.3, defer_after={defer_after})\n"
+    )
+    text = config(trials, concurrency).replace("{launches}", str(launches))
+    dag_id, _ = harness.experiment(name, text, {"t.py": SLEEPER}, dag_source=source)
+    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
+    return dag_id, launches
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 90) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise TimeoutError(f"waited {timeout} s for {what}")
+
+
+def running_pids(harness: Harness, dag_id: str, run_id: str, states: set[str], count: int) -> dict[int, int]:
+    """Once ``count`` trial tasks are in ``states`` and their processes run: map index -> pid."""
+
+    def ready() -> dict[int, int] | None:
+        # A deferred task counts once a triggerer runs its trigger (marked before that, Airflow
+        # has no trigger to call on_kill on: the end step's sweep is the net, tested apart).
+        tis = [
+            ti
+            for ti in harness.tis(dag_id, run_id)
+            if ti["state"] in states and (ti["state"] != "deferred" or ti.get("triggerer_job"))
+        ]
+        if len(tis) < count:
+            return None
+        pids = {}
+        for ti in tis:
+            record = harness.store.find_trial(experiment_id_for(dag_id, run_id), ti["map_index"])
+            handle = (record.handle if record else None) or {}
+            if "pid" not in handle or not process_alive(int(handle["pid"])):
+                return None
+            pids[ti["map_index"]] = int(handle["pid"])
+        return pids
+
+    return wait_for(f"{count} trial(s) {sorted(states)}", ready, 120)
+
+
+def gone(pids: dict[int, int], timeout: float = 20) -> float:
+    started = time.monotonic()
+    wait_for("the trials' processes to end", lambda: not any(process_alive(p) for p in pids.values()), timeout)
+    return time.monotonic() - started
+
+
+def patch_ti(harness: Harness, dag_id: str, run_id: str, map_index: int, state: str) -> None:
+    response = harness.airflow.api(
+        "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{map_index}", json={"new_state": state}
+    )
+    assert response.status_code == 200, response.text
+
+
+def store_row(harness: Harness, dag_id: str, run_id: str, index: int) -> dict[str, Any]:
+    return next(r for r in harness.rows(dag_id, run_id) if r["trial_index"] == index)
+
+
+@pytest.mark.parametrize(
+    ("followed_in", "state"), [("worker", "failed"), ("triggerer", "failed"), ("triggerer", "success")]
+)
+def test_marking_a_trial_task_stops_its_trial(harness: Harness, followed_in: str, state: str):
+    defer_after = 600 if followed_in == "worker" else 0.5
+    dag_id, launches = sleeper_dag(harness, f"mark_{followed_in}_{state}", defer_after)
+    run_id = harness.airflow.trigger(dag_id)
+    pids = running_pids(harness, dag_id, run_id, {"running" if followed_in == "worker" else "deferred"}, 1)
+    patch_ti(harness, dag_id, run_id, 0, state)
+    took = gone(pids)
+    row = wait_for(
+        "the store to close the trial",
+        lambda: (r := store_row(harness, dag_id, run_id, 0))["status"] != "RUNNING" and r["status"] != "WAITING" and r,
+    )
+    assert row["status"] == "USER_CANCELED"
+    # The run's only trial: its run may already be failed when the worker asks (then said too).
+    assert row["message"].startswith(f"stopped from Airflow: its task was marked {state}"), row
+    harness.wait(dag_id, run_id, 120)
+    assert launches.read_text().split() == [row["trial_id"]]  # no second copy
+    assert [ti["state"] for ti in harness.tis(dag_id, run_id)] == [state]
+    print(f"mark {state} ({followed_in}): process gone {took:.1f} s after the PATCH")
+
+
+def test_clearing_a_deferred_trial_stops_it_and_does_not_run_it_again(harness: Harness):
+    dag_id, launches = sleeper_dag(harness, "clear_deferred", 0.5)
+    run_id = harness.airflow.trigger(dag_id)
+    pids = running_pids(harness, dag_id, run_id, {"deferred"}, 1)
+    response = harness.airflow.api(
+        "POST",
+        f"/dags/{dag_id}/clearTaskInstances",
+        json={"dry_run": False, "dag_run_id": run_id, "task_ids": [["trial", 0]], "only_failed": False},
+    )
+    assert response.status_code == 200, response.text
+    gone(pids)
+    _, state = harness.wait(dag_id, run_id, 120)
+    row = store_row(harness, dag_id, run_id, 0)
+    assert (row["status"], row["message"]) == ("USER_CANCELED", "stopped from Airflow: its task was cleared")
+    (ti,) = harness.tis(dag_id, run_id)
+    # The new try reports the stopped trial from the store (skipped: a person chose it); the
+    # run fails at its end step, which found no result.
+    assert ti["try_number"] >= 2 and ti["state"] == "skipped" and state == "failed"
+    assert launches.read_text().split() == [row["trial_id"]]
+
+
+def test_marking_the_dag_run_failed_stops_every_trial_and_the_run(harness: Harness):
+    dag_id, launches = sleeper_dag(harness, "fail_run", 3, trials=5, concurrency=3)
+    run_id = harness.airflow.trigger(dag_id)
+    # One followed in its worker still (defer_after 3 s), two deferred: wait for three running.
+    pids = running_pids(harness, dag_id, run_id, {"running", "deferred"}, 3)
+    response = harness.airflow.api("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}", json={"state": "failed"})
+    assert response.status_code == 200, response.text
+    took = gone(pids)
+    experiment_id = experiment_id_for(dag_id, run_id)
+
+    def closed() -> list[dict[str, Any]] | None:
+        rows = harness.rows(dag_id, run_id)
+        return rows if all(r["status"] == "USER_CANCELED" for r in rows) else None
+
+    rows = wait_for("every trial USER_CANCELED", closed, 30)
+    assert sorted(r["trial_index"] for r in rows) == sorted(pids)  # and none started after
+    assert all(r["message"].endswith(f"marked failed; DAG run {run_id} is failed") for r in rows), rows
+    window = harness.store.experiment_attrs(experiment_id)[f"run:{run_id}"]
+    assert window["stopped"]["by"] == "Airflow" and "is failed" in window["stopped"]["reason"]
+    history = harness.store.experiment_attr(experiment_id, "actions")
+    assert [h["action"] for h in history].count("stop run") == 1
+    time.sleep(2)
+    assert len(launches.read_text().split()) == 3
+    print(f"DAG run marked failed: 3 trials' processes gone {took:.1f} s after the PATCH")
