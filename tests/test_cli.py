@@ -272,3 +272,34 @@ def test_render_keeps_the_azure_sdks_own_noise_out(tmp_path):
     result = subprocess.run([*TRIALFLOW, "render", str(config)], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     assert "experimental class" not in result.stderr and result.stderr.strip() == ""
+
+
+def test_kill_and_stop_write_the_intent_a_follower_acts_on(tmp_path):
+    """`trialflow kill` / `stop` (nnictl trial kill / stop): the request lands in the store with
+    who asked; a refused one says why and changes nothing. tests/test_steering.py and
+    tests/ui/test_actions.py follow the request to the trial's process."""
+    from tests.test_queries import fill
+    from trialflow import steering
+    from trialflow.platforms.base import TrialStatus
+    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+
+    store = ExperimentStore(sqlite_url(tmp_path / "experiments.db"))
+    fill(store)
+    running = [r for r in store.trial_rows("eq000001") if r["status"] in ("RUNNING", "WAITING")]
+    assert running, "the fixture has a running trial"
+    index = running[0]["trial_index"]
+    killed = cli("kill", "eq000001", str(index), "--home", str(tmp_path))
+    assert killed.returncode == 0 and f"trial {index}" in killed.stdout, killed.stderr
+    record = store.find_trial("eq000001", index)
+    assert (
+        steering.stop_requested(store, record.storage_id) == f"killed by {steering.history(store, 'eq000001')[0]['by']}"
+    )
+    assert steering.history(store, "eq000001")[0]["by"].endswith("(CLI)")
+    ended = cli("kill", "eq000001", "0", "--home", str(tmp_path))
+    assert ended.returncode == 1 and "already ended" in ended.stderr and "Traceback" not in ended.stderr
+    assert cli("kill", "eq000001", "99", "--home", str(tmp_path)).stderr.strip().endswith("(it has not started)")
+    stopped = cli("stop", "eq000001", "--home", str(tmp_path))
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert [h["action"] for h in steering.history(store, "eq000001")] == ["kill trial", "stop experiment"]
+    assert cli("stop", "nope", "--home", str(tmp_path)).returncode == 1
+    assert store.find_trial("eq000001", 0).status == TrialStatus.SUCCEEDED  # untouched

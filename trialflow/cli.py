@@ -193,6 +193,10 @@ def _interrupt(signum: int, frame: Any) -> None:
 def _store_engine(args: argparse.Namespace) -> Any:
     """The store named by --store, by --home (a `trialflow run` home), or by Airflow's
     ``trialflow_default`` connection."""
+    return _store(args).storage.engine
+
+
+def _store(args: argparse.Namespace) -> Any:
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
     if args.store:
@@ -205,7 +209,7 @@ def _store_engine(args: argparse.Namespace) -> Any:
         from trialflow.hooks.experiment_store import ExperimentStoreHook
 
         url = ExperimentStoreHook().storage_url()
-    return ExperimentStore(url).storage.engine
+    return ExperimentStore(url)
 
 
 def _when(epoch: float | None) -> str:
@@ -344,6 +348,42 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- acting on a running experiment (nnictl stop / trial kill) ---------------------------------
+
+
+def _actor() -> str:
+    import getpass
+
+    return f"{getpass.getuser()} (CLI)"
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    """Ask one trial to stop; whoever follows it cancels its job at its next poll."""
+    from trialflow import steering
+
+    try:
+        record = steering.kill_trial(_store(args), args.experiment, args.trial, _actor())
+    except (steering.ActionRefused, FileNotFoundError, ValueError) as exc:
+        return _fail(exc)
+    print(f"trial {record.trial_index} ({record.trial_id}) asked to stop; it ends USER_CANCELED within seconds")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """Stop the experiment: no new trial starts, running ones are cancelled."""
+    from trialflow import steering
+
+    try:
+        stopped = steering.stop_experiment(_store(args), args.experiment, _actor())
+    except (steering.ActionRefused, FileNotFoundError, ValueError) as exc:
+        return _fail(exc)
+    print(
+        f"experiment {args.experiment} stopped: {len(stopped.asked)} running trial(s) asked to stop, "
+        "no new trial starts"
+    )
+    return 0
+
+
 def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--home", help="a `trialflow run` home (its experiments.db); default: the trialflow_default Airflow connection"
@@ -407,6 +447,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("csv", "json"), default="csv")
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     p.set_defaults(func=cmd_export)
+    p = sub.add_parser("kill", help="stop one running trial (USER_CANCELED), as the page's Kill button")
+    p.add_argument("experiment")
+    p.add_argument("trial", type=_count, help="the trial's index")
+    _store_args(p)
+    p.set_defaults(func=cmd_kill)
+    p = sub.add_parser("stop", help="stop an experiment: no new trial starts, running ones are cancelled")
+    p.add_argument("experiment")
+    _store_args(p)
+    p.set_defaults(func=cmd_stop)
     return parser
 
 

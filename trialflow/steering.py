@@ -31,7 +31,11 @@ HISTORY_LIMIT = 500
 
 
 class ActionRefused(ValueError):
-    """The action cannot be taken as asked (an unknown trial, one already ended); nothing changed."""
+    """The action cannot be taken as asked (a trial already ended); nothing changed."""
+
+
+class UnknownTarget(ActionRefused):
+    """The action names an experiment, trial or run that does not exist; nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,10 @@ def history(store: ExperimentStore, experiment_id: str) -> list[dict[str, Any]]:
 
 def _trial(store: ExperimentStore, experiment_id: str, trial_index: int) -> TrialRecord:
     if not store.experiment_exists(experiment_id):
-        raise ActionRefused(f"there is no experiment {experiment_id!r}")
+        raise UnknownTarget(f"there is no experiment {experiment_id!r}")
     record = store.find_trial(experiment_id, trial_index)
     if record is None:
-        raise ActionRefused(f"experiment {experiment_id!r} has no trial {trial_index} (it has not started)")
+        raise UnknownTarget(f"experiment {experiment_id!r} has no trial {trial_index} (it has not started)")
     return record
 
 
@@ -118,13 +122,13 @@ def stop_runs(
     is submitted (lifecycle.start_trial), so one starting meanwhile is either listed here or
     sees the mark: none slips through."""
     if not store.experiment_exists(experiment_id):
-        raise ActionRefused(f"there is no experiment {experiment_id!r}")
+        raise UnknownTarget(f"there is no experiment {experiment_id!r}")
     request = Request(by, reason, time.time())
     attrs = store.experiment_attrs(experiment_id)
     windows = run_windows(store, experiment_id)
     chosen = {run_id: w for run_id, w in windows.items() if run_ids is None or run_id in run_ids}
     if run_ids is not None and not chosen:
-        raise ActionRefused(f"experiment {experiment_id!r} has no run {', '.join(run_ids)}")
+        raise UnknownTarget(f"experiment {experiment_id!r} has no run {', '.join(run_ids)}")
     marked = [run_id for run_id, window in chosen.items() if not window.stopped]
     store.set_experiment_attrs(
         experiment_id,

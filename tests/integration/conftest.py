@@ -106,7 +106,8 @@ def start_harness(tmp_path_factory) -> Iterator[Harness]:
             "PYTHONPATH": str(Path(__file__).parent / "plugins"),
             # Per-DAG permissions for the experiment pages' tests; the admin user is unchanged.
             "AIRFLOW__CORE__AUTH_MANAGER": "trialflow_test_auth.OneDagAuthManager",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "trialflow:admin,limited:viewer",
+            # limited may read (not edit) every DAG but the private ones; editor may edit them.
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "trialflow:admin,limited:viewer,editor:user",
         },
     )
     airflow.dags_folder.mkdir(parents=True)

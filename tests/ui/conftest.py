@@ -55,6 +55,10 @@ class UiSetup:
         response.raise_for_status()
         return response.json()["access_token"]
 
+    def post(self, path: str, user: str | None = "trialflow", **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.token(user)}"} if user else {}
+        return httpx.post(f"{self.base}/trialflow/api/{path}", headers=headers, timeout=30, **kwargs)
+
     def get(self, path: str, user: str | None = "trialflow", **params: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.token(user)}"} if user else {}
         return httpx.get(f"{self.base}/trialflow/api/{path}", params=params, headers=headers, timeout=30)

@@ -90,6 +90,19 @@ def store_engine() -> Any:
     return _engine(url)
 
 
+def action_store() -> Any:
+    """The experiment store the actions write to (the same database the pages read)."""
+
+    return _store_for(store_engine().url.render_as_string(hide_password=False))
+
+
+@lru_cache(maxsize=4)
+def _store_for(url: str) -> Any:
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+    return ExperimentStore(url)
+
+
 def _user_dep() -> Any:
     from airflow.api_fastapi.core_api.security import get_user
 
@@ -104,6 +117,33 @@ def may_read_dag(user: Any, dag_id: str | None) -> bool:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 
     return bool(get_auth_manager().is_authorized_dag(method="GET", details=DagDetails(id=dag_id), user=user))
+
+
+def may_edit_dag(user: Any, dag_id: str | None) -> bool:
+    """The check Airflow's own API makes before a task instance's state may change."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    return bool(
+        get_auth_manager().is_authorized_dag(
+            method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user
+        )
+    )
+
+
+def user_name(user: Any) -> str:
+    return str(user.get_name())
+
+
+def audit(user: Any, event: str, dag_id: str | None, extra: dict[str, Any]) -> None:
+    """Write the action to Airflow's audit log (who, what, when), beside Airflow's own events."""
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.add(
+            Log(event=f"trialflow.{event}", owner=user_name(user), dag_id=dag_id, extra=json.dumps(extra, default=str))
+        )
 
 
 def _dag_runs(pairs: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], str], set[str]]:
@@ -151,6 +191,20 @@ def _authorize(user: Any, experiment_id: str) -> str | None:
     if not may_read_dag(user, dag_id):
         raise HTTPException(status_code=403, detail="you may not read this experiment's DAG")
     return dag_id
+
+
+def _authorize_edit(user: Any, experiment_id: str) -> str | None:
+    """As _authorize, and ``user`` may change the DAG's task instances (else 403, nothing done)."""
+    dag_id = _authorize(user, experiment_id)
+    if not may_edit_dag(user, dag_id):
+        raise HTTPException(status_code=403, detail="you may read this experiment's DAG but not act on it")
+    return dag_id
+
+
+def _refused(exc: Exception) -> HTTPException:
+    from trialflow.steering import UnknownTarget
+
+    return HTTPException(status_code=404 if isinstance(exc, UnknownTarget) else 409, detail=str(exc))
 
 
 def _map_index(summary: dict[str, Any], trial_index: int) -> tuple[str | None, int | None]:
@@ -344,6 +398,40 @@ def create_app() -> FastAPI:
             links.append({"label": "Platform", "href": web})
         detail.update(map_index=map_index, links=links, log=_log_tail(handle), location=_location(handle))
         return detail
+
+    # -- actions: POST only, edit permission on the DAG, Airflow's audit log --------------------
+
+    @app.get("/api/experiments/{experiment_id}/history")
+    def history(user: User, experiment_id: str) -> dict[str, Any]:
+        from trialflow import steering
+
+        dag_id = _authorize(user, experiment_id)
+        store = action_store()
+        return {"actions": steering.history(store, experiment_id), "may_edit": may_edit_dag(user, dag_id)}
+
+    @app.post("/api/experiments/{experiment_id}/trials/{trial_index}/kill")
+    def kill(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
+        from trialflow import steering
+
+        dag_id = _authorize_edit(user, experiment_id)
+        try:
+            record = steering.kill_trial(action_store(), experiment_id, trial_index, user_name(user))
+        except steering.ActionRefused as exc:
+            raise _refused(exc) from None
+        audit(user, "kill_trial", dag_id, {"experiment_id": experiment_id, "trial_index": trial_index})
+        return {"trial_id": record.trial_id, "trial_index": trial_index, "requested": "stop"}
+
+    @app.post("/api/experiments/{experiment_id}/stop")
+    def stop(user: User, experiment_id: str) -> dict[str, Any]:
+        from trialflow import steering
+
+        dag_id = _authorize_edit(user, experiment_id)
+        try:
+            stopped = steering.stop_experiment(action_store(), experiment_id, user_name(user))
+        except steering.ActionRefused as exc:
+            raise _refused(exc) from None
+        audit(user, "stop_experiment", dag_id, {"experiment_id": experiment_id})
+        return {"runs": stopped.marked, "trials": [t.trial_index for t in stopped.asked]}
 
     @app.get("/api/experiments/{experiment_id}/export.csv")
     def export_csv(user: User, experiment_id: str) -> Response:

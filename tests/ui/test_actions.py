@@ -1,0 +1,134 @@
+"""The experiment pages' actions (kill a trial, stop the experiment) against the session's real
+Airflow: who may act, what a refused action leaves (nothing changed), what an accepted one
+reaches (a trial followed in its worker and one deferred to the triggerer), and Airflow's
+audit log."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.test_airflow_controls import gone, running_pids, sleeper_dag, wait_for
+from tests.ui.conftest import UiSetup
+from trialflow.platforms.base import experiment_id_for
+
+pytestmark = pytest.mark.integration
+
+
+def snapshot(ui: UiSetup, experiment_id: str) -> Any:
+    store = ui.harness.store
+    return store.trial_rows(experiment_id), store.experiment_attr(experiment_id, "actions")
+
+
+def test_actions_need_a_session(ui: UiSetup):
+    before = snapshot(ui, ui.experiment_id)
+    for path in (f"experiments/{ui.experiment_id}/trials/0/kill", f"experiments/{ui.experiment_id}/stop"):
+        assert ui.post(path, user=None).status_code == 401, path
+    assert ui.get(f"experiments/{ui.experiment_id}/history", user=None).status_code == 401
+    assert snapshot(ui, ui.experiment_id) == before
+
+
+def test_actions_are_never_get(ui: UiSetup):
+    for path in (f"experiments/{ui.experiment_id}/trials/0/kill", f"experiments/{ui.experiment_id}/stop"):
+        assert ui.get(path).status_code == 405, path
+
+
+def test_a_reader_may_not_act_and_nothing_changes(ui: UiSetup):
+    before = snapshot(ui, ui.experiment_id)
+    kill = ui.post(f"experiments/{ui.experiment_id}/trials/0/kill", user="limited")
+    stop = ui.post(f"experiments/{ui.experiment_id}/stop", user="limited")
+    assert (kill.status_code, stop.status_code) == (403, 403)
+    assert "not act on it" in kill.json()["detail"]
+    assert snapshot(ui, ui.experiment_id) == before
+    history = ui.get(f"experiments/{ui.experiment_id}/history", user="limited").json()
+    assert history["may_edit"] is False
+    assert ui.get(f"experiments/{ui.experiment_id}/history", user="editor").json()["may_edit"] is True
+
+
+def test_an_editor_of_one_dag_naming_anothers_experiment_is_refused(ui: UiSetup):
+    before = snapshot(ui, ui.private_id)
+    kill = ui.post(f"experiments/{ui.private_id}/trials/0/kill", user="editor")
+    stop = ui.post(f"experiments/{ui.private_id}/stop", user="editor")
+    assert (kill.status_code, stop.status_code) == (403, 403)
+    assert snapshot(ui, ui.private_id) == before
+
+
+def test_bad_targets_get_clear_errors(ui: UiSetup):
+    ended = ui.post(f"experiments/{ui.experiment_id}/trials/0/kill")
+    assert ended.status_code == 409 and "already ended" in ended.json()["detail"]
+    unknown = ui.post(f"experiments/{ui.experiment_id}/trials/999/kill")
+    assert unknown.status_code == 404 and "has no trial 999" in unknown.json()["detail"]
+    assert ui.post("experiments/nope/stop").status_code == 404
+    assert ui.post(f"experiments/{ui.experiment_id}/trials/-1/kill").status_code == 422
+    assert ui.post(f"experiments/{ui.experiment_id}/trials/{2**40}/kill").status_code == 422
+
+
+def audit_events(ui: UiSetup, event: str, dag_id: str) -> list[dict[str, Any]]:
+    response = ui.harness.airflow.api("GET", "/eventLogs", params={"event": event, "dag_id": dag_id, "limit": 50})
+    response.raise_for_status()
+    return list(response.json()["event_logs"])
+
+
+@pytest.mark.parametrize("followed_in", ["worker", "triggerer"])
+def test_kill_from_the_page_reaches_the_trial_and_stop_ends_the_experiment(ui: UiSetup, followed_in: str):
+    harness = ui.harness
+    dag_id, launches = sleeper_dag(
+        harness, f"act_{followed_in}", 600 if followed_in == "worker" else 0.5, trials=4, concurrency=2
+    )
+    run_id = harness.airflow.trigger(dag_id)
+    experiment_id = experiment_id_for(dag_id, run_id)
+    pids = running_pids(harness, dag_id, run_id, {"running" if followed_in == "worker" else "deferred"}, 2)
+
+    victim = min(pids)
+    started = time.monotonic()
+    response = ui.post(f"experiments/{experiment_id}/trials/{victim}/kill", user="editor")
+    assert response.status_code == 200, response.text
+    gone({victim: pids[victim]})
+    took = time.monotonic() - started
+    row = wait_for(
+        "the killed trial to close",
+        lambda: (
+            (r := next(r for r in harness.rows(dag_id, run_id) if r["trial_index"] == victim))["status"]
+            == "USER_CANCELED"
+            and r
+        ),
+    )
+    assert row["message"] == "killed by editor"
+    assert process_running(pids, victim)  # its neighbour runs on
+
+    # A third trial starts in the freed slot; then the whole experiment is stopped.
+    more = running_pids(harness, dag_id, run_id, {"running", "deferred"}, 2)
+    assert set(more) != set(pids)
+    response = ui.post(f"experiments/{experiment_id}/stop", user="editor")
+    assert response.status_code == 200, response.text
+    assert set(response.json()["trials"]) == set(more)
+    gone(more)
+    _, state = harness.wait(dag_id, run_id, 120)
+    rows = harness.rows(dag_id, run_id)
+    assert all(r["status"] == "USER_CANCELED" for r in rows), rows
+    assert len(rows) == 3 and len(launches.read_text().split()) == 3  # trial 3 never started
+    states = [ti["state"] for ti in harness.tis(dag_id, run_id)]
+    assert states.count("skipped") == 4, states  # killed and stopped trials are skipped, not failed
+    assert state == "failed"  # the end step found no result
+
+    history = ui.get(f"experiments/{experiment_id}/history").json()["actions"]
+    assert [(h["by"], h["action"]) for h in history] == [("editor", "kill trial"), ("editor", "stop experiment")]
+    kills = audit_events(ui, "trialflow.kill_trial", dag_id)
+    stops = audit_events(ui, "trialflow.stop_experiment", dag_id)
+    assert [e["owner"] for e in kills] == ["editor"] and [e["owner"] for e in stops] == ["editor"]
+    print(f"kill from the page ({followed_in}): process gone {took:.1f} s after the POST")
+
+
+def process_running(pids: dict[int, int], victim: int) -> bool:
+    from trialflow.platforms.local import process_alive
+
+    return all(process_alive(pid) for index, pid in pids.items() if index != victim)
+
+
+def test_the_history_needs_read_access(ui: UiSetup):
+    assert ui.get(f"experiments/{ui.private_id}/history", user="limited").status_code == 403
+    response = httpx.get(f"{ui.base}/trialflow/api/experiments/{ui.experiment_id}/history", timeout=10)
+    assert response.status_code == 401
