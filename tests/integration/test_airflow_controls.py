@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -167,3 +168,55 @@ def test_marking_the_dag_run_failed_stops_every_trial_and_the_run(harness: Harne
     time.sleep(2)
     assert len(launches.read_text().split()) == 3
     print(f"DAG run marked failed: 3 trials' processes gone {took:.1f} s after the PATCH")
+
+
+def test_marking_a_remote_trial_failed_stops_its_process_tree_on_the_ssh_machine(
+    harness: Harness, ssh_servers, request
+):
+    """A trial on a real OpenSSH server (followed by the triggerer) that started a child of its
+    own: marked failed, both processes are gone from the machine."""
+    server = ssh_servers[0]
+    import shutil
+    import tempfile
+
+    # Where the SSH user can write and the test can read (pytest's folders are root's alone).
+    shared = Path(tempfile.mkdtemp(prefix="trialflow-remote-kill-", dir="/tmp"))
+    shared.chmod(0o777)
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    pids_file = shared / "pids"
+    trial = (
+        "import os, subprocess, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        f"open({str(pids_file)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(300)\ntrial.report_final_result(p['x'])\n"
+    )
+    config = (
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 t.py\n"
+        "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\n"
+        "trainingService:\n  platform: remote\n  machineList:\n"
+        f"    - {{host: 127.0.0.1, port: {server.port}, user: {server.user}, sshKeyFile: {server.client_key}, "
+        f"hostKey: '{server.host_key_line}', pythonPath: /usr/bin}}\n"
+    )
+    source = (
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=0.5)\n"
+    )
+    dag_id, _ = harness.experiment("remote_kill", config, {"t.py": trial}, dag_source=source)
+    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
+    run_id = harness.airflow.trigger(dag_id)
+    wait_for("the remote trial's processes", lambda: pids_file.exists() and len(pids_file.read_text().split()) == 2)
+    pids = dict(enumerate(int(p) for p in pids_file.read_text().split()))
+    assert all(process_alive(p) for p in pids.values())
+    wait_for(
+        "the trial task deferred to a triggerer",
+        lambda: [ti.get("triggerer_job") and ti["state"] for ti in harness.tis(dag_id, run_id)] == ["deferred"],
+    )
+    patch_ti(harness, dag_id, run_id, 0, "failed")
+    took = gone(pids)
+    row = wait_for(
+        "the store to close the trial",
+        lambda: (r := store_row(harness, dag_id, run_id, 0))["status"] == "USER_CANCELED" and r,
+    )
+    assert row["message"].startswith("stopped from Airflow: its task was marked failed")
+    harness.wait(dag_id, run_id, 120)
+    print(f"mark failed (remote, triggerer): process tree gone {took:.1f} s after the PATCH")

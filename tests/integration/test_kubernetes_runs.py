@@ -122,3 +122,56 @@ def test_a_killed_worker_is_retried_and_reattaches_to_its_job(
     assert kube_controller.launches(name) == 1  # re-attached by name, not started again
     (row,) = harness.rows(dag_id, run_id)
     assert row["status"] == "SUCCEEDED" and row["intermediate_count"] == 3
+
+
+def test_marking_a_deferred_kubeflow_trial_failed_deletes_its_job(
+    harness: Harness, kube_conn: str, kube_controller: TestController
+):
+    """Airflow's Mark failed on a trial the triggerer follows: its PyTorchJob is deleted (the
+    controller kills its replicas) and the store says USER_CANCELED, why."""
+    import time
+
+    from tests.integration.test_airflow_controls import patch_ti, store_row, wait_for
+
+    dag_source = (
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=0.5)\n"
+    )
+    long_trial = TRIAL.replace('os.environ.get("STEP", "0.7")', '"100"')
+    dag_id, _ = harness.experiment(
+        "kube_kill", kube_config(kube_conn, 1, 1), {"trial.py": long_trial}, dag_source=dag_source
+    )
+    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
+    run_id = harness.airflow.trigger(dag_id)
+    name = object_name(f"{experiment_id_for(dag_id, run_id)}-0000")
+    wait_for(
+        "the job running and its task deferred",
+        lambda: (
+            kube_controller.running_processes() > 0
+            and [ti.get("triggerer_job") and ti["state"] for ti in harness.tis(dag_id, run_id)] == ["deferred"]
+        ),
+        120,
+    )
+    patch_ti(harness, dag_id, run_id, 0, "failed")
+    started = time.monotonic()
+
+    def deleted() -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            kube_controller.custom.get_namespaced_custom_object("kubeflow.org", "v1", "default", "pytorchjobs", name)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for("the PyTorchJob deleted", deleted, 30)
+    took = time.monotonic() - started
+    row = wait_for(
+        "the store to close the trial",
+        lambda: (r := store_row(harness, dag_id, run_id, 0))["status"] == "USER_CANCELED" and r,
+    )
+    assert row["message"].startswith("stopped from Airflow: its task was marked failed")
+    wait_for("its replicas killed", lambda: (job := kube_controller.job(name)) is not None and job.stopped, 30)
+    harness.wait(dag_id, run_id, 120)
+    assert kube_controller.launches(name) == 1
+    print(f"mark failed (kubeflow, triggerer): job deleted {took:.1f} s after the PATCH")
