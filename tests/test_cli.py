@@ -303,3 +303,24 @@ def test_kill_and_stop_write_the_intent_a_follower_acts_on(tmp_path):
     assert [h["action"] for h in steering.history(store, "eq000001")] == ["kill trial", "stop experiment"]
     assert cli("stop", "nope", "--home", str(tmp_path)).returncode == 1
     assert store.find_trial("eq000001", 0).status == TrialStatus.SUCCEEDED  # untouched
+
+
+def test_limits_shows_and_changes_with_clear_errors(tmp_path):
+    from tests.test_queries import fill
+    from trialflow import steering
+    from trialflow.tuning.dag_limits import read_concurrency
+    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+
+    store = ExperimentStore(sqlite_url(tmp_path / "experiments.db"))
+    fill(store, dag_id="dag_q")
+    shown = cli("limits", "eq000001", "--home", str(tmp_path))
+    assert shown.returncode == 0 and json.loads(shown.stdout)["maxTrialNumber"] == 8  # the config's
+    changed = cli("limits", "eq000001", "--home", str(tmp_path), "--concurrency", "5", "--duration", "2h")
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(changed.stdout)["trialConcurrency"] == 5 and "next parses" in changed.stderr
+    assert steering.limits(store, "eq000001")["maxExperimentDuration"] == 7200.0
+    assert read_concurrency(store.engine, "dag_q") == 5
+    bad = cli("limits", "eq000001", "--home", str(tmp_path), "--duration=-1h")
+    assert bad.returncode == 1 and bad.stderr.startswith("maxExperimentDuration: expected a duration")
+    assert cli("limits", "eq000001", "--home", str(tmp_path), "--concurrency", "0").returncode == 1
+    assert steering.limits(store, "eq000001")["trialConcurrency"] == 5

@@ -138,3 +138,73 @@ def test_history_keeps_the_newest_entries(setup, monkeypatch):
     for i in range(5):
         steering.record_action(store, "esteer", "dave", "note", str(i))
     assert [h["detail"] for h in steering.history(store, "esteer")] == ["2", "3", "4"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({}, "nothing to change"),
+        ({"trialConcurrency": 0}, "trialConcurrency: expected a whole number 1..10000, got 0"),
+        ({"trialConcurrency": True}, "trialConcurrency: expected a whole number"),
+        ({"trialConcurrency": 2.5}, "trialConcurrency: expected a whole number"),
+        ({"maxTrialNumber": -3}, "maxTrialNumber: expected a whole number 1..2147483647, got -3"),
+        ({"maxTrialNumber": 2**40}, "maxTrialNumber: expected a whole number 1..2147483647"),
+        ({"maxExperimentDuration": "-1h"}, "maxExperimentDuration: expected a duration"),
+        ({"maxExperimentDuration": 0}, "maxExperimentDuration: expected a positive, finite duration"),
+        ({"maxTrialDuration": "1h"}, "maxTrialDuration: not a limit one can change"),
+    ],
+)
+def test_bad_limits_are_refused_by_key_and_change_nothing(setup, changes, words):
+    _, store = setup
+    before = store.experiment_attrs("esteer")
+    with pytest.raises(steering.ActionRefused, match=words.replace("(", r"\(").replace(")", r"\)")):
+        steering.change_limits(store, "esteer", "alice", changes)
+    assert store.experiment_attrs("esteer") == before
+
+
+def test_a_lowered_max_trial_number_skips_trials_not_started(setup):
+    experiment, store = setup
+    started = lifecycle.start_trial(experiment, store, "r1", 0)
+    limits = steering.change_limits(store, "esteer", "alice", {"maxTrialNumber": 1})
+    assert limits["maxTrialNumber"] == 1 and limits["trialConcurrency"] == 2  # the config's, unchanged
+    with pytest.raises(lifecycle.TrialNotStarted, match=r"maxTrialNumber is 1 \(changed while the experiment ran\)"):
+        lifecycle.start_trial(experiment, store, "r1", 1)
+    again = lifecycle.start_trial(experiment, store, "r1", 0)  # a retry of a started one re-attaches
+    assert again.resumed and again.handle["pid"] == started.handle["pid"]
+    assert experiment.continuation(store, "r1").run_id is None
+    started.platform.cancel_sync(started.handle, TrialStatus.USER_CANCELED, "test over")
+    assert [h["detail"] for h in steering.history(store, "esteer")] == ["maxTrialNumber 1"]
+
+
+def test_a_raised_max_trial_number_goes_on_in_a_follow_on_run(setup):
+    experiment, store = setup
+    assert experiment.continuation(store, "r1").run_id is None  # maxTrialNumber 4: all in this run
+    steering.change_limits(store, "esteer", "alice", {"maxTrialNumber": 10})
+    following = experiment.continuation(store, "r1")
+    assert following.run_id is not None and "maxTrialNumber raised to 10: trials 4.." in following.reason
+    start_run(experiment, store, "dag_a", following.run_id, following.conf)
+    assert experiment.window(store, following.run_id).first_index == 4
+    assert experiment.continuation(store, following.run_id).run_id is not None  # 8 < 10: one more
+    start_run(experiment, store, "dag_a", "r3", {"experiment_id": "esteer", "continues": following.run_id})
+    assert "maxTrialNumber (10) reached" in experiment.continuation(store, "r3").reason
+    with pytest.raises(lifecycle.TrialNotStarted, match="maxTrialNumber is 10"):
+        lifecycle.start_trial(experiment, store, "r3", 2)  # index 10
+
+
+def test_a_shortened_duration_reaches_the_running_trial(setup):
+    experiment, store = setup
+    started = lifecycle.start_trial(experiment, store, "r1", 0)
+    window = experiment.window(store, "r1")
+    assert window.deadline is None  # the config has no maxExperimentDuration
+    steering.change_limits(store, "esteer", "alice", {"maxExperimentDuration": "1s"})
+    moved = experiment.window(store, "r1")
+    assert moved.deadline == pytest.approx(store.experiment_attr("esteer", "run:r1")["started_at"] + 1)
+    outcome = lifecycle.wait_in_worker(started, store, 20, 0.2)
+    assert outcome.status == TrialStatus.SYS_CANCELED and outcome.message == "maxExperimentDuration reached"
+    assert wait_gone(started.handle["pid"])
+    with pytest.raises(lifecycle.TrialNotStarted, match="maxExperimentDuration reached"):
+        lifecycle.start_trial(experiment, store, "r1", 1)
+    # Lengthened again: the deadline moves by as much, from the run's start.
+    steering.change_limits(store, "esteer", "alice", {"maxExperimentDuration": "1h"})
+    assert experiment.window(store, "r1").deadline == pytest.approx(moved.deadline + 3599)
+    assert steering.limits(store, "esteer")["maxExperimentDuration"] == 3600.0

@@ -384,6 +384,41 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_limits(args: argparse.Namespace) -> int:
+    """Change a running experiment's limits (nnictl update concurrency / trialnum / duration)."""
+    from trialflow import steering
+    from trialflow.tuning.dag_limits import write_concurrency
+
+    changes = {
+        key: value
+        for key, value in (
+            ("trialConcurrency", args.concurrency),
+            ("maxTrialNumber", args.max_trials),
+            ("maxExperimentDuration", args.duration),
+        )
+        if value is not None
+    }
+    try:
+        store = _store(args)
+        if not changes:
+            print(json.dumps(steering.limits(store, args.experiment), indent=2))
+            return 0
+        limits = steering.change_limits(store, args.experiment, _actor(), changes)
+        dag_id = store.experiment_attr(args.experiment, "dag_id")
+        if "trialConcurrency" in changes and dag_id:
+            write_concurrency(store.engine, dag_id, args.experiment, int(limits["trialConcurrency"]))
+    except (steering.ActionRefused, FileNotFoundError, ValueError) as exc:
+        return _fail(exc)
+    print(json.dumps(limits, indent=2))
+    if "trialConcurrency" in changes:
+        print(
+            "trialConcurrency reaches the running DAG run when Airflow next parses its file "
+            "([dag_processor] min_file_process_interval; the pages' action asks for that parse at once)",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--home", help="a `trialflow run` home (its experiments.db); default: the trialflow_default Airflow connection"
@@ -456,6 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("experiment")
     _store_args(p)
     p.set_defaults(func=cmd_stop)
+    p = sub.add_parser("limits", help="show or change a running experiment's limits, as the pages' form")
+    p.add_argument("experiment")
+    p.add_argument("--concurrency", type=_count, help="trialConcurrency")
+    p.add_argument("--max-trials", type=_count, help="maxTrialNumber")
+    p.add_argument("--duration", help="maxExperimentDuration, e.g. 2h")
+    _store_args(p)
+    p.set_defaults(func=cmd_limits)
     return parser
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow.sdk import DAG
 
+from trialflow.hooks.dag_limits import changed_concurrency
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
 from trialflow.limits import MAX_TRIALS_PER_RUN
 from trialflow.operators.experiment import (
@@ -96,9 +97,13 @@ def experiment_dag(
     dag_kwargs.setdefault("tags", ["trialflow", "nni"])
     dag_kwargs.setdefault("description", f"NNI experiment {plan.experiment_name or path.name}")
     dag_kwargs.setdefault("doc_md", _doc(plan, count))
+    dag_id = dag_id or default_dag_id(path, plan.experiment_name)
+    # trialConcurrency, unless a person changed it for the running experiment (the pages' action
+    # asks Airflow to parse this file again, and this parse reads the new value).
+    concurrency = changed_concurrency(store_conn_id, dag_id) or plan.trial_concurrency
     # maxExperimentDuration is not a dagrun_timeout: a timed-out run would never reach its end
     # step. The start step sets a deadline; past it no trial starts and running ones are cancelled.
-    with DAG(dag_id or default_dag_id(path, plan.experiment_name), default_args=default_args, **dag_kwargs) as dag:
+    with DAG(dag_id, default_args=default_args, **dag_kwargs) as dag:
         start = StartExperimentOperator(
             task_id="start_experiment",
             config_path=str(path),
@@ -113,7 +118,7 @@ def experiment_dag(
             defer_after=defer_after,
             end_from_trigger=end_from_trigger,
             stay_on_host=stay_on_host,
-            max_active_tis_per_dagrun=plan.trial_concurrency,
+            max_active_tis_per_dagrun=concurrency,
             map_index_template="{{ trial_label }}",
         ).expand(trial_index=list(range(count)))
         end = EndExperimentOperator(
@@ -124,8 +129,9 @@ def experiment_dag(
             cleanup=cleanup,
         )
         start >> trials >> end
-        if plan.unbounded:
-            end >> ContinueExperimentOperator(task_id="continue_experiment", trigger_dag_id=dag.dag_id)
+        # An unbounded experiment goes on in follow-on runs; so does one whose maxTrialNumber a
+        # person raised past this run's trials (skipped when the experiment is over).
+        end >> ContinueExperimentOperator(task_id="continue_experiment", trigger_dag_id=dag.dag_id)
     return dag
 
 

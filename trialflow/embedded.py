@@ -94,6 +94,9 @@ class EmbeddedAirflow:
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
                 "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+                # A changed trialConcurrency reaches the scheduler through a new serialized DAG,
+                # which Airflow writes (and the scheduler re-reads) at most this often (default 30 s).
+                "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "3",
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
                 # A scheduler loop that finds nothing to do sleeps this long, and every step of a
                 # run waits for one (the start step's successors, each freed trial slot, the end

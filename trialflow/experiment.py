@@ -57,6 +57,8 @@ CONTINUES_KEY = "continues"
 EXPERIMENT_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 #: Study user attribute holding one DAG run's RunWindow.
 RUN_ATTR_PREFIX = "run:"
+#: Study user attribute holding the limits a person changed while it ran (trialflow.steering).
+LIMITS_ATTR = "limits"
 WORKDIR_ENV = "TRIALFLOW_WORKDIR"
 
 
@@ -377,20 +379,33 @@ class Experiment:
         while its maxExperimentDuration lasts (without one, until someone stops it: pause the
         DAG or mark the run failed, as ``nnictl stop`` would). The follow-on run's conf names
         this experiment and this run (whose deadline it keeps)."""
-        if not unbounded(self.config):
-            return Continuation(None, {}, "the experiment's trials are all in this run")
         window = self.window(store, run_id)
+        next_index = window.first_index + window.count
+        limit = self.max_trial_number(store)
+        if limit is None and not unbounded(self.config):
+            return Continuation(None, {}, "the experiment's trials are all in this run")
         if window.stopped:
             return Continuation(None, {}, f"the run was stopped ({window.stopped.get('reason')})")
+        if limit is not None and next_index >= limit:
+            return Continuation(None, {}, f"maxTrialNumber ({limit}) reached")
+        points = _points(self.config)
+        if points is not None and next_index >= points:
+            return Continuation(None, {}, f"the tuner's {points} points are all tried")
         if window.expired(now):
             return Continuation(None, {}, "maxExperimentDuration reached")
         conf = {"experiment_id": self.experiment_id, CONTINUES_KEY: run_id}
-        next_index = window.first_index + window.count
+        why = f"maxTrialNumber raised to {limit}" if limit is not None else "no maxTrialNumber"
         return Continuation(
             continuation_run_id(self.experiment_id, next_index),
             conf,
-            f"no maxTrialNumber: trials {next_index}.. go on in the next run",
+            f"{why}: trials {next_index}.. go on in the next run",
         )
+
+    def max_trial_number(self, store: ExperimentStore) -> int | None:
+        """maxTrialNumber as a person changed it while the experiment ran (None: unchanged)."""
+        changed = store.experiment_attr(self.experiment_id, LIMITS_ATTR) or {}
+        value = changed.get("maxTrialNumber")
+        return None if value is None else int(value)
 
     def early_stop_check(self, store: ExperimentStore, storage_id: int) -> Callable[[], str | None] | None:
         """The assessor as a follow-loop check, or None when the experiment has none."""

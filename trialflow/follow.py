@@ -32,6 +32,19 @@ TIMEOUT_REASON = "maxTrialDuration exceeded"
 EXPERIMENT_DEADLINE_REASON = "maxExperimentDuration reached"
 #: Returns why the trial should stop now (the assessor's verdict), or None to let it run.
 StopCheck = Callable[[], "str | None"]
+
+
+@dataclass(frozen=True)
+class Control:
+    """What a person changed, read from the store at most every CONTROL_INTERVAL
+    (trialflow.steering): a stop they asked for, a new maxExperimentDuration deadline."""
+
+    stop: str | None = None
+    deadline_changed: bool = False
+    deadline: float | None = None
+
+
+ControlCheck = Callable[[], Control]
 FIRST_POLL_INTERVAL = 0.05
 #: Seconds in a row a platform may be unreachable while a trial is followed (see Follower.run).
 UNREACHABLE_GRACE = 600.0
@@ -106,7 +119,7 @@ class Follower:
         deadline: float | None = None,
         experiment_deadline: float | None = None,
         stop_check: StopCheck | None = None,
-        control_check: StopCheck | None = None,
+        control_check: ControlCheck | None = None,
         seen_running: bool = False,
     ):
         self.platform, self.store, self.handle, self.storage_id = platform, store, handle, storage_id
@@ -128,8 +141,9 @@ class Follower:
 
         ``deadline`` (epoch seconds) is maxTrialDuration: past it the trial is cancelled once
         as EARLY_STOPPED, and following continues until the platform reports the cancelled
-        state. ``control_check`` (a person's kill or stop, read from the store at most every
-        CONTROL_INTERVAL seconds) cancels it as USER_CANCELED with the reason it gives.
+        state. ``control_check`` reads what a person changed, at most every CONTROL_INTERVAL
+        seconds: a kill or stop cancels it as USER_CANCELED with its reason, a changed
+        maxExperimentDuration replaces ``experiment_deadline``.
         ``experiment_deadline`` is maxExperimentDuration: past it the trial is cancelled
         as SYS_CANCELED. The assessor (``stop_check``) is asked when new intermediate results
         were stored (every step with ``judge_always``); a reason from it cancels the trial as
@@ -152,9 +166,11 @@ class Follower:
             return False
         if self.control_check is not None and time.monotonic() - self._controlled_at >= CONTROL_INTERVAL:
             self._controlled_at = time.monotonic()
-            requested = await asyncio.to_thread(self.control_check)
-            if requested:
-                await self._cancel(TrialStatus.USER_CANCELED, requested)
+            control = await asyncio.to_thread(self.control_check)
+            if control.deadline_changed:
+                self.experiment_deadline = control.deadline
+            if control.stop:
+                await self._cancel(TrialStatus.USER_CANCELED, control.stop)
                 return False
         now = time.time()
         if self.experiment_deadline is not None and now > self.experiment_deadline:

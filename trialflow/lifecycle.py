@@ -132,8 +132,18 @@ def start_trial(
         )
     index = window.first_index + int(map_index)
     trial_id = trial_id_for(experiment.experiment_id, index)
-    if (window.expired() or window.stopped) and store.find_trial_id(experiment.experiment_id, index) is None:
-        raise TrialNotStarted(trial_id, _stopped_reason(window) or EXPERIMENT_DEADLINE_REASON)
+    limit = experiment.max_trial_number(store)
+    past_limit = limit is not None and index >= limit
+    if (window.expired() or window.stopped or past_limit) and store.find_trial_id(
+        experiment.experiment_id, index
+    ) is None:
+        if window.stopped:
+            reason = _stopped_reason(window)
+        elif past_limit:
+            reason = f"maxTrialNumber is {limit} (changed while the experiment ran)"
+        else:
+            reason = EXPERIMENT_DEADLINE_REASON
+        raise TrialNotStarted(trial_id, str(reason))
     asked = store.ask(
         experiment.experiment_id, index, trial_id, experiment.algorithm, experiment.space, experiment.pruner
     )

@@ -33,7 +33,7 @@ def write_config(tmp_path: Path, tuner: str = "TPE", platform: str = "local", ex
 def test_dag_shape(tmp_path):
     dag = experiment_dag(write_config(tmp_path))
     assert dag.dag_id == "trialflow_my_exp"
-    assert dag.task_ids == ["start_experiment", "trial", "end_experiment"]
+    assert dag.task_ids == ["start_experiment", "trial", "end_experiment", "continue_experiment"]
     trial = dag.get_task("trial")
     assert trial.partial_kwargs["max_active_tis_per_dagrun"] == 3
     assert trial.expand_input.value["trial_index"] == list(range(7))
@@ -127,8 +127,11 @@ def test_the_end_step_cleans_up_only_when_asked(tmp_path):
     assert experiment_dag(write_config(tmp_path), cleanup=True).get_task("end_experiment").cleanup is True
 
 
-def test_a_bounded_experiment_has_no_continue_step(tmp_path):
-    assert "continue_experiment" not in experiment_dag(write_config(tmp_path)).task_ids
+def test_a_bounded_experiment_goes_on_only_if_a_person_raises_its_limit(tmp_path):
+    """Its continue step is there for a raised maxTrialNumber (and skipped otherwise: see
+    Experiment.continuation); trials_per_run stays an unbounded experiment's setting."""
+    dag = experiment_dag(write_config(tmp_path))
+    assert dag.get_task("continue_experiment").upstream_task_ids == {"end_experiment"}
     with pytest.raises(ValueError, match="trials_per_run is for experiments without maxTrialNumber"):
         experiment_dag(write_config(tmp_path), trials_per_run=5)
 
@@ -210,3 +213,32 @@ def test_single_host_executors_and_multi_host_platforms_are_left_as_they_are(tmp
     # a task sent to a multi-host executor by name is as good as the default being one
     with pytest.raises(ConfigError, match="KubernetesExecutor"):
         experiment_dag(write_config(tmp_path), default_args={"executor": "KubernetesExecutor"})
+
+
+def test_a_changed_concurrency_reaches_the_dag_at_its_next_parse(tmp_path, monkeypatch):
+    """The scheduler reads max_active_tis_per_dagrun from the parsed DAG: a person's change is
+    read from the store when the dag-processor parses, not when a worker does."""
+    import sqlalchemy as sa
+
+    from trialflow.hooks import dag_limits as hook
+    from trialflow.tuning.dag_limits import clear, write_concurrency
+
+    db = tmp_path / "store.db"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TRIALFLOW_DEFAULT", f'{{"conn_type": "trialflow", "extra": {{"storage_url": "sqlite:///{db}"}}}}'
+    )
+    path = write_config(tmp_path)
+    assert experiment_dag(path, dag_id="limited").get_task("trial").max_active_tis_per_dagrun == 3
+    assert not db.exists()  # reading did not create a store
+    engine = sa.create_engine(f"sqlite:///{db}")
+    write_concurrency(engine, "limited", "e1", 5)
+    assert experiment_dag(path, dag_id="limited").get_task("trial").max_active_tis_per_dagrun == 5
+    assert experiment_dag(path, dag_id="other").get_task("trial").max_active_tis_per_dagrun == 3
+    monkeypatch.setattr(hook, "in_a_task", lambda: True)
+    assert experiment_dag(path, dag_id="limited").get_task("trial").max_active_tis_per_dagrun == 3
+    monkeypatch.setattr(hook, "in_a_task", lambda: False)
+    assert not clear(engine, "limited", "another-experiment")
+    assert clear(engine, "limited", "e1")
+    assert experiment_dag(path, dag_id="limited").get_task("trial").max_active_tis_per_dagrun == 3
+    db.write_bytes(b"not a database")
+    assert experiment_dag(path, dag_id="limited").get_task("trial").max_active_tis_per_dagrun == 3

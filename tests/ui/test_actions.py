@@ -6,11 +6,13 @@ audit log."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.integration.conftest import PY
 from tests.integration.test_airflow_controls import gone, running_pids, sleeper_dag, wait_for
 from tests.ui.conftest import UiSetup
 from trialflow.platforms.base import experiment_id_for
@@ -132,3 +134,99 @@ def test_the_history_needs_read_access(ui: UiSetup):
     assert ui.get(f"experiments/{ui.private_id}/history", user="limited").status_code == 403
     response = httpx.get(f"{ui.base}/trialflow/api/experiments/{ui.experiment_id}/history", timeout=10)
     assert response.status_code == 401
+
+
+STAMPED = (
+    "import os, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+    "log = os.environ['LAUNCHES']\nopen(log, 'a').write(f\"start {time.time()}\\n\")\n"
+    "time.sleep(float(os.environ.get('SLEEP', '6')))\nopen(log, 'a').write(f\"end {time.time()}\\n\")\n"
+    "trial.report_final_result(p['x'])\n"
+)
+
+
+def most_at_once(log: Path) -> int:
+    events = sorted(
+        (float(t), 1 if kind == "start" else -1) for kind, t in (line.split() for line in log.read_text().splitlines())
+    )
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def first_time_at(log: Path, count: int) -> float | None:
+    events = sorted(
+        (float(t), 1 if kind == "start" else -1) for kind, t in (line.split() for line in log.read_text().splitlines())
+    )
+    running = 0
+    for at, step in events:
+        running += step
+        if running >= count:
+            return at
+    return None
+
+
+def test_limits_need_edit_access_and_valid_values(ui: UiSetup):
+    path = f"experiments/{ui.experiment_id}/limits"
+    before = snapshot(ui, ui.experiment_id)
+    patch = lambda user, body: httpx.patch(  # noqa: E731
+        f"{ui.base}/trialflow/api/{path}",
+        json=body,
+        headers={"Authorization": f"Bearer {ui.token(user)}"} if user else {},
+        timeout=30,
+    )
+    assert patch(None, {"trialConcurrency": 4}).status_code == 401
+    assert patch("limited", {"trialConcurrency": 4}).status_code == 403
+    for bad, words in (
+        ({"trialConcurrency": 0}, "trialConcurrency: expected a whole number"),
+        ({"maxExperimentDuration": "-5m"}, "maxExperimentDuration: expected a duration"),
+        ({"maxTrialDuration": 3}, "not a limit one can change"),
+    ):
+        response = patch("trialflow", bad)
+        assert response.status_code == 422 and words in response.json()["detail"], response.text
+    ended = patch("trialflow", {"trialConcurrency": 4})  # its run succeeded long ago
+    assert ended.status_code == 409 and "is not running" in ended.json()["detail"]
+    assert snapshot(ui, ui.experiment_id) == before
+
+
+def test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run(ui: UiSetup):
+    harness = ui.harness
+    folder = harness.root / "experiments" / "raise_concurrency"
+    log = folder / "stamps"
+    config = (
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
+        f"trialCommand: LAUNCHES={log} SLEEP=10 {PY} t.py\n"
+        "trialConcurrency: 2\nmaxTrialNumber: 8\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
+    )
+    source = (
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=1)\n"
+    )
+    dag_id, _ = harness.experiment("raise_concurrency", config, {"t.py": STAMPED}, dag_source=source)
+    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
+    run_id = harness.airflow.trigger(dag_id)
+    experiment_id = experiment_id_for(dag_id, run_id)
+    wait_for("two trials running", lambda: log.exists() and log.read_text().count("start") >= 2, 120)
+    raised_at = time.time()
+    response = httpx.patch(
+        f"{ui.base}/trialflow/api/experiments/{experiment_id}/limits",
+        json={"trialConcurrency": 4},
+        headers={"Authorization": f"Bearer {ui.token('editor')}"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["limits"]["trialConcurrency"] == 4 and response.json()["dag_parse_requested"]
+    _, state = harness.wait(dag_id, run_id, 300)
+    assert state == "success"
+    assert most_at_once(log) == 4  # never more, and four once raised
+    four_at = first_time_at(log, 4)
+    assert four_at is not None and four_at - raised_at < 15, (raised_at, four_at)
+    print(f"concurrency 2 -> 4: four trials ran at once {four_at - raised_at:.1f} s after the PATCH")
+    summary = ui.get(f"experiments/{experiment_id}").json()
+    assert summary["config"]["trialConcurrency"] == 4 and summary["changed"] == {"trialConcurrency": 4}
+    # The experiment ended: the DAG's next experiment starts from the config's 2 again.
+    from trialflow.tuning.dag_limits import read_concurrency
+
+    assert read_concurrency(harness.store.engine, dag_id) is None
+    assert [e["owner"] for e in audit_events(ui, "trialflow.change_limits", dag_id)] == ["editor"]

@@ -134,6 +134,11 @@ class EndExperimentOperator(_ExperimentStep):
         except (ExperimentNotOwned, RunHasNoTrials) as exc:
             raise AirflowFailException(str(exc)) from None
         mode = experiment.config.optimize_mode
+        if verdict.summary["continuation"]["run_id"] is None:
+            from trialflow.tuning.dag_limits import clear
+
+            if clear(store.engine, context["dag"].dag_id, experiment.experiment_id):
+                self.log.info("trialConcurrency goes back to the config's for the DAG's next experiment")
         self.log.info("Results of experiment %s (%s):\n%s", experiment.experiment_id, mode, verdict.table)
         if self.cleanup and verdict.summary["continuation"]["run_id"] is None:  # a next run needs the files
             self._cleanup(experiment)

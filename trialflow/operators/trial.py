@@ -82,7 +82,7 @@ def stop_from_worker(submission: Submission, ref: TaskRef | None, platform: Trai
     stop = worker_kill_reason(ref)
     if stop is None or ref is None:
         return
-    run_sync(stop_from_airflow(submission, stop, ref.run_id, platform))
+    run_sync(stop_from_airflow(submission, stop, ref.run_id, platform, dag_id=ref.dag_id))
 
 
 class SubmitTrialOperator(BaseOperator):

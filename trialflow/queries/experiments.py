@@ -161,7 +161,7 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
     """The experiment page's header: config essentials, counts, best trial, time and trial budgets."""
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
-        attrs = {k: v for k, v in study_attrs(conn, [sid], _LIST_ATTRS + ("directory",)).get(sid, {}).items()}
+        attrs = {k: v for k, v in study_attrs(conn, [sid], _LIST_ATTRS + ("directory", "limits")).get(sid, {}).items()}
         runs = conn.execute(
             sa.select(STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
                 STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key.like("run:%")
@@ -170,6 +170,8 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         counts = _status_counts(conn, [sid]).get(sid, {})
         times = _times_and_best(conn, [sid]).get(sid, {})
     config = attrs.get("config") or {}
+    limits = attrs.get("limits")
+    changed: dict[str, Any] = limits if isinstance(limits, dict) else {}
     mode = attrs.get("optimize_mode") or "maximize"
     best_value = finite(times.get("min") if mode == "minimize" else times.get("max"))
     best = None
@@ -203,12 +205,14 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         "ended": times.get("ended"),
         "deadline": deadline,
         "runs": sorted(windows, key=lambda w: w.get("first_index", 0)),
+        "changed": changed,
         "config": {
             "tuner": config.get("tuner") or config.get("advisor"),
             "assessor": config.get("assessor"),
-            "trialConcurrency": config.get("trialConcurrency"),
-            "maxTrialNumber": config.get("maxTrialNumber"),
-            "maxExperimentDuration": config.get("maxExperimentDuration"),
+            # The limits as a person changed them while it ran (``changed`` says which).
+            "trialConcurrency": changed.get("trialConcurrency", config.get("trialConcurrency")),
+            "maxTrialNumber": changed.get("maxTrialNumber", config.get("maxTrialNumber")),
+            "maxExperimentDuration": changed.get("maxExperimentDuration", config.get("maxExperimentDuration")),
             "maxTrialDuration": config.get("maxTrialDuration"),
             "trialCommand": config.get("trialCommand"),
             "platforms": [s.get("platform") for s in services if isinstance(s, dict)],

@@ -151,7 +151,11 @@ async def trigger_kill_reason(ref: TaskRef | None) -> AirflowStop:
 
 
 async def stop_from_airflow(
-    submission: Submission, stop: AirflowStop, run_id: str, platform: TrainingPlatform | None = None
+    submission: Submission,
+    stop: AirflowStop,
+    run_id: str,
+    platform: TrainingPlatform | None = None,
+    dag_id: str | None = None,
 ) -> bool:
     """Close the trial USER_CANCELED with the stop's reason and cancel its job; a stop of the whole
     DAG run also stops the run in the store (no trial of it starts, the others are asked)."""
@@ -171,6 +175,10 @@ async def stop_from_airflow(
         what = f"trial {submission.handle.get('trial_id')}: {stop.reason}"
         await asyncio.to_thread(steering.record_action, store, submission.experiment_id, "Airflow", "stop trial", what)
         return stopped
+    from trialflow.tuning.dag_limits import clear
+
+    if dag_id:  # the experiment will not go on: the DAG's next one starts from the config's limits
+        await asyncio.to_thread(clear, store.engine, dag_id, submission.experiment_id)
     try:
         first = await asyncio.to_thread(
             steering.stop_runs, store, submission.experiment_id, "Airflow", stop.reason, [run_id]

@@ -130,7 +130,9 @@ class TrialTrigger(BaseTrigger):
             ref = TaskRef.of(self.task_instance)
             stop = await trigger_kill_reason(ref)
             self.log.info("Stopping trial %s: %s", trial_id, stop.reason)
-            await stop_from_airflow(self.submission, stop, ref.run_id if ref else "")
+            await stop_from_airflow(
+                self.submission, stop, ref.run_id if ref else "", dag_id=ref.dag_id if ref else None
+            )
         except Exception:
             self.log.exception("could not stop trial %s", trial_id)
 

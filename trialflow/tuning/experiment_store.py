@@ -370,6 +370,15 @@ class ExperimentStore:
             raw = conn.execute(query).scalar_one_or_none()
         return None if raw is None else json.loads(raw)
 
+    def trial_attrs(self, storage_id: int, keys: Iterable[str]) -> dict[str, Any]:
+        """Some of a trial's attributes (those set), in one indexed query."""
+        table = models.TrialUserAttributeModel.__table__
+        query = sa.select(table.c.key, table.c.value_json).where(
+            table.c.trial_id == storage_id, table.c.key.in_(list(keys))
+        )
+        with self.storage.engine.connect() as conn:
+            return {key: json.loads(raw) for key, raw in conn.execute(query)}
+
     def set_status(self, storage_id: int, status: TrialStatus, **attrs: Any) -> None:
         self.storage.set_trial_user_attrs(storage_id, {"nni_status": status.value, **attrs})
 

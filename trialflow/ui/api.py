@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi import Body, Depends, FastAPI, HTTPException, Query
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, JSONResponse, Response
 
@@ -199,6 +199,35 @@ def _authorize_edit(user: Any, experiment_id: str) -> str | None:
     if not may_edit_dag(user, dag_id):
         raise HTTPException(status_code=403, detail="you may read this experiment's DAG but not act on it")
     return dag_id
+
+
+def _live_run(dag_id: str | None, experiment_id: str) -> str:
+    """The experiment's DAG run, if it is queued or running (else 409: limits are a running
+    experiment's; an ended one is re-run, not changed)."""
+    run_id = action_store().experiment_attr(experiment_id, "run_id")
+    states, _ = _dag_runs({(dag_id, run_id)} if dag_id and run_id else set())
+    state = states.get((dag_id, run_id)) if dag_id and run_id else None
+    if state not in LIVE_RUN_STATES:
+        raise HTTPException(
+            status_code=409,
+            detail=f"experiment {experiment_id} is not running (its DAG run is {state or 'gone'}): nothing changed",
+        )
+    return str(run_id)
+
+
+def request_parse(dag_id: str) -> bool:
+    """Ask the dag-processor to parse the DAG's file now (what Airflow's reparse button does):
+    the new trialConcurrency is read at that parse. False if the DAG is not known."""
+    from airflow.models.dag import DagModel
+    from airflow.models.dagbag import DagPriorityParsingRequest
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        dag = session.get(DagModel, dag_id)
+        if dag is None or not dag.relative_fileloc:
+            return False
+        session.merge(DagPriorityParsingRequest(bundle_name=dag.bundle_name, relative_fileloc=dag.relative_fileloc))
+    return True
 
 
 def _refused(exc: Exception) -> HTTPException:
@@ -432,6 +461,29 @@ def create_app() -> FastAPI:
             raise _refused(exc) from None
         audit(user, "stop_experiment", dag_id, {"experiment_id": experiment_id})
         return {"runs": stopped.marked, "trials": [t.trial_index for t in stopped.asked]}
+
+    @app.patch("/api/experiments/{experiment_id}/limits")
+    def change_limits(user: User, experiment_id: str, changes: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+        from trialflow import steering
+        from trialflow.tuning.dag_limits import write_concurrency
+
+        dag_id = _authorize_edit(user, experiment_id)
+        try:
+            steering.check_limits(changes)  # a bad value is refused before anything is read
+        except steering.ActionRefused as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from None
+        _live_run(dag_id, experiment_id)
+        store = action_store()
+        try:
+            limits = steering.change_limits(store, experiment_id, user_name(user), changes)
+        except steering.ActionRefused as exc:
+            raise _refused(exc) from None
+        parsed = False
+        if "trialConcurrency" in changes and dag_id:
+            write_concurrency(store.engine, dag_id, experiment_id, int(limits["trialConcurrency"]))
+            parsed = request_parse(dag_id)
+        audit(user, "change_limits", dag_id, {"experiment_id": experiment_id, **changes})
+        return {"limits": limits, "dag_parse_requested": parsed}
 
     @app.get("/api/experiments/{experiment_id}/export.csv")
     def export_csv(user: User, experiment_id: str) -> Response:

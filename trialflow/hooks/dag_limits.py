@@ -1,0 +1,54 @@
+"""trialConcurrency as a person changed it, read when Airflow parses an experiment's DAG file.
+
+The scheduler enforces a trial task's ``max_active_tis_per_dagrun`` from the serialized DAG,
+which the dag-processor writes: that parse is the one that must see a changed value
+(trialflow.tuning.dag_limits). A worker parses the file too, to run one task, and never needs
+it: there nothing is read. A store that cannot be read leaves the config's value, never a DAG
+that fails to parse.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=4)
+def _engine(url: str) -> Any:
+    import sqlalchemy as sa
+
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+def in_a_task() -> bool:
+    """True when this parse is a worker's, for one task (Airflow's parsing context says so)."""
+    try:
+        from airflow.sdk import get_parsing_context
+
+        return get_parsing_context().task_id is not None
+    except Exception:
+        return False
+
+
+def changed_concurrency(store_conn_id: str, dag_id: str) -> int | None:
+    """The trialConcurrency a person set for ``dag_id``'s running experiment, or None."""
+    if in_a_task():
+        return None
+    try:
+        from sqlalchemy.engine import make_url
+
+        from trialflow.hooks.experiment_store import ExperimentStoreHook
+        from trialflow.tuning.dag_limits import read_concurrency
+
+        url = ExperimentStoreHook(store_conn_id).storage_url()
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+            return None  # no store yet: nothing was changed (and no empty file is made here)
+        return read_concurrency(_engine(url), dag_id)
+    except Exception as exc:
+        log.warning("trialConcurrency of %s: the store could not be read (%s); using the config's", dag_id, exc)
+        return None
