@@ -208,3 +208,91 @@ def test_a_shortened_duration_reaches_the_running_trial(setup):
     steering.change_limits(store, "esteer", "alice", {"maxExperimentDuration": "1h"})
     assert experiment.window(store, "r1").deadline == pytest.approx(moved.deadline + 3599)
     assert steering.limits(store, "esteer")["maxExperimentDuration"] == 3600.0
+
+
+def test_a_trial_with_chosen_parameters_runs_next_exactly_and_the_tuner_sees_it(setup):
+    experiment, store = setup
+    with pytest.raises(steering.ActionRefused, match=r"parameters.x: expected a number in \[0, 1\] \(uniform\), got 3"):
+        steering.add_trial(store, "esteer", {"x": 3}, "alice")
+    with pytest.raises(steering.ActionRefused, match="parameters.y: not in the search space"):
+        steering.add_trial(store, "esteer", {"x": 0.5, "y": 1}, "alice")
+    assert store.waiting_trials("esteer") == [] and steering.history(store, "esteer") == []
+    steering.add_trial(store, "esteer", {"x": 0.123456789}, "alice")
+    assert steering.limits(store, "esteer")["maxTrialNumber"] == 5  # the tuner keeps its 4
+    asked = store.ask("esteer", 0, "esteer-0000", experiment.algorithm, experiment.space)
+    assert asked.parameters == {"x": 0.123456789}
+    frozen = store.storage.get_trial(asked.storage_id)
+    assert frozen.params == {"x": 0.123456789}  # what TPE and the others learn from
+    assert frozen.user_attrs["asked_by"]["reason"] == "added by alice"
+    again = store.ask("esteer", 0, "esteer-0000", experiment.algorithm, experiment.space)
+    assert again.resumed and again.parameters == asked.parameters  # a retry: the same trial
+    other = store.ask("esteer", 1, "esteer-0001", experiment.algorithm, experiment.space)
+    assert (
+        other.parameters != asked.parameters and "asked_by" not in store.storage.get_trial(other.storage_id).user_attrs
+    )
+    assert [h["action"] for h in steering.history(store, "esteer")] == ["add trial"]
+
+
+def test_rerun_failed_trials_queues_each_once_with_its_parameters(setup):
+    experiment, store = setup
+    asked = [store.ask("esteer", i, f"esteer-{i:04d}", experiment.algorithm, experiment.space) for i in range(3)]
+    with pytest.raises(steering.ActionRefused, match="has no failed trial to re-run"):
+        steering.rerun_trials(store, "esteer", "bob")
+    store.finish(asked[0].storage_id, TrialStatus.FAILED, None, "boom")
+    store.finish(asked[2].storage_id, TrialStatus.FAILED, None, "boom")
+    with pytest.raises(steering.ActionRefused, match="is still WAITING"):
+        steering.rerun_trials(store, "esteer", "bob", [1])
+    assert steering.rerun_trials(store, "esteer", "bob") == [0, 2]
+    waiting = steering.waiting_trials(store, "esteer")
+    assert [w["parameters"] for w in waiting] == [asked[0].parameters, asked[2].parameters]
+    assert [w["reason"] for w in waiting] == ["re-run of trial 0 by bob", "re-run of trial 2 by bob"]
+    new = [store.ask("esteer", i, f"esteer-{i:04d}", experiment.algorithm, experiment.space) for i in (3, 4, 5)]
+    assert [n.parameters for n in new[:2]] == [asked[0].parameters, asked[2].parameters]
+    assert store.waiting_trials("esteer") == []
+    assert new[2].parameters not in (asked[0].parameters, asked[2].parameters)  # the tuner's again
+    assert store.find_trial("esteer", 0).status == TrialStatus.FAILED  # the old one stays
+    for record in new:
+        store.finish(record.storage_id, TrialStatus.SUCCEEDED, 0.5)
+    store.finish(asked[1].storage_id, TrialStatus.SUCCEEDED, 0.5)
+    store.finish(asked[0].storage_id, TrialStatus.SUCCEEDED, 0.5)  # closed already: stays FAILED
+    assert steering.rerun_trials(store, "esteer", "bob", [1]) == [1]  # an ended one, by index
+    with pytest.raises(steering.UnknownTarget, match="has no trial 99"):
+        steering.rerun_trials(store, "esteer", "bob", [99])
+
+
+def test_asked_for_trials_run_once_each_when_trials_start_together(setup):
+    """Eight trial indexes asked at once from eight threads, three trials queued: each queued
+    trial runs exactly once (the store's conditional claim settles it)."""
+    import threading
+
+    experiment, store = setup
+    for x in (0.11, 0.22, 0.33):
+        steering.add_trial(store, "esteer", {"x": x}, "carol")
+    results: dict[int, dict] = {}
+    barrier = threading.Barrier(8)
+
+    def start(i: int) -> None:
+        barrier.wait()
+        results[i] = store.ask("esteer", i, f"esteer-{i:04d}", experiment.algorithm, experiment.space).parameters
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    chosen = sorted(p["x"] for p in results.values() if p["x"] in (0.11, 0.22, 0.33))
+    assert chosen == [0.11, 0.22, 0.33] and len(results) == 8
+    assert store.waiting_trials("esteer") == []
+
+
+def test_point_tuners_refuse_a_trial_of_ones_own(tmp_path):
+    (tmp_path / "config.yml").write_text(
+        CONFIG.replace("tuner: {name: Random}", "tuner: {name: GridSearch}")
+        .replace("{_type: uniform, _value: [0, 1]}", "{_type: choice, _value: [1, 2]}")
+        .replace("maxTrialNumber: 4\n", "")
+    )
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "egrid", tmp_path / "work")
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    start_run(experiment, store, "dag_a", "r1", {})
+    with pytest.raises(steering.ActionRefused, match="GridSearch runs its points in order"):
+        steering.add_trial(store, "egrid", {"x": 1}, "dave")

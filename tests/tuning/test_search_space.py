@@ -180,3 +180,119 @@ def test_grid_expands_nested_choices():
 def test_grid_refuses_continuous_parameters():
     with pytest.raises(SearchSpaceError, match="GridSearch needs a finite space"):
         parse_search_space({"u": {"_type": "uniform", "_value": [0, 1]}}).grid()
+
+
+# -- chosen parameters: encode ----------------------------------------------------------------
+
+EVERY_TYPE = {
+    "c": {"_type": "choice", "_value": [1, "two", 3.5, None, True]},
+    "lists": {"_type": "choice", "_value": [[1, 2], {"k": 1}, "plain"]},
+    "net": {
+        "_type": "choice",
+        "_value": [
+            {"_name": "cnn", "kernel": {"_type": "randint", "_value": [1, 6]}, "depth": 3},
+            {"_name": "mlp", "width": {"_type": "quniform", "_value": [16, 256, 16]}},
+            {"_name": "none"},
+        ],
+    },
+    "r": {"_type": "randint", "_value": [-3, 4]},
+    "u": {"_type": "uniform", "_value": [-1, 1]},
+    "qu": {"_type": "quniform", "_value": [0, 1, 0.1]},
+    "lu": {"_type": "loguniform", "_value": [1e-5, 1e-1]},
+    "qlu": {"_type": "qloguniform", "_value": [1, 1000, 5]},
+    "n": {"_type": "normal", "_value": [0, 2]},
+    "qn": {"_type": "qnormal", "_value": [10, 3, 0.5]},
+    "ln": {"_type": "lognormal", "_value": [0, 1]},
+    "qln": {"_type": "qlognormal", "_value": [1, 1, 0.25]},
+}
+
+
+class Replay:
+    """A trial that answers each suggestion from ``encode``'s output (what a fixed sampler does)."""
+
+    def __init__(self, values: dict):
+        self.values, self.asked = values, []
+
+    def _get(self, name):
+        self.asked.append(name)
+        return self.values[name]
+
+    def suggest_categorical(self, name, choices):
+        value = self._get(name)
+        assert value in choices
+        return value
+
+    def suggest_int(self, name, low, high):
+        value = self._get(name)
+        assert low <= value <= high
+        return value
+
+    def suggest_float(self, name, low, high, *, log=False):
+        value = self._get(name)
+        assert low <= value <= high
+        return value
+
+
+def close(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return type(a) is type(b) and a == b
+
+
+def test_every_drawn_point_encodes_to_what_replays_it():
+    from trialflow.config.search_space import encode
+
+    space = parse_search_space(EVERY_TYPE)
+    for point in draw(EVERY_TYPE, n=300, seed=7):
+        encoded = encode(space, point)
+        replay = Replay(encoded)
+        assert close(space.sample(replay), point), point
+        assert sorted(replay.asked) == sorted(encoded)  # nothing left over, nothing missing
+
+
+@pytest.mark.parametrize(
+    ("point", "words"),
+    [
+        ({"r": 4}, r"^r: expected a whole number in \[-3, 4\) \(randint\), got 4$"),
+        ({"r": 1.5}, "r: expected a whole number"),
+        ({"u": 1.01}, r"u: expected a number in \[-1, 1\] \(uniform\), got 1.01"),
+        ({"u": "0.5"}, "u: expected a number \\(uniform\\), got '0.5'"),
+        ({"u": float("nan")}, "u: expected a number"),
+        ({"u": True}, "u: expected a number"),
+        ({"qu": 0.15}, r"qu: expected a multiple of q=0.1 in \[0, 1\]"),
+        ({"lu": 0.5}, "lu: expected a number in"),
+        ({"qlu": 7}, "qlu: expected a multiple of q=5"),
+        ({"n": 40}, "n: 40 is too far from mu=0 to be drawn"),
+        ({"qn": 10.2}, "qn: expected a multiple of q=0.5"),
+        ({"ln": 0}, "ln: expected a positive number"),
+        ({"c": 2}, r"c: expected one of \[1, 'two', 3.5, None, True\], got 2"),
+        ({"c": 1.0 + 1e-9}, "c: expected one of"),
+        ({"net": {"_name": "rnn"}}, r"net: expected one of \['cnn', 'mlp', 'none'\]"),
+        ({"net": {"_name": "cnn", "kernel": 9, "depth": 3}}, r"net.kernel: expected a whole number in \[1, 6\)"),
+        ({"net": {"_name": "cnn", "kernel": 2, "depth": 4}}, r"net.depth: expected 3 \(a constant of 'cnn'\)"),
+        ({"net": {"_name": "cnn", "depth": 3}}, "net.kernel: missing"),
+        ({"net": {"_name": "mlp", "width": 32, "extra": 1}}, "net.extra: not in the search space"),
+        ({"zz": 1}, "zz: not in the search space"),
+    ],
+)
+def test_a_point_outside_the_space_is_refused_by_path(point, words):
+    from trialflow.config.search_space import encode
+
+    space = parse_search_space(EVERY_TYPE)
+    base = draw(EVERY_TYPE, n=1, seed=1)[0]
+    with pytest.raises(SearchSpaceError, match=words):
+        encode(space, {**base, **point})
+
+
+def test_a_missing_parameter_and_a_non_mapping_are_refused():
+    from trialflow.config.search_space import encode
+
+    space = parse_search_space(EVERY_TYPE)
+    base = draw(EVERY_TYPE, n=1, seed=1)[0]
+    del base["qln"]
+    with pytest.raises(SearchSpaceError, match="qln: missing: the search space has qlognormal 'qln'"):
+        encode(space, base)
+    with pytest.raises(SearchSpaceError, match="expected a mapping"):
+        encode(space, [1, 2])

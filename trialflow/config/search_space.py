@@ -266,6 +266,92 @@ def _materialize(option: Option, trial: SuggestingTrial) -> Any:
     return out
 
 
+# --- chosen parameters ----------------------------------------------------------------
+#
+# A person's own trial (the pages' "add a trial", a re-run) must run with exactly the values
+# given, and the tuner must learn from it like from its own: the values are checked against
+# the space and turned into what the sampler would have drawn to produce them (per sampler
+# name), so a fixed sampler replays them through ``sample``.
+
+
+def encode(space: SearchSpace, parameters: Any) -> dict[str, Any]:
+    """The sampler values that make ``space.sample`` return ``parameters``; SearchSpaceError
+    naming the parameter's path and what was expected when they are not a point of the space."""
+    if not isinstance(parameters, dict):
+        raise SearchSpaceError((), f"expected a mapping of parameter name -> value, got {type(parameters).__name__}")
+    out: dict[str, Any] = {}
+    _encode_params(space.params, parameters, (), out)
+    return out
+
+
+def _encode_params(params: tuple[Parameter, ...], given: dict[str, Any], path: tuple[str, ...], out: dict) -> None:
+    known = {p.key for p in params}
+    unknown = sorted(set(given) - known - {"_name"})
+    if unknown:
+        raise SearchSpaceError(path + (unknown[0],), f"not in the search space; expected {', '.join(sorted(known))}")
+    for p in params:
+        if p.key not in given:
+            raise SearchSpaceError(path + (p.key,), f"missing: the search space has {p.type} {p.key!r}")
+        _encode_param(p, given[p.key], path + (p.key,), out)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b or _number(a) and _number(b) and float(a) == float(b)
+
+
+def _encode_param(p: Parameter, value: Any, path: tuple[str, ...], out: dict) -> None:
+    v = p.values
+    if p.type == "choice":
+        if isinstance(value, dict) and "_name" in value:
+            matches = [i for i, o in enumerate(v) if isinstance(o, NestedOption) and _same(o.name, value["_name"])]
+        else:
+            matches = [i for i, o in enumerate(v) if not isinstance(o, NestedOption) and _same(o, value)]
+        if not matches:
+            shown = [o.name if isinstance(o, NestedOption) else o for o in v]
+            raise SearchSpaceError(path, f"expected one of {shown!r}, got {value!r}")
+        index = matches[0]
+        out[p.sampler_name] = v[index] if _is_plain_choice(v) else index
+        option = v[index]
+        if isinstance(option, NestedOption):
+            rest = {k: x for k, x in value.items() if k != "_name"}
+            for key, constant in option.constants:
+                if not _same(rest.pop(key, None), constant):
+                    raise SearchSpaceError(path + (key,), f"expected {constant!r} (a constant of {option.name!r})")
+            _encode_params(option.params, rest, path, out)
+        return
+    if not _number(value):
+        raise SearchSpaceError(path, f"expected a number ({p.type}), got {value!r}")
+    x = float(value)
+    if p.type == "randint":
+        if not x.is_integer() or not v[0] <= x < v[1]:
+            raise SearchSpaceError(path, f"expected a whole number in [{v[0]}, {v[1]}) (randint), got {value!r}")
+        out[p.sampler_name] = int(x)
+        return
+    if p.type in ("uniform", "quniform", "loguniform", "qloguniform"):
+        if not v[0] <= x <= v[1]:
+            raise SearchSpaceError(path, f"expected a number in [{v[0]:g}, {v[1]:g}] ({p.type}), got {value!r}")
+        if p.type in _Q_TYPES and _quantize(x, v[2], v[0], v[1]) != x:
+            raise SearchSpaceError(path, f"expected a multiple of q={v[2]:g} in [{v[0]:g}, {v[1]:g}], got {value!r}")
+        out[p.sampler_name] = x
+        return
+    if p.type == "lognormal":
+        if x <= 0:
+            raise SearchSpaceError(path, f"expected a positive number ({p.type}), got {value!r}")
+        point = math.log(x)
+    elif p.type == "qlognormal":
+        if x < 0 or _quantize(x, v[2]) != x:
+            raise SearchSpaceError(path, f"expected a multiple of q={v[2]:g}, 0 or more ({p.type}), got {value!r}")
+        point = math.log(x if x > 0 else v[2] / 4)  # 0 is what rounds every draw below q/2
+    else:
+        if p.type == "qnormal" and _quantize(x, v[2]) != x:
+            raise SearchSpaceError(path, f"expected a multiple of q={v[2]:g}, got {value!r}")
+        point = x
+    quantile = NormalDist(v[0], v[1]).cdf(point)
+    if not _QUANTILE_EPS <= quantile <= 1 - _QUANTILE_EPS:
+        raise SearchSpaceError(path, f"{value!r} is too far from mu={v[0]:g} to be drawn ({p.type}, sigma={v[1]:g})")
+    out[p.sampler_name] = quantile
+
+
 # --- grids ---------------------------------------------------------------------------
 #
 # A grid is never materialised: six randint [0, 1000] parameters make 10**18 points, and

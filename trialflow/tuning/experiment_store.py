@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import sqlite3
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,14 +31,15 @@ from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from trialflow.config.model import AlgorithmConfig
-from trialflow.config.search_space import SearchSpace
+from trialflow.config.search_space import SearchSpace, SearchSpaceError, encode
 from trialflow.trial.protocol import Metric, describe_result
 from trialflow.trial.protocol import scalar as _plain_scalar
 from trialflow.trial.status import COUNTED_STATUS_NAMES, COUNTED_STATUSES, TrialStatus
 from trialflow.tuning.optuna_internals import models, trial_storage_id
 from trialflow.tuning.rdb_storage import TrialflowStorage
 from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
-from trialflow.tuning.tuners import make_sampler, sample_parameters
+from trialflow.tuning.trial_queue import Queued, claim, enqueue, release, waiting
+from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
 
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
@@ -308,23 +310,30 @@ class ExperimentStore:
             return AskedTrial(existing.number, existing.storage_id, existing.parameters, True, existing)
         # A study object of its own: the sampler is per trial (seeded by index), and callers may
         # ask from many threads (the triggerer follows many trials in one process).
-        asking = optuna.Study(
-            study_name=experiment_id,
-            storage=self._sampling_storage,
-            sampler=make_sampler(tuner, space, trial_index),
-            pruner=pruner,
-        )
+        study_id = self._study_id(experiment_id)
+        sampler = make_sampler(tuner, space, trial_index)
+        queued, fixed = self._asked_for(study_id, trial_index, space)
+        if fixed is not None:
+            # A person's own trial: the sampler replays their values, so the tuner learns from
+            # its result like from any other trial's.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                sampler = optuna.samplers.PartialFixedSampler(fixed, sampler)
+        asking = optuna.Study(study_name=experiment_id, storage=self._sampling_storage, sampler=sampler, pruner=pruner)
         with self.storage.holding_params() as params:
             trial = asking.ask()
             parameters = sample_parameters(tuner, space, trial, trial_index)
         storage_id = trial_storage_id(trial)  # the trial Optuna just created (its id, as RDBStorage gave it)
-        study_id = self._study_id(experiment_id)
-        attrs = {
+        attrs: dict[str, Any] = {
             "trial_index": trial_index,
             "trial_id": trial_id,
             "parameters": parameters,
             "nni_status": TrialStatus.WAITING.value,
         }
+        if queued is not None and fixed is not None:
+            budget = parameters.get(BUDGET_KEY)
+            attrs["parameters"] = parameters = {**queued.parameters, **({BUDGET_KEY: budget} if budget else {})}
+            attrs["asked_by"] = queued.request
         try:
             with self.storage.transaction() as session:
                 session.execute(
@@ -335,12 +344,36 @@ class ExperimentStore:
         except sa.exc.IntegrityError:
             # Another attempt asked for the same index at the same moment; its trial stands.
             winner = self._winner(study_id, trial_index)
+            if queued is not None and self.trial(winner).parameters != parameters:
+                release(self.storage.engine, queued.seq)  # the winner ran something else: it waits on
             self.storage.set_trial_user_attr(storage_id, "superseded_by", winner)
             self.storage.set_trial_state_values(storage_id, TrialState.FAIL)
             record = self.trial(winner)
             return AskedTrial(record.number, winner, record.parameters, True, record)
         record = TrialRecord(storage_id, trial.number, trial_index, trial_id, parameters)
         return AskedTrial(trial.number, storage_id, parameters, False, record)
+
+    def _asked_for(
+        self, study_id: int, trial_index: int, space: SearchSpace
+    ) -> tuple[Queued | None, dict[str, Any] | None]:
+        """The trial a person asked for that runs as ``trial_index``, and its sampler values;
+        one whose parameters no longer fit the space (the config changed) is dropped."""
+        queued = claim(self.storage.engine, study_id, trial_index)
+        if queued is None:
+            return None, None
+        try:
+            return queued, encode(space, queued.parameters)
+        except SearchSpaceError as exc:
+            log.warning("asked-for trial %s dropped: its parameters no longer fit: %s", queued.seq, exc)
+            release(self.storage.engine, queued.seq, dropped=True)
+            return None, None
+
+    def enqueue(self, experiment_id: str, parameters: dict[str, Any], request: dict[str, Any]) -> int:
+        """Ask for a trial with these parameters: the next trial index to start runs it."""
+        return enqueue(self.storage.engine, self._study_id(experiment_id), parameters, request)
+
+    def waiting_trials(self, experiment_id: str) -> list[Queued]:
+        return waiting(self.storage.engine, self._study_id(experiment_id))
 
     def should_stop(self, experiment_id: str, storage_id: int, pruner: BasePruner) -> bool:
         """The assessor's verdict on a running trial, from the intermediate results stored so far."""

@@ -1,0 +1,109 @@
+"""Trials a person asked for (chosen parameters, re-runs), waiting for the next trial index.
+
+One row per asked-for trial. The next trial that starts claims the oldest unclaimed row with
+one conditional UPDATE (``claimed_index IS NULL``), which the database settles between
+processes that start trials at the same moment, on SQLite and PostgreSQL alike: a row runs
+once. A retry of the trial that claimed it finds its own row again. Created when first used:
+stores made before it simply have nothing queued.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+METADATA = sa.MetaData()
+TRIAL_QUEUE = sa.Table(
+    "trialflow_trial_queue",
+    METADATA,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("study_id", sa.Integer, nullable=False, index=True),
+    sa.Column("parameters", sa.Text, nullable=False),
+    sa.Column("request", sa.Text, nullable=False),
+    #: The trial index that took it; -1: dropped (its parameters no longer fit the space).
+    sa.Column("claimed_index", sa.Integer, nullable=True),
+)
+_MISSING = (sa.exc.OperationalError, sa.exc.ProgrammingError)
+#: Tries to claim before giving up for this trial (each loss means another trial took a row).
+CLAIM_TRIES = 20
+
+
+@dataclass(frozen=True)
+class Queued:
+    seq: int
+    parameters: dict[str, Any]
+    request: dict[str, Any]
+
+
+def enqueue(engine: sa.Engine, study_id: int, parameters: dict[str, Any], request: dict[str, Any]) -> int:
+    METADATA.create_all(engine, checkfirst=True)
+    with engine.begin() as conn:
+        result = conn.execute(
+            sa.insert(TRIAL_QUEUE).values(
+                study_id=study_id, parameters=json.dumps(parameters), request=json.dumps(request)
+            )
+        )
+        key = result.inserted_primary_key
+        assert key is not None
+        return int(key[0])
+
+
+def _row(row: Any) -> Queued:
+    return Queued(int(row.seq), json.loads(row.parameters), json.loads(row.request))
+
+
+def claim(engine: sa.Engine, study_id: int, trial_index: int) -> Queued | None:
+    """The asked-for trial ``trial_index`` runs: the one it claimed before (a retry), or the
+    oldest unclaimed one, or None."""
+    q = TRIAL_QUEUE.c
+    try:
+        with engine.connect() as conn:
+            mine = conn.execute(
+                sa.select(TRIAL_QUEUE).where(q.study_id == study_id, q.claimed_index == trial_index)
+            ).first()
+        if mine is not None:
+            return _row(mine)
+        for _ in range(CLAIM_TRIES):
+            with engine.begin() as conn:
+                oldest = conn.execute(
+                    sa.select(TRIAL_QUEUE)
+                    .where(q.study_id == study_id, q.claimed_index.is_(None))
+                    .order_by(q.seq)
+                    .limit(1)
+                ).first()
+                if oldest is None:
+                    return None
+                taken = conn.execute(
+                    sa.update(TRIAL_QUEUE)
+                    .where(q.seq == oldest.seq, q.claimed_index.is_(None))
+                    .values(claimed_index=trial_index)
+                ).rowcount
+            if taken == 1:
+                return _row(oldest)
+    except _MISSING:
+        return None
+    return None
+
+
+def release(engine: sa.Engine, seq: int, dropped: bool = False) -> None:
+    """Give a claimed row back (its trial index went to another attempt), or drop it."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(TRIAL_QUEUE).where(TRIAL_QUEUE.c.seq == seq).values(claimed_index=-1 if dropped else None)
+        )
+
+
+def waiting(engine: sa.Engine, study_id: int) -> list[Queued]:
+    """The asked-for trials no trial has taken yet, oldest first."""
+    q = TRIAL_QUEUE.c
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(TRIAL_QUEUE).where(q.study_id == study_id, q.claimed_index.is_(None)).order_by(q.seq)
+            ).all()
+    except _MISSING:
+        return []
+    return [_row(r) for r in rows]
