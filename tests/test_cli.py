@@ -122,7 +122,7 @@ def test_render_refuses_an_index_outside_the_experiment(experiment):
 
 
 def test_redaction_masks_secret_keys_at_any_depth():
-    from trialflow.render import redact
+    from trialflow.config.redaction import redact
 
     data = {
         "env": {"MY_TOKEN": "t", "PATH": "/bin"},
@@ -324,3 +324,27 @@ def test_limits_shows_and_changes_with_clear_errors(tmp_path):
     assert bad.returncode == 1 and bad.stderr.startswith("maxExperimentDuration: expected a duration")
     assert cli("limits", "eq000001", "--home", str(tmp_path), "--concurrency", "0").returncode == 1
     assert steering.limits(store, "eq000001")["trialConcurrency"] == 5
+
+
+def test_add_trial_and_rerun_queue_checked_trials(tmp_path):
+    from tests.test_queries import SPACE, fill
+    from trialflow import steering
+    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+
+    store = ExperimentStore(sqlite_url(tmp_path / "experiments.db"))
+    fill(store)
+    assert "keeps no search space" in cli("add-trial", "eq000001", "--home", str(tmp_path), "--parameters", "{}").stderr
+    config = store.experiment_attr("eq000001", "config")
+    store.set_experiment_attrs("eq000001", {"config": {**config, "searchSpace": SPACE.raw}})
+    point = store.find_trial("eq000001", 0).parameters
+    added = cli("add-trial", "eq000001", "--home", str(tmp_path), "--parameters", json.dumps(point))
+    assert added.returncode == 0 and "queued" in added.stdout, added.stderr
+    bad = cli("add-trial", "eq000001", "--home", str(tmp_path), "--parameters", '{"nope": 1}')
+    assert bad.returncode == 1 and bad.stderr.startswith("parameters.") and "Traceback" not in bad.stderr
+    broken = cli("add-trial", "eq000001", "--home", str(tmp_path), "--parameters", "{lr: 1")
+    assert broken.returncode == 1 and "--parameters: expected a JSON object" in broken.stderr
+    rerun = cli("rerun", "eq000001", "--home", str(tmp_path))
+    assert rerun.returncode == 0 and "queued again" in rerun.stdout, rerun.stderr
+    waiting = steering.waiting_trials(store, "eq000001")
+    assert waiting[0]["parameters"] == point and len(waiting) == 2  # one added, the failed one again
+    assert waiting[1]["reason"].startswith("re-run of trial")

@@ -419,6 +419,35 @@ def cmd_limits(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_add_trial(args: argparse.Namespace) -> int:
+    """Queue a trial with chosen parameters (NNI's "customized trial")."""
+    from trialflow import steering
+
+    try:
+        parameters = json.loads(args.parameters)
+    except json.JSONDecodeError as exc:
+        return _fail(ValueError(f"--parameters: expected a JSON object, e.g. '{{\"lr\": 0.01}}' ({exc})"))
+    try:
+        store = _store(args)
+        steering.add_trial(store, args.experiment, parameters, _actor())
+    except (steering.ActionRefused, FileNotFoundError, ValueError) as exc:
+        return _fail(exc)
+    print(f"queued: the next trial of {args.experiment} to start runs {json.dumps(parameters)}")
+    return 0
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    """Queue failed trials again (or the ones named), each as a new trial."""
+    from trialflow import steering
+
+    try:
+        rerun = steering.rerun_trials(_store(args), args.experiment, _actor(), args.trial or None)
+    except (steering.ActionRefused, FileNotFoundError, ValueError) as exc:
+        return _fail(exc)
+    print(f"queued again: trial{'s' if len(rerun) > 1 else ''} {', '.join(map(str, rerun))}")
+    return 0
+
+
 def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--home", help="a `trialflow run` home (its experiments.db); default: the trialflow_default Airflow connection"
@@ -498,6 +527,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", help="maxExperimentDuration, e.g. 2h")
     _store_args(p)
     p.set_defaults(func=cmd_limits)
+    p = sub.add_parser("add-trial", help="queue a trial with chosen parameters; it runs next, the tuner sees it")
+    p.add_argument("experiment")
+    p.add_argument("--parameters", required=True, help="a JSON object, a point of the search space")
+    _store_args(p)
+    p.set_defaults(func=cmd_add_trial)
+    p = sub.add_parser("rerun", help="queue every failed trial again (or --trial N), each as a new trial")
+    p.add_argument("experiment")
+    p.add_argument("--trial", type=_count, action="append", help="a trial index (repeat for several)")
+    _store_args(p)
+    p.set_defaults(func=cmd_rerun)
     return parser
 
 

@@ -8,30 +8,16 @@ manifests, SSH commands, REST bodies). Secrets are redacted on the way out.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import optuna
 
 from trialflow.config.errors import ConfigError, Problem
+from trialflow.config.redaction import redact
 from trialflow.experiment import Experiment, default_home, load_runnable_config, run_workdir, trial_count
 from trialflow.platforms.base import experiment_id_for
 from trialflow.tuning.tuners import make_sampler, sample_parameters
-
-REDACTED = "***"
-_SECRET_KEY = re.compile(r"(pass(word|phrase)?|token|secret|api[_-]?key|access[_-]?key|credential)", re.I)
-
-
-def redact(value: Any, key: str = "") -> Any:
-    """Mask values whose key names a secret, however deep they sit."""
-    if isinstance(value, dict):
-        return {k: redact(v, str(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v, key) for v in value]
-    if key and _SECRET_KEY.search(key) and value not in (None, ""):
-        return REDACTED
-    return value
 
 
 def render_trial(config_path: str | Path, trial_index: int = 0, home: Path | None = None) -> dict[str, Any]:

@@ -41,6 +41,10 @@ class UnknownTarget(ActionRefused):
     """The action names an experiment, trial or run that does not exist; nothing changed."""
 
 
+class BadInput(ActionRefused):
+    """A value the action was given is not one it takes (a limit, a parameter); nothing changed."""
+
+
 @dataclass(frozen=True)
 class Request:
     """Who asked for something, when and why."""
@@ -169,10 +173,10 @@ MAX_TRIAL_NUMBER = 2**31 - 1
 
 def _whole(key: str, value: Any, top: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) and not (isinstance(value, str) and value.isdigit()):
-        raise ActionRefused(f"{key}: expected a whole number 1..{top}, got {value!r}")
+        raise BadInput(f"{key}: expected a whole number 1..{top}, got {value!r}")
     number = int(value)
     if not 1 <= number <= top:
-        raise ActionRefused(f"{key}: expected a whole number 1..{top}, got {number}")
+        raise BadInput(f"{key}: expected a whole number 1..{top}, got {number}")
     return number
 
 
@@ -183,10 +187,10 @@ def check_limits(changes: dict[str, Any]) -> dict[str, Any]:
     from trialflow.limits import MAX_TRIALS_PER_RUN
 
     if not isinstance(changes, dict) or not changes:
-        raise ActionRefused(f"nothing to change: give one or more of {', '.join(LIMIT_KEYS)}")
+        raise BadInput(f"nothing to change: give one or more of {', '.join(LIMIT_KEYS)}")
     unknown = sorted(set(changes) - set(LIMIT_KEYS))
     if unknown:
-        raise ActionRefused(f"{unknown[0]}: not a limit one can change; expected one of {', '.join(LIMIT_KEYS)}")
+        raise BadInput(f"{unknown[0]}: not a limit one can change; expected one of {', '.join(LIMIT_KEYS)}")
     checked: dict[str, Any] = {}
     if "trialConcurrency" in changes:
         checked["trialConcurrency"] = _whole("trialConcurrency", changes["trialConcurrency"], MAX_TRIALS_PER_RUN)
@@ -196,7 +200,7 @@ def check_limits(changes: dict[str, Any]) -> dict[str, Any]:
         try:
             checked["maxExperimentDuration"] = parse_duration(changes["maxExperimentDuration"])
         except ValueError as exc:
-            raise ActionRefused(f"maxExperimentDuration: {exc}") from None
+            raise BadInput(f"maxExperimentDuration: {exc}") from None
     return checked
 
 
@@ -285,9 +289,13 @@ def _space_of(store: ExperimentStore, experiment_id: str) -> tuple[Any, str]:
     if not store.experiment_exists(experiment_id):
         raise UnknownTarget(f"there is no experiment {experiment_id!r}")
     config = store.experiment_attr(experiment_id, "config") or {}
+    if not config.get("searchSpace"):
+        raise ActionRefused(
+            f"experiment {experiment_id!r} keeps no search space in the store: nothing to check against"
+        )
     algorithm = config.get("tuner") or config.get("advisor") or {}
     name = str(algorithm.get("name", "")) if isinstance(algorithm, dict) else ""
-    return parse_search_space(config.get("searchSpace") or {}), name
+    return parse_search_space(config["searchSpace"]), name
 
 
 def check_parameters(store: ExperimentStore, experiment_id: str, parameters: Any) -> dict[str, Any]:
@@ -303,7 +311,7 @@ def check_parameters(store: ExperimentStore, experiment_id: str, parameters: Any
     try:
         encode(space, parameters)
     except SearchSpaceError as exc:
-        raise ActionRefused(f"parameters.{exc}") from None
+        raise BadInput(f"parameters.{exc}") from None
     return dict(parameters)
 
 

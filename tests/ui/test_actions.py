@@ -5,6 +5,7 @@ audit log."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -230,3 +231,97 @@ def test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run(ui:
 
     assert read_concurrency(harness.store.engine, dag_id) is None
     assert [e["owner"] for e in audit_events(ui, "trialflow.change_limits", dag_id)] == ["editor"]
+
+
+def test_the_effective_config_is_readable_with_secrets_masked(ui: UiSetup):
+    from tests.test_queries import fill
+
+    store = ui.harness.store
+    fill(store, "econfig1", dag_id=ui.dag_id)
+    config = store.experiment_attr("econfig1", "config")
+    secret = {"platform": "remote", "machineList": [{"host": "h", "user": "u", "password": "hunter2-secret"}]}
+    store.set_experiment_attrs(
+        "econfig1",
+        {"config": {**config, "trainingService": secret, "searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}}}},
+    )
+    response = ui.get("experiments/econfig1/config", user="limited")
+    assert response.status_code == 200 and "hunter2-secret" not in response.text
+    body = response.json()
+    assert body["config"]["trainingService"]["machineList"][0]["password"] == "***"
+    assert body["search_space"] == {"x": {"_type": "uniform", "_value": [0, 1]}} and body["may_edit"] is False
+    assert ui.get("experiments/econfig1/config", user=None).status_code == 401
+    assert ui.get(f"experiments/{ui.private_id}/config", user="editor").status_code == 403
+
+
+def test_adding_and_rerunning_need_edit_access_valid_parameters_and_a_running_experiment(ui: UiSetup):
+    before = snapshot(ui, ui.experiment_id)
+    path = f"experiments/{ui.experiment_id}/trials"
+    point = ui.harness.store.find_trial(ui.experiment_id, 0).parameters
+    assert ui.post(path, user=None, json={"parameters": point}).status_code == 401
+    assert ui.post(path, user="limited", json={"parameters": point}).status_code == 403
+    assert ui.post(f"experiments/{ui.private_id}/trials", user="editor", json={"parameters": point}).status_code == 403
+    bad = ui.post(path, json={"parameters": {**point, "lr": 7}})
+    assert bad.status_code == 422 and bad.json()["detail"].startswith("parameters.lr: expected a number in")
+    ended = ui.post(path, json={"parameters": point})
+    assert ended.status_code == 409 and "is not running" in ended.json()["detail"]
+    assert ui.post(f"experiments/{ui.experiment_id}/rerun-failed", user="limited").status_code == 403
+    assert ui.post(f"experiments/{ui.experiment_id}/rerun-failed").status_code == 409
+    assert ui.post(f"experiments/{ui.experiment_id}/trials/0/rerun", user=None).status_code == 401
+    assert snapshot(ui, ui.experiment_id) == before
+    assert ui.harness.store.waiting_trials(ui.experiment_id) == []
+
+
+FAILS_FIRST = (
+    "import sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\ntime.sleep(2.5)\n"
+    "if trial.get_sequence_id() == 0:\n    sys.exit(3)\ntrial.report_final_result(p['x'])\n"
+)
+
+
+def test_a_rerun_and_a_chosen_trial_run_with_exactly_their_parameters(ui: UiSetup):
+    harness = ui.harness
+    config = (
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
+        f"trialCommand: {PY} t.py\ntrialConcurrency: 1\nmaxTrialNumber: 3\ntuner: {{name: TPE}}\n"
+        "trainingService: {platform: local}\n"
+    )
+    source = (
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=30)\n"
+    )
+    dag_id, _ = harness.experiment("asked_for", config, {"t.py": FAILS_FIRST}, dag_source=source)
+    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
+    run_id = harness.airflow.trigger(dag_id)
+    experiment_id = experiment_id_for(dag_id, run_id)
+    def failed_first() -> bool:
+        try:
+            return any(r["trial_index"] == 0 and r["status"] == "FAILED" for r in harness.rows(dag_id, run_id))
+        except KeyError:  # the start step has not opened the experiment yet
+            return False
+
+    wait_for("trial 0 to fail", failed_first, 120)
+    failed = harness.store.find_trial(experiment_id, 0).parameters
+    response = ui.post(f"experiments/{experiment_id}/rerun-failed", user="editor")
+    assert response.status_code == 200 and response.json()["rerun"] == [0], response.text
+    response = ui.post(f"experiments/{experiment_id}/trials", user="editor", json={"parameters": {"x": 0.4242}})
+    assert response.status_code == 200, response.text
+    assert response.json()["limits"]["maxTrialNumber"] == 5  # the tuner keeps its three
+
+    def done() -> bool:  # the last trial may run in a follow-on run of the DAG
+        rows = harness.store.trial_rows(experiment_id)
+        return len(rows) == 5 and all(r["status"] in ("SUCCEEDED", "FAILED") for r in rows)
+
+    wait_for("five trials to end", done, 300)
+    rows = harness.store.trial_rows(experiment_id)
+    assert [r["status"] for r in rows] == ["FAILED"] + ["SUCCEEDED"] * 4
+    by_params = {json.dumps(r["parameters"], sort_keys=True): r for r in rows[1:]}
+    assert json.dumps(failed, sort_keys=True) in by_params and json.dumps({"x": 0.4242}, sort_keys=True) in by_params
+    assert by_params[json.dumps({"x": 0.4242})]["final_metric"] == 0.4242  # ran with exactly that value
+    asked = [harness.store.find_trial(experiment_id, r["trial_index"]) for r in rows[1:]]
+    reasons = sorted(
+        (harness.store.storage.get_trial(a.storage_id).user_attrs.get("asked_by") or {}).get("reason", "")
+        for a in asked
+    )
+    assert reasons == ["", "", "added by editor", "re-run of trial 0 by editor"]
+    history = [h["action"] for h in ui.get(f"experiments/{experiment_id}/history").json()["actions"]]
+    assert history == ["add trial", "add trial"] and harness.store.waiting_trials(experiment_id) == []
+    assert [e["owner"] for e in audit_events(ui, "trialflow.rerun_trials", dag_id)] == ["editor"]

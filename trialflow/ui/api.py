@@ -231,9 +231,11 @@ def request_parse(dag_id: str) -> bool:
 
 
 def _refused(exc: Exception) -> HTTPException:
-    from trialflow.steering import UnknownTarget
+    """An action refused: 404 for an unknown target, 422 for a bad value, 409 otherwise."""
+    from trialflow.steering import BadInput, UnknownTarget
 
-    return HTTPException(status_code=404 if isinstance(exc, UnknownTarget) else 409, detail=str(exc))
+    code = 404 if isinstance(exc, UnknownTarget) else 422 if isinstance(exc, BadInput) else 409
+    return HTTPException(status_code=code, detail=str(exc))
 
 
 def _map_index(summary: dict[str, Any], trial_index: int) -> tuple[str | None, int | None]:
@@ -471,7 +473,7 @@ def create_app() -> FastAPI:
         try:
             steering.check_limits(changes)  # a bad value is refused before anything is read
         except steering.ActionRefused as exc:
-            raise HTTPException(status_code=422, detail=str(exc)) from None
+            raise _refused(exc) from None
         _live_run(dag_id, experiment_id)
         store = action_store()
         try:
@@ -484,6 +486,64 @@ def create_app() -> FastAPI:
             parsed = request_parse(dag_id)
         audit(user, "change_limits", dag_id, {"experiment_id": experiment_id, **changes})
         return {"limits": limits, "dag_parse_requested": parsed}
+
+    @app.post("/api/experiments/{experiment_id}/trials")
+    def add_trial(user: User, experiment_id: str, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+        from trialflow import steering
+
+        dag_id = _authorize_edit(user, experiment_id)
+        store = action_store()
+        try:
+            steering.check_parameters(store, experiment_id, body.get("parameters"))
+            _live_run(dag_id, experiment_id)
+            steering.add_trial(store, experiment_id, body.get("parameters"), user_name(user))
+        except steering.ActionRefused as exc:
+            raise _refused(exc) from None
+        audit(user, "add_trial", dag_id, {"experiment_id": experiment_id, "parameters": body.get("parameters")})
+        return {
+            "waiting": steering.waiting_trials(store, experiment_id),
+            "limits": steering.limits(store, experiment_id),
+        }
+
+    @app.post("/api/experiments/{experiment_id}/trials/{trial_index}/rerun")
+    def rerun(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
+        return _rerun(user, experiment_id, [trial_index])
+
+    @app.post("/api/experiments/{experiment_id}/rerun-failed")
+    def rerun_failed(user: User, experiment_id: str) -> dict[str, Any]:
+        return _rerun(user, experiment_id, None)
+
+    def _rerun(user: Any, experiment_id: str, indexes: list[int] | None) -> dict[str, Any]:
+        from trialflow import steering
+
+        dag_id = _authorize_edit(user, experiment_id)
+        store = action_store()
+        try:
+            _live_run(dag_id, experiment_id)
+            rerun = steering.rerun_trials(store, experiment_id, user_name(user), indexes)
+        except steering.ActionRefused as exc:
+            raise _refused(exc) from None
+        audit(user, "rerun_trials", dag_id, {"experiment_id": experiment_id, "trial_indexes": rerun})
+        return {"rerun": rerun, "waiting": steering.waiting_trials(store, experiment_id)}
+
+    @app.get("/api/experiments/{experiment_id}/config")
+    def effective_config(user: User, experiment_id: str) -> dict[str, Any]:
+        """The whole effective config, read-only, secrets masked as ``trialflow convert`` masks
+        them (the store keeps it masked; masked again here by key), with the limits as changed."""
+        from trialflow import steering
+        from trialflow.config.redaction import redact
+
+        dag_id = _authorize(user, experiment_id)
+        store = action_store()
+        config = redact(store.experiment_attr(experiment_id, "config") or {})
+        return {
+            "config": config,
+            "search_space": config.get("searchSpace"),
+            "limits": steering.limits(store, experiment_id),
+            "changed": steering.changed_limits(store, experiment_id),
+            "waiting": steering.waiting_trials(store, experiment_id),
+            "may_edit": may_edit_dag(user, dag_id),
+        }
 
     @app.get("/api/experiments/{experiment_id}/export.csv")
     def export_csv(user: User, experiment_id: str) -> Response:
