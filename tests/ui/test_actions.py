@@ -292,6 +292,7 @@ def test_a_rerun_and_a_chosen_trial_run_with_exactly_their_parameters(ui: UiSetu
     harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
     run_id = harness.airflow.trigger(dag_id)
     experiment_id = experiment_id_for(dag_id, run_id)
+
     def failed_first() -> bool:
         try:
             return any(r["trial_index"] == 0 and r["status"] == "FAILED" for r in harness.rows(dag_id, run_id))
