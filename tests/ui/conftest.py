@@ -55,9 +55,13 @@ class UiSetup:
         response.raise_for_status()
         return response.json()["access_token"]
 
-    def post(self, path: str, user: str | None = "trialflow", **kwargs: Any) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token(user)}"} if user else {}
-        return httpx.post(f"{self.base}/trialflow/api/{path}", headers=headers, timeout=30, **kwargs)
+    def post(
+        self, path: str, user: str | None = "trialflow", headers: dict[str, str] | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        sent = {"Authorization": f"Bearer {self.token(user)}"} if user else {}
+        return httpx.post(
+            f"{self.base}/trialflow/api/{path}", headers={**sent, **(headers or {})}, timeout=30, **kwargs
+        )
 
     def get(self, path: str, user: str | None = "trialflow", **params: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.token(user)}"} if user else {}

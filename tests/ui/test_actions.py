@@ -326,3 +326,14 @@ def test_a_rerun_and_a_chosen_trial_run_with_exactly_their_parameters(ui: UiSetu
     history = [h["action"] for h in ui.get(f"experiments/{experiment_id}/history").json()["actions"]]
     assert history == ["add trial", "add trial"] and harness.store.waiting_trials(experiment_id) == []
     assert [e["owner"] for e in audit_events(ui, "trialflow.rerun_trials", dag_id)] == ["editor"]
+
+
+def test_a_browser_action_from_another_origin_is_refused(ui: UiSetup):
+    """A page elsewhere cannot act with a person's session: the action checks its Origin."""
+    before = snapshot(ui, ui.experiment_id)
+    for origin in ("https://evil.example", f"{ui.base}.evil.example"):
+        response = ui.post(f"experiments/{ui.experiment_id}/stop", headers={"Origin": origin})
+        assert response.status_code == 403 and "cross-origin" in response.json()["detail"], origin
+    assert snapshot(ui, ui.experiment_id) == before
+    same = ui.post(f"experiments/{ui.experiment_id}/trials/0/kill", headers={"Origin": ui.base})
+    assert same.status_code == 409  # past the check (that trial has ended)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import Body, Depends, FastAPI, HTTPException, Query
+from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, JSONResponse, Response
 
@@ -193,6 +193,28 @@ def _authorize(user: Any, experiment_id: str) -> str | None:
     return dag_id
 
 
+def same_origin(request: Request) -> None:
+    """A browser's action must come from the pages themselves: its Origin (sent with every
+    POST and PATCH) is the api-server's own. Airflow's session cookie is SameSite=Lax already;
+    this also refuses a page on a sibling host of the same site. Clients with a bearer token
+    (no Origin) are not browsers and are unaffected."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return
+    own = f"{request.url.scheme}://{request.url.netloc}"
+    forwarded = request.headers.get("x-forwarded-host")
+    allowed = {own} | (
+        {f"{request.headers.get('x-forwarded-proto', request.url.scheme)}://{forwarded}"} if forwarded else set()
+    )
+    if origin.rstrip("/") not in allowed:
+        raise HTTPException(
+            status_code=403, detail="actions are taken from trialflow's own pages (cross-origin refused)"
+        )
+
+
+SameOrigin = Depends(same_origin)
+
+
 def _authorize_edit(user: Any, experiment_id: str) -> str | None:
     """As _authorize, and ``user`` may change the DAG's task instances (else 403, nothing done)."""
     dag_id = _authorize(user, experiment_id)
@@ -360,6 +382,9 @@ def create_app() -> FastAPI:
             else None,
             "grid": f"{base_url()}dags/{quote(dag, safe='')}/grid" if dag in existing else None,
         }
+        # What the pages' buttons need: whether this person may act, and what is queued.
+        summary["may_edit"] = may_edit_dag(user, dag)
+        summary["waiting"] = len(action_store().waiting_trials(experiment_id))
         return summary
 
     @app.get("/api/experiments/{experiment_id}/trials")
@@ -428,6 +453,7 @@ def create_app() -> FastAPI:
         if web:
             links.append({"label": "Platform", "href": web})
         detail.update(map_index=map_index, links=links, log=_log_tail(handle), location=_location(handle))
+        detail["may_edit"] = may_edit_dag(user, summary.get("dag_id"))
         return detail
 
     # -- actions: POST only, edit permission on the DAG, Airflow's audit log --------------------
@@ -440,7 +466,7 @@ def create_app() -> FastAPI:
         store = action_store()
         return {"actions": steering.history(store, experiment_id), "may_edit": may_edit_dag(user, dag_id)}
 
-    @app.post("/api/experiments/{experiment_id}/trials/{trial_index}/kill")
+    @app.post("/api/experiments/{experiment_id}/trials/{trial_index}/kill", dependencies=[SameOrigin])
     def kill(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
         from trialflow import steering
 
@@ -452,7 +478,7 @@ def create_app() -> FastAPI:
         audit(user, "kill_trial", dag_id, {"experiment_id": experiment_id, "trial_index": trial_index})
         return {"trial_id": record.trial_id, "trial_index": trial_index, "requested": "stop"}
 
-    @app.post("/api/experiments/{experiment_id}/stop")
+    @app.post("/api/experiments/{experiment_id}/stop", dependencies=[SameOrigin])
     def stop(user: User, experiment_id: str) -> dict[str, Any]:
         from trialflow import steering
 
@@ -464,7 +490,7 @@ def create_app() -> FastAPI:
         audit(user, "stop_experiment", dag_id, {"experiment_id": experiment_id})
         return {"runs": stopped.marked, "trials": [t.trial_index for t in stopped.asked]}
 
-    @app.patch("/api/experiments/{experiment_id}/limits")
+    @app.patch("/api/experiments/{experiment_id}/limits", dependencies=[SameOrigin])
     def change_limits(user: User, experiment_id: str, changes: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
         from trialflow import steering
         from trialflow.tuning.dag_limits import write_concurrency
@@ -487,7 +513,7 @@ def create_app() -> FastAPI:
         audit(user, "change_limits", dag_id, {"experiment_id": experiment_id, **changes})
         return {"limits": limits, "dag_parse_requested": parsed}
 
-    @app.post("/api/experiments/{experiment_id}/trials")
+    @app.post("/api/experiments/{experiment_id}/trials", dependencies=[SameOrigin])
     def add_trial(user: User, experiment_id: str, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
         from trialflow import steering
 
@@ -505,11 +531,11 @@ def create_app() -> FastAPI:
             "limits": steering.limits(store, experiment_id),
         }
 
-    @app.post("/api/experiments/{experiment_id}/trials/{trial_index}/rerun")
+    @app.post("/api/experiments/{experiment_id}/trials/{trial_index}/rerun", dependencies=[SameOrigin])
     def rerun(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
         return _rerun(user, experiment_id, [trial_index])
 
-    @app.post("/api/experiments/{experiment_id}/rerun-failed")
+    @app.post("/api/experiments/{experiment_id}/rerun-failed", dependencies=[SameOrigin])
     def rerun_failed(user: User, experiment_id: str) -> dict[str, Any]:
         return _rerun(user, experiment_id, None)
 

@@ -6,6 +6,7 @@ import { Chart } from "./Chart";
 import { curvesOption, historyOption, importanceOption, parallelOption, timelineOption } from "./charts";
 import { ErrorBox, Fact, Loading, Panel, StatusBadge, StatusCounts } from "./common";
 import { Compare } from "./Compare";
+import { ConfigView, ExperimentActions, History } from "./Actions";
 import { useColorMode, useLoad } from "./hooks";
 import { TrialTable } from "./TrialTable";
 import { airflowUrl, formatDuration, formatParameters, formatTime, formatValue, visible } from "./util";
@@ -26,7 +27,7 @@ function Summary({ summary }: { summary: Summary }) {
         </Fact>
         <Fact label="Tuner">{tuner?.name ?? tuner?.className ?? "–"}{summary.config.assessor?.name ? ` + ${summary.config.assessor.name}` : ""}</Fact>
         <Fact label="Platform">{summary.config.platforms.join(", ")}</Fact>
-        <Fact label="Concurrency">{summary.config.trialConcurrency ?? "–"}</Fact>
+        <Fact label="Concurrency"><span data-testid="concurrency">{summary.config.trialConcurrency ?? "–"}</span>{summary.changed?.trialConcurrency ? " (changed)" : ""}</Fact>
         <Fact label="Started">{formatTime(summary.started)}</Fact>
       </HStack>
       <Box mt={3}><StatusCounts counts={summary.counts} /></Box>
@@ -87,11 +88,13 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
         </HStack>
       </HStack>
       <Summary summary={current} />
+      <ExperimentActions summary={current} onChanged={summary.reload} />
       <Tabs.Root value={tab} onValueChange={(e: { value: string }) => onTab(e.value)} variant="line" lazyMount>
         <Tabs.List>
           <Tabs.Trigger value="overview" data-testid="tab-overview">Overview</Tabs.Trigger>
           <Tabs.Trigger value="trials" data-testid="tab-trials">Trials ({current.trials})</Tabs.Trigger>
           <Tabs.Trigger value="compare" data-testid="tab-compare">Compare ({selected.length})</Tabs.Trigger>
+          <Tabs.Trigger value="config" data-testid="tab-config">Config</Tabs.Trigger>
         </Tabs.List>
         <Tabs.Content value="overview">
           {chart.error && !chart.data ? <ErrorBox error={chart.error} /> : !chart.data ? <Loading /> : (
@@ -129,7 +132,11 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
         <Tabs.Content value="compare">
           <Compare experimentId={experimentId} selected={selected} summary={current} onOpenTrial={onOpenTrial} />
         </Tabs.Content>
+        <Tabs.Content value="config">
+          <ConfigView experimentId={experimentId} />
+        </Tabs.Content>
       </Tabs.Root>
+      <History experimentId={experimentId} live={live} />
     </VStack>
   );
 }

@@ -5,6 +5,7 @@ import { Box, Button, Code, HStack, Heading, Link, SimpleGrid, Table, Text, VSta
 import { type TrialDetail, getJson } from "./api";
 import { Chart } from "./Chart";
 import { detailOption } from "./charts";
+import { TrialActions } from "./Actions";
 import { ErrorBox, Fact, Loading, Panel, StatusBadge } from "./common";
 import { useLoad } from "./hooks";
 import { flatten, formatDuration, formatHandleValue, formatTime, formatValue, visible } from "./util";
@@ -26,7 +27,11 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
           <Heading size="md">Trial {trial.trial_index} <Code fontSize="sm">{trial.trial_id}</Code></Heading>
           <Text fontSize="sm" color="fg.muted">experiment <Code fontSize="xs">{experimentId}</Code></Text>
         </Box>
-        <Button size="sm" variant="outline" onClick={onBack}>Back to the experiment</Button>
+        <HStack>
+          <TrialActions experimentId={experimentId} index={trial.trial_index} status={trial.status}
+            mayEdit={Boolean(trial.may_edit)} onChanged={again.reload} />
+          <Button size="sm" variant="outline" onClick={onBack}>Back to the experiment</Button>
+        </HStack>
       </HStack>
       <Panel>
         <HStack gap={8} flexWrap="wrap">

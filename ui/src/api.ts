@@ -72,6 +72,17 @@ export interface Summary {
     searchSpace: Record<string, { _type: string; _value: unknown[] }> | null;
   };
   links: { dag_run: string | null; grid: string | null };
+  /** Limits a person changed while it ran (their new values). */
+  changed: Record<string, number>;
+  may_edit: boolean;
+  waiting: number;
+}
+
+export interface HistoryEntry {
+  at: number;
+  by: string;
+  action: string;
+  detail: string;
 }
 
 export interface Page {
@@ -95,6 +106,7 @@ export interface TrialDetail extends TrialRow {
   log: { name: string; text: string }[];
   location: string | null;
   links: { label: string; href: string }[];
+  may_edit?: boolean;
 }
 
 export class ApiError extends Error {
@@ -133,6 +145,27 @@ export async function getJson<T>(path: string, params?: Record<string, string | 
       /* not JSON */
     }
     throw new ApiError(response.status, String(detail));
+  }
+  return (await response.json()) as T;
+}
+
+/** An action (POST/PATCH): Airflow's cookie goes along; a refusal throws its detail. */
+export async function send<T>(path: string, method: "POST" | "PATCH", body?: unknown): Promise<T> {
+  const response = await fetch(apiUrl(path), {
+    method,
+    credentials: "same-origin",
+    headers: body === undefined ? {} : { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (!response.ok) {
+    let detail = response.statusText;
+    try {
+      const parsed = (await response.json()).detail;
+      detail = typeof parsed === "string" ? parsed : JSON.stringify(parsed);
+    } catch {
+      /* not JSON */
+    }
+    throw new ApiError(response.status, detail);
   }
   return (await response.json()) as T;
 }

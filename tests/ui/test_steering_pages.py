@@ -1,0 +1,143 @@
+"""Steering from the pages in a real headless Chromium, logged in to the real Airflow, while the
+real scheduler runs the experiment: kill a trial from its page, raise trialConcurrency from 2
+to 4 and add a trial with chosen parameters from the experiment's page, and a reader who sees
+no buttons. Screenshots go to $TRIALFLOW_SCREENSHOTS (README's images come from there)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.integration.conftest import PY
+from tests.integration.test_airflow_controls import gone, running_pids, sleeper_dag, wait_for
+from tests.ui.conftest import UiSetup, login
+from tests.ui.test_actions import STAMPED, first_time_at, most_at_once
+from tests.ui.test_pages import shot
+from trialflow.platforms.base import experiment_id_for
+from trialflow.platforms.local import process_alive
+
+pytestmark = [pytest.mark.integration, pytest.mark.ui]
+
+
+def test_kill_a_running_trial_from_its_page_and_a_reader_sees_no_buttons(browser, ui: UiSetup):
+    harness = ui.harness
+    dag_id, _ = sleeper_dag(harness, "page_kill", 0.5, trials=2, concurrency=2)
+    run_id = harness.airflow.trigger(dag_id)
+    experiment_id = experiment_id_for(dag_id, run_id)
+    pids = running_pids(harness, dag_id, run_id, {"deferred"}, 2)
+
+    reader = login(browser, ui, user="limited")
+    reader.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial=0")
+    reader.wait_for_selector("[data-testid=trial-page]", timeout=30000)
+    assert reader.locator("[data-testid=kill-trial]").count() == 0
+    reader.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}")
+    reader.wait_for_selector("[data-testid=summary]", timeout=30000)
+    assert reader.locator("[data-testid=actions]").count() == 0
+    assert reader.locator("[data-testid=stop-experiment]").count() == 0
+    shot(reader, "steer-reader")
+
+    page = login(browser, ui, user="editor")
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial=0")
+    page.wait_for_selector("[data-testid=kill-trial]", timeout=30000)
+    dialogs: list[str] = []
+
+    def accept(dialog):
+        dialogs.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", accept)
+    page.click("[data-testid=kill-trial]")
+    page.wait_for_selector("[data-testid=action-outcome]", timeout=10000)
+    assert "Kill trial 0?" in dialogs[0]
+    page.wait_for_selector("[data-status=USER_CANCELED]", timeout=30000)  # the page follows by itself
+    assert "killed by editor" in page.locator("[data-testid=trial-message]").inner_text()
+    gone({0: pids[0]})
+    assert process_alive(pids[1])  # its neighbour runs on
+    assert page.locator("[data-testid=rerun-trial]").count() == 1  # ended: it may be re-run now
+    shot(page, "trial-killed")
+    assert not page.errors, page.errors
+
+    # The rest from the experiment's page: stop (asks first).
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}")
+    page.wait_for_selector("[data-testid=stop-experiment]", timeout=30000)
+    page.click("[data-testid=stop-experiment]")
+    page.wait_for_selector("[data-testid=action-outcome]", timeout=10000)
+    assert "Stop this experiment?" in dialogs[-1]
+    gone({1: pids[1]})
+    harness.wait(dag_id, run_id, 120)
+    page.reload()
+    page.wait_for_selector("[data-testid=history]", timeout=30000)
+    history = page.locator("[data-testid=history]").inner_text()
+    assert "kill trial" in history and "stop experiment" in history and "editor" in history
+    assert page.locator("[data-testid=actions]").count() == 0  # over: nothing left to steer
+    assert not page.errors, page.errors
+
+
+def test_raise_concurrency_and_add_a_trial_from_the_experiment_page(browser, ui: UiSetup):
+    harness = ui.harness
+    folder = harness.root / "experiments" / "page_steer"
+    log = folder / "stamps"
+    config = (
+        "experimentName: steered from the page\nsearchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
+        f"trialCommand: LAUNCHES={log} SLEEP=10 {PY} t.py\n"
+        "trialConcurrency: 2\nmaxTrialNumber: 6\ntuner: {name: TPE}\ntrainingService: {platform: local}\n"
+    )
+    source = (
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=1)\n"
+    )
+    dag_id, _ = harness.experiment("page_steer", config, {"t.py": STAMPED}, dag_source=source)
+    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
+    run_id = harness.airflow.trigger(dag_id)
+    experiment_id = experiment_id_for(dag_id, run_id)
+    wait_for("two trials running", lambda: log.exists() and log.read_text().count("start") >= 2, 120)
+
+    page = login(browser, ui, user="editor")
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}")
+    page.wait_for_selector("[data-testid=actions]", timeout=30000)
+    assert page.locator("[data-testid=concurrency]").inner_text() == "2"
+    page.fill("[data-testid=limit-concurrency]", "4")
+    raised_at = time.time()
+    page.click("[data-testid=apply-limits]")
+    page.wait_for_selector("text=Limits changed: trialConcurrency 4", timeout=10000)
+    page.fill("[data-testid=add-trial-parameters]", '{"x": 2}')
+    page.click("[data-testid=add-trial]")
+    page.wait_for_selector("text=parameters.x: expected a number in [0, 1] (uniform), got 2", timeout=10000)
+    page.fill("[data-testid=add-trial-parameters]", '{"x": 0.777}')
+    page.click("[data-testid=add-trial]")
+    page.wait_for_selector("text=Trial added: it runs next", timeout=10000)
+    page.wait_for_function("() => document.querySelector('[data-testid=concurrency]').innerText === '4'", timeout=20000)
+    shot(page, "steer")
+
+    _, state = harness.wait(dag_id, run_id, 300)
+    assert state == "success"
+
+    def all_seven_ended() -> bool:  # the seventh runs in the follow-on run the end step starts
+        rows = harness.store.trial_rows(experiment_id)
+        return len(rows) == 7 and all(r["status"] == "SUCCEEDED" for r in rows)
+
+    wait_for("the seventh trial, in the follow-on run", all_seven_ended, 180)
+    assert most_at_once(log) == 4
+    four_at = first_time_at(log, 4)
+    assert four_at is not None and four_at - raised_at < 15
+    rows = harness.store.trial_rows(experiment_id)
+    chosen = [r for r in rows if r["parameters"] == {"x": 0.777}]
+    assert len(chosen) == 1 and chosen[0]["status"] == "SUCCEEDED" and chosen[0]["final_metric"] == 0.777
+    assert len(rows) == 7  # the tuner's six and the added one
+
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&tab=config")
+    page.wait_for_selector("[data-testid=config-view]", timeout=30000)
+    assert "trialConcurrency 4" in page.locator("[data-testid=changed-limits]").inner_text()
+    assert '"searchSpace"' in page.locator("[data-testid=config-view]").inner_text()
+    shot(page, "config")
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&tab=overview")
+    assert canvas_timeline(page)
+    shot(page, "steered-timeline")
+    assert not page.errors, page.errors
+
+
+def canvas_timeline(page) -> bool:
+    from tests.ui.test_pages import canvas_drawn
+
+    return canvas_drawn(page, "[data-testid=chart-timeline]")
