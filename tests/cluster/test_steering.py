@@ -1,0 +1,103 @@
+"""The pages' actions across hosts (issue 28, part 4): under the CeleryExecutor deployment, an
+action taken through the api-server reaches trials that run on the SSH machine and are followed
+by a Celery worker or by the triggerer, on hosts of their own. Kill one, lower the concurrency,
+stop the experiment: every trial ends once, none is left running, none starts twice, and
+nothing of the stopped run starts afterwards."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.cluster.deployment import FAULT_REPORT, Deployment
+from tests.cluster.test_faults import remote_experiment, start_log, wait_until
+from trialflow.platforms.base import experiment_id_for
+from trialflow.tuning.experiment_store import ExperimentStore
+
+pytestmark = pytest.mark.integration
+
+
+def act(cluster: Deployment, method: str, path: str, body: Any = None) -> httpx.Response:
+    return httpx.request(
+        method,
+        f"{cluster.airflow.base_url}/trialflow/api/{path}",
+        headers=cluster.airflow._headers(),
+        json=body,
+        timeout=60,
+    )
+
+
+def test_kill_lower_concurrency_and_stop_reach_trials_on_other_hosts(cluster: Deployment, ssh_machine):
+    log = start_log()
+    # defer_after 4 s of an 8 s trial: each trial is followed first by a worker, then by the triggerer.
+    dag_id, dag_file = remote_experiment(cluster, ssh_machine, "steered", log, trials=24, defer_after=4)
+    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    started_at = time.monotonic()
+    run_id = cluster.airflow.trigger(dag_id)
+    experiment_id = experiment_id_for(dag_id, run_id)
+    store = ExperimentStore(cluster.store_url)
+
+    def running() -> list[dict[str, Any]]:
+        try:
+            return [r for r in store.trial_rows(experiment_id) if r["status"] == "RUNNING"]
+        except KeyError:
+            return []
+
+    first = wait_until(lambda: len(running()) >= 4 and running(), 180, "four trials running on the SSH machine")
+    victim = first[0]["trial_index"]
+    response = act(cluster, "POST", f"experiments/{experiment_id}/trials/{victim}/kill")
+    assert response.status_code == 200, response.text
+    response = act(cluster, "PATCH", f"experiments/{experiment_id}/limits", {"trialConcurrency": 2})
+    assert response.status_code == 200 and response.json()["dag_parse_requested"], response.text
+
+    def killed() -> bool:
+        row = next(r for r in store.trial_rows(experiment_id) if r["trial_index"] == victim)
+        return row["status"] == "USER_CANCELED" and row["message"] == "killed by trialflow"
+
+    wait_until(killed, 60, "the killed trial to end USER_CANCELED")
+
+    lowered_at = time.monotonic()
+    # The lower limit reaches the scheduler within seconds (a parse of the DAG file); trials
+    # already running finish (8 s). From then on, at most two run at once, and new ones start.
+    wait_until(lambda: time.monotonic() - lowered_at > 20, 30, "the old trials to finish")
+    started_before = len(log.read_text().split())
+    at_once = []
+    while time.monotonic() - lowered_at < 40:
+        at_once.append(len(running()))
+        time.sleep(0.5)
+    assert max(at_once) <= 2 and len(log.read_text().split()) > started_before, at_once
+    response = act(cluster, "POST", f"experiments/{experiment_id}/stop")
+    assert response.status_code == 200, response.text
+    stopped_at = len(log.read_text().split())
+    state = wait_until(
+        lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
+        300,
+        "the run to end",
+        interval=1.0,
+    )
+    rows = store.trial_rows(experiment_id)
+    starts = Counter(log.read_text().split())
+    FAULT_REPORT.append(
+        {
+            "fault": "page actions: kill, concurrency 4 -> 2, stop (SSH machine, worker + triggerer)",
+            "trials": len(rows),
+            "started": len(starts),
+            "finished": sum(r["status"] in ("SUCCEEDED", "USER_CANCELED") for r in rows),
+            "lost": sum(r["status"] not in ("SUCCEEDED", "USER_CANCELED") for r in rows),
+            "duplicated": sum(n - 1 for n in starts.values()),
+            "retried tasks": 0,
+            "wall s": round(time.monotonic() - started_at, 1),
+        }
+    )
+    assert set(starts.values()) == {1}, f"trials started more than once: {starts}"
+    assert sorted(starts) == sorted(r["trial_id"] for r in rows)  # every started trial is in the store
+    assert all(r["status"] in ("SUCCEEDED", "USER_CANCELED") for r in rows), rows  # none left running
+    assert len(starts) == stopped_at  # nothing started after the stop
+    assert any(r["status"] == "USER_CANCELED" and "experiment stopped by trialflow" in r["message"] for r in rows)
+    assert len(rows) < 24 and state == "success"  # the end step found results; the rest never started
+    tis = [ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
+    assert all(ti["state"] in ("success", "skipped") for ti in tis), [(ti["map_index"], ti["state"]) for ti in tis]
