@@ -337,3 +337,29 @@ def test_a_browser_action_from_another_origin_is_refused(ui: UiSetup):
     assert snapshot(ui, ui.experiment_id) == before
     same = ui.post(f"experiments/{ui.experiment_id}/trials/0/kill", headers={"Origin": ui.base})
     assert same.status_code == 409  # past the check (that trial has ended)
+
+
+def test_the_trial_page_says_who_used_airflows_button(ui: UiSetup):
+    """The store says what stopped the trial; Airflow's audit log says who: the trial's data
+    carries both, this trial's events only."""
+    harness = ui.harness
+    dag_id, _ = sleeper_dag(harness, "who_marked", 0.5, trials=2, concurrency=2)
+    run_id = harness.airflow.trigger(dag_id)
+    experiment_id = experiment_id_for(dag_id, run_id)
+    pids = running_pids(harness, dag_id, run_id, {"deferred"}, 2)
+    response = httpx.patch(
+        f"{ui.base}/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/1",
+        json={"new_state": "failed"},
+        headers={"Authorization": f"Bearer {ui.token('editor')}"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    gone({1: pids[1]})
+    detail = ui.get(f"experiments/{experiment_id}/trials/1").json()
+    assert detail["message"] == "stopped from Airflow: its task was marked failed"
+    assert [(a["by"], a["event"], a["state"]) for a in detail["airflow_actions"]] == [
+        ("editor", "patch_task_instance", "failed")
+    ]
+    assert ui.get(f"experiments/{experiment_id}/trials/0").json()["airflow_actions"] == []
+    assert ui.post(f"experiments/{experiment_id}/stop").status_code == 200
+    harness.wait(dag_id, run_id, 120)

@@ -34,6 +34,20 @@ def in_a_task() -> bool:
         return False
 
 
+def _store_url(store_conn_id: str) -> str | None:
+    """The store's URL, quietly (this runs at every parse): the default connection missing means
+    the embedded store; another one missing means nothing to read here (the start step says so)."""
+    from airflow.sdk import BaseHook
+
+    from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, default_store_url, store_url_from_connection
+
+    try:
+        conn = BaseHook.get_connection(store_conn_id)
+    except Exception:
+        return default_store_url() if store_conn_id == DEFAULT_CONN_ID else None
+    return store_url_from_connection(conn, store_conn_id)
+
+
 def changed_concurrency(store_conn_id: str, dag_id: str) -> int | None:
     """The trialConcurrency a person set for ``dag_id``'s running experiment, or None."""
     if in_a_task():
@@ -41,10 +55,11 @@ def changed_concurrency(store_conn_id: str, dag_id: str) -> int | None:
     try:
         from sqlalchemy.engine import make_url
 
-        from trialflow.hooks.experiment_store import ExperimentStoreHook
         from trialflow.tuning.dag_limits import read_concurrency
 
-        url = ExperimentStoreHook(store_conn_id).storage_url()
+        url = _store_url(store_conn_id)
+        if url is None:
+            return None
         parsed = make_url(url)
         if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
             return None  # no store yet: nothing was changed (and no empty file is made here)

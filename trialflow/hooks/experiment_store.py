@@ -29,10 +29,10 @@ DEFAULT_CONN_ID = "trialflow_default"
 
 
 def default_store_url() -> str:
-    from trialflow.tuning.experiment_store import sqlite_url
-
+    # Spelled here, not through tuning.experiment_store's sqlite_url: DAG parsing asks for it
+    # (trialflow.hooks.dag_limits), and that module imports Optuna.
     home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
-    return sqlite_url(home / "trialflow" / "experiments.db")
+    return f"sqlite:///{(home / 'trialflow' / 'experiments.db').expanduser().resolve()}"
 
 
 def store_url_from_connection(conn: Any, conn_id: str = DEFAULT_CONN_ID) -> str:

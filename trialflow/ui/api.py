@@ -252,6 +252,51 @@ def request_parse(dag_id: str) -> bool:
     return True
 
 
+#: Airflow's audit events that can stop a trial task (its own REST routes' names).
+STOPPING_EVENTS = (
+    "patch_task_instance",
+    "patch_task_instance_dry_run",
+    "post_clear_task_instances",
+    "patch_dag_run",
+    "clear_dag_run",
+    "bulk_task_instances",
+)
+
+
+def airflow_actions(dag_id: str | None, run_id: str | None, map_index: int | None) -> list[dict[str, Any]]:
+    """Who acted on the trial's task or its DAG run with Airflow's own buttons (Airflow's audit
+    log): the store says what stopped a trial ("its task was marked failed"), this says who."""
+    if not dag_id or not run_id:
+        return []
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(Log.dttm, Log.owner, Log.event, Log.task_id, Log.extra)
+            .where(Log.dag_id == dag_id, Log.run_id == run_id, Log.event.in_(STOPPING_EVENTS))
+            .order_by(Log.dttm.desc())
+            .limit(50)
+        ).all()
+    found = []
+    for dttm, owner, event, task_id, extra in rows:
+        try:
+            details = json.loads(extra or "{}")
+        except ValueError:
+            details = {}
+        if task_id not in (None, "trial") or event == "patch_task_instance_dry_run":
+            continue
+        if task_id == "trial" and str(details.get("map_index", map_index)) != str(map_index):
+            continue  # another trial's task
+        named = details.get("task_ids") if event == "post_clear_task_instances" else None
+        if isinstance(named, list) and not any(t == "trial" or t == ["trial", map_index] for t in named):
+            continue  # a clear of other tasks
+        what = details.get("new_state") or details.get("state") or ("clear" if "clear" in event else None)
+        found.append({"at": dttm.timestamp() if dttm else None, "by": owner, "event": event, "state": what})
+    return found[:10]
+
+
 def _refused(exc: Exception) -> HTTPException:
     """An action refused: 404 for an unknown target, 422 for a bad value, 409 otherwise."""
     from trialflow.steering import BadInput, UnknownTarget
@@ -454,6 +499,7 @@ def create_app() -> FastAPI:
             links.append({"label": "Platform", "href": web})
         detail.update(map_index=map_index, links=links, log=_log_tail(handle), location=_location(handle))
         detail["may_edit"] = may_edit_dag(user, summary.get("dag_id"))
+        detail["airflow_actions"] = airflow_actions(summary.get("dag_id"), run_id, map_index)
         return detail
 
     # -- actions: POST only, edit permission on the DAG, Airflow's audit log --------------------

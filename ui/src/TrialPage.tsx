@@ -42,6 +42,11 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
           <Fact label="Platform">{trial.platform ?? "–"}{trial.host ? ` · ${trial.host}` : ""}</Fact>
         </HStack>
         {trial.message ? <Text mt={3} fontSize="sm" data-testid="trial-message">{visible(trial.message)}</Text> : null}
+        {trial.airflow_actions?.length ? (
+          <Text mt={1} fontSize="xs" color="fg.muted" data-testid="airflow-actions">
+            In Airflow: {trial.airflow_actions.map((a) => `${formatTime(a.at)} ${visible(a.by ?? "?")} ${visible(a.event.replace(/_/g, " "))}${a.state ? ` (${visible(a.state)})` : ""}`).join("; ")}
+          </Text>
+        ) : null}
         <HStack mt={3} gap={3} flexWrap="wrap">
           {trial.links.map((link) => (
             <Button key={link.label} asChild size="xs" variant="outline"><a href={link.href} data-testid={`link-${link.label}`}>{link.label}</a></Button>

@@ -107,6 +107,8 @@ export interface TrialDetail extends TrialRow {
   location: string | null;
   links: { label: string; href: string }[];
   may_edit?: boolean;
+  /** Who acted on its task or DAG run with Airflow's own buttons (Airflow's audit log). */
+  airflow_actions?: { at: number | null; by: string | null; event: string; state: string | null }[];
 }
 
 export class ApiError extends Error {
