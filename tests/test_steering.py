@@ -134,7 +134,7 @@ def test_stop_trial_closes_first_and_leaves_an_ended_trial_alone(setup):
 
 def test_history_keeps_the_newest_entries(setup, monkeypatch):
     _, store = setup
-    monkeypatch.setattr(steering, "HISTORY_LIMIT", 3)
+    monkeypatch.setattr(steering.base, "HISTORY_LIMIT", 3)
     for i in range(5):
         steering.record_action(store, "esteer", "dave", "note", str(i))
     assert [h["detail"] for h in steering.history(store, "esteer")] == ["2", "3", "4"]

@@ -1,0 +1,74 @@
+"""What a person asks of a running experiment, recorded in the store, acted on by whoever
+follows its trials. No Airflow: the pages' API and the CLI are shells over these.
+
+* :mod:`.base`: refusals, who asked, the experiment's history;
+* :mod:`.stops`: kill a trial, stop runs or the experiment, and what the follow loop reads;
+* :mod:`.limits`: trialConcurrency, maxTrialNumber, maxExperimentDuration while it runs;
+* :mod:`.asked`: trials with chosen parameters and re-runs.
+"""
+
+from __future__ import annotations
+
+from trialflow.steering.asked import POINT_TUNERS, add_trial, check_parameters, rerun_trials, waiting_trials
+from trialflow.steering.base import (
+    HISTORY,
+    HISTORY_LIMIT,
+    ActionRefused,
+    BadInput,
+    Request,
+    UnknownTarget,
+    history,
+    record_action,
+)
+from trialflow.steering.limits import (
+    LIMIT_KEYS,
+    LIMITS,
+    MAX_TRIAL_NUMBER,
+    change_limits,
+    changed_limits,
+    check_limits,
+    limits,
+)
+from trialflow.steering.stops import (
+    DEADLINE_CHANGE,
+    STOP_REQUEST,
+    Stopped,
+    control,
+    kill_trial,
+    run_windows,
+    stop_experiment,
+    stop_requested,
+    stop_runs,
+)
+
+__all__ = [
+    "DEADLINE_CHANGE",
+    "HISTORY",
+    "HISTORY_LIMIT",
+    "LIMITS",
+    "LIMIT_KEYS",
+    "MAX_TRIAL_NUMBER",
+    "POINT_TUNERS",
+    "STOP_REQUEST",
+    "ActionRefused",
+    "BadInput",
+    "Request",
+    "Stopped",
+    "UnknownTarget",
+    "add_trial",
+    "change_limits",
+    "changed_limits",
+    "check_limits",
+    "check_parameters",
+    "control",
+    "history",
+    "kill_trial",
+    "limits",
+    "record_action",
+    "rerun_trials",
+    "run_windows",
+    "stop_experiment",
+    "stop_requested",
+    "stop_runs",
+    "waiting_trials",
+]

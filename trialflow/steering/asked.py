@@ -1,0 +1,107 @@
+"""Trials a person asks for: chosen parameters and re-runs, queued for the next trial index. No Airflow."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from trialflow.platforms.base import TrialStatus
+from trialflow.steering.base import ActionRefused, BadInput, UnknownTarget, find_trial, record_action
+from trialflow.steering.limits import LIMITS, changed_limits, limits
+
+if TYPE_CHECKING:
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+#: Tuners that run their points in index order: a trial of one's own would take a point's place.
+POINT_TUNERS = frozenset({"gridsearch", "batchtuner"})
+
+
+def _space_of(store: ExperimentStore, experiment_id: str) -> tuple[Any, str]:
+    from trialflow.config.search_space import parse_search_space
+
+    if not store.experiment_exists(experiment_id):
+        raise UnknownTarget(f"there is no experiment {experiment_id!r}")
+    config = store.experiment_attr(experiment_id, "config") or {}
+    if not config.get("searchSpace"):
+        raise ActionRefused(
+            f"experiment {experiment_id!r} keeps no search space in the store: nothing to check against"
+        )
+    algorithm = config.get("tuner") or config.get("advisor") or {}
+    name = str(algorithm.get("name", "")) if isinstance(algorithm, dict) else ""
+    return parse_search_space(config["searchSpace"]), name
+
+
+def check_parameters(store: ExperimentStore, experiment_id: str, parameters: Any) -> dict[str, Any]:
+    """``parameters`` if they are a point of the experiment's search space, else ActionRefused
+    naming the parameter and what was expected (the words of ``trialflow validate``)."""
+    from trialflow.config.search_space import SearchSpaceError, encode
+
+    space, tuner = _space_of(store, experiment_id)
+    if tuner.replace("_", "").lower() in POINT_TUNERS:
+        raise ActionRefused(
+            f"{tuner} runs its points in order: a trial with chosen parameters would take a point's place"
+        )
+    try:
+        encode(space, parameters)
+    except SearchSpaceError as exc:
+        raise BadInput(f"parameters.{exc}") from None
+    return dict(parameters)
+
+
+def _one_more_trial(store: ExperimentStore, experiment_id: str, count: int) -> None:
+    """An asked-for trial does not use up the tuner's: maxTrialNumber grows by as many (an
+    experiment without one has no budget to grow)."""
+    current = limits(store, experiment_id).get("maxTrialNumber")
+    if current is not None:
+        changed = changed_limits(store, experiment_id)
+        store.set_experiment_attrs(experiment_id, {LIMITS: {**changed, "maxTrialNumber": int(current) + count}})
+
+
+def add_trial(store: ExperimentStore, experiment_id: str, parameters: Any, by: str, reason: str | None = None) -> int:
+    """Queue a trial with these parameters: the next trial index to start runs it (before the
+    tuner's own), the tuner learns from its result, and maxTrialNumber grows by one. Returns
+    its place in the queue."""
+    from trialflow.tuning.tuners import BUDGET_KEY
+
+    chosen = check_parameters(store, experiment_id, parameters)
+    why = reason or f"added by {by}"
+    seq = store.enqueue(experiment_id, chosen, {"by": by, "reason": why, "at": time.time()})
+    _one_more_trial(store, experiment_id, 1)
+    shown = {k: v for k, v in chosen.items() if k != BUDGET_KEY}
+    record_action(store, experiment_id, by, "add trial", f"{why}: {json.dumps(shown, default=str)[:300]}")
+    return seq
+
+
+def rerun_trials(
+    store: ExperimentStore, experiment_id: str, by: str, trial_indexes: list[int] | None = None
+) -> list[int]:
+    """Queue each trial again with its parameters (``trial_indexes``, or every FAILED one): a
+    new trial each, the old ones stay in the history. Returns the indexes re-run."""
+    from trialflow.tuning.tuners import BUDGET_KEY
+
+    _space_of(store, experiment_id)  # an unknown experiment is refused first
+    if trial_indexes is None:
+        chosen = [r for r in store.trial_rows(experiment_id) if r["status"] == TrialStatus.FAILED.value]
+        if not chosen:
+            raise ActionRefused(f"experiment {experiment_id!r} has no failed trial to re-run")
+    else:
+        chosen = []
+        for index in trial_indexes:
+            record = find_trial(store, experiment_id, index)
+            if not record.finished:
+                raise ActionRefused(
+                    f"trial {record.trial_id} is still {record.status.value}: it can be re-run once it ends"
+                )
+            chosen.append({"trial_index": index, "parameters": record.parameters})
+    for row in chosen:  # every one checked before any is queued: all or nothing
+        check_parameters(store, experiment_id, {k: v for k, v in row["parameters"].items() if k != BUDGET_KEY})
+    for row in chosen:
+        parameters = {k: v for k, v in row["parameters"].items() if k != BUDGET_KEY}
+        add_trial(store, experiment_id, parameters, by, f"re-run of trial {row['trial_index']} by {by}")
+    return [int(r["trial_index"]) for r in chosen]
+
+
+def waiting_trials(store: ExperimentStore, experiment_id: str) -> list[dict[str, Any]]:
+    """Asked-for trials no trial index has taken yet (for the pages)."""
+    return [{"parameters": q.parameters, **q.request} for q in store.waiting_trials(experiment_id)]

@@ -1,0 +1,65 @@
+"""What every action on a running experiment shares: its refusals, who asked, the history.
+
+Every action is appended to the experiment's history (``actions``), which the pages show; the
+Airflow layer also writes Airflow's audit log. No Airflow here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
+
+#: The experiment attribute listing every action taken on it, oldest first.
+HISTORY = "actions"
+#: Entries kept in the history (the oldest go first): a bound on the attribute's size.
+HISTORY_LIMIT = 500
+
+
+class ActionRefused(ValueError):
+    """The action cannot be taken as asked (a trial already ended); nothing changed."""
+
+
+class UnknownTarget(ActionRefused):
+    """The action names an experiment, trial or run that does not exist; nothing changed."""
+
+
+class BadInput(ActionRefused):
+    """A value the action was given is not one it takes (a limit, a parameter); nothing changed."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """Who asked for something, when and why."""
+
+    by: str
+    reason: str
+    at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"by": self.by, "reason": self.reason, "at": self.at}
+
+
+def record_action(store: ExperimentStore, experiment_id: str, by: str, action: str, detail: str) -> dict[str, Any]:
+    """Append one action to the experiment's history (the newest HISTORY_LIMIT are kept)."""
+    entry = {"at": time.time(), "by": by, "action": action, "detail": detail}
+    history = list(store.experiment_attr(experiment_id, HISTORY) or [])
+    history.append(entry)
+    store.set_experiment_attrs(experiment_id, {HISTORY: history[-HISTORY_LIMIT:]})
+    return entry
+
+
+def history(store: ExperimentStore, experiment_id: str) -> list[dict[str, Any]]:
+    return list(store.experiment_attr(experiment_id, HISTORY) or [])
+
+
+def find_trial(store: ExperimentStore, experiment_id: str, trial_index: int) -> TrialRecord:
+    if not store.experiment_exists(experiment_id):
+        raise UnknownTarget(f"there is no experiment {experiment_id!r}")
+    record = store.find_trial(experiment_id, trial_index)
+    if record is None:
+        raise UnknownTarget(f"experiment {experiment_id!r} has no trial {trial_index} (it has not started)")
+    return record

@@ -1,0 +1,116 @@
+"""Change trialConcurrency, maxTrialNumber and maxExperimentDuration of a running experiment. No Airflow."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+from trialflow.experiment import LIMITS_ATTR, RUN_ATTR_PREFIX, RunWindow
+from trialflow.steering.base import BadInput, UnknownTarget, record_action
+from trialflow.steering.stops import DEADLINE_CHANGE
+
+if TYPE_CHECKING:
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+#: The experiment attribute holding the limits a person changed (NNI's names, effective values).
+LIMITS = LIMITS_ATTR
+LIMIT_KEYS = ("trialConcurrency", "maxTrialNumber", "maxExperimentDuration")
+#: Largest maxTrialNumber one may set (the store keeps trial indexes as 32-bit integers).
+MAX_TRIAL_NUMBER = 2**31 - 1
+
+
+def _whole(key: str, value: Any, top: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) and not (isinstance(value, str) and value.isdigit()):
+        raise BadInput(f"{key}: expected a whole number 1..{top}, got {value!r}")
+    number = int(value)
+    if not 1 <= number <= top:
+        raise BadInput(f"{key}: expected a whole number 1..{top}, got {number}")
+    return number
+
+
+def check_limits(changes: dict[str, Any]) -> dict[str, Any]:
+    """The changes as numbers (maxExperimentDuration in seconds), or ActionRefused naming the
+    key and what was expected, as ``trialflow validate`` words it."""
+    from trialflow.config.units import parse_duration
+    from trialflow.limits import MAX_TRIALS_PER_RUN
+
+    if not isinstance(changes, dict) or not changes:
+        raise BadInput(f"nothing to change: give one or more of {', '.join(LIMIT_KEYS)}")
+    unknown = sorted(set(changes) - set(LIMIT_KEYS))
+    if unknown:
+        raise BadInput(f"{unknown[0]}: not a limit one can change; expected one of {', '.join(LIMIT_KEYS)}")
+    checked: dict[str, Any] = {}
+    if "trialConcurrency" in changes:
+        checked["trialConcurrency"] = _whole("trialConcurrency", changes["trialConcurrency"], MAX_TRIALS_PER_RUN)
+    if "maxTrialNumber" in changes:
+        checked["maxTrialNumber"] = _whole("maxTrialNumber", changes["maxTrialNumber"], MAX_TRIAL_NUMBER)
+    if "maxExperimentDuration" in changes:
+        try:
+            checked["maxExperimentDuration"] = parse_duration(changes["maxExperimentDuration"])
+        except ValueError as exc:
+            raise BadInput(f"maxExperimentDuration: {exc}") from None
+    return checked
+
+
+def limits(store: ExperimentStore, experiment_id: str) -> dict[str, Any]:
+    """The experiment's limits now: the config's, with what a person changed over them
+    (maxExperimentDuration in seconds when changed; as the config wrote it otherwise)."""
+    if not store.experiment_exists(experiment_id):
+        raise UnknownTarget(f"there is no experiment {experiment_id!r}")
+    config = store.experiment_attr(experiment_id, "config") or {}
+    changed = store.experiment_attr(experiment_id, LIMITS) or {}
+    return {key: changed.get(key, config.get(key)) for key in LIMIT_KEYS}
+
+
+def changed_limits(store: ExperimentStore, experiment_id: str) -> dict[str, Any]:
+    return dict(store.experiment_attr(experiment_id, LIMITS) or {})
+
+
+def change_limits(store: ExperimentStore, experiment_id: str, by: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """Change trialConcurrency, maxTrialNumber or maxExperimentDuration of a running experiment.
+
+    maxTrialNumber is read by each trial as it starts (one past it ends skipped, saying why)
+    and by the end step (a raised one goes on in a follow-on run). maxExperimentDuration moves
+    every run's deadline (from when the run started) and reaches running trials through their
+    follow loop. trialConcurrency is the caller's to bring to Airflow (dag_limits + a parse
+    of the DAG file): it is recorded here for the pages and the history. Returns the limits."""
+    checked = check_limits(changes)
+    if not store.experiment_exists(experiment_id):
+        raise UnknownTarget(f"there is no experiment {experiment_id!r}")
+    before = limits(store, experiment_id)
+    if "maxExperimentDuration" in checked:
+        _move_deadlines(store, experiment_id, before.get("maxExperimentDuration"), checked["maxExperimentDuration"])
+    store.set_experiment_attrs(experiment_id, {LIMITS: {**changed_limits(store, experiment_id), **checked}})
+
+    def said(key: str, value: Any) -> str:
+        if key == "maxExperimentDuration" and isinstance(value, float) and math.isfinite(value):
+            return f"{key} {value:g} s"
+        return f"{key} {value}"
+
+    record_action(store, experiment_id, by, "change limits", ", ".join(said(k, v) for k, v in checked.items()))
+    return limits(store, experiment_id)
+
+
+def _move_deadlines(store: ExperimentStore, experiment_id: str, before: Any, seconds: float) -> None:
+    """Every run's deadline becomes its start + ``seconds`` (a run that inherited its deadline
+    from the run it continues moves by as much as that one), and running trials are told."""
+    from trialflow.config.units import parse_duration
+
+    old = parse_duration(before) if before else None
+    attrs = store.experiment_attrs(experiment_id)
+    moved: dict[str, Any] = {}
+    for key, raw in attrs.items():
+        if not key.startswith(RUN_ATTR_PREFIX) or not isinstance(raw, dict):
+            continue
+        if raw.get("deadline") is not None and old is not None:
+            deadline = float(raw["deadline"]) - old + seconds
+        else:
+            deadline = float(raw.get("started_at") or time.time()) + seconds
+        moved[key] = {**raw, "deadline": deadline}
+    store.set_experiment_attrs(experiment_id, moved)
+    for trial in store.active_trials(experiment_id):
+        for raw in moved.values():
+            window = RunWindow.parse(raw)
+            if window.first_index <= trial.trial_index < window.first_index + window.count:
+                store.set_attrs(trial.storage_id, **{DEADLINE_CHANGE: {"at": window.deadline}})

@@ -1,0 +1,118 @@
+"""Kill a trial, stop runs or the whole experiment: intents the follow loop acts on. No Airflow.
+
+A kill or a stop is an intent written beside the trial (``stop_request``) or the run (its
+window's ``stopped``), with who asked and when; whoever follows the trial, a worker or the
+triggerer on any host, reads it at its next poll (``control``) and cancels the job with the
+platform's own cancel. Nothing here reaches a platform: the page's api-server may not see the
+machine a local trial runs on, and an intent in the store outlives any process that dies
+before acting on it (the next follower, a retry, acts on it instead).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from trialflow.experiment import RUN_ATTR_PREFIX, RunWindow
+from trialflow.follow import Control
+from trialflow.steering.base import ActionRefused, Request, UnknownTarget, find_trial, record_action
+
+if TYPE_CHECKING:
+    from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
+
+#: The trial attribute a kill writes: {"by", "at", "reason"}.
+STOP_REQUEST = "stop_request"
+#: The trial attribute a changed maxExperimentDuration writes on running trials: {"at": deadline}.
+DEADLINE_CHANGE = "experiment_deadline"
+
+
+def kill_trial(store: ExperimentStore, experiment_id: str, trial_index: int, by: str) -> TrialRecord:
+    """Ask trial ``trial_index`` to stop (USER_CANCELED, "killed by <by>"); its follower cancels
+    the job at its next poll. A trial that already ended is refused, and so is an unknown one."""
+    record = find_trial(store, experiment_id, trial_index)
+    if record.finished:
+        raise ActionRefused(f"trial {record.trial_id} already ended ({record.status.value}): there is nothing to kill")
+    request = Request(by, f"killed by {by}", time.time())
+    store.set_attrs(record.storage_id, **{STOP_REQUEST: request.to_dict()})
+    record_action(store, experiment_id, by, "kill trial", f"trial {record.trial_index} ({record.trial_id})")
+    return record
+
+
+def stop_requested(store: ExperimentStore, storage_id: int) -> str | None:
+    """Why someone asked the trial to stop, or None (the follow loop asks every poll)."""
+    request = store.trial_attr(storage_id, STOP_REQUEST)
+    return str(request.get("reason") or "stopped") if isinstance(request, dict) else None
+
+
+def run_windows(store: ExperimentStore, experiment_id: str) -> dict[str, RunWindow]:
+    """Every DAG run's window in the experiment, by run id."""
+    attrs = store.experiment_attrs(experiment_id)
+    return {
+        key[len(RUN_ATTR_PREFIX) :]: RunWindow.parse(value)
+        for key, value in attrs.items()
+        if key.startswith(RUN_ATTR_PREFIX) and isinstance(value, dict)
+    }
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """What a stop did: the runs it marked (not those already stopped) and the trials it asked."""
+
+    marked: list[str]
+    asked: list[TrialRecord]
+
+
+def stop_runs(
+    store: ExperimentStore,
+    experiment_id: str,
+    by: str,
+    reason: str,
+    run_ids: list[str] | None = None,
+) -> Stopped:
+    """Stop the experiment's runs (``run_ids``, or all of them): no trial of theirs starts any
+    more, and each running one is asked to stop.
+
+    The runs are marked before their trials are listed, and a trial re-reads its run after it
+    is submitted (lifecycle.start_trial), so one starting meanwhile is either listed here or
+    sees the mark: none slips through."""
+    if not store.experiment_exists(experiment_id):
+        raise UnknownTarget(f"there is no experiment {experiment_id!r}")
+    request = Request(by, reason, time.time())
+    attrs = store.experiment_attrs(experiment_id)
+    windows = run_windows(store, experiment_id)
+    chosen = {run_id: w for run_id, w in windows.items() if run_ids is None or run_id in run_ids}
+    if run_ids is not None and not chosen:
+        raise UnknownTarget(f"experiment {experiment_id!r} has no run {', '.join(run_ids)}")
+    marked = [run_id for run_id, window in chosen.items() if not window.stopped]
+    store.set_experiment_attrs(
+        experiment_id,
+        {
+            RUN_ATTR_PREFIX + run_id: {**attrs[RUN_ATTR_PREFIX + run_id], "stopped": request.to_dict()}
+            for run_id in marked
+        },
+    )
+    ranges = [range(w.first_index, w.first_index + w.count) for w in chosen.values()]
+    asked = []
+    for trial in store.active_trials(experiment_id):
+        if any(trial.trial_index in r for r in ranges) and store.trial_attr(trial.storage_id, STOP_REQUEST) is None:
+            store.set_attrs(trial.storage_id, **{STOP_REQUEST: request.to_dict()})
+            asked.append(trial)
+    return Stopped(marked, asked)
+
+
+def stop_experiment(store: ExperimentStore, experiment_id: str, by: str) -> Stopped:
+    """Stop every run of the experiment (see stop_runs) and say so in its history."""
+    stopped = stop_runs(store, experiment_id, by, f"experiment stopped by {by}")
+    record_action(store, experiment_id, by, "stop experiment", f"{len(stopped.asked)} running trial(s) asked to stop")
+    return stopped
+
+
+def control(store: ExperimentStore, storage_id: int) -> Control:
+    found = store.trial_attrs(storage_id, (STOP_REQUEST, DEADLINE_CHANGE))
+    request, deadline = found.get(STOP_REQUEST), found.get(DEADLINE_CHANGE)
+    return Control(
+        stop=str(request.get("reason") or "stopped") if isinstance(request, dict) else None,
+        deadline_changed=isinstance(deadline, dict),
+        deadline=deadline.get("at") if isinstance(deadline, dict) else None,
+    )
