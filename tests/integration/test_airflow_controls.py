@@ -163,8 +163,11 @@ def test_marking_the_dag_run_failed_stops_every_trial_and_the_run(harness: Harne
     assert all(r["message"].endswith(f"marked failed; DAG run {run_id} is failed") for r in rows), rows
     window = harness.store.experiment_attrs(experiment_id)[f"run:{run_id}"]
     assert window["stopped"]["by"] == "Airflow" and "is failed" in window["stopped"]["reason"]
+    # The history is written last (after the window and the trials): wait for it, then once only.
+    history = wait_for("the history entry", lambda: harness.store.experiment_attr(experiment_id, "actions"), 30)
+    time.sleep(2)
     history = harness.store.experiment_attr(experiment_id, "actions")
-    assert [h["action"] for h in history].count("stop run") == 1
+    assert [h["action"] for h in history].count("stop run") == 1, history
     time.sleep(2)
     assert len(launches.read_text().split()) == 3
     print(f"DAG run marked failed: 3 trials' processes gone {took:.1f} s after the PATCH")
