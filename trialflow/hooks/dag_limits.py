@@ -10,18 +10,9 @@ that fails to parse.
 from __future__ import annotations
 
 import logging
-from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 log = logging.getLogger(__name__)
-
-
-@lru_cache(maxsize=4)
-def _engine(url: str) -> Any:
-    import sqlalchemy as sa
-
-    return sa.create_engine(url, pool_pre_ping=True)
 
 
 def in_a_task() -> bool:
@@ -56,6 +47,7 @@ def changed_concurrency(store_conn_id: str, dag_id: str) -> int | None:
         from sqlalchemy.engine import make_url
 
         from trialflow.tuning.dag_limits import read_concurrency
+        from trialflow.tuning.store_urls import engine_for
 
         url = _store_url(store_conn_id)
         if url is None:
@@ -63,7 +55,7 @@ def changed_concurrency(store_conn_id: str, dag_id: str) -> int | None:
         parsed = make_url(url)
         if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
             return None  # no store yet: nothing was changed (and no empty file is made here)
-        return read_concurrency(_engine(url), dag_id)
+        return read_concurrency(engine_for(url), dag_id)
     except Exception as exc:
         log.warning("trialConcurrency of %s: the store could not be read (%s); using the config's", dag_id, exc)
         return None

@@ -29,10 +29,10 @@ DEFAULT_CONN_ID = "trialflow_default"
 
 
 def default_store_url() -> str:
-    # Spelled here, not through tuning.experiment_store's sqlite_url: DAG parsing asks for it
-    # (trialflow.hooks.dag_limits), and that module imports Optuna.
+    from trialflow.tuning.store_urls import sqlite_url  # not Optuna: DAG parsing asks for it
+
     home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
-    return f"sqlite:///{(home / 'trialflow' / 'experiments.db').expanduser().resolve()}"
+    return sqlite_url(home / "trialflow" / "experiments.db")
 
 
 def store_url_from_connection(conn: Any, conn_id: str = DEFAULT_CONN_ID) -> str:

@@ -38,6 +38,8 @@ from trialflow.trial.status import COUNTED_STATUS_NAMES, COUNTED_STATUSES, Trial
 from trialflow.tuning.optuna_internals import models, trial_storage_id
 from trialflow.tuning.rdb_storage import TrialflowStorage
 from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
+from trialflow.tuning.store_urls import SQLITE_TIMEOUT_SECONDS, safe_url, with_installed_driver
+from trialflow.tuning.store_urls import sqlite_url as sqlite_url  # where the callers have always found it
 from trialflow.tuning.trial_queue import Queued, claim, enqueue, release, waiting
 from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
 
@@ -47,7 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-SQLITE_TIMEOUT_SECONDS = 60
 
 #: trial index -> Optuna trial, one row per (study, index). Optuna can only find a trial by a
 #: user attribute by loading every trial; this makes the lookup one indexed query and makes
@@ -62,30 +63,6 @@ TRIAL_INDEX = sa.Table(
 )
 #: Pages join from Optuna's trials to their index: without this, SQLite scans the table per trial.
 TRIAL_INDEX_BY_TRIAL = sa.Index("ix_trialflow_trial_index_trial_id", TRIAL_INDEX.c.trial_id)
-
-
-def safe_url(url: str) -> str:
-    """The URL with any password hidden, for logs and messages."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return "<unparseable storage URL>"
-
-
-def with_installed_driver(url: str) -> str:
-    """``postgresql://`` means psycopg2 to SQLAlchemy; trialflow's ``postgres`` extra installs
-    psycopg 3, so a plain postgresql URL uses that when psycopg2 is absent."""
-    parsed = make_url(url)
-    if parsed.drivername == "postgresql":
-        import importlib.util
-
-        if importlib.util.find_spec("psycopg2") is None and importlib.util.find_spec("psycopg") is not None:
-            return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-    return url
-
-
-def sqlite_url(path: str | Path) -> str:
-    return f"sqlite:///{Path(path).expanduser().resolve()}"
 
 
 @tenacity.retry(

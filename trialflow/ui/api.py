@@ -57,19 +57,6 @@ LOG_TAIL_BYTES = 16 * 1024
 # -- the store and Airflow --------------------------------------------------------------------
 
 
-@lru_cache(maxsize=4)
-def _engine(url: str) -> Any:
-    import sqlalchemy as sa
-
-    from trialflow.tuning.experiment_store import with_installed_driver
-
-    url = with_installed_driver(url)
-    kwargs: dict[str, Any] = {"pool_pre_ping": True}
-    if url.startswith("sqlite"):
-        kwargs = {"connect_args": {"timeout": 30}}
-    return sa.create_engine(url, **kwargs)
-
-
 def store_engine() -> Any:
     """The engine of the store named by the ``trialflow_default`` connection (read in the
     api-server the way Airflow reads any connection), else the embedded default."""
@@ -87,7 +74,9 @@ def store_engine() -> Any:
                 type(exc).__name__,
             )
         url = default_store_url()
-    return _engine(url)
+    from trialflow.tuning.store_urls import engine_for
+
+    return engine_for(url)
 
 
 def action_store() -> Any:
