@@ -7,13 +7,15 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from trialflow.config import ConfigError, ExperimentConfig, load_config, to_v2_dict
+
+T = TypeVar("T")
 
 
 def _count(text: str) -> int:
@@ -357,14 +359,22 @@ def _actor() -> str:
     return f"{getpass.getuser()} (CLI)"
 
 
+def _steer(args: argparse.Namespace, action: Callable[[Any, str], T]) -> tuple[T | None, int]:
+    """Run one steering action on the store ``args`` names, as the user at this terminal; a
+    refused one (steering.ActionRefused is a ValueError) prints why and gives exit code 1."""
+    try:
+        return action(_store(args), _actor()), 0
+    except (FileNotFoundError, ValueError) as exc:
+        return None, _fail(exc)
+
+
 def cmd_kill(args: argparse.Namespace) -> int:
     """Ask one trial to stop; whoever follows it cancels its job at its next poll."""
     from trialflow import steering
 
-    try:
-        record = steering.kill_trial(_store(args), args.experiment, args.trial, _actor())
-    except (steering.ActionRefused, FileNotFoundError, ValueError) as exc:
-        return _fail(exc)
+    record, code = _steer(args, lambda store, by: steering.kill_trial(store, args.experiment, args.trial, by))
+    if record is None:
+        return code
     print(f"trial {record.trial_index} ({record.trial_id}) asked to stop; it ends USER_CANCELED within seconds")
     return 0
 
@@ -373,10 +383,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
     """Stop the experiment: no new trial starts, running ones are cancelled."""
     from trialflow import steering
 
-    try:
-        stopped = steering.stop_experiment(_store(args), args.experiment, _actor())
-    except (steering.ActionRefused, FileNotFoundError, ValueError) as exc:
-        return _fail(exc)
+    stopped, code = _steer(args, lambda store, by: steering.stop_experiment(store, args.experiment, by))
+    if stopped is None:
+        return code
     print(
         f"experiment {args.experiment} stopped: {len(stopped.asked)} running trial(s) asked to stop, "
         "no new trial starts"
@@ -387,7 +396,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
 def cmd_limits(args: argparse.Namespace) -> int:
     """Change a running experiment's limits (nnictl update concurrency / trialnum / duration)."""
     from trialflow import steering
-    from trialflow.tuning.dag_limits import write_concurrency
 
     changes = {
         key: value
@@ -398,17 +406,14 @@ def cmd_limits(args: argparse.Namespace) -> int:
         )
         if value is not None
     }
-    try:
-        store = _store(args)
-        if not changes:
-            print(json.dumps(steering.limits(store, args.experiment), indent=2))
-            return 0
-        limits = steering.change_limits(store, args.experiment, _actor(), changes)
-        dag_id = store.experiment_attr(args.experiment, "dag_id")
-        if "trialConcurrency" in changes and dag_id:
-            write_concurrency(store.engine, dag_id, args.experiment, int(limits["trialConcurrency"]))
-    except (steering.ActionRefused, FileNotFoundError, ValueError) as exc:
-        return _fail(exc)
+    if not changes:
+        shown, code = _steer(args, lambda store, _: steering.limits(store, args.experiment))
+        if shown is not None:
+            print(json.dumps(shown, indent=2))
+        return code
+    limits, code = _steer(args, lambda store, by: steering.change_limits(store, args.experiment, by, changes))
+    if limits is None:
+        return code
     print(json.dumps(limits, indent=2))
     if "trialConcurrency" in changes:
         print(
@@ -427,11 +432,9 @@ def cmd_add_trial(args: argparse.Namespace) -> int:
         parameters = json.loads(args.parameters)
     except json.JSONDecodeError as exc:
         return _fail(ValueError(f"--parameters: expected a JSON object, e.g. '{{\"lr\": 0.01}}' ({exc})"))
-    try:
-        store = _store(args)
-        steering.add_trial(store, args.experiment, parameters, _actor())
-    except (steering.ActionRefused, FileNotFoundError, ValueError) as exc:
-        return _fail(exc)
+    _, code = _steer(args, lambda store, by: steering.add_trial(store, args.experiment, parameters, by))
+    if code:
+        return code
     print(f"queued: the next trial of {args.experiment} to start runs {json.dumps(parameters)}")
     return 0
 
@@ -440,10 +443,9 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     """Queue failed trials again (or the ones named), each as a new trial."""
     from trialflow import steering
 
-    try:
-        rerun = steering.rerun_trials(_store(args), args.experiment, _actor(), args.trial or None)
-    except (steering.ActionRefused, FileNotFoundError, ValueError) as exc:
-        return _fail(exc)
+    rerun, code = _steer(args, lambda store, by: steering.rerun_trials(store, args.experiment, by, args.trial or None))
+    if rerun is None:
+        return code
     print(f"queued again: trial{'s' if len(rerun) > 1 else ''} {', '.join(map(str, rerun))}")
     return 0
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from trialflow.experiment import LIMITS_ATTR, RUN_ATTR_PREFIX, RunWindow
 from trialflow.steering.base import BadInput, UnknownTarget, record_action
 from trialflow.steering.stops import DEADLINE_CHANGE
+from trialflow.tuning.dag_limits import write_concurrency
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
@@ -73,8 +74,9 @@ def change_limits(store: ExperimentStore, experiment_id: str, by: str, changes: 
     maxTrialNumber is read by each trial as it starts (one past it ends skipped, saying why)
     and by the end step (a raised one goes on in a follow-on run). maxExperimentDuration moves
     every run's deadline (from when the run started) and reaches running trials through their
-    follow loop. trialConcurrency is the caller's to bring to Airflow (dag_limits + a parse
-    of the DAG file): it is recorded here for the pages and the history. Returns the limits."""
+    follow loop. trialConcurrency is written for the experiment's DAG (tuning.dag_limits),
+    which the next parse of its file reads (the pages' action asks Airflow for that parse).
+    Returns the limits."""
     checked = check_limits(changes)
     if not store.experiment_exists(experiment_id):
         raise UnknownTarget(f"there is no experiment {experiment_id!r}")
@@ -82,6 +84,9 @@ def change_limits(store: ExperimentStore, experiment_id: str, by: str, changes: 
     if "maxExperimentDuration" in checked:
         _move_deadlines(store, experiment_id, before.get("maxExperimentDuration"), checked["maxExperimentDuration"])
     store.set_experiment_attrs(experiment_id, {LIMITS: {**changed_limits(store, experiment_id), **checked}})
+    dag_id = store.experiment_attr(experiment_id, "dag_id")
+    if "trialConcurrency" in checked and dag_id:
+        write_concurrency(store.engine, dag_id, experiment_id, checked["trialConcurrency"])
 
     def said(key: str, value: Any) -> str:
         if key == "maxExperimentDuration" and isinstance(value, float) and math.isfinite(value):

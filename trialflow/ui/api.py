@@ -528,7 +528,6 @@ def create_app() -> FastAPI:
     @app.patch("/api/experiments/{experiment_id}/limits", dependencies=[SameOrigin])
     def change_limits(user: User, experiment_id: str, changes: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
         from trialflow import steering
-        from trialflow.tuning.dag_limits import write_concurrency
 
         dag_id = _authorize_edit(user, experiment_id)
         try:
@@ -541,10 +540,7 @@ def create_app() -> FastAPI:
             limits = steering.change_limits(store, experiment_id, user_name(user), changes)
         except steering.ActionRefused as exc:
             raise _refused(exc) from None
-        parsed = False
-        if "trialConcurrency" in changes and dag_id:
-            write_concurrency(store.engine, dag_id, experiment_id, int(limits["trialConcurrency"]))
-            parsed = request_parse(dag_id)
+        parsed = "trialConcurrency" in changes and bool(dag_id) and request_parse(str(dag_id))
         audit(user, "change_limits", dag_id, {"experiment_id": experiment_id, **changes})
         return {"limits": limits, "dag_parse_requested": parsed}
 
