@@ -90,9 +90,24 @@ def test_stopping_the_experiment_cancels_running_trials_and_starts_no_more(setup
         lifecycle.start_trial(experiment, store, "r1", 2)
     assert store.find_trial_id("esteer", 2) is None  # never asked: it does not count
     assert experiment.window(store, "r1").stopped["by"] == "bob"
-    # A second stop marks nothing again and asks nobody twice.
-    again = steering.stop_runs(store, "esteer", "bob", "again")
+    # A second stop marks nothing again and asks nobody twice (nor adds a history line).
+    again = steering.stop_runs(store, "esteer", "bob", "again", action="stop run")
     assert again.marked == [] and again.asked == []
+    assert [h["action"] for h in steering.history(store, "esteer")] == ["stop experiment"]
+
+
+def test_a_run_stopped_with_a_history_line_has_it_with_the_mark(setup):
+    experiment, store = setup
+    start_run(experiment, store, "dag_a", "r2", {})
+    steering.record_action(store, "esteer", "alice", "note", "before")
+    stopped = steering.stop_runs(store, "esteer", "Airflow", "DAG run r2 is failed", ["r2"], action="stop run")
+    assert stopped.marked == ["r2"] and experiment.window(store, "r1").stopped is None
+    assert [(h["by"], h["action"], h["detail"]) for h in steering.history(store, "esteer")] == [
+        ("alice", "note", "before"),
+        ("Airflow", "stop run", "DAG run r2 is failed"),
+    ]
+    with pytest.raises(steering.UnknownTarget, match="has no run nope"):
+        steering.stop_runs(store, "esteer", "Airflow", "x", ["nope"])
 
 
 def test_a_trial_asked_while_the_stop_came_is_cancelled_right_after_submit(setup, monkeypatch):

@@ -33,9 +33,15 @@ class Harness:
         return ExperimentStore(self.store_url)
 
     def experiment(
-        self, name: str, config: str, files: dict[str, str] | None = None, dag_source: str | None = None
+        self,
+        name: str,
+        config: str,
+        files: dict[str, str] | None = None,
+        dag_source: str | None = None,
+        dag_args: str = "",
     ) -> tuple[str, Path]:
-        """Write an experiment folder and its DAG file; return (dag_id, folder)."""
+        """Write an experiment folder and its DAG file; return (dag_id, folder). ``dag_args``:
+        more arguments for the default DAG file's experiment_dag call (e.g. "defer_after=1")."""
         folder = self.root / "experiments" / name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.yml").write_text(config)
@@ -45,13 +51,20 @@ class Harness:
         source = dag_source or (
             "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
             f"dag = experiment_dag({str(folder / 'config.yml')!r}, dag_id={dag_id!r}, "
-            "poll_interval=0.3)\n"
+            f"poll_interval=0.3{', ' + dag_args if dag_args else ''})\n"
         )
         (self.airflow.dags_folder / f"{name}.py").write_text(
             source.replace("{DAG_ID}", dag_id).replace("{CONFIG}", str(folder / "config.yml"))
         )
         self.dag_files[dag_id] = self.airflow.dags_folder / f"{name}.py"
         return dag_id, folder
+
+    def start(self, name: str, config: str, files: dict[str, str] | None = None, dag_args: str = "") -> tuple[str, str]:
+        """Write the experiment, wait for Airflow to parse its DAG, trigger a run without waiting
+        for it; return (dag_id, run_id)."""
+        dag_id, _ = self.experiment(name, config, files, dag_args=dag_args)
+        self.airflow.wait_for_dag(dag_id, self.dag_files[dag_id], timeout=90)
+        return dag_id, self.airflow.trigger(dag_id)
 
     def run(self, dag_id: str, timeout: float = 300, on_tick: Any = None) -> tuple[str, str]:
         """Trigger a run and wait for it to end; return (run_id, state)."""

@@ -56,7 +56,18 @@ def test_an_editor_of_one_dag_naming_anothers_experiment_is_refused(ui: UiSetup)
     kill = ui.post(f"experiments/{ui.private_id}/trials/0/kill", user="editor")
     stop = ui.post(f"experiments/{ui.private_id}/stop", user="editor")
     assert (kill.status_code, stop.status_code) == (403, 403)
+    for path in ("rerun-failed", "trials/0/rerun"):
+        assert ui.post(f"experiments/{ui.private_id}/{path}", user="editor").status_code == 403, path
+        assert ui.post(f"experiments/{ui.private_id}/{path}", user=None).status_code == 401, path
+    limits = httpx.patch(
+        f"{ui.base}/trialflow/api/experiments/{ui.private_id}/limits",
+        json={"trialConcurrency": 4},
+        headers={"Authorization": f"Bearer {ui.token('editor')}"},
+        timeout=30,
+    )
+    assert limits.status_code == 403
     assert snapshot(ui, ui.private_id) == before
+    assert ui.harness.store.waiting_trials(ui.private_id) == []
 
 
 def test_bad_targets_get_clear_errors(ui: UiSetup):
@@ -200,13 +211,7 @@ def test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run(ui:
         f"trialCommand: LAUNCHES={log} SLEEP=10 {PY} t.py\n"
         "trialConcurrency: 2\nmaxTrialNumber: 8\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
     )
-    source = (
-        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=1)\n"
-    )
-    dag_id, _ = harness.experiment("raise_concurrency", config, {"t.py": STAMPED}, dag_source=source)
-    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
-    run_id = harness.airflow.trigger(dag_id)
+    dag_id, run_id = harness.start("raise_concurrency", config, {"t.py": STAMPED}, dag_args="defer_after=1")
     experiment_id = experiment_id_for(dag_id, run_id)
     wait_for("two trials running", lambda: log.exists() and log.read_text().count("start") >= 2, 120)
     raised_at = time.time()
@@ -284,13 +289,7 @@ def test_a_rerun_and_a_chosen_trial_run_with_exactly_their_parameters(ui: UiSetu
         f"trialCommand: {PY} t.py\ntrialConcurrency: 1\nmaxTrialNumber: 3\ntuner: {{name: TPE}}\n"
         "trainingService: {platform: local}\n"
     )
-    source = (
-        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=30)\n"
-    )
-    dag_id, _ = harness.experiment("asked_for", config, {"t.py": FAILS_FIRST}, dag_source=source)
-    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
-    run_id = harness.airflow.trigger(dag_id)
+    dag_id, run_id = harness.start("asked_for", config, {"t.py": FAILS_FIRST}, dag_args="defer_after=30")
     experiment_id = experiment_id_for(dag_id, run_id)
 
     def failed_first() -> bool:

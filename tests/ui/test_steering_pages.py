@@ -83,13 +83,7 @@ def test_raise_concurrency_and_add_a_trial_from_the_experiment_page(browser, ui:
         f"trialCommand: LAUNCHES={log} SLEEP=10 {PY} t.py\n"
         "trialConcurrency: 2\nmaxTrialNumber: 6\ntuner: {name: TPE}\ntrainingService: {platform: local}\n"
     )
-    source = (
-        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=1)\n"
-    )
-    dag_id, _ = harness.experiment("page_steer", config, {"t.py": STAMPED}, dag_source=source)
-    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
-    run_id = harness.airflow.trigger(dag_id)
+    dag_id, run_id = harness.start("page_steer", config, {"t.py": STAMPED}, dag_args="defer_after=1")
     experiment_id = experiment_id_for(dag_id, run_id)
     wait_for("two trials running", lambda: log.exists() and log.read_text().count("start") >= 2, 120)
 

@@ -53,7 +53,24 @@ def record_action(store: ExperimentStore, experiment_id: str, by: str, action: s
 
 
 def history(store: ExperimentStore, experiment_id: str) -> list[dict[str, Any]]:
-    return list(store.experiment_attr(experiment_id, HISTORY) or [])
+    """Every action, oldest first: the recorded ones and the runs stopped with a history line
+    in their mark (steering.stops.stop_runs)."""
+    from trialflow.experiment import RUN_ATTR_PREFIX
+
+    attrs = store.experiment_attrs(experiment_id)
+    entries = list(attrs.get(HISTORY) or [])
+    for key, window in attrs.items():
+        stopped = window.get("stopped") if key.startswith(RUN_ATTR_PREFIX) and isinstance(window, dict) else None
+        if isinstance(stopped, dict) and stopped.get("action"):
+            entries.append(
+                {
+                    "at": stopped.get("at"),
+                    "by": stopped.get("by"),
+                    "action": stopped["action"],
+                    "detail": stopped.get("reason"),
+                }
+            )
+    return sorted(entries, key=lambda e: e.get("at") or 0)
 
 
 def find_trial(store: ExperimentStore, experiment_id: str, trial_index: int) -> TrialRecord:

@@ -69,13 +69,18 @@ def stop_runs(
     by: str,
     reason: str,
     run_ids: list[str] | None = None,
+    action: str | None = None,
 ) -> Stopped:
     """Stop the experiment's runs (``run_ids``, or all of them): no trial of theirs starts any
     more, and each running one is asked to stop.
 
     The runs are marked before their trials are listed, and a trial re-reads its run after it
     is submitted (lifecycle.start_trial), so one starting meanwhile is either listed here or
-    sees the mark: none slips through."""
+    sees the mark: none slips through.
+
+    ``action``: the mark is the history's line for it (shown by ``history``), written with the
+    mark itself: whoever marks a run may die right after (a worker's on_kill is SIGKILLed a few
+    seconds after its SIGTERM), and a separate line would then be lost."""
     if not store.experiment_exists(experiment_id):
         raise UnknownTarget(f"there is no experiment {experiment_id!r}")
     request = Request(by, reason, time.time())
@@ -88,7 +93,10 @@ def stop_runs(
     store.set_experiment_attrs(
         experiment_id,
         {
-            RUN_ATTR_PREFIX + run_id: {**attrs[RUN_ATTR_PREFIX + run_id], "stopped": request.to_dict()}
+            RUN_ATTR_PREFIX + run_id: {
+                **attrs[RUN_ATTR_PREFIX + run_id],
+                "stopped": {**request.to_dict(), **({"action": action} if action else {})},
+            }
             for run_id in marked
         },
     )

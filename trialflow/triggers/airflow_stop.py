@@ -37,8 +37,11 @@ ACTIONS = {
     "removed": "its task was removed",
     "upstream_failed": "its task was marked upstream failed",
 }
-#: Seconds the worker waits for Airflow's answer (Airflow escalates SIGTERM to SIGKILL soon after).
+#: Seconds the worker waits for Airflow's answer (Airflow escalates SIGTERM to SIGKILL 5 s after).
 ASK_TIMEOUT = 3.0
+#: The same in the triggerer, which gives on_kill 30 s ([triggerer] on_kill_timeout) and where a
+#: busy supervisor answered in more than 3 s in the full suite (the message then said less).
+TRIGGER_ASK_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ async def trigger_kill_reason(ref: TaskRef | None) -> AirflowStop:
     if ref is None:
         return SOME_ACTION
     try:
-        ti_state, dag_run_state = await asyncio.wait_for(asyncio.to_thread(ask_states, ref), ASK_TIMEOUT)
+        ti_state, dag_run_state = await asyncio.wait_for(asyncio.to_thread(ask_states, ref), TRIGGER_ASK_TIMEOUT)
     except Exception as exc:
         log.warning("cannot ask Airflow which action stopped task %s: %s", ref.task_id, exc)
         return SOME_ACTION
@@ -179,15 +182,10 @@ async def stop_from_airflow(
 
     if dag_id:  # the experiment will not go on: the DAG's next one starts from the config's limits
         await asyncio.to_thread(clear, store.engine, dag_id, submission.experiment_id)
-    try:
-        first = await asyncio.to_thread(
-            steering.stop_runs, store, submission.experiment_id, "Airflow", stop.reason, [run_id]
+    try:  # every trial of the run gets here; the run is marked (and its history line written) once
+        await asyncio.to_thread(
+            steering.stop_runs, store, submission.experiment_id, "Airflow", stop.reason, [run_id], "stop run"
         )
     except steering.ActionRefused as exc:  # a run without a window has nothing more to stop
         log.info("%s", exc)
-    else:
-        if first.marked:  # every trial of the run gets here; the history says it once
-            await asyncio.to_thread(
-                steering.record_action, store, submission.experiment_id, "Airflow", "stop run", stop.reason
-            )
     return stopped
