@@ -103,6 +103,11 @@ def test_raise_concurrency_and_add_a_trial_from_the_experiment_page(browser, ui:
     page.wait_for_selector("text=Trial added: it runs next", timeout=10000)
     page.wait_for_function("() => document.querySelector('[data-testid=concurrency]').innerText === '4'", timeout=20000)
     shot(page, "steer")
+    dark = login(browser, ui, user="editor", dark=True)
+    dark.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}")
+    dark.wait_for_selector("[data-testid=history]", timeout=30000)  # the panel and what was done
+    shot(dark, "steer-dark")
+    assert not dark.errors, dark.errors
 
     _, state = harness.wait(dag_id, run_id, 300)
     assert state == "success"
