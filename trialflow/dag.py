@@ -16,12 +16,14 @@ from typing import Any
 
 from airflow.sdk import DAG
 
+from trialflow.assets import best_parameters_asset
 from trialflow.hooks.dag_limits import changed_concurrency
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
 from trialflow.limits import MAX_TRIALS_PER_RUN
 from trialflow.operators.experiment import (
     ContinueExperimentOperator,
     EndExperimentOperator,
+    PublishBestOperator,
     StartExperimentOperator,
 )
 from trialflow.operators.trial import SubmitTrialOperator
@@ -51,6 +53,7 @@ def experiment_dag(
     trials_per_run: int | None = None,
     end_from_trigger: bool = True,
     local_queue: str | None = None,
+    asset_name: str | None = None,
     **dag_kwargs: Any,
 ) -> DAG:
     """Build the DAG for one NNI experiment config. Extra keyword arguments go to ``DAG``.
@@ -68,6 +71,9 @@ def experiment_dag(
     ``local_queue``: under an executor that may run tasks on several hosts (Celery, Kubernetes,
     Edge), the queue one host serves, for an experiment with the local platform (default:
     ``[trialflow] local_queue``); docs/multi-host.md says why it is required.
+    ``asset_name``: the Asset the best parameters are published on when the experiment is over
+    (default ``trialflow/<dag_id>/best``); downstream DAGs schedule on
+    ``trialflow.assets.best_parameters_asset(dag_id, asset_name)``.
     """
     path = Path(config_path).expanduser()
     if not path.is_absolute():
@@ -132,6 +138,7 @@ def experiment_dag(
         # An unbounded experiment goes on in follow-on runs; so does one whose maxTrialNumber a
         # person raised past this run's trials (skipped when the experiment is over).
         end >> ContinueExperimentOperator(task_id="continue_experiment", trigger_dag_id=dag.dag_id)
+        end >> PublishBestOperator(task_id="publish_best", asset=best_parameters_asset(dag_id, asset_name))
     return dag
 
 

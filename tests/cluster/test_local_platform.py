@@ -78,7 +78,7 @@ def test_local_trials_run_and_are_followed_on_the_host_of_their_queue(cluster: D
     every = cluster.airflow.task_instances(dag_id, run_id)
     assert [ti["state"] for ti in every if ti["task_id"] == "continue_experiment"] == ["skipped"]  # bounded
     tis = [ti for ti in every if ti["task_id"] != "continue_experiment"]
-    assert len(tis) == 8
+    assert len(tis) == 9  # start, six trials, end, publish_best
     for ti in tis:
         assert (ti["state"], ti["hostname"], ti["try_number"], ti["queue"]) == ("success", "worker-a", 1, "box-a"), ti
     rows = ExperimentStore(cluster.store_url).trial_rows(experiment_id_for(dag_id, run_id))

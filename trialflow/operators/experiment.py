@@ -13,6 +13,8 @@ from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHoo
 from trialflow.operators.trial import experiment_for
 
 if TYPE_CHECKING:
+    from airflow.sdk import Asset
+
     from trialflow.experiment import Experiment
     from trialflow.tuning.experiment_store import ExperimentStore
 
@@ -193,3 +195,49 @@ class ContinueExperimentOperator(BaseOperator):
             skip_when_already_exists=True,  # a retry finds the run it started
         )
         return trigger.execute(context)
+
+
+class PublishBestOperator(BaseOperator):
+    """Publish the experiment's best parameters as an event on its Asset, for the DAGs downstream.
+
+    After the end step, whatever it did (trigger rule all_done): when the experiment is over
+    with a succeeded trial, the event's extra carries the experiment, the best trial's id,
+    parameters and metric (the Pareto set, with several objectives), the DAG run and a link to
+    the experiment's page (trialflow.published). Otherwise the task is skipped and says why:
+    Airflow emits an outlet's event only for a task that succeeds, so nothing is published.
+    A downstream DAG reads it with ``trialflow.assets.best_parameters(context)``.
+
+    :param asset: the asset to publish on (``trialflow.assets.best_parameters_asset``).
+    :param end_task_id: the end step whose XCom holds the experiment's summary.
+    :param start_task_id: the start step whose XCom names the experiment's folder.
+    """
+
+    ui_color = "#d9ead3"
+
+    def __init__(
+        self,
+        *,
+        asset: Asset,
+        end_task_id: str = "end_experiment",
+        start_task_id: str = "start_experiment",
+        **kwargs: Any,
+    ):
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(outlets=[asset], **kwargs)
+        self.asset = asset
+        self.end_task_id = end_task_id
+        self.start_task_id = start_task_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from trialflow.published import decide
+        from trialflow.ui.links import experiment_page
+
+        summary = context["ti"].xcom_pull(task_ids=self.end_task_id)
+        started = context["ti"].xcom_pull(task_ids=self.start_task_id) or {}
+        url = experiment_page(summary["experiment_id"]) if summary else None
+        extra, reason = decide(summary, context["dag"].dag_id, context["run_id"], url, started.get("directory"))
+        if extra is None:
+            raise AirflowSkipException(f"nothing published on {self.asset.name!r}: {reason}")
+        context["outlet_events"][self.asset].extra = extra
+        self.log.info("Published on asset %r: %s", self.asset.name, reason)
+        return extra

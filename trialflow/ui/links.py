@@ -34,6 +34,18 @@ def trial_page(dag_id: str, run_id: str, map_index: int) -> str:
     return f"{base_url()}plugin/trialflow?" + urlencode({"dag_id": dag_id, "run_id": run_id, "map_index": map_index})
 
 
+def experiment_page(experiment_id: str) -> str:
+    """The experiment's page, absolute when ``[api] base_url`` names the host (so a link in an
+    asset event or a notification works outside the UI), else from the site's root."""
+    from urllib.parse import urlsplit
+
+    from airflow.configuration import conf
+
+    configured = urlsplit(conf.get("api", "base_url", fallback="") or "")
+    host = f"{configured.scheme}://{configured.netloc}" if configured.scheme and configured.netloc else ""
+    return f"{host}{base_url()}plugin/trialflow?" + urlencode({"experiment": experiment_id})
+
+
 def platform_url(template: str | None, handle: dict[str, Any]) -> str | None:
     """A platform's page for a trial, from the config's ``trialWebUrl`` template: handle fields
     ({trial_id}, {name}, {namespace}, {host}, {trial_dir}, {experiment_id}) URL-quoted; only

@@ -1,0 +1,95 @@
+"""The downstream helper over Airflow's own asset-event accessors (built here from Airflow's
+own models, as the task runner builds them) and the publishing step's outlet."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from airflow.sdk import Asset
+from airflow.sdk.execution_time.comms import AssetEventDagRunReferenceResult
+from airflow.sdk.execution_time.context import TriggeringAssetEventsAccessor
+
+from tests.airflow.test_dag import write_config
+from trialflow.assets import NotPublished, best_parameters, best_parameters_asset
+from trialflow.dag import experiment_dag
+from trialflow.published import decide
+
+T0 = datetime(2026, 11, 25, tzinfo=UTC)
+
+
+def published(params: dict, run_id: str) -> dict:
+    summary = {
+        "experiment_id": f"exp-{run_id}",
+        "optimize_mode": "maximize",
+        "best": {"trial_index": 0, "trial_id": "t", "parameters": params, "final_metric": 0.5},
+        "continuation": {"run_id": None},
+    }
+    extra, _ = decide(summary, "dag_a", run_id, None)
+    assert extra is not None
+    return extra
+
+
+def event(asset: Asset, extra: dict, at: datetime) -> AssetEventDagRunReferenceResult:
+    return AssetEventDagRunReferenceResult(
+        asset={"name": asset.name, "uri": asset.uri, "extra": {}},
+        extra=extra,
+        source_task_id="publish_best",
+        source_dag_id="dag_a",
+        source_run_id="r",
+        source_map_index=-1,
+        source_aliases=[],
+        timestamp=at,
+    )
+
+
+def test_the_newest_triggering_event_is_read():
+    asset = best_parameters_asset("dag_a")
+    events = TriggeringAssetEventsAccessor.build(
+        [
+            event(asset, published({"C": 1}, "r1"), T0),
+            event(asset, published({"C": 2}, "r2"), T0 + timedelta(minutes=1)),
+        ]
+    )
+    best = best_parameters({"triggering_asset_events": events})
+    assert (best.parameters, best.run_id) == ({"C": 2}, "r2")
+    assert best_parameters({"triggering_asset_events": events}, asset).parameters == {"C": 2}
+
+
+def test_with_several_assets_the_named_one_is_read():
+    a, b = best_parameters_asset("dag_a"), best_parameters_asset("dag_b")
+    other = Asset("raw-data")
+    events = TriggeringAssetEventsAccessor.build(
+        [
+            event(a, published({"C": 1}, "ra"), T0 + timedelta(minutes=5)),
+            event(b, published({"C": 7}, "rb"), T0),
+            event(other, {"rows": 10}, T0 + timedelta(minutes=9)),  # not trialflow's: ignored
+        ]
+    )
+    assert best_parameters({"triggering_asset_events": events}, b).parameters == {"C": 7}
+    assert best_parameters({"triggering_asset_events": events}).parameters == {"C": 1}
+
+
+def test_no_event_names_what_was_looked_at():
+    asset = best_parameters_asset("dag_a")
+    with pytest.raises(NotPublished, match="no event of asset 'trialflow/dag_a/best'"):
+        best_parameters({"triggering_asset_events": TriggeringAssetEventsAccessor.build([])}, asset)
+    with pytest.raises(NotPublished, match="no event of a trialflow experiment's asset"):
+        best_parameters({})
+
+
+def test_a_task_with_the_asset_as_inlet_reads_its_newest_event():
+    asset = best_parameters_asset("dag_a")
+    inlets = {asset: [event(asset, published({"C": 3}, "r3"), T0)]}
+    best = best_parameters({"triggering_asset_events": {}, "inlet_events": inlets}, asset)
+    assert best.parameters == {"C": 3}
+
+
+def test_the_experiment_dag_publishes_on_its_asset(tmp_path):
+    dag = experiment_dag(write_config(tmp_path))
+    publish = dag.get_task("publish_best")
+    assert publish.upstream_task_ids == {"end_experiment"} and publish.trigger_rule == "all_done"
+    assert [o.name for o in publish.outlets] == ["trialflow/trialflow_my_exp/best"]
+    named = experiment_dag(write_config(tmp_path), asset_name="models/svc-params").get_task("publish_best")
+    assert [o.name for o in named.outlets] == ["models/svc-params"]
+    assert best_parameters_asset("x", "models/svc-params") == named.outlets[0]

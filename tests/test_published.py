@@ -1,0 +1,102 @@
+"""What an experiment publishes for the DAGs downstream (trialflow.published: no Airflow)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trialflow.published import FORMAT_KEY, NotPublished, asset_name, decide, read
+
+BEST = {
+    "trial_index": 3,
+    "trial_id": "t-3",
+    "parameters": {"C": 2.5, "kernel": "rbf"},
+    "final_metric": 0.97,
+    "final_extra": None,
+}
+
+
+def summary(**changes):
+    base = {
+        "experiment_id": "exp-1",
+        "experiment_name": "digits",
+        "optimize_mode": "maximize",
+        "best": dict(BEST),
+        "study_best": dict(BEST),
+        "continuation": {"run_id": None, "conf": {}, "reason": "the experiment is over"},
+    }
+    return {**base, **changes}
+
+
+def test_the_best_trial_is_published_with_where_it_came_from():
+    extra, reason = decide(summary(), "dag_a", "run_1", "http://h/plugin/trialflow?experiment=exp-1")
+    assert extra is not None and "t-3" in reason
+    best = read(extra)
+    assert (best.experiment_id, best.dag_id, best.run_id, best.trial_id, best.trial_index) == (
+        "exp-1",
+        "dag_a",
+        "run_1",
+        "t-3",
+        3,
+    )
+    assert best.parameters == {"C": 2.5, "kernel": "rbf"} and best.metric == 0.97
+    assert (best.optimize_mode, best.url, best.multi_objective) == ("maximize", extra["url"], False)
+
+
+def test_the_experiments_best_across_runs_is_published_not_the_last_runs():
+    older = {**BEST, "trial_id": "t-0", "trial_index": 0, "final_metric": 0.99}
+    extra, _ = decide(summary(study_best=older), "d", "r", None)
+    assert extra is not None and extra["trial_id"] == "t-0"
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"continuation": {"run_id": "trialflow__exp-1__from_000100"}}, "goes on in run trialflow__exp-1__from_000100"),
+        ({"best": None, "study_best": None}, "no trial of experiment exp-1 succeeded"),
+    ],
+)
+def test_nothing_is_published_and_the_reason_says_why(changes, why):
+    extra, reason = decide(summary(**changes), "d", "r", None)
+    assert extra is None and why in reason
+
+
+def test_an_end_step_without_a_summary_publishes_nothing():
+    assert decide(None, "d", "r", None)[0] is None
+
+
+def test_several_objectives_publish_the_pareto_set():
+    pareto = [
+        {"trial_id": "t-1", "trial_index": 1, "parameters": {"x": 1}, "values": {"acc": 0.9, "latency": 3.0}, "x": 1},
+        {"trial_id": "t-2", "trial_index": 2, "parameters": {"x": 2}, "values": {"acc": 0.8, "latency": 1.0}},
+    ]
+    objectives = [{"metric": "acc", "mode": "maximize"}, {"metric": "latency", "mode": "minimize"}]
+    extra, _ = decide(summary(objectives=objectives, pareto=pareto), "d", "r", None)
+    best = read(extra)
+    assert best.multi_objective and [p.trial_id for p in best.pareto] == ["t-1", "t-2"]
+    assert best.pareto[1].values == {"acc": 0.8, "latency": 1.0}
+    assert [o.metric for o in best.objectives] == ["acc", "latency"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"note": "someone else's asset"}, "not a trialflow experiment's result"),
+        ("text", "not a trialflow experiment's result"),
+        ({FORMAT_KEY: 99}, "result format 99, this trialflow reads 1"),
+        ({FORMAT_KEY: 1, "experiment_id": "e"}, "extra key 'dag_id': expected text, got None"),
+    ],
+)
+def test_an_event_that_is_not_a_published_result_is_refused_by_name(extra, message):
+    with pytest.raises(NotPublished, match=message):
+        read(extra)
+
+
+def test_a_mangled_field_is_named():
+    extra, _ = decide(summary(), "d", "r", None)
+    for key, wrong in (("parameters", [1]), ("trial_index", True), ("metric", "high")):
+        with pytest.raises(NotPublished, match=f"extra key '{key}'"):
+            read({**extra, key: wrong})
+
+
+def test_the_asset_is_named_after_the_dag():
+    assert asset_name("trialflow_digits_svc") == "trialflow/trialflow_digits_svc/best"
