@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment import Experiment, RunWindow, check_owner, continued_run
 from trialflow.platforms.base import Connections, TrialStatus
+from trialflow.retune import Retune, seed
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
@@ -43,6 +44,8 @@ class RunStart:
 
     window: RunWindow
     resumed: bool
+    #: ``scheduledRuns: retune``: what the experiment took over from the DAG's previous one.
+    retune: Retune | None = None
 
 
 def start_run(
@@ -65,9 +68,10 @@ def start_run(
         experiment.experiment_id, {**experiment.description(), "dag_id": dag_id, "run_id": run_id}
     )
     window = experiment.start_run(store, run_id, continues=continued_run(conf), count=count)
+    retune = seed(store, experiment, dag_id) if experiment.config.scheduled_runs == "retune" else None
     for i in range(len(experiment.config.training_service)):
         experiment.platform(i, connections).prepare_sync(experiment.experiment_id)
-    return RunStart(window, resumed)
+    return RunStart(window, resumed, retune)
 
 
 @dataclass

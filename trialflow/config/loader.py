@@ -368,7 +368,10 @@ def to_v2_dict(config: ExperimentConfig) -> dict[str, Any]:
     out = config.to_nni_dict()
     out.pop("searchSpaceFile", None)  # the space is inlined, so the printed form stands alone
     if out.get("scheduledRuns") == "new":
-        out.pop("scheduledRuns")  # trialflow's own key: printed only when it says something
+        out.pop("scheduledRuns")  # trialflow's own keys: printed only when they say something
+    for key in ("retuneTopK", "objectives"):
+        if out.get(key) is None:
+            out.pop(key, None)
     if len(out.get("trainingService", [])) == 1:
         out["trainingService"] = out["trainingService"][0]
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SerializeAsAny, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from trialflow.config.base import ConfigPath, GpuIndices, Int, NniModel, Seconds, Secret, Str
 from trialflow.config.platforms import TrainingServiceConfig
@@ -72,6 +72,25 @@ class SharedStorageConfig(NniModel):
         return self
 
 
+#: Keys of trialflow's own beside NNI's schema (a v1 config, NNI's schema only, refuses them).
+TRIALFLOW_KEYS = ("scheduledRuns", "retuneTopK", "objectives")
+
+#: How many of the previous experiment's best parameter sets a re-tuning run evaluates first.
+DEFAULT_RETUNE_TOP_K = 5
+
+
+class ObjectiveConfig(NniModel):
+    """One of several objectives: a key of the trial's final result dict and its direction."""
+
+    metric: str = Field(min_length=1)
+    mode: Literal["maximize", "minimize"]
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
 class ExperimentConfig(NniModel):
     """An NNI experiment, validated. ``trainingService`` is always a list (one item unless hybrid)."""
 
@@ -99,7 +118,14 @@ class ExperimentConfig(NniModel):
     #: trialflow's own key (NNI has no schedules): what each run of a scheduled experiment DAG
     #: is. ``new``: a new experiment per run. ``continue``: one study across runs, each run adding
     #: maxTrialNumber trials whose tuner sees every earlier run's results (a warm start).
-    scheduled_runs: Literal["new", "continue"] = "new"
+    #: ``retune``: a new experiment per run (for a DAG scheduled on a data Asset) whose first
+    #: trials re-evaluate the previous experiment's ``retuneTopK`` best parameter sets on the new
+    #: data: the tuner starts from what was good without trusting metrics measured on old data.
+    scheduled_runs: Literal["new", "continue", "retune"] = "new"
+    retune_top_k: Int | None = Field(default=None, gt=0)
+    #: trialflow's own key: two or more metrics of the final result dict, each maximized or
+    #: minimized; "best" becomes the Pareto set (Optuna's multi-objective studies underneath).
+    objectives: list[ObjectiveConfig] | None = None
 
     #: Where the config came from (not a config key); relative paths were resolved against it.
     source_file: Path | None = Field(default=None, exclude=True)
@@ -114,6 +140,45 @@ class ExperimentConfig(NniModel):
                 "adds maxTrialNumber trials to the same experiment)"
             )
         return value
+
+    @field_validator("objectives")
+    @classmethod
+    def _several(cls, value: list[ObjectiveConfig] | None) -> list[ObjectiveConfig] | None:
+        if value is None:
+            return None
+        if len(value) < 2:
+            raise ValueError(
+                "expected two or more objectives; for one, report a number and set the tuner's classArgs.optimize_mode"
+            )
+        names = [o.metric for o in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"each objective names a different metric, got {names}")
+        return value
+
+    @field_validator("scheduled_runs")
+    @classmethod
+    def _retune_needs_a_tuner_that_takes_points(cls, value: str, info: ValidationInfo) -> str:
+        tuner = info.data.get("tuner") or info.data.get("advisor")
+        name = (tuner.name or "") if isinstance(tuner, AlgorithmConfig) else ""
+        if value == "retune" and name.replace("_", "").lower() in ("gridsearch", "batchtuner"):
+            raise ValueError(
+                f"retune queues earlier parameter sets as the first trials, and {name} runs its own points in order"
+            )
+        return value
+
+    @field_validator("retune_top_k")
+    @classmethod
+    def _only_when_retuning(cls, value: int | None, info: ValidationInfo) -> int | None:
+        mode = info.data.get("scheduled_runs", "new")
+        if value is not None and mode != "retune":
+            raise ValueError(f"only with scheduledRuns: retune (this config has {mode})")
+        return value
+
+    @property
+    def top_k(self) -> int:
+        """How many parameter sets a re-tuning run takes over (capped by its trials)."""
+        k = self.retune_top_k or DEFAULT_RETUNE_TOP_K
+        return min(k, self.max_trial_number) if self.max_trial_number else k
 
     @field_validator("log_level", mode="before")
     @classmethod

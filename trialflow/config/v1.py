@@ -18,6 +18,7 @@ from typing import Any
 
 from trialflow.config.base import normalize_key
 from trialflow.config.errors import PathPart, Problem
+from trialflow.config.model import TRIALFLOW_KEYS
 
 #: v1 key -> v2 key (None: accepted and dropped, because trialflow has no use for it).
 _TOP = {
@@ -168,7 +169,14 @@ def convert_v1(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     for key, value in raw.items():
         norm = normalize_key(key)
         if norm not in known_top:
-            c.problem((key,), "unknown v1 key")
+            own = next((k for k in TRIALFLOW_KEYS if normalize_key(k) == norm), None)
+            c.problem(
+                (key,),
+                f"{own} is trialflow's own key, and a v1 config holds NNI's v1 schema only: convert it "
+                "to v2 (`trialflow convert`) and add the key there"
+                if own
+                else "unknown v1 key",
+            )
             continue
         target = next((t for k, t in _TOP.items() if normalize_key(k) == norm), "")
         if target:

@@ -87,9 +87,15 @@ class StartExperimentOperator(_ExperimentStep):
             ", ".join(config.platform_names),
             experiment.directory,
         )
+        retune = started.retune
+        if retune is not None:
+            self.log.info("Re-tuning: %s", retune.reason)
+            for dropped in retune.dropped:
+                self.log.warning("Not re-evaluated (no longer in the search space): %s", dropped)
         return {
             "experiment_id": experiment.experiment_id,
             "directory": str(experiment.directory),
+            "retuned_from": retune.experiment_id if retune else None,
             "trial_count": window.count,
             "first_trial_index": window.first_index,
             "resumed": started.resumed,

@@ -24,6 +24,7 @@ from trialflow.queries.tables import (
     study_id_of,
 )
 from trialflow.queries.trials import trials_page
+from trialflow.retune import RETUNED_BY, RETUNED_FROM
 from trialflow.trial.status import COUNTED_STATUS_NAMES
 
 
@@ -161,7 +162,8 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
     """The experiment page's header: config essentials, counts, best trial, time and trial budgets."""
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
-        attrs = {k: v for k, v in study_attrs(conn, [sid], _LIST_ATTRS + ("directory", "limits")).get(sid, {}).items()}
+        wanted = _LIST_ATTRS + ("directory", "limits", RETUNED_FROM, RETUNED_BY)
+        attrs = dict(study_attrs(conn, [sid], wanted).get(sid, {}))
         runs = conn.execute(
             sa.select(STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
                 STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key.like("run:%")
@@ -206,6 +208,10 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         "deadline": deadline,
         "runs": sorted(windows, key=lambda w: w.get("first_index", 0)),
         "changed": changed,
+        # scheduledRuns: retune: the experiment this one re-tuned (its best sets ran first here),
+        # and the later ones that re-tuned this one (all of the same DAG).
+        "retuned_from": _retuned_from(attrs.get(RETUNED_FROM)),
+        "retuned_by": [e for e in attrs.get(RETUNED_BY) or [] if isinstance(e, str)],
         "config": {
             "tuner": config.get("tuner") or config.get("advisor"),
             "assessor": config.get("assessor"),
@@ -218,4 +224,14 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
             "platforms": [s.get("platform") for s in services if isinstance(s, dict)],
             "searchSpace": config.get("searchSpace"),
         },
+    }
+
+
+def _retuned_from(raw: Any) -> dict[str, Any] | None:
+    if not isinstance(raw, dict) or not raw.get("experiment_id"):
+        return None
+    return {
+        "experiment_id": raw["experiment_id"],
+        "queued": len(raw.get("queued") or []),
+        "dropped": len(raw.get("dropped") or []),
     }

@@ -232,6 +232,19 @@ class ExperimentStore:
             raw = conn.execute(query).scalar_one_or_none()
         return None if raw is None else json.loads(raw)
 
+    def experiments_with_attr(self, key: str, value: Any) -> list[str]:
+        """The experiments whose attribute ``key`` is ``value``, oldest first (e.g. a DAG's)."""
+        table = models.StudyUserAttributeModel.__table__
+        studies = models.StudyModel.__table__
+        query = (
+            sa.select(studies.c.study_name)
+            .join(table, table.c.study_id == studies.c.study_id)
+            .where(table.c.key == key, table.c.value_json == json.dumps(value))
+            .order_by(studies.c.study_id)
+        )
+        with self.storage.engine.connect() as conn:
+            return [row[0] for row in conn.execute(query)]
+
     def set_experiment_attrs(self, experiment_id: str, attrs: dict[str, Any]) -> None:
         """Set what changed (an unchanged value is not written again)."""
         study_id = self._study_id(experiment_id)

@@ -7,7 +7,7 @@ import { curvesOption, historyOption, importanceOption, parallelOption, timeline
 import { ErrorBox, Fact, Loading, Panel, StatusBadge, StatusCounts } from "./common";
 import { Compare } from "./Compare";
 import { ConfigView, ExperimentActions, History } from "./Actions";
-import { useColorMode, useLoad } from "./hooks";
+import { useColorMode, useLoad, useUrlState } from "./hooks";
 import { TrialTable } from "./TrialTable";
 import { airflowUrl, formatDuration, formatParameters, formatTime, formatValue, visible } from "./util";
 
@@ -36,7 +36,33 @@ function Summary({ summary }: { summary: Summary }) {
           Best trial <b>{summary.best.trial_id}</b>: <Code fontSize="xs" data-testid="best-parameters">{formatParameters(summary.best.parameters)}</Code>
         </Text>
       )}
+      <Lineage summary={summary} />
     </Panel>
+  );
+}
+
+/** Re-tuning on new data links the experiments of one DAG: which one this re-tuned, which re-tuned it. */
+function Lineage({ summary }: { summary: Summary }) {
+  const [, update] = useUrlState();
+  const experimentLink = (id: string) => (
+    <Link key={id} color="blue.fg" href={`${window.location.pathname}?experiment=${encodeURIComponent(id)}`}
+      onClick={(e) => { e.preventDefault(); update({ experiment: id, tab: null, trial: null, compare: null }); }}>{id}</Link>
+  );
+  const from = summary.retuned_from;
+  const by = summary.retuned_by ?? [];
+  if (!from && by.length === 0) return null;
+  return (
+    <VStack mt={3} gap={1} alignItems="flex-start" fontSize="sm" data-testid="retune-links">
+      {from && (
+        <Text>
+          Re-tuned {experimentLink(from.experiment_id)} on new data: its {from.queued} best parameter set{from.queued === 1 ? "" : "s"} ran first here
+          {from.dropped ? `, ${from.dropped} no longer in the search space` : ""}.
+        </Text>
+      )}
+      {by.length > 0 && (
+        <Text>Re-tuned later by {by.map((id, i) => <span key={id}>{i ? ", " : ""}{experimentLink(id)}</span>)}.</Text>
+      )}
+    </VStack>
   );
 }
 

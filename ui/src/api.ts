@@ -74,6 +74,9 @@ export interface Summary {
   links: { dag_run: string | null; grid: string | null };
   /** Limits a person changed while it ran (their new values). */
   changed: Record<string, number>;
+  /** scheduledRuns: retune: the experiment whose best sets ran first here, and those that re-tuned this one. */
+  retuned_from: { experiment_id: string; queued: number; dropped: number } | null;
+  retuned_by: string[];
   may_edit: boolean;
   waiting: number;
 }

@@ -1,0 +1,112 @@
+"""Re-tuning on new data (``scheduledRuns: retune``): a new study that first re-evaluates the
+previous experiment's best parameter sets. No Airflow.
+
+When the data changes, ``new`` throws away what was learnt and ``continue`` trusts metrics
+measured on data that is gone. ``retune`` keeps the knowledge and drops the numbers: the
+previous experiment's top-k parameter sets are queued as this experiment's first trials (the
+queue of asked-for trials, trialflow.tuning.trial_queue), so they are measured again on the new
+data and the tuner learns from those fresh results, never from the old ones.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trialflow.trial.status import COUNTED_STATUS_NAMES
+
+if TYPE_CHECKING:
+    from trialflow.experiment import Experiment
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+#: The experiment attribute naming what a re-tuning experiment took over (and from where).
+RETUNED_FROM = "retuned_from"
+#: The attribute of the earlier experiment listing the experiments that re-tuned it.
+RETUNED_BY = "retuned_by"
+#: Who asked for the queued trials (the pages show it beside a person's own).
+REQUESTER = "retune"
+
+
+@dataclass(frozen=True)
+class Retune:
+    """What a re-tuning experiment took over: the earlier experiment and the trials queued."""
+
+    experiment_id: str | None
+    queued: list[dict[str, Any]] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+def ranked(rows: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
+    """Succeeded trials with a final metric, best first; a parameter set tried twice counts once
+    (its better result), so k distinct points come over."""
+    from trialflow.tuning.tuners import BUDGET_KEY
+
+    done = [r for r in rows if r["status"] in COUNTED_STATUS_NAMES and _finite(r.get("final_metric"))]
+    done.sort(key=lambda r: r["final_metric"], reverse=mode != "minimize")
+    seen: set[str] = set()
+    out = []
+    for row in done:
+        point = {k: v for k, v in (row["parameters"] or {}).items() if k != BUDGET_KEY}
+        key = repr(sorted(point.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append({**row, "parameters": point})
+    return out
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and value == value and abs(value) != float("inf")
+
+
+def previous_experiment(store: ExperimentStore, dag_id: str, experiment_id: str) -> str | None:
+    """The newest experiment of the same DAG before this one that has a result."""
+    earlier = store.experiments_with_attr("dag_id", dag_id)
+    if experiment_id in earlier:
+        earlier = earlier[: earlier.index(experiment_id)]
+    for candidate in reversed(earlier):
+        mode = store.experiment_attr(candidate, "optimize_mode") or "maximize"
+        if ranked(store.trial_rows(candidate), mode):
+            return candidate
+    return None
+
+
+def seed(store: ExperimentStore, experiment: Experiment, dag_id: str) -> Retune:
+    """Queue the previous experiment's top-k parameter sets as this experiment's first trials,
+    once: a retried or cleared start step finds the ``retuned_from`` attribute and queues
+    nothing again. Sets that no longer fit the search space (it changed with the data) are
+    left out and named."""
+    from trialflow.config.search_space import SearchSpaceError, encode
+
+    experiment_id = experiment.experiment_id
+    done = store.experiment_attr(experiment_id, RETUNED_FROM)
+    if done is not None:
+        return Retune(done.get("experiment_id"), done.get("queued", []), done.get("dropped", []), "already queued")
+    previous = previous_experiment(store, dag_id, experiment_id)
+    if previous is None:
+        store.set_experiment_attrs(experiment_id, {RETUNED_FROM: {"experiment_id": None}})
+        return Retune(None, reason=f"DAG {dag_id} has no earlier experiment with a result: the tuner starts fresh")
+    mode = store.experiment_attr(previous, "optimize_mode") or "maximize"
+    queued: list[dict[str, Any]] = []
+    dropped: list[str] = []
+    for row in ranked(store.trial_rows(previous), mode):
+        if len(queued) == experiment.config.top_k:
+            break
+        try:
+            encode(experiment.space, row["parameters"])
+        except SearchSpaceError as exc:
+            dropped.append(f"trial {row['trial_id']}: {exc}")
+            continue
+        old = f"{row['final_metric']:.6g}"
+        why = f"re-evaluates trial {row['trial_id']} of experiment {previous} ({old} on the old data)"
+        store.enqueue(experiment_id, row["parameters"], {"by": REQUESTER, "reason": why, "at": time.time()})
+        queued.append({"trial_id": row["trial_id"], "parameters": row["parameters"], "metric": row["final_metric"]})
+    store.set_experiment_attrs(
+        experiment_id, {RETUNED_FROM: {"experiment_id": previous, "queued": queued, "dropped": dropped}}
+    )
+    later = list(store.experiment_attr(previous, RETUNED_BY) or [])
+    if experiment_id not in later:
+        store.set_experiment_attrs(previous, {RETUNED_BY: [*later, experiment_id]})
+    reason = f"the first {len(queued)} trials re-evaluate experiment {previous}'s best parameter sets"
+    return Retune(previous, queued, dropped, reason)
