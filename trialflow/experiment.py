@@ -87,7 +87,11 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
     problems = [
         Problem(file, tuple(key.split(".")), msg)
         for key, msg in check_algorithms(
-            config.tuner, config.advisor, config.assessor, parse_search_space(config.search_space)
+            config.tuner,
+            config.advisor,
+            config.assessor,
+            parse_search_space(config.search_space),
+            len(config.objectives or ()) or 1,
         )
     ]
     shared = config.shared_storage
@@ -324,7 +328,15 @@ class Experiment:
 
     def open(self, store: ExperimentStore) -> None:
         """Create the experiment in the store, or re-open it (a cleared or continued run)."""
-        store.open_experiment(self.experiment_id, self.algorithm, self.space, self.config.optimize_mode, self.pruner)
+        store.open_experiment(
+            self.experiment_id, self.algorithm, self.space, self.config.optimize_mode, self.pruner, self.objectives
+        )
+
+    @property
+    def objectives(self) -> list[dict[str, str]] | None:
+        """Several objectives (trialflow's key) as the store keeps them; None for NNI's one."""
+        chosen = self.config.objectives
+        return [{"metric": o.metric, "mode": o.mode} for o in chosen] if chosen else None
 
     def window(self, store: ExperimentStore, run_id: str) -> RunWindow:
         """The trial indexes and deadline that DAG run ``run_id`` owns."""

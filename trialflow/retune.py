@@ -38,13 +38,20 @@ class Retune:
     reason: str = ""
 
 
-def ranked(rows: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
-    """Succeeded trials with a final metric, best first; a parameter set tried twice counts once
-    (its better result), so k distinct points come over."""
+def ranked(
+    rows: list[dict[str, Any]], mode: str, objectives: list[dict[str, str]] | None = None
+) -> list[dict[str, Any]]:
+    """Succeeded trials with a final metric, best first (several objectives: front by front,
+    as NSGA-II ranks); a parameter set tried twice counts once (its better result), so k
+    distinct points come over."""
+    from trialflow.tuning.pareto import fronts, with_values
     from trialflow.tuning.tuners import BUDGET_KEY
 
-    done = [r for r in rows if r["status"] in COUNTED_STATUS_NAMES and _finite(r.get("final_metric"))]
-    done.sort(key=lambda r: r["final_metric"], reverse=mode != "minimize")
+    if objectives:
+        done = fronts(with_values([r for r in rows if r["status"] in COUNTED_STATUS_NAMES], objectives), objectives)
+    else:
+        done = [r for r in rows if r["status"] in COUNTED_STATUS_NAMES and _finite(r.get("final_metric"))]
+        done.sort(key=lambda r: r["final_metric"], reverse=mode != "minimize")
     seen: set[str] = set()
     out = []
     for row in done:
@@ -66,10 +73,16 @@ def previous_experiment(store: ExperimentStore, dag_id: str, experiment_id: str)
     if experiment_id in earlier:
         earlier = earlier[: earlier.index(experiment_id)]
     for candidate in reversed(earlier):
-        mode = store.experiment_attr(candidate, "optimize_mode") or "maximize"
-        if ranked(store.trial_rows(candidate), mode):
+        if _ranked_trials(store, candidate):
             return candidate
     return None
+
+
+def _ranked_trials(store: ExperimentStore, experiment_id: str) -> list[dict[str, Any]]:
+    from trialflow.tuning.pareto import OBJECTIVES_ATTR
+
+    mode = store.experiment_attr(experiment_id, "optimize_mode") or "maximize"
+    return ranked(store.trial_rows(experiment_id), mode, store.experiment_attr(experiment_id, OBJECTIVES_ATTR))
 
 
 def seed(store: ExperimentStore, experiment: Experiment, dag_id: str) -> Retune:
@@ -87,10 +100,9 @@ def seed(store: ExperimentStore, experiment: Experiment, dag_id: str) -> Retune:
     if previous is None:
         store.set_experiment_attrs(experiment_id, {RETUNED_FROM: {"experiment_id": None}})
         return Retune(None, reason=f"DAG {dag_id} has no earlier experiment with a result: the tuner starts fresh")
-    mode = store.experiment_attr(previous, "optimize_mode") or "maximize"
     queued: list[dict[str, Any]] = []
     dropped: list[str] = []
-    for row in ranked(store.trial_rows(previous), mode):
+    for row in _ranked_trials(store, previous):
         if len(queued) == experiment.config.top_k:
             break
         try:
@@ -98,10 +110,12 @@ def seed(store: ExperimentStore, experiment: Experiment, dag_id: str) -> Retune:
         except SearchSpaceError as exc:
             dropped.append(f"trial {row['trial_id']}: {exc}")
             continue
-        old = f"{row['final_metric']:.6g}"
+        values = row.get("values")
+        old = ", ".join(f"{k} {v:.6g}" for k, v in values.items()) if values else f"{row['final_metric']:.6g}"
         why = f"re-evaluates trial {row['trial_id']} of experiment {previous} ({old} on the old data)"
         store.enqueue(experiment_id, row["parameters"], {"by": REQUESTER, "reason": why, "at": time.time()})
-        queued.append({"trial_id": row["trial_id"], "parameters": row["parameters"], "metric": row["final_metric"]})
+        metric = row.get("values") or row["final_metric"]
+        queued.append({"trial_id": row["trial_id"], "parameters": row["parameters"], "metric": metric})
     store.set_experiment_attrs(
         experiment_id, {RETUNED_FROM: {"experiment_id": previous, "queued": queued, "dropped": dropped}}
     )

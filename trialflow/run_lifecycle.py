@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from trialflow.experiment import Experiment, RunWindow, check_owner, continued_run
 from trialflow.platforms.base import Connections, TrialStatus
 from trialflow.retune import Retune, seed
+from trialflow.tuning.pareto import pareto_rows, with_values
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
@@ -32,6 +33,8 @@ SUMMARY_FIELDS = (
     "message",
 )
 BEST_FIELDS = ("trial_index", "trial_id", "parameters", "final_metric", "final_extra")
+#: A Pareto-set member's fields (several objectives): ``values`` is {metric: value}.
+PARETO_FIELDS = ("trial_index", "trial_id", "parameters", "values")
 
 
 class RunHasNoTrials(Exception):
@@ -84,10 +87,13 @@ class RunSummary:
     best: dict[str, Any] | None
     failure: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: Several objectives: the trial indexes of the Pareto set (marked in the table).
+    pareto_indexes: set[int] = field(default_factory=set)
 
     @property
     def table(self) -> str:
-        return format_table(self.rows, self.best["trial_index"] if self.best else None)
+        marked = self.pareto_indexes or ({self.best["trial_index"]} if self.best else set())
+        return format_table(self.rows, marked)
 
 
 def summarize_run(
@@ -106,24 +112,37 @@ def summarize_run(
             f"experiment {experiment.experiment_id}: this run has no trials (its start step did not give it any)"
         )
     all_rows = store.trial_rows(experiment.experiment_id)
+    objectives = experiment.objectives
+    if objectives:
+        all_rows = with_values(all_rows, objectives)
     end = window.first_index + window.count
     rows = [r for r in all_rows if window.first_index <= (r["trial_index"] or 0) < end]
     mode = experiment.config.optimize_mode
-    best = best_row(rows, mode)
-    study_best = best_row(all_rows, mode)
+    pareto = pareto_rows(all_rows, objectives) if objectives else []
+    if objectives:  # "best" is the Pareto set; its first member (by the first objective) stands for it
+        best = next(iter(pareto_rows(rows, objectives)), None)
+        study_best = next(iter(pareto), None)
+        best, study_best = (_as_best(r) if r else None for r in (best, study_best))
+    else:
+        best = best_row(rows, mode)
+        study_best = best_row(all_rows, mode)
     counts = Counter(r["status"] for r in rows)
     following = experiment.continuation(store, run_id)
-    summary = {
+    trials = [{k: r[k] for k in SUMMARY_FIELDS} | ({"values": r["values"]} if objectives else {}) for r in rows]
+    summary: dict[str, Any] = {
         "experiment_id": experiment.experiment_id,
         "experiment_name": experiment.config.experiment_name,
         "optimize_mode": mode,
         "status_counts": dict(counts),
         "best": None if best is None else {k: best[k] for k in BEST_FIELDS},
         "study_best": None if study_best is None else {k: study_best[k] for k in BEST_FIELDS},
-        "trials": [{k: r[k] for k in SUMMARY_FIELDS} for r in rows],
+        "trials": trials,
         "continuation": {"run_id": following.run_id, "conf": following.conf, "reason": following.reason},
     }
-    result = RunSummary(summary, rows, best)
+    if objectives:
+        summary["objectives"] = objectives
+        summary["pareto"] = [{k: r[k] for k in PARETO_FIELDS} for r in pareto]
+    result = RunSummary(summary, rows, best, pareto_indexes={r["trial_index"] for r in pareto})
     if best is None:
         if continued_run(conf) is not None and study_best is not None and window.expired():
             result.notes.append(f"No trial of this run succeeded ({dict(counts)}); the experiment's best stands")
@@ -156,12 +175,21 @@ def cancel_trials(
     return cancelled
 
 
-def format_table(rows: list[dict[str, Any]], best_index: int | None) -> str:
-    """A plain-text results table for the task log; a dict final's other keys follow its value."""
+def _as_best(row: dict[str, Any]) -> dict[str, Any]:
+    """A Pareto member in ``best``'s shape: its final metric is its values, one per objective."""
+    return {**{k: row[k] for k in BEST_FIELDS}, "final_metric": row["values"]}
+
+
+def format_table(rows: list[dict[str, Any]], marked: set[int]) -> str:
+    """A plain-text results table for the task log (``*``: the best trial, or the Pareto set);
+    a dict final's other keys follow its value; several objectives show their values."""
     lines = [f"{'':1} {'trial':>5}  {'id':<14} {'status':<14} {'final':>12}  {'#int':>4}  parameters"]
     for r in rows:
-        final = "" if r["final_metric"] is None else f"{r['final_metric']:.6g}"
-        mark = "*" if r["trial_index"] == best_index else " "
+        if r.get("values"):
+            final = " ".join(f"{k}={v:.4g}" for k, v in r["values"].items())
+        else:
+            final = "" if r["final_metric"] is None else f"{r['final_metric']:.6g}"
+        mark = "*" if r["trial_index"] in marked else " "
         extra = f"  {r['final_extra']}" if r.get("final_extra") else ""
         lines.append(
             f"{mark} {r['trial_index']:>5}  {r['trial_id'] or '':<14} {r['status'] or '':<14} "

@@ -103,6 +103,8 @@ class AlgorithmSpec:
     #: A module that must be importable (an optional extra).
     needs: str | None = None
     aliases: tuple[str, ...] = ()
+    #: Serves several objectives (trialflow's ``objectives`` key): Optuna's multi-objective study.
+    multi_objective: bool = False
 
     @property
     def honoured(self) -> list[str]:
@@ -116,8 +118,11 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
         "Optuna TPESampler (multivariate, grouped for nested choices; NNI's 20 random "
         "startup trials; a constant liar for parallel trials unless constant_liar_type is null)",
         {**COMMON_ARGS, "tpe_args": _mapping},
+        multi_objective=True,
     ),
-    AlgorithmSpec("Random", "tuner", "Optuna RandomSampler", dict(COMMON_ARGS), aliases=("RandomSearch",)),
+    AlgorithmSpec(
+        "Random", "tuner", "Optuna RandomSampler", dict(COMMON_ARGS), aliases=("RandomSearch",), multi_objective=True
+    ),
     AlgorithmSpec(
         "GridSearch",
         "tuner",
@@ -150,8 +155,10 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
     AlgorithmSpec(
         "Evolution",
         "tuner",
-        "Optuna NSGAIISampler (single objective: a genetic algorithm)",
+        "Optuna NSGAIISampler (a genetic algorithm; with several objectives, NSGA-II's Pareto ranking)",
         {**COMMON_ARGS, "population_size": _int(2)},
+        aliases=("NSGAII",),
+        multi_objective=True,
     ),
     AlgorithmSpec(
         "GP",
@@ -359,10 +366,17 @@ def _check_needs(spec: AlgorithmSpec, key: str) -> list[tuple[str, str]]:
 
 
 def check_algorithms(
-    tuner: AlgorithmConfig | None, advisor: AlgorithmConfig | None, assessor: AlgorithmConfig | None, space: SearchSpace
+    tuner: AlgorithmConfig | None,
+    advisor: AlgorithmConfig | None,
+    assessor: AlgorithmConfig | None,
+    space: SearchSpace,
+    objectives: int = 1,
 ) -> list[tuple[str, str]]:
-    """Problems as (config key, message), for `trialflow validate` and DAG building."""
+    """Problems as (config key, message), for `trialflow validate` and DAG building.
+    ``objectives``: how many the experiment optimizes (trialflow's ``objectives`` key)."""
     problems: list[tuple[str, str]] = []
+    if objectives > 1:
+        problems += _check_several_objectives(tuner, advisor, assessor)
     for key, algorithm, role in (
         ("tuner", tuner, "tuner"),
         ("advisor", advisor, "advisor"),
@@ -378,6 +392,41 @@ def check_algorithms(
         problems += _check_args(spec, algorithm, key) + _check_needs(spec, key)
         if role != "assessor":
             problems += _check_space(spec, space)
+    return problems
+
+
+def _check_several_objectives(
+    tuner: AlgorithmConfig | None, advisor: AlgorithmConfig | None, assessor: AlgorithmConfig | None
+) -> list[tuple[str, str]]:
+    """Several objectives have no single best to compare a curve or a rung with: Optuna's pruners
+    (every assessor, Hyperband's and BOHB's rungs) serve one objective only."""
+    serving = ", ".join(s.name for s in CATALOGUE if s.multi_objective)
+    problems = []
+    if assessor is not None:
+        problems.append(
+            (
+                "assessor",
+                f"{assessor.name or assessor.class_name} stops trials by one metric's curve; with "
+                "several objectives there is no single curve to judge: remove the assessor",
+            )
+        )
+    if advisor is not None:
+        problems.append(
+            (
+                "advisor",
+                f"{advisor.name or advisor.class_name} stops trials at rungs by one metric; with several "
+                f"objectives use a tuner that serves them: {serving}",
+            )
+        )
+    if tuner is not None:
+        spec = _BY_KEY.get(_key(tuner.name or ""))
+        if tuner.class_name is not None or spec is None or not spec.multi_objective:
+            problems.append(
+                (
+                    "tuner",
+                    f"{tuner.name or tuner.class_name} optimizes one metric; with several objectives use {serving}",
+                )
+            )
     return problems
 
 
@@ -409,5 +458,11 @@ def markdown_table() -> str:
     lines.append(
         f"Refused by `trialflow validate`, each with the closest supported choice: {refused} "
         "(and custom `className` algorithms)."
+    )
+    several = ", ".join(spec.name for spec in CATALOGUE if spec.multi_objective)
+    lines.append("")
+    lines.append(
+        f"Several objectives (trialflow's `objectives` key): {several}; no assessor or advisor (their "
+        "early stopping judges one metric)."
     )
     return "\n".join(lines)

@@ -36,6 +36,7 @@ from trialflow.trial.protocol import Metric, describe_result
 from trialflow.trial.protocol import scalar as _plain_scalar
 from trialflow.trial.status import COUNTED_STATUS_NAMES, COUNTED_STATUSES, TrialStatus
 from trialflow.tuning.optuna_internals import models, trial_storage_id
+from trialflow.tuning.pareto import OBJECTIVES_ATTR, objective_values
 from trialflow.tuning.rdb_storage import TrialflowStorage
 from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
 from trialflow.tuning.store_urls import SQLITE_TIMEOUT_SECONDS, safe_url, with_installed_driver
@@ -178,6 +179,7 @@ class ExperimentStore:
         # The cache starts from the experiment's snapshot row (trialflow.tuning.snapshot), so a new
         # task process does not read every finished trial back.
         self._sampling_storage = SnapshotCache(self.storage)
+        self._objectives: dict[int, list[dict[str, str]] | None] = {}
 
     def __repr__(self) -> str:
         return f"ExperimentStore({safe_url(self.url)})"
@@ -196,17 +198,22 @@ class ExperimentStore:
         space: SearchSpace | None = None,
         direction: Literal["maximize", "minimize"] = "maximize",
         pruner: BasePruner | None = None,
+        objectives: list[dict[str, str]] | None = None,
     ) -> None:
-        """Create the experiment, or re-open it (a cleared or continued run)."""
+        """Create the experiment, or re-open it (a cleared or continued run). ``objectives``
+        (several, each {"metric", "mode"}): a multi-objective study, one direction each."""
         sampler = make_sampler(tuner, space) if tuner is not None and space is not None else None
+        directions = {"directions": [o["mode"] for o in objectives]} if objectives else {"direction": direction}
         optuna.create_study(
             storage=self.storage,
             study_name=experiment_id,
             sampler=sampler,
             pruner=pruner,
-            direction=direction,
             load_if_exists=True,
+            **directions,
         )
+        if objectives:
+            self.set_experiment_attrs(experiment_id, {OBJECTIVES_ATTR: objectives})
 
     def experiment_exists(self, experiment_id: str) -> bool:
         try:
@@ -457,11 +464,28 @@ class ExperimentStore:
         frozen = self.storage.get_trial(storage_id)
         return self._finish(frozen, storage_id, status, frozen.user_attrs.get("final_metric"), message)
 
+    def objectives_of_trial(self, storage_id: int) -> list[dict[str, str]] | None:
+        """The objectives of the trial's experiment (None: one objective); read once per study."""
+        trials = models.TrialModel.__table__
+        attrs = models.StudyUserAttributeModel.__table__
+        with self.storage.engine.connect() as conn:
+            study_id = conn.execute(sa.select(trials.c.study_id).where(trials.c.trial_id == storage_id)).scalar_one()
+            if study_id not in self._objectives:
+                query = sa.select(attrs.c.value_json).where(
+                    attrs.c.study_id == study_id, attrs.c.key == OBJECTIVES_ATTR
+                )
+                raw = conn.execute(query).scalar_one_or_none()
+                self._objectives[study_id] = json.loads(raw) if raw else None
+        return self._objectives[study_id]
+
     def _finish(
         self, frozen: optuna.trial.FrozenTrial, storage_id: int, status: TrialStatus, final: Any, message: str | None
     ) -> TrialRecord:
         if frozen.state.is_finished():
             return _record(frozen, storage_id)  # Optuna freezes finished trials; the first outcome stands
+        objectives = self.objectives_of_trial(storage_id) if status in COUNTED_STATUSES else None
+        if objectives:
+            return self._finish_several(frozen, storage_id, status, final, message, objectives)
         attrs: dict[str, Any] = {"nni_status": status.value}
         if message:
             attrs["message"] = message
@@ -497,6 +521,37 @@ class ExperimentStore:
         frozen.user_attrs.update(attrs)
         return _record(frozen, storage_id)
 
+    def _finish_several(
+        self,
+        frozen: optuna.trial.FrozenTrial,
+        storage_id: int,
+        status: TrialStatus,
+        final: Any,
+        message: str | None,
+        objectives: list[dict[str, str]],
+    ) -> TrialRecord:
+        """A succeeded trial of a multi-objective experiment: one value per objective, or FAIL
+        with the reason (a missing or non-finite objective has no place on the front)."""
+        attrs: dict[str, Any] = {"nni_status": status.value}
+        if final is not None:
+            attrs["final_metric"] = _jsonable(final)
+            if isinstance(final, dict):
+                attrs["final_metric_extra"] = {k: _jsonable(v) for k, v in final.items() if k != "default"}
+        values, problem = objective_values(final, objectives)
+        state = TrialState.COMPLETE if values is not None else TrialState.FAIL
+        if problem:
+            attrs["message"] = problem + (f"; {message}" if message else "")
+        elif message:
+            attrs["message"] = message
+        try:
+            self.storage.close_trial(storage_id, state, values, attrs)
+        except UpdateFinishedTrialError:
+            return self.trial(storage_id)
+        frozen.state = state
+        frozen.values = values
+        frozen.user_attrs.update(attrs)
+        return _record(frozen, storage_id)
+
     # -- reading --------------------------------------------------------------------------
 
     def trial_rows(self, experiment_id: str) -> list[dict[str, Any]]:
@@ -515,6 +570,9 @@ class ExperimentStore:
                     "final_metric": _finite_or_none(scalar(t.user_attrs.get("final_metric"))),
                     "final_metric_raw": t.user_attrs.get("final_metric"),
                     "final_extra": t.user_attrs.get("final_metric_extra") or {},
+                    # Optuna's values, one per objective, for a COMPLETE trial (several objectives
+                    # read them by name through trialflow.tuning.pareto).
+                    "objective_values": list(t.values) if t.values is not None else None,
                     "intermediate_count": len(t.intermediate_values),
                     "message": t.user_attrs.get("message"),
                 }
