@@ -310,15 +310,22 @@ def cmd_trials(args: argparse.Namespace) -> int:
         return 0
     flat = [queries.flatten_parameters(r["parameters"]) for r in page["rows"]]
     names = sorted({k for f in flat for k in f})
+    objectives = [o["metric"] for o in page.get("objectives", [])]  # several: a column each, * the Pareto set
+    metric_columns = ["pareto", *objectives] if objectives else ["metric"]
     _table(
-        f"experiment {args.experiment}: {page['total']} trials",
-        ["#", "id", "status", "metric", "duration", "platform", *names],
+        f"experiment {args.experiment}: {page['total']} trials"
+        + (f", {len(page['pareto'])} in the Pareto set (*)" if objectives else ""),
+        ["#", "id", "status", *metric_columns, "duration", "platform", *names],
         [
             [
                 r["trial_index"],
                 r["trial_id"],
                 r["status"],
-                r["metric"],
+                *(
+                    ["*" if r.get("pareto") else "", *((r.get("values") or {}).get(n) for n in objectives)]
+                    if objectives
+                    else [r["metric"]]
+                ),
                 _span(r["duration"]),
                 r["platform"],
                 *(f.get(n) for n in names),

@@ -84,8 +84,9 @@ objectives:
 """
 
 
-@pytest.mark.parametrize(("tuner", "extra"), [("TPE", ""), ("Evolution", ", population_size: 6"), ("Random", "")])
-def test_two_conflicting_objectives_give_the_pareto_set_of_the_trials(tmp_path: Path, tuner, extra):
+def run_two_objectives(tmp_path: Path, tuner: str = "TPE", extra: str = "") -> tuple[Experiment, ExperimentStore, list]:
+    """24 trials of acc (maximize) against latency (minimize), which grows with acc; trial 5
+    reports no latency."""
     path = tmp_path / "c.yml"
     path.write_text(CONFIG.format(tuner=tuner, extra=extra))
     experiment = Experiment(load_config(path), "emo", tmp_path / "w")
@@ -98,6 +99,12 @@ def test_two_conflicting_objectives_give_the_pareto_set_of_the_trials(tmp_path: 
         final = {"acc": round(x, 3), "latency": round(x * x + y, 3)} if i != 5 else {"acc": 1.0}  # 5: no latency
         finals.append(final)
         store.finish(asked.storage_id, TrialStatus.SUCCEEDED, final, None)
+    return experiment, store, finals
+
+
+@pytest.mark.parametrize(("tuner", "extra"), [("TPE", ""), ("Evolution", ", population_size: 6"), ("Random", "")])
+def test_two_conflicting_objectives_give_the_pareto_set_of_the_trials(tmp_path: Path, tuner, extra):
+    experiment, store, finals = run_two_objectives(tmp_path, tuner, extra)
     verdict = summarize_run(experiment, store, "r1", {})
     points = [None if i == 5 else [f["acc"], f["latency"]] for i, f in enumerate(finals)]
     expected = brute_force(points, ["maximize", "minimize"])
@@ -161,3 +168,42 @@ def test_every_pair_of_the_pareto_set_is_mutually_non_dominated():
     front = pareto_set(points, modes)
     for i, j in itertools.permutations(front, 2):
         assert not dominates(points[i], points[j], modes)
+
+
+def test_the_pages_cli_and_export_show_the_same_pareto_set(tmp_path: Path):
+    import csv
+    import io
+    import json
+    import subprocess
+    import sys
+
+    from trialflow import queries
+
+    experiment, store, finals = run_two_objectives(tmp_path)
+    expected = brute_force(
+        [None if i == 5 else [f["acc"], f["latency"]] for i, f in enumerate(finals)], ["maximize", "minimize"]
+    )
+    page = queries.trials_page(store.engine, "emo", limit=100)
+    assert page["objectives"] == OBJECTIVES and sorted(page["pareto"]) == expected
+    assert sorted(r["trial_index"] for r in page["rows"] if r["pareto"]) == expected
+    assert page["rows"][2]["values"] == {"acc": finals[2]["acc"], "latency": finals[2]["latency"]}
+    assert page["rows"][5]["values"] is None and not page["rows"][5]["pareto"]
+    charted = queries.chart_data(store.engine, "emo")
+    assert sorted(r["trial_index"] for r in charted if r["pareto"]) == expected
+    summary = queries.experiment_summary(store.engine, "emo")
+    assert sorted(r["trial_index"] for r in summary["pareto"]) == expected
+    assert summary["best"]["trial_index"] == summary["pareto"][0]["trial_index"]
+    accs = [r["values"]["acc"] for r in summary["pareto"]]
+    assert accs == sorted(accs, reverse=True)  # by the first objective, best first
+    exported = list(csv.DictReader(io.StringIO(queries.export_csv(store.engine, "emo"))))
+    assert sorted(int(float(r["trial_index"])) for r in exported if r["pareto"] == "True") == expected
+    assert float(exported[2]["objective:latency"]) == finals[2]["latency"]
+    cli = [sys.executable, "-m", "trialflow.cli", "trials", "emo", "--store", store.url, "--limit", "100"]
+    shown = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert f"{len(expected)} in the Pareto set (*)" in shown.stdout
+    assert "latency" in shown.stdout and "acc" in shown.stdout
+    as_json = json.loads(subprocess.run([*cli, "--json"], capture_output=True, text=True, timeout=120).stdout)
+    assert sorted(as_json["pareto"]) == expected
+    one = queries.trials_page(store.engine, "emo", indexes=[0])
+    assert set(one) >= {"objectives", "pareto"}  # a page of one still knows the whole set

@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from trialflow.queries.objectives import objectives_of
 from trialflow.queries.tables import (
     ACTIVE,
     STUDIES,
@@ -177,7 +178,14 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
     mode = attrs.get("optimize_mode") or "maximize"
     best_value = finite(times.get("min") if mode == "minimize" else times.get("max"))
     best = None
-    if best_value is not None:
+    several = objectives_of(engine, experiment_id)
+    pareto: list[dict[str, Any]] = []
+    if several.several:  # "best" is the Pareto set; its first member (by the first objective) heads it
+        members = trials_page(engine, experiment_id, indexes=several.pareto, limit=len(several.pareto) or 1)
+        by_index = {r["trial_index"]: r for r in members["rows"]}
+        pareto = [by_index[i] for i in several.pareto if i in by_index]
+        best = pareto[0] if pareto else None
+    elif best_value is not None:
         page = trials_page(
             engine,
             experiment_id,
@@ -203,6 +211,9 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         "trials": sum(counts.values()),
         "active": any(counts.get(s) for s in ACTIVE),
         "best": best,
+        # several objectives: [{"metric", "mode"}, ...] and the Pareto set's rows (else empty)
+        "objectives": several.objectives,
+        "pareto": pareto,
         "started": times.get("started"),
         "ended": times.get("ended"),
         "deadline": deadline,

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from trialflow.queries.importance import flatten_parameters
+from trialflow.queries.objectives import objectives_of
 from trialflow.queries.tables import MAX_PAGE
 from trialflow.queries.trials import trials_page
 
@@ -54,11 +55,14 @@ def export_rows(engine: Engine, experiment_id: str) -> tuple[list[str], list[dic
     rows = _all_rows(engine, experiment_id)
     flat = [flatten_parameters(r["parameters"]) for r in rows]
     params = sorted({k for f in flat for k in f})
+    names = [o["metric"] for o in objectives_of(engine, experiment_id).objectives]
     columns = [
         "trial_index",
         "trial_id",
         "status",
         "metric",
+        *(f"objective:{n}" for n in names),
+        *(["pareto"] if names else []),
         "final",
         "duration_s",
         "platform",
@@ -80,6 +84,10 @@ def export_rows(engine: Engine, experiment_id: str) -> tuple[list[str], list[dic
             "intermediate_count": r["intermediate_count"],
             "message": r["message"],
         }
+        if names:  # several objectives: a column each, and whether the trial is in the Pareto set
+            values = r.get("values") or {}
+            record.update({f"objective:{n}": values.get(n) for n in names})
+            record["pareto"] = bool(r.get("pareto"))
         record.update({f"param:{p}": f.get(p) for p in params})
         out.append(record)
     return columns, out

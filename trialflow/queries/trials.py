@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.selectable import NamedFromClause
 
+from trialflow.queries.objectives import objectives_of
 from trialflow.queries.tables import (
     ACTIVE,
     INTERMEDIATE,
@@ -203,7 +204,14 @@ def trials_page(
         order.append(TRIAL_INDEX.c.trial_index.desc() if descending and sort == "index" else TRIAL_INDEX.c.trial_index)
         total = conn.execute(sa.select(sa.func.count()).select_from(query.subquery())).scalar() or 0
         rows = conn.execute(query.order_by(*order).offset(offset).limit(limit)).all()
-    return {"total": int(total), "offset": offset, "limit": limit, "rows": [_row(r) for r in rows]}
+    several = objectives_of(engine, experiment_id)  # several objectives: each row's values, the set
+    return {
+        "total": int(total),
+        "offset": offset,
+        "limit": limit,
+        "rows": [several.annotate(_row(r)) for r in rows],
+        **(several.as_dict() if several.several else {}),
+    }
 
 
 def chart_data(engine: Engine, experiment_id: str) -> list[dict[str, Any]]:
@@ -234,16 +242,19 @@ def chart_data(engine: Engine, experiment_id: str) -> list[dict[str, Any]]:
             .order_by(TRIAL_INDEX.c.trial_index)
         )
         rows = conn.execute(query).all()
+    several = objectives_of(engine, experiment_id)
     return [
-        {
-            "trial_index": index,
-            "status": decoded(st) or "WAITING",
-            "parameters": decoded(pa) or {},
-            "metric": finite(value),
-            "started": epoch(begun),
-            "ended": epoch(done),
-            "platform": (decoded(ha) or {}).get("platform"),
-        }
+        several.annotate(
+            {
+                "trial_index": index,
+                "status": decoded(st) or "WAITING",
+                "parameters": decoded(pa) or {},
+                "metric": finite(value),
+                "started": epoch(begun),
+                "ended": epoch(done),
+                "platform": (decoded(ha) or {}).get("platform"),
+            }
+        )
         for index, value, begun, done, st, pa, ha in rows
     ]
 
