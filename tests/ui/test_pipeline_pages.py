@@ -91,3 +91,65 @@ def test_a_data_event_re_tunes_from_the_previous_runs_best(browser, ui: UiSetup)
     )
     assert f"experiment={first_id}" in page.url
     assert not page.errors, page.errors
+
+
+SEVERAL = """\
+from trialflow import trial
+p = trial.get_next_parameter()
+x, y = p["x"], p["y"]
+# accuracy grows with x, and so does latency: the two conflict; size is a third cost
+trial.report_final_result({"accuracy": round(x, 4), "latency": round(1 + 9 * x * x + y, 4), "size": round(1 + y, 4)})
+"""
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_the_pareto_front_of_two_or_three_objectives_on_the_page(browser, ui: UiSetup, count: int):
+    from tests.tuning.test_pareto import brute_force
+    from tests.ui.test_pages import canvas_drawn
+
+    harness = ui.harness
+    objectives = "  - {metric: accuracy, mode: maximize}\n  - {metric: latency, mode: minimize}\n"
+    objectives += "  - {metric: size, mode: minimize}\n" if count == 3 else ""
+    config = (
+        f"experimentName: accuracy against latency ({count})\n"
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}, y: {_type: uniform, _value: [0, 1]}}\n"
+        f"trialCommand: {PY} t.py\ntrialConcurrency: 4\nmaxTrialNumber: 16\n"
+        "tuner: {name: TPE, classArgs: {seed: 3}}\ntrainingService: {platform: local}\n"
+        f"objectives:\n{objectives}"
+    )
+    dag_id, _ = harness.experiment(f"pareto{count}", config, {"t.py": SEVERAL})
+    run_id, state = harness.run(dag_id)
+    assert state == "success"
+    experiment_id = experiment_id_for(dag_id, run_id)
+    rows = harness.store.trial_rows(experiment_id)
+    names = ["accuracy", "latency", "size"][:count]
+    modes = ["maximize", "minimize", "minimize"][:count]
+    points = [[r["final_metric_raw"][n] for n in names] for r in rows]
+    expected = sorted(rows[i]["trial_index"] for i in brute_force(points, modes))
+    summary = ui.get(f"experiments/{experiment_id}").json()
+    assert sorted(r["trial_index"] for r in summary["pareto"]) == expected
+    end = harness.xcom(dag_id, run_id, "end_experiment")
+    assert sorted(p["trial_index"] for p in end["pareto"]) == expected
+    published = harness.xcom(dag_id, run_id, "publish_best")
+    assert sorted(p["trial_index"] for p in published["pareto"]) == expected
+    assert [o["metric"] for o in published["objectives"]] == names
+
+    page = login(browser, ui)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}")
+    page.wait_for_selector("[data-testid=chart-pareto]", timeout=30000)
+    assert canvas_drawn(page, "[data-testid=chart-pareto]")
+    assert (
+        page.locator("[data-testid=pareto-count]").inner_text()
+        == f"{len(expected)} trial{'s' if len(expected) > 1 else ''}"
+    )
+    assert (
+        "Objectives: accuracy (maximize) · latency (minimize)" in page.locator("[data-testid=pareto-list]").inner_text()
+    )
+    shot(page, f"pareto-{count}")
+    page.click("[data-testid=tab-trials]")
+    page.wait_for_selector("[data-testid=trial-row]", timeout=30000)
+    marks = page.locator("[data-testid=pareto-mark]").all_inner_texts()
+    assert sum(m == "◆" for m in marks) == len(expected)  # 16 trials: one page
+    assert page.locator("[data-testid=objective-latency]").count() == 16
+    shot(page, f"pareto-{count}-trials")
+    assert not page.errors, page.errors

@@ -33,7 +33,7 @@ from trialflow.queries.tables import (
 )
 from trialflow.trial.status import COUNTED_STATUS_NAMES
 
-SortKey = str  # "index" | "status" | "metric" | "duration" | "platform" | "param:<name>"
+SortKey = str  # "index" | "status" | "metric" | "duration" | "platform" | "param:<name>" | "objective:<n>"
 
 
 def _attr(name: str) -> NamedFromClause:
@@ -197,6 +197,14 @@ def trials_page(
             order.append(_duration(engine))
         elif sort == "platform":
             order.append(attrs["service_index"].c.value_json)
+        elif sort.startswith("objective:") and sort[len("objective:") :].isdigit():
+            # several objectives: Optuna's value row of that objective (the first is "metric")
+            chosen = VALUES.alias("sort_value")
+            number = int(sort[len("objective:") :])
+            query = query.outerjoin(
+                chosen, sa.and_(chosen.c.trial_id == TRIALS.c.trial_id, chosen.c.objective == number)
+            )
+            order.append(chosen.c.value)
         elif sort.startswith("param:"):
             numeric, text = _json_field(engine, attrs["parameters"].c.value_json, sort[len("param:") :])
             order += [numeric, text]

@@ -3,7 +3,7 @@ import { useEffect, useMemo, useState } from "react";
 import { Box, Button, Code, HStack, Heading, Link, SimpleGrid, Tabs, Text, VStack } from "@chakra-ui/react";
 import { type Curve, type Summary, type TrialRow, apiUrl, getJson } from "./api";
 import { Chart } from "./Chart";
-import { curvesOption, historyOption, importanceOption, parallelOption, timelineOption } from "./charts";
+import { curvesOption, historyOption, importanceOption, parallelOption, paretoOption, timelineOption } from "./charts";
 import { ErrorBox, Fact, Loading, Panel, StatusBadge, StatusCounts } from "./common";
 import { Compare } from "./Compare";
 import { ConfigView, ExperimentActions, History } from "./Actions";
@@ -16,28 +16,50 @@ function Summary({ summary }: { summary: Summary }) {
   const budget = summary.config.maxExperimentDuration;
   const started = Object.values(summary.counts).reduce((a, b) => a + (b ?? 0), 0);
   const tuner = summary.config.tuner;
+  const several = (summary.objectives ?? []).length > 1;
   return (
     <Panel testId="summary">
       <HStack gap={8} flexWrap="wrap" alignItems="flex-start">
         <Fact label="Status"><StatusBadge status={summary.state} /></Fact>
         <Fact label="Trials">{started}{summary.config.maxTrialNumber ? ` / ${summary.config.maxTrialNumber}` : ""}</Fact>
         <Fact label="Elapsed">{formatDuration(elapsed)}{budget ? ` / ${formatDuration(budget)}` : ""}</Fact>
-        <Fact label={`Best (${summary.optimize_mode})`}>
-          <Text fontFamily="mono" data-testid="best-metric">{summary.best ? formatValue(summary.best.metric) : "–"}</Text>
-        </Fact>
+        {several ? (
+          <Fact label="Pareto set"><Text data-testid="pareto-count">{summary.pareto.length} trial{summary.pareto.length === 1 ? "" : "s"}</Text></Fact>
+        ) : (
+          <Fact label={`Best (${summary.optimize_mode})`}>
+            <Text fontFamily="mono" data-testid="best-metric">{summary.best ? formatValue(summary.best.metric) : "–"}</Text>
+          </Fact>
+        )}
         <Fact label="Tuner">{tuner?.name ?? tuner?.className ?? "–"}{summary.config.assessor?.name ? ` + ${summary.config.assessor.name}` : ""}</Fact>
         <Fact label="Platform">{summary.config.platforms.join(", ")}</Fact>
         <Fact label="Concurrency"><span data-testid="concurrency">{summary.config.trialConcurrency ?? "–"}</span>{summary.changed?.trialConcurrency ? " (changed)" : ""}</Fact>
         <Fact label="Started">{formatTime(summary.started)}</Fact>
       </HStack>
       <Box mt={3}><StatusCounts counts={summary.counts} /></Box>
-      {summary.best && (
+      {several ? <ParetoList summary={summary} /> : summary.best && (
         <Text mt={3} fontSize="sm">
           Best trial <b>{summary.best.trial_id}</b>: <Code fontSize="xs" data-testid="best-parameters">{formatParameters(summary.best.parameters)}</Code>
         </Text>
       )}
       <Lineage summary={summary} />
     </Panel>
+  );
+}
+
+/** Several objectives: no single best; the Pareto set's trials, by the first objective. */
+function ParetoList({ summary }: { summary: Summary }) {
+  const shown = summary.pareto.slice(0, 5);
+  const objectives = summary.objectives.map((o) => `${o.metric} (${o.mode})`).join(" · ");
+  return (
+    <Box mt={3} fontSize="sm" data-testid="pareto-list">
+      <Text>Objectives: {objectives}. No trial of the Pareto set is beaten on every objective by another trial.</Text>
+      {shown.map((row) => (
+        <Text key={row.trial_index} fontFamily="mono" fontSize="xs">
+          {row.trial_id}: {Object.entries(row.values ?? {}).map(([k, v]) => `${k} ${formatValue(v)}`).join(", ")} ← {formatParameters(row.parameters)}
+        </Text>
+      ))}
+      {summary.pareto.length > shown.length ? <Text color="fg.muted" fontSize="xs">and {summary.pareto.length - shown.length} more (Trials tab, ◆)</Text> : null}
+    </Box>
   );
 }
 
@@ -87,7 +109,10 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
     `experiments/${id}/importance`), [id], live, 30000, chart.data !== undefined);
   const rows = chart.data?.trials ?? [];
   const mode = current?.optimize_mode ?? "maximize";
-  const history = useMemo(() => historyOption(rows, mode), [rows, mode]);
+  const objectives = current?.objectives ?? [];
+  const several = objectives.length > 1;
+  const history = useMemo(() => historyOption(rows, mode, objectives), [rows, mode, objectives]);
+  const pareto = useMemo(() => (several ? paretoOption(rows, objectives) : null), [rows, objectives, several]);
   const colorMode = useColorMode();
   const parallel = useMemo(() => parallelOption(rows, current, colorMode), [rows, current, colorMode]);
   const timeline = useMemo(() => timelineOption(rows), [rows]);
@@ -125,6 +150,13 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
         <Tabs.Content value="overview">
           {chart.error && !chart.data ? <ErrorBox error={chart.error} /> : !chart.data ? <Loading /> : (
             <SimpleGrid columns={{ base: 1, xl: 2 }} gap={4}>
+              {pareto && (
+                <Panel title={`Pareto front: ${objectives.slice(0, 3).map((o) => o.metric).join(" vs ")}`} testId="chart-pareto">
+                  <Text fontSize="xs" color="fg.muted" mb={1}>every trial with all its values; ◆ the Pareto set{objectives.length > 2 ? `; colour: ${objectives[2].metric}` : ""}</Text>
+                  <Chart option={pareto} testId="pareto-canvas"
+                    onClick={(p) => Array.isArray(p.data) && onOpenTrial(Number((p.data as number[])[3]))} />
+                </Panel>
+              )}
               <Panel title="Optimisation history" testId="chart-history">
                 <Chart option={history} testId="history-canvas"
                   onClick={(p) => Array.isArray(p.data) && onOpenTrial(Number((p.data as number[])[0]))} />

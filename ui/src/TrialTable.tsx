@@ -54,6 +54,7 @@ export function TrialTable({ experimentId, summary, live, selected, onSelect, on
     }),
     [experimentId, sort.key, sort.desc, statuses.join(","), search, offset], live);
   const params = columnNames(summary, (data?.rows ?? []).map((r) => r.parameters));
+  const objectives = (summary?.objectives ?? []).length > 1 ? summary!.objectives : [];
   const header = (key: string, label: string) => (
     <Table.ColumnHeader key={key} cursor="pointer" userSelect="none" data-sort={key} whiteSpace="nowrap"
       onClick={() => { setSort((s) => ({ key, desc: s.key === key ? !s.desc : key === "metric" })); setOffset(0); }}>
@@ -90,7 +91,12 @@ export function TrialTable({ experimentId, summary, live, selected, onSelect, on
                 <Table.ColumnHeader>Trial</Table.ColumnHeader>
                 {header("status", "Status")}
                 {params.map((name) => header(`param:${name}`, name))}
-                {header("metric", "Final metric")}
+                {objectives.length
+                  ? <>
+                      <Table.ColumnHeader title="in the Pareto set: no other trial is better on every objective">◆</Table.ColumnHeader>
+                      {objectives.map((o, i) => header(i === 0 ? "metric" : `objective:${i}`, `${o.metric} (${o.mode === "maximize" ? "max" : "min"})`))}
+                    </>
+                  : header("metric", "Final metric")}
                 {header("duration", "Duration")}
                 {header("platform", "Platform")}
                 <Table.ColumnHeader>Intermediate</Table.ColumnHeader>
@@ -114,7 +120,12 @@ export function TrialTable({ experimentId, summary, live, selected, onSelect, on
                     </Table.Cell>
                     <Table.Cell><StatusBadge status={row.status} /></Table.Cell>
                     {params.map((name) => <Table.Cell key={name} fontFamily="mono" fontSize="xs">{formatValue(flat[name])}</Table.Cell>)}
-                    <Table.Cell fontFamily="mono" data-testid="metric">{formatValue(row.metric)}</Table.Cell>
+                    {objectives.length
+                      ? <>
+                          <Table.Cell color="orange.fg" data-testid="pareto-mark">{row.pareto ? "◆" : ""}</Table.Cell>
+                          {objectives.map((o) => <Table.Cell key={o.metric} fontFamily="mono" data-testid={`objective-${o.metric}`}>{formatValue(row.values?.[o.metric] ?? null)}</Table.Cell>)}
+                        </>
+                      : <Table.Cell fontFamily="mono" data-testid="metric">{formatValue(row.metric)}</Table.Cell>}
                     <Table.Cell>{formatDuration(row.duration)}</Table.Cell>
                     <Table.Cell>{row.platform}{row.host ? ` (${row.host})` : ""}</Table.Cell>
                     <Table.Cell>{row.intermediate_count}</Table.Cell>

@@ -41,6 +41,14 @@ export interface TrialRow {
   duration: number | null;
   intermediate_count: number;
   map_index?: number | null;
+  /** Several objectives: the trial's value of each (null until it has all), and whether it is in the Pareto set. */
+  values?: Record<string, number> | null;
+  pareto?: boolean;
+}
+
+export interface Objective {
+  metric: string;
+  mode: "maximize" | "minimize";
 }
 
 export interface Summary {
@@ -77,6 +85,9 @@ export interface Summary {
   /** scheduledRuns: retune: the experiment whose best sets ran first here, and those that re-tuned this one. */
   retuned_from: { experiment_id: string; queued: number; dropped: number } | null;
   retuned_by: string[];
+  /** Several objectives (else empty): "best" is the Pareto set, first member by the first objective. */
+  objectives: Objective[];
+  pareto: TrialRow[];
   may_edit: boolean;
   waiting: number;
 }

@@ -1,10 +1,13 @@
 // ECharts options for the experiment page, built from the API's rows (pure functions).
-import type { Curve, Status, Summary, TrialRow } from "./api";
+import type { Curve, Objective, Status, Summary, TrialRow } from "./api";
 import type { Option } from "./Chart";
 import { STATUS_COLOR, flatten, formatDuration, formatValue } from "./util";
 
 const tooltipTrial = (row: TrialRow) =>
-  `trial ${row.trial_index} (${row.status})<br/>metric: ${formatValue(row.metric)}<br/>` +
+  `trial ${row.trial_index} (${row.status})${row.pareto ? " · Pareto set" : ""}<br/>` +
+  (row.values
+    ? Object.entries(row.values).map(([k, v]) => `${escapeHtml(k)}: ${formatValue(v)}<br/>`).join("")
+    : `metric: ${formatValue(row.metric)}<br/>`) +
   Object.entries(flatten(row.parameters))
     .map(([k, v]) => `${escapeHtml(k)}: ${escapeHtml(formatValue(v))}`)
     .join("<br/>");
@@ -17,8 +20,9 @@ export function escapeHtml(text: string): string {
 /** Default metric per trial in trial order, and the best so far (minimise or maximise). */
 const ANIMATION = { animation: false };
 
-export function historyOption(rows: TrialRow[], mode: "maximize" | "minimize"): Option {
+export function historyOption(rows: TrialRow[], mode: "maximize" | "minimize", objectives: Objective[] = []): Option {
   const done = rows.filter((r) => r.metric !== null).sort((a, b) => a.trial_index - b.trial_index);
+  if (objectives.length > 1) return severalHistory(done, objectives);
   let best: number | null = null;
   const bestLine = done.map((r) => {
     const value = r.metric as number;
@@ -46,6 +50,74 @@ export function historyOption(rows: TrialRow[], mode: "maximize" | "minimize"): 
         itemStyle: { color: STATUS_COLOR.SUCCEEDED } },
       { name: `best so far (${mode})`, type: "line", step: "end", showSymbol: false, data: bestLine,
         lineStyle: { width: 2 } },
+    ],
+  };
+}
+
+/** Several objectives: the first objective per trial, the Pareto set marked (no single "best so far"). */
+function severalHistory(done: TrialRow[], objectives: Objective[]): Option {
+  const first = objectives[0];
+  const point = (r: TrialRow) => [r.trial_index, r.values?.[first.metric] ?? r.metric];
+  return {
+    ...ANIMATION,
+    tooltip: {
+      trigger: "item",
+      formatter: (p: { data: unknown }) => {
+        const row = done.find((r) => r.trial_index === (p.data as number[])[0]);
+        return row ? tooltipTrial(row) : "";
+      },
+    },
+    legend: { data: ["trial", "Pareto set"], top: 0 },
+    grid: { left: 60, right: 40, top: 36, bottom: 36 },
+    xAxis: { type: "value", name: "trial", minInterval: 1 },
+    yAxis: { type: "value", name: `${first.metric} (${first.mode})`, scale: true },
+    dataZoom: [{ type: "inside" }],
+    series: [
+      { name: "trial", type: "scatter", symbolSize: done.length > 500 ? 4 : 7, large: done.length > 1000,
+        data: done.filter((r) => !r.pareto).map(point), itemStyle: { color: STATUS_COLOR.SUCCEEDED, opacity: 0.6 } },
+      { name: "Pareto set", type: "scatter", symbol: "diamond", symbolSize: 12,
+        data: done.filter((r) => r.pareto).map(point), itemStyle: { color: PARETO_COLOR } },
+    ],
+  };
+}
+
+const PARETO_COLOR = "#d9480f";
+
+/** Two or three objectives against each other: every trial with all its values, the Pareto set
+ * joined in the order of the first objective (a front: no point beyond it is better on both).
+ * With three, the third is each point's colour. */
+export function paretoOption(rows: TrialRow[], objectives: Objective[]): Option {
+  const [a, b, c] = objectives;
+  const done = rows.filter((r) => r.values);
+  const value = (r: TrialRow, o: Objective) => (r.values as Record<string, number>)[o.metric];
+  const point = (r: TrialRow) => [value(r, a), value(r, b), c ? value(r, c) : 0, r.trial_index];
+  const front = done.filter((r) => r.pareto).sort((x, y) => value(x, a) - value(y, a));
+  const thirds = c ? done.map((r) => value(r, c)) : [];
+  const axisName = (o: Objective) => `${o.metric} (${o.mode === "maximize" ? "higher" : "lower"} is better)`;
+  return {
+    ...ANIMATION,
+    tooltip: {
+      trigger: "item",
+      formatter: (p: { data: unknown }) => {
+        const row = done.find((r) => r.trial_index === (p.data as number[])[3]);
+        return row ? tooltipTrial(row) : "";
+      },
+    },
+    legend: { data: ["trial", "Pareto set"], top: 0 },
+    grid: { left: 70, right: c ? 90 : 40, top: 40, bottom: 50 },
+    xAxis: { type: "value", name: axisName(a), nameLocation: "middle", nameGap: 28, scale: true },
+    yAxis: { type: "value", name: axisName(b), scale: true },
+    ...(c ? {
+      visualMap: { type: "continuous", dimension: 2, seriesIndex: 0, right: 0, top: "middle", text: [c.metric, ""],
+        min: Math.min(...thirds), max: Math.max(...thirds), calculable: true,
+        inRange: { color: c.mode === "maximize" ? ["#c6dbef", "#08306b"] : ["#08306b", "#c6dbef"] } },
+    } : {}),
+    series: [
+      { name: "trial", type: "scatter", symbolSize: done.length > 500 ? 5 : 8,
+        data: done.filter((r) => !r.pareto).map(point), itemStyle: { color: STATUS_COLOR.SUCCEEDED, opacity: 0.7 } },
+      // A front of two is a curve; of three, its projection is not: the members stand alone.
+      { name: "Pareto set", type: c ? "scatter" : "line", symbol: "diamond", symbolSize: 13,
+        data: front.map(point), itemStyle: { color: PARETO_COLOR }, lineStyle: { color: PARETO_COLOR, type: "dashed" } },
     ],
   };
 }
@@ -86,7 +158,8 @@ export function parallelOption(rows: TrialRow[], summary: Summary | undefined, c
     const categories = Array.from(new Set(values.map((v) => formatValue(v)))).sort();
     return { dim, name, type: "category", data: categories };
   });
-  axes.push({ dim: names.length, name: "metric", type: "value", scale: true });
+  const several = summary?.objectives?.length ?? 0;
+  axes.push({ dim: names.length, name: several > 1 ? summary!.objectives[0].metric : "metric", type: "value", scale: true });
   const metrics = done.map((r) => r.metric as number);
   const data = done.map((r, i) => [
     ...names.map((name, dim) => {
