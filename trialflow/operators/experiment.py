@@ -121,6 +121,14 @@ class EndExperimentOperator(_ExperimentStep):
     def __init__(self, *, cleanup: bool = False, **kwargs: Any):
         super().__init__(**kwargs)
         self.cleanup = cleanup
+        self._lineage: tuple[dict[str, Any], dict[str, Any] | None] | None = None
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage's listener asks this after a success (trialflow.lineage: the experiment's
+        search space and what it found, as a run facet); only where the provider is installed."""
+        from trialflow.lineage import operator_lineage
+
+        return operator_lineage(*self._lineage) if self._lineage else None
 
     def _cleanup(self, experiment: Any) -> None:
         connections = airflow_connections()
@@ -142,6 +150,7 @@ class EndExperimentOperator(_ExperimentStep):
         except (ExperimentNotOwned, RunHasNoTrials) as exc:
             raise AirflowFailException(str(exc)) from None
         mode = experiment.config.optimize_mode
+        self._lineage = (verdict.summary, experiment.config.search_space)
         if verdict.summary["continuation"]["run_id"] is None:
             from trialflow.tuning.dag_limits import clear
 

@@ -1,0 +1,73 @@
+"""The experiment in lineage: an OpenLineage run facet on the end step's events.
+
+Where Airflow's OpenLineage provider is installed (``pip install 'airflow-provider-trialflow[lineage]'``)
+and configured, its listener asks each operator for ``get_openlineage_facets_on_complete``; the
+end step answers with ``trialflow_experiment``: the search space, the objectives, the best
+parameters and metric (or the Pareto set), so a lineage tool shows which data produced which
+parameters. Without the provider nothing here is imported and nothing changes: the listener
+that would call it does not exist, and ``operator_lineage`` returns None.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+#: The facet's key in the run's facets.
+FACET_NAME = "trialflow_experiment"
+
+
+def facet_fields(summary: dict[str, Any], search_space: dict[str, Any] | None) -> dict[str, Any]:
+    """What the facet carries, from the end step's summary (plain JSON: a lineage backend stores
+    it as sent). The experiment's best across its runs, or its Pareto set."""
+    best = summary.get("study_best") or summary.get("best") or {}
+    return {
+        "experimentId": summary.get("experiment_id"),
+        "experimentName": summary.get("experiment_name"),
+        "optimizeMode": summary.get("optimize_mode"),
+        "searchSpace": search_space or {},
+        "objectives": summary.get("objectives") or [],
+        "bestTrialId": best.get("trial_id"),
+        "bestParameters": best.get("parameters"),
+        "bestMetric": best.get("final_metric"),
+        "paretoSet": [
+            {"trialId": p["trial_id"], "parameters": p["parameters"], "values": p["values"]}
+            for p in summary.get("pareto") or []
+        ],
+        "trialCounts": summary.get("status_counts") or {},
+    }
+
+
+@cache
+def _facet_class() -> type:
+    import attr
+    from openlineage.client.facet_v2 import RunFacet
+
+    @attr.define
+    class TrialflowExperimentRunFacet(RunFacet):
+        """A tuning experiment: its search space and what it found."""
+
+        experimentId: str | None = None  # noqa: N815 (OpenLineage facets are camelCase)
+        experimentName: str | None = None  # noqa: N815
+        optimizeMode: str | None = None  # noqa: N815
+        searchSpace: dict[str, Any] = attr.field(factory=dict)  # noqa: N815
+        objectives: list[dict[str, Any]] = attr.field(factory=list)
+        bestTrialId: str | None = None  # noqa: N815
+        bestParameters: dict[str, Any] | None = None  # noqa: N815
+        bestMetric: Any = None  # noqa: N815
+        paretoSet: list[dict[str, Any]] = attr.field(factory=list)  # noqa: N815
+        trialCounts: dict[str, int] = attr.field(factory=dict)  # noqa: N815
+
+    return TrialflowExperimentRunFacet
+
+
+def operator_lineage(summary: dict[str, Any] | None, search_space: dict[str, Any] | None) -> Any:
+    """The end step's OperatorLineage (run facet only), or None without the provider or a summary."""
+    if not summary:
+        return None
+    try:
+        from airflow.providers.openlineage.extractors.base import OperatorLineage
+    except ImportError:
+        return None
+    facet = _facet_class()(**facet_fields(summary, search_space))
+    return OperatorLineage(run_facets={FACET_NAME: facet})
