@@ -348,3 +348,45 @@ def test_add_trial_and_rerun_queue_checked_trials(tmp_path):
     waiting = steering.waiting_trials(store, "eq000001")
     assert waiting[0]["parameters"] == point and len(waiting) == 2  # one added, the failed one again
     assert waiting[1]["reason"].startswith("re-run of trial")
+
+
+SEVERAL = (
+    "from trialflow import trial\np = trial.get_next_parameter()\n"
+    "trial.report_final_result({'acc': round(p['x'], 4), 'cost': round(1 + p['x'] ** 2 - (p['k'] == 'b') * 0.1, 4)})\n"
+)
+
+
+@pytest.mark.integration
+def test_run_with_several_objectives_reports_the_pareto_set(tmp_path):
+    from tests.tuning.test_pareto import brute_force
+
+    (tmp_path / "t.py").write_text(SEVERAL)
+    config = tmp_path / "config.yml"
+    config.write_text(
+        GOOD.format(command=f"{sys.executable} t.py", n=6)
+        + "objectives: [{metric: acc, mode: maximize}, {metric: cost, mode: minimize}]\n"
+    )
+    result = cli("run", str(config), "--json", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    points = [[t["values"]["acc"], t["values"]["cost"]] for t in summary["trials"]]
+    expected = [summary["trials"][i]["trial_index"] for i in brute_force(points, ["maximize", "minimize"])]
+    assert sorted(summary["pareto"]) == expected
+    assert summary["best"]["trial_index"] in expected
+
+
+def test_the_run_table_marks_the_pareto_set(tmp_path, capsys):
+    from trialflow.progress import RunDisplay
+    from trialflow.runner import RunResult
+
+    rows = [
+        {"trial_index": i, "status": "SUCCEEDED", "final_metric": None, "intermediate_count": 0, "parameters": {"x": i}}
+        | {"values": {"acc": acc, "cost": cost}}
+        for i, (acc, cost) in enumerate([(0.9, 3.0), (0.5, 1.0), (0.4, 2.0)])
+    ]
+    result = RunResult("e1", "d", "r", "success", rows, rows[0], "maximize", tmp_path, pareto=[0, 1])
+    RunDisplay(3, quiet=True).results(result)
+    out = capsys.readouterr().out
+    assert "Pareto set (*): 2 trials" in out
+    marked = [line for line in out.splitlines() if "acc=" in line and "*" in line.split("acc=")[0]]
+    assert len(marked) == 2 and "acc=0.4" not in "".join(marked)

@@ -80,20 +80,29 @@ class RunDisplay:
         table = Table(title=f"Experiment {result.experiment_id} ({result.optimize_mode}) — {result.state}")
         for column in ("", "trial", "status", "final", "#intermediate", "parameters"):
             table.add_column(column, justify="right" if column in ("trial", "final", "#intermediate") else "left")
-        best_index = result.best["trial_index"] if result.best else None
+        marked = set(result.pareto) or ({result.best["trial_index"]} if result.best else set())
         for r in result.rows:
             table.add_row(
-                "*" if r["trial_index"] == best_index else "",
+                "*" if r["trial_index"] in marked else "",
                 str(r["trial_index"]),
                 r["status"] or "",
-                "" if r["final_metric"] is None else f"{r['final_metric']:.6g}",
+                _final(r),
                 str(r["intermediate_count"]),
                 format_parameters(r["parameters"]),
             )
         self.out.print(table)
-        if result.best:
+        if result.pareto:
+            self.out.print(f"Pareto set (*): {len(result.pareto)} trials, no one beaten on every objective")
+        elif result.best:
             self.out.print(
                 f"Best trial {result.best['trial_id']}: {result.best['final_metric']:.6g} "
                 f"with {format_parameters(result.best['parameters'])}"
             )
         self.out.print(f"Files: {result.home}")
+
+
+def _final(row: dict[str, Any]) -> str:
+    """A trial's final result in the table: its values by objective, or its metric."""
+    if row.get("values"):
+        return " ".join(f"{k}={v:.4g}" for k, v in row["values"].items())
+    return "" if row["final_metric"] is None else f"{row['final_metric']:.6g}"

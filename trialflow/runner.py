@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from trialflow.experiment import (
 from trialflow.plan import default_dag_id
 from trialflow.run_lifecycle import cancel_trials
 from trialflow.tuning.experiment_store import ExperimentStore, best_row, sqlite_url
+from trialflow.tuning.pareto import pareto_rows, with_values
 
 TERMINAL_RUN_STATES = {"success", "failed"}
 DAG_FILE = """\
@@ -54,6 +55,8 @@ class RunResult:
     best: dict[str, Any] | None
     optimize_mode: str
     home: Path
+    #: Several objectives: the Pareto set's trial indexes (``best`` is its first member).
+    pareto: list[int] = field(default_factory=list)
 
     @property
     def succeeded(self) -> bool:
@@ -67,8 +70,9 @@ class RunResult:
             "run_id": self.run_id,
             "state": self.state,
             "optimize_mode": self.optimize_mode,
-            "trials": [{k: r[k] for k in keep} for r in self.rows],
+            "trials": [{k: r[k] for k in keep} | ({"values": r["values"]} if "values" in r else {}) for r in self.rows],
             "best": None if self.best is None else {k: self.best[k] for k in keep},
+            **({"pareto": self.pareto} if self.pareto else {}),
         }
 
 
@@ -219,15 +223,23 @@ class ExperimentRun:
 
     def result(self, state: str) -> RunResult:
         rows = self.rows()
+        objectives = Experiment(self.config, self.experiment_id, self.workdir).objectives
+        if objectives:  # several: the Pareto set, values shown by name
+            rows = with_values(rows, objectives)
+            pareto = pareto_rows(rows, objectives)
+            best = pareto[0] if pareto else None
+        else:
+            pareto, best = [], best_row(rows, self.config.optimize_mode)
         return RunResult(
             self.experiment_id,
             self.dag_id,
             self.run_id or "",
             state,
             rows,
-            best_row(rows, self.config.optimize_mode),
+            best,
             self.config.optimize_mode,
             self.home,
+            [r["trial_index"] for r in pareto],
         )
 
     def stop(self) -> None:
