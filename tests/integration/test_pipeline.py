@@ -16,21 +16,12 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import PY, Harness
+from tests.integration.test_airflow_controls import wait_for
 
 pytestmark = pytest.mark.integration
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 DOWNSTREAM = "digits_final_model"
-
-
-def wait_for(what: str, probe: Any, timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise TimeoutError(f"{what}: not within {timeout} s")
 
 
 def asset_events(harness: Harness, name: str) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import PY
-from tests.integration.test_pipeline import wait_for
+from tests.integration.test_airflow_controls import wait_for
 from tests.ui.conftest import UiSetup, login
 from tests.ui.test_pages import shot
 from trialflow.platforms.base import experiment_id_for

@@ -483,9 +483,6 @@ class ExperimentStore:
     ) -> TrialRecord:
         if frozen.state.is_finished():
             return _record(frozen, storage_id)  # Optuna freezes finished trials; the first outcome stands
-        objectives = self.objectives_of_trial(storage_id) if status in COUNTED_STATUSES else None
-        if objectives:
-            return self._finish_several(frozen, storage_id, status, final, message, objectives)
         attrs: dict[str, Any] = {"nni_status": status.value}
         if message:
             attrs["message"] = message
@@ -493,59 +490,17 @@ class ExperimentStore:
             attrs["final_metric"] = _jsonable(final)
             if isinstance(final, dict):
                 attrs["final_metric_extra"] = {k: _jsonable(v) for k, v in final.items() if k != "default"}
-        value = scalar(final)
-        values: list[float] | None = None
-        if status in COUNTED_STATUSES and value is not None and math.isfinite(value):
-            state, values = TrialState.COMPLETE, [value]
-        elif status == TrialStatus.EARLY_STOPPED:
-            state = TrialState.PRUNED
+        objectives = self.objectives_of_trial(storage_id) if status in COUNTED_STATUSES else None
+        if objectives:
+            state, values, problem = _several_outcome(final, objectives)
         else:
-            state = TrialState.FAIL
-            if status == TrialStatus.SUCCEEDED:
-                if final is None:
-                    reason = "no final result reported"
-                elif value is not None:  # stored as "inf" / "nan": the kind is known, the number is not
-                    reason = f"the final result ({final}) is not a finite number"
-                else:
-                    reason = describe_result(final) or "the final result is not a number"
-                if attrs.get("message"):
-                    reason += f"; {attrs['message']}"
-                attrs["message"] = reason
+            state, values, problem = _outcome(status, final)
+        if problem:
+            attrs["message"] = problem + (f"; {message}" if message else "")
         try:
             self.storage.close_trial(storage_id, state, values, attrs)
         except UpdateFinishedTrialError:
             # finished concurrently by another process (a cancel racing the trigger): first wins
-            return self.trial(storage_id)
-        frozen.state = state
-        frozen.values = values
-        frozen.user_attrs.update(attrs)
-        return _record(frozen, storage_id)
-
-    def _finish_several(
-        self,
-        frozen: optuna.trial.FrozenTrial,
-        storage_id: int,
-        status: TrialStatus,
-        final: Any,
-        message: str | None,
-        objectives: list[dict[str, str]],
-    ) -> TrialRecord:
-        """A succeeded trial of a multi-objective experiment: one value per objective, or FAIL
-        with the reason (a missing or non-finite objective has no place on the front)."""
-        attrs: dict[str, Any] = {"nni_status": status.value}
-        if final is not None:
-            attrs["final_metric"] = _jsonable(final)
-            if isinstance(final, dict):
-                attrs["final_metric_extra"] = {k: _jsonable(v) for k, v in final.items() if k != "default"}
-        values, problem = objective_values(final, objectives)
-        state = TrialState.COMPLETE if values is not None else TrialState.FAIL
-        if problem:
-            attrs["message"] = problem + (f"; {message}" if message else "")
-        elif message:
-            attrs["message"] = message
-        try:
-            self.storage.close_trial(storage_id, state, values, attrs)
-        except UpdateFinishedTrialError:
             return self.trial(storage_id)
         frozen.state = state
         frozen.values = values
@@ -578,6 +533,31 @@ class ExperimentStore:
                 }
             )
         return sorted(rows, key=lambda r: (r["trial_index"] is None, r["trial_index"] or 0))
+
+
+def _outcome(status: TrialStatus, final: Any) -> tuple[TrialState, list[float] | None, str | None]:
+    """Optuna's state and value for one objective, and why a SUCCEEDED trial has no value."""
+    value = scalar(final)
+    if status in COUNTED_STATUSES and value is not None and math.isfinite(value):
+        return TrialState.COMPLETE, [value], None
+    if status == TrialStatus.EARLY_STOPPED:
+        return TrialState.PRUNED, None, None
+    if status != TrialStatus.SUCCEEDED:
+        return TrialState.FAIL, None, None
+    if final is None:
+        reason = "no final result reported"
+    elif value is not None:  # stored as "inf" / "nan": the kind is known, the number is not
+        reason = f"the final result ({final}) is not a finite number"
+    else:
+        reason = describe_result(final) or "the final result is not a number"
+    return TrialState.FAIL, None, reason
+
+
+def _several_outcome(final: Any, objectives: list[dict[str, str]]) -> tuple[TrialState, list[float] | None, str | None]:
+    """A succeeded trial of a multi-objective experiment: one value per objective, or FAIL with
+    the reason (a missing or non-finite objective has no place on the front)."""
+    values, problem = objective_values(final, objectives)
+    return (TrialState.COMPLETE if values is not None else TrialState.FAIL), values, problem
 
 
 def _preview(value: Any, limit: int = 40) -> str:
