@@ -608,3 +608,26 @@ def test_a_missing_registry_auth_file_is_refused_by_validate(tmp_path: Path):
         r"no-such-config.json: No such file",
     ):
         load_runnable_config(tmp_path / "config.yml")
+
+
+@pytest.mark.parametrize(
+    ("status", "comes_back"),
+    [(503, True), (429, True), (502, True), (504, True), (403, False), (422, False), (500, False)],
+)
+def test_an_api_server_that_cannot_serve_yet_is_unreachable_not_broken(status, comes_back):
+    """A restarting kube-apiserver answers 503 "server is starting" for a moment (measured in
+    the cluster fault test): the follower must keep trying, as for a refused connection."""
+    import asyncio
+
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from trialflow.platforms.kubernetes.client import Cluster, CustomObjects, KubernetesError, KubernetesUnreachable
+
+    async def call():
+        raise ApiException(status=status, reason="Service Unavailable")
+
+    client = CustomObjects(Cluster(kubeconfig="/nowhere"), "default")
+    with pytest.raises(KubernetesError) as raised:
+        asyncio.run(client._request("reading PyTorchJob trialflow-e-0000", call))
+    assert isinstance(raised.value, KubernetesUnreachable) is comes_back
+    assert "reading PyTorchJob trialflow-e-0000" in str(raised.value)

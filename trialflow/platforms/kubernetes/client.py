@@ -34,7 +34,14 @@ class KubernetesError(RuntimeError):
 
 
 class KubernetesUnreachable(KubernetesError, PlatformUnreachable):
-    """The API server could not be reached or dropped the connection: it may come back."""
+    """The API server could not be reached, dropped the connection, or said it cannot serve
+    yet (a restarting kube-apiserver answers 503 "server is starting"): it may come back."""
+
+
+#: Answers of an API server that is starting, overloaded or behind a proxy that lost it: the
+#: call may succeed later, so the follower keeps trying (measured: 503 "server is starting"
+#: for ~1 s after a kube-apiserver restart, before its storage is ready).
+COME_BACK_LATER = frozenset({429, 502, 503, 504})
 
 
 @dataclass(frozen=True)
@@ -223,6 +230,8 @@ class CustomObjects:
                 return exists
             if explain and explain.get(exc.status):
                 raise KubernetesError(f"{what}: {explain[exc.status]}") from None
+            if exc.status in COME_BACK_LATER:
+                raise KubernetesUnreachable(describe_api_error(exc, self.cluster, what)) from None
             raise KubernetesError(describe_api_error(exc, self.cluster, what)) from None
         except _transport_errors() as exc:
             raise KubernetesUnreachable(describe_api_error(exc, self.cluster, what)) from None
