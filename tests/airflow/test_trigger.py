@@ -272,3 +272,19 @@ def test_a_trigger_serialized_before_submissions_were_one_value_still_loads():
 
     with pytest.raises(ValueError, match="expected SubmitTrialOperator's result, got NoneType"):
         Submission.from_dict(None)  # type: ignore[arg-type]
+
+
+def test_with_listeners_the_worker_ends_the_task(setup, monkeypatch):
+    """Airflow's listeners (OpenLineage) never see a task the triggerer ends: with any loaded,
+    the worker resumes and ends it, and the DAG bag's refusal of ``end_from_trigger`` does not
+    apply to the operator (it keeps the choice under another name)."""
+    from trialflow.operators.trial import SubmitTrialOperator
+    from trialflow.triggers import trial as trial_module
+
+    submit, store = setup
+    monkeypatch.setattr(trial_module, "listeners_present", lambda: True)
+    trigger = submit(9, "ok")
+    event = asyncio.run(only_event(trigger))
+    assert not isinstance(event, BaseTaskEndEvent) and event.payload["status"] == "SUCCEEDED"
+    operator = SubmitTrialOperator(task_id="t", config_path="c.yml", trial_index=0)
+    assert operator.end_in_triggerer is True and getattr(operator, "end_from_trigger", False) is False

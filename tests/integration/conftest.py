@@ -121,12 +121,6 @@ def start_harness(tmp_path_factory) -> Iterator[Harness]:
             "AIRFLOW__CORE__AUTH_MANAGER": "trialflow_test_auth.OneDagAuthManager",
             # limited may read (not edit) every DAG but the private ones; editor may edit them.
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "trialflow:admin,limited:viewer,editor:user",
-            # The OpenLineage provider's real listener writes events to a file, for the DAGs that
-            # ask for it (enable_lineage): the lineage test's; every other DAG is left alone.
-            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
-                {"type": "file", "log_file_path": str(root / "lineage.jsonl"), "append": True}
-            ),
-            "AIRFLOW__OPENLINEAGE__SELECTIVE_ENABLE": "True",
         },
     )
     airflow.dags_folder.mkdir(parents=True)

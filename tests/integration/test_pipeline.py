@@ -117,53 +117,6 @@ def test_an_experiment_without_a_result_publishes_nothing(harness: Harness):
     assert asset_events(harness, f"trialflow/{dag_id}/best") == []
 
 
-def test_lineage_events_carry_the_search_space_and_what_was_found(harness: Harness):
-    """OpenLineage's own listener (the provider, a file transport) emits the end step's
-    COMPLETE event with trialflow's run facet; DAGs that did not ask for lineage emit nothing."""
-    pytest.importorskip("airflow.providers.openlineage", reason="the OpenLineage provider (the dev group) is needed")
-    config = (
-        "searchSpace: {x: {_type: uniform, _value: [0, 1]}, opt: {_type: choice, _value: [sgd, adam]}}\n"
-        f'trialCommand: {PY} -c "from trialflow import trial; p = trial.get_next_parameter(); '
-        "trial.report_final_result(p['x'])\"\n"
-        "trialConcurrency: 2\nmaxTrialNumber: 3\ntuner: {name: Random, classArgs: {seed: 4}}\n"
-        "trainingService: {platform: local}\n"
-    )
-    source = (
-        "# airflow DAG\nfrom airflow.providers.openlineage.utils.selective_enable import enable_lineage\n"
-        "from trialflow.dag import experiment_dag\n"
-        "dag = enable_lineage(experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3))\n"
-    )
-    dag_id, _ = harness.experiment("lineage", config, dag_source=source)
-    run_id, state = harness.run(dag_id)
-    assert state == "success"
-    summary = harness.xcom(dag_id, run_id, "end_experiment")
-    log = harness.root / "lineage.jsonl"
-
-    def complete_event() -> dict[str, Any] | None:
-        if not log.exists():
-            return None
-        for line in log.read_text().splitlines():
-            event = json.loads(line)
-            job = event.get("job", {}).get("name", "")
-            if event.get("eventType") == "COMPLETE" and job == f"{dag_id}.end_experiment":
-                return event
-        return None
-
-    event = wait_for("the end step's COMPLETE event", complete_event, timeout=60)
-    facet = event["run"]["facets"]["trialflow_experiment"]
-    assert facet["experimentId"] == summary["experiment_id"]
-    assert facet["searchSpace"]["opt"] == {"_type": "choice", "_value": ["sgd", "adam"]}
-    assert (facet["bestTrialId"], facet["bestParameters"], facet["bestMetric"]) == (
-        summary["best"]["trial_id"],
-        summary["best"]["parameters"],
-        summary["best"]["final_metric"],
-    )
-    assert facet["trialCounts"] == {"SUCCEEDED": 3}
-    assert facet["_schemaURL"].startswith("https://openlineage.io/")
-    jobs = {json.loads(line)["job"]["name"].split(".")[0] for line in log.read_text().splitlines()}
-    assert jobs == {dag_id}  # selective: no other DAG of the session sent anything
-
-
 def test_without_the_provider_nothing_of_it_is_imported(tmp_path):
     """The DAG, the operators and the facet's own module import no OpenLineage; with the provider
     gone, the end step answers the (absent) listener with None."""

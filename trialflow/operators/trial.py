@@ -100,6 +100,8 @@ class SubmitTrialOperator(BaseOperator):
     :param defer_after: seconds to follow the trial in the worker before deferring.
     :param end_from_trigger: a deferred trial that succeeds or is stopped on purpose ends its task
         from the triggerer (no worker round trip); False resumes a worker for every outcome.
+        Where Airflow has listeners (OpenLineage), the triggerer resumes the worker anyway, so
+        they see every trial task end (trialflow.triggers.trial.listeners_present).
     :param stay_on_host: tasks may run on several hosts (a multi-host executor, its queue pinned
         to one host by experiment_dag): a local trial claims this host before its launch and is
         followed here to its end, since a triggerer elsewhere could not see its process.
@@ -135,7 +137,10 @@ class SubmitTrialOperator(BaseOperator):
     ):
         super().__init__(**kwargs)
         self.stay_on_host = stay_on_host
-        self.end_from_trigger = end_from_trigger
+        # Not kept as ``end_from_trigger``: Airflow's DAG bag refuses a task with that attribute
+        # true as soon as a listener plugin (OpenLineage's) is loaded, since listeners never see
+        # a task the triggerer ends. The trigger checks for listeners itself instead.
+        self.end_in_triggerer = end_from_trigger
         self.config_path = config_path
         self.trial_index = trial_index
         self.service_index = service_index
@@ -215,7 +220,7 @@ class SubmitTrialOperator(BaseOperator):
                 cursor=outcome.cursor,
                 poll_interval=self.poll_interval,
                 seen_running=outcome.seen_running,
-                end_task=self.end_from_trigger,
+                end_task=self.end_in_triggerer,
             ),
             method_name="execute_complete",
         )

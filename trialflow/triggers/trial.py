@@ -19,6 +19,7 @@ worker fails that attempt so a retry re-attaches to the same job.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +142,7 @@ class TrialTrigger(BaseTrigger):
         in the store first, as the worker would); the outcome for the worker otherwise."""
         from trialflow import lifecycle
 
-        if not self.end_task or outcome.status is None:
+        if not self.end_task or outcome.status is None or listeners_present():
             return TriggerEvent(outcome.to_event())
         result = lifecycle.finish_trial(store, self.submission.storage_id, outcome.status, outcome.message)
         if result.succeeded:
@@ -150,3 +151,17 @@ class TrialTrigger(BaseTrigger):
             self.log.info("%s", result.describe())
             return TaskSkippedEvent(xcoms={"return_value": result.result})
         return TriggerEvent(outcome.to_event())
+
+
+@functools.cache
+def listeners_present() -> bool:
+    """Whether Airflow has listener plugins here (OpenLineage's, when it is configured). A task
+    the triggerer ends never reaches them (Airflow's DAG bag refuses ``end_from_trigger`` then),
+    so with listeners the worker resumes and ends the task. Read once per triggerer process
+    (loading the listener manager takes ~1.5 s; callers are in a thread)."""
+    try:
+        from airflow.listeners.listener import get_listener_manager
+
+        return bool(get_listener_manager().has_listeners)
+    except Exception:  # no listener machinery: nothing to tell
+        return False
