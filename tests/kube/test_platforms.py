@@ -21,7 +21,7 @@ from trialflow.config.registry import get_platform_entry
 from trialflow.follow import TIMEOUT_REASON
 from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import TrialSpec, TrialStatus
-from trialflow.platforms.kubernetes.client import CustomObjects, KubernetesError
+from trialflow.platforms.kubernetes.client import CustomObjects, KubernetesError, KubernetesUnreachable
 from trialflow.platforms.kubernetes.informer import INFORMERS, Informer
 from trialflow.platforms.kubernetes.manifests import LABEL_EXPERIMENT, experiment_selector, object_name
 
@@ -356,9 +356,9 @@ def test_watch_follows_without_asking_and_poll_asks_every_time(
     reads: list[str] = []
     real_get = CustomObjects.get
 
-    async def counted_get(self, resource, name):
+    async def counted_get(self, resource, name, **kwargs):
         reads.append(name)
-        return await real_get(self, resource, name)
+        return await real_get(self, resource, name, **kwargs)
 
     monkeypatch.setattr(CustomObjects, "get", counted_get)
     gets = {}
@@ -401,6 +401,10 @@ def test_a_missing_crd_is_a_clear_error(kube_cluster: KubeCluster, kube_controll
             platform.prepare_sync("x")
         with pytest.raises(KubernetesError, match="is the TrainJob operator"):
             platform.submit_sync(spec_for(tmp_path, experiment_id()))
+        # Following a job of a kind the server does not serve is "not now", never "deleted":
+        # a restarting kube-apiserver answers so until it has loaded its CRDs.
+        with pytest.raises(KubernetesUnreachable, match="does not serve this kind right now"):
+            run_sync(CustomObjects(platform.cluster, "default").get(platform.resource, "trialflow-x-0000"))
     finally:
         install_crd(kube_controller.api_client, "TrainJob")
 

@@ -631,3 +631,47 @@ def test_an_api_server_that_cannot_serve_yet_is_unreachable_not_broken(status, c
         asyncio.run(client._request("reading PyTorchJob trialflow-e-0000", call))
     assert isinstance(raised.value, KubernetesUnreachable) is comes_back
     assert "reading PyTorchJob trialflow-e-0000" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "missing"),
+    [
+        # the object is gone: kube-apiserver's Status names it
+        (
+            '{"kind":"Status","apiVersion":"v1","status":"Failure","message":"pytorchjobs.kubeflow.org '
+            '\\"trialflow-e-0000\\" not found","reason":"NotFound","details":{"name":"trialflow-e-0000",'
+            '"group":"kubeflow.org","kind":"pytorchjobs"},"code":404}',
+            True,
+        ),
+        # the kind is not served (a restarting server before its CRDs load, or a removed CRD)
+        (
+            '{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the server could not find the '
+            'requested resource","reason":"NotFound","details":{},"code":404}',
+            False,
+        ),
+        ("404 page not found", False),  # what kube-apiserver answers for a kind it does not serve
+        (None, False),
+    ],
+)
+def test_a_404_for_the_route_is_not_a_deleted_object(body, missing):
+    import asyncio
+
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from trialflow.platforms.kubernetes.client import Cluster, CustomObjects, KubernetesUnreachable, object_missing
+
+    exc = ApiException(status=404, reason="Not Found")
+    exc.body = body
+    assert object_missing(exc) is missing
+
+    async def call():
+        raise exc
+
+    client = CustomObjects(Cluster(kubeconfig="/nowhere"), "default")
+    if missing:
+        assert asyncio.run(client._request("reading PyTorchJob trialflow-e-0000", call, gone=None, named=True)) is None
+    else:
+        with pytest.raises(KubernetesUnreachable, match="does not serve this kind right now"):
+            asyncio.run(client._request("reading PyTorchJob trialflow-e-0000", call, gone=None, named=True))
+    # a listing or a discovery call: any 404 means "none here" (the kind's own check explains it)
+    assert asyncio.run(client._request("checking that kubeflow.org/v1 is served", call, gone=None)) is None

@@ -158,6 +158,20 @@ class ClientPool:
 POOL = ClientPool()
 
 
+def object_missing(exc: Any) -> bool:
+    """A 404 about the object itself: kube-apiserver's Status names it (``details.name``). A 404
+    for the route is not: a kind the server does not serve answers the plain text "404 page
+    not found" (measured, a removed CRD; so does a restarting server before it has loaded its
+    CRDs), or a Status without a name."""
+    try:
+        body = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        return False
+    if not isinstance(body, dict) or body.get("kind") != "Status":
+        return False
+    return bool((body.get("details") or {}).get("name"))
+
+
 def describe_api_error(exc: Exception, cluster: Cluster, what: str) -> str:
     """A sentence for an ApiException or a connection error, without credentials in it."""
     status = getattr(exc, "status", None)
@@ -213,11 +227,14 @@ class CustomObjects:
         gone: Any = _RAISE,
         exists: Any = _RAISE,
         explain: dict[int, str] | None = None,
+        named: bool = False,
     ) -> Any:
         """The one path every call takes: counted, its errors as KubernetesError naming
         ``what``; a 404 returns ``gone`` and a 409 ``exists`` when given (deleted objects are
         expected after a cancel or cleanup, existing ones on a retried submit); ``explain``
-        replaces the message of a status with what to do about it."""
+        replaces the message of a status with what to do about it. ``named``: the call is about
+        one object, so a 404 is ``gone`` only when the API server's answer names that object
+        (object_missing); a 404 for the route means the kind is not served right now."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         POOL.requests += 1
@@ -225,7 +242,15 @@ class CustomObjects:
             return await call()
         except ApiException as exc:
             if exc.status == 404 and gone is not _RAISE:
-                return gone
+                if not named or object_missing(exc):
+                    return gone
+                # 404 for the route, not the object: a restarting kube-apiserver serves custom
+                # resources only once it has loaded their CRDs (measured: a PyTorchJob read as
+                # "deleted outside trialflow" one second after a restart). Ask again later.
+                raise KubernetesUnreachable(
+                    f"{what}: the API server of {self.cluster.label} does not serve this kind right now "
+                    "(starting, or its CRD was removed)"
+                ) from None
             if exc.status == 409 and exists is not _RAISE:
                 return exists
             if explain and explain.get(exc.status):
@@ -280,8 +305,11 @@ class CustomObjects:
         )
         return None if found is None else {r.get("name") for r in found.get("resources", [])}
 
-    async def get(self, resource: Resource, name: str) -> dict[str, Any] | None:
-        """The object, or None when it does not exist (deleted, or never created)."""
+    async def get(self, resource: Resource, name: str, *, served: bool = True) -> dict[str, Any] | None:
+        """The object, or None when it does not exist (deleted, or never created). ``served``:
+        the kind is known to be served (following a job), so a 404 for the route is "not now"
+        (KubernetesUnreachable), not "deleted"; False before a first create, whose own 404
+        says what to install."""
         api = await self.custom_api()
         return await self._request(
             f"reading {resource.kind} {name}",
@@ -294,6 +322,7 @@ class CustomObjects:
                 _request_timeout=REQUEST_TIMEOUT,
             ),
             gone=None,
+            named=served,
         )
 
     async def merge_patch(self, resource: Resource, name: str, patch: dict[str, Any]) -> bool:
@@ -314,7 +343,7 @@ class CustomObjects:
             )
             return True
 
-        return await self._request(f"patching {resource.kind} {name}", call, gone=False)
+        return await self._request(f"patching {resource.kind} {name}", call, gone=False, named=True)
 
     async def delete(self, resource: Resource, name: str) -> bool:
         """Delete with propagationPolicy Background (the pods go after the job); False if gone."""
@@ -332,7 +361,7 @@ class CustomObjects:
             )
             return True
 
-        return await self._request(f"deleting {resource.kind} {name}", call, gone=False)
+        return await self._request(f"deleting {resource.kind} {name}", call, gone=False, named=True)
 
     async def delete_collection(self, resource: Resource, label_selector: str) -> None:
         api = await self.custom_api()

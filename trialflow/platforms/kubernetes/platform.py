@@ -225,7 +225,7 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
 
     async def submit(self, spec: TrialSpec) -> TrialHandle:
         name = object_name(spec.trial_id)
-        existing = await self.api.get(self.resource, name)
+        existing = await self.api.get(self.resource, name, served=False)  # the create explains a 404
         if existing is not None:  # a retried task: re-attach, never start it twice
             return self._handle(spec, name, existing)
         if self.storage is not None:
