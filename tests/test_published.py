@@ -98,5 +98,21 @@ def test_a_mangled_field_is_named():
             read({**extra, key: wrong})
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"objectives": [{"metric": "a"}]},
+        {"objectives": "ab"},
+        {"pareto": [{"trial_id": "t"}]},
+        {"pareto": [{"trial_id": "t", "trial_index": "x", "parameters": {}, "values": {}}]},
+        {"pareto": [None]},
+    ],
+)
+def test_a_mangled_pareto_set_is_refused_by_name_not_a_traceback(changes):
+    extra, _ = decide(summary(), "d", "r", None)
+    with pytest.raises(NotPublished, match="extra keys 'objectives'/'pareto'"):
+        read({**extra, **changes})
+
+
 def test_the_asset_is_named_after_the_dag():
     assert asset_name("trialflow_digits_svc") == "trialflow/trialflow_digits_svc/best"

@@ -132,11 +132,17 @@ def read(extra: Any, where: str = "asset event") -> PublishedBest:
     for key, kind in expected.items():
         if not isinstance(extra.get(key), kind) or isinstance(extra.get(key), bool):
             raise NotPublished(f"{where}: extra key {key!r}: expected {_kind_name(kind)}, got {extra.get(key)!r}")
-    objectives = tuple(Objective(str(o["metric"]), str(o["mode"])) for o in extra.get("objectives") or ())
-    pareto = tuple(
-        ParetoTrial(str(p["trial_id"]), int(p["trial_index"]), dict(p["parameters"]), dict(p["values"]))
-        for p in extra.get("pareto") or ()
-    )
+    try:
+        objectives = tuple(Objective(str(o["metric"]), str(o["mode"])) for o in extra.get("objectives") or ())
+        pareto = tuple(
+            ParetoTrial(str(p["trial_id"]), int(p["trial_index"]), dict(p["parameters"]), dict(p["values"]))
+            for p in extra.get("pareto") or ()
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise NotPublished(
+            f"{where}: extra keys 'objectives'/'pareto': expected lists of mappings with "
+            f"metric/mode and trial_id/trial_index/parameters/values ({type(exc).__name__}: {exc})"
+        ) from None
     return PublishedBest(
         experiment_id=extra["experiment_id"],
         experiment_name=extra.get("experiment_name"),
