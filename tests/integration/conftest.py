@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,25 +103,23 @@ class Harness:
         return self.store.trial_rows(experiment_id_for(dag_id, run_id))
 
 
-def start_harness(tmp_path_factory) -> Iterator[Harness]:
-    """The session's Airflow (the ``harness`` fixture in tests/conftest.py, shared by
-    tests/integration and tests/security)."""
-    root = tmp_path_factory.mktemp("airflow")
-    store_url = sqlite_url(root / "experiments.db")
+@contextmanager
+def running_airflow(
+    root: Path, parallelism: int = 8, extra_env: dict[str, str] | None = None
+) -> Iterator[EmbeddedAirflow]:
+    """A real Airflow (scheduler, triggerer, dag-processor, api-server) under ``root``: its DAGs
+    folder, its experiment store (``root/experiments.db`` as ``trialflow_default``) and trial
+    folders; healthy when yielded, every component stopped after."""
     airflow = EmbeddedAirflow(
         home=root / "home",
         dags_folder=root / "dags",
-        parallelism=8,
+        parallelism=parallelism,
         extra_env={
             "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
-                {"conn_type": "trialflow", "extra": {"storage_url": store_url}}
+                {"conn_type": "trialflow", "extra": {"storage_url": sqlite_url(root / "experiments.db")}}
             ),
             "TRIALFLOW_WORKDIR": str(root / "work"),
-            "PYTHONPATH": str(Path(__file__).parent / "plugins"),
-            # Per-DAG permissions for the experiment pages' tests; the admin user is unchanged.
-            "AIRFLOW__CORE__AUTH_MANAGER": "trialflow_test_auth.OneDagAuthManager",
-            # limited may read (not edit) every DAG but the private ones; editor may edit them.
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "trialflow:admin,limited:viewer,editor:user",
+            **(extra_env or {}),
         },
     )
     airflow.dags_folder.mkdir(parents=True)
@@ -128,8 +127,23 @@ def start_harness(tmp_path_factory) -> Iterator[Harness]:
     airflow.start()
     try:
         airflow.wait_healthy()
-        yield Harness(root, airflow, store_url)
+        yield airflow
     finally:
         airflow.stop()
         for proc in airflow.processes.values():
             assert proc.poll() is not None
+
+
+def start_harness(tmp_path_factory) -> Iterator[Harness]:
+    """The session's Airflow (the ``harness`` fixture in tests/conftest.py, shared by
+    tests/integration and tests/security)."""
+    root = tmp_path_factory.mktemp("airflow")
+    env = {
+        "PYTHONPATH": str(Path(__file__).parent / "plugins"),
+        # Per-DAG permissions for the experiment pages' tests; the admin user is unchanged.
+        "AIRFLOW__CORE__AUTH_MANAGER": "trialflow_test_auth.OneDagAuthManager",
+        # limited may read (not edit) every DAG but the private ones; editor may edit them.
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "trialflow:admin,limited:viewer,editor:user",
+    }
+    with running_airflow(root, 8, env) as airflow:
+        yield Harness(root, airflow, sqlite_url(root / "experiments.db"))

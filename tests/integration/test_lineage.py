@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import PY
+from tests.integration.conftest import PY, running_airflow
 from tests.integration.test_airflow_controls import wait_for
 from trialflow.embedded import EmbeddedAirflow
-from trialflow.tuning.experiment_store import sqlite_url
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("airflow.providers.openlineage", reason="the OpenLineage provider (the dev group) is needed")
@@ -36,30 +35,13 @@ TRIAL = (
 @pytest.fixture(scope="module")
 def lineage_airflow(tmp_path_factory) -> Iterator[tuple[EmbeddedAirflow, Path]]:
     root = tmp_path_factory.mktemp("lineage")
-    events = root / "lineage.jsonl"
-    airflow = EmbeddedAirflow(
-        home=root / "home",
-        dags_folder=root / "dags",
-        parallelism=4,
-        extra_env={
-            "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
-                {"conn_type": "trialflow", "extra": {"storage_url": sqlite_url(root / "experiments.db")}}
-            ),
-            "TRIALFLOW_WORKDIR": str(root / "work"),
-            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
-                {"type": "file", "log_file_path": str(events), "append": True}
-            ),
-            "AIRFLOW__OPENLINEAGE__NAMESPACE": "trialflow-tests",
-        },
-    )
-    airflow.dags_folder.mkdir(parents=True)
-    airflow.migrate()
-    airflow.start()
-    try:
-        airflow.wait_healthy()
+    transport = {"type": "file", "log_file_path": str(root / "lineage.jsonl"), "append": True}
+    env = {
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "trialflow-tests",
+    }
+    with running_airflow(root, 4, env) as airflow:
         yield airflow, root
-    finally:
-        airflow.stop()
 
 
 def events_of(path: Path) -> list[dict[str, Any]]:
