@@ -153,3 +153,44 @@ def test_the_pareto_front_of_two_or_three_objectives_on_the_page(browser, ui: Ui
     assert page.locator("[data-testid=objective-latency]").count() == 16
     shot(page, f"pareto-{count}-trials")
     assert not page.errors, page.errors
+
+
+def test_two_thousand_trials_on_two_objectives_with_a_long_name_in_the_dark(browser, ui: UiSetup, tmp_path):
+    """The Pareto chart and the header with 2,000 trials (written to the store as trial tasks
+    write them) and a long experiment name, in the dark theme: drawn, the set counted as the
+    API counts it, nothing overflowing the header."""
+    from tests.ui.test_pages import canvas_drawn
+    from trialflow.config import load_config
+    from trialflow.experiment import Experiment
+    from trialflow.platforms.base import TrialStatus
+    from trialflow.run_lifecycle import start_run
+
+    name = "accuracy against latency on the nightly re-labelled digits data, second attempt " * 2
+    config = tmp_path / "config.yml"
+    config.write_text(
+        f"experimentName: {name.strip()}\n"
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}, y: {_type: uniform, _value: [0, 1]}}\n"
+        "trialCommand: x\ntrialConcurrency: 8\nmaxTrialNumber: 2000\ntuner: {name: Random, classArgs: {seed: 1}}\n"
+        "trainingService: {platform: local}\n"
+        "objectives: [{metric: accuracy, mode: maximize}, {metric: latency, mode: minimize}]\n"
+    )
+    store = ui.harness.store
+    experiment = Experiment(load_config(config), "epareto2000", tmp_path / "work")
+    start_run(experiment, store, "it_pareto_big", "r1", {})
+    for i in range(2000):
+        asked = store.ask("epareto2000", i, f"epareto2000-{i:04d}", experiment.algorithm, experiment.space)
+        x, y = asked.parameters["x"], asked.parameters["y"]
+        final = {"accuracy": round(x, 4), "latency": round(1 + 9 * x * x + y, 4)}
+        store.finish(asked.storage_id, TrialStatus.SUCCEEDED, final, None)
+    expected = len(ui.get("experiments/epareto2000").json()["pareto"])
+
+    page = login(browser, ui, dark=True)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment=epareto2000")
+    page.wait_for_selector("[data-testid=chart-pareto]", timeout=30000)
+    assert canvas_drawn(page, "[data-testid=chart-pareto]")
+    assert canvas_drawn(page, "[data-testid=chart-history]")
+    assert page.locator("[data-testid=pareto-count]").inner_text() == f"{expected} trials"
+    width = page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth + 1")
+    assert width, "the long name must wrap, not widen the page"
+    shot(page, "pareto-2000-dark")
+    assert not page.errors, page.errors

@@ -75,13 +75,16 @@ function severalHistory(done: TrialRow[], objectives: Objective[]): Option {
     series: [
       { name: "trial", type: "scatter", symbolSize: done.length > 500 ? 4 : 7, large: done.length > 1000,
         data: done.filter((r) => !r.pareto).map(point), itemStyle: { color: STATUS_COLOR.SUCCEEDED, opacity: 0.6 } },
-      { name: "Pareto set", type: "scatter", symbol: "diamond", symbolSize: 12,
+      { name: "Pareto set", type: "scatter", symbol: "diamond", symbolSize: diamondSize(done.filter((r) => r.pareto).length),
         data: done.filter((r) => r.pareto).map(point), itemStyle: { color: PARETO_COLOR } },
     ],
   };
 }
 
 const PARETO_COLOR = "#d9480f";
+/** Big enough to pick out a handful of Pareto trials, small enough that a dense front of
+ * hundreds (2,000 trials gave 163) does not bury the trials behind it. */
+const diamondSize = (count: number) => (count > 100 ? 6 : count > 30 ? 9 : 12);
 
 /** Two or three objectives against each other: every trial with all its values, the Pareto set
  * joined in the order of the first objective (a front: no point beyond it is better on both).
@@ -116,7 +119,7 @@ export function paretoOption(rows: TrialRow[], objectives: Objective[]): Option 
       { name: "trial", type: "scatter", symbolSize: done.length > 500 ? 5 : 8,
         data: done.filter((r) => !r.pareto).map(point), itemStyle: { color: STATUS_COLOR.SUCCEEDED, opacity: 0.7 } },
       // A front of two is a curve; of three, its projection is not: the members stand alone.
-      { name: "Pareto set", type: c ? "scatter" : "line", symbol: "diamond", symbolSize: 13,
+      { name: "Pareto set", type: c ? "scatter" : "line", symbol: "diamond", symbolSize: diamondSize(front.length),
         data: front.map(point), itemStyle: { color: PARETO_COLOR }, lineStyle: { color: PARETO_COLOR, type: "dashed" } },
     ],
   };
