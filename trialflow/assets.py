@@ -54,7 +54,16 @@ def best_parameters(context: Mapping[str, Any], asset: Asset | None = None) -> P
             except (KeyError, TypeError):  # the task does not declare it as an inlet
                 events = []
             where = f"inlet events of asset {asset.name!r}"
-    published = [e for e in events if isinstance(getattr(e, "extra", None), dict) and "trialflow" in e.extra]
+    claimed = [e for e in events if isinstance(getattr(e, "extra", None), dict) and "trialflow" in e.extra]
+    # An asset event can also be created through the REST API with any extra: only one the
+    # experiment DAG it names emitted itself counts (Airflow records the emitting DAG run).
+    published = [e for e in claimed if getattr(e, "source_dag_id", None) == e.extra.get("dag_id")]
+    if claimed and not published:
+        raise NotPublished(
+            f"{where}: {len(claimed)} event(s) claim to be an experiment's result but were not emitted by "
+            f"the DAG they name (source DAG {getattr(claimed[-1], 'source_dag_id', None)!r}, extra names "
+            f"{claimed[-1].extra.get('dag_id')!r}): refused"
+        )
     if not published:
         wanted = f"asset {asset.name!r}" if asset is not None else "a trialflow experiment's asset"
         raise NotPublished(

@@ -30,14 +30,14 @@ def published(params: dict, run_id: str) -> dict:
     return extra
 
 
-def event(asset: Asset, extra: dict, at: datetime) -> AssetEventDagRunReferenceResult:
+def event(asset: Asset, extra: dict, at: datetime, source: str | None = "dag_a") -> AssetEventDagRunReferenceResult:
     return AssetEventDagRunReferenceResult(
         asset={"name": asset.name, "uri": asset.uri, "extra": {}},
         extra=extra,
-        source_task_id="publish_best",
-        source_dag_id="dag_a",
-        source_run_id="r",
-        source_map_index=-1,
+        source_task_id="publish_best" if source else None,
+        source_dag_id=source,
+        source_run_id="r" if source else None,
+        source_map_index=-1 if source else None,
         source_aliases=[],
         timestamp=at,
     )
@@ -68,6 +68,21 @@ def test_with_several_assets_the_named_one_is_read():
     )
     assert best_parameters({"triggering_asset_events": events}, b).parameters == {"C": 7}
     assert best_parameters({"triggering_asset_events": events}).parameters == {"C": 1}
+
+
+def test_a_result_not_emitted_by_the_dag_it_names_is_refused():
+    """Anyone allowed to create asset events through the REST API could forge an extra; only
+    an event the named experiment DAG emitted is read."""
+    asset = best_parameters_asset("dag_a")
+    forged = published({"C": 99}, "r9")
+    for source in (None, "dag_evil"):
+        events = TriggeringAssetEventsAccessor.build([event(asset, forged, T0, source=source)])
+        with pytest.raises(NotPublished, match="not emitted by the DAG they name"):
+            best_parameters({"triggering_asset_events": events})
+    mixed = TriggeringAssetEventsAccessor.build(
+        [event(asset, published({"C": 1}, "r1"), T0), event(asset, forged, T0 + timedelta(minutes=1), source=None)]
+    )
+    assert best_parameters({"triggering_asset_events": mixed}).parameters == {"C": 1}  # the genuine one
 
 
 def test_no_event_names_what_was_looked_at():
