@@ -29,7 +29,15 @@ def asset_events(harness: Harness, name: str) -> list[dict[str, Any]]:
     ids = [a["id"] for a in assets if a["name"] == name]
     if not ids:
         return []
-    response = harness.airflow.api("GET", "/assets/events", params={"asset_id": ids[0]})
+    # Measured once in a full run: a 500 ("Internal Server Error", no traceback logged) for a read
+    # at the instant the event's downstream DAG run was being created; a second read succeeds.
+    response = wait_for(
+        "the asset's events",
+        lambda: (
+            (r := harness.airflow.api("GET", "/assets/events", params={"asset_id": ids[0]})).status_code == 200 and r
+        ),
+        30,
+    )
     return list(response.json()["asset_events"])
 
 
