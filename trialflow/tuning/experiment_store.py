@@ -35,6 +35,8 @@ from trialflow.config.search_space import SearchSpace, SearchSpaceError, encode
 from trialflow.trial.protocol import Metric, describe_result
 from trialflow.trial.protocol import scalar as _plain_scalar
 from trialflow.trial.status import COUNTED_STATUS_NAMES, COUNTED_STATUSES, TrialStatus
+from trialflow.tuning.algorithms import canonical_tuner_name
+from trialflow.tuning.history import asking_storage
 from trialflow.tuning.optuna_internals import models, trial_storage_id
 from trialflow.tuning.pareto import OBJECTIVES_ATTR, objective_values
 from trialflow.tuning.rdb_storage import TrialflowStorage
@@ -316,7 +318,8 @@ class ExperimentStore:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 sampler = optuna.samplers.PartialFixedSampler(fixed, sampler)
-        asking = optuna.Study(study_name=experiment_id, storage=self._sampling_storage, sampler=sampler, pruner=pruner)
+        storage = asking_storage(self._sampling_storage, self.storage, study_id, canonical_tuner_name(tuner))
+        asking = optuna.Study(study_name=experiment_id, storage=storage, sampler=sampler, pruner=pruner)
         with self.storage.holding_params() as params:
             trial = asking.ask()
             parameters = sample_parameters(tuner, space, trial, trial_index)

@@ -332,8 +332,13 @@ class TrialflowStorage(RDBStorage):
         return trials[0]
 
 
-def _read_trials(conn: sa.Connection, where: list[Any]) -> list[FrozenTrial]:
-    """The trials matching ``where`` (conditions on the trials table), oldest first."""
+def _read_trials(
+    conn: sa.Connection, where: list[Any], last_step_only: bool = False, user_attrs: bool = True
+) -> list[FrozenTrial]:
+    """The trials matching ``where`` (conditions on the trials table), oldest first. For a
+    tuner's window (trialflow.tuning.history): ``last_step_only`` keeps each trial's last
+    intermediate value alone and ``user_attrs=False`` leaves out trialflow's attributes, the
+    two things no tuner reads of a finished trial."""
     trials = conn.execute(
         sa.select(
             _TRIALS.c.trial_id,
@@ -350,15 +355,15 @@ def _read_trials(conn: sa.Connection, where: list[Any]) -> list[FrozenTrial]:
     ids = sa.select(_TRIALS.c.trial_id).where(*where).scalar_subquery()
     params = _grouped(conn, _PARAMS, ids, _PARAMS.c.param_id)
     values = _grouped(conn, _VALUES, ids, _VALUES.c.objective)
-    user_attrs = _grouped(conn, _USER_ATTRS, ids, _USER_ATTRS.c.trial_user_attribute_id)
+    attrs = _grouped(conn, _USER_ATTRS, ids, _USER_ATTRS.c.trial_user_attribute_id) if user_attrs else {}
     system_attrs = _grouped(conn, _SYSTEM_ATTRS, ids, _SYSTEM_ATTRS.c.trial_system_attribute_id)
-    intermediate = _grouped(conn, _INTERMEDIATE, ids, _INTERMEDIATE.c.step)
+    intermediate = _grouped(conn, _INTERMEDIATE, ids, _INTERMEDIATE.c.step, last_step_only)
     return [
         _frozen(
             row,
             params.get(row.trial_id, ()),
             values.get(row.trial_id, ()),
-            user_attrs.get(row.trial_id, ()),
+            attrs.get(row.trial_id, ()),
             system_attrs.get(row.trial_id, ()),
             intermediate.get(row.trial_id, ()),
         )
@@ -366,9 +371,16 @@ def _read_trials(conn: sa.Connection, where: list[Any]) -> list[FrozenTrial]:
     ]
 
 
-def _grouped(conn: sa.Connection, table: sa.Table, ids: Any, order: sa.Column) -> dict[int, list[Any]]:
+def _grouped(
+    conn: sa.Connection, table: sa.Table, ids: Any, order: sa.Column, last_only: bool = False
+) -> dict[int, list[Any]]:
     out: dict[int, list[Any]] = defaultdict(list)
-    for row in conn.execute(sa.select(table).where(table.c.trial_id.in_(ids)).order_by(table.c.trial_id, order)):
+    query = sa.select(table).where(table.c.trial_id.in_(ids))
+    if last_only:  # one index lookup per trial on (trial_id, step)
+        inner = table.alias("later")
+        last = sa.select(sa.func.max(inner.c[order.name])).where(inner.c.trial_id == table.c.trial_id)
+        query = query.where(order == last.scalar_subquery())
+    for row in conn.execute(query.order_by(table.c.trial_id, order)):
         out[row.trial_id].append(row)
     return out
 

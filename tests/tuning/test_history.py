@@ -1,0 +1,136 @@
+"""The history window a long experiment's ask reads: which trials a tuner sees past the limit,
+that they are the store's own trials (values, parameters, last intermediate result), and that
+below the limit, or for tuners a window does not serve, nothing changes."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.storages import RDBStorage
+from optuna.trial import TrialState
+
+from trialflow.config.model import AlgorithmConfig
+from trialflow.config.search_space import parse_search_space
+from trialflow.trial.status import TrialStatus
+from trialflow.tuning import history
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url, with_installed_driver
+from trialflow.tuning.history import HistoryWindow, asking_storage, window_ids
+from trialflow.tuning.snapshot import SnapshotCache
+
+SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}, "k": {"_type": "choice", "_value": [1, 2]}})
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path: Path) -> ExperimentStore:
+    if request.param == "sqlite":
+        return ExperimentStore(sqlite_url(tmp_path / "window.db"))
+    return ExperimentStore(with_installed_driver(request.getfixturevalue("postgres_url")))
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:8]}"  # the PostgreSQL database is the session's
+
+
+def _fill(store: ExperimentStore, name: str, count: int, direction: str = "maximize") -> int:
+    """``count`` finished trials through the store's own ask and finish: every fifth stopped
+    early after three intermediate results, the rest complete with values in no order."""
+    random = AlgorithmConfig(name="Random", class_args={"seed": 0})
+    store.open_experiment(name, random, SPACE, direction=direction)  # type: ignore[arg-type]
+    for i in range(count):
+        asked = store.ask(name, i, f"{name}-{i}", random, SPACE)
+        store.storage.write_intermediate_values(asked.storage_id, [(s, i + s / 10) for s in range(3)])
+        if i % 5 == 4:
+            store.finish(asked.storage_id, TrialStatus.EARLY_STOPPED)
+        else:
+            store.finish(asked.storage_id, TrialStatus.SUCCEEDED, (i * 7 % count) / count)
+    return store.storage.get_study_id_from_name(name)
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_the_window_is_the_best_half_and_the_newest_half(store, direction):
+    sid = _fill(store, _unique("w"), 40, direction)
+    trials = RDBStorage.get_all_trials(store.storage, sid, deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    best = sorted(complete, key=lambda t: t.value, reverse=direction == "maximize")[:5]
+    newest = sorted([t for t in trials if t.state != TrialState.FAIL], key=lambda t: t._trial_id)[-5:]
+    with store.engine.connect() as conn:
+        ids = window_ids(conn, sid, store.storage.get_study_directions(sid)[0], limit=10)
+    assert ids == sorted({t._trial_id for t in best + newest})
+    assert len(ids) > 5
+
+
+def test_a_learning_tuner_past_the_limit_sees_the_window_as_the_store_holds_it(store, monkeypatch):
+    monkeypatch.setattr(history, "HISTORY_LIMIT", 10)
+    sid = _fill(store, _unique("w"), 30)
+    cache = SnapshotCache(store.storage)
+    window = asking_storage(cache, store.storage, sid, "TPE")
+    assert isinstance(window, HistoryWindow)
+    seen = window.get_all_trials(sid, deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    truth = {t._trial_id: t for t in RDBStorage.get_all_trials(store.storage, sid, deepcopy=False)}
+    with store.engine.connect() as conn:
+        assert [t._trial_id for t in seen] == window_ids(conn, sid, optuna.study.StudyDirection.MAXIMIZE, 10)
+    for t in seen:
+        whole = truth[t._trial_id]
+        assert (t.number, t.state, t.values, t.params, t.distributions) == (
+            whole.number,
+            whole.state,
+            whole.values,
+            whole.params,
+            whole.distributions,
+        )
+        last = max(whole.intermediate_values)
+        assert t.intermediate_values == {last: whole.intermediate_values[last]}
+    assert any(t.state == TrialState.PRUNED for t in seen)  # the newest half has early-stopped ones
+
+
+def test_a_blind_tuner_past_the_limit_reads_no_finished_trial(store, monkeypatch):
+    monkeypatch.setattr(history, "HISTORY_LIMIT", 10)
+    sid = _fill(store, _unique("w"), 30)
+    window = asking_storage(SnapshotCache(store.storage), store.storage, sid, "Random")
+    assert isinstance(window, HistoryWindow)
+    assert window.get_all_trials(sid, deepcopy=False) == []
+    running = store.storage.create_new_trial(sid)
+    assert [t._trial_id for t in window.get_all_trials(sid, deepcopy=False)] == [running]
+
+
+@pytest.mark.parametrize("tuner", ["TPE", "Random", "Evolution"])
+def test_below_the_limit_and_for_evolution_the_ask_reads_the_full_cache(store, monkeypatch, tuner):
+    monkeypatch.setattr(history, "HISTORY_LIMIT", 30)
+    sid = _fill(store, _unique("w"), 30)
+    cache = SnapshotCache(store.storage)
+    assert asking_storage(cache, store.storage, sid, tuner) is cache  # 30 finished: not past 30
+    sid2 = _fill(store, _unique("w"), 31)
+    past = asking_storage(cache, store.storage, sid2, tuner)
+    assert (past is cache) == (tuner == "Evolution")
+
+
+def test_several_objectives_keep_the_full_cache(store, monkeypatch):
+    monkeypatch.setattr(history, "HISTORY_LIMIT", 2)
+    random = AlgorithmConfig(name="Random", class_args={"seed": 0})
+    objectives = [{"metric": "a", "mode": "maximize"}, {"metric": "b", "mode": "minimize"}]
+    name = _unique("mo")
+    store.open_experiment(name, random, SPACE, objectives=objectives)
+    for i in range(4):
+        asked = store.ask(name, i, f"mo-{i}", random, SPACE)
+        store.finish(asked.storage_id, TrialStatus.SUCCEEDED, {"a": i, "b": -i, "default": i})
+    cache = SnapshotCache(store.storage)
+    assert asking_storage(cache, store.storage, store.storage.get_study_id_from_name(name), "TPE") is cache
+
+
+@pytest.mark.parametrize("tuner", ["TPE", "Anneal", "GP", "Random"])
+def test_asks_past_the_limit_give_new_in_space_trials_and_learn(store, monkeypatch, tuner):
+    """The whole ask through the window: each trial gets parameters in the space, is recorded
+    once, and a learning tuner drew from the window (its draws differ from Random's)."""
+    monkeypatch.setattr(history, "HISTORY_LIMIT", 20)
+    name = _unique("w")
+    _fill(store, name, 40)
+    algorithm = AlgorithmConfig(name=tuner, class_args={"seed": 3})
+    asked = [store.ask(name, 40 + i, f"w-{40 + i}", algorithm, SPACE) for i in range(3)]
+    for a in asked:
+        assert 0 <= a.parameters["x"] <= 1 and a.parameters["k"] in (1, 2)
+        assert not a.resumed
+        store.finish(a.storage_id, TrialStatus.SUCCEEDED, 0.5)
+    assert [store.find_trial(name, 40 + i).storage_id for i in range(3)] == [a.storage_id for a in asked]
