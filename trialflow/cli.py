@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import signal
 import sys
@@ -341,19 +343,20 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     try:
         engine = _store_engine(args)
-        text = (
-            queries.export_csv(engine, args.experiment)
+        # Streamed a chunk at a time: an experiment of 20,000 trials is never held whole.
+        chunks = (
+            queries.iter_csv(engine, args.experiment)
             if args.format == "csv"
-            else json.dumps(queries.export_json(engine, args.experiment), indent=2) + "\n"
+            else itertools.chain(queries.iter_json(engine, args.experiment), ["\n"])
         )
     except queries.UnknownExperiment:
         return _fail(LookupError(f"no experiment {args.experiment!r} in the store (see `trialflow experiments`)"))
     except (FileNotFoundError, ValueError) as exc:
         return _fail(exc)
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else sys.stdout
+        for chunk in chunks:
+            out.write(chunk)
     return 0
 
 

@@ -14,7 +14,7 @@ the table, charts and curves, ``importance`` and ``export`` the rest.
 from __future__ import annotations
 
 from trialflow.queries.experiments import ExperimentRow, experiment_dag_id, experiment_summary, list_experiments
-from trialflow.queries.export import export_csv, export_json, export_rows, spreadsheet_safe
+from trialflow.queries.export import export_csv, export_json, export_rows, iter_csv, iter_json, spreadsheet_safe
 from trialflow.queries.importance import flatten_parameters, importance
 from trialflow.queries.tables import (
     ACTIVE,
@@ -32,6 +32,7 @@ from trialflow.queries.trials import (
     chart_data,
     curves,
     downsample,
+    iter_trial_rows,
     parameter_paths,
     trial_detail,
     trials_page,
@@ -55,6 +56,9 @@ __all__ = [
     "export_csv",
     "export_json",
     "export_rows",
+    "iter_csv",
+    "iter_json",
+    "iter_trial_rows",
     "flatten_parameters",
     "importance",
     "list_experiments",

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.selectable import NamedFromClause
 
-from trialflow.queries.objectives import objectives_of
+from trialflow.queries.objectives import Objectives, objectives_of
 from trialflow.queries.tables import (
     ACTIVE,
     INTERMEDIATE,
@@ -101,7 +101,7 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _row(raw: sa.Row, index_offset: int = 0) -> dict[str, Any]:
+def _row(raw: sa.Row, intermediate_count: int = 0) -> dict[str, Any]:
     handle = decoded(raw.a_handle) or {}
     final = decoded(raw.a_final_metric)
     started, ended = epoch(raw.datetime_start), epoch(raw.datetime_complete)
@@ -118,20 +118,29 @@ def _row(raw: sa.Row, index_offset: int = 0) -> dict[str, Any]:
         "started": started,
         "ended": ended,
         "duration": None if started is None else ((ended or time.time()) - started),
-        "intermediate_count": raw.intermediate_count,
+        "intermediate_count": intermediate_count,
         "optuna_state": raw.state,
     }
 
 
+def intermediate_counts(conn: sa.Connection, storage_ids: Sequence[int]) -> dict[int, int]:
+    """Intermediate results per trial, for one page's trials only: counted over the whole table
+    (a join in the page query), it was a scan of every result of every experiment per page
+    (3,000,000 rows at 20,000 trials: ~200 ms of each call)."""
+    if not storage_ids:
+        return {}
+    query = (
+        sa.select(INTERMEDIATE.c.trial_id, sa.func.count())
+        .where(INTERMEDIATE.c.trial_id.in_(list(storage_ids)))
+        .group_by(INTERMEDIATE.c.trial_id)
+    )
+    return {trial_id: int(n) for trial_id, n in conn.execute(query)}
+
+
 def _trials_query(engine: Engine, sid: int) -> tuple[sa.Select, dict[str, NamedFromClause]]:
     attrs = {name: _attr(name) for name in ROW_ATTRS}
-    counts = (
-        sa.select(INTERMEDIATE.c.trial_id, sa.func.count().label("n")).group_by(INTERMEDIATE.c.trial_id).subquery("ic")
-    )
-    joined = (
-        TRIALS.join(TRIAL_INDEX, TRIAL_INDEX.c.trial_id == TRIALS.c.trial_id)
-        .outerjoin(VALUES, sa.and_(VALUES.c.trial_id == TRIALS.c.trial_id, VALUES.c.objective == 0))
-        .outerjoin(counts, counts.c.trial_id == TRIALS.c.trial_id)
+    joined = TRIALS.join(TRIAL_INDEX, TRIAL_INDEX.c.trial_id == TRIALS.c.trial_id).outerjoin(
+        VALUES, sa.and_(VALUES.c.trial_id == TRIALS.c.trial_id, VALUES.c.objective == 0)
     )
     for name, alias in attrs.items():
         joined = joined.outerjoin(alias, sa.and_(alias.c.trial_id == TRIALS.c.trial_id, alias.c.key == name))
@@ -142,7 +151,6 @@ def _trials_query(engine: Engine, sid: int) -> tuple[sa.Select, dict[str, NamedF
         TRIALS.c.datetime_start,
         TRIALS.c.datetime_complete,
         VALUES.c.value,
-        sa.func.coalesce(counts.c.n, 0).label("intermediate_count"),
     ]
     columns += [alias.c.value_json.label(f"a_{name}") for name, alias in attrs.items()]
     return sa.select(*columns).select_from(joined).where(TRIAL_INDEX.c.study_id == sid), attrs
@@ -212,14 +220,36 @@ def trials_page(
         order.append(TRIAL_INDEX.c.trial_index.desc() if descending and sort == "index" else TRIAL_INDEX.c.trial_index)
         total = conn.execute(sa.select(sa.func.count()).select_from(query.subquery())).scalar() or 0
         rows = conn.execute(query.order_by(*order).offset(offset).limit(limit)).all()
+        counts = intermediate_counts(conn, [r.storage_id for r in rows])
     several = objectives_of(engine, experiment_id)  # several objectives: each row's values, the set
     return {
         "total": int(total),
         "offset": offset,
         "limit": limit,
-        "rows": [several.annotate(_row(r)) for r in rows],
+        "rows": [several.annotate(_row(r, counts.get(r.storage_id, 0))) for r in rows],
         **(several.as_dict() if several.several else {}),
     }
+
+
+def iter_trial_rows(engine: Engine, experiment_id: str, chunk: int = 1000) -> Iterator[dict[str, Any]]:
+    """Every trial's table row in index order, streamed (the database cursor read ``chunk`` rows
+    at a time): what the exports write, in memory that does not grow with the experiment. An
+    unknown experiment raises here, before the first row is asked for."""
+    several = objectives_of(engine, experiment_id)
+    with engine.connect() as conn:
+        sid = study_id_of(conn, experiment_id)
+    return _streamed_rows(engine, sid, several, chunk)
+
+
+def _streamed_rows(engine: Engine, sid: int, several: Objectives, chunk: int) -> Iterator[dict[str, Any]]:
+    query, _ = _trials_query(engine, sid)
+    with engine.connect() as conn:
+        result = conn.execution_options(yield_per=chunk).execute(query.order_by(TRIAL_INDEX.c.trial_index))
+        for rows in result.partitions():
+            with engine.connect() as side:  # the streaming cursor holds the first connection
+                counts = intermediate_counts(side, [r.storage_id for r in rows])
+            for r in rows:
+                yield several.annotate(_row(r, counts.get(r.storage_id, 0)))
 
 
 def chart_data(engine: Engine, experiment_id: str) -> list[dict[str, Any]]:
