@@ -158,7 +158,7 @@ def run_dag(airflow: EmbeddedAirflow, dag_id: str, dag_file: Path, done, before=
     return elapsed
 
 
-def run_nni(work: Path, n: int, c: int, s: float, tag: str) -> float | None:
+def run_nni(work: Path, n: int, c: int, s: float, tag: str, timeout: float = 600) -> float | None:
     namespace = f"tfbench{os.getpid()}{tag}"
     config = work / f"nni_{tag}.yml"
     config.write_text(
@@ -181,13 +181,13 @@ def run_nni(work: Path, n: int, c: int, s: float, tag: str) -> float | None:
                 str(config),
                 "8080",
                 str(n),
-                "600",
+                str(timeout),
             ],
             capture_output=True,
             text=True,
             cwd=work,
             env={**os.environ, "HOME": str(home)},
-            timeout=900,
+            timeout=timeout + 300,
         )
         lines = out.stdout.strip().splitlines()
         if not lines:

@@ -137,8 +137,37 @@ def _ask_in_a_fresh_process(url: str, name: str, index: int, reader: str) -> tup
     return opened - started, took[0], took[1]
 
 
+def seed_history(store: Any, experiment_id: str, space: SearchSpace, count: int) -> None:
+    """``count`` finished trials as trialflow writes them (parameters sampled the way its ask
+    samples them, its attributes), drawn in memory and written in bulk (bench/seed.py)."""
+    from bench.seed import bulk_add
+
+    rng = np.random.RandomState(0)
+    algorithm = AlgorithmConfig(name="Random", class_args={"seed": 0})
+    trials: list[optuna.trial.FrozenTrial] = []
+    drawn = []
+    for start in range(0, count, 500):  # small in-memory studies: an ask there walks all its trials
+        memory = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=start))
+        for i in range(start, min(count, start + 500)):
+            trial = memory.ask()
+            parameters = sample_parameters(algorithm, space, trial, i)
+            value = float(rng.uniform())
+            memory.tell(trial, value)
+            drawn.append((parameters, value))
+        trials += memory.get_trials(deepcopy=False)
+    for i, (frozen, (parameters, value)) in enumerate(zip(trials, drawn, strict=True)):
+        frozen.user_attrs.update(
+            {"trial_index": i, "trial_id": f"t{i}", "parameters": parameters, "nni_status": "SUCCEEDED"}
+        )
+        frozen.user_attrs["final_metric"] = value
+    bulk_add(store, experiment_id, trials)
+
+
 def suggestion_latency(
-    history: int, repeat: int = 3, tuners: tuple[str, ...] = TUNERS + ("BOHB", "Hyperband")
+    history: int,
+    repeat: int = 3,
+    tuners: tuple[str, ...] = TUNERS + ("BOHB", "Hyperband"),
+    readers: tuple[str, ...] = ("trialflow", "no-snapshot", "optuna"),
 ) -> dict[str, dict[str, tuple[float, float, float]]]:
     """Per tuner and reader: medians of ``repeat`` fresh processes, each opening the store and
     asking twice, against a SQLite store holding ``history`` finished trials."""
@@ -154,15 +183,14 @@ def suggestion_latency(
         store = ExperimentStore(url)
         seed_algo = AlgorithmConfig(name="Random", class_args={"seed": 0})
         store.open_experiment("latency", seed_algo, space)
-        rng = np.random.RandomState(0)
-        for i in range(history):  # finished trials as trialflow writes them (attributes included)
-            asked = store.ask("latency", i, f"t{i}", seed_algo, space)
-            store.finish(asked.storage_id, TrialStatus.SUCCEEDED, float(rng.uniform()))
-        index = history
+        seed_history(store, "latency", space, history)
+        asked = store.ask("latency", history, f"t{history}", seed_algo, space)  # writes the snapshot row
+        store.finish(asked.storage_id, TrialStatus.SUCCEEDED, 0.5)
+        index = history + 1
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(1, mp_context=ctx, max_tasks_per_child=1) as pool:
             for name in tuners:
-                for reader in ("trialflow", "no-snapshot", "optuna"):
+                for reader in readers:
                     runs = []
                     for _ in range(repeat):
                         runs.append(pool.submit(_ask_in_a_fresh_process, url, name, index, reader).result())

@@ -36,15 +36,17 @@ import httpx  # noqa: E402
 import optuna  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
+from bench.seed import bulk_add  # noqa: E402
 from trialflow import queries  # noqa: E402
 from trialflow.embedded import free_port  # noqa: E402
 from trialflow.runner import embedded_airflow  # noqa: E402
-from trialflow.tuning.experiment_store import TRIAL_INDEX, ExperimentStore, sqlite_url  # noqa: E402
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 BENCH = ROOT / ".bench" / "ui"
 EXPERIMENT = "ebench001"
 TARGET_MS = 300.0
+BIG_TRIAL = 1234  # the trial whose page the bench opens
 SPACE = {
     "lr": {"_type": "loguniform", "_value": [1e-4, 1e-1]},
     "batch": {"_type": "choice", "_value": [16, 32, 64, 128]},
@@ -56,9 +58,9 @@ SPACE = {
 }
 
 
-def seed_store(home: Path, trials: int, steps: int) -> str:
-    """A store as trialflow writes it, filled in bulk (Optuna's storage API, one transaction per
-    trial); returns its URL."""
+def seed_store(home: Path, trials: int, steps: int, big: int = 0) -> str:
+    """A store as trialflow writes it, filled in bulk (bench/seed.py, checked against Optuna's own
+    writes); with ``big``, trial ``BIG_TRIAL`` has that many intermediate results. Its URL."""
     db = home / "experiments.db"
     url = sqlite_url(db)
     if db.exists():
@@ -86,7 +88,7 @@ def seed_store(home: Path, trials: int, steps: int) -> str:
         study.set_user_attr(key, value)
     rng = random.Random(1)
     start = datetime.now() - timedelta(hours=6)
-    ids = []
+    batch: list[optuna.trial.FrozenTrial] = []
     for index in range(trials):
         opt = rng.choice(["sgd", "adam"])
         params = {
@@ -97,37 +99,35 @@ def seed_store(home: Path, trials: int, steps: int) -> str:
         }
         quality = 1 - abs(params["lr"] - 0.01) * 5 - params["dropout"] * 0.2
         status = rng.choices(["SUCCEEDED", "FAILED", "EARLY_STOPPED"], [0.85, 0.05, 0.10])[0]
-        curve = {s: quality * (1 - 0.9 ** (s + 1)) + rng.gauss(0, 0.01) for s in range(steps)}
-        begun = start + timedelta(seconds=index * 10)
+        length = big if index == BIG_TRIAL and big else steps
+        curve = {s: quality * (1 - 0.9 ** (s + 1)) + rng.gauss(0, 0.01) for s in range(length)}
+        if length > steps:
+            curve[length // 3] = quality + 5.0  # one spike: the downsampled curve must still show it
+        begun = start + timedelta(seconds=index)
         trial = optuna.trial.create_trial(
             state=optuna.trial.TrialState.COMPLETE
             if status == "SUCCEEDED"
             else optuna.trial.TrialState.PRUNED
             if status == "EARLY_STOPPED"
             else optuna.trial.TrialState.FAIL,
-            value=curve[steps - 1] if status == "SUCCEEDED" else None,
+            value=curve[length - 1] if status == "SUCCEEDED" else None,
             intermediate_values=curve,
             user_attrs={
                 "trial_index": index,
                 "trial_id": f"{EXPERIMENT}-{index:04d}",
                 "parameters": params,
                 "nni_status": status,
-                "final_metric": curve[steps - 1] if status == "SUCCEEDED" else None,
+                "final_metric": curve[length - 1] if status == "SUCCEEDED" else None,
                 "handle": {"platform": "local", "trial_dir": f"/nowhere/{index}"},
                 "service_index": 0,
             },
         )
         trial.datetime_start, trial.datetime_complete = begun, begun + timedelta(seconds=rng.uniform(30, 90))
-        study.add_trial(trial)
-    sid = store.storage.get_study_id_from_name(EXPERIMENT)
-    with store.storage.engine.begin() as conn:
-        rows = conn.execute(
-            sa.select(queries.TRIALS.c.trial_id, queries.TRIALS.c.number).where(queries.TRIALS.c.study_id == sid)
-        ).all()
-        conn.execute(
-            TRIAL_INDEX.insert(), [{"study_id": sid, "trial_index": number, "trial_id": tid} for tid, number in rows]
-        )
-    ids.append(sid)
+        batch.append(trial)
+        if len(batch) == 1000:
+            bulk_add(store, EXPERIMENT, batch)
+            batch = []
+    bulk_add(store, EXPERIMENT, batch)
     return url
 
 
@@ -163,7 +163,8 @@ def endpoints(engine: Any) -> dict[str, Callable[[], Any]]:
         ),
         "chart data (all trials)": lambda: queries.chart_data(engine, EXPERIMENT),
         "curves (best 20 + stopped)": lambda: queries.curves(engine, EXPERIMENT),
-        "trial detail": lambda: queries.trial_detail(engine, EXPERIMENT, 1234),
+        "trial detail": lambda: queries.trial_detail(engine, EXPERIMENT, 1235),
+        "trial detail, the big trial": lambda: queries.trial_detail(engine, EXPERIMENT, BIG_TRIAL),
         "importance (cached)": lambda: queries.importance(engine, EXPERIMENT),
         "export CSV (all trials)": lambda: queries.export_csv(engine, EXPERIMENT),
     }
@@ -184,7 +185,8 @@ HTTP_PATHS = {
     ),
     "chart data (all trials)": (f"experiments/{EXPERIMENT}/chart", {}),
     "curves (best 20 + stopped)": (f"experiments/{EXPERIMENT}/curves", {}),
-    "trial detail": (f"experiments/{EXPERIMENT}/trials/1234", {}),
+    "trial detail": (f"experiments/{EXPERIMENT}/trials/1235", {}),
+    "trial detail, the big trial": (f"experiments/{EXPERIMENT}/trials/{BIG_TRIAL}", {}),
     "importance (cached)": (f"experiments/{EXPERIMENT}/importance", {}),
     "export CSV (all trials)": (f"experiments/{EXPERIMENT}/export.csv", {}),
 }
@@ -268,12 +270,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--big", type=int, default=0, help=f"trial {BIG_TRIAL} reports this many results")
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--no-dashboard", action="store_true")
     args = parser.parse_args()
-    home = BENCH / f"home-{args.trials}x{args.steps}"
+    home = BENCH / (f"home-{args.trials}x{args.steps}" + (f"+{args.big}" if args.big else ""))
     began = time.perf_counter()
-    url = seed_store(home, args.trials, args.steps)
+    url = seed_store(home, args.trials, args.steps, args.big)
     engine = ExperimentStore(url).storage.engine
     with engine.connect() as conn:
         rows = conn.execute(sa.select(sa.func.count()).select_from(queries.INTERMEDIATE)).scalar()

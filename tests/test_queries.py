@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+import sqlalchemy as sa
 
 from trialflow import queries
 from trialflow.config.model import AlgorithmConfig
@@ -239,6 +240,33 @@ def test_a_trial_page_sends_a_curve_of_bounded_size_and_says_how_many_points_the
     assert detail["intermediate_total"] == 50_000 and len(detail["intermediate"]) <= queries.DETAIL_POINTS
     assert [31_337, 1e6] in detail["intermediate"]
     assert detail["intermediate"][-1] == [49_999, float(49_999 % 97)]
+
+
+def test_a_growing_big_curve_is_thinned_from_what_was_kept_plus_the_new_points(tmp_path):
+    """A running trial's page is asked again and again: the second read after more results
+    reads only the new points and thins the kept curve with them; its spikes, old and new,
+    its ends and its size are as a thinning of every point would give."""
+    store = ExperimentStore(sqlite_url(tmp_path / "grow.db"))
+    store.open_experiment("egrow001", RANDOM, SPACE)
+    asked = store.ask("egrow001", 0, "egrow001-0000", RANDOM, SPACE)
+    engine = store.storage.engine
+    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, float(s % 13)) for s in range(5_000)])
+    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", 1_234, -50.0)])
+    first = queries.trial_detail(engine, "egrow001", 0, max_points=100)
+    assert len(first["intermediate"]) <= 100 and [1_234, -50.0] in first["intermediate"]
+    reads: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute", lambda *a: reads.append(a[2]))
+    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, float(s % 13)) for s in range(5_000, 8_000)])
+    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", 7_001, 99.0)])
+    reads.clear()
+    second = queries.trial_detail(engine, "egrow001", 0, max_points=100)
+    curve = second["intermediate"]
+    assert second["intermediate_total"] == 8_000 and len(curve) <= 100
+    assert [1_234, -50.0] in curve and [7_001, 99.0] in curve
+    assert curve[0] == [0, 0.0] and curve[-1] == [7_999, float(7_999 % 13)]
+    assert [s for s, _ in curve] == sorted({s for s, _ in curve})
+    assert any("step >" in r for r in reads)  # the kept curve was extended, not read again whole
+    assert queries.trial_detail(engine, "egrow001", 0, max_points=100)["intermediate"] == curve
 
 
 def test_search_finds_what_the_person_sees_and_nested_parameters_sort(store):

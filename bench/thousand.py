@@ -1,4 +1,4 @@
-"""A large experiment under the real scheduler: 1,000 trials, 50 at a time, every one recorded once.
+"""1,000 trivial trials, 50 at a time: trialflow under the real scheduler, then NNI 3.0's local mode.
 
 One experiment DAG (local platform, trivial trials that import the trial SDK, sleep
 ``--seconds`` and report) runs under a private Airflow (scheduler, triggerer,
@@ -6,9 +6,11 @@ dag-processor, api-server; LocalExecutor with parallelism C + 2, SQLite). While 
 runs, the store is sampled every second for trials RUNNING at once. Printed: wall
 time, trials per second, the most trials seen running at once (must not exceed
 trialConcurrency), and the checks: every trial index once, every trial SUCCEEDED,
-one task instance per trial, all successful.
+one task instance per trial, all successful. Then, in the same run, NNI 3.0's local mode on the same trials (nnictl in its
+own virtualenv and a loopback-only network namespace, as bench/overhead.py runs it): its wall
+time, or how it failed, as it happened. Printed side by side: trialflow / NNI (target <= 0.5).
 
-    python bench/scale.py [--trials 1000] [--concurrency 50] [--seconds 1]
+    python bench/thousand.py [--trials 1000] [--concurrency 50] [--seconds 1] [--no-nni]
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--no-nni", action="store_true")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="trialflow-bench-scale-"))
     work = root / "experiment"
@@ -101,7 +104,32 @@ def main() -> int:
     print(f"  store: {dict(statuses)}; task instances: {dict(ti_states)}")
     for name, ok in checks.items():
         print(f"  {'PASS' if ok else 'FAIL'}  {name}")
+    if not args.no_nni:
+        nni, how = nni_wall(args.trials, args.concurrency, args.seconds)
+        if nni is None:
+            print(f"NNI 3.0 local mode, same trials: did not finish: {how}")
+        else:
+            print(f"NNI 3.0 local mode, same trials: wall {nni:.0f} s; trialflow / NNI = {wall / nni:.2f} (target <= 0.5)")
     return 0 if all(checks.values()) else 1
+
+
+def nni_wall(trials: int, concurrency: int, seconds: float) -> tuple[float | None, str]:
+    """NNI's wall time for the same trials, or None and what happened (its own words)."""
+    from bench.overhead import NNI_TRIAL, ensure_nni, run_nni
+
+    if not ensure_nni():
+        return None, "its virtualenv could not be built"
+    work = Path(tempfile.mkdtemp(prefix="trialflow-bench-nni-"))
+    try:
+        (work / "nni_trial.py").write_text(NNI_TRIAL)
+        seconds_taken = run_nni(work, trials, concurrency, seconds, "thousand", timeout=1800)
+        if seconds_taken is not None:
+            return seconds_taken, ""
+        logs = sorted(work.glob("*.nnictl.log"))
+        tail = logs[-1].read_text(errors="replace")[-400:] if logs else "no log"
+        return None, f"not every trial succeeded within its time; nnictl said: {tail}"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
