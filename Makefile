@@ -69,8 +69,10 @@ bench-ui: venv
 bench-parse: venv
 	$(VENV)/bin/python bench/parse.py
 
+# Issue 30's targets at scale (20,000 trials, 1,000,000 results, 200 deferred, 50 asking at once,
+# 1,000 trials beside NNI), each section beside its baseline: ~1 hour; ONLY="pages asks" picks some.
 bench-scale: venv
-	$(VENV)/bin/python bench/scale.py
+	$(VENV)/bin/python bench/scale.py $(if $(ONLY),--only $(ONLY))
 
 # A real trial reporting 1,000,000 intermediate results, on SQLite then PostgreSQL (started here).
 bench-ingest: venv

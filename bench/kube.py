@@ -177,13 +177,16 @@ def run_airflow(
     try:
         airflow.wait_healthy()
         airflow.wait_for_dag("kube_bench", dag_file, timeout=120)
+        triggerer = TreeSampler(airflow.processes["triggerer"].pid)
         started = time.monotonic()
         run_id = airflow.trigger("kube_bench")
         while airflow.dag_run_state("kube_bench", run_id) not in ("success", "failed"):
             if time.monotonic() - started > seconds * 4 + 900:
                 raise TimeoutError("the benchmark DAG did not finish")
+            triggerer.sample()
             time.sleep(2)
         wall = time.monotonic() - started
+        triggerer.sample()
         state = airflow.dag_run_state("kube_bench", run_id)
         tis = [ti for ti in airflow.task_instances("kube_bench", run_id) if ti["task_id"] == "trial"]
     finally:
@@ -204,7 +207,42 @@ def run_airflow(
         "lat_p95": latencies[int(len(latencies) * 0.95) - 1],
         "lat_max": latencies[-1],
         "lat_min": latencies[0],
+        "triggerer_cpu_s": triggerer.cpu - triggerer.first_cpu,
+        "triggerer_rss_mb_before": triggerer.first_rss / 2**20,
+        "triggerer_rss_mb_peak": triggerer.peak_rss / 2**20,
     }
+
+
+class TreeSampler:
+    """CPU seconds and resident memory of a process and its children (Airflow 3's triggerer runs
+    its triggers in a child process), sampled by the caller."""
+
+    def __init__(self, pid: int):
+        import psutil
+
+        self._root = psutil.Process(pid)
+        self.first_cpu = self.cpu = 0.0
+        self.first_rss = self.peak_rss = 0
+        self.sample()
+        self.first_cpu, self.first_rss = self.cpu, self.peak_rss
+
+    def sample(self) -> None:
+        import psutil
+
+        try:
+            procs = [self._root, *self._root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        cpu, rss = 0.0, 0
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+                cpu += times.user + times.system
+                rss += proc.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        self.cpu = max(self.cpu, cpu)
+        self.peak_rss = max(self.peak_rss, rss)
 
 
 def main() -> int:
@@ -259,6 +297,15 @@ def main() -> int:
             print(
                 f"{ending:16}{dag['succeeded']:>10}{dag['state']:>10}{dag['wall_s']:>8.0f}{dag['lat_median']:>8.2f}"
                 f"{dag['lat_p95']:>8.2f}{dag['lat_min']:>8.2f}{dag['lat_max']:>8.2f}"
+            )
+        for ending, dag in dags.items():
+            per = args.airflow
+            grown_kb = (dag["triggerer_rss_mb_peak"] - dag["triggerer_rss_mb_before"]) / per * 1024
+            print(
+                f"triggerer ({ending}): {dag['triggerer_cpu_s']:.1f} CPU s over the run = "
+                f"{dag['triggerer_cpu_s'] / per:.3f} s per deferred trial; resident memory "
+                f"{dag['triggerer_rss_mb_before']:.0f} MB before, {dag['triggerer_rss_mb_peak']:.0f} MB at peak = "
+                f"{grown_kb:.0f} KB per deferred trial"
             )
         if "worker" in dags and dags["trigger"]["lat_median"] > 0:
             ratio = dags["worker"]["lat_median"] / dags["trigger"]["lat_median"]

@@ -6,9 +6,10 @@ dag-processor, api-server; LocalExecutor with parallelism C + 2, SQLite). While 
 runs, the store is sampled every second for trials RUNNING at once. Printed: wall
 time, trials per second, the most trials seen running at once (must not exceed
 trialConcurrency), and the checks: every trial index once, every trial SUCCEEDED,
-one task instance per trial, all successful. Then, in the same run, NNI 3.0's local mode on the same trials (nnictl in its
-own virtualenv and a loopback-only network namespace, as bench/overhead.py runs it): its wall
-time, or how it failed, as it happened. Printed side by side: trialflow / NNI (target <= 0.5).
+one task instance per trial, all successful. Then, in the same run, NNI 3.0's local mode on
+the same trials (nnictl in its own virtualenv and a loopback-only network namespace, as
+bench/overhead.py runs it): its wall time, or how it failed, as it happened. Printed side by
+side: trialflow / NNI (target <= 0.5).
 
     python bench/thousand.py [--trials 1000] [--concurrency 50] [--seconds 1] [--no-nni]
 """
@@ -109,7 +110,8 @@ def main() -> int:
         if nni is None:
             print(f"NNI 3.0 local mode, same trials: did not finish: {how}")
         else:
-            print(f"NNI 3.0 local mode, same trials: wall {nni:.0f} s; trialflow / NNI = {wall / nni:.2f} (target <= 0.5)")
+            ratio = wall / nni
+            print(f"NNI 3.0 local mode, same trials: wall {nni:.0f} s; trialflow / NNI = {ratio:.2f} (target <= 0.5)")
     return 0 if all(checks.values()) else 1
 
 

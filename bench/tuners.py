@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -31,6 +32,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+if os.environ.get("TRIALFLOW_BENCH_SOURCE"):  # a "before" child: another checkout's trialflow
+    sys.path.insert(0, os.environ["TRIALFLOW_BENCH_SOURCE"])
 
 import numpy as np  # noqa: E402
 import optuna  # noqa: E402
@@ -168,6 +171,7 @@ def suggestion_latency(
     repeat: int = 3,
     tuners: tuple[str, ...] = TUNERS + ("BOHB", "Hyperband"),
     readers: tuple[str, ...] = ("trialflow", "no-snapshot", "optuna"),
+    source: str | None = None,
 ) -> dict[str, dict[str, tuple[float, float, float]]]:
     """Per tuner and reader: medians of ``repeat`` fresh processes, each opening the store and
     asking twice, against a SQLite store holding ``history`` finished trials."""
@@ -175,6 +179,7 @@ def suggestion_latency(
 
     from trialflow.trial.status import TrialStatus
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+    from trialflow.tuning.snapshot import SnapshotCache
 
     space: SearchSpace = parse_search_space(LATENCY_SPACE)
     out: dict[str, dict[str, tuple[float, float, float]]] = {}
@@ -184,8 +189,10 @@ def suggestion_latency(
         seed_algo = AlgorithmConfig(name="Random", class_args={"seed": 0})
         store.open_experiment("latency", seed_algo, space)
         seed_history(store, "latency", space, history)
-        asked = store.ask("latency", history, f"t{history}", seed_algo, space)  # writes the snapshot row
+        asked = store.ask("latency", history, f"t{history}", seed_algo, space)
         store.finish(asked.storage_id, TrialStatus.SUCCEEDED, 0.5)
+        # The snapshot row, as a long experiment has one (its trial tasks write it as they go).
+        SnapshotCache(store.storage).get_all_trials(store.storage.get_study_id_from_name("latency"))
         index = history + 1
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(1, mp_context=ctx, max_tasks_per_child=1) as pool:
@@ -193,7 +200,12 @@ def suggestion_latency(
                 for reader in readers:
                     runs = []
                     for _ in range(repeat):
-                        runs.append(pool.submit(_ask_in_a_fresh_process, url, name, index, reader).result())
+                        if reader == "before":  # the child imports the other checkout (see the top)
+                            os.environ["TRIALFLOW_BENCH_SOURCE"] = source or ""
+                        try:
+                            runs.append(pool.submit(_ask_in_a_fresh_process, url, name, index, reader).result())
+                        finally:
+                            os.environ.pop("TRIALFLOW_BENCH_SOURCE", None)
                         index += 2
                     out.setdefault(name, {})[reader] = tuple(  # type: ignore[assignment]
                         statistics.median(r[k] for r in runs) for k in range(3)
@@ -209,8 +221,11 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--latency-only", action="store_true")
     parser.add_argument("--tuners", nargs="+", default=[*TUNERS, "BOHB", "Hyperband"], help="for the latency part")
+    parser.add_argument("--source", help="latency only, side by side with another checkout's asks")
     args = parser.parse_args()
     verdicts: list[tuple[str, str, bool, float]] = []
+    if args.source:
+        return latency_against(args)
     if not args.latency_only:
         verdicts = quality(args)
     print(
@@ -230,6 +245,33 @@ def main() -> int:
         )
     print("(targets with 1,000 finished trials: TPE/Random/Anneal ask < 50 ms, GP < 1 s)")
     return 0 if all(ok for *_, ok, _ in verdicts) else 1
+
+
+#: Issue 30's targets for an ask at 20,000 finished trials (seconds).
+ASK_TARGETS = {"Random": 0.1, "TPE": 0.1, "Anneal": 0.1, "GP": 1.0}
+
+
+def latency_against(args: argparse.Namespace) -> int:
+    """Asks with ``--history`` finished trials, this checkout beside ``--source``'s, each in fresh
+    processes (medians of 3): the first ask of a process (what a trial task pays) and the next."""
+    by_tuner = suggestion_latency(
+        args.history, tuners=tuple(args.tuners), readers=("trialflow", "before"), source=args.source
+    )
+    print(
+        f"\nAsk latency with {args.history} finished trials (SQLite; a fresh process per run, as a trial task; "
+        f"medians of 3), this checkout beside {args.source}"
+    )
+    print(f"{'tuner':<10}{'first ask':>12}{'before':>12}{'ratio':>8}{'next ask':>12}{'before':>12}{'target':>10}")
+    for name, by_reader in by_tuner.items():
+        (_, first, again), (_, was_first, was_again) = by_reader["trialflow"], by_reader["before"]
+        target = ASK_TARGETS.get(name)
+        verdict = "" if target is None else ("met" if first < target else "NOT MET")
+        print(
+            f"{name:<10}{first * 1000:>10.1f}ms{was_first * 1000:>10.1f}ms{first / was_first:>8.2f}"
+            f"{again * 1000:>10.1f}ms{was_again * 1000:>10.1f}ms"
+            f"{'' if target is None else f'< {target * 1000:.0f}ms':>10} {verdict}"
+        )
+    return 0
 
 
 def quality(args: argparse.Namespace) -> list[tuple[str, str, bool, float]]:

@@ -8,7 +8,13 @@ Prints, side by side:
 * optuna-dashboard on the same store (its own server, installed in .bench/dashboard-venv): the
   time of the one API call its study page makes before drawing anything.
 
-    python bench/ui.py [--trials 2000] [--steps 100] [--no-browser] [--no-dashboard]
+With ``--big N`` one trial has N intermediate results (its page: first call, then again);
+with ``--source <checkout>`` the in-process column is timed for that checkout too, side by side
+(its queries on the same store, in a process of its own). The exports: time to the first byte and
+to the last over HTTP, and the Python memory peak of writing all of it (streamed, against the
+whole document held, as before).
+
+    python bench/ui.py [--trials 2000] [--steps 100] [--big 0] [--source DIR] [--no-browser] [--no-dashboard]
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+if os.environ.get("TRIALFLOW_BENCH_SOURCE"):  # --source: this process times another checkout's queries
+    sys.path.insert(0, os.environ["TRIALFLOW_BENCH_SOURCE"])
 
 import httpx  # noqa: E402
 import optuna  # noqa: E402
@@ -266,6 +274,61 @@ def dashboard_seconds(url: str) -> float | None:
         proc.wait(timeout=20)
 
 
+def in_process(url: str, big: int) -> dict[str, Any]:
+    """Each endpoint's query in this process (medians of 5 after a warm call), the big trial's
+    first call (nothing kept yet), and the export's Python memory peak."""
+    import tracemalloc
+
+    engine = ExperimentStore(url).storage.engine
+    out: dict[str, Any] = {}
+    if big:
+        began = time.perf_counter()
+        queries.trial_detail(engine, EXPERIMENT, BIG_TRIAL)
+        out["big trial, first call"] = (time.perf_counter() - began) * 1000
+    out.update({name: median_ms(call) for name, call in endpoints(engine).items()})
+    for name, whole in (("export CSV", queries.export_csv), ("export JSON", queries.export_json)):
+        tracemalloc.start()
+        whole(engine, EXPERIMENT)
+        out[f"{name}, memory peak (whole)"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    streams = {"export CSV": getattr(queries, "iter_csv", None), "export JSON": getattr(queries, "iter_json", None)}
+    for name, stream in streams.items():
+        if stream is None:
+            continue  # a checkout from before the exports streamed
+        tracemalloc.start()
+        for _ in stream(engine, EXPERIMENT):
+            pass
+        out[f"{name}, memory peak (streamed)"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    return out
+
+
+def baseline_in_process(source: str, url: str, big: int) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--in-process-only", url, "--big", str(big)],
+        env={**os.environ, "TRIALFLOW_BENCH_SOURCE": source},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def http_export(url: str, headers: dict[str, str]) -> tuple[float, float, int]:
+    """(ms to the first byte, ms to the last, bytes) of one streamed download."""
+    began = time.perf_counter()
+    first = None
+    size = 0
+    with httpx.stream("GET", url, headers=headers, timeout=120) as response:
+        response.raise_for_status()
+        for chunk in response.iter_bytes():
+            if first is None:
+                first = time.perf_counter()
+            size += len(chunk)
+    ended = time.perf_counter()
+    return ((first or ended) - began) * 1000, (ended - began) * 1000, size
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=2000)
@@ -273,7 +336,12 @@ def main() -> int:
     parser.add_argument("--big", type=int, default=0, help=f"trial {BIG_TRIAL} reports this many results")
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--no-dashboard", action="store_true")
+    parser.add_argument("--source", help="another checkout: its queries timed on the same store, side by side")
+    parser.add_argument("--in-process-only", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.in_process_only:
+        print(json.dumps(in_process(args.in_process_only, args.big)))
+        return 0
     home = BENCH / (f"home-{args.trials}x{args.steps}" + (f"+{args.big}" if args.big else ""))
     began = time.perf_counter()
     url = seed_store(home, args.trials, args.steps, args.big)
@@ -281,7 +349,9 @@ def main() -> int:
     with engine.connect() as conn:
         rows = conn.execute(sa.select(sa.func.count()).select_from(queries.INTERMEDIATE)).scalar()
     print(f"store: {args.trials} trials, {rows} intermediate results ({time.perf_counter() - began:.0f} s to seed)")
-    direct = {name: median_ms(call) for name, call in endpoints(engine).items()}
+    before = baseline_in_process(args.source, url, args.big) if args.source else {}
+    direct = in_process(url, args.big)
+    exports: dict[str, tuple[float, float, int]] = {}
     airflow = embedded_airflow(home)
     airflow.port = free_port()
     airflow.migrate()
@@ -298,15 +368,30 @@ def main() -> int:
         for name, (path, params) in HTTP_PATHS.items():
             url = f"{airflow.base_url}/trialflow/api/{path}"
             http[name] = median_ms(partial(get_ok, url, params, headers))
+        for kind in ("csv", "json"):
+            download = f"{airflow.base_url}/trialflow/api/experiments/{EXPERIMENT}/export.{kind}"
+            exports[kind] = http_export(download, headers)
         if not args.no_browser:
             page = page_seconds(airflow.base_url, password)
     finally:
         airflow.stop()
     dashboard = None if args.no_dashboard else dashboard_seconds(url)
-    print(f"\n{'endpoint':<32} {'in process':>12} {'over HTTP':>12}  target {TARGET_MS:.0f} ms")
-    for name in direct:
-        flag = "ok" if http.get(name, 0) < TARGET_MS else "OVER"
-        print(f"{name:<32} {direct[name]:>9.1f} ms {http.get(name, float('nan')):>9.1f} ms  {flag}")
+    side = f"{'before':>12}{'ratio':>8}" if before else ""
+    print(f"\n{'endpoint':<36}{side} {'in process':>12} {'over HTTP':>12}  target {TARGET_MS:.0f} ms")
+    for name, figure in direct.items():
+        unit = "MB" if "memory" in name else "ms"
+        was = ""
+        if before:
+            old_figure = before.get(name)
+            was = f"{old_figure:>9.1f} {unit}{figure / old_figure:>8.2f}" if old_figure else f"{'-':>12}{'':>8}"
+        over_http = f"{http[name]:>9.1f} ms" if name in http else f"{'':>12}"
+        flag = ("ok" if http[name] < TARGET_MS else "OVER") if name in http else ""
+        print(f"{name:<36}{was} {figure:>9.1f} {unit} {over_http}  {flag}")
+    for kind, (first, last, size) in exports.items():
+        print(
+            f"export {kind.upper()} over HTTP, streamed: first byte {first:.0f} ms, last byte {last:.0f} ms, "
+            f"{size / 2**20:.1f} MB"
+        )
     if page is not None:
         print(f"\nexperiment page, charts drawn (headless Chromium, median of 3): {page:.2f} s  (target < 2 s)")
     if dashboard is not None:

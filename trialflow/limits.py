@@ -5,3 +5,7 @@ from __future__ import annotations
 
 #: Mapped trial tasks one DAG run may hold (maxTrialNumber, trials_per_run).
 MAX_TRIALS_PER_RUN = 10_000
+
+#: Finished trials a learning tuner's ask reads at most in a long experiment: the best half and
+#: the newest half (trialflow.tuning.history; README's tuner table says which tuners).
+HISTORY_LIMIT = 1000

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import ALL_TYPES, SearchSpace, SearchSpaceError
+from trialflow.limits import HISTORY_LIMIT
 
 Role = Literal["tuner", "advisor", "assessor"]
 #: The extra that brings scikit-learn and SciPy (GP, Curvefitting).
@@ -105,6 +106,9 @@ class AlgorithmSpec:
     aliases: tuple[str, ...] = ()
     #: Serves several objectives (trialflow's ``objectives`` key): Optuna's multi-objective study.
     multi_objective: bool = False
+    #: What an ask reads of a long experiment's finished trials (trialflow.tuning.history):
+    #: "window" (the best and newest, past the limit), "none" (it draws without looking), "all".
+    history: Literal["window", "none", "all"] = "all"
 
     @property
     def honoured(self) -> list[str]:
@@ -119,9 +123,16 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
         "startup trials; a constant liar for parallel trials unless constant_liar_type is null)",
         {**COMMON_ARGS, "tpe_args": _mapping},
         multi_objective=True,
+        history="window",
     ),
     AlgorithmSpec(
-        "Random", "tuner", "Optuna RandomSampler", dict(COMMON_ARGS), aliases=("RandomSearch",), multi_objective=True
+        "Random",
+        "tuner",
+        "Optuna RandomSampler",
+        dict(COMMON_ARGS),
+        aliases=("RandomSearch",),
+        multi_objective=True,
+        history="none",
     ),
     AlgorithmSpec(
         "GridSearch",
@@ -131,6 +142,7 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
         ignored={"seed": "the order is fixed: trial i = point i"},
         types=frozenset({"choice", "randint", "quniform", "qloguniform"}),
         aliases=("Grid",),
+        history="none",
     ),
     AlgorithmSpec(
         "BatchTuner",
@@ -141,6 +153,7 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
         types=frozenset({"choice"}),
         nested=False,
         aliases=("Batch",),
+        history="none",
     ),
     AlgorithmSpec(
         "Anneal",
@@ -151,6 +164,7 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
             "parallel_optimize": "parallel asks always see running trials' absence",
             "constant_liar_type": "no constant liar in annealing",
         },
+        history="window",
     ),
     AlgorithmSpec(
         "Evolution",
@@ -179,6 +193,7 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
         nested=False,
         needs="sklearn",
         aliases=("GPTuner",),
+        history="window",
     ),
     AlgorithmSpec(
         "Hyperband",
@@ -187,6 +202,7 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
         "with RandomSampler; trials get TRIAL_BUDGET=R and are stopped at rungs",
         {"optimize_mode": _mode, "seed": _seed, "R": _int(1), "eta": _int(2)},
         ignored={"exec_mode": "brackets run in parallel, as with exec_mode: parallelism"},
+        history="none",
     ),
     AlgorithmSpec(
         "BOHB",
@@ -209,6 +225,7 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
             "min_bandwidth": "Optuna's TPE bandwidth is used",
             "config_space": "use searchSpace",
         },
+        history="window",
     ),
     AlgorithmSpec(
         "Medianstop",
@@ -458,6 +475,16 @@ def markdown_table() -> str:
     lines.append(
         f"Refused by `trialflow validate`, each with the closest supported choice: {refused} "
         "(and custom `className` algorithms)."
+    )
+
+    def named(history: str) -> str:
+        return ", ".join(s.name for s in CATALOGUE if s.role != "assessor" and s.history == history)
+
+    lines.append("")
+    lines.append(
+        f"Long experiments: past {HISTORY_LIMIT:,} finished trials, an ask by {named('window')} reads the "
+        f"{HISTORY_LIMIT // 2:,} best and the {HISTORY_LIMIT // 2:,} newest of them (with several objectives, "
+        f"all of them); by {named('none')}, none; by {named('all')}, all."
     )
     several = ", ".join(spec.name for spec in CATALOGUE if spec.multi_objective)
     lines.append("")

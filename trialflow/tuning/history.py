@@ -30,14 +30,15 @@ import sqlalchemy as sa
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from trialflow.limits import HISTORY_LIMIT
+from trialflow.tuning.algorithms import CATALOGUE
 from trialflow.tuning.optuna_internals import CachedStorage, models
 from trialflow.tuning.rdb_storage import TrialflowStorage, _read_trials
 
-#: Finished trials a learning tuner sees at most (half the best, half the newest).
-HISTORY_LIMIT = 1000
-#: Tuners (trialflow's canonical names) that learn from the window, and that ignore history.
-WINDOWED = frozenset({"TPE", "BOHB", "Anneal", "GP"})
-BLIND = frozenset({"Random", "Hyperband", "GridSearch", "BatchTuner"})
+#: Tuners (trialflow's canonical names) that learn from the window, and that ignore history:
+#: the algorithm catalogue says which (README's tuner table is generated from it).
+WINDOWED = frozenset(s.name for s in CATALOGUE if s.history == "window")
+BLIND = frozenset(s.name for s in CATALOGUE if s.history == "none")
 
 _TRIALS = models.TrialModel.__table__
 _VALUES = models.TrialValueModel.__table__
