@@ -1,0 +1,88 @@
+"""A follower killed while it stores a big trial's results: the retry re-attaches and every
+result is stored exactly once (a real local trial, a real follower process, SIGKILL)."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from trialflow.config.model import AlgorithmConfig
+from trialflow.config.platforms import LocalConfig
+from trialflow.config.search_space import parse_search_space
+from trialflow.follow import follow_trial
+from trialflow.platforms.base import TrialSpec, TrialStatus
+from trialflow.platforms.local import LocalPlatform
+from trialflow.queries import INTERMEDIATE
+from trialflow.tuning.experiment_store import ExperimentStore
+
+RESULTS = 60_000
+TRIAL = f"""\
+from trialflow import trial
+trial.get_next_parameter()
+for step in range({RESULTS}):
+    trial.report_intermediate_result(step / 7)
+trial.report_final_result(1.0)
+"""
+SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
+RANDOM = AlgorithmConfig(name="Random")
+
+
+def _follow(url: str, work: Path, handle: dict, storage_id: int) -> None:
+    store = ExperimentStore(url)  # a process of its own, as a task is
+    platform = LocalPlatform(LocalConfig(), work)
+    asyncio.run(follow_trial(platform, store, handle, storage_id, poll_interval=0.05))  # type: ignore[arg-type]
+
+
+def _stored(store: ExperimentStore, storage_id: int) -> int:
+    with store.engine.connect() as conn:
+        query = sa.select(sa.func.count()).select_from(INTERMEDIATE).where(INTERMEDIATE.c.trial_id == storage_id)
+        return int(conn.execute(query).scalar() or 0)
+
+
+@pytest.mark.timeout(240)
+def test_a_follower_killed_mid_ingest_is_retried_and_stores_every_result_once(any_store, tmp_path):
+    store = any_store
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "t.py").write_text(TRIAL)
+    store.open_experiment("ecrash01", RANDOM, SPACE)
+    asked = store.ask("ecrash01", 0, "ecrash01-0000", RANDOM, SPACE)
+    platform = LocalPlatform(LocalConfig(), tmp_path / "work")
+    platform.prepare_sync("ecrash01")
+    spec = TrialSpec("ecrash01", "ecrash01-0000", 0, 0, asked.parameters, f"{sys.executable} t.py", code)
+    handle = platform.submit_sync(spec)
+    store.storage.engine.dispose()  # nothing of the parent's pool crosses the fork
+    follower = multiprocessing.get_context("fork").Process(
+        target=_follow, args=(store.url, tmp_path / "work", dict(handle), asked.storage_id)
+    )
+    follower.start()
+    deadline = time.monotonic() + 120
+    while _stored(store, asked.storage_id) < 5_000:  # it is storing: kill it there
+        assert time.monotonic() < deadline and follower.is_alive(), "the follower stored nothing"
+        time.sleep(0.01)
+    os.kill(follower.pid, signal.SIGKILL)
+    follower.join()
+    killed_at = _stored(store, asked.storage_id)
+    assert killed_at < RESULTS, "the follower finished before it was killed: nothing was tested"
+
+    # the retry: a new follower re-attaches from the start of the metrics and goes to the end
+    retry = ExperimentStore(store.url)
+    again = LocalPlatform(LocalConfig(), tmp_path / "work")
+    outcome = asyncio.run(follow_trial(again, retry, handle, asked.storage_id, poll_interval=0.05))
+    assert outcome.status == TrialStatus.SUCCEEDED
+    with retry.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(INTERMEDIATE.c.step, INTERMEDIATE.c.intermediate_value)
+            .where(INTERMEDIATE.c.trial_id == asked.storage_id)
+            .order_by(INTERMEDIATE.c.step)
+        ).all()
+    assert [step for step, _ in rows] == list(range(RESULTS))  # every result, each once
+    assert all(value == step / 7 for step, value in rows)
