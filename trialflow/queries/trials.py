@@ -414,7 +414,7 @@ def trial_detail(
             ).scalar()
         )
         total = int(row.get("intermediate_count") or 0)
-        intermediate = _thinned_curve(conn, str(engine.url), storage_id, total, max_points)
+        intermediate = _thinned_curve(conn, str(engine.url), int(storage_id or 0), total, max_points)
     return {
         **row,
         "handle": handle or {},

@@ -79,7 +79,7 @@ def window_ids(conn: sa.Connection, study_id: int, direction: StudyDirection, li
     return sorted({*best, *newest})
 
 
-class HistoryWindow(CachedStorage):  # type: ignore[misc]
+class HistoryWindow(CachedStorage):
     """The storage one ask reads through when the experiment is past the limit: Optuna's cache
     for everything else (the trial being created, its parameters), a window for trial lists."""
 
@@ -93,7 +93,8 @@ class HistoryWindow(CachedStorage):  # type: ignore[misc]
     def get_all_trials(
         self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
     ) -> list[FrozenTrial]:
-        wanted = list(states) if states is not None else [*_FINISHED, *_UNFINISHED]
+        every = (*_FINISHED, *_UNFINISHED)
+        wanted = [s for s in every if s in states] if states is not None else list(every)
         # Unfinished trials change while the ask runs (the new one is RUNNING): read them each time.
         unfinished = [s for s in wanted if s in _UNFINISHED]
         out = self._backend.get_all_trials(study_id, deepcopy=False, states=unfinished) if unfinished else []
