@@ -21,6 +21,7 @@ def test_no_session_is_401_on_every_data_route(ui: UiSetup):
         f"experiments/{ui.experiment_id}/chart",
         f"experiments/{ui.experiment_id}/trials/0",
         f"experiments/{ui.experiment_id}/export.csv",
+        f"experiments/{ui.experiment_id}/trials/2/intermediate.csv",
         "resolve?dag_id=x&run_id=y",
     ):
         assert ui.get(path, user=None).status_code == 401, path
@@ -41,6 +42,7 @@ def test_a_user_sees_only_experiments_of_dags_they_may_read(ui: UiSetup):
         f"experiments/{ui.private_id}/trials",
         f"experiments/{ui.private_id}/trials/0",
         f"experiments/{ui.private_id}/export.csv",
+        f"experiments/{ui.private_id}/trials/0/intermediate.csv",
         f"experiments/{ui.private_id}/curves",
         f"experiments/{ui.private_id}/importance",
     ):
@@ -115,6 +117,16 @@ def test_exports_are_safe_for_spreadsheets(ui: UiSetup):
         assert row["param:act"] == ("'" + act if act.startswith("=") else act)
     data = ui.get(f"experiments/{ui.experiment_id}/export.json").json()
     assert len(data) == 8 and {t["trial_index"]: t["parameters"]["act"] for t in data} == raw  # exactly
+
+
+def test_a_trials_every_intermediate_result_downloads_as_csv(ui: UiSetup):
+    detail = ui.get(f"experiments/{ui.experiment_id}/trials/2").json()
+    response = ui.get(f"experiments/{ui.experiment_id}/trials/2/intermediate.csv")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/csv")
+    assert "attachment" in response.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.text)))
+    assert [[int(r["step"]), float(r["value"])] for r in rows] == detail["intermediate"]
+    assert ui.get(f"experiments/{ui.experiment_id}/trials/999/intermediate.csv").status_code == 404
 
 
 def test_trial_tasks_carry_trial_and_platform_links(ui: UiSetup):

@@ -122,6 +122,11 @@ def test_trial_page_from_the_task_extra_link(browser, ui: UiSetup):
     assert canvas_drawn(page, "[data-testid=trial-page]")
     assert page.locator("[data-testid=log-stdout]").count() == 1
     assert page.locator("[data-testid=link-Platform]").get_attribute("href").startswith("https://platform.example/")
+    # every point, downloaded with the page's session: what the curve was drawn from
+    with page.expect_download() as download:
+        page.click("[data-testid=intermediate-csv]")
+    lines = Path(download.value.path()).read_text().splitlines()
+    assert lines[0] == "step,value" and len(lines) == 1 + 6
     shot(page, "trial")
     page.click("[data-testid=link-Task\\ instance]")
     page.wait_for_url(lambda url: "/tasks/trial/mapped/2" in url, timeout=15000)

@@ -14,7 +14,15 @@ the table, charts and curves, ``importance`` and ``export`` the rest.
 from __future__ import annotations
 
 from trialflow.queries.experiments import ExperimentRow, experiment_dag_id, experiment_summary, list_experiments
-from trialflow.queries.export import export_csv, export_json, export_rows, iter_csv, iter_json, spreadsheet_safe
+from trialflow.queries.export import (
+    export_csv,
+    export_json,
+    export_rows,
+    iter_csv,
+    iter_intermediate_csv,
+    iter_json,
+    spreadsheet_safe,
+)
 from trialflow.queries.importance import flatten_parameters, importance
 from trialflow.queries.tables import (
     ACTIVE,
@@ -57,6 +65,7 @@ __all__ = [
     "export_json",
     "export_rows",
     "iter_csv",
+    "iter_intermediate_csv",
     "iter_json",
     "iter_trial_rows",
     "flatten_parameters",

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 
 from trialflow.queries.importance import flatten_parameters
 from trialflow.queries.objectives import objectives_of
-from trialflow.queries.tables import TRIAL_ATTRS, TRIAL_INDEX, decoded, study_id_of
+from trialflow.queries.tables import INTERMEDIATE, TRIAL_ATTRS, TRIAL_INDEX, UnknownExperiment, decoded, study_id_of
 from trialflow.queries.trials import iter_trial_rows
 
 _FORMULA_START = frozenset("=+-@")
@@ -152,3 +152,31 @@ def export_json(engine: Engine, experiment_id: str) -> list[dict[str, Any]]:
     """Trials as JSON, parameters in NNI's shape, every value exactly as stored: JSON is read
     by programs, and a spreadsheet guard would change the data ("=1+1" is a valid choice)."""
     return list(iter_trial_rows(engine, experiment_id))
+
+
+def iter_intermediate_csv(engine: Engine, experiment_id: str, trial_index: int) -> Iterator[str]:
+    """Every intermediate result of one trial as CSV (step, value), streamed: the page draws a
+    thinned curve, this keeps every point. An unknown experiment or trial raises here."""
+    with engine.connect() as conn:
+        sid = study_id_of(conn, experiment_id)
+        storage_id = conn.execute(
+            sa.select(TRIAL_INDEX.c.trial_id).where(
+                TRIAL_INDEX.c.study_id == sid, TRIAL_INDEX.c.trial_index == trial_index
+            )
+        ).scalar()
+    if storage_id is None:
+        raise UnknownExperiment(f"{experiment_id} trial {trial_index}")
+    return _points_csv(engine, int(storage_id))
+
+
+def _points_csv(engine: Engine, storage_id: int, rows_per_chunk: int = 10_000) -> Iterator[str]:
+    query = (
+        sa.select(INTERMEDIATE.c.step, INTERMEDIATE.c.intermediate_value)
+        .where(INTERMEDIATE.c.trial_id == storage_id)
+        .order_by(INTERMEDIATE.c.step)
+    )
+    yield "step,value\n"
+    with engine.connect() as conn:
+        result = conn.execution_options(yield_per=rows_per_chunk).execute(query)
+        for rows in result.partitions():
+            yield "".join(f"{step},{value!r}\n" for step, value in rows)

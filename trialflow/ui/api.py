@@ -612,6 +612,19 @@ def create_app() -> FastAPI:
             headers={"Content-Disposition": f'attachment; filename="{quote(experiment_id)}-trials.csv"'},
         )
 
+    @app.get("/api/experiments/{experiment_id}/trials/{trial_index}/intermediate.csv")
+    def export_intermediate(user: User, experiment_id: str, trial_index: TrialIndex) -> Response:
+        """Every intermediate result of one trial (the page draws a thinned curve), streamed."""
+        _authorize(user, experiment_id)
+        try:
+            points = queries.iter_intermediate_csv(store_engine(), experiment_id, trial_index)
+        except queries.UnknownExperiment:
+            raise HTTPException(status_code=404, detail=f"no trial {trial_index} in {experiment_id}") from None
+        name = quote(f"{experiment_id}-trial-{trial_index}-intermediate.csv")
+        return StreamingResponse(
+            points, media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="{name}"'}
+        )
+
     @app.get("/api/experiments/{experiment_id}/export.json")
     def export_json(user: User, experiment_id: str) -> Response:
         _authorize(user, experiment_id)

@@ -2,7 +2,7 @@
 // a tail of its log, and links to its Airflow task instance and its platform.
 import { useMemo } from "react";
 import { Box, Button, Code, HStack, Heading, Link, SimpleGrid, Table, Text, VStack } from "@chakra-ui/react";
-import { type TrialDetail, getJson } from "./api";
+import { type TrialDetail, apiUrl, getJson } from "./api";
 import { Chart } from "./Chart";
 import { detailOption } from "./charts";
 import { TrialActions } from "./Actions";
@@ -80,6 +80,9 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
                   each stretch's lowest and highest, so no spike is hidden. The store keeps every point.
                 </Text>
               ) : null}
+              <Link fontSize="xs" href={apiUrl(`${path}/intermediate.csv`)} download data-testid="intermediate-csv">
+                Every point as CSV
+              </Link>
             </>
           )}
           <Box maxH="200px" overflowY="auto" mt={2} display={trial.intermediate.length ? "block" : "none"}>
