@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:  # imported by a bench that may have put another checkout first (--source)
+    sys.path.insert(0, str(ROOT))
 
 import optuna  # noqa: E402
 import sqlalchemy as sa  # noqa: E402

@@ -6,12 +6,14 @@ dag-processor, api-server; LocalExecutor with parallelism C + 2, SQLite). While 
 runs, the store is sampled every second for trials RUNNING at once. Printed: wall
 time, trials per second, the most trials seen running at once (must not exceed
 trialConcurrency), and the checks: every trial index once, every trial SUCCEEDED,
-one task instance per trial, all successful. Then, in the same run, NNI 3.0's local mode on
-the same trials (nnictl in its own virtualenv and a loopback-only network namespace, as
+one task instance per trial, all successful. Then the same experiment on the CeleryExecutor
+deployment of the fault tests (tests/cluster/deployment.py: Redis, PostgreSQL for Airflow and
+the store, a worker host serving the trials' queue), and NNI 3.0's local mode on the same
+trials (nnictl in its own virtualenv and a loopback-only network namespace, as
 bench/overhead.py runs it): its wall time, or how it failed, as it happened. Printed side by
 side: trialflow / NNI (target <= 0.5).
 
-    python bench/thousand.py [--trials 1000] [--concurrency 50] [--seconds 1] [--no-nni]
+    python bench/thousand.py [--trials 1000] [--concurrency 50] [--seconds 1] [--no-celery] [--no-nni]
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -40,55 +43,38 @@ trial.report_final_result(p["x"])
 """
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--trials", type=int, default=1000)
-    parser.add_argument("--concurrency", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=1.0)
-    parser.add_argument("--no-nni", action="store_true")
-    args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="trialflow-bench-scale-"))
+def experiment_files(root: Path, args: argparse.Namespace, trial_command: str) -> Path:
     work = root / "experiment"
-    work.mkdir()
+    work.mkdir(parents=True)
     (work / "trial.py").write_text(TRIAL)
     (work / "config.yml").write_text(
         f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\n"
-        f"trialCommand: {sys.executable} trial.py {args.seconds}\ntrialCodeDirectory: .\n"
+        f"trialCommand: {trial_command} trial.py {args.seconds}\ntrialCodeDirectory: .\n"
         f"trialConcurrency: {args.concurrency}\nmaxTrialNumber: {args.trials}\n"
         "tuner: {name: Random}\ntrainingService: {platform: local}\n"
     )
-    store_url = sqlite_url(root / "experiments.db")
-    airflow = private_airflow(root, args.concurrency + 2, store_url, TRIALFLOW_CACHE_DIR=str(root / "plans"))
-    dag_file = airflow.dags_folder / "scale.py"
-    dag_file.write_text(
-        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-        f"dag = experiment_dag({str(work / 'config.yml')!r}, dag_id='scale')\n"
-    )
+    return work / "config.yml"
+
+
+def run_experiment(airflow: Any, store_url: str, dag_id: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Trigger the DAG, sample the store for trials running at once, check every trial once."""
+    started = time.monotonic()
+    run_id = airflow.trigger(dag_id)
+    experiment = experiment_id_for(dag_id, run_id)
+    store = ExperimentStore(store_url)
     most_running = 0
-    airflow.migrate()
-    airflow.start()
-    try:
-        airflow.wait_healthy()
-        airflow.wait_for_dag("scale", dag_file, timeout=180)
-        started = time.monotonic()
-        run_id = airflow.trigger("scale")
-        experiment = experiment_id_for("scale", run_id)
-        store = ExperimentStore(store_url)
-        limit = started + args.trials * (args.seconds + 5) + 600
-        while airflow.dag_run_state("scale", run_id) not in ("success", "failed"):
-            if time.monotonic() > limit:
-                raise TimeoutError("the experiment did not finish")
-            if store.experiment_exists(experiment):
-                running = sum(1 for r in store.trial_rows(experiment) if r["status"] == "RUNNING")
-                most_running = max(most_running, running)
-            time.sleep(1.0)
-        wall = time.monotonic() - started
-        state = airflow.dag_run_state("scale", run_id)
-        tis = [ti for ti in airflow.task_instances("scale", run_id) if ti["task_id"] == "trial"]
-        rows = store.trial_rows(experiment)
-    finally:
-        airflow.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    limit = started + args.trials * (args.seconds + 5) + 600
+    while airflow.dag_run_state(dag_id, run_id) not in ("success", "failed"):
+        if time.monotonic() > limit:
+            raise TimeoutError("the experiment did not finish")
+        if store.experiment_exists(experiment):
+            running = sum(1 for r in store.trial_rows(experiment) if r["status"] == "RUNNING")
+            most_running = max(most_running, running)
+        time.sleep(1.0)
+    wall = time.monotonic() - started
+    state = airflow.dag_run_state(dag_id, run_id)
+    tis = [ti for ti in airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
+    rows = store.trial_rows(experiment)
     indexes = [r["trial_index"] for r in rows]
     statuses = Counter(r["status"] for r in rows)
     ti_states = Counter(ti["state"] for ti in tis)
@@ -100,19 +86,107 @@ def main() -> int:
         and len({ti["map_index"] for ti in tis}) == args.trials,
         f"never more than {args.concurrency} running": most_running <= args.concurrency,
     }
-    print(f"{args.trials} trials of {args.seconds:g} s, trialConcurrency {args.concurrency}, local platform")
-    print(f"  wall {wall:.0f} s, {args.trials / wall:.2f} trials/s, most seen running at once {most_running}")
-    print(f"  store: {dict(statuses)}; task instances: {dict(ti_states)}")
-    for name, ok in checks.items():
+    return {"wall": wall, "most_running": most_running, "statuses": statuses, "tis": ti_states, "checks": checks}
+
+
+def local_executor(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="trialflow-bench-thousand-"))
+    try:
+        config = experiment_files(root, args, sys.executable)
+        store_url = sqlite_url(root / "experiments.db")
+        airflow = private_airflow(root, args.concurrency + 2, store_url, TRIALFLOW_CACHE_DIR=str(root / "plans"))
+        dag_file = airflow.dags_folder / "scale.py"
+        dag_file.write_text(
+            "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+            f"dag = experiment_dag({str(config)!r}, dag_id='scale')\n"
+        )
+        airflow.migrate()
+        airflow.start()
+        try:
+            airflow.wait_healthy()
+            airflow.wait_for_dag("scale", dag_file, timeout=180)
+            return run_experiment(airflow, store_url, "scale", args)
+        finally:
+            airflow.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def celery_executor(args: argparse.Namespace) -> dict[str, Any] | str:
+    """The same experiment on the multi-host deployment of the fault tests: CeleryExecutor,
+    Redis, PostgreSQL for Airflow and the store; local trials pinned to worker-a's queue."""
+    from tests.cluster.deployment import Deployment, missing_reason
+    from tests.postgres import PostgresServer
+    from tests.postgres import missing_reason as no_postgres
+
+    reason = missing_reason() or no_postgres()
+    if reason:
+        return reason
+    root = Path(tempfile.mkdtemp(prefix="trialflow-bench-thousand-celery-"))
+    server = PostgresServer.create()
+    server.start()
+    deployment = None
+    try:
+        deployment = Deployment(root / "cluster", server.url)
+        deployment.airflow.parallelism = args.concurrency + 4
+        deployment.airflow.extra_env["AIRFLOW__CELERY__WORKER_CONCURRENCY"] = str(args.concurrency + 4)
+        config = experiment_files(root, args, "python3")
+        dag_file = deployment.airflow.dags_folder / "scale_celery.py"
+        dag_file.write_text(
+            "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+            f"dag = experiment_dag({str(config)!r}, dag_id='scale_celery', local_queue='box-a')\n"
+        )
+        deployment.start({"worker-a": ("box-a", "default")})
+        deployment.wait_for_workers()
+        deployment.airflow.wait_for_dag("scale_celery", dag_file, timeout=180)
+        return run_experiment(deployment.airflow, deployment.store_url, "scale_celery", args)
+    finally:
+        if deployment is not None:
+            deployment.stop()
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def show(title: str, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    wall = result["wall"]
+    print(f"{title}: {args.trials} trials of {args.seconds:g} s, trialConcurrency {args.concurrency}, local platform")
+    print(f"  wall {wall:.0f} s, {args.trials / wall:.2f} trials/s, most seen running at once {result['most_running']}")
+    print(f"  store: {dict(result['statuses'])}; task instances: {dict(result['tis'])}")
+    for name, ok in result["checks"].items():
         print(f"  {'PASS' if ok else 'FAIL'}  {name}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--no-nni", action="store_true")
+    parser.add_argument("--no-celery", action="store_true")
+    args = parser.parse_args()
+    walls = {}
+    ok = True
+    local = local_executor(args)
+    show("trialflow, LocalExecutor (SQLite)", args, local)
+    walls["LocalExecutor"] = local["wall"]
+    ok &= all(local["checks"].values())
+    if not args.no_celery:
+        celery = celery_executor(args)
+        if isinstance(celery, str):
+            print(f"trialflow, CeleryExecutor: skipped: {celery}")
+        else:
+            show("trialflow, CeleryExecutor (PostgreSQL, Redis; one worker host)", args, celery)
+            walls["CeleryExecutor"] = celery["wall"]
+            ok &= all(celery["checks"].values())
     if not args.no_nni:
         nni, how = nni_wall(args.trials, args.concurrency, args.seconds)
         if nni is None:
             print(f"NNI 3.0 local mode, same trials: did not finish: {how}")
         else:
-            ratio = wall / nni
-            print(f"NNI 3.0 local mode, same trials: wall {nni:.0f} s; trialflow / NNI = {ratio:.2f} (target <= 0.5)")
-    return 0 if all(checks.values()) else 1
+            print(f"NNI 3.0 local mode, same trials: wall {nni:.0f} s")
+            for name, wall in walls.items():
+                print(f"  trialflow ({name}) / NNI = {wall / nni:.2f} (target <= 0.5)")
+    return 0 if ok else 1
 
 
 def nni_wall(trials: int, concurrency: int, seconds: float) -> tuple[float | None, str]:
