@@ -8,8 +8,9 @@ share the machine:
   pages     20,000 trials x 100 results + one trial of 1,000,000: every data call in process and
             over HTTP, the page in Chromium, streamed exports; the queries beside the baseline
             checkout's on the same store (bench/ui.py)
-  asks      an ask at 20,000 finished trials, Random/TPE/Anneal/GP, beside the baseline checkout
-            (bench/tuners.py)
+  asks      an ask at 20,000 finished trials, Random/TPE/Anneal/GP, beside the baseline checkout:
+            in a fresh interpreter (bench/tuners.py) and as a trial task asks, forked from a
+            process that preloaded the core as Airflow's workers do (bench/trial_task.py)
   at-once   50 trial tasks asking at the same moment, SQLite and PostgreSQL, beside one ask
             alone (bench/asks_at_once.py)
   deferred  200 Kubeflow trials deferred to one triggerer on the real kube-apiserver, the task
@@ -58,7 +59,13 @@ def sections(base: Path) -> dict[str, list[list[str]]]:
         "asks": [
             py
             + ["bench/tuners.py", "--history", "20000", "--tuners", "Random", "TPE", "Anneal", "GP"]
-            + ["--source", str(base)]
+            + ["--source", str(base)],
+            *(
+                py
+                + ["bench/trial_task.py", "--trials", "8", "--repeat", "1", "--history", "20000"]
+                + ["--tuner", tuner, "--source", str(base)]
+                for tuner in ("Random", "TPE", "Anneal", "GP")
+            ),
         ],
         "at-once": [py + ["bench/asks_at_once.py", "--tasks", "50", "--history", "1000"]],
         "deferred": [

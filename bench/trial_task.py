@@ -13,8 +13,8 @@ parent freezes its objects before forking (``gc.freeze()``, as the LocalExecutor
 
     python bench/trial_task.py [--trials 20] [--tuner Random] [--history 0] [--source OLD_CHECKOUT]
 
-``--history N`` puts N finished trials in the experiment first (the tuner reads them all: TPE's
-and GP's ask latency with 1,000 finished trials, the way a trial task asks).
+``--history N`` puts N finished trials in the experiment first, written in bulk by this
+checkout's bench/seed.py (the ask latency with 20,000 finished trials, the way a trial task asks).
 
 ``--source`` runs the same children from another checkout (side by side: before/after).
 """
@@ -61,9 +61,15 @@ if starter == 0:
     experiment.start_run(store, run_id)
     from trialflow.platforms.base import TrialStatus
 
-    for i in range(history):  # finished trials of earlier runs, as trialflow writes them
-        asked = store.ask(experiment.experiment_id, 100000 + i, f"h{i}", experiment.algorithm, experiment.space)
-        store.finish(asked.storage_id, TrialStatus.SUCCEEDED, (i * 7919 % 1000) / 1000)
+    if history:  # finished trials of earlier runs, as trialflow writes them, written in bulk
+        import importlib.util
+
+        sys.path.append(os.environ["TRIALFLOW_BENCH_ROOT"])  # after the checkout under test
+        path = Path(os.environ["TRIALFLOW_BENCH_ROOT"]) / "bench" / "tuners.py"
+        spec = importlib.util.spec_from_file_location("bench_seeder", path)
+        seeder = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(seeder)
+        seeder.seed_history(store, experiment.experiment_id, experiment.space, history, first_index=100000)
     os._exit(0)
 _, status = os.waitpid(starter, 0)
 assert status == 0, "the start step's work failed"
@@ -156,6 +162,7 @@ def run(source: Path, trials: int, tuner: str, history: int = 0) -> list[dict]:
         "PYTHONPATH": str(source),
         "AIRFLOW_HOME": str(work / "airflow"),
         "TRIALFLOW_CACHE_DIR": str(work / "cache"),
+        "TRIALFLOW_BENCH_ROOT": str(ROOT),
     }
     out = subprocess.run(
         [sys.executable, "-c", DRIVER, str(work), str(trials), tuner, str(history)],

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:  # imported by a driver that put the checkout under test first
+    sys.path.insert(0, str(ROOT))
 if os.environ.get("TRIALFLOW_BENCH_SOURCE"):  # a "before" child: another checkout's trialflow
     sys.path.insert(0, os.environ["TRIALFLOW_BENCH_SOURCE"])
 
@@ -140,7 +141,7 @@ def _ask_in_a_fresh_process(url: str, name: str, index: int, reader: str) -> tup
     return opened - started, took[0], took[1]
 
 
-def seed_history(store: Any, experiment_id: str, space: SearchSpace, count: int) -> None:
+def seed_history(store: Any, experiment_id: str, space: SearchSpace, count: int, first_index: int = 0) -> None:
     """``count`` finished trials as trialflow writes them (parameters sampled the way its ask
     samples them, its attributes), drawn in memory and written in bulk (bench/seed.py)."""
     from bench.seed import bulk_add
@@ -160,9 +161,9 @@ def seed_history(store: Any, experiment_id: str, space: SearchSpace, count: int)
         trials += memory.get_trials(deepcopy=False)
     for i, (frozen, (parameters, value)) in enumerate(zip(trials, drawn, strict=True)):
         frozen.user_attrs.update(
-            {"trial_index": i, "trial_id": f"t{i}", "parameters": parameters, "nni_status": "SUCCEEDED"}
+            {"trial_index": first_index + i, "trial_id": f"t{first_index + i}", "parameters": parameters}
         )
-        frozen.user_attrs["final_metric"] = value
+        frozen.user_attrs.update({"nni_status": "SUCCEEDED", "final_metric": value})
     bulk_add(store, experiment_id, trials)
 
 

@@ -200,7 +200,7 @@ HTTP_PATHS = {
 }
 
 
-def page_seconds(base: str, password: str) -> float:
+def page_seconds(base: str, password: str, trials: int) -> float:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -225,10 +225,14 @@ def page_seconds(base: str, password: str) -> float:
         for _ in range(3):
             began = time.perf_counter()
             page.goto(f"{base}/plugin/trialflow?experiment={EXPERIMENT}")
+            # Every chart's rendering finished (ECharts' "finished" event, after its progressive
+            # frames: 20,000 lines are drawn a slice per frame) and its canvas holds the drawing.
             page.wait_for_function(
                 """() => ['chart-history', 'chart-parallel', 'chart-curves', 'chart-timeline']
-                .every(id => { let n = 0;  // every canvas of the chart: ECharts may draw on several layers
-                  for (const c of document.querySelectorAll(`[data-testid=${id}] canvas`)) {
+                .every(id => { const box = document.querySelector(`[data-testid=${id}]`);
+                  if (!box || !Number(box.dataset.drawn || 0)) return false;
+                  let n = 0;  // every canvas of the chart: ECharts may draw on several layers
+                  for (const c of box.querySelectorAll('canvas')) {
                     const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
                     for (let i = 3; i < d.length; i += 16) if (d[i] > 0) n++; }
                   return n > 500; })""",
@@ -236,7 +240,7 @@ def page_seconds(base: str, password: str) -> float:
                 polling=50,
             )
             times.append(time.perf_counter() - began)
-        page.screenshot(path=str(BENCH / "experiment-2000.png"), full_page=True)
+        page.screenshot(path=str(BENCH / f"experiment-{trials}.png"), full_page=True)
         browser.close()
     return statistics.median(times)
 
@@ -372,7 +376,7 @@ def main() -> int:
             download = f"{airflow.base_url}/trialflow/api/experiments/{EXPERIMENT}/export.{kind}"
             exports[kind] = http_export(download, headers)
         if not args.no_browser:
-            page = page_seconds(airflow.base_url, password)
+            page = page_seconds(airflow.base_url, password, args.trials)
     finally:
         airflow.stop()
     dashboard = None if args.no_dashboard else dashboard_seconds(url)
