@@ -148,7 +148,7 @@ trial.report_final_result(p.get("x", 0.0))
 """
 
 
-def run(source: Path, trials: int, tuner: str, history: int = 0) -> list[dict]:
+def run(source: Path, trials: int, tuner: str, history: int = 0, preload_tuners: str = "") -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="trialflow-task-bench-"))
     (work / "light.py").write_text(LIGHT_TRIAL)
     (work / "config.yml").write_text(
@@ -163,6 +163,7 @@ def run(source: Path, trials: int, tuner: str, history: int = 0) -> list[dict]:
         "AIRFLOW_HOME": str(work / "airflow"),
         "TRIALFLOW_CACHE_DIR": str(work / "cache"),
         "TRIALFLOW_BENCH_ROOT": str(ROOT),
+        "AIRFLOW__TRIALFLOW__PRELOAD_TUNERS": preload_tuners,
     }
     out = subprocess.run(
         [sys.executable, "-c", DRIVER, str(work), str(trials), tuner, str(history)],
@@ -203,6 +204,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--history", type=int, default=0, help="finished trials in the experiment before")
     parser.add_argument("--source", help="another checkout to run side by side (before)")
+    parser.add_argument("--preload-tuners", default="", help="[trialflow] preload_tuners for the parent (GP)")
     args = parser.parse_args()
     sources = {"this checkout": ROOT}
     if args.source:
@@ -210,10 +212,11 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
     for _ in range(args.repeat):  # interleaved, so both see the same machine
         for name, source in sources.items():
-            results[name].append(summary(run(source, args.trials, args.tuner, args.history)))
+            results[name].append(summary(run(source, args.trials, args.tuner, args.history, args.preload_tuners)))
     keys = ["cpu_ms", "wall_ms", "to_launch_ms", "ask_ms", "noticed_ms", "finish_ms", "statements", "commits"]
     print(
-        f"\nOne trial task ({args.tuner}, {args.history} finished trials before, trivial local trial), "
+        f"\nOne trial task ({args.tuner}, {args.history} finished trials before, trivial local trial"
+        f"{', preload_tuners = ' + args.preload_tuners if args.preload_tuners else ''}), "
         f"medians over {args.trials - 1} tasks, "
         f"then the median of {args.repeat} runs\n"
     )

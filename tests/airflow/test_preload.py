@@ -33,3 +33,17 @@ def test_the_plugin_preloads_the_core_only_when_asked(setting, expected):
     out = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1].split() == expected.split()  # Airflow may log before
+
+
+@pytest.mark.parametrize(("tuners", "expected"), [(None, "0"), ("TPE", "0"), ("GP", "1"), ("TPE, GP", "1")])
+def test_gp_s_library_is_preloaded_only_when_named(tuners, expected):
+    """``[trialflow] preload_tuners = GP``: scikit-learn's Gaussian process is imported with the
+    core (each GP trial task's first ask otherwise imports it: ~0.6 s), and only then."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__TRIALFLOW__")}
+    env["AIRFLOW__TRIALFLOW__PRELOAD_CORE"] = "True"
+    if tuners is not None:
+        env["AIRFLOW__TRIALFLOW__PRELOAD_TUNERS"] = tuners
+    check = "import sys, trialflow.ui.plugin; print(int('sklearn.gaussian_process' in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == expected

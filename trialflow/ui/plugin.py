@@ -39,6 +39,11 @@ PRELOADED = (
 )
 
 
+#: What a tuner imports at its first ask, for ``[trialflow] preload_tuners``: GP's scikit-learn
+#: is ~0.6 s of every GP trial task's ask (bench/RESULTS.md), too heavy to preload for everyone.
+TUNER_IMPORTS = {"GP": ("sklearn.gaussian_process", "sklearn.gaussian_process.kernels")}
+
+
 def preload_core() -> bool:
     """Import trialflow's core in this process when ``[trialflow] preload_core`` says so.
 
@@ -64,6 +69,12 @@ def preload_core() -> bool:
         importlib.import_module(name)
     sqlalchemy.orm.configure_mappers()  # Optuna's models: ~25 ms at a process's first query
     experiment_model()  # the config model over every registered platform (reads entry points)
+    for tuner in conf.get("trialflow", "preload_tuners", fallback="").split(","):
+        for name in TUNER_IMPORTS.get(tuner.strip(), ()):
+            try:
+                importlib.import_module(name)
+            except ImportError:  # the extra is not installed: the ask says so, not every component
+                break
     return True
 
 
