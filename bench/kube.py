@@ -309,7 +309,7 @@ def main() -> int:
             )
         if "worker" in dags and dags["trigger"]["lat_median"] > 0:
             ratio = dags["worker"]["lat_median"] / dags["trigger"]["lat_median"]
-            print(f"median latency, worker / trigger: {ratio:.1f} x (target: trigger median < 2 s, p95 < 4 s)")
+            print(f"median latency, worker / trigger: {ratio:.1f} x (target: trigger median < 1 s, p95 < 3 s)")
     if not results:
         return 0
     print(f"\n{args.trials} trials of {args.seconds:.0f} s at once, followed from one event loop, poll_interval 1 s")

@@ -286,3 +286,11 @@ def cancel_request_command(trial_dir: str) -> str:
         f"[ -e {q}/{CANCEL_FILE} ] || {{ cat > {q}/{CANCEL_FILE}.tmp && "
         f"mv {q}/{CANCEL_FILE}.tmp {q}/{CANCEL_FILE}; }}"
     )
+
+
+def ended_command(trial_dirs: list[str]) -> str:
+    """One round trip for many trials of a machine: print each of ``trial_dirs`` whose exit
+    code is written (a non-empty regular file, never through a symlink), and nothing else."""
+    quoted = " ".join(shlex.quote(d) for d in trial_dirs)
+    test = '[ -f "$d/exit_code" ] && [ ! -L "$d/exit_code" ] && [ -s "$d/exit_code" ]'
+    return f'for d in {quoted}; do {test} && printf "%s\\n" "$d"; done; true'

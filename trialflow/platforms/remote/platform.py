@@ -57,6 +57,7 @@ from trialflow.platforms.remote.commands import (
     trial_body,
     workdir_command,
 )
+from trialflow.platforms.remote.endings import endings_for
 from trialflow.platforms.remote.machines import (
     BASE_DIR_NAME,
     Machine,
@@ -371,6 +372,16 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
         if in_long_line:
             next_cursor["in_long_line"] = True
         return TrialUpdate(status, metrics, next_cursor, message, exit_code, skipped)
+
+    async def wait_for_change(self, handle: TrialHandle, cursor: Cursor, timeout: float) -> None:
+        """The follow loop's pause, ended as soon as the trial's exit code is written: one check
+        per machine for every trial this process follows there (trialflow.platforms.remote.endings)."""
+        machine = self.machines[int(handle["machine"])]
+
+        async def run(command: str) -> bytes:
+            return await self.shell.run(machine, command)
+
+        await endings_for(machine.target, run).wait(handle["trial_dir"], timeout)
 
     async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         machine = self.machines[int(handle["machine"])]
