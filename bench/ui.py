@@ -229,8 +229,8 @@ def page_seconds(base: str, password: str, trials: int) -> float:
             # frames: 20,000 lines are drawn a slice per frame) and its canvas holds the drawing.
             page.wait_for_function(
                 """() => ['chart-history', 'chart-parallel', 'chart-curves', 'chart-timeline']
-                .every(id => { const box = document.querySelector(`[data-testid=${id}]`);
-                  if (!box || !Number(box.dataset.drawn || 0)) return false;
+                .every(id => { const box = document.querySelector(`[data-testid=${id}] [data-drawn]`);
+                  if (!box) return false;  // the chart's own box says each render that finished
                   let n = 0;  // every canvas of the chart: ECharts may draw on several layers
                   for (const c of box.querySelectorAll('canvas')) {
                     const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
@@ -240,6 +240,19 @@ def page_seconds(base: str, password: str, trials: int) -> float:
                 polling=50,
             )
             times.append(time.perf_counter() - began)
+        finished = page.evaluate(
+            """() => Object.fromEntries(['chart-history', 'chart-parallel', 'chart-curves', 'chart-timeline'].map(
+                id => [id, Number(document.querySelector(`[data-testid=${id}] [data-drawn]`).dataset.drawnAt)]))"""
+        )
+        print("last load, each chart's last render finished (ms after navigation):", finished)
+        fetched = page.evaluate(
+            """() => Object.fromEntries(performance.getEntriesByType('resource')
+                .filter(e => /trialflow\\/api\\/experiments\\/[^/]+(\\/(chart|curves))?(\\?|$)/.test(e.name)
+                  || /trialflow\\/static\\/trialflow\\.js/.test(e.name))
+                .map(e => [e.name.replace(/^.*trialflow\\//, ''),
+                           [Math.round(e.startTime), Math.round(e.responseEnd)]]))"""
+        )
+        print("last load, trialflow's requests (ms after navigation: started, answered):", fetched)
         page.screenshot(path=str(BENCH / f"experiment-{trials}.png"), full_page=True)
         browser.close()
     return statistics.median(times)

@@ -5,6 +5,7 @@ real Chromium)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -193,4 +194,51 @@ def test_two_thousand_trials_on_two_objectives_with_a_long_name_in_the_dark(brow
     width = page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth + 1")
     assert width, "the long name must wrap, not widen the page"
     shot(page, "pareto-2000-dark")
+    assert not page.errors, page.errors
+
+
+def test_past_two_thousand_trials_the_per_trial_charts_draw_a_sample_and_say_so(browser, ui: UiSetup, tmp_path):
+    """2,100 finished trials: the parallel coordinates and the timeline draw 2,000 of them
+    (the best, the running ones and an even spread) and say so; the history draws every one."""
+    import optuna
+
+    from bench.seed import bulk_add
+    from tests.ui.test_pages import canvas_drawn
+    from trialflow.config import load_config
+    from trialflow.experiment import Experiment
+    from trialflow.run_lifecycle import start_run
+
+    config = tmp_path / "config.yml"
+    config.write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: x\ntrialConcurrency: 8\n"
+        "maxTrialNumber: 2100\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
+    )
+    store = ui.harness.store
+    experiment = Experiment(load_config(config), "esample2100", tmp_path / "work")
+    start_run(experiment, store, "it_sample_big", "r1", {})
+    now = datetime.now()
+    trials = []
+    for i in range(2100):
+        trial = optuna.trial.create_trial(
+            value=i / 2100,
+            user_attrs={
+                "trial_index": i,
+                "trial_id": f"esample2100-{i:04d}",
+                "parameters": {"x": i / 2100},
+                "nni_status": "SUCCEEDED",
+                "final_metric": i / 2100,
+            },
+        )
+        trial.datetime_start, trial.datetime_complete = now - timedelta(seconds=2100 - i), now
+        trials.append(trial)
+    bulk_add(store, "esample2100", trials)
+
+    page = login(browser, ui)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment=esample2100")
+    page.wait_for_selector("[data-testid=parallel-sampled]", timeout=30000)
+    said = page.locator("[data-testid=parallel-sampled]").inner_text()
+    assert said.startswith("2,000 of 2,100 trials drawn: the best 500"), said
+    assert "the running count counts every trial" in page.locator("[data-testid=chart-timeline]").inner_text()
+    for chart in ("chart-history", "chart-parallel", "chart-timeline"):
+        assert canvas_drawn(page, f"[data-testid={chart}]"), chart
     assert not page.errors, page.errors

@@ -3,7 +3,7 @@ import { useEffect, useMemo, useState } from "react";
 import { Box, Button, Code, HStack, Heading, Link, SimpleGrid, Tabs, Text, VStack } from "@chakra-ui/react";
 import { type Curve, type Summary, type TrialRow, apiUrl, getJson } from "./api";
 import { Chart } from "./Chart";
-import { curvesOption, historyOption, importanceOption, parallelOption, paretoOption, timelineOption } from "./charts";
+import { DRAWN_CAP, curvesOption, drawnRows, historyOption, importanceOption, parallelOption, paretoOption, timelineOption } from "./charts";
 import { ErrorBox, Fact, Loading, Panel, StatusBadge, StatusCounts } from "./common";
 import { Compare } from "./Compare";
 import { ConfigView, ExperimentActions, History } from "./Actions";
@@ -114,8 +114,14 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
   const history = useMemo(() => historyOption(rows, mode, objectives), [rows, mode, objectives]);
   const pareto = useMemo(() => (several ? paretoOption(rows, objectives) : null), [rows, objectives, several]);
   const colorMode = useColorMode();
-  const parallel = useMemo(() => parallelOption(rows, current, colorMode), [rows, current, colorMode]);
-  const timeline = useMemo(() => timelineOption(rows), [rows]);
+  // Past DRAWN_CAP trials the per-trial charts draw a sample (said under each): a page of 20,000
+  // lines took seconds to draw and showed a mass; the history and the counts keep every trial.
+  const drawn = useMemo(() => drawnRows(rows, mode), [rows, mode]);
+  const sampled = drawn.length < rows.length
+    ? `${drawn.length.toLocaleString()} of ${rows.length.toLocaleString()} trials drawn: the best ${Math.floor(DRAWN_CAP / 4).toLocaleString()}, the running ones and an even spread of the others`
+    : null;
+  const parallel = useMemo(() => parallelOption(drawn, current, colorMode), [drawn, current, colorMode]);
+  const timeline = useMemo(() => timelineOption(rows, drawn), [rows, drawn]);
   const curveOption = useMemo(() => curvesOption(curves.data?.curves ?? []), [curves.data]);
   const importanceChart = useMemo(() => importanceOption(importance.data?.importances ?? {}), [importance.data]);
   if (summary.error && !current) return <ErrorBox error={summary.error} />;
@@ -161,13 +167,18 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
                 <Chart option={history} testId="history-canvas"
                   onClick={(p) => Array.isArray(p.data) && onOpenTrial(Number((p.data as number[])[0]))} />
               </Panel>
-              <Panel title="Parameters and metric" testId="chart-parallel"><Chart option={parallel} /></Panel>
+              <Panel title="Parameters and metric" testId="chart-parallel">
+                {sampled ? <Text fontSize="xs" color="fg.muted" mb={1} data-testid="parallel-sampled">{sampled}</Text> : null}
+                <Chart option={parallel} />
+              </Panel>
               <Panel title="Intermediate results" testId="chart-curves">
                 <Text fontSize="xs" color="fg.muted" mb={1}>best finished, running and early-stopped trials (dashed, ✕ where stopped)</Text>
                 <Chart option={curveOption} />
               </Panel>
               <Panel title="Timeline and concurrency" testId="chart-timeline">
-                <Text fontSize="xs" color="fg.muted" mb={1}>one bar per trial, from its start to its end, coloured by status as in the counts above</Text>
+                <Text fontSize="xs" color="fg.muted" mb={1}>
+                  {sampled ? `${sampled}; the running count counts every trial` : "one bar per trial, from its start to its end, coloured by status as in the counts above"}
+                </Text>
                 <Chart option={timeline} />
               </Panel>
               <Panel title="Parameter importance" testId="chart-importance">

@@ -185,7 +185,9 @@ export function parallelOption(rows: TrialRow[], summary: Summary | undefined, c
           // align "left": the handles' values sit right of the bar, not on the metric axis's labels
           right: 4, top: "middle", align: "left", itemHeight: 120, precision: 3, textStyle: { fontSize: 10 }, inRange: { color: ["#3182ce", "#38a169", "#ecc94b", "#e53e3e"] } }
       : undefined,
-    series: [{ type: "parallel", lineStyle: { width: 1.5, opacity: 0.6 }, data }],
+    // progressive: 0 draws every line in one frame: at 20,000 trials ECharts' default (300 lines a
+    // frame) took 4.5 s to finish the page's charts (bench/ui.py), one frame of all of them far less
+    series: [{ type: "parallel", lineStyle: { width: 1.5, opacity: 0.6 }, progressive: 0, data }],
   };
 }
 
@@ -219,8 +221,27 @@ export function curvesOption(curves: Curve[]): Option {
 }
 
 /** When each trial ran: a bar per trial (start to end), and how many ran at once. */
-export function timelineOption(rows: TrialRow[]): Option {
+/** Charts that draw a line or a bar per trial draw at most this many (see drawnRows). */
+export const DRAWN_CAP = 2000;
+
+/** The trials a per-trial chart draws: all of them up to ``cap``; past it the best quarter of
+ * the cap by metric, every running trial and an even spread of the others. 20,000 lines are an
+ * opaque mass on a 300-pixel chart and took the page 4.5 s to finish drawing (bench/ui.py). */
+export function drawnRows(rows: TrialRow[], mode: "maximize" | "minimize", cap: number = DRAWN_CAP): TrialRow[] {
+  if (rows.length <= cap) return rows;
+  const scored = rows.filter((r) => r.metric !== null)
+    .sort((a, b) => (mode === "minimize" ? 1 : -1) * ((a.metric as number) - (b.metric as number)));
+  const keep = new Set<number>(scored.slice(0, Math.floor(cap / 4)).map((r) => r.trial_index));
+  for (const r of rows) if (r.status === "RUNNING" || r.status === "WAITING") keep.add(r.trial_index);
+  const rest = rows.filter((r) => !keep.has(r.trial_index));
+  const room = Math.max(0, cap - keep.size);
+  for (let i = 0; i < room; i++) keep.add(rest[Math.floor((i * rest.length) / room)].trial_index);
+  return rows.filter((r) => keep.has(r.trial_index));
+}
+
+export function timelineOption(rows: TrialRow[], drawn: TrialRow[] = rows): Option {
   const timed = rows.filter((r) => r.started !== null);
+  const bars = drawn.filter((r) => r.started !== null);
   if (!timed.length) return { title: { text: "no trial has started", left: "center", top: "middle" } };
   const now = Date.now() / 1000;
   const events: [number, number][] = [];
@@ -242,7 +263,7 @@ export function timelineOption(rows: TrialRow[]): Option {
       trigger: "item",
       formatter: (p: { seriesIndex: number; data: { trial_index?: number } & number[] }) => {
         if (p.seriesIndex === 1) return `${p.data[1]} running`;
-        const row = timed.find((r) => r.trial_index === p.data.trial_index);
+        const row = bars.find((r) => r.trial_index === p.data.trial_index);
         return row ? `trial ${row.trial_index} (${row.status}), ${formatDuration(row.duration)}` : "";
       },
     },
@@ -264,10 +285,11 @@ export function timelineOption(rows: TrialRow[]): Option {
         name: "trials",
         type: "lines",
         coordinateSystem: "cartesian2d",
+        progressive: 0,  // one frame for every segment (see the parallel chart)
         xAxisIndex: 0,
         yAxisIndex: 0,
-        lineStyle: { width: Math.max(2, Math.min(10, 300 / timed.length)), opacity: 0.9, cap: "butt" },
-        data: timed.map((r) => ({
+        lineStyle: { width: Math.max(2, Math.min(10, 300 / bars.length)), opacity: 0.9, cap: "butt" },
+        data: bars.map((r) => ({
           trial_index: r.trial_index,
           coords: [[(r.started as number) * 1000, r.trial_index], [((r.ended ?? now) as number) * 1000, r.trial_index]],
           lineStyle: { color: STATUS_COLOR[r.status as Status] ?? "#999" },
