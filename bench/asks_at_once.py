@@ -68,6 +68,9 @@ def run(url: str, tasks: int, history: int) -> dict[str, Any]:
         child.start()
         alone.append(out.get(timeout=300))
         child.join()
+    failed = [r["error"] for r in alone if "error" in r]
+    if failed:
+        raise RuntimeError(f"an ask alone failed: {failed[0]}")
     first += 3
     barrier, out = ctx.Barrier(tasks), ctx.Queue()
     children = [ctx.Process(target=_task, args=(url, first + i, barrier, out)) for i in range(tasks)]

@@ -69,6 +69,10 @@ def bulk_add(store: ExperimentStore, experiment_id: str, trials: Sequence[Frozen
             ],
         )
 
+        if conn.dialect.name == "postgresql":  # explicit ids: move the id sequence past them
+            sequence = "pg_get_serial_sequence('trials', 'trial_id')"
+            conn.execute(sa.text(f"SELECT setval({sequence}, (SELECT max(trial_id) FROM trials))"))
+
         def values() -> Iterator[dict[str, Any]]:
             for tid, t in zip(ids, trials, strict=True):
                 for objective, value in enumerate(t.values or ()):
