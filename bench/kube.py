@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from datetime import datetime  # noqa: E402
 
-from bench.private_airflow import private_airflow  # noqa: E402
+from bench.private_airflow import private_airflow, run_to_end  # noqa: E402
 from tests.kube.cluster import KubeCluster, missing_reason  # noqa: E402
 from tests.kube.controller import TestController  # noqa: E402
 from trialflow.config.platforms import KubeflowConfig  # noqa: E402
@@ -176,21 +176,10 @@ def run_airflow(
     airflow.start()
     try:
         airflow.wait_healthy()
-        airflow.wait_for_dag("kube_bench", dag_file, timeout=120)
-        triggerer = TreeSampler(airflow.processes["triggerer"].pid)
-        started = time.monotonic()
-        run_id = airflow.trigger("kube_bench")
-        while airflow.dag_run_state("kube_bench", run_id) not in ("success", "failed"):
-            if time.monotonic() - started > seconds * 4 + 900:
-                raise TimeoutError("the benchmark DAG did not finish")
-            triggerer.sample()
-            time.sleep(2)
-        wall = time.monotonic() - started
-        triggerer.sample()
-        state = airflow.dag_run_state("kube_bench", run_id)
-        tis = [ti for ti in airflow.task_instances("kube_bench", run_id) if ti["task_id"] == "trial"]
+        done = run_to_end(airflow, "kube_bench", dag_file, seconds * 4 + 900)
     finally:
         airflow.stop()
+    run_id, state, wall, tis, triggerer = done.run_id, done.state, done.wall, done.trials, done.triggerer
     exp = experiment_id_for("kube_bench", run_id)
     latencies = []
     for ti in tis:
@@ -211,38 +200,6 @@ def run_airflow(
         "triggerer_rss_mb_before": triggerer.first_rss / 2**20,
         "triggerer_rss_mb_peak": triggerer.peak_rss / 2**20,
     }
-
-
-class TreeSampler:
-    """CPU seconds and resident memory of a process and its children (Airflow 3's triggerer runs
-    its triggers in a child process), sampled by the caller."""
-
-    def __init__(self, pid: int):
-        import psutil
-
-        self._root = psutil.Process(pid)
-        self.first_cpu = self.cpu = 0.0
-        self.first_rss = self.peak_rss = 0
-        self.sample()
-        self.first_cpu, self.first_rss = self.cpu, self.peak_rss
-
-    def sample(self) -> None:
-        import psutil
-
-        try:
-            procs = [self._root, *self._root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return
-        cpu, rss = 0.0, 0
-        for proc in procs:
-            try:
-                times = proc.cpu_times()
-                cpu += times.user + times.system
-                rss += proc.memory_info().rss
-            except psutil.NoSuchProcess:
-                continue
-        self.cpu = max(self.cpu, cpu)
-        self.peak_rss = max(self.peak_rss, rss)
 
 
 def main() -> int:

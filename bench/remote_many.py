@@ -21,15 +21,13 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.kube import TreeSampler  # noqa: E402
-from bench.private_airflow import private_airflow  # noqa: E402
+from bench.private_airflow import private_airflow, run_to_end  # noqa: E402
 from tests.sshd import make_server, remove  # noqa: E402
 from trialflow.platforms.base import experiment_id_for, trial_id_for  # noqa: E402
 from trialflow.tuning.experiment_store import sqlite_url  # noqa: E402
@@ -87,24 +85,13 @@ def main() -> int:
         airflow.migrate()
         airflow.start()
         airflow.wait_healthy()
-        airflow.wait_for_dag("remote_many", dag_file, timeout=180)
-        triggerer = TreeSampler(airflow.processes["triggerer"].pid)
-        started = time.monotonic()
-        run_id = airflow.trigger("remote_many")
-        while airflow.dag_run_state("remote_many", run_id) not in ("success", "failed"):
-            if time.monotonic() - started > args.seconds * 4 + 900:
-                raise TimeoutError("the benchmark DAG did not finish")
-            triggerer.sample()
-            time.sleep(2)
-        wall = time.monotonic() - started
-        triggerer.sample()
-        state = airflow.dag_run_state("remote_many", run_id)
-        tis = [ti for ti in airflow.task_instances("remote_many", run_id) if ti["task_id"] == "trial"]
+        done = run_to_end(airflow, "remote_many", dag_file, args.seconds * 4 + 900)
     finally:
         if airflow is not None:
             airflow.stop()
         for server in servers:
             remove(server)
+    run_id, state, wall, tis, triggerer = done.run_id, done.state, done.wall, done.trials, done.triggerer
     experiment = experiment_id_for("remote_many", run_id)
     latencies = []
     for ti in tis:

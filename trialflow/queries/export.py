@@ -14,7 +14,15 @@ from sqlalchemy.engine import Engine
 
 from trialflow.queries.importance import flatten_parameters
 from trialflow.queries.objectives import objectives_of
-from trialflow.queries.tables import INTERMEDIATE, TRIAL_ATTRS, TRIAL_INDEX, UnknownExperiment, decoded, study_id_of
+from trialflow.queries.tables import (
+    INTERMEDIATE,
+    TRIAL_ATTRS,
+    TRIAL_INDEX,
+    UnknownExperiment,
+    decoded,
+    storage_id_of,
+    study_id_of,
+)
 from trialflow.queries.trials import iter_trial_rows
 
 _FORMULA_START = frozenset("=+-@")
@@ -158,15 +166,10 @@ def iter_intermediate_csv(engine: Engine, experiment_id: str, trial_index: int) 
     """Every intermediate result of one trial as CSV (step, value), streamed: the page draws a
     thinned curve, this keeps every point. An unknown experiment or trial raises here."""
     with engine.connect() as conn:
-        sid = study_id_of(conn, experiment_id)
-        storage_id = conn.execute(
-            sa.select(TRIAL_INDEX.c.trial_id).where(
-                TRIAL_INDEX.c.study_id == sid, TRIAL_INDEX.c.trial_index == trial_index
-            )
-        ).scalar()
+        storage_id = storage_id_of(conn, experiment_id, trial_index)
     if storage_id is None:
         raise UnknownExperiment(f"{experiment_id} trial {trial_index}")
-    return _points_csv(engine, int(storage_id))
+    return _points_csv(engine, storage_id)
 
 
 def _points_csv(engine: Engine, storage_id: int, rows_per_chunk: int = 10_000) -> Iterator[str]:

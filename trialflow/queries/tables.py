@@ -137,6 +137,15 @@ def study_id_of(conn: sa.Connection, experiment_id: str) -> int:
     return int(found)
 
 
+def storage_id_of(conn: sa.Connection, experiment_id: str, trial_index: int) -> int | None:
+    """The store's id of an experiment's trial (None: no such trial); an unknown experiment raises."""
+    sid = study_id_of(conn, experiment_id)
+    found = conn.execute(
+        sa.select(TRIAL_INDEX.c.trial_id).where(TRIAL_INDEX.c.study_id == sid, TRIAL_INDEX.c.trial_index == trial_index)
+    ).scalar()
+    return None if found is None else int(found)
+
+
 def study_attrs(conn: sa.Connection, study_ids: Sequence[int] | None, keys: Iterable[str]) -> dict[int, dict]:
     query = sa.select(STUDY_ATTRS.c.study_id, STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
         STUDY_ATTRS.c.key.in_(list(keys))

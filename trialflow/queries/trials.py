@@ -31,6 +31,7 @@ from trialflow.queries.tables import (
     epoch,
     finite,
     optimize_mode,
+    storage_id_of,
     study_id_of,
 )
 from trialflow.trial.status import COUNTED_STATUS_NAMES
@@ -393,12 +394,7 @@ def trial_detail(
         raise UnknownExperiment(f"{experiment_id} trial {trial_index}")
     row = page["rows"][0]
     with engine.connect() as conn:
-        sid = study_id_of(conn, experiment_id)
-        storage_id = conn.execute(
-            sa.select(TRIAL_INDEX.c.trial_id).where(
-                TRIAL_INDEX.c.study_id == sid, TRIAL_INDEX.c.trial_index == trial_index
-            )
-        ).scalar()
+        storage_id = storage_id_of(conn, experiment_id, trial_index) or 0
         handle = decoded(
             conn.execute(
                 sa.select(TRIAL_ATTRS.c.value_json).where(
@@ -414,7 +410,7 @@ def trial_detail(
             ).scalar()
         )
         total = int(row.get("intermediate_count") or 0)
-        intermediate = _thinned_curve(conn, str(engine.url), int(storage_id or 0), total, max_points)
+        intermediate = _thinned_curve(conn, str(engine.url), storage_id, total, max_points)
     return {
         **row,
         "handle": handle or {},
