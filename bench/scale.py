@@ -5,7 +5,8 @@ share the machine:
 
   ingest    1,000,000 intermediate results from a real trial, SQLite then PostgreSQL, beside the
             store's old one-commit-per-step path (bench/ingest.py)
-  pages     20,000 trials x 100 results + one trial of 1,000,000: every data call in process and
+  pages     20,000 trials x 100 results + one trial of 1,000,000, 300 other experiments beside
+            them: every data call in process and
             over HTTP, the page in Chromium, streamed exports; the queries beside the baseline
             checkout's on the same store (bench/ui.py)
   asks      an ask at 20,000 finished trials, Random/TPE/Anneal/GP, beside the baseline checkout:
@@ -55,7 +56,9 @@ def sections(base: Path) -> dict[str, list[list[str]]]:
     return {
         "ingest": [py + ["bench/ingest.py"], py + ["bench/ingest.py", "--postgres", "local"]],
         "pages": [
-            py + ["bench/ui.py", "--trials", "20000", "--big", "1000000", "--no-dashboard", "--source", str(base)]
+            py
+            + ["bench/ui.py", "--trials", "20000", "--big", "1000000", "--others", "300", "--no-dashboard"]
+            + ["--source", str(base)]
         ],
         "asks": [
             py

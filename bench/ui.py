@@ -66,9 +66,10 @@ SPACE = {
 }
 
 
-def seed_store(home: Path, trials: int, steps: int, big: int = 0) -> str:
+def seed_store(home: Path, trials: int, steps: int, big: int = 0, others: int = 0) -> str:
     """A store as trialflow writes it, filled in bulk (bench/seed.py, checked against Optuna's own
-    writes); with ``big``, trial ``BIG_TRIAL`` has that many intermediate results. Its URL."""
+    writes); with ``big``, trial ``BIG_TRIAL`` has that many intermediate results; ``others``
+    more experiments of 60 trials each sit beside it (the list's load). Its URL."""
     db = home / "experiments.db"
     url = sqlite_url(db)
     if db.exists():
@@ -136,6 +137,30 @@ def seed_store(home: Path, trials: int, steps: int, big: int = 0) -> str:
             bulk_add(store, EXPERIMENT, batch)
             batch = []
     bulk_add(store, EXPERIMENT, batch)
+    for j in range(others):  # the other experiments of a store that has run for months
+        name = f"eother{j:04d}"
+        other = optuna.create_study(storage=store.storage, study_name=name, direction="maximize")
+        for key, value in {
+            "experiment_name": f"nightly sweep {j}",
+            "dag_id": f"bench_ui_{j % 40}",
+            "run_id": f"run_{j}",
+            "platform": "local",
+            "optimize_mode": "maximize",
+            "config": {"searchSpace": SPACE, "tuner": {"name": "Random"}, "maxTrialNumber": 60},
+        }.items():
+            other.set_user_attr(key, value)
+        bulk_add(
+            store,
+            name,
+            [
+                optuna.trial.create_trial(
+                    value=i / 60,
+                    intermediate_values={s: i / 60 for s in range(10)},
+                    user_attrs={"trial_index": i, "trial_id": f"{name}-{i:04d}", "nni_status": "SUCCEEDED"},
+                )
+                for i in range(60)
+            ],
+        )
     return url
 
 
@@ -351,6 +376,7 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--big", type=int, default=0, help=f"trial {BIG_TRIAL} reports this many results")
+    parser.add_argument("--others", type=int, default=0, help="other experiments in the store (60 trials each)")
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--no-dashboard", action="store_true")
     parser.add_argument("--source", help="another checkout: its queries timed on the same store, side by side")
@@ -359,13 +385,20 @@ def main() -> int:
     if args.in_process_only:
         print(json.dumps(in_process(args.in_process_only, args.big)))
         return 0
-    home = BENCH / (f"home-{args.trials}x{args.steps}" + (f"+{args.big}" if args.big else ""))
+    home = BENCH / (
+        f"home-{args.trials}x{args.steps}"
+        + (f"+{args.big}" if args.big else "")
+        + (f"+e{args.others}" if args.others else "")
+    )
     began = time.perf_counter()
-    url = seed_store(home, args.trials, args.steps, args.big)
+    url = seed_store(home, args.trials, args.steps, args.big, args.others)
     engine = ExperimentStore(url).storage.engine
     with engine.connect() as conn:
         rows = conn.execute(sa.select(sa.func.count()).select_from(queries.INTERMEDIATE)).scalar()
-    print(f"store: {args.trials} trials, {rows} intermediate results ({time.perf_counter() - began:.0f} s to seed)")
+    print(
+        f"store: {args.trials} trials, {rows} intermediate results in all, {args.others} other experiments "
+        f"({time.perf_counter() - began:.0f} s to seed)"
+    )
     before = baseline_in_process(args.source, url, args.big) if args.source else {}
     direct = in_process(url, args.big)
     exports: dict[str, tuple[float, float, int]] = {}
