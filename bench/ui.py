@@ -78,7 +78,7 @@ def seed_store(home: Path, trials: int, steps: int, big: int = 0, others: int = 
     store = ExperimentStore(url)
     study = optuna.create_study(storage=store.storage, study_name=EXPERIMENT, direction="maximize")
     for key, value in {
-        # long on purpose: the screenshot (experiment-2000.png) shows how a team's real names lay out
+        # long on purpose: the screenshot (experiment-<trials>.png) shows how a team's real names lay out
         "experiment_name": "resnet50-imagenet-lr-and-weight-decay-sweep-with-cosine-schedule-2026-11-nightly "
         f"({trials} trials)",
         "dag_id": "bench_ui",
