@@ -5,7 +5,6 @@ below the limit, or for tuners a window does not serve, nothing changes."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import optuna
 import pytest
@@ -16,18 +15,17 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.trial.status import TrialStatus
 from trialflow.tuning import history
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url, with_installed_driver
+from trialflow.tuning.experiment_store import ExperimentStore
 from trialflow.tuning.history import HistoryWindow, asking_storage, window_ids
 from trialflow.tuning.snapshot import SnapshotCache
 
 SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}, "k": {"_type": "choice", "_value": [1, 2]}})
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path: Path) -> ExperimentStore:
-    if request.param == "sqlite":
-        return ExperimentStore(sqlite_url(tmp_path / "window.db"))
-    return ExperimentStore(with_installed_driver(request.getfixturevalue("postgres_url")))
+@pytest.fixture
+def store(any_store) -> ExperimentStore:
+    """SQLite, then a PostgreSQL database of its own (the session's is left as other tests expect it)."""
+    return any_store
 
 
 def _unique(prefix: str) -> str:
