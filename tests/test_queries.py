@@ -243,9 +243,11 @@ def test_a_trial_page_sends_a_curve_of_bounded_size_and_says_how_many_points_the
 
 
 def test_a_growing_big_curve_is_thinned_from_what_was_kept_plus_the_new_points(tmp_path):
-    """A running trial's page is asked again and again: the second read after more results
-    reads only the new points and thins the kept curve with them; its spikes, old and new,
-    its ends and its size are as a thinning of every point would give."""
+    """A running trial's page is asked again and again: after a few more results only the new
+    points are read and merged with the kept curve *by step*, so the new stretch is drawn as
+    densely as the old one (merged by position, 60 raw points after 100 thinned ones took a
+    third of the curve for 1 % of the steps); spikes, ends and size hold; many more results and
+    the whole curve is thinned again."""
     store = ExperimentStore(sqlite_url(tmp_path / "grow.db"))
     store.open_experiment("egrow001", RANDOM, SPACE)
     asked = store.ask("egrow001", 0, "egrow001-0000", RANDOM, SPACE)
@@ -256,17 +258,27 @@ def test_a_growing_big_curve_is_thinned_from_what_was_kept_plus_the_new_points(t
     assert len(first["intermediate"]) <= 100 and [1_234, -50.0] in first["intermediate"]
     reads: list[str] = []
     sa.event.listen(engine, "before_cursor_execute", lambda *a: reads.append(a[2]))
-    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, float(s % 13)) for s in range(5_000, 8_000)])
-    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", 7_001, 99.0)])
+
+    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, float(s % 13)) for s in range(5_000, 5_060)])
+    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", 5_030, 99.0)])
     reads.clear()
     second = queries.trial_detail(engine, "egrow001", 0, max_points=100)
     curve = second["intermediate"]
-    assert second["intermediate_total"] == 8_000 and len(curve) <= 100
-    assert [1_234, -50.0] in curve and [7_001, 99.0] in curve
-    assert curve[0] == [0, 0.0] and curve[-1] == [7_999, float(7_999 % 13)]
+    assert second["intermediate_total"] == 5_060 and len(curve) <= 100
+    assert [1_234, -50.0] in curve and [5_030, 99.0] in curve
+    assert curve[0] == [0, 0.0] and curve[-1] == [5_059, float(5_059 % 13)]
     assert [s for s, _ in curve] == sorted({s for s, _ in curve})
     assert any("step >" in r for r in reads)  # the kept curve was extended, not read again whole
+    assert sum(1 for step, _ in curve if step >= 5_000) <= 4  # 1 % of the steps: a bucket or so
     assert queries.trial_detail(engine, "egrow001", 0, max_points=100)["intermediate"] == curve
+
+    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, float(s % 13)) for s in range(5_060, 8_000)])
+    reads.clear()
+    third = queries.trial_detail(engine, "egrow001", 0, max_points=100)["intermediate"]
+    assert not any("step >" in r for r in reads)  # 2,940 more than the curve holds: read again whole
+    assert [1_234, -50.0] in third and [5_030, 99.0] in third and third[-1][0] == 7_999
+    halves = sum(1 for step, _ in third if step < 4_000), sum(1 for step, _ in third if step >= 4_000)
+    assert 0.7 < halves[0] / halves[1] < 1.4
 
 
 def test_search_finds_what_the_person_sees_and_nested_parameters_sort(store):

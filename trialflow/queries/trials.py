@@ -353,11 +353,33 @@ _thinned_lock = threading.Lock()
 _THINNED_KEPT = 64
 
 
+def _merge_by_step(points: list[list[Any]], max_points: int) -> list[list[Any]]:
+    """At most ``max_points`` of ``points`` (a kept thinned curve plus the raw points that came
+    after it, in step order), bucketed by *step* so the thinned stretch and the raw one are drawn
+    with the same density: each bucket keeps its lowest and highest, both ends stay."""
+    if len(points) <= max_points:
+        return points
+    buckets = max(1, (max_points - 4) // 2)
+    first, last = points[0][0], points[-1][0]
+    width = (last - first) / buckets or 1
+    out: list[list[Any]] = [points[0]]
+    grouped: dict[int, list[list[Any]]] = {}
+    for point in points[1:-1]:
+        grouped.setdefault(min(buckets - 1, int((point[0] - first) / width)), []).append(point)
+    for bucket in sorted(grouped):
+        valued = [p for p in grouped[bucket] if p[1] is not None]
+        if valued:
+            low, high = min(valued, key=lambda p: p[1]), max(valued, key=lambda p: p[1])
+            out.extend(sorted({id(p): p for p in (low, high)}.values(), key=lambda p: p[0]))
+    out.append(points[-1])
+    return out
+
+
 def _thinned_curve(conn: sa.Connection, store: str, storage_id: int, total: int, max_points: int) -> list[list[Any]]:
     """The trial's curve thinned to ``max_points``. A curve past that is kept here once thinned;
-    when the trial has reported more since, only the new points are read and the kept curve
-    plus them is thinned again (min-max of min-max points keeps every extreme, so a spike
-    survives any number of rounds)."""
+    when the trial has reported a few more points since (a running trial's page refreshing),
+    only those are read and merged with the kept curve by step; many more, or an earlier step
+    written meanwhile, and every point is read again (streamed)."""
     points = sa.select(INTERMEDIATE.c.step, INTERMEDIATE.c.intermediate_value).order_by(INTERMEDIATE.c.step)
     mine = points.where(INTERMEDIATE.c.trial_id == storage_id)
     if total <= max_points:
@@ -365,16 +387,14 @@ def _thinned_curve(conn: sa.Connection, store: str, storage_id: int, total: int,
     key = (store, storage_id, max_points)
     with _thinned_lock:
         kept = _thinned.get(key)
+    curve: list[list[Any]] | None = None
     if kept is not None and kept[0] == total:
         curve = kept[2]
-    elif kept is not None and kept[0] < total:
-        new = [list(p) for p in conn.execute(mine.where(INTERMEDIATE.c.step > kept[1]))]
-        if len(new) == total - kept[0]:  # only later steps came: extend what was thinned
-            joined = kept[2] + [[step, finite(value)] for step, value in new]
-            curve = downsample(joined, len(joined), max_points)
-        else:  # an earlier step was written meanwhile: thin it all again
-            curve = downsample(conn.execution_options(yield_per=10_000).execute(mine), total, max_points)
-    else:
+    elif kept is not None and 0 < total - kept[0] <= max_points:
+        new = [[step, finite(value)] for step, value in conn.execute(mine.where(INTERMEDIATE.c.step > kept[1]))]
+        if len(new) == total - kept[0]:  # only later steps came
+            curve = _merge_by_step(kept[2] + new, max_points)
+    if curve is None:
         curve = downsample(conn.execution_options(yield_per=10_000).execute(mine), total, max_points)
     with _thinned_lock:
         _thinned[key] = (total, curve[-1][0] if curve else -1, curve)
