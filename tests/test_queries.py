@@ -242,6 +242,23 @@ def test_a_trial_page_sends_a_curve_of_bounded_size_and_says_how_many_points_the
     assert detail["intermediate"][-1] == [49_999, float(49_999 % 97)]
 
 
+def test_every_point_downloads_as_stored_non_finite_ones_by_name(tmp_path):
+    """Optuna keeps inf and NaN as NULL plus a type: the download writes them as inf/-inf/nan,
+    not "None", and an unknown trial or experiment is refused before anything is written."""
+    store = ExperimentStore(sqlite_url(tmp_path / "points.db"))
+    store.open_experiment("epoint01", RANDOM, SPACE)
+    asked = store.ask("epoint01", 0, "epoint01-0000", RANDOM, SPACE)
+    values = [0.25, float("inf"), float("-inf"), float("nan"), 1e-300, 3.0]
+    for step, value in enumerate(values):  # Optuna's own write: how a non-finite value gets in
+        store.storage.set_trial_intermediate_value(asked.storage_id, step, value)
+    text = "".join(queries.iter_intermediate_csv(store.storage.engine, "epoint01", 0))
+    assert text.splitlines() == ["step,value", "0,0.25", "1,inf", "2,-inf", "3,nan", "4,1e-300", "5,3.0"]
+    assert [float(line.split(",")[1]) for line in text.splitlines()[1:]][:3] == [0.25, float("inf"), float("-inf")]
+    for experiment, index in (("epoint01", 7), ("nope", 0)):
+        with pytest.raises(queries.UnknownExperiment):
+            queries.iter_intermediate_csv(store.storage.engine, experiment, index)
+
+
 def test_a_growing_big_curve_is_thinned_from_what_was_kept_plus_the_new_points(tmp_path):
     """A running trial's page is asked again and again: after a few more results only the new
     points are read and merged with the kept curve *by step*, so the new stretch is drawn as

@@ -172,9 +172,13 @@ def iter_intermediate_csv(engine: Engine, experiment_id: str, trial_index: int) 
     return _points_csv(engine, storage_id)
 
 
+#: Optuna keeps a non-finite intermediate value as NULL and says which in a type column.
+_NOT_FINITE = {"INF_POS": "inf", "INF_NEG": "-inf", "NAN": "nan"}
+
+
 def _points_csv(engine: Engine, storage_id: int, rows_per_chunk: int = 10_000) -> Iterator[str]:
     query = (
-        sa.select(INTERMEDIATE.c.step, INTERMEDIATE.c.intermediate_value)
+        sa.select(INTERMEDIATE.c.step, INTERMEDIATE.c.intermediate_value, INTERMEDIATE.c.intermediate_value_type)
         .where(INTERMEDIATE.c.trial_id == storage_id)
         .order_by(INTERMEDIATE.c.step)
     )
@@ -182,4 +186,7 @@ def _points_csv(engine: Engine, storage_id: int, rows_per_chunk: int = 10_000) -
     with engine.connect() as conn:
         result = conn.execution_options(yield_per=rows_per_chunk).execute(query)
         for rows in result.partitions():
-            yield "".join(f"{step},{value!r}\n" for step, value in rows)
+            yield "".join(
+                f"{step},{_NOT_FINITE.get(kind, '') if value is None else repr(float(value))}\n"
+                for step, value, kind in rows
+            )
