@@ -242,6 +242,9 @@ def test_experiments_trials_and_export_read_the_store(tmp_path):
     assert next(csv.reader(out.open(newline="")))[:3] == ["trial_index", "trial_id", "status"]
     exported = json.loads(cli("export", "eq000001", "--home", str(tmp_path), "--format", "json").stdout)
     assert len(exported) == 8
+    nowhere = cli("export", "eq000001", "--home", str(tmp_path), "-o", str(tmp_path / "no" / "such" / "x.csv"))
+    assert nowhere.returncode == 1 and "Traceback" not in nowhere.stderr
+    assert f"cannot write the export to {tmp_path / 'no' / 'such' / 'x.csv'}: No such file" in nowhere.stderr
     missing = cli("trials", "nope", "--home", str(tmp_path))
     assert missing.returncode == 1 and "no experiment 'nope'" in missing.stderr and "Traceback" not in missing.stderr
     assert "no experiment store" in cli("experiments", "--home", str(tmp_path / "none")).stderr

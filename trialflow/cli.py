@@ -353,10 +353,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         return _fail(LookupError(f"no experiment {args.experiment!r} in the store (see `trialflow experiments`)"))
     except (FileNotFoundError, ValueError) as exc:
         return _fail(exc)
-    with contextlib.ExitStack() as stack:
-        out = stack.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else sys.stdout
-        for chunk in chunks:
-            out.write(chunk)
+    try:
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else sys.stdout
+            for chunk in chunks:
+                out.write(chunk)
+    except OSError as exc:  # a folder that is not there, a file that may not be written
+        return _fail(OSError(f"cannot write the export to {args.output or 'stdout'}: {exc.strerror or exc}"))
     return 0
 
 
