@@ -53,8 +53,8 @@ def get_provider_info() -> dict[str, Any]:
                     "preload_tuners": {
                         "description": (
                             "With preload_core: tuners whose libraries every Airflow component imports as "
-                            "it starts, comma-separated. GP: scikit-learn's Gaussian process (~0.6 s and "
-                            "~40 MB per component; otherwise paid by each GP trial task's ask)."
+                            "it starts, comma-separated. GP: scikit-learn's Gaussian process (0.6-0.9 s and "
+                            "+75 MB resident per component; otherwise paid by each GP trial task's ask)."
                         ),
                         "version_added": "0.1.0",
                         "type": "string",

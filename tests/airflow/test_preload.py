@@ -47,3 +47,13 @@ def test_gp_s_library_is_preloaded_only_when_named(tuners, expected):
     out = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == expected
+
+
+def test_a_tuner_with_nothing_to_preload_is_named_in_a_warning():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__TRIALFLOW__")}
+    env.update(AIRFLOW__TRIALFLOW__PRELOAD_CORE="True", AIRFLOW__TRIALFLOW__PRELOAD_TUNERS="GPP, GP")
+    check = "import sys, trialflow.ui.plugin; print(int('sklearn.gaussian_process' in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "1"  # the known one still preloaded
+    assert "preload_tuners: 'GPP' has nothing to preload (known: GP); ignored" in out.stdout + out.stderr

@@ -13,12 +13,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from airflow.plugins_manager import AirflowPlugin
 
 from trialflow.ui.links import PlatformLink, TrialLink
 
 #: Relative to Airflow's base URL (the UI resolves it against <base href>): works under a prefix.
 BUNDLE_URL = "trialflow/static/trialflow.js"
+log = logging.getLogger(__name__)
 ICON_URL = "trialflow/static/experiments.svg"
 
 
@@ -40,7 +43,8 @@ PRELOADED = (
 
 
 #: What a tuner imports at its first ask, for ``[trialflow] preload_tuners``: GP's scikit-learn
-#: is ~0.6 s of every GP trial task's ask (bench/RESULTS.md), too heavy to preload for everyone.
+#: is ~0.7 s of every GP trial task's ask and +75 MB of resident memory (measured), too heavy
+#: to preload for everyone.
 TUNER_IMPORTS = {"GP": ("sklearn.gaussian_process", "sklearn.gaussian_process.kernels")}
 
 
@@ -69,12 +73,19 @@ def preload_core() -> bool:
         importlib.import_module(name)
     sqlalchemy.orm.configure_mappers()  # Optuna's models: ~25 ms at a process's first query
     experiment_model()  # the config model over every registered platform (reads entry points)
-    for tuner in conf.get("trialflow", "preload_tuners", fallback="").split(","):
-        for name in TUNER_IMPORTS.get(tuner.strip(), ()):
-            try:
+    for tuner in filter(None, (t.strip() for t in conf.get("trialflow", "preload_tuners", fallback="").split(","))):
+        if tuner not in TUNER_IMPORTS:
+            log.warning(
+                "[trialflow] preload_tuners: %r has nothing to preload (known: %s); ignored",
+                tuner,
+                ", ".join(TUNER_IMPORTS),
+            )
+            continue
+        try:
+            for name in TUNER_IMPORTS[tuner]:
                 importlib.import_module(name)
-            except ImportError:  # the extra is not installed: the ask says so, not every component
-                break
+        except ImportError as exc:  # the extra is not installed: said here, and again by the ask
+            log.warning("[trialflow] preload_tuners: %s not preloaded: %s", tuner, exc)
     return True
 
 
