@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -54,25 +53,21 @@ def test_one_check_per_interval_wakes_every_follower_of_a_machine(tmp_path: Path
         out, _ = await proc.communicate()
         return out
 
-    async def scenario() -> tuple[list[bool], float, bool]:
+    async def scenario() -> tuple[list[bool], bool]:
         machine = endings_for("machine-a", run)
         assert endings_for("machine-a", run) is machine and endings_for("machine-b", run) is not machine
         waits = [asyncio.create_task(machine.wait(str(d), 10.0)) for d in dirs[:29]]
         await asyncio.sleep(0.3)
-        began = time.monotonic()
         for d in dirs[:29]:
             (d / "exit_code").write_text("0")
         woken = await asyncio.gather(*waits)
-        took = time.monotonic() - began
         timed_out = await machine.wait(str(dirs[29]), 0.2)  # never ends: the wait gives up
-        return woken, took, timed_out
+        return woken, timed_out
 
-    woken, took, timed_out = asyncio.run(scenario())
-    assert woken == [True] * 29 and not timed_out
-    assert took < 2.0  # a few check intervals, not a poll interval per trial
-    # one command per check for all 29 followers, not one per follower
-    assert all(c.count(str(tmp_path)) >= 29 for c in commands[:3])
-    assert len(commands) < 40
+    woken, timed_out = asyncio.run(scenario())
+    assert woken == [True] * 29 and not timed_out  # woken by a check, well before their 10 s
+    # each check is one command naming every waiting follower's folder, not one per follower
+    assert commands and all(c.count(str(tmp_path)) == 29 for c in commands[:3])
 
 
 def test_a_failing_machine_ends_no_wait_early_and_the_loop_stops_when_nobody_waits(monkeypatch):

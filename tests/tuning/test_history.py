@@ -119,14 +119,34 @@ def test_several_objectives_keep_the_full_cache(store, monkeypatch):
 
 
 @pytest.mark.parametrize("tuner", ["TPE", "Anneal", "GP", "Random"])
-def test_asks_past_the_limit_give_new_in_space_trials_and_learn(store, monkeypatch, tuner):
-    """The whole ask through the window: each trial gets parameters in the space, is recorded
-    once, and a learning tuner drew from the window (its draws differ from Random's)."""
+def test_asks_past_the_limit_read_the_window_and_give_new_in_space_trials(store, monkeypatch, tuner):
+    """The whole ask through the window: a learning tuner's ask reads the window's finished
+    trials (at most the limit, the best among them), Random's none; each trial gets parameters
+    in the space and is recorded once."""
     monkeypatch.setattr(history, "HISTORY_LIMIT", 20)
+    seen: list[list[optuna.trial.FrozenTrial]] = []
+    original = HistoryWindow.get_all_trials
+
+    def spied(self, study_id, deepcopy=True, states=None):  # type: ignore[no-untyped-def]
+        trials = original(self, study_id, deepcopy, states)
+        seen.append([t for t in trials if t.state.is_finished()])
+        return trials
+
+    monkeypatch.setattr(HistoryWindow, "get_all_trials", spied)
     name = _unique("w")
     _fill(store, name, 40)
+    best = max(
+        (t for t in RDBStorage.get_all_trials(store.storage, store._study_id(name)) if t.value is not None),
+        key=lambda t: t.value,
+    )
     algorithm = AlgorithmConfig(name=tuner, class_args={"seed": 3})
     asked = [store.ask(name, 40 + i, f"w-{40 + i}", algorithm, SPACE) for i in range(3)]
+    read = [trials for trials in seen if trials]
+    if tuner == "Random":
+        assert seen and not read  # asked through the window, and it read no finished trial
+    else:
+        assert read and all(0 < len(trials) <= 20 for trials in read)
+        assert all(best._trial_id in {t._trial_id for t in trials} for trials in read)
     for a in asked:
         assert 0 <= a.parameters["x"] <= 1 and a.parameters["k"] in (1, 2)
         assert not a.resumed
