@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from datetime import datetime  # noqa: E402
 
-from bench.private_airflow import private_airflow, run_to_end  # noqa: E402
+from bench.private_airflow import experiment_folder, private_airflow, run_to_end, write_dag  # noqa: E402
 from tests.kube.cluster import KubeCluster, missing_reason  # noqa: E402
 from tests.kube.controller import TestController  # noqa: E402
 from trialflow.config.platforms import KubeflowConfig  # noqa: E402
@@ -155,22 +155,18 @@ def run_airflow(
     cluster: KubeCluster, controller: TestController, root: Path, trials: int, seconds: float, end_from_trigger: bool
 ) -> dict[str, Any]:
     """The experiment as a DAG: latency from Succeeded written to the trial task instance ending."""
-    work = root / "airflow-experiment"
-    work.mkdir(parents=True)
-    (work / "trial.py").write_text(TRIAL)
-    (work / "config.yml").write_text(
+    config = experiment_folder(
+        root,
+        TRIAL,
         f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialConcurrency: {trials}\n"
         f"maxTrialNumber: {trials}\ntuner: {{name: Random}}\ntrialCodeDirectory: .\n"
         f"trainingService: {{platform: kubeflow, operator: tf-operator, kubeconfig: {cluster.kubeconfig},\n"
-        f"  worker: {{replicas: 1, command: python3 trial.py {seconds}, cpuNumber: 1, memorySize: 128mb}}}}\n"
+        f"  worker: {{replicas: 1, command: python3 trial.py {seconds}, cpuNumber: 1, memorySize: 128mb}}}}\n",
     )
     store_url = sqlite_url(root / "experiments.db")
     airflow = private_airflow(root, 8, store_url)
-    dag_file = airflow.dags_folder / "kube_bench.py"
-    dag_file.write_text(
-        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-        f"dag = experiment_dag({str(work / 'config.yml')!r}, dag_id='kube_bench', defer_after=0,\n"
-        f"                     cleanup=True, end_from_trigger={end_from_trigger!r})\n"
+    dag_file = write_dag(
+        airflow.dags_folder, "kube_bench", config, defer_after=0, cleanup=True, end_from_trigger=end_from_trigger
     )
     airflow.migrate()
     airflow.start()

@@ -30,6 +30,26 @@ def private_airflow(root: Path, parallelism: int, store_url: str, **extra_env: s
     return airflow
 
 
+def experiment_folder(root: Path, trial: str, config: str) -> Path:
+    """``root/experiment`` holding the trial script (trial.py) and the config; the config's path."""
+    work = root / "experiment"
+    work.mkdir(parents=True)
+    (work / "trial.py").write_text(trial)
+    (work / "config.yml").write_text(config)
+    return work / "config.yml"
+
+
+def write_dag(dags_folder: Path, dag_id: str, config: Path, **arguments: object) -> Path:
+    """A DAG file of one experiment_dag(config, dag_id=..., **arguments); its path."""
+    extra = "".join(f", {name}={value!r}" for name, value in arguments.items())
+    dag_file = dags_folder / f"{dag_id}.py"
+    dag_file.write_text(
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        f"dag = experiment_dag({str(config)!r}, dag_id={dag_id!r}{extra})\n"
+    )
+    return dag_file
+
+
 @dataclass
 class DeferredRun:
     """One run of a DAG whose trials are deferred, as the benches measure it."""

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.private_airflow import private_airflow, run_to_end  # noqa: E402
+from bench.private_airflow import experiment_folder, private_airflow, run_to_end, write_dag  # noqa: E402
 from tests.sshd import make_server, remove  # noqa: E402
 from trialflow.platforms.base import experiment_id_for, trial_id_for  # noqa: E402
 from trialflow.tuning.experiment_store import sqlite_url  # noqa: E402
@@ -62,26 +62,21 @@ def main() -> int:
     try:
         for server in servers:
             server.start()
-        work = root / "experiment"
-        work.mkdir()
-        (work / "trial.py").write_text(TRIAL)
         machines = "".join(
             f"    - {{host: 127.0.0.1, port: {s.port}, user: {s.user}, sshKeyFile: {s.client_key}, "
             f"hostKey: '{s.host_key_line}', pythonPath: /usr/bin}}\n"
             for s in servers
         )
-        (work / "config.yml").write_text(
+        config = experiment_folder(
+            root,
+            TRIAL,
             "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
             f"trialCommand: python3 trial.py {args.seconds} {ends}\ntrialCodeDirectory: .\n"
             f"trialConcurrency: {args.trials}\nmaxTrialNumber: {args.trials}\ntuner: {{name: Random}}\n"
-            f"trainingService:\n  platform: remote\n  machineList:\n{machines}"
+            f"trainingService:\n  platform: remote\n  machineList:\n{machines}",
         )
         airflow = private_airflow(root, 8, sqlite_url(root / "experiments.db"))
-        dag_file = airflow.dags_folder / "remote_many.py"
-        dag_file.write_text(
-            "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-            f"dag = experiment_dag({str(work / 'config.yml')!r}, dag_id='remote_many', defer_after=0, cleanup=True)\n"
-        )
+        dag_file = write_dag(airflow.dags_folder, "remote_many", config, defer_after=0, cleanup=True)
         airflow.migrate()
         airflow.start()
         airflow.wait_healthy()

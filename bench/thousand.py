@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.private_airflow import private_airflow  # noqa: E402
+from bench.private_airflow import experiment_folder, private_airflow, write_dag  # noqa: E402
 from trialflow.platforms.base import experiment_id_for  # noqa: E402
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 
@@ -44,16 +44,14 @@ trial.report_final_result(p["x"])
 
 
 def experiment_files(root: Path, args: argparse.Namespace, trial_command: str) -> Path:
-    work = root / "experiment"
-    work.mkdir(parents=True)
-    (work / "trial.py").write_text(TRIAL)
-    (work / "config.yml").write_text(
+    return experiment_folder(
+        root,
+        TRIAL,
         f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\n"
         f"trialCommand: {trial_command} trial.py {args.seconds}\ntrialCodeDirectory: .\n"
         f"trialConcurrency: {args.concurrency}\nmaxTrialNumber: {args.trials}\n"
-        "tuner: {name: Random}\ntrainingService: {platform: local}\n"
+        "tuner: {name: Random}\ntrainingService: {platform: local}\n",
     )
-    return work / "config.yml"
 
 
 def run_experiment(airflow: Any, store_url: str, dag_id: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -95,11 +93,7 @@ def local_executor(args: argparse.Namespace) -> dict[str, Any]:
         config = experiment_files(root, args, sys.executable)
         store_url = sqlite_url(root / "experiments.db")
         airflow = private_airflow(root, args.concurrency + 2, store_url, TRIALFLOW_CACHE_DIR=str(root / "plans"))
-        dag_file = airflow.dags_folder / "scale.py"
-        dag_file.write_text(
-            "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-            f"dag = experiment_dag({str(config)!r}, dag_id='scale')\n"
-        )
+        dag_file = write_dag(airflow.dags_folder, "scale", config)
         airflow.migrate()
         airflow.start()
         try:
@@ -131,11 +125,7 @@ def celery_executor(args: argparse.Namespace) -> dict[str, Any] | str:
         deployment.airflow.parallelism = args.concurrency + 4
         deployment.airflow.extra_env["AIRFLOW__CELERY__WORKER_CONCURRENCY"] = str(args.concurrency + 4)
         config = experiment_files(root, args, "python3")
-        dag_file = deployment.airflow.dags_folder / "scale_celery.py"
-        dag_file.write_text(
-            "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-            f"dag = experiment_dag({str(config)!r}, dag_id='scale_celery', local_queue='box-a')\n"
-        )
+        dag_file = write_dag(deployment.airflow.dags_folder, "scale_celery", config, local_queue="box-a")
         deployment.start({"worker-a": ("box-a", "default")})
         deployment.wait_for_workers()
         deployment.airflow.wait_for_dag("scale_celery", dag_file, timeout=180)

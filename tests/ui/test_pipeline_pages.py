@@ -241,4 +241,5 @@ def test_past_two_thousand_trials_the_per_trial_charts_draw_a_sample_and_say_so(
     assert "the running count counts every trial" in page.locator("[data-testid=chart-timeline]").inner_text()
     for chart in ("chart-history", "chart-parallel", "chart-timeline"):
         assert canvas_drawn(page, f"[data-testid={chart}]"), chart
+    shot(page, "sampled-2100")
     assert not page.errors, page.errors
