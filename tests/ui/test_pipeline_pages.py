@@ -239,6 +239,10 @@ def test_past_two_thousand_trials_the_per_trial_charts_draw_a_sample_and_say_so(
     said = page.locator("[data-testid=parallel-sampled]").inner_text()
     assert said.startswith("2,000 of 2,100 trials drawn: the best 500"), said
     assert "the running count counts every trial" in page.locator("[data-testid=chart-timeline]").inner_text()
+    # these trials reported no intermediate result: the curves' panel says so, not empty axes
+    no_curves = page.locator("[data-testid=no-curves]")
+    assert no_curves.inner_text() == "No trial has reported an intermediate result."
+    assert page.locator("[data-testid=chart-curves] canvas").count() == 0
     for chart in ("chart-history", "chart-parallel", "chart-timeline"):
         assert canvas_drawn(page, f"[data-testid={chart}]"), chart
     shot(page, "sampled-2100")

@@ -18,7 +18,7 @@ export function Compare({ experimentId, selected, summary, onOpenTrial }: {
     : Promise.resolve({ total: 0, offset: 0, limit: 5, rows: [] } as Page)), [id, key], summary.active);
   const curves = useLoad(() => (selected.length ? getJson<{ curves: Curve[] }>(`experiments/${id}/curves`, { trials: key })
     : Promise.resolve({ curves: [] })), [id, key], summary.active);
-  const option = useMemo(() => curvesOption(curves.data?.curves ?? []), [curves.data]);
+  const option = useMemo(() => (curves.data ? curvesOption(curves.data.curves) : {}), [curves.data]);
   if (selected.length < 2) {
     return <Text color="fg.muted" p={2}>Select 2 to 5 trials in the Trials tab to compare them.</Text>;
   }

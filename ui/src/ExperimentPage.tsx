@@ -3,7 +3,7 @@ import { useEffect, useMemo, useState } from "react";
 import { Box, Button, Code, HStack, Heading, Link, SimpleGrid, Tabs, Text, VStack } from "@chakra-ui/react";
 import { type Curve, type Summary, type TrialRow, apiUrl, getJson } from "./api";
 import { Chart } from "./Chart";
-import { DRAWN_CAP, curvesOption, drawnRows, historyOption, importanceOption, parallelOption, paretoOption, timelineOption } from "./charts";
+import { DRAWN_CAP, anyPoints, curvesOption, drawnRows, historyOption, importanceOption, parallelOption, paretoOption, timelineOption } from "./charts";
 import { ErrorBox, Fact, Loading, Panel, StatusBadge, StatusCounts } from "./common";
 import { Compare } from "./Compare";
 import { ConfigView, ExperimentActions, History } from "./Actions";
@@ -122,7 +122,7 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
     : null;
   const parallel = useMemo(() => parallelOption(drawn, current, colorMode), [drawn, current, colorMode]);
   const timeline = useMemo(() => timelineOption(rows, drawn), [rows, drawn]);
-  const curveOption = useMemo(() => curvesOption(curves.data?.curves ?? []), [curves.data]);
+  const curveOption = useMemo(() => (curves.data ? curvesOption(curves.data.curves) : {}), [curves.data]);
   const importanceChart = useMemo(() => importanceOption(importance.data?.importances ?? {}), [importance.data]);
   if (summary.error && !current) return <ErrorBox error={summary.error} />;
   if (!current) return <Loading />;
@@ -173,7 +173,11 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
               </Panel>
               <Panel title="Intermediate results" testId="chart-curves">
                 <Text fontSize="xs" color="fg.muted" mb={1}>best finished, running and early-stopped trials (dashed, ✕ where stopped)</Text>
-                <Chart option={curveOption} />
+                {curves.data && !anyPoints(curves.data.curves) ? (
+                  <Text fontSize="sm" color="fg.muted" py={8} textAlign="center" data-testid="no-curves">
+                    No trial has reported an intermediate result.
+                  </Text>
+                ) : <Chart option={curveOption} />}
               </Panel>
               <Panel title="Timeline and concurrency" testId="chart-timeline">
                 <Text fontSize="xs" color="fg.muted" mb={1}>

@@ -192,6 +192,9 @@ export function parallelOption(rows: TrialRow[], summary: Summary | undefined, c
 }
 
 /** Intermediate results per trial; early-stopped trials dashed, with a cross where they stopped. */
+/** Whether any of the curves has a point (an empty chart says so in words instead). */
+export const anyPoints = (curves: Curve[] | undefined) => (curves ?? []).some((c) => c.points.length > 0);
+
 export function curvesOption(curves: Curve[]): Option {
   return {
     ...ANIMATION,
@@ -220,7 +223,6 @@ export function curvesOption(curves: Curve[]): Option {
   };
 }
 
-/** When each trial ran: a bar per trial (start to end), and how many ran at once. */
 /** Charts that draw a line or a bar per trial draw at most this many (see drawnRows). */
 export const DRAWN_CAP = 2000;
 
@@ -239,6 +241,8 @@ export function drawnRows(rows: TrialRow[], mode: "maximize" | "minimize", cap: 
   return rows.filter((r) => keep.has(r.trial_index));
 }
 
+/** When each trial ran: a bar per drawn trial (start to end), and how many of all the trials ran
+ * at once. */
 export function timelineOption(rows: TrialRow[], drawn: TrialRow[] = rows): Option {
   const timed = rows.filter((r) => r.started !== null);
   const bars = drawn.filter((r) => r.started !== null);
@@ -277,7 +281,8 @@ export function timelineOption(rows: TrialRow[], drawn: TrialRow[] = rows): Opti
     yAxis: [{ type: "value", name: "trial", nameLocation: "start", gridIndex: 0, minInterval: 1, inverse: true, min: -0.5,
       max: Math.max(...timed.map((r) => r.trial_index)) + 0.5,
       axisLabel: { formatter: (v: number) => (Number.isInteger(v) ? String(v) : "") } },
-      { type: "value", name: "running", gridIndex: 1, minInterval: 1 }],
+      // the running count's strip is ~50 px high: two ticks, or its labels overlap (2,100 trials did)
+      { type: "value", name: "running", gridIndex: 1, minInterval: 1, splitNumber: 2 }],
     dataZoom: [{ type: "inside", xAxisIndex: [0, 1] }],
     series: [
       {
