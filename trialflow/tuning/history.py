@@ -33,7 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 from trialflow.limits import HISTORY_LIMIT
 from trialflow.tuning.algorithms import CATALOGUE
 from trialflow.tuning.optuna_internals import CachedStorage, models
-from trialflow.tuning.rdb_storage import TrialflowStorage, _read_trials
+from trialflow.tuning.rdb_storage import TrialflowStorage, read_trials
 
 #: Tuners (trialflow's canonical names) that learn from the window, and that ignore history:
 #: the algorithm catalogue says which (README's tuner table is generated from it).
@@ -103,7 +103,7 @@ class HistoryWindow(CachedStorage):
                 direction = self._backend.get_study_directions(study_id)[0]
                 with self._backend.engine.connect() as conn:
                     ids = window_ids(conn, study_id, direction, self._limit)
-                    self._windows[study_id] = _read_trials(
+                    self._windows[study_id] = read_trials(
                         conn, [_TRIALS.c.trial_id.in_(ids)], last_step_only=True, user_attrs=False
                     )
             out += [t for t in self._windows[study_id] if t.state in wanted]

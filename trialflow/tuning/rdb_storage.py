@@ -321,18 +321,18 @@ class TrialflowStorage(RDBStorage):
         with self.engine.connect() as conn:
             if conn.execute(sa.select(_STUDIES.c.study_id).where(_STUDIES.c.study_id == study_id)).first() is None:
                 raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's reader raises
-            return _read_trials(conn, where)
+            return read_trials(conn, where)
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
         """One trial by the same plain-SQL reader (Optuna's loads it through six lazy ORM loads)."""
         with self.engine.connect() as conn:
-            trials = _read_trials(conn, [_TRIALS.c.trial_id == trial_id])
+            trials = read_trials(conn, [_TRIALS.c.trial_id == trial_id])
         if not trials:
             raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's get_trial raises
         return trials[0]
 
 
-def _read_trials(
+def read_trials(
     conn: sa.Connection, where: list[Any], last_step_only: bool = False, user_attrs: bool = True
 ) -> list[FrozenTrial]:
     """The trials matching ``where`` (conditions on the trials table), oldest first. For a
