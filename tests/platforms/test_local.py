@@ -493,3 +493,60 @@ def test_a_failed_trials_message_ends_with_its_exceptions_last_line(platform, co
     status, _, message = follow(platform, handle)
     assert status == TrialStatus.FAILED
     assert message == "trial command exited with code 1: ValueError: learning rate 3.2 diverged"
+
+
+STUBBORN = (
+    "import os, signal, subprocess, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    # a grandchild in a session of its own that ignores SIGTERM too (a data loader, a server)
+    "child = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'], start_new_session=True)\n"
+    "open('pids', 'w').write(f'{os.getpid()} {child.pid}\\n')\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_a_stop_ends_in_sigkill_even_when_the_asker_is_killed_during_the_grace(platform, code, tmp_path):
+    """Issue 36 (0): Airflow SIGKILLs a task 5 s after its SIGTERM, so a task's on_kill that
+    waited out the 5 s grace itself never sent the KILL, and a trial trapping SIGTERM (and its
+    setsid grandchild) ran on. The asker here is a process whose whole process group is
+    SIGKILLed 1 s into the stop, as Airflow's supervisor kills a task (os.killpg)."""
+    (code / "stubborn.py").write_text(STUBBORN)
+    handle = platform.submit_sync(spec(code, 11, f"{PY} stubborn.py"))
+    deadline = time.monotonic() + 20
+    while not (code / "pids").exists() or not (code / "pids").read_text().endswith("\n"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    trial_pid, grandchild = map(int, (code / "pids").read_text().split())
+    asker = tmp_path / "asker.py"
+    asker.write_text(
+        "import json, sys\nfrom pathlib import Path\n"
+        "from trialflow.config.platforms import LocalConfig\n"
+        "from trialflow.platforms.base import TrialStatus\n"
+        "from trialflow.platforms.local import LocalPlatform\n"
+        "p = LocalPlatform(LocalConfig(), Path(sys.argv[1]))\n"
+        "print('asking', flush=True)\n"
+        "p.cancel_sync(json.loads(sys.argv[2]), TrialStatus.USER_CANCELED, 'its task was marked failed')\n"
+        "print('returned', flush=True)\n"
+    )
+    import json
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(
+        [PY, str(asker), str(platform.experiment_dir), json.dumps(handle)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "asking\n"
+    time.sleep(1.0)
+    assert process_alive(trial_pid) and process_alive(grandchild)  # TERM ignored, grace not over
+    os.killpg(proc.pid, signal.SIGKILL)  # as Airflow's supervisor does 5 s after its SIGTERM
+    proc.wait()
+    gone_by = time.monotonic() + 15  # the 5 s grace, then the KILL, with room for a loaded machine
+    while any(process_alive(p) for p in (trial_pid, grandchild, handle["pid"])):
+        assert time.monotonic() < gone_by, "the trial outlived its stop"
+        time.sleep(0.1)
+    status, _, message = follow(platform, handle)
+    assert (status, message) == (TrialStatus.USER_CANCELED, "its task was marked failed")

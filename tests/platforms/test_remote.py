@@ -564,3 +564,62 @@ def test_unmodified_nni_trial_code_runs_on_a_machine_without_nni(ssh_servers, tm
     assert status == TrialStatus.SUCCEEDED, message
     assert metrics[0].value == 3 and metrics[-1].value["default"] == 6
     assert "/trialflow/trial/shim/nni/" in metrics[-1].value["via"]
+
+
+def test_a_remote_stop_ends_in_sigkill_even_when_the_asker_is_killed_during_the_grace(ssh_servers, tmp_path):
+    """Issue 36 (0), over SSH: the asker (its process group SIGKILLed 1 s into the stop, as
+    Airflow's supervisor kills a task in its on_kill) takes its SSH session with it; the KILL
+    after the grace still reaches a trial that ignores SIGTERM and its setsid grandchild."""
+    import json
+    import os
+    import signal
+    import sys
+
+    a, _ = ssh_servers
+    machines = [_machine(a, "key")]
+    platform = _platform(tmp_path, machines)
+    code = _code(
+        tmp_path,
+        "import signal, subprocess, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "subprocess.Popen(['python3', '-c', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "time.sleep(601)'], start_new_session=True)\ntime.sleep(601)\n",
+    )
+    handle = platform.submit_sync(_spec(code, 0, "estubborn"))
+    deadline = time.monotonic() + 20
+
+    def remote_pids() -> bytes:
+        return subprocess.run(["pgrep", "-u", a.user, "-f", r"train\.py|sleep.601"], capture_output=True).stdout
+
+    while len(remote_pids().split()) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    asker = tmp_path / "asker.py"
+    asker.write_text(
+        "import json, sys\nfrom pathlib import Path\n"
+        "from trialflow.config.platforms import RemoteConfig\n"
+        "from trialflow.platforms.base import TrialStatus\n"
+        "from trialflow.platforms.remote import RemotePlatform\n"
+        "config = RemoteConfig.model_validate({'platform': 'remote', 'machineList': json.loads(sys.argv[2])})\n"
+        "p = RemotePlatform(config, Path(sys.argv[1]))\n"
+        "print('asking', flush=True)\n"
+        "p.cancel_sync(json.loads(sys.argv[3]), TrialStatus.USER_CANCELED, 'its task was marked failed')\n"
+        "print('returned', flush=True)\n"
+        "import time; time.sleep(60)\n"  # an on_kill that waits: killed before it ends
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(asker), str(tmp_path / "exp"), json.dumps(machines), json.dumps(handle)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "asking\n"
+    time.sleep(1.0)
+    assert len(remote_pids().split()) == 2  # TERM ignored, grace not over
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    gone_by = time.monotonic() + 20
+    while remote_pids():
+        assert time.monotonic() < gone_by, "the remote trial outlived its stop"
+        time.sleep(0.2)
+    status, _, message = asyncio.run(_follow(platform, handle))
+    assert (status, message) == (TrialStatus.USER_CANCELED, "its task was marked failed")

@@ -20,7 +20,7 @@ from trialflow.config.platforms import LocalConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.follow import TIMEOUT_REASON, follow_trial
 from trialflow.platforms.base import TrialSpec, TrialStatus
-from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, trial_mark
+from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, stop_trial_command, trial_mark
 from trialflow.platforms.local import LocalPlatform
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
@@ -139,6 +139,19 @@ def test_the_scan_spares_the_shell_that_runs_it(tmp_path):
         ["bash", "-c", script], env={**os.environ, MARK_VAR: mark}, capture_output=True, text=True, timeout=30
     )
     assert result.stdout.strip() == "alive-after-scan"
+
+
+@pytest.mark.parametrize("leader, pids", [(None, []), (0, [0]), (1, [1, 0]), (-1, [-1, -7])])
+def test_the_stopper_never_signals_every_process_of_the_account(tmp_path, leader, pids):
+    """``kill -- -0`` or ``-1`` would reach every process the account owns (this test's too):
+    a leader or pid that is not above 1 is left out, and the stopper ends at once."""
+    import subprocess
+
+    script = stop_trial_command(leader, pids, trial_mark(str(tmp_path)), 5)
+    assert "tf_pg=0;" in script and "tf_tree='';" in script
+    started = time.monotonic()
+    result = subprocess.run(["bash", "-c", script + "\necho survived\n"], capture_output=True, text=True, timeout=30)
+    assert result.stdout.strip() == "survived" and time.monotonic() - started < 4
 
 
 def test_remote_cancel_and_end_stop_what_left_the_process_group(ssh_servers, tmp_path, unique):

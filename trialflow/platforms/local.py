@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import shlex
-import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -39,7 +38,7 @@ from trialflow.platforms.base import (
 )
 from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequest, acquire, release_command
 from trialflow.platforms.hosts import check_host, this_host
-from trialflow.platforms.leftovers import stop_marked_command, trial_mark
+from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, stop_trial_command, trial_mark
 from trialflow.platforms.mounted import read_framed_file
 from trialflow.trial.folder import TrialFileRefused, last_line, read_in_folder, read_small, tail_in_folder
 from trialflow.trial.protocol import (
@@ -58,6 +57,8 @@ CANCEL_FILE = f"{CONTROL_DIR}/cancel"
 LAUNCH_FILE = f"{CONTROL_DIR}/launching"
 #: Seconds between SIGTERM and SIGKILL when cancelling, as NNI's local mode.
 KILL_GRACE_SECONDS = 5.0
+#: How long past the grace a stop waits for its stopper to finish (it goes on if the asker dies).
+STOP_WAIT_MARGIN = 2.0
 #: Seconds a finished trial's leftover processes get between SIGTERM and SIGKILL.
 LEFTOVER_GRACE_SECONDS = 2.0
 #: How long a re-attaching submit waits for a launching wrapper to record its pid.
@@ -459,7 +460,12 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         await asyncio.to_thread(self._stop, handle, status, reason)
 
     def _stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
-        """TERM the whole tree, KILL what is left after the grace period."""
+        """TERM the whole tree and what left it, KILL what is left after the grace period.
+
+        The escalation runs in a process of its own session (leftovers.stop_trial_command), not
+        here: the asker is often an Airflow task in its on_kill, which Airflow SIGKILLs 5 s
+        after its SIGTERM, before a grace of 5 s has passed. Here we only wait for it (so a
+        caller that lives on sees the trial gone), up to the grace and a margin."""
         check_host(handle.get("trial_id", ""), handle)  # never signal another host's pid here
         sys_dir = Path(handle["trial_dir"])
         if read_state_file(sys_dir) == 0:
@@ -469,36 +475,22 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
             tmp.write_text(json.dumps({"status": status.value, "reason": reason}))
             os.replace(tmp, sys_dir / CANCEL_FILE)
         pid = handle["pid"]
-        tree = _tree(pid) if process_alive(pid, handle.get("started")) else []
-        if tree:
-            self._signal(pid, tree, signal.SIGTERM)
-        # Meanwhile, what left the tree and its process group (setsid, double forks) but still
-        # carries the trial's mark gets the same TERM, grace and KILL.
-        subprocess.run(
-            ["bash", "-c", stop_marked_command(trial_mark(str(sys_dir)), KILL_GRACE_SECONDS)],
+        alive = process_alive(pid, handle.get("started"))
+        grace = KILL_GRACE_SECONDS
+        script = stop_trial_command(
+            pid if alive else None, _tree(pid) if alive else [], trial_mark(str(sys_dir)), grace
+        )
+        env = {k: v for k, v in os.environ.items() if k != MARK_VAR}  # the stopper must not stop itself
+        stopper = subprocess.Popen(
+            ["bash", "-c", script],
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            check=False,
-            timeout=KILL_GRACE_SECONDS + 30,
+            start_new_session=True,  # outlives this process, and a kill of its process group
+            close_fds=True,
         )
-        if not tree:
-            return
-        deadline = time.monotonic() + KILL_GRACE_SECONDS
-        while time.monotonic() < deadline:
-            if not any(process_alive(p) for p in tree):
-                return
-            time.sleep(0.1)
-        self._signal(pid, tree + _tree(pid), signal.SIGKILL)
-
-    @staticmethod
-    def _signal(pgid: int, pids: list[int], sig: signal.Signals) -> None:
         try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+            stopper.wait(timeout=grace + STOP_WAIT_MARGIN)
+        except subprocess.TimeoutExpired:
+            log.warning("trial %s: still stopping after %.0f s", handle.get("trial_id"), grace + STOP_WAIT_MARGIN)

@@ -154,6 +154,19 @@ def kill_command(trial_dir: str, grace_seconds: float) -> str:
     )
 
 
+def detached_command(script: str) -> str:
+    """Run ``script`` in a session of its own on the machine and return at once: it outlives the
+    SSH connection that started it and the process that asked (a stop's escalation to SIGKILL
+    after its grace must happen even when the asker, an Airflow task in its on_kill, is SIGKILLed
+    before the grace ends, and its SSH session with it)."""
+    word = shlex.quote(script)
+    return (
+        "if command -v setsid >/dev/null 2>&1; then "
+        f"setsid bash -c {word} </dev/null >/dev/null 2>&1 & "
+        f"else nohup bash -c {word} </dev/null >/dev/null 2>&1 & fi"
+    )
+
+
 def cleanup_command(root: str) -> str:
     """Remove an experiment's folder. Folders are made writable first, not files: the trials'
     code files are hard links of the staged copy, which must stay read-only for later

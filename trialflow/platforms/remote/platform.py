@@ -41,6 +41,7 @@ from trialflow.platforms.remote.commands import (
     cancel_request_command,
     claim_command,
     cleanup_command,
+    detached_command,
     kill_command,
     launch_command,
     launch_once_guard,
@@ -387,12 +388,16 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
         machine = self.machines[int(handle["machine"])]
         request = json.dumps({"status": status.value, "reason": reason}).encode()
         await self.shell.run(machine, cancel_request_command(handle["trial_dir"]), request)
+        # Detached on the machine: the KILL after the grace happens even if this process (a
+        # task's on_kill, SIGKILLed by Airflow 5 s after its SIGTERM) and its SSH session end.
         await self.shell.run(
             machine,
-            kill_command(handle["trial_dir"], KILL_GRACE_SECONDS)
-            + "; "
-            # what left the process group (setsid, double forks) carries the mark
-            + stop_marked_command(trial_mark(handle["trial_dir"]), KILL_GRACE_SECONDS),
+            detached_command(
+                # the group and what left it (setsid, double forks: it carries the mark), at once
+                f"( {kill_command(handle['trial_dir'], KILL_GRACE_SECONDS)} ) & "
+                + stop_marked_command(trial_mark(handle["trial_dir"]), KILL_GRACE_SECONDS)
+                + "; wait"
+            ),
             check=False,
         )
 
