@@ -311,3 +311,89 @@ def test_point_tuners_refuse_a_trial_of_ones_own(tmp_path):
     start_run(experiment, store, "dag_a", "r1", {})
     with pytest.raises(steering.ActionRefused, match="GridSearch runs its points in order"):
         steering.add_trial(store, "egrid", {"x": 1}, "dave")
+
+
+def test_actions_at_once_each_keep_their_history_line(any_store, tmp_path):
+    """Issue 36 (2): twenty actions from two editors at once wrote 13 history lines (the history
+    was read, appended to and written back). Each is kept, on SQLite and PostgreSQL."""
+    import threading
+
+    (tmp_path / "config.yml").write_text(CONFIG)
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "ehistory", tmp_path / "work")
+    start_run(experiment, any_store, "dag_a", "r1", {})
+    barrier = threading.Barrier(20)
+
+    def act(i: int) -> None:
+        barrier.wait()
+        steering.record_action(any_store, "ehistory", f"editor{i % 2}", "test", f"action {i}")
+
+    threads = [threading.Thread(target=act, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    details = sorted(h["detail"] for h in steering.history(any_store, "ehistory") if h["action"] == "test")
+    assert details == sorted(f"action {i}" for i in range(20))
+
+
+def test_twenty_trials_added_at_once_raise_max_trial_number_by_twenty(any_store, tmp_path):
+    """Issue 36 (2): twenty add-trials at once from two editors queued twenty trials but raised
+    maxTrialNumber by 8 (the limits were read, changed and written back)."""
+    import threading
+
+    (tmp_path / "config.yml").write_text(CONFIG)
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "eadded", tmp_path / "work")
+    start_run(experiment, any_store, "dag_a", "r1", {})
+    barrier = threading.Barrier(20)
+
+    def add(i: int) -> None:
+        barrier.wait()
+        steering.add_trial(any_store, "eadded", {"x": i / 20}, f"editor{i % 2}")
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert steering.limits(any_store, "eadded")["maxTrialNumber"] == 4 + 20
+    assert len(steering.waiting_trials(any_store, "eadded")) == 20
+    assert len([h for h in steering.history(any_store, "eadded") if h["action"] == "add trial"]) == 20
+
+
+def test_a_huge_duration_is_refused_and_a_later_one_counts_from_the_runs_start(setup):
+    """Issue 36 (2): maxExperimentDuration 1e308 and then "4h" left the deadline in 1970 (the old
+    deadline minus the old duration plus the new one, in floats) and cancelled every trial."""
+    experiment, store = setup
+    started_at = store.experiment_attrs("esteer")["run:r1"]["started_at"]
+    for huge in (1e308, "100000d", 10**12):
+        with pytest.raises(steering.BadInput, match="maxExperimentDuration: expected at most 3660 days"):
+            steering.change_limits(store, "esteer", "ann", {"maxExperimentDuration": huge})
+    steering.change_limits(store, "esteer", "ann", {"maxExperimentDuration": "3000d"})
+    assert experiment.window(store, "r1").deadline == pytest.approx(started_at + 3000 * 86400)
+    steering.change_limits(store, "esteer", "ann", {"maxExperimentDuration": "4h"})
+    assert experiment.window(store, "r1").deadline == pytest.approx(started_at + 4 * 3600)
+    # a follow-on run counts from the first run's start, not its own
+    later = experiment.start_run(store, "r2", now=started_at + 100, continues="r1")
+    assert later.deadline == pytest.approx(started_at + 4 * 3600)
+    steering.change_limits(store, "esteer", "ann", {"maxExperimentDuration": "1h"})
+    assert experiment.window(store, "r2").deadline == pytest.approx(started_at + 3600)
+
+
+def test_a_trial_starting_while_the_deadline_moves_sees_the_new_one(setup, monkeypatch):
+    """Issue 36 (2): a deadline change made while trials were starting missed three of them
+    (each read its run's window once, before asking the tuner; the change reaches only the
+    trials already in the store)."""
+    experiment, store = setup
+    started_at = store.experiment_attrs("esteer")["run:r1"]["started_at"]
+    real_ask = store.ask
+
+    def ask_after_a_change(*args, **kwargs):
+        steering.change_limits(store, "esteer", "ann", {"maxExperimentDuration": "2h"})
+        return real_ask(*args, **kwargs)
+
+    monkeypatch.setattr(store, "ask", ask_after_a_change)
+    started = lifecycle.start_trial(experiment, store, "r1", 0)
+    try:
+        assert started.experiment_deadline == pytest.approx(started_at + 2 * 3600)
+    finally:
+        started.platform.cancel_sync(started.handle, TrialStatus.USER_CANCELED, "test over")

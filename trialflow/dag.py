@@ -1,4 +1,4 @@
-"""experiment_dag(config) -> DAG: start -> one mapped task per trial -> end.
+"""experiment_dag(config) -> DAG: start -> one mapped task per trial (and their watch) -> end.
 
 ``trialConcurrency`` becomes ``max_active_tis_per_dagrun`` on the mapped trial
 task. Deferred task instances count toward it (verified on Airflow 3.3), so it
@@ -25,6 +25,7 @@ from trialflow.operators.experiment import (
     EndExperimentOperator,
     PublishBestOperator,
     StartExperimentOperator,
+    WatchTrialsOperator,
 )
 from trialflow.operators.trial import SubmitTrialOperator
 from trialflow.plan import DagPlan, default_dag_id, load_plan
@@ -134,7 +135,11 @@ def experiment_dag(
             trigger_rule="all_done",
             cleanup=cleanup,
         )
+        # Trials whose task ended while nothing followed them are stopped and closed meanwhile
+        # (trialflow.reconcile); the end step waits for the watch and makes a last pass itself.
+        watch = WatchTrialsOperator(task_id="watch_trials", config_path=str(path), store_conn_id=store_conn_id)
         start >> trials >> end
+        start >> watch >> end
         # An unbounded experiment goes on in follow-on runs; so does one whose maxTrialNumber a
         # person raised past this run's trials (skipped when the experiment is over).
         end >> ContinueExperimentOperator(task_id="continue_experiment", trigger_dag_id=dag.dag_id)

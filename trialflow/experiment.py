@@ -368,8 +368,13 @@ class Experiment:
             first = max(taken, default=0)
         duration = self.config.max_experiment_duration
         deadline = now + duration if duration else None
+        # When the run's maxExperimentDuration counts from: its own start, or the start of the run
+        # it continues (kept, so a changed duration is added to it, never to a difference).
+        counted_from = now
         if continues is not None and RUN_ATTR_PREFIX + continues in attrs:
             deadline = RunWindow.of(attrs, continues).deadline
+            earlier = attrs[RUN_ATTR_PREFIX + continues]
+            counted_from = float(earlier.get("counted_from") or earlier.get("started_at") or now)
         window = RunWindow(first, count or trial_count(self.config), deadline)
         store.set_experiment_attrs(
             self.experiment_id,
@@ -379,6 +384,7 @@ class Experiment:
                     "count": window.count,
                     "deadline": window.deadline,
                     "started_at": now,
+                    "counted_from": counted_from,
                 }
             },
         )

@@ -173,8 +173,11 @@ def start_trial(
     started.deadline = started_at + max_duration if max_duration else None
     started.record = replace(record, status=TrialStatus.WAITING, handle=handle, started_at=started_at)
     # A stop that came while it was being submitted (steering.stop_runs marks the run, then asks
-    # the trials it finds running: one asked meanwhile sees the mark here).
-    reason = stop_requested(store, record.storage_id) or _stopped_reason(experiment.window(store, run_id))
+    # the trials it finds running: one asked meanwhile sees the mark here), and a deadline moved
+    # meanwhile (steering's change reaches the trials it finds running; this one was not yet).
+    now_window = experiment.window(store, run_id)
+    started.experiment_deadline = now_window.deadline
+    reason = stop_requested(store, record.storage_id) or _stopped_reason(now_window)
     if reason:
         run_sync(stop_trial(platform, store, handle, record.storage_id, reason))
         started.record = store.trial(record.storage_id)
@@ -198,13 +201,13 @@ async def stop_trial(
     The store first: whoever follows the trial then sees the job end and finds this outcome
     already recorded (not a FAILED from a killed process), and the tuner and the end step stop
     counting it as running at once. A trial that had already ended keeps its outcome and its
-    job is left alone (False)."""
+    job is left alone (False); of two stops racing for one trial, one is told True."""
     record = await asyncio.to_thread(store.trial, storage_id)
     if record.finished:
         return False
-    await asyncio.to_thread(store.close, storage_id, status, reason)
-    await platform.cancel(handle, status, reason)
-    return True
+    closed = await asyncio.to_thread(store.close_first, storage_id, status, reason)
+    await platform.cancel(handle, status, reason)  # also when another stop closed it a moment ago
+    return closed
 
 
 def follower(

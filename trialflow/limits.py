@@ -9,3 +9,7 @@ MAX_TRIALS_PER_RUN = 10_000
 #: Finished trials a learning tuner's ask reads at most in a long experiment: the best half and
 #: the newest half (trialflow.tuning.history; README's tuner table says which tuners).
 HISTORY_LIMIT = 1000
+
+#: Longest maxExperimentDuration a person may set on a running experiment (ten years, in
+#: seconds): past it a deadline is no deadline, and huge floats lose the seconds they are added to.
+MAX_EXPERIMENT_SECONDS = 10 * 366 * 24 * 3600

@@ -33,7 +33,14 @@ def write_config(tmp_path: Path, tuner: str = "TPE", platform: str = "local", ex
 def test_dag_shape(tmp_path):
     dag = experiment_dag(write_config(tmp_path))
     assert dag.dag_id == "trialflow_my_exp"
-    assert dag.task_ids == ["start_experiment", "trial", "end_experiment", "continue_experiment", "publish_best"]
+    assert dag.task_ids == [
+        "start_experiment",
+        "trial",
+        "end_experiment",
+        "watch_trials",
+        "continue_experiment",
+        "publish_best",
+    ]
     trial = dag.get_task("trial")
     assert trial.partial_kwargs["max_active_tis_per_dagrun"] == 3
     assert trial.expand_input.value["trial_index"] == list(range(7))
@@ -41,7 +48,9 @@ def test_dag_shape(tmp_path):
     assert dag.dagrun_timeout is None
     assert dag.get_task("end_experiment").trigger_rule == "all_done"
     assert dag.get_task("start_experiment").retries == 2
-    assert dag.get_task("start_experiment").downstream_task_ids == {"trial"}
+    assert dag.get_task("start_experiment").downstream_task_ids == {"trial", "watch_trials"}
+    # the end step waits for the trials and for their watch (trialflow.reconcile)
+    assert dag.get_task("end_experiment").upstream_task_ids == {"trial", "watch_trials"}
     assert "trialflow" in dag.tags
 
 
@@ -141,7 +150,14 @@ def test_without_max_trial_number_the_run_continues_in_a_follow_on_run(tmp_path)
     path = tmp_path / "c.yml"
     path.write_text(CONFIG.format(tuner="TPE", platform="local").replace("maxTrialNumber: 7\n", ""))
     dag = experiment_dag(path, dag_id="unbounded")
-    assert dag.task_ids == ["start_experiment", "trial", "end_experiment", "continue_experiment", "publish_best"]
+    assert dag.task_ids == [
+        "start_experiment",
+        "trial",
+        "end_experiment",
+        "watch_trials",
+        "continue_experiment",
+        "publish_best",
+    ]
     assert dag.get_task("trial").expand_input.value["trial_index"] == list(range(100))
     follow = dag.get_task("continue_experiment")
     assert follow.trigger_dag_id == "unbounded" and follow.upstream_task_ids == {"end_experiment"}

@@ -101,3 +101,46 @@ def test_kill_lower_concurrency_and_stop_reach_trials_on_other_hosts(cluster: De
     assert len(rows) < 24 and state == "success"  # the end step found results; the rest never started
     tis = [ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
     assert all(ti["state"] in ("success", "skipped") for ti in tis), [(ti["map_index"], ti["state"]) for ti in tis]
+
+
+def test_mark_failed_across_the_hand_off_leaves_nothing_running(cluster: Deployment, ssh_machine):
+    """Issue 36 (1) under the CeleryExecutor: each trial task (on the SSH machine, followed by a
+    Celery worker for 2 s, then by the triggerer) is marked failed at another instant around its
+    hand-off. None may be left running on the machine or RUNNING in the store, none starts
+    twice; the clicks no on_kill saw are closed by the run's watch or its end step."""
+    import subprocess
+
+    from tests.integration.test_airflow_controls import mark_failed_across_the_hand_off
+
+    log = start_log()
+    offsets = [1.0, 1.8, 2.0, 2.15, 2.3, 2.5, 3.0, 4.0]
+    dag_id, dag_file = remote_experiment(cluster, ssh_machine, "hand_off", log, trials=len(offsets), defer_after=2)
+    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    started_at = time.monotonic()
+    run_id = cluster.airflow.trigger(dag_id)
+    mark_failed_across_the_hand_off(cluster.airflow, cluster.store_url, dag_id, run_id, offsets)
+    wait_until(
+        lambda: cluster.airflow.dag_run_state(dag_id, run_id) in ("success", "failed"), 300, "the run to end", 1.0
+    )
+    rows = ExperimentStore(cluster.store_url).trial_rows(experiment_id_for(dag_id, run_id))
+    starts = Counter(log.read_text().split())
+    left = subprocess.run(["pgrep", "-u", ssh_machine.user, "-f", "t.py"], capture_output=True, text=True).stdout
+    FAULT_REPORT.append(
+        {
+            "fault": "mark failed across the hand-off (SSH machine, worker -> triggerer)",
+            "trials": len(offsets),
+            "started": len(starts),
+            "finished": sum(r["status"] in ("SUCCEEDED", "USER_CANCELED") for r in rows),
+            "lost": sum(r["status"] in ("RUNNING", "WAITING") for r in rows) + len(left.split()),
+            "duplicated": sum(n - 1 for n in starts.values()),
+            "retried tasks": 0,
+            "wall s": round(time.monotonic() - started_at, 1),
+        }
+    )
+    assert set(starts.values()) == {1}, f"trials started more than once: {starts}"
+    assert not [r for r in rows if r["status"] in ("RUNNING", "WAITING")], rows
+    assert left == "", f"trial processes left on the SSH machine: {left}"
+    # a click just after a trial ended on its own leaves its success; every other one stopped it
+    assert all(r["status"] in ("SUCCEEDED", "USER_CANCELED") for r in rows), rows
+    tis = [ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
+    assert {ti["state"] for ti in tis} == {"failed"}, [(ti["map_index"], ti["state"]) for ti in tis]

@@ -213,3 +213,118 @@ def test_marking_a_remote_trial_failed_stops_its_process_tree_on_the_ssh_machine
     assert row["message"].startswith("stopped from Airflow: its task was marked failed")
     harness.wait(dag_id, run_id, 120)
     print(f"mark failed (remote, triggerer): process tree gone {took:.1f} s after the PATCH")
+
+
+def mark_failed_across_the_hand_off(
+    airflow: Any, store_url: str, dag_id: str, run_id: str, offsets: list[float]
+) -> tuple[dict[int, dict[str, Any]], dict[int, float]]:
+    """Mark trial task i failed ``offsets[i]`` seconds after its trial's handle reaches the store
+    (its worker starts following it then), each from a thread of its own, through the REST API as
+    the Grid does. Returns the trials' handles and how late each PATCH got through."""
+    import threading
+
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+    experiment_id = experiment_id_for(dag_id, run_id)
+    clicked: dict[int, float] = {}
+    handles: dict[int, dict[str, Any]] = {}
+
+    def click(index: int, at: float) -> None:
+        time.sleep(max(0.0, at - time.monotonic()))
+        for _ in range(20):  # Airflow's SQLite metadata answers 500 "database is locked" at times
+            response = airflow.api(
+                "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{index}", json={"new_state": "failed"}
+            )
+            if response.status_code < 500:
+                break
+            time.sleep(0.1)
+        assert response.status_code == 200, response.text
+        clicked[index] = time.monotonic() - at
+
+    clickers = []
+    deadline = time.monotonic() + 240
+    store = ExperimentStore(store_url)
+    while len(handles) < len(offsets):  # polled every 50 ms
+        assert time.monotonic() < deadline, f"only {len(handles)} trials started"
+        for index in range(len(offsets)):
+            if index in handles:
+                continue
+            record = store.find_trial(experiment_id, index) if store.experiment_exists(experiment_id) else None
+            if record is not None and record.handle and "trial_dir" in record.handle:
+                handles[index] = record.handle
+                thread = threading.Thread(target=click, args=(index, time.monotonic() + offsets[index]))
+                thread.start()
+                clickers.append(thread)
+        time.sleep(0.05)
+    for thread in clickers:
+        thread.join(60)
+    assert len(clicked) == len(offsets)
+    return handles, clicked
+
+
+# A trial that traps SIGTERM (to save a checkpoint, say) and starts a child in a session of its
+# own that ignores it too; both write their pids into the trial's folder.
+STUBBORN = (
+    "import os, signal, subprocess, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)'], start_new_session=True)\n"
+    "open(os.path.join(os.environ['NNI_OUTPUT_DIR'], 'pids'), 'w').write(f'{os.getpid()} {child.pid}\\n')\n"
+    "open(os.environ['LAUNCHES'], 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
+    "time.sleep(300)\ntrial.report_final_result(p['x'])\n"
+)
+
+
+def test_marking_trials_failed_across_the_hand_off_leaves_no_trial_running(harness: Harness):
+    """Issue 36 (0, 1): each trial's task is marked failed at another instant around its
+    hand-off from the worker to the triggerer (defer_after 2 s): before it (the worker's
+    on_kill, with a trial that ignores SIGTERM), while the task defers, while the triggerer
+    starts the trigger, after. Measured before: a click ~0.3 s past defer_after reached no
+    on_kill, and the trial ran on, RUNNING in the store forever. Every trial must end with no
+    process left (its setsid child included) and be closed in the store."""
+
+    offsets = [1.0, 1.8, 2.0, 2.1, 2.2, 2.35, 2.5, 2.8, 3.3, 4.5]
+    defer_after = 2.0
+    folder = harness.root / "experiments" / "hand_off"
+    launches = folder / "launches"
+    text = config(len(offsets), len(offsets)).replace("{launches}", str(launches))
+    dag_id, _ = harness.experiment("hand_off", text, {"t.py": STUBBORN}, dag_args=f"defer_after={defer_after}")
+    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
+    run_id = harness.airflow.trigger(dag_id)
+    handles, clicked = mark_failed_across_the_hand_off(harness.airflow, harness.store_url, dag_id, run_id, offsets)
+    last_click = time.monotonic()
+
+    def pids_of(handle: dict[str, Any]) -> list[int]:
+        path = Path(handle["trial_dir"]) / "pids"
+        ready = wait_for(f"{path}", lambda: path.exists() and path.read_text().endswith("\n") and path.read_text(), 30)
+        return [int(handle["pid"]), *map(int, ready.split())]
+
+    pids = {index: pids_of(handle) for index, handle in handles.items()}
+    wait_for(
+        "every trial's processes to end",
+        lambda: not any(process_alive(p) for ps in pids.values() for p in ps),
+        30,
+    )
+    gone_at = time.monotonic()
+    rows = wait_for(
+        "every trial closed in the store",
+        lambda: (
+            (rows := harness.rows(dag_id, run_id))
+            and all(r["status"] not in ("RUNNING", "WAITING") for r in rows)
+            and rows
+        ),
+        30,
+    )
+    harness.wait(dag_id, run_id, 180)
+    assert sorted(launches.read_text().split()) == sorted(r["trial_id"] for r in rows)  # each started once
+    by_index = {r["trial_index"]: r for r in rows}
+    report = []
+    for index, offset in enumerate(offsets):
+        row = by_index[index]
+        assert row["status"] == "USER_CANCELED", row
+        report.append(f"  +{offset:.2f} s (PATCH done {clicked[index]:.2f} s later): {row['message']}")
+    assert {ti["state"] for ti in harness.tis(dag_id, run_id)} == {"failed"}
+    print(
+        f"mark failed across the hand-off (defer_after {defer_after} s): every process gone "
+        f"{gone_at - last_click:.1f} s after the last click\n" + "\n".join(report)
+    )

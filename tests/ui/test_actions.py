@@ -223,6 +223,15 @@ def test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run(ui:
     )
     assert response.status_code == 200, response.text
     assert response.json()["limits"]["trialConcurrency"] == 4 and response.json()["dag_parse_requested"]
+    # Issue 36 (2): a second change while the first one's parse is still asked for answered 500
+    # (a unique key of Airflow's parse requests), after the limit was written, before the audit.
+    again = httpx.patch(
+        f"{ui.base}/trialflow/api/experiments/{experiment_id}/limits",
+        json={"trialConcurrency": 4},
+        headers={"Authorization": f"Bearer {ui.token('editor')}"},
+        timeout=30,
+    )
+    assert again.status_code == 200 and again.json()["dag_parse_requested"], again.text
     _, state = harness.wait(dag_id, run_id, 300)
     assert state == "success"
     assert most_at_once(log) == 4  # never more, and four once raised
@@ -235,7 +244,7 @@ def test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run(ui:
     from trialflow.tuning.dag_limits import read_concurrency
 
     assert read_concurrency(harness.store.engine, dag_id) is None
-    assert [e["owner"] for e in audit_events(ui, "trialflow.change_limits", dag_id)] == ["editor"]
+    assert [e["owner"] for e in audit_events(ui, "trialflow.change_limits", dag_id)] == ["editor", "editor"]
 
 
 def test_the_effective_config_is_readable_with_secrets_masked(ui: UiSetup):

@@ -105,6 +105,51 @@ class StartExperimentOperator(_ExperimentStep):
         }
 
 
+class WatchTrialsOperator(_ExperimentStep):
+    """Reconcile the run's trials with their tasks while they run (trialflow.reconcile).
+
+    Defers at once to RunWatchTrigger, which holds no worker slot: every ``poll_interval``
+    seconds it stops and closes any trial the store holds as running whose task has ended (a
+    click Airflow's ``on_kill`` never saw, at the hand-off from worker to triggerer), and ends
+    once every trial task has ended. The end step waits for it.
+
+    :param config_path: the NNI experiment config (v1 or v2 YAML); templated.
+    :param store_conn_id: the ``trialflow`` connection of the experiment store.
+    :param trial_task_id: the mapped trial task of the run.
+    :param poll_interval: seconds between two passes.
+    """
+
+    ui_color = "#f3f3f3"
+
+    def __init__(self, *, trial_task_id: str = "trial", poll_interval: float = 1.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.trial_task_id = trial_task_id
+        self.poll_interval = poll_interval
+
+    def execute(self, context: Context) -> Any:
+        from trialflow.triggers.watch import RunWatchTrigger
+
+        experiment = experiment_for(self.config_path, context)
+        self.defer(
+            trigger=RunWatchTrigger(
+                config_path=str(self.config_path),
+                store_conn_id=self.store_conn_id,
+                experiment_id=experiment.experiment_id,
+                workdir=str(experiment.workdir),
+                dag_id=context["dag"].dag_id,
+                run_id=context["run_id"],
+                trial_task_id=self.trial_task_id,
+                poll_interval=self.poll_interval,
+            ),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        if event.get("status") == "ERROR":
+            raise AirflowFailException(event.get("message"))  # the end step's own pass remains
+        return event
+
+
 class EndExperimentOperator(_ExperimentStep):
     """Summarise the experiment from the store: per-trial table, best trial, counts.
 
@@ -116,11 +161,13 @@ class EndExperimentOperator(_ExperimentStep):
     :param config_path: the NNI experiment config (v1 or v2 YAML); templated.
     :param store_conn_id: the ``trialflow`` connection of the experiment store.
     :param cleanup: remove the experiment's files from the platforms after summarising.
+    :param trial_task_id: the mapped trial task of the run (its trials are reconciled first).
     """
 
-    def __init__(self, *, cleanup: bool = False, **kwargs: Any):
+    def __init__(self, *, cleanup: bool = False, trial_task_id: str = "trial", **kwargs: Any):
         super().__init__(**kwargs)
         self.cleanup = cleanup
+        self.trial_task_id = trial_task_id
         self._lineage: tuple[dict[str, Any], dict[str, Any] | None] | None = None
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
@@ -138,6 +185,26 @@ class EndExperimentOperator(_ExperimentStep):
             )
             experiment.platform(i, connections).cleanup_sync(experiment.experiment_id)
 
+    def _reconcile(self, context: Context, experiment: Experiment, store: ExperimentStore) -> None:
+        """Every trial task of the run has ended (trigger rule all_done): a trial the store still
+        holds as running has nothing following it, and is stopped and closed before the summary
+        (trialflow.reconcile), whether or not the watch saw it."""
+        from trialflow.platforms.background import run_sync
+        from trialflow.reconcile import reconcile_run
+        from trialflow.triggers.airflow_stop import ask_trial_states
+
+        dag_id, run_id = context["dag"].dag_id, context["run_id"]
+        try:
+            states = ask_trial_states(dag_id, run_id, self.trial_task_id)
+        except Exception as exc:  # the run is over all the same: the messages say less
+            self.log.warning("cannot ask Airflow the trial tasks' states: %s", exc)
+            states = {}
+        done = run_sync(
+            reconcile_run(experiment, store, run_id, states, run_over=True, connections=airflow_connections())
+        )
+        for trial in done:
+            self.log.warning("Trial %s stopped: %s", trial.trial_id, trial.reason)
+
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.experiment import ExperimentNotOwned, check_owner
         from trialflow.run_lifecycle import RunHasNoTrials, summarize_run
@@ -146,6 +213,7 @@ class EndExperimentOperator(_ExperimentStep):
         conf = getattr(context.get("dag_run"), "conf", None) or {}
         try:
             check_owner(store, experiment.experiment_id, context["dag"].dag_id, conf)  # before reading anything
+            self._reconcile(context, experiment, store)
             verdict = summarize_run(experiment, store, context["run_id"], conf)
         except (ExperimentNotOwned, RunHasNoTrials) as exc:
             raise AirflowFailException(str(exc)) from None

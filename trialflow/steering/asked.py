@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from trialflow.platforms.base import TrialStatus
 from trialflow.steering.base import ActionRefused, BadInput, UnknownTarget, find_trial, record_action
-from trialflow.steering.limits import LIMITS, changed_limits, limits
+from trialflow.steering.limits import LIMITS
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
@@ -52,10 +52,13 @@ def check_parameters(store: ExperimentStore, experiment_id: str, parameters: Any
 def _one_more_trial(store: ExperimentStore, experiment_id: str, count: int) -> None:
     """An asked-for trial does not use up the tuner's: maxTrialNumber grows by as many (an
     experiment without one has no budget to grow)."""
-    current = limits(store, experiment_id).get("maxTrialNumber")
-    if current is not None:
-        changed = changed_limits(store, experiment_id)
-        store.set_experiment_attrs(experiment_id, {LIMITS: {**changed, "maxTrialNumber": int(current) + count}})
+    configured = (store.experiment_attr(experiment_id, "config") or {}).get("maxTrialNumber")
+
+    def grown(old: Any) -> Any:  # atomic: twenty trials added at once raise it by twenty
+        current = (old or {}).get("maxTrialNumber", configured)
+        return old if current is None else {**(old or {}), "maxTrialNumber": int(current) + count}
+
+    store.update_experiment_attr(experiment_id, LIMITS, grown)
 
 
 def add_trial(store: ExperimentStore, experiment_id: str, parameters: Any, by: str, reason: str | None = None) -> int:

@@ -46,9 +46,8 @@ class Request:
 def record_action(store: ExperimentStore, experiment_id: str, by: str, action: str, detail: str) -> dict[str, Any]:
     """Append one action to the experiment's history (the newest HISTORY_LIMIT are kept)."""
     entry = {"at": time.time(), "by": by, "action": action, "detail": detail}
-    history = list(store.experiment_attr(experiment_id, HISTORY) or [])
-    history.append(entry)
-    store.set_experiment_attrs(experiment_id, {HISTORY: history[-HISTORY_LIMIT:]})
+    # Atomic: two actions at once both keep their line.
+    store.update_experiment_attr(experiment_id, HISTORY, lambda old: [*(old or []), entry][-HISTORY_LIMIT:])
     return entry
 
 

@@ -34,7 +34,7 @@ def check_limits(changes: dict[str, Any]) -> dict[str, Any]:
     """The changes as numbers (maxExperimentDuration in seconds), or ActionRefused naming the
     key and what was expected, as ``trialflow validate`` words it."""
     from trialflow.config.units import parse_duration
-    from trialflow.limits import MAX_TRIALS_PER_RUN
+    from trialflow.limits import MAX_EXPERIMENT_SECONDS, MAX_TRIALS_PER_RUN
 
     if not isinstance(changes, dict) or not changes:
         raise BadInput(f"nothing to change: give one or more of {', '.join(LIMIT_KEYS)}")
@@ -48,9 +48,15 @@ def check_limits(changes: dict[str, Any]) -> dict[str, Any]:
         checked["maxTrialNumber"] = _whole("maxTrialNumber", changes["maxTrialNumber"], MAX_TRIAL_NUMBER)
     if "maxExperimentDuration" in changes:
         try:
-            checked["maxExperimentDuration"] = parse_duration(changes["maxExperimentDuration"])
+            seconds = parse_duration(changes["maxExperimentDuration"])
         except ValueError as exc:
             raise BadInput(f"maxExperimentDuration: {exc}") from None
+        if seconds > MAX_EXPERIMENT_SECONDS:
+            raise BadInput(
+                f"maxExperimentDuration: expected at most {MAX_EXPERIMENT_SECONDS // 86400} days "
+                f"({MAX_EXPERIMENT_SECONDS} s), got {seconds:g} s"
+            )
+        checked["maxExperimentDuration"] = seconds
     return checked
 
 
@@ -80,10 +86,10 @@ def change_limits(store: ExperimentStore, experiment_id: str, by: str, changes: 
     checked = check_limits(changes)
     if not store.experiment_exists(experiment_id):
         raise UnknownTarget(f"there is no experiment {experiment_id!r}")
-    before = limits(store, experiment_id)
     if "maxExperimentDuration" in checked:
-        _move_deadlines(store, experiment_id, before.get("maxExperimentDuration"), checked["maxExperimentDuration"])
-    store.set_experiment_attrs(experiment_id, {LIMITS: {**changed_limits(store, experiment_id), **checked}})
+        _move_deadlines(store, experiment_id, checked["maxExperimentDuration"])
+    # Atomic: two changes at once (or a change beside an added trial's maxTrialNumber) both stay.
+    store.update_experiment_attr(experiment_id, LIMITS, lambda old: {**(old or {}), **checked})
     dag_id = store.experiment_attr(experiment_id, "dag_id")
     if "trialConcurrency" in checked and dag_id:
         write_concurrency(store.engine, dag_id, experiment_id, checked["trialConcurrency"])
@@ -97,22 +103,18 @@ def change_limits(store: ExperimentStore, experiment_id: str, by: str, changes: 
     return limits(store, experiment_id)
 
 
-def _move_deadlines(store: ExperimentStore, experiment_id: str, before: Any, seconds: float) -> None:
-    """Every run's deadline becomes its start + ``seconds`` (a run that inherited its deadline
-    from the run it continues moves by as much as that one), and running trials are told."""
-    from trialflow.config.units import parse_duration
-
-    old = parse_duration(before) if before else None
+def _move_deadlines(store: ExperimentStore, experiment_id: str, seconds: float) -> None:
+    """Every run's deadline becomes the time its duration counts from + ``seconds`` (a run that
+    continues another counts from that one's start), and running trials are told. Never the old
+    deadline minus the old duration plus the new one: after a duration of 1e308 s that difference
+    of huge floats was 0, and the next change set a deadline in 1970 that cancelled every trial."""
     attrs = store.experiment_attrs(experiment_id)
     moved: dict[str, Any] = {}
     for key, raw in attrs.items():
         if not key.startswith(RUN_ATTR_PREFIX) or not isinstance(raw, dict):
             continue
-        if raw.get("deadline") is not None and old is not None:
-            deadline = float(raw["deadline"]) - old + seconds
-        else:
-            deadline = float(raw.get("started_at") or time.time()) + seconds
-        moved[key] = {**raw, "deadline": deadline}
+        counted_from = raw.get("counted_from") or raw.get("started_at") or time.time()
+        moved[key] = {**raw, "deadline": float(counted_from) + seconds}
     store.set_experiment_attrs(experiment_id, moved)
     for trial in store.active_trials(experiment_id):
         for raw in moved.values():

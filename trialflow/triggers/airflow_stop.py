@@ -104,10 +104,24 @@ def ask_states(ref: TaskRef) -> tuple[str | None, str | None]:
     key = ref.task_id if ref.map_index < 0 else f"{ref.task_id}_{ref.map_index}"
     ti_state = states.get(ref.run_id, {}).get(key)
     dag_run_state = RuntimeTaskInstance.get_dagrun_state(dag_id=ref.dag_id, run_id=ref.run_id)
-    return _text(ti_state), _text(dag_run_state)
+    return state_text(ti_state), state_text(dag_run_state)
 
 
-def _text(state: Any) -> str | None:
+def ask_trial_states(dag_id: str, run_id: str, task_id: str) -> dict[int, str | None]:
+    """Every mapped instance of ``task_id`` in the run, map index -> state, from Airflow's
+    execution API (one request; from a task or a trigger). Raises when Airflow cannot be asked."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    states = RuntimeTaskInstance.get_task_states(dag_id=dag_id, task_ids=[task_id], run_ids=[run_id])
+    found: dict[int, str | None] = {}
+    prefix = f"{task_id}_"
+    for key, state in states.get(run_id, {}).items():
+        if key.startswith(prefix) and key[len(prefix) :].isdigit():
+            found[int(key[len(prefix) :])] = state_text(state)
+    return found
+
+
+def state_text(state: Any) -> str | None:
     """A state as Airflow spells it: the API's enums print as ``DagRunState.FAILED``."""
     return None if state is None else str(getattr(state, "value", state))
 

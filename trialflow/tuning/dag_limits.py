@@ -14,6 +14,8 @@ import time
 
 import sqlalchemy as sa
 
+from trialflow.tuning.tables import create_tables
+
 METADATA = sa.MetaData()
 DAG_LIMITS = sa.Table(
     "trialflow_dag_limits",
@@ -39,7 +41,7 @@ def read_concurrency(engine: sa.Engine, dag_id: str) -> int | None:
 
 
 def write_concurrency(engine: sa.Engine, dag_id: str, experiment_id: str, value: int) -> None:
-    METADATA.create_all(engine, checkfirst=True)
+    create_tables(METADATA, engine)
     with engine.begin() as conn:
         conn.execute(sa.delete(DAG_LIMITS).where(DAG_LIMITS.c.dag_id == dag_id))
         conn.execute(

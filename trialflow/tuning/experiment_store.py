@@ -18,7 +18,7 @@ import logging
 import math
 import sqlite3
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+#: Compare-and-set tries of update_experiment_attr before it gives up (each lost to another writer).
+ATTR_UPDATE_ATTEMPTS = 200
 
 
 #: trial index -> Optuna trial, one row per (study, index). Optuna can only find a trial by a
@@ -253,6 +256,40 @@ class ExperimentStore:
         )
         with self.storage.engine.connect() as conn:
             return [row[0] for row in conn.execute(query)]
+
+    def update_experiment_attr(self, experiment_id: str, key: str, change: Callable[[Any], Any]) -> Any:
+        """Set attribute ``key`` to ``change(its current value)`` (None when unset) atomically,
+        and return the new value: a compare-and-set on its row, tried again when another writer
+        changed it in between. Read-modify-write of a shared attribute (the history, counters)
+        lost changes under concurrency: twenty actions from two editors at once wrote 13
+        history lines. No lock is held, so it works alike on SQLite and PostgreSQL."""
+        table = models.StudyUserAttributeModel.__table__
+        study_id = self._study_id(experiment_id)
+        where = sa.and_(table.c.study_id == study_id, table.c.key == key)
+        for _ in range(ATTR_UPDATE_ATTEMPTS):
+            with self.storage.engine.connect() as conn:
+                raw = conn.execute(sa.select(table.c.value_json).where(where)).scalar_one_or_none()
+            value = change(None if raw is None else json.loads(raw))
+            new = json.dumps(value)
+            if new == (raw if raw is not None else "null"):
+                return value  # nothing changes: nothing is written
+            try:
+                with self.storage.engine.begin() as conn:
+                    if raw is None:
+                        conn.execute(sa.insert(table).values(study_id=study_id, key=key, value_json=new))
+                        return value
+                    if (
+                        conn.execute(
+                            sa.update(table).where(where, table.c.value_json == raw).values(value_json=new)
+                        ).rowcount
+                        == 1
+                    ):
+                        return value
+            except sa.exc.IntegrityError:
+                pass  # another writer inserted it first: read it again
+        raise RuntimeError(
+            f"experiment {experiment_id}: attribute {key!r} changed under every one of {ATTR_UPDATE_ATTEMPTS} tries"
+        )
 
     def set_experiment_attrs(self, experiment_id: str, attrs: dict[str, Any]) -> None:
         """Set what changed (an unchanged value is not written again)."""
@@ -481,11 +518,23 @@ class ExperimentStore:
                 self._objectives[study_id] = json.loads(raw) if raw else None
         return self._objectives[study_id]
 
+    def close_first(self, storage_id: int, status: TrialStatus, message: str | None = None) -> bool:
+        """``close``, saying whether this call closed the trial (False: it was closed already, or
+        another process closed it first): of two stops racing for one trial, exactly one is told
+        it stopped it, and so one history line is written."""
+        frozen = self.storage.get_trial(storage_id)
+        return self._close(frozen, storage_id, status, frozen.user_attrs.get("final_metric"), message)[1]
+
     def _finish(
         self, frozen: optuna.trial.FrozenTrial, storage_id: int, status: TrialStatus, final: Any, message: str | None
     ) -> TrialRecord:
+        return self._close(frozen, storage_id, status, final, message)[0]
+
+    def _close(
+        self, frozen: optuna.trial.FrozenTrial, storage_id: int, status: TrialStatus, final: Any, message: str | None
+    ) -> tuple[TrialRecord, bool]:
         if frozen.state.is_finished():
-            return _record(frozen, storage_id)  # Optuna freezes finished trials; the first outcome stands
+            return _record(frozen, storage_id), False  # Optuna freezes finished trials; the first outcome stands
         attrs: dict[str, Any] = {"nni_status": status.value}
         if message:
             attrs["message"] = message
@@ -504,11 +553,11 @@ class ExperimentStore:
             self.storage.close_trial(storage_id, state, values, attrs)
         except UpdateFinishedTrialError:
             # finished concurrently by another process (a cancel racing the trigger): first wins
-            return self.trial(storage_id)
+            return self.trial(storage_id), False
         frozen.state = state
         frozen.values = values
         frozen.user_attrs.update(attrs)
-        return _record(frozen, storage_id)
+        return _record(frozen, storage_id), True
 
     # -- reading --------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ import optuna
 import sqlalchemy as sa
 import sqlalchemy.orm as sa_orm
 from optuna import distributions
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
@@ -245,6 +246,15 @@ class TrialflowStorage(RDBStorage):
         with self.transaction() as session:
             trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
             self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
+            # The state first, and only if the trial is still running: SQLite ignores FOR UPDATE
+            # (and pysqlite reads before it begins the transaction), so two closers could both
+            # pass the check above; this write takes the database's write lock, and the second
+            # one finds the trial finished.
+            table = models.TrialModel.__table__
+            running = sa.and_(table.c.trial_id == trial_id, table.c.state == TrialState.RUNNING)
+            written = cast("sa.CursorResult[Any]", session.execute(sa.update(table).where(running).values(state=state)))
+            if written.rowcount != 1:
+                raise UpdateFinishedTrialError(f"trial {trial_id} was finished by another process first")
             self.write_user_attrs(session, trial_id, attrs, checked=True)
             for objective, value in enumerate(values or ()):
                 self._set_trial_value_without_commit(session, trial, objective, value)

@@ -15,6 +15,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from trialflow.tuning.tables import create_tables
+
 METADATA = sa.MetaData()
 TRIAL_QUEUE = sa.Table(
     "trialflow_trial_queue",
@@ -39,7 +41,7 @@ class Queued:
 
 
 def enqueue(engine: sa.Engine, study_id: int, parameters: dict[str, Any], request: dict[str, Any]) -> int:
-    METADATA.create_all(engine, checkfirst=True)
+    create_tables(METADATA, engine)
     with engine.begin() as conn:
         result = conn.execute(
             sa.insert(TRIAL_QUEUE).values(

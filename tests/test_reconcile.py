@@ -1,0 +1,156 @@
+"""Trials reconciled with their tasks (trialflow.reconcile), without Airflow: the rule, and its
+application to real trial processes on SQLite and PostgreSQL, with two reconcilers at once."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trialflow import lifecycle, steering
+from trialflow.config import load_config
+from trialflow.experiment import Experiment
+from trialflow.platforms.base import TrialStatus
+from trialflow.platforms.local import process_alive
+from trialflow.reconcile import RECONCILER, TASK_ALIVE, TASK_ENDED, orphan_reason, reconcile_run
+from trialflow.run_lifecycle import start_run
+
+# A trial that traps SIGTERM to save a checkpoint and never stops for it.
+CONFIG = f"""\
+searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
+trialCommand: {sys.executable} -c "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+trialCodeDirectory: .
+trialConcurrency: 3
+maxTrialNumber: 3
+tuner: {{name: Random}}
+trainingService: {{platform: local}}
+"""
+
+#: Every state Airflow 3.3 gives a task instance, and no state at all.
+ALL_STATES = sorted(TASK_ENDED | TASK_ALIVE) + [None]
+
+
+@pytest.mark.parametrize("run_over", [False, True])
+@pytest.mark.parametrize("state", ALL_STATES)
+def test_the_rule_is_total(state, run_over):
+    reason = orphan_reason(state, run_over=run_over)
+    if state in TASK_ENDED:
+        assert reason is not None and f"its task is {state}" in reason
+    elif run_over:
+        assert reason is not None and "DAG run is over" in reason
+    else:
+        assert reason is None  # a live task follows the trial, or its retry re-attaches
+
+
+def test_the_ended_and_alive_states_cover_airflows_own():
+    from airflow.utils.state import TaskInstanceState
+
+    assert {s.value for s in TaskInstanceState} == TASK_ENDED | TASK_ALIVE
+
+
+@pytest.fixture
+def running(any_store, tmp_path: Path, monkeypatch):
+    """An experiment whose run r1 has three running trials (map indexes 0, 1, 2); a stop's
+    grace is 1 s (they ignore SIGTERM)."""
+    monkeypatch.setattr("trialflow.platforms.local.KILL_GRACE_SECONDS", 1.0)
+    (tmp_path / "config.yml").write_text(CONFIG)
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "ereconcile", tmp_path / "work")
+    start_run(experiment, any_store, "dag_a", "r1", {})
+    started = [lifecycle.start_trial(experiment, any_store, "r1", i) for i in range(3)]
+    yield experiment, any_store, started
+    for s in started:  # whatever a failing test left
+        if s.handle and process_alive(s.handle["pid"]):
+            s.platform.cancel_sync(s.handle, TrialStatus.USER_CANCELED, "test over")
+
+
+def test_a_trial_whose_task_ended_is_stopped_and_closed_and_the_others_run_on(running):
+    experiment, store, started = running
+    states = {0: "failed", 1: "running", 2: "deferred"}
+    done = asyncio.run(reconcile_run(experiment, store, "r1", states))
+    assert [d.trial_index for d in done] == [0]
+    assert not process_alive(started[0].handle["pid"])  # SIGTERM ignored: ended by the KILL
+    assert all(process_alive(s.handle["pid"]) for s in started[1:])
+    record = store.trial(started[0].record.storage_id)
+    assert record.status == TrialStatus.USER_CANCELED and "its task is failed" in record.message
+    # whoever still follows the trial sees the stop request at its next poll
+    assert steering.stop_requested(store, started[0].record.storage_id) == record.message
+    assert [h["by"] for h in steering.history(store, "ereconcile") if h["action"] == "reconcile"] == [RECONCILER]
+    # a second pass finds nothing to do
+    assert asyncio.run(reconcile_run(experiment, store, "r1", states)) == []
+    # the run over (the end step): the rest are stopped too
+    done = asyncio.run(reconcile_run(experiment, store, "r1", {}, run_over=True))
+    assert sorted(d.trial_index for d in done) == [1, 2]
+    assert store.active_trials("ereconcile") == []
+
+
+def test_two_reconcilers_at_once_stop_each_trial_once(running):
+    experiment, store, started = running
+    results: list[list] = []
+    barrier = threading.Barrier(2)
+
+    def reconcile() -> None:
+        barrier.wait()
+        results.append(asyncio.run(reconcile_run(experiment, store, "r1", {0: "success", 1: "skipped", 2: "failed"})))
+
+    threads = [threading.Thread(target=reconcile) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(d.trial_index for r in results for d in r) == [0, 1, 2]  # each closed by one of them
+    deadline = time.monotonic() + 15
+    while any(process_alive(s.handle["pid"]) for s in started):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert {store.trial(s.record.storage_id).status for s in started} == {TrialStatus.USER_CANCELED}
+    lines = [h for h in steering.history(store, "ereconcile") if h["action"] == "reconcile"]
+    assert len(lines) == 3
+
+
+def test_a_trial_that_ended_on_its_own_keeps_its_outcome(running):
+    experiment, store, started = running
+    store.close(started[0].record.storage_id, TrialStatus.SUCCEEDED)
+    assert [d.trial_index for d in asyncio.run(reconcile_run(experiment, store, "r1", {0: "failed"}))] == []
+    assert store.trial(started[0].record.storage_id).status == TrialStatus.SUCCEEDED
+
+
+def test_another_runs_trials_are_left_alone(running):
+    experiment, store, started = running
+    assert asyncio.run(reconcile_run(experiment, store, "r2", {0: "failed"}, run_over=True)) == []
+    assert all(process_alive(s.handle["pid"]) for s in started)
+
+
+def test_a_watch_waits_for_on_kill_before_it_acts():
+    """A task seen ended is handed to the reconciler only after ON_KILL_GRACE seconds (its own
+    on_kill usually stops the trial first); one seen alive again (cleared) is forgotten."""
+    from trialflow.reconcile import ON_KILL_GRACE, overdue
+
+    seen: dict[int, float] = {}
+    assert overdue({0: "failed", 1: "running"}, seen, 100.0) == {}
+    assert overdue({0: "failed", 1: "success"}, seen, 100.0 + ON_KILL_GRACE - 0.1) == {}
+    assert overdue({0: "failed", 1: "success"}, seen, 100.0 + ON_KILL_GRACE) == {0: "failed"}
+    assert overdue({0: "queued", 1: "success"}, seen, 200.0) == {1: "success"}  # 0 was cleared
+    assert overdue({0: "failed", 1: "success"}, seen, 200.0) == {1: "success"}  # 0 starts again
+
+
+def test_the_watch_stops_orphans_after_the_grace_and_ends_when_nothing_runs(running):
+    from trialflow.reconcile import ON_KILL_GRACE, RunWatch
+
+    experiment, store, started = running
+    watch = RunWatch(experiment, store, "r1")
+    t = 1000.0
+    assert not asyncio.run(watch.observe({0: "failed", 1: "running", 2: "deferred"}, t))
+    assert watch.reconciled == [] and process_alive(started[0].handle["pid"])  # on_kill's turn first
+    assert not asyncio.run(watch.observe({0: "failed", 1: "running", 2: "deferred"}, t + ON_KILL_GRACE))
+    assert [r.trial_index for r in watch.reconciled] == [0]
+    ended = {0: "failed", 1: "success", 2: "skipped"}
+    # every task ended, two trials still running in the store: not over until they are closed
+    assert not asyncio.run(watch.observe(ended, t + 10))
+    assert not asyncio.run(watch.observe(ended, t + 10 + ON_KILL_GRACE - 0.5))
+    assert asyncio.run(watch.observe(ended, t + 10 + ON_KILL_GRACE)) is True
+    assert sorted(r.trial_index for r in watch.reconciled) == [0, 1, 2]
+    assert store.active_trials("ereconcile") == []

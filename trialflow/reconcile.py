@@ -1,0 +1,215 @@
+"""Trials reconciled with their tasks: whoever can see both sides closes the gap. No Airflow.
+
+Airflow (the trial's task instance) and the store (the trial) each hold a trial's life, and the
+events that keep them together can be missed at any instant: measured, a task marked failed
+while it hands over from its worker to the triggerer reaches neither ``on_kill`` (the worker
+has stopped following, the trigger never starts), and the trial then ran to its end while the
+store said RUNNING forever. So, as a Kubernetes controller does, the state is also compared,
+level-triggered: given what Airflow says of each trial task of a DAG run, a trial the store
+still holds as running whose task has ended (failed, success, skipped, removed...) has nothing
+following it, and is stopped through its platform and closed USER_CANCELED with what was seen.
+
+The rule is one pure function (:func:`orphan_reason`); :func:`reconcile_run` applies it to one
+run's trials. It is idempotent and safe when two callers act at once (the store's close keeps
+the first outcome; a second platform stop of an ended job does nothing), so the end step, the
+run's watch and anything else may call it whenever they like. A task that is still alive
+(queued, running, deferred, up for retry) is left alone: it follows the trial, or its retry
+re-attaches to it.
+
+Asking Airflow is the caller's part (the Airflow layer passes task states in); nothing here
+imports Airflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from optuna.exceptions import UpdateFinishedTrialError
+
+from trialflow import lifecycle, steering
+from trialflow.config.registry import is_host_bound
+from trialflow.platforms.base import Connections, TrialStatus
+from trialflow.platforms.hosts import TrialOnAnotherHost, check_host
+
+if TYPE_CHECKING:
+    from trialflow.experiment import Experiment
+    from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
+
+log = logging.getLogger(__name__)
+
+#: Task instance states after which nothing follows the trial: no try of the task runs now or
+#: later (a person who clears it makes a new try, which re-attaches to the trial).
+TASK_ENDED = frozenset({"success", "failed", "skipped", "removed", "upstream_failed"})
+#: Task instance states in which a try follows the trial, or will and re-attaches to it.
+TASK_ALIVE = frozenset(
+    {"scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting", "awaiting_input"}
+)
+#: Seconds a watch waits, once every trial task has ended, for trials it cannot stop itself (a
+#: local trial of another host) before it lets the run end.
+LEFT_GRACE = 120.0
+#: Who the history names for what reconciliation did.
+RECONCILER = "trialflow"
+
+
+def orphan_reason(task_state: str | None, *, run_over: bool) -> str | None:
+    """Why a trial the store still holds as running must be stopped now, or None to leave it.
+
+    | task state                         | run over | verdict                               |
+    |------------------------------------|----------|---------------------------------------|
+    | ended (success, failed, skipped...)| any      | stop: "its task is <state>"           |
+    | alive (queued, running, deferred...)| no      | leave: it follows or will re-attach   |
+    | alive                              | yes      | stop: the run is over                 |
+    | unknown (no answer, no such task)  | no       | leave: nothing is known yet           |
+    | unknown                            | yes      | stop: the run is over                 |
+
+    ``run_over``: the caller knows no task of the run follows its trials any more (the end step,
+    which runs once every trial task has ended; a DAG run marked failed or success)."""
+    if task_state in TASK_ENDED:
+        return f"its task is {task_state} while the trial still ran (reconciled by trialflow)"
+    if run_over:
+        return "its DAG run is over while the trial still ran (reconciled by trialflow)"
+    return None
+
+
+#: Seconds a trial task must have been seen ended before a watch that runs beside the trials
+#: stops its trial: the task's own on_kill (a person's click) usually does it within a second or
+#: two, and says better what happened ("its task was marked failed"). Airflow SIGKILLs a
+#: worker's task 5 s after its SIGTERM, so an on_kill that has not acted by then never will.
+ON_KILL_GRACE = 6.0
+
+
+def overdue(
+    states: Mapping[int, str | None], ended_since: dict[int, float], now: float, grace: float = ON_KILL_GRACE
+) -> dict[int, str | None]:
+    """The task states of those trial tasks that have been seen ended for ``grace`` seconds or
+    more; ``ended_since`` (map index -> when first seen ended) is the watch's memory, updated
+    here: a task seen alive again (cleared: a new try) is forgotten."""
+    for map_index, state in states.items():
+        if state in TASK_ENDED:
+            ended_since.setdefault(map_index, now)
+        else:
+            ended_since.pop(map_index, None)
+    return {i: states[i] for i, since in ended_since.items() if i in states and now - since >= grace}
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """One trial reconciliation stopped, and why."""
+
+    trial_index: int
+    trial_id: str
+    reason: str
+
+
+def run_trials(experiment: Experiment, store: ExperimentStore, run_id: str) -> dict[int, TrialRecord]:
+    """The run's trials the store holds as running, by the map index of their task."""
+    window = experiment.window(store, run_id)
+    if not window.count:
+        return {}
+    end = window.first_index + window.count
+    return {
+        trial.trial_index - window.first_index: trial
+        for trial in store.active_trials(experiment.experiment_id)
+        if window.first_index <= trial.trial_index < end
+    }
+
+
+async def reconcile_run(
+    experiment: Experiment,
+    store: ExperimentStore,
+    run_id: str,
+    task_states: Mapping[int, str | None],
+    *,
+    run_over: bool = False,
+    connections: Connections | None = None,
+) -> list[Reconciled]:
+    """Stop and close every trial of run ``run_id`` that the store holds as running while its
+    task (``task_states``: map index -> Airflow's state) has ended (see :func:`orphan_reason`).
+
+    The stop request is written beside the trial first, so a follower that is still there (on
+    the host a local trial lives on, which this caller may not be) cancels it at its next poll;
+    then the store is closed and the job stopped on its platform. Returns what it stopped."""
+    trials = await asyncio.to_thread(run_trials, experiment, store, run_id)
+    done: list[Reconciled] = []
+    for map_index, trial in sorted(trials.items()):
+        reason = orphan_reason(task_states.get(map_index), run_over=run_over)
+        if reason is None:
+            continue
+        if await _stop(experiment, store, trial, reason, connections):
+            done.append(Reconciled(trial.trial_index, trial.trial_id, reason))
+    return done
+
+
+async def _stop(
+    experiment: Experiment, store: ExperimentStore, trial: TrialRecord, reason: str, connections: Connections | None
+) -> bool:
+    request = steering.Request(RECONCILER, reason, _now()).to_dict()
+    try:
+        await asyncio.to_thread(store.set_attrs, trial.storage_id, **{steering.STOP_REQUEST: request})
+    except UpdateFinishedTrialError:
+        return False  # closed meanwhile (by its follower, or another reconciler): nothing to do
+    if not trial.handle:  # its task ended before the job was submitted: there is no job
+        stopped = await asyncio.to_thread(store.close_first, trial.storage_id, TrialStatus.USER_CANCELED, reason)
+    else:
+        service_index = int(trial.service_index or 0)
+        if is_host_bound(experiment.config.platform_names[service_index]):
+            try:  # before the store is closed: a closed trial whose job runs on is the gap itself
+                check_host(trial.trial_id, trial.handle)
+            except TrialOnAnotherHost as exc:
+                # A local trial of another host: its follower there acts on the stop request.
+                log.warning("trial %s: %s; the stop request waits for its host", trial.trial_id, exc)
+                return False
+        platform = experiment.platform(service_index, connections)
+        stopped = await lifecycle.stop_trial(platform, store, trial.handle, trial.storage_id, reason)
+    if stopped:
+        log.warning("Trial %s: %s", trial.trial_id, reason)
+        what = f"trial {trial.trial_index} ({trial.trial_id}): {reason}"
+        await asyncio.to_thread(steering.record_action, store, experiment.experiment_id, RECONCILER, "reconcile", what)
+    return stopped
+
+
+def _now() -> float:
+    return time.time()
+
+
+class RunWatch:
+    """The reconciler that runs beside one DAG run's trials (the Airflow layer's watch task feeds
+    it what Airflow says of the trial tasks, every second or so).
+
+    Each :meth:`observe` stops the trials whose task has been seen ended for ON_KILL_GRACE
+    seconds (:func:`overdue`), and says whether the watch is over: every trial task has ended
+    and no trial of the run is left running (closed by its follower, its on_kill or this
+    watch); or LEFT_GRACE seconds have passed since with trials it could not stop (a local
+    trial of another host: the end step's pass and their stop requests remain)."""
+
+    def __init__(
+        self, experiment: Experiment, store: ExperimentStore, run_id: str, connections: Connections | None = None
+    ):
+        self.experiment, self.store, self.run_id, self.connections = experiment, store, run_id, connections
+        self.ended_since: dict[int, float] = {}
+        self.all_ended_at: float | None = None
+        self.reconciled: list[Reconciled] = []
+
+    async def observe(self, states: Mapping[int, str | None], now: float) -> bool:
+        """One pass with the trial tasks' states (map index -> state); True when the watch is over."""
+        due = overdue(states, self.ended_since, now)
+        if due:
+            self.reconciled += await reconcile_run(
+                self.experiment, self.store, self.run_id, due, connections=self.connections
+            )
+        if not states or any(state not in TASK_ENDED for state in states.values()):
+            self.all_ended_at = None
+            return False
+        self.all_ended_at = self.all_ended_at if self.all_ended_at is not None else now
+        left = await asyncio.to_thread(run_trials, self.experiment, self.store, self.run_id)
+        if left and now - self.all_ended_at > LEFT_GRACE:
+            log.warning(
+                "trials %s are still running; the end step takes over", sorted(t.trial_id for t in left.values())
+            )
+            return True
+        return not left

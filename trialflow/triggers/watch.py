@@ -1,0 +1,166 @@
+"""RunWatchTrigger: the reconciler of one DAG run's trials, in the triggerer for the run's life.
+
+Events do not always arrive: a trial task marked failed while it hands over from the worker to
+the triggerer reaches no ``on_kill`` (measured), and its trial would run on with nothing
+following it. This trigger compares, every ``poll_interval`` seconds, what Airflow says of the
+run's trial tasks with what the store says of their trials, and closes the gap through
+trialflow.reconcile (which decides; this only asks Airflow and the store), once a task has been
+seen ended for reconcile.ON_KILL_GRACE seconds (its own on_kill usually acts first, and says
+better what happened). It ends once every trial task of the run has ended and no trial of the
+run is left running, so the end step that waits for it never summarizes a run with a trial
+still running. When a person marks the run failed (or this task),
+its ``on_kill`` makes the same pass at once, with the run taken as over when it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
+
+if TYPE_CHECKING:
+    from trialflow.experiment import Experiment
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+#: Stops under way (a reference keeps each alive until it ends: see on_kill).
+_WATCHING: set[asyncio.Future[None]] = set()
+#: Seconds in a row Airflow may not answer before the watch gives up (its task fails; the end
+#: step's own pass remains).
+ASK_GRACE = 600.0
+
+
+class RunWatchTrigger(BaseTrigger):
+    """Reconcile the trials of run ``run_id`` with their tasks until every trial task has ended.
+
+    :param config_path: the experiment's config (the platforms are rebuilt from it here).
+    :param store_conn_id: the ``trialflow`` connection of the experiment store.
+    :param experiment_id: the experiment the run drives.
+    :param workdir: the experiment's working directory (where local trials live).
+    :param dag_id: the DAG of the run.
+    :param run_id: the run.
+    :param trial_task_id: the mapped trial task whose instances follow the trials.
+    :param poll_interval: seconds between two passes.
+    """
+
+    def __init__(
+        self,
+        *,
+        config_path: str,
+        store_conn_id: str,
+        experiment_id: str,
+        workdir: str,
+        dag_id: str,
+        run_id: str,
+        trial_task_id: str = "trial",
+        poll_interval: float = 1.0,
+    ):
+        super().__init__()
+        self.config_path, self.store_conn_id = config_path, store_conn_id
+        self.experiment_id, self.workdir = experiment_id, workdir
+        self.dag_id, self.run_id, self.trial_task_id = dag_id, run_id, trial_task_id
+        self.poll_interval = poll_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "config_path": self.config_path,
+                "store_conn_id": self.store_conn_id,
+                "experiment_id": self.experiment_id,
+                "workdir": self.workdir,
+                "dag_id": self.dag_id,
+                "run_id": self.run_id,
+                "trial_task_id": self.trial_task_id,
+                "poll_interval": self.poll_interval,
+            },
+        )
+
+    def _open(self) -> tuple[Experiment, ExperimentStore]:
+        from pathlib import Path
+
+        from trialflow.config import load_config
+        from trialflow.experiment import Experiment
+        from trialflow.hooks.experiment_store import ExperimentStoreHook
+
+        experiment = Experiment(load_config(self.config_path), self.experiment_id, Path(self.workdir))
+        return experiment, ExperimentStoreHook(self.store_conn_id).get_conn()
+
+    async def _states(self) -> dict[int, str | None]:
+        from trialflow.triggers.airflow_stop import ask_trial_states
+
+        return await asyncio.to_thread(ask_trial_states, self.dag_id, self.run_id, self.trial_task_id)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from trialflow.hooks import airflow_connections
+        from trialflow.reconcile import RunWatch
+        from trialflow.triggers.trial import listeners_present
+
+        try:
+            experiment, store = await asyncio.to_thread(self._open)
+        except Exception as exc:
+            yield TriggerEvent({"status": "ERROR", "message": f"cannot watch run {self.run_id}: {exc}"})
+            return
+        watch = RunWatch(experiment, store, self.run_id, airflow_connections())
+        unanswered_since: float | None = None
+        while True:
+            try:
+                states = await self._states()
+                unanswered_since = None
+            except Exception as exc:
+                now = time.monotonic()
+                unanswered_since = unanswered_since or now
+                if now - unanswered_since > ASK_GRACE:
+                    yield TriggerEvent({"status": "ERROR", "message": f"Airflow did not say the trials' states: {exc}"})
+                    return
+                await asyncio.sleep(max(self.poll_interval, 5.0))
+                continue
+            try:
+                if await watch.observe(states, time.monotonic()):
+                    break
+            except Exception:  # the store or a platform refused this time: the next pass tries again
+                self.log.exception("reconciling run %s failed; trying again", self.run_id)
+            await asyncio.sleep(self.poll_interval)
+        result: dict[str, Any] = {"status": "DONE", "reconciled": [t.trial_id for t in watch.reconciled]}
+        # Ended from here (no worker start on the way to the end step), unless listeners must see it.
+        yield TriggerEvent(result) if listeners_present() else TaskSuccessEvent(xcoms={"return_value": result})
+
+    async def on_kill(self) -> None:
+        """A person marked the run (or this task) failed or success, or cleared it: one pass now,
+        the run taken as over when Airflow says it is failed or success. Shielded, as
+        TrialTrigger.on_kill is: the triggerer cancels a killed trigger's task again."""
+        work = asyncio.ensure_future(self._last_pass())
+        _WATCHING.add(work)
+        work.add_done_callback(_WATCHING.discard)
+        await asyncio.shield(work)
+
+    async def _last_pass(self) -> None:
+        from trialflow.hooks import airflow_connections
+        from trialflow.reconcile import reconcile_run
+        from trialflow.triggers.airflow_stop import TRIGGER_ASK_TIMEOUT, state_text
+
+        try:
+            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+            experiment, store = await asyncio.to_thread(self._open)
+            run_state = state_text(
+                await asyncio.wait_for(
+                    asyncio.to_thread(RuntimeTaskInstance.get_dagrun_state, dag_id=self.dag_id, run_id=self.run_id),
+                    TRIGGER_ASK_TIMEOUT,
+                )
+            )
+            states = await asyncio.wait_for(self._states(), TRIGGER_ASK_TIMEOUT)
+            done = await reconcile_run(
+                experiment,
+                store,
+                self.run_id,
+                states,
+                run_over=run_state in ("failed", "success"),
+                connections=airflow_connections(),
+            )
+            for trial in done:
+                self.log.warning("Trial %s stopped: %s", trial.trial_id, trial.reason)
+        except Exception:
+            self.log.exception("could not reconcile run %s", self.run_id)
