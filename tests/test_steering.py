@@ -397,3 +397,35 @@ def test_a_trial_starting_while_the_deadline_moves_sees_the_new_one(setup, monke
         assert started.experiment_deadline == pytest.approx(started_at + 2 * 3600)
     finally:
         started.platform.cancel_sync(started.handle, TrialStatus.USER_CANCELED, "test over")
+
+
+def test_a_trial_added_by_hand_says_so_everywhere(setup):
+    """Issue 36 (2): NNI wrote ``parameter_source: customized`` in parameter.cfg for a trial
+    added with chosen parameters; trialflow wrote "algorithm". Now the trial's file, the trial
+    table, the trial page's detail and the export say who chose the parameters."""
+    import csv
+    import io
+    import json
+
+    from trialflow import queries
+
+    experiment, store = setup
+    steering.add_trial(store, "esteer", {"x": 0.25}, "ann")
+    added = lifecycle.start_trial(experiment, store, "r1", 0)  # takes the queued trial
+    tuned = lifecycle.start_trial(experiment, store, "r1", 1)
+    try:
+        files = {s.spec.trial_id: Path(s.handle["trial_dir"]) / "parameter.cfg" for s in (added, tuned)}
+        cfg = {k: json.loads(v.read_text()) for k, v in files.items()}
+        assert cfg[added.spec.trial_id]["parameter_source"] == "customized"
+        assert cfg[added.spec.trial_id]["parameters"] == {"x": 0.25}
+        assert cfg[tuned.spec.trial_id]["parameter_source"] == "algorithm"
+        rows = {r["trial_index"]: r for r in queries.trials_page(store.engine, "esteer")["rows"]}
+        assert (rows[0]["parameter_source"], rows[0]["added_by"]) == ("customized", "ann")
+        assert (rows[1]["parameter_source"], rows[1]["added_by"]) == ("algorithm", None)
+        assert queries.trial_detail(store.engine, "esteer", 0)["parameter_source"] == "customized"
+        exported = list(csv.DictReader(io.StringIO(queries.export_csv(store.engine, "esteer"))))
+        assert [(r["parameter_source"], r["added_by"]) for r in exported] == [("customized", "ann"), ("algorithm", "")]
+        assert experiment.platform().render(added.spec)["parameter.cfg"]["parameter_source"] == "customized"
+    finally:
+        for s in (added, tuned):
+            s.platform.cancel_sync(s.handle, TrialStatus.USER_CANCELED, "test over")

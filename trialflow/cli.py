@@ -317,7 +317,7 @@ def cmd_trials(args: argparse.Namespace) -> int:
     _table(
         f"experiment {args.experiment}: {page['total']} trials"
         + (f", {len(page['pareto'])} in the Pareto set (*)" if objectives else ""),
-        ["#", "id", "status", *metric_columns, "duration", "platform", *names],
+        ["#", "id", "status", *metric_columns, "duration", "platform", "source", *names],
         [
             [
                 r["trial_index"],
@@ -330,6 +330,7 @@ def cmd_trials(args: argparse.Namespace) -> int:
                 ),
                 _span(r["duration"]),
                 r["platform"],
+                r["parameter_source"] + (f" ({r['added_by']})" if r.get("added_by") else ""),
                 *(f.get(n) for n in names),
             ]
             for r, f in zip(page["rows"], flat)

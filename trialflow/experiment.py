@@ -480,7 +480,12 @@ class Experiment:
         }
 
     def trial_spec(
-        self, trial_index: int, parameter_id: int, parameters: dict[str, Any], service_index: int = 0
+        self,
+        trial_index: int,
+        parameter_id: int,
+        parameters: dict[str, Any],
+        service_index: int = 0,
+        parameter_source: str = "algorithm",
     ) -> TrialSpec:
         command = effective_trial_command(self.config, service_index) or ""
         return TrialSpec(
@@ -493,6 +498,7 @@ class Experiment:
             code_dir=effective_code_directory(self.config, service_index),
             gpu_number=effective_gpu_number(self.config, service_index),
             code_excludes=config_files(self.config),
+            parameter_source=parameter_source,
         )
 
 

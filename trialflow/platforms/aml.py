@@ -43,7 +43,7 @@ from trialflow.platforms.base import (
 )
 from trialflow.platforms.mounted import parse_cancel, read_metric_lines
 from trialflow.trial.packing import SDK_FILES, check_limits, collect_files, sdk_pythonpath
-from trialflow.trial.protocol import Metric, parameter_text
+from trialflow.trial.protocol import Metric
 
 #: azure-ai-ml logs "Class X: This is an experimental class" at WARNING for classes its own
 #: schemas load (six of them on every first job): noise in `trialflow render` and in every trial
@@ -101,7 +101,7 @@ def job_command(spec: TrialSpec) -> str:
 
 def job_environment(spec: TrialSpec) -> dict[str, str]:
     env = spec.environment("aml", sys_dir(spec.trial_id), ".", gpu_indices=None, base={}, marked=False)
-    env[PARAMETER_VAR] = parameter_text(spec.parameter_id, spec.parameters)
+    env[PARAMETER_VAR] = spec.parameter_cfg()
     return env
 
 

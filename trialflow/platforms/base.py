@@ -90,6 +90,14 @@ class TrialSpec:
     #: Files of code_dir that are never shipped to a machine or pod (the experiment's config:
     #: it may hold passwords and tokens).
     code_excludes: tuple[Path, ...] = ()
+    #: parameter.cfg's parameter_source: "algorithm" (the tuner's), "customized" (a person's).
+    parameter_source: str = "algorithm"
+
+    def parameter_cfg(self) -> str:
+        """parameter.cfg's content for this trial (every platform writes exactly this)."""
+        from trialflow.trial.protocol import parameter_text
+
+        return parameter_text(self.parameter_id, self.parameters, source=self.parameter_source)
 
     def environment(
         self,

@@ -260,7 +260,7 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
         gpu_type = await self._cluster_gpu_type()
         body = build_job(self.config, spec, self.email or "", self.team or "", gpu_type, self._command(spec))
         await asyncio.to_thread(stage_tree, p.local_root, spec.code_dir, spec.code_excludes)
-        await asyncio.to_thread(write_parameter_file, folder, spec.parameter_id, spec.parameters)
+        await asyncio.to_thread(write_parameter_file, folder, spec.parameter_cfg())
         try:
             answer = await self.api.request_json(
                 "POST", f"api/clusters/{quote(self.config.cluster, safe='')}/jobs", json=body, idempotent=False

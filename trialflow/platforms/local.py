@@ -261,12 +261,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
             "working_directory": str(spec.code_dir),
             "trial_directory": str(self.trial_dir(spec.trial_id)),
             "environment": nni_env,
-            "parameter.cfg": {
-                "parameter_id": spec.parameter_id,
-                "parameter_source": "algorithm",
-                "parameters": spec.parameters,
-                "parameter_index": 0,
-            },
+            "parameter.cfg": json.loads(spec.parameter_cfg()),
         }
 
     # -- contract -------------------------------------------------------------------------
@@ -296,7 +291,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
                     return existing
                 raise RuntimeError(f"trial {spec.trial_id}: another launch is in progress but recorded no pid")
             try:
-                write_parameter_file(sys_dir, spec.parameter_id, spec.parameters)
+                write_parameter_file(sys_dir, spec.parameter_id, spec.parameters, source=spec.parameter_source)
                 wrapper = sys_dir / CONTROL_DIR / "run.sh"
                 wrapper.write_text(self.build_wrapper(spec, claims))
                 env = self.build_env(spec)

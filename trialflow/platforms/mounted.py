@@ -24,7 +24,7 @@ from typing import Any
 
 from trialflow.trial.folder import TrialFileRefused, read_in_folder, read_small
 from trialflow.trial.packing import SDK_FILES, check_limits, collect_files, sdk_pythonpath
-from trialflow.trial.protocol import Metric, parameter_text, read_framed, read_stdout_lines
+from trialflow.trial.protocol import Metric, read_framed, read_stdout_lines
 from trialflow.trial.status import CANCEL_STATUSES, TrialStatus
 
 #: How much of a file one poll reads while the trial runs (all of it once the trial ended).
@@ -136,11 +136,12 @@ def stage_tree(root: Path, code_dir: Path | None, exclude: tuple[Path, ...] = ()
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_parameter_file(folder: Path, parameter_id: Any, parameters: dict[str, Any]) -> None:
-    """parameter.cfg atomically, before the job exists (nni polls for a non-empty file)."""
+def write_parameter_file(folder: Path, text: str) -> None:
+    """parameter.cfg (``text``: TrialSpec.parameter_cfg) atomically, before the job exists (nni
+    polls for a non-empty file)."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / "parameter.cfg.tmp"
-    tmp.write_text(parameter_text(parameter_id, parameters), encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, folder / "parameter.cfg")
 
 

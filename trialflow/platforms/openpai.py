@@ -281,7 +281,7 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
         p = paths(self.config, spec.experiment_id, spec.trial_id)
         protocol = build_job(self.config, spec, name, self._commands(spec))
         await asyncio.to_thread(stage_tree, p.local_root, spec.code_dir, spec.code_excludes)
-        await asyncio.to_thread(write_parameter_file, p.local_trial, spec.parameter_id, spec.parameters)
+        await asyncio.to_thread(write_parameter_file, p.local_trial, spec.parameter_cfg())
         body = yaml.safe_dump(protocol, sort_keys=False)
         try:
             await self._request("POST", "/jobs", content=body, headers={"Content-Type": "text/yaml"}, accept=(409,))

@@ -94,7 +94,17 @@ INTERMEDIATE = sa.Table(
 )
 
 #: The trial attributes a row shows (Optuna user attributes written by trialflow's store).
-ROW_ATTRS = ("trial_id", "nni_status", "parameters", "final_metric", "message", "handle", "service_index", "started_at")
+ROW_ATTRS = (
+    "trial_id",
+    "nni_status",
+    "parameters",
+    "final_metric",
+    "message",
+    "handle",
+    "service_index",
+    "started_at",
+    "asked_by",
+)
 STATUSES = ("WAITING", "RUNNING", "SUCCEEDED", "FAILED", "USER_CANCELED", "SYS_CANCELED", "EARLY_STOPPED")
 ACTIVE = ("WAITING", "RUNNING")
 MAX_PAGE = 500

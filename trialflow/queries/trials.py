@@ -107,12 +107,16 @@ def _escape_like(text: str) -> str:
 def _row(raw: sa.Row, intermediate_count: int = 0) -> dict[str, Any]:
     handle = decoded(raw.a_handle) or {}
     final = decoded(raw.a_final_metric)
+    asked_by = decoded(raw.a_asked_by)
     started, ended = epoch(raw.datetime_start), epoch(raw.datetime_complete)
     return {
         "trial_index": raw.trial_index,
         "trial_id": decoded(raw.a_trial_id),
         "status": decoded(raw.a_nni_status) or "WAITING",
         "parameters": decoded(raw.a_parameters) or {},
+        # NNI's parameter.cfg word: a person chose them (added trial, re-run) or the tuner did
+        "parameter_source": "customized" if asked_by else "algorithm",
+        "added_by": asked_by.get("by") if isinstance(asked_by, dict) else None,
         "final": final,
         "metric": finite(raw.value),
         "message": decoded(raw.a_message),

@@ -49,12 +49,18 @@ class Metric:
         return self.type == "FINAL"
 
 
-def parameter_text(parameter_id: Any, parameters: dict[str, Any], index: int = 0) -> str:
+#: parameter.cfg's ``parameter_source``: the tuner chose the parameters, or a person did (NNI
+#: wrote ``customized`` for a trial added with chosen parameters).
+ALGORITHM = "algorithm"
+CUSTOMIZED = "customized"
+
+
+def parameter_text(parameter_id: Any, parameters: dict[str, Any], index: int = 0, source: str = ALGORITHM) -> str:
     """parameter.cfg's content, in nni's format."""
     return json.dumps(
         {
             "parameter_id": parameter_id,
-            "parameter_source": "algorithm",
+            "parameter_source": source,
             "parameters": parameters,
             "parameter_index": index,
         }
@@ -62,13 +68,17 @@ def parameter_text(parameter_id: Any, parameters: dict[str, Any], index: int = 0
 
 
 def write_parameter_file(
-    sys_dir: str | os.PathLike[str], parameter_id: Any, parameters: dict[str, Any], index: int = 0
+    sys_dir: str | os.PathLike[str],
+    parameter_id: Any,
+    parameters: dict[str, Any],
+    index: int = 0,
+    source: str = ALGORITHM,
 ) -> Path:
     """Write parameter.cfg atomically: nni's SDK polls until the file is non-empty, so it must
     never see a half-written file."""
     path = Path(sys_dir) / PARAMETER_FILE
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(parameter_text(parameter_id, parameters, index), encoding="utf-8")
+    tmp.write_text(parameter_text(parameter_id, parameters, index, source), encoding="utf-8")
     os.replace(tmp, path)
     return path
 

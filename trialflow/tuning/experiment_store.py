@@ -132,6 +132,14 @@ class TrialRecord:
     message: str | None = None
     intermediate_count: int = 0
     last_step: int | None = None
+    #: Who asked for this trial's parameters (a person's added trial or re-run: ``by``,
+    #: ``reason``, ``at``); None when the tuner chose them.
+    asked_by: dict[str, Any] | None = None
+
+    @property
+    def parameter_source(self) -> str:
+        """parameter.cfg's ``parameter_source``, as NNI wrote it: ``customized`` or ``algorithm``."""
+        return "customized" if self.asked_by else "algorithm"
 
 
 def _record(frozen: optuna.trial.FrozenTrial, storage_id: int) -> TrialRecord:
@@ -152,6 +160,7 @@ def _record(frozen: optuna.trial.FrozenTrial, storage_id: int) -> TrialRecord:
         message=attrs.get("message"),
         intermediate_count=len(frozen.intermediate_values),
         last_step=frozen.last_step,
+        asked_by=attrs.get("asked_by"),
     )
 
 
@@ -387,7 +396,9 @@ class ExperimentStore:
             self.storage.set_trial_state_values(storage_id, TrialState.FAIL)
             record = self.trial(winner)
             return AskedTrial(record.number, winner, record.parameters, True, record)
-        record = TrialRecord(storage_id, trial.number, trial_index, trial_id, parameters)
+        record = TrialRecord(
+            storage_id, trial.number, trial_index, trial_id, parameters, asked_by=attrs.get("asked_by")
+        )
         return AskedTrial(trial.number, storage_id, parameters, False, record)
 
     def _asked_for(

@@ -55,7 +55,7 @@ from trialflow.platforms.kubernetes.manifests import (
 )
 from trialflow.platforms.mounted import read_log_metrics
 from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files, pack
-from trialflow.trial.protocol import parameter_text, read_stdout_lines
+from trialflow.trial.protocol import read_stdout_lines
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +142,7 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         if self.storage is not None:
             return None
         code = None if self.code_in_image(spec.code_dir) else pack(spec.code_dir, spec.code_excludes)
-        return kube_storage.config_map(
-            config_map_name(name), trial_labels(spec), code, parameter_text(spec.parameter_id, spec.parameters)
-        )
+        return kube_storage.config_map(config_map_name(name), trial_labels(spec), code, spec.parameter_cfg())
 
     def extra_objects(self, spec: TrialSpec) -> list[dict[str, Any]]:
         """Core objects the job needs besides its ConfigMap (image pull secrets, claims)."""
@@ -235,9 +233,7 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
                 None if self.code_in_image(spec.code_dir) else spec.code_dir,
                 spec.code_excludes,
             )
-            kube_storage.write_parameters(
-                self.storage, spec.experiment_id, spec.trial_id, spec.parameter_id, spec.parameters
-            )
+            kube_storage.write_parameters(self.storage, spec.experiment_id, spec.trial_id, spec.parameter_cfg())
         objects = self.objects(spec)  # built whole before anything is created (too big: no half-made trial)
         for obj in objects[:-1]:
             await self.api.create_core(obj)

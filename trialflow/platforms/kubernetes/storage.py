@@ -226,13 +226,11 @@ def stage_code(
     return root
 
 
-def write_parameters(
-    storage: KubernetesStorageConfig, experiment_id: str, trial_id: str, parameter_id: Any, parameters: dict[str, Any]
-) -> None:
-    """parameter.cfg atomically, before the job exists (nni polls for a non-empty file)."""
+def write_parameters(storage: KubernetesStorageConfig, experiment_id: str, trial_id: str, text: str) -> None:
+    """parameter.cfg (``text``) atomically, before the job exists (nni polls for a non-empty file)."""
     folder = local_root(storage, experiment_id) / "trials" / trial_id
     (folder / "logs").mkdir(parents=True, exist_ok=True)
-    write_parameter_file(folder, parameter_id, parameters)
+    write_parameter_file(folder, text)
 
 
 def local_log_file(storage: KubernetesStorageConfig, experiment_id: str, trial_id: str, pod: str) -> Path:

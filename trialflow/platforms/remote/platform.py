@@ -75,7 +75,7 @@ from trialflow.trial.packing import (
     check_limits,
     collect_files,
 )
-from trialflow.trial.protocol import parameter_text, read_stdout_lines
+from trialflow.trial.protocol import read_stdout_lines
 
 log = logging.getLogger(__name__)
 GPU_WAIT_SECONDS = 2.0
@@ -303,7 +303,7 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
         await self.shell.run(
             machine,
             workdir_command(trial_dir, code_folder, in_place),
-            parameter_text(spec.parameter_id, spec.parameters).encode(),
+            spec.parameter_cfg().encode(),
         )
         await self.shell.run(
             machine,
@@ -424,5 +424,5 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
                 if k.startswith("NNI_") or k in ("CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
             },
             "launch": self.build_command(spec, trial_dir, f"{base}/.code/<sdk digest>", machine),
-            "parameter.cfg": json.loads(parameter_text(spec.parameter_id, spec.parameters)),
+            "parameter.cfg": json.loads(spec.parameter_cfg()),
         }
