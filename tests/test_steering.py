@@ -251,10 +251,11 @@ def test_a_trial_with_chosen_parameters_runs_next_exactly_and_the_tuner_sees_it(
 def test_rerun_failed_trials_queues_each_once_with_its_parameters(setup):
     experiment, store = setup
     asked = [store.ask("esteer", i, f"esteer-{i:04d}", experiment.algorithm, experiment.space) for i in range(3)]
-    with pytest.raises(steering.ActionRefused, match="has no failed trial to re-run"):
+    with pytest.raises(steering.ActionRefused, match="has no failed, killed or stopped trial to re-run"):
         steering.rerun_trials(store, "esteer", "bob")
     store.finish(asked[0].storage_id, TrialStatus.FAILED, None, "boom")
-    store.finish(asked[2].storage_id, TrialStatus.FAILED, None, "boom")
+    # issue 36 (2): a killed (or early-stopped) trial is re-run as a failed one is
+    store.finish(asked[2].storage_id, TrialStatus.USER_CANCELED, None, "killed by ann")
     with pytest.raises(steering.ActionRefused, match="is still WAITING"):
         steering.rerun_trials(store, "esteer", "bob", [1])
     assert steering.rerun_trials(store, "esteer", "bob") == [0, 2]

@@ -91,7 +91,8 @@ def test_raise_concurrency_and_add_a_trial_from_the_experiment_page(browser, ui:
     page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}")
     page.wait_for_selector("[data-testid=actions]", timeout=30000)
     assert page.locator("[data-testid=concurrency]").inner_text() == "2"
-    page.fill("[data-testid=limit-concurrency]", "4")
+    # Issue 36 (4): the form's fields are real <label>s (found by their names, as a screen reader does)
+    page.get_by_label("trialConcurrency", exact=True).fill("4")
     raised_at = time.time()
     page.click("[data-testid=apply-limits]")
     page.wait_for_selector("text=Limits changed: trialConcurrency 4", timeout=10000)
@@ -124,6 +125,17 @@ def test_raise_concurrency_and_add_a_trial_from_the_experiment_page(browser, ui:
     chosen = [r for r in rows if r["parameters"] == {"x": 0.777}]
     assert len(chosen) == 1 and chosen[0]["status"] == "SUCCEEDED" and chosen[0]["final_metric"] == 0.777
     assert len(rows) == 7  # the tuner's six and the added one
+
+    # Issue 36 (2): the added trial says so in the table and on its page (parameter_source: customized)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&tab=trials")
+    page.wait_for_selector("[data-testid=added-by-hand]", timeout=30000)
+    marked = page.locator("[data-testid=trial-row]:has([data-testid=added-by-hand])")
+    assert marked.count() == 1 and marked.get_attribute("data-index") == str(chosen[0]["trial_index"])
+    shot(page, "added-trial-table")
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial={chosen[0]['trial_index']}")
+    page.wait_for_selector("[data-testid=parameter-source]", timeout=30000)
+    assert page.locator("[data-testid=parameter-source]").inner_text() == "added by editor"
+    shot(page, "added-trial-page")
 
     page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&tab=config")
     page.wait_for_selector("[data-testid=config-view]", timeout=30000)

@@ -13,6 +13,11 @@ from trialflow.steering.limits import LIMITS
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
 
+#: What "re-run failed" takes when no trial is named: failed, killed, early-stopped and cancelled
+#: trials (a killed trial's parameters deserve a second chance as much as a failed one's).
+RERUNNABLE = frozenset(
+    {TrialStatus.FAILED, TrialStatus.USER_CANCELED, TrialStatus.EARLY_STOPPED, TrialStatus.SYS_CANCELED}
+)
 #: Tuners that run their points in index order: a trial of one's own would take a point's place.
 POINT_TUNERS = frozenset({"gridsearch", "batchtuner"})
 
@@ -79,15 +84,17 @@ def add_trial(store: ExperimentStore, experiment_id: str, parameters: Any, by: s
 def rerun_trials(
     store: ExperimentStore, experiment_id: str, by: str, trial_indexes: list[int] | None = None
 ) -> list[int]:
-    """Queue each trial again with its parameters (``trial_indexes``, or every FAILED one): a
-    new trial each, the old ones stay in the history. Returns the indexes re-run."""
+    """Queue each trial again with its parameters (``trial_indexes``, or every failed, killed,
+    early-stopped or cancelled one: RERUNNABLE): a new trial each, the old ones stay in the
+    history. Returns the indexes re-run."""
     from trialflow.tuning.tuners import BUDGET_KEY
 
     _space_of(store, experiment_id)  # an unknown experiment is refused first
     if trial_indexes is None:
-        chosen = [r for r in store.trial_rows(experiment_id) if r["status"] == TrialStatus.FAILED.value]
+        rerunnable = {s.value for s in RERUNNABLE}
+        chosen = [r for r in store.trial_rows(experiment_id) if r["status"] in rerunnable]
         if not chosen:
-            raise ActionRefused(f"experiment {experiment_id!r} has no failed trial to re-run")
+            raise ActionRefused(f"experiment {experiment_id!r} has no failed, killed or stopped trial to re-run")
     else:
         chosen = []
         for index in trial_indexes:

@@ -56,7 +56,7 @@ export function ExperimentActions({ summary, onChanged }: { summary: Summary; on
     });
   };
   const rerunFailed = () => {
-    if (!window.confirm("Re-run every failed trial with its parameters, each as a new trial?")) return;
+    if (!window.confirm("Re-run every failed, killed or early-stopped trial with its parameters, each as a new trial?")) return;
     act(async () => {
       const r = await send<{ rerun: number[] }>(`experiments/${id}/rerun-failed`, "POST");
       return `Queued again: trial${r.rerun.length > 1 ? "s" : ""} ${r.rerun.join(", ")}.`;
@@ -88,24 +88,28 @@ export function ExperimentActions({ summary, onChanged }: { summary: Summary; on
       return `Trial added: it runs next (${r.waiting.length} waiting).`;
     });
   };
-  const failed = summary.counts.FAILED ?? 0;
+  // the same statuses as the server's re-run (trialflow.steering.asked.RERUNNABLE)
+  const failed = ["FAILED", "USER_CANCELED", "EARLY_STOPPED", "SYS_CANCELED"]
+    .reduce((n, s) => n + (summary.counts[s as keyof typeof summary.counts] ?? 0), 0);
+  // the box is as tall as the parameters it holds (a ten-parameter space in three rows hid most)
+  const rows = Math.min(16, Math.max(3, parameters.split("\n").length));
   return (
     <Panel title="Steer this experiment" testId="actions"
       actions={<Button size="xs" colorPalette="red" variant="outline" onClick={stop} disabled={busy} data-testid="stop-experiment">Stop experiment</Button>}>
       <HStack alignItems="flex-end" gap={3} flexWrap="wrap">
-        <Box><Text fontSize="xs" color="fg.muted">trialConcurrency</Text>
-          <Input size="sm" w="110px" value={concurrency} onChange={(e) => setConcurrency(e.target.value)} data-testid="limit-concurrency" /></Box>
-        <Box><Text fontSize="xs" color="fg.muted">maxTrialNumber</Text>
-          <Input size="sm" w="110px" value={maxTrials} onChange={(e) => setMaxTrials(e.target.value)} data-testid="limit-max-trials" /></Box>
-        <Box><Text fontSize="xs" color="fg.muted">maxExperimentDuration (s, or 2h)</Text>
-          <Input size="sm" w="150px" value={duration} onChange={(e) => setDuration(e.target.value)} data-testid="limit-duration" /></Box>
+        <Box><Text asChild fontSize="xs" color="fg.muted" display="block"><label htmlFor="tf-limit-concurrency">trialConcurrency</label></Text>
+          <Input id="tf-limit-concurrency" size="sm" w="110px" value={concurrency} onChange={(e) => setConcurrency(e.target.value)} data-testid="limit-concurrency" /></Box>
+        <Box><Text asChild fontSize="xs" color="fg.muted" display="block"><label htmlFor="tf-limit-max-trials">maxTrialNumber</label></Text>
+          <Input id="tf-limit-max-trials" size="sm" w="110px" value={maxTrials} onChange={(e) => setMaxTrials(e.target.value)} data-testid="limit-max-trials" /></Box>
+        <Box><Text asChild fontSize="xs" color="fg.muted" display="block"><label htmlFor="tf-limit-duration">maxExperimentDuration (s, or 2h)</label></Text>
+          <Input id="tf-limit-duration" size="sm" w="150px" value={duration} onChange={(e) => setDuration(e.target.value)} data-testid="limit-duration" /></Box>
         <Button size="sm" onClick={limits} disabled={busy} data-testid="apply-limits">Apply limits</Button>
-        {failed ? <Button size="sm" variant="outline" onClick={rerunFailed} disabled={busy} data-testid="rerun-failed">Re-run {failed} failed</Button> : null}
+        {failed ? <Button size="sm" variant="outline" onClick={rerunFailed} disabled={busy} data-testid="rerun-failed">Re-run {failed} failed or stopped</Button> : null}
       </HStack>
       <Box mt={3}>
-        <Text fontSize="xs" color="fg.muted">Add a trial with these parameters (prefilled from the best trial; checked against the search space)</Text>
+        <Text asChild fontSize="xs" color="fg.muted" display="block"><label htmlFor="tf-add-trial-parameters">Add a trial with these parameters (prefilled from the best trial; checked against the search space)</label></Text>
         <HStack alignItems="flex-start" mt={1}>
-          <Textarea size="sm" fontFamily="mono" rows={3} value={parameters} onChange={(e) => setParameters(e.target.value)} data-testid="add-trial-parameters" />
+          <Textarea id="tf-add-trial-parameters" size="sm" fontFamily="mono" rows={rows} value={parameters} onChange={(e) => setParameters(e.target.value)} data-testid="add-trial-parameters" />
           <Button size="sm" onClick={addTrial} disabled={busy} data-testid="add-trial">Add trial</Button>
         </HStack>
         {summary.waiting ? <Text fontSize="xs" color="fg.muted" mt={1}>{summary.waiting} asked-for trial(s) waiting to start</Text> : null}

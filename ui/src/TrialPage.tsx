@@ -40,6 +40,11 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
           <Fact label="Duration">{formatDuration(trial.duration)}</Fact>
           <Fact label="Started">{formatTime(trial.started)}</Fact>
           <Fact label="Platform">{trial.platform ?? "–"}{trial.host ? ` · ${trial.host}` : ""}</Fact>
+          <Fact label="Parameters from">
+            <Text data-testid="parameter-source" title={`parameter_source: ${trial.parameter_source ?? "algorithm"}`}>
+              {trial.parameter_source === "customized" ? `added by ${visible(trial.added_by ?? "a person")}` : "the tuner"}
+            </Text>
+          </Fact>
         </HStack>
         {trial.message ? <Text mt={3} fontSize="sm" data-testid="trial-message">{visible(trial.message)}</Text> : null}
         {trial.airflow_actions?.length ? (

@@ -90,13 +90,13 @@ export function TrialTable({ experimentId, summary, live, selected, onSelect, on
                 {header("index", "#")}
                 <Table.ColumnHeader>Trial</Table.ColumnHeader>
                 {header("status", "Status")}
-                {params.map((name) => header(`param:${name}`, name))}
                 {objectives.length
                   ? <>
                       <Table.ColumnHeader title="in the Pareto set: no other trial is better on every objective">◆</Table.ColumnHeader>
                       {objectives.map((o, i) => header(i === 0 ? "metric" : `objective:${i}`, `${o.metric} (${o.mode === "maximize" ? "max" : "min"})`))}
                     </>
                   : header("metric", "Final metric")}
+                {params.map((name) => header(`param:${name}`, name))}
                 {header("duration", "Duration")}
                 {header("platform", "Platform")}
                 <Table.ColumnHeader>Intermediate</Table.ColumnHeader>
@@ -117,15 +117,20 @@ export function TrialTable({ experimentId, summary, live, selected, onSelect, on
                     <Table.Cell fontFamily="mono" fontSize="xs">
                       <Link onClick={(e) => { e.preventDefault(); onOpen(row.trial_index); }}
                         href={`?experiment=${encodeURIComponent(experimentId)}&trial=${row.trial_index}`}>{row.trial_id}</Link>
+                      {row.parameter_source === "customized"
+                        ? <Text as="span" ml={1} px={1} borderRadius="sm" bg="purple.subtle" color="purple.fg" fontFamily="body"
+                            title={`parameters chosen by ${row.added_by ?? "a person"} (parameter_source: customized)`}
+                            data-testid="added-by-hand">added</Text>
+                        : null}
                     </Table.Cell>
                     <Table.Cell><StatusBadge status={row.status} /></Table.Cell>
-                    {params.map((name) => <Table.Cell key={name} fontFamily="mono" fontSize="xs">{formatValue(flat[name])}</Table.Cell>)}
                     {objectives.length
                       ? <>
                           <Table.Cell color="orange.fg" data-testid="pareto-mark">{row.pareto ? "◆" : ""}</Table.Cell>
                           {objectives.map((o) => <Table.Cell key={o.metric} fontFamily="mono" data-testid={`objective-${o.metric}`}>{formatValue(row.values?.[o.metric] ?? null)}</Table.Cell>)}
                         </>
                       : <Table.Cell fontFamily="mono" data-testid="metric">{formatValue(row.metric)}</Table.Cell>}
+                    {params.map((name) => <Table.Cell key={name} fontFamily="mono" fontSize="xs">{formatValue(flat[name])}</Table.Cell>)}
                     <Table.Cell>{formatDuration(row.duration)}</Table.Cell>
                     <Table.Cell>{row.platform}{row.host ? ` (${row.host})` : ""}</Table.Cell>
                     <Table.Cell>{row.intermediate_count}</Table.Cell>

@@ -40,6 +40,9 @@ export interface TrialRow {
   ended: number | null;
   duration: number | null;
   intermediate_count: number;
+  /** NNI's parameter.cfg word: "customized" when a person chose the parameters (added trial, re-run). */
+  parameter_source?: "algorithm" | "customized";
+  added_by?: string | null;
   map_index?: number | null;
   /** Several objectives: the trial's value of each (null until it has all), and whether it is in the Pareto set. */
   values?: Record<string, number> | null;
