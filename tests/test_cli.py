@@ -172,8 +172,12 @@ def test_run_end_to_end_then_resume_then_new(experiment, tmp_path):
     assert [t["status"] for t in summary["trials"]] == ["SUCCEEDED"] * 3
     assert all(t["intermediate_count"] == 1 and t["final_metric"] == t["parameters"]["x"] for t in summary["trials"])
     assert summary["best"]["final_metric"] == max(t["final_metric"] for t in summary["trials"])
+    assert all("message" in t for t in summary["trials"])  # issue 36 (2): why a trial failed stays
+    # issue 36 (2): where to watch it is said once Airflow is up, before the trials end
+    assert "Watch it: http://127.0.0.1:" in result.stderr and "passwords.json" in result.stderr
     home = tmp_path / ".trialflow"
     assert (home / "experiments.db").exists() and (home / "dags" / "experiment.py").exists()
+    assert (home / ".airflowignore").read_text().splitlines()[1:] == ["*", ".*"]  # issue 36 (3)
     leftovers = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True).stdout
     assert leftovers == "", "Airflow components must be stopped on exit"
 

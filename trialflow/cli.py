@@ -125,6 +125,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         try:
             run.start(say=display.say)
+            # where to watch it while it runs, not only at the end
+            display.say(f"Watch it: {run.page_url()}")
+            display.say(f"  log in as trialflow; the password is in {run.airflow.home / 'passwords.json'}")
             with display:
                 state = run.wait(display.update, timeout=args.timeout)
         except KeyboardInterrupt:

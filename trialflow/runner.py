@@ -64,16 +64,40 @@ class RunResult:
 
     def to_json(self) -> dict[str, Any]:
         keep = ("trial_index", "trial_id", "parameters", "status", "final_metric", "intermediate_count")
+        # each trial's message too: why it failed (a GPU request that can never fit said nothing)
+        trial_keys = (*keep, "message")
         return {
             "experiment_id": self.experiment_id,
             "dag_id": self.dag_id,
             "run_id": self.run_id,
             "state": self.state,
             "optimize_mode": self.optimize_mode,
-            "trials": [{k: r[k] for k in keep} | ({"values": r["values"]} if "values" in r else {}) for r in self.rows],
+            "trials": [
+                {k: r.get(k) for k in trial_keys} | ({"values": r["values"]} if "values" in r else {})
+                for r in self.rows
+            ],
             "best": None if self.best is None else {k: self.best[k] for k in keep},
             **({"pareto": self.pareto} if self.pareto else {}),
         }
+
+
+#: A run home's .airflowignore: nothing in it is for an Airflow that scans the folder it sits in
+#: (after `make demo`, an Airflow pointed at dags/ crashed its dag-processor on the home's log
+#: folder's `latest` symlink, "Detected recursive loop", and would have parsed the home's own
+#: copy of the experiment's DAG). `*` for the glob syntax (Airflow 3's default), `.*` for regexp.
+HOME_IGNORE = """\
+# trialflow run's private Airflow lives here: no Airflow that scans a folder above should look in.
+*
+.*
+"""
+
+
+def keep_out_of_dag_folders(home: Path) -> None:
+    """Write the run home's .airflowignore (HOME_IGNORE)."""
+    home.mkdir(parents=True, exist_ok=True)
+    ignore = home / ".airflowignore"
+    if not ignore.exists() or ignore.read_text() != HOME_IGNORE:
+        ignore.write_text(HOME_IGNORE)
 
 
 def embedded_parallelism(config: ExperimentConfig) -> int:
@@ -136,6 +160,7 @@ class ExperimentRun:
 
     def write_dag(self) -> Path:
         self.airflow.dags_folder.mkdir(parents=True, exist_ok=True)
+        keep_out_of_dag_folders(self.home)
         path = self.airflow.dags_folder / "experiment.py"
         path.write_text(DAG_FILE.format(config=str(self.config_path), dag_id=self.dag_id, poll=self.poll_interval))
         return path
