@@ -430,3 +430,31 @@ def test_a_trial_added_by_hand_says_so_everywhere(setup):
     finally:
         for s in (added, tuned):
             s.platform.cancel_sync(s.handle, TrialStatus.USER_CANCELED, "test over")
+
+
+def test_an_added_trial_with_several_bad_parameters_hears_of_every_one(tmp_path):
+    """Issue 36 (2): the add-trial form reported the first invalid parameter only."""
+    (tmp_path / "config.yml").write_text(
+        CONFIG.replace(
+            "searchSpace: {x: {_type: uniform, _value: [0, 1]}}",
+            "searchSpace: {x: {_type: uniform, _value: [0, 1]}, n: {_type: randint, _value: [1, 4]}, "
+            "opt: {_type: choice, _value: [{_name: sgd, lr: {_type: loguniform, _value: [0.001, 0.1]}}, adam]}}",
+        )
+    )
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "ebad", tmp_path / "work")
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    start_run(experiment, store, "dag_a", "r1", {})
+    with pytest.raises(steering.BadInput) as refused:
+        steering.add_trial(store, "ebad", {"x": 2, "n": 1.5, "opt": {"_name": "sgd", "lr": 5}, "zz": 1}, "ann")
+    assert str(refused.value) == "; ".join(
+        [
+            "parameters.zz: not in the search space; expected n, opt, x",
+            "parameters.x: expected a number in [0, 1] (uniform), got 2",
+            "parameters.n: expected a whole number in [1, 4) (randint), got 1.5",
+            "parameters.opt.lr: expected a number in [0.001, 0.1] (loguniform), got 5",
+        ]
+    )
+    assert steering.waiting_trials(store, "ebad") == []  # nothing queued
+    many = {f"k{i:04d}": 1 for i in range(1000)}
+    with pytest.raises(steering.BadInput, match=r"; and 983 more$"):
+        steering.add_trial(store, "ebad", many, "ann")

@@ -178,4 +178,4 @@ def test_a_huge_grid_dag_parses_in_a_bounded_process(write, tmp_path: Path):
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120, preexec_fn=limit
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == "5"  # start, the mapped trials, end, continue, publish_best
+    assert result.stdout.strip() == "6"  # start, the mapped trials, their watch, end, continue, publish_best

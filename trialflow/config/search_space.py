@@ -284,22 +284,50 @@ def encode(space: SearchSpace, parameters: Any) -> dict[str, Any]:
     return out
 
 
-def _encode_params(params: tuple[Parameter, ...], given: dict[str, Any], path: tuple[str, ...], out: dict) -> None:
+def point_problems(space: SearchSpace, parameters: Any) -> list[SearchSpaceError]:
+    """Every reason ``parameters`` are not a point of the space (empty when they are): a form
+    that showed only the first made a person fix a ten-parameter trial one field at a time."""
+    if not isinstance(parameters, dict):
+        return [SearchSpaceError((), f"expected a mapping of parameter name -> value, got {type(parameters).__name__}")]
+    problems: list[SearchSpaceError] = []
+    _encode_params(space.params, parameters, (), {}, problems)
+    return problems
+
+
+def _encode_params(
+    params: tuple[Parameter, ...],
+    given: dict[str, Any],
+    path: tuple[str, ...],
+    out: dict,
+    problems: list[SearchSpaceError] | None = None,
+) -> None:
+    """``problems`` None: raise the first; a list: collect every one there."""
+
+    def refuse(error: SearchSpaceError) -> None:
+        if problems is None:
+            raise error
+        problems.append(error)
+
     known = {p.key for p in params}
-    unknown = sorted(set(given) - known - {"_name"})
-    if unknown:
-        raise SearchSpaceError(path + (unknown[0],), f"not in the search space; expected {', '.join(sorted(known))}")
+    for key in sorted(set(given) - known - {"_name"}, key=str):
+        refuse(SearchSpaceError(path + (key,), f"not in the search space; expected {', '.join(sorted(known))}"))
     for p in params:
         if p.key not in given:
-            raise SearchSpaceError(path + (p.key,), f"missing: the search space has {p.type} {p.key!r}")
-        _encode_param(p, given[p.key], path + (p.key,), out)
+            refuse(SearchSpaceError(path + (p.key,), f"missing: the search space has {p.type} {p.key!r}"))
+            continue
+        try:
+            _encode_param(p, given[p.key], path + (p.key,), out, problems)
+        except SearchSpaceError as error:
+            refuse(error)
 
 
 def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b or _number(a) and _number(b) and float(a) == float(b)
 
 
-def _encode_param(p: Parameter, value: Any, path: tuple[str, ...], out: dict) -> None:
+def _encode_param(
+    p: Parameter, value: Any, path: tuple[str, ...], out: dict, problems: list[SearchSpaceError] | None = None
+) -> None:
     v = p.values
     if p.type == "choice":
         if isinstance(value, dict) and "_name" in value:
@@ -317,7 +345,7 @@ def _encode_param(p: Parameter, value: Any, path: tuple[str, ...], out: dict) ->
             for key, constant in option.constants:
                 if not _same(rest.pop(key, None), constant):
                     raise SearchSpaceError(path + (key,), f"expected {constant!r} (a constant of {option.name!r})")
-            _encode_params(option.params, rest, path, out)
+            _encode_params(option.params, rest, path, out, problems)
         return
     if not _number(value):
         raise SearchSpaceError(path, f"expected a number ({p.type}), got {value!r}")

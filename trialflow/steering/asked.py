@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 RERUNNABLE = frozenset(
     {TrialStatus.FAILED, TrialStatus.USER_CANCELED, TrialStatus.EARLY_STOPPED, TrialStatus.SYS_CANCELED}
 )
+#: Problems an add-trial answer lists at most (the rest are counted).
+SHOWN_PROBLEMS = 20
 #: Tuners that run their points in index order: a trial of one's own would take a point's place.
 POINT_TUNERS = frozenset({"gridsearch", "batchtuner"})
 
@@ -40,17 +42,18 @@ def _space_of(store: ExperimentStore, experiment_id: str) -> tuple[Any, str]:
 def check_parameters(store: ExperimentStore, experiment_id: str, parameters: Any) -> dict[str, Any]:
     """``parameters`` if they are a point of the experiment's search space, else ActionRefused
     naming the parameter and what was expected (the words of ``trialflow validate``)."""
-    from trialflow.config.search_space import SearchSpaceError, encode
+    from trialflow.config.search_space import point_problems
 
     space, tuner = _space_of(store, experiment_id)
     if tuner.replace("_", "").lower() in POINT_TUNERS:
         raise ActionRefused(
             f"{tuner} runs its points in order: a trial with chosen parameters would take a point's place"
         )
-    try:
-        encode(space, parameters)
-    except SearchSpaceError as exc:
-        raise BadInput(f"parameters.{exc}") from None
+    problems = point_problems(space, parameters)
+    if problems:  # every one at once, each naming its parameter (the first SHOWN_PROBLEMS)
+        said = "; ".join(f"parameters.{problem}" for problem in problems[:SHOWN_PROBLEMS])
+        more = len(problems) - SHOWN_PROBLEMS
+        raise BadInput(said + (f"; and {more} more" if more > 0 else ""))
     return dict(parameters)
 
 
