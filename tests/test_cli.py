@@ -331,6 +331,12 @@ def test_limits_shows_and_changes_with_clear_errors(tmp_path):
     assert bad.returncode == 1 and bad.stderr.startswith("maxExperimentDuration: expected a duration")
     assert cli("limits", "eq000001", "--home", str(tmp_path), "--concurrency", "0").returncode == 1
     assert steering.limits(store, "eq000001")["trialConcurrency"] == 5
+    # Issue 36 (2): once its runs are over, the command line refuses as the pages do (409 there)
+    store.set_experiment_attrs("eq000001", {"run:r1": {"first_index": 0, "count": 8, "ended_at": 1.0}})
+    over = cli("limits", "eq000001", "--home", str(tmp_path), "--max-trials", "20")
+    assert over.returncode == 1 and "is not running (its runs are over): nothing changed" in over.stderr
+    assert steering.limits(store, "eq000001")["maxTrialNumber"] == 8
+    assert "is not running" in cli("stop", "eq000001", "--home", str(tmp_path)).stderr
 
 
 def test_add_trial_and_rerun_queue_checked_trials(tmp_path):
@@ -353,7 +359,8 @@ def test_add_trial_and_rerun_queue_checked_trials(tmp_path):
     rerun = cli("rerun", "eq000001", "--home", str(tmp_path))
     assert rerun.returncode == 0 and "queued again" in rerun.stdout, rerun.stderr
     waiting = steering.waiting_trials(store, "eq000001")
-    assert waiting[0]["parameters"] == point and len(waiting) == 2  # one added, the failed one again
+    # one added, the failed and the early-stopped one again
+    assert waiting[0]["parameters"] == point and len(waiting) == 3
     assert waiting[1]["reason"].startswith("re-run of trial")
 
 

@@ -86,3 +86,28 @@ def test_cancel_stops_every_running_trial_and_closes_it(setup):
     rows = store.trial_rows("erunlife")
     assert [r["status"] for r in rows] == ["USER_CANCELED"] * 2 and rows[0]["message"] == "stopped by a person"
     assert cancel_trials(experiment, store, "again") == 0
+
+
+def test_a_stopped_run_says_who_stopped_it_in_the_summary_the_list_and_the_cli(setup):
+    """Issue 36 (2): an experiment stopped by a person read "success" in the pages, the CLI and
+    the end step; now its summary, the experiments list and `trialflow experiments` say who."""
+    from trialflow import queries, steering
+    from trialflow.cli import _experiment_status
+
+    experiment, store = setup
+    start_run(experiment, store, "dag_a", "r1", {})
+    asked = store.ask("erunlife", 0, "erunlife-0000", experiment.algorithm, experiment.space)
+    store.record_metrics(asked.storage_id, [Metric("FINAL", 0, 0.5)])
+    store.close(asked.storage_id, TrialStatus.SUCCEEDED)
+    assert summarize_run(experiment, store, "r1", {}).summary["stopped"] is None
+    steering.stop_experiment(store, "erunlife", "ann")
+    verdict = summarize_run(experiment, store, "r1", {})
+    assert verdict.summary["stopped"]["by"] == "ann" and verdict.summary["stopped"]["reason"] == (
+        "experiment stopped by ann"
+    )
+    assert any(note.startswith("Experiment erunlife was stopped by ann") for note in verdict.notes)
+    (row,) = queries.list_experiments(store.engine)
+    assert row.stopped is not None and row.stopped["by"] == "ann"
+    assert queries.experiment_summary(store.engine, "erunlife")["stopped"]["by"] == "ann"
+    assert _experiment_status(row.active, row.stopped).startswith("stopped by ann ")
+    assert _experiment_status(False, None) == "finished" and _experiment_status(True, None) == "running"

@@ -458,3 +458,24 @@ def test_an_added_trial_with_several_bad_parameters_hears_of_every_one(tmp_path)
     many = {f"k{i:04d}": 1 for i in range(1000)}
     with pytest.raises(steering.BadInput, match=r"; and 983 more$"):
         steering.add_trial(store, "ebad", many, "ann")
+
+
+def test_after_its_runs_are_over_every_action_is_refused_and_nothing_changes(setup):
+    """Issue 36 (2): the CLI's `limits --max-trials` restarted a finished experiment while its
+    page offered nothing. One rule everywhere: actions act on a running experiment."""
+    experiment, store = setup
+    asked = store.ask("esteer", 0, "esteer-0000", experiment.algorithm, experiment.space)
+    store.finish(asked.storage_id, TrialStatus.FAILED, None, "boom")
+    experiment.end_run(store, "r1")
+    before = store.experiment_attrs("esteer")
+    for action in (
+        lambda: steering.change_limits(store, "esteer", "ann", {"maxTrialNumber": 20}),
+        lambda: steering.add_trial(store, "esteer", {"x": 0.5}, "ann"),
+        lambda: steering.rerun_trials(store, "esteer", "ann"),
+        lambda: steering.stop_experiment(store, "esteer", "ann"),
+    ):
+        with pytest.raises(steering.NotRunning, match="is not running"):
+            action()
+    assert store.experiment_attrs("esteer") == before
+    experiment.start_run(store, "r1")  # the run cleared and started again: running once more
+    assert steering.change_limits(store, "esteer", "ann", {"maxTrialNumber": 20})["maxTrialNumber"] == 20

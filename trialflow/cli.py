@@ -272,12 +272,13 @@ def cmd_experiments(args: argparse.Namespace) -> int:
         return 0
     _table(
         "trialflow experiments",
-        ["experiment", "name", "dag", "platform", "tuner", "trials", "best", "started", "duration"],
+        ["experiment", "name", "dag", "status", "platform", "tuner", "trials", "best", "started", "duration"],
         [
             [
                 r.experiment_id,
                 r.name,
                 r.dag_id,
+                _experiment_status(r.active, r.stopped),
                 r.platform,
                 r.tuner,
                 ", ".join(f"{n} {s.lower()}" for s, n in sorted(r.counts.items())),
@@ -289,6 +290,13 @@ def cmd_experiments(args: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+def _experiment_status(active: bool, stopped: dict[str, Any] | None) -> str:
+    """running, stopped (by whom, when) or finished: the pages' words, without Airflow's run."""
+    if stopped:
+        return f"{'stopping' if active else 'stopped'} by {stopped.get('by') or '?'} {_when(stopped.get('at'))}"
+    return "running" if active else "finished"
 
 
 def cmd_trials(args: argparse.Namespace) -> int:

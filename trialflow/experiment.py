@@ -272,6 +272,13 @@ class RunWindow:
     deadline: float | None = None
     #: Who stopped the run and why (trialflow.steering): no trial of it starts any more.
     stopped: dict[str, Any] | None = None
+    #: When its end step ran (epoch seconds): the run is over.
+    ended: float | None = None
+
+    @property
+    def over(self) -> bool:
+        """The run ended (its end step ran) or was stopped: steering no longer acts on it."""
+        return self.ended is not None or bool(self.stopped)
 
     @classmethod
     def of(cls, attrs: dict[str, Any], run_id: str) -> RunWindow:
@@ -280,7 +287,13 @@ class RunWindow:
     @classmethod
     def parse(cls, raw: dict[str, Any] | None) -> RunWindow:
         raw = raw or {}
-        return cls(int(raw.get("first_index", 0)), int(raw.get("count", 0)), raw.get("deadline"), raw.get("stopped"))
+        return cls(
+            int(raw.get("first_index", 0)),
+            int(raw.get("count", 0)),
+            raw.get("deadline"),
+            raw.get("stopped"),
+            raw.get("ended_at"),
+        )
 
     def expired(self, now: float | None = None) -> bool:
         return self.deadline is not None and (now if now is not None else time.time()) >= self.deadline
@@ -389,6 +402,14 @@ class Experiment:
             },
         )
         return window
+
+    def end_run(self, store: ExperimentStore, run_id: str, now: float | None = None) -> None:
+        """Mark run ``run_id`` over (its end step ran): the steering actions refuse an experiment
+        whose runs are all over, on the pages and on the command line alike."""
+        at = time.time() if now is None else now
+        store.update_experiment_attr(
+            self.experiment_id, RUN_ATTR_PREFIX + run_id, lambda old: {**old, "ended_at": at} if old else old
+        )
 
     def continuation(self, store: ExperimentStore, run_id: str, now: float | None = None) -> Continuation:
         """After run ``run_id`` ended: the follow-on run an unbounded experiment needs, or why none.

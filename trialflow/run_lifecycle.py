@@ -138,11 +138,18 @@ def summarize_run(
         "study_best": None if study_best is None else {k: study_best[k] for k in BEST_FIELDS},
         "trials": trials,
         "continuation": {"run_id": following.run_id, "conf": following.conf, "reason": following.reason},
+        # a person's stop (or Airflow's mark failed on the run): who, when, why; None otherwise
+        "stopped": None if not window.stopped else {k: window.stopped.get(k) for k in ("by", "at", "reason")},
     }
     if objectives:
         summary["objectives"] = objectives
         summary["pareto"] = [{k: r[k] for k in PARETO_FIELDS} for r in pareto]
     result = RunSummary(summary, rows, best, pareto_indexes={r["trial_index"] for r in pareto})
+    if window.stopped:
+        result.notes.append(
+            f"Experiment {experiment.experiment_id} was stopped by {window.stopped.get('by') or '?'}: "
+            f"{window.stopped.get('reason') or 'no reason given'}"
+        )
     if best is None:
         if continued_run(conf) is not None and study_best is not None and window.expired():
             result.notes.append(f"No trial of this run succeeded ({dict(counts)}); the experiment's best stands")

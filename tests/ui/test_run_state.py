@@ -31,3 +31,17 @@ def test_the_run_decides_whether_an_experiment_is_live(runs, active_trials, expe
 
 def test_a_row_without_a_dag_reads_its_trials():
     assert run_state({"dag_id": None, "run_id": None, "active": True}, {("", ""): "success"}) == ("running", True)
+
+
+@pytest.mark.parametrize(
+    ("runs", "active_trials", "expected"),
+    [
+        ({KEY: "success"}, False, ("stopped", False)),  # issue 36 (2): never "success"
+        ({KEY: "failed"}, False, ("stopped", False)),
+        ({KEY: "running"}, True, ("running", True)),  # stopping: its trials are still ending
+        ({}, False, ("stopped", False)),
+    ],
+)
+def test_an_experiment_a_person_stopped_reads_stopped_once_its_run_is_over(runs, active_trials, expected):
+    row = {"dag_id": "dag", "run_id": "run", "active": active_trials, "stopped": {"by": "ann", "at": 1.0}}
+    assert run_state(row, runs) == expected

@@ -71,6 +71,16 @@ def test_kill_a_running_trial_from_its_page_and_a_reader_sees_no_buttons(browser
     history = page.locator("[data-testid=history]").inner_text()
     assert "kill trial" in history and "stop experiment" in history and "editor" in history
     assert page.locator("[data-testid=actions]").count() == 0  # over: nothing left to steer
+    # Issue 36 (2): it reads "stopped", by whom, never "success"
+    page.wait_for_selector("[data-testid=summary] [data-status=stopped]", timeout=30000)
+    assert page.locator("[data-testid=stopped-by]").inner_text().startswith("Stopped by editor at ")
+    shot(page, "stopped-experiment")
+    # and its trials' pages offer no re-run that would answer "not running"
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial=0")
+    page.wait_for_selector("[data-testid=parameter-source]", timeout=30000)
+    assert page.locator("[data-testid=rerun-trial]").count() == 0
+    page.goto(f"{ui.base}/plugin/trialflow")
+    page.wait_for_selector(f"tr:has-text('{experiment_id}') [data-status=stopped]", timeout=30000)
     assert not page.errors, page.errors
 
 

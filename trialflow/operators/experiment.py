@@ -215,6 +215,7 @@ class EndExperimentOperator(_ExperimentStep):
             check_owner(store, experiment.experiment_id, context["dag"].dag_id, conf)  # before reading anything
             self._reconcile(context, experiment, store)
             verdict = summarize_run(experiment, store, context["run_id"], conf)
+            experiment.end_run(store, context["run_id"])  # the run is over: steering acts no more
         except (ExperimentNotOwned, RunHasNoTrials) as exc:
             raise AirflowFailException(str(exc)) from None
         mode = experiment.config.optimize_mode

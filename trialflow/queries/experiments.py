@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,9 +98,31 @@ class ExperimentRow:
     ended: float | None
     max_trial_number: int | None
     active: bool
+    #: Who stopped it, when and why ({"by", "at", "reason"}), when a person (or Airflow's
+    #: mark failed on its DAG run) stopped it; None otherwise.
+    stopped: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def stopped_of(windows: Iterable[Any]) -> dict[str, Any] | None:
+    """The newest stop among an experiment's run windows ({"by", "at", "reason"}), or None."""
+    stops = [w["stopped"] for w in windows if isinstance(w, dict) and isinstance(w.get("stopped"), dict)]
+    if not stops:
+        return None
+    newest = max(stops, key=lambda s: s.get("at") or 0)
+    return {"by": newest.get("by"), "at": newest.get("at"), "reason": newest.get("reason")}
+
+
+def _run_windows(conn: sa.Connection, study_ids: Sequence[int] | None) -> dict[int, list[Any]]:
+    query = sa.select(STUDY_ATTRS.c.study_id, STUDY_ATTRS.c.value_json).where(STUDY_ATTRS.c.key.like("run:%"))
+    if study_ids is not None:
+        query = query.where(STUDY_ATTRS.c.study_id.in_(list(study_ids)))
+    out: dict[int, list[Any]] = {}
+    for study_id, value in conn.execute(query):
+        out.setdefault(study_id, []).append(decoded(value))
+    return out
 
 
 def _algorithm_name(config: dict[str, Any] | None) -> str | None:
@@ -118,6 +140,7 @@ def list_experiments(engine: Engine) -> list[ExperimentRow]:
         attrs = study_attrs(conn, None, _LIST_ATTRS)
         counts = _status_counts(conn, None)
         times = _times_and_best(conn, None)
+        windows = _run_windows(conn, None)
     rows = []
     for sid, name in studies.items():
         a = attrs.get(sid, {})
@@ -143,6 +166,7 @@ def list_experiments(engine: Engine) -> list[ExperimentRow]:
                 ended=t.get("ended"),
                 max_trial_number=config.get("maxTrialNumber"),
                 active=any(c.get(s) for s in ACTIVE),
+                stopped=stopped_of(windows.get(sid, [])),
             )
         )
     return sorted(rows, key=lambda r: r.started or 0, reverse=True)
@@ -218,6 +242,7 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         "ended": times.get("ended"),
         "deadline": deadline,
         "runs": sorted(windows, key=lambda w: w.get("first_index", 0)),
+        "stopped": stopped_of(windows),
         "changed": changed,
         # scheduledRuns: retune: the experiment this one re-tuned (its best sets ran first here),
         # and the later ones that re-tuned this one (all of the same DAG).

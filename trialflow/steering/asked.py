@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from trialflow.platforms.base import TrialStatus
-from trialflow.steering.base import ActionRefused, BadInput, UnknownTarget, find_trial, record_action
+from trialflow.steering.base import ActionRefused, BadInput, UnknownTarget, check_running, find_trial, record_action
 from trialflow.steering.limits import LIMITS
 
 if TYPE_CHECKING:
@@ -76,6 +76,7 @@ def add_trial(store: ExperimentStore, experiment_id: str, parameters: Any, by: s
     from trialflow.tuning.tuners import BUDGET_KEY
 
     chosen = check_parameters(store, experiment_id, parameters)
+    check_running(store, experiment_id)
     why = reason or f"added by {by}"
     seq = store.enqueue(experiment_id, chosen, {"by": by, "reason": why, "at": time.time()})
     _one_more_trial(store, experiment_id, 1)
@@ -93,6 +94,7 @@ def rerun_trials(
     from trialflow.tuning.tuners import BUDGET_KEY
 
     _space_of(store, experiment_id)  # an unknown experiment is refused first
+    check_running(store, experiment_id)
     if trial_indexes is None:
         rerunnable = {s.value for s in RERUNNABLE}
         chosen = [r for r in store.trial_rows(experiment_id) if r["status"] in rerunnable]

@@ -31,6 +31,33 @@ class BadInput(ActionRefused):
     """A value the action was given is not one it takes (a limit, a parameter); nothing changed."""
 
 
+class NotRunning(ActionRefused):
+    """The experiment's runs are all over: actions act on a running experiment only."""
+
+
+def check_running(store: ExperimentStore, experiment_id: str) -> None:
+    """NotRunning unless some run of the experiment is still going (not ended, not stopped).
+
+    The rule trialflow keeps, the same on the pages (409) and on the command line: killing,
+    stopping, new limits, added and re-run trials act on a running experiment; once its runs
+    are over, nothing is offered (NNI let a person raise maxTrialNumber on a finished
+    experiment to go on; here, run more trials as a new experiment, which ``scheduledRuns:
+    retune`` starts from the best of this one). An experiment without runs (made by a test or
+    a tool) is not refused."""
+    from trialflow.experiment import RUN_ATTR_PREFIX, RunWindow
+
+    windows = [
+        RunWindow.parse(value)
+        for key, value in store.experiment_attrs(experiment_id).items()
+        if key.startswith(RUN_ATTR_PREFIX) and isinstance(value, dict)
+    ]
+    if windows and all(w.over for w in windows):
+        raise NotRunning(
+            f"experiment {experiment_id!r} is not running (its runs are over): nothing changed; "
+            "to run more trials, start a new experiment (scheduledRuns: retune begins from this one's best)"
+        )
+
+
 @dataclass(frozen=True)
 class Request:
     """Who asked for something, when and why."""

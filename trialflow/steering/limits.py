@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment import LIMITS_ATTR, RUN_ATTR_PREFIX, RunWindow
-from trialflow.steering.base import BadInput, UnknownTarget, record_action
+from trialflow.steering.base import BadInput, UnknownTarget, check_running, record_action
 from trialflow.steering.stops import DEADLINE_CHANGE
 from trialflow.tuning.dag_limits import write_concurrency
 
@@ -86,6 +86,7 @@ def change_limits(store: ExperimentStore, experiment_id: str, by: str, changes: 
     checked = check_limits(changes)
     if not store.experiment_exists(experiment_id):
         raise UnknownTarget(f"there is no experiment {experiment_id!r}")
+    check_running(store, experiment_id)
     if "maxExperimentDuration" in checked:
         _move_deadlines(store, experiment_id, checked["maxExperimentDuration"])
     # Atomic: two changes at once (or a change beside an added trial's maxTrialNumber) both stay.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from trialflow.experiment import RUN_ATTR_PREFIX, RunWindow
 from trialflow.follow import Control
-from trialflow.steering.base import ActionRefused, Request, UnknownTarget, find_trial, record_action
+from trialflow.steering.base import ActionRefused, Request, UnknownTarget, check_running, find_trial, record_action
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
@@ -31,6 +31,7 @@ def kill_trial(store: ExperimentStore, experiment_id: str, trial_index: int, by:
     """Ask trial ``trial_index`` to stop (USER_CANCELED, "killed by <by>"); its follower cancels
     the job at its next poll. A trial that already ended is refused, and so is an unknown one."""
     record = find_trial(store, experiment_id, trial_index)
+    check_running(store, experiment_id)
     if record.finished:
         raise ActionRefused(f"trial {record.trial_id} already ended ({record.status.value}): there is nothing to kill")
     request = Request(by, f"killed by {by}", time.time())
@@ -111,6 +112,8 @@ def stop_runs(
 
 def stop_experiment(store: ExperimentStore, experiment_id: str, by: str) -> Stopped:
     """Stop every run of the experiment (see stop_runs) and say so in its history."""
+    if store.experiment_exists(experiment_id):
+        check_running(store, experiment_id)
     stopped = stop_runs(store, experiment_id, by, f"experiment stopped by {by}")
     record_action(store, experiment_id, by, "stop experiment", f"{len(stopped.asked)} running trial(s) asked to stop")
     return stopped

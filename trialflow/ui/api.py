@@ -163,11 +163,16 @@ def run_state(row: dict[str, Any], runs: dict[tuple[str, str], str]) -> tuple[st
     waves of trials (the previous ones ended, the next not yet asked) no trial is waiting or
     running, yet the run is, and a page that stopped refreshing then never saw the rest.
     Without a run (its DAG deleted, or the CLI's own runs), the trials' statuses are all there is.
+    An experiment a person stopped reads "stopped" once its run is over, never "success".
     """
     dag_id, run_id = row.get("dag_id"), row.get("run_id")
     state = runs.get((dag_id, run_id)) if dag_id and run_id else None
+    if state in LIVE_RUN_STATES:
+        return str(state), True
+    if row.get("stopped"):  # a person's stop is what ended it, whatever the run's end step said
+        return "stopped", False
     if state:
-        return state, state in LIVE_RUN_STATES
+        return state, False
     return ("running", True) if row.get("active") else ("finished", False)
 
 
@@ -497,6 +502,9 @@ def create_app() -> FastAPI:
         detail.update(map_index=map_index, links=links, log=_log_tail(handle), location=_location(handle))
         detail["may_edit"] = may_edit_dag(user, summary.get("dag_id"))
         detail["airflow_actions"] = airflow_actions(summary.get("dag_id"), run_id, map_index)
+        # the page offers a re-run only where the action is allowed: while its experiment runs
+        runs, _ = _dag_runs({(summary["dag_id"], summary["run_id"])} if summary.get("dag_id") else set())
+        detail["experiment_state"], detail["experiment_active"] = run_state(summary, runs)
         return detail
 
     # -- actions: POST only, edit permission on the DAG, Airflow's audit log --------------------

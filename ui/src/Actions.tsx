@@ -160,11 +160,12 @@ export function ConfigView({ experimentId }: { experimentId: string }) {
   );
 }
 
-export function TrialActions({ experimentId, index, status, mayEdit, onChanged }: {
-  experimentId: string; index: number; status: string; mayEdit: boolean; onChanged: () => void;
+export function TrialActions({ experimentId, index, status, mayEdit, experimentActive, onChanged }: {
+  experimentId: string; index: number; status: string; mayEdit: boolean; experimentActive: boolean; onChanged: () => void;
 }) {
   const [outcome, setOutcome] = useState<Outcome>(null);
-  if (!mayEdit) return null;
+  // an ended experiment takes no action (the server answers 409): none is offered
+  if (!mayEdit || !experimentActive) return null;
   const id = encodeURIComponent(experimentId);
   const running = status === "WAITING" || status === "RUNNING";
   const kill = () => {

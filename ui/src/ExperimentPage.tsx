@@ -35,6 +35,11 @@ function Summary({ summary }: { summary: Summary }) {
         <Fact label="Concurrency"><span data-testid="concurrency">{summary.config.trialConcurrency ?? "–"}</span>{summary.changed?.trialConcurrency ? " (changed)" : ""}</Fact>
         <Fact label="Started">{formatTime(summary.started)}</Fact>
       </HStack>
+      {summary.stopped ? (
+        <Text mt={2} fontSize="sm" color="orange.fg" data-testid="stopped-by">
+          {summary.active ? "Stopping" : "Stopped"} by {visible(summary.stopped.by ?? "?")} at {formatTime(summary.stopped.at)}: {visible(summary.stopped.reason ?? "")}
+        </Text>
+      ) : null}
       <Box mt={3}><StatusCounts counts={summary.counts} /></Box>
       {several ? <ParetoList summary={summary} /> : summary.best && (
         <Text mt={3} fontSize="sm">

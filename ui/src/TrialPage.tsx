@@ -29,7 +29,7 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
         </Box>
         <HStack>
           <TrialActions experimentId={experimentId} index={trial.trial_index} status={trial.status}
-            mayEdit={Boolean(trial.may_edit)} onChanged={again.reload} />
+            mayEdit={Boolean(trial.may_edit)} experimentActive={trial.experiment_active !== false} onChanged={again.reload} />
           <Button size="sm" variant="outline" onClick={onBack}>Back to the experiment</Button>
         </HStack>
       </HStack>

@@ -71,6 +71,8 @@ export interface Summary {
   ended: number | null;
   deadline: number | null;
   runs: { run_id: string; first_index: number; count: number; deadline: number | null }[];
+  /** Who stopped it, when and why (a person's stop, or its DAG run marked failed); null otherwise. */
+  stopped: { by: string | null; at: number | null; reason: string | null } | null;
   config: {
     tuner: { name?: string; className?: string; classArgs?: Record<string, unknown> } | null;
     assessor: { name?: string } | null;
@@ -116,6 +118,9 @@ export interface Curve {
 }
 
 export interface TrialDetail extends TrialRow {
+  /** Its experiment's state (running, success, stopped...) and whether actions may still act. */
+  experiment_state?: string;
+  experiment_active?: boolean;
   handle: Record<string, unknown>;
   final_extra: Record<string, unknown>;
   intermediate: [number, number | null][];

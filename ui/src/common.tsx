@@ -5,7 +5,7 @@ import type { Status } from "./api";
 import { STATUS_PALETTE } from "./util";
 
 const RUN_PALETTE: Record<string, string> = {
-  running: "blue", queued: "gray", success: "green", failed: "red", finished: "green", "dag gone": "gray",
+  running: "blue", queued: "gray", success: "green", failed: "red", finished: "green", stopped: "orange", "dag gone": "gray",
 };
 
 export function StatusBadge({ status }: { status: Status | string }) {
