@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trialflow.published import FORMAT_KEY, NotPublished, asset_name, decide, read
+from trialflow.published import FORMAT_KEY, NotPublished, SeveralObjectives, asset_name, decide, read
 
 BEST = {
     "trial_index": 3,
@@ -70,11 +70,28 @@ def test_several_objectives_publish_the_pareto_set():
         {"trial_id": "t-2", "trial_index": 2, "parameters": {"x": 2}, "values": {"acc": 0.8, "latency": 1.0}},
     ]
     objectives = [{"metric": "acc", "mode": "maximize"}, {"metric": "latency", "mode": "minimize"}]
-    extra, _ = decide(summary(objectives=objectives, pareto=pareto), "d", "r", None)
+    extra, why = decide(summary(objectives=objectives, pareto=pareto), "d", "r", None)
+    assert why == "the Pareto set of 2 trial(s) on 2 objectives"
     best = read(extra)
     assert best.multi_objective and [p.trial_id for p in best.pareto] == ["t-1", "t-2"]
     assert best.pareto[1].values == {"acc": 0.8, "latency": 1.0}
     assert [o.metric for o in best.objectives] == ["acc", "latency"]
+    # Issue 36 (3): no silent single best: the shortcut refuses, naming the choices
+    assert "parameters" not in extra and "trial_id" not in extra
+    for shortcut in ("parameters", "trial_id", "trial_index", "metric"):
+        with pytest.raises(SeveralObjectives, match=r"has 2 objectives \(acc, latency\): no single best trial"):
+            getattr(best, shortcut)
+    assert best.best_for("acc").trial_id == "t-1" and best.best_for("latency").trial_id == "t-2"
+    assert best.member("t-2").parameters == {"x": 2}
+    with pytest.raises(KeyError, match="not an objective"):
+        best.best_for("loss")
+    with pytest.raises(KeyError, match="not in experiment exp-1's Pareto set"):
+        best.member("t-9")
+    # a template that reads the shortcut fails loudly (Jinja swallows AttributeError only)
+    import jinja2
+
+    with pytest.raises(SeveralObjectives):
+        jinja2.Template("{{ e.parameters }}").render(e=best)
 
 
 @pytest.mark.parametrize(
@@ -116,3 +133,23 @@ def test_a_mangled_pareto_set_is_refused_by_name_not_a_traceback(changes):
 
 def test_the_asset_is_named_after_the_dag():
     assert asset_name("trialflow_digits_svc") == "trialflow/trialflow_digits_svc/best"
+
+
+def test_the_progress_line_shows_the_pareto_set_not_a_best(capsys):
+    """Issue 36 (3): with several objectives the progress line showed a single "best"."""
+    from trialflow.progress import RunDisplay
+
+    objectives = [{"metric": "acc", "mode": "maximize"}, {"metric": "latency", "mode": "minimize"}]
+    rows = [
+        {"status": "SUCCEEDED", "final_metric": 0.9, "objective_values": [0.9, 3.0], "trial_index": 0},
+        {"status": "SUCCEEDED", "final_metric": 0.8, "objective_values": [0.8, 1.0], "trial_index": 1},
+        {"status": "SUCCEEDED", "final_metric": 0.7, "objective_values": [0.7, 2.0], "trial_index": 2},
+        {"status": "RUNNING", "final_metric": None, "objective_values": None, "trial_index": 3},
+    ]
+    several = RunDisplay(4, objectives=objectives)
+    several.update(rows)
+    one = RunDisplay(4)
+    one.update(rows)
+    err = capsys.readouterr().err
+    assert "1 running, 0 failed, Pareto set 2" in err and "best 0.9" in err
+    assert err.count("best") == 1  # only the one-objective display says best

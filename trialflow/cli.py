@@ -120,7 +120,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     run = ExperimentRun(args.config, Path(args.home) if args.home else None, new=args.new)
     # `kill` (SIGTERM) gets the same clean stop as Ctrl-C: trials cancelled, Airflow stopped.
     signal.signal(signal.SIGTERM, _interrupt)
-    display = RunDisplay(run.total_trials, quiet=args.json, optimize_mode=run.config.optimize_mode)
+    objectives = [{"metric": o.metric, "mode": o.mode} for o in run.config.objectives or []]
+    display = RunDisplay(
+        run.total_trials, quiet=args.json, optimize_mode=run.config.optimize_mode, objectives=objectives
+    )
     state = "failed"
     try:
         try:
@@ -282,7 +285,7 @@ def cmd_experiments(args: argparse.Namespace) -> int:
                 r.platform,
                 r.tuner,
                 ", ".join(f"{n} {s.lower()}" for s, n in sorted(r.counts.items())),
-                r.best,
+                f"Pareto set of {r.pareto_size}" if r.pareto_size is not None else r.best,
                 _when(r.started),
                 _span((r.ended or 0) - r.started if r.started and r.ended else None),
             ]

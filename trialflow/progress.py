@@ -30,10 +30,18 @@ def format_parameters(parameters: Any) -> str:
 
 
 class RunDisplay:
-    def __init__(self, total: int | None, quiet: bool = False, optimize_mode: str = "maximize"):
-        """``total``: trials the experiment starts; None when it runs until its duration ends."""
+    def __init__(
+        self,
+        total: int | None,
+        quiet: bool = False,
+        optimize_mode: str = "maximize",
+        objectives: list[dict[str, str]] | None = None,
+    ):
+        """``total``: trials the experiment starts; None when it runs until its duration ends.
+        ``objectives``: several: the line shows the Pareto set's size, never a single best."""
         self.total = total
         self.optimize_mode = optimize_mode
+        self.objectives = objectives if objectives and len(objectives) > 1 else None
         # Progress goes to stderr so `--json` leaves stdout machine-readable.
         self.err = Console(stderr=True)
         self.out = Console()
@@ -65,10 +73,17 @@ class RunDisplay:
         finals = [
             r["final_metric"] for r in rows if r["final_metric"] is not None and r["status"] in COUNTED_STATUS_NAMES
         ]
-        best = (min if self.optimize_mode == "minimize" else max)(finals) if finals else None
         description = f"trials: {counts.get('RUNNING', 0)} running, {counts.get('FAILED', 0)} failed"
-        if best is not None:
-            description += f", best {best:.6g}"
+        if self.objectives:  # no single best: how many trials no other beats on every objective
+            from trialflow.tuning.pareto import pareto_rows, with_values
+
+            members = pareto_rows(with_values(rows, self.objectives), self.objectives)
+            if members:
+                description += f", Pareto set {len(members)}"
+        else:
+            best = (min if self.optimize_mode == "minimize" else max)(finals) if finals else None
+            if best is not None:
+                description += f", best {best:.6g}"
         self.progress.update(self.task, completed=done, description=description)
         if not self.err.is_terminal:  # plain logs: a line when something changes
             line = f"{done}{'' if self.total is None else f'/{self.total}'} done; {description}"

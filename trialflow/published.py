@@ -41,22 +41,27 @@ class ParetoTrial:
     values: dict[str, float]
 
 
+class SeveralObjectives(ValueError):
+    """The single-best shortcut of an experiment with several objectives: it has no one best
+    trial, only a Pareto set, and a downstream step must choose a member."""
+
+
 @dataclass(frozen=True)
 class PublishedBest:
     """An experiment's outcome as a downstream DAG reads it.
 
-    With one objective, ``parameters``/``metric`` are the best trial's. With several, ``pareto``
-    holds the whole set and ``parameters``/``metric``/``trial_id`` are its first member's (by the
-    first objective), so code written for one objective keeps working."""
+    With one objective, ``trial_id``, ``trial_index``, ``parameters`` and ``metric`` are the best
+    trial's. With several there is no single best: ``pareto`` holds the whole set, and those four
+    refuse (SeveralObjectives, naming the choices) rather than hand over one member silently (a
+    downstream DAG reading ``best.parameters`` took the first objective's best and ignored the
+    trade-off); ``best_for(metric)`` and ``member(trial_id)`` choose one explicitly."""
 
     experiment_id: str
     experiment_name: str | None
     dag_id: str
     run_id: str
-    trial_id: str
-    trial_index: int
-    parameters: dict[str, Any]
-    metric: float | dict[str, float]
+    best: ParetoTrial | None
+    best_metric: float | dict[str, float] | None
     optimize_mode: str
     url: str | None = None
     directory: str | None = None
@@ -66,6 +71,52 @@ class PublishedBest:
     @property
     def multi_objective(self) -> bool:
         return len(self.objectives) > 1
+
+    def _single(self) -> ParetoTrial:
+        if self.multi_objective or self.best is None:
+            names = ", ".join(o.metric for o in self.objectives)
+            raise SeveralObjectives(
+                f"experiment {self.experiment_id} has {len(self.objectives)} objectives ({names}): no single "
+                f"best trial, a Pareto set of {len(self.pareto)}; choose one: best.pareto (all of them), "
+                f"best.best_for({self.objectives[0].metric if self.objectives else 'metric'!r}) or "
+                "best.member(trial_id)"
+            )
+        return self.best
+
+    @property
+    def trial_id(self) -> str:
+        return self._single().trial_id
+
+    @property
+    def trial_index(self) -> int:
+        return self._single().trial_index
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self._single().parameters
+
+    @property
+    def metric(self) -> float | dict[str, float]:
+        self._single()
+        assert self.best_metric is not None
+        return self.best_metric
+
+    def best_for(self, metric: str) -> ParetoTrial:
+        """The Pareto set's member best on objective ``metric`` (its mode decides which end)."""
+        modes = {o.metric: o.mode for o in self.objectives}
+        if metric not in modes:
+            raise KeyError(f"{metric!r} is not an objective of experiment {self.experiment_id} ({', '.join(modes)})")
+        if not self.pareto:
+            raise LookupError(f"experiment {self.experiment_id} published no Pareto set")
+        pick = max if modes[metric] == "maximize" else min
+        return pick(self.pareto, key=lambda p: p.values[metric])
+
+    def member(self, trial_id: str) -> ParetoTrial:
+        """The Pareto set's member ``trial_id`` (a person chose it, say in an approval)."""
+        for trial in self.pareto:
+            if trial.trial_id == trial_id:
+                return trial
+        raise KeyError(f"trial {trial_id!r} is not in experiment {self.experiment_id}'s Pareto set")
 
 
 def decide(
@@ -91,19 +142,23 @@ def decide(
         "experiment_name": summary.get("experiment_name"),
         "dag_id": dag_id,
         "run_id": run_id,
-        "trial_id": best["trial_id"],
-        "trial_index": best["trial_index"],
-        "parameters": best["parameters"],
-        "metric": best["final_metric"],
         "optimize_mode": summary.get("optimize_mode"),
         "url": url,
         "directory": directory,
     }
-    if summary.get("objectives"):
+    if len(summary.get("objectives") or ()) > 1:
+        # No single best to publish: the whole Pareto set, and a reader must choose a member.
         extra["objectives"] = summary["objectives"]
         extra["pareto"] = [
             {k: p[k] for k in ("trial_id", "trial_index", "parameters", "values")} for p in summary.get("pareto") or []
         ]
+        return extra, f"the Pareto set of {len(extra['pareto'])} trial(s) on {len(extra['objectives'])} objectives"
+    extra.update(
+        trial_id=best["trial_id"],
+        trial_index=best["trial_index"],
+        parameters=best["parameters"],
+        metric=best["final_metric"],
+    )
     return extra, f"best trial {best['trial_id']}: {best['parameters']} = {best['final_metric']}"
 
 
@@ -123,12 +178,11 @@ def read(extra: Any, where: str = "asset event") -> PublishedBest:
         "experiment_id": str,
         "dag_id": str,
         "run_id": str,
-        "trial_id": str,
-        "trial_index": int,
-        "parameters": dict,
-        "metric": (int, float, dict),
         "optimize_mode": str,
     }
+    several = len(extra.get("objectives") or ()) > 1 if isinstance(extra.get("objectives"), list) else False
+    if not several:  # one objective: its best trial
+        expected.update(trial_id=str, trial_index=int, parameters=dict, metric=(int, float, dict))
     for key, kind in expected.items():
         if not isinstance(extra.get(key), kind) or isinstance(extra.get(key), bool):
             raise NotPublished(f"{where}: extra key {key!r}: expected {_kind_name(kind)}, got {extra.get(key)!r}")
@@ -148,10 +202,8 @@ def read(extra: Any, where: str = "asset event") -> PublishedBest:
         experiment_name=extra.get("experiment_name"),
         dag_id=extra["dag_id"],
         run_id=extra["run_id"],
-        trial_id=extra["trial_id"],
-        trial_index=extra["trial_index"],
-        parameters=extra["parameters"],
-        metric=extra["metric"],
+        best=None if several else ParetoTrial(extra["trial_id"], extra["trial_index"], extra["parameters"], {}),
+        best_metric=None if several else extra["metric"],
         optimize_mode=extra["optimize_mode"],
         url=extra.get("url"),
         directory=extra.get("directory"),

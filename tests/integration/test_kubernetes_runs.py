@@ -175,3 +175,58 @@ def test_marking_a_deferred_kubeflow_trial_failed_deletes_its_job(
     harness.wait(dag_id, run_id, 120)
     assert kube_controller.launches(name) == 1
     print(f"mark failed (kubeflow, triggerer): job deleted {took:.1f} s after the PATCH")
+
+
+def test_marking_kubeflow_trials_failed_across_the_hand_off_leaves_no_job_running(
+    harness: Harness, kube_conn: str, kube_controller: TestController
+):
+    """Issue 36 (1) on Kubeflow: each trial's task is marked failed at another instant around
+    its hand-off from the worker to the triggerer (defer_after 2 s). Every PyTorchJob ends
+    stopped (the controller killed its replicas), every trial is closed in the store, and no
+    job was launched twice; the clicks no on_kill saw are closed by the run's watch."""
+    import time
+
+    from tests.integration.test_airflow_controls import mark_failed_across_the_hand_off, wait_for
+
+    offsets = [1.0, 1.9, 2.1, 2.3, 2.6, 3.5]
+    dag_source = (
+        "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=2)\n"
+    )
+    long_trial = TRIAL.replace('os.environ.get("STEP", "0.7")', '"100"')
+    dag_id, _ = harness.experiment(
+        "kube_hand_off",
+        kube_config(kube_conn, len(offsets), len(offsets)),
+        {"trial.py": long_trial},
+        dag_source=dag_source,
+    )
+    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
+    run_id = harness.airflow.trigger(dag_id)
+    mark_failed_across_the_hand_off(harness.airflow, harness.store_url, dag_id, run_id, offsets)
+    last_click = time.monotonic()
+    exp = experiment_id_for(dag_id, run_id)
+    names = [object_name(f"{exp}-{i:04d}") for i in range(len(offsets))]
+    wait_for(
+        "every job stopped",
+        lambda: all((job := kube_controller.job(n)) is None or job.stopped for n in names),
+        60,
+    )
+    took = time.monotonic() - last_click
+    rows = wait_for(
+        "every trial closed in the store",
+        lambda: (
+            (rows := harness.rows(dag_id, run_id))
+            and all(r["status"] not in ("RUNNING", "WAITING") for r in rows)
+            and rows
+        ),
+        60,
+    )
+    harness.wait(dag_id, run_id, 180)
+    assert all(r["status"] == "USER_CANCELED" for r in rows), rows
+    assert all(kube_controller.launches(n) <= 1 for n in names)
+    print(
+        f"mark failed across the hand-off (kubeflow): every job stopped {took:.1f} s after the last click\n"
+        + "\n".join(
+            f"  +{o:.2f} s: {r['message']}" for o, r in zip(offsets, sorted(rows, key=lambda r: r["trial_index"]))
+        )
+    )

@@ -134,6 +134,9 @@ def test_the_pareto_front_of_two_or_three_objectives_on_the_page(browser, ui: Ui
     published = harness.xcom(dag_id, run_id, "publish_best")
     assert sorted(p["trial_index"] for p in published["pareto"]) == expected
     assert [o["metric"] for o in published["objectives"]] == names
+    assert "parameters" not in published  # issue 36 (3): no single best, a Pareto set to choose from
+    listed = next(e for e in ui.get("experiments").json()["experiments"] if e["experiment_id"] == experiment_id)
+    assert (listed["best"], listed["pareto_size"]) == (None, len(expected))
 
     page = login(browser, ui)
     page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}")

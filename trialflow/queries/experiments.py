@@ -27,6 +27,7 @@ from trialflow.queries.tables import (
 from trialflow.queries.trials import trials_page
 from trialflow.retune import RETUNED_BY, RETUNED_FROM
 from trialflow.trial.status import COUNTED_STATUS_NAMES
+from trialflow.tuning.pareto import OBJECTIVES_ATTR
 
 
 def _status_counts(conn: sa.Connection, study_ids: Sequence[int] | None) -> dict[int, dict[str, int]]:
@@ -79,7 +80,7 @@ def _times_and_best(conn: sa.Connection, study_ids: Sequence[int] | None) -> dic
     }
 
 
-_LIST_ATTRS = ("experiment_name", "dag_id", "run_id", "platform", "optimize_mode", "config")
+_LIST_ATTRS = ("experiment_name", "dag_id", "run_id", "platform", "optimize_mode", "config", OBJECTIVES_ATTR)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,9 @@ class ExperimentRow:
     #: Who stopped it, when and why ({"by", "at", "reason"}), when a person (or Airflow's
     #: mark failed on its DAG run) stopped it; None otherwise.
     stopped: dict[str, Any] | None = None
+    #: Several objectives: how many trials are in the Pareto set (``best`` is then None: there is
+    #: no single best); None with one objective.
+    pareto_size: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -150,6 +154,8 @@ def list_experiments(engine: Engine) -> list[ExperimentRow]:
         mode = a.get("optimize_mode") or "maximize"
         t = times.get(sid, {})
         c = counts.get(sid, {})
+        several = len(a.get(OBJECTIVES_ATTR) or ()) > 1  # no single best: the Pareto set's size
+        pareto_size = len(objectives_of(engine, name).pareto) if several else None
         rows.append(
             ExperimentRow(
                 experiment_id=name,
@@ -161,12 +167,13 @@ def list_experiments(engine: Engine) -> list[ExperimentRow]:
                 optimize_mode=mode,
                 counts=c,
                 trials=sum(c.values()),
-                best=finite(t.get("min") if mode == "minimize" else t.get("max")),
+                best=None if several else finite(t.get("min") if mode == "minimize" else t.get("max")),
                 started=t.get("started"),
                 ended=t.get("ended"),
                 max_trial_number=config.get("maxTrialNumber"),
                 active=any(c.get(s) for s in ACTIVE),
                 stopped=stopped_of(windows.get(sid, [])),
+                pareto_size=pareto_size,
             )
         )
     return sorted(rows, key=lambda r: r.started or 0, reverse=True)

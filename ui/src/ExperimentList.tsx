@@ -75,7 +75,9 @@ export function ExperimentList({ dagId, onOpen }: { dagId?: string; onOpen: (row
                 <Table.Cell>{row.platform}</Table.Cell>
                 <Table.Cell>{row.tuner}</Table.Cell>
                 <Table.Cell><StatusCounts counts={row.counts} /></Table.Cell>
-                <Table.Cell fontFamily="mono">{formatValue(row.best)}</Table.Cell>
+                <Table.Cell fontFamily="mono" data-testid="list-best">
+                  {row.pareto_size !== null && row.pareto_size !== undefined ? `Pareto set of ${row.pareto_size}` : formatValue(row.best)}
+                </Table.Cell>
                 <Table.Cell>{formatTime(row.started)}</Table.Cell>
                 <Table.Cell>{formatDuration(row.started ? (row.ended ?? Date.now() / 1000) - row.started : null)}</Table.Cell>
               </Table.Row>

@@ -18,6 +18,8 @@ export interface ExperimentRow {
   counts: Partial<Record<Status, number>>;
   trials: number;
   best: number | null;
+  /** Several objectives: the Pareto set's size (best is null: there is no single best). */
+  pareto_size?: number | null;
   started: number | null;
   ended: number | null;
   max_trial_number: number | null;
