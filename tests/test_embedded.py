@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from trialflow import embedded
 from trialflow.embedded import EmbeddedAirflow, database_template
@@ -199,3 +200,34 @@ def test_stop_waits_for_the_api_server_to_finish_serving_not_for_its_exit(tmp_pa
     assert time.monotonic() - started < 15  # not the 60 s of its lingering exit (nor polite + grace)
     assert proc.returncode == -9
     assert log.read_text().count("Finished server process") == 2  # killed after its own line
+
+
+@pytest.mark.integration
+def test_a_viewer_login_reads_every_page_and_may_not_act(tmp_path):
+    """Issue 36 (2): `trialflow run`/`ui` drop the shell's AIRFLOW__* settings, so a read-only
+    user of the private Airflow is an option of theirs (--viewer NAME): the simple auth
+    manager's viewer role, its password kept beside the admin's."""
+    import json
+
+    import httpx
+
+    with pytest.raises(ValueError, match="expected a login name"):
+        EmbeddedAirflow(tmp_path / "x", tmp_path / "d", viewers=("bob:admin",))  # no role smuggled in
+    airflow = EmbeddedAirflow(tmp_path / "home", tmp_path / "dags", viewers=("ann",))
+    airflow.dags_folder.mkdir(parents=True)
+    airflow.migrate()
+    airflow.start(components=("api-server",))
+    try:
+        airflow.wait_serving()
+        passwords = json.loads((airflow.home / "passwords.json").read_text())
+        assert set(passwords) == {"trialflow", "ann"}
+        token = httpx.post(
+            f"{airflow.base_url}/auth/token", json={"username": "ann", "password": passwords["ann"]}, timeout=30
+        ).json()["access_token"]
+        ann = {"Authorization": f"Bearer {token}"}
+        assert httpx.get(f"{airflow.base_url}/api/v2/dags", headers=ann, timeout=30).status_code == 200
+        pool = {"name": "p1", "slots": 1}
+        assert httpx.post(f"{airflow.base_url}/api/v2/pools", json=pool, headers=ann, timeout=30).status_code == 403
+        assert airflow.api("POST", "/pools", json=pool).status_code in (200, 201)  # the admin may
+    finally:
+        airflow.stop()

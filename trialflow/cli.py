@@ -117,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trialflow.progress import RunDisplay
     from trialflow.runner import ExperimentRun
 
-    run = ExperimentRun(args.config, Path(args.home) if args.home else None, new=args.new)
+    run = ExperimentRun(args.config, Path(args.home) if args.home else None, new=args.new, viewers=tuple(args.viewer))
     # `kill` (SIGTERM) gets the same clean stop as Ctrl-C: trials cancelled, Airflow stopped.
     signal.signal(signal.SIGTERM, _interrupt)
     objectives = [{"metric": o.metric, "mode": o.mode} for o in run.config.objectives or []]
@@ -161,6 +161,8 @@ def _serve(airflow: Any, url: str, say: Any) -> None:
     """Print where to look and how to log in, then keep Airflow up until Ctrl-C."""
     say(f"Experiment page: {url}")
     say(f"Log in as trialflow; the password is in {airflow.home / 'passwords.json'}. Ctrl-C stops Airflow.")
+    if airflow.viewers:
+        say(f"Read-only logins: {', '.join(airflow.viewers)} (their passwords are in the same file)")
     try:
         while True:
             airflow.check_alive()
@@ -180,7 +182,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         return _fail(
             FileNotFoundError(f"no trialflow run in {home} (run `trialflow run CONFIG` first, or give --home)")
         )
-    airflow = embedded_airflow(home)
+    airflow = embedded_airflow(home, viewers=tuple(args.viewer))
     if args.port:
         airflow.port = args.port
     signal.signal(signal.SIGTERM, _interrupt)
@@ -478,6 +480,29 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     return 0
 
 
+def _viewer_arg(p: argparse.ArgumentParser) -> None:
+    """--viewer NAME (repeatable): a read-only login of the private Airflow (`run` drops the
+    shell's AIRFLOW__* settings, so its users are set here)."""
+
+    def login(name: str) -> str:
+        from trialflow.embedded import check_login_name
+
+        try:
+            return check_login_name(name)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    p.add_argument(
+        "--viewer",
+        action="append",
+        default=[],
+        type=login,
+        metavar="NAME",
+        help="add a read-only login NAME (sees the pages, no button); its password is in the home's "
+        "airflow/passwords.json",
+    )
+
+
 def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--home", help="a `trialflow run` home (its experiments.db); default: the trialflow_default Airflow connection"
@@ -514,11 +539,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="when the experiment ends, keep Airflow up and print the experiment page's URL",
     )
+    _viewer_arg(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("ui", help="serve the experiment pages of a `trialflow run` home (Airflow's api-server)")
     p.add_argument("config", nargs="?", help="the experiment config whose .trialflow home to serve")
     p.add_argument("--home", help="a `trialflow run` home (default: .trialflow beside CONFIG)")
     p.add_argument("--port", type=int, default=None)
+    _viewer_arg(p)
     p.set_defaults(func=cmd_ui)
     p = sub.add_parser("experiments", help="list the experiments in the store")
     _store_args(p)

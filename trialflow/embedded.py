@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -60,6 +61,15 @@ class EmbeddedAirflow:
     parallelism: int = 8
     extra_env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
+    #: Read-only logins beside ``trialflow`` (Airflow's simple auth manager's "viewer" role): they
+    #: see every page and no button (the pages' actions need edit access). Their passwords are
+    #: kept in passwords.json with the admin's.
+    viewers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in self.viewers:
+            check_login_name(name)
+
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     _token: str | None = None
     _warm_up: threading.Thread | None = None
@@ -84,7 +94,9 @@ class EmbeddedAirflow:
                 "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
+                    [f"{USER}:admin", *(f"{name}:viewer" for name in self.viewers)]
+                ),
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
                 "AIRFLOW__API__HOST": "127.0.0.1",
@@ -159,8 +171,10 @@ class EmbeddedAirflow:
         generates into the api-server's log; one it finds in the file it leaves unsaid."""
         self.home.mkdir(parents=True, exist_ok=True)
         passwords = self.home / "passwords.json"
-        if not passwords.exists():
-            _write_private(passwords, json.dumps({USER: secrets.token_urlsafe(16)}))
+        known = json.loads(passwords.read_text()) if passwords.exists() else {}
+        wanted = {name: known.get(name) or secrets.token_urlsafe(16) for name in (USER, *self.viewers)}
+        if {**known, **wanted} != known:
+            _write_private(passwords, json.dumps({**known, **wanted}))
         path = self.home / "airflow.cfg"
         if path.exists():
             return
@@ -454,6 +468,21 @@ def _copy_atomically(source: Path, target: Path) -> None:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+#: A login name the simple auth manager's user list can hold as it is ("name:role,name:role").
+_LOGIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_login_name(name: str) -> str:
+    """``name`` if it may be a read-only login (letters, digits, ``_.-``, at most 64; never the
+    admin's name): a ``:`` or ``,`` in it would add a role or a user to Airflow's list."""
+    if not isinstance(name, str) or not _LOGIN_NAME.fullmatch(name) or name == USER:
+        raise ValueError(
+            f"--viewer {str(name)[:80]!r}: expected a login name of letters, digits, '_', '.' or '-' "
+            f"(at most 64, starting with a letter or digit), other than {USER!r}"
+        )
+    return name
 
 
 def _write_private(path: Path, text: str) -> None:

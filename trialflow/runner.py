@@ -106,12 +106,14 @@ def embedded_parallelism(config: ExperimentConfig) -> int:
     return max(2, min(config.trial_concurrency + 1, 16))
 
 
-def embedded_airflow(home: Path, parallelism: int = 8) -> EmbeddedAirflow:
-    """The private Airflow of a `trialflow run` home (its store as trialflow_default)."""
+def embedded_airflow(home: Path, parallelism: int = 8, viewers: tuple[str, ...] = ()) -> EmbeddedAirflow:
+    """The private Airflow of a `trialflow run` home (its store as trialflow_default);
+    ``viewers``: read-only logins (``--viewer``)."""
     return EmbeddedAirflow(
         home=home / "airflow",
         dags_folder=home / "dags",
         parallelism=parallelism,
+        viewers=viewers,
         extra_env={
             "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
                 {"conn_type": "trialflow", "extra": {"storage_url": sqlite_url(home / "experiments.db")}}
@@ -123,7 +125,12 @@ def embedded_airflow(home: Path, parallelism: int = 8) -> EmbeddedAirflow:
 
 class ExperimentRun:
     def __init__(
-        self, config_path: str | Path, home: Path | None = None, poll_interval: float = 0.5, new: bool = False
+        self,
+        config_path: str | Path,
+        home: Path | None = None,
+        poll_interval: float = 0.5,
+        new: bool = False,
+        viewers: tuple[str, ...] = (),
     ):
         self.config_path = Path(config_path).expanduser().resolve()
         self.config = load_runnable_config(self.config_path)  # raises ConfigError before anything starts
@@ -132,7 +139,7 @@ class ExperimentRun:
         self.dag_id = default_dag_id(self.config_path, self.config.experiment_name)
         self.store_url = sqlite_url(self.home / "experiments.db")
         self.workdir = run_workdir(self.config, self.home)
-        self.airflow = embedded_airflow(self.home, embedded_parallelism(self.config))
+        self.airflow = embedded_airflow(self.home, embedded_parallelism(self.config), viewers)
         self.run_id: str | None = None
         #: The run being followed: run_id, or the follow-on run an unbounded experiment is in now.
         self.current_run_id: str | None = None
