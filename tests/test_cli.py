@@ -404,3 +404,49 @@ def test_the_run_table_marks_the_pareto_set(tmp_path, capsys):
     assert "Pareto set (*): 2 trials" in out
     marked = [line for line in out.splitlines() if "acc=" in line and "*" in line.split("acc=")[0]]
     assert len(marked) == 2 and "acc=0.4" not in "".join(marked)
+
+
+DOWNSTREAM = """\
+# An Airflow DAG downstream of the experiment: it writes the parameters it was handed.
+import json
+from airflow.sdk import dag, task
+from trialflow.assets import best_parameters, best_parameters_asset
+
+
+@dag(schedule=[best_parameters_asset({dag_id!r})], catchup=False)
+def after_tuning():
+    @task
+    def train(**context):
+        best = best_parameters(context)
+        open({out!r}, "w").write(json.dumps({{"trial_id": best.trial_id, "parameters": best.parameters}}))
+
+    train()
+
+
+after_tuning()
+"""
+
+
+@pytest.mark.integration
+def test_run_runs_the_experiment_with_its_downstream_dag(experiment, tmp_path):
+    """Issue 36 (3): `trialflow run` could not run an experiment together with the DAG scheduled
+    on its Asset. `--downstream FILE` puts it on the private Airflow; run waits for the run the
+    published Asset starts, and the downstream task gets exactly the best parameters."""
+    from trialflow.config import load_config
+    from trialflow.plan import default_dag_id
+
+    config = experiment(n=2)
+    dag_id = default_dag_id(config, load_config(config).experiment_name)
+    out = tmp_path / "handed.json"
+    down = tmp_path / "after_tuning.py"
+    down.write_text(DOWNSTREAM.format(dag_id=dag_id, out=str(out)))
+    missing = cli("run", str(config), "--downstream", str(tmp_path / "nope.py"))
+    assert missing.returncode == 1 and "--downstream" in missing.stderr and "Traceback" not in missing.stderr
+    result = cli("run", str(config), "--json", "--new", "--downstream", str(down), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    (downstream,) = summary["downstream"]
+    assert (downstream["dag_id"], downstream["state"]) == ("after_tuning", "success")
+    handed = json.loads(out.read_text())
+    assert handed == {"trial_id": summary["best"]["trial_id"], "parameters": summary["best"]["parameters"]}
+    assert "Downstream of the experiment: after_tuning" in result.stderr

@@ -117,7 +117,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trialflow.progress import RunDisplay
     from trialflow.runner import ExperimentRun
 
-    run = ExperimentRun(args.config, Path(args.home) if args.home else None, new=args.new, viewers=tuple(args.viewer))
+    try:
+        run = ExperimentRun(
+            args.config,
+            Path(args.home) if args.home else None,
+            new=args.new,
+            viewers=tuple(args.viewer),
+            downstream=tuple(Path(p) for p in args.downstream),
+        )
+    except FileNotFoundError as exc:
+        return _fail(exc)
     # `kill` (SIGTERM) gets the same clean stop as Ctrl-C: trials cancelled, Airflow stopped.
     signal.signal(signal.SIGTERM, _interrupt)
     objectives = [{"metric": o.metric, "mode": o.mode} for o in run.config.objectives or []]
@@ -125,14 +134,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         run.total_trials, quiet=args.json, optimize_mode=run.config.optimize_mode, objectives=objectives
     )
     state = "failed"
+    downstream: list[dict[str, Any]] = []
     try:
         try:
             run.start(say=display.say)
             # where to watch it while it runs, not only at the end
             display.say(f"Watch it: {run.page_url()}")
             display.say(f"  log in as trialflow; the password is in {run.airflow.home / 'passwords.json'}")
+            started = time.monotonic()
             with display:
                 state = run.wait(display.update, timeout=args.timeout)
+            left = None if args.timeout is None else max(1.0, args.timeout - (time.monotonic() - started))
+            downstream = run.wait_downstream(display.say, timeout=left) if state == "success" else []
         except KeyboardInterrupt:
             display.say("Interrupted: cancelling running trials and stopping Airflow")
             cancelled = run.cancel_running("trialflow run interrupted")
@@ -144,6 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if run.run_id is None:
             return 1
         result = run.result(state)
+        result.downstream = downstream
         if args.json:
             print(json.dumps(result.to_json(), indent=2))
         else:
@@ -540,6 +554,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="when the experiment ends, keep Airflow up and print the experiment page's URL",
     )
     _viewer_arg(p)
+    p.add_argument(
+        "--downstream",
+        action="append",
+        default=[],
+        metavar="DAG_FILE",
+        help="a DAG file scheduled on the experiment's Asset (best_parameters_asset) to run beside it on the "
+        "private Airflow (repeatable); `run` waits for the runs the published Asset starts",
+    )
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("ui", help="serve the experiment pages of a `trialflow run` home (Airflow's api-server)")
     p.add_argument("config", nargs="?", help="the experiment config whose .trialflow home to serve")

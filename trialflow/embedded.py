@@ -382,6 +382,40 @@ class EmbeddedAirflow:
             time.sleep(0.5)
         raise EmbeddedAirflowError(f"DAG {dag_id} did not appear in {timeout:.0f} s")
 
+    def dags_of_file(self, dag_file: Path, timeout: float = 120.0) -> list[str]:
+        """The ids of the DAGs that ``dag_file`` (in the DAGs folder) defines, once parsed; fail
+        fast, with Airflow's trace, if it has an import error."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            dags = self.api("GET", "/dags", params={"limit": 100}).json().get("dags", [])
+            found = [str(d["dag_id"]) for d in dags if Path(str(d.get("fileloc") or "")).name == dag_file.name]
+            if found:
+                return found
+            errors = [
+                e
+                for e in self.api("GET", "/importErrors").json().get("import_errors", [])
+                if Path(e.get("filename", "")).name == dag_file.name
+            ]
+            if errors:
+                raise EmbeddedAirflowError(
+                    f"{dag_file.name} failed to import:\n" + "\n".join(e.get("stack_trace", "") for e in errors)
+                )
+            time.sleep(0.5)
+        raise EmbeddedAirflowError(f"no DAG of {dag_file.name} appeared in {timeout:.0f} s")
+
+    def runs_since(self, dag_id: str, since: datetime) -> list[dict[str, Any]]:
+        """The runs of ``dag_id`` queued after ``since`` (aware), oldest first."""
+        response = self.api("GET", f"/dags/{dag_id}/dagRuns", params={"order_by": "run_after", "limit": 100})
+        if response.status_code == 404:
+            return []
+        response.raise_for_status()
+        return [
+            r
+            for r in response.json().get("dag_runs", [])
+            if r.get("queued_at") and datetime.fromisoformat(str(r["queued_at"]).replace("Z", "+00:00")) >= since
+        ]
+
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None, run_id: str | None = None) -> str:
         """A new run of ``dag_id``. The run id is chosen here (unless given), in Airflow's own
         form for a manual run, so a trigger whose answer was lost is asked again safely: the

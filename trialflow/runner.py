@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +58,12 @@ class RunResult:
     home: Path
     #: Several objectives: the Pareto set's trial indexes (``best`` is its first member).
     pareto: list[int] = field(default_factory=list)
+    #: ``--downstream``: each downstream DAG's run its Asset started ({dag_id, run_id, state}).
+    downstream: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def succeeded(self) -> bool:
-        return self.state == "success"
+        return self.state == "success" and all(d["state"] == "success" for d in self.downstream)
 
     def to_json(self) -> dict[str, Any]:
         keep = ("trial_index", "trial_id", "parameters", "status", "final_metric", "intermediate_count")
@@ -78,6 +81,7 @@ class RunResult:
             ],
             "best": None if self.best is None else {k: self.best[k] for k in keep},
             **({"pareto": self.pareto} if self.pareto else {}),
+            **({"downstream": self.downstream} if self.downstream else {}),
         }
 
 
@@ -131,6 +135,7 @@ class ExperimentRun:
         poll_interval: float = 0.5,
         new: bool = False,
         viewers: tuple[str, ...] = (),
+        downstream: tuple[Path, ...] = (),
     ):
         self.config_path = Path(config_path).expanduser().resolve()
         self.config = load_runnable_config(self.config_path)  # raises ConfigError before anything starts
@@ -146,6 +151,13 @@ class ExperimentRun:
         self._experiment_id: str | None = None
         self.new = new
         self.resumed = False
+        #: DAG files run beside the experiment (``--downstream``): DAGs scheduled on its Asset.
+        self.downstream = tuple(Path(p).expanduser().resolve() for p in downstream)
+        for path in self.downstream:
+            if not path.is_file():
+                raise FileNotFoundError(f"--downstream {path}: no such DAG file")
+        self.downstream_dags: list[str] = []
+        self.triggered_at: datetime | None = None
 
     @property
     def experiment_id(self) -> str:
@@ -170,7 +182,12 @@ class ExperimentRun:
         keep_out_of_dag_folders(self.home)
         path = self.airflow.dags_folder / "experiment.py"
         path.write_text(DAG_FILE.format(config=str(self.config_path), dag_id=self.dag_id, poll=self.poll_interval))
+        for index, source in enumerate(self.downstream):
+            self.downstream_file(index, source).write_text(source.read_text())  # a copy, as of this start
         return path
+
+    def downstream_file(self, index: int, source: Path) -> Path:
+        return self.airflow.dags_folder / f"downstream_{index}_{source.name}"
 
     def start(self, say: Callable[[str], None] = lambda _: None) -> None:
         dag_file = self.write_dag()
@@ -184,6 +201,11 @@ class ExperimentRun:
         self.airflow.wait_serving()
         self.airflow.warm_up()  # while the other components start
         self.airflow.wait_for_dag(self.dag_id, dag_file)
+        for index, source in enumerate(self.downstream):
+            found = self.airflow.dags_of_file(self.downstream_file(index, source))
+            self.downstream_dags += found
+            say(f"Downstream of the experiment: {', '.join(found)} ({source.name})")
+        self.triggered_at = datetime.now(UTC)
         previous = None if self.new else self.airflow.latest_run(self.dag_id)
         if previous is not None:
             # NNI's `nnictl resume`: the same DAG run, cleared, continues its experiment. Finished
@@ -244,6 +266,50 @@ class ExperimentRun:
             if deadline and time.monotonic() > deadline:
                 return "timeout"
             time.sleep(0.5)
+
+    def wait_downstream(
+        self, say: Callable[[str], None], timeout: float | None = None, appear_within: float = 60.0
+    ) -> list[dict[str, Any]]:
+        """After the experiment: wait for the runs its published Asset started in the downstream
+        DAGs, saying once where a person is asked to approve (Airflow's Required Actions).
+        Returns {dag_id, run_id, state} per downstream DAG; "not triggered" when nothing was
+        published (or no run came within ``appear_within`` seconds of it)."""
+        if not self.downstream_dags or self.current_run_id is None or self.triggered_at is None:
+            return []
+        tis = self.airflow.task_instances(self.dag_id, self.current_run_id)
+        if not any(ti["task_id"] == "publish_best" and ti["state"] == "success" for ti in tis):
+            say("The experiment published nothing: its downstream DAGs do not run")
+            return [{"dag_id": d, "run_id": None, "state": "not triggered"} for d in self.downstream_dags]
+        deadline = time.monotonic() + timeout if timeout else None
+        appear_by = time.monotonic() + appear_within
+        outcome: dict[str, dict[str, Any]] = {}
+        asked: set[str] = set()
+        while len(outcome) < len(self.downstream_dags):
+            self.airflow.check_alive()
+            for dag_id in self.downstream_dags:
+                if dag_id in outcome:
+                    continue
+                runs = self.airflow.runs_since(dag_id, self.triggered_at)
+                if not runs:
+                    if time.monotonic() > appear_by:
+                        outcome[dag_id] = {"dag_id": dag_id, "run_id": None, "state": "not triggered"}
+                    continue
+                run_id, state = str(runs[-1]["dag_run_id"]), str(runs[-1]["state"])
+                if state in TERMINAL_RUN_STATES:
+                    outcome[dag_id] = {"dag_id": dag_id, "run_id": run_id, "state": state}
+                    say(f"Downstream DAG {dag_id}: run {run_id} {state}")
+                elif run_id not in asked and any(
+                    ti["state"] == "awaiting_input" for ti in self.airflow.task_instances(dag_id, run_id)
+                ):
+                    asked.add(run_id)
+                    say(f"Downstream DAG {dag_id} asks a person: {self.airflow.base_url}/required_actions")
+            if deadline and time.monotonic() > deadline:
+                for dag_id in self.downstream_dags:
+                    outcome.setdefault(dag_id, {"dag_id": dag_id, "run_id": None, "state": "timeout"})
+                break
+            if len(outcome) < len(self.downstream_dags):
+                time.sleep(1.0)
+        return [outcome[d] for d in self.downstream_dags]
 
     def cancel_running(self, reason: str) -> int:
         """Cancel trials still running (Ctrl-C): trials run in their own sessions and would
