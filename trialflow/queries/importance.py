@@ -50,7 +50,7 @@ def importance(engine: Engine, experiment_id: str) -> dict[str, Any]:
     ]
     result: dict[str, Any] = {"importances": {}, "trials": len(rows), "evaluator": "PED-ANOVA", "note": None}
     if len(rows) < 4:
-        result["note"] = "needs at least 4 succeeded trials"
+        result["note"] = "needs at least 4 trials with a final result"
         return result
     import optuna
     from optuna.distributions import CategoricalDistribution, FloatDistribution

@@ -193,7 +193,7 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
               <Panel title="Parameter importance" testId="chart-importance">
                 {importance.data?.note ? <Text color="fg.muted" fontSize="sm">{importance.data.note}</Text> : null}
                 <Chart option={importanceChart} height={220} />
-                <Text fontSize="xs" color="fg.muted">Optuna PED-ANOVA over {importance.data?.trials ?? 0} succeeded trials</Text>
+                <Text fontSize="xs" color="fg.muted">Optuna PED-ANOVA over the {importance.data?.trials ?? 0} trials with a final result (succeeded, or early-stopped after reporting one: the trials the best and the charts count)</Text>
               </Panel>
             </SimpleGrid>
           )}

@@ -1,7 +1,7 @@
 // ECharts options for the experiment page, built from the API's rows (pure functions).
 import type { Curve, Objective, Status, Summary, TrialRow } from "./api";
 import type { Option } from "./Chart";
-import { STATUS_COLOR, flatten, formatDuration, formatValue } from "./util";
+import { STATUS_COLOR, distinctLabels, flatten, formatDuration, formatValue } from "./util";
 
 const tooltipTrial = (row: TrialRow) =>
   `trial ${row.trial_index} (${row.status})${row.pareto ? " · Pareto set" : ""}<br/>` +
@@ -151,15 +151,17 @@ export function parallelOption(rows: TrialRow[], summary: Summary | undefined, c
   const flat = done.map((r) => flatten(r.parameters));
   const names = Array.from(new Set(flat.flatMap((f) => Object.keys(f)))).sort();
   const logs = logAxes(summary);
+  // short labels that still differ (the full name on hover, below)
+  const labels = distinctLabels(names);
   const axes = names.map((name, dim) => {
     const values = flat.map((f) => f[name]);
     const numeric = values.every((v) => v === undefined || typeof v === "number");
     if (numeric) {
       const positive = values.every((v) => v === undefined || (v as number) > 0);
-      return { dim, name, type: logs.has(name) && positive ? "log" : "value", scale: true };
+      return { dim, name: labels[dim], type: logs.has(name) && positive ? "log" : "value", scale: true };
     }
     const categories = Array.from(new Set(values.map((v) => formatValue(v)))).sort();
-    return { dim, name, type: "category", data: categories };
+    return { dim, name: labels[dim], type: "category", data: categories };
   });
   const several = summary?.objectives?.length ?? 0;
   axes.push({ dim: names.length, name: several > 1 ? summary!.objectives[0].metric : "metric", type: "value", scale: true });
@@ -173,10 +175,12 @@ export function parallelOption(rows: TrialRow[], summary: Summary | undefined, c
   ]);
   return {
     ...ANIMATION,
-    tooltip: { trigger: "item", formatter: (p: { dataIndex: number }) => tooltipTrial(done[p.dataIndex]) },
+    tooltip: { trigger: "item", formatter: (p: { dataIndex: number; componentType?: string; name?: string }) =>
+      // an axis name hovered: its parameter's full name
+      p.componentType === "parallelAxis" ? escapeHtml(names[labels.indexOf(String(p.name))] ?? String(p.name)) : tooltipTrial(done[p.dataIndex]) },
     // Each label on a patch of the page's colour: with thousands of trials the lines crossing
     // the axes made the category names ("sgd", "adam") and the ticks unreadable.
-    parallelAxis: axes.map((axis) => ({ ...axis, nameTextStyle: { fontSize: 11 }, axisLabel: { fontSize: 10,
+    parallelAxis: axes.map((axis) => ({ ...axis, triggerEvent: true, nameTextStyle: { fontSize: 11 }, axisLabel: { fontSize: 10,
       backgroundColor: colorMode === "dark" ? "rgba(12, 12, 16, 0.95)" : "rgba(255, 255, 255, 0.95)",
       padding: [1, 3], borderRadius: 2 } })),
     parallel: { left: 50, right: 125, top: 40, bottom: 30 },

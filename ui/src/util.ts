@@ -45,6 +45,26 @@ export function flatten(parameters: Record<string, unknown>, prefix = ""): Recor
 const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 
 /** Text as a person should read it: every bidirectional control shown as a visible ⟨U+XXXX⟩. */
+/** Axis labels that tell nested parameters apart: each name's last path segment, with as many
+ * segments before it as it takes to differ from the others' (``…/gbr/max_depth`` beside
+ * ``…/rf/max_depth``), so several "model/…" axes no longer read the same. */
+export function distinctLabels(names: string[]): string[] {
+  const parts = names.map((n) => n.split("/"));
+  const depth = parts.map(() => 1);
+  for (let round = 0; round < 8; round++) {
+    const shown = parts.map((p, i) => p.slice(-depth[i]).join("/"));
+    let changed = false;
+    shown.forEach((label, i) => {
+      if (shown.some((other, j) => j !== i && other === label) && depth[i] < parts[i].length) {
+        depth[i] += 1;
+        changed = true;
+      }
+    });
+    if (!changed) break;
+  }
+  return parts.map((p, i) => (depth[i] < p.length ? "…/" : "") + p.slice(-depth[i]).join("/"));
+}
+
 export function visible(text: string | null | undefined): string {
   if (!text) return text ?? "";
   return text.replace(BIDI_CONTROLS, (c) => `⟨U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0")}⟩`);
