@@ -78,7 +78,7 @@ def test_runs_that_continue_a_study_get_consecutive_indexes(tmp_path):
     again = experiment.start_run(store, "r1", now=9000.0)
     assert (again.first_index, again.deadline) == (0, 12600.0)
     assert RunWindow.of(store.experiment_attrs("ecccccc1"), "r2") == second
-    assert RunWindow.of({}, "never-started") == RunWindow(0, 0, None)
+    assert RunWindow.of({}, "never-started") == RunWindow(0, 0, None)  # exists=False
     # what a trial task reads: its own run's window only, the same as from all attributes
     assert [experiment.window(store, run) for run in ("r1", "r2", "never-started")] == [
         again,

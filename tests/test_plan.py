@@ -117,7 +117,9 @@ def test_a_planned_dag_parses_without_the_config_models(config: Path):
 
     first, again = parse(), parse()
     assert "trialflow.config.model" in first  # the full check, the first time
-    assert again.strip() == "['start_experiment', 'trial', 'end_experiment', 'continue_experiment', 'publish_best'] []"
+    assert again.strip() == (
+        "['start_experiment', 'trial', 'end_experiment', 'watch_trials', 'continue_experiment', 'publish_best'] []"
+    )
 
 
 def test_a_failed_write_leaves_no_temporary_file(config: Path, monkeypatch):

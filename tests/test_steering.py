@@ -202,8 +202,32 @@ def test_a_raised_max_trial_number_goes_on_in_a_follow_on_run(setup):
     assert experiment.continuation(store, following.run_id).run_id is not None  # 8 < 10: one more
     start_run(experiment, store, "dag_a", "r3", {"experiment_id": "esteer", "continues": following.run_id})
     assert "maxTrialNumber (10) reached" in experiment.continuation(store, "r3").reason
-    with pytest.raises(lifecycle.TrialNotStarted, match="maxTrialNumber is 10"):
-        lifecycle.start_trial(experiment, store, "r3", 2)  # index 10
+    window = experiment.window(store, "r3")
+    assert (window.first_index, window.count) == (8, 2)  # only what the limit leaves: 8 and 9
+    with pytest.raises(lifecycle.TrialNotStarted, match=r"this run holds 2 trial\(s\)"):
+        lifecycle.start_trial(experiment, store, "r3", 2)  # its third task: no index is taken for it
+
+
+def test_trial_indexes_are_never_skipped_when_trials_are_added_and_the_limit_raised(setup):
+    """Issue 36 (2): an added trial raised maxTrialNumber to 31; the follow-on run took a whole
+    fan-out of indexes, ran one and skipped the next, so a later raise began past the gap and the
+    page showed "44 / 45" forever. Each run now holds only what the limit leaves."""
+    experiment, store = setup  # maxTrialNumber 4: r1 holds 0..3
+    steering.add_trial(store, "esteer", {"x": 0.5}, "ann")  # the limit becomes 5
+    following = experiment.continuation(store, "r1")
+    start_run(experiment, store, "dag_a", following.run_id, following.conf)
+    window = experiment.window(store, following.run_id)
+    assert (window.first_index, window.count) == (4, 1)
+    steering.change_limits(store, "esteer", "ann", {"maxTrialNumber": 8})  # raised while it runs
+    after = experiment.continuation(store, following.run_id)
+    start_run(experiment, store, "dag_a", after.run_id, after.conf)
+    assert (experiment.window(store, after.run_id).first_index, experiment.window(store, after.run_id).count) == (
+        5,
+        3,
+    )
+    windows = sorted(steering.run_windows(store, "esteer").values(), key=lambda w: w.first_index)
+    held = [i for w in windows for i in range(w.first_index, w.first_index + w.count)]
+    assert held == list(range(8))  # every index up to the limit, once, no gap
 
 
 def test_a_shortened_duration_reaches_the_running_trial(setup):

@@ -274,6 +274,8 @@ class RunWindow:
     stopped: dict[str, Any] | None = None
     #: When its end step ran (epoch seconds): the run is over.
     ended: float | None = None
+    #: Its start step gave it this window (a run it did not give one has none: count 0).
+    exists: bool = False
 
     @property
     def over(self) -> bool:
@@ -293,6 +295,7 @@ class RunWindow:
             raw.get("deadline"),
             raw.get("stopped"),
             raw.get("ended_at"),
+            "first_index" in raw,
         )
 
     def expired(self, now: float | None = None) -> bool:
@@ -388,7 +391,15 @@ class Experiment:
             deadline = RunWindow.of(attrs, continues).deadline
             earlier = attrs[RUN_ATTR_PREFIX + continues]
             counted_from = float(earlier.get("counted_from") or earlier.get("started_at") or now)
-        window = RunWindow(first, count or trial_count(self.config), deadline)
+        # Never more indexes than a maxTrialNumber a person changed leaves (the config's is the
+        # fan-out of each run, scheduledRuns: continue included): a follow-on run that took a
+        # whole fan-out after an added trial raised the limit by one started that one trial and
+        # skipped the rest, so the indexes a later raise gave were never run.
+        size = count or trial_count(self.config)
+        limit = self.max_trial_number(store)
+        if limit is not None:
+            size = max(0, min(size, int(limit) - first))
+        window = RunWindow(first, size, deadline, exists=True)
         store.set_experiment_attrs(
             self.experiment_id,
             {

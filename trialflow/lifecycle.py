@@ -123,12 +123,19 @@ def start_trial(
     first attempt died before the store had its handle.
     """
     window = experiment.window(store, run_id)
-    if not window.count or int(map_index) >= window.count:
+    if not window.exists:
         # Only a start step that checked the run may drive this experiment gives it a window:
         # without one, trial `map_index` would land in an index this run does not own.
         raise TrialCannotRun(
             f"run {run_id!r} has no trial {map_index} in experiment {experiment.experiment_id!r} "
             "(its start step did not give it that trial): nothing was started"
+        )
+    if int(map_index) >= window.count:
+        # The DAG's fan-out is fixed when it is parsed; a run holds only the indexes maxTrialNumber
+        # leaves it (a follow-on run after a trial was added holds one): the other tasks skip.
+        raise TrialNotStarted(
+            trial_id_for(experiment.experiment_id, window.first_index + int(map_index)),
+            f"this run holds {window.count} trial(s) of the experiment (maxTrialNumber leaves no more)",
         )
     index = window.first_index + int(map_index)
     trial_id = trial_id_for(experiment.experiment_id, index)
