@@ -503,3 +503,24 @@ def test_after_its_runs_are_over_every_action_is_refused_and_nothing_changes(set
     assert store.experiment_attrs("esteer") == before
     experiment.start_run(store, "r1")  # the run cleared and started again: running once more
     assert steering.change_limits(store, "esteer", "ann", {"maxTrialNumber": 20})["maxTrialNumber"] == 20
+
+
+def test_a_click_on_a_trial_task_is_recorded_beside_its_trial(setup):
+    """What the api-server's listener writes for Airflow's mark failed / success on a trial
+    task: the stop request of the trial that task runs, once, and only while it runs."""
+    experiment, store = setup
+    started = lifecycle.start_trial(experiment, store, "r1", 1)
+    try:
+        assert steering.stop_task_trial(store, "dag_a", "r1", 0, "x") is None  # never started
+        assert steering.stop_task_trial(store, "dag_a", "r9", 1, "x") is None  # no such run
+        assert steering.stop_task_trial(store, "dag_b", "r1", 1, "x") is None  # another DAG's
+        assert steering.stop_task_trial(store, "dag_a", "r1", 7, "x") is None  # past the window
+        reason = "stopped from Airflow: its task was marked failed"
+        experiment_id, record = steering.stop_task_trial(store, "dag_a", "r1", 1, reason)
+        assert (experiment_id, record.trial_index) == ("esteer", 1)
+        assert steering.stop_requested(store, record.storage_id) == reason
+        assert steering.stop_task_trial(store, "dag_a", "r1", 1, "again") is None  # asked once
+        outcome = lifecycle.wait_in_worker(started, store, 20, 0.2)  # its follower acts on it
+        assert (outcome.status, outcome.message) == (TrialStatus.USER_CANCELED, reason)
+    finally:
+        started.platform.cancel_sync(started.handle, TrialStatus.USER_CANCELED, "test over")

@@ -105,6 +105,13 @@ def test_marking_a_trial_task_stops_its_trial(harness: Harness, followed_in: str
     run_id = harness.airflow.trigger(dag_id)
     pids = running_pids(harness, dag_id, run_id, {"running" if followed_in == "worker" else "deferred"}, 1)
     patch_ti(harness, dag_id, run_id, 0, state)
+    # Issue 36 (1): the api-server wrote the stop request while it took the click (trialflow's
+    # listener), before any on_kill: a click Airflow itself loses still reaches the trial.
+    from trialflow import steering
+
+    record = harness.store.find_trial(experiment_id_for(dag_id, run_id), 0)
+    requested = steering.stop_requested(harness.store, record.storage_id) or ""
+    assert requested.startswith(f"stopped from Airflow: its task was marked {state}"), requested
     took = gone(pids)
     row = wait_for(
         "the store to close the trial",

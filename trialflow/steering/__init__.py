@@ -41,6 +41,7 @@ from trialflow.steering.stops import (
     stop_experiment,
     stop_requested,
     stop_runs,
+    stop_task_trial,
 )
 
 __all__ = [
@@ -74,5 +75,6 @@ __all__ = [
     "stop_experiment",
     "stop_requested",
     "stop_runs",
+    "stop_task_trial",
     "waiting_trials",
 ]

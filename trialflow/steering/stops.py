@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from optuna.exceptions import UpdateFinishedTrialError
+
 from trialflow.experiment import RUN_ATTR_PREFIX, RunWindow
 from trialflow.follow import Control
 from trialflow.steering.base import ActionRefused, Request, UnknownTarget, check_running, find_trial, record_action
@@ -38,6 +40,32 @@ def kill_trial(store: ExperimentStore, experiment_id: str, trial_index: int, by:
     store.set_attrs(record.storage_id, **{STOP_REQUEST: request.to_dict()})
     record_action(store, experiment_id, by, "kill trial", f"trial {record.trial_index} ({record.trial_id})")
     return record
+
+
+def stop_task_trial(
+    store: ExperimentStore, dag_id: str, run_id: str, map_index: int, reason: str, by: str = "Airflow"
+) -> tuple[str, TrialRecord] | None:
+    """Ask the trial behind trial task ``map_index`` of run ``run_id`` of DAG ``dag_id`` to stop
+    (the stop request its follower acts on), when it still runs: (its experiment, the trial), or
+    None when there is none or it ended. What Airflow's own buttons do, recorded where the click happens (the
+    api-server): measured, a task marked failed just as it deferred was set back to deferred by
+    Airflow's deferral, its trigger never saw an on_kill and the trial ran to its end."""
+    for experiment_id in store.experiments_with_attr("dag_id", dag_id):
+        raw = store.experiment_attr(experiment_id, RUN_ATTR_PREFIX + run_id)
+        if not isinstance(raw, dict):
+            continue
+        window = RunWindow.parse(raw)
+        if not 0 <= int(map_index) < window.count:
+            return None
+        record = store.find_trial(experiment_id, window.first_index + int(map_index))
+        if record is None or record.finished or store.trial_attr(record.storage_id, STOP_REQUEST) is not None:
+            return None
+        try:
+            store.set_attrs(record.storage_id, **{STOP_REQUEST: Request(by, reason, time.time()).to_dict()})
+        except UpdateFinishedTrialError:
+            return None  # it ended meanwhile
+        return experiment_id, record
+    return None
 
 
 def stop_requested(store: ExperimentStore, storage_id: int) -> str | None:

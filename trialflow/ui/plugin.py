@@ -92,6 +92,19 @@ def preload_core() -> bool:
 preload_core()
 
 
+def _listeners() -> list:
+    """trialflow.ui.listener, in the api-server only (Airflow sets AIRFLOW_API_APPS while it
+    serves, for its workers too): a listener plugin loaded by the dag-processor would make
+    Airflow refuse every other DAG's tasks with end_from_trigger=True."""
+    import os
+
+    if "AIRFLOW_API_APPS" not in os.environ:
+        return []
+    from trialflow.ui import listener
+
+    return [listener]
+
+
 def _fastapi_apps() -> list[dict]:
     from trialflow.ui.api import app
 
@@ -114,3 +127,4 @@ class TrialflowPlugin(AirflowPlugin):
         {"name": "Experiment", "bundle_url": BUNDLE_URL, "destination": "dag_run", "url_route": "trialflow-run"},
     ]
     operator_extra_links = [TrialLink(), PlatformLink()]
+    listeners = _listeners()
