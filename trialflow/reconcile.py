@@ -135,14 +135,14 @@ async def reconcile_run(
     the host a local trial lives on, which this caller may not be) cancels it at its next poll;
     then the store is closed and the job stopped on its platform. Returns what it stopped."""
     trials = await asyncio.to_thread(run_trials, experiment, store, run_id)
-    done: list[Reconciled] = []
-    for map_index, trial in sorted(trials.items()):
-        reason = orphan_reason(task_states.get(map_index), run_over=run_over)
-        if reason is None:
-            continue
-        if await _stop(experiment, store, trial, reason, connections):
-            done.append(Reconciled(trial.trial_index, trial.trial_id, reason))
-    return done
+    chosen = [
+        (trial, reason)
+        for map_index, trial in sorted(trials.items())
+        if (reason := orphan_reason(task_states.get(map_index), run_over=run_over)) is not None
+    ]
+    # At once: each stop may wait out its trial's grace (5 s for one that traps SIGTERM).
+    stopped = await asyncio.gather(*(_stop(experiment, store, t, reason, connections) for t, reason in chosen))
+    return [Reconciled(t.trial_index, t.trial_id, reason) for (t, reason), ok in zip(chosen, stopped) if ok]
 
 
 async def _stop(

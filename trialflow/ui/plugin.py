@@ -93,12 +93,15 @@ preload_core()
 
 
 def _listeners() -> list:
-    """trialflow.ui.listener, in the api-server only (Airflow sets AIRFLOW_API_APPS while it
-    serves, for its workers too): a listener plugin loaded by the dag-processor would make
-    Airflow refuse every other DAG's tasks with end_from_trigger=True."""
+    """trialflow.ui.listener, in the api-server only: a listener plugin loaded by the
+    dag-processor would make Airflow refuse every other DAG's tasks with end_from_trigger=True.
+    The api-server is ``airflow api-server`` (its workers, forked or spawned, keep that argv);
+    AIRFLOW_API_APPS, which Airflow sets while it serves, is set only after plugins may have
+    loaded."""
     import os
+    import sys
 
-    if "AIRFLOW_API_APPS" not in os.environ:
+    if not ({"api-server", "api_server"} & set(sys.argv[1:3]) or "AIRFLOW_API_APPS" in os.environ):
         return []
     from trialflow.ui import listener
 
