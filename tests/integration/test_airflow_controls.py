@@ -275,6 +275,16 @@ def mark_failed_across_the_hand_off(
     return handles, clicked
 
 
+def all_closed(harness: Harness, dag_id: str, run_id: str, timeout: float = 60) -> list[dict[str, Any]]:
+    """The run's trials once none of them is WAITING or RUNNING in the store."""
+
+    def closed() -> list[dict[str, Any]] | None:
+        rows = harness.rows(dag_id, run_id)
+        return rows if rows and all(r["status"] not in ("RUNNING", "WAITING") for r in rows) else None
+
+    return wait_for("every trial closed in the store", closed, timeout)
+
+
 # A trial that traps SIGTERM (to save a checkpoint, say) and starts a child in a session of its
 # own that ignores it too; both write their pids into the trial's folder.
 STUBBORN = (
@@ -319,15 +329,7 @@ def test_marking_trials_failed_across_the_hand_off_leaves_no_trial_running(harne
         60,
     )
     gone_at = time.monotonic()
-    rows = wait_for(
-        "every trial closed in the store",
-        lambda: (
-            (rows := harness.rows(dag_id, run_id))
-            and all(r["status"] not in ("RUNNING", "WAITING") for r in rows)
-            and rows
-        ),
-        30,
-    )
+    rows = all_closed(harness, dag_id, run_id)
     harness.wait(dag_id, run_id, 180)
     assert sorted(launches.read_text().split()) == sorted(r["trial_id"] for r in rows)  # each started once
     by_index = {r["trial_index"]: r for r in rows}

@@ -186,7 +186,7 @@ def test_marking_kubeflow_trials_failed_across_the_hand_off_leaves_no_job_runnin
     job was launched twice; the clicks no on_kill saw are closed by the run's watch."""
     import time
 
-    from tests.integration.test_airflow_controls import mark_failed_across_the_hand_off, wait_for
+    from tests.integration.test_airflow_controls import all_closed, mark_failed_across_the_hand_off, wait_for
 
     offsets = [1.0, 1.9, 2.1, 2.3, 2.6, 3.5]
     dag_source = (
@@ -212,15 +212,7 @@ def test_marking_kubeflow_trials_failed_across_the_hand_off_leaves_no_job_runnin
         60,
     )
     took = time.monotonic() - last_click
-    rows = wait_for(
-        "every trial closed in the store",
-        lambda: (
-            (rows := harness.rows(dag_id, run_id))
-            and all(r["status"] not in ("RUNNING", "WAITING") for r in rows)
-            and rows
-        ),
-        60,
-    )
+    rows = all_closed(harness, dag_id, run_id)
     harness.wait(dag_id, run_id, 180)
     assert all(r["status"] == "USER_CANCELED" for r in rows), rows
     assert all(kube_controller.launches(n) <= 1 for n in names)
