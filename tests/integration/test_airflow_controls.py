@@ -263,7 +263,7 @@ def mark_failed_across_the_hand_off(
                 record = store.find_trial(experiment_id, index) if store.experiment_exists(experiment_id) else None
             except Exception:  # the store busy with the trials' own writes: look again in 50 ms
                 record = None
-            if record is not None and record.handle and "trial_dir" in record.handle:
+            if record is not None and record.handle:  # submitted: its follower starts now
                 handles[index] = record.handle
                 thread = threading.Thread(target=click, args=(index, time.monotonic() + offsets[index]))
                 thread.start()
