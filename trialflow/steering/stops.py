@@ -33,9 +33,9 @@ def kill_trial(store: ExperimentStore, experiment_id: str, trial_index: int, by:
     """Ask trial ``trial_index`` to stop (USER_CANCELED, "killed by <by>"); its follower cancels
     the job at its next poll. A trial that already ended is refused, and so is an unknown one."""
     record = find_trial(store, experiment_id, trial_index)
-    check_running(store, experiment_id)
     if record.finished:
         raise ActionRefused(f"trial {record.trial_id} already ended ({record.status.value}): there is nothing to kill")
+    check_running(store, experiment_id)
     request = Request(by, f"killed by {by}", time.time())
     store.set_attrs(record.storage_id, **{STOP_REQUEST: request.to_dict()})
     record_action(store, experiment_id, by, "kill trial", f"trial {record.trial_index} ({record.trial_id})")
