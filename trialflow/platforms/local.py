@@ -19,6 +19,7 @@ import logging
 import os
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -466,7 +467,9 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         if read_state_file(sys_dir) == 0:
             return  # finished successfully before we got here
         if self._cancel_request(sys_dir) is None:
-            tmp = sys_dir / (CANCEL_FILE + ".tmp")
+            # a name of its own: two stops of one trial at once (its follower and a reconciler)
+            # shared one temporary file, and the second's rename found it gone
+            tmp = sys_dir / f"{CANCEL_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
             tmp.write_text(json.dumps({"status": status.value, "reason": reason}))
             os.replace(tmp, sys_dir / CANCEL_FILE)
         pid = handle["pid"]
