@@ -148,7 +148,7 @@ async def reconcile_run(
 async def _stop(
     experiment: Experiment, store: ExperimentStore, trial: TrialRecord, reason: str, connections: Connections | None
 ) -> bool:
-    request = steering.Request(RECONCILER, reason, _now()).to_dict()
+    request = steering.Request(RECONCILER, reason, time.time()).to_dict()
     try:
         await asyncio.to_thread(store.set_attrs, trial.storage_id, **{steering.STOP_REQUEST: request})
     except UpdateFinishedTrialError:
@@ -171,10 +171,6 @@ async def _stop(
         what = f"trial {trial.trial_index} ({trial.trial_id}): {reason}"
         await asyncio.to_thread(steering.record_action, store, experiment.experiment_id, RECONCILER, "reconcile", what)
     return stopped
-
-
-def _now() -> float:
-    return time.time()
 
 
 class RunWatch:

@@ -30,17 +30,14 @@ def write_config(tmp_path: Path, tuner: str = "TPE", platform: str = "local", ex
     return path
 
 
+#: An experiment DAG's tasks, in Airflow's order.
+TASK_IDS = ["start_experiment", "trial", "end_experiment", "watch_trials", "continue_experiment", "publish_best"]
+
+
 def test_dag_shape(tmp_path):
     dag = experiment_dag(write_config(tmp_path))
     assert dag.dag_id == "trialflow_my_exp"
-    assert dag.task_ids == [
-        "start_experiment",
-        "trial",
-        "end_experiment",
-        "watch_trials",
-        "continue_experiment",
-        "publish_best",
-    ]
+    assert dag.task_ids == TASK_IDS
     trial = dag.get_task("trial")
     assert trial.partial_kwargs["max_active_tis_per_dagrun"] == 3
     assert trial.expand_input.value["trial_index"] == list(range(7))
@@ -150,14 +147,7 @@ def test_without_max_trial_number_the_run_continues_in_a_follow_on_run(tmp_path)
     path = tmp_path / "c.yml"
     path.write_text(CONFIG.format(tuner="TPE", platform="local").replace("maxTrialNumber: 7\n", ""))
     dag = experiment_dag(path, dag_id="unbounded")
-    assert dag.task_ids == [
-        "start_experiment",
-        "trial",
-        "end_experiment",
-        "watch_trials",
-        "continue_experiment",
-        "publish_best",
-    ]
+    assert dag.task_ids == TASK_IDS
     assert dag.get_task("trial").expand_input.value["trial_index"] == list(range(100))
     follow = dag.get_task("continue_experiment")
     assert follow.trigger_dag_id == "unbounded" and follow.upstream_task_ids == {"end_experiment"}
