@@ -254,8 +254,9 @@ class EmbeddedAirflow:
     def check_alive(self) -> None:
         for name, proc in list(self.processes.items()):
             if proc.poll() is not None:
+                log = self.home / "logs" / (name + ".log")
                 raise EmbeddedAirflowError(
-                    f"airflow {name} exited with code {proc.returncode}; see {self.home / 'logs' / (name + '.log')}"
+                    f"airflow {name} exited with code {proc.returncode}; see {log}; its last lines:\n{_tail(log)}"
                 )
 
     def warm_up(self) -> None:
@@ -567,3 +568,20 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _tail(path: Path, lines: int = 40, limit: int = 8000) -> str:
+    """The end of a component's log, for the error that says it died.
+
+    Read from the end (a log can be large) and bounded: where the log lives (a test's temporary
+    home, a CI machine) is often gone or out of reach by the time someone reads the error.
+    """
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return f"(unreadable: {exc.strerror})"
+    return "\n".join(text.splitlines()[-lines:])
