@@ -13,3 +13,12 @@ HISTORY_LIMIT = 1000
 #: Longest maxExperimentDuration a person may set on a running experiment (ten years, in
 #: seconds): past it a deadline is no deadline, and huge floats lose the seconds they are added to.
 MAX_EXPERIMENT_SECONDS = 10 * 366 * 24 * 3600
+
+#: Asked-for trials (added or re-run) one experiment may have waiting at once: each grows
+#: maxTrialNumber by one and waits for a trial index; a thousand queued in a minute was a
+#: person's budget gone and a page answer of 150 KB. Those waiting when the experiment ends are
+#: dropped (and said so in its history).
+MAX_WAITING_TRIALS = 100
+
+#: Largest body an action route reads (a trial's parameters, limits): far above any real one.
+MAX_ACTION_BODY = 64 * 1024

@@ -160,6 +160,18 @@ def summarize_run(
     return result
 
 
+def close_run(experiment: Experiment, store: ExperimentStore, run_id: str, verdict: RunSummary) -> int:
+    """The end step's last write: run ``run_id`` is over (steering acts on it no more), and
+    when no follow-on run carries the experiment on, the asked-for trials still waiting are
+    dropped and said so in its history. Returns how many were dropped."""
+    from trialflow.steering import drop_waiting
+
+    experiment.end_run(store, run_id)
+    if verdict.summary["continuation"]["run_id"] is not None:
+        return 0  # the next run's trial indexes take them
+    return drop_waiting(store, experiment.experiment_id)
+
+
 def cancel_trials(
     experiment: Experiment,
     store: ExperimentStore,

@@ -14,6 +14,7 @@ This module imports nothing heavy: the config loader validates spaces with it.
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -130,7 +131,26 @@ def _parse_params(raw: dict[str, Any], path: tuple[str | int, ...], prefix: str)
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float (an int too large for a float, 10**400, is not one: it is refused
+    like any other bad value instead of raising OverflowError)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict = 2, 60, 60, 6, 6
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message shows it: bounded in length and depth (a person's 1 MB
+    string or 500-deep list is named, not echoed back)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit integer"
+    return _SHOWN.repr(value)
 
 
 def _parse_param(key: str, spec: Any, path: tuple[str | int, ...], prefix: str) -> Parameter:
@@ -309,8 +329,10 @@ def _encode_params(
         problems.append(error)
 
     known = {p.key for p in params}
-    for key in sorted(set(given) - known - {"_name"}, key=str):
-        refuse(SearchSpaceError(path + (key,), f"not in the search space; expected {', '.join(sorted(known))}"))
+    # No "_name" here either: a nested choice's own is taken off before its parameters are
+    # checked, and one anywhere else let any value through (a 500-deep list broke every page).
+    for key in sorted(set(given) - known, key=str):
+        refuse(SearchSpaceError(path + (key[:60],), f"not in the search space; expected {', '.join(sorted(known))}"))
     for p in params:
         if p.key not in given:
             refuse(SearchSpaceError(path + (p.key,), f"missing: the search space has {p.type} {p.key!r}"))
@@ -336,7 +358,7 @@ def _encode_param(
             matches = [i for i, o in enumerate(v) if not isinstance(o, NestedOption) and _same(o, value)]
         if not matches:
             shown = [o.name if isinstance(o, NestedOption) else o for o in v]
-            raise SearchSpaceError(path, f"expected one of {shown!r}, got {value!r}")
+            raise SearchSpaceError(path, f"expected one of {shown!r}, got {_shown(value)}")
         index = matches[0]
         out[p.sampler_name] = v[index] if _is_plain_choice(v) else index
         option = v[index]
@@ -348,35 +370,41 @@ def _encode_param(
             _encode_params(option.params, rest, path, out, problems)
         return
     if not _number(value):
-        raise SearchSpaceError(path, f"expected a number ({p.type}), got {value!r}")
+        raise SearchSpaceError(path, f"expected a number ({p.type}), got {_shown(value)}")
     x = float(value)
     if p.type == "randint":
         if not x.is_integer() or not v[0] <= x < v[1]:
-            raise SearchSpaceError(path, f"expected a whole number in [{v[0]}, {v[1]}) (randint), got {value!r}")
+            raise SearchSpaceError(path, f"expected a whole number in [{v[0]}, {v[1]}) (randint), got {_shown(value)}")
         out[p.sampler_name] = int(x)
         return
     if p.type in ("uniform", "quniform", "loguniform", "qloguniform"):
         if not v[0] <= x <= v[1]:
-            raise SearchSpaceError(path, f"expected a number in [{v[0]:g}, {v[1]:g}] ({p.type}), got {value!r}")
+            raise SearchSpaceError(path, f"expected a number in [{v[0]:g}, {v[1]:g}] ({p.type}), got {_shown(value)}")
         if p.type in _Q_TYPES and _quantize(x, v[2], v[0], v[1]) != x:
-            raise SearchSpaceError(path, f"expected a multiple of q={v[2]:g} in [{v[0]:g}, {v[1]:g}], got {value!r}")
+            raise SearchSpaceError(
+                path, f"expected a multiple of q={v[2]:g} in [{v[0]:g}, {v[1]:g}], got {_shown(value)}"
+            )
         out[p.sampler_name] = x
         return
     if p.type == "lognormal":
         if x <= 0:
-            raise SearchSpaceError(path, f"expected a positive number ({p.type}), got {value!r}")
+            raise SearchSpaceError(path, f"expected a positive number ({p.type}), got {_shown(value)}")
         point = math.log(x)
     elif p.type == "qlognormal":
         if x < 0 or _quantize(x, v[2]) != x:
-            raise SearchSpaceError(path, f"expected a multiple of q={v[2]:g}, 0 or more ({p.type}), got {value!r}")
+            raise SearchSpaceError(
+                path, f"expected a multiple of q={v[2]:g}, 0 or more ({p.type}), got {_shown(value)}"
+            )
         point = math.log(x if x > 0 else v[2] / 4)  # 0 is what rounds every draw below q/2
     else:
         if p.type == "qnormal" and _quantize(x, v[2]) != x:
-            raise SearchSpaceError(path, f"expected a multiple of q={v[2]:g}, got {value!r}")
+            raise SearchSpaceError(path, f"expected a multiple of q={v[2]:g}, got {_shown(value)}")
         point = x
     quantile = NormalDist(v[0], v[1]).cdf(point)
     if not _QUANTILE_EPS <= quantile <= 1 - _QUANTILE_EPS:
-        raise SearchSpaceError(path, f"{value!r} is too far from mu={v[0]:g} to be drawn ({p.type}, sigma={v[1]:g})")
+        raise SearchSpaceError(
+            path, f"{_shown(value)} is too far from mu={v[0]:g} to be drawn ({p.type}, sigma={v[1]:g})"
+        )
     out[p.sampler_name] = quantile
 
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 import math
 import re
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
+# Matched against the stripped string, ASCII digits only: one run of spaces between the number
+# and its unit, so a long run of spaces costs one pass (the old pattern's three optional runs
+# backtracked quadratically: 100,000 spaces took a minute of the api-server's CPU).
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)[ \t]*([smhd]?)", re.IGNORECASE | re.ASCII)
+#: Longest duration or size string read at all (every valid one is far shorter).
+MAX_UNIT_STRING = 64
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(tb|gb|mb|kb|ti|gi|mi|ki|b|t|g|m|k)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)[ \t]*(tb|gb|mb|kb|ti|gi|mi|ki|b|t|g|m|k)?", re.IGNORECASE | re.ASCII)
 # Kubernetes-style binary suffixes (1Gi) are accepted too: AdaptDL configs use them.
 _SIZE_UNITS_MB = {
     "ti": 1024 * 1024,
@@ -26,6 +31,20 @@ _SIZE_UNITS_MB = {
 }
 
 
+def _finite(value: int | float, what: str) -> float:
+    """A number as a float; an integer too large for one (``10**400``) is refused, not a crash."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"expected a {what} below 1e308, got a {int(value).bit_length()}-bit integer") from None
+
+
+def _unit_match(pattern: re.Pattern[str], value: str, what: str) -> re.Match[str] | None:
+    if len(value) > MAX_UNIT_STRING:
+        raise ValueError(f"expected a {what} of at most {MAX_UNIT_STRING} characters, got {len(value)}")
+    return pattern.fullmatch(value.strip())
+
+
 def parse_duration(value: object) -> float:
     """Seconds from a number (already seconds) or a string like ``"1.5h"``.
 
@@ -34,8 +53,8 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 30m, 2h or 1d, got a boolean")
     if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = _finite(value, "duration")
+    elif isinstance(value, str) and (match := _unit_match(_DURATION, value, "duration")):
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
     else:
         raise ValueError(f"expected a duration such as 30m, 2h or 1d (units s, m, h, d), got {value!r}")
@@ -49,8 +68,8 @@ def parse_size_mb(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError("expected a size such as 512mb or 8gb, got a boolean")
     if isinstance(value, (int, float)):
-        size = float(value)
-    elif isinstance(value, str) and (match := _SIZE.match(value)):
+        size = _finite(value, "size")
+    elif isinstance(value, str) and (match := _unit_match(_SIZE, value, "size")):
         size = float(match.group(1)) * _SIZE_UNITS_MB[(match.group(2) or "mb").lower()]
     else:
         raise ValueError(f"expected a size such as 512mb or 8gb (units tb, gb, mb, kb, b), got {value!r}")
@@ -66,3 +85,16 @@ def format_duration(seconds: float) -> str:
         if count >= 1 and count == int(count):
             return f"{int(count)}{unit}"
     return f"{seconds:g}s"
+
+
+_WHOLE = re.compile(r"[0-9]{1,18}", re.ASCII)
+
+
+def whole_number(text: str) -> int | None:
+    """``text`` as a non-negative integer when it is 1 to 18 ASCII digits, else None.
+
+    Not ``str.isdigit()`` + ``int()``: isdigit is true for "²" and "¹²", which int() refuses
+    (a 500 where a 422 was due), and int() of a 5,000-digit string raises too. Eighteen digits
+    hold every index, count and exit code there is, and stay an int64.
+    """
+    return int(text) if _WHOLE.fullmatch(text) else None

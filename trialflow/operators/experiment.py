@@ -207,7 +207,7 @@ class EndExperimentOperator(_ExperimentStep):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.experiment import ExperimentNotOwned, check_owner
-        from trialflow.run_lifecycle import RunHasNoTrials, summarize_run
+        from trialflow.run_lifecycle import RunHasNoTrials, close_run, summarize_run
 
         experiment, store = self.experiment_and_store(context)
         conf = getattr(context.get("dag_run"), "conf", None) or {}
@@ -215,9 +215,11 @@ class EndExperimentOperator(_ExperimentStep):
             check_owner(store, experiment.experiment_id, context["dag"].dag_id, conf)  # before reading anything
             self._reconcile(context, experiment, store)
             verdict = summarize_run(experiment, store, context["run_id"], conf)
-            experiment.end_run(store, context["run_id"])  # the run is over: steering acts no more
+            dropped = close_run(experiment, store, context["run_id"], verdict)  # steering acts no more
         except (ExperimentNotOwned, RunHasNoTrials) as exc:
             raise AirflowFailException(str(exc)) from None
+        if dropped:
+            self.log.warning("%d asked-for trial(s) had not started when the experiment ended: dropped", dropped)
         mode = experiment.config.optimize_mode
         self._lineage = (verdict.summary, experiment.config.search_space)
         if verdict.summary["continuation"]["run_id"] is None:

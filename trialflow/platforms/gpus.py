@@ -24,6 +24,8 @@ import io
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from trialflow.config.units import whole_number
+
 GPU_QUERY = "nvidia-smi --query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits"
 APPS_QUERY = "nvidia-smi --query-compute-apps=gpu_uuid,pid --format=csv,noheader,nounits"
 CLAIMS_DIR = ".gpu-claims"
@@ -52,11 +54,11 @@ def parse_gpus(gpu_csv: str, apps_csv: str = "") -> list[Gpu]:
     """The GPUs of one machine, with how many compute processes each runs, from nvidia-smi's CSV."""
     apps: dict[str, int] = {}
     for row in _rows(apps_csv):
-        if len(row) >= 2 and row[1].isdigit():
+        if len(row) >= 2 and whole_number(row[1]) is not None:
             apps[row[0]] = apps.get(row[0], 0) + 1
     gpus = []
     for row in _rows(gpu_csv):
-        if len(row) < 2 or not row[0].isdigit():
+        if len(row) < 2 or whole_number(row[0]) is None:
             continue
 
         def number(cell: str) -> int:
@@ -128,7 +130,8 @@ def parse_claim_name(name: str) -> tuple[int, int] | None:
     if not name.startswith("gpu") or "-slot" not in name:
         return None
     gpu, _, slot = name[3:].partition("-slot")
-    return (int(gpu), int(slot)) if gpu.isdigit() and slot.isdigit() else None
+    number, place = whole_number(gpu), whole_number(slot)
+    return None if number is None or place is None else (number, place)
 
 
 def claimed_slots(names: list[str]) -> dict[int, set[int]]:

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.selectable import NamedFromClause
 
+from trialflow.config.units import whole_number
 from trialflow.queries.objectives import Objectives, objectives_of
 from trialflow.queries.tables import (
     ACTIVE,
@@ -212,10 +213,9 @@ def trials_page(
             order.append(_duration(engine))
         elif sort == "platform":
             order.append(attrs["service_index"].c.value_json)
-        elif sort.startswith("objective:") and sort[len("objective:") :].isdigit():
+        elif sort.startswith("objective:") and (number := whole_number(sort[len("objective:") :])) is not None:
             # several objectives: Optuna's value row of that objective (the first is "metric")
             chosen = VALUES.alias("sort_value")
-            number = int(sort[len("objective:") :])
             query = query.outerjoin(
                 chosen, sa.and_(chosen.c.trial_id == TRIALS.c.trial_id, chosen.c.objective == number)
             )

@@ -9,7 +9,14 @@ follows its trials. No Airflow: the pages' API and the CLI are shells over these
 
 from __future__ import annotations
 
-from trialflow.steering.asked import POINT_TUNERS, add_trial, check_parameters, rerun_trials, waiting_trials
+from trialflow.steering.asked import (
+    POINT_TUNERS,
+    add_trial,
+    check_parameters,
+    drop_waiting,
+    rerun_trials,
+    waiting_trials,
+)
 from trialflow.steering.base import (
     HISTORY,
     HISTORY_LIMIT,
@@ -66,6 +73,7 @@ __all__ = [
     "check_parameters",
     "check_running",
     "control",
+    "drop_waiting",
     "history",
     "kill_trial",
     "limits",

@@ -73,12 +73,17 @@ def add_trial(store: ExperimentStore, experiment_id: str, parameters: Any, by: s
     """Queue a trial with these parameters: the next trial index to start runs it (before the
     tuner's own), the tuner learns from its result, and maxTrialNumber grows by one. Returns
     its place in the queue."""
+    from trialflow.limits import MAX_WAITING_TRIALS
+    from trialflow.tuning.trial_queue import QueueFull
     from trialflow.tuning.tuners import BUDGET_KEY
 
     chosen = check_parameters(store, experiment_id, parameters)
     check_running(store, experiment_id)
     why = reason or f"added by {by}"
-    seq = store.enqueue(experiment_id, chosen, {"by": by, "reason": why, "at": time.time()})
+    try:
+        seq = store.enqueue(experiment_id, chosen, {"by": by, "reason": why, "at": time.time()}, MAX_WAITING_TRIALS)
+    except QueueFull:
+        raise BadInput(_full(experiment_id)) from None
     _one_more_trial(store, experiment_id, 1)
     shown = {k: v for k, v in chosen.items() if k != BUDGET_KEY}
     record_action(store, experiment_id, by, "add trial", f"{why}: {json.dumps(shown, default=str)[:300]}")
@@ -109,12 +114,42 @@ def rerun_trials(
                     f"trial {record.trial_id} is still {record.status.value}: it can be re-run once it ends"
                 )
             chosen.append({"trial_index": index, "parameters": record.parameters})
+    from trialflow.limits import MAX_WAITING_TRIALS
+
+    if store.waiting_count(experiment_id) + len(chosen) > MAX_WAITING_TRIALS:
+        raise BadInput(_full(experiment_id, len(chosen)))
     for row in chosen:  # every one checked before any is queued: all or nothing
         check_parameters(store, experiment_id, {k: v for k, v in row["parameters"].items() if k != BUDGET_KEY})
     for row in chosen:
         parameters = {k: v for k, v in row["parameters"].items() if k != BUDGET_KEY}
         add_trial(store, experiment_id, parameters, by, f"re-run of trial {row['trial_index']} by {by}")
     return [int(r["trial_index"]) for r in chosen]
+
+
+def _full(experiment_id: str, asked: int = 1) -> str:
+    from trialflow.limits import MAX_WAITING_TRIALS
+
+    return (
+        f"experiment {experiment_id} may have at most {MAX_WAITING_TRIALS} asked-for trials waiting; "
+        f"{'this one does' if asked == 1 else f'these {asked} would'} not fit: "
+        "add more once some have started"
+    )
+
+
+def drop_waiting(store: ExperimentStore, experiment_id: str) -> int:
+    """The experiment ended (no follow-on run): the asked-for trials still waiting will never
+    run. Dropped, and said in its history (so a person sees where their trials went), instead of
+    "waiting" forever on a page of an experiment that is over."""
+    dropped = store.drop_waiting(experiment_id)
+    if dropped:
+        record_action(
+            store,
+            experiment_id,
+            "trialflow",
+            "drop waiting trials",
+            f"{dropped} asked-for trial(s) had not started when the experiment ended",
+        )
+    return dropped
 
 
 def waiting_trials(store: ExperimentStore, experiment_id: str) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
+from trialflow.config.units import whole_number
 from trialflow.experiment import LIMITS_ATTR, RUN_ATTR_PREFIX, RunWindow
 from trialflow.steering.base import BadInput, UnknownTarget, check_running, record_action
 from trialflow.steering.stops import DEADLINE_CHANGE
@@ -22,11 +23,21 @@ MAX_TRIAL_NUMBER = 2**31 - 1
 
 
 def _whole(key: str, value: Any, top: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) and not (isinstance(value, str) and value.isdigit()):
-        raise BadInput(f"{key}: expected a whole number 1..{top}, got {value!r}")
-    number = int(value)
+    """A whole number 1..top from a JSON number or a string of ASCII digits; anything else
+    ("²", a 5,000-digit string, 10**400, 2.5, true) is BadInput naming the key, never a crash."""
+    expected = f"{key}: expected a whole number 1..{top}"
+    if isinstance(value, str):
+        number = whole_number(value.strip()) if len(value) <= 32 else None
+        if number is None:
+            shown = repr(value) if len(value) <= 32 else f"a string of {len(value)} characters"
+            raise BadInput(f"{expected}, got {shown}")
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        raise BadInput(f"{expected}, got {type(value).__name__ if isinstance(value, (dict, list)) else repr(value)}")
     if not 1 <= number <= top:
-        raise BadInput(f"{key}: expected a whole number 1..{top}, got {number}")
+        shown = str(number) if number.bit_length() <= 64 else f"a {number.bit_length()}-bit number"
+        raise BadInput(f"{expected}, got {shown}")
     return number
 
 

@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trialflow.config.units import whole_number
+
 if TYPE_CHECKING:
     from trialflow.platforms.base import TrainingPlatform
     from trialflow.submission import Submission
@@ -116,8 +118,9 @@ def ask_trial_states(dag_id: str, run_id: str, task_id: str) -> dict[int, str | 
     found: dict[int, str | None] = {}
     prefix = f"{task_id}_"
     for key, state in states.get(run_id, {}).items():
-        if key.startswith(prefix) and key[len(prefix) :].isdigit():
-            found[int(key[len(prefix) :])] = state_text(state)
+        index = whole_number(key[len(prefix) :]) if key.startswith(prefix) else None
+        if index is not None:
+            found[index] = state_text(state)
     return found
 
 

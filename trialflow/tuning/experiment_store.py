@@ -43,7 +43,7 @@ from trialflow.tuning.rdb_storage import TrialflowStorage
 from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
 from trialflow.tuning.store_urls import SQLITE_TIMEOUT_SECONDS, safe_url, with_installed_driver
 from trialflow.tuning.store_urls import sqlite_url as sqlite_url  # where the callers have always found it
-from trialflow.tuning.trial_queue import Queued, claim, enqueue, release, waiting
+from trialflow.tuning.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
 from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
 
 if TYPE_CHECKING:
@@ -416,12 +416,22 @@ class ExperimentStore:
             release(self.storage.engine, queued.seq, dropped=True)
             return None, None
 
-    def enqueue(self, experiment_id: str, parameters: dict[str, Any], request: dict[str, Any]) -> int:
-        """Ask for a trial with these parameters: the next trial index to start runs it."""
-        return enqueue(self.storage.engine, self._study_id(experiment_id), parameters, request)
+    def enqueue(
+        self, experiment_id: str, parameters: dict[str, Any], request: dict[str, Any], most: int | None = None
+    ) -> int:
+        """Ask for a trial with these parameters: the next trial index to start runs it
+        (trial_queue.QueueFull when ``most`` wait already)."""
+        return enqueue(self.storage.engine, self._study_id(experiment_id), parameters, request, most)
 
     def waiting_trials(self, experiment_id: str) -> list[Queued]:
         return waiting(self.storage.engine, self._study_id(experiment_id))
+
+    def waiting_count(self, experiment_id: str) -> int:
+        return waiting_count(self.storage.engine, self._study_id(experiment_id))
+
+    def drop_waiting(self, experiment_id: str) -> int:
+        """Drop the asked-for trials no trial index will take (the experiment ended)."""
+        return drop_waiting(self.storage.engine, self._study_id(experiment_id))
 
     def should_stop(self, experiment_id: str, storage_id: int, pruner: BasePruner) -> bool:
         """The assessor's verdict on a running trial, from the intermediate results stored so far."""

@@ -31,6 +31,8 @@ TRIAL_QUEUE = sa.Table(
 _MISSING = (sa.exc.OperationalError, sa.exc.ProgrammingError)
 #: Tries to claim before giving up for this trial (each loss means another trial took a row).
 CLAIM_TRIES = 20
+#: claimed_index of a row no trial will take (its parameters no longer fit, its experiment ended).
+DROPPED = -1
 
 
 @dataclass(frozen=True)
@@ -40,8 +42,21 @@ class Queued:
     request: dict[str, Any]
 
 
-def enqueue(engine: sa.Engine, study_id: int, parameters: dict[str, Any], request: dict[str, Any]) -> int:
+class QueueFull(Exception):
+    """The experiment already has as many asked-for trials waiting as it may."""
+
+
+def enqueue(
+    engine: sa.Engine, study_id: int, parameters: dict[str, Any], request: dict[str, Any], most: int | None = None
+) -> int:
+    """Queue one trial; with ``most``, only while fewer than ``most`` wait (QueueFull else).
+
+    The count is taken after the insert, in its transaction, over the rows queued before it:
+    two people adding the last free place at once do not both get it on SQLite (one writer at a
+    time); on PostgreSQL each sees only committed rows, so concurrent adds may pass by as many
+    as arrive together, never by a queue's worth."""
     create_tables(METADATA, engine)
+    q = TRIAL_QUEUE.c
     with engine.begin() as conn:
         result = conn.execute(
             sa.insert(TRIAL_QUEUE).values(
@@ -50,7 +65,47 @@ def enqueue(engine: sa.Engine, study_id: int, parameters: dict[str, Any], reques
         )
         key = result.inserted_primary_key
         assert key is not None
-        return int(key[0])
+        seq = int(key[0])
+        if most is not None:
+            ahead = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(TRIAL_QUEUE)
+                .where(q.study_id == study_id, q.claimed_index.is_(None), q.seq <= seq)
+            ).scalar_one()
+            if ahead > most:
+                raise QueueFull(f"{ahead - 1} asked-for trials are waiting already")  # rolls the insert back
+        return seq
+
+
+def drop_waiting(engine: sa.Engine, study_id: int) -> int:
+    """Drop every asked-for trial still waiting (its experiment ended); returns how many."""
+    q = TRIAL_QUEUE.c
+    try:
+        with engine.begin() as conn:
+            return int(
+                conn.execute(
+                    sa.update(TRIAL_QUEUE)
+                    .where(q.study_id == study_id, q.claimed_index.is_(None))
+                    .values(claimed_index=DROPPED)
+                ).rowcount
+            )
+    except _MISSING:
+        return 0
+
+
+def waiting_count(engine: sa.Engine, study_id: int) -> int:
+    q = TRIAL_QUEUE.c
+    try:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    sa.select(sa.func.count())
+                    .select_from(TRIAL_QUEUE)
+                    .where(q.study_id == study_id, q.claimed_index.is_(None))
+                ).scalar_one()
+            )
+    except _MISSING:
+        return 0
 
 
 def _row(row: Any) -> Queued:
@@ -94,7 +149,7 @@ def release(engine: sa.Engine, seq: int, dropped: bool = False) -> None:
     """Give a claimed row back (its trial index went to another attempt), or drop it."""
     with engine.begin() as conn:
         conn.execute(
-            sa.update(TRIAL_QUEUE).where(TRIAL_QUEUE.c.seq == seq).values(claimed_index=-1 if dropped else None)
+            sa.update(TRIAL_QUEUE).where(TRIAL_QUEUE.c.seq == seq).values(claimed_index=DROPPED if dropped else None)
         )
 
 

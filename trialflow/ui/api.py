@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
@@ -187,26 +187,51 @@ def _authorize(user: Any, experiment_id: str) -> str | None:
     return dag_id
 
 
+def allowed_origins(scheme: str, netloc: str, base_url: str | None) -> set[str]:
+    """The origins an action may come from: the address the request reached (its scheme as the
+    api-server sees it: uvicorn applies X-Forwarded-Proto only when Airflow runs with
+    ``--proxy-headers`` from a trusted proxy) and the origin of ``[api] base_url``, the public
+    address Airflow's own settings give when it sits behind a proxy. Never a client's
+    ``X-Forwarded-Host``: any client sends one, so trusting it let a page name its own origin."""
+    allowed = {f"{scheme}://{netloc}".lower()}
+    if base_url and "://" in base_url:
+        public = urlsplit(base_url)
+        if public.scheme in ("http", "https") and public.netloc:
+            allowed.add(f"{public.scheme}://{public.netloc}".lower())
+    return allowed
+
+
 def same_origin(request: Request) -> None:
     """A browser's action must come from the pages themselves: its Origin (sent with every
     POST and PATCH) is the api-server's own. Airflow's session cookie is SameSite=Lax already;
     this also refuses a page on a sibling host of the same site. Clients with a bearer token
     (no Origin) are not browsers and are unaffected."""
+    from airflow.configuration import conf
+
     origin = request.headers.get("origin")
     if origin is None:
         return
-    own = f"{request.url.scheme}://{request.url.netloc}"
-    forwarded = request.headers.get("x-forwarded-host")
-    allowed = {own} | (
-        {f"{request.headers.get('x-forwarded-proto', request.url.scheme)}://{forwarded}"} if forwarded else set()
-    )
-    if origin.rstrip("/") not in allowed:
+    allowed = allowed_origins(request.url.scheme, request.url.netloc, conf.get("api", "base_url", fallback=None))
+    if origin.rstrip("/").lower() not in allowed:
         raise HTTPException(
             status_code=403, detail="actions are taken from trialflow's own pages (cross-origin refused)"
         )
 
 
+async def bounded_body(request: Request) -> None:
+    """An action's body is read only up to MAX_ACTION_BODY (413 past it, before any value in
+    it is looked at): a real one is a few hundred bytes."""
+    from trialflow.limits import MAX_ACTION_BODY
+
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and len(declared) < 18 and int(declared) > MAX_ACTION_BODY:
+        raise HTTPException(status_code=413, detail=f"the request body is over {MAX_ACTION_BODY} bytes")
+    if len(await request.body()) > MAX_ACTION_BODY:
+        raise HTTPException(status_code=413, detail=f"the request body is over {MAX_ACTION_BODY} bytes")
+
+
 SameOrigin = Depends(same_origin)
+BoundedBody = Depends(bounded_body)
 
 
 def _authorize_edit(user: Any, experiment_id: str) -> str | None:
@@ -431,7 +456,7 @@ def create_app() -> FastAPI:
         }
         # What the pages' buttons need: whether this person may act, and what is queued.
         summary["may_edit"] = may_edit_dag(user, dag)
-        summary["waiting"] = len(action_store().waiting_trials(experiment_id))
+        summary["waiting"] = action_store().waiting_count(experiment_id)
         return summary
 
     @app.get("/api/experiments/{experiment_id}/trials")
@@ -517,7 +542,7 @@ def create_app() -> FastAPI:
         store = action_store()
         return {"actions": steering.history(store, experiment_id), "may_edit": may_edit_dag(user, dag_id)}
 
-    @app.post("/api/experiments/{experiment_id}/trials/{trial_index}/kill", dependencies=[SameOrigin])
+    @app.post("/api/experiments/{experiment_id}/trials/{trial_index}/kill", dependencies=[SameOrigin, BoundedBody])
     def kill(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
         from trialflow import steering
 
@@ -529,7 +554,7 @@ def create_app() -> FastAPI:
         audit(user, "kill_trial", dag_id, {"experiment_id": experiment_id, "trial_index": trial_index})
         return {"trial_id": record.trial_id, "trial_index": trial_index, "requested": "stop"}
 
-    @app.post("/api/experiments/{experiment_id}/stop", dependencies=[SameOrigin])
+    @app.post("/api/experiments/{experiment_id}/stop", dependencies=[SameOrigin, BoundedBody])
     def stop(user: User, experiment_id: str) -> dict[str, Any]:
         from trialflow import steering
 
@@ -541,7 +566,7 @@ def create_app() -> FastAPI:
         audit(user, "stop_experiment", dag_id, {"experiment_id": experiment_id})
         return {"runs": stopped.marked, "trials": [t.trial_index for t in stopped.asked]}
 
-    @app.patch("/api/experiments/{experiment_id}/limits", dependencies=[SameOrigin])
+    @app.patch("/api/experiments/{experiment_id}/limits", dependencies=[SameOrigin, BoundedBody])
     def change_limits(user: User, experiment_id: str, changes: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
         from trialflow import steering
 
@@ -560,7 +585,7 @@ def create_app() -> FastAPI:
         audit(user, "change_limits", dag_id, {"experiment_id": experiment_id, **changes})
         return {"limits": limits, "dag_parse_requested": parsed}
 
-    @app.post("/api/experiments/{experiment_id}/trials", dependencies=[SameOrigin])
+    @app.post("/api/experiments/{experiment_id}/trials", dependencies=[SameOrigin, BoundedBody])
     def add_trial(user: User, experiment_id: str, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
         from trialflow import steering
 
@@ -574,15 +599,16 @@ def create_app() -> FastAPI:
             raise _refused(exc) from None
         audit(user, "add_trial", dag_id, {"experiment_id": experiment_id, "parameters": body.get("parameters")})
         return {
-            "waiting": steering.waiting_trials(store, experiment_id),
+            # A count, not the queue: an answer that grew with each trial added (150 KB at a thousand).
+            "waiting": store.waiting_count(experiment_id),
             "limits": steering.limits(store, experiment_id),
         }
 
-    @app.post("/api/experiments/{experiment_id}/trials/{trial_index}/rerun", dependencies=[SameOrigin])
+    @app.post("/api/experiments/{experiment_id}/trials/{trial_index}/rerun", dependencies=[SameOrigin, BoundedBody])
     def rerun(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
         return _rerun(user, experiment_id, [trial_index])
 
-    @app.post("/api/experiments/{experiment_id}/rerun-failed", dependencies=[SameOrigin])
+    @app.post("/api/experiments/{experiment_id}/rerun-failed", dependencies=[SameOrigin, BoundedBody])
     def rerun_failed(user: User, experiment_id: str) -> dict[str, Any]:
         return _rerun(user, experiment_id, None)
 
@@ -597,7 +623,7 @@ def create_app() -> FastAPI:
         except steering.ActionRefused as exc:
             raise _refused(exc) from None
         audit(user, "rerun_trials", dag_id, {"experiment_id": experiment_id, "trial_indexes": rerun})
-        return {"rerun": rerun, "waiting": steering.waiting_trials(store, experiment_id)}
+        return {"rerun": rerun, "waiting": store.waiting_count(experiment_id)}
 
     @app.get("/api/experiments/{experiment_id}/config")
     def effective_config(user: User, experiment_id: str) -> dict[str, Any]:

@@ -84,8 +84,8 @@ export function ExperimentActions({ summary, onChanged }: { summary: Summary; on
       return;
     }
     act(async () => {
-      const r = await send<{ waiting: unknown[] }>(`experiments/${id}/trials`, "POST", { parameters: parsed });
-      return `Trial added: it runs next (${r.waiting.length} waiting).`;
+      const r = await send<{ waiting: number }>(`experiments/${id}/trials`, "POST", { parameters: parsed });
+      return `Trial added: it runs next (${r.waiting} waiting).`;
     });
   };
   // the same statuses as the server's re-run (trialflow.steering.asked.RERUNNABLE)

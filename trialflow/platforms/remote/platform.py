@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from trialflow.config.model import SharedStorageConfig
 from trialflow.config.platforms import RemoteConfig
+from trialflow.config.units import whole_number
 from trialflow.platforms.base import (
     CANCEL_STATUSES,
     Connections,
@@ -85,6 +86,13 @@ CLAIM_STALE_SECONDS = 45.0
 KILL_GRACE_SECONDS = 5.0
 #: Seconds a finished trial's leftover processes get between SIGTERM and SIGKILL.
 LEFTOVER_GRACE_SECONDS = 2.0
+
+
+def _exit_code(text: str) -> int | None:
+    """The exit code a remote trial's wrapper wrote (``-15`` for a signal), or None."""
+    text = text.strip()
+    number = whole_number(text.removeprefix("-"))
+    return None if number is None else (-number if text.startswith("-") else number)
 
 
 def remote_status(
@@ -337,7 +345,7 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
                 dict(cursor),
                 f"trial folder {handle['trial_dir']} is gone from {machine.target.label}",
             )
-        exit_code = int(facts["exit"]) if facts.get("exit", "").strip().lstrip("-").isdigit() else None
+        exit_code = _exit_code(facts.get("exit", ""))
         cancel = json.loads(facts["cancel"]) if facts.get("cancel") else None
         status = remote_status(
             exit_code,
