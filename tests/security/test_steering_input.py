@@ -47,7 +47,10 @@ def test_a_top_level_name_is_not_a_parameter(planted):
     assert point_problems(SPACE, POINT) == []
 
 
-@pytest.mark.parametrize("value", [10**400, -(10**400), 2**1024, float("inf"), float("nan"), "x" * 1_000_000, deep(500)])
+HUGE_OR_ODD = [10**400, -(10**400), 2**1024, float("inf"), float("nan"), "x" * 1_000_000, deep(500)]
+
+
+@pytest.mark.parametrize("value", HUGE_OR_ODD)
 def test_a_huge_or_odd_parameter_value_is_a_problem_not_a_crash(value):
     for key in ("lr", "n", "opt"):
         (problem,) = point_problems(SPACE, {**POINT, key: value})
@@ -141,7 +144,7 @@ def test_rerun_failed_queues_all_or_nothing_within_the_cap(running):
     for index in range(3):
         asked = store.ask("ecap", index, f"ecap-{index:04d}", experiment.algorithm, experiment.space)
         store.finish(asked.storage_id, TrialStatus.FAILED, None, "boom")
-    for i in range(MAX_WAITING_TRIALS - 2):
+    for _ in range(MAX_WAITING_TRIALS - 2):
         steering.add_trial(store, "ecap", {"x": 0.25}, "mallory")
     with pytest.raises(steering.BadInput, match="these 3 would not fit"):
         steering.rerun_trials(store, "ecap", "mallory")
