@@ -62,7 +62,8 @@ def test_the_summary_counts_the_runs_own_trials_and_fails_without_a_result(setup
     assert failed.failure and "no trial of experiment erunlife succeeded" in failed.failure
     assert failed.summary["status_counts"] == {"FAILED": 3} and failed.best is None
 
-    start_run(experiment, store, "dag_a", "r2", {})  # a second run of the same study: indexes 3..5
+    # a second run of the same study (its conf names it): indexes 3..5
+    start_run(experiment, store, "dag_a", "r2", {"experiment_id": "erunlife"})
     a = store.ask("erunlife", 3, "erunlife-0003", experiment.algorithm, experiment.space)
     store.record_metrics(a.storage_id, [Metric("FINAL", 0, 0.7)])
     store.close(a.storage_id, TrialStatus.SUCCEEDED)

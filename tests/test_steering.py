@@ -98,7 +98,7 @@ def test_stopping_the_experiment_cancels_running_trials_and_starts_no_more(setup
 
 def test_a_run_stopped_with_a_history_line_has_it_with_the_mark(setup):
     experiment, store = setup
-    start_run(experiment, store, "dag_a", "r2", {})
+    start_run(experiment, store, "dag_a", "r2", {"experiment_id": "esteer"})  # a second run of it
     steering.record_action(store, "esteer", "alice", "note", "before")
     stopped = steering.stop_runs(store, "esteer", "Airflow", "DAG run r2 is failed", ["r2"], action="stop run")
     assert stopped.marked == ["r2"] and experiment.window(store, "r1").stopped is None

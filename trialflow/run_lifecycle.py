@@ -64,7 +64,8 @@ def start_run(
     """Check the run may drive the experiment (ExperimentNotOwned if not: nothing is written),
     create or re-open it, give the run its trial indexes and deadline, and prepare each
     platform (stage code once)."""
-    check_owner(store, experiment.experiment_id, dag_id, conf)
+    shared = experiment.config.scheduled_runs == "continue"
+    check_owner(store, experiment.experiment_id, dag_id, conf, run_id, shared)
     resumed = store.experiment_exists(experiment.experiment_id)
     experiment.open(store)
     store.set_experiment_attrs(

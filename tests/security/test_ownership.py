@@ -46,6 +46,35 @@ def test_a_store_check_refuses_other_dags_experiments(tmp_path):
     assert not store.experiment_exists(future)
 
 
+def test_experiment_ids_do_not_collide_in_practice():
+    """Issue 37 (2): 28 bits gave two manual runs of one DAG milliseconds apart one id (a
+    hundred thousand run ids of one DAG held ~19 collisions). 80 bits: none, and no offline
+    search reaches another DAG's id."""
+    runs = [f"manual__2026-11-26T04:00:00.{us:06d}+00:00" for us in range(100_000)]
+    ids = {experiment_id_for("dag_a", run) for run in runs}
+    assert len(ids) == len(runs)
+    assert all(len(i) == 17 and i.isascii() and i.isalnum() and i == i.lower() for i in list(ids)[:100])
+
+
+def test_another_run_of_the_same_dag_landing_on_an_id_is_refused(tmp_path):
+    """Behind the width: a run whose own id finds an experiment of its DAG that some other run
+    created does not run its trials inside it."""
+    from trialflow.experiment import RUN_ATTR_PREFIX
+
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    taken = experiment_id_for("dag_a", "r1")
+    store.open_experiment(taken)
+    store.set_experiment_attrs(taken, {"dag_id": "dag_a", "run_id": "r1", RUN_ATTR_PREFIX + "r1": {"first_index": 0}})
+    with pytest.raises(ExperimentNotOwned, match="another run's of DAG 'dag_a'"):
+        check_owner(store, taken, "dag_a", {}, "r2")
+    check_owner(store, taken, "dag_a", {}, "r1")  # a cleared run re-opens its own
+    check_owner(store, taken, "dag_a", {}, "r2", shared=True)  # scheduledRuns: continue, one study
+    check_owner(store, taken, "dag_a", {"experiment_id": taken}, "r2")  # named on purpose
+    # A start step that died after writing its run id, before its window: its retry goes on.
+    store.set_experiment_attrs(taken, {"run_id": "r3"})
+    check_owner(store, taken, "dag_a", {}, "r3")
+
+
 @pytest.mark.integration
 def test_a_run_conf_cannot_take_over_or_plant_in_another_dags_experiment(harness):
     dag_b, _ = harness.experiment("owner_b", CONFIG, {"t.py": TRIAL})

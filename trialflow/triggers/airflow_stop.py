@@ -18,8 +18,6 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trialflow.config.units import whole_number
-
 if TYPE_CHECKING:
     from trialflow.platforms.base import TrainingPlatform
     from trialflow.submission import Submission
@@ -113,6 +111,8 @@ def ask_trial_states(dag_id: str, run_id: str, task_id: str) -> dict[int, str | 
     """Every mapped instance of ``task_id`` in the run, map index -> state, from Airflow's
     execution API (one request; from a task or a trigger). Raises when Airflow cannot be asked."""
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    from trialflow.config.units import whole_number  # here: the DAG file's parse imports no config models
 
     states = RuntimeTaskInstance.get_task_states(dag_id=dag_id, task_ids=[task_id], run_ids=[run_id])
     found: dict[int, str | None] = {}
