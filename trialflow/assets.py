@@ -25,16 +25,19 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from trialflow.published import NotPublished, PublishedBest, asset_name, read
+from trialflow.published import OWNER_KEY, NotPublished, PublishedBest, named_owner, publishing_name, read
 
 __all__ = ["NotPublished", "PublishedBest", "best_parameters", "best_parameters_asset"]
 
 
 def best_parameters_asset(dag_id: str, name: str | None = None) -> Asset:
     """The asset experiment DAG ``dag_id`` publishes to (``name``: the one given to
-    ``experiment_dag(asset_name=...)``, when it was)."""
-    name = name or asset_name(dag_id)
-    return Asset(name=name, uri=name, group="trialflow")
+    ``experiment_dag(asset_name=...)``, when it was). A name outside trialflow's namespace
+    carries ``dag_id`` in the asset's extra: the reader accepts events of that DAG only."""
+    name = publishing_name(dag_id, name)
+    if named_owner(name) == dag_id:
+        return Asset(name=name, uri=name, group="trialflow")
+    return Asset(name=name, uri=name, group="trialflow", extra={OWNER_KEY: dag_id})
 
 
 def best_parameters(context: Mapping[str, Any], asset: Asset | None = None) -> PublishedBest:
@@ -55,14 +58,23 @@ def best_parameters(context: Mapping[str, Any], asset: Asset | None = None) -> P
                 events = []
             where = f"inlet events of asset {asset.name!r}"
     claimed = [e for e in events if isinstance(getattr(e, "extra", None), dict) and "trialflow" in e.extra]
-    # An asset event can also be created through the REST API with any extra: only one the
-    # experiment DAG it names emitted itself counts (Airflow records the emitting DAG run).
-    published = [e for e in claimed if getattr(e, "source_dag_id", None) == e.extra.get("dag_id")]
+    # Only the DAG the asset is for may publish on it: an asset event can be created through the
+    # REST API with any extra, and another DAG could name the asset as its own outlet. Airflow
+    # records which DAG emitted an event; the asset's owner comes from its name (trialflow/<dag>/)
+    # or, for a custom name, from the asset the caller passed (best_parameters_asset's extra).
+    published = [e for e in claimed if _owner(e, asset) == getattr(e, "source_dag_id", None) == e.extra.get("dag_id")]
     if claimed and not published:
+        last = claimed[-1]
+        owner = _owner(last, asset)
+        whose = (
+            f"belongs to DAG {owner!r}"
+            if owner
+            else "is not named for a DAG: pass asset=best_parameters_asset(dag_id, name) to say which"
+        )
         raise NotPublished(
             f"{where}: {len(claimed)} event(s) claim to be an experiment's result but were not emitted by "
-            f"the DAG they name (source DAG {getattr(claimed[-1], 'source_dag_id', None)!r}, extra names "
-            f"{claimed[-1].extra.get('dag_id')!r}): refused"
+            f"the experiment DAG the asset is for (asset {_asset_name(last)!r} {whose}; emitted by "
+            f"{getattr(last, 'source_dag_id', None)!r}, extra names {last.extra.get('dag_id')!r}): refused"
         )
     if not published:
         wanted = f"asset {asset.name!r}" if asset is not None else "a trialflow experiment's asset"
@@ -72,6 +84,24 @@ def best_parameters(context: Mapping[str, Any], asset: Asset | None = None) -> P
         )
     newest = max(published, key=lambda e: e.timestamp)
     return read(newest.extra, where=f"asset event on {getattr(getattr(newest, 'asset', None), 'name', '?')!r}")
+
+
+def _asset_name(event: Any) -> str:
+    return str(getattr(getattr(event, "asset", None), "name", "") or "")
+
+
+def _owner(event: Any, asset: Asset | None) -> str | None:
+    """The experiment DAG the event's asset belongs to: from a trialflow name, else from the
+    asset the caller named (when it is the event's), else unknown (None: refused)."""
+    name = _asset_name(event)
+    owner = named_owner(name)
+    if owner is not None:
+        return owner
+    if asset is not None and asset.name == name:
+        extra = getattr(asset, "extra", None) or {}
+        found = extra.get(OWNER_KEY)
+        return found if isinstance(found, str) else None
+    return None
 
 
 def _events_for(triggering: Mapping[Any, Sequence[Any]], asset: Asset | None) -> list[Any]:

@@ -105,6 +105,7 @@ def experiment_dag(
     dag_kwargs.setdefault("description", f"NNI experiment {plan.experiment_name or path.name}")
     dag_kwargs.setdefault("doc_md", _doc(plan, count))
     dag_id = dag_id or default_dag_id(path, plan.experiment_name)
+    published_on = best_parameters_asset(dag_id, asset_name)  # another DAG's name is refused here
     # trialConcurrency, unless a person changed it for the running experiment (the pages' action
     # asks Airflow to parse this file again, and this parse reads the new value).
     concurrency = changed_concurrency(store_conn_id, dag_id) or plan.trial_concurrency
@@ -143,7 +144,7 @@ def experiment_dag(
         # An unbounded experiment goes on in follow-on runs; so does one whose maxTrialNumber a
         # person raised past this run's trials (skipped when the experiment is over).
         end >> ContinueExperimentOperator(task_id="continue_experiment", trigger_dag_id=dag.dag_id)
-        end >> PublishBestOperator(task_id="publish_best", asset=best_parameters_asset(dag_id, asset_name))
+        end >> PublishBestOperator(task_id="publish_best", asset=published_on)
     return dag
 
 

@@ -16,10 +16,41 @@ FORMAT_KEY = "trialflow"
 FORMAT = 1
 
 
+#: Asset names under this prefix are trialflow's, each its DAG's alone: trialflow/<dag_id>/...
+NAMESPACE = "trialflow/"
+#: The key of a custom-named asset's ``extra`` saying which experiment DAG it is for.
+OWNER_KEY = "trialflow_dag_id"
+
+
 def asset_name(dag_id: str) -> str:
     """The asset an experiment DAG publishes to unless ``experiment_dag(asset_name=...)`` says
     otherwise: named after the DAG, which is named after the experiment."""
-    return f"trialflow/{dag_id}/best"
+    return f"{NAMESPACE}{dag_id}/best"
+
+
+def named_owner(name: str) -> str | None:
+    """The experiment DAG an asset name in trialflow's namespace belongs to (None outside it)."""
+    if not name.startswith(NAMESPACE):
+        return None
+    owner, slash, _ = name[len(NAMESPACE) :].partition("/")
+    return owner if slash and owner else None
+
+
+def publishing_name(dag_id: str, name: str | None) -> str:
+    """The asset name experiment DAG ``dag_id`` may publish on: its own (``trialflow/<dag_id>/best``
+    by default) or a name outside trialflow's namespace. Another experiment DAG's name is refused
+    at parse time: a DAG publishing ``trialflow/exp_a/best`` made exp_a's downstream train on
+    its parameters."""
+    if name is None:
+        return asset_name(dag_id)
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"asset_name: expected a non-empty asset name, got {name!r}")
+    if name.startswith(NAMESPACE) and named_owner(name) != dag_id:
+        raise ValueError(
+            f"asset_name: {name!r} is in trialflow's namespace but not DAG {dag_id!r}'s; an experiment DAG "
+            f"publishes on its own ({asset_name(dag_id)!r}) or on a name outside {NAMESPACE!r}"
+        )
+    return name
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,14 @@ from trialflow.published import decide
 T0 = datetime(2026, 11, 25, tzinfo=UTC)
 
 
-def published(params: dict, run_id: str) -> dict:
+def published(params: dict, run_id: str, dag_id: str = "dag_a") -> dict:
     summary = {
         "experiment_id": f"exp-{run_id}",
         "optimize_mode": "maximize",
         "best": {"trial_index": 0, "trial_id": "t", "parameters": params, "final_metric": 0.5},
         "continuation": {"run_id": None},
     }
-    extra, _ = decide(summary, "dag_a", run_id, None)
+    extra, _ = decide(summary, dag_id, run_id, None)
     assert extra is not None
     return extra
 
@@ -62,7 +62,7 @@ def test_with_several_assets_the_named_one_is_read():
     events = TriggeringAssetEventsAccessor.build(
         [
             event(a, published({"C": 1}, "ra"), T0 + timedelta(minutes=5)),
-            event(b, published({"C": 7}, "rb"), T0),
+            event(b, published({"C": 7}, "rb", "dag_b"), T0, source="dag_b"),
             event(other, {"rows": 10}, T0 + timedelta(minutes=9)),  # not trialflow's: ignored
         ]
     )
@@ -77,7 +77,7 @@ def test_a_result_not_emitted_by_the_dag_it_names_is_refused():
     forged = published({"C": 99}, "r9")
     for source in (None, "dag_evil"):
         events = TriggeringAssetEventsAccessor.build([event(asset, forged, T0, source=source)])
-        with pytest.raises(NotPublished, match="not emitted by the DAG they name"):
+        with pytest.raises(NotPublished, match="not emitted by the experiment DAG the asset is for"):
             best_parameters({"triggering_asset_events": events})
     mixed = TriggeringAssetEventsAccessor.build(
         [event(asset, published({"C": 1}, "r1"), T0), event(asset, forged, T0 + timedelta(minutes=1), source=None)]
@@ -107,4 +107,4 @@ def test_the_experiment_dag_publishes_on_its_asset(tmp_path):
     assert [o.name for o in publish.outlets] == ["trialflow/trialflow_my_exp/best"]
     named = experiment_dag(write_config(tmp_path), asset_name="models/svc-params").get_task("publish_best")
     assert [o.name for o in named.outlets] == ["models/svc-params"]
-    assert best_parameters_asset("x", "models/svc-params") == named.outlets[0]
+    assert best_parameters_asset("trialflow_my_exp", "models/svc-params") == named.outlets[0]
