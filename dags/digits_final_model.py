@@ -7,22 +7,24 @@ from __future__ import annotations
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import dag, task
 
-from trialflow.assets import best_parameters, best_parameters_asset
+from trialflow.assets import approval_text, best_parameters, best_parameters_asset
 
 DIGITS_BEST = best_parameters_asset("trialflow_digits-svc")  # the experiment DAG's id
 
 
-@dag(schedule=[DIGITS_BEST], catchup=False, tags=["trialflow", "example"])
+@dag(
+    schedule=[DIGITS_BEST],
+    catchup=False,
+    tags=["trialflow", "example"],
+    user_defined_macros={"approval_text": approval_text},
+)
 def digits_final_model():
+    # What the person approves is what train_final_model will use: the result the experiment DAG
+    # itself published (not any event's raw extra), escaped, its link only to this Airflow.
     approve = ApprovalOperator(
         task_id="approve",
         subject="Train the final digits model?",
-        body=(
-            "{% for events in triggering_asset_events.values() %}{% for event in events %}"
-            "{% set e = event.extra %}Experiment [{{ e.experiment_id }}]({{ e.url }}): trial "
-            "{{ e.trial_id }} scored {{ e.metric }} ({{ e.optimize_mode }}) with `{{ e.parameters }}`.\n"
-            "{% endfor %}{% endfor %}"
-        ),
+        body="{{ approval_text(triggering_asset_events) }}",
     )
 
     @task

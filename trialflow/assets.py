@@ -22,12 +22,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow.sdk import Asset
 
-from trialflow.published import OWNER_KEY, NotPublished, PublishedBest, named_owner, publishing_name, read
+from trialflow.published import (
+    OWNER_KEY,
+    NotPublished,
+    PublishedBest,
+    approval_markdown,
+    named_owner,
+    publishing_name,
+    read,
+)
 
-__all__ = ["NotPublished", "PublishedBest", "best_parameters", "best_parameters_asset"]
+__all__ = ["NotPublished", "PublishedBest", "approval_text", "best_parameters", "best_parameters_asset"]
 
 
 def best_parameters_asset(dag_id: str, name: str | None = None) -> Asset:
@@ -84,6 +93,24 @@ def best_parameters(context: Mapping[str, Any], asset: Asset | None = None) -> P
         )
     newest = max(published, key=lambda e: e.timestamp)
     return read(newest.extra, where=f"asset event on {getattr(getattr(newest, 'asset', None), 'name', '?')!r}")
+
+
+def approval_text(triggering_asset_events: Mapping[Any, Sequence[Any]], asset: Asset | None = None) -> str:
+    """The Markdown an approval shows, for a DAG's ``user_defined_macros``: built from the
+    result ``best_parameters`` accepts (emitted by the asset's own DAG), every value escaped,
+    its link only to this Airflow. A forged or missing event is said, not shown::
+
+        body="{{ approval_text(triggering_asset_events) }}"
+    """
+    from airflow.configuration import conf
+
+    try:
+        best = best_parameters({"triggering_asset_events": triggering_asset_events}, asset)
+    except NotPublished as exc:
+        return f"Nothing to approve: no experiment result this DAG may use ({exc})."
+    configured = urlsplit(conf.get("api", "base_url", fallback="") or "")
+    origin = f"{configured.scheme}://{configured.netloc}" if configured.scheme and configured.netloc else None
+    return approval_markdown(best, origin)
 
 
 def _asset_name(event: Any) -> str:

@@ -8,8 +8,11 @@ The extra is plain JSON: a downstream DAG without trialflow installed can still 
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 #: Marks an asset event's extra as trialflow's, and the shape it has (bumped on a breaking change).
 FORMAT_KEY = "trialflow"
@@ -247,3 +250,51 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     names = {str: "text", int: "a whole number", float: "a number", dict: "a mapping"}
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join(dict.fromkeys(names[k] for k in kinds))
+
+
+# Mid-line (every line starts with trialflow's own words), these are what Markdown or HTML
+# act on: emphasis, code, links and images, raw HTML and entities, tables, strikethrough.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]()#!|<>~&])")
+#: Characters of one value an approval shows at most (a parameter set is a few hundred).
+APPROVAL_VALUE_LIMIT = 500
+
+
+def _md(value: Any) -> str:
+    """Plain text in Markdown: every character Markdown or HTML would act on is escaped, line
+    breaks become spaces, and the length is bounded (CommonMark lets any ASCII punctuation be
+    backslash-escaped)."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    text = " ".join(text.split())
+    if len(text) > APPROVAL_VALUE_LIMIT:
+        text = text[:APPROVAL_VALUE_LIMIT] + "…"
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+def safe_link(url: str | None, own_origin: str | None) -> str | None:
+    """``url`` when it leads to this Airflow over http(s) (a path from its root, or an absolute
+    address of ``own_origin``), else None: a link a person follows from an approval is never
+    ``javascript:``, ``data:`` or another host's."""
+    if not url or any(c in url for c in "\n\r\t <>\"'`()[]\\"):
+        return None
+    parts = urlsplit(url)
+    if not parts.scheme and not parts.netloc:
+        return url if url.startswith("/") and not url.startswith("//") else None
+    if parts.scheme not in ("http", "https") or not own_origin:
+        return None
+    return url if f"{parts.scheme}://{parts.netloc}".lower() == own_origin.rstrip("/").lower() else None
+
+
+def approval_markdown(best: PublishedBest, own_origin: str | None = None) -> str:
+    """What a person is asked to approve, built from a result the reader accepted (its DAG
+    emitted it), never from an event's raw extra: every value escaped, the one link checked by
+    ``safe_link``."""
+    link = safe_link(best.url, own_origin)
+    experiment = f"[{_md(best.experiment_id)}]({link})" if link else _md(best.experiment_id)
+    if best.multi_objective:
+        lines = [f"Experiment {experiment} found a Pareto set of {len(best.pareto)} trial(s):"]
+        lines += [f"- trial {_md(p.trial_id)}: {_md(p.values)} with {_md(p.parameters)}" for p in best.pareto[:20]]
+        return "\n".join(lines)
+    return (
+        f"Experiment {experiment}: trial {_md(best.trial_id)} scored {_md(best.metric)} "
+        f"({_md(best.optimize_mode)}) with {_md(best.parameters)}."
+    )
