@@ -256,10 +256,20 @@ def test_the_effective_config_is_readable_with_secrets_masked(ui: UiSetup):
     secret = {"platform": "remote", "machineList": [{"host": "h", "user": "u", "password": "hunter2-secret"}]}
     store.set_experiment_attrs(
         "econfig1",
-        {"config": {**config, "trainingService": secret, "searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}}}},
+        {
+            "config": {
+                **config,
+                "trainingService": secret,
+                "searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}},
+                # Issue 37 (8): stored before values were masked (an older store): masked as shown.
+                "trialCommand": "API_TOKEN=inside-secret python t.py --password flag-secret",
+            }
+        },
     )
     response = ui.get("experiments/econfig1/config", user="limited")
     assert response.status_code == 200 and "hunter2-secret" not in response.text
+    assert "inside-secret" not in response.text and "flag-secret" not in response.text
+    assert response.json()["config"]["trialCommand"] == "API_TOKEN=*** python t.py --password ***"
     body = response.json()
     assert body["config"]["trainingService"]["machineList"][0]["password"] == "***"
     assert body["search_space"] == {"x": {"_type": "uniform", "_value": [0, 1]}} and body["may_edit"] is False

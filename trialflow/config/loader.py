@@ -11,7 +11,7 @@ import difflib
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Union, cast
 
 import yaml
 from pydantic import Discriminator, SerializeAsAny, Tag, ValidationError, create_model
@@ -28,6 +28,7 @@ from trialflow.config.files import (
     read_bounded,
 )
 from trialflow.config.model import ExperimentConfig
+from trialflow.config.redaction import redact
 from trialflow.config.search_space import SearchSpaceError, parse_search_space
 from trialflow.config.v1 import convert_v1, is_v1
 
@@ -374,4 +375,5 @@ def to_v2_dict(config: ExperimentConfig) -> dict[str, Any]:
             out.pop(key, None)
     if len(out.get("trainingService", [])) == 1:
         out["trainingService"] = out["trainingService"][0]
-    return out
+    # Secrets inside values too: a trialCommand's API_TOKEN=..., a URL's user:pass@.
+    return cast("dict[str, Any]", redact(out))
