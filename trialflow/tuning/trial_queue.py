@@ -68,42 +68,33 @@ def enqueue(
         seq = int(key[0])
         if most is not None:
             ahead = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(TRIAL_QUEUE)
-                .where(q.study_id == study_id, q.claimed_index.is_(None), q.seq <= seq)
+                sa.select(sa.func.count()).select_from(TRIAL_QUEUE).where(_unclaimed(study_id), q.seq <= seq)
             ).scalar_one()
             if ahead > most:
                 raise QueueFull(f"{ahead - 1} asked-for trials are waiting already")  # rolls the insert back
         return seq
 
 
+def _unclaimed(study_id: int) -> sa.ColumnElement[bool]:
+    q = TRIAL_QUEUE.c
+    return sa.and_(q.study_id == study_id, q.claimed_index.is_(None))
+
+
 def drop_waiting(engine: sa.Engine, study_id: int) -> int:
     """Drop every asked-for trial still waiting (its experiment ended); returns how many."""
-    q = TRIAL_QUEUE.c
     try:
         with engine.begin() as conn:
-            return int(
-                conn.execute(
-                    sa.update(TRIAL_QUEUE)
-                    .where(q.study_id == study_id, q.claimed_index.is_(None))
-                    .values(claimed_index=DROPPED)
-                ).rowcount
-            )
+            update = sa.update(TRIAL_QUEUE).where(_unclaimed(study_id)).values(claimed_index=DROPPED)
+            return int(conn.execute(update).rowcount)
     except _MISSING:
         return 0
 
 
 def waiting_count(engine: sa.Engine, study_id: int) -> int:
-    q = TRIAL_QUEUE.c
     try:
         with engine.connect() as conn:
-            return int(
-                conn.execute(
-                    sa.select(sa.func.count())
-                    .select_from(TRIAL_QUEUE)
-                    .where(q.study_id == study_id, q.claimed_index.is_(None))
-                ).scalar_one()
-            )
+            count = sa.select(sa.func.count()).select_from(TRIAL_QUEUE).where(_unclaimed(study_id))
+            return int(conn.execute(count).scalar_one())
     except _MISSING:
         return 0
 
