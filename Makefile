@@ -7,7 +7,7 @@ export UV_PYTHON_DOWNLOADS := never
 # trial process pays them, and some environments set PYTHONDONTWRITEBYTECODE).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: demo test test-lowest lint venv bench bench-task bench-tuners bench-ui bench-parse bench-scale bench-ingest bench-kube bench-remote ui clean
+.PHONY: demo test test-fast test-lowest lint venv bench bench-task bench-tuners bench-ui bench-parse bench-scale bench-ingest bench-kube bench-remote ui clean
 
 $(VENV)/.synced: pyproject.toml uv.lock Makefile
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
@@ -26,6 +26,12 @@ demo: venv
 
 test: venv
 	$(VENV)/bin/python -m pytest -ra
+
+# The inner loop: the core, the store, the DAG and the platforms' builders and local/SSH/
+# Kubernetes-free parts, without starting Airflow's components, a browser, nni's venv or the
+# kube-apiserver (their tests are marked integration, ui, nni, kube). make test runs everything.
+test-fast: venv
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not integration and not ui and not nni and not kube"
 
 # pyproject's lower bounds, tested: the lowest versions its ranges allow (uv's lowest-direct
 # resolution; what they need themselves at their newest), in a virtualenv of their own, and the

@@ -54,7 +54,7 @@ from trialflow.platforms.background import run_sync  # noqa: E402
 from trialflow.platforms.base import (  # noqa: E402
     TrialSpec,
     TrialStatus,
-    experiment_id_for,  # noqa: E402
+    experiment_id_for,
 )
 from trialflow.platforms.kubernetes.client import POOL  # noqa: E402
 from trialflow.platforms.kubernetes.informer import INFORMERS  # noqa: E402

@@ -47,16 +47,16 @@ def _facet_class() -> type:
     class TrialflowExperimentRunFacet(RunFacet):
         """A tuning experiment: its search space and what it found."""
 
-        experimentId: str | None = None  # noqa: N815 (OpenLineage facets are camelCase)
-        experimentName: str | None = None  # noqa: N815
-        optimizeMode: str | None = None  # noqa: N815
-        searchSpace: dict[str, Any] = attr.field(factory=dict)  # noqa: N815
+        experimentId: str | None = None
+        experimentName: str | None = None
+        optimizeMode: str | None = None
+        searchSpace: dict[str, Any] = attr.field(factory=dict)
         objectives: list[dict[str, Any]] = attr.field(factory=list)
-        bestTrialId: str | None = None  # noqa: N815
-        bestParameters: dict[str, Any] | None = None  # noqa: N815
-        bestMetric: Any = None  # noqa: N815
-        paretoSet: list[dict[str, Any]] = attr.field(factory=list)  # noqa: N815
-        trialCounts: dict[str, int] = attr.field(factory=dict)  # noqa: N815
+        bestTrialId: str | None = None
+        bestParameters: dict[str, Any] | None = None
+        bestMetric: Any = None
+        paretoSet: list[dict[str, Any]] = attr.field(factory=list)
+        trialCounts: dict[str, int] = attr.field(factory=dict)
 
     return TrialflowExperimentRunFacet
 

@@ -154,7 +154,7 @@ class Kubelet:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 kubelet.requests += 1
                 url = urlparse(self.path)
                 parts = url.path.strip("/").split("/")

@@ -66,7 +66,7 @@ def test_a_fifo_is_refused_without_blocking(folder: Path):
     def read() -> None:
         try:
             tail_in_folder(folder, "stdout", 100)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+        except BaseException as exc:
             done.append(exc)
 
     thread = threading.Thread(target=read, daemon=True)

@@ -172,7 +172,7 @@ class AmlPlatform(TrainingPlatform[AmlConfig]):
 
     def preflight(self, code_dir: Path, excludes: tuple[Path, ...] = ()) -> list[tuple[tuple[str | int, ...], str]]:
         try:
-            import azure.ai.ml  # noqa: F401
+            import azure.ai.ml
             import azure.identity  # noqa: F401
         except ImportError:
             return [(("platform",), "Azure ML needs azure-ai-ml and azure-identity: install trialflow's [azure] extra")]
