@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trialflow.ui.api import run_state
+from trialflow.ui.access import run_state
 
 KEY = ("dag", "run")
 

@@ -13,7 +13,13 @@ the table, charts and curves, ``importance`` and ``export`` the rest.
 
 from __future__ import annotations
 
-from trialflow.queries.experiments import ExperimentRow, experiment_dag_id, experiment_summary, list_experiments
+from trialflow.queries.experiments import (
+    ExperimentRow,
+    experiment_config,
+    experiment_dag_id,
+    experiment_summary,
+    list_experiments,
+)
 from trialflow.queries.export import (
     export_csv,
     export_json,
@@ -47,6 +53,7 @@ from trialflow.queries.trials import (
 )
 
 __all__ = [
+    "experiment_config",
     "ACTIVE",
     "DETAIL_POINTS",
     "INTERMEDIATE",

@@ -190,6 +190,18 @@ def experiment_dag_id(engine: Engine, experiment_id: str) -> str | None:
         )
 
 
+def experiment_config(engine: Engine, experiment_id: str) -> dict[str, Any]:
+    """The experiment's stored config (as its start step wrote it; {} when none)."""
+    with engine.connect() as conn:
+        sid = study_id_of(conn, experiment_id)
+        config = decoded(
+            conn.execute(
+                sa.select(STUDY_ATTRS.c.value_json).where(STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key == "config")
+            ).scalar()
+        )
+    return config if isinstance(config, dict) else {}
+
+
 def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
     """The experiment page's header: config essentials, counts, best trial, time and trial budgets."""
     with engine.connect() as conn:

@@ -39,7 +39,7 @@ def _stop(task_instance: Any, state: str) -> None:
         if map_index < 0:
             return
         from trialflow import steering
-        from trialflow.ui.api import action_store
+        from trialflow.ui.access import action_store
 
         reason = f"stopped from Airflow: its task was marked {state}"  # on_kill's words
         run = getattr(task_instance, "dag_run", None)

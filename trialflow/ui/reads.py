@@ -1,0 +1,321 @@
+"""The experiment pages' reads: lists, one experiment, its trials, charts, history, config,
+exports, and which experiment a task instance belongs to. Each route checks the user may read
+the experiment's DAG (trialflow.ui.access) and asks trialflow.queries; nothing here renders
+HTML or decides anything about an experiment."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, HTTPException, Query
+from fastapi.responses import Response, StreamingResponse
+
+from trialflow import queries
+from trialflow.ui.access import (
+    MAX_INT,
+    Offset,
+    TrialIndex,
+    User,
+    action_store,
+    authorize,
+    dag_runs,
+    index_list,
+    may_edit_dag,
+    may_read_dag,
+    run_state,
+    store_engine,
+)
+from trialflow.ui.links import base_url, platform_url
+
+router = APIRouter()
+LOG_TAIL_BYTES = 16 * 1024
+
+
+#: Airflow's audit events that can stop a trial task (its own REST routes' names).
+STOPPING_EVENTS = (
+    "patch_task_instance",
+    "patch_task_instance_dry_run",
+    "post_clear_task_instances",
+    "patch_dag_run",
+    "clear_dag_run",
+    "bulk_task_instances",
+)
+
+
+def airflow_actions(dag_id: str | None, run_id: str | None, map_index: int | None) -> list[dict[str, Any]]:
+    """Who acted on the trial's task or its DAG run with Airflow's own buttons (Airflow's audit
+    log): the store says what stopped a trial ("its task was marked failed"), this says who."""
+    if not dag_id or not run_id:
+        return []
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(Log.dttm, Log.owner, Log.event, Log.task_id, Log.extra)
+            .where(Log.dag_id == dag_id, Log.run_id == run_id, Log.event.in_(STOPPING_EVENTS))
+            .order_by(Log.dttm.desc())
+            .limit(50)
+        ).all()
+    found = []
+    for dttm, owner, event, task_id, extra in rows:
+        try:
+            details = json.loads(extra or "{}")
+        except ValueError:
+            details = {}
+        if task_id not in (None, "trial") or event == "patch_task_instance_dry_run":
+            continue
+        if task_id == "trial" and str(details.get("map_index", map_index)) != str(map_index):
+            continue  # another trial's task
+        named = details.get("task_ids") if event == "post_clear_task_instances" else None
+        if isinstance(named, list) and not any(t == "trial" or t == ["trial", map_index] for t in named):
+            continue  # a clear of other tasks
+        what = details.get("new_state") or details.get("state") or ("clear" if "clear" in event else None)
+        found.append({"at": dttm.timestamp() if dttm else None, "by": owner, "event": event, "state": what})
+    return found[:10]
+
+
+def _map_index(summary: dict[str, Any], trial_index: int) -> tuple[str | None, int | None]:
+    """(run_id, map index) of the task instance that ran trial ``trial_index``."""
+    for window in summary.get("runs", []):
+        first, count = int(window.get("first_index", 0)), int(window.get("count", 0))
+        if first <= trial_index < first + count:
+            return window.get("run_id"), trial_index - first
+    return summary.get("run_id"), trial_index
+
+
+def _ti_url(dag_id: str, run_id: str, map_index: int) -> str:
+    return f"{base_url()}dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/tasks/trial/mapped/{map_index}"
+
+
+def _log_tail(handle: dict[str, Any]) -> list[dict[str, str]]:
+    """The end of the trial's output files that its platform says Airflow's machines can read
+    (the handle's ``log_files``: a local trial's stdout and stderr; remote and Kubernetes
+    trials' logs stay where they ran)."""
+    from trialflow.platforms.base import handle_log_files
+    from trialflow.trial.folder import TrialFileRefused, tail_in_folder
+
+    folder = handle.get("trial_dir")
+    if not isinstance(folder, str):
+        return []
+    out = []
+    for name in handle_log_files(handle):
+        try:  # the trial's code may have put a symlink (to /etc/shadow) or a FIFO there
+            data, size = tail_in_folder(folder, name, LOG_TAIL_BYTES)
+        except TrialFileRefused as exc:
+            out.append({"name": name, "text": f"(not shown: {exc})"})
+            continue
+        except OSError:
+            continue
+        text = data.decode("utf-8", "replace")
+        out.append({"name": name, "text": text if size <= LOG_TAIL_BYTES else "…" + text.split("\n", 1)[-1]})
+    return out
+
+
+def _location(handle: dict[str, Any]) -> str | None:
+    from trialflow.platforms.base import handle_location
+
+    return handle_location(handle)
+
+
+def _web_url_template(summary: dict[str, Any], platform: str | None) -> str | None:
+    config = queries.experiment_config(store_engine(), summary["experiment_id"])
+    services = config.get("trainingService")
+    for service in services if isinstance(services, list) else [services]:
+        if isinstance(service, dict) and service.get("platform") == platform:
+            return service.get("trialWebUrl")
+    return None
+
+
+@router.get("/api/experiments")
+def experiments(user: User, dag_id: str | None = None) -> dict[str, Any]:
+    rows = [r.as_dict() for r in queries.list_experiments(store_engine())]
+    if dag_id is not None:
+        rows = [r for r in rows if r["dag_id"] == dag_id]
+    allowed = {d: may_read_dag(user, d) for d in {r["dag_id"] for r in rows}}
+    rows = [r for r in rows if allowed[r["dag_id"]]]
+    runs, existing = dag_runs({(r["dag_id"], r["run_id"]) for r in rows if r["dag_id"] and r["run_id"]})
+    for row in rows:
+        row["state"], row["active"] = run_state(row, runs)
+        row["dag_exists"] = row["dag_id"] in existing
+    return {"experiments": rows}
+
+
+@router.get("/api/experiments/{experiment_id}")
+def experiment(user: User, experiment_id: str) -> dict[str, Any]:
+    authorize(user, experiment_id)
+    summary = queries.experiment_summary(store_engine(), experiment_id)
+    runs, existing = dag_runs({(summary["dag_id"], summary["run_id"])} if summary.get("dag_id") else set())
+    summary["state"], summary["active"] = run_state(summary, runs)
+    dag, run = summary.get("dag_id"), summary.get("run_id")
+    summary["links"] = {
+        "dag_run": f"{base_url()}dags/{quote(dag, safe='')}/runs/{quote(run, safe='')}"
+        if dag in existing and run
+        else None,
+        "grid": f"{base_url()}dags/{quote(dag, safe='')}/grid" if dag in existing else None,
+    }
+    # What the pages' buttons need: whether this person may act, and what is queued.
+    summary["may_edit"] = may_edit_dag(user, dag)
+    summary["waiting"] = action_store().waiting_count(experiment_id)
+    return summary
+
+
+@router.get("/api/experiments/{experiment_id}/trials")
+def trials(
+    user: User,
+    experiment_id: str,
+    sort: str = "index",
+    desc: bool = False,
+    status: str = "",
+    search: str = "",
+    offset: Offset = 0,
+    limit: Annotated[int, Query(ge=1, le=queries.MAX_PAGE)] = 50,
+    indexes: str = "",
+) -> dict[str, Any]:
+    authorize(user, experiment_id)
+    if sort not in ("index", "status", "metric", "duration", "platform") and not sort.startswith("param:"):
+        raise HTTPException(
+            status_code=422, detail="sort must be index, status, metric, duration, platform or param:NAME"
+        )
+    wanted = index_list(indexes, "indexes")
+    return queries.trials_page(
+        store_engine(),
+        experiment_id,
+        statuses=[s for s in status.split(",") if s] or None,
+        search=search[:200],
+        sort=sort,
+        descending=desc,
+        offset=offset,
+        limit=limit,
+        indexes=wanted,
+    )
+
+
+@router.get("/api/experiments/{experiment_id}/chart")
+def chart(user: User, experiment_id: str) -> dict[str, Any]:
+    authorize(user, experiment_id)
+    return {"trials": queries.chart_data(store_engine(), experiment_id)}
+
+
+@router.get("/api/experiments/{experiment_id}/curves")
+def curves(user: User, experiment_id: str, trials: str = "") -> dict[str, Any]:
+    authorize(user, experiment_id)
+    chosen = index_list(trials, "trials")
+    return queries.curves(store_engine(), experiment_id, chosen)
+
+
+@router.get("/api/experiments/{experiment_id}/importance")
+def importance(user: User, experiment_id: str) -> dict[str, Any]:
+    authorize(user, experiment_id)
+    return queries.importance(store_engine(), experiment_id)
+
+
+@router.get("/api/experiments/{experiment_id}/trials/{trial_index}")
+def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
+    authorize(user, experiment_id)
+    summary = queries.experiment_summary(store_engine(), experiment_id)
+    try:
+        detail = queries.trial_detail(store_engine(), experiment_id, trial_index)
+    except queries.UnknownExperiment:
+        raise HTTPException(status_code=404, detail=f"no trial {trial_index} in {experiment_id}") from None
+    handle = detail.get("handle") or {}
+    run_id, map_index = _map_index(summary, trial_index)
+    links = []
+    if summary.get("dag_id") and run_id is not None and map_index is not None:
+        ti = _ti_url(summary["dag_id"], run_id, map_index)
+        links += [{"label": "Task instance", "href": ti}, {"label": "Task log", "href": ti + "?tab=logs"}]
+    web = platform_url(_web_url_template(summary, handle.get("platform")), {**handle, "experiment_id": experiment_id})
+    if web:
+        links.append({"label": "Platform", "href": web})
+    detail.update(map_index=map_index, links=links, log=_log_tail(handle), location=_location(handle))
+    detail["may_edit"] = may_edit_dag(user, summary.get("dag_id"))
+    detail["airflow_actions"] = airflow_actions(summary.get("dag_id"), run_id, map_index)
+    # the page offers a re-run only where the action is allowed: while its experiment runs
+    runs, _ = dag_runs({(summary["dag_id"], summary["run_id"])} if summary.get("dag_id") else set())
+    detail["experiment_state"], detail["experiment_active"] = run_state(summary, runs)
+    return detail
+
+
+@router.get("/api/experiments/{experiment_id}/history")
+def history(user: User, experiment_id: str) -> dict[str, Any]:
+    from trialflow import steering
+
+    dag_id = authorize(user, experiment_id)
+    store = action_store()
+    return {"actions": steering.history(store, experiment_id), "may_edit": may_edit_dag(user, dag_id)}
+
+
+@router.get("/api/experiments/{experiment_id}/config")
+def effective_config(user: User, experiment_id: str) -> dict[str, Any]:
+    """The whole effective config, read-only, secrets masked as ``trialflow convert`` masks
+    them (the store keeps it masked; masked again here by key), with the limits as changed."""
+    from trialflow import steering
+    from trialflow.config.redaction import redact
+
+    dag_id = authorize(user, experiment_id)
+    store = action_store()
+    config = redact(store.experiment_attr(experiment_id, "config") or {})
+    return {
+        "config": config,
+        "search_space": config.get("searchSpace"),
+        "limits": steering.limits(store, experiment_id),
+        "changed": steering.changed_limits(store, experiment_id),
+        "waiting": steering.waiting_trials(store, experiment_id),
+        "may_edit": may_edit_dag(user, dag_id),
+    }
+
+
+@router.get("/api/experiments/{experiment_id}/export.csv")
+def export_csv(user: User, experiment_id: str) -> Response:
+    authorize(user, experiment_id)
+    # Streamed: 20,000 trials are written a chunk at a time, never held whole.
+    return StreamingResponse(
+        queries.iter_csv(store_engine(), experiment_id),
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{quote(experiment_id)}-trials.csv"'},
+    )
+
+
+@router.get("/api/experiments/{experiment_id}/trials/{trial_index}/intermediate.csv")
+def export_intermediate(user: User, experiment_id: str, trial_index: TrialIndex) -> Response:
+    """Every intermediate result of one trial (the page draws a thinned curve), streamed."""
+    authorize(user, experiment_id)
+    try:
+        points = queries.iter_intermediate_csv(store_engine(), experiment_id, trial_index)
+    except queries.UnknownExperiment:
+        raise HTTPException(status_code=404, detail=f"no trial {trial_index} in {experiment_id}") from None
+    name = quote(f"{experiment_id}-trial-{trial_index}-intermediate.csv")
+    return StreamingResponse(
+        points, media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="{name}"'}
+    )
+
+
+@router.get("/api/experiments/{experiment_id}/export.json")
+def export_json(user: User, experiment_id: str) -> Response:
+    authorize(user, experiment_id)
+    return StreamingResponse(
+        queries.iter_json(store_engine(), experiment_id),
+        media_type="application/json",
+        headers={"Content-Disposition": f'attachment; filename="{quote(experiment_id)}-trials.json"'},
+    )
+
+
+@router.get("/api/resolve")
+def resolve(
+    user: User, dag_id: str, run_id: str, map_index: Annotated[int | None, Query(ge=-1, le=MAX_INT)] = None
+) -> dict[str, Any]:
+    """The experiment (and trial) of a DAG run's task instance: for extra links and the run tab."""
+    if not may_read_dag(user, dag_id):
+        raise HTTPException(status_code=403, detail="you may not read this DAG")
+    found = [r for r in queries.list_experiments(store_engine()) if r.dag_id == dag_id]
+    for row in found:
+        summary = queries.experiment_summary(store_engine(), row.experiment_id)
+        for window in summary.get("runs", []):
+            if window.get("run_id") == run_id:
+                # -1: an unmapped trial task (a hand-written DAG): its run's one trial
+                index = None if map_index is None else int(window.get("first_index", 0)) + max(map_index, 0)
+                return {"experiment_id": row.experiment_id, "trial_index": index}
+    raise HTTPException(status_code=404, detail="this DAG run has no trialflow experiment")
