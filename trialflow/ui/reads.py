@@ -6,6 +6,7 @@ HTML or decides anything about an experiment."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -268,39 +269,35 @@ def effective_config(user: User, experiment_id: str) -> dict[str, Any]:
     }
 
 
+def _download(chunks: Iterator[str], media_type: str, filename: str) -> Response:
+    """A streamed attachment: 20,000 trials are written a chunk at a time, never held whole."""
+    return StreamingResponse(
+        chunks, media_type=media_type, headers={"Content-Disposition": f'attachment; filename="{quote(filename)}"'}
+    )
+
+
 @router.get("/api/experiments/{experiment_id}/export.csv")
 def export_csv(user: User, experiment_id: str) -> Response:
     authorize(user, experiment_id)
-    # Streamed: 20,000 trials are written a chunk at a time, never held whole.
-    return StreamingResponse(
-        queries.iter_csv(store_engine(), experiment_id),
-        media_type="text/csv",
-        headers={"Content-Disposition": f'attachment; filename="{quote(experiment_id)}-trials.csv"'},
-    )
+    return _download(queries.iter_csv(store_engine(), experiment_id), "text/csv", f"{experiment_id}-trials.csv")
 
 
 @router.get("/api/experiments/{experiment_id}/trials/{trial_index}/intermediate.csv")
 def export_intermediate(user: User, experiment_id: str, trial_index: TrialIndex) -> Response:
-    """Every intermediate result of one trial (the page draws a thinned curve), streamed."""
+    """Every intermediate result of one trial (the page draws a thinned curve)."""
     authorize(user, experiment_id)
     try:
         points = queries.iter_intermediate_csv(store_engine(), experiment_id, trial_index)
     except queries.UnknownExperiment:
         raise HTTPException(status_code=404, detail=f"no trial {trial_index} in {experiment_id}") from None
-    name = quote(f"{experiment_id}-trial-{trial_index}-intermediate.csv")
-    return StreamingResponse(
-        points, media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="{name}"'}
-    )
+    return _download(points, "text/csv", f"{experiment_id}-trial-{trial_index}-intermediate.csv")
 
 
 @router.get("/api/experiments/{experiment_id}/export.json")
 def export_json(user: User, experiment_id: str) -> Response:
     authorize(user, experiment_id)
-    return StreamingResponse(
-        queries.iter_json(store_engine(), experiment_id),
-        media_type="application/json",
-        headers={"Content-Disposition": f'attachment; filename="{quote(experiment_id)}-trials.json"'},
-    )
+    chunks = queries.iter_json(store_engine(), experiment_id)
+    return _download(chunks, "application/json", f"{experiment_id}-trials.json")
 
 
 @router.get("/api/resolve")
