@@ -233,30 +233,8 @@ class Follower:
 
 
 async def follow_trial(
-    platform: TrainingPlatform,
-    store: ExperimentStore,
-    handle: TrialHandle,
-    storage_id: int,
-    cursor: Cursor | None = None,
-    *,
-    deadline: float | None = None,
-    poll_interval: float = 1.0,
-    give_up_after: float | None = None,
-    seen_running: bool = False,
-    experiment_deadline: float | None = None,
-    stop_check: StopCheck | None = None,
+    *follower_args: Any, poll_interval: float = 1.0, give_up_after: float | None = None, **follower_kwargs: Any
 ) -> FollowOutcome:
-    """Poll until the trial ends (or ``give_up_after`` seconds pass), recording metrics as they
-    come, applying maxTrialDuration, maxExperimentDuration and the assessor (see Follower)."""
-    follower = Follower(
-        platform,
-        store,
-        handle,
-        storage_id,
-        cursor,
-        deadline=deadline,
-        experiment_deadline=experiment_deadline,
-        stop_check=stop_check,
-        seen_running=seen_running,
-    )
-    return await follower.run(poll_interval, give_up_after)
+    """A Follower built from these arguments (its own, see Follower), run until the trial ends
+    or ``give_up_after`` seconds pass: one call for a script or a test that follows one trial."""
+    return await Follower(*follower_args, **follower_kwargs).run(poll_interval, give_up_after)
