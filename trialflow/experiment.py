@@ -125,11 +125,13 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
             )
     for i, service in enumerate(config.training_service):
         try:
-            implementation: type[TrainingPlatform] = get_platform_entry(service.platform).load()
+            implementation: type[TrainingPlatform[Any]] = get_platform_entry(service.platform).load()
         except PlatformUnavailable as exc:
             problems.append(Problem(file, ("trainingService", "platform"), str(exc)))
             continue
-        section: tuple = ("trainingService",) if len(config.training_service) == 1 else ("trainingService", i)
+        section: tuple[str | int, ...] = (
+            ("trainingService",) if len(config.training_service) == 1 else ("trainingService", i)
+        )
         platform = implementation.from_config(service, Path("."))
         platform.use_shared_storage(config.shared_storage)
         for path, message in platform.preflight(effective_code_directory(config, i), config_files(config)):
@@ -498,11 +500,11 @@ class Experiment:
     def space(self) -> SearchSpace:
         return parse_search_space(self.config.search_space)
 
-    def platform(self, service_index: int = 0, connections: Connections | None = None) -> TrainingPlatform:
+    def platform(self, service_index: int = 0, connections: Connections | None = None) -> TrainingPlatform[Any]:
         """The platform of listed training service ``service_index``; ``connections`` opens what
         the config names by Airflow connection (the Airflow layer passes them)."""
         service = self.config.training_service[service_index]
-        implementation: type[TrainingPlatform] = get_platform_entry(service.platform).load()
+        implementation: type[TrainingPlatform[Any]] = get_platform_entry(service.platform).load()
         platform = implementation.from_config(service, self.directory, connections)
         platform.use_shared_storage(self.config.shared_storage)
         return platform

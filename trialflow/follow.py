@@ -110,7 +110,7 @@ class Follower:
 
     def __init__(
         self,
-        platform: TrainingPlatform,
+        platform: TrainingPlatform[Any],
         store: ExperimentStore,
         handle: TrialHandle,
         storage_id: int,

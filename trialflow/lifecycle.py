@@ -63,7 +63,7 @@ class StartedTrial:
     spec: TrialSpec
     service_index: int
     resumed: bool
-    platform: TrainingPlatform | None = None
+    platform: TrainingPlatform[Any] | None = None
     handle: TrialHandle | None = None
     deadline: float | None = None
     experiment_deadline: float | None = None
@@ -196,7 +196,7 @@ def _stopped_reason(window: RunWindow) -> str | None:
 
 
 async def stop_trial(
-    platform: TrainingPlatform,
+    platform: TrainingPlatform[Any],
     store: ExperimentStore,
     handle: TrialHandle,
     storage_id: int,

@@ -68,7 +68,7 @@ class Submission:
         *,
         seen_running: bool = False,
         experiment: Experiment | None = None,
-        platform: TrainingPlatform | None = None,
+        platform: TrainingPlatform[Any] | None = None,
     ) -> Follower:
         """The follow loop for this trial: its platform, the store, its deadlines and the
         experiment's assessor. The one way the worker, the sensor and the trigger build it

@@ -82,7 +82,8 @@ class ExperimentStoreHook(BaseHook):
 
     def get_conn(self) -> ExperimentStore:
         # Imported here: Optuna costs ~0.5 s, and DAG parsing imports this module.
-        from trialflow.tuning.experiment_store import ExperimentStore, safe_url
+        from trialflow.tuning.experiment_store import ExperimentStore
+        from trialflow.tuning.store_urls import safe_url
 
         store = ExperimentStore(self.storage_url())
         log.info("Experiment store: %s", safe_url(store.url))

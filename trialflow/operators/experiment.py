@@ -60,7 +60,7 @@ class StartExperimentOperator(_ExperimentStep):
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.experiment import ExperimentNotOwned
         from trialflow.run_lifecycle import start_run
-        from trialflow.tuning.experiment_store import safe_url
+        from trialflow.tuning.store_urls import safe_url
 
         experiment, store = self.experiment_and_store(context, check=True)  # in full: nothing has started yet
         conf = getattr(context.get("dag_run"), "conf", None) or {}

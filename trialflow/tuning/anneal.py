@@ -38,7 +38,7 @@ def observed_loss(trial: FrozenTrial, direction: StudyDirection) -> float | None
         return None
     if value is None or not math.isfinite(value):
         return None
-    return -value if direction == StudyDirection.MAXIMIZE else value
+    return float(-value if direction == StudyDirection.MAXIMIZE else value)
 
 
 def shrink_factor(observations: int, shrink_coef: float) -> float:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 from optuna.pruners import BasePruner
@@ -28,19 +29,19 @@ def _linear(x: np.ndarray, a: float, b: float) -> np.ndarray:
 
 
 def _pow3(x: np.ndarray, c: float, a: float, alpha: float) -> np.ndarray:
-    return c - a * np.power(x, -alpha)
+    return cast(np.ndarray, c - a * np.power(x, -alpha))
 
 
 def _log_linear(x: np.ndarray, a: float, b: float) -> np.ndarray:
-    return a * np.log(x) + b
+    return cast(np.ndarray, a * np.log(x) + b)
 
 
 def _exp3(x: np.ndarray, c: float, a: float, b: float) -> np.ndarray:
-    return c - np.exp(-a * x + b)
+    return cast(np.ndarray, c - np.exp(-a * x + b))
 
 
 def _vapour_pressure(x: np.ndarray, a: float, b: float, c: float) -> np.ndarray:
-    return np.exp(a + b / x + c * np.log(x))
+    return cast(np.ndarray, np.exp(a + b / x + c * np.log(x)))
 
 
 #: (curve, initial guess from the observed values) per family.

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -78,8 +78,8 @@ def acquisition(utility: str, mean: np.ndarray, std: np.ndarray, y_max: float, k
     std = np.maximum(std, 1e-9)
     z = (mean - y_max - xi) / std
     if utility == "poi":
-        return norm.cdf(z)
-    return (mean - y_max - xi) * norm.cdf(z) + std * norm.pdf(z)
+        return cast(np.ndarray, norm.cdf(z))
+    return cast(np.ndarray, (mean - y_max - xi) * norm.cdf(z) + std * norm.pdf(z))
 
 
 def model_points(y: np.ndarray, limit: int, rng: np.random.RandomState) -> np.ndarray:
@@ -174,7 +174,7 @@ class GPSampler(BaseSampler):
             )
             if found.success and -float(found.fun) > best_score:
                 best, best_score = np.clip(found.x, 0.0, 1.0), -float(found.fun)
-        return best
+        return cast(np.ndarray, best)
 
     def sample_independent(
         self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution

@@ -382,7 +382,7 @@ def read_trials(
 
 
 def _grouped(
-    conn: sa.Connection, table: sa.Table, ids: Any, order: sa.Column, last_only: bool = False
+    conn: sa.Connection, table: sa.Table, ids: Any, order: sa.Column[Any], last_only: bool = False
 ) -> dict[int, list[Any]]:
     out: dict[int, list[Any]] = defaultdict(list)
     query = sa.select(table).where(table.c.trial_id.in_(ids))
