@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from trialflow.config import load_config
-from trialflow.experiment import Experiment, RunWindow, experiment_id_for_run, trial_count
+from trialflow.experiment import Experiment, experiment_id_for_run, trial_count
 from trialflow.platforms.base import experiment_id_for
+from trialflow.run_windows import RunWindow
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 

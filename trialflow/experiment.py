@@ -39,6 +39,7 @@ from trialflow.platforms.base import (
     experiment_id_for,
     trial_id_for,
 )
+from trialflow.run_windows import RunWindow, RunWindows, windows_in
 
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
@@ -55,8 +56,6 @@ UNBOUNDED_WAVES_PER_RUN = 10
 #: The run conf key a follow-on run names the run it continues with.
 CONTINUES_KEY = "continues"
 EXPERIMENT_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
-#: Study user attribute holding one DAG run's RunWindow.
-RUN_ATTR_PREFIX = "run:"
 #: Study user attribute holding the limits a person changed while it ran (trialflow.steering).
 LIMITS_ATTR = "limits"
 WORKDIR_ENV = "TRIALFLOW_WORKDIR"
@@ -266,7 +265,7 @@ def check_owner(
     if owner == dag_id:
         if run_id is not None and not named and not shared:
             attrs = store.experiment_attrs(experiment_id)
-            if RUN_ATTR_PREFIX + run_id not in attrs and attrs.get("run_id") != run_id:
+            if run_id not in windows_in(attrs) and attrs.get("run_id") != run_id:
                 raise ExperimentNotOwned(
                     f"experiment {experiment_id!r} is another run's of DAG {dag_id!r} (run {attrs.get('run_id')!r}), "
                     f"not run {run_id!r}'s: the two run ids share an experiment id; refused (nothing was changed)"
@@ -281,46 +280,6 @@ def check_owner(
         raise ExperimentNotOwned(
             f"experiment {experiment_id!r} belongs to another DAG, not {dag_id!r}: refused (nothing was changed)"
         )
-
-
-@dataclass(frozen=True)
-class RunWindow:
-    """What one DAG run owns in its experiment: trial indexes first_index .. first_index+count-1
-    (runs that continue one study get consecutive ranges) and its maxExperimentDuration deadline."""
-
-    first_index: int = 0
-    count: int = 0
-    deadline: float | None = None
-    #: Who stopped the run and why (trialflow.steering): no trial of it starts any more.
-    stopped: dict[str, Any] | None = None
-    #: When its end step ran (epoch seconds): the run is over.
-    ended: float | None = None
-    #: Its start step gave it this window (a run it did not give one has none: count 0).
-    exists: bool = False
-
-    @property
-    def over(self) -> bool:
-        """The run ended (its end step ran) or was stopped: steering no longer acts on it."""
-        return self.ended is not None or bool(self.stopped)
-
-    @classmethod
-    def of(cls, attrs: dict[str, Any], run_id: str) -> RunWindow:
-        return cls.parse(attrs.get(RUN_ATTR_PREFIX + run_id))
-
-    @classmethod
-    def parse(cls, raw: dict[str, Any] | None) -> RunWindow:
-        raw = raw or {}
-        return cls(
-            int(raw.get("first_index", 0)),
-            int(raw.get("count", 0)),
-            raw.get("deadline"),
-            raw.get("stopped"),
-            raw.get("ended_at"),
-            "first_index" in raw,
-        )
-
-    def expired(self, now: float | None = None) -> bool:
-        return self.deadline is not None and (now if now is not None else time.time()) >= self.deadline
 
 
 @dataclass
@@ -377,7 +336,7 @@ class Experiment:
 
     def window(self, store: ExperimentStore, run_id: str) -> RunWindow:
         """The trial indexes and deadline that DAG run ``run_id`` owns."""
-        return RunWindow.parse(store.experiment_attr(self.experiment_id, RUN_ATTR_PREFIX + run_id))
+        return RunWindows(store, self.experiment_id).get(run_id)
 
     def start_run(
         self,
@@ -392,26 +351,18 @@ class Experiment:
         unbounded experiment's follow-on run) keeps that run's deadline instead. ``count``: the
         DAG's fan-out when it sets its own (unbounded experiments), else trial_count."""
         now = time.time() if now is None else now
-        attrs = store.experiment_attrs(self.experiment_id)
-        known = attrs.get(RUN_ATTR_PREFIX + run_id)
-        if known is not None:
-            first = int(known["first_index"])
-        else:
-            taken = [
-                int(v["first_index"]) + int(v["count"])
-                for k, v in attrs.items()
-                if k.startswith(RUN_ATTR_PREFIX) and isinstance(v, dict)
-            ]
-            first = max(taken, default=0)
+        windows = windows_in(store.experiment_attrs(self.experiment_id))
+        known = windows.get(run_id)
+        first = known.first_index if known is not None else max((w.end_index for w in windows.values()), default=0)
         duration = self.config.max_experiment_duration
         deadline = now + duration if duration else None
         # When the run's maxExperimentDuration counts from: its own start, or the start of the run
         # it continues (kept, so a changed duration is added to it, never to a difference).
         counted_from = now
-        if continues is not None and RUN_ATTR_PREFIX + continues in attrs:
-            deadline = RunWindow.of(attrs, continues).deadline
-            earlier = attrs[RUN_ATTR_PREFIX + continues]
-            counted_from = float(earlier.get("counted_from") or earlier.get("started_at") or now)
+        earlier = windows.get(continues) if continues is not None else None
+        if earlier is not None:
+            deadline = earlier.deadline
+            counted_from = earlier.counted_from or now
         # Never more indexes than a maxTrialNumber a person changed leaves (the config's is the
         # fan-out of each run, scheduledRuns: continue included): a follow-on run that took a
         # whole fan-out after an added trial raised the limit by one started that one trial and
@@ -420,17 +371,15 @@ class Experiment:
         limit = self.max_trial_number(store)
         if limit is not None:
             size = max(0, min(size, int(limit) - first))
-        window = RunWindow(first, size, deadline, exists=True)
-        store.set_experiment_attrs(
-            self.experiment_id,
+        window = RunWindow(first, size, deadline, exists=True, counted_from=counted_from)
+        RunWindows(store, self.experiment_id).put(
+            run_id,
             {
-                RUN_ATTR_PREFIX + run_id: {
-                    "first_index": window.first_index,
-                    "count": window.count,
-                    "deadline": window.deadline,
-                    "started_at": now,
-                    "counted_from": counted_from,
-                }
+                "first_index": window.first_index,
+                "count": window.count,
+                "deadline": window.deadline,
+                "started_at": now,
+                "counted_from": counted_from,
             },
         )
         return window
@@ -439,9 +388,7 @@ class Experiment:
         """Mark run ``run_id`` over (its end step ran): the steering actions refuse an experiment
         whose runs are all over, on the pages and on the command line alike."""
         at = time.time() if now is None else now
-        store.update_experiment_attr(
-            self.experiment_id, RUN_ATTR_PREFIX + run_id, lambda old: {**old, "ended_at": at} if old else old
-        )
+        RunWindows(store, self.experiment_id).update(run_id, lambda old: {**old, "ended_at": at})
 
     def continuation(self, store: ExperimentStore, run_id: str, now: float | None = None) -> Continuation:
         """After run ``run_id`` ended: the follow-on run an unbounded experiment needs, or why none.

@@ -23,12 +23,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from trialflow.config.registry import is_host_bound
-from trialflow.experiment import Experiment, RunWindow, trial_result
+from trialflow.experiment import Experiment, trial_result
 from trialflow.follow import EXPERIMENT_DEADLINE_REASON, Follower, FollowOutcome
 from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import Connections, TrainingPlatform, TrialHandle, TrialSpec, TrialStatus, trial_id_for
 from trialflow.platforms.gpus import GpuRequestError
 from trialflow.platforms.hosts import check_host, this_host
+from trialflow.run_windows import RunWindow
 from trialflow.steering import stop_requested
 from trialflow.submission import Submission
 from trialflow.trial.packing import CodeDirectoryError

@@ -13,9 +13,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trialflow.experiment import Experiment, RunWindow, check_owner, continued_run
+from trialflow.experiment import Experiment, check_owner, continued_run
 from trialflow.platforms.base import Connections, TrialStatus
 from trialflow.retune import Retune, seed
+from trialflow.run_windows import RunWindow
 from trialflow.tuning.pareto import pareto_rows, with_values
 
 if TYPE_CHECKING:

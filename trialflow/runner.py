@@ -23,7 +23,6 @@ from trialflow.config import ExperimentConfig
 from trialflow.embedded import COMPONENTS, EmbeddedAirflow
 from trialflow.experiment import (
     Experiment,
-    RunWindow,
     continuation_run_id,
     default_home,
     experiment_id_for_run,
@@ -34,6 +33,7 @@ from trialflow.experiment import (
 )
 from trialflow.plan import default_dag_id
 from trialflow.run_lifecycle import cancel_trials
+from trialflow.run_windows import RunWindow
 from trialflow.tuning.experiment_store import ExperimentStore, best_row, sqlite_url
 from trialflow.tuning.pareto import pareto_rows, with_values
 

@@ -59,12 +59,12 @@ def test_experiment_ids_do_not_collide_in_practice():
 def test_another_run_of_the_same_dag_landing_on_an_id_is_refused(tmp_path):
     """Behind the width: a run whose own id finds an experiment of its DAG that some other run
     created does not run its trials inside it."""
-    from trialflow.experiment import RUN_ATTR_PREFIX
+    from trialflow.run_windows import key_of
 
     store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     taken = experiment_id_for("dag_a", "r1")
     store.open_experiment(taken)
-    store.set_experiment_attrs(taken, {"dag_id": "dag_a", "run_id": "r1", RUN_ATTR_PREFIX + "r1": {"first_index": 0}})
+    store.set_experiment_attrs(taken, {"dag_id": "dag_a", "run_id": "r1", key_of("r1"): {"first_index": 0}})
     with pytest.raises(ExperimentNotOwned, match="another run's of DAG 'dag_a'"):
         check_owner(store, taken, "dag_a", {}, "r2")
     check_owner(store, taken, "dag_a", {}, "r1")  # a cleared run re-opens its own

@@ -26,6 +26,7 @@ from trialflow.queries.tables import (
 )
 from trialflow.queries.trials import trials_page
 from trialflow.retune import RETUNED_BY, RETUNED_FROM
+from trialflow.run_windows import LIKE_PATTERN, run_id_of
 from trialflow.trial.status import COUNTED_STATUS_NAMES
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
 
@@ -120,7 +121,7 @@ def stopped_of(windows: Iterable[Any]) -> dict[str, Any] | None:
 
 
 def _run_windows(conn: sa.Connection, study_ids: Sequence[int] | None) -> dict[int, list[Any]]:
-    query = sa.select(STUDY_ATTRS.c.study_id, STUDY_ATTRS.c.value_json).where(STUDY_ATTRS.c.key.like("run:%"))
+    query = sa.select(STUDY_ATTRS.c.study_id, STUDY_ATTRS.c.value_json).where(STUDY_ATTRS.c.key.like(LIKE_PATTERN))
     if study_ids is not None:
         query = query.where(STUDY_ATTRS.c.study_id.in_(list(study_ids)))
     out: dict[int, list[Any]] = {}
@@ -210,7 +211,7 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         attrs = dict(study_attrs(conn, [sid], wanted).get(sid, {}))
         runs = conn.execute(
             sa.select(STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
-                STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key.like("run:%")
+                STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key.like(LIKE_PATTERN)
             )
         ).all()
         counts = _status_counts(conn, [sid]).get(sid, {})
@@ -238,7 +239,7 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
             statuses=sorted(COUNTED_STATUS_NAMES),
         )
         best = page["rows"][0] if page["rows"] else None
-    windows = [dict(decoded(value) or {}, run_id=key[len("run:") :]) for key, value in runs]
+    windows = [dict(decoded(value) or {}, run_id=run_id_of(key)) for key, value in runs]
     deadline = max((w.get("deadline") or 0 for w in windows), default=0) or None
     service = config.get("trainingService")
     services = service if isinstance(service, list) else [service] if service else []

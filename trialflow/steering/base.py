@@ -44,13 +44,9 @@ def check_running(store: ExperimentStore, experiment_id: str) -> None:
     experiment to go on; here, run more trials as a new experiment, which ``scheduledRuns:
     retune`` starts from the best of this one). An experiment without runs (made by a test or
     a tool) is not refused."""
-    from trialflow.experiment import RUN_ATTR_PREFIX, RunWindow
+    from trialflow.run_windows import RunWindows
 
-    windows = [
-        RunWindow.parse(value)
-        for key, value in store.experiment_attrs(experiment_id).items()
-        if key.startswith(RUN_ATTR_PREFIX) and isinstance(value, dict)
-    ]
+    windows = RunWindows(store, experiment_id).all().values()
     if windows and all(w.over for w in windows):
         raise NotRunning(
             f"experiment {experiment_id!r} is not running (its runs are over): nothing changed; "
@@ -81,12 +77,12 @@ def record_action(store: ExperimentStore, experiment_id: str, by: str, action: s
 def history(store: ExperimentStore, experiment_id: str) -> list[dict[str, Any]]:
     """Every action, oldest first: the recorded ones and the runs stopped with a history line
     in their mark (steering.stops.stop_runs)."""
-    from trialflow.experiment import RUN_ATTR_PREFIX
+    from trialflow.run_windows import windows_in
 
     attrs = store.experiment_attrs(experiment_id)
     entries = list(attrs.get(HISTORY) or [])
-    for key, window in attrs.items():
-        stopped = window.get("stopped") if key.startswith(RUN_ATTR_PREFIX) and isinstance(window, dict) else None
+    for window in windows_in(attrs).values():
+        stopped = window.stopped
         if isinstance(stopped, dict) and stopped.get("action"):
             entries.append(
                 {

@@ -7,7 +7,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from trialflow.config.units import whole_number
-from trialflow.experiment import LIMITS_ATTR, RUN_ATTR_PREFIX, RunWindow
+from trialflow.experiment import LIMITS_ATTR
+from trialflow.run_windows import RunWindows
 from trialflow.steering.base import BadInput, UnknownTarget, check_running, record_action
 from trialflow.steering.stops import DEADLINE_CHANGE
 from trialflow.tuning.dag_limits import write_concurrency
@@ -120,16 +121,11 @@ def _move_deadlines(store: ExperimentStore, experiment_id: str, seconds: float) 
     continues another counts from that one's start), and running trials are told. Never the old
     deadline minus the old duration plus the new one: after a duration of 1e308 s that difference
     of huge floats was 0, and the next change set a deadline in 1970 that cancelled every trial."""
-    attrs = store.experiment_attrs(experiment_id)
-    moved: dict[str, Any] = {}
-    for key, raw in attrs.items():
-        if not key.startswith(RUN_ATTR_PREFIX) or not isinstance(raw, dict):
-            continue
-        counted_from = raw.get("counted_from") or raw.get("started_at") or time.time()
-        moved[key] = {**raw, "deadline": float(counted_from) + seconds}
-    store.set_experiment_attrs(experiment_id, moved)
+    windows = RunWindows(store, experiment_id)
+    deadlines = {run_id: (w.counted_from or time.time()) + seconds for run_id, w in windows.all().items()}
+    windows.merge({run_id: {"deadline": deadline} for run_id, deadline in deadlines.items()})
+    moved = windows.all()
     for trial in store.active_trials(experiment_id):
-        for raw in moved.values():
-            window = RunWindow.parse(raw)
-            if window.first_index <= trial.trial_index < window.first_index + window.count:
+        for window in moved.values():
+            if window.holds(trial.trial_index):
                 store.set_attrs(trial.storage_id, **{DEADLINE_CHANGE: {"at": window.deadline}})

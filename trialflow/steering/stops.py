@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from optuna.exceptions import UpdateFinishedTrialError
 
-from trialflow.experiment import RUN_ATTR_PREFIX, RunWindow
 from trialflow.follow import Control
+from trialflow.run_windows import RunWindow, RunWindows
 from trialflow.steering.base import ActionRefused, Request, UnknownTarget, check_running, find_trial, record_action
 
 if TYPE_CHECKING:
@@ -51,13 +51,13 @@ def stop_task_trial(
     api-server): measured, a task marked failed just as it deferred was set back to deferred by
     Airflow's deferral, its trigger never saw an on_kill and the trial ran to its end."""
     for experiment_id in store.experiments_with_attr("dag_id", dag_id):
-        raw = store.experiment_attr(experiment_id, RUN_ATTR_PREFIX + run_id)
-        if not isinstance(raw, dict):
+        windows = RunWindows(store, experiment_id)
+        if not windows.has(run_id):
             continue
-        window = RunWindow.parse(raw)
-        if not 0 <= int(map_index) < window.count:
+        trial_index = windows.get(run_id).trial_index(int(map_index))
+        if trial_index is None:
             return None
-        record = store.find_trial(experiment_id, window.first_index + int(map_index))
+        record = store.find_trial(experiment_id, trial_index)
         if record is None or record.finished or store.trial_attr(record.storage_id, STOP_REQUEST) is not None:
             return None
         try:
@@ -76,12 +76,7 @@ def stop_requested(store: ExperimentStore, storage_id: int) -> str | None:
 
 def run_windows(store: ExperimentStore, experiment_id: str) -> dict[str, RunWindow]:
     """Every DAG run's window in the experiment, by run id."""
-    attrs = store.experiment_attrs(experiment_id)
-    return {
-        key[len(RUN_ATTR_PREFIX) :]: RunWindow.parse(value)
-        for key, value in attrs.items()
-        if key.startswith(RUN_ATTR_PREFIX) and isinstance(value, dict)
-    }
+    return RunWindows(store, experiment_id).all()
 
 
 @dataclass(frozen=True)
@@ -113,26 +108,19 @@ def stop_runs(
     if not store.experiment_exists(experiment_id):
         raise UnknownTarget(f"there is no experiment {experiment_id!r}")
     request = Request(by, reason, time.time())
-    attrs = store.experiment_attrs(experiment_id)
     windows = run_windows(store, experiment_id)
     chosen = {run_id: w for run_id, w in windows.items() if run_ids is None or run_id in run_ids}
     if run_ids is not None and not chosen:
         raise UnknownTarget(f"experiment {experiment_id!r} has no run {', '.join(run_ids)}")
     marked = [run_id for run_id, window in chosen.items() if not window.stopped]
-    store.set_experiment_attrs(
-        experiment_id,
-        {
-            RUN_ATTR_PREFIX + run_id: {
-                **attrs[RUN_ATTR_PREFIX + run_id],
-                "stopped": {**request.to_dict(), **({"action": action} if action else {})},
-            }
-            for run_id in marked
-        },
-    )
-    ranges = [range(w.first_index, w.first_index + w.count) for w in chosen.values()]
+    mark = {"stopped": {**request.to_dict(), **({"action": action} if action else {})}}
+    RunWindows(store, experiment_id).merge({run_id: mark for run_id in marked})
     asked = []
     for trial in store.active_trials(experiment_id):
-        if any(trial.trial_index in r for r in ranges) and store.trial_attr(trial.storage_id, STOP_REQUEST) is None:
+        if (
+            any(w.holds(trial.trial_index) for w in chosen.values())
+            and store.trial_attr(trial.storage_id, STOP_REQUEST) is None
+        ):
             store.set_attrs(trial.storage_id, **{STOP_REQUEST: request.to_dict()})
             asked.append(trial)
     return Stopped(marked, asked)

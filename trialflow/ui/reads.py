@@ -14,6 +14,7 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response, StreamingResponse
 
 from trialflow import queries
+from trialflow.run_windows import RunWindow
 from trialflow.ui.access import (
     MAX_INT,
     Offset,
@@ -81,10 +82,10 @@ def airflow_actions(dag_id: str | None, run_id: str | None, map_index: int | Non
 
 def _map_index(summary: dict[str, Any], trial_index: int) -> tuple[str | None, int | None]:
     """(run_id, map index) of the task instance that ran trial ``trial_index``."""
-    for window in summary.get("runs", []):
-        first, count = int(window.get("first_index", 0)), int(window.get("count", 0))
-        if first <= trial_index < first + count:
-            return window.get("run_id"), trial_index - first
+    for raw in summary.get("runs", []):
+        window = RunWindow.parse(raw)
+        if window.holds(trial_index):
+            return raw.get("run_id"), trial_index - window.first_index
     return summary.get("run_id"), trial_index
 
 
@@ -310,9 +311,9 @@ def resolve(
     found = [r for r in queries.list_experiments(store_engine()) if r.dag_id == dag_id]
     for row in found:
         summary = queries.experiment_summary(store_engine(), row.experiment_id)
-        for window in summary.get("runs", []):
-            if window.get("run_id") == run_id:
+        for raw in summary.get("runs", []):
+            if raw.get("run_id") == run_id:
                 # -1: an unmapped trial task (a hand-written DAG): its run's one trial
-                index = None if map_index is None else int(window.get("first_index", 0)) + max(map_index, 0)
+                index = None if map_index is None else RunWindow.parse(raw).first_index + max(map_index, 0)
                 return {"experiment_id": row.experiment_id, "trial_index": index}
     raise HTTPException(status_code=404, detail="this DAG run has no trialflow experiment")

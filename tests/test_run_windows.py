@@ -1,0 +1,38 @@
+"""Run windows: the one module that knows how a DAG run's part of an experiment is kept."""
+
+from __future__ import annotations
+
+from trialflow.run_windows import RunWindow, RunWindows, key_of, run_id_of, windows_in
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+
+
+def test_keys_name_their_run_and_nothing_else():
+    assert run_id_of(key_of("manual__2026-11-26T04:00:00+00:00")) == "manual__2026-11-26T04:00:00+00:00"
+    assert run_id_of("runs") is None and run_id_of("limits") is None
+    attrs = {key_of("a"): {"first_index": 0, "count": 2}, key_of("b"): "not a window", "dag_id": "d"}
+    assert windows_in(attrs) == {"a": RunWindow(0, 2, None, exists=True)}
+
+
+def test_a_window_maps_its_tasks_to_trial_indexes():
+    window = RunWindow(10, 3, None, exists=True)
+    assert [window.trial_index(i) for i in (-1, 0, 2, 3)] == [None, 10, 12, None]
+    assert window.holds(10) and window.holds(12) and not window.holds(13) and window.end_index == 13
+
+
+def test_duration_counts_from_its_start_or_the_run_it_continues():
+    assert RunWindow.parse({"first_index": 0, "started_at": 5.0}).counted_from == 5.0
+    assert RunWindow.parse({"first_index": 0, "started_at": 5.0, "counted_from": 1.0}).counted_from == 1.0
+    assert RunWindow.parse(None) == RunWindow()
+
+
+def test_changes_keep_what_else_a_window_holds(tmp_path):
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    store.open_experiment("ew")
+    windows = RunWindows(store, "ew")
+    windows.put("r1", {"first_index": 0, "count": 2, "stopped": {"by": "a", "action": "stop run"}})
+    windows.merge({"r1": {"deadline": 9.0}, "never": {"deadline": 1.0}})
+    assert store.experiment_attr("ew", key_of("r1"))["stopped"] == {"by": "a", "action": "stop run"}
+    assert windows.get("r1").deadline == 9.0 and not windows.has("never")
+    windows.update("r1", lambda old: {**old, "ended_at": 3.0})
+    windows.update("missing", lambda old: {**old, "ended_at": 3.0})
+    assert windows.get("r1").over and not windows.has("missing")

@@ -1,0 +1,142 @@
+"""What each DAG run owns in its experiment (its run window), and the one place that knows how
+windows are kept in the store. No Airflow.
+
+A window is one study user attribute per run, ``run:<run_id>`` -> its first trial index, how
+many it holds, its deadline, when its duration counts from, whether a person stopped it and
+when its end step ran. Experiments, steering, the pages' queries and the command line read and
+change windows through this module only: the key's encoding, the mapping of a run's map index
+to a trial index, and the atomic updates live here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+#: Study user attribute prefix holding one DAG run's window (``run:<run_id>``).
+PREFIX = "run:"
+#: The same, as a SQL LIKE pattern (the pages read every experiment's windows in one query).
+LIKE_PATTERN = PREFIX + "%"
+
+
+def key_of(run_id: str) -> str:
+    return PREFIX + run_id
+
+
+def run_id_of(key: str) -> str | None:
+    """The run a study attribute is the window of, or None when it is not a window."""
+    return key[len(PREFIX) :] if key.startswith(PREFIX) else None
+
+
+@dataclass(frozen=True)
+class RunWindow:
+    """What one DAG run owns in its experiment: trial indexes first_index .. first_index+count-1
+    (runs that continue one study get consecutive ranges) and its maxExperimentDuration deadline."""
+
+    first_index: int = 0
+    count: int = 0
+    deadline: float | None = None
+    #: Who stopped the run and why (trialflow.steering): no trial of it starts any more.
+    stopped: dict[str, Any] | None = None
+    #: When its end step ran (epoch seconds): the run is over.
+    ended: float | None = None
+    #: Its start step gave it this window (a run it did not give one has none: count 0).
+    exists: bool = False
+    #: When its maxExperimentDuration counts from (its start, or the start of the run it continues).
+    counted_from: float | None = None
+
+    @property
+    def over(self) -> bool:
+        """The run ended (its end step ran) or was stopped: steering no longer acts on it."""
+        return self.ended is not None or bool(self.stopped)
+
+    @property
+    def end_index(self) -> int:
+        return self.first_index + self.count
+
+    def holds(self, trial_index: int) -> bool:
+        return self.first_index <= trial_index < self.end_index
+
+    def trial_index(self, map_index: int) -> int | None:
+        """The trial index the run's mapped task ``map_index`` runs, or None outside the window."""
+        return self.first_index + map_index if 0 <= map_index < self.count else None
+
+    @classmethod
+    def of(cls, attrs: Mapping[str, Any], run_id: str) -> RunWindow:
+        """Run ``run_id``'s window among an experiment's attributes (an empty one if none)."""
+        return cls.parse(attrs.get(key_of(run_id)))
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> RunWindow:
+        raw = raw or {}
+        counted_from = raw.get("counted_from") or raw.get("started_at")
+        return cls(
+            int(raw.get("first_index", 0)),
+            int(raw.get("count", 0)),
+            raw.get("deadline"),
+            raw.get("stopped"),
+            raw.get("ended_at"),
+            "first_index" in raw,
+            None if counted_from is None else float(counted_from),
+        )
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.deadline is not None and (now if now is not None else time.time()) >= self.deadline
+
+
+def windows_in(attrs: Mapping[str, Any]) -> dict[str, RunWindow]:
+    """Every run's window among an experiment's attributes, by run id."""
+    found = {}
+    for key, value in attrs.items():
+        run_id = run_id_of(key)
+        if run_id is not None and isinstance(value, dict):
+            found[run_id] = RunWindow.parse(value)
+    return found
+
+
+def stored_windows(attrs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every run's window as stored (its extra fields too, e.g. a stop's history line), by run id."""
+    return {
+        run_id: dict(value)
+        for key, value in attrs.items()
+        if (run_id := run_id_of(key)) is not None and isinstance(value, dict)
+    }
+
+
+class RunWindows:
+    """One experiment's run windows in the store: read, allocate, change."""
+
+    def __init__(self, store: ExperimentStore, experiment_id: str):
+        self.store, self.experiment_id = store, experiment_id
+
+    def all(self) -> dict[str, RunWindow]:
+        return windows_in(self.store.experiment_attrs(self.experiment_id))
+
+    def get(self, run_id: str) -> RunWindow:
+        return RunWindow.parse(self.store.experiment_attr(self.experiment_id, key_of(run_id)))
+
+    def has(self, run_id: str) -> bool:
+        return isinstance(self.store.experiment_attr(self.experiment_id, key_of(run_id)), dict)
+
+    def put(self, run_id: str, fields: Mapping[str, Any]) -> None:
+        """Write run ``run_id``'s window whole (its start step)."""
+        self.store.set_experiment_attrs(self.experiment_id, {key_of(run_id): dict(fields)})
+
+    def merge(self, changes: Mapping[str, Mapping[str, Any]]) -> None:
+        """Add ``changes[run_id]``'s fields to each run's stored window (one write for all)."""
+        stored = stored_windows(self.store.experiment_attrs(self.experiment_id))
+        self.store.set_experiment_attrs(
+            self.experiment_id,
+            {key_of(run_id): {**stored[run_id], **fields} for run_id, fields in changes.items() if run_id in stored},
+        )
+
+    def update(self, run_id: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Change run ``run_id``'s stored window atomically (a window that does not exist stays so)."""
+        self.store.update_experiment_attr(
+            self.experiment_id, key_of(run_id), lambda old: change(dict(old)) if isinstance(old, dict) else old
+        )
