@@ -5,7 +5,7 @@ with its bug fixed (a machine's ``passphrase`` becomes ``sshPassphrase``
 instead of being dropped), and reports unknown v1 keys by their v1 path
 instead of silently carrying them into the v2 form.
 
-Why one file over ~450 lines: it is one table-driven converter meant to be read
+Why one file of ~475 lines: it is one table-driven converter meant to be read
 side by side with NNI's single convert.py; each platform's section is a short
 function next to the tables it uses, and splitting them apart would only add an
 import cycle between the converter and its sections.

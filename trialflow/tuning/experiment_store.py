@@ -6,7 +6,7 @@ rows. SQLite is the embedded default (WAL, generous lock timeout: many trial
 tasks and the triggerer write at once); PostgreSQL/MySQL URLs work unchanged
 for workers on several machines.
 
-Why one file at ~450 lines: it is the only module that knows Optuna's storage
+Why one large file (~700 lines): it is the only module that knows Optuna's storage
 and user-attribute details (the rest of trialflow sees TrialRecords), so those
 details stay together rather than leaking into a second module.
 """

@@ -8,7 +8,7 @@ are read with six plain SQL queries over the same tables and turned into the sam
 FrozenTrials (each distinct distribution's JSON decoded once); the store then keeps one
 Optuna cache per process (``_CachedStorage``) so a process that asks again reads only the
 trials that changed since. The reader is checked against Optuna's own
-(tests/tuning/test_storage.py), field for field.
+(tests/tuning/test_rdb_storage.py), field for field.
 
 Writes are grouped the same way. Optuna commits each parameter, attribute and state change on
 its own (a trial task made 25 commits, each an fsync on SQLite, and 93 statements); here an
