@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trialflow.experiment import Experiment, check_owner, continued_run
+from trialflow.experiment import Continuation, Experiment, check_owner, continued_run
 from trialflow.platforms.base import Connections, TrialStatus
 from trialflow.retune import Retune, seed
 from trialflow.run_windows import RunWindow
@@ -91,6 +91,13 @@ class RunSummary:
     notes: list[str] = field(default_factory=list)
     #: Several objectives: the trial indexes of the Pareto set (marked in the table).
     pareto_indexes: set[int] = field(default_factory=set)
+    #: The follow-on run that carries the experiment on, or why none does.
+    following: Continuation = field(default_factory=lambda: Continuation(None, {}, ""))
+
+    @property
+    def experiment_over(self) -> bool:
+        """No follow-on run carries the experiment on: this run's end is the experiment's."""
+        return self.following.run_id is None
 
     @property
     def table(self) -> str:
@@ -146,7 +153,7 @@ def summarize_run(
     if objectives:
         summary["objectives"] = objectives
         summary["pareto"] = [{k: r[k] for k in PARETO_FIELDS} for r in pareto]
-    result = RunSummary(summary, rows, best, pareto_indexes={r["trial_index"] for r in pareto})
+    result = RunSummary(summary, rows, best, pareto_indexes={r["trial_index"] for r in pareto}, following=following)
     if window.stopped:
         result.notes.append(
             f"Experiment {experiment.experiment_id} was stopped by {window.stopped.get('by') or '?'}: "
@@ -169,7 +176,7 @@ def close_run(experiment: Experiment, store: ExperimentStore, run_id: str, verdi
     from trialflow.steering import drop_waiting
 
     experiment.end_run(store, run_id)
-    if verdict.summary["continuation"]["run_id"] is not None:
+    if not verdict.experiment_over:
         return 0  # the next run's trial indexes take them
     return drop_waiting(store, experiment.experiment_id)
 

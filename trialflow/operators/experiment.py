@@ -222,13 +222,13 @@ class EndExperimentOperator(_ExperimentStep):
             self.log.warning("%d asked-for trial(s) had not started when the experiment ended: dropped", dropped)
         mode = experiment.config.optimize_mode
         self._lineage = (verdict.summary, experiment.config.search_space)
-        if verdict.summary["continuation"]["run_id"] is None:
+        if verdict.experiment_over:
             from trialflow.tuning.dag_limits import clear
 
             if clear(store.engine, context["dag"].dag_id, experiment.experiment_id):
                 self.log.info("trialConcurrency goes back to the config's for the DAG's next experiment")
         self.log.info("Results of experiment %s (%s):\n%s", experiment.experiment_id, mode, verdict.table)
-        if self.cleanup and verdict.summary["continuation"]["run_id"] is None:  # a next run needs the files
+        if self.cleanup and verdict.experiment_over:  # a next run needs the files
             self._cleanup(experiment)
         for note in verdict.notes:
             self.log.info("%s", note)
