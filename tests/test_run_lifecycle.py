@@ -112,3 +112,28 @@ def test_a_stopped_run_says_who_stopped_it_in_the_summary_the_list_and_the_cli(s
     assert queries.experiment_summary(store.engine, "erunlife")["stopped"]["by"] == "ann"
     assert _experiment_status(row.active, row.stopped).startswith("stopped by ann ")
     assert _experiment_status(False, None) == "finished" and _experiment_status(True, None) == "running"
+
+
+def test_closing_the_last_run_drops_waiting_trials_and_resets_concurrency(setup):
+    from trialflow import steering
+    from trialflow.run_lifecycle import close_run
+    from trialflow.tuning.dag_limits import read_concurrency, write_concurrency
+
+    experiment, store = setup
+    start_run(experiment, store, "dag_a", "r1", {})
+    for i in range(3):
+        asked = store.ask("erunlife", i, f"erunlife-{i:04d}", experiment.algorithm, experiment.space)
+        store.record_metrics(asked.storage_id, [Metric("FINAL", 0, 0.5)])
+        store.close(asked.storage_id, TrialStatus.SUCCEEDED)
+    steering.add_trial(store, "erunlife", {"x": 0.5}, "ann")  # maxTrialNumber 3 -> 4: a follow-on run
+    write_concurrency(store.engine, "dag_a", "erunlife", 4)
+    going_on = summarize_run(experiment, store, "r1", {})
+    assert not going_on.experiment_over  # the added trial's index is the next run's
+    assert close_run(experiment, store, "dag_a", "r1", going_on).may_clean_up is False
+    assert store.waiting_count("erunlife") == 1 and read_concurrency(store.engine, "dag_a") == 4
+    store.set_experiment_attrs("erunlife", {"limits": {"maxTrialNumber": 3}})  # lowered: nothing goes on
+    over = summarize_run(experiment, store, "r1", {})
+    closed = close_run(experiment, store, "dag_a", "r1", over)
+    assert over.experiment_over and closed.dropped == 1 and closed.concurrency_reset and closed.may_clean_up
+    assert store.waiting_count("erunlife") == 0 and read_concurrency(store.engine, "dag_a") is None
+    assert experiment.window(store, "r1").over

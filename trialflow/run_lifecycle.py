@@ -169,16 +169,33 @@ def summarize_run(
     return result
 
 
-def close_run(experiment: Experiment, store: ExperimentStore, run_id: str, verdict: RunSummary) -> int:
-    """The end step's last write: run ``run_id`` is over (steering acts on it no more), and
-    when no follow-on run carries the experiment on, the asked-for trials still waiting are
-    dropped and said so in its history. Returns how many were dropped."""
+@dataclass(frozen=True)
+class RunClosed:
+    """What closing a run did, for the end step to say (and whether it should clean up)."""
+
+    #: Asked-for trials that had not started when the experiment ended: dropped.
+    dropped: int = 0
+    #: A trialConcurrency a person changed went back to the config's for the DAG's next experiment.
+    concurrency_reset: bool = False
+    #: The experiment is over (no follow-on run needs its files): its platforms may be cleaned.
+    may_clean_up: bool = False
+
+
+def close_run(
+    experiment: Experiment, store: ExperimentStore, dag_id: str, run_id: str, verdict: RunSummary
+) -> RunClosed:
+    """The end step's last writes: run ``run_id`` is over (steering acts on it no more); when no
+    follow-on run carries the experiment on, the asked-for trials still waiting are dropped (and
+    said so in its history) and a trialConcurrency a person changed goes back to the config's."""
     from trialflow.steering import drop_waiting
+    from trialflow.tuning.dag_limits import clear
 
     experiment.end_run(store, run_id)
     if not verdict.experiment_over:
-        return 0  # the next run's trial indexes take them
-    return drop_waiting(store, experiment.experiment_id)
+        return RunClosed()  # the next run's trial indexes take the waiting trials, its files are needed
+    dropped = drop_waiting(store, experiment.experiment_id)
+    reset = clear(store.engine, dag_id, experiment.experiment_id)
+    return RunClosed(dropped, reset, may_clean_up=True)
 
 
 def cancel_trials(

@@ -215,20 +215,17 @@ class EndExperimentOperator(_ExperimentStep):
             check_owner(store, experiment.experiment_id, context["dag"].dag_id, conf)  # before reading anything
             self._reconcile(context, experiment, store)
             verdict = summarize_run(experiment, store, context["run_id"], conf)
-            dropped = close_run(experiment, store, context["run_id"], verdict)  # steering acts no more
+            closed = close_run(experiment, store, context["dag"].dag_id, context["run_id"], verdict)
         except (ExperimentNotOwned, RunHasNoTrials) as exc:
             raise AirflowFailException(str(exc)) from None
-        if dropped:
-            self.log.warning("%d asked-for trial(s) had not started when the experiment ended: dropped", dropped)
+        if closed.dropped:
+            self.log.warning("%d asked-for trial(s) had not started when the experiment ended: dropped", closed.dropped)
+        if closed.concurrency_reset:
+            self.log.info("trialConcurrency goes back to the config's for the DAG's next experiment")
         mode = experiment.config.optimize_mode
         self._lineage = (verdict.summary, experiment.config.search_space)
-        if verdict.experiment_over:
-            from trialflow.tuning.dag_limits import clear
-
-            if clear(store.engine, context["dag"].dag_id, experiment.experiment_id):
-                self.log.info("trialConcurrency goes back to the config's for the DAG's next experiment")
         self.log.info("Results of experiment %s (%s):\n%s", experiment.experiment_id, mode, verdict.table)
-        if self.cleanup and verdict.experiment_over:  # a next run needs the files
+        if self.cleanup and closed.may_clean_up:
             self._cleanup(experiment)
         for note in verdict.notes:
             self.log.info("%s", note)
