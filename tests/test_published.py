@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trialflow.published import FORMAT_KEY, NotPublished, SeveralObjectives, asset_name, decide, read
+from trialflow.published import FORMAT_KEY, NotPublished, SeveralObjectives, asset_name, publication, read_published
 
 BEST = {
     "trial_index": 3,
@@ -28,9 +28,9 @@ def summary(**changes):
 
 
 def test_the_best_trial_is_published_with_where_it_came_from():
-    extra, reason = decide(summary(), "dag_a", "run_1", "http://h/plugin/trialflow?experiment=exp-1")
+    extra, reason = publication(summary(), "dag_a", "run_1", "http://h/plugin/trialflow?experiment=exp-1")
     assert extra is not None and "t-3" in reason
-    best = read(extra)
+    best = read_published(extra)
     assert (best.experiment_id, best.dag_id, best.run_id, best.trial_id, best.trial_index) == (
         "exp-1",
         "dag_a",
@@ -44,7 +44,7 @@ def test_the_best_trial_is_published_with_where_it_came_from():
 
 def test_the_experiments_best_across_runs_is_published_not_the_last_runs():
     older = {**BEST, "trial_id": "t-0", "trial_index": 0, "final_metric": 0.99}
-    extra, _ = decide(summary(study_best=older), "d", "r", None)
+    extra, _ = publication(summary(study_best=older), "d", "r", None)
     assert extra is not None and extra["trial_id"] == "t-0"
 
 
@@ -56,12 +56,12 @@ def test_the_experiments_best_across_runs_is_published_not_the_last_runs():
     ],
 )
 def test_nothing_is_published_and_the_reason_says_why(changes, why):
-    extra, reason = decide(summary(**changes), "d", "r", None)
+    extra, reason = publication(summary(**changes), "d", "r", None)
     assert extra is None and why in reason
 
 
 def test_an_end_step_without_a_summary_publishes_nothing():
-    assert decide(None, "d", "r", None)[0] is None
+    assert publication(None, "d", "r", None)[0] is None
 
 
 def test_several_objectives_publish_the_pareto_set():
@@ -70,9 +70,9 @@ def test_several_objectives_publish_the_pareto_set():
         {"trial_id": "t-2", "trial_index": 2, "parameters": {"x": 2}, "values": {"acc": 0.8, "latency": 1.0}},
     ]
     objectives = [{"metric": "acc", "mode": "maximize"}, {"metric": "latency", "mode": "minimize"}]
-    extra, why = decide(summary(objectives=objectives, pareto=pareto), "d", "r", None)
+    extra, why = publication(summary(objectives=objectives, pareto=pareto), "d", "r", None)
     assert why == "the Pareto set of 2 trial(s) on 2 objectives"
-    best = read(extra)
+    best = read_published(extra)
     assert best.multi_objective and [p.trial_id for p in best.pareto] == ["t-1", "t-2"]
     assert best.pareto[1].values == {"acc": 0.8, "latency": 1.0}
     assert [o.metric for o in best.objectives] == ["acc", "latency"]
@@ -105,14 +105,14 @@ def test_several_objectives_publish_the_pareto_set():
 )
 def test_an_event_that_is_not_a_published_result_is_refused_by_name(extra, message):
     with pytest.raises(NotPublished, match=message):
-        read(extra)
+        read_published(extra)
 
 
 def test_a_mangled_field_is_named():
-    extra, _ = decide(summary(), "d", "r", None)
+    extra, _ = publication(summary(), "d", "r", None)
     for key, wrong in (("parameters", [1]), ("trial_index", True), ("metric", "high")):
         with pytest.raises(NotPublished, match=f"extra key '{key}'"):
-            read({**extra, key: wrong})
+            read_published({**extra, key: wrong})
 
 
 @pytest.mark.parametrize(
@@ -126,9 +126,9 @@ def test_a_mangled_field_is_named():
     ],
 )
 def test_a_mangled_pareto_set_is_refused_by_name_not_a_traceback(changes):
-    extra, _ = decide(summary(), "d", "r", None)
+    extra, _ = publication(summary(), "d", "r", None)
     with pytest.raises(NotPublished, match="extra keys 'objectives'/'pareto'"):
-        read({**extra, **changes})
+        read_published({**extra, **changes})
 
 
 def test_the_asset_is_named_after_the_dag():

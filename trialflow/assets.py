@@ -33,7 +33,7 @@ from trialflow.published import (
     approval_markdown,
     named_owner,
     publishing_name,
-    read,
+    read_published,
 )
 
 __all__ = ["NotPublished", "PublishedBest", "approval_text", "best_parameters", "best_parameters_asset"]
@@ -92,7 +92,9 @@ def best_parameters(context: Mapping[str, Any], asset: Asset | None = None) -> P
             "or declare it in the task's inlets)"
         )
     newest = max(published, key=lambda e: e.timestamp)
-    return read(newest.extra, where=f"asset event on {getattr(getattr(newest, 'asset', None), 'name', '?')!r}")
+    return read_published(
+        newest.extra, where=f"asset event on {getattr(getattr(newest, 'asset', None), 'name', '?')!r}"
+    )
 
 
 def approval_text(triggering_asset_events: Mapping[Any, Sequence[Any]], asset: Asset | None = None) -> str:

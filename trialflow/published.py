@@ -153,7 +153,7 @@ class PublishedBest:
         raise KeyError(f"trial {trial_id!r} is not in experiment {self.experiment_id}'s Pareto set")
 
 
-def decide(
+def publication(
     summary: dict[str, Any] | None, dag_id: str, run_id: str, url: str | None, directory: str | None = None
 ) -> tuple[dict[str, Any] | None, str]:
     """The extra to publish for an end step's summary, or None and why nothing is published.
@@ -200,7 +200,7 @@ class NotPublished(LookupError):
     """An asset event that is not an experiment's published outcome (or no event at all)."""
 
 
-def read(extra: Any, where: str = "asset event") -> PublishedBest:
+def read_published(extra: Any, where: str = "asset event") -> PublishedBest:
     """A published extra back as a PublishedBest; NotPublished names what is missing or wrong."""
     if not isinstance(extra, dict) or extra.get(FORMAT_KEY) is None:
         raise NotPublished(f"{where}: not a trialflow experiment's result (its extra has no {FORMAT_KEY!r} key)")

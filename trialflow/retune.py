@@ -85,7 +85,7 @@ def _ranked_trials(store: ExperimentStore, experiment_id: str) -> list[dict[str,
     return ranked(store.trial_rows(experiment_id), mode, store.experiment_attr(experiment_id, OBJECTIVES_ATTR))
 
 
-def seed(store: ExperimentStore, experiment: Experiment, dag_id: str) -> Retune:
+def seed_from_previous(store: ExperimentStore, experiment: Experiment, dag_id: str) -> Retune:
     """Queue the previous experiment's top-k parameter sets as this experiment's first trials,
     once: a retried or cleared start step finds the ``retuned_from`` attribute and queues
     nothing again. Sets that no longer fit the search space (it changed with the data) are

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment import Continuation, Experiment, check_owner, continued_run
 from trialflow.platforms.base import Connections, TrialStatus
-from trialflow.retune import Retune, seed
+from trialflow.retune import Retune, seed_from_previous
 from trialflow.run_windows import RunWindow
 from trialflow.tuning.pareto import pareto_rows, with_values
 
@@ -73,7 +73,7 @@ def start_run(
         experiment.experiment_id, {**experiment.description(), "dag_id": dag_id, "run_id": run_id}
     )
     window = experiment.start_run(store, run_id, continues=continued_run(conf), count=count)
-    retune = seed(store, experiment, dag_id) if experiment.config.scheduled_runs == "retune" else None
+    retune = seed_from_previous(store, experiment, dag_id) if experiment.config.scheduled_runs == "retune" else None
     for i in range(len(experiment.config.training_service)):
         experiment.platform(i, connections).prepare_sync(experiment.experiment_id)
     return RunStart(window, resumed, retune)

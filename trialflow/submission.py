@@ -73,7 +73,7 @@ class Submission:
         """The follow loop for this trial: its platform, the store, its deadlines and the
         experiment's assessor. The one way the worker, the sensor and the trigger build it
         (the worker passes the experiment and platform it submitted with)."""
-        from trialflow.steering import control
+        from trialflow.steering import trial_control
 
         experiment = experiment or self.experiment()
         storage_id = self.storage_id
@@ -86,6 +86,6 @@ class Submission:
             deadline=self.deadline,
             experiment_deadline=self.experiment_deadline,
             stop_check=experiment.early_stop_check(store, self.storage_id),
-            control_check=lambda: control(store, storage_id),
+            control_check=lambda: trial_control(store, storage_id),
             seen_running=seen_running,
         )

@@ -13,7 +13,7 @@ from airflow.sdk.execution_time.context import TriggeringAssetEventsAccessor
 from tests.airflow.test_dag import write_config
 from trialflow.assets import NotPublished, best_parameters, best_parameters_asset
 from trialflow.dag import experiment_dag
-from trialflow.published import decide
+from trialflow.published import publication
 
 T0 = datetime(2026, 11, 25, tzinfo=UTC)
 
@@ -25,7 +25,7 @@ def published(params: dict, run_id: str, dag_id: str = "dag_a") -> dict:
         "best": {"trial_index": 0, "trial_id": "t", "parameters": params, "final_metric": 0.5},
         "continuation": {"run_id": None},
     }
-    extra, _ = decide(summary, dag_id, run_id, None)
+    extra, _ = publication(summary, dag_id, run_id, None)
     assert extra is not None
     return extra
 

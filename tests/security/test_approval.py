@@ -17,7 +17,7 @@ from airflow.sdk.execution_time.context import TriggeringAssetEventsAccessor
 
 from tests.airflow.test_assets import event, published
 from trialflow.assets import approval_text, best_parameters_asset
-from trialflow.published import approval_markdown, read, safe_link
+from trialflow.published import approval_markdown, read_published, safe_link
 
 T0 = datetime(2026, 11, 26, tzinfo=UTC)
 OWN = "https://airflow.example.org"
@@ -53,7 +53,7 @@ def hostile_best(url: str) -> dict:
 
 @pytest.mark.parametrize("url", HOSTILE_LINKS)
 def test_the_approval_escapes_every_value_and_drops_a_hostile_link(url):
-    text = approval_markdown(read(hostile_best(url)), OWN)
+    text = approval_markdown(read_published(hostile_best(url)), OWN)
     assert "](" not in text  # no link at all: every ']' and '(' a value brought is escaped
     trial_id, parameters = text.split(": trial ", 1)[1].split(" scored ")[0], text.split(" with ", 1)[1]
     for brought in (trial_id, parameters):  # each character Markdown or HTML acts on is escaped
@@ -62,7 +62,9 @@ def test_the_approval_escapes_every_value_and_drops_a_hostile_link(url):
 
 
 def test_a_genuine_result_is_shown_with_its_link():
-    text = approval_markdown(read({**published({"C": 2}, "r1"), "url": "/plugin/trialflow?experiment=e1"}), OWN)
+    text = approval_markdown(
+        read_published({**published({"C": 2}, "r1"), "url": "/plugin/trialflow?experiment=e1"}), OWN
+    )
     assert text.startswith("Experiment [") and "](/plugin/trialflow?experiment=e1)" in text
     assert '\\{"C": 2\\}' not in text and '{"C": 2}' in text
 

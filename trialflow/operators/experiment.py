@@ -312,13 +312,13 @@ class PublishBestOperator(BaseOperator):
         self.start_task_id = start_task_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trialflow.published import decide
+        from trialflow.published import publication
         from trialflow.ui.links import experiment_page
 
         summary = context["ti"].xcom_pull(task_ids=self.end_task_id)
         started = context["ti"].xcom_pull(task_ids=self.start_task_id) or {}
         url = experiment_page(summary["experiment_id"]) if summary else None
-        extra, reason = decide(summary, context["dag"].dag_id, context["run_id"], url, started.get("directory"))
+        extra, reason = publication(summary, context["dag"].dag_id, context["run_id"], url, started.get("directory"))
         if extra is None:
             raise AirflowSkipException(f"nothing published on {self.asset.name!r}: {reason}")
         context["outlet_events"][self.asset].extra = extra

@@ -9,7 +9,7 @@ follows its trials. No Airflow: the pages' API and the CLI are shells over these
 
 from __future__ import annotations
 
-from trialflow.steering.asked import (
+from trialflow.steering.asked_trials import (
     POINT_TUNERS,
     add_trial,
     check_parameters,
@@ -42,13 +42,13 @@ from trialflow.steering.stops import (
     DEADLINE_CHANGE,
     STOP_REQUEST,
     Stopped,
-    control,
     kill_trial,
     run_windows,
     stop_experiment,
     stop_requested,
     stop_runs,
     stop_task_trial,
+    trial_control,
 )
 
 __all__ = [
@@ -72,7 +72,7 @@ __all__ = [
     "check_limits",
     "check_parameters",
     "check_running",
-    "control",
+    "trial_control",
     "drop_waiting",
     "history",
     "kill_trial",

@@ -2,7 +2,7 @@
 
 A kill or a stop is an intent written beside the trial (``stop_request``) or the run (its
 window's ``stopped``), with who asked and when; whoever follows the trial, a worker or the
-triggerer on any host, reads it at its next poll (``control``) and cancels the job with the
+triggerer on any host, reads it at its next poll (``trial_control``) and cancels the job with the
 platform's own cancel. Nothing here reaches a platform: the page's api-server may not see the
 machine a local trial runs on, and an intent in the store outlives any process that dies
 before acting on it (the next follower, a retry, acts on it instead).
@@ -135,7 +135,7 @@ def stop_experiment(store: ExperimentStore, experiment_id: str, by: str) -> Stop
     return stopped
 
 
-def control(store: ExperimentStore, storage_id: int) -> Control:
+def trial_control(store: ExperimentStore, storage_id: int) -> Control:
     found = store.trial_attrs(storage_id, (STOP_REQUEST, DEADLINE_CHANGE))
     request, deadline = found.get(STOP_REQUEST), found.get(DEADLINE_CHANGE)
     return Control(
