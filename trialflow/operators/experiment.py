@@ -189,9 +189,9 @@ class EndExperimentOperator(_ExperimentStep):
         """Every trial task of the run has ended (trigger rule all_done): a trial the store still
         holds as running has nothing following it, and is stopped and closed before the summary
         (trialflow.reconcile), whether or not the watch saw it."""
+        from trialflow.hooks.airflow_stop import ask_trial_states
         from trialflow.platforms.background import run_sync
         from trialflow.reconcile import reconcile_run
-        from trialflow.triggers.airflow_stop import ask_trial_states
 
         dag_id, run_id = context["dag"].dag_id, context["run_id"]
         try:

@@ -18,8 +18,8 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from trialflow.hooks import airflow_connections
+from trialflow.hooks.airflow_stop import TaskRef
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHook
-from trialflow.triggers.airflow_stop import TaskRef
 from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
 
 if TYPE_CHECKING:
@@ -76,8 +76,8 @@ def complete_from_event(
 def stop_from_worker(submission: Submission, ref: TaskRef | None, platform: TrainingPlatform | None = None) -> None:
     """The worker side of on_kill, for the operator and the sensor: cancel the trial only if a
     person stopped the task."""
+    from trialflow.hooks.airflow_stop import stop_from_airflow, worker_kill_reason
     from trialflow.platforms.background import run_sync
-    from trialflow.triggers.airflow_stop import stop_from_airflow, worker_kill_reason
 
     stop = worker_kill_reason(ref)
     if stop is None or ref is None:
@@ -229,7 +229,7 @@ class SubmitTrialOperator(BaseOperator):
         """The worker is stopping this task while it follows its trial. A person's action (mark
         failed or success, clear, a failed DAG run) cancels the job and records USER_CANCELED;
         a stop nobody asked for (the api-server unreachable, the worker shutting down) leaves
-        the trial running for the task's retry to re-attach to (trialflow.triggers.airflow_stop)."""
+        the trial running for the task's retry to re-attach to (trialflow.hooks.airflow_stop)."""
         following = getattr(self, "_following", None)
         if following is None:
             return  # not following a trial (submitting, or deferred: the trigger's on_kill acts)

@@ -89,7 +89,7 @@ class RunWatchTrigger(BaseTrigger):
         return experiment, ExperimentStoreHook(self.store_conn_id).get_conn()
 
     async def _states(self) -> dict[int, str | None]:
-        from trialflow.triggers.airflow_stop import ask_trial_states
+        from trialflow.hooks.airflow_stop import ask_trial_states
 
         return await asyncio.to_thread(ask_trial_states, self.dag_id, self.run_id, self.trial_task_id)
 
@@ -138,8 +138,8 @@ class RunWatchTrigger(BaseTrigger):
 
     async def _last_pass(self) -> None:
         from trialflow.hooks import airflow_connections
+        from trialflow.hooks.airflow_stop import TRIGGER_ASK_TIMEOUT, state_text
         from trialflow.reconcile import reconcile_run
-        from trialflow.triggers.airflow_stop import TRIGGER_ASK_TIMEOUT, state_text
 
         try:
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
