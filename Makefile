@@ -37,7 +37,7 @@ test-fast: venv
 # resolution; what they need themselves at their newest), in a virtualenv of their own, and the
 # tests of the core, the store (SQLite and PostgreSQL) and the DAG.
 LOWEST := .lowest
-LOWEST_TESTS := tests/config tests/tuning tests/trial tests/test_queries.py tests/test_experiment.py \
+LOWEST_TESTS := tests/config tests/tuning tests/trial tests/queries/test_queries.py tests/test_experiment.py \
 	tests/test_plan.py tests/airflow/test_dag.py tests/platforms/test_local.py tests/security/test_yaml.py \
 	tests/security/test_exports.py tests/security/test_ownership.py
 test-lowest:

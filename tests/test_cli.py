@@ -227,7 +227,7 @@ def test_ctrl_c_cancels_trials_and_stops_airflow(experiment, tmp_path):
 
 
 def test_experiments_trials_and_export_read_the_store(tmp_path):
-    from tests.test_queries import fill
+    from tests.queries.test_queries import fill
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
     fill(ExperimentStore(sqlite_url(tmp_path / "experiments.db")))
@@ -283,9 +283,9 @@ def test_render_keeps_the_azure_sdks_own_noise_out(tmp_path):
 
 def test_kill_and_stop_write_the_intent_a_follower_acts_on(tmp_path):
     """`trialflow kill` / `stop` (nnictl trial kill / stop): the request lands in the store with
-    who asked; a refused one says why and changes nothing. tests/test_steering.py and
+    who asked; a refused one says why and changes nothing. tests/steering/test_steering.py and
     tests/ui/test_actions.py follow the request to the trial's process."""
-    from tests.test_queries import fill
+    from tests.queries.test_queries import fill
     from trialflow import steering
     from trialflow.platforms.base import TrialStatus
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
@@ -313,7 +313,7 @@ def test_kill_and_stop_write_the_intent_a_follower_acts_on(tmp_path):
 
 
 def test_limits_shows_and_changes_with_clear_errors(tmp_path):
-    from tests.test_queries import fill
+    from tests.queries.test_queries import fill
     from trialflow import steering
     from trialflow.tuning.dag_limits import read_concurrency
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
@@ -340,7 +340,7 @@ def test_limits_shows_and_changes_with_clear_errors(tmp_path):
 
 
 def test_add_trial_and_rerun_queue_checked_trials(tmp_path):
-    from tests.test_queries import SPACE, fill
+    from tests.queries.test_queries import SPACE, fill
     from trialflow import steering
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 

@@ -91,7 +91,7 @@ trainingService:
     dag_id, _ = harness.experiment("ui_public", config, {"trial.py": TRIAL})
     run_id, state = harness.run(dag_id)
     assert state == "success"
-    from tests.test_queries import fill
+    from tests.queries.test_queries import fill
 
     fill(harness.store, "eprivate1", dag_id="it_ui_private")
     passwords = json.loads((harness.airflow.home / "passwords.json").read_text())

@@ -248,7 +248,7 @@ def test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run(ui:
 
 
 def test_the_effective_config_is_readable_with_secrets_masked(ui: UiSetup):
-    from tests.test_queries import fill
+    from tests.queries.test_queries import fill
 
     store = ui.harness.store
     fill(store, "econfig1", dag_id=ui.dag_id)
