@@ -137,3 +137,19 @@ def test_closing_the_last_run_drops_waiting_trials_and_resets_concurrency(setup)
     assert over.experiment_over and closed.dropped == 1 and closed.concurrency_reset and closed.may_clean_up
     assert store.waiting_count("erunlife") == 0 and read_concurrency(store.engine, "dag_a") is None
     assert experiment.window(store, "r1").over
+
+
+def test_a_whole_run_stopped_from_airflow_is_marked_once_and_resets_concurrency(setup):
+    from trialflow import steering
+    from trialflow.run_lifecycle import stop_run
+    from trialflow.tuning.dag_limits import read_concurrency, write_concurrency
+
+    experiment, store = setup
+    start_run(experiment, store, "dag_a", "r1", {})
+    write_concurrency(store.engine, "dag_a", "erunlife", 4)
+    for _ in range(3):  # every trial task of the run calls it
+        stop_run(store, "erunlife", "dag_a", "r1", "Airflow", "DAG run r1 is failed")
+    assert experiment.window(store, "r1").stopped["reason"] == "DAG run r1 is failed"
+    assert [h["action"] for h in steering.history(store, "erunlife")] == ["stop run"]
+    assert read_concurrency(store.engine, "dag_a") is None
+    stop_run(store, "erunlife", "dag_a", "no-window", "Airflow", "x")  # nothing to stop: said, not raised

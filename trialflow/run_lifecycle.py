@@ -9,6 +9,7 @@ without a scheduler.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,8 @@ from trialflow.platforms.base import Connections, TrialStatus
 from trialflow.retune import Retune, seed_from_previous
 from trialflow.run_windows import RunWindow
 from trialflow.tuning.pareto import pareto_rows, with_values
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
@@ -196,6 +199,22 @@ def close_run(
     dropped = drop_waiting(store, experiment.experiment_id)
     reset = clear(store.engine, dag_id, experiment.experiment_id)
     return RunClosed(dropped, reset, may_clean_up=True)
+
+
+def stop_run(store: ExperimentStore, experiment_id: str, dag_id: str | None, run_id: str, by: str, reason: str) -> None:
+    """A whole DAG run stopped (Airflow's mark failed on the run): it is marked in the store (no
+    trial of it starts, the others are asked to stop, its history line written with the mark),
+    and the experiment will not go on, so a trialConcurrency a person changed goes back to the
+    config's for the DAG's next one. Every trial task of the run may call this: it marks once."""
+    from trialflow import steering
+    from trialflow.tuning.dag_limits import clear
+
+    if dag_id:
+        clear(store.engine, dag_id, experiment_id)
+    try:
+        steering.stop_runs(store, experiment_id, by, reason, [run_id], "stop run")
+    except steering.ActionRefused as exc:  # a run without a window has nothing more to stop
+        log.info("%s", exc)
 
 
 def cancel_trials(

@@ -195,14 +195,7 @@ async def stop_from_airflow(
         what = f"trial {submission.handle.get('trial_id')}: {stop.reason}"
         await asyncio.to_thread(steering.record_action, store, submission.experiment_id, "Airflow", "stop trial", what)
         return stopped
-    from trialflow.tuning.dag_limits import clear
+    from trialflow.run_lifecycle import stop_run
 
-    if dag_id:  # the experiment will not go on: the DAG's next one starts from the config's limits
-        await asyncio.to_thread(clear, store.engine, dag_id, submission.experiment_id)
-    try:  # every trial of the run gets here; the run is marked (and its history line written) once
-        await asyncio.to_thread(
-            steering.stop_runs, store, submission.experiment_id, "Airflow", stop.reason, [run_id], "stop run"
-        )
-    except steering.ActionRefused as exc:  # a run without a window has nothing more to stop
-        log.info("%s", exc)
+    await asyncio.to_thread(stop_run, store, submission.experiment_id, dag_id, run_id, "Airflow", stop.reason)
     return stopped
