@@ -373,7 +373,12 @@ def test_the_trial_page_says_who_used_airflows_button(ui: UiSetup):
     )
     assert response.status_code == 200, response.text
     gone({1: pids[1]})
-    detail = ui.get(f"experiments/{experiment_id}/trials/1").json()
+    # The stop kills the job first and closes the trial in the store after: wait for that write.
+    detail = wait_for(
+        "the stopped trial closed in the store",
+        lambda: (d := ui.get(f"experiments/{experiment_id}/trials/1").json())["message"] and d,
+        30,
+    )
     assert detail["message"] == "stopped from Airflow: its task was marked failed"
     assert [(a["by"], a["event"], a["state"]) for a in detail["airflow_actions"]] == [
         ("editor", "patch_task_instance", "failed")
