@@ -1,7 +1,7 @@
 """The experiment pages' data: a FastAPI app the plugin mounts on Airflow's api-server.
 
 Three rooms: trialflow.ui.access (who may see and do what, the guards every route passes),
-trialflow.ui.reads (what the pages show) and trialflow.ui.actions (what their buttons do). This
+trialflow.ui.read_routes (what the pages show) and trialflow.ui.action_routes (what their buttons do). This
 module assembles them with the page script and its icon. The store is read through
 :mod:`trialflow.queries` (SQL, paginated); nothing here renders HTML.
 """
@@ -17,7 +17,8 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.responses import FileResponse, Response
 
-from trialflow.ui import actions, reads
+from trialflow.ui.action_routes import router as action_routes
+from trialflow.ui.read_routes import router as read_routes
 
 __all__ = ["app", "create_app"]
 
@@ -52,8 +53,8 @@ def create_app() -> FastAPI:
     def icon() -> Response:
         return FileResponse(STATIC / "experiments.svg", media_type="image/svg+xml")
 
-    app.include_router(reads.router)
-    app.include_router(actions.router)
+    app.include_router(read_routes)
+    app.include_router(action_routes)
     return app
 
 

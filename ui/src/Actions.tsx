@@ -88,7 +88,7 @@ export function ExperimentActions({ summary, onChanged }: { summary: Summary; on
       return `Trial added: it runs next (${r.waiting} waiting).`;
     });
   };
-  // the same statuses as the server's re-run (trialflow.steering.asked.RERUNNABLE)
+  // the same statuses as the server's re-run (trialflow.steering.asked_trials.RERUNNABLE)
   const failed = ["FAILED", "USER_CANCELED", "EARLY_STOPPED", "SYS_CANCELED"]
     .reduce((n, s) => n + (summary.counts[s as keyof typeof summary.counts] ?? 0), 0);
   // the box is as tall as the parameters it holds (a ten-parameter space in three rows hid most)

@@ -1,4 +1,4 @@
-// The plugin's data API (trialflow/ui/api.py), same origin: Airflow's login cookie goes along.
+// The plugin's data API (its FastAPI app, trialflow.ui.api), same origin: Airflow's login cookie goes along.
 
 export type Status =
   | "WAITING" | "RUNNING" | "SUCCEEDED" | "FAILED" | "USER_CANCELED" | "SYS_CANCELED" | "EARLY_STOPPED";
