@@ -6,11 +6,11 @@ real api-server and scheduler in test_steering_routes.py."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.steering.test_steering import CONFIG
 from trialflow import steering
 from trialflow.config import load_config
 from trialflow.config.search_space import parse_search_space, point_problems
@@ -102,17 +102,6 @@ def test_every_odd_limit_is_bad_input_naming_its_key(key, value):
     with pytest.raises(steering.BadInput) as refused:
         steering.check_limits({key: value})
     assert str(refused.value).startswith(f"{key}: expected") and len(str(refused.value)) < 200
-
-
-CONFIG = f"""\
-searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
-trialCommand: {sys.executable} -c "pass"
-trialCodeDirectory: .
-trialConcurrency: 2
-maxTrialNumber: 4
-tuner: {{name: Random}}
-trainingService: {{platform: local}}
-"""
 
 
 @pytest.fixture
