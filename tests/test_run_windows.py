@@ -36,3 +36,32 @@ def test_changes_keep_what_else_a_window_holds(tmp_path):
     windows.update("r1", lambda old: {**old, "ended_at": 3.0})
     windows.update("missing", lambda old: {**old, "ended_at": 3.0})
     assert windows.get("r1").over and not windows.has("missing")
+
+
+def test_a_stop_and_a_deadline_move_at_once_both_stay(tmp_path):
+    """Two writers of one run's window at the same instant (a person's stop, a duration change):
+    neither undoes the other, on SQLite's concurrent writers (each merge is a compare-and-set)."""
+    import threading
+
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    store.open_experiment("ew")
+    windows = RunWindows(store, "ew")
+    for round_ in range(20):
+        run_id = f"r{round_}"
+        windows.put(run_id, {"first_index": 0, "count": 2})
+        barrier = threading.Barrier(2)
+
+        def write(fields: dict, run_id: str = run_id, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            RunWindows(ExperimentStore(sqlite_url(tmp_path / "s.db")), "ew").merge({run_id: fields})
+
+        threads = [
+            threading.Thread(target=write, args=({"stopped": {"by": "ann"}},)),
+            threading.Thread(target=write, args=({"deadline": 9.0},)),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        window = windows.get(run_id)
+        assert window.stopped == {"by": "ann"} and window.deadline == 9.0, (round_, window)

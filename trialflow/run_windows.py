@@ -99,15 +99,6 @@ def windows_in(attrs: Mapping[str, Any]) -> dict[str, RunWindow]:
     return found
 
 
-def stored_windows(attrs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every run's window as stored (its extra fields too, e.g. a stop's history line), by run id."""
-    return {
-        run_id: dict(value)
-        for key, value in attrs.items()
-        if (run_id := run_id_of(key)) is not None and isinstance(value, dict)
-    }
-
-
 class RunWindows:
     """One experiment's run windows in the store: read, allocate, change."""
 
@@ -128,12 +119,12 @@ class RunWindows:
         self.store.set_experiment_attrs(self.experiment_id, {key_of(run_id): dict(fields)})
 
     def merge(self, changes: Mapping[str, Mapping[str, Any]]) -> None:
-        """Add ``changes[run_id]``'s fields to each run's stored window (one write for all)."""
-        stored = stored_windows(self.store.experiment_attrs(self.experiment_id))
-        self.store.set_experiment_attrs(
-            self.experiment_id,
-            {key_of(run_id): {**stored[run_id], **fields} for run_id, fields in changes.items() if run_id in stored},
-        )
+        """Add ``changes[run_id]``'s fields to each run's stored window, each atomically: a stop
+        and a duration change at the same instant both keep their field (a read of every
+        window and one write of all of them let the later writer put back what the other
+        had just changed: a stop mark could be undone by a deadline move)."""
+        for run_id, fields in changes.items():
+            self.update(run_id, lambda old, fields=fields: {**old, **fields})
 
     def update(self, run_id: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         """Change run ``run_id``'s stored window atomically (a window that does not exist stays so)."""
