@@ -124,7 +124,11 @@ class RunWindows:
         window and one write of all of them let the later writer put back what the other
         had just changed: a stop mark could be undone by a deadline move)."""
         for run_id, fields in changes.items():
-            self.update(run_id, lambda old, fields=fields: {**old, **fields})
+
+            def merged(old: dict[str, Any], fields: Mapping[str, Any] = fields) -> dict[str, Any]:
+                return {**old, **fields}
+
+            self.update(run_id, merged)
 
     def update(self, run_id: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         """Change run ``run_id``'s stored window atomically (a window that does not exist stays so)."""
