@@ -67,7 +67,7 @@ def test_a_long_duration_or_size_string_is_refused_by_its_length(text):
         parse_size_mb(text)
 
 
-def test_the_duration_pattern_costs_one_pass_within_its_bound():
+def test_within_the_bound_the_worst_shape_is_refused_and_ordinary_spellings_parse():
     """Within the bound the worst case (spaces then a wrong unit) is refused, and the ordinary
     spellings still parse, spaces and all."""
     worst = "1" + " " * (MAX_UNIT_STRING - 2) + "x"
@@ -150,3 +150,33 @@ def test_the_waiting_trials_of_an_ended_experiment_are_dropped_and_said(running)
     assert (last["by"], last["action"]) == ("trialflow", "drop waiting trials") and "3 asked-for" in last["detail"]
     assert steering.drop_waiting(store, "ecap") == 0  # idempotent: nothing more said
     assert steering.history(store, "ecap")[-1] == last
+
+
+def test_people_adding_at_the_last_free_places_at_once_never_pass_the_cap(running, tmp_path):
+    """Eight adds race for the last three places (SQLite's concurrent writers, one store each, as
+    several api-server workers would): three land, five are refused, the queue holds the cap."""
+    import threading
+
+    _, store = running
+    for _ in range(MAX_WAITING_TRIALS - 3):
+        steering.add_trial(store, "ecap", {"x": 0.5}, "mallory")
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def add() -> None:
+        mine = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+        barrier.wait()
+        try:
+            steering.add_trial(mine, "ecap", {"x": 0.25}, "mallory")
+            outcomes.append("added")
+        except steering.BadInput:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=add) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(outcomes) == ["added"] * 3 + ["refused"] * 5
+    assert store.waiting_count("ecap") == MAX_WAITING_TRIALS
+    assert steering.limits(store, "ecap")["maxTrialNumber"] == 4 + MAX_WAITING_TRIALS  # each landed one counted once

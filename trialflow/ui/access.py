@@ -209,10 +209,11 @@ def same_origin(request: Request) -> None:
 async def bounded_body(request: Request) -> None:
     """An action's body is read only up to MAX_ACTION_BODY (413 past it, before any value in
     it is looked at): a real one is a few hundred bytes."""
+    from trialflow.config.units import whole_number
     from trialflow.limits import MAX_ACTION_BODY
 
-    declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and len(declared) < 18 and int(declared) > MAX_ACTION_BODY:
+    declared = whole_number(request.headers.get("content-length", ""))
+    if declared is not None and declared > MAX_ACTION_BODY:
         raise HTTPException(status_code=413, detail=f"the request body is over {MAX_ACTION_BODY} bytes")
     if len(await request.body()) > MAX_ACTION_BODY:
         raise HTTPException(status_code=413, detail=f"the request body is over {MAX_ACTION_BODY} bytes")
