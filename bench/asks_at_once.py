@@ -86,7 +86,7 @@ def run(url: str, tasks: int, history: int) -> dict[str, Any]:
     asks = sorted(r["ask"] for r in results if "ask" in r)
     check = ExperimentStore(url)
     recorded = [check.find_trial(EXPERIMENT, first + i) for i in range(tasks)]
-    rows = {r["trial_index"]: r for r in check.trial_rows(EXPERIMENT)}
+    rows = {r.trial_index: r for r in check.trial_rows(EXPERIMENT)}
     return {
         "alone": statistics.median(r["ask"] for r in alone if "ask" in r),
         "asks": asks,
@@ -95,8 +95,9 @@ def run(url: str, tasks: int, history: int) -> dict[str, Any]:
         "every index once": all(r is not None for r in recorded)
         and len({r.storage_id for r in recorded if r is not None}) == tasks,
         "each closed with its result": all(
-            rows.get(first + i, {}).get("status") == "SUCCEEDED"
-            and rows[first + i]["final_metric"] == 0.001 * (first + i)
+            (first + i) in rows
+            and rows[first + i].status == "SUCCEEDED"
+            and rows[first + i].final_metric == 0.001 * (first + i)
             for i in range(tasks)
         ),
     }

@@ -288,7 +288,7 @@ def main() -> None:
                         rows = ExperimentStore(store_url).trial_rows(experiment_id_for(f"tf_{tag}", run_id))
                     except KeyError:
                         return False
-                    return sum(row["status"] == "SUCCEEDED" for row in rows) >= n
+                    return sum(row.status == "SUCCEEDED" for row in rows) >= n
 
                 with PssSampler(roots) as hand_mem:
                     r.setdefault("hand-written DAG", []).append(

@@ -66,15 +66,15 @@ def run_experiment(airflow: Any, store_url: str, dag_id: str, args: argparse.Nam
         if time.monotonic() > limit:
             raise TimeoutError("the experiment did not finish")
         if store.experiment_exists(experiment):
-            running = sum(1 for r in store.trial_rows(experiment) if r["status"] == "RUNNING")
+            running = sum(1 for r in store.trial_rows(experiment) if r.status == "RUNNING")
             most_running = max(most_running, running)
         time.sleep(1.0)
     wall = time.monotonic() - started
     state = airflow.dag_run_state(dag_id, run_id)
     tis = [ti for ti in airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
     rows = store.trial_rows(experiment)
-    indexes = [r["trial_index"] for r in rows]
-    statuses = Counter(r["status"] for r in rows)
+    indexes = [r.trial_index for r in rows]
+    statuses = Counter(r.status for r in rows)
     ti_states = Counter(ti["state"] for ti in tis)
     checks = {
         "run succeeded": state == "success",

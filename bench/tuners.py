@@ -118,8 +118,7 @@ def _ask_in_a_fresh_process(url: str, name: str, index: int, reader: str) -> tup
     from optuna.storages import RDBStorage
     from optuna.storages._cached_storage import _CachedStorage
 
-    from trialflow.tuning.experiment_store import ExperimentStore
-    from trialflow.tuning.rdb_storage import TrialflowStorage
+    from trialflow.tuning.experiment_store import ExperimentStore, TrialflowStorage
 
     if reader == "optuna":
         TrialflowStorage._get_trials = RDBStorage._get_trials  # type: ignore[method-assign]

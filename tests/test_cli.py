@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.rows import row
 from trialflow.platforms.local import process_alive
 
 TRIALFLOW = [sys.executable, "-m", "trialflow.cli"]
@@ -292,9 +293,9 @@ def test_kill_and_stop_write_the_intent_a_follower_acts_on(tmp_path):
 
     store = ExperimentStore(sqlite_url(tmp_path / "experiments.db"))
     fill(store)
-    running = [r for r in store.trial_rows("eq000001") if r["status"] in ("RUNNING", "WAITING")]
+    running = [r for r in store.trial_rows("eq000001") if r.status in ("RUNNING", "WAITING")]
     assert running, "the fixture has a running trial"
-    index = running[0]["trial_index"]
+    index = running[0].trial_index
     killed = cli("kill", "eq000001", str(index), "--home", str(tmp_path))
     assert killed.returncode == 0 and f"trial {index}" in killed.stdout, killed.stderr
     record = store.find_trial("eq000001", index)
@@ -394,8 +395,7 @@ def test_the_run_table_marks_the_pareto_set(tmp_path, capsys):
     from trialflow.runner import RunResult
 
     rows = [
-        {"trial_index": i, "status": "SUCCEEDED", "final_metric": None, "intermediate_count": 0, "parameters": {"x": i}}
-        | {"values": {"acc": acc, "cost": cost}}
+        row(i, parameters={"x": i}, values={"acc": acc, "cost": cost})
         for i, (acc, cost) in enumerate([(0.9, 3.0), (0.5, 1.0), (0.4, 2.0)])
     ]
     result = RunResult("e1", "d", "r", "success", rows, rows[0], "maximize", tmp_path, pareto=[0, 1])

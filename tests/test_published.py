@@ -4,27 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.rows import row
+from tests.helpers.summaries import BEST, summary
 from trialflow.published import FORMAT_KEY, NotPublished, SeveralObjectives, asset_name, publication, read_published
-
-BEST = {
-    "trial_index": 3,
-    "trial_id": "t-3",
-    "parameters": {"C": 2.5, "kernel": "rbf"},
-    "final_metric": 0.97,
-    "final_extra": None,
-}
-
-
-def summary(**changes):
-    base = {
-        "experiment_id": "exp-1",
-        "experiment_name": "digits",
-        "optimize_mode": "maximize",
-        "best": dict(BEST),
-        "study_best": dict(BEST),
-        "continuation": {"run_id": None, "conf": {}, "reason": "the experiment is over"},
-    }
-    return {**base, **changes}
 
 
 def test_the_best_trial_is_published_with_where_it_came_from():
@@ -141,10 +123,10 @@ def test_the_progress_line_shows_the_pareto_set_not_a_best(capsys):
 
     objectives = [{"metric": "acc", "mode": "maximize"}, {"metric": "latency", "mode": "minimize"}]
     rows = [
-        {"status": "SUCCEEDED", "final_metric": 0.9, "objective_values": [0.9, 3.0], "trial_index": 0},
-        {"status": "SUCCEEDED", "final_metric": 0.8, "objective_values": [0.8, 1.0], "trial_index": 1},
-        {"status": "SUCCEEDED", "final_metric": 0.7, "objective_values": [0.7, 2.0], "trial_index": 2},
-        {"status": "RUNNING", "final_metric": None, "objective_values": None, "trial_index": 3},
+        row(0, final_metric=0.9, objective_values=[0.9, 3.0]),
+        row(1, final_metric=0.8, objective_values=[0.8, 1.0]),
+        row(2, final_metric=0.7, objective_values=[0.7, 2.0]),
+        row(3, "RUNNING"),
     ]
     several = RunDisplay(4, objectives=objectives)
     several.update(rows)

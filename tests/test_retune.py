@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.rows import row
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus
@@ -84,14 +85,14 @@ def test_a_retried_start_step_queues_nothing_twice(tmp_path, store):
 
 def test_minimize_ranks_the_smallest_first_and_repeated_points_count_once():
     rows = [
-        {"status": "SUCCEEDED", "final_metric": 3.0, "parameters": {"x": 1}},
-        {"status": "SUCCEEDED", "final_metric": 1.0, "parameters": {"x": 2}},
-        {"status": "SUCCEEDED", "final_metric": 2.0, "parameters": {"x": 2}},  # the same point again
-        {"status": "SUCCEEDED", "final_metric": float("nan"), "parameters": {"x": 3}},
-        {"status": "FAILED", "final_metric": 0.0, "parameters": {"x": 4}},
+        row(0, final_metric=3.0, parameters={"x": 1}),
+        row(1, final_metric=1.0, parameters={"x": 2}),
+        row(2, final_metric=2.0, parameters={"x": 2}),  # the same point again
+        row(3, final_metric=float("nan"), parameters={"x": 3}),
+        row(4, "FAILED", final_metric=0.0, parameters={"x": 4}),
     ]
-    assert [r["parameters"] for r in ranked(rows, "minimize")] == [{"x": 2}, {"x": 1}]
-    assert [r["parameters"] for r in ranked(rows, "maximize")] == [{"x": 1}, {"x": 2}]
+    assert [r.parameters for r in ranked(rows, "minimize")] == [{"x": 2}, {"x": 1}]
+    assert [r.parameters for r in ranked(rows, "maximize")] == [{"x": 1}, {"x": 2}]
 
 
 def test_the_first_experiment_of_a_dag_starts_fresh(tmp_path, store):

@@ -68,7 +68,7 @@ def test_the_summary_counts_the_runs_own_trials_and_fails_without_a_result(setup
     store.record_metrics(a.storage_id, [Metric("FINAL", 0, 0.7)])
     store.close(a.storage_id, TrialStatus.SUCCEEDED)
     ok = summarize_run(experiment, store, "r2", {})
-    assert ok.failure is None and ok.best is not None and ok.best["trial_index"] == 3
+    assert ok.failure is None and ok.best is not None and ok.best.trial_index == 3
     assert [t["trial_index"] for t in ok.summary["trials"]] == [3]  # only its own window
     assert "* " in ok.table.splitlines()[1]
 
@@ -85,7 +85,7 @@ def test_cancel_stops_every_running_trial_and_closes_it(setup):
         time.sleep(0.1)
     assert not any(process_alive(pid) for pid in pids)
     rows = store.trial_rows("erunlife")
-    assert [r["status"] for r in rows] == ["USER_CANCELED"] * 2 and rows[0]["message"] == "stopped by a person"
+    assert [r.status for r in rows] == ["USER_CANCELED"] * 2 and rows[0].message == "stopped by a person"
     assert cancel_trials(experiment, store, "again") == 0
 
 

@@ -268,7 +268,7 @@ class TrialResult:
 
 def finish_trial(store: ExperimentStore, storage_id: int, status: TrialStatus, message: str | None) -> TrialResult:
     """Close the trial in the store (a second call leaves the first outcome) and build its result."""
-    from trialflow.tuning.experiment_store import scalar
+    from trialflow.tuning.results import scalar
 
     record = store.close(storage_id, status, message)
     metric = scalar(record.final)

@@ -11,30 +11,33 @@ that would call it does not exist, and ``operator_lineage`` returns None.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trialflow.run_summary import ExperimentSummary
 
 #: The facet's key in the run's facets.
 FACET_NAME = "trialflow_experiment"
 
 
-def facet_fields(summary: dict[str, Any], search_space: dict[str, Any] | None) -> dict[str, Any]:
+def facet_fields(summary: ExperimentSummary, search_space: dict[str, Any] | None) -> dict[str, Any]:
     """What the facet carries, from the end step's summary (plain JSON: a lineage backend stores
     it as sent). The experiment's best across its runs, or its Pareto set."""
-    best = summary.get("study_best") or summary.get("best") or {}
+    best = summary["study_best"] or summary["best"]
     return {
-        "experimentId": summary.get("experiment_id"),
-        "experimentName": summary.get("experiment_name"),
-        "optimizeMode": summary.get("optimize_mode"),
+        "experimentId": summary["experiment_id"],
+        "experimentName": summary["experiment_name"],
+        "optimizeMode": summary["optimize_mode"],
         "searchSpace": search_space or {},
         "objectives": summary.get("objectives") or [],
-        "bestTrialId": best.get("trial_id"),
-        "bestParameters": best.get("parameters"),
-        "bestMetric": best.get("final_metric"),
+        "bestTrialId": best["trial_id"] if best else None,
+        "bestParameters": best["parameters"] if best else None,
+        "bestMetric": best["final_metric"] if best else None,
         "paretoSet": [
             {"trialId": p["trial_id"], "parameters": p["parameters"], "values": p["values"]}
             for p in summary.get("pareto") or []
         ],
-        "trialCounts": summary.get("status_counts") or {},
+        "trialCounts": summary["status_counts"],
     }
 
 
@@ -61,7 +64,7 @@ def _facet_class() -> type:
     return TrialflowExperimentRunFacet
 
 
-def operator_lineage(summary: dict[str, Any] | None, search_space: dict[str, Any] | None) -> Any:
+def operator_lineage(summary: ExperimentSummary | None, search_space: dict[str, Any] | None) -> Any:
     """The end step's OperatorLineage (run facet only), or None without the provider or a summary."""
     if not summary:
         return None

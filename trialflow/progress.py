@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from trialflow.platforms.base import TERMINAL_STATUSES
-from trialflow.trial.status import COUNTED_STATUS_NAMES
+from trialflow.tuning.results import TrialRow
 
 _TERMINAL = {s.value for s in TERMINAL_STATUSES}
 
@@ -67,12 +67,10 @@ class RunDisplay:
     def say(self, message: str) -> None:
         self.err.print(message)
 
-    def update(self, rows: list[dict[str, Any]]) -> None:
-        counts = Counter(r["status"] for r in rows)
+    def update(self, rows: list[TrialRow]) -> None:
+        counts = Counter(r.status for r in rows)
         done = sum(n for s, n in counts.items() if s in _TERMINAL)
-        finals = [
-            r["final_metric"] for r in rows if r["final_metric"] is not None and r["status"] in COUNTED_STATUS_NAMES
-        ]
+        finals = [r.final_metric for r in rows if r.final_metric is not None and r.counted]
         description = f"trials: {counts.get('RUNNING', 0)} running, {counts.get('FAILED', 0)} failed"
         if self.objectives:  # no single best: how many trials no other beats on every objective
             from trialflow.tuning.pareto import pareto_rows, with_values
@@ -95,29 +93,29 @@ class RunDisplay:
         table = Table(title=f"Experiment {result.experiment_id} ({result.optimize_mode}) — {result.state}")
         for column in ("", "trial", "status", "final", "#intermediate", "parameters"):
             table.add_column(column, justify="right" if column in ("trial", "final", "#intermediate") else "left")
-        marked = set(result.pareto) or ({result.best["trial_index"]} if result.best else set())
+        marked = set(result.pareto) or ({result.best.trial_index} if result.best else set())
         for r in result.rows:
             table.add_row(
-                "*" if r["trial_index"] in marked else "",
-                str(r["trial_index"]),
-                r["status"] or "",
+                "*" if r.trial_index in marked else "",
+                str(r.trial_index),
+                r.status or "",
                 _final(r),
-                str(r["intermediate_count"]),
-                format_parameters(r["parameters"]),
+                str(r.intermediate_count),
+                format_parameters(r.parameters),
             )
         self.out.print(table)
         if result.pareto:
             self.out.print(f"Pareto set (*): {len(result.pareto)} trials, no one beaten on every objective")
         elif result.best:
             self.out.print(
-                f"Best trial {result.best['trial_id']}: {result.best['final_metric']:.6g} "
-                f"with {format_parameters(result.best['parameters'])}"
+                f"Best trial {result.best.trial_id}: {result.best.final_metric:.6g} "
+                f"with {format_parameters(result.best.parameters)}"
             )
         self.out.print(f"Files: {result.home}")
 
 
-def _final(row: dict[str, Any]) -> str:
+def _final(row: TrialRow) -> str:
     """A trial's final result in the table: its values by objective, or its metric."""
-    if row.get("values"):
-        return " ".join(f"{k}={v:.4g}" for k, v in row["values"].items())
-    return "" if row["final_metric"] is None else f"{row['final_metric']:.6g}"
+    if row.values:
+        return " ".join(f"{k}={v:.4g}" for k, v in row.values.items())
+    return "" if row.final_metric is None else f"{row.final_metric:.6g}"

@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from trialflow.run_summary import ExperimentSummary
 
 #: Marks an asset event's extra as trialflow's, and the shape it has (bumped on a breaking change).
 FORMAT_KEY = "trialflow"
@@ -154,7 +157,7 @@ class PublishedBest:
 
 
 def publication(
-    summary: dict[str, Any] | None, dag_id: str, run_id: str, url: str | None, directory: str | None = None
+    summary: ExperimentSummary | None, dag_id: str, run_id: str, url: str | None, directory: str | None = None
 ) -> tuple[dict[str, Any] | None, str]:
     """The extra to publish for an end step's summary, or None and why nothing is published.
 
@@ -164,27 +167,34 @@ def publication(
     the experiment's folder on the Airflow hosts (where a downstream step may put what it makes)."""
     if not summary:
         return None, "the end step has no summary (no trial of this run succeeded, or it did not run)"
-    following = summary.get("continuation") or {}
-    if following.get("run_id"):
-        return None, f"the experiment goes on in run {following['run_id']}; its last run publishes"
-    best = summary.get("study_best") or summary.get("best")
+    following = summary["continuation"]["run_id"]
+    if following:
+        return None, f"the experiment goes on in run {following}; its last run publishes"
+    best = summary["study_best"] or summary["best"]
     if not best:
-        return None, f"no trial of experiment {summary.get('experiment_id')} succeeded with a final result"
+        return None, f"no trial of experiment {summary['experiment_id']} succeeded with a final result"
     extra: dict[str, Any] = {
         FORMAT_KEY: FORMAT,
         "experiment_id": summary["experiment_id"],
-        "experiment_name": summary.get("experiment_name"),
+        "experiment_name": summary["experiment_name"],
         "dag_id": dag_id,
         "run_id": run_id,
-        "optimize_mode": summary.get("optimize_mode"),
+        "optimize_mode": summary["optimize_mode"],
         "url": url,
         "directory": directory,
     }
-    if len(summary.get("objectives") or ()) > 1:
+    objectives = summary.get("objectives") or []
+    if len(objectives) > 1:
         # No single best to publish: the whole Pareto set, and a reader must choose a member.
-        extra["objectives"] = summary["objectives"]
+        extra["objectives"] = objectives
         extra["pareto"] = [
-            {k: p[k] for k in ("trial_id", "trial_index", "parameters", "values")} for p in summary.get("pareto") or []
+            {
+                "trial_id": p["trial_id"],
+                "trial_index": p["trial_index"],
+                "parameters": p["parameters"],
+                "values": p["values"],
+            }
+            for p in summary.get("pareto") or []
         ]
         return extra, f"the Pareto set of {len(extra['pareto'])} trial(s) on {len(extra['objectives'])} objectives"
     extra.update(

@@ -11,14 +11,13 @@ data and the tuner learns from those fresh results, never from the old ones.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
-
-from trialflow.trial.status import COUNTED_STATUS_NAMES
 
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
     from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.tuning.results import TrialRow
 
 #: The experiment attribute naming what a re-tuning experiment took over (and from where).
 RETUNED_FROM = "retuned_from"
@@ -38,9 +37,7 @@ class Retune:
     reason: str = ""
 
 
-def ranked(
-    rows: list[dict[str, Any]], mode: str, objectives: list[dict[str, str]] | None = None
-) -> list[dict[str, Any]]:
+def ranked(rows: list[TrialRow], mode: str, objectives: list[dict[str, str]] | None = None) -> list[TrialRow]:
     """Succeeded trials with a final metric, best first (several objectives: front by front,
     as NSGA-II ranks); a parameter set tried twice counts once (its better result), so k
     distinct points come over."""
@@ -48,18 +45,18 @@ def ranked(
     from trialflow.tuning.tuners import BUDGET_KEY
 
     if objectives:
-        done = fronts(with_values([r for r in rows if r["status"] in COUNTED_STATUS_NAMES], objectives), objectives)
+        done = fronts(with_values([r for r in rows if r.counted], objectives), objectives)
     else:
-        done = [r for r in rows if r["status"] in COUNTED_STATUS_NAMES and _finite(r.get("final_metric"))]
-        done.sort(key=lambda r: r["final_metric"], reverse=mode != "minimize")
+        done = [r for r in rows if r.counted and _finite(r.final_metric)]
+        done.sort(key=lambda r: r.final_metric or 0.0, reverse=mode != "minimize")
     seen: set[str] = set()
     out = []
     for row in done:
-        point = {k: v for k, v in (row["parameters"] or {}).items() if k != BUDGET_KEY}
+        point = {k: v for k, v in (row.parameters or {}).items() if k != BUDGET_KEY}
         key = repr(sorted(point.items()))
         if key not in seen:
             seen.add(key)
-            out.append({**row, "parameters": point})
+            out.append(replace(row, parameters=point))
     return out
 
 
@@ -78,7 +75,7 @@ def previous_experiment(store: ExperimentStore, dag_id: str, experiment_id: str)
     return None
 
 
-def _ranked_trials(store: ExperimentStore, experiment_id: str) -> list[dict[str, Any]]:
+def _ranked_trials(store: ExperimentStore, experiment_id: str) -> list[TrialRow]:
     from trialflow.tuning.pareto import OBJECTIVES_ATTR
 
     mode = store.experiment_attr(experiment_id, "optimize_mode") or "maximize"
@@ -105,17 +102,18 @@ def seed_from_previous(store: ExperimentStore, experiment: Experiment, dag_id: s
     for row in _ranked_trials(store, previous):
         if len(queued) == experiment.config.top_k:
             break
+        parameters = row.parameters or {}
         try:
-            encode(experiment.space, row["parameters"])
+            encode(experiment.space, parameters)
         except SearchSpaceError as exc:
-            dropped.append(f"trial {row['trial_id']}: {exc}")
+            dropped.append(f"trial {row.trial_id}: {exc}")
             continue
-        values = row.get("values")
-        old = ", ".join(f"{k} {v:.6g}" for k, v in values.items()) if values else f"{row['final_metric']:.6g}"
-        why = f"re-evaluates trial {row['trial_id']} of experiment {previous} ({old} on the old data)"
-        store.enqueue(experiment_id, row["parameters"], {"by": REQUESTER, "reason": why, "at": time.time()})
-        metric = row.get("values") or row["final_metric"]
-        queued.append({"trial_id": row["trial_id"], "parameters": row["parameters"], "metric": metric})
+        values = row.values
+        old = ", ".join(f"{k} {v:.6g}" for k, v in values.items()) if values else f"{row.final_metric:.6g}"
+        why = f"re-evaluates trial {row.trial_id} of experiment {previous} ({old} on the old data)"
+        store.enqueue(experiment_id, parameters, {"by": REQUESTER, "reason": why, "at": time.time()})
+        metric = values or row.final_metric
+        queued.append({"trial_id": row.trial_id, "parameters": parameters, "metric": metric})
     store.set_experiment_attrs(
         experiment_id, {RETUNED_FROM: {"experiment_id": previous, "queued": queued, "dropped": dropped}}
     )

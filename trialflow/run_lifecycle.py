@@ -17,28 +17,23 @@ from typing import TYPE_CHECKING, Any
 from trialflow.experiment import Continuation, Experiment, check_owner, continued_run
 from trialflow.platforms.base import Connections, TrialStatus
 from trialflow.retune import Retune, seed_from_previous
+from trialflow.run_summary import (
+    ExperimentSummary,
+    FollowOn,
+    best_trial,
+    format_table,
+    pareto_member,
+    stopped_by,
+    summary_trial,
+)
 from trialflow.run_windows import RunWindow
 from trialflow.tuning.pareto import pareto_rows, with_values
+from trialflow.tuning.results import TrialRow, best_row
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
-
-#: A trial's fields in the end step's summary (its XCom) and in ``best``.
-SUMMARY_FIELDS = (
-    "trial_index",
-    "trial_id",
-    "parameters",
-    "status",
-    "final_metric",
-    "final_extra",
-    "intermediate_count",
-    "message",
-)
-BEST_FIELDS = ("trial_index", "trial_id", "parameters", "final_metric", "final_extra")
-#: A Pareto-set member's fields (several objectives): ``values`` is {metric: value}.
-PARETO_FIELDS = ("trial_index", "trial_id", "parameters", "values")
 
 
 class RunHasNoTrials(Exception):
@@ -87,9 +82,9 @@ class RunSummary:
     """The end step's verdict on one run: its trials, its best, the experiment's best, and
     whether the step succeeds (``failure`` None) or not (``failure`` says why)."""
 
-    summary: dict[str, Any]
-    rows: list[dict[str, Any]]
-    best: dict[str, Any] | None
+    summary: ExperimentSummary
+    rows: list[TrialRow]
+    best: TrialRow | None
     failure: str | None = None
     notes: list[str] = field(default_factory=list)
     #: Several objectives: the trial indexes of the Pareto set (marked in the table).
@@ -104,7 +99,9 @@ class RunSummary:
 
     @property
     def table(self) -> str:
-        marked = self.pareto_indexes or ({self.best["trial_index"]} if self.best else set())
+        marked = self.pareto_indexes or (
+            {self.best.trial_index} if self.best and self.best.trial_index is not None else set()
+        )
         return format_table(self.rows, marked)
 
 
@@ -115,8 +112,6 @@ def summarize_run(
     best beside), counts, best, the follow-on run an unbounded experiment needs, and the
     verdict: the step fails only when no trial of the run has a result, except for a follow-on
     run the experiment's deadline ended first (the best of the runs before stands)."""
-    from trialflow.tuning.experiment_store import best_row
-
     exists = store.experiment_exists(experiment.experiment_id)
     window = experiment.window(store, run_id) if exists else RunWindow()
     if not window.count:
@@ -125,38 +120,36 @@ def summarize_run(
         )
     all_rows = store.trial_rows(experiment.experiment_id)
     objectives = experiment.objectives
+    several = bool(objectives)
     if objectives:
         all_rows = with_values(all_rows, objectives)
-    end = window.first_index + window.count
-    rows = [r for r in all_rows if window.first_index <= (r["trial_index"] or 0) < end]
+    rows = [r for r in all_rows if window.holds(r.trial_index or 0)]
     mode = experiment.config.optimize_mode
     pareto = pareto_rows(all_rows, objectives) if objectives else []
     if objectives:  # "best" is the Pareto set; its first member (by the first objective) stands for it
         best = next(iter(pareto_rows(rows, objectives)), None)
         study_best = next(iter(pareto), None)
-        best, study_best = (_as_best(r) if r else None for r in (best, study_best))
     else:
         best = best_row(rows, mode)
         study_best = best_row(all_rows, mode)
-    counts = Counter(r["status"] for r in rows)
+    counts = Counter(r.status or "" for r in rows)
     following = experiment.continuation(store, run_id)
-    trials = [{k: r[k] for k in SUMMARY_FIELDS} | ({"values": r["values"]} if objectives else {}) for r in rows]
-    summary: dict[str, Any] = {
-        "experiment_id": experiment.experiment_id,
-        "experiment_name": experiment.config.experiment_name,
-        "optimize_mode": mode,
-        "status_counts": dict(counts),
-        "best": None if best is None else {k: best[k] for k in BEST_FIELDS},
-        "study_best": None if study_best is None else {k: study_best[k] for k in BEST_FIELDS},
-        "trials": trials,
-        "continuation": {"run_id": following.run_id, "conf": following.conf, "reason": following.reason},
-        # a person's stop (or Airflow's mark failed on the run): who, when, why; None otherwise
-        "stopped": None if not window.stopped else {k: window.stopped.get(k) for k in ("by", "at", "reason")},
-    }
+    summary = ExperimentSummary(
+        experiment_id=experiment.experiment_id,
+        experiment_name=experiment.config.experiment_name,
+        optimize_mode=mode,
+        status_counts=dict(counts),
+        best=None if best is None else best_trial(best, several),
+        study_best=None if study_best is None else best_trial(study_best, several),
+        trials=[summary_trial(r, several) for r in rows],
+        continuation=FollowOn(run_id=following.run_id, conf=following.conf, reason=following.reason),
+        stopped=stopped_by(window.stopped),
+    )
     if objectives:
         summary["objectives"] = objectives
-        summary["pareto"] = [{k: r[k] for k in PARETO_FIELDS} for r in pareto]
-    result = RunSummary(summary, rows, best, pareto_indexes={r["trial_index"] for r in pareto}, following=following)
+        summary["pareto"] = [pareto_member(r) for r in pareto]
+    indexes = {r.trial_index for r in pareto if r.trial_index is not None}
+    result = RunSummary(summary, rows, best, pareto_indexes=indexes, following=following)
     if window.stopped:
         result.notes.append(
             f"Experiment {experiment.experiment_id} was stopped by {window.stopped.get('by') or '?'}: "
@@ -237,26 +230,3 @@ def cancel_trials(
             store.finish(trial.storage_id, status, trial.final, reason)
             cancelled += 1
     return cancelled
-
-
-def _as_best(row: dict[str, Any]) -> dict[str, Any]:
-    """A Pareto member in ``best``'s shape: its final metric is its values, one per objective."""
-    return {**{k: row[k] for k in BEST_FIELDS}, "final_metric": row["values"]}
-
-
-def format_table(rows: list[dict[str, Any]], marked: set[int]) -> str:
-    """A plain-text results table for the task log (``*``: the best trial, or the Pareto set);
-    a dict final's other keys follow its value; several objectives show their values."""
-    lines = [f"{'':1} {'trial':>5}  {'id':<14} {'status':<14} {'final':>12}  {'#int':>4}  parameters"]
-    for r in rows:
-        if r.get("values"):
-            final = " ".join(f"{k}={v:.4g}" for k, v in r["values"].items())
-        else:
-            final = "" if r["final_metric"] is None else f"{r['final_metric']:.6g}"
-        mark = "*" if r["trial_index"] in marked else " "
-        extra = f"  {r['final_extra']}" if r.get("final_extra") else ""
-        lines.append(
-            f"{mark} {r['trial_index']:>5}  {r['trial_id'] or '':<14} {r['status'] or '':<14} "
-            f"{final:>12}  {r['intermediate_count']:>4}  {r['parameters']}{extra}"
-        )
-    return "\n".join(lines)

@@ -34,8 +34,9 @@ from trialflow.experiment import (
 from trialflow.plan import default_dag_id
 from trialflow.run_lifecycle import cancel_trials
 from trialflow.run_windows import RunWindow
-from trialflow.tuning.experiment_store import ExperimentStore, best_row, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.pareto import pareto_rows, with_values
+from trialflow.tuning.results import TrialRow, best_row
 
 TERMINAL_RUN_STATES = {"success", "failed"}
 DAG_FILE = """\
@@ -52,37 +53,50 @@ class RunResult:
     dag_id: str
     run_id: str
     state: str
-    rows: list[dict[str, Any]]
-    best: dict[str, Any] | None
+    rows: list[TrialRow]
+    best: TrialRow | None
     optimize_mode: str
     home: Path
     #: Several objectives: the Pareto set's trial indexes (``best`` is its first member).
     pareto: list[int] = field(default_factory=list)
     #: ``--downstream``: each downstream DAG's run its Asset started ({dag_id, run_id, state}).
     downstream: list[dict[str, Any]] = field(default_factory=list)
+    #: Several objectives: each trial carries its values by name.
+    several: bool = False
 
     @property
     def succeeded(self) -> bool:
         return self.state == "success" and all(d["state"] == "success" for d in self.downstream)
 
     def to_json(self) -> dict[str, Any]:
-        keep = ("trial_index", "trial_id", "parameters", "status", "final_metric", "intermediate_count")
-        # each trial's message too: why it failed (a GPU request that can never fit said nothing)
-        trial_keys = (*keep, "message")
+        best = self.best
         return {
             "experiment_id": self.experiment_id,
             "dag_id": self.dag_id,
             "run_id": self.run_id,
             "state": self.state,
             "optimize_mode": self.optimize_mode,
+            # each trial's message too: why it failed (a GPU request that can never fit said nothing)
             "trials": [
-                {k: r.get(k) for k in trial_keys} | ({"values": r["values"]} if "values" in r else {})
+                _trial_json(r) | {"message": r.message} | ({"values": r.values} if self.several else {})
                 for r in self.rows
             ],
-            "best": None if self.best is None else {k: self.best[k] for k in keep},
+            "best": None if best is None else _trial_json(best),
             **({"pareto": self.pareto} if self.pareto else {}),
             **({"downstream": self.downstream} if self.downstream else {}),
         }
+
+
+def _trial_json(row: TrialRow) -> dict[str, Any]:
+    """A trial in ``trialflow run --json``."""
+    return {
+        "trial_index": row.trial_index,
+        "trial_id": row.trial_id,
+        "parameters": row.parameters,
+        "status": row.status,
+        "final_metric": row.final_metric,
+        "intermediate_count": row.intermediate_count,
+    }
 
 
 #: A run home's .airflowignore: nothing in it is for an Airflow that scans the folder it sits in
@@ -227,7 +241,7 @@ class ExperimentRun:
         # checked last, with the triggerer (a component that died says so here).
         self.airflow.wait_healthy()
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[TrialRow]:
         try:
             return ExperimentStore(self.store_url).trial_rows(self.experiment_id)
         except KeyError:  # the start task has not created the study yet
@@ -249,7 +263,7 @@ class ExperimentRun:
         run_id = continuation_run_id(self.experiment_id, window.first_index + window.count)
         return run_id if self.airflow.run_conf(self.dag_id, run_id) is not None else None
 
-    def wait(self, on_progress: Callable[[list[dict[str, Any]]], None], timeout: float | None = None) -> str:
+    def wait(self, on_progress: Callable[[list[TrialRow]], None], timeout: float | None = None) -> str:
         deadline = time.monotonic() + timeout if timeout else None
         while True:
             self.airflow.check_alive()
@@ -337,7 +351,8 @@ class ExperimentRun:
             best,
             self.config.optimize_mode,
             self.home,
-            [r["trial_index"] for r in pareto],
+            [r.trial_index for r in pareto if r.trial_index is not None],
+            several=bool(objectives),
         )
 
     def stop(self) -> None:

@@ -11,6 +11,7 @@ from airflow.sdk.execution_time.comms import AssetEventDagRunReferenceResult
 from airflow.sdk.execution_time.context import TriggeringAssetEventsAccessor
 
 from tests.airflow.test_dag import write_config
+from tests.helpers.summaries import summary
 from trialflow.assets import NotPublished, best_parameters, best_parameters_asset
 from trialflow.dag import experiment_dag
 from trialflow.published import publication
@@ -19,13 +20,8 @@ T0 = datetime(2026, 11, 25, tzinfo=UTC)
 
 
 def published(params: dict, run_id: str, dag_id: str = "dag_a") -> dict:
-    summary = {
-        "experiment_id": f"exp-{run_id}",
-        "optimize_mode": "maximize",
-        "best": {"trial_index": 0, "trial_id": "t", "parameters": params, "final_metric": 0.5},
-        "continuation": {"run_id": None},
-    }
-    extra, _ = publication(summary, dag_id, run_id, None)
+    best = {"trial_index": 0, "trial_id": "t", "parameters": params, "final_metric": 0.5, "final_extra": {}}
+    extra, _ = publication(summary(experiment_id=f"exp-{run_id}", best=best, study_best=best), dag_id, run_id, None)
     assert extra is not None
     return extra
 

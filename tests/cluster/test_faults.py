@@ -103,19 +103,19 @@ def check_every_trial_once(
             "fault": fault,
             "trials": trials,
             "started": len(starts),
-            "finished": sum(r["status"] == "SUCCEEDED" for r in rows),
-            "lost": trials - sum(r["status"] == "SUCCEEDED" and r["intermediate_count"] == 2 for r in rows),
+            "finished": sum(r.status == "SUCCEEDED" for r in rows),
+            "lost": trials - sum(r.status == "SUCCEEDED" and r.intermediate_count == 2 for r in rows),
             "duplicated": sum(n - 1 for n in starts.values()),
             "retried tasks": sum(ti["try_number"] > 1 for ti in tis),
             "wall s": round(time.monotonic() - started_at, 1),
         }
     )
-    assert [r["status"] for r in rows] == ["SUCCEEDED"] * trials, rows
-    assert [r["trial_index"] for r in rows] == list(range(trials))
-    assert all(r["intermediate_count"] == 2 for r in rows), [r["intermediate_count"] for r in rows]
+    assert [r.status for r in rows] == ["SUCCEEDED"] * trials, rows
+    assert [r.trial_index for r in rows] == list(range(trials))
+    assert all(r.intermediate_count == 2 for r in rows), [r.intermediate_count for r in rows]
     assert sorted(ti["map_index"] for ti in tis) == list(range(trials))
     assert all(ti["state"] == "success" for ti in tis), [(ti["map_index"], ti["state"]) for ti in tis]
-    assert sorted(starts) == sorted(r["trial_id"] for r in rows)
+    assert sorted(starts) == sorted(r.trial_id for r in rows)
     assert set(starts.values()) == {1}, f"trials started more than once: {starts}"
     hosts = Path(f"{log}.hosts")
     if ran_on is not None:
@@ -383,7 +383,7 @@ def test_the_whole_deployment_killed_started_again_and_the_run_cleared(cluster: 
             rows = store.trial_rows(experiment_id)
         except KeyError:  # the start step has not opened the experiment yet
             return False
-        return sum(r["status"] == "SUCCEEDED" for r in rows) >= 2 and len(log.read_text().split()) >= 6
+        return sum(r.status == "SUCCEEDED" for r in rows) >= 2 and len(log.read_text().split()) >= 6
 
     wait_until(under_way, 180, "two trials finished and six started")
     workers = cluster.kill_all()

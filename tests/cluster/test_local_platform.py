@@ -86,9 +86,9 @@ def test_local_trials_run_and_are_followed_on_the_host_of_their_queue(cluster: D
     rows = ExperimentStore(cluster.store_url).trial_rows(experiment_id_for(dag_id, run_id))
     assert len(rows) == 6
     for row in rows:
-        assert row["status"] == "SUCCEEDED", row
-        assert row["final_metric_raw"]["host"] == "worker-a", row
-        assert row["intermediate_count"] == 1, row
+        assert row.status == "SUCCEEDED", row
+        assert row.final_metric_raw["host"] == "worker-a", row
+        assert row.intermediate_count == 1, row
 
 
 def test_without_a_queue_the_experiment_is_refused_when_parsed(cluster: Deployment):

@@ -43,20 +43,20 @@ def test_kill_lower_concurrency_and_stop_reach_trials_on_other_hosts(cluster: De
 
     def running() -> list[dict[str, Any]]:
         try:
-            return [r for r in store.trial_rows(experiment_id) if r["status"] == "RUNNING"]
+            return [r for r in store.trial_rows(experiment_id) if r.status == "RUNNING"]
         except KeyError:
             return []
 
     first = wait_until(lambda: len(running()) >= 4 and running(), 180, "four trials running on the SSH machine")
-    victim = first[0]["trial_index"]
+    victim = first[0].trial_index
     response = act(cluster, "POST", f"experiments/{experiment_id}/trials/{victim}/kill")
     assert response.status_code == 200, response.text
     response = act(cluster, "PATCH", f"experiments/{experiment_id}/limits", {"trialConcurrency": 2})
     assert response.status_code == 200 and response.json()["dag_parse_requested"], response.text
 
     def killed() -> bool:
-        row = next(r for r in store.trial_rows(experiment_id) if r["trial_index"] == victim)
-        return row["status"] == "USER_CANCELED" and row["message"] == "killed by trialflow"
+        row = next(r for r in store.trial_rows(experiment_id) if r.trial_index == victim)
+        return row.status == "USER_CANCELED" and row.message == "killed by trialflow"
 
     wait_until(killed, 60, "the killed trial to end USER_CANCELED")
 
@@ -86,18 +86,18 @@ def test_kill_lower_concurrency_and_stop_reach_trials_on_other_hosts(cluster: De
             "fault": "page actions: kill, concurrency 4 -> 2, stop (SSH machine, worker + triggerer)",
             "trials": len(rows),
             "started": len(starts),
-            "finished": sum(r["status"] in ("SUCCEEDED", "USER_CANCELED") for r in rows),
-            "lost": sum(r["status"] not in ("SUCCEEDED", "USER_CANCELED") for r in rows),
+            "finished": sum(r.status in ("SUCCEEDED", "USER_CANCELED") for r in rows),
+            "lost": sum(r.status not in ("SUCCEEDED", "USER_CANCELED") for r in rows),
             "duplicated": sum(n - 1 for n in starts.values()),
             "retried tasks": 0,
             "wall s": round(time.monotonic() - started_at, 1),
         }
     )
     assert set(starts.values()) == {1}, f"trials started more than once: {starts}"
-    assert sorted(starts) == sorted(r["trial_id"] for r in rows)  # every started trial is in the store
-    assert all(r["status"] in ("SUCCEEDED", "USER_CANCELED") for r in rows), rows  # none left running
+    assert sorted(starts) == sorted(r.trial_id for r in rows)  # every started trial is in the store
+    assert all(r.status in ("SUCCEEDED", "USER_CANCELED") for r in rows), rows  # none left running
     assert len(starts) == stopped_at  # nothing started after the stop
-    assert any(r["status"] == "USER_CANCELED" and "experiment stopped by trialflow" in r["message"] for r in rows)
+    assert any(r.status == "USER_CANCELED" and "experiment stopped by trialflow" in r.message for r in rows)
     assert len(rows) < 24 and state == "success"  # the end step found results; the rest never started
     tis = [ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
     assert all(ti["state"] in ("success", "skipped") for ti in tis), [(ti["map_index"], ti["state"]) for ti in tis]
@@ -130,17 +130,17 @@ def test_mark_failed_across_the_hand_off_leaves_nothing_running(cluster: Deploym
             "fault": "mark failed across the hand-off (SSH machine, worker -> triggerer)",
             "trials": len(offsets),
             "started": len(starts),
-            "finished": sum(r["status"] in ("SUCCEEDED", "USER_CANCELED") for r in rows),
-            "lost": sum(r["status"] in ("RUNNING", "WAITING") for r in rows) + len(left.split()),
+            "finished": sum(r.status in ("SUCCEEDED", "USER_CANCELED") for r in rows),
+            "lost": sum(r.status in ("RUNNING", "WAITING") for r in rows) + len(left.split()),
             "duplicated": sum(n - 1 for n in starts.values()),
             "retried tasks": 0,
             "wall s": round(time.monotonic() - started_at, 1),
         }
     )
     assert set(starts.values()) == {1}, f"trials started more than once: {starts}"
-    assert not [r for r in rows if r["status"] in ("RUNNING", "WAITING")], rows
+    assert not [r for r in rows if r.status in ("RUNNING", "WAITING")], rows
     assert left == "", f"trial processes left on the SSH machine: {left}"
     # a click just after a trial ended on its own leaves its success; every other one stopped it
-    assert all(r["status"] in ("SUCCEEDED", "USER_CANCELED") for r in rows), rows
+    assert all(r.status in ("SUCCEEDED", "USER_CANCELED") for r in rows), rows
     tis = [ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
     assert {ti["state"] for ti in tis} == {"failed"}, [(ti["map_index"], ti["state"]) for ti in tis]

@@ -93,7 +93,7 @@ def patch_ti(harness: Harness, dag_id: str, run_id: str, map_index: int, state: 
 
 
 def store_row(harness: Harness, dag_id: str, run_id: str, index: int) -> dict[str, Any]:
-    return next(r for r in harness.rows(dag_id, run_id) if r["trial_index"] == index)
+    return next(r for r in harness.rows(dag_id, run_id) if r.trial_index == index)
 
 
 @pytest.mark.parametrize(
@@ -115,13 +115,13 @@ def test_marking_a_trial_task_stops_its_trial(harness: Harness, followed_in: str
     took = gone(pids)
     row = wait_for(
         "the store to close the trial",
-        lambda: (r := store_row(harness, dag_id, run_id, 0))["status"] != "RUNNING" and r["status"] != "WAITING" and r,
+        lambda: (r := store_row(harness, dag_id, run_id, 0))["status"] != "RUNNING" and r.status != "WAITING" and r,
     )
-    assert row["status"] == "USER_CANCELED"
+    assert row.status == "USER_CANCELED"
     # The run's only trial: its run may already be failed when the worker asks (then said too).
-    assert row["message"].startswith(f"stopped from Airflow: its task was marked {state}"), row
+    assert row.message.startswith(f"stopped from Airflow: its task was marked {state}"), row
     harness.wait(dag_id, run_id, 120)
-    assert launches.read_text().split() == [row["trial_id"]]  # no second copy
+    assert launches.read_text().split() == [row.trial_id]  # no second copy
     assert [ti["state"] for ti in harness.tis(dag_id, run_id)] == [state]
     print(f"mark {state} ({followed_in}): process gone {took:.1f} s after the PATCH")
 
@@ -139,12 +139,12 @@ def test_clearing_a_deferred_trial_stops_it_and_does_not_run_it_again(harness: H
     gone(pids)
     _, state = harness.wait(dag_id, run_id, 120)
     row = store_row(harness, dag_id, run_id, 0)
-    assert (row["status"], row["message"]) == ("USER_CANCELED", "stopped from Airflow: its task was cleared")
+    assert (row.status, row.message) == ("USER_CANCELED", "stopped from Airflow: its task was cleared")
     (ti,) = harness.tis(dag_id, run_id)
     # The new try reports the stopped trial from the store (skipped: a person chose it); the
     # run fails at its end step, which found no result.
     assert ti["try_number"] >= 2 and ti["state"] == "skipped" and state == "failed"
-    assert launches.read_text().split() == [row["trial_id"]]
+    assert launches.read_text().split() == [row.trial_id]
 
 
 def test_marking_the_dag_run_failed_stops_every_trial_and_the_run(harness: Harness):
@@ -159,11 +159,11 @@ def test_marking_the_dag_run_failed_stops_every_trial_and_the_run(harness: Harne
 
     def closed() -> list[dict[str, Any]] | None:
         rows = harness.rows(dag_id, run_id)
-        return rows if all(r["status"] == "USER_CANCELED" for r in rows) else None
+        return rows if all(r.status == "USER_CANCELED" for r in rows) else None
 
     rows = wait_for("every trial USER_CANCELED", closed, 30)
-    assert sorted(r["trial_index"] for r in rows) == sorted(pids)  # and none started after
-    assert all(r["message"].endswith(f"marked failed; DAG run {run_id} is failed") for r in rows), rows
+    assert sorted(r.trial_index for r in rows) == sorted(pids)  # and none started after
+    assert all(r.message.endswith(f"marked failed; DAG run {run_id} is failed") for r in rows), rows
     window = harness.store.experiment_attrs(experiment_id)[f"run:{run_id}"]
     assert window["stopped"]["by"] == "Airflow" and "is failed" in window["stopped"]["reason"]
     from trialflow import steering
@@ -217,7 +217,7 @@ def test_marking_a_remote_trial_failed_stops_its_process_tree_on_the_ssh_machine
         "the store to close the trial",
         lambda: (r := store_row(harness, dag_id, run_id, 0))["status"] == "USER_CANCELED" and r,
     )
-    assert row["message"].startswith("stopped from Airflow: its task was marked failed")
+    assert row.message.startswith("stopped from Airflow: its task was marked failed")
     harness.wait(dag_id, run_id, 120)
     print(f"mark failed (remote, triggerer): process tree gone {took:.1f} s after the PATCH")
 
@@ -280,7 +280,7 @@ def all_closed(harness: Harness, dag_id: str, run_id: str, timeout: float = 60) 
 
     def closed() -> list[dict[str, Any]] | None:
         rows = harness.rows(dag_id, run_id)
-        return rows if rows and all(r["status"] not in ("RUNNING", "WAITING") for r in rows) else None
+        return rows if rows and all(r.status not in ("RUNNING", "WAITING") for r in rows) else None
 
     return wait_for("every trial closed in the store", closed, timeout)
 
@@ -331,12 +331,12 @@ def test_marking_trials_failed_across_the_hand_off_leaves_no_trial_running(harne
     gone_at = time.monotonic()
     rows = all_closed(harness, dag_id, run_id)
     harness.wait(dag_id, run_id, 180)
-    assert sorted(launches.read_text().split()) == sorted(r["trial_id"] for r in rows)  # each started once
-    by_index = {r["trial_index"]: r for r in rows}
+    assert sorted(launches.read_text().split()) == sorted(r.trial_id for r in rows)  # each started once
+    by_index = {r.trial_index: r for r in rows}
     report = []
     for index, offset in enumerate(offsets):
         row = by_index[index]
-        assert row["status"] == "USER_CANCELED", row
+        assert row.status == "USER_CANCELED", row
         report.append(f"  +{offset:.2f} s (PATCH done {clicked[index]:.2f} s later): {row['message']}")
     # "failed" as marked; "skipped" where Airflow itself undid the click (a task marked failed as
     # it deferred was set back to deferred by the deferral): the trial was stopped from the

@@ -82,14 +82,14 @@ def test_concurrency_is_exact_and_results_reach_store_and_xcom(harness: Harness,
     assert max(sampled) <= 3, sampled
     assert max_overlap(stamps) == 3  # the limit is reached, never passed
     rows = harness.rows(dag_id, run_id)
-    assert [r["status"] for r in rows] == ["SUCCEEDED"] * 8
-    assert all(r["intermediate_count"] == 1 and r["final_metric"] == r["parameters"]["x"] for r in rows)
-    assert len({r["parameters"]["x"] for r in rows}) == 8
+    assert [r.status for r in rows] == ["SUCCEEDED"] * 8
+    assert all(r.intermediate_count == 1 and r.final_metric == r.parameters["x"] for r in rows)
+    assert len({r.parameters["x"] for r in rows}) == 8
     xcom = harness.xcom(dag_id, run_id, "trial", 5)
     assert xcom["trial_index"] == 5 and xcom["status"] == "SUCCEEDED"
-    assert xcom["final_metric"] == rows[5]["final_metric"] and xcom["intermediate_count"] == 1
+    assert xcom["final_metric"] == rows[5].final_metric and xcom["intermediate_count"] == 1
     summary = harness.xcom(dag_id, run_id, "end_experiment")
-    assert summary["best"]["final_metric"] == max(r["final_metric"] for r in rows)
+    assert summary["best"]["final_metric"] == max(r.final_metric for r in rows)
     assert summary["status_counts"] == {"SUCCEEDED": 8}
 
 
@@ -215,14 +215,14 @@ def test_unmodified_nni_3_trial_code(harness: Harness, nni_python: str):
     run_id, state = harness.run(dag_id)
     assert state == "success"
     rows = harness.rows(dag_id, run_id)
-    assert [r["status"] for r in rows] == ["SUCCEEDED"] * 3
+    assert [r.status for r in rows] == ["SUCCEEDED"] * 3
     for row in rows:
-        assert row["intermediate_count"] == 3
-        assert row["final_metric"] == pytest.approx(row["parameters"]["lr"] * 10)
-        assert row["final_metric_raw"] == {"default": row["final_metric"], "loss": 0.25}
-        assert row["parameters"]["opt"]["_name"] in ("sgd", "adam")
+        assert row.intermediate_count == 3
+        assert row.final_metric == pytest.approx(row.parameters["lr"] * 10)
+        assert row.final_metric_raw == {"default": row.final_metric, "loss": 0.25}
+        assert row.parameters["opt"]["_name"] in ("sgd", "adam")
     xcom = harness.xcom(dag_id, run_id, "trial", 2)
-    assert xcom["final_metric"] == rows[2]["final_metric"] and xcom["intermediate_count"] == 3
+    assert xcom["final_metric"] == rows[2].final_metric and xcom["intermediate_count"] == 3
 
 
 def test_every_component_listens_on_loopback_only(harness: Harness):
@@ -251,7 +251,7 @@ def test_a_third_party_platform_runs_end_to_end(harness: Harness, tmp_path: Path
     run_id, state = harness.run(dag_id)
     assert state == "success"
     assert out.read_text().split() == ["bonjour", "bonjour"]
-    assert [r["status"] for r in harness.rows(dag_id, run_id)] == ["SUCCEEDED"] * 2
+    assert [r.status for r in harness.rows(dag_id, run_id)] == ["SUCCEEDED"] * 2
     assert harness.xcom(dag_id, run_id, "trial", 0)["platform"] == "echo"
     # its entry's traits reach the core, the DAG and the pages without trialflow naming it
     from trialflow.config.registry import is_host_bound, platform_entries

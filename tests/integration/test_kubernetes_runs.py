@@ -70,10 +70,10 @@ def test_an_experiment_on_kubeflow_followed_by_the_triggerer(
     assert state == "success", kube_controller.errors
     assert deferred, "no trial was followed by the triggerer"
     rows = harness.rows(dag_id, run_id)
-    assert [r["status"] for r in rows] == ["SUCCEEDED"] * 3
+    assert [r.status for r in rows] == ["SUCCEEDED"] * 3
     for r in rows:
-        assert r["final_metric"] == pytest.approx(r["parameters"]["x"] * 10)
-        assert r["intermediate_count"] == 3
+        assert r.final_metric == pytest.approx(r.parameters["x"] * 10)
+        assert r.intermediate_count == 3
     result = harness.xcom(dag_id, run_id, "trial", 0)
     assert result["platform"] == "kubeflow" and "kube_test" in result["host"]
     exp = experiment_id_for(dag_id, run_id)
@@ -121,7 +121,7 @@ def test_a_killed_worker_is_retried_and_reattaches_to_its_job(
     name = object_name(f"{experiment_id_for(dag_id, run_id)}-0000")
     assert kube_controller.launches(name) == 1  # re-attached by name, not started again
     (row,) = harness.rows(dag_id, run_id)
-    assert row["status"] == "SUCCEEDED" and row["intermediate_count"] == 3
+    assert row.status == "SUCCEEDED" and row.intermediate_count == 3
 
 
 def test_marking_a_deferred_kubeflow_trial_failed_deletes_its_job(
@@ -170,7 +170,7 @@ def test_marking_a_deferred_kubeflow_trial_failed_deletes_its_job(
         "the store to close the trial",
         lambda: (r := store_row(harness, dag_id, run_id, 0))["status"] == "USER_CANCELED" and r,
     )
-    assert row["message"].startswith("stopped from Airflow: its task was marked failed")
+    assert row.message.startswith("stopped from Airflow: its task was marked failed")
     wait_for("its replicas killed", lambda: (job := kube_controller.job(name)) is not None and job.stopped, 30)
     harness.wait(dag_id, run_id, 120)
     assert kube_controller.launches(name) == 1
@@ -214,11 +214,9 @@ def test_marking_kubeflow_trials_failed_across_the_hand_off_leaves_no_job_runnin
     took = time.monotonic() - last_click
     rows = all_closed(harness, dag_id, run_id)
     harness.wait(dag_id, run_id, 180)
-    assert all(r["status"] == "USER_CANCELED" for r in rows), rows
+    assert all(r.status == "USER_CANCELED" for r in rows), rows
     assert all(kube_controller.launches(n) <= 1 for n in names)
     print(
         f"mark failed across the hand-off (kubeflow): every job stopped {took:.1f} s after the last click\n"
-        + "\n".join(
-            f"  +{o:.2f} s: {r['message']}" for o, r in zip(offsets, sorted(rows, key=lambda r: r["trial_index"]))
-        )
+        + "\n".join(f"  +{o:.2f} s: {r['message']}" for o, r in zip(offsets, sorted(rows, key=lambda r: r.trial_index)))
     )

@@ -198,7 +198,7 @@ def test_a_killed_worker_reattaches_to_its_openpai_job(harness, tmp_path):
         assert ti["try_number"] >= 2
         assert len(pai.jobs) == 1 and len(pai.submissions) >= 2, "the retry re-attached (409), no second job"
         (row,) = harness.rows(dag_id, run_id)
-        assert row["status"] == "SUCCEEDED" and row["intermediate_count"] == 3
+        assert row.status == "SUCCEEDED" and row.intermediate_count == 3
         assert TOKEN not in json.dumps(harness.xcom(dag_id, run_id, "trial", 0))
 
 

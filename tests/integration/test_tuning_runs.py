@@ -61,9 +61,9 @@ def test_medianstop_stops_a_trial_below_the_median_from_the_triggerer(harness: H
     assert [ti["state"] for ti in harness.tis(dag_id, run_id)] == ["success", "success", "skipped"]
     assert 2 in deferred, "the stopped trial was followed by the triggerer"
     rows = harness.rows(dag_id, run_id)
-    assert [r["status"] for r in rows] == ["SUCCEEDED", "SUCCEEDED", "EARLY_STOPPED"]
-    assert rows[2]["message"].startswith("stopped early by Medianstop at step ")
-    assert 3 <= rows[2]["intermediate_count"] < 100
+    assert [r.status for r in rows] == ["SUCCEEDED", "SUCCEEDED", "EARLY_STOPPED"]
+    assert rows[2].message.startswith("stopped early by Medianstop at step ")
+    assert 3 <= rows[2].intermediate_count < 100
     assert time.monotonic() - started < 60
     summary = harness.xcom(dag_id, run_id, "end_experiment")
     assert summary["status_counts"] == {"SUCCEEDED": 2, "EARLY_STOPPED": 1}
@@ -98,8 +98,8 @@ def test_a_cleared_dag_run_resumes_without_running_finished_trials_again(harness
         rows = (
             harness.rows(dag_id, run_id) if harness.store.experiment_exists(experiment_id_for(dag_id, run_id)) else []
         )
-        done = sum(r["status"] == "SUCCEEDED" for r in rows)
-        running = sum(r["status"] in ("WAITING", "RUNNING") for r in rows)
+        done = sum(r.status == "SUCCEEDED" for r in rows)
+        running = sum(r.status in ("WAITING", "RUNNING") for r in rows)
         if done >= 2 and running:
             response = harness.airflow.api("POST", f"/dags/{dag_id}/dagRuns/{run_id}/clear", json={"dry_run": False})
             assert response.status_code == 200, response.text
@@ -110,12 +110,12 @@ def test_a_cleared_dag_run_resumes_without_running_finished_trials_again(harness
     (start,) = harness.tis(dag_id, run_id, "start_experiment")
     assert start["try_number"] >= 2, "the whole run was cleared and started again"
     rows = harness.rows(dag_id, run_id)
-    assert len(rows) == 6 and {r["status"] for r in rows} <= {"SUCCEEDED", "USER_CANCELED"}, rows
-    assert sum(r["status"] == "SUCCEEDED" for r in rows) >= cleared[0] + 1  # those done, and more after
-    stopped = [r for r in rows if r["status"] == "USER_CANCELED"]
-    assert all(r["message"] == "stopped from Airflow: its task was cleared" for r in stopped), stopped
+    assert len(rows) == 6 and {r.status for r in rows} <= {"SUCCEEDED", "USER_CANCELED"}, rows
+    assert sum(r.status == "SUCCEEDED" for r in rows) >= cleared[0] + 1  # those done, and more after
+    stopped = [r for r in rows if r.status == "USER_CANCELED"]
+    assert all(r.message == "stopped from Airflow: its task was cleared" for r in stopped), stopped
     ids = launches.read_text().split()
-    assert sorted(ids) == [r["trial_id"] for r in rows], "every trial launched exactly once"
+    assert sorted(ids) == [r.trial_id for r in rows], "every trial launched exactly once"
 
 
 def test_max_experiment_duration_cancels_stops_launching_and_still_reports(harness: Harness, tmp_path: Path):
@@ -135,8 +135,8 @@ def test_max_experiment_duration_cancels_stops_launching_and_still_reports(harne
     assert time.monotonic() - started < 45
     assert [ti["state"] for ti in harness.tis(dag_id, run_id)] == ["success", "skipped", "skipped", "skipped"]
     rows = harness.rows(dag_id, run_id)
-    assert [(r["trial_index"], r["status"]) for r in rows] == [(0, "SUCCEEDED"), (1, "SYS_CANCELED")]
-    assert rows[1]["message"] == "maxExperimentDuration reached"
+    assert [(r.trial_index, r.status) for r in rows] == [(0, "SUCCEEDED"), (1, "SYS_CANCELED")]
+    assert rows[1].message == "maxExperimentDuration reached"
     handle = harness.store.find_trial(experiment_id_for(dag_id, run_id), 1).handle
     assert not process_alive(handle["pid"])
     summary = harness.xcom(dag_id, run_id, "end_experiment")
@@ -155,10 +155,10 @@ def test_scheduled_runs_can_continue_one_study(harness: Harness):
     second, state2 = harness.run(dag_id)
     assert state1 == state2 == "success"
     study_rows = harness.store.trial_rows(experiment_id_for(dag_id, ""))
-    assert [r["trial_index"] for r in study_rows] == [0, 1, 2, 3]
+    assert [r.trial_index for r in study_rows] == [0, 1, 2, 3]
     summary = harness.xcom(dag_id, second, "end_experiment")
     assert [t["trial_index"] for t in summary["trials"]] == [2, 3]
-    assert summary["study_best"]["final_metric"] == max(r["final_metric"] for r in study_rows)
+    assert summary["study_best"]["final_metric"] == max(r.final_metric for r in study_rows)
     assert harness.xcom(dag_id, second, "trial", 0)["trial_index"] == 2
 
 
@@ -175,7 +175,7 @@ def test_batch_tuner_and_hyperband_run_as_nni_configures_them(harness: Harness):
     dag_id, _ = harness.experiment("batch", batch, {"echo.py": echo})
     run_id, state = harness.run(dag_id)
     assert state == "success"
-    assert [r["parameters"] for r in harness.rows(dag_id, run_id)] == [{"lr": 0.1}, {"lr": 0.2}, {"lr": 0.3}]
+    assert [r.parameters for r in harness.rows(dag_id, run_id)] == [{"lr": 0.1}, {"lr": 0.2}, {"lr": 0.3}]
     hyperband = (
         f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} echo.py\n"
         "trialConcurrency: 2\nmaxTrialNumber: 2\nadvisor: {name: Hyperband, classArgs: {R: 9, eta: 3}}\n"
@@ -185,7 +185,7 @@ def test_batch_tuner_and_hyperband_run_as_nni_configures_them(harness: Harness):
     run_id, state = harness.run(dag_id)
     assert state == "success"
     rows = harness.rows(dag_id, run_id)
-    assert all(r["parameters"]["TRIAL_BUDGET"] == 9 and r["final_metric"] == 9.0 for r in rows)
+    assert all(r.parameters["TRIAL_BUDGET"] == 9 and r.final_metric == 9.0 for r in rows)
 
 
 def test_a_remote_experiment_on_two_ssh_machines(harness: Harness, ssh_servers):
@@ -211,8 +211,8 @@ def test_a_remote_experiment_on_two_ssh_machines(harness: Harness, ssh_servers):
     run_id, state = harness.run(dag_id)
     assert state == "success"
     rows = harness.rows(dag_id, run_id)
-    assert [r["status"] for r in rows] == ["SUCCEEDED"] * 4
-    assert all(r["intermediate_count"] == 1 for r in rows)
+    assert [r.status for r in rows] == ["SUCCEEDED"] * 4
+    assert all(r.intermediate_count == 1 for r in rows)
     hosts = [harness.xcom(dag_id, run_id, "trial", i)["host"] for i in range(4)]
     assert set(hosts) == {f"{a.user}@127.0.0.1:{a.port}", f"{b.user}@127.0.0.1:{b.port}"}
     experiment_id = experiment_id_for(dag_id, run_id)
@@ -238,7 +238,7 @@ def test_hybrid_spreads_trials_over_local_and_a_remote_machine(harness: Harness,
     dag_id, _ = harness.experiment("hybrid", config, {"t.py": trial}, dag_source=dag_source(defer_after=2.0))
     run_id, state = harness.run(dag_id)
     assert state == "success"
-    assert [r["status"] for r in harness.rows(dag_id, run_id)] == ["SUCCEEDED"] * 4
+    assert [r.status for r in harness.rows(dag_id, run_id)] == ["SUCCEEDED"] * 4
     platforms = [harness.xcom(dag_id, run_id, "trial", i)["platform"] for i in range(4)]
     assert sorted(platforms) == ["local", "local", "remote", "remote"]
     rendered = harness.airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/0").json()
@@ -288,8 +288,8 @@ def test_an_experiment_without_max_trial_number_goes_on_until_its_duration_ends(
     assert [w.first_index for w in windows] == [4 * i for i in range(len(runs))]
     assert len({w.deadline for w in windows}) == 1  # every run kept the first run's deadline
     rows = harness.store.trial_rows(experiment)
-    indexes = [r["trial_index"] for r in rows]
+    indexes = [r.trial_index for r in rows]
     assert len(set(indexes)) == len(indexes)  # each trial recorded once, in the window of its run
     assert all(any(w.first_index <= i < w.first_index + w.count for w in windows) for i in indexes)
-    assert len({r["trial_id"] for r in rows}) == len(rows)
-    assert len(rows) > 4 and all(r["status"] in ("SUCCEEDED", "SYS_CANCELED") for r in rows)
+    assert len({r.trial_id for r in rows}) == len(rows)
+    assert len(rows) > 4 and all(r.status in ("SUCCEEDED", "SYS_CANCELED") for r in rows)

@@ -183,7 +183,7 @@ def test_an_early_stop_after_the_final_result_keeps_it_in_every_view(store):
     """The assessor's stop took effect after the trial had written its final result: the trial
     stays EARLY_STOPPED and its final counts, as NNI counts it (the tuner, the best, sorting,
     curves, the summary), so no view shows a metric the others leave out."""
-    from trialflow.tuning.experiment_store import best_row
+    from trialflow.tuning.results import best_row
 
     fill(store)
     engine = store.storage.engine
@@ -195,7 +195,7 @@ def test_an_early_stop_after_the_final_result_keeps_it_in_every_view(store):
     frozen = store.storage.get_trial(asked.storage_id)
     assert frozen.state.name == "COMPLETE" and frozen.values == [0.5]  # what the tuner learns from
     best = best_row(store.trial_rows("eq000001"), "minimize")
-    assert best is not None and best["trial_index"] == 8
+    assert best is not None and best.trial_index == 8
     summary = queries.experiment_summary(engine, "eq000001")
     assert summary["best"]["trial_index"] == 8 and summary["best"]["status"] == "EARLY_STOPPED"
     (row,) = queries.list_experiments(engine)

@@ -240,7 +240,7 @@ trainingService:
     run_id, state = harness.run(dag_id)
     assert state == "success"
     rows = harness.rows(dag_id, run_id)
-    assert [r["status"] for r in rows] == ["SUCCEEDED"] * 4
+    assert [r.status for r in rows] == ["SUCCEEDED"] * 4
     # both platforms ran with the secrets (how many each is hybrid placement's choice: the one
     # with the fewest active trials, so local trials, which end sooner, may take three)
     platforms = {harness.xcom(dag_id, run_id, "trial", i)["platform"] for i in range(4)}

@@ -52,7 +52,7 @@ def test_hostile_steering_requests_are_refused_quickly_and_change_nothing(harnes
     wait_for(
         "the first trial running",
         lambda: (
-            any(r["status"] == "RUNNING" for r in store.trial_rows(experiment_id))
+            any(r.status == "RUNNING" for r in store.trial_rows(experiment_id))
             if store.experiment_exists(experiment_id)
             else False
         ),

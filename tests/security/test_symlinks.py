@@ -115,8 +115,8 @@ def test_a_trial_cannot_show_a_file_through_a_symlink(harness, tmp_path: Path):
 
     experiment_id = experiment_id_for(dag_id, run_id)
     (row,) = harness.store.trial_rows(experiment_id)
-    assert row["intermediate_count"] == 1  # what came before the swap counts
-    assert "not read" in (row["message"] or "")
+    assert row.intermediate_count == 1  # what came before the swap counts
+    assert "not read" in (row.message or "")
     xcom = harness.xcom(dag_id, run_id, "trial", 0)
     passwords = __import__("json").loads((harness.airflow.home / "passwords.json").read_text())
     ui = UiSetup(harness, dag_id, run_id, experiment_id, "", passwords)

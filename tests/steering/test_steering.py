@@ -57,7 +57,7 @@ def test_a_kill_reaches_the_followed_trial_with_who_asked(setup):
     result = lifecycle.finish_trial(store, started.record.storage_id, outcome.status, outcome.message)
     assert result.stopped_on_purpose  # the task is skipped, not failed: a person chose it
     row = store.trial_rows("esteer")[0]
-    assert (row["status"], row["message"]) == ("USER_CANCELED", "killed by alice")
+    assert (row.status, row.message) == ("USER_CANCELED", "killed by alice")
     history = steering.history(store, "esteer")
     assert [(h["by"], h["action"]) for h in history] == [("alice", "kill trial")]
     assert "trial 0" in history[0]["detail"]

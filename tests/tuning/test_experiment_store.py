@@ -13,7 +13,8 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
-from trialflow.tuning.experiment_store import ExperimentStore, best_row, safe_url, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore, safe_url, sqlite_url
+from trialflow.tuning.results import best_row
 
 SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}, "k": {"_type": "choice", "_value": [1, 2, 3]}})
 TPE = AlgorithmConfig(name="TPE", class_args={"optimize_mode": "maximize", "seed": 3})
@@ -112,10 +113,10 @@ def test_rows_and_best_respect_optimize_mode(store):
         store.finish(store.ask(study, i, f"t{i}", TPE, SPACE).storage_id, TrialStatus.SUCCEEDED, value)
     store.finish(store.ask(study, 3, "t3", TPE, SPACE).storage_id, TrialStatus.SUCCEEDED, float("inf"))
     rows = store.trial_rows("exp")
-    assert [r["trial_index"] for r in rows] == [0, 1, 2, 3]
-    assert rows[3]["final_metric"] is None
-    assert best_row(rows, "maximize")["trial_index"] == 1
-    assert best_row(rows, "minimize")["trial_index"] == 2
+    assert [r.trial_index for r in rows] == [0, 1, 2, 3]
+    assert rows[3].final_metric is None
+    assert best_row(rows, "maximize").trial_index == 1
+    assert best_row(rows, "minimize").trial_index == 2
 
 
 def test_safe_url_hides_passwords():
@@ -144,10 +145,10 @@ def test_many_processes_write_at_once_without_losing_anything(tmp_path):
         p.join(120)
         assert p.exitcode == 0
     rows = ExperimentStore(url).trial_rows("load")
-    assert [r["trial_index"] for r in rows] == list(range(8))
-    assert all(r["intermediate_count"] == 25 and r["status"] == "SUCCEEDED" for r in rows)
-    assert sorted(r["final_metric"] for r in rows) == [i / 10 for i in range(8)]
-    assert not any(math.isnan(r["final_metric"]) for r in rows)
+    assert [r.trial_index for r in rows] == list(range(8))
+    assert all(r.intermediate_count == 25 and r.status == "SUCCEEDED" for r in rows)
+    assert sorted(r.final_metric for r in rows) == [i / 10 for i in range(8)]
+    assert not any(math.isnan(r.final_metric) for r in rows)
 
 
 def _ask_same_index(url: str, index: int, barrier_path: str) -> None:
@@ -180,7 +181,7 @@ def test_racing_asks_for_one_index_agree_on_one_trial(tmp_path):
     assert len(answers) == 1, answers
     store = ExperimentStore(url)
     rows = store.trial_rows("race")
-    assert [r["trial_index"] for r in rows] == [5]  # losers are hidden from rows
+    assert [r.trial_index for r in rows] == [5]  # losers are hidden from rows
     winner = store.find_trial("race", 5)
     assert repr(winner.parameters) in answers
     trials = optuna.load_study(study_name="race", storage=store.storage).trials
@@ -224,8 +225,8 @@ def test_dict_finals_keep_their_other_keys_in_rows(store):
     asked = store.ask(study, 0, "t0", TPE, SPACE)
     store.finish(asked.storage_id, TrialStatus.SUCCEEDED, {"default": 0.8, "loss": 0.2, "epochs": 3})
     row = store.trial_rows("exp")[0]
-    assert row["final_metric"] == 0.8
-    assert row["final_extra"] == {"loss": 0.2, "epochs": 3}
+    assert row.final_metric == 0.8
+    assert row.final_extra == {"loss": 0.2, "epochs": 3}
 
 
 def test_a_plain_postgresql_url_uses_the_installed_driver():

@@ -16,7 +16,8 @@ from trialflow.platforms.base import TrialStatus
 from trialflow.retune import ranked
 from trialflow.run_lifecycle import start_run, summarize_run
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-from trialflow.tuning.pareto import dominates, fronts, objective_values, pareto_set, with_values
+from trialflow.tuning.pareto import dominates, fronts, pareto_set, with_values
+from trialflow.tuning.results import TrialRow, objective_values
 
 OBJECTIVES = [{"metric": "acc", "mode": "maximize"}, {"metric": "latency", "mode": "minimize"}]
 
@@ -63,12 +64,12 @@ def test_a_final_result_without_every_objective_is_named(final, message):
 def test_fronts_rank_front_by_front():
     rows = with_values(
         [
-            {"status": "SUCCEEDED", "objective_values": v, "trial_index": i}
-            for i, v in enumerate([[0.9, 5], [0.5, 1], [0.8, 6], [0.4, 2], [0.1, 9]])
+            TrialRow(i, None, {}, "SUCCEEDED", None, None, {}, v, 0, None)
+            for i, v in enumerate([[0.9, 5.0], [0.5, 1.0], [0.8, 6.0], [0.4, 2.0], [0.1, 9.0]])
         ],
         OBJECTIVES,
     )
-    assert [r["trial_index"] for r in fronts(rows, OBJECTIVES)] == [0, 1, 2, 3, 4]
+    assert [r.trial_index for r in fronts(rows, OBJECTIVES)] == [0, 1, 2, 3, 4]
 
 
 CONFIG = """\
@@ -112,7 +113,8 @@ def test_two_conflicting_objectives_give_the_pareto_set_of_the_trials(tmp_path: 
     assert verdict.summary["objectives"] == OBJECTIVES
     pareto = verdict.summary["pareto"]
     assert [p["values"]["acc"] for p in pareto] == sorted((p["values"]["acc"] for p in pareto), reverse=True)
-    assert verdict.best is not None and verdict.best["final_metric"] == pareto[0]["values"]
+    assert verdict.best is not None and verdict.best.values == pareto[0]["values"]
+    assert verdict.summary["best"] is not None and verdict.summary["best"]["final_metric"] == pareto[0]["values"]
     assert verdict.failure is None
     five = next(t for t in verdict.summary["trials"] if t["trial_index"] == 5)
     assert five["values"] is None and "no number 'latency'" in five["message"]
@@ -122,7 +124,7 @@ def test_two_conflicting_objectives_give_the_pareto_set_of_the_trials(tmp_path: 
     front = {p["trial_index"] for p in pareto}
     distinct = {repr(sorted(p["parameters"].items())) for p in pareto}  # a repeated point comes over once
     top = ranked(store.trial_rows("emo"), "maximize", OBJECTIVES)[: len(distinct)]
-    assert {r["trial_index"] for r in top} <= front
+    assert {r.trial_index for r in top} <= front
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,9 @@ from optuna.storages import RDBStorage
 from optuna.storages._cached_storage import _CachedStorage
 from optuna.trial import TrialState
 
-from tests.tuning.test_rdb_storage import _comparable, _fill
+from tests.tuning.test_trialflow_storage import _comparable, _fill
 from trialflow.tuning import snapshot
-from trialflow.tuning.experiment_store import with_installed_driver
-from trialflow.tuning.rdb_storage import TrialflowStorage
+from trialflow.tuning.experiment_store import TrialflowStorage, with_installed_driver
 from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
 
 

@@ -102,12 +102,10 @@ def _load(tmp_path: Path, url: str) -> ExperimentStore:
 
 def _check(store: ExperimentStore) -> None:
     rows = store.trial_rows(EXPERIMENT)
-    assert [r["trial_index"] for r in rows] == list(range(TRIALS))
-    assert [
-        (r["trial_index"], r["status"], r["message"]) for r in rows if r["status"] != TrialStatus.SUCCEEDED.value
-    ] == []
-    assert [r["final_metric"] for r in rows] == [float(i) for i in range(TRIALS)]
-    assert all(r["final_extra"] == {"steps": REPORTS} for r in rows)
+    assert [r.trial_index for r in rows] == list(range(TRIALS))
+    assert [(r.trial_index, r.status, r.message) for r in rows if r.status != TrialStatus.SUCCEEDED.value] == []
+    assert [r.final_metric for r in rows] == [float(i) for i in range(TRIALS)]
+    assert all(r.final_extra == {"steps": REPORTS} for r in rows)
     study = optuna.load_study(study_name=EXPERIMENT, storage=store.storage)
     for trial in study.get_trials(deepcopy=False):
         seq = trial.user_attrs["trial_index"]

@@ -105,12 +105,11 @@ def test_kill_from_the_page_reaches_the_trial_and_stop_ends_the_experiment(ui: U
     row = wait_for(
         "the killed trial to close",
         lambda: (
-            (r := next(r for r in harness.rows(dag_id, run_id) if r["trial_index"] == victim))["status"]
-            == "USER_CANCELED"
+            (r := next(r for r in harness.rows(dag_id, run_id) if r.trial_index == victim))["status"] == "USER_CANCELED"
             and r
         ),
     )
-    assert row["message"] == "killed by editor"
+    assert row.message == "killed by editor"
     assert process_running(pids, victim)  # its neighbour runs on
 
     # A third trial starts in the freed slot; then the whole experiment is stopped.
@@ -122,7 +121,7 @@ def test_kill_from_the_page_reaches_the_trial_and_stop_ends_the_experiment(ui: U
     gone(more)
     _, state = harness.wait(dag_id, run_id, 120)
     rows = harness.rows(dag_id, run_id)
-    assert all(r["status"] == "USER_CANCELED" for r in rows), rows
+    assert all(r.status == "USER_CANCELED" for r in rows), rows
     assert len(rows) == 3 and len(launches.read_text().split()) == 3  # trial 3 never started
     states = [ti["state"] for ti in harness.tis(dag_id, run_id)]
     assert states.count("skipped") == 4, states  # killed and stopped trials are skipped, not failed
@@ -313,7 +312,7 @@ def test_a_rerun_and_a_chosen_trial_run_with_exactly_their_parameters(ui: UiSetu
 
     def failed_first() -> bool:
         try:
-            return any(r["trial_index"] == 0 and r["status"] == "FAILED" for r in harness.rows(dag_id, run_id))
+            return any(r.trial_index == 0 and r.status == "FAILED" for r in harness.rows(dag_id, run_id))
         except KeyError:  # the start step has not opened the experiment yet
             return False
 
@@ -327,15 +326,15 @@ def test_a_rerun_and_a_chosen_trial_run_with_exactly_their_parameters(ui: UiSetu
 
     def done() -> bool:  # the last trial may run in a follow-on run of the DAG
         rows = harness.store.trial_rows(experiment_id)
-        return len(rows) == 5 and all(r["status"] in ("SUCCEEDED", "FAILED") for r in rows)
+        return len(rows) == 5 and all(r.status in ("SUCCEEDED", "FAILED") for r in rows)
 
     wait_for("five trials to end", done, 300)
     rows = harness.store.trial_rows(experiment_id)
-    assert [r["status"] for r in rows] == ["FAILED"] + ["SUCCEEDED"] * 4
-    by_params = {json.dumps(r["parameters"], sort_keys=True): r for r in rows[1:]}
+    assert [r.status for r in rows] == ["FAILED"] + ["SUCCEEDED"] * 4
+    by_params = {json.dumps(r.parameters, sort_keys=True): r for r in rows[1:]}
     assert json.dumps(failed, sort_keys=True) in by_params and json.dumps({"x": 0.4242}, sort_keys=True) in by_params
     assert by_params[json.dumps({"x": 0.4242})]["final_metric"] == 0.4242  # ran with exactly that value
-    asked = [harness.store.find_trial(experiment_id, r["trial_index"]) for r in rows[1:]]
+    asked = [harness.store.find_trial(experiment_id, r.trial_index) for r in rows[1:]]
     reasons = sorted(
         (harness.store.storage.get_trial(a.storage_id).user_attrs.get("asked_by") or {}).get("reason", "")
         for a in asked

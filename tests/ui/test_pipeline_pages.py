@@ -66,10 +66,10 @@ def test_a_data_event_re_tunes_from_the_previous_runs_best(browser, ui: UiSetup)
     assert len(runs(ui, dag_id)) == 2  # one run per event
 
     first_id, second_id = experiment_id_for(dag_id, first), experiment_id_for(dag_id, second)
-    old = [r for r in harness.store.trial_rows(first_id) if r["final_metric"] is not None]
-    top2 = [r["parameters"] for r in sorted(old, key=lambda r: r["final_metric"], reverse=True)[:2]]
-    new = sorted(harness.store.trial_rows(second_id), key=lambda r: r["trial_index"])
-    assert [r["parameters"] for r in new[:2]] == top2
+    old = [r for r in harness.store.trial_rows(first_id) if r.final_metric is not None]
+    top2 = [r.parameters for r in sorted(old, key=lambda r: r.final_metric, reverse=True)[:2]]
+    new = sorted(harness.store.trial_rows(second_id), key=lambda r: r.trial_index)
+    assert [r.parameters for r in new[:2]] == top2
     assert len(new) == 5
 
     summary = ui.get(f"experiments/{second_id}").json()
@@ -125,7 +125,7 @@ def test_the_pareto_front_of_two_or_three_objectives_on_the_page(browser, ui: Ui
     rows = harness.store.trial_rows(experiment_id)
     names = ["accuracy", "latency", "size"][:count]
     modes = ["maximize", "minimize", "minimize"][:count]
-    points = [[r["final_metric_raw"][n] for n in names] for r in rows]
+    points = [[r.final_metric_raw[n] for n in names] for r in rows]
     expected = sorted(rows[i]["trial_index"] for i in brute_force(points, modes))
     summary = ui.get(f"experiments/{experiment_id}").json()
     assert sorted(r["trial_index"] for r in summary["pareto"]) == expected

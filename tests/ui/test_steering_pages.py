@@ -125,22 +125,22 @@ def test_raise_concurrency_and_add_a_trial_from_the_experiment_page(browser, ui:
 
     def all_seven_ended() -> bool:  # the seventh runs in the follow-on run the end step starts
         rows = harness.store.trial_rows(experiment_id)
-        return len(rows) == 7 and all(r["status"] == "SUCCEEDED" for r in rows)
+        return len(rows) == 7 and all(r.status == "SUCCEEDED" for r in rows)
 
     wait_for("the seventh trial, in the follow-on run", all_seven_ended, 180)
     assert most_at_once(log) == 4
     four_at = first_time_at(log, 4)
     assert four_at is not None and four_at - raised_at < 15
     rows = harness.store.trial_rows(experiment_id)
-    chosen = [r for r in rows if r["parameters"] == {"x": 0.777}]
-    assert len(chosen) == 1 and chosen[0]["status"] == "SUCCEEDED" and chosen[0]["final_metric"] == 0.777
+    chosen = [r for r in rows if r.parameters == {"x": 0.777}]
+    assert len(chosen) == 1 and chosen[0].status == "SUCCEEDED" and chosen[0].final_metric == 0.777
     assert len(rows) == 7  # the tuner's six and the added one
 
     # Issue 36 (2): the added trial says so in the table and on its page (parameter_source: customized)
     page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&tab=trials")
     page.wait_for_selector("[data-testid=added-by-hand]", timeout=30000)
     marked = page.locator("[data-testid=trial-row]:has([data-testid=added-by-hand])")
-    assert marked.count() == 1 and marked.get_attribute("data-index") == str(chosen[0]["trial_index"])
+    assert marked.count() == 1 and marked.get_attribute("data-index") == str(chosen[0].trial_index)
     shot(page, "added-trial-table")
     page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial={chosen[0]['trial_index']}")
     page.wait_for_selector("[data-testid=parameter-source]", timeout=30000)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Asset
 
     from trialflow.experiment import Experiment
+    from trialflow.run_summary import ExperimentSummary
     from trialflow.tuning.experiment_store import ExperimentStore
 
 
@@ -168,7 +169,7 @@ class EndExperimentOperator(_ExperimentStep):
         super().__init__(**kwargs)
         self.cleanup = cleanup
         self.trial_task_id = trial_task_id
-        self._lineage: tuple[dict[str, Any], dict[str, Any] | None] | None = None
+        self._lineage: tuple[ExperimentSummary, dict[str, Any] | None] | None = None
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage's listener asks this after a success (trialflow.lineage: the experiment's
@@ -233,8 +234,8 @@ class EndExperimentOperator(_ExperimentStep):
             raise AirflowFailException(verdict.failure)
         if verdict.best:
             best = verdict.best
-            self.log.info("Best trial %s: %s = %s", best["trial_id"], best["parameters"], best["final_metric"])
-        return verdict.summary
+            self.log.info("Best trial %s: %s = %s", best.trial_id, best.parameters, best.values or best.final_metric)
+        return dict(verdict.summary)
 
 
 class ContinueExperimentOperator(BaseOperator):
@@ -265,10 +266,14 @@ class ContinueExperimentOperator(BaseOperator):
     def execute(self, context: Context) -> Any:
         from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 
-        summary = context["ti"].xcom_pull(task_ids=self.end_task_id) or {}
-        following = summary.get("continuation") or {}
-        if not following.get("run_id"):
-            raise AirflowSkipException(f"the experiment does not go on: {following.get('reason', 'no summary')}")
+        from trialflow.run_summary import as_summary
+
+        summary = as_summary(context["ti"].xcom_pull(task_ids=self.end_task_id))
+        following = summary["continuation"] if summary else None
+        if not following or not following["run_id"]:
+            raise AirflowSkipException(
+                f"the experiment does not go on: {following['reason'] if following else 'no summary'}"
+            )
         self.log.info("%s (run %s)", following["reason"], following["run_id"])
         trigger = TriggerDagRunOperator(
             task_id=self.task_id,
@@ -313,9 +318,10 @@ class PublishBestOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.published import publication
+        from trialflow.run_summary import as_summary
         from trialflow.ui.links import experiment_page
 
-        summary = context["ti"].xcom_pull(task_ids=self.end_task_id)
+        summary = as_summary(context["ti"].xcom_pull(task_ids=self.end_task_id))
         started = context["ti"].xcom_pull(task_ids=self.start_task_id) or {}
         url = experiment_page(summary["experiment_id"]) if summary else None
         extra, reason = publication(summary, context["dag"].dag_id, context["run_id"], url, started.get("directory"))

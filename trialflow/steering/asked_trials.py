@@ -102,7 +102,9 @@ def rerun_trials(
     check_running(store, experiment_id)
     if trial_indexes is None:
         rerunnable = {s.value for s in RERUNNABLE}
-        chosen = [r for r in store.trial_rows(experiment_id) if r["status"] in rerunnable]
+        chosen = [
+            (r.trial_index or 0, r.parameters or {}) for r in store.trial_rows(experiment_id) if r.status in rerunnable
+        ]
         if not chosen:
             raise ActionRefused(f"experiment {experiment_id!r} has no failed, killed or stopped trial to re-run")
     else:
@@ -113,17 +115,17 @@ def rerun_trials(
                 raise ActionRefused(
                     f"trial {record.trial_id} is still {record.status.value}: it can be re-run once it ends"
                 )
-            chosen.append({"trial_index": index, "parameters": record.parameters})
+            chosen.append((index, record.parameters))
     from trialflow.limits import MAX_WAITING_TRIALS
 
     if store.waiting_count(experiment_id) + len(chosen) > MAX_WAITING_TRIALS:
         raise BadInput(_full(experiment_id, len(chosen)))
-    for row in chosen:  # every one checked before any is queued: all or nothing
-        check_parameters(store, experiment_id, {k: v for k, v in row["parameters"].items() if k != BUDGET_KEY})
-    for row in chosen:
-        parameters = {k: v for k, v in row["parameters"].items() if k != BUDGET_KEY}
-        add_trial(store, experiment_id, parameters, by, f"re-run of trial {row['trial_index']} by {by}")
-    return [int(r["trial_index"]) for r in chosen]
+    points = [(index, {k: v for k, v in parameters.items() if k != BUDGET_KEY}) for index, parameters in chosen]
+    for _, point in points:  # every one checked before any is queued: all or nothing
+        check_parameters(store, experiment_id, point)
+    for index, point in points:
+        add_trial(store, experiment_id, point, by, f"re-run of trial {index} by {by}")
+    return [index for index, _ in points]
 
 
 def _full(experiment_id: str, asked: int = 1) -> str:

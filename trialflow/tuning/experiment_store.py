@@ -1,14 +1,25 @@
 """The experiment store: an Optuna storage holding parameters, results, states and config.
 
-One study per experiment (its name is the experiment id). The tuner, the end
-step, ``trialflow run``'s progress and ``optuna-dashboard`` all read the same
-rows. SQLite is the embedded default (WAL, generous lock timeout: many trial
-tasks and the triggerer write at once); PostgreSQL/MySQL URLs work unchanged
-for workers on several machines.
+One study per experiment (its name is the experiment id). The tuner, the end step, ``trialflow
+run``'s progress and ``optuna-dashboard`` all read the same rows. SQLite is the embedded default
+(WAL, generous lock timeout: many trial tasks and the triggerer write at once); PostgreSQL/MySQL
+URLs work unchanged for workers on several machines.
 
-Why one large file (~700 lines): it is the only module that knows Optuna's storage
-and user-attribute details (the rest of trialflow sees TrialRecords), so those
-details stay together rather than leaking into a second module.
+This file is the store, whole: :class:`ExperimentStore` (what the core asks of it: experiments by
+id, trials as :class:`TrialRecord`) and, under it, :class:`TrialflowStorage`, Optuna's RDB
+storage made cheap for a trial task (grouped writes, a remembered schema check). Following a
+trial from its ask to its close one stays here; the pure pieces it uses live beside it: the
+plain-SQL trial reader (trial_reader.py), the result rules (results.py), the asked-for queue
+(trial_queue.py), the snapshot cache (snapshot.py).
+
+Writes are grouped. Optuna commits each parameter, attribute and state change on its own (a
+trial task made 25 commits, each an fsync on SQLite, and 93 statements); here an asked trial's
+parameters are held while the sampler draws them (Optuna never reads them back during an ask)
+and written with its attributes in one transaction, and a trial is closed (attributes, value,
+state) in one, each through Optuna's own per-row helpers. A study's id and directions never
+change, so each storage looks them up once.
+
+Opening checks Optuna's schema once per database and Optuna version (schema_check.py).
 """
 
 from __future__ import annotations
@@ -17,33 +28,44 @@ import json
 import logging
 import math
 import sqlite3
+import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 import optuna
 import sqlalchemy as sa
+import sqlalchemy.orm as sa_orm
 import tenacity
+from optuna import distributions
 from optuna.exceptions import UpdateFinishedTrialError
-from optuna.trial import TrialState
+from optuna.storages import RDBStorage
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.dialects import postgresql as postgresql_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import make_url
 
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import SearchSpace, SearchSpaceError, encode
-from trialflow.trial.protocol import Metric, describe_result
-from trialflow.trial.protocol import scalar as _plain_scalar
-from trialflow.trial.status import COUNTED_STATUS_NAMES, COUNTED_STATUSES, TrialStatus
+from trialflow.trial.protocol import Metric
+from trialflow.trial.status import COUNTED_STATUSES, TrialStatus
+from trialflow.tuning import schema_check
 from trialflow.tuning.algorithms import canonical_tuner_name
 from trialflow.tuning.history import asking_storage
+from trialflow.tuning.optuna_internals import create_scoped_session as _create_scoped_session
 from trialflow.tuning.optuna_internals import models, trial_storage_id
-from trialflow.tuning.pareto import OBJECTIVES_ATTR, objective_values
-from trialflow.tuning.rdb_storage import TrialflowStorage
+from trialflow.tuning.pareto import OBJECTIVES_ATTR
+from trialflow.tuning.results import TrialRow, finite_or_none, jsonable, outcome, preview, scalar
 from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
 from trialflow.tuning.store_urls import SQLITE_TIMEOUT_SECONDS, safe_url, with_installed_driver
 from trialflow.tuning.store_urls import sqlite_url as sqlite_url  # where the callers have always found it
 from trialflow.tuning.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
+from trialflow.tuning.trial_reader import TRIALS, read_trials
 from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
 
 if TYPE_CHECKING:
@@ -69,6 +91,242 @@ TRIAL_INDEX = sa.Table(
 )
 #: Pages join from Optuna's trials to their index: without this, SQLite scans the table per trial.
 TRIAL_INDEX_BY_TRIAL = sa.Index("ix_trialflow_trial_index_trial_id", TRIAL_INDEX.c.trial_id)
+
+
+# -- Optuna's storage, made cheap for a trial task -------------------------------------------
+
+_STUDIES = models.StudyModel.__table__
+_USER_ATTRS = models.TrialUserAttributeModel.__table__
+_INTERMEDIATE = models.TrialIntermediateValueModel.__table__
+#: The dialects whose INSERT ... ON CONFLICT DO UPDATE writes several attributes at once.
+_UPSERTS: dict[str, Callable[[sa.Table], Any]] = {
+    "sqlite": sqlite_dialect.insert,
+    "postgresql": postgresql_dialect.insert,
+}
+
+
+class HeldParam(NamedTuple):
+    """A parameter the sampler drew, not yet written (see TrialflowStorage.holding_params)."""
+
+    trial_id: int
+    name: str
+    value_internal: float
+    distribution: distributions.BaseDistribution
+    previous_distribution: distributions.BaseDistribution | None
+
+
+class TrialflowStorage(RDBStorage):
+    """RDBStorage whose trial reads are plain SQL (same tables, same FrozenTrials) and whose
+    trial writes can share one transaction."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_local_state()
+
+    def _init_local_state(self) -> None:
+        self._study_ids: dict[str, int] = {}
+        self._directions: dict[int, list[StudyDirection]] = {}
+        self._held = threading.local()  # per thread: the triggerer follows many trials at once
+
+    # -- what never changes for a study (trialflow deletes no study) --------------------------
+
+    def get_study_id_from_name(self, study_name: str) -> int:
+        known = self._study_ids.get(study_name)
+        if known is None:
+            known = self._study_ids[study_name] = super().get_study_id_from_name(study_name)
+        return known
+
+    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
+        known = self._directions.get(study_id)
+        if known is None:
+            known = super().get_study_directions(study_id)
+            if StudyDirection.NOT_SET not in known:
+                self._directions[study_id] = known
+        return known
+
+    # -- grouped writes -----------------------------------------------------------------------
+
+    @contextmanager
+    def holding_params(self) -> Iterator[list[HeldParam]]:
+        """Within the block, parameters the sampler sets (this thread) are held in the yielded
+        list instead of written one commit each; write them with :meth:`write_params`."""
+        held: list[HeldParam] = []
+        self._held.params = held
+        try:
+            yield held
+        finally:
+            self._held.params = None
+
+    def _set_trial_param(
+        self,
+        trial_id: int,
+        param_name: str,
+        param_value_internal: float,
+        distribution: distributions.BaseDistribution,
+        previous_distribution: distributions.BaseDistribution | None,
+    ) -> None:
+        held = getattr(self._held, "params", None)
+        if held is None:
+            super()._set_trial_param(trial_id, param_name, param_value_internal, distribution, previous_distribution)
+            return
+        held.append(HeldParam(trial_id, param_name, param_value_internal, distribution, previous_distribution))
+
+    @contextmanager
+    def transaction(self) -> Iterator[sa_orm.Session]:
+        """One session and transaction for several writes (committed at the end, rolled back
+        on an error, which is raised)."""
+        with _create_scoped_session(self.scoped_session) as session:
+            yield session
+
+    def write_params(self, session: sa_orm.Session, params: Iterable[HeldParam]) -> None:
+        """Held parameters, with Optuna's own checks (the trial is updatable; a parameter's
+        distribution agrees with the study's earlier ones)."""
+        for held in params:
+            self._set_trial_param_without_commit(session, *held)
+
+    def write_user_attrs(
+        self, session: sa_orm.Session, trial_id: int, attrs: dict[str, Any], checked: bool = False
+    ) -> None:
+        """A trial's user attributes in one statement where the database upserts (SQLite,
+        PostgreSQL: the same ON CONFLICT upsert Optuna writes per key), else Optuna's per-key
+        write. ``checked``: the caller already found the trial updatable in this session."""
+        if not attrs:
+            return
+        upsert = _UPSERTS.get(self.engine.name)
+        if upsert is None or (self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0)):
+            for key, value in attrs.items():
+                self._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
+            return
+        if not checked:
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
+            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
+        insert = upsert(_USER_ATTRS)
+        statement = insert.on_conflict_do_update(
+            index_elements=[_USER_ATTRS.c.trial_id, _USER_ATTRS.c.key],
+            set_={"value_json": insert.excluded.value_json},
+        )
+        rows = [{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)} for key, value in attrs.items()]
+        session.execute(statement, rows)
+
+    #: Rows per INSERT: SQLite allows 32,766 bound values; three per row, with room to spare.
+    INTERMEDIATE_BATCH = 5000
+
+    def write_intermediate_values(self, trial_id: int, values: Sequence[tuple[int, float]]) -> None:
+        """Many intermediate values of one running trial in one transaction: multi-row upserts
+        (the same row Optuna's set_trial_intermediate_value writes, a re-read step overwriting
+        its own) where the database has them, Optuna's per-step write in one session elsewhere.
+
+        One commit per step stored 300-700 rows/s: a trial that reported a million results
+        stayed RUNNING for 41 minutes after it ended. Finite values only (the caller counts the
+        others): Optuna's value-type column then always says FINITE."""
+        if not values:
+            return
+        upsert = _UPSERTS.get(self.engine.name)
+        with self.transaction() as session:
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
+            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
+            if upsert is None or (self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0)):
+                for step, value in values:
+                    self._set_trial_intermediate_value_without_commit(session, trial_id, step, value)
+                return
+            insert = upsert(_INTERMEDIATE)
+            statement = insert.on_conflict_do_update(
+                index_elements=[_INTERMEDIATE.c.trial_id, _INTERMEDIATE.c.step],
+                set_={
+                    "intermediate_value": insert.excluded.intermediate_value,
+                    "intermediate_value_type": insert.excluded.intermediate_value_type,
+                },
+            )
+            finite = models.TrialIntermediateValueModel.TrialIntermediateValueType.FINITE
+            latest = dict(values)  # one row per step: a step reported twice keeps its last value
+            rows = [
+                {"trial_id": trial_id, "step": step, "intermediate_value": value, "intermediate_value_type": finite}
+                for step, value in latest.items()
+            ]
+            connection = session.connection()  # Core, not the ORM's bulk path (no RETURNING wanted)
+            for start in range(0, len(rows), self.INTERMEDIATE_BATCH):
+                connection.execute(statement, rows[start : start + self.INTERMEDIATE_BATCH])
+
+    def close_trial(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None, attrs: dict[str, Any]
+    ) -> None:
+        """Finish a trial in one transaction: its user attributes, its values and its final
+        state, as Optuna's set_trial_state_values writes them. Raises Optuna's
+        UpdateFinishedTrialError if it was finished already (another process was first)."""
+        if not state.is_finished():
+            raise ValueError(f"close_trial finishes a trial; {state.name} is not a finished state")
+        with self.transaction() as session:
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
+            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
+            # The state first, and only if the trial is still running: SQLite ignores FOR UPDATE
+            # (and pysqlite reads before it begins the transaction), so two closers could both
+            # pass the check above; this write takes the database's write lock, and the second
+            # one finds the trial finished.
+            table = models.TrialModel.__table__
+            running = sa.and_(table.c.trial_id == trial_id, table.c.state == TrialState.RUNNING)
+            written = cast("sa.CursorResult[Any]", session.execute(sa.update(table).where(running).values(state=state)))
+            if written.rowcount != 1:
+                raise UpdateFinishedTrialError(f"trial {trial_id} was finished by another process first")
+            self.write_user_attrs(session, trial_id, attrs, checked=True)
+            for objective, value in enumerate(values or ()):
+                self._set_trial_value_without_commit(session, trial, objective, value)
+            trial.state = state
+            trial.datetime_complete = datetime.now()
+
+    @classmethod
+    def reopen(cls, url: str, engine_kwargs: dict[str, Any]) -> TrialflowStorage | None:
+        """The storage of a database this Optuna version already checked, without checking it
+        again; None when it has not (then open it the usual way and ``mark_checked``)."""
+        url = cls._fill_storage_url_template(url)
+        cls._set_default_engine_kwargs_for_mysql(url, engine_kwargs)
+        engine = sa.create_engine(url, **engine_kwargs)
+        if not schema_check.was_checked(engine):
+            engine.dispose()
+            return None
+        storage = cls.__new__(cls)
+        schema_check.fill_unchecked(storage, url, engine, engine_kwargs)
+        storage._init_local_state()
+        return storage
+
+    def mark_checked(self) -> None:
+        """Record that this Optuna version found the database's schema revision compatible."""
+        schema_check.mark_checked(self.engine)
+
+    def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
+        """Several user attributes in one transaction, through Optuna's own per-key write (which
+        commits each key on its own: four keys were four commits, four fsyncs on SQLite)."""
+        if not attrs:
+            return
+        with _create_scoped_session(self.scoped_session, True) as session:
+            self.write_user_attrs(session, trial_id, attrs)
+
+    def _get_trials(
+        self,
+        study_id: int,
+        states: Container[TrialState] | None,
+        included_trial_ids: set[int],
+        trial_id_greater_than: int,
+    ) -> list[FrozenTrial]:
+        included = {i for i in included_trial_ids if i <= trial_id_greater_than}
+        where = [TRIALS.c.study_id == study_id]
+        if states is not None:
+            assert isinstance(states, Iterable)
+            where.append(TRIALS.c.state.in_(list(states)))
+        if trial_id_greater_than > -1:
+            newer = TRIALS.c.trial_id > trial_id_greater_than
+            where.append(sa.or_(newer, TRIALS.c.trial_id.in_(sorted(included))) if included else newer)
+        with self.engine.connect() as conn:
+            if conn.execute(sa.select(_STUDIES.c.study_id).where(_STUDIES.c.study_id == study_id)).first() is None:
+                raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's reader raises
+            return read_trials(conn, where)
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        """One trial by the same plain-SQL reader (Optuna's loads it through six lazy ORM loads)."""
+        with self.engine.connect() as conn:
+            trials = read_trials(conn, [TRIALS.c.trial_id == trial_id])
+        if not trials:
+            raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's get_trial raises
+        return trials[0]
 
 
 @tenacity.retry(
@@ -491,7 +749,7 @@ class ExperimentStore:
         intermediate: list[tuple[int, float]] = []
         for metric in metrics:
             if metric.is_final:
-                reported = _jsonable(metric.value)
+                reported = jsonable(metric.value)
                 if first_final is None:
                     first_final = self.storage.get_trial(storage_id).user_attrs.get("final_metric")
                 if first_final is None:
@@ -499,8 +757,8 @@ class ExperimentStore:
                     first_final = reported
                 elif reported != first_final:
                     skipped.append(
-                        f"a second final result ({_preview(reported)}) was ignored: the first "
-                        f"({_preview(first_final)}) counts, as in NNI"
+                        f"a second final result ({preview(reported)}) was ignored: the first "
+                        f"({preview(first_final)}) counts, as in NNI"
                     )
                 continue
             value = scalar(metric.value)
@@ -508,8 +766,7 @@ class ExperimentStore:
                 intermediate.append((metric.sequence, float(value)))
             else:
                 skipped.append(
-                    f"intermediate result {metric.sequence} ({_preview(_jsonable(metric.value))}) "
-                    "is not a finite number"
+                    f"intermediate result {metric.sequence} ({preview(jsonable(metric.value))}) is not a finite number"
                 )
         self.storage.write_intermediate_values(storage_id, intermediate)
         return skipped
@@ -560,14 +817,11 @@ class ExperimentStore:
         if message:
             attrs["message"] = message
         if final is not None:
-            attrs["final_metric"] = _jsonable(final)
+            attrs["final_metric"] = jsonable(final)
             if isinstance(final, dict):
-                attrs["final_metric_extra"] = {k: _jsonable(v) for k, v in final.items() if k != "default"}
+                attrs["final_metric_extra"] = {k: jsonable(v) for k, v in final.items() if k != "default"}
         objectives = self.objectives_of_trial(storage_id) if status in COUNTED_STATUSES else None
-        if objectives:
-            state, values, problem = _several_outcome(final, objectives)
-        else:
-            state, values, problem = _outcome(status, final)
+        state, values, problem = outcome(status, final, objectives)
         if problem:
             attrs["message"] = problem + (f"; {message}" if message else "")
         try:
@@ -582,104 +836,24 @@ class ExperimentStore:
 
     # -- reading --------------------------------------------------------------------------
 
-    def trial_rows(self, experiment_id: str) -> list[dict[str, Any]]:
-        """One dict per trial, in trial-index order, for summaries and progress."""
+    def trial_rows(self, experiment_id: str) -> list[TrialRow]:
+        """Every trial, in trial-index order, for summaries and progress."""
         frozen = self.storage.get_all_trials(self._study_id(experiment_id), deepcopy=False)
-        rows = []
-        for t in frozen:
-            if "superseded_by" in t.user_attrs:
-                continue
-            rows.append(
-                {
-                    "trial_index": t.user_attrs.get("trial_index"),
-                    "trial_id": t.user_attrs.get("trial_id"),
-                    "parameters": t.user_attrs.get("parameters"),
-                    "status": t.user_attrs.get("nni_status"),
-                    "final_metric": _finite_or_none(scalar(t.user_attrs.get("final_metric"))),
-                    "final_metric_raw": t.user_attrs.get("final_metric"),
-                    "final_extra": t.user_attrs.get("final_metric_extra") or {},
-                    # Optuna's values, one per objective, for a COMPLETE trial (several objectives
-                    # read them by name through trialflow.tuning.pareto).
-                    "objective_values": list(t.values) if t.values is not None else None,
-                    "intermediate_count": len(t.intermediate_values),
-                    "message": t.user_attrs.get("message"),
-                }
-            )
-        return sorted(rows, key=lambda r: (r["trial_index"] is None, r["trial_index"] or 0))
+        rows = [_row(t) for t in frozen if "superseded_by" not in t.user_attrs]
+        return sorted(rows, key=lambda r: (r.trial_index is None, r.trial_index or 0))
 
 
-def _outcome(status: TrialStatus, final: Any) -> tuple[TrialState, list[float] | None, str | None]:
-    """Optuna's state and value for one objective, and why a SUCCEEDED trial has no value."""
-    value = scalar(final)
-    if status in COUNTED_STATUSES and value is not None and math.isfinite(value):
-        return TrialState.COMPLETE, [value], None
-    if status == TrialStatus.EARLY_STOPPED:
-        return TrialState.PRUNED, None, None
-    if status != TrialStatus.SUCCEEDED:
-        return TrialState.FAIL, None, None
-    if final is None:
-        reason = "no final result reported"
-    elif value is not None:  # stored as "inf" / "nan": the kind is known, the number is not
-        reason = f"the final result ({final}) is not a finite number"
-    else:
-        reason = describe_result(final) or "the final result is not a number"
-    return TrialState.FAIL, None, reason
-
-
-def _several_outcome(final: Any, objectives: list[dict[str, str]]) -> tuple[TrialState, list[float] | None, str | None]:
-    """A succeeded trial of a multi-objective experiment: one value per objective, or FAIL with
-    the reason (a missing or non-finite objective has no place on the front)."""
-    values, problem = objective_values(final, objectives)
-    return (TrialState.COMPLETE if values is not None else TrialState.FAIL), values, problem
-
-
-def _preview(value: Any, limit: int = 40) -> str:
-    """A reported value as the message quotes it: short, whatever the trial sent."""
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _finite_or_none(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
-def best_row(rows: list[dict[str, Any]], optimize_mode: str) -> dict[str, Any] | None:
-    """The best succeeded trial by final metric, honouring maximize/minimize."""
-    done = [
-        r
-        for r in rows
-        if r["status"] in COUNTED_STATUS_NAMES and r["final_metric"] is not None and math.isfinite(r["final_metric"])
-    ]
-    if not done:
-        return None
-    pick = min if optimize_mode == "minimize" else max
-    return pick(done, key=lambda r: r["final_metric"])
-
-
-_NON_FINITE = {"nan": math.nan, "infinity": math.inf, "inf": math.inf, "-infinity": -math.inf, "-inf": -math.inf}
-
-
-def scalar(value: Any) -> float | None:
-    """NNI's scalar reward, also reading NaN/Infinity back from their stored string form."""
-    if isinstance(value, dict):
-        value = value.get("default")
-    if isinstance(value, str) and value.lower() in _NON_FINITE:
-        return _NON_FINITE[value.lower()]
-    return _plain_scalar(value)
-
-
-def _jsonable(value: Any) -> Any:
-    """Optuna user attrs are JSON: NaN/Infinity are kept as strings, as nni's json_tricks writes them."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**63:
-        return str(_plain_scalar(value))  # beyond what databases and JSON readers keep: "inf"
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        return repr(value)
+def _row(t: FrozenTrial) -> TrialRow:
+    attrs = t.user_attrs
+    return TrialRow(
+        trial_index=attrs.get("trial_index"),
+        trial_id=attrs.get("trial_id"),
+        parameters=attrs.get("parameters"),
+        status=attrs.get("nni_status"),
+        final_metric=finite_or_none(scalar(attrs.get("final_metric"))),
+        final_metric_raw=attrs.get("final_metric"),
+        final_extra=attrs.get("final_metric_extra") or {},
+        objective_values=list(t.values) if t.values is not None else None,
+        intermediate_count=len(t.intermediate_values),
+        message=attrs.get("message"),
+    )

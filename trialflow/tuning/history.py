@@ -27,13 +27,14 @@ from __future__ import annotations
 from collections.abc import Container
 
 import sqlalchemy as sa
+from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from trialflow.limits import HISTORY_LIMIT
 from trialflow.tuning.algorithms import CATALOGUE
 from trialflow.tuning.optuna_internals import CachedStorage, models
-from trialflow.tuning.rdb_storage import TrialflowStorage, read_trials
+from trialflow.tuning.trial_reader import read_trials
 
 #: Tuners (trialflow's canonical names) that learn from the window, and that ignore history:
 #: the algorithm catalogue says which (README's tuner table is generated from it).
@@ -83,7 +84,7 @@ class HistoryWindow(CachedStorage):
     """The storage one ask reads through when the experiment is past the limit: Optuna's cache
     for everything else (the trial being created, its parameters), a window for trial lists."""
 
-    def __init__(self, backend: TrialflowStorage, learns: bool, limit: int = HISTORY_LIMIT):
+    def __init__(self, backend: RDBStorage, learns: bool, limit: int = HISTORY_LIMIT):
         super().__init__(backend)
         self._backend = backend
         self._learns = learns
@@ -110,7 +111,7 @@ class HistoryWindow(CachedStorage):
         return sorted(out, key=lambda t: t.number)
 
 
-def asking_storage(cache: CachedStorage, backend: TrialflowStorage, study_id: int, tuner: str) -> CachedStorage:
+def asking_storage(cache: CachedStorage, backend: RDBStorage, study_id: int, tuner: str) -> CachedStorage:
     """The storage an ask should read through: the process's full cache, or a window when the
     experiment is past the limit and ``tuner`` (canonical name) is one a window serves."""
     if tuner not in WINDOWED and tuner not in BLIND:

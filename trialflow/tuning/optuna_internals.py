@@ -1,7 +1,7 @@
 """Every private part of Optuna that trialflow uses, in one place, with the range it was tested on.
 
 Why use them at all: the store is an Optuna RDB storage made cheap for Airflow's many short
-task processes (trialflow/tuning/rdb_storage.py writes a trial in one transaction, snapshot.py
+task processes (trialflow/tuning/experiment_store.py writes a trial in one transaction, snapshot.py
 seeds Optuna's per-process cache from one row); both subclass Optuna's storage classes and call
 their private helpers. A minor Optuna release may change any of that, so:
 

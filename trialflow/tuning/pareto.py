@@ -1,4 +1,4 @@
-"""Several objectives: a trial's values from its final result, and the Pareto set. No Optuna here.
+"""Several objectives: the Pareto set (a trial's values come from trialflow.tuning.results). No Optuna.
 
 With two or more objectives there is no single best trial: a trial is in the Pareto set when no
 other trial is at least as good on every objective and better on one. The end step, the CLI,
@@ -7,29 +7,13 @@ the published Asset and the pages all ask this module, so "best" means the same 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
+
+from trialflow.tuning.results import TrialRow
 
 #: The experiment attribute holding its objectives: [{"metric": ..., "mode": ...}, ...].
 OBJECTIVES_ATTR = "objectives"
-
-
-def objective_values(final: Any, objectives: Sequence[dict[str, str]]) -> tuple[list[float] | None, str | None]:
-    """The trial's values in objective order, or None and why they cannot be had (the trial
-    then counts as failed: Optuna cannot place it on the front)."""
-    names = [o["metric"] for o in objectives]
-    if not isinstance(final, dict):
-        return None, f"the final result must be a dict with {', '.join(names)} (the objectives), got {final!r:.60}"
-    values = []
-    for name in names:
-        value = final.get(name)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None, f"the final result has no number {name!r} (objectives: {', '.join(names)})"
-        if not math.isfinite(value):
-            return None, f"the final result's {name!r} is {value}, not a finite number"
-        values.append(float(value))
-    return values, None
 
 
 def dominates(a: Sequence[float], b: Sequence[float], modes: Sequence[str]) -> bool:
@@ -61,35 +45,35 @@ def pareto_set(points: Sequence[Sequence[float] | None], modes: Sequence[str]) -
     return sorted(front)
 
 
-def pareto_rows(rows: Sequence[dict[str, Any]], objectives: Sequence[dict[str, str]]) -> list[dict[str, Any]]:
-    """The Pareto set among succeeded trial rows that carry ``values`` ({metric: value}), ordered
-    by the first objective, best first; each row gets its values in objective order."""
+def pareto_rows(rows: Sequence[TrialRow], objectives: Sequence[dict[str, str]]) -> list[TrialRow]:
+    """The Pareto set among trial rows that carry ``values`` ({metric: value}), ordered by the
+    first objective, best first."""
     names = [o["metric"] for o in objectives]
     modes = [o["mode"] for o in objectives]
-    candidates = [r for r in rows if isinstance(r.get("values"), dict) and all(n in r["values"] for n in names)]
-    points = [[float(r["values"][n]) for n in names] for r in candidates]
+    candidates = [r for r in rows if r.values is not None and all(n in r.values for n in names)]
+    points = [[float(r.values[n]) for n in names] for r in candidates if r.values is not None]
     chosen = [candidates[i] for i in pareto_set(points, modes)]
     first = -1.0 if modes[0] == "maximize" else 1.0
-    return sorted(chosen, key=lambda r: first * r["values"][names[0]])
+    return sorted(chosen, key=lambda r: first * (r.values or {})[names[0]])
 
 
-def with_values(rows: Sequence[dict[str, Any]], objectives: Sequence[dict[str, str]]) -> list[dict[str, Any]]:
+def with_values(rows: Sequence[TrialRow], objectives: Sequence[dict[str, str]]) -> list[TrialRow]:
     """Rows (ExperimentStore.trial_rows) with ``values``: {metric: value} for a trial Optuna
     completed with one value per objective, else None."""
     names = [o["metric"] for o in objectives]
     out = []
     for row in rows:
-        raw = row.get("objective_values")
-        ok = row.get("status") in ("SUCCEEDED", "EARLY_STOPPED") and raw is not None and len(raw) == len(names)
-        out.append({**row, "values": dict(zip(names, raw or (), strict=True)) if ok else None})
+        raw = row.objective_values
+        ok = row.counted and raw is not None and len(raw) == len(names)
+        out.append(replace(row, values=dict(zip(names, raw or (), strict=True)) if ok else None))
     return out
 
 
-def fronts(rows: Sequence[dict[str, Any]], objectives: Sequence[dict[str, str]]) -> list[dict[str, Any]]:
+def fronts(rows: Sequence[TrialRow], objectives: Sequence[dict[str, str]]) -> list[TrialRow]:
     """Rows with values, front by front (the Pareto set, then the set that is Pareto once it is
     gone, ...): an order "best first" for several objectives, as NSGA-II ranks."""
-    left = [r for r in rows if isinstance(r.get("values"), dict)]
-    out: list[dict[str, Any]] = []
+    left = [r for r in rows if r.values is not None]
+    out: list[TrialRow] = []
     while left:
         front = pareto_rows(left, objectives)
         out += front

@@ -31,7 +31,7 @@ from optuna.trial import FrozenTrial, TrialState
 from trialflow.tuning.optuna_internals import CachedStorage as _CachedStorage
 from trialflow.tuning.optuna_internals import StudyInfo as _StudyInfo
 from trialflow.tuning.optuna_internals import models
-from trialflow.tuning.rdb_storage import _distribution
+from trialflow.tuning.trial_reader import distribution
 
 #: Finished trials beyond the stored ones before a process writes the row again.
 SNAPSHOT_STEP = 32
@@ -94,7 +94,7 @@ def decode(payload: bytes) -> tuple[list[FrozenTrial], int, set[int]]:
         raise ValueError(f"snapshot format {body.get('format')!r}, expected {_FORMAT}")
     trials = []
     for trial_id, number, state, values, start, complete, params, user, system, steps in body["trials"]:
-        dists = {name: _distribution(dist_json) for name, _, dist_json in params}
+        dists = {name: distribution(dist_json) for name, _, dist_json in params}
         trials.append(
             FrozenTrial(
                 number=number,

@@ -1,4 +1,6 @@
-"""The bulk trial reader gives exactly Optuna's FrozenTrials, on SQLite and PostgreSQL."""
+"""The store's Optuna storage (TrialflowStorage) and its plain-SQL reader (trial_reader.py)
+give exactly what Optuna's own reader and writers give, on SQLite and PostgreSQL; the schema
+check (schema_check.py) is done once per database and Optuna version."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from trialflow.tuning.experiment_store import with_installed_driver
-from trialflow.tuning.rdb_storage import TrialflowStorage, _DeferredVersionManager
+from trialflow.tuning.experiment_store import TrialflowStorage, with_installed_driver
+from trialflow.tuning.schema_check import DeferredVersionManager
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -127,10 +129,12 @@ def test_a_database_checked_once_reopens_without_the_schema_check(storage: Trial
     from trialflow.tuning.experiment_store import ExperimentStore
 
     url = storage.url
+    with storage.engine.begin() as conn:  # a database another test's store opened is checked already
+        conn.exec_driver_sql("DROP TABLE IF EXISTS trialflow_checked_schema")
     first = ExperimentStore(url).storage  # the full path, which records the check
     again = ExperimentStore(url).storage  # the store's own open: it takes the short way now
-    assert isinstance(again._version_manager, _DeferredVersionManager)
-    assert not isinstance(first._version_manager, _DeferredVersionManager)
+    assert isinstance(again._version_manager, DeferredVersionManager)
+    assert not isinstance(first._version_manager, DeferredVersionManager)
     assert set(vars(again)) == set(vars(first))  # every attribute RDBStorage.__init__ sets
     for name in ("url", "engine_kwargs", "heartbeat_interval", "grace_period", "heartbeat_stale_trial_callback"):
         assert getattr(again, name) == getattr(first, name), name

@@ -1,0 +1,1 @@
+"""What the tests (and bench/) share: servers they start, stores, rows, fakes. Not tests themselves."""
