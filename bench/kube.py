@@ -50,12 +50,12 @@ from tests.kube.cluster import KubeCluster, missing_reason  # noqa: E402
 from tests.kube.controller import TestController  # noqa: E402
 from trialflow.config.platforms import KubeflowConfig  # noqa: E402
 from trialflow.follow import follow_trial  # noqa: E402
-from trialflow.platforms.background import run_sync  # noqa: E402
 from trialflow.platforms.base import (  # noqa: E402
     TrialSpec,
     TrialStatus,
     experiment_id_for,
 )
+from trialflow.platforms.event_loop import run_sync  # noqa: E402
 from trialflow.platforms.kubernetes.client import POOL  # noqa: E402
 from trialflow.platforms.kubernetes.informer import INFORMERS  # noqa: E402
 from trialflow.platforms.kubernetes.kubeflow import KubeflowPlatform  # noqa: E402
@@ -165,9 +165,10 @@ def run_airflow(
     )
     store_url = sqlite_url(root / "experiments.db")
     airflow = private_airflow(root, 8, store_url)
-    dag_file = write_dag(
-        airflow.dags_folder, "kube_bench", config, defer_after=0, cleanup=True, end_from_trigger=end_from_trigger
-    )
+    dag_file = write_dag(airflow.dags_folder, "kube_bench", config, defer_after=0, cleanup=True)
+    if not end_from_trigger:  # the old way, for comparison: the trial operator's own switch, set on the mapped task
+        with dag_file.open("a") as f:
+            f.write('dag.task_dict["trial"].partial_kwargs["end_from_trigger"] = False\n')
     airflow.migrate()
     airflow.start()
     try:

@@ -47,7 +47,7 @@ TRIAL = (
 
 def stage(platform, experiment_id, code):
     """prepare, then put the code on the machines now (as the first trial would)."""
-    from trialflow.platforms.background import run_sync
+    from trialflow.platforms.event_loop import run_sync
 
     platform.prepare_sync(experiment_id)
     return run_sync(platform.stage_code(code))
@@ -90,7 +90,7 @@ from pathlib import Path
 sys.path.insert(0, {root!r})
 from bench.remote import remote_platform, stage
 from tests import sshd
-from trialflow.platforms.background import run_sync
+from trialflow.platforms.event_loop import run_sync
 from trialflow.trial.packing import pack
 server = sshd.SshServer(**json.loads(sys.argv[1]))
 code, work, how = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]

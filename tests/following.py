@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 from trialflow.follow import follow_trial
-from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import TrialStatus
+from trialflow.platforms.event_loop import run_sync
 from trialflow.trial.protocol import Metric
 
 

@@ -316,7 +316,7 @@ def test_kill_and_stop_write_the_intent_a_follower_acts_on(tmp_path):
 def test_limits_shows_and_changes_with_clear_errors(tmp_path):
     from tests.queries.test_queries import fill
     from trialflow import steering
-    from trialflow.tuning.dag_limits import read_concurrency
+    from trialflow.tuning.concurrency_changes import read_concurrency
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
     store = ExperimentStore(sqlite_url(tmp_path / "experiments.db"))

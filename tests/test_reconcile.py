@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trialflow import lifecycle, steering
+from trialflow import steering, trial_lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus
@@ -60,7 +60,7 @@ def running(any_store, tmp_path: Path, monkeypatch):
     (tmp_path / "config.yml").write_text(CONFIG)
     experiment = Experiment(load_config(tmp_path / "config.yml"), "ereconcile", tmp_path / "work")
     start_run(experiment, any_store, "dag_a", "r1", {})
-    started = [lifecycle.start_trial(experiment, any_store, "r1", i) for i in range(3)]
+    started = [trial_lifecycle.start_trial(experiment, any_store, "r1", i) for i in range(3)]
     yield experiment, any_store, started
     for s in started:  # whatever a failing test left
         if s.handle and process_alive(s.handle["pid"]):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trialflow import lifecycle
+from trialflow import trial_lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment, ExperimentNotOwned
 from trialflow.platforms.base import TrialStatus
@@ -76,7 +76,7 @@ def test_the_summary_counts_the_runs_own_trials_and_fails_without_a_result(setup
 def test_cancel_stops_every_running_trial_and_closes_it(setup):
     experiment, store = setup
     start_run(experiment, store, "dag_a", "r1", {})
-    started = [lifecycle.start_trial(experiment, store, "r1", i) for i in range(2)]
+    started = [trial_lifecycle.start_trial(experiment, store, "r1", i) for i in range(2)]
     pids = [s.handle["pid"] for s in started]
     assert all(process_alive(pid) for pid in pids)
     assert cancel_trials(experiment, store, "stopped by a person") == 2
@@ -117,7 +117,7 @@ def test_a_stopped_run_says_who_stopped_it_in_the_summary_the_list_and_the_cli(s
 def test_closing_the_last_run_drops_waiting_trials_and_resets_concurrency(setup):
     from trialflow import steering
     from trialflow.run_lifecycle import close_run
-    from trialflow.tuning.dag_limits import read_concurrency, write_concurrency
+    from trialflow.tuning.concurrency_changes import read_concurrency, write_concurrency
 
     experiment, store = setup
     start_run(experiment, store, "dag_a", "r1", {})
@@ -142,7 +142,7 @@ def test_closing_the_last_run_drops_waiting_trials_and_resets_concurrency(setup)
 def test_a_whole_run_stopped_from_airflow_is_marked_once_and_resets_concurrency(setup):
     from trialflow import steering
     from trialflow.run_lifecycle import stop_run
-    from trialflow.tuning.dag_limits import read_concurrency, write_concurrency
+    from trialflow.tuning.concurrency_changes import read_concurrency, write_concurrency
 
     experiment, store = setup
     start_run(experiment, store, "dag_a", "r1", {})

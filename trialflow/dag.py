@@ -17,7 +17,7 @@ from typing import Any
 from airflow.sdk import DAG
 
 from trialflow.assets import best_parameters_asset
-from trialflow.hooks.dag_limits import changed_concurrency
+from trialflow.hooks.concurrency_at_parse import changed_concurrency
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
 from trialflow.limits import MAX_TRIALS_PER_RUN
 from trialflow.operators.experiment import (
@@ -52,7 +52,6 @@ def experiment_dag(
     defer_after: float = 10.0,
     cleanup: bool = False,
     trials_per_run: int | None = None,
-    end_from_trigger: bool = True,
     local_queue: str | None = None,
     asset_name: str | None = None,
     **dag_kwargs: Any,
@@ -66,9 +65,6 @@ def experiment_dag(
     ``trials_per_run``: for an experiment without maxTrialNumber (it goes on in follow-on runs
     until maxExperimentDuration), how many mapped trial tasks each run holds; the default is
     100, or ten waves of trialConcurrency when that is more.
-    ``end_from_trigger``: a deferred trial that succeeds (or is stopped on purpose) ends its task
-    from the triggerer, without a worker round trip; False resumes a worker (the old way, kept
-    for comparison: bench/kube.py measures both).
     ``local_queue``: under an executor that may run tasks on several hosts (Celery, Kubernetes,
     Edge), the queue one host serves, for an experiment with the local platform (default:
     ``[trialflow] local_queue``); docs/multi-host.md says why it is required.
@@ -124,7 +120,6 @@ def experiment_dag(
             store_conn_id=store_conn_id,
             poll_interval=poll_interval,
             defer_after=defer_after,
-            end_from_trigger=end_from_trigger,
             stay_on_host=stay_on_host,
             max_active_tis_per_dagrun=concurrency,
             map_index_template="{{ trial_label }}",

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from trialflow.config import (
     ExperimentConfig,
@@ -502,25 +502,41 @@ class Experiment:
         )
 
 
+class TrialXCom(TypedDict):
+    """What a trial task returns (its XCom): the trial, how it ended and where it ran."""
+
+    trial_index: int
+    trial_id: str
+    parameters: dict[str, Any]
+    #: NNI's status name.
+    status: str
+    #: The final result's number when finite, else None.
+    final_metric: float | None
+    intermediate_count: int
+    message: str | None
+    platform: str | None
+    host: str | None
+
+
 def trial_result(
     trial_index: int,
     trial_id: str,
     parameters: dict[str, Any],
     status: TrialStatus,
-    final_metric: Any,
+    final_metric: float | None,
     intermediate_count: int,
     handle: TrialHandle | None = None,
     message: str | None = None,
-) -> dict[str, Any]:
+) -> TrialXCom:
     """The small dict a trial task returns as its XCom."""
-    return {
-        "trial_index": trial_index,
-        "trial_id": trial_id,
-        "parameters": parameters,
-        "status": status.value,
-        "final_metric": final_metric,
-        "intermediate_count": intermediate_count,
-        "message": message,
-        "platform": (handle or {}).get("platform"),
-        "host": (handle or {}).get("host"),
-    }
+    return TrialXCom(
+        trial_index=trial_index,
+        trial_id=trial_id,
+        parameters=parameters,
+        status=status.value,
+        final_metric=final_metric,
+        intermediate_count=intermediate_count,
+        message=message,
+        platform=handle.get("platform") if handle else None,
+        host=handle.get("host") if handle else None,
+    )

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from optuna.exceptions import UpdateFinishedTrialError
 
-from trialflow import lifecycle, steering
+from trialflow import steering, trial_lifecycle
 from trialflow.config.registry import is_host_bound
 from trialflow.platforms.base import Connections, TrialStatus
 from trialflow.platforms.hosts import TrialOnAnotherHost, check_host
@@ -165,7 +165,7 @@ async def _stop(
                 log.warning("trial %s: %s; the stop request waits for its host", trial.trial_id, exc)
                 return False
         platform = experiment.platform(service_index, connections)
-        stopped = await lifecycle.stop_trial(platform, store, trial.handle, trial.storage_id, reason)
+        stopped = await trial_lifecycle.stop_trial(platform, store, trial.handle, trial.storage_id, reason)
     if stopped:
         log.warning("Trial %s: %s", trial.trial_id, reason)
         what = f"trial {trial.trial_index} ({trial.trial_id}): {reason}"

@@ -1,6 +1,6 @@
 """A DAG run's life, from the core's side: start it, summarize it, cancel its trials. No Airflow.
 
-trialflow.lifecycle is one trial's life; this is the run around the trials. The start and end
+trialflow.trial_lifecycle is one trial's life; this is the run around the trials. The start and end
 operators, `trialflow run` and whatever stops an experiment call these and only turn their
 outcomes into Airflow's words (a failed task, a log line), so the rules of an experiment (who
 may drive it, what counts as its result, which trials a cancel reaches) live here, tested
@@ -184,7 +184,7 @@ def close_run(
     follow-on run carries the experiment on, the asked-for trials still waiting are dropped (and
     said so in its history) and a trialConcurrency a person changed goes back to the config's."""
     from trialflow.steering import drop_waiting
-    from trialflow.tuning.dag_limits import clear
+    from trialflow.tuning.concurrency_changes import clear
 
     experiment.end_run(store, run_id)
     if not verdict.experiment_over:
@@ -200,7 +200,7 @@ def stop_run(store: ExperimentStore, experiment_id: str, dag_id: str | None, run
     and the experiment will not go on, so a trialConcurrency a person changed goes back to the
     config's for the DAG's next one. Every trial task of the run may call this: it marks once."""
     from trialflow import steering
-    from trialflow.tuning.dag_limits import clear
+    from trialflow.tuning.concurrency_changes import clear
 
     if dag_id:
         clear(store.engine, dag_id, experiment_id)

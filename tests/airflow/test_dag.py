@@ -226,8 +226,8 @@ def test_a_changed_concurrency_reaches_the_dag_at_its_next_parse(tmp_path, monke
     read from the store when the dag-processor parses, not when a worker does."""
     import sqlalchemy as sa
 
-    from trialflow.hooks import dag_limits as hook
-    from trialflow.tuning.dag_limits import clear, write_concurrency
+    from trialflow.hooks import concurrency_at_parse as hook
+    from trialflow.tuning.concurrency_changes import clear, write_concurrency
 
     db = tmp_path / "store.db"
     monkeypatch.setenv(
@@ -252,7 +252,7 @@ def test_a_changed_concurrency_reaches_the_dag_at_its_next_parse(tmp_path, monke
 
 def test_a_changed_concurrency_is_read_at_parse_from_either_store(any_store, tmp_path, monkeypatch):
     """SQLite and a real PostgreSQL, named as a user's connection names it (``postgresql://``)."""
-    from trialflow.tuning.dag_limits import write_concurrency
+    from trialflow.tuning.concurrency_changes import write_concurrency
 
     plain = any_store.url.replace("postgresql+psycopg://", "postgresql://")
     monkeypatch.setenv(

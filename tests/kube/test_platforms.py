@@ -19,8 +19,8 @@ from tests.kube.controller import TestController, delete_crd, install_crd
 from trialflow.config.platforms import BUILTIN_PLATFORM_CONFIGS
 from trialflow.config.registry import get_platform_entry
 from trialflow.follow import TIMEOUT_REASON
-from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import TrialSpec, TrialStatus
+from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.kubernetes.client import CustomObjects, KubernetesError, KubernetesUnreachable
 from trialflow.platforms.kubernetes.informer import INFORMERS, Informer
 from trialflow.platforms.kubernetes.manifests import LABEL_EXPERIMENT, experiment_selector, object_name

@@ -47,7 +47,7 @@ def test_remote_status_table(exit_code, cancel, alive, has_pid, age, expected):
 
 def stage(platform, experiment_id, code):
     """prepare, then put the code on the machines now (as the first trial would)."""
-    from trialflow.platforms.background import run_sync
+    from trialflow.platforms.event_loop import run_sync
 
     platform.prepare_sync(experiment_id)
     return run_sync(platform.stage_code(code))
@@ -325,7 +325,7 @@ def test_a_command_that_fails_while_its_input_streams_is_an_error_not_a_hang(ssh
     import os
     import threading
 
-    from trialflow.platforms.background import run_sync
+    from trialflow.platforms.event_loop import run_sync
     from trialflow.trial import packing
 
     monkeypatch.setattr(packing, "CHUNK_BYTES", 64 * 1024)
@@ -349,7 +349,7 @@ def test_a_file_that_vanishes_while_code_streams_is_said_and_leaves_nothing(ssh_
     """The input's own error (not "cannot connect", not five reconnects), and no partial upload."""
     import os
 
-    from trialflow.platforms.background import run_sync
+    from trialflow.platforms.event_loop import run_sync
     from trialflow.trial import packing
 
     monkeypatch.setattr(packing, "CHUNK_BYTES", 64 * 1024)

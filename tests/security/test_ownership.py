@@ -105,7 +105,7 @@ def test_a_run_conf_cannot_take_over_or_plant_in_another_dags_experiment(harness
 def test_a_trial_task_of_a_run_its_start_step_did_not_window_starts_nothing(tmp_path):
     """Defence behind the start step: a trial task (say, after a person marked the failed start
     step 'success') finds no window for its run and asks the tuner for nothing."""
-    from trialflow import lifecycle
+    from trialflow import trial_lifecycle
     from trialflow.config import load_config
     from trialflow.experiment import Experiment
 
@@ -113,11 +113,11 @@ def test_a_trial_task_of_a_run_its_start_step_did_not_window_starts_nothing(tmp_
     store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     experiment = Experiment(load_config(tmp_path / "config.yml"), "eowned01", tmp_path / "work")
     experiment.open(store)
-    with pytest.raises(lifecycle.TrialCannotRun, match="its start step did not give it that trial"):
-        lifecycle.start_trial(experiment, store, "not-started", 0)
+    with pytest.raises(trial_lifecycle.TrialCannotRun, match="its start step did not give it that trial"):
+        trial_lifecycle.start_trial(experiment, store, "not-started", 0)
     assert store.trial_rows("eowned01") == []
     experiment.start_run(store, "started")
     # and only the indexes the window holds: the task past them skips, asking for nothing
-    with pytest.raises(lifecycle.TrialNotStarted, match="this run holds"):
-        lifecycle.start_trial(experiment, store, "started", 1)
+    with pytest.raises(trial_lifecycle.TrialNotStarted, match="this run holds"):
+        trial_lifecycle.start_trial(experiment, store, "started", 1)
     assert store.trial_rows("eowned01") == []

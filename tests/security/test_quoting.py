@@ -59,7 +59,7 @@ def box():
 
 def stage(platform, experiment_id, code):
     """prepare, then put the code on the machines now (as the first trial would)."""
-    from trialflow.platforms.background import run_sync
+    from trialflow.platforms.event_loop import run_sync
 
     platform.prepare_sync(experiment_id)
     return run_sync(platform.stage_code(code))

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from trialflow import lifecycle, steering
+from trialflow import steering, trial_lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
-from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import TrialStatus
+from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.local import process_alive
 from trialflow.run_lifecycle import start_run
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
@@ -47,14 +47,14 @@ def wait_gone(pid: int, timeout: float = 10) -> bool:
 
 def test_a_kill_reaches_the_followed_trial_with_who_asked(setup):
     experiment, store = setup
-    started = lifecycle.start_trial(experiment, store, "r1", 0)
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     pid = started.handle["pid"]
     record = steering.kill_trial(store, "esteer", 0, "alice")
     assert record.trial_id == started.spec.trial_id
-    outcome = lifecycle.wait_in_worker(started, store, 20, 0.2)
+    outcome = trial_lifecycle.wait_in_worker(started, store, 20, 0.2)
     assert outcome.status == TrialStatus.USER_CANCELED and outcome.message == "killed by alice"
     assert wait_gone(pid)
-    result = lifecycle.finish_trial(store, started.record.storage_id, outcome.status, outcome.message)
+    result = trial_lifecycle.finish_trial(store, started.record.storage_id, outcome.status, outcome.message)
     assert result.stopped_on_purpose  # the task is skipped, not failed: a person chose it
     row = store.trial_rows("esteer")[0]
     assert (row.status, row.message) == ("USER_CANCELED", "killed by alice")
@@ -79,15 +79,15 @@ def test_a_kill_of_an_unknown_or_ended_trial_is_refused_and_changes_nothing(setu
 
 def test_stopping_the_experiment_cancels_running_trials_and_starts_no_more(setup):
     experiment, store = setup
-    started = [lifecycle.start_trial(experiment, store, "r1", i) for i in range(2)]
+    started = [trial_lifecycle.start_trial(experiment, store, "r1", i) for i in range(2)]
     stopped = steering.stop_experiment(store, "esteer", "bob")
     assert stopped.marked == ["r1"] and sorted(t.trial_index for t in stopped.asked) == [0, 1]
-    outcomes = [lifecycle.wait_in_worker(s, store, 20, 0.2) for s in started]
+    outcomes = [trial_lifecycle.wait_in_worker(s, store, 20, 0.2) for s in started]
     assert [o.status for o in outcomes] == [TrialStatus.USER_CANCELED] * 2
     assert all(o.message == "experiment stopped by bob" for o in outcomes)
     assert all(wait_gone(s.handle["pid"]) for s in started)
-    with pytest.raises(lifecycle.TrialNotStarted, match="experiment stopped by bob"):
-        lifecycle.start_trial(experiment, store, "r1", 2)
+    with pytest.raises(trial_lifecycle.TrialNotStarted, match="experiment stopped by bob"):
+        trial_lifecycle.start_trial(experiment, store, "r1", 2)
     assert store.find_trial_id("esteer", 2) is None  # never asked: it does not count
     assert experiment.window(store, "r1").stopped["by"] == "bob"
     # A second stop marks nothing again and asks nobody twice (nor adds a history line).
@@ -125,7 +125,7 @@ def test_a_trial_asked_while_the_stop_came_is_cancelled_right_after_submit(setup
         return window
 
     monkeypatch.setattr(experiment, "window", window_then_stop)
-    started = lifecycle.start_trial(experiment, store, "r1", 0)
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     assert started.finished and started.record.status == TrialStatus.USER_CANCELED
     assert started.record.message == "experiment stopped by carol"
     assert wait_gone(started.handle["pid"])
@@ -133,18 +133,20 @@ def test_a_trial_asked_while_the_stop_came_is_cancelled_right_after_submit(setup
 
 def test_stop_trial_closes_first_and_leaves_an_ended_trial_alone(setup):
     experiment, store = setup
-    started = lifecycle.start_trial(experiment, store, "r1", 0)
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     platform, handle, sid = started.platform, started.handle, started.record.storage_id
-    assert run_sync(lifecycle.stop_trial(platform, store, handle, sid, "stopped from Airflow: its task was cleared"))
+    assert run_sync(
+        trial_lifecycle.stop_trial(platform, store, handle, sid, "stopped from Airflow: its task was cleared")
+    )
     assert wait_gone(handle["pid"])
     record = store.trial(sid)
     assert (record.status, record.message) == (TrialStatus.USER_CANCELED, "stopped from Airflow: its task was cleared")
     # The follower then sees the job end and the store keeps the stop's outcome.
-    outcome = lifecycle.wait_in_worker(started, store, 20, 0.2)
+    outcome = trial_lifecycle.wait_in_worker(started, store, 20, 0.2)
     assert outcome.status is not None and outcome.status.is_terminal
-    closed = lifecycle.finish_trial(store, sid, outcome.status, outcome.message)
+    closed = trial_lifecycle.finish_trial(store, sid, outcome.status, outcome.message)
     assert store.trial(sid).message == "stopped from Airflow: its task was cleared" and closed is not None
-    assert not run_sync(lifecycle.stop_trial(platform, store, handle, sid, "again"))
+    assert not run_sync(trial_lifecycle.stop_trial(platform, store, handle, sid, "again"))
 
 
 def test_history_keeps_the_newest_entries(setup, monkeypatch):
@@ -179,12 +181,14 @@ def test_bad_limits_are_refused_by_key_and_change_nothing(setup, changes, words)
 
 def test_a_lowered_max_trial_number_skips_trials_not_started(setup):
     experiment, store = setup
-    started = lifecycle.start_trial(experiment, store, "r1", 0)
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     limits = steering.change_limits(store, "esteer", "alice", {"maxTrialNumber": 1})
     assert limits["maxTrialNumber"] == 1 and limits["trialConcurrency"] == 2  # the config's, unchanged
-    with pytest.raises(lifecycle.TrialNotStarted, match=r"maxTrialNumber is 1 \(changed while the experiment ran\)"):
-        lifecycle.start_trial(experiment, store, "r1", 1)
-    again = lifecycle.start_trial(experiment, store, "r1", 0)  # a retry of a started one re-attaches
+    with pytest.raises(
+        trial_lifecycle.TrialNotStarted, match=r"maxTrialNumber is 1 \(changed while the experiment ran\)"
+    ):
+        trial_lifecycle.start_trial(experiment, store, "r1", 1)
+    again = trial_lifecycle.start_trial(experiment, store, "r1", 0)  # a retry of a started one re-attaches
     assert again.resumed and again.handle["pid"] == started.handle["pid"]
     assert experiment.continuation(store, "r1").run_id is None
     started.platform.cancel_sync(started.handle, TrialStatus.USER_CANCELED, "test over")
@@ -204,8 +208,8 @@ def test_a_raised_max_trial_number_goes_on_in_a_follow_on_run(setup):
     assert "maxTrialNumber (10) reached" in experiment.continuation(store, "r3").reason
     window = experiment.window(store, "r3")
     assert (window.first_index, window.count) == (8, 2)  # only what the limit leaves: 8 and 9
-    with pytest.raises(lifecycle.TrialNotStarted, match=r"this run holds 2 trial\(s\)"):
-        lifecycle.start_trial(experiment, store, "r3", 2)  # its third task: no index is taken for it
+    with pytest.raises(trial_lifecycle.TrialNotStarted, match=r"this run holds 2 trial\(s\)"):
+        trial_lifecycle.start_trial(experiment, store, "r3", 2)  # its third task: no index is taken for it
 
 
 def test_trial_indexes_are_never_skipped_when_trials_are_added_and_the_limit_raised(setup):
@@ -232,17 +236,17 @@ def test_trial_indexes_are_never_skipped_when_trials_are_added_and_the_limit_rai
 
 def test_a_shortened_duration_reaches_the_running_trial(setup):
     experiment, store = setup
-    started = lifecycle.start_trial(experiment, store, "r1", 0)
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     window = experiment.window(store, "r1")
     assert window.deadline is None  # the config has no maxExperimentDuration
     steering.change_limits(store, "esteer", "alice", {"maxExperimentDuration": "1s"})
     moved = experiment.window(store, "r1")
     assert moved.deadline == pytest.approx(store.experiment_attr("esteer", "run:r1")["started_at"] + 1)
-    outcome = lifecycle.wait_in_worker(started, store, 20, 0.2)
+    outcome = trial_lifecycle.wait_in_worker(started, store, 20, 0.2)
     assert outcome.status == TrialStatus.SYS_CANCELED and outcome.message == "maxExperimentDuration reached"
     assert wait_gone(started.handle["pid"])
-    with pytest.raises(lifecycle.TrialNotStarted, match="maxExperimentDuration reached"):
-        lifecycle.start_trial(experiment, store, "r1", 1)
+    with pytest.raises(trial_lifecycle.TrialNotStarted, match="maxExperimentDuration reached"):
+        trial_lifecycle.start_trial(experiment, store, "r1", 1)
     # Lengthened again: the deadline moves by as much, from the run's start.
     steering.change_limits(store, "esteer", "alice", {"maxExperimentDuration": "1h"})
     assert experiment.window(store, "r1").deadline == pytest.approx(moved.deadline + 3599)
@@ -417,7 +421,7 @@ def test_a_trial_starting_while_the_deadline_moves_sees_the_new_one(setup, monke
         return real_ask(*args, **kwargs)
 
     monkeypatch.setattr(store, "ask", ask_after_a_change)
-    started = lifecycle.start_trial(experiment, store, "r1", 0)
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     try:
         assert started.experiment_deadline == pytest.approx(started_at + 2 * 3600)
     finally:
@@ -436,8 +440,8 @@ def test_a_trial_added_by_hand_says_so_everywhere(setup):
 
     experiment, store = setup
     steering.add_trial(store, "esteer", {"x": 0.25}, "ann")
-    added = lifecycle.start_trial(experiment, store, "r1", 0)  # takes the queued trial
-    tuned = lifecycle.start_trial(experiment, store, "r1", 1)
+    added = trial_lifecycle.start_trial(experiment, store, "r1", 0)  # takes the queued trial
+    tuned = trial_lifecycle.start_trial(experiment, store, "r1", 1)
     try:
         files = {s.spec.trial_id: Path(s.handle["trial_dir"]) / "parameter.cfg" for s in (added, tuned)}
         cfg = {k: json.loads(v.read_text()) for k, v in files.items()}
@@ -509,7 +513,7 @@ def test_a_click_on_a_trial_task_is_recorded_beside_its_trial(setup):
     """What the api-server's listener writes for Airflow's mark failed / success on a trial
     task: the stop request of the trial that task runs, once, and only while it runs."""
     experiment, store = setup
-    started = lifecycle.start_trial(experiment, store, "r1", 1)
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 1)
     try:
         assert steering.stop_task_trial(store, "dag_a", "r1", 0, "x") is None  # never started
         assert steering.stop_task_trial(store, "dag_a", "r9", 1, "x") is None  # no such run
@@ -520,7 +524,7 @@ def test_a_click_on_a_trial_task_is_recorded_beside_its_trial(setup):
         assert (experiment_id, record.trial_index) == ("esteer", 1)
         assert steering.stop_requested(store, record.storage_id) == reason
         assert steering.stop_task_trial(store, "dag_a", "r1", 1, "again") is None  # asked once
-        outcome = lifecycle.wait_in_worker(started, store, 20, 0.2)  # its follower acts on it
+        outcome = trial_lifecycle.wait_in_worker(started, store, 20, 0.2)  # its follower acts on it
         assert (outcome.status, outcome.message) == (TrialStatus.USER_CANCELED, reason)
     finally:
         started.platform.cancel_sync(started.handle, TrialStatus.USER_CANCELED, "test over")

@@ -181,7 +181,7 @@ async def stop_from_airflow(
     DAG run also stops the run in the store (no trial of it starts, the others are asked)."""
     import asyncio
 
-    from trialflow import lifecycle, steering
+    from trialflow import steering, trial_lifecycle
     from trialflow.hooks import airflow_connections
     from trialflow.hooks.experiment_store import ExperimentStoreHook
 
@@ -189,7 +189,7 @@ async def stop_from_airflow(
     if platform is None:
         experiment = await asyncio.to_thread(submission.experiment)
         platform = experiment.platform(submission.service_index, airflow_connections())
-    stopped = await lifecycle.stop_trial(platform, store, submission.handle, submission.storage_id, stop.reason)
+    stopped = await trial_lifecycle.stop_trial(platform, store, submission.handle, submission.storage_id, stop.reason)
     log.info("Trial %s: %s%s", submission.handle.get("trial_id"), stop.reason, "" if stopped else " (it had ended)")
     if not stop.whole_run:
         what = f"trial {submission.handle.get('trial_id')}: {stop.reason}"

@@ -191,7 +191,7 @@ class EndExperimentOperator(_ExperimentStep):
         holds as running has nothing following it, and is stopped and closed before the summary
         (trialflow.reconcile), whether or not the watch saw it."""
         from trialflow.hooks.airflow_stop import ask_trial_states
-        from trialflow.platforms.background import run_sync
+        from trialflow.platforms.event_loop import run_sync
         from trialflow.reconcile import reconcile_run
 
         dag_id, run_id = context["dag"].dag_id, context["run_id"]

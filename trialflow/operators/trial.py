@@ -1,6 +1,6 @@
 """SubmitTrialOperator: one trial = one (mapped) task instance.
 
-A shell over trialflow.lifecycle: it starts the trial (parameters from the
+A shell over trialflow.trial_lifecycle: it starts the trial (parameters from the
 tuner when the task starts, so later trials learn from earlier ones, as in
 NNI; a retry re-attaches to the job it already started), then either returns
 the submission (``wait_for_completion=False``: pair it with TrialSensor) or
@@ -23,7 +23,7 @@ from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHoo
 from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
 
 if TYPE_CHECKING:
-    from trialflow import lifecycle
+    from trialflow import trial_lifecycle
     from trialflow.experiment import Experiment
     from trialflow.platforms.base import TrainingPlatform
     from trialflow.submission import Submission
@@ -45,14 +45,14 @@ def label_task(context: Context, label: str) -> None:
     cast("dict[str, Any]", context)["trial_label"] = label
 
 
-def report(context: Context, result: lifecycle.TrialResult) -> dict[str, Any]:
+def report(context: Context, result: trial_lifecycle.TrialResult) -> dict[str, Any]:
     """The trial's outcome as the task's: SUCCEEDED -> success; EARLY_STOPPED and the
     maxExperimentDuration cancel -> skipped; FAILED and other cancellations -> failed without
     retry (retries are for infrastructure faults). The result XCom is pushed in every case."""
     label_task(context, result.label)
     if result.succeeded:
-        return result.result
-    context["ti"].xcom_push(key="return_value", value=result.result)
+        return result.xcom
+    context["ti"].xcom_push(key="return_value", value=result.xcom)
     if result.stopped_on_purpose:
         raise AirflowSkipException(result.describe())
     raise AirflowFailException(result.describe())
@@ -62,14 +62,14 @@ def complete_from_event(
     context: Context, event: dict[str, Any], experiment: Experiment, store: ExperimentStore, storage_id: int
 ) -> dict[str, Any]:
     """Turn TrialTrigger's event into the task outcome (the operator and the sensor alike)."""
-    from trialflow import lifecycle
+    from trialflow import trial_lifecycle
     from trialflow.platforms.base import TrialStatus
 
     if event["status"] == "ERROR":
         # The trial itself may be fine: fail this attempt so a retry re-attaches to it.
         raise AirflowException(event["message"])
     return report(
-        context, lifecycle.finish_trial(store, storage_id, TrialStatus(event["status"]), event.get("message"))
+        context, trial_lifecycle.finish_trial(store, storage_id, TrialStatus(event["status"]), event.get("message"))
     )
 
 
@@ -77,7 +77,7 @@ def stop_from_worker(submission: Submission, ref: TaskRef | None, platform: Trai
     """The worker side of on_kill, for the operator and the sensor: cancel the trial only if a
     person stopped the task."""
     from trialflow.hooks.airflow_stop import stop_from_airflow, worker_kill_reason
-    from trialflow.platforms.background import run_sync
+    from trialflow.platforms.event_loop import run_sync
 
     stop = worker_kill_reason(ref)
     if stop is None or ref is None:
@@ -154,19 +154,19 @@ class SubmitTrialOperator(BaseOperator):
         self.platform_name: str | None = None
         self._following: tuple[Submission, TrainingPlatform | None, TaskRef | None] | None = None
 
-    def _show(self, context: Context, started: lifecycle.StartedTrial) -> None:
+    def _show(self, context: Context, started: trial_lifecycle.StartedTrial) -> None:
         self.trial_id, self.parameters = started.spec.trial_id, started.spec.parameters
         self.command, self.platform_name = started.spec.command, started.platform_name
         label_task(context, started.spec.trial_id)
 
     def execute(self, context: Context) -> Any:
-        from trialflow import lifecycle
+        from trialflow import trial_lifecycle
         from trialflow.triggers.trial import TrialTrigger
 
         experiment = experiment_for(self.config_path, context)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
         try:
-            started = lifecycle.start_trial(
+            started = trial_lifecycle.start_trial(
                 experiment,
                 store,
                 context["run_id"],
@@ -175,18 +175,18 @@ class SubmitTrialOperator(BaseOperator):
                 connections=airflow_connections(),
                 pin_host=self.stay_on_host,
             )
-        except lifecycle.TrialNotStarted as exc:
+        except trial_lifecycle.TrialNotStarted as exc:
             label_task(context, f"{exc.trial_id} not started")
             raise AirflowSkipException(str(exc)) from None
-        except lifecycle.TrialCannotRun as exc:
+        except trial_lifecycle.TrialCannotRun as exc:
             raise AirflowFailException(str(exc)) from exc
         self._show(context, started)
         if started.finished:
             self.log.info(
                 "Trial %s already finished (%s); reporting it", started.spec.trial_id, started.record.status.value
             )
-            status, message = lifecycle.finished_outcome(started.record)
-            return report(context, lifecycle.finish_trial(store, started.record.storage_id, status, message))
+            status, message = trial_lifecycle.finished_outcome(started.record)
+            return report(context, trial_lifecycle.finish_trial(store, started.record.storage_id, status, message))
         assert started.handle is not None
         web = platform_url(
             experiment.config.training_service[started.service_index].trial_web_url,
@@ -208,11 +208,13 @@ class SubmitTrialOperator(BaseOperator):
         stays = self.stay_on_host and is_host_bound(started.platform_name)
         self._following = (submission, started.platform, TaskRef.of(context["ti"]))
         try:
-            outcome = lifecycle.wait_in_worker(started, store, None if stays else self.defer_after, self.poll_interval)
+            outcome = trial_lifecycle.wait_in_worker(
+                started, store, None if stays else self.defer_after, self.poll_interval
+            )
         finally:
             self._following = None
         if outcome.status is not None:
-            result = lifecycle.finish_trial(store, started.record.storage_id, outcome.status, outcome.message)
+            result = trial_lifecycle.finish_trial(store, started.record.storage_id, outcome.status, outcome.message)
             return report(context, result)
         self.defer(
             trigger=TrialTrigger(
@@ -237,11 +239,11 @@ class SubmitTrialOperator(BaseOperator):
         stop_from_worker(submission, ref, platform)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        from trialflow import lifecycle
+        from trialflow import trial_lifecycle
 
         experiment = experiment_for(self.config_path, context)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
-        storage_id = lifecycle.locate_trial(experiment, store, context["run_id"], int(self.trial_index))
+        storage_id = trial_lifecycle.locate_trial(experiment, store, context["run_id"], int(self.trial_index))
         record = store.trial(storage_id)
         self.trial_id, self.parameters = record.trial_id, record.parameters
         service_index = int(record.service_index or 0)

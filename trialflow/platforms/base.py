@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from trialflow.platforms.background import run_sync
+from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.leftovers import MARK_VAR, trial_mark
 from trialflow.trial.env import trial_env
+from trialflow.trial.handle import TrialHandle
 from trialflow.trial.protocol import Metric
 from trialflow.trial.status import CANCEL_STATUSES, TERMINAL_STATUSES, TrialStatus
 
@@ -52,7 +53,6 @@ __all__ = [
     "trial_id_for",
 ]
 
-TrialHandle = dict[str, Any]
 Cursor = dict[str, Any]
 ConfigT = TypeVar("ConfigT")
 
@@ -283,7 +283,7 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
         """The handle as submit returned it, plus what the pages show without knowing which
         platform wrote it: where the trial runs (``location``) and which of its files they may
         read (``log_files``). Written once, at submit, into the store with the handle."""
-        described = dict(handle)
+        described = handle.copy()
         described.setdefault("location", handle_location(handle))
         if self.log_files and handle.get("trial_dir"):
             described["log_files"] = list(self.log_files)

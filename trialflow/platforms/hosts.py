@@ -18,7 +18,8 @@ Pure: no Airflow here. trialflow.dag reads the settings and asks these functions
 from __future__ import annotations
 
 import socket
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 #: Executors that run every task on the machine that runs the scheduler.
 SINGLE_HOST_EXECUTORS = frozenset({"LocalExecutor", "SequentialExecutor", "DebugExecutor"})
@@ -43,7 +44,7 @@ def this_host() -> str:
     return socket.gethostname()
 
 
-def check_host(trial_id: str, handle: dict | None) -> None:
+def check_host(trial_id: str, handle: Mapping[str, Any] | None) -> None:
     """Raise TrialOnAnotherHost unless the handle's trial lives here (handles without a host,
     written before hosts were recorded, are taken as local)."""
     recorded = (handle or {}).get("host")

@@ -328,7 +328,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
                 os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
                 return True
             except FileExistsError:
-                if self._reattach(sys_dir, {}, wait=True) is not None:
+                if self._reattach(sys_dir, {"platform": self.name}, wait=True) is not None:
                     return False
                 try:
                     if time.time() - marker.stat().st_mtime < LAUNCH_WAIT_SECONDS:

@@ -22,7 +22,7 @@ from trialflow.hooks import airflow_connections
 from trialflow.hooks.airflow_stop import TaskRef
 from trialflow.hooks.experiment_store import ExperimentStoreHook
 from trialflow.operators.trial import complete_from_event, stop_from_worker
-from trialflow.platforms.background import run_sync
+from trialflow.platforms.event_loop import run_sync
 from trialflow.submission import Submission
 from trialflow.triggers.trial import TrialTrigger
 

@@ -3,8 +3,8 @@ follows its trials. No Airflow: the pages' API and the CLI are shells over these
 
 * :mod:`.base`: refusals, who asked, the experiment's history;
 * :mod:`.stops`: kill a trial, stop runs or the experiment, and what the follow loop reads;
-* :mod:`.limits`: trialConcurrency, maxTrialNumber, maxExperimentDuration while it runs;
-* :mod:`.asked`: trials with chosen parameters and re-runs.
+* :mod:`.limit_changes`: trialConcurrency, maxTrialNumber, maxExperimentDuration while it runs;
+* :mod:`.asked_trials`: trials with chosen parameters and re-runs.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from trialflow.steering.base import (
     history,
     record_action,
 )
-from trialflow.steering.limits import (
+from trialflow.steering.limit_changes import (
     LIMIT_KEYS,
     LIMITS,
     MAX_TRIAL_NUMBER,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from trialflow.platforms.base import TrialStatus
 from trialflow.steering.base import ActionRefused, BadInput, UnknownTarget, check_running, find_trial, record_action
-from trialflow.steering.limits import LIMITS
+from trialflow.steering.limit_changes import LIMITS
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore

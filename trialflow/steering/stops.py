@@ -99,7 +99,7 @@ def stop_runs(
     more, and each running one is asked to stop.
 
     The runs are marked before their trials are listed, and a trial re-reads its run after it
-    is submitted (lifecycle.start_trial), so one starting meanwhile is either listed here or
+    is submitted (trial_lifecycle.start_trial), so one starting meanwhile is either listed here or
     sees the mark: none slips through.
 
     ``action``: the mark is the history's line for it (shown by ``history``), written with the

@@ -140,16 +140,16 @@ class TrialTrigger(BaseTrigger):
     def _ending(self, store: ExperimentStore, outcome: FollowOutcome) -> TriggerEvent:
         """The task-ending event for a trial that succeeded or was stopped on purpose (recorded
         in the store first, as the worker would); the outcome for the worker otherwise."""
-        from trialflow import lifecycle
+        from trialflow import trial_lifecycle
 
         if not self.end_task or outcome.status is None or listeners_present():
             return TriggerEvent(outcome.to_event())
-        result = lifecycle.finish_trial(store, self.submission.storage_id, outcome.status, outcome.message)
+        result = trial_lifecycle.finish_trial(store, self.submission.storage_id, outcome.status, outcome.message)
         if result.succeeded:
-            return TaskSuccessEvent(xcoms={"return_value": result.result})
+            return TaskSuccessEvent(xcoms={"return_value": result.xcom})
         if result.stopped_on_purpose:
             self.log.info("%s", result.describe())
-            return TaskSkippedEvent(xcoms={"return_value": result.result})
+            return TaskSkippedEvent(xcoms={"return_value": result.xcom})
         return TriggerEvent(outcome.to_event())
 
 

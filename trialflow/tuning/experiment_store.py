@@ -52,6 +52,7 @@ from sqlalchemy.engine import make_url
 
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import SearchSpace, SearchSpaceError, encode
+from trialflow.trial.handle import TrialHandle
 from trialflow.trial.protocol import Metric
 from trialflow.trial.status import COUNTED_STATUSES, TrialStatus
 from trialflow.tuning import schema_check
@@ -380,7 +381,7 @@ class TrialRecord:
     status: TrialStatus = TrialStatus.WAITING
     #: Closed in the store (Optuna froze it): its outcome no longer changes.
     finished: bool = False
-    handle: dict[str, Any] | None = None
+    handle: TrialHandle | None = None
     service_index: int | None = None
     #: The host a host-bound (local) trial was claimed for before its launch, when pinned.
     host: str | None = None

@@ -31,7 +31,7 @@ ICON_URL = "trialflow/static/experiments.svg"
 #: their first draw, not with Optuna (NumPy's lazy submodules).
 PRELOADED = (
     "trialflow.dag",
-    "trialflow.lifecycle",
+    "trialflow.trial_lifecycle",
     "trialflow.tuning.experiment_store",
     "trialflow.tuning.tuners",
     "trialflow.tuning.assessors",

@@ -20,13 +20,13 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from trialflow.config.registry import is_host_bound
-from trialflow.experiment import Experiment, trial_result
+from trialflow.experiment import Experiment, TrialXCom, trial_result
 from trialflow.follow import EXPERIMENT_DEADLINE_REASON, Follower, FollowOutcome
-from trialflow.platforms.background import run_sync
 from trialflow.platforms.base import Connections, TrainingPlatform, TrialHandle, TrialSpec, TrialStatus, trial_id_for
+from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.gpus import GpuRequestError
 from trialflow.platforms.hosts import check_host, this_host
 from trialflow.run_windows import RunWindow
@@ -241,13 +241,18 @@ def wait_in_worker(
 class TrialResult:
     """A finished trial: its XCom (``result``) and what the task's outcome is."""
 
-    result: dict[str, Any]
+    result: TrialXCom
     status: TrialStatus
     message: str | None
 
     @property
     def succeeded(self) -> bool:
         return self.status == TrialStatus.SUCCEEDED
+
+    @property
+    def xcom(self) -> dict[str, Any]:
+        """The result as Airflow's XCom takes it (JSON values)."""
+        return cast("dict[str, Any]", self.result)
 
     @property
     def stopped_on_purpose(self) -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trialflow import lifecycle
+from trialflow import trial_lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus, trial_id_for
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a second host (its ow
 RETRY_ELSEWHERE = """
 import sys
 from pathlib import Path
-from trialflow import lifecycle
+from trialflow import trial_lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.platforms.hosts import TrialOnAnotherHost
@@ -38,7 +38,7 @@ from trialflow.tuning.experiment_store import ExperimentStore
 config, workdir, url = sys.argv[1:4]
 experiment = Experiment(load_config(Path(config)), "ehosts01", Path(workdir))
 try:
-    started = lifecycle.start_trial(experiment, ExperimentStore(url), "r1", 0, pin_host=True)
+    started = trial_lifecycle.start_trial(experiment, ExperimentStore(url), "r1", 0, pin_host=True)
     print("launched", started.handle)
 except TrialOnAnotherHost as exc:
     print("refused:", exc)
@@ -78,7 +78,7 @@ def retry_on_worker_b(config_path: Path, workdir: Path, url: str) -> str:
 
 def test_a_retry_on_another_host_is_refused_and_launches_nothing(setup):
     experiment, store, config_path, workdir, url = setup
-    started = lifecycle.start_trial(experiment, store, "r1", 0, pin_host=True)
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0, pin_host=True)
     here = socket.gethostname()
     assert started.handle is not None and started.handle["host"] == here
     try:
@@ -100,14 +100,14 @@ def test_a_host_claimed_before_the_launch_holds_for_the_retry(setup):
     asked = store.ask("ehosts01", 1, trial_id, experiment.algorithm, experiment.space)
     store.set_attrs(asked.storage_id, host="worker-a")
     with pytest.raises(TrialOnAnotherHost, match=f"trial {trial_id} runs on host 'worker-a'"):
-        lifecycle.start_trial(experiment, store, "r1", 1, pin_host=True)
+        trial_lifecycle.start_trial(experiment, store, "r1", 1, pin_host=True)
     assert not (workdir / "trials").exists() or not any((workdir / "trials").iterdir())
 
 
 def test_without_pinning_no_host_is_claimed(setup):
     """Under the LocalExecutor (the default) nothing is written for hosts beyond the handle."""
     experiment, store, *_ = setup
-    started = lifecycle.start_trial(experiment, store, "r1", 0)
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     try:
         # the record the start keeps without reading it back is the one the store holds
         assert started.record == store.trial(started.record.storage_id)

@@ -11,7 +11,7 @@ from trialflow.experiment import LIMITS_ATTR
 from trialflow.run_windows import RunWindows
 from trialflow.steering.base import BadInput, UnknownTarget, check_running, record_action
 from trialflow.steering.stops import DEADLINE_CHANGE
-from trialflow.tuning.dag_limits import write_concurrency
+from trialflow.tuning.concurrency_changes import write_concurrency
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
@@ -92,7 +92,7 @@ def change_limits(store: ExperimentStore, experiment_id: str, by: str, changes: 
     maxTrialNumber is read by each trial as it starts (one past it ends skipped, saying why)
     and by the end step (a raised one goes on in a follow-on run). maxExperimentDuration moves
     every run's deadline (from when the run started) and reaches running trials through their
-    follow loop. trialConcurrency is written for the experiment's DAG (tuning.dag_limits),
+    follow loop. trialConcurrency is written for the experiment's DAG (tuning.concurrency_changes),
     which the next parse of its file reads (the pages' action asks Airflow for that parse).
     Returns the limits."""
     checked = check_limits(changes)
