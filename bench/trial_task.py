@@ -61,7 +61,12 @@ if starter == 0:
     experiment = Experiment.for_run(config, dag_id, run_id, check=True)
     store = ExperimentStore(url)
     experiment.open(store)
-    experiment.start_run(store, run_id)
+    try:
+        from trialflow.runs import allot_window
+    except ImportError:  # a checkout from before a run's policy had its own package (--source)
+        experiment.start_run(store, run_id)
+    else:
+        allot_window(experiment, store, run_id)
     from trialflow.platforms.base import TrialStatus
 
     if history:  # finished trials of earlier runs, as trialflow writes them, written in bulk

@@ -10,6 +10,7 @@ from trialflow.config import load_config
 from trialflow.experiment import Experiment, experiment_id_for_run, trial_count
 from trialflow.platforms.base import experiment_id_for
 from trialflow.run_windows import RunWindow
+from trialflow.runs import allot_window, continuation
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 
@@ -71,12 +72,12 @@ def test_runs_that_continue_a_study_get_consecutive_indexes(tmp_path):
     experiment = Experiment(config, "ecccccc1", tmp_path / "work")
     store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     experiment.open(store)
-    first = experiment.start_run(store, "r1", now=1000.0)
-    second = experiment.start_run(store, "r2", now=2000.0)
+    first = allot_window(experiment, store, "r1", now=1000.0)
+    second = allot_window(experiment, store, "r2", now=2000.0)
     assert (first.first_index, first.count, first.deadline) == (0, 4, 4600.0)
     assert (second.first_index, second.count, second.deadline) == (4, 4, 5600.0)
     # r1 cleared and started again: same indexes, a fresh deadline
-    again = experiment.start_run(store, "r1", now=9000.0)
+    again = allot_window(experiment, store, "r1", now=9000.0)
     assert (again.first_index, again.deadline) == (0, 12600.0)
     assert RunWindow.of(store.experiment_attrs("ecccccc1"), "r2") == second
     assert RunWindow.of({}, "never-started") == RunWindow(0, 0, None)  # exists=False
@@ -100,8 +101,8 @@ def test_a_bounded_experiment_never_continues(tmp_path, extra, space, why):
     experiment = Experiment(config, "ebbbbbb1", tmp_path / "work")
     store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     experiment.open(store)
-    experiment.start_run(store, "r1")
-    following = experiment.continuation(store, "r1")
+    allot_window(experiment, store, "r1")
+    following = continuation(experiment, store, "r1")
     assert following.run_id is None and why in following.reason
 
 
@@ -112,20 +113,20 @@ def test_an_unbounded_experiment_goes_on_in_follow_on_runs_until_its_duration_en
     experiment = Experiment(config, "eaaaaaa1", tmp_path / "work")
     store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     experiment.open(store)
-    first = experiment.start_run(store, "manual_1", now=1000.0, count=30)
-    following = experiment.continuation(store, "manual_1", now=2000.0)
+    first = allot_window(experiment, store, "manual_1", now=1000.0, count=30)
+    following = continuation(experiment, store, "manual_1", now=2000.0)
     assert following.run_id == "trialflow__eaaaaaa1__from_000030"
     assert following.conf == {"experiment_id": "eaaaaaa1", "continues": "manual_1"}
     assert experiment_id_for_run(config, "d", following.run_id, following.conf) == "eaaaaaa1"
-    second = experiment.start_run(store, following.run_id, now=3000.0, continues="manual_1", count=30)
+    second = allot_window(experiment, store, following.run_id, now=3000.0, continues="manual_1", count=30)
     assert (second.first_index, second.count, second.deadline) == (30, 30, first.deadline) == (30, 30, 4600.0)
-    last = experiment.continuation(store, following.run_id, now=4600.0)
+    last = continuation(experiment, store, following.run_id, now=4600.0)
     assert last.run_id is None and last.reason == "maxExperimentDuration reached"
     # Without maxExperimentDuration it goes on until someone stops it, as in NNI.
     forever = Experiment(_config(tmp_path, "tuner: {name: Random}\n"), "eaaaaaa2", tmp_path / "work")
     forever.open(store)
-    forever.start_run(store, "r1")
-    assert forever.continuation(store, "r1", now=1e12).run_id == "trialflow__eaaaaaa2__from_000100"
+    allot_window(forever, store, "r1")
+    assert continuation(forever, store, "r1", now=1e12).run_id == "trialflow__eaaaaaa2__from_000100"
 
 
 def test_window_expiry(tmp_path):
@@ -201,7 +202,7 @@ def test_a_remote_code_directory_over_nni_limits_is_refused_by_validate(tmp_path
 
 @pytest.mark.parametrize("bad", [5, "", ["r1"], {"run": "r1"}])
 def test_a_hand_written_continues_in_the_run_conf_is_refused_by_name(bad):
-    from trialflow.experiment import continued_run
+    from trialflow.runs import continued_run
 
     assert continued_run({"continues": "manual_1"}) == "manual_1"
     assert continued_run({}) is None and continued_run(None) is None

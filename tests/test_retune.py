@@ -12,7 +12,7 @@ from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus
 from trialflow.retune import RETUNED_BY, RETUNED_FROM, ranked
-from trialflow.run_lifecycle import start_run
+from trialflow.runs import start_run
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 SPACE = "searchSpace: {{x: {{_type: uniform, _value: [0, {high}]}}, k: {{_type: choice, _value: [a, b]}}}}\n"

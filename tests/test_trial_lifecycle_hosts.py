@@ -22,6 +22,7 @@ from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus, trial_id_for
 from trialflow.platforms.hosts import TrialOnAnotherHost
 from trialflow.platforms.local import process_alive
+from trialflow.runs import allot_window
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a second host (its own namespaces) needs root")
@@ -59,7 +60,7 @@ def setup(tmp_path: Path):
     url = sqlite_url(tmp_path / "store.db")
     store = ExperimentStore(url)
     experiment.open(store)
-    experiment.start_run(store, "r1")
+    allot_window(experiment, store, "r1")
     return experiment, store, config_path, workdir, url
 
 

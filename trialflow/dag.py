@@ -132,7 +132,7 @@ def experiment_dag(
             cleanup=cleanup,
         )
         # Trials whose task ended while nothing followed them are stopped and closed meanwhile
-        # (trialflow.reconcile); the end step waits for the watch and makes a last pass itself.
+        # (trialflow.runs.reconcile); the end step waits for the watch and makes a last pass itself.
         watch = WatchTrialsOperator(task_id="watch_trials", config_path=str(path), store_conn_id=store_conn_id)
         start >> trials >> end
         start >> watch >> end

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -39,7 +38,7 @@ from trialflow.platforms.base import (
     experiment_id_for,
     trial_id_for,
 )
-from trialflow.run_windows import RunWindow, RunWindows, windows_in
+from trialflow.run_windows import RunWindow, RunWindows
 
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
@@ -50,11 +49,9 @@ log = logging.getLogger(__name__)
 
 #: Trials one DAG run holds when a config sets no maxTrialNumber (at least this many, and ten
 #: waves of trialConcurrency): a DAG needs a finite fan-out, so the experiment goes on in
-#: follow-on runs of the same DAG (see continuation), never stopping at a silent cap.
+#: follow-on runs of the same DAG (trialflow.runs.continuation), never stopping at a silent cap.
 UNBOUNDED_TRIALS_PER_RUN = 100
 UNBOUNDED_WAVES_PER_RUN = 10
-#: The run conf key a follow-on run names the run it continues with.
-CONTINUES_KEY = "continues"
 EXPERIMENT_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 #: Study user attribute holding the limits a person changed while it ran (trialflow.steering).
 LIMITS_ATTR = "limits"
@@ -109,7 +106,7 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
             )
         )
     if not any(p.key_path[:1] in (("tuner",), ("advisor",)) for p in problems):
-        count, points = trial_count(config), _points(config)
+        count, points = trial_count(config), tuner_points(config)
         algorithm = config.tuner or config.advisor
         if algorithm is not None and points is not None and count == points and points > MAX_TRIALS_PER_RUN:
             problems.append(
@@ -153,7 +150,7 @@ def load_runnable_config(path: str | Path) -> ExperimentConfig:
     return config
 
 
-def _points(config: ExperimentConfig) -> int | None:
+def tuner_points(config: ExperimentConfig) -> int | None:
     """How many points GridSearch or BatchTuner has (computed, never listed); None for tuners
     that sample or algorithms that cannot run."""
     from trialflow.config.search_space import SearchSpaceError
@@ -175,7 +172,7 @@ def _points(config: ExperimentConfig) -> int | None:
 def trial_count(config: ExperimentConfig) -> int:
     """Trials one run starts (maxTrialNumber counts started trials, as in NNI). GridSearch and
     BatchTuner stop when their points run out, as NNI's do."""
-    points = _points(config)
+    points = tuner_points(config)
     if points is None:
         if config.max_trial_number:
             return config.max_trial_number
@@ -187,33 +184,7 @@ def trial_count(config: ExperimentConfig) -> int:
 def unbounded(config: ExperimentConfig) -> bool:
     """No maxTrialNumber and a tuner that never runs out: as in NNI, trials keep coming until
     maxExperimentDuration (or until someone stops the experiment), over as many DAG runs as it takes."""
-    return not config.max_trial_number and _points(config) is None
-
-
-def continuation_run_id(experiment_id: str, first_index: int) -> str:
-    """The follow-on run that starts an unbounded experiment's trials at ``first_index``: one name
-    per step, so a retried end of the run before it can never start a second one."""
-    return f"trialflow__{experiment_id}__from_{first_index:06d}"
-
-
-def continued_run(conf: dict[str, Any] | None) -> str | None:
-    """The run a follow-on run continues (its conf's ``continues``, set by the continue step);
-    a hand-written conf with something else there is refused by name, not a traceback."""
-    value = (conf or {}).get(CONTINUES_KEY)
-    if value is None or isinstance(value, str) and value:
-        return value
-    raise ValueError(
-        f"dag run conf {CONTINUES_KEY}: expected the run id (text) of the run this one continues, got {value!r}"
-    )
-
-
-@dataclass(frozen=True)
-class Continuation:
-    """Whether (and why not) a finished run of an unbounded experiment goes on in another one."""
-
-    run_id: str | None
-    conf: dict[str, Any]
-    reason: str
+    return not config.max_trial_number and tuner_points(config) is None
 
 
 def experiment_id_for_run(
@@ -229,57 +200,6 @@ def experiment_id_for_run(
     if config.scheduled_runs == "continue":
         return experiment_id_for(dag_id, "")
     return experiment_id_for(dag_id, run_id)
-
-
-class ExperimentNotOwned(Exception):
-    """A DAG run named (or would write to) an experiment that is not its DAG's to drive.
-
-    Experiment ids are derived from names, so they are guessable: a person allowed to
-    trigger one DAG must not reach another DAG's experiment by naming its id in the run's
-    conf (nor plant trials in the id a future run of that DAG will get)."""
-
-
-def check_owner(
-    store: ExperimentStore,
-    experiment_id: str,
-    dag_id: str,
-    conf: dict[str, Any] | None,
-    run_id: str | None = None,
-    shared: bool = False,
-) -> None:
-    """Refuse, before anything is written, a run that would drive an experiment of another DAG.
-
-    An experiment belongs to the DAG whose start step created it (its ``dag_id`` attribute).
-    A run may re-open its own experiment (a cleared run, ``scheduledRuns: continue``) and may
-    name, in its conf, an existing experiment of its own DAG; a named experiment that does not
-    exist is refused too, so no one can pre-create the id another DAG's run will use. The
-    message is the same whether the named id exists under another DAG or not at all: it
-    tells nobody what another DAG holds.
-
-    With ``run_id`` (the start step), a run whose id is its own (not named, not the DAG's
-    ``shared`` study) re-opens an existing experiment only if that experiment is this run's:
-    another run of the same DAG landing on its id is refused instead of silently running its
-    trials inside the other run's experiment."""
-    named = bool((conf or {}).get("experiment_id"))
-    owner = store.experiment_attr(experiment_id, "dag_id") if store.experiment_exists(experiment_id) else None
-    if owner == dag_id:
-        if run_id is not None and not named and not shared:
-            attrs = store.experiment_attrs(experiment_id)
-            if run_id not in windows_in(attrs) and attrs.get("run_id") != run_id:
-                raise ExperimentNotOwned(
-                    f"experiment {experiment_id!r} is another run's of DAG {dag_id!r} (run {attrs.get('run_id')!r}), "
-                    f"not run {run_id!r}'s: the two run ids share an experiment id; refused (nothing was changed)"
-                )
-        return
-    if named:
-        raise ExperimentNotOwned(
-            f"dag run conf experiment_id: {experiment_id!r} is not an experiment of DAG {dag_id!r}; "
-            "a run may only continue an experiment its own DAG started (nothing was changed)"
-        )
-    if owner is not None:
-        raise ExperimentNotOwned(
-            f"experiment {experiment_id!r} belongs to another DAG, not {dag_id!r}: refused (nothing was changed)"
-        )
 
 
 @dataclass
@@ -337,87 +257,6 @@ class Experiment:
     def window(self, store: ExperimentStore, run_id: str) -> RunWindow:
         """The trial indexes and deadline that DAG run ``run_id`` owns."""
         return RunWindows(store, self.experiment_id).get(run_id)
-
-    def start_run(
-        self,
-        store: ExperimentStore,
-        run_id: str,
-        now: float | None = None,
-        continues: str | None = None,
-        count: int | None = None,
-    ) -> RunWindow:
-        """Give this DAG run its trial indexes (kept when the run is cleared and starts again) and a
-        fresh maxExperimentDuration window from now; a run that ``continues`` another (an
-        unbounded experiment's follow-on run) keeps that run's deadline instead. ``count``: the
-        DAG's fan-out when it sets its own (unbounded experiments), else trial_count."""
-        now = time.time() if now is None else now
-        windows = windows_in(store.experiment_attrs(self.experiment_id))
-        known = windows.get(run_id)
-        first = known.first_index if known is not None else max((w.end_index for w in windows.values()), default=0)
-        duration = self.config.max_experiment_duration
-        deadline = now + duration if duration else None
-        # When the run's maxExperimentDuration counts from: its own start, or the start of the run
-        # it continues (kept, so a changed duration is added to it, never to a difference).
-        counted_from = now
-        earlier = windows.get(continues) if continues is not None else None
-        if earlier is not None:
-            deadline = earlier.deadline
-            counted_from = earlier.counted_from or now
-        # Never more indexes than a maxTrialNumber a person changed leaves (the config's is the
-        # fan-out of each run, scheduledRuns: continue included): a follow-on run that took a
-        # whole fan-out after an added trial raised the limit by one started that one trial and
-        # skipped the rest, so the indexes a later raise gave were never run.
-        size = count or trial_count(self.config)
-        limit = self.max_trial_number(store)
-        if limit is not None:
-            size = max(0, min(size, int(limit) - first))
-        window = RunWindow(first, size, deadline, exists=True, counted_from=counted_from)
-        RunWindows(store, self.experiment_id).put(
-            run_id,
-            {
-                "first_index": window.first_index,
-                "count": window.count,
-                "deadline": window.deadline,
-                "started_at": now,
-                "counted_from": counted_from,
-            },
-        )
-        return window
-
-    def end_run(self, store: ExperimentStore, run_id: str, now: float | None = None) -> None:
-        """Mark run ``run_id`` over (its end step ran): the steering actions refuse an experiment
-        whose runs are all over, on the pages and on the command line alike."""
-        at = time.time() if now is None else now
-        RunWindows(store, self.experiment_id).update(run_id, lambda old: {**old, "ended_at": at})
-
-    def continuation(self, store: ExperimentStore, run_id: str, now: float | None = None) -> Continuation:
-        """After run ``run_id`` ended: the follow-on run an unbounded experiment needs, or why none.
-
-        Only an experiment without maxTrialNumber whose tuner never runs out goes on, and only
-        while its maxExperimentDuration lasts (without one, until someone stops it: pause the
-        DAG or mark the run failed, as ``nnictl stop`` would). The follow-on run's conf names
-        this experiment and this run (whose deadline it keeps)."""
-        window = self.window(store, run_id)
-        next_index = window.first_index + window.count
-        limit = self.max_trial_number(store)
-        if limit is None and not unbounded(self.config):
-            return Continuation(None, {}, "the experiment's trials are all in this run")
-        if window.stopped:
-            return Continuation(None, {}, f"the run was stopped ({window.stopped.get('reason')})")
-        if limit is not None and next_index >= limit:
-            return Continuation(None, {}, f"maxTrialNumber ({limit}) reached")
-        points = _points(self.config)
-        if points is not None and next_index >= points:
-            return Continuation(None, {}, f"the tuner's {points} points are all tried")
-        if window.expired(now):
-            return Continuation(None, {}, "maxExperimentDuration reached")
-        conf = {"experiment_id": self.experiment_id, CONTINUES_KEY: run_id}
-        why = f"maxTrialNumber raised to {limit}" if limit is not None else "no maxTrialNumber"
-        return Continuation(
-            continuation_run_id(self.experiment_id, next_index),
-            conf,
-            f"{why}: trials {next_index}.. go on in the next run",
-        )
 
     def max_trial_number(self, store: ExperimentStore) -> int | None:
         """maxTrialNumber as a person changed it while the experiment ran (None: unchanged)."""

@@ -3,7 +3,7 @@
 The summary crosses processes as JSON (an XCom the continue and publish steps, the lineage
 facet and a downstream DAG read), so its shape is a TypedDict: plain dicts at run time, every
 key checked by mypy where it is built and where it is read. The verdict (which trials, which
-best, whether the step fails) is decided in trialflow.run_lifecycle; this module only says how
+best, whether the step fails) is decided in trialflow.runs; this module only says how
 it is written down. No Airflow.
 """
 

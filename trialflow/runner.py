@@ -23,7 +23,6 @@ from trialflow.config import ExperimentConfig
 from trialflow.embedded import COMPONENTS, EmbeddedAirflow
 from trialflow.experiment import (
     Experiment,
-    continuation_run_id,
     default_home,
     experiment_id_for_run,
     load_runnable_config,
@@ -32,8 +31,8 @@ from trialflow.experiment import (
     unbounded,
 )
 from trialflow.plan import default_dag_id
-from trialflow.run_lifecycle import cancel_trials
 from trialflow.run_windows import RunWindow
+from trialflow.runs import cancel_trials, continuation_run_id
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.pareto import pareto_rows, with_values
 from trialflow.tuning.results import TrialRow, best_row

@@ -46,7 +46,7 @@ def test_dag_shape(tmp_path):
     assert dag.get_task("end_experiment").trigger_rule == "all_done"
     assert dag.get_task("start_experiment").retries == 2
     assert dag.get_task("start_experiment").downstream_task_ids == {"trial", "watch_trials"}
-    # the end step waits for the trials and for their watch (trialflow.reconcile)
+    # the end step waits for the trials and for their watch (trialflow.runs.reconcile)
     assert dag.get_task("end_experiment").upstream_task_ids == {"trial", "watch_trials"}
     assert "trialflow" in dag.tags
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from trialflow.experiment import ExperimentNotOwned, check_owner
 from trialflow.platforms.base import experiment_id_for
+from trialflow.runs import ExperimentNotOwned, allot_window, check_owner
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 CONFIG = f"""\
@@ -116,7 +116,7 @@ def test_a_trial_task_of_a_run_its_start_step_did_not_window_starts_nothing(tmp_
     with pytest.raises(trial_lifecycle.TrialCannotRun, match="its start step did not give it that trial"):
         trial_lifecycle.start_trial(experiment, store, "not-started", 0)
     assert store.trial_rows("eowned01") == []
-    experiment.start_run(store, "started")
+    allot_window(experiment, store, "started")
     # and only the indexes the window holds: the task past them skips, asking for nothing
     with pytest.raises(trial_lifecycle.TrialNotStarted, match="this run holds"):
         trial_lifecycle.start_trial(experiment, store, "started", 1)

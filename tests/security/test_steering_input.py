@@ -18,7 +18,7 @@ from trialflow.config.units import MAX_UNIT_STRING, parse_duration, parse_size_m
 from trialflow.experiment import Experiment
 from trialflow.limits import MAX_WAITING_TRIALS
 from trialflow.platforms.base import TrialStatus
-from trialflow.run_lifecycle import start_run
+from trialflow.runs import start_run
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 SPACE = parse_search_space(

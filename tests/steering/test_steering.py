@@ -15,7 +15,7 @@ from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.local import process_alive
-from trialflow.run_lifecycle import start_run
+from trialflow.runs import allot_window, continuation, mark_ended, start_run
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 CONFIG = f"""\
@@ -190,22 +190,22 @@ def test_a_lowered_max_trial_number_skips_trials_not_started(setup):
         trial_lifecycle.start_trial(experiment, store, "r1", 1)
     again = trial_lifecycle.start_trial(experiment, store, "r1", 0)  # a retry of a started one re-attaches
     assert again.resumed and again.handle["pid"] == started.handle["pid"]
-    assert experiment.continuation(store, "r1").run_id is None
+    assert continuation(experiment, store, "r1").run_id is None
     started.platform.cancel_sync(started.handle, TrialStatus.USER_CANCELED, "test over")
     assert [h["detail"] for h in steering.history(store, "esteer")] == ["maxTrialNumber 1"]
 
 
 def test_a_raised_max_trial_number_goes_on_in_a_follow_on_run(setup):
     experiment, store = setup
-    assert experiment.continuation(store, "r1").run_id is None  # maxTrialNumber 4: all in this run
+    assert continuation(experiment, store, "r1").run_id is None  # maxTrialNumber 4: all in this run
     steering.change_limits(store, "esteer", "alice", {"maxTrialNumber": 10})
-    following = experiment.continuation(store, "r1")
+    following = continuation(experiment, store, "r1")
     assert following.run_id is not None and "maxTrialNumber raised to 10: trials 4.." in following.reason
     start_run(experiment, store, "dag_a", following.run_id, following.conf)
     assert experiment.window(store, following.run_id).first_index == 4
-    assert experiment.continuation(store, following.run_id).run_id is not None  # 8 < 10: one more
+    assert continuation(experiment, store, following.run_id).run_id is not None  # 8 < 10: one more
     start_run(experiment, store, "dag_a", "r3", {"experiment_id": "esteer", "continues": following.run_id})
-    assert "maxTrialNumber (10) reached" in experiment.continuation(store, "r3").reason
+    assert "maxTrialNumber (10) reached" in continuation(experiment, store, "r3").reason
     window = experiment.window(store, "r3")
     assert (window.first_index, window.count) == (8, 2)  # only what the limit leaves: 8 and 9
     with pytest.raises(trial_lifecycle.TrialNotStarted, match=r"this run holds 2 trial\(s\)"):
@@ -218,12 +218,12 @@ def test_trial_indexes_are_never_skipped_when_trials_are_added_and_the_limit_rai
     page showed "44 / 45" forever. Each run now holds only what the limit leaves."""
     experiment, store = setup  # maxTrialNumber 4: r1 holds 0..3
     steering.add_trial(store, "esteer", {"x": 0.5}, "ann")  # the limit becomes 5
-    following = experiment.continuation(store, "r1")
+    following = continuation(experiment, store, "r1")
     start_run(experiment, store, "dag_a", following.run_id, following.conf)
     window = experiment.window(store, following.run_id)
     assert (window.first_index, window.count) == (4, 1)
     steering.change_limits(store, "esteer", "ann", {"maxTrialNumber": 8})  # raised while it runs
-    after = experiment.continuation(store, following.run_id)
+    after = continuation(experiment, store, following.run_id)
     start_run(experiment, store, "dag_a", after.run_id, after.conf)
     assert (experiment.window(store, after.run_id).first_index, experiment.window(store, after.run_id).count) == (
         5,
@@ -402,7 +402,7 @@ def test_a_huge_duration_is_refused_and_a_later_one_counts_from_the_runs_start(s
     steering.change_limits(store, "esteer", "ann", {"maxExperimentDuration": "4h"})
     assert experiment.window(store, "r1").deadline == pytest.approx(started_at + 4 * 3600)
     # a follow-on run counts from the first run's start, not its own
-    later = experiment.start_run(store, "r2", now=started_at + 100, continues="r1")
+    later = allot_window(experiment, store, "r2", now=started_at + 100, continues="r1")
     assert later.deadline == pytest.approx(started_at + 4 * 3600)
     steering.change_limits(store, "esteer", "ann", {"maxExperimentDuration": "1h"})
     assert experiment.window(store, "r2").deadline == pytest.approx(started_at + 3600)
@@ -494,7 +494,7 @@ def test_after_its_runs_are_over_every_action_is_refused_and_nothing_changes(set
     experiment, store = setup
     asked = store.ask("esteer", 0, "esteer-0000", experiment.algorithm, experiment.space)
     store.finish(asked.storage_id, TrialStatus.FAILED, None, "boom")
-    experiment.end_run(store, "r1")
+    mark_ended(experiment, store, "r1")
     before = store.experiment_attrs("esteer")
     for action in (
         lambda: steering.change_limits(store, "esteer", "ann", {"maxTrialNumber": 20}),
@@ -505,7 +505,7 @@ def test_after_its_runs_are_over_every_action_is_refused_and_nothing_changes(set
         with pytest.raises(steering.NotRunning, match="is not running"):
             action()
     assert store.experiment_attrs("esteer") == before
-    experiment.start_run(store, "r1")  # the run cleared and started again: running once more
+    allot_window(experiment, store, "r1")  # the run cleared and started again: running once more
     assert steering.change_limits(store, "esteer", "ann", {"maxTrialNumber": 20})["maxTrialNumber"] == 20
 
 

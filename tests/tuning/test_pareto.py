@@ -14,7 +14,7 @@ from trialflow.config.errors import ConfigError
 from trialflow.experiment import Experiment, check_runnable
 from trialflow.platforms.base import TrialStatus
 from trialflow.retune import ranked
-from trialflow.run_lifecycle import start_run, summarize_run
+from trialflow.runs import start_run, summarize_run
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.pareto import dominates, fronts, pareto_set, with_values
 from trialflow.tuning.results import TrialRow, objective_values

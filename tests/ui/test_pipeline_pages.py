@@ -167,7 +167,7 @@ def test_two_thousand_trials_on_two_objectives_with_a_long_name_in_the_dark(brow
     from trialflow.config import load_config
     from trialflow.experiment import Experiment
     from trialflow.platforms.base import TrialStatus
-    from trialflow.run_lifecycle import start_run
+    from trialflow.runs import start_run
 
     name = "accuracy against latency on the nightly re-labelled digits data, second attempt " * 2
     config = tmp_path / "config.yml"
@@ -209,7 +209,7 @@ def test_past_two_thousand_trials_the_per_trial_charts_draw_a_sample_and_say_so(
     from tests.ui.test_pages import canvas_drawn
     from trialflow.config import load_config
     from trialflow.experiment import Experiment
-    from trialflow.run_lifecycle import start_run
+    from trialflow.runs import start_run
 
     config = tmp_path / "config.yml"
     config.write_text(

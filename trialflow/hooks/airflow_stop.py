@@ -195,7 +195,7 @@ async def stop_from_airflow(
         what = f"trial {submission.handle.get('trial_id')}: {stop.reason}"
         await asyncio.to_thread(steering.record_action, store, submission.experiment_id, "Airflow", "stop trial", what)
         return stopped
-    from trialflow.run_lifecycle import stop_run
+    from trialflow.runs import stop_run
 
     await asyncio.to_thread(stop_run, store, submission.experiment_id, dag_id, run_id, "Airflow", stop.reason)
     return stopped

@@ -59,8 +59,7 @@ class StartExperimentOperator(_ExperimentStep):
         self.trial_count = trial_count
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trialflow.experiment import ExperimentNotOwned
-        from trialflow.run_lifecycle import start_run
+        from trialflow.runs import ExperimentNotOwned, start_run
         from trialflow.tuning.store_urls import safe_url
 
         experiment, store = self.experiment_and_store(context, check=True)  # in full: nothing has started yet
@@ -107,7 +106,7 @@ class StartExperimentOperator(_ExperimentStep):
 
 
 class WatchTrialsOperator(_ExperimentStep):
-    """Reconcile the run's trials with their tasks while they run (trialflow.reconcile).
+    """Reconcile the run's trials with their tasks while they run (trialflow.runs.reconcile).
 
     Defers at once to RunWatchTrigger, which holds no worker slot: every ``poll_interval``
     seconds it stops and closes any trial the store holds as running whose task has ended (a
@@ -186,39 +185,34 @@ class EndExperimentOperator(_ExperimentStep):
             )
             experiment.platform(i, connections).cleanup_sync(experiment.experiment_id)
 
-    def _reconcile(self, context: Context, experiment: Experiment, store: ExperimentStore) -> None:
-        """Every trial task of the run has ended (trigger rule all_done): a trial the store still
-        holds as running has nothing following it, and is stopped and closed before the summary
-        (trialflow.reconcile), whether or not the watch saw it."""
+    def _task_states(self, context: Context) -> dict[int, str | None]:
+        """Airflow's state of each trial task of the run (all ended: trigger rule all_done)."""
         from trialflow.hooks.airflow_stop import ask_trial_states
-        from trialflow.platforms.event_loop import run_sync
-        from trialflow.reconcile import reconcile_run
 
-        dag_id, run_id = context["dag"].dag_id, context["run_id"]
         try:
-            states = ask_trial_states(dag_id, run_id, self.trial_task_id)
+            return ask_trial_states(context["dag"].dag_id, context["run_id"], self.trial_task_id)
         except Exception as exc:  # the run is over all the same: the messages say less
             self.log.warning("cannot ask Airflow the trial tasks' states: %s", exc)
-            states = {}
-        done = run_sync(
-            reconcile_run(experiment, store, run_id, states, run_over=True, connections=airflow_connections())
-        )
-        for trial in done:
-            self.log.warning("Trial %s stopped: %s", trial.trial_id, trial.reason)
+            return {}
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trialflow.experiment import ExperimentNotOwned, check_owner
-        from trialflow.run_lifecycle import RunHasNoTrials, close_run, summarize_run
+        from trialflow.platforms.event_loop import run_sync
+        from trialflow.runs import ExperimentNotOwned, RunHasNoTrials, end_run
 
         experiment, store = self.experiment_and_store(context)
         conf = getattr(context.get("dag_run"), "conf", None) or {}
+        states = self._task_states(context)
         try:
-            check_owner(store, experiment.experiment_id, context["dag"].dag_id, conf)  # before reading anything
-            self._reconcile(context, experiment, store)
-            verdict = summarize_run(experiment, store, context["run_id"], conf)
-            closed = close_run(experiment, store, context["dag"].dag_id, context["run_id"], verdict)
+            ended = run_sync(
+                end_run(
+                    experiment, store, context["dag"].dag_id, context["run_id"], conf, states, airflow_connections()
+                )
+            )
         except (ExperimentNotOwned, RunHasNoTrials) as exc:
             raise AirflowFailException(str(exc)) from None
+        for trial in ended.reconciled:
+            self.log.warning("Trial %s stopped: %s", trial.trial_id, trial.reason)
+        verdict, closed = ended.verdict, ended.closed
         if closed.dropped:
             self.log.warning("%d asked-for trial(s) had not started when the experiment ended: dropped", closed.dropped)
         if closed.concurrency_reset:

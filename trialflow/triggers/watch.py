@@ -4,7 +4,7 @@ Events do not always arrive: a trial task marked failed while it hands over from
 the triggerer reaches no ``on_kill`` (measured), and its trial would run on with nothing
 following it. This trigger compares, every ``poll_interval`` seconds, what Airflow says of the
 run's trial tasks with what the store says of their trials, and closes the gap through
-trialflow.reconcile (which decides; this only asks Airflow and the store), once a task has been
+trialflow.runs.reconcile (which decides; this only asks Airflow and the store), once a task has been
 seen ended for reconcile.ON_KILL_GRACE seconds (its own on_kill usually acts first, and says
 better what happened). It ends once every trial task of the run has ended and no trial of the
 run is left running, so the end step that waits for it never summarizes a run with a trial
@@ -95,7 +95,7 @@ class RunWatchTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from trialflow.hooks import airflow_connections
-        from trialflow.reconcile import RunWatch
+        from trialflow.runs.reconcile import RunWatch
         from trialflow.triggers.trial import listeners_present
 
         try:
@@ -139,7 +139,7 @@ class RunWatchTrigger(BaseTrigger):
     async def _last_pass(self) -> None:
         from trialflow.hooks import airflow_connections
         from trialflow.hooks.airflow_stop import TRIGGER_ASK_TIMEOUT, state_text
-        from trialflow.reconcile import reconcile_run
+        from trialflow.runs.reconcile import reconcile_run
 
         try:
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance

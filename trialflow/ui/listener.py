@@ -9,7 +9,7 @@ end, and Airflow ended the task "success". So the api-server, where the click ar
 the Grid, and for the tasks of a DAG run marked failed or success), also writes the stop
 request beside the trial (trialflow.steering.stop_task_trial); whoever follows the trial acts
 on it at its next poll, whatever state Airflow settles on. The run's watch and the end step
-reconcile what is left (trialflow.reconcile).
+reconcile what is left (trialflow.runs.reconcile).
 
 Registered by the plugin in the api-server only: Airflow's DAG bag refuses any task with
 ``end_from_trigger=True`` where a listener plugin is loaded, which must not happen to other

@@ -1,22 +1,22 @@
-"""A DAG run's life, from the core's side: start it, summarize it, cancel its trials. No Airflow.
+"""A DAG run ends: its verdict (trials, best, whether the step fails), then its last writes. No Airflow.
 
-trialflow.trial_lifecycle is one trial's life; this is the run around the trials. The start and end
-operators, `trialflow run` and whatever stops an experiment call these and only turn their
-outcomes into Airflow's words (a failed task, a log line), so the rules of an experiment (who
-may drive it, what counts as its result, which trials a cancel reaches) live here, tested
-without a scheduler.
+The end step asks Airflow for the run's trial task states, then calls :func:`end_run`, which
+refuses a run that is not its DAG's, reconciles the trials still running with their ended tasks
+(trialflow.runs.reconcile), summarizes and closes the run; the step only logs what it returns
+and turns a failure into Airflow's.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trialflow.experiment import Continuation, Experiment, check_owner, continued_run
-from trialflow.platforms.base import Connections, TrialStatus
-from trialflow.retune import Retune, seed_from_previous
+from trialflow.experiment import Experiment
+from trialflow.platforms.base import Connections
 from trialflow.run_summary import (
     ExperimentSummary,
     FollowOn,
@@ -26,55 +26,21 @@ from trialflow.run_summary import (
     stopped_by,
     summary_trial,
 )
-from trialflow.run_windows import RunWindow
+from trialflow.run_windows import RunWindow, RunWindows
+from trialflow.runs.continuation import Continuation, continuation, continued_run
+from trialflow.runs.ownership import check_owner
+from trialflow.runs.reconcile import Reconciled, reconcile_run
 from trialflow.tuning.pareto import pareto_rows, with_values
 from trialflow.tuning.results import TrialRow, best_row
-
-log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
 
+log = logging.getLogger(__name__)
+
 
 class RunHasNoTrials(Exception):
     """The end step of a run its start step gave no trials (it failed, or was skipped)."""
-
-
-@dataclass(frozen=True)
-class RunStart:
-    """What the start step did: the run's trial window, and whether the experiment existed."""
-
-    window: RunWindow
-    resumed: bool
-    #: ``scheduledRuns: retune``: what the experiment took over from the DAG's previous one.
-    retune: Retune | None = None
-
-
-def start_run(
-    experiment: Experiment,
-    store: ExperimentStore,
-    dag_id: str,
-    run_id: str,
-    conf: dict[str, Any] | None,
-    *,
-    count: int | None = None,
-    connections: Connections | None = None,
-) -> RunStart:
-    """Check the run may drive the experiment (ExperimentNotOwned if not: nothing is written),
-    create or re-open it, give the run its trial indexes and deadline, and prepare each
-    platform (stage code once)."""
-    shared = experiment.config.scheduled_runs == "continue"
-    check_owner(store, experiment.experiment_id, dag_id, conf, run_id, shared)
-    resumed = store.experiment_exists(experiment.experiment_id)
-    experiment.open(store)
-    store.set_experiment_attrs(
-        experiment.experiment_id, {**experiment.description(), "dag_id": dag_id, "run_id": run_id}
-    )
-    window = experiment.start_run(store, run_id, continues=continued_run(conf), count=count)
-    retune = seed_from_previous(store, experiment, dag_id) if experiment.config.scheduled_runs == "retune" else None
-    for i in range(len(experiment.config.training_service)):
-        experiment.platform(i, connections).prepare_sync(experiment.experiment_id)
-    return RunStart(window, resumed, retune)
 
 
 @dataclass
@@ -133,7 +99,7 @@ def summarize_run(
         best = best_row(rows, mode)
         study_best = best_row(all_rows, mode)
     counts = Counter(r.status or "" for r in rows)
-    following = experiment.continuation(store, run_id)
+    following = continuation(experiment, store, run_id)
     summary = ExperimentSummary(
         experiment_id=experiment.experiment_id,
         experiment_name=experiment.config.experiment_name,
@@ -186,7 +152,7 @@ def close_run(
     from trialflow.steering import drop_waiting
     from trialflow.tuning.concurrency_changes import clear
 
-    experiment.end_run(store, run_id)
+    mark_ended(experiment, store, run_id)
     if not verdict.experiment_over:
         return RunClosed()  # the next run's trial indexes take the waiting trials, its files are needed
     dropped = drop_waiting(store, experiment.experiment_id)
@@ -194,39 +160,38 @@ def close_run(
     return RunClosed(dropped, reset, may_clean_up=True)
 
 
-def stop_run(store: ExperimentStore, experiment_id: str, dag_id: str | None, run_id: str, by: str, reason: str) -> None:
-    """A whole DAG run stopped (Airflow's mark failed on the run): it is marked in the store (no
-    trial of it starts, the others are asked to stop, its history line written with the mark),
-    and the experiment will not go on, so a trialConcurrency a person changed goes back to the
-    config's for the DAG's next one. Every trial task of the run may call this: it marks once."""
-    from trialflow import steering
-    from trialflow.tuning.concurrency_changes import clear
-
-    if dag_id:
-        clear(store.engine, dag_id, experiment_id)
-    try:
-        steering.stop_runs(store, experiment_id, by, reason, [run_id], "stop run")
-    except steering.ActionRefused as exc:  # a run without a window has nothing more to stop
-        log.info("%s", exc)
+def mark_ended(experiment: Experiment, store: ExperimentStore, run_id: str, now: float | None = None) -> None:
+    """Mark run ``run_id`` over (its end step ran): the steering actions refuse an experiment
+    whose runs are all over, on the pages and on the command line alike."""
+    at = time.time() if now is None else now
+    RunWindows(store, experiment.experiment_id).update(run_id, lambda old: {**old, "ended_at": at})
 
 
-def cancel_trials(
+@dataclass(frozen=True)
+class RunEnded:
+    """What the end step did: the trials it stopped (their tasks had ended), the verdict, and
+    the run's last writes."""
+
+    reconciled: list[Reconciled]
+    verdict: RunSummary
+    closed: RunClosed
+
+
+async def end_run(
     experiment: Experiment,
     store: ExperimentStore,
-    reason: str,
+    dag_id: str,
+    run_id: str,
+    conf: dict[str, Any] | None,
+    task_states: Mapping[int, str | None],
     connections: Connections | None = None,
-    status: TrialStatus = TrialStatus.USER_CANCELED,
-) -> int:
-    """Stop every trial of the experiment still running, on its own platform, and close it in
-    the store as ``status`` with ``reason`` (a trial that ended meanwhile keeps its outcome).
-    Returns how many were stopped."""
-    if not store.experiment_exists(experiment.experiment_id):
-        return 0
-    cancelled = 0
-    for trial in store.active_trials(experiment.experiment_id):
-        if trial.handle:
-            platform = experiment.platform(int(trial.service_index or 0), connections)
-            platform.cancel_sync(trial.handle, status, reason)
-            store.finish(trial.storage_id, status, trial.final, reason)
-            cancelled += 1
-    return cancelled
+) -> RunEnded:
+    """The end step, whole: refuse a run that is not its DAG's (ExperimentNotOwned, before
+    anything is read), stop and close every trial still running whose task has ended (every
+    trial task has ended by now: the step runs after all of them), then the verdict and the
+    run's last writes (RunHasNoTrials when the start step gave the run none)."""
+    check_owner(store, experiment.experiment_id, dag_id, conf)
+    reconciled = await reconcile_run(experiment, store, run_id, task_states, run_over=True, connections=connections)
+    verdict = summarize_run(experiment, store, run_id, conf)
+    closed = close_run(experiment, store, dag_id, run_id, verdict)
+    return RunEnded(reconciled, verdict, closed)

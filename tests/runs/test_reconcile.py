@@ -1,4 +1,4 @@
-"""Trials reconciled with their tasks (trialflow.reconcile), without Airflow: the rule, and its
+"""Trials reconciled with their tasks (trialflow.runs.reconcile), without Airflow: the rule, and its
 application to real trial processes on SQLite and PostgreSQL, with two reconcilers at once."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import process_alive
-from trialflow.reconcile import RECONCILER, TASK_ALIVE, TASK_ENDED, orphan_reason, reconcile_run
-from trialflow.run_lifecycle import start_run
+from trialflow.runs import start_run
+from trialflow.runs.reconcile import RECONCILER, TASK_ALIVE, TASK_ENDED, orphan_reason, reconcile_run
 
 # A trial that traps SIGTERM to save a checkpoint and never stops for it.
 CONFIG = f"""\
@@ -127,7 +127,7 @@ def test_another_runs_trials_are_left_alone(running):
 def test_a_watch_waits_for_on_kill_before_it_acts():
     """A task seen ended is handed to the reconciler only after ON_KILL_GRACE seconds (its own
     on_kill usually stops the trial first); one seen alive again (cleared) is forgotten."""
-    from trialflow.reconcile import ON_KILL_GRACE, overdue
+    from trialflow.runs.reconcile import ON_KILL_GRACE, overdue
 
     seen: dict[int, float] = {}
     assert overdue({0: "failed", 1: "running"}, seen, 100.0) == {}
@@ -138,7 +138,7 @@ def test_a_watch_waits_for_on_kill_before_it_acts():
 
 
 def test_the_watch_stops_orphans_after_the_grace_and_ends_when_nothing_runs(running):
-    from trialflow.reconcile import ON_KILL_GRACE, RunWatch
+    from trialflow.runs.reconcile import ON_KILL_GRACE, RunWatch
 
     experiment, store, started = running
     watch = RunWatch(experiment, store, "r1")

@@ -11,10 +11,10 @@ import pytest
 
 from trialflow import trial_lifecycle
 from trialflow.config import load_config
-from trialflow.experiment import Experiment, ExperimentNotOwned
+from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import process_alive
-from trialflow.run_lifecycle import RunHasNoTrials, cancel_trials, start_run, summarize_run
+from trialflow.runs import ExperimentNotOwned, RunHasNoTrials, cancel_trials, start_run, summarize_run
 from trialflow.trial.protocol import Metric
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
@@ -116,7 +116,7 @@ def test_a_stopped_run_says_who_stopped_it_in_the_summary_the_list_and_the_cli(s
 
 def test_closing_the_last_run_drops_waiting_trials_and_resets_concurrency(setup):
     from trialflow import steering
-    from trialflow.run_lifecycle import close_run
+    from trialflow.runs import close_run
     from trialflow.tuning.concurrency_changes import read_concurrency, write_concurrency
 
     experiment, store = setup
@@ -141,7 +141,7 @@ def test_closing_the_last_run_drops_waiting_trials_and_resets_concurrency(setup)
 
 def test_a_whole_run_stopped_from_airflow_is_marked_once_and_resets_concurrency(setup):
     from trialflow import steering
-    from trialflow.run_lifecycle import stop_run
+    from trialflow.runs import stop_run
     from trialflow.tuning.concurrency_changes import read_concurrency, write_concurrency
 
     experiment, store = setup

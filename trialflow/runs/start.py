@@ -1,0 +1,101 @@
+"""A DAG run starts: who may drive the experiment, which trial indexes and deadline it gets. No Airflow."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trialflow.experiment import Experiment, trial_count
+from trialflow.platforms.base import Connections
+from trialflow.retune import Retune, seed_from_previous
+from trialflow.run_windows import RunWindow, RunWindows, windows_in
+from trialflow.runs.continuation import continued_run
+from trialflow.runs.ownership import check_owner
+
+if TYPE_CHECKING:
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What the start step did: the run's trial window, and whether the experiment existed."""
+
+    window: RunWindow
+    resumed: bool
+    #: ``scheduledRuns: retune``: what the experiment took over from the DAG's previous one.
+    retune: Retune | None = None
+
+
+def start_run(
+    experiment: Experiment,
+    store: ExperimentStore,
+    dag_id: str,
+    run_id: str,
+    conf: dict[str, Any] | None,
+    *,
+    count: int | None = None,
+    connections: Connections | None = None,
+) -> RunStart:
+    """Check the run may drive the experiment (ExperimentNotOwned if not: nothing is written),
+    create or re-open it, give the run its trial indexes and deadline, and prepare each
+    platform (stage code once)."""
+    shared = experiment.config.scheduled_runs == "continue"
+    check_owner(store, experiment.experiment_id, dag_id, conf, run_id, shared)
+    resumed = store.experiment_exists(experiment.experiment_id)
+    experiment.open(store)
+    store.set_experiment_attrs(
+        experiment.experiment_id, {**experiment.description(), "dag_id": dag_id, "run_id": run_id}
+    )
+    window = allot_window(experiment, store, run_id, continues=continued_run(conf), count=count)
+    retune = seed_from_previous(store, experiment, dag_id) if experiment.config.scheduled_runs == "retune" else None
+    for i in range(len(experiment.config.training_service)):
+        experiment.platform(i, connections).prepare_sync(experiment.experiment_id)
+    return RunStart(window, resumed, retune)
+
+
+def allot_window(
+    experiment: Experiment,
+    store: ExperimentStore,
+    run_id: str,
+    now: float | None = None,
+    continues: str | None = None,
+    count: int | None = None,
+) -> RunWindow:
+    """Give this DAG run its trial indexes (kept when the run is cleared and starts again) and a
+    fresh maxExperimentDuration window from now; a run that ``continues`` another (an
+    unbounded experiment's follow-on run) keeps that run's deadline instead. ``count``: the
+    DAG's fan-out when it sets its own (unbounded experiments), else trial_count."""
+    now = time.time() if now is None else now
+    windows = windows_in(store.experiment_attrs(experiment.experiment_id))
+    known = windows.get(run_id)
+    first = known.first_index if known is not None else max((w.end_index for w in windows.values()), default=0)
+    duration = experiment.config.max_experiment_duration
+    deadline = now + duration if duration else None
+    # When the run's maxExperimentDuration counts from: its own start, or the start of the run
+    # it continues (kept, so a changed duration is added to it, never to a difference).
+    counted_from = now
+    earlier = windows.get(continues) if continues is not None else None
+    if earlier is not None:
+        deadline = earlier.deadline
+        counted_from = earlier.counted_from or now
+    # Never more indexes than a maxTrialNumber a person changed leaves (the config's is the
+    # fan-out of each run, scheduledRuns: continue included): a follow-on run that took a
+    # whole fan-out after an added trial raised the limit by one started that one trial and
+    # skipped the rest, so the indexes a later raise gave were never run.
+    size = count or trial_count(experiment.config)
+    limit = experiment.max_trial_number(store)
+    if limit is not None:
+        size = max(0, min(size, int(limit) - first))
+    window = RunWindow(first, size, deadline, exists=True, counted_from=counted_from)
+    RunWindows(store, experiment.experiment_id).put(
+        run_id,
+        {
+            "first_index": window.first_index,
+            "count": window.count,
+            "deadline": window.deadline,
+            "started_at": now,
+            "counted_from": counted_from,
+        },
+    )
+    return window
