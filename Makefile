@@ -85,7 +85,7 @@ bench-ingest: venv
 	$(VENV)/bin/python bench/ingest.py
 	$(VENV)/bin/python bench/ingest.py --postgres local
 
-# Needs the kube-apiserver that tests/kube/build-apiserver.sh builds.
+# Needs the kube-apiserver that tests/helpers/kube/build-apiserver.sh builds.
 bench-remote: venv
 	$(VENV)/bin/python bench/remote.py
 

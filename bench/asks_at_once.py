@@ -129,7 +129,7 @@ def main() -> int:
     try:
         ok &= report("SQLite", args.tasks, args.history, run(sqlite_url(root / "s.db"), args.tasks, args.history))
         if not args.no_postgres:
-            from tests.postgres import PostgresServer, missing_reason
+            from tests.helpers.postgres import PostgresServer, missing_reason
 
             reason = missing_reason()
             if reason:

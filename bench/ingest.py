@@ -119,7 +119,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="trialflow-bench-ingest-"))
     server = None
     if args.postgres == "local":
-        from tests.postgres import PostgresServer
+        from tests.helpers.postgres import PostgresServer
 
         server = PostgresServer.create()
         server.start()

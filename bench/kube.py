@@ -23,7 +23,7 @@ side by side: the trigger ending the task itself (the default,
 worker slot (``end_from_trigger=False``, how trialflow did it before).
 
 Needs root (the test controller runs pods in private mount namespaces) and
-the kube-apiserver that tests/kube/build-apiserver.sh builds.
+the kube-apiserver that tests/helpers/kube/build-apiserver.sh builds.
 
     python bench/kube.py [--trials 200] [--seconds 60] [--airflow 200 --airflow-seconds 150]
 """
@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT))
 from datetime import datetime  # noqa: E402
 
 from bench.private_airflow import experiment_folder, private_airflow, run_to_end, write_dag  # noqa: E402
-from tests.kube.cluster import KubeCluster, missing_reason  # noqa: E402
-from tests.kube.controller import TestController  # noqa: E402
+from tests.helpers.kube.cluster import KubeCluster, missing_reason  # noqa: E402
+from tests.helpers.kube.controller import TestController  # noqa: E402
 from trialflow.config.platforms import KubeflowConfig  # noqa: E402
 from trialflow.follow import follow_trial  # noqa: E402
 from trialflow.platforms.base import (  # noqa: E402

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests import sshd  # noqa: E402
+from tests.helpers import sshd  # noqa: E402
 from trialflow.config.platforms import LocalConfig, RemoteConfig  # noqa: E402
 from trialflow.platforms.base import TrialSpec  # noqa: E402
 from trialflow.platforms.local import LocalPlatform  # noqa: E402
@@ -89,7 +89,7 @@ import json, resource, sys, time
 from pathlib import Path
 sys.path.insert(0, {root!r})
 from bench.remote import remote_platform, stage
-from tests import sshd
+from tests.helpers import sshd
 from trialflow.platforms.event_loop import run_sync
 from trialflow.trial.packing import pack
 server = sshd.SshServer(**json.loads(sys.argv[1]))

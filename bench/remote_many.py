@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.private_airflow import experiment_folder, private_airflow, run_to_end, write_dag  # noqa: E402
-from tests.sshd import make_server, remove  # noqa: E402
+from tests.helpers.sshd import make_server, remove  # noqa: E402
 from trialflow.platforms.base import experiment_id_for, trial_id_for  # noqa: E402
 from trialflow.tuning.experiment_store import sqlite_url  # noqa: E402
 

@@ -109,9 +109,9 @@ def local_executor(args: argparse.Namespace) -> dict[str, Any]:
 def celery_executor(args: argparse.Namespace) -> dict[str, Any] | str:
     """The same experiment on the multi-host deployment of the fault tests: CeleryExecutor,
     Redis, PostgreSQL for Airflow and the store; local trials pinned to worker-a's queue."""
-    from tests.cluster.deployment import Deployment, missing_reason
-    from tests.postgres import PostgresServer
-    from tests.postgres import missing_reason as no_postgres
+    from tests.helpers.deployment import Deployment, missing_reason
+    from tests.helpers.postgres import PostgresServer
+    from tests.helpers.postgres import missing_reason as no_postgres
 
     reason = missing_reason() or no_postgres()
     if reason:

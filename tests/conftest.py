@@ -13,7 +13,7 @@ import pytest
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from tests.hosts import install
+    from tests.helpers.hosts import install
 
     install()  # first, while the session has no other thread or process
 
@@ -59,9 +59,9 @@ PYTHON = sys.executable
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator:
-    """A real PostgreSQL server from Debian's packages on 127.0.0.1 (tests/postgres.py), for the
+    """A real PostgreSQL server from Debian's packages on 127.0.0.1 (tests/helpers/postgres.py), for the
     session; tests that restart it (the fault suite) use this, the others ``postgres_url``."""
-    from tests.postgres import PostgresServer, missing_reason
+    from tests.helpers.postgres import PostgresServer, missing_reason
 
     reason = missing_reason()
     if reason:
@@ -79,13 +79,19 @@ def postgres_url(postgres_server) -> str:
     return postgres_server.url
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def any_store(request, tmp_path: Path):
-    """An empty experiment store on SQLite, then on a database of its own on the session's
-    PostgreSQL: store and query tests run on both."""
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``store`` is SQLite; a test marked ``both_databases`` runs on PostgreSQL as well."""
+    if "store" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_databases"):
+        metafunc.parametrize("store", ["sqlite", "postgresql"], indirect=True)
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, tmp_path: Path):
+    """An empty experiment store of the test's own: SQLite, or (``both_databases``) a database of
+    its own on the session's PostgreSQL. The one store fixture of the suite."""
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
-    if request.param == "sqlite":
+    if getattr(request, "param", "sqlite") == "sqlite":
         return ExperimentStore(sqlite_url(tmp_path / "store.db"))
     import sqlalchemy as sa
 
@@ -101,7 +107,7 @@ def any_store(request, tmp_path: Path):
 @pytest.fixture(scope="session")
 def ssh_servers() -> Iterator[list]:
     """Two real OpenSSH servers on 127.0.0.1 (different ports, users and home folders)."""
-    from tests import sshd
+    from tests.helpers import sshd
 
     if not Path(sshd.SSHD).exists():
         pytest.skip("OpenSSH server not found (Debian package openssh-server; .ci/run installs it)")
@@ -120,7 +126,7 @@ def ssh_servers() -> Iterator[list]:
 @pytest.fixture(scope="session")
 def nni_python() -> str:
     """A separate virtualenv with the real nni==3.0 (built once per machine, then cached)."""
-    from tests.nni_venv import build_nni_venv
+    from tests.helpers.nni_venv import build_nni_venv
 
     try:
         return str(build_nni_venv())
@@ -129,7 +135,7 @@ def nni_python() -> str:
 
 
 def _kube_skip_reason() -> str | None:
-    from tests.kube.cluster import missing_reason
+    from tests.helpers.kube.cluster import missing_reason
 
     if os.geteuid() != 0:
         return "the test controller runs pods in private mount namespaces (unshare --mount): needs root"
@@ -138,8 +144,8 @@ def _kube_skip_reason() -> str | None:
 
 @pytest.fixture(scope="session")
 def kube_cluster(tmp_path_factory):
-    """A real kube-apiserver + etcd on 127.0.0.1 for the session (tests/kube/cluster.py)."""
-    from tests.kube.cluster import KubeCluster
+    """A real kube-apiserver + etcd on 127.0.0.1 for the session (tests/helpers/kube/cluster.py)."""
+    from tests.helpers.kube.cluster import KubeCluster
 
     reason = _kube_skip_reason()
     if reason:
@@ -154,8 +160,8 @@ def kube_cluster(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def kube_controller(kube_cluster, tmp_path_factory):
-    """The operators' and kubelet's part, played by test code (tests/kube/controller.py)."""
-    from tests.kube.controller import TestController
+    """The operators' and kubelet's part, played by test code (tests/helpers/kube/controller.py)."""
+    from tests.helpers.kube.controller import TestController
 
     controller = TestController(
         kube_cluster.kubeconfig,
@@ -172,7 +178,7 @@ def kube_controller(kube_cluster, tmp_path_factory):
 @pytest.fixture(scope="session")
 def harness(tmp_path_factory):
     """A real Airflow (scheduler, triggerer, dag-processor, api-server; LocalExecutor on SQLite)
-    on 127.0.0.1, started once per session and stopped by it (tests/integration/conftest.py)."""
-    from tests.integration.conftest import start_harness
+    on 127.0.0.1, started once per session and stopped by it (tests/helpers/airflow.py)."""
+    from tests.helpers.airflow import start_harness
 
     yield from start_harness(tmp_path_factory)

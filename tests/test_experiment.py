@@ -11,7 +11,6 @@ from trialflow.experiment import Experiment, experiment_id_for_run, trial_count
 from trialflow.platforms.base import experiment_id_for
 from trialflow.run_windows import RunWindow
 from trialflow.runs import allot_window, continuation
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 
 def _config(tmp_path: Path, extra: str = "", space: str = "{x: {_type: uniform, _value: [0, 1]}}"):
@@ -65,12 +64,11 @@ def test_trial_count(tmp_path, tuner, space, max_trials, expected):
     assert trial_count(_config(tmp_path, extra, space)) == expected
 
 
-def test_runs_that_continue_a_study_get_consecutive_indexes(tmp_path):
+def test_runs_that_continue_a_study_get_consecutive_indexes(tmp_path, store):
     config = _config(
         tmp_path, "tuner: {name: TPE}\nmaxTrialNumber: 4\nmaxExperimentDuration: 1h\nscheduledRuns: continue\n"
     )
     experiment = Experiment(config, "ecccccc1", tmp_path / "work")
-    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     experiment.open(store)
     first = allot_window(experiment, store, "r1", now=1000.0)
     second = allot_window(experiment, store, "r2", now=2000.0)
@@ -96,22 +94,20 @@ def test_runs_that_continue_a_study_get_consecutive_indexes(tmp_path):
         ("tuner: {name: GridSearch}\n", "{x: {_type: choice, _value: [1, 2]}}", "all in this run"),
     ],
 )
-def test_a_bounded_experiment_never_continues(tmp_path, extra, space, why):
+def test_a_bounded_experiment_never_continues(tmp_path, extra, space, why, store):
     config = _config(tmp_path, extra, space or "{x: {_type: uniform, _value: [0, 1]}}")
     experiment = Experiment(config, "ebbbbbb1", tmp_path / "work")
-    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     experiment.open(store)
     allot_window(experiment, store, "r1")
     following = continuation(experiment, store, "r1")
     assert following.run_id is None and why in following.reason
 
 
-def test_an_unbounded_experiment_goes_on_in_follow_on_runs_until_its_duration_ends(tmp_path):
+def test_an_unbounded_experiment_goes_on_in_follow_on_runs_until_its_duration_ends(tmp_path, store):
     """No maxTrialNumber: as NNI, trials keep coming until maxExperimentDuration, run after run;
     each follow-on run keeps the first run's deadline and takes the next indexes."""
     config = _config(tmp_path, "tuner: {name: TPE}\nmaxExperimentDuration: 1h\n")
     experiment = Experiment(config, "eaaaaaa1", tmp_path / "work")
-    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     experiment.open(store)
     first = allot_window(experiment, store, "manual_1", now=1000.0, count=30)
     following = continuation(experiment, store, "manual_1", now=2000.0)
@@ -154,13 +150,12 @@ def test_shared_storage_that_nni_would_mount_is_refused_with_what_to_do(tmp_path
     ]
 
 
-def test_hybrid_places_each_trial_on_the_platform_with_fewest_active_trials(tmp_path):
+def test_hybrid_places_each_trial_on_the_platform_with_fewest_active_trials(tmp_path, store):
     from trialflow.platforms.base import TrialStatus
 
     config = _config(tmp_path, "tuner: {name: TPE}\n").model_copy(deep=True)
     config.training_service = config.training_service * 3  # three platforms listed
     experiment = Experiment(config, "ehybrid1", tmp_path)
-    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     experiment.open(store)
     asked = iter(range(100))
 

@@ -13,7 +13,7 @@ from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus
 from trialflow.retune import RETUNED_BY, RETUNED_FROM, ranked
 from trialflow.runs import start_run
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore
 
 SPACE = "searchSpace: {{x: {{_type: uniform, _value: [0, {high}]}}, k: {{_type: choice, _value: [a, b]}}}}\n"
 CONFIG = """\
@@ -37,11 +37,6 @@ def finish(store: ExperimentStore, exp: Experiment, index: int, value: float | N
     asked = store.ask(exp.experiment_id, index, f"{exp.experiment_id}-{index}", exp.algorithm, exp.space)
     store.finish(asked.storage_id, status, value, None)
     return asked.parameters
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> ExperimentStore:
-    return ExperimentStore(sqlite_url(tmp_path / "s.db"))
 
 
 def test_the_first_trials_re_evaluate_the_previous_experiments_top_k(tmp_path, store):

@@ -25,8 +25,7 @@ def test_duration_counts_from_its_start_or_the_run_it_continues():
     assert RunWindow.parse(None) == RunWindow()
 
 
-def test_changes_keep_what_else_a_window_holds(tmp_path):
-    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+def test_changes_keep_what_else_a_window_holds(tmp_path, store):
     store.open_experiment("ew")
     windows = RunWindows(store, "ew")
     windows.put("r1", {"first_index": 0, "count": 2, "stopped": {"by": "a", "action": "stop run"}})

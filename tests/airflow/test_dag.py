@@ -250,13 +250,14 @@ def test_a_changed_concurrency_reaches_the_dag_at_its_next_parse(tmp_path, monke
     assert experiment_dag(path, dag_id="limited").get_task("trial").max_active_tis_per_dagrun == 3
 
 
-def test_a_changed_concurrency_is_read_at_parse_from_either_store(any_store, tmp_path, monkeypatch):
+@pytest.mark.both_databases
+def test_a_changed_concurrency_is_read_at_parse_from_either_store(store, tmp_path, monkeypatch):
     """SQLite and a real PostgreSQL, named as a user's connection names it (``postgresql://``)."""
     from trialflow.tuning.concurrency_changes import write_concurrency
 
-    plain = any_store.url.replace("postgresql+psycopg://", "postgresql://")
+    plain = store.url.replace("postgresql+psycopg://", "postgresql://")
     monkeypatch.setenv(
         "AIRFLOW_CONN_TRIALFLOW_DEFAULT", json.dumps({"conn_type": "trialflow", "extra": {"storage_url": plain}})
     )
-    write_concurrency(any_store.engine, "plain", "e1", 6)
+    write_concurrency(store.engine, "plain", "e1", 6)
     assert experiment_dag(write_config(tmp_path), dag_id="plain").get_task("trial").max_active_tis_per_dagrun == 6

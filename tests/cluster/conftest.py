@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.deployment import FAULT_REPORT, SSH_MACHINE, Deployment, missing_reason
+from tests.helpers.deployment import FAULT_REPORT, SSH_MACHINE, Deployment, missing_reason
 
 pytestmark = pytest.mark.integration
 
@@ -33,8 +33,8 @@ def cluster(tmp_path_factory, postgres_server) -> Iterator[Deployment]:
 @pytest.fixture(scope="package")
 def ssh_machine(cluster: Deployment) -> Iterator:
     """The remote platform's machine: a real OpenSSH server on a host of its own (its own
-    hostname, processes and disk: tests/sshd.py Machine), as the workers are."""
-    from tests import sshd
+    hostname, processes and disk: tests/helpers/sshd.py Machine), as the workers are."""
+    from tests.helpers import sshd
 
     if not Path(sshd.SSHD).exists():
         pytest.skip("OpenSSH server not found (Debian package openssh-server; .ci/run installs it)")

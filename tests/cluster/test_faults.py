@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.deployment import FAULT_REPORT, SSH_MACHINE, Deployment
+from tests.helpers.deployment import FAULT_REPORT, SSH_MACHINE, Deployment
 from trialflow.platforms.base import experiment_id_for
 from trialflow.tuning.experiment_store import ExperimentStore
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.cluster.deployment import Deployment
+from tests.helpers.deployment import Deployment
 from trialflow.platforms.base import experiment_id_for
 from trialflow.tuning.experiment_store import ExperimentStore
 

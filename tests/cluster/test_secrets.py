@@ -21,7 +21,7 @@ import time
 import psutil
 import pytest
 
-from tests.cluster.deployment import Deployment
+from tests.helpers.deployment import Deployment
 from tests.security.test_secrets import _scan
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cluster.deployment import FAULT_REPORT, Deployment
 from tests.cluster.test_faults import remote_experiment, start_log, wait_until
+from tests.helpers.deployment import FAULT_REPORT, Deployment
 from trialflow.platforms.base import experiment_id_for
 from trialflow.tuning.experiment_store import ExperimentStore
 
@@ -110,7 +110,7 @@ def test_mark_failed_across_the_hand_off_leaves_nothing_running(cluster: Deploym
     twice; the clicks no on_kill saw are closed by the run's watch or its end step."""
     import subprocess
 
-    from tests.integration.test_airflow_controls import mark_failed_across_the_hand_off
+    from tests.helpers.airflow_controls import mark_failed_across_the_hand_off
 
     log = start_log()
     offsets = [1.0, 1.8, 2.0, 2.15, 2.3, 2.5, 3.0, 4.0]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import PY, Harness
+from tests.helpers.airflow import PY, Harness
 from trialflow.platforms.local import process_alive
 
 pytestmark = pytest.mark.integration

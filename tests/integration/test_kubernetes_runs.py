@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from tests.integration.conftest import Harness
-from tests.kube.controller import TestController
+from tests.helpers.airflow import Harness
+from tests.helpers.kube.controller import TestController
 from trialflow.platforms.base import experiment_id_for
 from trialflow.platforms.kubernetes.manifests import object_name
 
@@ -131,7 +131,7 @@ def test_marking_a_deferred_kubeflow_trial_failed_deletes_its_job(
     controller kills its replicas) and the store says USER_CANCELED, why."""
     import time
 
-    from tests.integration.test_airflow_controls import patch_ti, store_row, wait_for
+    from tests.helpers.airflow_controls import patch_ti, store_row, wait_for
 
     dag_source = (
         "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
@@ -186,7 +186,7 @@ def test_marking_kubeflow_trials_failed_across_the_hand_off_leaves_no_job_runnin
     job was launched twice; the clicks no on_kill saw are closed by the run's watch."""
     import time
 
-    from tests.integration.test_airflow_controls import all_closed, mark_failed_across_the_hand_off, wait_for
+    from tests.helpers.airflow_controls import all_closed, mark_failed_across_the_hand_off, wait_for
 
     offsets = [1.0, 1.9, 2.1, 2.3, 2.6, 3.5]
     dag_source = (

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import PY, running_airflow
-from tests.integration.test_airflow_controls import wait_for
+from tests.helpers.airflow import PY, running_airflow
+from tests.helpers.airflow_controls import wait_for
 from trialflow.embedded import EmbeddedAirflow
 
 pytestmark = pytest.mark.integration

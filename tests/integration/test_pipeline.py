@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import PY, Harness
-from tests.integration.test_airflow_controls import wait_for
+from tests.helpers.airflow import PY, Harness
+from tests.helpers.airflow_controls import wait_for
 
 pytestmark = pytest.mark.integration
 

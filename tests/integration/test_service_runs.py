@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import NNI_EXAMPLES
-from tests.emulators.base import Emulator, can_run_jobs
-from tests.emulators.dlts import DltsEmulator
-from tests.emulators.openpai import OpenpaiEmulator
+from tests.helpers.emulators.base import Emulator, can_run_jobs
+from tests.helpers.emulators.dlts import DltsEmulator
+from tests.helpers.emulators.openpai import OpenpaiEmulator
 
 pytestmark = [
     pytest.mark.integration,
@@ -206,7 +206,7 @@ def test_a_killed_worker_reattaches_to_its_openpai_job(harness, tmp_path):
 def test_the_aml_seed_configs_run_end_to_end(seed, tmp_path, nni_python, monkeypatch):
     """azure-ai-ml against the workspace emulator (HTTPS, Azurite for the code), credentials
     through azure-identity's chain, the cloud through the SDK's ARM_CLOUD_METADATA_URL."""
-    from tests.emulators.azure import azure_workspace, missing_reason
+    from tests.helpers.emulators.azure import azure_workspace, missing_reason
 
     if missing_reason():
         pytest.skip(missing_reason() or "")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import PY, Harness
+from tests.helpers.airflow import PY, Harness
 from trialflow.platforms.base import experiment_id_for
 from trialflow.platforms.local import process_alive
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.following import Recorder, follow
-from tests.kube.cluster import TOKEN, KubeCluster
-from tests.kube.controller import TestController, delete_crd, install_crd
+from tests.helpers.following import Recorder, follow
+from tests.helpers.kube.cluster import TOKEN, KubeCluster
+from tests.helpers.kube.controller import TestController, delete_crd, install_crd
 from trialflow.config.platforms import BUILTIN_PLATFORM_CONFIGS
 from trialflow.config.registry import get_platform_entry
 from trialflow.follow import TIMEOUT_REASON

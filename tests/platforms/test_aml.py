@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.following import follow, poll_until_done
+from tests.helpers.following import follow, poll_until_done
 from trialflow.config.platforms import AmlConfig
 from trialflow.follow import TIMEOUT_REASON
 from trialflow.platforms.aml import (
@@ -68,7 +68,7 @@ def test_the_job_command_writes_parameters_and_quotes_the_trial_command(tmp_path
 
 @pytest.fixture
 def azure(tmp_path, monkeypatch):
-    from tests.emulators.azure import azure_workspace, missing_reason
+    from tests.helpers.emulators.azure import azure_workspace, missing_reason
 
     why = missing_reason()
     if why:

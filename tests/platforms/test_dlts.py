@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.emulators.dlts import DltsEmulator, can_run_jobs
-from tests.following import follow, poll_until_done
+from tests.helpers.emulators.dlts import DltsEmulator, can_run_jobs
+from tests.helpers.following import follow, poll_until_done
 from trialflow.config.platforms import DltsConfig
 from trialflow.follow import TIMEOUT_REASON
 from trialflow.platforms.base import TrialSpec, TrialStatus

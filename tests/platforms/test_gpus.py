@@ -96,7 +96,7 @@ def _ask(claims: Path, need: int, per_gpu: int, owner: str) -> GpuRequest:
     return GpuRequest(str(claims), need, per_gpu, None, False, owner, "here")
 
 
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
+FAKES = Path(__file__).resolve().parents[1] / "helpers" / "fakes"
 
 
 @pytest.fixture

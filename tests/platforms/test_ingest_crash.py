@@ -48,8 +48,8 @@ def _stored(store: ExperimentStore, storage_id: int) -> int:
 
 
 @pytest.mark.timeout(240)
-def test_a_follower_killed_mid_ingest_is_retried_and_stores_every_result_once(any_store, tmp_path):
-    store = any_store
+@pytest.mark.both_databases
+def test_a_follower_killed_mid_ingest_is_retried_and_stores_every_result_once(store, tmp_path):
     code = tmp_path / "code"
     code.mkdir()
     (code / "t.py").write_text(TRIAL)

@@ -218,7 +218,7 @@ def test_the_handle_records_when_the_wrapper_started(platform, code):
 
 # -- GPU scheduling (a fake nvidia-smi on PATH describing the GPUs) ---------------------------
 
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
+FAKES = Path(__file__).resolve().parents[1] / "helpers" / "fakes"
 GPU_TRIAL = (
     "import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
     "open('gpus-' + os.environ['NNI_TRIAL_JOB_ID'], 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])\n"

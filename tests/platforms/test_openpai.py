@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.emulators.openpai import OpenpaiEmulator, can_run_jobs
-from tests.following import follow, poll_until_done
+from tests.helpers.emulators.openpai import OpenpaiEmulator, can_run_jobs
+from tests.helpers.following import follow, poll_until_done
 from trialflow.config.platforms import OpenpaiConfig
 from trialflow.follow import TIMEOUT_REASON
 from trialflow.platforms.base import TrialSpec, TrialStatus

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.following import poll_until_done
+from tests.helpers.following import poll_until_done
 from trialflow.config.platforms import RemoteConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.remote import LAUNCH_GRACE_SECONDS, RemotePlatform, parse_probe, remote_status
@@ -252,7 +252,7 @@ def test_following_outlasts_an_outage_longer_than_the_reconnects(ssh_servers, tm
     trial is followed to its end with every metric (before, the task failed and used a retry)."""
     import threading
 
-    from tests.following import follow
+    from tests.helpers.following import follow
     from trialflow.follow import UNREACHABLE_GRACE
     from trialflow.platforms.base import PlatformUnreachable
     from trialflow.platforms.remote.ssh import SshUnreachable
@@ -437,7 +437,7 @@ def _fake_gpus(server, uuids: list[str], apps: list | None = None) -> str:
 
     folder = server.root / "bin"
     folder.mkdir(exist_ok=True)
-    shutil.copy(Path(__file__).resolve().parents[1] / "fakes" / "nvidia-smi", folder / "nvidia-smi")
+    shutil.copy(Path(__file__).resolve().parents[1] / "helpers" / "fakes" / "nvidia-smi", folder / "nvidia-smi")
     (folder / "fake-gpus.json").write_text(json.dumps({"gpus": uuids, "apps": apps or []}))
     if not (folder / "python3").exists():
         (folder / "python3").symlink_to("/usr/bin/python3")

@@ -15,7 +15,10 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore
+
+#: Every test that takes ``store`` runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.both_databases
 
 SPACE = parse_search_space(
     {
@@ -66,11 +69,6 @@ def fill(store: ExperimentStore, experiment_id: str = "eq000001", dag_id: str = 
             store.finish(asked.storage_id, outcome, final, None if outcome != TrialStatus.FAILED else "boom")
         made.append({"index": index, "parameters": asked.parameters, "final": final, "status": outcome})
     return made
-
-
-@pytest.fixture
-def store(any_store) -> ExperimentStore:
-    return any_store
 
 
 def test_experiment_list_counts_best_and_times(store):
@@ -230,8 +228,7 @@ def test_downsampling_keeps_ends_and_every_spike(total, max_points):
         assert [step, value] in out  # a spike or a dip is never hidden
 
 
-def test_a_trial_page_sends_a_curve_of_bounded_size_and_says_how_many_points_there_are(tmp_path):
-    store = ExperimentStore(sqlite_url(tmp_path / "big.db"))
+def test_a_trial_page_sends_a_curve_of_bounded_size_and_says_how_many_points_there_are(tmp_path, store):
     store.open_experiment("ebig0001", RANDOM, SPACE)
     asked = store.ask("ebig0001", 0, "ebig0001-0000", RANDOM, SPACE)
     store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, float(s % 97)) for s in range(50_000)])
@@ -242,10 +239,9 @@ def test_a_trial_page_sends_a_curve_of_bounded_size_and_says_how_many_points_the
     assert detail["intermediate"][-1] == [49_999, float(49_999 % 97)]
 
 
-def test_every_point_downloads_as_stored_non_finite_ones_by_name(tmp_path):
+def test_every_point_downloads_as_stored_non_finite_ones_by_name(tmp_path, store):
     """Optuna keeps inf and NaN as NULL plus a type: the download writes them as inf/-inf/nan,
     not "None", and an unknown trial or experiment is refused before anything is written."""
-    store = ExperimentStore(sqlite_url(tmp_path / "points.db"))
     store.open_experiment("epoint01", RANDOM, SPACE)
     asked = store.ask("epoint01", 0, "epoint01-0000", RANDOM, SPACE)
     values = [0.25, float("inf"), float("-inf"), float("nan"), 1e-300, 3.0]
@@ -259,13 +255,12 @@ def test_every_point_downloads_as_stored_non_finite_ones_by_name(tmp_path):
             queries.iter_intermediate_csv(store.storage.engine, experiment, index)
 
 
-def test_a_growing_big_curve_is_thinned_from_what_was_kept_plus_the_new_points(tmp_path):
+def test_a_growing_big_curve_is_thinned_from_what_was_kept_plus_the_new_points(tmp_path, store):
     """A running trial's page is asked again and again: after a few more results only the new
     points are read and merged with the kept curve *by step*, so the new stretch is drawn as
     densely as the old one (merged by position, 60 raw points after 100 thinned ones took a
     third of the curve for 1 % of the steps); spikes, ends and size hold; many more results and
     the whole curve is thinned again."""
-    store = ExperimentStore(sqlite_url(tmp_path / "grow.db"))
     store.open_experiment("egrow001", RANDOM, SPACE)
     asked = store.ask("egrow001", 0, "egrow001-0000", RANDOM, SPACE)
     engine = store.storage.engine

@@ -19,6 +19,9 @@ from trialflow.platforms.local import process_alive
 from trialflow.runs import start_run
 from trialflow.runs.reconcile import RECONCILER, TASK_ALIVE, TASK_ENDED, orphan_reason, reconcile_run
 
+#: The trials run on a store on SQLite and on PostgreSQL (``store``, through ``running``).
+pytestmark = pytest.mark.both_databases
+
 # A trial that traps SIGTERM to save a checkpoint and never stops for it.
 CONFIG = f"""\
 searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
@@ -53,15 +56,15 @@ def test_the_ended_and_alive_states_cover_airflows_own():
 
 
 @pytest.fixture
-def running(any_store, tmp_path: Path, monkeypatch):
+def running(store, tmp_path: Path, monkeypatch):
     """An experiment whose run r1 has three running trials (map indexes 0, 1, 2); a stop's
     grace is 1 s (they ignore SIGTERM)."""
     monkeypatch.setattr("trialflow.platforms.local.KILL_GRACE_SECONDS", 1.0)
     (tmp_path / "config.yml").write_text(CONFIG)
     experiment = Experiment(load_config(tmp_path / "config.yml"), "ereconcile", tmp_path / "work")
-    start_run(experiment, any_store, "dag_a", "r1", {})
-    started = [trial_lifecycle.start_trial(experiment, any_store, "r1", i) for i in range(3)]
-    yield experiment, any_store, started
+    start_run(experiment, store, "dag_a", "r1", {})
+    started = [trial_lifecycle.start_trial(experiment, store, "r1", i) for i in range(3)]
+    yield experiment, store, started
     for s in started:  # whatever a failing test left
         if s.handle and process_alive(s.handle["pid"]):
             s.platform.cancel_sync(s.handle, TrialStatus.USER_CANCELED, "test over")

@@ -12,7 +12,6 @@ from trialflow import queries
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 HOSTILE = [
     "\r=cmd|' /C calc'!A0",
@@ -40,11 +39,10 @@ def test_plain_text_is_left_alone(value):
     assert queries.spreadsheet_safe(value) == value
 
 
-def test_a_csv_export_keeps_one_row_per_trial_and_json_keeps_values(tmp_path):
+def test_a_csv_export_keeps_one_row_per_trial_and_json_keeps_values(tmp_path, store):
     values = HOSTILE + SAFE
     space = parse_search_space({"act": {"_type": "choice", "_value": values}})
     grid = AlgorithmConfig(name="GridSearch")
-    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     store.open_experiment("eexport1", grid, space)
     for index in range(len(values)):
         asked = store.ask("eexport1", index, f"eexport1-{index:04d}", grid, space)

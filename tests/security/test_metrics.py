@@ -235,14 +235,13 @@ trial.report_final_result(0.1)
 """
 
 
-def test_results_that_are_not_counted_are_said_in_the_message(tmp_path):
+def test_results_that_are_not_counted_are_said_in_the_message(tmp_path, store):
     """Intermediate results that are not finite numbers stay off the curve and the assessor, and
     a second final result is ignored (NNI keeps the first): each is counted in the message,
     never dropped without a word."""
     code = tmp_path / "code"
     code.mkdir()
     (code / "t.py").write_text(UNCOUNTED)
-    store = ExperimentStore(sqlite_url(tmp_path / "store.db"))
     store.open_experiment("euncount", RANDOM, SPACE)
     platform = LocalPlatform(LocalConfig(), tmp_path / "work")
     platform.prepare_sync("euncount")

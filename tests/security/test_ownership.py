@@ -12,7 +12,6 @@ import pytest
 
 from trialflow.platforms.base import experiment_id_for
 from trialflow.runs import ExperimentNotOwned, allot_window, check_owner
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 CONFIG = f"""\
 searchSpace: {{x: {{_type: choice, _value: [1, 2, 3]}}}}
@@ -25,8 +24,7 @@ trainingService: {{platform: local}}
 TRIAL = "import trialflow.trial as t\np = t.get_next_parameter()\nt.report_final_result(p['x'])\n"
 
 
-def test_a_store_check_refuses_other_dags_experiments(tmp_path):
-    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+def test_a_store_check_refuses_other_dags_experiments(tmp_path, store):
     theirs = experiment_id_for("dag_b", "run-1")
     store.open_experiment(theirs)
     store.set_experiment_attrs(theirs, {"dag_id": "dag_b"})
@@ -56,12 +54,11 @@ def test_experiment_ids_do_not_collide_in_practice():
     assert all(len(i) == 17 and i.isascii() and i.isalnum() and i == i.lower() for i in list(ids)[:100])
 
 
-def test_another_run_of_the_same_dag_landing_on_an_id_is_refused(tmp_path):
+def test_another_run_of_the_same_dag_landing_on_an_id_is_refused(tmp_path, store):
     """Behind the width: a run whose own id finds an experiment of its DAG that some other run
     created does not run its trials inside it."""
     from trialflow.run_windows import key_of
 
-    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     taken = experiment_id_for("dag_a", "r1")
     store.open_experiment(taken)
     store.set_experiment_attrs(taken, {"dag_id": "dag_a", "run_id": "r1", key_of("r1"): {"first_index": 0}})
@@ -102,7 +99,7 @@ def test_a_run_conf_cannot_take_over_or_plant_in_another_dags_experiment(harness
     assert not store.experiment_exists(future)  # nothing planted for B's future run
 
 
-def test_a_trial_task_of_a_run_its_start_step_did_not_window_starts_nothing(tmp_path):
+def test_a_trial_task_of_a_run_its_start_step_did_not_window_starts_nothing(tmp_path, store):
     """Defence behind the start step: a trial task (say, after a person marked the failed start
     step 'success') finds no window for its run and asks the tuner for nothing."""
     from trialflow import trial_lifecycle
@@ -110,7 +107,6 @@ def test_a_trial_task_of_a_run_its_start_step_did_not_window_starts_nothing(tmp_
     from trialflow.experiment import Experiment
 
     (tmp_path / "config.yml").write_text(CONFIG)
-    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     experiment = Experiment(load_config(tmp_path / "config.yml"), "eowned01", tmp_path / "work")
     experiment.open(store)
     with pytest.raises(trial_lifecycle.TrialCannotRun, match="its start step did not give it that trial"):

@@ -22,7 +22,6 @@ from trialflow.follow import TIMEOUT_REASON, follow_trial
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, stop_trial_command, trial_mark
 from trialflow.platforms.local import LocalPlatform
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 PY = sys.executable
 
@@ -101,9 +100,8 @@ def test_a_finished_trial_leaves_no_process_behind(local, tmp_path, unique):
     assert status == TrialStatus.SUCCEEDED
 
 
-def test_max_trial_duration_stops_what_left_the_process_group(local, tmp_path, unique):
+def test_max_trial_duration_stops_what_left_the_process_group(local, tmp_path, unique, store):
     n = unique()
-    store = ExperimentStore(sqlite_url(tmp_path / "store.db"))
     space = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
     random_tuner = AlgorithmConfig(name="Random")
     store.open_experiment("eproc", random_tuner, space)

@@ -203,7 +203,7 @@ def test_after_a_run_no_secret_is_anywhere(harness, ssh_servers, tmp_path):
     storage key: scan Airflow's home (task and component logs, the metadata database with its
     XComs and rendered fields), the experiment store, the trials' folders and the API's XComs and
     rendered fields for every secret value."""
-    from tests.integration.conftest import PY, Harness
+    from tests.helpers.airflow import PY, Harness
     from trialflow.platforms.base import experiment_id_for
 
     assert isinstance(harness, Harness)

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import PY
-from tests.integration.test_airflow_controls import wait_for
+from tests.helpers.airflow import PY
+from tests.helpers.airflow_controls import wait_for
 from trialflow.limits import MAX_ACTION_BODY, MAX_WAITING_TRIALS
 from trialflow.platforms.base import experiment_id_for
 

@@ -130,7 +130,7 @@ def test_a_trial_cannot_show_a_file_through_a_symlink(harness, tmp_path: Path):
 def test_a_remote_trials_symlinked_output_is_not_read(ssh_servers, tmp_path: Path):
     """The remote platform reads over SSH with GNU dd's O_NOFOLLOW: a trial that puts a symlink
     where its stdout.log was (to a file holding a metric line) shows nothing of that file."""
-    from tests.following import follow
+    from tests.helpers.following import follow
     from tests.platforms.test_remote import _machine, _platform
     from trialflow.platforms.base import TrialSpec, TrialStatus
     from trialflow.trial.protocol import metric_record, stdout_line

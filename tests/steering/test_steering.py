@@ -329,64 +329,65 @@ def test_asked_for_trials_run_once_each_when_trials_start_together(setup):
     assert store.waiting_trials("esteer") == []
 
 
-def test_point_tuners_refuse_a_trial_of_ones_own(tmp_path):
+def test_point_tuners_refuse_a_trial_of_ones_own(tmp_path, store):
     (tmp_path / "config.yml").write_text(
         CONFIG.replace("tuner: {name: Random}", "tuner: {name: GridSearch}")
         .replace("{_type: uniform, _value: [0, 1]}", "{_type: choice, _value: [1, 2]}")
         .replace("maxTrialNumber: 4\n", "")
     )
     experiment = Experiment(load_config(tmp_path / "config.yml"), "egrid", tmp_path / "work")
-    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     start_run(experiment, store, "dag_a", "r1", {})
     with pytest.raises(steering.ActionRefused, match="GridSearch runs its points in order"):
         steering.add_trial(store, "egrid", {"x": 1}, "dave")
 
 
-def test_actions_at_once_each_keep_their_history_line(any_store, tmp_path):
+@pytest.mark.both_databases
+def test_actions_at_once_each_keep_their_history_line(store, tmp_path):
     """Issue 36 (2): twenty actions from two editors at once wrote 13 history lines (the history
     was read, appended to and written back). Each is kept, on SQLite and PostgreSQL."""
     import threading
 
     (tmp_path / "config.yml").write_text(CONFIG)
     experiment = Experiment(load_config(tmp_path / "config.yml"), "ehistory", tmp_path / "work")
-    start_run(experiment, any_store, "dag_a", "r1", {})
+    start_run(experiment, store, "dag_a", "r1", {})
     barrier = threading.Barrier(20)
 
     def act(i: int) -> None:
         barrier.wait()
-        steering.record_action(any_store, "ehistory", f"editor{i % 2}", "test", f"action {i}")
+        steering.record_action(store, "ehistory", f"editor{i % 2}", "test", f"action {i}")
 
     threads = [threading.Thread(target=act, args=(i,)) for i in range(20)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    details = sorted(h["detail"] for h in steering.history(any_store, "ehistory") if h["action"] == "test")
+    details = sorted(h["detail"] for h in steering.history(store, "ehistory") if h["action"] == "test")
     assert details == sorted(f"action {i}" for i in range(20))
 
 
-def test_twenty_trials_added_at_once_raise_max_trial_number_by_twenty(any_store, tmp_path):
+@pytest.mark.both_databases
+def test_twenty_trials_added_at_once_raise_max_trial_number_by_twenty(store, tmp_path):
     """Issue 36 (2): twenty add-trials at once from two editors queued twenty trials but raised
     maxTrialNumber by 8 (the limits were read, changed and written back)."""
     import threading
 
     (tmp_path / "config.yml").write_text(CONFIG)
     experiment = Experiment(load_config(tmp_path / "config.yml"), "eadded", tmp_path / "work")
-    start_run(experiment, any_store, "dag_a", "r1", {})
+    start_run(experiment, store, "dag_a", "r1", {})
     barrier = threading.Barrier(20)
 
     def add(i: int) -> None:
         barrier.wait()
-        steering.add_trial(any_store, "eadded", {"x": i / 20}, f"editor{i % 2}")
+        steering.add_trial(store, "eadded", {"x": i / 20}, f"editor{i % 2}")
 
     threads = [threading.Thread(target=add, args=(i,)) for i in range(20)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    assert steering.limits(any_store, "eadded")["maxTrialNumber"] == 4 + 20
-    assert len(steering.waiting_trials(any_store, "eadded")) == 20
-    assert len([h for h in steering.history(any_store, "eadded") if h["action"] == "add trial"]) == 20
+    assert steering.limits(store, "eadded")["maxTrialNumber"] == 4 + 20
+    assert len(steering.waiting_trials(store, "eadded")) == 20
+    assert len([h for h in steering.history(store, "eadded") if h["action"] == "add trial"]) == 20
 
 
 def test_a_huge_duration_is_refused_and_a_later_one_counts_from_the_runs_start(setup):
@@ -460,7 +461,7 @@ def test_a_trial_added_by_hand_says_so_everywhere(setup):
             s.platform.cancel_sync(s.handle, TrialStatus.USER_CANCELED, "test over")
 
 
-def test_an_added_trial_with_several_bad_parameters_hears_of_every_one(tmp_path):
+def test_an_added_trial_with_several_bad_parameters_hears_of_every_one(tmp_path, store):
     """Issue 36 (2): the add-trial form reported the first invalid parameter only."""
     (tmp_path / "config.yml").write_text(
         CONFIG.replace(
@@ -470,7 +471,6 @@ def test_an_added_trial_with_several_bad_parameters_hears_of_every_one(tmp_path)
         )
     )
     experiment = Experiment(load_config(tmp_path / "config.yml"), "ebad", tmp_path / "work")
-    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     start_run(experiment, store, "dag_a", "r1", {})
     with pytest.raises(steering.BadInput) as refused:
         steering.add_trial(store, "ebad", {"x": 2, "n": 1.5, "opt": {"_name": "sgd", "lr": 5}, "zz": 1}, "ann")

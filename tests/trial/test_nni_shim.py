@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.following import follow
+from tests.helpers.following import follow
 from trialflow.config.platforms import LocalConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform

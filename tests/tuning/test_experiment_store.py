@@ -20,11 +20,6 @@ SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}, "k": {"
 TPE = AlgorithmConfig(name="TPE", class_args={"optimize_mode": "maximize", "seed": 3})
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> ExperimentStore:
-    return ExperimentStore(sqlite_url(tmp_path / "store.db"))
-
-
 def test_ask_is_idempotent_per_trial_index(store):
     store.open_experiment("exp", TPE, SPACE)
     study = "exp"
@@ -272,10 +267,10 @@ def test_an_experiment_attribute_is_read_alone(store):
     assert store.experiment_attr("exp", "missing") is None
 
 
-def test_many_intermediate_results_are_stored_in_one_batch_exactly_once(any_store, monkeypatch):
+@pytest.mark.both_databases
+def test_many_intermediate_results_are_stored_in_one_batch_exactly_once(store, monkeypatch):
     """A batch is one transaction of multi-row upserts: all of it or none of it, and a batch
     read again (a cursor lost in a crash mid-batch) overwrites its own rows instead of adding."""
-    store = any_store
     store.open_experiment("ingest", TPE, SPACE)
     sid = store.ask("ingest", 0, "t0", TPE, SPACE).storage_id
     monkeypatch.setattr(type(store.storage), "INTERMEDIATE_BATCH", 1000)  # several statements per batch

@@ -19,13 +19,10 @@ from trialflow.tuning.experiment_store import ExperimentStore
 from trialflow.tuning.history import HistoryWindow, asking_storage, window_ids
 from trialflow.tuning.snapshot import SnapshotCache
 
+#: Every test that takes ``store`` runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.both_databases
+
 SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}, "k": {"_type": "choice", "_value": [1, 2]}})
-
-
-@pytest.fixture
-def store(any_store) -> ExperimentStore:
-    """SQLite, then a PostgreSQL database of its own (the session's is left as other tests expect it)."""
-    return any_store
 
 
 def _unique(prefix: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import PY, Harness
+from tests.helpers.airflow import PY, Harness
 from trialflow.platforms.base import experiment_id_for
 
 CHROMIUM = os.environ.get("TRIALFLOW_CHROMIUM", "/usr/bin/chromium")

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import PY
-from tests.integration.test_airflow_controls import gone, running_pids, sleeper_dag, wait_for
+from tests.helpers.airflow import PY
+from tests.helpers.airflow_controls import gone, running_pids, sleeper_dag, wait_for
 from tests.ui.conftest import UiSetup
 from trialflow.platforms.base import experiment_id_for
 

@@ -173,7 +173,7 @@ def test_what_a_name_says_is_what_shows_and_a_trial_without_results_says_so(brow
     """A name with a right-to-left override ('quotes' read as 'setouq') shows the control
     visibly in the list, the heading and the DAG run's tab; a trial that failed before any
     result says so instead of drawing empty axes; a handle's start time reads as a date."""
-    from tests.integration.conftest import PY
+    from tests.helpers.airflow import PY
 
     dag_id, _ = ui.harness.experiment(
         "ui_rtl",
@@ -293,7 +293,7 @@ def test_the_dag_tab_lists_its_runs_experiments(browser, ui: UiSetup):
 
 def test_a_running_experiment_refreshes_by_itself(browser, ui: UiSetup):
     """Trials finish while the page is open: counts and the table move without a reload."""
-    from tests.integration.conftest import PY
+    from tests.helpers.airflow import PY
 
     slow = (
         "import time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import PY
-from tests.integration.test_airflow_controls import wait_for
+from tests.helpers.airflow import PY
+from tests.helpers.airflow_controls import wait_for
 from tests.ui.conftest import UiSetup, login
 from tests.ui.test_pages import shot
 from trialflow.platforms.base import experiment_id_for

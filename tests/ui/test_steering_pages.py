@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from tests.integration.conftest import PY
-from tests.integration.test_airflow_controls import gone, running_pids, sleeper_dag, wait_for
+from tests.helpers.airflow import PY
+from tests.helpers.airflow_controls import gone, running_pids, sleeper_dag, wait_for
 from tests.ui.conftest import UiSetup, login
 from tests.ui.test_actions import STAMPED, first_time_at, most_at_once
 from tests.ui.test_pages import shot

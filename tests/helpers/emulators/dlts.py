@@ -5,7 +5,7 @@ POST {dashboard}api/clusters/{cluster}/jobs              -> {"jobId": ...}
 GET  {dashboard}api/v2/clusters/{cluster}/jobs/{jobId}   -> {"jobStatus": ..., "jobStatusDetail": [...]}
 PUT  {dashboard}api/clusters/{cluster}/jobs/{jobId}/status {"status": "killing"}
 Every call carries ``email`` and ``password`` as query parameters (401 otherwise). Each job
-runs its ``cmd`` with the work storage mounted (see tests/emulators/base.py).
+runs its ``cmd`` with the work storage mounted (see tests/helpers/emulators/base.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 import uuid
 from typing import Any
 
-from tests.emulators.base import Emulator, Job, Request, can_run_jobs
+from tests.helpers.emulators.base import Emulator, Job, Request, can_run_jobs
 
 __all__ = ["DltsEmulator", "can_run_jobs"]
 

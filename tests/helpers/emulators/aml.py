@@ -8,7 +8,7 @@ upload (to Azurite), the code version, the anonymous environment version, the jo
 ``jobs.get`` reads the job and ``jobs.begin_cancel`` POSTs ``cancel`` and polls the operation.
 
 A job's code is fetched from Azurite, its command runs as a local process in its own mount
-namespace (tests/emulators/base.py), and its output is appended to the blob
+namespace (tests/helpers/emulators/base.py), and its output is appended to the blob
 ``ExperimentRun/dcid.<job>/user_logs/std_log.txt`` of the artifact container while it runs, as
 Azure ML uploads a job's logs.
 """
@@ -25,7 +25,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from tests.emulators.base import Emulator, Job, Request, can_run_jobs
+from tests.helpers.emulators.base import Emulator, Job, Request, can_run_jobs
 
 __all__ = ["AmlEmulator", "can_run_jobs"]
 

@@ -7,7 +7,7 @@ PUT /api/v2/jobs/{user}~{job}/executionType ({"value": "STOP"}, 202),
 GET /api/v2/jobs?username=, GET /api/v2/virtual-clusters/{vc},
 GET /api/v2/storages/{name}; Bearer tokens (401 with OpenPAI's error body).
 Each job runs its first task role's commands with the storages of ``extras.storages``
-mounted (see tests/emulators/base.py).
+mounted (see tests/helpers/emulators/base.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from urllib.parse import unquote
 
 import yaml
 
-from tests.emulators.base import Emulator, Job, Request, can_run_jobs
+from tests.helpers.emulators.base import Emulator, Job, Request, can_run_jobs
 
 __all__ = ["OpenpaiEmulator", "can_run_jobs"]
 

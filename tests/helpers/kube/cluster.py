@@ -32,9 +32,9 @@ def apiserver_binary() -> Path | None:
 def missing_reason() -> str | None:
     """Why the cluster cannot start here, or None."""
     if apiserver_binary() is None:
-        return f"no kube-apiserver under {CACHE}: run tests/kube/build-apiserver.sh (CI does)"
+        return f"no kube-apiserver under {CACHE}: run tests/helpers/kube/build-apiserver.sh (CI does)"
     if shutil.which("etcd") is None:
-        return "etcd is not installed (Debian etcd-server; tests/kube/build-apiserver.sh installs it)"
+        return "etcd is not installed (Debian etcd-server; tests/helpers/kube/build-apiserver.sh installs it)"
     if shutil.which("openssl") is None:
         return "openssl is not installed"
     return None

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.emulators.aml import AmlEmulator
-from tests.hosts import NAMES, resolvable
+from tests.helpers.emulators.aml import AmlEmulator
+from tests.helpers.hosts import NAMES, resolvable
 
 AZURITE_HOME = Path.home() / ".cache" / "trialflow" / "azurite"
 AZURITE = AZURITE_HOME / "node_modules" / ".bin" / "azurite-blob"

@@ -1,0 +1,148 @@
+"""A real Airflow (scheduler, triggerer, dag-processor, api-server; LocalExecutor on SQLite) for
+the tests: started once per test session on 127.0.0.1 and stopped by it (the ``harness`` fixture
+in tests/conftest.py, shared by tests/integration, tests/security and tests/ui)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trialflow.embedded import EmbeddedAirflow
+from trialflow.platforms.base import experiment_id_for
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+from trialflow.tuning.results import TrialRow
+
+PY = sys.executable
+
+
+@dataclass
+class Harness:
+    root: Path
+    airflow: EmbeddedAirflow
+    store_url: str
+    dag_files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def store(self) -> ExperimentStore:
+        return ExperimentStore(self.store_url)
+
+    def experiment(
+        self,
+        name: str,
+        config: str,
+        files: dict[str, str] | None = None,
+        dag_source: str | None = None,
+        dag_args: str = "",
+    ) -> tuple[str, Path]:
+        """Write an experiment folder and its DAG file; return (dag_id, folder). ``dag_args``:
+        more arguments for the default DAG file's experiment_dag call (e.g. "defer_after=1")."""
+        folder = self.root / "experiments" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.yml").write_text(config)
+        for rel, text in (files or {}).items():
+            (folder / rel).write_text(text)
+        dag_id = f"it_{name}"
+        source = dag_source or (
+            "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
+            f"dag = experiment_dag({str(folder / 'config.yml')!r}, dag_id={dag_id!r}, "
+            f"poll_interval=0.3{', ' + dag_args if dag_args else ''})\n"
+        )
+        (self.airflow.dags_folder / f"{name}.py").write_text(
+            source.replace("{DAG_ID}", dag_id).replace("{CONFIG}", str(folder / "config.yml"))
+        )
+        self.dag_files[dag_id] = self.airflow.dags_folder / f"{name}.py"
+        return dag_id, folder
+
+    def start(self, name: str, config: str, files: dict[str, str] | None = None, dag_args: str = "") -> tuple[str, str]:
+        """Write the experiment, wait for Airflow to parse its DAG, trigger a run without waiting
+        for it; return (dag_id, run_id)."""
+        dag_id, _ = self.experiment(name, config, files, dag_args=dag_args)
+        self.airflow.wait_for_dag(dag_id, self.dag_files[dag_id], timeout=90)
+        return dag_id, self.airflow.trigger(dag_id)
+
+    def run(self, dag_id: str, timeout: float = 300, on_tick: Any = None) -> tuple[str, str]:
+        """Trigger a run and wait for it to end; return (run_id, state)."""
+        self.airflow.wait_for_dag(dag_id, self.dag_files[dag_id], timeout=90)
+        return self.wait(dag_id, self.airflow.trigger(dag_id), timeout, on_tick)
+
+    def wait(self, dag_id: str, run_id: str, timeout: float = 300, on_tick: Any = None) -> tuple[str, str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.airflow.dag_run_state(dag_id, run_id)
+            if state in ("success", "failed"):
+                return run_id, state
+            if on_tick:
+                on_tick(run_id)
+            time.sleep(0.3)
+        raise TimeoutError(f"{dag_id} did not finish in {timeout} s")
+
+    def tis(self, dag_id: str, run_id: str, task_id: str = "trial") -> list[dict[str, Any]]:
+        return sorted(
+            (ti for ti in self.airflow.task_instances(dag_id, run_id) if ti["task_id"] == task_id),
+            key=lambda ti: ti["map_index"],
+        )
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> Any:
+        response = self.airflow.api(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value",
+            params={"map_index": map_index, "deserialize": True},
+        )
+        response.raise_for_status()
+        value = response.json()["value"]
+        return json.loads(value) if isinstance(value, str) else value
+
+    def rows(self, dag_id: str, run_id: str) -> list[TrialRow]:
+        return self.store.trial_rows(experiment_id_for(dag_id, run_id))
+
+
+@contextmanager
+def running_airflow(
+    root: Path, parallelism: int = 8, extra_env: dict[str, str] | None = None
+) -> Iterator[EmbeddedAirflow]:
+    """A real Airflow (scheduler, triggerer, dag-processor, api-server) under ``root``: its DAGs
+    folder, its experiment store (``root/experiments.db`` as ``trialflow_default``) and trial
+    folders; healthy when yielded, every component stopped after."""
+    airflow = EmbeddedAirflow(
+        home=root / "home",
+        dags_folder=root / "dags",
+        parallelism=parallelism,
+        extra_env={
+            "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
+                {"conn_type": "trialflow", "extra": {"storage_url": sqlite_url(root / "experiments.db")}}
+            ),
+            "TRIALFLOW_WORKDIR": str(root / "work"),
+            **(extra_env or {}),
+        },
+    )
+    airflow.dags_folder.mkdir(parents=True)
+    airflow.migrate()
+    airflow.start()
+    try:
+        airflow.wait_healthy()
+        yield airflow
+    finally:
+        airflow.stop()
+        for proc in airflow.processes.values():
+            assert proc.poll() is not None
+
+
+def start_harness(tmp_path_factory) -> Iterator[Harness]:
+    """The session's Airflow (the ``harness`` fixture in tests/conftest.py, shared by
+    tests/integration and tests/security)."""
+    root = tmp_path_factory.mktemp("airflow")
+    env = {
+        "PYTHONPATH": str(Path(__file__).parents[1] / "integration" / "plugins"),
+        # Per-DAG permissions for the experiment pages' tests; the admin user is unchanged.
+        "AIRFLOW__CORE__AUTH_MANAGER": "trialflow_test_auth.OneDagAuthManager",
+        # limited may read (not edit) every DAG but the private ones; editor may edit them.
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "trialflow:admin,limited:viewer,editor:user",
+    }
+    with running_airflow(root, 8, env) as airflow:
+        yield Harness(root, airflow, sqlite_url(root / "experiments.db"))

@@ -1,0 +1,165 @@
+"""Driving Airflow's own buttons as the Grid does (PATCH a task instance, clear) and waiting for
+what a person expects to follow: shared by the tests of Airflow's controls, the cluster's fault
+suite and the pages' tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tests.helpers.airflow import PY, Harness
+from trialflow.platforms.base import experiment_id_for
+from trialflow.platforms.local import process_alive
+from trialflow.tuning.results import TrialRow
+
+SLEEPER = (
+    "import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+    "open(os.environ['LAUNCHES'], 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
+    "time.sleep(60)\ntrial.report_final_result(p['x'])\n"
+)
+
+
+def config(trials: int, concurrency: int) -> str:
+    return (
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: LAUNCHES={{launches}} {PY} t.py\n"
+        f"trialConcurrency: {concurrency}\nmaxTrialNumber: {trials}\ntuner: {{name: Random}}\n"
+        "trainingService: {platform: local}\n"
+    )
+
+
+def sleeper_dag(harness: Harness, name: str, defer_after: float, trials: int = 1, concurrency: int = 1):
+    folder = harness.root / "experiments" / name
+    launches = folder / "launches"
+    text = config(trials, concurrency).replace("{launches}", str(launches))
+    dag_id, _ = harness.experiment(name, text, {"t.py": SLEEPER}, dag_args=f"defer_after={defer_after}")
+    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
+    return dag_id, launches
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 90) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise TimeoutError(f"waited {timeout} s for {what}")
+
+
+def running_pids(harness: Harness, dag_id: str, run_id: str, states: set[str], count: int) -> dict[int, int]:
+    """Once ``count`` trial tasks are in ``states`` and their processes run: map index -> pid."""
+
+    def ready() -> dict[int, int] | None:
+        # A deferred task counts once a triggerer runs its trigger (marked before that, Airflow
+        # has no trigger to call on_kill on: the end step's sweep is the net, tested apart).
+        tis = [
+            ti
+            for ti in harness.tis(dag_id, run_id)
+            if ti["state"] in states and (ti["state"] != "deferred" or ti.get("triggerer_job"))
+        ]
+        if len(tis) < count:
+            return None
+        pids = {}
+        for ti in tis:
+            record = harness.store.find_trial(experiment_id_for(dag_id, run_id), ti["map_index"])
+            handle = (record.handle if record else None) or {}
+            if "pid" not in handle or not process_alive(int(handle["pid"])):
+                return None
+            pids[ti["map_index"]] = int(handle["pid"])
+        return pids
+
+    return wait_for(f"{count} trial(s) {sorted(states)}", ready, 120)
+
+
+def gone(pids: dict[int, int], timeout: float = 20) -> float:
+    started = time.monotonic()
+    wait_for("the trials' processes to end", lambda: not any(process_alive(p) for p in pids.values()), timeout)
+    return time.monotonic() - started
+
+
+def patch_ti(harness: Harness, dag_id: str, run_id: str, map_index: int, state: str) -> None:
+    response = harness.airflow.api(
+        "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{map_index}", json={"new_state": state}
+    )
+    assert response.status_code == 200, response.text
+
+
+def store_row(harness: Harness, dag_id: str, run_id: str, index: int) -> TrialRow:
+    return next(r for r in harness.rows(dag_id, run_id) if r.trial_index == index)
+
+
+def mark_failed_across_the_hand_off(
+    airflow: Any, store_url: str, dag_id: str, run_id: str, offsets: list[float]
+) -> tuple[dict[int, dict[str, Any]], dict[int, float]]:
+    """Mark trial task i failed ``offsets[i]`` seconds after its trial's handle reaches the store
+    (its worker starts following it then), each from a thread of its own, through the REST API as
+    the Grid does. Returns the trials' handles and how late each PATCH got through."""
+    import threading
+
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+    experiment_id = experiment_id_for(dag_id, run_id)
+    clicked: dict[int, float] = {}
+    refused: dict[int, str] = {}
+    handles: dict[int, dict[str, Any]] = {}
+
+    def click(index: int, at: float) -> None:
+        time.sleep(max(0.0, at - time.monotonic()))
+        for _ in range(20):  # Airflow's SQLite metadata answers 500 "database is locked" at times
+            response = airflow.api(
+                "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{index}", json={"new_state": "failed"}
+            )
+            if response.status_code < 500:
+                break
+            time.sleep(0.1)
+        if response.status_code == 200:
+            clicked[index] = time.monotonic() - at
+        else:
+            refused[index] = f"{response.status_code} {response.text[:300]}"
+
+    clickers = []
+    deadline = time.monotonic() + 240
+    store = ExperimentStore(store_url)
+    while len(handles) < len(offsets):  # polled every 50 ms
+        assert time.monotonic() < deadline, f"only {len(handles)} trials started"
+        for index in range(len(offsets)):
+            if index in handles:
+                continue
+            try:
+                record = store.find_trial(experiment_id, index) if store.experiment_exists(experiment_id) else None
+            except Exception:  # the store busy with the trials' own writes: look again in 50 ms
+                record = None
+            if record is not None and record.handle:  # submitted: its follower starts now
+                handles[index] = record.handle
+                thread = threading.Thread(target=click, args=(index, time.monotonic() + offsets[index]))
+                thread.start()
+                clickers.append(thread)
+        time.sleep(0.05)
+    for thread in clickers:
+        thread.join(60)
+    assert not refused and len(clicked) == len(offsets), (refused, clicked)
+    return handles, clicked
+
+
+def all_closed(harness: Harness, dag_id: str, run_id: str, timeout: float = 60) -> list[TrialRow]:
+    """The run's trials once none of them is WAITING or RUNNING in the store."""
+
+    def closed() -> list[TrialRow] | None:
+        rows = harness.rows(dag_id, run_id)
+        return rows if rows and all(r.status not in ("RUNNING", "WAITING") for r in rows) else None
+
+    return wait_for("every trial closed in the store", closed, timeout)
+
+
+# A trial that traps SIGTERM (to save a checkpoint, say) and starts a child in a session of its
+# own that ignores it too; both write their pids into the trial's folder.
+STUBBORN = (
+    "import os, signal, subprocess, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)'], start_new_session=True)\n"
+    "open(os.path.join(os.environ['NNI_OUTPUT_DIR'], 'pids'), 'w').write(f'{os.getpid()} {child.pid}\\n')\n"
+    "open(os.environ['LAUNCHES'], 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
+    "time.sleep(300)\ntrial.report_final_result(p['x'])\n"
+)
