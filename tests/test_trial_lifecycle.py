@@ -1,0 +1,92 @@
+"""One trial's life (trialflow.trial_lifecycle) on a real local process, without Airflow: start,
+follow in the worker, finish; a retry re-attaches; what the task's outcome is for each ending."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from trialflow import trial_lifecycle
+from trialflow.config import load_config
+from trialflow.experiment import Experiment
+from trialflow.follow import EXPERIMENT_DEADLINE_REASON
+from trialflow.platforms.base import TrialStatus
+from trialflow.runs import start_run
+
+CONFIG = f"""\
+searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
+trialCommand: {sys.executable} trial.py
+trialCodeDirectory: .
+trialConcurrency: 2
+maxTrialNumber: 2
+tuner: {{name: Random}}
+trainingService: {{platform: local}}
+"""
+TRIAL = """\
+import os
+from trialflow import trial
+p = trial.get_next_parameter()
+open("launches", "a").write(os.environ["NNI_TRIAL_JOB_ID"] + "\\n")
+trial.report_intermediate_result(p["x"] / 2)
+trial.report_final_result(p["x"])
+"""
+
+
+@pytest.fixture
+def experiment(tmp_path: Path, store) -> Experiment:
+    (tmp_path / "config.yml").write_text(CONFIG)
+    (tmp_path / "trial.py").write_text(TRIAL)
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "elife", tmp_path / "work")
+    start_run(experiment, store, "dag_a", "r1", {})
+    return experiment
+
+
+def test_a_trial_runs_and_its_result_is_the_tasks_xcom(experiment, store, tmp_path):
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    again = trial_lifecycle.start_trial(experiment, store, "r1", 0)  # a retried task
+    assert again.handle == started.handle and again.record.storage_id == started.record.storage_id
+    outcome = trial_lifecycle.wait_in_worker(started, store, 30, 0.1)
+    assert outcome.status == TrialStatus.SUCCEEDED
+    result = trial_lifecycle.finish_trial(store, started.record.storage_id, outcome.status, outcome.message)
+    x = started.record.parameters["x"]
+    assert result.succeeded and not result.stopped_on_purpose
+    assert result.xcom == {
+        "trial_index": 0,
+        "trial_id": started.spec.trial_id,
+        "parameters": {"x": x},
+        "status": "SUCCEEDED",
+        "final_metric": x,
+        "intermediate_count": 1,
+        "message": outcome.message,
+        "platform": "local",
+        "host": started.handle["host"],
+    }
+    assert (tmp_path / "launches").read_text().split() == [started.spec.trial_id]  # launched once
+    # A second finish (the trigger and the worker both) keeps the first outcome.
+    late = trial_lifecycle.finish_trial(store, started.record.storage_id, TrialStatus.FAILED, "late")
+    assert late.xcom["final_metric"] == x and store.trial(started.record.storage_id).status == TrialStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "skipped"),
+    [
+        (TrialStatus.EARLY_STOPPED, "worse than the median", True),
+        (TrialStatus.USER_CANCELED, "killed by ann", True),
+        (TrialStatus.SYS_CANCELED, EXPERIMENT_DEADLINE_REASON, True),
+        (TrialStatus.SYS_CANCELED, "the platform deleted the job", False),
+        (TrialStatus.FAILED, "exited with code 1", False),
+    ],
+)
+def test_a_trial_stopped_on_purpose_skips_its_task_and_a_failure_fails_it(experiment, store, status, message, skipped):
+    asked = store.ask("elife", 1, "elife-0001", experiment.algorithm, experiment.space)
+    result = trial_lifecycle.finish_trial(store, asked.storage_id, status, message)
+    assert result.stopped_on_purpose is skipped and not result.succeeded
+    assert result.describe() == f"trial elife-0001 {status.value}: {message}"
+
+
+def test_past_its_runs_trials_a_task_starts_nothing(experiment, store):
+    with pytest.raises(trial_lifecycle.TrialNotStarted, match="this run holds 2 trial"):
+        trial_lifecycle.start_trial(experiment, store, "r1", 2)
+    assert store.find_trial("elife", 2) is None
