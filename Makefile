@@ -29,9 +29,10 @@ test: venv
 
 # The inner loop: the core, the store, the DAG and the platforms' builders and local/SSH/
 # Kubernetes-free parts, without starting Airflow's components, a browser, nni's venv or the
-# kube-apiserver (their tests are marked integration, ui, nni, kube). make test runs everything.
+# kube-apiserver (their tests are marked integration, ui, nni, kube), nor the tests marked slow
+# (seconds each: graces, outages, Pythons importing Airflow). make test runs everything.
 test-fast: venv
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not integration and not ui and not nni and not kube"
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not integration and not ui and not nni and not kube and not slow"
 
 # pyproject's lower bounds, tested: the lowest versions its ranges allow (uv's lowest-direct
 # resolution; what they need themselves at their newest), in a virtualenv of their own, and the

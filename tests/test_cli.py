@@ -227,6 +227,7 @@ def test_ctrl_c_cancels_trials_and_stops_airflow(experiment, tmp_path):
     assert subprocess.run(["pgrep", "-f", str(tmp_path / ".trialflow")], capture_output=True).stdout == b""
 
 
+@pytest.mark.slow
 def test_experiments_trials_and_export_read_the_store(tmp_path):
     from tests.queries.test_queries import fill
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
@@ -260,6 +261,7 @@ def test_an_offset_too_large_for_the_store_is_a_usage_error(tmp_path):
     assert result.returncode == 2 and "expected 0..2147483647" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_render_keeps_the_azure_sdks_own_noise_out(tmp_path):
     """azure-ai-ml logged six 'experimental class' warnings before render's output."""
     import importlib.util
@@ -282,6 +284,7 @@ def test_render_keeps_the_azure_sdks_own_noise_out(tmp_path):
     assert "experimental class" not in result.stderr and result.stderr.strip() == ""
 
 
+@pytest.mark.slow
 def test_kill_and_stop_write_the_intent_a_follower_acts_on(tmp_path):
     """`trialflow kill` / `stop` (nnictl trial kill / stop): the request lands in the store with
     who asked; a refused one says why and changes nothing. tests/steering/test_steering.py and
@@ -313,6 +316,7 @@ def test_kill_and_stop_write_the_intent_a_follower_acts_on(tmp_path):
     assert store.find_trial("eq000001", 0).status == TrialStatus.SUCCEEDED  # untouched
 
 
+@pytest.mark.slow
 def test_limits_shows_and_changes_with_clear_errors(tmp_path):
     from tests.queries.test_queries import fill
     from trialflow import steering
@@ -340,6 +344,7 @@ def test_limits_shows_and_changes_with_clear_errors(tmp_path):
     assert "is not running" in cli("stop", "eq000001", "--home", str(tmp_path)).stderr
 
 
+@pytest.mark.slow
 def test_add_trial_and_rerun_queue_checked_trials(tmp_path):
     from tests.queries.test_queries import SPACE, fill
     from trialflow import steering

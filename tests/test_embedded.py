@@ -17,6 +17,7 @@ from trialflow import embedded
 from trialflow.embedded import EmbeddedAirflow, database_template
 
 
+@pytest.mark.integration  # real Airflow components
 def test_a_fresh_home_copies_the_migrated_template_and_airflow_accepts_it(tmp_path, monkeypatch):
     monkeypatch.setenv(embedded.TEMPLATE_ENV, str(tmp_path / "templates"))
     first = EmbeddedAirflow(tmp_path / "first", tmp_path / "dags")
@@ -88,6 +89,7 @@ def _sessions_alive(sids: set[int]) -> list[psutil.Process]:
     return alive
 
 
+@pytest.mark.integration  # real Airflow components
 def test_stop_ends_every_component_with_its_children(tmp_path, monkeypatch):
     """The four real components, healthy, then stopped: Airflow's own exit first, then the
     whole process groups, so no scheduler worker, trigger runner or gunicorn child outlives
@@ -120,6 +122,7 @@ def test_stop_ends_every_component_with_its_children(tmp_path, monkeypatch):
     assert logs and not [log for log in logs if password in log.read_text(errors="replace")]
 
 
+@pytest.mark.integration  # real Airflow components
 def test_calls_outlast_a_busy_api_server_and_a_lost_trigger_answer_starts_one_run(tmp_path, monkeypatch):
     """A `trialflow run` failed with a bare "timed out": its first call came while the
     api-server, one worker, was busy building its Execution API. Calls that may be repeated

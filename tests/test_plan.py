@@ -98,6 +98,7 @@ def test_an_unwritable_cache_only_costs_the_check(config: Path, monkeypatch, tmp
     assert cached_plan(config) is None
 
 
+@pytest.mark.slow
 def test_a_planned_dag_parses_without_the_config_models(config: Path):
     """What Airflow pays at every parse and in every task process once the plan is kept."""
     (config.parent / "dag.py").write_text(

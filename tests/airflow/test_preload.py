@@ -9,6 +9,9 @@ import sys
 
 import pytest
 
+#: Each test starts a Python that imports Airflow and the plugin (3-4 s each).
+pytestmark = pytest.mark.slow
+
 CHECK = """
 import sys
 import trialflow.ui.plugin

@@ -200,6 +200,7 @@ def test_the_experiment_deadline_cancels_a_running_trial(setup):
     assert not process_alive(trigger.submission.handle["pid"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "algorithms", ["tuner: {name: Random}\nassessor: {name: Medianstop, classArgs: {start_step: 3}}"]
 )

@@ -147,6 +147,7 @@ def test_trials_run_report_fail_and_reattach(azure, code, tmp_path, caplog):
     assert TOKEN not in caplog.text
 
 
+@pytest.mark.slow
 def test_cancel_and_max_trial_duration_end_the_job_with_the_reason(azure, code, tmp_path):
     platform = _platform(azure, tmp_path)
     handle = platform.submit_sync(_spec(code, 3, command=f"STEP=30 {sys.executable} t.py"))
@@ -171,6 +172,7 @@ def test_refusals_name_the_config_key(azure, tmp_path, monkeypatch):
     assert TOKEN not in str(info.value)
 
 
+@pytest.mark.slow
 def test_busy_answers_and_dropped_connections_are_retried_by_the_sdk(azure, code, tmp_path):
     """azure-core's retry policy (Retry-After honoured, bounded) under the platform's calls."""
     platform = _platform(azure, tmp_path)

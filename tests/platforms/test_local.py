@@ -506,6 +506,7 @@ STUBBORN = (
 )
 
 
+@pytest.mark.slow
 def test_a_stop_ends_in_sigkill_even_when_the_asker_is_killed_during_the_grace(platform, code, tmp_path):
     """Issue 36 (0): Airflow SIGKILLs a task 5 s after its SIGTERM, so a task's on_kill that
     waited out the 5 s grace itself never sent the KILL, and a trial trapping SIGTERM (and its

@@ -176,6 +176,7 @@ def _rest_emulator(tmp_path: Path) -> OpenpaiEmulator:
     return OpenpaiEmulator(TOKEN, "alice", {"confignfs": (tmp_path / "nfs", str(tmp_path / "container-view"))})
 
 
+@pytest.mark.slow
 def test_busy_answers_are_retried_with_retry_after_and_bounded(tmp_path):
     with _rest_emulator(tmp_path) as pai:
         client = RestClient(pai.host + "/rest-server/api/v2", headers={"Authorization": f"Bearer {TOKEN}"})

@@ -199,6 +199,7 @@ def test_a_launch_abandoned_after_its_claim_is_taken_over_by_the_next_submit(ssh
     assert platform.submit_sync(spec)["trial_dir"] == str(trial_dir)  # launched: re-attached, not again
 
 
+@pytest.mark.slow
 def test_clear_errors_for_wrong_key_unknown_host_key_and_no_server(ssh_servers, tmp_path):
     a, b = ssh_servers
     cases = [
@@ -229,6 +230,7 @@ def test_twelve_trials_at_once_on_one_machine_over_one_connection(ssh_servers, t
     assert all(len(r[1]) == 4 for r in results)
 
 
+@pytest.mark.slow
 def test_a_trial_survives_its_sshd_restarting(ssh_servers, tmp_path):
     a, _ = ssh_servers
     platform = _platform(tmp_path, [_machine(a, "key")])
@@ -246,6 +248,7 @@ def test_a_trial_survives_its_sshd_restarting(ssh_servers, tmp_path):
     assert status == TrialStatus.SUCCEEDED and metrics[-1].value == 0
 
 
+@pytest.mark.slow
 def test_following_outlasts_an_outage_longer_than_the_reconnects(ssh_servers, tmp_path):
     """sshd gone for 15 s, twice as long as the connection's own reconnect attempts (~7.5 s):
     a poll then raises SshUnreachable, and the follower asks again instead of failing, so the
@@ -444,6 +447,7 @@ def _fake_gpus(server, uuids: list[str], apps: list | None = None) -> str:
     return str(folder)
 
 
+@pytest.mark.slow
 def test_gpu_trials_are_placed_where_gpus_are_free(ssh_servers, tmp_path):
     a, b = ssh_servers
     trial = (
@@ -566,6 +570,7 @@ def test_unmodified_nni_trial_code_runs_on_a_machine_without_nni(ssh_servers, tm
     assert "/trialflow/trial/shim/nni/" in metrics[-1].value["via"]
 
 
+@pytest.mark.slow
 def test_a_remote_stop_ends_in_sigkill_even_when_the_asker_is_killed_during_the_grace(ssh_servers, tmp_path):
     """Issue 36 (0), over SSH: the asker (its process group SIGKILLed 1 s into the stop, as
     Airflow's supervisor kills a task in its on_kill) takes its SSH session with it; the KILL

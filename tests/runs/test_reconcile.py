@@ -15,6 +15,7 @@ from trialflow import steering, trial_lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus
+from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.local import process_alive
 from trialflow.runs import start_run
 from trialflow.runs.reconcile import RECONCILER, TASK_ALIVE, TASK_ENDED, orphan_reason, reconcile_run
@@ -65,9 +66,12 @@ def running(store, tmp_path: Path, monkeypatch):
     start_run(experiment, store, "dag_a", "r1", {})
     started = [trial_lifecycle.start_trial(experiment, store, "r1", i) for i in range(3)]
     yield experiment, store, started
-    for s in started:  # whatever a failing test left
-        if s.handle and process_alive(s.handle["pid"]):
-            s.platform.cancel_sync(s.handle, TrialStatus.USER_CANCELED, "test over")
+    left = [s for s in started if s.handle and process_alive(s.handle["pid"])]  # what the test left running
+
+    async def stop_all() -> None:  # at once: each waits out its 1 s grace
+        await asyncio.gather(*(s.platform.cancel(s.handle, TrialStatus.USER_CANCELED, "test over") for s in left))
+
+    run_sync(stop_all())
 
 
 def test_a_trial_whose_task_ended_is_stopped_and_closed_and_the_others_run_on(running):

@@ -128,6 +128,7 @@ def _cli(*args: str) -> str:
     return result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_validate_convert_and_render_never_print_a_secret(tmp_path):
     configs, values = platform_cases(tmp_path)
     (tmp_path / "t.py").write_text("print(1)\n")

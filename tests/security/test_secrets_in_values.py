@@ -107,6 +107,7 @@ def write_configs(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
+@pytest.mark.slow
 def test_convert_render_and_validate_mask_secrets_inside_values(tmp_path):
     paths = write_configs(tmp_path)
     outputs = {

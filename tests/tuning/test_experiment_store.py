@@ -129,6 +129,7 @@ def _worker(url: str, index: int) -> None:
     store.finish(asked.storage_id, TrialStatus.SUCCEEDED, index / 10)
 
 
+@pytest.mark.slow
 def test_many_processes_write_at_once_without_losing_anything(tmp_path):
     url = sqlite_url(tmp_path / "load.db")
     ExperimentStore(url).open_experiment("load", TPE, SPACE)

@@ -14,6 +14,7 @@ UI = ROOT / "ui"
 BUNDLE = ROOT / "trialflow" / "ui" / "static" / "trialflow.js"
 
 
+@pytest.mark.slow  # builds the bundle
 def test_the_committed_bundle_is_the_build_of_the_source(tmp_path: Path):
     npm = shutil.which("npm")
     if npm is None:
