@@ -229,7 +229,7 @@ def test_ctrl_c_cancels_trials_and_stops_airflow(experiment, tmp_path):
 
 @pytest.mark.slow
 def test_experiments_trials_and_export_read_the_store(tmp_path):
-    from tests.queries.test_queries import fill
+    from tests.helpers.filled_store import fill
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
     fill(ExperimentStore(sqlite_url(tmp_path / "experiments.db")))
@@ -289,7 +289,7 @@ def test_kill_and_stop_write_the_intent_a_follower_acts_on(tmp_path):
     """`trialflow kill` / `stop` (nnictl trial kill / stop): the request lands in the store with
     who asked; a refused one says why and changes nothing. tests/steering/test_steering.py and
     tests/ui/test_actions.py follow the request to the trial's process."""
-    from tests.queries.test_queries import fill
+    from tests.helpers.filled_store import fill
     from trialflow import steering
     from trialflow.platforms.base import TrialStatus
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
@@ -318,7 +318,7 @@ def test_kill_and_stop_write_the_intent_a_follower_acts_on(tmp_path):
 
 @pytest.mark.slow
 def test_limits_shows_and_changes_with_clear_errors(tmp_path):
-    from tests.queries.test_queries import fill
+    from tests.helpers.filled_store import fill
     from trialflow import steering
     from trialflow.tuning.concurrency_changes import read_concurrency
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
@@ -346,7 +346,7 @@ def test_limits_shows_and_changes_with_clear_errors(tmp_path):
 
 @pytest.mark.slow
 def test_add_trial_and_rerun_queue_checked_trials(tmp_path):
-    from tests.queries.test_queries import SPACE, fill
+    from tests.helpers.filled_store import SPACE, fill
     from trialflow import steering
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
@@ -378,7 +378,7 @@ SEVERAL = (
 
 @pytest.mark.integration
 def test_run_with_several_objectives_reports_the_pareto_set(tmp_path):
-    from tests.tuning.test_pareto import brute_force
+    from tests.helpers.pareto import brute_force
 
     (tmp_path / "t.py").write_text(SEVERAL)
     config = tmp_path / "config.yml"

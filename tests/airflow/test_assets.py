@@ -7,36 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from airflow.sdk import Asset
-from airflow.sdk.execution_time.comms import AssetEventDagRunReferenceResult
 from airflow.sdk.execution_time.context import TriggeringAssetEventsAccessor
 
-from tests.airflow.test_dag import write_config
-from tests.helpers.summaries import summary
+from tests.helpers.assets import event, published
+from tests.helpers.dags import write_config
 from trialflow.assets import NotPublished, best_parameters, best_parameters_asset
 from trialflow.dag import experiment_dag
-from trialflow.published import publication
 
 T0 = datetime(2026, 11, 25, tzinfo=UTC)
-
-
-def published(params: dict, run_id: str, dag_id: str = "dag_a") -> dict:
-    best = {"trial_index": 0, "trial_id": "t", "parameters": params, "final_metric": 0.5, "final_extra": {}}
-    extra, _ = publication(summary(experiment_id=f"exp-{run_id}", best=best, study_best=best), dag_id, run_id, None)
-    assert extra is not None
-    return extra
-
-
-def event(asset: Asset, extra: dict, at: datetime, source: str | None = "dag_a") -> AssetEventDagRunReferenceResult:
-    return AssetEventDagRunReferenceResult(
-        asset={"name": asset.name, "uri": asset.uri, "extra": {}},
-        extra=extra,
-        source_task_id="publish_best" if source else None,
-        source_dag_id=source,
-        source_run_id="r" if source else None,
-        source_map_index=-1 if source else None,
-        source_aliases=[],
-        timestamp=at,
-    )
 
 
 def test_the_newest_triggering_event_is_read():

@@ -8,27 +8,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests.helpers.dags import CONFIG, write_config
 from trialflow.config import ConfigError
 from trialflow.dag import experiment_dag
-
-CONFIG = """\
-experimentName: My Exp!
-searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
-trialCommand: python3 t.py
-trialConcurrency: 3
-maxTrialNumber: 7
-maxExperimentDuration: 2h
-tuner: {{name: {tuner}}}
-trainingService: {{platform: {platform}}}
-"""
-
-
-def write_config(tmp_path: Path, tuner: str = "TPE", platform: str = "local", extra: str = "") -> Path:
-    path = tmp_path / "exp" / "config.yml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(CONFIG.format(tuner=tuner, platform=platform) + extra)
-    return path
-
 
 #: An experiment DAG's tasks, in Airflow's order.
 TASK_IDS = ["start_experiment", "trial", "end_experiment", "watch_trials", "continue_experiment", "publish_best"]

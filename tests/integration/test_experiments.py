@@ -270,7 +270,7 @@ def test_a_third_party_platform_runs_end_to_end(harness: Harness, tmp_path: Path
     experiment = experiment_id_for(dag_id, run_id)
     record = harness.store.trial(harness.store.find_trial_id(experiment, 0))
     assert record.handle["log_files"] == ["stdout", "stderr"] and record.handle["location"].startswith("on ")
-    from tests.ui.conftest import UiSetup
+    from tests.helpers.pages import UiSetup
 
     passwords = json.loads((harness.airflow.home / "passwords.json").read_text())
     detail = (

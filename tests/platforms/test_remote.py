@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.following import poll_until_done
+from tests.helpers.remote import machine_entry, remote_platform
 from trialflow.config.platforms import RemoteConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.remote import LAUNCH_GRACE_SECONDS, RemotePlatform, parse_probe, remote_status
@@ -108,26 +109,6 @@ trial.report_final_result(p["x"] * 10)
 """
 
 
-def _machine(server, auth: str, **extra) -> dict:
-    machine = {
-        "host": "127.0.0.1",
-        "port": server.port,
-        "user": server.user,
-        "pythonPath": "/usr/bin",
-        "hostKey": server.host_key_line,
-    }
-    if auth == "key":
-        machine["sshKeyFile"] = str(server.client_key)
-    else:
-        machine["password"] = server.password
-    return {**machine, **extra}
-
-
-def _platform(tmp_path: Path, machines: list[dict]) -> RemotePlatform:
-    config = RemoteConfig.model_validate({"platform": "remote", "machineList": machines})
-    return RemotePlatform(config, tmp_path / "exp")
-
-
 def _code(tmp_path: Path, text: str = TRIAL) -> Path:
     code = tmp_path / "code"
     code.mkdir(exist_ok=True)
@@ -158,8 +139,8 @@ async def _follow(platform: RemotePlatform, handle: dict, timeout: float = 60) -
 def test_a_trial_runs_on_each_machine_key_and_password(ssh_servers, tmp_path):
     a, b = ssh_servers
     code = _code(tmp_path)
-    for index, machine in enumerate([_machine(a, "key"), _machine(b, "password")]):
-        platform = _platform(tmp_path, [machine])
+    for index, machine in enumerate([machine_entry(a, "key"), machine_entry(b, "password")]):
+        platform = remote_platform(tmp_path, [machine])
         platform.prepare_sync("eremote1")
         handle = platform.submit_sync(_spec(code, index))
         assert platform.submit_sync(_spec(code, index))["trial_dir"] == handle["trial_dir"]  # re-attach, no 2nd launch
@@ -180,7 +161,7 @@ def test_a_launch_abandoned_after_its_claim_is_taken_over_by_the_next_submit(ssh
     later: "disappeared without an exit code"). It now launches the trial itself once the
     claim is CLAIM_STALE_SECONDS old, and the trial runs once."""
     a, _ = ssh_servers
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     code = _code(tmp_path)
     platform.prepare_sync("eabandon")
     spec = _spec(code, 3, "eabandon")
@@ -203,21 +184,24 @@ def test_a_launch_abandoned_after_its_claim_is_taken_over_by_the_next_submit(ssh
 def test_clear_errors_for_wrong_key_unknown_host_key_and_no_server(ssh_servers, tmp_path):
     a, b = ssh_servers
     cases = [
-        (_machine(a, "key", sshKeyFile=str(b.client_key)), "authentication failed for user 'trialflow-a'"),
-        (_machine(a, "key", hostKey=b.host_key_line), "its host key is not trusted"),
-        ({**_machine(a, "key"), "hostKey": None, "knownHostsFile": str(tmp_path / "none")}, "host key is not trusted"),
-        ({**_machine(a, "key"), "port": 1}, "cannot connect to 127.0.0.1:1"),
-        (_machine(a, "key", hostKey="not a key"), "hostKey is not a public key line like 'ssh-ed25519 AAAA...'"),
-        (_machine(a, "key", sshKeyFile=str(tmp_path / "no_such_key")), r"sshKeyFile .*no_such_key does not exist"),
+        (machine_entry(a, "key", sshKeyFile=str(b.client_key)), "authentication failed for user 'trialflow-a'"),
+        (machine_entry(a, "key", hostKey=b.host_key_line), "its host key is not trusted"),
+        (
+            {**machine_entry(a, "key"), "hostKey": None, "knownHostsFile": str(tmp_path / "none")},
+            "host key is not trusted",
+        ),
+        ({**machine_entry(a, "key"), "port": 1}, "cannot connect to 127.0.0.1:1"),
+        (machine_entry(a, "key", hostKey="not a key"), "hostKey is not a public key line like 'ssh-ed25519 AAAA...'"),
+        (machine_entry(a, "key", sshKeyFile=str(tmp_path / "no_such_key")), r"sshKeyFile .*no_such_key does not exist"),
     ]
     for machine, message in cases:
         with pytest.raises(SshError, match=message):
-            _platform(tmp_path, [machine]).prepare_sync("eerrors1")
+            remote_platform(tmp_path, [machine]).prepare_sync("eerrors1")
 
 
 def test_twelve_trials_at_once_on_one_machine_over_one_connection(ssh_servers, tmp_path):
     a, _ = ssh_servers
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     code = _code(tmp_path)
     platform.prepare_sync("etwelve1")
 
@@ -233,7 +217,7 @@ def test_twelve_trials_at_once_on_one_machine_over_one_connection(ssh_servers, t
 @pytest.mark.slow
 def test_a_trial_survives_its_sshd_restarting(ssh_servers, tmp_path):
     a, _ = ssh_servers
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     code = _code(tmp_path)
     handle = platform.submit_sync(_spec(code, 0, "erestart", sleep=4))
 
@@ -262,7 +246,7 @@ def test_following_outlasts_an_outage_longer_than_the_reconnects(ssh_servers, tm
 
     assert issubclass(SshUnreachable, PlatformUnreachable) and UNREACHABLE_GRACE > 15
     a, _ = ssh_servers
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     code = _code(tmp_path)
     handle = platform.submit_sync(_spec(code, 0, "eoutage1", sleep=10))
 
@@ -287,11 +271,11 @@ def test_following_outlasts_an_outage_longer_than_the_reconnects(ssh_servers, tm
 def test_a_second_experiment_with_the_same_code_uploads_nothing(ssh_servers, tmp_path):
     a, _ = ssh_servers
     code = _code(tmp_path, TRIAL + "# same code, second time\n")
-    stage(_platform(tmp_path, [_machine(a, "key")]), "efirst01", code)
+    stage(remote_platform(tmp_path, [machine_entry(a, "key")]), "efirst01", code)
     staged = sorted((a.home / "trialflow-experiments" / ".code").iterdir())
     stamps = {p.name: p.stat().st_mtime_ns for p in staged}
     time.sleep(0.05)
-    stage(_platform(tmp_path, [_machine(a, "key")]), "esecond1", code)
+    stage(remote_platform(tmp_path, [machine_entry(a, "key")]), "esecond1", code)
     again = sorted((a.home / "trialflow-experiments" / ".code").iterdir())
     assert {p.name: p.stat().st_mtime_ns for p in again} == stamps
     assert "efirst01" in {p.name for p in (a.home / "trialflow-experiments").iterdir()}
@@ -312,7 +296,7 @@ def test_code_streams_to_the_machine_and_arrives_whole(ssh_servers, tmp_path, mo
     (code / "weights").mkdir()
     for i in range(3):
         (code / "weights" / f"w{i}.bin").write_bytes(os.urandom(1024 * 1024 + i))
-    [folder] = stage(_platform(tmp_path, [_machine(a, "key")]), "estream1", code)
+    [folder] = stage(remote_platform(tmp_path, [machine_entry(a, "key")]), "estream1", code)
     staged = Path(folder)
     assert str(staged).startswith(str(a.home))
     for rel in ["train.py", "weights/w0.bin", "weights/w1.bin", "weights/w2.bin"]:
@@ -336,7 +320,7 @@ def test_a_command_that_fails_while_its_input_streams_is_an_error_not_a_hang(ssh
     code = tmp_path / "big"
     code.mkdir()
     (code / "data.bin").write_bytes(os.urandom(8 * 1024 * 1024))
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     machine = platform.machines[0]
     stream = packing.ArchiveStream(code, packing.collect_files(code), False)
     started = time.monotonic()
@@ -361,7 +345,7 @@ def test_a_file_that_vanishes_while_code_streams_is_said_and_leaves_nothing(ssh_
     code.mkdir()
     (code / "a.bin").write_bytes(os.urandom(2 * 1024 * 1024))
     (code / "z.py").write_text("gone")
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     machine = platform.machines[0]
     uploads = a.home / "trialflow-experiments"
     before = set(uploads.glob(".upload-*"))
@@ -376,7 +360,7 @@ def test_a_file_that_vanishes_while_code_streams_is_said_and_leaves_nothing(ssh_
 
 def test_cancel_kills_the_remote_process_group_and_cleanup_removes_files(ssh_servers, tmp_path):
     a, _ = ssh_servers
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     code = _code(tmp_path, "import subprocess, time\nsubprocess.Popen(['sleep', '300'])\ntime.sleep(300)\n")
     handle = platform.submit_sync(_spec(code, 0, "ecancel1"))
     deadline = time.monotonic() + 20
@@ -396,7 +380,7 @@ def test_cancel_kills_the_remote_process_group_and_cleanup_removes_files(ssh_ser
 
 def test_render_shows_the_launch_without_secrets(ssh_servers, tmp_path):
     a, b = ssh_servers
-    platform = _platform(tmp_path, [_machine(a, "key"), _machine(b, "password")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key"), machine_entry(b, "password")])
     rendered = platform.render(_spec(tmp_path, 3))
     assert rendered["machines"] == [f"{a.user}@127.0.0.1:{a.port}", f"{b.user}@127.0.0.1:{b.port}"]
     assert "PYTHONPATH" in rendered["launch"] and "/usr/bin" in rendered["launch"]
@@ -424,7 +408,7 @@ def test_a_machine_named_by_an_airflow_ssh_connection(ssh_servers, tmp_path, mon
     )
     machines = [{"sshConnId": "machine_a", "pythonPath": "/usr/bin"}]
     with pytest.raises(SshError, match="sshConnId 'machine_a' needs Airflow's connections"):
-        _platform(tmp_path, machines).prepare_sync("econnid1")  # no connections given: outside Airflow
+        remote_platform(tmp_path, machines).prepare_sync("econnid1")  # no connections given: outside Airflow
     config = RemoteConfig.model_validate({"platform": "remote", "machineList": machines})
     platform = RemotePlatform(config, tmp_path / "exp", airflow_connections())
     platform.prepare_sync("econnid1")
@@ -455,11 +439,11 @@ def test_gpu_trials_are_placed_where_gpus_are_free(ssh_servers, tmp_path):
         "print('CUDA', os.environ['CUDA_VISIBLE_DEVICES'])\ntime.sleep(p['x'])\ntrial.report_final_result(1)\n"
     )
     code = _code(tmp_path, trial)
-    platform = _platform(
+    platform = remote_platform(
         tmp_path,
         [
-            _machine(a, "key", pythonPath=_fake_gpus(a, ["GPU-a0", "GPU-a1", "GPU-a2", "GPU-a3"])),
-            _machine(b, "key", pythonPath=_fake_gpus(b, ["GPU-b0", "GPU-b1"], [["GPU-b0", 4242]])),
+            machine_entry(a, "key", pythonPath=_fake_gpus(a, ["GPU-a0", "GPU-a1", "GPU-a2", "GPU-a3"])),
+            machine_entry(b, "key", pythonPath=_fake_gpus(b, ["GPU-b0", "GPU-b1"], [["GPU-b0", 4242]])),
         ],
     )
 
@@ -504,7 +488,7 @@ def test_code_on_shared_storage_is_read_in_place(ssh_servers, tmp_path):
             "localMounted": "usermount",
         }
     )
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     platform.use_shared_storage(shared)
     staged = a.home / "trialflow-experiments" / ".code"
     before = set(staged.iterdir()) if staged.exists() else set()
@@ -519,7 +503,7 @@ def test_code_on_shared_storage_is_read_in_place(ssh_servers, tmp_path):
     missing = SharedStorageConfig.model_validate(
         {**shared.model_dump(by_alias=True), "remoteMountPoint": "/mnt/not-mounted"}
     )
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     platform.use_shared_storage(missing)
     with pytest.raises(
         SshError,
@@ -536,16 +520,20 @@ def test_a_key_with_a_passphrase_and_a_wrong_passphrase(ssh_servers, tmp_path):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "open sesame", "-f", str(key)], check=True)
         with open(a.root / "authorized_keys", "a") as fh:
             fh.write((a.root / "locked_key.pub").read_text())
-    _platform(tmp_path, [_machine(a, "key", sshKeyFile=str(key), sshPassphrase="open sesame")]).prepare_sync("epass001")
+    remote_platform(tmp_path, [machine_entry(a, "key", sshKeyFile=str(key), sshPassphrase="open sesame")]).prepare_sync(
+        "epass001"
+    )
     with pytest.raises(SshError, match=r"cannot read the private key .*locked_key .*wrong sshPassphrase\?") as err:
-        _platform(tmp_path, [_machine(a, "key", sshKeyFile=str(key), sshPassphrase="wrong")]).prepare_sync("epass002")
+        remote_platform(tmp_path, [machine_entry(a, "key", sshKeyFile=str(key), sshPassphrase="wrong")]).prepare_sync(
+            "epass002"
+        )
     assert "wrong" not in str(err.value).replace("wrong sshPassphrase", "")  # the passphrase is not echoed
 
 
 def test_a_failed_remote_trials_message_ends_with_its_exceptions_last_line(ssh_servers, tmp_path):
     a, _ = ssh_servers
     code = _code(tmp_path, "raise KeyError('no column named price')\n")
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     platform.prepare_sync("efailmsg")
     handle = platform.submit_sync(TrialSpec("efailmsg", "efailmsg-0000", 0, 0, {"x": 1}, "python3 train.py", code))
     status, _, message = asyncio.run(_follow(platform, handle))
@@ -561,7 +549,7 @@ def test_unmodified_nni_trial_code_runs_on_a_machine_without_nni(ssh_servers, tm
         "import nni\np = nni.get_next_parameter()\nnni.report_intermediate_result(p['x'])\n"
         "nni.report_final_result({'default': p['x'] * 2, 'via': nni.__file__})\n",
     )
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     platform.prepare_sync("enniless")
     handle = platform.submit_sync(TrialSpec("enniless", "enniless-0000", 0, 0, {"x": 3}, "python3 train.py", code))
     status, metrics, message = asyncio.run(_follow(platform, handle))
@@ -581,8 +569,8 @@ def test_a_remote_stop_ends_in_sigkill_even_when_the_asker_is_killed_during_the_
     import sys
 
     a, _ = ssh_servers
-    machines = [_machine(a, "key")]
-    platform = _platform(tmp_path, machines)
+    machines = [machine_entry(a, "key")]
+    platform = remote_platform(tmp_path, machines)
     code = _code(
         tmp_path,
         "import signal, subprocess, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"

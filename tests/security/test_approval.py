@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk.execution_time.context import TriggeringAssetEventsAccessor
 
-from tests.airflow.test_assets import event, published
+from tests.helpers.assets import event, published
 from trialflow.assets import approval_text, best_parameters_asset
 from trialflow.published import approval_markdown, read_published, safe_link
 

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from airflow.sdk.execution_time.context import TriggeringAssetEventsAccessor
 
-from tests.airflow.test_assets import event, published
-from tests.airflow.test_dag import write_config
+from tests.helpers.assets import event, published
+from tests.helpers.dags import write_config
 from trialflow.assets import NotPublished, best_parameters, best_parameters_asset
 from trialflow.dag import experiment_dag
 

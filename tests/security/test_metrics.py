@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.platforms.test_remote import _machine, _platform
+from tests.helpers.remote import machine_entry, remote_platform
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.platforms import LocalConfig
 from trialflow.config.search_space import parse_search_space
@@ -191,7 +191,7 @@ def test_an_overlong_stdout_line_on_a_remote_machine_does_not_stall_metrics(ssh_
         "trial.report_intermediate_result(1)\nsys.stdout.write('y' * (5 * 1024 * 1024) + '\\n')\n"
         "trial.report_intermediate_result(2)\ntrial.report_final_result(3)\n"
     )
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     platform.prepare_sync("elongln1")
     spec = TrialSpec("elongln1", "elongln1-0000", 0, 0, {"x": 1}, "python3 t.py", code)
     handle = platform.submit_sync(spec)

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.platforms.test_remote import _machine, _platform
+from tests.helpers.remote import machine_entry, remote_platform
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.platforms import LocalConfig
 from trialflow.config.search_space import parse_search_space
@@ -157,7 +157,7 @@ def test_remote_cancel_and_end_stop_what_left_the_process_group(ssh_servers, tmp
     code = tmp_path / "code"
     code.mkdir()
     (code / "t.py").write_text("print(1)\n")
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     platform.prepare_sync("eprocrem")
     n, m = unique(), unique()
     running = platform.submit_sync(

@@ -258,7 +258,7 @@ def test_kubernetes_start_script_with_hostile_paths(box, monkeypatch):
 
 def test_remote_trial_with_a_hostile_python_path_over_ssh(ssh_servers, box):
     """End to end on a real machine: pythonPath with quotes, $(...) and a space."""
-    from tests.platforms.test_remote import _machine
+    from tests.helpers.remote import machine_entry
 
     a, _ = ssh_servers
     python_dir = hostile_dir(box, "py")
@@ -269,7 +269,7 @@ def test_remote_trial_with_a_hostile_python_path_over_ssh(ssh_servers, box):
         "from trialflow import trial\ntrial.get_next_parameter()\ntrial.report_final_result(1)\n"
     )
     config = RemoteConfig.model_validate(
-        {"platform": "remote", "machineList": [_machine(a, "key", pythonPath=str(python_dir))]}
+        {"platform": "remote", "machineList": [machine_entry(a, "key", pythonPath=str(python_dir))]}
     )
     platform = RemotePlatform(config, box / "exp")
     stage(platform, "equoter", code)

@@ -100,7 +100,7 @@ time.sleep(0.5)
 
 @pytest.mark.integration
 def test_a_trial_cannot_show_a_file_through_a_symlink(harness, tmp_path: Path):
-    from tests.ui.conftest import UiSetup
+    from tests.helpers.pages import UiSetup
 
     secret = tmp_path / "shadow"
     secret.write_text(SECRET + "\n")
@@ -131,7 +131,7 @@ def test_a_remote_trials_symlinked_output_is_not_read(ssh_servers, tmp_path: Pat
     """The remote platform reads over SSH with GNU dd's O_NOFOLLOW: a trial that puts a symlink
     where its stdout.log was (to a file holding a metric line) shows nothing of that file."""
     from tests.helpers.following import follow
-    from tests.platforms.test_remote import _machine, _platform
+    from tests.helpers.remote import machine_entry, remote_platform
     from trialflow.platforms.base import TrialSpec, TrialStatus
     from trialflow.trial.protocol import metric_record, stdout_line
 
@@ -147,7 +147,7 @@ def test_a_remote_trials_symlinked_output_is_not_read(ssh_servers, tmp_path: Pat
         "os.symlink(secret, os.path.join(out, 'stdout.log'))\n"
         "time.sleep(0.5)\n"
     )
-    platform = _platform(tmp_path, [_machine(a, "key")])
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
     platform.prepare_sync("esymlnk1")
     handle = platform.submit_sync(TrialSpec("esymlnk1", "esymlnk1-0000", 0, 0, {"x": 1}, "python3 t.py", code))
 

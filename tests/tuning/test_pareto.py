@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.pareto import brute_force
 from trialflow.config import load_config
 from trialflow.config.errors import ConfigError
 from trialflow.experiment import Experiment, check_runnable
@@ -20,14 +21,6 @@ from trialflow.tuning.pareto import dominates, fronts, pareto_set, with_values
 from trialflow.tuning.results import TrialRow, objective_values
 
 OBJECTIVES = [{"metric": "acc", "mode": "maximize"}, {"metric": "latency", "mode": "minimize"}]
-
-
-def brute_force(points, modes):
-    return [
-        i
-        for i, p in enumerate(points)
-        if p is not None and not any(q is not None and dominates(q, p, modes) for q in points)
-    ]
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -5,67 +5,16 @@ headless Chromium (Debian's) driven by Playwright."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.helpers.airflow import PY, Harness
+from tests.helpers.pages import CHROMIUM, TRIAL, XSS, UiSetup
 from trialflow.platforms.base import experiment_id_for
-
-CHROMIUM = os.environ.get("TRIALFLOW_CHROMIUM", "/usr/bin/chromium")
-XSS = '<img src=x onerror="window.__xss=1">'
-TRIAL = """\
-import random, sys, time
-from trialflow import trial
-p = trial.get_next_parameter()
-index = trial.get_sequence_id()
-lr = p["lr"]
-for step in range(6):
-    trial.report_intermediate_result(1 - (1 - 0.1 * step) * lr * 10)
-    time.sleep(0.1)
-if index == 3:
-    sys.exit(2)
-trial.report_final_result({"default": round(0.5 + lr + (0.1 if p["opt"]["_name"] == "adam" else 0), 6), "loss": 0.1})
-"""
-
-
-@dataclass
-class UiSetup:
-    harness: Harness
-    dag_id: str
-    run_id: str
-    experiment_id: str
-    private_id: str
-    passwords: dict[str, str]
-
-    @property
-    def base(self) -> str:
-        return self.harness.airflow.base_url
-
-    def token(self, user: str) -> str:
-        response = httpx.post(
-            f"{self.base}/auth/token", json={"username": user, "password": self.passwords[user]}, timeout=10
-        )
-        response.raise_for_status()
-        return response.json()["access_token"]
-
-    def post(
-        self, path: str, user: str | None = "trialflow", headers: dict[str, str] | None = None, **kwargs: Any
-    ) -> httpx.Response:
-        sent = {"Authorization": f"Bearer {self.token(user)}"} if user else {}
-        return httpx.post(
-            f"{self.base}/trialflow/api/{path}", headers={**sent, **(headers or {})}, timeout=30, **kwargs
-        )
-
-    def get(self, path: str, user: str | None = "trialflow", **params: Any) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token(user)}"} if user else {}
-        return httpx.get(f"{self.base}/trialflow/api/{path}", params=params, headers=headers, timeout=30)
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +40,7 @@ trainingService:
     dag_id, _ = harness.experiment("ui_public", config, {"trial.py": TRIAL})
     run_id, state = harness.run(dag_id)
     assert state == "success"
-    from tests.queries.test_queries import fill
+    from tests.helpers.filled_store import fill
 
     fill(harness.store, "eprivate1", dag_id="it_ui_private")
     passwords = json.loads((harness.airflow.home / "passwords.json").read_text())
@@ -121,21 +70,3 @@ def browser() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
-
-
-def login(browser: Any, ui: UiSetup, user: str = "trialflow", dark: bool = False) -> Any:
-    """A page logged in to Airflow through its own login form."""
-    context = browser.new_context(
-        viewport={"width": 1500, "height": 1100}, accept_downloads=True, color_scheme="dark" if dark else "light"
-    )
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
-    page.goto(f"{ui.base}/auth/login/")
-    page.fill("input[name=username]", user)
-    page.fill("input[name=password]", ui.passwords[user])
-    page.keyboard.press("Enter")
-    page.wait_for_url(lambda url: "/auth/login" not in url, timeout=30000)
-    if dark:
-        page.evaluate("localStorage.setItem('theme', 'dark')")
-    return page

@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers.airflow import PY
 from tests.helpers.airflow_controls import gone, running_pids, sleeper_dag, wait_for
-from tests.ui.conftest import UiSetup
+from tests.helpers.pages import UiSetup
 from trialflow.platforms.base import experiment_id_for
 
 pytestmark = pytest.mark.integration
@@ -247,7 +247,7 @@ def test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run(ui:
 
 
 def test_the_effective_config_is_readable_with_secrets_masked(ui: UiSetup):
-    from tests.queries.test_queries import fill
+    from tests.helpers.filled_store import fill
 
     store = ui.harness.store
     fill(store, "econfig1", dag_id=ui.dag_id)

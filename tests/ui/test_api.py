@@ -8,7 +8,7 @@ import io
 import httpx
 import pytest
 
-from tests.ui.conftest import XSS, UiSetup
+from tests.helpers.pages import XSS, UiSetup
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import pytest
 
 from tests.helpers.airflow import PY
 from tests.helpers.airflow_controls import wait_for
-from tests.ui.conftest import UiSetup, login
-from tests.ui.test_pages import shot
+from tests.helpers.pages import UiSetup, login
+from tests.helpers.screens import shot
 from trialflow.platforms.base import experiment_id_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.ui]
@@ -105,8 +105,8 @@ trial.report_final_result({"accuracy": round(x, 4), "latency": round(1 + 9 * x *
 
 @pytest.mark.parametrize("count", [2, 3])
 def test_the_pareto_front_of_two_or_three_objectives_on_the_page(browser, ui: UiSetup, count: int):
-    from tests.tuning.test_pareto import brute_force
-    from tests.ui.test_pages import canvas_drawn
+    from tests.helpers.pareto import brute_force
+    from tests.helpers.screens import canvas_drawn
 
     harness = ui.harness
     objectives = "  - {metric: accuracy, mode: maximize}\n  - {metric: latency, mode: minimize}\n"
@@ -163,7 +163,7 @@ def test_two_thousand_trials_on_two_objectives_with_a_long_name_in_the_dark(brow
     """The Pareto chart and the header with 2,000 trials (written to the store as trial tasks
     write them) and a long experiment name, in the dark theme: drawn, the set counted as the
     API counts it, nothing overflowing the header."""
-    from tests.ui.test_pages import canvas_drawn
+    from tests.helpers.screens import canvas_drawn
     from trialflow.config import load_config
     from trialflow.experiment import Experiment
     from trialflow.platforms.base import TrialStatus
@@ -206,7 +206,7 @@ def test_past_two_thousand_trials_the_per_trial_charts_draw_a_sample_and_say_so(
     import optuna
 
     from bench.seed import bulk_add
-    from tests.ui.test_pages import canvas_drawn
+    from tests.helpers.screens import canvas_drawn
     from trialflow.config import load_config
     from trialflow.experiment import Experiment
     from trialflow.runs import start_run

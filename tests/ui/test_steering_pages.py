@@ -11,9 +11,9 @@ import pytest
 
 from tests.helpers.airflow import PY
 from tests.helpers.airflow_controls import gone, running_pids, sleeper_dag, wait_for
-from tests.ui.conftest import UiSetup, login
+from tests.helpers.pages import UiSetup, login
+from tests.helpers.screens import shot
 from tests.ui.test_actions import STAMPED, first_time_at, most_at_once
-from tests.ui.test_pages import shot
 from trialflow.platforms.base import experiment_id_for
 from trialflow.platforms.local import process_alive
 
@@ -159,6 +159,6 @@ def test_raise_concurrency_and_add_a_trial_from_the_experiment_page(browser, ui:
 
 
 def canvas_timeline(page) -> bool:
-    from tests.ui.test_pages import canvas_drawn
+    from tests.helpers.screens import canvas_drawn
 
     return canvas_drawn(page, "[data-testid=chart-timeline]")
