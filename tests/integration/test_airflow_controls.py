@@ -51,7 +51,7 @@ def test_marking_a_trial_task_stops_its_trial(harness: Harness, followed_in: str
     took = gone(pids)
     row = wait_for(
         "the store to close the trial",
-        lambda: (r := store_row(harness, dag_id, run_id, 0))["status"] != "RUNNING" and r.status != "WAITING" and r,
+        lambda: (r := store_row(harness, dag_id, run_id, 0)).status != "RUNNING" and r.status != "WAITING" and r,
     )
     assert row.status == "USER_CANCELED"
     # The run's only trial: its run may already be failed when the worker asks (then said too).
@@ -151,7 +151,7 @@ def test_marking_a_remote_trial_failed_stops_its_process_tree_on_the_ssh_machine
     took = gone(pids)
     row = wait_for(
         "the store to close the trial",
-        lambda: (r := store_row(harness, dag_id, run_id, 0))["status"] == "USER_CANCELED" and r,
+        lambda: (r := store_row(harness, dag_id, run_id, 0)).status == "USER_CANCELED" and r,
     )
     assert row.message.startswith("stopped from Airflow: its task was marked failed")
     harness.wait(dag_id, run_id, 120)

@@ -126,7 +126,7 @@ def test_max_trial_duration_stops_the_whole_process_tree(harness: Harness, tmp_p
     assert state == "success"
     tis = harness.tis(dag_id, run_id)
     assert [ti["state"] for ti in tis] == ["success", "skipped"]
-    assert harness.rows(dag_id, run_id)[1]["status"] == "EARLY_STOPPED"
+    assert harness.rows(dag_id, run_id)[1].status == "EARLY_STOPPED"
     assert not any(process_alive(pid) for pid in map(int, pids.read_text().split()))
 
 

@@ -168,7 +168,7 @@ def test_marking_a_deferred_kubeflow_trial_failed_deletes_its_job(
     took = time.monotonic() - started
     row = wait_for(
         "the store to close the trial",
-        lambda: (r := store_row(harness, dag_id, run_id, 0))["status"] == "USER_CANCELED" and r,
+        lambda: (r := store_row(harness, dag_id, run_id, 0)).status == "USER_CANCELED" and r,
     )
     assert row.message.startswith("stopped from Airflow: its task was marked failed")
     wait_for("its replicas killed", lambda: (job := kube_controller.job(name)) is not None and job.stopped, 30)

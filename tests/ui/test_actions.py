@@ -105,7 +105,7 @@ def test_kill_from_the_page_reaches_the_trial_and_stop_ends_the_experiment(ui: U
     row = wait_for(
         "the killed trial to close",
         lambda: (
-            (r := next(r for r in harness.rows(dag_id, run_id) if r.trial_index == victim))["status"] == "USER_CANCELED"
+            (r := next(r for r in harness.rows(dag_id, run_id) if r.trial_index == victim)).status == "USER_CANCELED"
             and r
         ),
     )
@@ -333,7 +333,7 @@ def test_a_rerun_and_a_chosen_trial_run_with_exactly_their_parameters(ui: UiSetu
     assert [r.status for r in rows] == ["FAILED"] + ["SUCCEEDED"] * 4
     by_params = {json.dumps(r.parameters, sort_keys=True): r for r in rows[1:]}
     assert json.dumps(failed, sort_keys=True) in by_params and json.dumps({"x": 0.4242}, sort_keys=True) in by_params
-    assert by_params[json.dumps({"x": 0.4242})]["final_metric"] == 0.4242  # ran with exactly that value
+    assert by_params[json.dumps({"x": 0.4242})].final_metric == 0.4242  # ran with exactly that value
     asked = [harness.store.find_trial(experiment_id, r.trial_index) for r in rows[1:]]
     reasons = sorted(
         (harness.store.storage.get_trial(a.storage_id).user_attrs.get("asked_by") or {}).get("reason", "")

@@ -126,7 +126,7 @@ def test_the_pareto_front_of_two_or_three_objectives_on_the_page(browser, ui: Ui
     names = ["accuracy", "latency", "size"][:count]
     modes = ["maximize", "minimize", "minimize"][:count]
     points = [[r.final_metric_raw[n] for n in names] for r in rows]
-    expected = sorted(rows[i]["trial_index"] for i in brute_force(points, modes))
+    expected = sorted(rows[i].trial_index for i in brute_force(points, modes))
     summary = ui.get(f"experiments/{experiment_id}").json()
     assert sorted(r["trial_index"] for r in summary["pareto"]) == expected
     end = harness.xcom(dag_id, run_id, "end_experiment")
