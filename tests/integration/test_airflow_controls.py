@@ -197,7 +197,7 @@ def test_marking_trials_failed_across_the_hand_off_leaves_no_trial_running(harne
     for index, offset in enumerate(offsets):
         row = by_index[index]
         assert row.status == "USER_CANCELED", row
-        report.append(f"  +{offset:.2f} s (PATCH done {clicked[index]:.2f} s later): {row['message']}")
+        report.append(f"  +{offset:.2f} s (PATCH done {clicked[index]:.2f} s later): {row.message}")
     # "failed" as marked; "skipped" where Airflow itself undid the click (a task marked failed as
     # it deferred was set back to deferred by the deferral): the trial was stopped from the
     # request the api-server recorded, and the task ends as any stopped trial's does.

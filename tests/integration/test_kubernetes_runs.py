@@ -218,5 +218,5 @@ def test_marking_kubeflow_trials_failed_across_the_hand_off_leaves_no_job_runnin
     assert all(kube_controller.launches(n) <= 1 for n in names)
     print(
         f"mark failed across the hand-off (kubeflow): every job stopped {took:.1f} s after the last click\n"
-        + "\n".join(f"  +{o:.2f} s: {r['message']}" for o, r in zip(offsets, sorted(rows, key=lambda r: r.trial_index)))
+        + "\n".join(f"  +{o:.2f} s: {r.message}" for o, r in zip(offsets, sorted(rows, key=lambda r: r.trial_index)))
     )

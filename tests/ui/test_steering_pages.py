@@ -142,7 +142,7 @@ def test_raise_concurrency_and_add_a_trial_from_the_experiment_page(browser, ui:
     marked = page.locator("[data-testid=trial-row]:has([data-testid=added-by-hand])")
     assert marked.count() == 1 and marked.get_attribute("data-index") == str(chosen[0].trial_index)
     shot(page, "added-trial-table")
-    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial={chosen[0]['trial_index']}")
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial={chosen[0].trial_index}")
     page.wait_for_selector("[data-testid=parameter-source]", timeout=30000)
     assert page.locator("[data-testid=parameter-source]").inner_text() == "added by editor"
     shot(page, "added-trial-page")
