@@ -37,7 +37,7 @@ __all__ = [
     "get_sequence_id",
 ]
 
-_state: dict[str, Any] = {"parameter": None, "intermediate_seq": 0}
+_state: dict[str, Any] = {"parameter": None, "intermediate_seq": 0, "finals": 0}
 #: How long get_next_parameter waits for parameter.cfg (the platform writes it before launch,
 #: so a long wait means something is wrong; nni waits forever, we say so instead).
 PARAMETER_WAIT_SECONDS = float(os.environ.get("TRIALFLOW_PARAMETER_WAIT", "600"))
@@ -121,3 +121,4 @@ def report_intermediate_result(metric: object) -> None:
 def report_final_result(metric: object) -> None:
     """The trial's result: a number, or a dict whose ``default`` key is the number to optimize."""
     _send("FINAL", 0, metric)
+    _state["finals"] += 1  # a function trial that reported its own returns None (trial.function)

@@ -331,6 +331,7 @@ SDK_FILES = (
     "trialflow/__init__.py",
     "trialflow/trial/__init__.py",
     "trialflow/trial/wire.py",
+    "trialflow/trial/function.py",
     f"{SHIM_DIR}/nni/__init__.py",
     f"{SHIM_DIR}/nni/utils.py",
 )
