@@ -558,6 +558,28 @@ def test_unmodified_nni_trial_code_runs_on_a_machine_without_nni(ssh_servers, tm
     assert "/trialflow/trial/shim/nni/" in metrics[-1].value["via"]
 
 
+def test_a_function_trial_runs_on_a_machine_without_trialflow(ssh_servers, tmp_path):
+    """Issue 39 (3): ``python3 -m trialflow.trial.function`` runs from the SDK shipped beside the
+    code (the machine's python3 has no trialflow): the function's parameters in, its return value
+    the final result, its intermediate result on the way."""
+    from trialflow.trial.function import function_command
+
+    a, _ = ssh_servers
+    code = _code(
+        tmp_path,
+        "from trialflow import trial\n\ndef fit(p):\n    trial.report_intermediate_result(p['x'])\n"
+        "    return {'default': p['x'] * 2, 'where': trial.__file__}\n",
+    )
+    platform = remote_platform(tmp_path, [machine_entry(a, "key")])
+    platform.prepare_sync("efunc001")
+    command = function_command("train:fit")
+    handle = platform.submit_sync(TrialSpec("efunc001", "efunc001-0000", 0, 0, {"x": 3}, command, code))
+    status, metrics, message = asyncio.run(_follow(platform, handle))
+    assert status == TrialStatus.SUCCEEDED, message
+    assert metrics[0].value == 3 and metrics[-1].value["default"] == 6
+    assert "/trialflow/trial/__init__.py" in metrics[-1].value["where"] and str(a.home) in metrics[-1].value["where"]
+
+
 @pytest.mark.slow
 def test_a_remote_stop_ends_in_sigkill_even_when_the_asker_is_killed_during_the_grace(ssh_servers, tmp_path):
     """Issue 36 (0), over SSH: the asker (its process group SIGKILLed 1 s into the stop, as
