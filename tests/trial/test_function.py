@@ -39,6 +39,10 @@ def silent(params):
 def reports_itself(params):
     trial.report_final_result(0.25)
 
+def reports_and_returns(params):
+    trial.report_final_result(0.5)
+    return 0.75  # the reported one counts, and no second final is sent
+
 class Holder:
     @staticmethod
     def nested(params):
@@ -76,12 +80,18 @@ def test_a_function_gets_its_parameters_and_its_return_value_is_the_final_result
 
 @pytest.mark.parametrize(
     ("path", "final"),
-    [("models.train:scalar", "x"), ("models.train:reports_itself", 0.25), ("models.train:Holder.nested", 1.5)],
+    [
+        ("models.train:scalar", "x"),
+        ("models.train:reports_itself", 0.25),
+        ("models.train:reports_and_returns", 0.5),
+        ("models.train:Holder.nested", 1.5),
+    ],
 )
 def test_a_number_a_result_reported_by_the_function_itself_and_a_nested_attribute(tmp_path, store, path, final):
     status, _, (record, parameters) = run_function(tmp_path, store, path, 1)
     assert status == TrialStatus.SUCCEEDED
     assert record.final == (parameters["x"] if final == "x" else final)
+    assert "second final result" not in (record.message or "")  # one final only, never two
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,9 @@ def rerun_trials(
     if trial_indexes is None:
         rerunnable = {s.value for s in RERUNNABLE}
         chosen = [
-            (r.trial_index or 0, r.parameters or {}) for r in store.trial_rows(experiment_id) if r.status in rerunnable
+            (r.trial_index, r.parameters or {})
+            for r in store.trial_rows(experiment_id)
+            if r.status in rerunnable and r.trial_index is not None
         ]
         if not chosen:
             raise ActionRefused(f"experiment {experiment_id!r} has no failed, killed or stopped trial to re-run")

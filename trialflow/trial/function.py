@@ -77,9 +77,9 @@ def run(import_path: str) -> None:
     parameters = trial.get_next_parameter()
     before = trial._state.get("finals", 0)
     result = function(parameters)  # type: ignore[operator]
+    if trial._state.get("finals", 0) > before:
+        return  # it reported its final result itself: that one counts, as NNI keeps the first
     if result is None:
-        if trial._state.get("finals", 0) > before:
-            return  # it reported its final result itself
         raise FunctionTrialError(
             f"{import_path} returned None: return the final result (a number, or a dict with 'default'), "
             "or report it with trialflow.trial.report_final_result"
