@@ -31,6 +31,7 @@ from trialflow.config.model import ExperimentConfig
 from trialflow.config.redaction import redact
 from trialflow.config.search_space import SearchSpaceError, parse_search_space
 from trialflow.config.v1 import convert_v1, is_v1
+from trialflow.trial.function import FunctionTrialError, function_command
 
 _SEARCH_SPACE_KEYS = ("searchspace", "searchspacefile")
 
@@ -298,6 +299,7 @@ def load_config(path: str | Path) -> ExperimentConfig:
     service_is_list = service_key is not None and isinstance(data[service_key], list)
     if service_key is not None and not service_is_list:
         data[service_key] = [data[service_key]]
+    _function_in_roles(data)
     try:
         config = experiment_model().model_validate(data, context={"base_dir": file.parent})
     except ValidationError as exc:
@@ -307,6 +309,39 @@ def load_config(path: str | Path) -> ExperimentConfig:
     if problems:
         raise ConfigError(problems)
     return config
+
+
+_ROLE_KEYS = ("worker", "ps", "master")
+
+
+def _function_in_roles(data: dict[str, Any]) -> None:
+    """A Kubernetes role section without a command (Kubeflow's worker/ps/master,
+    FrameworkController's taskRoles) runs the trialFunction: its command is filled in before
+    validation, so a role left without one is still named in the same pass as every other
+    problem when there is no trialFunction."""
+    function = next((v for k, v in data.items() if normalize_key(k) == "trialfunction"), None)
+    try:
+        command = function_command(function) if isinstance(function, str) else None
+    except FunctionTrialError:
+        return  # the model names the bad import path
+    services = next((v for k, v in data.items() if normalize_key(k) == "trainingservice"), None)
+    if command is None or not isinstance(services, list):
+        return
+    for service in services:
+        if not isinstance(service, dict):
+            continue
+        roles: list[Any] = []
+        for key, value in service.items():
+            name = normalize_key(key)
+            if name in _ROLE_KEYS:
+                roles.append(value)
+            elif name == "taskroles" and isinstance(value, list):
+                roles.extend(value)
+        for role in roles:
+            if isinstance(role, dict):
+                key = next((k for k in role if normalize_key(k) == "command"), "command")
+                if role.get(key) is None:
+                    role[key] = command
 
 
 def _cross_checks(config: ExperimentConfig, file: Path, lines: dict, service_is_list: bool) -> list[Problem]:
@@ -336,8 +371,14 @@ def _cross_checks(config: ExperimentConfig, file: Path, lines: dict, service_is_
     for i, service in enumerate(config.training_service):
         path: tuple[PathPart, ...] = ("trainingService", i) if service_is_list else ("trainingService",)
         command = service.trial_command or config.trial_command
-        if type(service).needs_trial_command and not command:
-            add(path + ("trialCommand",), "trialCommand is required (at the top level or in trainingService)")
+        if config.trial_function and command:
+            where = path + ("trialCommand",) if service.trial_command else ("trialCommand",)
+            add(where, "set trialCommand or trialFunction, not both (a function trial is its own command)")
+        if type(service).needs_trial_command and not (command or config.trial_function):
+            add(
+                path + ("trialCommand",),
+                "trialCommand is required (at the top level or in trainingService), or trialFunction",
+            )
         gpus = service.trial_gpu_number if service.trial_gpu_number is not None else config.trial_gpu_number
         if service.platform == "local" and gpus and getattr(service, "use_active_gpu", None) is None:
             add(
@@ -349,8 +390,9 @@ def _cross_checks(config: ExperimentConfig, file: Path, lines: dict, service_is_
 
 
 def effective_trial_command(config: ExperimentConfig, service_index: int = 0) -> str | None:
+    """The service's trialCommand, else the top level's, else the command running trialFunction."""
     service = config.training_service[service_index]
-    return service.trial_command or config.trial_command
+    return service.trial_command or config.trial_command or config.function_command
 
 
 def effective_code_directory(config: ExperimentConfig, service_index: int = 0) -> Path:
@@ -368,6 +410,9 @@ def to_v2_dict(config: ExperimentConfig) -> dict[str, Any]:
     """The config in NNI v2 form (as `trialflow convert` prints it); secrets masked."""
     out = config.to_nni_dict()
     out.pop("searchSpaceFile", None)  # the space is inlined, so the printed form stands alone
+    function = out.pop("trialFunction", None)
+    if function:  # NNI has no function trials: the command that runs it is NNI's trialCommand
+        out["trialCommand"] = config.function_command
     if out.get("scheduledRuns") == "new":
         out.pop("scheduledRuns")  # trialflow's own keys: printed only when they say something
     for key in ("retuneTopK", "objectives"):

@@ -10,6 +10,7 @@ from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, mod
 from trialflow.config.base import ConfigPath, GpuIndices, Int, NniModel, Seconds, Secret, Str
 from trialflow.config.platforms import TrainingServiceConfig
 from trialflow.limits import MAX_TRIALS_PER_RUN
+from trialflow.trial.function import function_command, parse_import_path
 
 #: The largest fan-out one DAG run is given (one mapped task instance per trial).
 
@@ -73,7 +74,7 @@ class SharedStorageConfig(NniModel):
 
 
 #: Keys of trialflow's own beside NNI's schema (a v1 config, NNI's schema only, refuses them).
-TRIALFLOW_KEYS = ("scheduledRuns", "retuneTopK", "objectives")
+TRIALFLOW_KEYS = ("scheduledRuns", "retuneTopK", "objectives", "trialFunction")
 
 #: How many of the previous experiment's best parameter sets a re-tuning run evaluates first.
 DEFAULT_RETUNE_TOP_K = 5
@@ -98,6 +99,10 @@ class ExperimentConfig(NniModel):
     search_space: dict[str, Any] | None = None
     search_space_file: ConfigPath | None = None
     trial_command: Str | None = None
+    #: trialflow's own key: a Python function as the trial (``package.module:function``, imported
+    #: from trialCodeDirectory on the machine that runs it, never pickled); it runs as the
+    #: command ``python3 -m trialflow.trial.function ...`` on every platform (trialflow.trial.function).
+    trial_function: Str | None = None
     trial_code_directory: ConfigPath = Field(default=Path("."), validate_default=True)
     trial_concurrency: Int = Field(gt=0)
     trial_gpu_number: Int | None = Field(default=None, ge=0)
@@ -129,6 +134,18 @@ class ExperimentConfig(NniModel):
 
     #: Where the config came from (not a config key); relative paths were resolved against it.
     source_file: Path | None = Field(default=None, exclude=True)
+
+    @field_validator("trial_function")
+    @classmethod
+    def _import_path(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_import_path(value)  # FunctionTrialError is a ValueError: pydantic names the key
+        return value
+
+    @property
+    def function_command(self) -> str | None:
+        """The command that runs trialFunction (None: the trial is trialCommand)."""
+        return function_command(self.trial_function) if self.trial_function else None
 
     @field_validator("max_trial_number")
     @classmethod
