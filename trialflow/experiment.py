@@ -187,19 +187,49 @@ def unbounded(config: ExperimentConfig) -> bool:
     return not config.max_trial_number and tuner_points(config) is None
 
 
+#: The experiment attribute naming its task group (absent: the whole DAG's experiment).
+GROUP_ATTR = "task_group"
+#: A run's conf key naming, per task group, the experiment each group drives.
+GROUPS_CONF_KEY = "experiments"
+
+
+def named_experiment(conf: dict[str, Any] | None, group: str | None = None) -> tuple[str, Any] | None:
+    """The experiment a run's conf names for a whole-DAG experiment (``experiment_id``) or for
+    task group ``group`` (``experiments: {group: id}``, else ``experiment_id``): (the conf key
+    as a person would write it, the value), or None when the conf names none."""
+    conf = conf or {}
+    if group is not None:
+        per_group = conf.get(GROUPS_CONF_KEY)
+        if per_group is not None and not isinstance(per_group, dict):
+            raise ValueError(
+                f"dag run conf {GROUPS_CONF_KEY}: expected a mapping of task group id -> experiment id, "
+                f"got {type(per_group).__name__}"
+            )
+        if per_group and per_group.get(group):
+            return f"{GROUPS_CONF_KEY}.{group}", per_group[group]
+    named = conf.get("experiment_id")
+    return ("experiment_id", named) if named else None
+
+
 def experiment_id_for_run(
-    config: ExperimentConfig, dag_id: str, run_id: str, conf: dict[str, Any] | None = None
+    config: ExperimentConfig,
+    dag_id: str,
+    run_id: str,
+    conf: dict[str, Any] | None = None,
+    group: str | None = None,
 ) -> str:
     """Which experiment a DAG run drives: one named in the run's conf (``experiment_id``, e.g.
-    to resume an older one), one study for the whole DAG (scheduledRuns: continue), or its own."""
-    named = (conf or {}).get("experiment_id")
+    to resume an older one; per task group ``experiments``), one study for the whole DAG or
+    group (scheduledRuns: continue), or its own."""
+    named = named_experiment(conf, group)
     if named:
-        if not isinstance(named, str) or not EXPERIMENT_ID.fullmatch(named):
-            raise ValueError(f"dag run conf experiment_id: expected lowercase letters, digits and '-', got {named!r}")
-        return named
+        key, value = named
+        if not isinstance(value, str) or not EXPERIMENT_ID.fullmatch(value):
+            raise ValueError(f"dag run conf {key}: expected lowercase letters, digits and '-', got {value!r}")
+        return value
     if config.scheduled_runs == "continue":
-        return experiment_id_for(dag_id, "")
-    return experiment_id_for(dag_id, run_id)
+        return experiment_id_for(dag_id, "", group)
+    return experiment_id_for(dag_id, run_id, group)
 
 
 @dataclass
@@ -209,6 +239,9 @@ class Experiment:
     config: ExperimentConfig
     experiment_id: str
     workdir: Path
+    #: The task group whose experiment this is, in a DAG that may hold several (None: the
+    #: whole DAG's, experiment_dag). The experiment belongs to (DAG, group).
+    group: str | None = None
 
     @classmethod
     def for_run(
@@ -219,14 +252,16 @@ class Experiment:
         workdir: Path | None = None,
         conf: dict[str, Any] | None = None,
         check: bool = True,
+        group: str | None = None,
     ) -> Experiment:
         """``check``: the full runnability check (walks, on Kubernetes packs, the code folder);
         DAG parsing and the start step do it, a trial task or trigger only loads the config."""
         config = load_runnable_config(config_path) if check else load_config(config_path)
         return cls(
             config,
-            experiment_id_for_run(config, dag_id, run_id, conf),
+            experiment_id_for_run(config, dag_id, run_id, conf, group),
             Path(workdir or config.experiment_working_directory or default_workdir()),
+            group,
         )
 
     @property

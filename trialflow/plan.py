@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from trialflow.config import ExperimentConfig
 
 CACHE_ENV = "TRIALFLOW_CACHE_DIR"
+#: trialflow.config.inline.MARK, here so that a parse with a kept plan imports no config module.
+INLINE_MARK = '{"trialflow_inline_config": 1'
 #: Bumped when DagPlan's fields or their meaning change (with trialflow's version, in the key).
 PLAN_FORMAT = 2
 
@@ -60,7 +62,7 @@ class DagPlan:
 
         algorithm = config.tuner or config.advisor
         return cls(
-            config_path=str(config.source_file),
+            config_path=config.source,
             experiment_name=config.experiment_name,
             trial_count=trial_count(config),
             trial_concurrency=config.trial_concurrency,
@@ -89,7 +91,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "trialflow" / "dag-plans").expanduser()
 
 
-def _entry_path(config_path: Path) -> Path:
+def _entry_path(config_path: Path | str) -> Path:
     key = hashlib.sha256(f"{PLAN_FORMAT}\0{__version__}\0{config_path}".encode()).hexdigest()[:32]
     return cache_dir() / f"{key}.json"
 
@@ -101,12 +103,13 @@ def _digest(path: Path) -> str | None:
         return None
 
 
-def cached_plan(config_path: Path) -> DagPlan | None:
-    """The plan kept for this config, if every file it was made from is unchanged."""
+def cached_plan(config_path: Path | str) -> DagPlan | None:
+    """The plan kept for this config, if every file it was made from is unchanged (a config
+    written in a DAG file is its own key: only its searchSpaceFile, if any, is a file)."""
     try:
         entry = json.loads(_entry_path(config_path).read_text())
         files = entry["files"]
-        if not isinstance(files, dict) or str(config_path) not in files:
+        if not isinstance(files, dict) or (isinstance(config_path, Path) and str(config_path) not in files):
             return None
         if any(_digest(Path(name)) != digest for name, digest in files.items()):
             return None
@@ -120,11 +123,12 @@ def remember(config: ExperimentConfig) -> DagPlan:
     folder only means the next parse checks again)."""
     plan = DagPlan.of(config)
     assert config.source_file is not None
-    sources = [config.source_file] + ([Path(config.search_space_file)] if config.search_space_file else [])
+    own = [] if config.inline_source else [config.source_file]
+    sources = own + ([Path(config.search_space_file)] if config.search_space_file else [])
     files = {str(p): _digest(p) for p in sources}
     if None in files.values():
         return plan
-    target = _entry_path(config.source_file)
+    target = _entry_path(config.inline_source or config.source_file)
     written: str | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -141,7 +145,8 @@ def remember(config: ExperimentConfig) -> DagPlan:
 def load_plan(config_path: str | Path) -> DagPlan:
     """The DAG plan of a config: kept from an earlier full check of the same files, or from a
     full check now (which raises ConfigError for a config that cannot run)."""
-    path = Path(config_path).expanduser().resolve()
+    inline = isinstance(config_path, str) and config_path.startswith(INLINE_MARK)
+    path = config_path if inline else Path(config_path).expanduser().resolve()
     plan = cached_plan(path)
     if plan is not None:
         return plan

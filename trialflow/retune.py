@@ -64,9 +64,15 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and value == value and abs(value) != float("inf")
 
 
-def previous_experiment(store: ExperimentStore, dag_id: str, experiment_id: str) -> str | None:
-    """The newest experiment of the same DAG before this one that has a result."""
-    earlier = store.experiments_with_attr("dag_id", dag_id)
+def previous_experiment(
+    store: ExperimentStore, dag_id: str, experiment_id: str, group: str | None = None
+) -> str | None:
+    """The newest experiment of the same DAG (and task group) before this one that has a result."""
+    from trialflow.experiment import GROUP_ATTR
+
+    earlier = [
+        e for e in store.experiments_with_attr("dag_id", dag_id) if store.experiment_attr(e, GROUP_ATTR) == group
+    ]
     if experiment_id in earlier:
         earlier = earlier[: earlier.index(experiment_id)]
     for candidate in reversed(earlier):
@@ -93,7 +99,7 @@ def seed_from_previous(store: ExperimentStore, experiment: Experiment, dag_id: s
     done = store.experiment_attr(experiment_id, RETUNED_FROM)
     if done is not None:
         return Retune(done.get("experiment_id"), done.get("queued", []), done.get("dropped", []), "already queued")
-    previous = previous_experiment(store, dag_id, experiment_id)
+    previous = previous_experiment(store, dag_id, experiment_id, experiment.group)
     if previous is None:
         store.set_experiment_attrs(experiment_id, {RETUNED_FROM: {"experiment_id": None}})
         return Retune(None, reason=f"DAG {dag_id} has no earlier experiment with a result: the tuner starts fresh")

@@ -143,3 +143,19 @@ def format_table(rows: list[TrialRow], marked: set[int]) -> str:
             f"{final:>12}  {r.intermediate_count:>4}  {r.parameters}{extra}"
         )
     return "\n".join(lines)
+
+
+#: The end step's second XCom: what a task downstream of an experiment task group takes
+#: (``tune.best``).
+BEST_PARAMETERS_KEY = "best_parameters"
+
+
+def best_parameters(summary: ExperimentSummary) -> dict[str, Any] | list[ParetoMember] | None:
+    """The experiment's best parameters, as a task downstream of it takes them: with one
+    objective the best trial's parameters (across the experiment's runs, as the Asset publishes
+    them); with several the whole Pareto set (no single best: the task chooses). None when no
+    trial succeeded with a final result."""
+    if len(summary.get("objectives") or ()) > 1:
+        return list(summary.get("pareto") or [])
+    best = summary["study_best"] or summary["best"]
+    return dict(best["parameters"] or {}) if best else None

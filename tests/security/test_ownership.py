@@ -117,3 +117,44 @@ def test_a_trial_task_of_a_run_its_start_step_did_not_window_starts_nothing(tmp_
     with pytest.raises(trial_lifecycle.TrialNotStarted, match="this run holds"):
         trial_lifecycle.start_trial(experiment, store, "started", 1)
     assert store.trial_rows("eowned01") == []
+
+
+def test_a_task_group_reaches_its_own_experiment_only(store):
+    """Issue 39: two experiment task groups of one DAG are two experiments, each owned by (DAG,
+    group); a conf naming the other group's (either conf key) is refused as another DAG's is."""
+    from trialflow.experiment import GROUP_ATTR
+
+    ids = {g: experiment_id_for("dag_a", "run-1", g) for g in ("tune_a", "tune_b")}
+    assert len({*ids.values(), experiment_id_for("dag_a", "run-1")}) == 3  # a group's id is its own
+    assert experiment_id_for("dag_a", "run-1", None) == experiment_id_for("dag_a", "run-1")  # unchanged for DAGs
+    for group, eid in ids.items():
+        store.open_experiment(eid)
+        store.set_experiment_attrs(eid, {"dag_id": "dag_a", GROUP_ATTR: group})
+    check_owner(store, ids["tune_a"], "dag_a", {"experiments": {"tune_a": ids["tune_a"]}}, group="tune_a")
+    with pytest.raises(ExperimentNotOwned, match="conf experiments.tune_b: .* not an experiment of task group 'tune_b'"):
+        check_owner(store, ids["tune_a"], "dag_a", {"experiments": {"tune_b": ids["tune_a"]}}, group="tune_b")
+    with pytest.raises(ExperimentNotOwned, match="conf experiment_id: .* task group 'tune_b' of DAG 'dag_a'"):
+        check_owner(store, ids["tune_a"], "dag_a", {"experiment_id": ids["tune_a"]}, group="tune_b")
+    with pytest.raises(ExperimentNotOwned, match="belongs to another DAG or task group"):
+        check_owner(store, ids["tune_a"], "dag_a", {}, group="tune_b")
+    # the DAG's own (group-less) experiment is not a group's either, nor the other way round
+    with pytest.raises(ExperimentNotOwned):
+        check_owner(store, ids["tune_a"], "dag_a", {"experiment_id": ids["tune_a"]})
+
+
+def test_a_conf_naming_experiments_per_group_is_read_by_name():
+    from trialflow.experiment import experiment_id_for_run, named_experiment
+
+    conf = {"experiments": {"tune_a": "eaaaa"}, "experiment_id": "ebbbb"}
+    assert named_experiment(conf, "tune_a") == ("experiments.tune_a", "eaaaa")
+    assert named_experiment(conf, "tune_b") == ("experiment_id", "ebbbb")  # the run-wide name
+    assert named_experiment(conf) == ("experiment_id", "ebbbb")
+    assert named_experiment({}, "tune_a") is None
+    with pytest.raises(ValueError, match="conf experiments: expected a mapping of task group id"):
+        named_experiment({"experiments": ["eaaaa"]}, "tune_a")
+
+    class Config:
+        scheduled_runs = "new"
+
+    with pytest.raises(ValueError, match="conf experiments.tune_a: expected lowercase letters"):
+        experiment_id_for_run(Config(), "dag_a", "r", {"experiments": {"tune_a": "../x"}}, "tune_a")

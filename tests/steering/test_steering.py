@@ -528,3 +528,19 @@ def test_a_click_on_a_trial_task_is_recorded_beside_its_trial(setup):
         assert (outcome.status, outcome.message) == (TrialStatus.USER_CANCELED, reason)
     finally:
         started.platform.cancel_sync(started.handle, TrialStatus.USER_CANCELED, "test over")
+
+
+def test_a_click_on_a_groups_trial_task_reaches_that_groups_trial_only(tmp_path):
+    """Issue 39: two experiment task groups in one DAG run each hold trial index 0; a click on
+    ``tune_b.trial`` [0] asks tune_b's trial to stop and leaves tune_a's running."""
+    (tmp_path / "config.yml").write_text(CONFIG)
+    config = load_config(tmp_path / "config.yml")
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    groups = {g: Experiment(config, f"e{g}", tmp_path / "work", group=g) for g in ("a", "b")}
+    for experiment in groups.values():
+        start_run(experiment, store, "dag_g", "r1", {})
+    asked = {g: store.ask(e.experiment_id, 0, f"e{g}-0000", e.algorithm, e.space) for g, e in groups.items()}
+    assert steering.stop_task_trial(store, "dag_g", "r1", 0, "x") is None  # no group-less experiment here
+    experiment_id, record = steering.stop_task_trial(store, "dag_g", "r1", 0, "clicked", group="b")
+    assert (experiment_id, record.storage_id) == ("eb", asked["b"].storage_id)
+    assert steering.stop_requested(store, asked["a"].storage_id) is None

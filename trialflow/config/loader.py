@@ -27,6 +27,7 @@ from trialflow.config.files import (
     load_yaml,
     read_bounded,
 )
+from trialflow.config.inline import is_inline, read_inline
 from trialflow.config.model import ExperimentConfig
 from trialflow.config.redaction import redact
 from trialflow.config.search_space import SearchSpaceError, parse_search_space
@@ -207,7 +208,7 @@ def masked_excerpt(text: str) -> str:
     return f"starts {head!r}…, {lines} line{'s' if lines != 1 else ''}, {len(text)} characters"
 
 
-def _load_search_space(data: dict[str, Any], file: Path, lines: dict) -> None:
+def _load_search_space(data: dict[str, Any], file: Path, lines: dict, base_dir: Path) -> None:
     """Inline the search space (from searchSpaceFile or searchSpace) and validate it."""
     keys = {normalize_key(k): k for k in data}
     inline_key, file_key = keys.get("searchspace"), keys.get("searchspacefile")
@@ -223,7 +224,7 @@ def _load_search_space(data: dict[str, Any], file: Path, lines: dict) -> None:
     if file_key:
         space_path = Path(str(data[file_key])).expanduser()
         if not space_path.is_absolute():
-            space_path = file.parent / space_path
+            space_path = base_dir / space_path
         line = _line_for(lines, (file_key,))
         try:
             text = read_bounded(space_path, MAX_SEARCH_SPACE_BYTES, "search space file")
@@ -269,9 +270,19 @@ def _load_search_space(data: dict[str, Any], file: Path, lines: dict) -> None:
 
 
 def load_config(path: str | Path) -> ExperimentConfig:
-    """Load, convert (v1) and validate an experiment config. Raises ConfigError with every problem."""
-    file = Path(path).expanduser().resolve()
-    data, lines = _read_yaml(file)
+    """Load, convert (v1) and validate an experiment config: a YAML file, or a config written in
+    a DAG file (trialflow.config.inline). Raises ConfigError with every problem."""
+    inline: str | None = None
+    data: Any
+    lines: dict[tuple[Any, ...], int]
+    if is_inline(path):
+        inline = str(path)
+        written = read_inline(inline)
+        file, base_dir, data, lines = written.origin, written.base_dir, written.data, {}  # no lines to name
+    else:
+        file = Path(path).expanduser().resolve()
+        base_dir = file.parent
+        data, lines = _read_yaml(file)
     if not isinstance(data, dict):
         raise ConfigError.single(file, (), f"expected a mapping of experiment keys, got {type(data).__name__}")
     if not any(normalize_key(k) in ("trialconcurrency", "trainingservice", "trainingserviceplatform") for k in data):
@@ -294,17 +305,18 @@ def load_config(path: str | Path) -> ExperimentConfig:
             "nni.get_next_parameter() in the trial code and set useAnnotation: false",
             _line_for(lines, ("useAnnotation",)),
         )
-    _load_search_space(data, file, lines)
+    _load_search_space(data, file, lines, base_dir)
     service_key = next((k for k in data if normalize_key(k) == "trainingservice"), None)
     service_is_list = service_key is not None and isinstance(data[service_key], list)
     if service_key is not None and not service_is_list:
         data[service_key] = [data[service_key]]
     _function_in_roles(data)
     try:
-        config = experiment_model().model_validate(data, context={"base_dir": file.parent})
+        config = experiment_model().model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise ConfigError(_pydantic_problems(exc, file, lines, service_is_list, converted)) from None
     config.source_file = file
+    config.inline_source = inline
     problems = _cross_checks(config, file, lines, service_is_list)
     if problems:
         raise ConfigError(problems)

@@ -134,6 +134,15 @@ class ExperimentConfig(NniModel):
 
     #: Where the config came from (not a config key); relative paths were resolved against it.
     source_file: Path | None = Field(default=None, exclude=True)
+    #: A config written in a DAG file (trialflow.config.inline): the string its tasks carry
+    #: instead of a path (``source_file`` is then the DAG file, for messages).
+    inline_source: str | None = Field(default=None, exclude=True)
+
+    @property
+    def source(self) -> str:
+        """What the experiment's tasks are handed to load this config again: its file's path,
+        or the inline config itself."""
+        return self.inline_source or str(self.source_file)
 
     @field_validator("trial_function")
     @classmethod

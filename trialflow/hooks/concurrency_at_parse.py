@@ -39,14 +39,15 @@ def _store_url(store_conn_id: str) -> str | None:
     return store_url_from_connection(conn, store_conn_id)
 
 
-def changed_concurrency(store_conn_id: str, dag_id: str) -> int | None:
-    """The trialConcurrency a person set for ``dag_id``'s running experiment, or None."""
+def changed_concurrency(store_conn_id: str, dag_id: str, group: str | None = None) -> int | None:
+    """The trialConcurrency a person set for ``dag_id``'s running experiment (its task group
+    ``group``'s), or None."""
     if in_a_task():
         return None
     try:
         from sqlalchemy.engine import make_url
 
-        from trialflow.tuning.concurrency_changes import read_concurrency
+        from trialflow.tuning.concurrency_changes import limits_key, read_concurrency
         from trialflow.tuning.store_urls import engine_for
 
         url = _store_url(store_conn_id)
@@ -55,7 +56,7 @@ def changed_concurrency(store_conn_id: str, dag_id: str) -> int | None:
         parsed = make_url(url)
         if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
             return None  # no store yet: nothing was changed (and no empty file is made here)
-        return read_concurrency(engine_for(url), dag_id)
+        return read_concurrency(engine_for(url), limits_key(dag_id, group))
     except Exception as exc:
         log.warning("trialConcurrency of %s: the store could not be read (%s); using the config's", dag_id, exc)
         return None

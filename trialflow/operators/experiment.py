@@ -26,20 +26,31 @@ class _ExperimentStep(BaseOperator):
     :param config_path: the NNI experiment config (v1 or v2 YAML); templated.
     :param store_conn_id: the ``trialflow`` connection of the experiment store (absent: a
         SQLite file under ``$AIRFLOW_HOME``).
+    :param experiment_group: the task group whose experiment it is (ExperimentTaskGroup); None
+        for a DAG's own experiment.
     """
 
     template_fields: Sequence[str] = ("config_path",)
     ui_color = "#d9ead3"
 
-    def __init__(self, *, config_path: str, store_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        config_path: str,
+        store_conn_id: str = DEFAULT_CONN_ID,
+        experiment_group: str | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.config_path = config_path
         self.store_conn_id = store_conn_id
+        self.experiment_group = experiment_group
+
+    def experiment(self, context: Context, check: bool = False) -> Experiment:
+        return experiment_for(self.config_path, context, check=check, group=self.experiment_group)
 
     def experiment_and_store(self, context: Context, check: bool = False) -> tuple[Experiment, ExperimentStore]:
-        return experiment_for(self.config_path, context, check=check), ExperimentStoreHook(
-            self.store_conn_id
-        ).get_conn()
+        return self.experiment(context, check), ExperimentStoreHook(self.store_conn_id).get_conn()
 
 
 class StartExperimentOperator(_ExperimentStep):
@@ -129,7 +140,7 @@ class WatchTrialsOperator(_ExperimentStep):
     def execute(self, context: Context) -> Any:
         from trialflow.triggers.watch import RunWatchTrigger
 
-        experiment = experiment_for(self.config_path, context)
+        experiment = self.experiment(context)
         self.defer(
             trigger=RunWatchTrigger(
                 config_path=str(self.config_path),
@@ -197,6 +208,7 @@ class EndExperimentOperator(_ExperimentStep):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.platforms.event_loop import run_sync
+        from trialflow.run_summary import BEST_PARAMETERS_KEY, best_parameters
         from trialflow.runs import ExperimentNotOwned, RunHasNoTrials, end_run
 
         experiment, store = self.experiment_and_store(context)
@@ -229,6 +241,8 @@ class EndExperimentOperator(_ExperimentStep):
         if verdict.best:
             best = verdict.best
             self.log.info("Best trial %s: %s = %s", best.trial_id, best.parameters, best.values or best.final_metric)
+        # What a task downstream of an experiment task group takes (ExperimentTaskGroup.best).
+        context["ti"].xcom_push(key=BEST_PARAMETERS_KEY, value=best_parameters(verdict.summary))
         return dict(verdict.summary)
 
 

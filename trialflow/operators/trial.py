@@ -30,13 +30,16 @@ if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
 
 
-def experiment_for(config_path: str, context: Context, check: bool = False) -> Experiment:
-    """The experiment this DAG run drives (a run's conf may name another: ``experiment_id``).
-    Trial tasks only load the config; DAG parsing and the start step checked it in full."""
+def experiment_for(config_path: str, context: Context, check: bool = False, group: str | None = None) -> Experiment:
+    """The experiment this DAG run drives (a run's conf may name another: ``experiment_id``);
+    ``group``: the task group it belongs to, in a DAG that may hold several. Trial tasks only
+    load the config; DAG parsing and the start step checked it in full."""
     from trialflow.experiment import Experiment
 
     conf = getattr(context.get("dag_run"), "conf", None) or {}
-    return Experiment.for_run(config_path, context["dag"].dag_id, context["run_id"], conf=conf, check=check)
+    return Experiment.for_run(
+        config_path, context["dag"].dag_id, context["run_id"], conf=conf, check=check, group=group
+    )
 
 
 def label_task(context: Context, label: str) -> None:
@@ -105,6 +108,8 @@ class SubmitTrialOperator(BaseOperator):
     :param stay_on_host: tasks may run on several hosts (a multi-host executor, its queue pinned
         to one host by experiment_dag): a local trial claims this host before its launch and is
         followed here to its end, since a triggerer elsewhere could not see its process.
+    :param experiment_group: the task group whose experiment the trial is (ExperimentTaskGroup);
+        None for a DAG's own experiment.
     """
 
     template_fields: Sequence[str] = (
@@ -133,10 +138,12 @@ class SubmitTrialOperator(BaseOperator):
         defer_after: float = 10.0,
         end_from_trigger: bool = True,
         stay_on_host: bool = False,
+        experiment_group: str | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
         self.stay_on_host = stay_on_host
+        self.experiment_group = experiment_group
         # Not kept as ``end_from_trigger``: Airflow's DAG bag refuses a task with that attribute
         # true as soon as a listener plugin (OpenLineage's) is loaded, since listeners never see
         # a task the triggerer ends. The trigger checks for listeners itself instead.
@@ -163,7 +170,7 @@ class SubmitTrialOperator(BaseOperator):
         from trialflow import trial_lifecycle
         from trialflow.triggers.trial import TrialTrigger
 
-        experiment = experiment_for(self.config_path, context)
+        experiment = experiment_for(self.config_path, context, group=self.experiment_group)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
         try:
             started = trial_lifecycle.start_trial(
@@ -241,7 +248,7 @@ class SubmitTrialOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         from trialflow import trial_lifecycle
 
-        experiment = experiment_for(self.config_path, context)
+        experiment = experiment_for(self.config_path, context, group=self.experiment_group)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
         storage_id = trial_lifecycle.locate_trial(experiment, store, context["run_id"], int(self.trial_index))
         record = store.trial(storage_id)

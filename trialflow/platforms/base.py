@@ -65,10 +65,13 @@ ConfigT = TypeVar("ConfigT")
 EXPERIMENT_ID_CHARS = 16
 
 
-def experiment_id_for(dag_id: str, run_id: str) -> str:
+def experiment_id_for(dag_id: str, run_id: str, group: str | None = None) -> str:
     """Stable for a DAG run (so a cleared run continues the same experiment), lowercase letters
-    and digits (valid in Kubernetes names, job names and paths), and wide enough not to collide."""
-    digest = hashlib.sha256(f"{dag_id}\0{run_id}".encode()).digest()
+    and digits (valid in Kubernetes names, job names and paths), and wide enough not to collide.
+    ``group``: the experiment's task group, when it is one of a DAG's (each its own experiment);
+    a whole-DAG experiment keeps the id it always had."""
+    owner = f"{dag_id}\0{run_id}" if group is None else f"{dag_id}\0{run_id}\0{group}"
+    digest = hashlib.sha256(owner.encode()).digest()
     return "e" + base64.b32encode(digest).decode("ascii").lower()[:EXPERIMENT_ID_CHARS]
 
 

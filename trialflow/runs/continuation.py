@@ -67,6 +67,9 @@ def continuation(experiment: Experiment, store: ExperimentStore, run_id: str, no
         return Continuation(None, {}, f"the tuner's {points} points are all tried")
     if window.expired(now):
         return Continuation(None, {}, "maxExperimentDuration reached")
+    if experiment.group is not None:
+        # A follow-on run would run the whole DAG again, the author's own tasks with it.
+        return Continuation(None, {}, f"task group {experiment.group}'s experiment runs within its DAG run only")
     conf = {"experiment_id": experiment.experiment_id, CONTINUES_KEY: run_id}
     why = f"maxTrialNumber raised to {limit}" if limit is not None else "no maxTrialNumber"
     return Continuation(

@@ -150,13 +150,13 @@ def close_run(
     follow-on run carries the experiment on, the asked-for trials still waiting are dropped (and
     said so in its history) and a trialConcurrency a person changed goes back to the config's."""
     from trialflow.steering import drop_waiting
-    from trialflow.tuning.concurrency_changes import clear
+    from trialflow.tuning.concurrency_changes import clear, limits_key
 
     mark_ended(experiment, store, run_id)
     if not verdict.experiment_over:
         return RunClosed()  # the next run's trial indexes take the waiting trials, its files are needed
     dropped = drop_waiting(store, experiment.experiment_id)
-    reset = clear(store.engine, dag_id, experiment.experiment_id)
+    reset = clear(store.engine, limits_key(dag_id, experiment.group), experiment.experiment_id)
     return RunClosed(dropped, reset, may_clean_up=True)
 
 
@@ -190,7 +190,7 @@ async def end_run(
     anything is read), stop and close every trial still running whose task has ended (every
     trial task has ended by now: the step runs after all of them), then the verdict and the
     run's last writes (RunHasNoTrials when the start step gave the run none)."""
-    check_owner(store, experiment.experiment_id, dag_id, conf)
+    check_owner(store, experiment.experiment_id, dag_id, conf, group=experiment.group)
     reconciled = await reconcile_run(experiment, store, run_id, task_states, run_over=True, connections=connections)
     verdict = summarize_run(experiment, store, run_id, conf)
     closed = close_run(experiment, store, dag_id, run_id, verdict)

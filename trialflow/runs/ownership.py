@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trialflow.experiment import GROUP_ATTR, named_experiment
 from trialflow.run_windows import windows_in
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ def check_owner(
     conf: dict[str, Any] | None,
     run_id: str | None = None,
     shared: bool = False,
+    group: str | None = None,
 ) -> None:
     """Refuse, before anything is written, a run that would drive an experiment of another DAG.
 
@@ -38,10 +40,16 @@ def check_owner(
     With ``run_id`` (the start step), a run whose id is its own (not named, not the DAG's
     ``shared`` study) re-opens an existing experiment only if that experiment is this run's:
     another run of the same DAG landing on its id is refused instead of silently running its
-    trials inside the other run's experiment."""
-    named = bool((conf or {}).get("experiment_id"))
-    owner = store.experiment_attr(experiment_id, "dag_id") if store.experiment_exists(experiment_id) else None
-    if owner == dag_id:
+    trials inside the other run's experiment.
+
+    ``group``: the task group the experiment belongs to, in a DAG that holds several; another
+    group's experiment of the same DAG is refused like another DAG's."""
+    named = named_experiment(conf, group)
+    exists = store.experiment_exists(experiment_id)
+    owner = store.experiment_attr(experiment_id, "dag_id") if exists else None
+    owner_group = store.experiment_attr(experiment_id, GROUP_ATTR) if exists else None
+    whose = f"DAG {dag_id!r}" if group is None else f"task group {group!r} of DAG {dag_id!r}"
+    if owner == dag_id and owner_group == group:
         if run_id is not None and not named and not shared:
             attrs = store.experiment_attrs(experiment_id)
             if run_id not in windows_in(attrs) and attrs.get("run_id") != run_id:
@@ -52,10 +60,11 @@ def check_owner(
         return
     if named:
         raise ExperimentNotOwned(
-            f"dag run conf experiment_id: {experiment_id!r} is not an experiment of DAG {dag_id!r}; "
-            "a run may only continue an experiment its own DAG started (nothing was changed)"
+            f"dag run conf {named[0]}: {experiment_id!r} is not an experiment of {whose}; "
+            "a run may only continue an experiment its own DAG (and task group) started (nothing was changed)"
         )
     if owner is not None:
         raise ExperimentNotOwned(
-            f"experiment {experiment_id!r} belongs to another DAG, not {dag_id!r}: refused (nothing was changed)"
+            f"experiment {experiment_id!r} belongs to another DAG or task group, not {whose}: refused "
+            "(nothing was changed)"
         )

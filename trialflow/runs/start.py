@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trialflow.experiment import Experiment, trial_count
+from trialflow.experiment import GROUP_ATTR, Experiment, trial_count
 from trialflow.platforms.base import Connections
 from trialflow.retune import Retune, seed_from_previous
 from trialflow.run_windows import RunWindow, RunWindows, windows_in
@@ -41,12 +41,13 @@ def start_run(
     create or re-open it, give the run its trial indexes and deadline, and prepare each
     platform (stage code once)."""
     shared = experiment.config.scheduled_runs == "continue"
-    check_owner(store, experiment.experiment_id, dag_id, conf, run_id, shared)
+    check_owner(store, experiment.experiment_id, dag_id, conf, run_id, shared, experiment.group)
     resumed = store.experiment_exists(experiment.experiment_id)
     experiment.open(store)
-    store.set_experiment_attrs(
-        experiment.experiment_id, {**experiment.description(), "dag_id": dag_id, "run_id": run_id}
-    )
+    owner: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id}
+    if experiment.group is not None:
+        owner[GROUP_ATTR] = experiment.group
+    store.set_experiment_attrs(experiment.experiment_id, {**experiment.description(), **owner})
     window = allot_window(experiment, store, run_id, continues=continued_run(conf), count=count)
     retune = seed_from_previous(store, experiment, dag_id) if experiment.config.scheduled_runs == "retune" else None
     for i in range(len(experiment.config.training_service)):

@@ -20,10 +20,12 @@ def stop_run(store: ExperimentStore, experiment_id: str, dag_id: str | None, run
     and the experiment will not go on, so a trialConcurrency a person changed goes back to the
     config's for the DAG's next one. Every trial task of the run may call this: it marks once."""
     from trialflow import steering
-    from trialflow.tuning.concurrency_changes import clear
+    from trialflow.experiment import GROUP_ATTR
+    from trialflow.tuning.concurrency_changes import clear, limits_key
 
     if dag_id:
-        clear(store.engine, dag_id, experiment_id)
+        group = store.experiment_attr(experiment_id, GROUP_ATTR) if store.experiment_exists(experiment_id) else None
+        clear(store.engine, limits_key(dag_id, group), experiment_id)
     try:
         steering.stop_runs(store, experiment_id, by, reason, [run_id], "stop run")
     except steering.ActionRefused as exc:  # a run without a window has nothing more to stop

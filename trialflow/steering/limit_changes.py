@@ -7,11 +7,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from trialflow.config.units import whole_number
-from trialflow.experiment import LIMITS_ATTR
+from trialflow.experiment import GROUP_ATTR, LIMITS_ATTR
 from trialflow.run_windows import RunWindows
 from trialflow.steering.base import BadInput, UnknownTarget, check_running, record_action
 from trialflow.steering.stops import DEADLINE_CHANGE
-from trialflow.tuning.concurrency_changes import write_concurrency
+from trialflow.tuning.concurrency_changes import limits_key, write_concurrency
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
@@ -105,7 +105,8 @@ def change_limits(store: ExperimentStore, experiment_id: str, by: str, changes: 
     store.update_experiment_attr(experiment_id, LIMITS, lambda old: {**(old or {}), **checked})
     dag_id = store.experiment_attr(experiment_id, "dag_id")
     if "trialConcurrency" in checked and dag_id:
-        write_concurrency(store.engine, dag_id, experiment_id, checked["trialConcurrency"])
+        group = store.experiment_attr(experiment_id, GROUP_ATTR)
+        write_concurrency(store.engine, limits_key(dag_id, group), experiment_id, checked["trialConcurrency"])
 
     def said(key: str, value: Any) -> str:
         if key == "maxExperimentDuration" and isinstance(value, float) and math.isfinite(value):

@@ -43,14 +43,24 @@ def kill_trial(store: ExperimentStore, experiment_id: str, trial_index: int, by:
 
 
 def stop_task_trial(
-    store: ExperimentStore, dag_id: str, run_id: str, map_index: int, reason: str, by: str = "Airflow"
+    store: ExperimentStore,
+    dag_id: str,
+    run_id: str,
+    map_index: int,
+    reason: str,
+    by: str = "Airflow",
+    group: str | None = None,
 ) -> tuple[str, TrialRecord] | None:
     """Ask the trial behind trial task ``map_index`` of run ``run_id`` of DAG ``dag_id`` to stop
     (the stop request its follower acts on), when it still runs: (its experiment, the trial), or
     None when there is none or it ended. What Airflow's own buttons do, recorded where the click happens (the
     api-server): measured, a task marked failed just as it deferred was set back to deferred by
     Airflow's deferral, its trigger never saw an on_kill and the trial ran to its end."""
+    from trialflow.experiment import GROUP_ATTR
+
     for experiment_id in store.experiments_with_attr("dag_id", dag_id):
+        if store.experiment_attr(experiment_id, GROUP_ATTR) != group:
+            continue  # another task group's experiment (``group``: the trial task's group)
         windows = RunWindows(store, experiment_id)
         if not windows.has(run_id):
             continue

@@ -27,6 +27,12 @@ DAG_LIMITS = sa.Table(
 )
 
 
+def limits_key(dag_id: str, group: str | None = None) -> str:
+    """The row of the experiment of ``dag_id`` (or of its task group ``group``: a DAG may hold
+    several experiments, each its own mapped trial task). Airflow ids never hold ':'."""
+    return dag_id if group is None else f"{dag_id}:{group}"
+
+
 def read_concurrency(engine: sa.Engine, dag_id: str) -> int | None:
     """The changed trialConcurrency of ``dag_id``'s running experiment, or None (none changed,
     or a store made before this table: nothing was ever changed there)."""

@@ -25,15 +25,15 @@ from airflow.listeners import hookimpl
 
 log = logging.getLogger(__name__)
 
-#: The mapped trial task of experiment DAGs (trialflow.dag).
-TRIAL_TASK_ID = "trial"
-
 
 def _stop(task_instance: Any, state: str) -> None:
     """Write the stop request for the trial of a trial task a person set to ``state``; never
     raises (a listener's error must not fail the person's request)."""
     try:
-        if getattr(task_instance, "task_id", None) != TRIAL_TASK_ID:
+        from trialflow.task_ids import trial_task_group
+
+        is_trial, group = trial_task_group(str(getattr(task_instance, "task_id", "")))
+        if not is_trial:
             return
         map_index = int(getattr(task_instance, "map_index", -1))
         if map_index < 0:
@@ -47,7 +47,9 @@ def _stop(task_instance: Any, state: str) -> None:
         if whole_run:  # the DAG run was marked failed (its tasks with it): no trial of it starts
             reason += f"; DAG run {task_instance.run_id} is failed"
         store = action_store()
-        asked = steering.stop_task_trial(store, task_instance.dag_id, task_instance.run_id, map_index, reason)
+        asked = steering.stop_task_trial(
+            store, task_instance.dag_id, task_instance.run_id, map_index, reason, group=group
+        )
         if asked is None:
             return
         experiment_id, record = asked
