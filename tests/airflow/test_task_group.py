@@ -164,8 +164,11 @@ def test_relative_paths_of_a_python_experiment_start_at_the_dag_file(tmp_path):
 @pytest.mark.parametrize(
     "change, key, words",
     [
-        ({"trainingService": {"platform": "remote", "machineList": [{"host": "h", "user": "u", "password": "pw"}]}},
-         ("trainingService", "machineList", 0, "password"), "a secret"),
+        (
+            {"trainingService": {"platform": "remote", "machineList": [{"host": "h", "user": "u", "password": "pw"}]}},
+            ("trainingService", "machineList", 0, "password"),
+            "a secret",
+        ),
         ({"trialCommand": "API_TOKEN=abc python3 t.py", "trialFunction": None}, ("trialCommand",), "a secret"),
         ({"maxTrialNumber": {1, 2}}, ("maxTrialNumber",), "got set"),
     ],

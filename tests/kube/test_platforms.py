@@ -546,3 +546,38 @@ def test_the_kubeflow_seeds_nfs_without_a_local_mount(
     assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
     assert values(recorder) == ([21.0], [42.0])
     platform.cleanup_sync(exp)
+
+
+def test_a_function_trial_runs_in_every_role_that_has_no_command(
+    kube_cluster: KubeCluster, kube_controller: TestController, tmp_path: Path
+):
+    """Issue 39: ``trialFunction`` with a PyTorchJob whose roles name no command: each replica
+    runs the function from the code shipped beside trialflow's SDK (nothing installed in the pod)."""
+    from trialflow.config import load_config
+
+    code = tmp_path / "code"
+    (code / "models").mkdir(parents=True)
+    (code / "models" / "__init__.py").write_text("")
+    (code / "models" / "train.py").write_text(
+        "import trialflow.trial as t\n\ndef objective(params):\n"
+        "    for i in range(2):\n        t.report_intermediate_result(i + params['x'])\n"
+        "    return {'default': params['x'] * 10, 'loss': 0.25}\n"
+    )
+    role = "{replicas: 1, cpuNumber: 1, memorySize: 256mb}"
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialFunction: models.train:objective\n"
+        "trialCodeDirectory: code\ntrialConcurrency: 1\ntuner: {name: Random}\n"
+        f"trainingService:\n  platform: kubeflow\n  operator: pytorch-operator\n  kubeconfig: {kube_cluster.kubeconfig}\n"
+        f"  master: {role}\n  worker: {role}\n"
+    )
+    config = load_config(tmp_path / "config.yml")
+    service = config.training_service[0]
+    assert service.master.command == service.worker.command == config.function_command
+    platform = get_platform_entry("kubeflow").load().from_config(service, tmp_path / "exp")
+    exp = experiment_id()
+    platform.prepare_sync(exp)
+    handle = platform.submit_sync(TrialSpec(exp, f"{exp}-0000", 0, 0, {"x": 1.5}, config.function_command, code))
+    outcome, recorder = follow(platform, handle)
+    assert outcome.status == TrialStatus.SUCCEEDED, (outcome, kube_controller.errors)
+    assert values(recorder) == ([1.5, 2.5], [{"default": 15.0, "loss": 0.25}])
+    platform.cleanup_sync(exp)

@@ -131,7 +131,7 @@ def test_a_task_group_reaches_its_own_experiment_only(store):
         store.open_experiment(eid)
         store.set_experiment_attrs(eid, {"dag_id": "dag_a", GROUP_ATTR: group})
     check_owner(store, ids["tune_a"], "dag_a", {"experiments": {"tune_a": ids["tune_a"]}}, group="tune_a")
-    with pytest.raises(ExperimentNotOwned, match="conf experiments.tune_b: .* not an experiment of task group 'tune_b'"):
+    with pytest.raises(ExperimentNotOwned, match="experiments.tune_b: .* not an experiment of task group 'tune_b'"):
         check_owner(store, ids["tune_a"], "dag_a", {"experiments": {"tune_b": ids["tune_a"]}}, group="tune_b")
     with pytest.raises(ExperimentNotOwned, match="conf experiment_id: .* task group 'tune_b' of DAG 'dag_a'"):
         check_owner(store, ids["tune_a"], "dag_a", {"experiment_id": ids["tune_a"]}, group="tune_b")

@@ -136,7 +136,11 @@ def test_trial_tasks_carry_trial_and_platform_links(ui: UiSetup):
     assert links["Trial"].startswith("/plugin/trialflow?") and "map_index=2" in links["Trial"]
     assert links["Platform"] == f"https://platform.example/jobs/{ui.experiment_id}/{ui.experiment_id}-0002"
     resolved = ui.get("resolve", dag_id=ui.dag_id, run_id=ui.run_id, map_index=2).json()
-    assert resolved == {"experiment_id": ui.experiment_id, "trial_index": 2}
+    assert resolved == {
+        "experiment_id": ui.experiment_id,
+        "trial_index": 2,
+        "experiments": [{"experiment_id": ui.experiment_id, "task_group": None, "name": f"{XSS} pages"}],
+    }
 
 
 @pytest.mark.parametrize(

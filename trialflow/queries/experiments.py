@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from trialflow.experiment import GROUP_ATTR
 from trialflow.queries.objectives import objectives_of
 from trialflow.queries.tables import (
     ACTIVE,
@@ -81,7 +82,16 @@ def _times_and_best(conn: sa.Connection, study_ids: Sequence[int] | None) -> dic
     }
 
 
-_LIST_ATTRS = ("experiment_name", "dag_id", "run_id", "platform", "optimize_mode", "config", OBJECTIVES_ATTR)
+_LIST_ATTRS = (
+    "experiment_name",
+    "dag_id",
+    GROUP_ATTR,
+    "run_id",
+    "platform",
+    "optimize_mode",
+    "config",
+    OBJECTIVES_ATTR,
+)
 
 
 @dataclass(frozen=True)
@@ -106,6 +116,9 @@ class ExperimentRow:
     #: Several objectives: how many trials are in the Pareto set (``best`` is then None: there is
     #: no single best); None with one objective.
     pareto_size: int | None = None
+    #: The task group of the DAG whose experiment this is (ExperimentTaskGroup); None for a
+    #: whole-DAG experiment.
+    task_group: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -175,6 +188,7 @@ def list_experiments(engine: Engine) -> list[ExperimentRow]:
                 active=any(c.get(s) for s in ACTIVE),
                 stopped=stopped_of(windows.get(sid, [])),
                 pareto_size=pareto_size,
+                task_group=a.get(GROUP_ATTR),
             )
         )
     return sorted(rows, key=lambda r: r.started or 0, reverse=True)
@@ -247,6 +261,7 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         "experiment_id": experiment_id,
         "name": attrs.get("experiment_name"),
         "dag_id": attrs.get("dag_id"),
+        "task_group": attrs.get(GROUP_ATTR),
         "run_id": attrs.get("run_id"),
         "platform": attrs.get("platform"),
         "optimize_mode": mode,

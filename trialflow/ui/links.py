@@ -29,9 +29,13 @@ def base_url() -> str:
     return base.rstrip("/") + "/"
 
 
-def trial_page(dag_id: str, run_id: str, map_index: int) -> str:
-    """The page resolves the run and map index to its experiment and trial."""
-    return f"{base_url()}plugin/trialflow?" + urlencode({"dag_id": dag_id, "run_id": run_id, "map_index": map_index})
+def trial_page(dag_id: str, run_id: str, map_index: int, task_id: str | None = None) -> str:
+    """The page resolves the run, task and map index to its experiment and trial (the task id
+    tells a DAG's experiment task groups apart)."""
+    query: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id, "map_index": map_index}
+    if task_id is not None and task_id != "trial":
+        query["task_id"] = task_id
+    return f"{base_url()}plugin/trialflow?" + urlencode(query)
 
 
 def experiment_page(experiment_id: str) -> str:
@@ -62,7 +66,7 @@ class TrialLink(BaseOperatorLink):
     name = "Trial"
 
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
-        return trial_page(ti_key.dag_id, ti_key.run_id, ti_key.map_index)
+        return trial_page(ti_key.dag_id, ti_key.run_id, ti_key.map_index, ti_key.task_id)
 
 
 class PlatformLink(BaseOperatorLink):

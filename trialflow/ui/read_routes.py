@@ -13,7 +13,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response, StreamingResponse
 
-from trialflow import queries
+from trialflow import queries, task_ids
 from trialflow.run_windows import RunWindow
 from trialflow.ui.access import (
     MAX_INT,
@@ -46,9 +46,12 @@ STOPPING_EVENTS = (
 )
 
 
-def airflow_actions(dag_id: str | None, run_id: str | None, map_index: int | None) -> list[dict[str, Any]]:
-    """Who acted on the trial's task or its DAG run with Airflow's own buttons (Airflow's audit
-    log): the store says what stopped a trial ("its task was marked failed"), this says who."""
+def airflow_actions(
+    dag_id: str | None, run_id: str | None, map_index: int | None, trial_task: str = task_ids.TRIAL
+) -> list[dict[str, Any]]:
+    """Who acted on the trial's task (``trial_task``: ``trial``, or ``<group>.trial`` in an
+    experiment task group) or its DAG run with Airflow's own buttons (Airflow's audit log): the
+    store says what stopped a trial ("its task was marked failed"), this says who."""
     if not dag_id or not run_id:
         return []
     from airflow.models.log import Log
@@ -68,12 +71,12 @@ def airflow_actions(dag_id: str | None, run_id: str | None, map_index: int | Non
             details = json.loads(extra or "{}")
         except ValueError:
             details = {}
-        if task_id not in (None, "trial") or event == "patch_task_instance_dry_run":
+        if task_id not in (None, trial_task) or event == "patch_task_instance_dry_run":
             continue
-        if task_id == "trial" and str(details.get("map_index", map_index)) != str(map_index):
+        if task_id == trial_task and str(details.get("map_index", map_index)) != str(map_index):
             continue  # another trial's task
         named = details.get("task_ids") if event == "post_clear_task_instances" else None
-        if isinstance(named, list) and not any(t == "trial" or t == ["trial", map_index] for t in named):
+        if isinstance(named, list) and not any(t == trial_task or t == [trial_task, map_index] for t in named):
             continue  # a clear of other tasks
         what = details.get("new_state") or details.get("state") or ("clear" if "clear" in event else None)
         found.append({"at": dttm.timestamp() if dttm else None, "by": owner, "event": event, "state": what})
@@ -89,8 +92,11 @@ def _map_index(summary: dict[str, Any], trial_index: int) -> tuple[str | None, i
     return summary.get("run_id"), trial_index
 
 
-def _ti_url(dag_id: str, run_id: str, map_index: int) -> str:
-    return f"{base_url()}dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/tasks/trial/mapped/{map_index}"
+def _ti_url(dag_id: str, run_id: str, map_index: int, trial_task: str = task_ids.TRIAL) -> str:
+    return (
+        f"{base_url()}dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/tasks/"
+        f"{quote(trial_task, safe='')}/mapped/{map_index}"
+    )
 
 
 def _log_tail(handle: dict[str, Any]) -> list[dict[str, str]]:
@@ -226,15 +232,16 @@ def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, 
     handle = detail.get("handle") or {}
     run_id, map_index = _map_index(summary, trial_index)
     links = []
+    trial_task = task_ids.task_id(task_ids.TRIAL, summary.get("task_group"))
     if summary.get("dag_id") and run_id is not None and map_index is not None:
-        ti = _ti_url(summary["dag_id"], run_id, map_index)
+        ti = _ti_url(summary["dag_id"], run_id, map_index, trial_task)
         links += [{"label": "Task instance", "href": ti}, {"label": "Task log", "href": ti + "?tab=logs"}]
     web = platform_url(_web_url_template(summary, handle.get("platform")), {**handle, "experiment_id": experiment_id})
     if web:
         links.append({"label": "Platform", "href": web})
     detail.update(map_index=map_index, links=links, log=_log_tail(handle), location=_location(handle))
     detail["may_edit"] = may_edit_dag(user, summary.get("dag_id"))
-    detail["airflow_actions"] = airflow_actions(summary.get("dag_id"), run_id, map_index)
+    detail["airflow_actions"] = airflow_actions(summary.get("dag_id"), run_id, map_index, trial_task)
     # the page offers a re-run only where the action is allowed: while its experiment runs
     runs, _ = dag_runs({(summary["dag_id"], summary["run_id"])} if summary.get("dag_id") else set())
     detail["experiment_state"], detail["experiment_active"] = run_state(summary, runs)
@@ -303,17 +310,37 @@ def export_json(user: User, experiment_id: str) -> Response:
 
 @router.get("/api/resolve")
 def resolve(
-    user: User, dag_id: str, run_id: str, map_index: Annotated[int | None, Query(ge=-1, le=MAX_INT)] = None
+    user: User,
+    dag_id: str,
+    run_id: str,
+    map_index: Annotated[int | None, Query(ge=-1, le=MAX_INT)] = None,
+    task_id: Annotated[str | None, Query(max_length=250)] = None,
 ) -> dict[str, Any]:
-    """The experiment (and trial) of a DAG run's task instance: for extra links and the run tab."""
+    """The experiment (and trial) of a DAG run's task instance, for extra links, and every
+    experiment of the run (one per experiment task group), for the run tab. ``task_id``: the
+    task's id, whose group (``tune.trial``) says which of the run's experiments is meant."""
     if not may_read_dag(user, dag_id):
         raise HTTPException(status_code=403, detail="you may not read this DAG")
-    found = [r for r in queries.list_experiments(store_engine()) if r.dag_id == dag_id]
-    for row in found:
+    group = task_id.rpartition(".")[0] or None if task_id is not None else None
+    held: list[tuple[Any, int | None]] = []
+    for row in queries.list_experiments(store_engine()):
+        if row.dag_id != dag_id or (task_id is not None and row.task_group != group):
+            continue
         summary = queries.experiment_summary(store_engine(), row.experiment_id)
         for raw in summary.get("runs", []):
             if raw.get("run_id") == run_id:
                 # -1: an unmapped trial task (a hand-written DAG): its run's one trial
                 index = None if map_index is None else RunWindow.parse(raw).first_index + max(map_index, 0)
-                return {"experiment_id": row.experiment_id, "trial_index": index}
-    raise HTTPException(status_code=404, detail="this DAG run has no trialflow experiment")
+                held.append((row, index))
+                break
+    if not held:
+        raise HTTPException(status_code=404, detail="this DAG run has no trialflow experiment")
+    held.sort(key=lambda found: found[0].task_group or "")
+    first, index = held[0]
+    return {
+        "experiment_id": first.experiment_id,
+        "trial_index": index,
+        "experiments": [
+            {"experiment_id": row.experiment_id, "task_group": row.task_group, "name": row.name} for row, _ in held
+        ],
+    }

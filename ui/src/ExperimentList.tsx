@@ -68,7 +68,7 @@ export function ExperimentList({ dagId, onOpen }: { dagId?: string; onOpen: (row
                   href={`?experiment=${encodeURIComponent(row.experiment_id)}`}>{row.experiment_id}</Link></Table.Cell>
                 <Table.Cell>{visible(row.name)}</Table.Cell>
                 <Table.Cell>
-                  <Text>{row.dag_id}{row.dag_exists ? "" : " (DAG gone)"}</Text>
+                  <Text>{row.dag_id}{row.task_group ? <Text as="span" color="fg.muted"> · {row.task_group}</Text> : null}{row.dag_exists ? "" : " (DAG gone)"}</Text>
                   <Text fontSize="xs" color="fg.muted">{row.run_id}</Text>
                 </Table.Cell>
                 <Table.Cell><StatusBadge status={row.state} /></Table.Cell>

@@ -2,8 +2,8 @@
 // plugin and renders globalThis[name] with {dagId, runId, taskId, mapIndex}: the same app serves
 // the nav page (every experiment), the DAG tab (its runs' experiments) and the DAG run tab (the
 // run's experiment). Drill-down state lives in the page's query string.
-import { useEffect } from "react";
-import { Box, Text } from "@chakra-ui/react";
+import { useEffect, useState } from "react";
+import { Box, Button, HStack, Text } from "@chakra-ui/react";
 import { type ExperimentRow, getJson, prefetch } from "./api";
 import { ErrorBox, Loading } from "./common";
 import { ExperimentList } from "./ExperimentList";
@@ -34,14 +34,21 @@ function Experiment({ experimentId, embedded }: { experimentId: string; embedded
   );
 }
 
-/** A link from a trial task instance (?dag_id&run_id&map_index): find its experiment and trial. */
-function Resolve({ dagId, runId, mapIndex }: { dagId: string; runId: string; mapIndex: string | null }) {
+/** What the resolve route says of a DAG run: the experiment a task meant, and all of the run's. */
+interface Resolved {
+  experiment_id: string;
+  trial_index: number | null;
+  experiments?: { experiment_id: string; task_group: string | null; name: string | null }[];
+}
+
+/** A link from a trial task instance (?dag_id&run_id&map_index[&task_id]): find its experiment and trial. */
+function Resolve({ dagId, runId, mapIndex, taskId }: { dagId: string; runId: string; mapIndex: string | null; taskId: string | null }) {
   const [, update] = useUrlState();
-  const { data, error } = useLoad(() => getJson<{ experiment_id: string; trial_index: number | null }>("resolve",
-    { dag_id: dagId, run_id: runId, map_index: mapIndex }), [dagId, runId, mapIndex]);
+  const { data, error } = useLoad(() => getJson<Resolved>("resolve",
+    { dag_id: dagId, run_id: runId, map_index: mapIndex, task_id: taskId }), [dagId, runId, mapIndex, taskId]);
   useEffect(() => {
     if (data) {
-      update({ dag_id: null, run_id: null, map_index: null, experiment: data.experiment_id,
+      update({ dag_id: null, run_id: null, map_index: null, task_id: null, experiment: data.experiment_id,
         trial: data.trial_index === null ? null : String(data.trial_index) }, true);
     }
   }, [data, update]);
@@ -54,7 +61,9 @@ export function ExperimentsApp(props: Props) {
   const experiment = params.get("experiment");
   const linkDag = params.get("dag_id");
   const linkRun = params.get("run_id");
-  if (linkDag && linkRun) return <Resolve dagId={linkDag} runId={linkRun} mapIndex={params.get("map_index")} />;
+  if (linkDag && linkRun) {
+    return <Resolve dagId={linkDag} runId={linkRun} mapIndex={params.get("map_index")} taskId={params.get("task_id")} />;
+  }
   if (experiment) {
     return (
       <Box>
@@ -66,16 +75,34 @@ export function ExperimentsApp(props: Props) {
   return <ExperimentList dagId={props.dagId} onOpen={(row: ExperimentRow) => update({ experiment: row.experiment_id })} />;
 }
 
-/** The DAG run tab: that run's experiment. */
+/** The DAG run tab: that run's experiment, or a choice of its experiments (one per task group). */
 export function RunExperimentApp({ dagId, runId }: Props) {
-  const { data, error } = useLoad(() => getJson<{ experiment_id: string | null }>("resolve",
+  const { data, error } = useLoad(() => getJson<Resolved>("resolve",
     { dag_id: dagId, run_id: runId }), [dagId, runId]);
+  const [chosen, choose] = useState<string | null>(null);
   if (error) {
     if ((error as { status?: number }).status === 404) return <Text color="fg.muted" p={2}>This DAG run has no trialflow experiment.</Text>;
     return <ErrorBox error={error} />;
   }
   if (!data?.experiment_id) return <Loading />;
-  return <Experiment experimentId={data.experiment_id} embedded />;
+  const all = data.experiments ?? [];
+  const shown = chosen ?? data.experiment_id;
+  return (
+    <Box>
+      {all.length > 1 ? (
+        <HStack gap={2} mb={3} wrap="wrap" data-testid="run-experiments">
+          <Text fontSize="sm" color="fg.muted">This run holds {all.length} experiments:</Text>
+          {all.map((e) => (
+            <Button key={e.experiment_id} size="xs" variant={e.experiment_id === shown ? "solid" : "outline"}
+              onClick={() => choose(e.experiment_id)} data-testid={`run-experiment-${e.task_group ?? "dag"}`}>
+              {e.task_group ?? "DAG"}{e.name ? ` · ${e.name}` : ""} ({e.experiment_id})
+            </Button>
+          ))}
+        </HStack>
+      ) : null}
+      <Experiment key={shown} experimentId={shown} embedded />
+    </Box>
+  );
 }
 
 // Opening an experiment's page: its data is on the way before React has mounted anything.
