@@ -567,7 +567,8 @@ def test_a_function_trial_runs_in_every_role_that_has_no_command(
     (tmp_path / "config.yml").write_text(
         "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialFunction: models.train:objective\n"
         "trialCodeDirectory: code\ntrialConcurrency: 1\ntuner: {name: Random}\n"
-        f"trainingService:\n  platform: kubeflow\n  operator: pytorch-operator\n  kubeconfig: {kube_cluster.kubeconfig}\n"
+        "trainingService:\n  platform: kubeflow\n  operator: pytorch-operator\n"
+        f"  kubeconfig: {kube_cluster.kubeconfig}\n"
         f"  master: {role}\n  worker: {role}\n"
     )
     config = load_config(tmp_path / "config.yml")
