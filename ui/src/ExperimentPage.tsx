@@ -140,6 +140,7 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
           <Text fontSize="sm" color="fg.muted">
             experiment <Code fontSize="xs">{current.experiment_id}</Code>
             {current.dag_id ? <> · DAG <Link href={airflowUrl(`dags/${encodeURIComponent(current.dag_id)}`)}>{current.dag_id}</Link></> : null}
+            {current.task_group ? <> · task group <Code fontSize="xs" data-testid="task-group">{current.task_group}</Code></> : null}
             {current.links.dag_run ? <> · <Link href={current.links.dag_run}>run {current.run_id}</Link></> : null}
             {live ? " · refreshing every 5 s" : ""}
           </Text>

@@ -62,6 +62,8 @@ export interface Summary {
   experiment_id: string;
   name: string | null;
   dag_id: string | null;
+  /** The experiment task group of the DAG whose experiment this is (null: the whole DAG's). */
+  task_group?: string | null;
   run_id: string | null;
   platform: string | null;
   optimize_mode: "maximize" | "minimize";

@@ -90,7 +90,7 @@ export function RunExperimentApp({ dagId, runId }: Props) {
   return (
     <Box>
       {all.length > 1 ? (
-        <HStack gap={2} mb={3} wrap="wrap" data-testid="run-experiments">
+        <HStack gap={2} mt={2} mb={3} wrap="wrap" data-testid="run-experiments">
           <Text fontSize="sm" color="fg.muted">This run holds {all.length} experiments:</Text>
           {all.map((e) => (
             <Button key={e.experiment_id} size="xs" variant={e.experiment_id === shown ? "solid" : "outline"}

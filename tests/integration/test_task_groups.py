@@ -1,0 +1,100 @@
+"""Experiments as task groups of an author's DAG, under the real scheduler and triggerer (issue 39):
+two groups side by side (function trials from a config written in the DAG file, an NNI script from
+a YAML file) between the author's own tasks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.helpers.airflow import Harness
+from tests.helpers.groups import GROUPS, groups_dag
+from trialflow.experiment import GROUP_ATTR
+from trialflow.platforms.base import experiment_id_for
+from trialflow.tuning.results import best_row
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def groups_run(harness: Harness) -> tuple[str, str]:
+    dag_id, _ = groups_dag(harness, "groups")
+    run_id, state = harness.run(dag_id, timeout=400)
+    assert state == "success"
+    return dag_id, run_id
+
+
+def test_each_group_is_its_own_experiment_and_the_downstream_task_gets_exactly_the_best(
+    harness: Harness, groups_run: tuple[str, str]
+):
+    dag_id, run_id = groups_run
+    store = harness.store
+    best = {}
+    for group, count in (("tune_fn", 4), ("tune_script", 3)):
+        experiment_id = experiment_id_for(dag_id, run_id, group)
+        assert store.experiment_attr(experiment_id, "dag_id") == dag_id
+        assert store.experiment_attr(experiment_id, GROUP_ATTR) == group
+        rows = store.trial_rows(experiment_id)
+        assert [r.status for r in rows] == ["SUCCEEDED"] * count, rows
+        tis = harness.tis(dag_id, run_id, f"{group}.trial")
+        assert [ti["state"] for ti in tis] == ["success"] * count
+        top = best_row(rows, "maximize")
+        best[group] = top.parameters
+        summary = harness.xcom(dag_id, run_id, f"{group}.end_experiment")
+        assert summary["experiment_id"] == experiment_id and summary["best"]["trial_id"] == top.trial_id
+    # the function's return value is the trial's final result; its reports are intermediate ones
+    fn_rows = store.trial_rows(experiment_id_for(dag_id, run_id, "tune_fn"))
+    assert all(r.final_metric == pytest.approx(-((r.parameters["C"] - 1.0) ** 2)) for r in fn_rows)
+    assert all(r.intermediate_count == 2 for r in fn_rows)
+    assert harness.xcom(dag_id, run_id, "pick") == {"function": best["tune_fn"], "script": best["tune_script"]}
+    # each group published on its own Asset
+    for group in GROUPS:
+        publish = harness.tis(dag_id, run_id, f"{group}.publish_best")[0]
+        assert publish["state"] == "success"
+        assert harness.xcom(dag_id, run_id, f"{group}.publish_best")["parameters"] == best[group]
+
+
+def test_a_conf_naming_the_other_groups_experiment_is_refused(harness: Harness, groups_run: tuple[str, str]):
+    dag_id, first_run = groups_run
+    theirs = experiment_id_for(dag_id, first_run, "tune_fn")
+    before = harness.store.experiment_attrs(theirs)
+    run_id = harness.airflow.trigger(dag_id, conf={"experiments": {"tune_script": theirs}})
+    _, state = harness.wait(dag_id, run_id, 400)
+    assert state == "failed"
+    (start,) = harness.tis(dag_id, run_id, "tune_script.start_experiment")
+    assert start["state"] == "failed"
+    log = harness.airflow.api(
+        "GET",
+        f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/tune_script.start_experiment/logs/1",
+        params={"full_content": True},
+    ).text
+    assert f"dag run conf experiments.tune_script: {theirs!r} is not an experiment of task group 'tune_script'" in log
+    assert harness.store.experiment_attrs(theirs) == before  # nothing was written to it
+    # the other group of the same run ran its own new experiment, untouched by the refusal
+    own = experiment_id_for(dag_id, run_id, "tune_fn")
+    assert [r.status for r in harness.store.trial_rows(own)] == ["SUCCEEDED"] * 4
+    assert not harness.store.experiment_exists(experiment_id_for(dag_id, run_id, "tune_script"))
+
+
+def test_a_python_experiment_with_an_error_fails_the_dag_import_naming_the_key(harness: Harness):
+    dag_file = harness.airflow.dags_folder / "broken_groups.py"
+    dag_file.write_text(
+        "# an airflow DAG\nfrom airflow.sdk import DAG\nfrom trialflow.task_group import ExperimentTaskGroup\n\n"
+        'with DAG("it_broken_groups", schedule=None):\n'
+        '    ExperimentTaskGroup("tune", {"searchSpace": {"C": {"_type": "uniform", "_value": [2, 1]}},\n'
+        '        "trialFunction": "models:objective", "trialConcurrency": 1,\n'
+        '        "tuner": {"name": "TPE"}, "trainingService": {"platform": "local"}})\n'
+    )
+    deadline = time.monotonic() + 90
+    errors: list[dict] = []
+    while time.monotonic() < deadline and not errors:
+        found = harness.airflow.api("GET", "/importErrors", params={"limit": 100}).json()["import_errors"]
+        errors = [e for e in found if e["filename"].endswith("broken_groups.py")]
+        time.sleep(0.5)
+    try:
+        assert errors, "the DAG file should show an import error"
+        assert f"{dag_file}: searchSpace.C._value: uniform needs low < high" in errors[0]["stack_trace"]
+        assert harness.airflow.api("GET", "/dags/it_broken_groups").status_code == 404
+    finally:
+        dag_file.unlink()
