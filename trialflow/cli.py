@@ -62,28 +62,79 @@ def trials_sentence(config: ExperimentConfig) -> str:
     return f"trials without a limit {until}, {count} per DAG run"
 
 
+class NoExperiment(Exception):
+    """A DAG file that builds no experiment, or cannot be imported (the message says which)."""
+
+
+def experiments_in(path: str) -> list[tuple[str, str]]:
+    """(label, config source) of each experiment ``path`` holds: a config file is one; a DAG file
+    (``.py``) is imported, as Airflow would, and holds every experiment_dag and
+    ExperimentTaskGroup it builds (configs written in it included). Raises ConfigError for a
+    config of it that does not validate, NoExperiment when there is nothing to check."""
+    if not path.endswith(".py"):
+        return [(path, path)]
+    import runpy
+
+    from trialflow.task_group import collecting
+
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise NoExperiment(f"{path}: file not found")
+    with collecting() as found:
+        try:
+            runpy.run_path(str(file), run_name="__trialflow_check__")
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise NoExperiment(f"{path}: the DAG file did not import: {type(exc).__name__}: {exc}") from None
+    if not found:
+        raise NoExperiment(f"{path}: builds no experiment (experiment_dag or ExperimentTaskGroup)")
+    return found
+
+
+def _each(path: str) -> list[tuple[str, ExperimentConfig]] | None:
+    """Every experiment of ``path`` loaded, or None after printing what is wrong."""
+    try:
+        sources = experiments_in(path)
+    except (ConfigError, NoExperiment) as exc:
+        _fail(exc)
+        return None
+    loaded = []
+    for label, source in sources:
+        config = _load(source)
+        if config is None:
+            return None
+        loaded.append((label, config))
+    return loaded
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from trialflow.experiment import check_runnable
 
-    config = _load(args.config)
-    if config is None:
+    loaded = _each(args.config)
+    if loaded is None:
         return 1
-    problems = check_runnable(config)
-    if problems:
-        return _fail(ConfigError(problems))
-    print(
-        f"{args.config}: OK ({', '.join(config.platform_names)}; {trials_sentence(config)}, "
-        f"{config.trial_concurrency} at a time)",
-        file=sys.stderr,
-    )
+    for label, config in loaded:
+        problems = check_runnable(config)
+        if problems:
+            return _fail(ConfigError(problems))
+        print(
+            f"{label}: OK ({', '.join(config.platform_names)}; {trials_sentence(config)}, "
+            f"{config.trial_concurrency} at a time)",
+            file=sys.stderr,
+        )
     return 0
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    config = _load(args.config)
-    if config is None:
+    loaded = _each(args.config)
+    if loaded is None:
         return 1
-    sys.stdout.write(yaml.safe_dump(to_v2_dict(config), sort_keys=False, allow_unicode=True))
+    several = len(loaded) > 1
+    for label, config in loaded:
+        if several:  # one YAML document per experiment of the DAG file, each named
+            sys.stdout.write(f"---\n# {label}\n")
+        sys.stdout.write(yaml.safe_dump(to_v2_dict(config), sort_keys=False, allow_unicode=True))
     return 0
 
 
@@ -91,8 +142,18 @@ def cmd_render(args: argparse.Namespace) -> int:
     from trialflow.render import render_trial
 
     try:
-        rendered = render_trial(args.config, args.trial_index, Path(args.home) if args.home else None)
-    except ConfigError as exc:
+        sources = experiments_in(args.config)
+        if len(sources) > 1 and not args.experiment:
+            names = ", ".join(label for label, _ in sources)
+            raise NoExperiment(
+                f"{args.config} builds {len(sources)} experiments ({names}): choose one with --experiment"
+            )
+        wanted = args.experiment
+        chosen = [s for label, s in sources if not wanted or wanted in (label, label.rpartition(" / ")[2])]
+        if not chosen:
+            raise NoExperiment(f"{args.config}: no experiment named {args.experiment!r}")
+        rendered = render_trial(chosen[0], args.trial_index, Path(args.home) if args.home else None)
+    except (ConfigError, NoExperiment) as exc:
         return _fail(exc)
     objects = rendered["submission"].get("objects")
     if objects is None:
@@ -527,15 +588,20 @@ def _store_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trialflow", description="NNI experiments on Apache Airflow.")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("validate", help="check a config (NNI v1 or v2); exit 0 if it can run")
+    p = sub.add_parser(
+        "validate", help="check a config (NNI v1 or v2), or the experiments of a DAG file; exit 0 if they can run"
+    )
     p.add_argument("config")
     p.set_defaults(func=cmd_validate)
-    p = sub.add_parser("convert", help="print the NNI v2 form of a config (v1 configs are converted)")
+    p = sub.add_parser(
+        "convert", help="print the NNI v2 form of a config (v1 configs are converted) or of a DAG file's experiments"
+    )
     p.add_argument("config")
     p.set_defaults(func=cmd_convert)
     p = sub.add_parser("render", help="print what would be submitted for one trial, without submitting")
     p.add_argument("config")
     p.add_argument("--trial-index", type=int, default=0)
+    p.add_argument("--experiment", help="which experiment of a DAG file with several: its task group id")
     p.add_argument(
         "--home", help="the `trialflow run` home whose folders to show (default: .trialflow/ beside the config)"
     )

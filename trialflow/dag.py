@@ -21,6 +21,7 @@ from trialflow.task_group import (
     DEFAULT_RETRIES,
     EXPERIMENT_DEFAULT_ARGS,
     add_experiment_tasks,
+    built,
     config_source,
     plan_origin,
     stays_on_host,
@@ -63,7 +64,8 @@ def experiment_dag(
 
     The tasks are an ExperimentTaskGroup's (trialflow.task_group), at the DAG's top.
     """
-    plan = load_plan(config_source(config_path))  # the full check, unless it passed before (trialflow.plan)
+    source = config_source(config_path)
+    plan = load_plan(source)  # the full check, unless it passed before (trialflow.plan)
     count = trials_in_run(plan, trials_per_run)
     default_args = {**EXPERIMENT_DEFAULT_ARGS, **dag_kwargs.pop("default_args", {})}
     queue = stays_on_host(plan, default_args, local_queue)
@@ -80,6 +82,7 @@ def experiment_dag(
         if origin != plan.config_path:
             raise ValueError("dag_id: an experiment written in the DAG file needs a dag_id")
         dag_id = default_dag_id(Path(origin), plan.experiment_name)
+    built(dag_id, source)
     with DAG(dag_id, default_args=default_args, **dag_kwargs) as dag:
         add_experiment_tasks(
             plan,

@@ -35,10 +35,11 @@ def render_trial(config_path: str | Path, trial_index: int = 0, home: Path | Non
                 )
             ]
         )
+    origin = Path(config.source_file or config_path)  # a config written in a DAG file: that file
     experiment = Experiment(
         config,
-        experiment_id_for("render", str(Path(config_path).resolve())),
-        run_workdir(config, home or default_home(Path(config_path))),
+        experiment_id_for("render", config.source if config.inline_source else str(origin.resolve())),
+        run_workdir(config, home or default_home(origin)),
     )
     study = optuna.create_study(
         sampler=make_sampler(experiment.algorithm, experiment.space, trial_index), direction=config.optimize_mode

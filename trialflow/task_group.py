@@ -16,7 +16,8 @@ the key, and the DAG fails to import.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -45,6 +46,28 @@ DEFAULT_RETRIES = 2
 #: Task defaults an experiment's tasks need: retries re-attach a trial task to its running
 #: trial after an infrastructure fault (never a second copy of the trial).
 EXPERIMENT_DEFAULT_ARGS: dict[str, Any] = {"retries": DEFAULT_RETRIES, "retry_delay": timedelta(seconds=5)}
+
+
+#: While `trialflow validate`/`convert`/`render` import a DAG file: the experiments it builds.
+_collecting: list[list[tuple[str, str]]] = []
+
+
+@contextmanager
+def collecting() -> Iterator[list[tuple[str, str]]]:
+    """Collect (a label: the DAG id and group, the config's source) of every experiment built
+    inside the block: how the CLI finds the experiments of a DAG file it imports."""
+    found: list[tuple[str, str]] = []
+    _collecting.append(found)
+    try:
+        yield found
+    finally:
+        _collecting.remove(found)
+
+
+def built(label: str, source: str) -> None:
+    """Tell a collecting caller an experiment was built (a no-op otherwise)."""
+    for found in _collecting:
+        found.append((label, source))
 
 
 def dag_file() -> Path | None:
@@ -251,6 +274,7 @@ class ExperimentTaskGroup(TaskGroup):
         group_kwargs.setdefault("tooltip", f"NNI experiment {plan.experiment_name or group_id}")
         super().__init__(group_id=group_id, default_args=defaults, **group_kwargs)  # type: ignore[arg-type]
         assert self.group_id is not None  # a named group
+        built(f"{self.dag.dag_id} / {self.group_id}", source)
         dag_defaults = {**(self.dag.default_args or {}), **defaults}
         queue = stays_on_host(plan, dag_defaults, local_queue)
         with self:
