@@ -27,6 +27,7 @@ def digits_pipeline():
         np.savez(out, X=X, y=y)
         return str(out)
 
+    data = prepare()
     tune = ExperimentTaskGroup(
         "tune",
         {
@@ -43,6 +44,7 @@ def digits_pipeline():
             "tuner": {"name": "TPE", "classArgs": {"optimize_mode": "maximize", "seed": 7}},
             "trainingService": {"platform": "local"},
         },
+        inputs={"data": data},  # each trial's svc(params, data=...): the path prepare returned
     )
 
     approve = ApprovalOperator(
@@ -66,8 +68,7 @@ def digits_pipeline():
         out.write_bytes(pickle.dumps(model))
         return str(out)
 
-    data = prepare()
-    data >> tune >> approve
+    tune >> approve
     approve >> train_final_model(tune.best, data)
 
 

@@ -42,6 +42,7 @@ def experiment_dag(
     trials_per_run: int | None = None,
     local_queue: str | None = None,
     asset_name: str | None = None,
+    inputs: Mapping[str, Any] | None = None,
     **dag_kwargs: Any,
 ) -> DAG:
     """Build the DAG for one NNI experiment config. Extra keyword arguments go to ``DAG``.
@@ -61,6 +62,8 @@ def experiment_dag(
     ``asset_name``: the Asset the best parameters are published on when the experiment is over
     (default ``trialflow/<dag_id>/best``); downstream DAGs schedule on
     ``trialflow.assets.best_parameters_asset(dag_id, asset_name)``.
+    ``inputs``: values for every trial of a run (Jinja templates, e.g. of the run's conf),
+    rendered by the start step (trialflow.trial.inputs).
 
     The tasks are an ExperimentTaskGroup's (trialflow.task_group), at the DAG's top.
     """
@@ -95,6 +98,7 @@ def experiment_dag(
             trials_per_run=trials_per_run,
             queue=queue,
             asset_name=asset_name,
+            inputs=inputs,
         )
     return dag
 

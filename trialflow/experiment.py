@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -360,7 +360,12 @@ class Experiment:
         parameters: dict[str, Any],
         service_index: int = 0,
         parameter_source: str = "algorithm",
+        inputs: Mapping[str, Any] | None = None,
     ) -> TrialSpec:
+        """Trial ``trial_index``'s submission; ``inputs``: its run's (trialflow.trial.inputs),
+        in its environment."""
+        from trialflow.trial.inputs import inputs_env
+
         command = effective_trial_command(self.config, service_index) or ""
         return TrialSpec(
             experiment_id=self.experiment_id,
@@ -373,6 +378,7 @@ class Experiment:
             gpu_number=effective_gpu_number(self.config, service_index),
             code_excludes=config_files(self.config),
             parameter_source=parameter_source,
+            env=inputs_env(inputs),
         )
 
 

@@ -49,6 +49,9 @@ class RunWindow:
     exists: bool = False
     #: When its maxExperimentDuration counts from (its start, or the start of the run it continues).
     counted_from: float | None = None
+    #: The run's inputs as its start step rendered them (trialflow.trial.inputs): every trial
+    #: of the run gets them.
+    inputs: dict[str, Any] | None = None
 
     @property
     def over(self) -> bool:
@@ -83,6 +86,7 @@ class RunWindow:
             raw.get("ended_at"),
             "first_index" in raw,
             None if counted_from is None else float(counted_from),
+            raw.get("inputs") if isinstance(raw.get("inputs"), dict) else None,
         )
 
     def expired(self, now: float | None = None) -> bool:

@@ -165,6 +165,7 @@ def add_experiment_tasks(
     trials_per_run: int | None,
     queue: str | None,
     asset_name: str | None,
+    inputs: Mapping[str, Any] | None = None,
 ) -> ExperimentTasks:
     """Build the experiment's tasks in the current DAG or task group (``group``: its full id,
     whose experiment they drive; None at a DAG's top)."""
@@ -181,6 +182,7 @@ def add_experiment_tasks(
     start = StartExperimentOperator(
         task_id=task_ids.START,
         trial_count=count if trials_per_run is not None else None,
+        inputs=dict(inputs) if inputs else None,
         **common,
         **placed,
     )
@@ -240,6 +242,11 @@ class ExperimentTaskGroup(TaskGroup):
     (``asset_name=`` another); a run's conf names an earlier experiment of this group with
     ``{"experiments": {"<group_id>": "<experiment id>"}}``.
 
+    ``inputs``: values every trial of a run gets from the tasks upstream, e.g.
+    ``{"data": prepare()}`` (an XComArg, or a Jinja template), rendered once by the start step
+    (its Rendered Template shows them): ``TRIALFLOW_INPUT_DATA`` in a trial's environment, and a
+    function trial's keyword argument ``data`` when its signature names it.
+
     The other keyword arguments are experiment_dag's (``store_conn_id``, ``poll_interval``,
     ``defer_after``, ``cleanup``, ``trials_per_run``, ``local_queue``) and TaskGroup's
     (``tooltip``, ``default_args``...; the trial tasks retry twice unless default_args says).
@@ -259,6 +266,7 @@ class ExperimentTaskGroup(TaskGroup):
         trials_per_run: int | None = None,
         local_queue: str | None = None,
         asset_name: str | None = None,
+        inputs: Mapping[str, Any] | None = None,
         **group_kwargs: Any,
     ) -> None:
         if group_kwargs.pop("prefix_group_id", True) is not True:
@@ -289,6 +297,7 @@ class ExperimentTaskGroup(TaskGroup):
                 trials_per_run=trials_per_run,
                 queue=queue,
                 asset_name=asset_name,
+                inputs=inputs,
             )
 
     @property

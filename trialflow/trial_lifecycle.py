@@ -157,7 +157,9 @@ def start_trial(
     )
     record = asked.record
     chosen = _service_index(experiment, store, record, service_index)
-    spec = experiment.trial_spec(index, asked.number, asked.parameters, chosen, record.parameter_source)
+    spec = experiment.trial_spec(
+        index, asked.number, asked.parameters, chosen, record.parameter_source, inputs=window.inputs
+    )
     started = StartedTrial(
         experiment, record, spec, chosen, asked.resumed, handle=record.handle, experiment_deadline=window.deadline
     )

@@ -203,3 +203,19 @@ def test_a_changed_concurrency_reaches_only_its_own_group(tmp_path, monkeypatch)
     dag = two_groups(tmp_path)
     assert dag.get_task("tune_nni.trial").partial_kwargs["max_active_tis_per_dagrun"] == 1
     assert dag.get_task("tune_svc.trial").partial_kwargs["max_active_tis_per_dagrun"] == 2
+
+
+def test_inputs_from_an_upstream_task_are_the_start_steps_templated_field(tmp_path):
+    """An XComArg among the inputs makes its task upstream of the experiment, and the start step
+    renders it once per run (what Rendered Template then shows)."""
+    with DAG("with_inputs", schedule=None) as dag:
+
+        @task
+        def prepare() -> str:
+            return "/data/x.npz"
+
+        ExperimentTaskGroup("tune", {**PYTHON_CONFIG, "trialCodeDirectory": str(tmp_path)}, inputs={"data": prepare()})
+    start = dag.get_task("tune.start_experiment")
+    assert "inputs" in start.template_fields
+    assert start.upstream_task_ids == {"prepare"}
+    assert start.inputs["data"].operator.task_id == "prepare"

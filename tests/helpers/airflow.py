@@ -96,7 +96,12 @@ class Harness:
         )
         response.raise_for_status()
         value = response.json()["value"]
-        return json.loads(value) if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except ValueError:  # a task that returned plain text
+            return value
 
     def rows(self, dag_id: str, run_id: str) -> list[TrialRow]:
         return self.store.trial_rows(experiment_id_for(dag_id, run_id))

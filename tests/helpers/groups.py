@@ -9,20 +9,27 @@ from pathlib import Path
 from tests.helpers.airflow import PY, Harness
 
 MODELS = """\
+from pathlib import Path
+
 import trialflow.trial as t
 
 
-def objective(params):
+def objective(params, data):
+    # data: the path prepare returned, given to every trial of the run as an input
+    if Path(data).read_text() != "ok":
+        raise ValueError(f"unexpected data at {data}")
     for step in range(2):
         t.report_intermediate_result(params["C"] * step)
     return -((params["C"] - 1.0) ** 2)
 """
 
 SCRIPT = r"""
-import os, time
+import os, sys, time
 import nni
 
 p = nni.get_next_parameter()
+if open(os.environ["TRIALFLOW_INPUT_DATA"]).read() != "ok":  # the run's input, from prepare
+    sys.exit(3)
 log = os.environ.get("LAUNCHES")
 if log:
     open(log, "a").write(f"start {time.time()}\n")
@@ -63,6 +70,7 @@ with DAG({dag_id!r}, schedule=None, max_active_runs=1) as dag:
     def pick(function_best, script_best):
         return {{"function": function_best, "script": script_best}}
 
+    data = prepare()
     functions = ExperimentTaskGroup(
         "tune_fn",
         {{
@@ -76,9 +84,12 @@ with DAG({dag_id!r}, schedule=None, max_active_runs=1) as dag:
             "trainingService": {{"platform": "local"}},
         }},
         poll_interval=0.3,
+        inputs={{"data": data}},
     )
-    script = ExperimentTaskGroup("tune_script", "script/config.yml", poll_interval=0.3, defer_after=1)
-    prepare() >> [functions, script]
+    script = ExperimentTaskGroup(
+        "tune_script", "script/config.yml", poll_interval=0.3, defer_after=1, inputs={{"data": data}}
+    )
+    data >> [functions, script]
     pick(functions.best, script.best)
 """
 

@@ -48,6 +48,14 @@ def test_each_group_is_its_own_experiment_and_the_downstream_task_gets_exactly_t
     assert all(r.final_metric == pytest.approx(-((r.parameters["C"] - 1.0) ** 2)) for r in fn_rows)
     assert all(r.intermediate_count == 2 for r in fn_rows)
     assert harness.xcom(dag_id, run_id, "pick") == {"function": best["tune_fn"], "script": best["tune_script"]}
+    # prepare's output reached every trial as the run's input, rendered once by each start step
+    prepared = harness.xcom(dag_id, run_id, "prepare")
+    for group in GROUPS:
+        (start,) = [
+            ti for ti in harness.airflow.task_instances(dag_id, run_id) if ti["task_id"] == f"{group}.start_experiment"
+        ]
+        assert start["rendered_fields"]["inputs"] == {"data": prepared}
+        assert harness.xcom(dag_id, run_id, f"{group}.start_experiment")["inputs"] == ["data"]
     # each group published on its own Asset
     for group in GROUPS:
         publish = harness.tis(dag_id, run_id, f"{group}.publish_best")[0]

@@ -18,6 +18,7 @@ from trialflow.follow import Follower
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform
 from trialflow.trial.function import function_command
+from trialflow.trial.inputs import check_inputs, inputs_env
 
 MODEL = """\
 from trialflow import trial
@@ -43,6 +44,12 @@ def reports_and_returns(params):
     trial.report_final_result(0.5)
     return 0.75  # the reported one counts, and no second final is sent
 
+def with_data(params, data, scale=1):
+    return len(open(data).read()) * scale
+
+def with_anything(params, **inputs):
+    return float(inputs["scale"])
+
 class Holder:
     @staticmethod
     def nested(params):
@@ -52,7 +59,9 @@ not_callable = 3
 """
 
 
-def run_function(tmp_path: Path, store, import_path: str, index: int) -> tuple[TrialStatus, str | None, object]:
+def run_function(
+    tmp_path: Path, store, import_path: str, index: int, inputs: dict | None = None
+) -> tuple[TrialStatus, str | None, object]:
     """One trial of ``import_path`` from a code folder holding models/train.py, followed to its end."""
     code = tmp_path / "code"
     (code / "models").mkdir(parents=True, exist_ok=True)
@@ -64,7 +73,8 @@ def run_function(tmp_path: Path, store, import_path: str, index: int) -> tuple[T
     asked = store.ask("efunc", index, f"efunc-{index:04d}", AlgorithmConfig(name="Random"), space)
     platform = LocalPlatform(LocalConfig(), tmp_path / "work")
     command = function_command(import_path, sys.executable)
-    spec = TrialSpec("efunc", f"efunc-{index:04d}", index, index, asked.parameters, command, code)
+    env = inputs_env(check_inputs(inputs))
+    spec = TrialSpec("efunc", f"efunc-{index:04d}", index, index, asked.parameters, command, code, env=env)
     handle = platform.submit_sync(spec)
     outcome = asyncio.run(Follower(platform, store, handle, asked.storage_id).run(0.1, 60))
     record = store.close(asked.storage_id, outcome.status, outcome.message)
@@ -118,3 +128,19 @@ def test_outside_an_experiment_it_runs_standalone_as_the_sdk_does(tmp_path):
     assert done.returncode == 0 and "final result: 0" in done.stdout, done.stderr
     usage = subprocess.run([sys.executable, "-m", "trialflow.trial.function"], env=env, capture_output=True, text=True)
     assert usage.returncode == 2 and "usage:" in usage.stderr
+
+
+@pytest.mark.parametrize(
+    ("path", "final"),
+    [
+        ("models.train:with_data", 5 * 2),  # the inputs its signature names (data, scale)
+        ("models.train:with_anything", 2.0),  # **inputs: all of them
+        ("models.train:scalar", "x"),  # a function of the parameters alone takes none
+    ],
+)
+def test_a_function_takes_the_runs_inputs_its_signature_names(tmp_path, store, path, final):
+    (tmp_path / "data.txt").write_text("rows\n")
+    inputs = {"data": str(tmp_path / "data.txt"), "scale": 2}
+    status, message, (record, parameters) = run_function(tmp_path, store, path, 3, inputs)
+    assert status == TrialStatus.SUCCEEDED, message
+    assert record.final == (parameters["x"] if final == "x" else final)

@@ -63,14 +63,21 @@ class StartExperimentOperator(_ExperimentStep):
     :param config_path: the NNI experiment config (v1 or v2 YAML); templated.
     :param store_conn_id: the ``trialflow`` connection of the experiment store.
     :param trial_count: the DAG's fan-out (trials per run), when it is not the config's own.
+    :param inputs: values for every trial of the run, from upstream tasks (XComArgs or Jinja
+        templates, rendered once here; trialflow.trial.inputs says how trials get them); templated.
     """
 
-    def __init__(self, *, trial_count: int | None = None, **kwargs: Any):
+    template_fields: Sequence[str] = ("config_path", "inputs")
+    template_fields_renderers = {"inputs": "json"}
+
+    def __init__(self, *, trial_count: int | None = None, inputs: dict[str, Any] | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.trial_count = trial_count
+        self.inputs = inputs
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.runs import ExperimentNotOwned, start_run
+        from trialflow.trial.inputs import InputsError
         from trialflow.tuning.store_urls import safe_url
 
         experiment, store = self.experiment_and_store(context, check=True)  # in full: nothing has started yet
@@ -84,8 +91,9 @@ class StartExperimentOperator(_ExperimentStep):
                 conf,
                 count=self.trial_count,
                 connections=airflow_connections(),
+                inputs=self.inputs,
             )
-        except ExperimentNotOwned as exc:
+        except (ExperimentNotOwned, InputsError) as exc:
             raise AirflowFailException(str(exc)) from None
         window, config = started.window, experiment.config
         self.log.info(
@@ -113,6 +121,7 @@ class StartExperimentOperator(_ExperimentStep):
             "deadline": window.deadline,
             "trial_concurrency": config.trial_concurrency,
             "store": safe_url(store.url),
+            "inputs": sorted(window.inputs or ()),  # their names (the values: Rendered Template)
         }
 
 

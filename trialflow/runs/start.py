@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from trialflow.retune import Retune, seed_from_previous
 from trialflow.run_windows import RunWindow, RunWindows, windows_in
 from trialflow.runs.continuation import continued_run
 from trialflow.runs.ownership import check_owner
+from trialflow.trial.inputs import check_inputs
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
@@ -36,10 +38,13 @@ def start_run(
     *,
     count: int | None = None,
     connections: Connections | None = None,
+    inputs: Mapping[str, Any] | None = None,
 ) -> RunStart:
     """Check the run may drive the experiment (ExperimentNotOwned if not: nothing is written),
     create or re-open it, give the run its trial indexes and deadline, and prepare each
-    platform (stage code once)."""
+    platform (stage code once). ``inputs``: the run's values for its trials, as the start step
+    rendered them (trialflow.trial.inputs; InputsError names one that cannot go to a trial)."""
+    checked = check_inputs(inputs)  # before anything is written
     shared = experiment.config.scheduled_runs == "continue"
     check_owner(store, experiment.experiment_id, dag_id, conf, run_id, shared, experiment.group)
     resumed = store.experiment_exists(experiment.experiment_id)
@@ -48,7 +53,7 @@ def start_run(
     if experiment.group is not None:
         owner[GROUP_ATTR] = experiment.group
     store.set_experiment_attrs(experiment.experiment_id, {**experiment.description(), **owner})
-    window = allot_window(experiment, store, run_id, continues=continued_run(conf), count=count)
+    window = allot_window(experiment, store, run_id, continues=continued_run(conf), count=count, inputs=checked)
     retune = seed_from_previous(store, experiment, dag_id) if experiment.config.scheduled_runs == "retune" else None
     for i in range(len(experiment.config.training_service)):
         experiment.platform(i, connections).prepare_sync(experiment.experiment_id)
@@ -62,6 +67,7 @@ def allot_window(
     now: float | None = None,
     continues: str | None = None,
     count: int | None = None,
+    inputs: Mapping[str, Any] | None = None,
 ) -> RunWindow:
     """Give this DAG run its trial indexes (kept when the run is cleared and starts again) and a
     fresh maxExperimentDuration window from now; a run that ``continues`` another (an
@@ -88,15 +94,17 @@ def allot_window(
     limit = experiment.max_trial_number(store)
     if limit is not None:
         size = max(0, min(size, int(limit) - first))
-    window = RunWindow(first, size, deadline, exists=True, counted_from=counted_from)
-    RunWindows(store, experiment.experiment_id).put(
-        run_id,
-        {
-            "first_index": window.first_index,
-            "count": window.count,
-            "deadline": window.deadline,
-            "started_at": now,
-            "counted_from": counted_from,
-        },
+    window = RunWindow(
+        first, size, deadline, exists=True, counted_from=counted_from, inputs=dict(inputs) if inputs else None
     )
+    fields: dict[str, Any] = {
+        "first_index": window.first_index,
+        "count": window.count,
+        "deadline": window.deadline,
+        "started_at": now,
+        "counted_from": counted_from,
+    }
+    if window.inputs:
+        fields["inputs"] = window.inputs
+    RunWindows(store, experiment.experiment_id).put(run_id, fields)
     return window

@@ -16,6 +16,7 @@ it with the same process-group kill, metrics and GPU claims as a command trial.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import re
 import shlex
@@ -23,6 +24,7 @@ import sys
 import traceback
 
 from trialflow import trial
+from trialflow.trial.inputs import read_inputs
 
 #: Names are Python identifiers joined by dots, module and attribute parted by one colon.
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
@@ -71,12 +73,29 @@ def load(import_path: str, folder: str | None = None) -> object:
     return target
 
 
+def accepted(function: object, inputs: dict[str, object]) -> dict[str, object]:
+    """The run's inputs the function takes as keyword arguments: those its signature names
+    (all of them when it takes ``**kwargs``); a function of the parameters alone takes none."""
+    if not inputs:
+        return {}
+    try:
+        signature = inspect.signature(function)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return {}
+    kinds = {p.name: p.kind for p in signature.parameters.values()}
+    if inspect.Parameter.VAR_KEYWORD in kinds.values():
+        return dict(inputs)
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {k: v for k, v in inputs.items() if kinds.get(k) in named}
+
+
 def run(import_path: str) -> None:
-    """Run the function as this trial: parameters in, final result out."""
+    """Run the function as this trial: parameters (and the run's inputs it names) in, final
+    result out."""
     function = load(import_path)
     parameters = trial.get_next_parameter()
     before = trial._state.get("finals", 0)
-    result = function(parameters)  # type: ignore[operator]
+    result = function(parameters, **accepted(function, dict(read_inputs(os.environ))))  # type: ignore[operator]
     if trial._state.get("finals", 0) > before:
         return  # it reported its final result itself: that one counts, as NNI keeps the first
     if result is None:

@@ -332,6 +332,7 @@ SDK_FILES = (
     "trialflow/trial/__init__.py",
     "trialflow/trial/wire.py",
     "trialflow/trial/function.py",
+    "trialflow/trial/inputs.py",
     f"{SHIM_DIR}/nni/__init__.py",
     f"{SHIM_DIR}/nni/utils.py",
 )

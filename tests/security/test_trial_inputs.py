@@ -1,0 +1,84 @@
+"""A run's inputs come from upstream tasks' XComs (anything an upstream task returned): each is
+bounded, named as an environment variable may be, and refused by name otherwise, before the
+run's window is written (trialflow.trial.inputs)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from trialflow.trial.inputs import (
+    MAX_INPUTS,
+    MAX_VALUE_CHARS,
+    InputsError,
+    check_inputs,
+    inputs_env,
+    read_inputs,
+)
+
+
+def test_inputs_reach_the_environment_as_text_and_as_json():
+    inputs = check_inputs({"data": "/d/x.npz", "epochs": 3, "rate": 0.5, "fast": True})
+    env = inputs_env(inputs)
+    assert env["TRIALFLOW_INPUT_DATA"] == "/d/x.npz" and env["TRIALFLOW_INPUT_EPOCHS"] == "3"
+    assert env["TRIALFLOW_INPUT_FAST"] == "true"
+    assert read_inputs(env) == inputs
+    assert inputs_env({}) == {} and read_inputs({}) == {}
+
+
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        ({"a b": 1}, "'a b' is not a name"),
+        ({"1x": 1}, "'1x' is not a name"),
+        ({"PATH=/tmp;x": 1}, "is not a name"),
+        ({"é": 1}, "is not a name"),
+        ({"x" * 65: 1}, "is not a name"),
+        ({"data": {"nested": 1}}, "inputs.data: expected text, a number or a boolean"),
+        ({"data": None}, "inputs.data: expected text"),
+        ({"data": ["a"]}, "inputs.data: expected text"),
+        ({"data": float("nan")}, "inputs.data: expected a finite number"),
+        ({"data": float("inf")}, "inputs.data: expected a finite number"),
+        ({"data": 10**400}, "inputs.data: expected a whole number within 64 bits"),
+        ({"data": "x" * (MAX_VALUE_CHARS + 1)}, f"at most {MAX_VALUE_CHARS} characters"),
+        ({f"k{i}": "x" * 4000 for i in range(20)}, "characters in all"),
+        ({f"k{i}": 1 for i in range(MAX_INPUTS + 1)}, f"at most {MAX_INPUTS}"),
+        (["data"], "expected a mapping"),
+    ],
+)
+def test_what_cannot_go_to_a_trial_is_named(raw, words):
+    with pytest.raises(InputsError, match=words.replace("(", r"\(")):
+        check_inputs(raw)
+
+
+def test_a_huge_number_is_refused_without_printing_it_and_in_linear_time():
+    started = time.perf_counter()
+    with pytest.raises(InputsError) as refused:
+        check_inputs({"n": 10**100_000})
+    assert time.perf_counter() - started < 0.5 and len(str(refused.value)) < 200
+
+
+@pytest.mark.parametrize("text", ["not json", json.dumps(["a"]), json.dumps({"a b": 1}), "1" * 5000, "{" * 200_000])
+def test_a_forged_environment_is_refused_by_name(text):
+    with pytest.raises(InputsError, match="TRIALFLOW_INPUTS|inputs"):
+        read_inputs({"TRIALFLOW_INPUTS": text})
+
+
+def test_a_run_with_a_bad_input_writes_nothing(tmp_path, store):
+    from trialflow.config import load_config
+    from trialflow.experiment import Experiment
+    from trialflow.runs import start_run
+
+    (tmp_path / "c.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 t.py\ntrialConcurrency: 1\n"
+        "maxTrialNumber: 1\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
+    )
+    experiment = Experiment(load_config(tmp_path / "c.yml"), "einputs", tmp_path / "work")
+    with pytest.raises(InputsError, match="inputs.data"):
+        start_run(experiment, store, "dag_a", "r1", {}, inputs={"data": {"x": 1}})
+    assert not store.experiment_exists("einputs")
+    started = start_run(experiment, store, "dag_a", "r1", {}, inputs={"data": "/d"})
+    assert started.window.inputs == {"data": "/d"}
+    assert experiment.window(store, "r1").inputs == {"data": "/d"}
