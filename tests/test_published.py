@@ -135,3 +135,17 @@ def test_the_progress_line_shows_the_pareto_set_not_a_best(capsys):
     err = capsys.readouterr().err
     assert "1 running, 0 failed, Pareto set 2" in err and "best 0.9" in err
     assert err.count("best") == 1  # only the one-objective display says best
+
+
+def test_a_downstream_task_takes_the_best_parameters_or_the_pareto_set():
+    """``tune.best`` (the end step's best_parameters XCom): the experiment's best parameters with
+    one objective, the whole Pareto set with several, None without a result."""
+    from tests.helpers.summaries import summary
+    from trialflow.run_summary import best_parameters
+
+    one = summary()
+    assert best_parameters(one) == (one["study_best"] or one["best"])["parameters"]
+    assert best_parameters({**one, "best": None, "study_best": None}) is None
+    members = [{"trial_index": 0, "trial_id": "e-0000", "parameters": {"x": 1}, "values": {"a": 1.0, "b": 2.0}}]
+    several = {**one, "objectives": [{"metric": "a", "mode": "maximize"}, {"metric": "b", "mode": "minimize"}]}
+    assert best_parameters({**several, "pareto": members}) == members

@@ -135,3 +135,19 @@ def test_a_grid_search_cannot_retune(tmp_path):
     path.write_text(SPACE.format(high=1) + CONFIG.format(mode="maximize").replace("name: TPE", "name: GridSearch"))
     with pytest.raises(ConfigError, match="scheduledRuns: retune queues earlier parameter sets"):
         load_config(path)
+
+
+def test_a_groups_previous_experiment_is_its_own_groups(store):
+    """Issue 39: retune in an experiment task group starts from that group's last experiment,
+    not from another group's of the same DAG (nor the DAG's own)."""
+    from tests.helpers.filled_store import fill
+    from trialflow.experiment import GROUP_ATTR
+    from trialflow.retune import previous_experiment
+
+    for experiment_id, group in (("ea1", "a"), ("eb1", "b"), ("edag", None), ("ea2", "a")):
+        fill(store, experiment_id, dag_id="dag_g")
+        if group is not None:
+            store.set_experiment_attrs(experiment_id, {GROUP_ATTR: group})
+    assert previous_experiment(store, "dag_g", "ea2", "a") == "ea1"
+    assert previous_experiment(store, "dag_g", "ebnew", "b") == "eb1"
+    assert previous_experiment(store, "dag_g", "enew") == "edag"

@@ -219,3 +219,25 @@ def test_inputs_from_an_upstream_task_are_the_start_steps_templated_field(tmp_pa
     assert "inputs" in start.template_fields
     assert start.upstream_task_ids == {"prepare"}
     assert start.inputs["data"].operator.task_id == "prepare"
+
+
+def test_a_local_experiment_group_under_a_multi_host_executor_goes_to_one_hosts_queue(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+    monkeypatch.delenv("AIRFLOW__TRIALFLOW__LOCAL_QUEUE", raising=False)
+    config = {**PYTHON_CONFIG, "trialCodeDirectory": str(tmp_path)}
+    with DAG("spread", schedule=None), pytest.raises(ConfigError, match="local_queue"):
+        ExperimentTaskGroup("tune", config)
+    with DAG("spread", schedule=None) as dag:
+        ExperimentTaskGroup("tune", config, local_queue="box-1")
+
+        @task
+        def elsewhere() -> None:
+            pass
+
+        elsewhere()
+    trial = dag.get_task("tune.trial")
+    assert trial.partial_kwargs["queue"] == "box-1" and trial.partial_kwargs["stay_on_host"] is True
+    assert {dag.get_task(f"tune.{t}").queue for t in ("start_experiment", "end_experiment", "watch_trials")} == {
+        "box-1"
+    }
+    assert dag.get_task("elsewhere").queue != "box-1"  # the author's own tasks go where they go

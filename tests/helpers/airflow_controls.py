@@ -78,9 +78,9 @@ def gone(pids: dict[int, int], timeout: float = 20) -> float:
     return time.monotonic() - started
 
 
-def patch_ti(harness: Harness, dag_id: str, run_id: str, map_index: int, state: str) -> None:
+def patch_ti(harness: Harness, dag_id: str, run_id: str, map_index: int, state: str, task_id: str = "trial") -> None:
     response = harness.airflow.api(
-        "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{map_index}", json={"new_state": state}
+        "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}", json={"new_state": state}
     )
     assert response.status_code == 200, response.text
 

@@ -171,3 +171,34 @@ def test_the_pipeline_example_trains_with_exactly_the_approved_best(harness: Har
     assert hasattr(model, "support_vectors_")
     # the prepare step's data is what the function trials read
     assert (harness.airflow.dags_folder / "experiments" / "digits" / "data" / "digits.npz").is_file()
+
+
+def test_mark_failed_on_one_groups_trial_task_stops_that_trial_only(harness: Harness):
+    """Airflow's button on ``tune_script.trial`` [0] reaches that group's trial (the worker's
+    on_kill, the trigger's, the api-server's listener and the run's watch all know the group's
+    trial task), while the other group's trials, holding the same indexes, run to their end."""
+    from tests.helpers.airflow_controls import patch_ti, wait_for
+
+    dag_id, folder = groups_dag(harness, "groups_marked", script_trials=2, script_sleep=30)
+    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
+    run_id = harness.airflow.trigger(dag_id)
+    script = experiment_id_for(dag_id, run_id, "tune_script")
+    stamps = folder / "stamps"
+    wait_for("both script trials running", lambda: stamps.exists() and stamps.read_text().count("start") == 2, 120)
+    clicked = time.monotonic()
+    patch_ti(harness, dag_id, run_id, 0, "failed", task_id="tune_script.trial")
+
+    def stopped():
+        rows = {r.trial_index: r for r in harness.store.trial_rows(script)}
+        return rows.get(0) if rows.get(0) and rows[0].status == "USER_CANCELED" else None
+
+    row = wait_for("trial 0 of tune_script stopped", stopped, 40)
+    assert "marked failed" in (row.message or ""), row.message
+    took = time.monotonic() - clicked
+    patch_ti(harness, dag_id, run_id, 1, "failed", task_id="tune_script.trial")  # no need to wait 30 s more
+    _, state = harness.wait(dag_id, run_id, 300)
+    assert state == "failed"  # no script trial succeeded: that group's end step fails
+    function = harness.store.trial_rows(experiment_id_for(dag_id, run_id, "tune_fn"))
+    assert [r.status for r in function] == ["SUCCEEDED"] * 4
+    assert stamps.read_text().count("end") == 0  # neither script trial ran to its end
+    print(f"mark failed on tune_script.trial[0]: its trial USER_CANCELED {took:.1f} s after the click")
