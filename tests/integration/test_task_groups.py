@@ -202,3 +202,65 @@ def test_mark_failed_on_one_groups_trial_task_stops_that_trial_only(harness: Har
     assert [r.status for r in function] == ["SUCCEEDED"] * 4
     assert stamps.read_text().count("end") == 0  # neither script trial ran to its end
     print(f"mark failed on tune_script.trial[0]: its trial USER_CANCELED {took:.1f} s after the click")
+
+
+REMOTE_DAG = """\
+# an airflow DAG: function trials of a task group on a remote machine
+from airflow.sdk import DAG, task
+
+from trialflow.task_group import ExperimentTaskGroup
+
+with DAG({dag_id!r}, schedule=None) as dag:
+    tune = ExperimentTaskGroup(
+        "tune",
+        {{
+            "searchSpace": {{"x": {{"_type": "uniform", "_value": [0, 1]}}}},
+            "trialFunction": "models:scaled",
+            "trialCodeDirectory": {folder!r},
+            "trialConcurrency": 2,
+            "maxTrialNumber": 2,
+            "tuner": {{"name": "Random"}},
+            "trainingService": {{"platform": "remote", "machineList": [{machine}]}},
+        }},
+        poll_interval=0.3,
+        inputs={{"scale": 3}},
+    )
+
+    @task
+    def use(best):
+        return best
+
+    use(tune.best)
+"""
+
+
+def test_function_trials_of_a_group_run_on_a_remote_machine(harness: Harness, ssh_servers):
+    """A function trial over SSH (a real OpenSSH server; its Python has no trialflow: the runner
+    and the inputs come with the SDK shipped beside the code), taking the run's input."""
+    server, _ = ssh_servers
+    folder = harness.root / "experiments" / "remote_function"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "models.py").write_text(
+        "import trialflow.trial as t\n\ndef scaled(params, scale):\n"
+        "    t.report_intermediate_result(params['x'])\n    return params['x'] * scale\n"
+    )
+    machine = {
+        "host": "127.0.0.1",
+        "port": server.port,
+        "user": server.user,
+        "sshKeyFile": str(server.client_key),
+        "hostKey": server.host_key_line,
+        "pythonPath": "/usr/bin",
+    }
+    dag_id = "it_remote_function"
+    dag_file = harness.airflow.dags_folder / "remote_function.py"
+    dag_file.write_text(REMOTE_DAG.format(dag_id=dag_id, folder=str(folder), machine=repr(machine)))
+    harness.dag_files[dag_id] = dag_file
+    run_id, state = harness.run(dag_id, timeout=300)
+    assert state == "success"
+    rows = harness.store.trial_rows(experiment_id_for(dag_id, run_id, "tune"))
+    assert [r.status for r in rows] == ["SUCCEEDED"] * 2
+    assert all(r.final_metric == pytest.approx(r.parameters["x"] * 3) and r.intermediate_count == 1 for r in rows)
+    hosts = {harness.xcom(dag_id, run_id, "tune.trial", i)["host"] for i in range(2)}
+    assert hosts == {f"{server.user}@127.0.0.1:{server.port}"}
+    assert harness.xcom(dag_id, run_id, "use") == best_row(rows, "maximize").parameters
