@@ -87,3 +87,20 @@ def test_a_dag_file_without_experiments_or_that_fails_to_import(tmp_path, capsys
     broken.write_text("raise RuntimeError('boom')\n")
     code, _, err = run(capsys, "validate", str(broken))
     assert code == 1 and "the DAG file did not import: RuntimeError: boom" in err
+
+
+def test_the_version_is_the_distributions(capsys):
+    import pytest
+
+    from trialflow import __version__
+    from trialflow.get_provider_info import get_provider_info
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out.strip() == f"trialflow {__version__}"
+    versions = get_provider_info()["versions"]
+    assert versions in ([], [__version__])  # the installed distribution's, when it is installed
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert project["version"] == __version__

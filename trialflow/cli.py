@@ -586,7 +586,10 @@ def _store_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from trialflow import __version__
+
     parser = argparse.ArgumentParser(prog="trialflow", description="NNI experiments on Apache Airflow.")
+    parser.add_argument("--version", action="version", version=f"trialflow {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser(
         "validate", help="check a config (NNI v1 or v2), or the experiments of a DAG file; exit 0 if they can run"
