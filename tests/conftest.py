@@ -182,3 +182,19 @@ def harness(tmp_path_factory):
     from tests.helpers.airflow import start_harness
 
     yield from start_harness(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def nni_folder(tmp_path_factory, nni_python) -> Path:
+    """A real NNI 3.0 experiment, run once per session by nnictl (tests/helpers/nni_run.py)."""
+    import subprocess
+
+    from tests.helpers.nni_run import missing_reason, run_nni_experiment
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason)
+    try:
+        return run_nni_experiment(tmp_path_factory.mktemp("nni"), nni_python)
+    except subprocess.CalledProcessError as exc:  # `ip netns` refused (a container without the right)
+        pytest.skip(f"a network namespace for NNI could not be made: {exc}")

@@ -379,6 +379,33 @@ def _experiment_status(active: bool, stopped: dict[str, Any] | None) -> str:
     return "running" if active else "finished"
 
 
+def nni_folder_of(given: str) -> Path:
+    """An NNI experiment folder, or the folder of an experiment id under NNI's default
+    (``~/nni-experiments/<id>``), as `nnictl experiment` names them."""
+    path = Path(given).expanduser()
+    if path.is_dir() or "/" in given or not given.isascii() or not given.isalnum() or len(given) > 32:
+        return path
+    return Path.home() / "nni-experiments" / given
+
+
+def cmd_import_nni(args: argparse.Namespace) -> int:
+    from trialflow.nni_history import NniHistoryError, read_experiment
+    from trialflow.nni_import import import_experiment
+
+    try:
+        nni = read_experiment(nni_folder_of(args.experiment))
+        done = import_experiment(_store(args), nni, args.dag, args.experiment_id)
+    except (NniHistoryError, FileNotFoundError) as exc:
+        return _fail(exc)
+    swapped = f"; {done.swapped} trial job(s) reported under another parameter set (kept as reported)"
+    print(
+        f"NNI experiment {nni.experiment_id} imported as {done.experiment_id} under DAG {args.dag}: "
+        f"{done.trials} trial(s){swapped if done.swapped else ''}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def cmd_trials(args: argparse.Namespace) -> int:
     from trialflow import queries
 
@@ -642,6 +669,14 @@ def build_parser() -> argparse.ArgumentParser:
     _store_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_experiments)
+    p = sub.add_parser(
+        "import-nni", help="make a store experiment of an NNI 2.x/3.0 experiment (its folder, or its id)"
+    )
+    p.add_argument("experiment", help="an NNI experiment folder, or an id under ~/nni-experiments")
+    p.add_argument("--dag", required=True, help="the DAG the experiment belongs to (who may see it in the pages)")
+    p.add_argument("--experiment-id", help="the store experiment's id (default nni-<NNI's id>)")
+    _store_args(p)
+    p.set_defaults(func=cmd_import_nni)
     p = sub.add_parser("trials", help="one experiment's trials, sorted and filtered")
     p.add_argument("experiment")
     _store_args(p)

@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 
 import pytest
 
-from tests.helpers.nni_run import missing_reason, run_nni_experiment
 from trialflow.nni_history import read_experiment
 
 pytestmark = pytest.mark.nni
-
-
-@pytest.fixture(scope="module")
-def nni_folder(tmp_path_factory, nni_python) -> Path:
-    reason = missing_reason()
-    if reason:
-        pytest.skip(reason)
-    try:
-        return run_nni_experiment(tmp_path_factory.mktemp("nni"), nni_python)
-    except subprocess.CalledProcessError as exc:  # `ip netns` refused (a container without the right)
-        pytest.skip(f"a network namespace for NNI could not be made: {exc}")
 
 
 def test_every_trial_comes_with_its_parameters_and_results(nni_folder):

@@ -137,6 +137,10 @@ class TrialflowStorage(RDBStorage):
             known = self._study_ids[study_name] = super().get_study_id_from_name(study_name)
         return known
 
+    def forget(self, study_name: str) -> None:
+        """Drop the remembered id of a study that was deleted (ExperimentStore.delete_experiment)."""
+        self._study_ids.pop(study_name, None)
+
     def get_study_directions(self, study_id: int) -> list[StudyDirection]:
         known = self._directions.get(study_id)
         if known is None:
@@ -487,6 +491,24 @@ class ExperimentStore:
         )
         if objectives:
             self.set_experiment_attrs(experiment_id, {OBJECTIVES_ATTR: objectives})
+
+    def delete_experiment(self, experiment_id: str) -> None:
+        """Remove an experiment whole: what an import that failed half-way wrote (trialflow
+        deletes no experiment otherwise). trialflow's own rows of its study go first, then
+        Optuna's study, then this process's memory of its id."""
+        from trialflow.tuning.snapshot import SNAPSHOTS
+        from trialflow.tuning.trial_queue import TRIAL_QUEUE
+
+        if not self.experiment_exists(experiment_id):
+            return
+        study_id = self._study_id(experiment_id)
+        present = set(sa.inspect(self.storage.engine).get_table_names())
+        with self.storage.engine.begin() as conn:
+            for table in (TRIAL_INDEX, TRIAL_QUEUE, SNAPSHOTS):
+                if table.name in present:  # a table this store never made holds nothing of it
+                    conn.execute(table.delete().where(table.c.study_id == study_id))
+        optuna.delete_study(study_name=experiment_id, storage=self.storage)
+        self.storage.forget(experiment_id)
 
     def experiment_exists(self, experiment_id: str) -> bool:
         try:

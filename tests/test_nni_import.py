@@ -1,0 +1,114 @@
+"""An NNI experiment made a store experiment (issue 40, 1): the real nni 3.0's output, and what
+is refused whole."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from trialflow import queries
+from trialflow.nni_history import NniHistoryError, read_experiment
+from trialflow.nni_import import IMPORTED_ATTR, NNI_JOB_ATTR, import_experiment, import_id
+
+
+@pytest.mark.nni
+def test_a_real_nni_experiment_comes_in_with_its_trials_parameters_and_results(store, nni_folder):
+    nni = read_experiment(nni_folder)
+    done = import_experiment(store, nni, "dag_tuning")
+    assert done.experiment_id == f"nni-{nni.experiment_id}" and done.trials == 4
+    rows = store.trial_rows(done.experiment_id)
+    assert len(rows) == 4
+    for row, trial in zip(rows, nni.trials, strict=True):
+        assert row.parameters == trial.parameters  # exactly, through the tuner's own path
+        assert row.status == "SUCCEEDED" and row.final_metric == pytest.approx(trial.final["default"])
+        assert row.intermediate_count == 3
+        record = store.find_trial(done.experiment_id, row.trial_index)
+        assert store.trial_attr(record.storage_id, NNI_JOB_ATTR) == trial.trial_job_id
+    attrs = store.experiment_attrs(done.experiment_id)
+    assert attrs["dag_id"] == "dag_tuning" and attrs[IMPORTED_ATTR]["nni_id"] == nni.experiment_id
+    # the pages' and the CLI's read models see it like any other experiment
+    (listed,) = [r for r in queries.list_experiments(store.engine) if r.experiment_id == done.experiment_id]
+    assert listed.trials == 4 and listed.dag_id == "dag_tuning"
+    with pytest.raises(NniHistoryError, match="exists already"):
+        import_experiment(store, nni, "dag_tuning")
+
+
+def nni_folder_with(tmp_path, parameters: dict, status: str = "SUCCEEDED"):
+    from tests.security.test_nni_databases import database
+
+    folder = database(tmp_path)
+    conn = sqlite3.connect(folder / "db" / "nni.sqlite")
+    conn.execute(
+        "UPDATE TrialJobEvent SET data = ? WHERE event = 'RUNNING'",
+        (json.dumps({"parameter_id": 0, "parameters": parameters}),),
+    )
+    conn.execute("UPDATE TrialJobEvent SET event = ? WHERE event = 'SUCCEEDED'", (status,))
+    conn.commit()
+    conn.close()
+    return folder
+
+
+def test_parameters_outside_the_space_refuse_the_import_and_nothing_is_written(store, tmp_path):
+    nni = read_experiment(nni_folder_with(tmp_path, {"x": 7.0}))
+    with pytest.raises(NniHistoryError, match="trial T1: its parameters do not fit the search space"):
+        import_experiment(store, nni, "dag_a")
+    assert not store.experiment_exists(import_id(nni.experiment_id))
+
+
+@pytest.mark.both_databases
+def test_a_write_that_fails_half_way_leaves_no_experiment(store, tmp_path, monkeypatch):
+    nni = read_experiment(nni_folder_with(tmp_path, {"x": 0.5}))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(store, "record_metrics", broken)
+    with pytest.raises(RuntimeError):
+        import_experiment(store, nni, "dag_a")
+    assert not store.experiment_exists(import_id(nni.experiment_id))
+    assert not [r for r in queries.list_experiments(store.engine) if r.experiment_id == import_id(nni.experiment_id)]
+    monkeypatch.undo()
+    assert import_experiment(store, nni, "dag_a").trials == 1  # and it can be imported again
+
+
+def test_a_trial_nni_left_running_is_imported_as_cancelled(store, tmp_path):
+    nni = read_experiment(nni_folder_with(tmp_path, {"x": 0.5}, status="RUNNING"))
+    done = import_experiment(store, nni, "dag_a", experiment_id="eimported1")
+    (row,) = store.trial_rows(done.experiment_id)
+    assert row.status == "SYS_CANCELED" and "not finished when NNI stopped" in row.message
+
+
+@pytest.mark.parametrize("given", ["UPPER", "../x", "a" * 70])
+def test_an_experiment_id_is_checked(store, tmp_path, given):
+    nni = read_experiment(nni_folder_with(tmp_path, {"x": 0.5}))
+    with pytest.raises(NniHistoryError, match="expected lowercase letters"):
+        import_experiment(store, nni, "dag_a", experiment_id=given)
+
+
+def test_the_command_imports_a_folder_or_an_id_under_nnis_default(tmp_path, monkeypatch, capsys):
+    from trialflow.cli import build_parser, nni_folder_of
+
+    folder = nni_folder_with(tmp_path / "a", {"x": 0.5})
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    assert nni_folder_of("abcd1234") == home / "nni-experiments" / "abcd1234"
+    assert nni_folder_of(str(folder)) == folder  # a folder is a folder
+    assert nni_folder_of("../abcd1234") == Path("../abcd1234")  # a path is never an id
+    (home / "nni-experiments").mkdir(parents=True)
+    folder.rename(home / "nni-experiments" / "abcd1234")
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+
+    def run(*argv: str) -> tuple[int, str]:
+        args = build_parser().parse_args(list(argv))
+        code = args.func(args)
+        return code, capsys.readouterr().err
+
+    code, said = run("import-nni", "abcd1234", "--dag", "dag_a", "--store", store)
+    assert code == 0 and "imported as nni-abcd1234 under DAG dag_a: 1 trial(s)" in said
+    code, said = run("import-nni", "abcd1234", "--dag", "dag_a", "--store", store)
+    assert code == 1 and "exists already" in said
+    code, said = run("import-nni", "nosuch", "--dag", "dag_a", "--store", store)
+    assert code == 1 and "no NNI database here" in said

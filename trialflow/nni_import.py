@@ -1,0 +1,166 @@
+"""An NNI experiment (read whole by trialflow.nni_history) made a store experiment. No Airflow.
+
+Every trial goes in through the store's own path for a person's trial (enqueue, then ask: the
+tuner replays its parameters), so the imported experiment's study holds them as it holds its
+own: the pages, `trialflow trials/export` and a tuner that learns from it read them alike.
+Everything that can be refused is checked before anything is written (the search space, the
+tuner, every trial's parameters against the space), and a write that fails half-way removes
+what it wrote: an import is whole or absent. The experiment belongs to the DAG named at import
+(its ``dag_id``), so the pages' permissions hold; it is marked imported with NNI's id.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trialflow.config.errors import ConfigError
+from trialflow.config.model import AlgorithmConfig
+from trialflow.config.redaction import redact
+from trialflow.config.search_space import SearchSpace, SearchSpaceError, encode, parse_search_space
+from trialflow.experiment import EXPERIMENT_ID
+from trialflow.nni_history import NniExperiment, NniHistoryError
+from trialflow.platforms.base import TrialStatus
+from trialflow.trial.protocol import Metric
+
+if TYPE_CHECKING:
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+#: The experiment attribute that marks an imported experiment: {"nni_id", "source", "swapped"}.
+IMPORTED_ATTR = "imported_from"
+#: A trial attribute: the NNI trial job that ran it.
+NNI_JOB_ATTR = "nni_trial_job_id"
+_UNFINISHED = "was not finished when NNI stopped (imported as cancelled)"
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What an import made: the store experiment, its trials, and how many results NNI's events
+    had filed under another parameter set (trialflow.nni_history)."""
+
+    experiment_id: str
+    trials: int
+    swapped: int
+
+
+def import_id(nni_id: str) -> str:
+    """The store experiment an NNI experiment becomes (``nni-<its id>``, lowercase)."""
+    name = "nni-" + re.sub(r"[^a-z0-9-]+", "-", nni_id.lower()).strip("-")
+    if not EXPERIMENT_ID.fullmatch(name):
+        raise NniHistoryError(f"NNI experiment id {nni_id[:40]!r} makes no experiment id; pass one")
+    return name
+
+
+def _checked(experiment: NniExperiment) -> tuple[SearchSpace, AlgorithmConfig]:
+    """The search space and tuner, and every trial's parameters checked against the space."""
+    config = experiment.config
+    where = str(experiment.source)
+    try:
+        space = parse_search_space(config.get("searchSpace"))
+    except SearchSpaceError as exc:
+        raise NniHistoryError(f"{where}: ExperimentProfile.params.searchSpace: {exc.message}") from None
+    algorithm = config.get("tuner") or config.get("advisor") or {"name": "Random"}
+    try:
+        tuner = AlgorithmConfig.model_validate(
+            {k: v for k, v in algorithm.items() if k in ("name", "className", "classArgs", "codeDirectory")}
+            if isinstance(algorithm, dict)
+            else algorithm
+        )
+    except (ValueError, ConfigError) as exc:
+        raise NniHistoryError(f"{where}: ExperimentProfile.params.tuner: {str(exc).splitlines()[0][:200]}") from None
+    for trial in experiment.trials:
+        if trial.parameters is None:
+            continue
+        try:
+            encode(space, trial.parameters)
+        except SearchSpaceError as exc:
+            raise NniHistoryError(
+                f"{where}: trial {trial.trial_job_id}: its parameters do not fit the search space ({exc.message})"
+            ) from None
+    return space, tuner
+
+
+def import_experiment(
+    store: ExperimentStore, experiment: NniExperiment, dag_id: str, experiment_id: str | None = None
+) -> Imported:
+    """Write ``experiment`` into the store as ``experiment_id`` (default ``nni-<NNI id>``) under
+    DAG ``dag_id``; NniHistoryError when it cannot be (nothing is written then)."""
+    target = experiment_id or import_id(experiment.experiment_id)
+    if not EXPERIMENT_ID.fullmatch(target):
+        raise NniHistoryError(f"experiment id {target[:70]!r}: expected lowercase letters, digits and '-'")
+    if store.experiment_exists(target):
+        raise NniHistoryError(f"experiment {target!r} exists already (imported before?): nothing was changed")
+    space, tuner = _checked(experiment)
+    trials = [t for t in experiment.trials if t.parameters is not None]
+    try:
+        _write(store, experiment, target, dag_id, space, tuner, trials)
+    except BaseException:
+        _remove(store, target)  # whole or absent
+        raise
+    return Imported(target, len(trials), experiment.swapped)
+
+
+def _write(
+    store: ExperimentStore,
+    experiment: NniExperiment,
+    target: str,
+    dag_id: str,
+    space: SearchSpace,
+    tuner: AlgorithmConfig,
+    trials: list[Any],
+) -> None:
+    store.open_experiment(target, tuner, space, tuner.optimize_mode)
+    config = experiment.config
+    store.set_experiment_attrs(
+        target,
+        {
+            "experiment_name": config.get("experimentName") or f"NNI {experiment.experiment_id}",
+            "dag_id": dag_id,
+            "optimize_mode": tuner.optimize_mode,
+            "config": redact(config),
+            "platform": _platform(config),
+            IMPORTED_ATTR: {
+                "nni_id": experiment.experiment_id,
+                "source": str(experiment.source),
+                "started": experiment.started,
+                "ended": experiment.ended,
+                "swapped": experiment.swapped,
+            },
+        },
+    )
+    for index, trial in enumerate(trials):
+        store.enqueue(target, dict(trial.parameters), {"by": "import", "nni_trial_job_id": trial.trial_job_id})
+        asked = store.ask(target, index, f"{target}-{index:04d}", tuner, space)
+        store.set_attrs(
+            asked.storage_id,
+            **{NNI_JOB_ATTR: trial.trial_job_id, "nni_started": trial.started, "nni_ended": trial.ended},
+        )
+        metrics = [Metric("PERIODICAL", i, v) for i, v in enumerate(trial.intermediate)]
+        if trial.final is not None:
+            metrics.append(Metric("FINAL", 0, trial.final))
+        skipped = store.record_metrics(asked.storage_id, metrics)
+        status, message = _outcome(trial.status, trial.message)
+        if skipped:
+            message = "; ".join([*([message] if message else []), *skipped])
+        store.close(asked.storage_id, status, message)
+
+
+def _outcome(status: str, message: str | None) -> tuple[TrialStatus, str | None]:
+    """NNI's end status as the trial's; one it had not reached (WAITING, RUNNING, UNKNOWN: the
+    experiment was stopped) is a cancelled trial, saying so."""
+    try:
+        found = TrialStatus(status)
+    except ValueError:
+        return TrialStatus.SYS_CANCELED, _UNFINISHED
+    return (found, message) if found.is_terminal else (TrialStatus.SYS_CANCELED, _UNFINISHED)
+
+
+def _platform(config: dict[str, Any]) -> str | None:
+    service = config.get("trainingService")
+    first = service[0] if isinstance(service, list) and service else service
+    return str(first.get("platform")) if isinstance(first, dict) and first.get("platform") else None
+
+
+def _remove(store: ExperimentStore, experiment_id: str) -> None:
+    store.delete_experiment(experiment_id)
