@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers.airflow import Harness
 from tests.helpers.groups import GROUPS, groups_dag
+from tests.helpers.remote import machine_entry
 from trialflow.experiment import GROUP_ATTR
 from trialflow.platforms.base import experiment_id_for
 from trialflow.tuning.results import best_row
@@ -244,14 +245,7 @@ def test_function_trials_of_a_group_run_on_a_remote_machine(harness: Harness, ss
         "import trialflow.trial as t\n\ndef scaled(params, scale):\n"
         "    t.report_intermediate_result(params['x'])\n    return params['x'] * scale\n"
     )
-    machine = {
-        "host": "127.0.0.1",
-        "port": server.port,
-        "user": server.user,
-        "sshKeyFile": str(server.client_key),
-        "hostKey": server.host_key_line,
-        "pythonPath": "/usr/bin",
-    }
+    machine = machine_entry(server, "key")  # a key, not a password: the config is written in the DAG file
     dag_id = "it_remote_function"
     dag_file = harness.airflow.dags_folder / "remote_function.py"
     dag_file.write_text(REMOTE_DAG.format(dag_id=dag_id, folder=str(folder), machine=repr(machine)))
