@@ -32,6 +32,15 @@ def test_a_real_nni_experiment_comes_in_with_its_trials_parameters_and_results(s
     # the pages' and the CLI's read models see it like any other experiment
     (listed,) = [r for r in queries.list_experiments(store.engine) if r.experiment_id == done.experiment_id]
     assert listed.trials == 4 and listed.dag_id == "dag_tuning"
+    # its times are NNI's (when the trials ran), not the import's
+    page = queries.trials_page(store.engine, done.experiment_id, limit=10)["rows"]
+    for shown, trial in zip(page, nni.trials, strict=True):
+        assert shown["started"] == pytest.approx(trial.started, abs=1e-3)
+        assert shown["ended"] == pytest.approx(trial.ended, abs=1e-3)
+    assert listed.started == pytest.approx(min(t.started for t in nni.trials), abs=1e-3)
+    assert listed.imported_from == nni.experiment_id
+    summary = queries.experiment_summary(store.engine, done.experiment_id)
+    assert summary["imported_from"] == {"system": "NNI", "nni_id": nni.experiment_id, "swapped": nni.swapped}
     with pytest.raises(NniHistoryError, match="exists already"):
         import_experiment(store, nni, "dag_tuning")
 

@@ -77,7 +77,7 @@ def default_workdir() -> Path:
 def check_runnable(config: ExperimentConfig) -> list[Problem]:
     """What would stop this (valid) config from running here: unsupported algorithm, platform
     without a runner, GPU requests. Empty when the experiment can run."""
-    from trialflow.tuning.algorithms import check_algorithms
+    from trialflow.tuning.algorithms import check_algorithms, check_warm_start
 
     file = config.source_file
     problems = [
@@ -90,6 +90,11 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
             len(config.objectives or ()) or 1,
         )
     ]
+    if config.warm_start is not None:
+        problems += [
+            Problem(file, tuple(key.split(".")), msg)
+            for key, msg in check_warm_start(config.tuner or config.advisor, config.warm_start.use)
+        ]
     shared = config.shared_storage
     if shared is not None and shared.local_mounted == "nnimount":
         source = (

@@ -144,6 +144,7 @@ def _write(
         if skipped:
             message = "; ".join([*([message] if message else []), *skipped])
         store.close(asked.storage_id, status, message)
+        store.set_trial_times(asked.storage_id, trial.started, trial.ended)
 
 
 def _outcome(status: str, message: str | None) -> tuple[TrialStatus, str | None]:

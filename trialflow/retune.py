@@ -11,6 +11,7 @@ data and the tuner learns from those fresh results, never from the old ones.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -76,12 +77,13 @@ def previous_experiment(
     if experiment_id in earlier:
         earlier = earlier[: earlier.index(experiment_id)]
     for candidate in reversed(earlier):
-        if _ranked_trials(store, candidate):
+        if ranked_trials(store, candidate):
             return candidate
     return None
 
 
-def _ranked_trials(store: ExperimentStore, experiment_id: str) -> list[TrialRow]:
+def ranked_trials(store: ExperimentStore, experiment_id: str) -> list[TrialRow]:
+    """The experiment's counted trials, best first, each parameter set once (``ranked``)."""
     from trialflow.tuning.pareto import OBJECTIVES_ATTR
 
     mode = store.experiment_attr(experiment_id, "optimize_mode") or "maximize"
@@ -93,8 +95,6 @@ def seed_from_previous(store: ExperimentStore, experiment: Experiment, dag_id: s
     once: a retried or cleared start step finds the ``retuned_from`` attribute and queues
     nothing again. Sets that no longer fit the search space (it changed with the data) are
     left out and named."""
-    from trialflow.config.search_space import SearchSpaceError, encode
-
     experiment_id = experiment.experiment_id
     done = store.experiment_attr(experiment_id, RETUNED_FROM)
     if done is not None:
@@ -103,23 +103,14 @@ def seed_from_previous(store: ExperimentStore, experiment: Experiment, dag_id: s
     if previous is None:
         store.set_experiment_attrs(experiment_id, {RETUNED_FROM: {"experiment_id": None}})
         return Retune(None, reason=f"DAG {dag_id} has no earlier experiment with a result: the tuner starts fresh")
-    queued: list[dict[str, Any]] = []
-    dropped: list[str] = []
-    for row in _ranked_trials(store, previous):
-        if len(queued) == experiment.config.top_k:
-            break
-        parameters = row.parameters or {}
-        try:
-            encode(experiment.space, parameters)
-        except SearchSpaceError as exc:
-            dropped.append(f"trial {row.trial_id}: {exc}")
-            continue
-        values = row.values
-        old = ", ".join(f"{k} {v:.6g}" for k, v in values.items()) if values else f"{row.final_metric:.6g}"
-        why = f"re-evaluates trial {row.trial_id} of experiment {previous} ({old} on the old data)"
-        store.enqueue(experiment_id, parameters, {"by": REQUESTER, "reason": why, "at": time.time()})
-        metric = values or row.final_metric
-        queued.append({"trial_id": row.trial_id, "parameters": parameters, "metric": metric})
+    queued, dropped = queue_best(
+        store,
+        experiment,
+        previous,
+        experiment.config.top_k,
+        REQUESTER,
+        lambda row, old: f"re-evaluates trial {row.trial_id} of experiment {previous} ({old} on the old data)",
+    )
     store.set_experiment_attrs(
         experiment_id, {RETUNED_FROM: {"experiment_id": previous, "queued": queued, "dropped": dropped}}
     )
@@ -128,3 +119,36 @@ def seed_from_previous(store: ExperimentStore, experiment: Experiment, dag_id: s
         store.set_experiment_attrs(previous, {RETUNED_BY: [*later, experiment_id]})
     reason = f"the first {len(queued)} trials re-evaluate experiment {previous}'s best parameter sets"
     return Retune(previous, queued, dropped, reason)
+
+
+def queue_best(
+    store: ExperimentStore,
+    experiment: Experiment,
+    source: str,
+    k: int,
+    requester: str,
+    why: Callable[[TrialRow, str], str],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Queue ``source``'s ``k`` best parameter sets as ``experiment``'s next trials (each
+    request says ``why(row, its old result)``); sets that do not fit the search space are
+    left out and named. Returns (queued, dropped)."""
+    from trialflow.config.search_space import SearchSpaceError, encode
+
+    queued: list[dict[str, Any]] = []
+    dropped: list[str] = []
+    for row in ranked_trials(store, source):
+        if len(queued) == k:
+            break
+        parameters = row.parameters or {}
+        try:
+            encode(experiment.space, parameters)
+        except SearchSpaceError as exc:
+            dropped.append(f"trial {row.trial_id}: {exc}")
+            continue
+        values = row.values
+        old = ", ".join(f"{m} {v:.6g}" for m, v in values.items()) if values else f"{row.final_metric:.6g}"
+        store.enqueue(
+            experiment.experiment_id, parameters, {"by": requester, "reason": why(row, old), "at": time.time()}
+        )
+        queued.append({"trial_id": row.trial_id, "parameters": parameters, "metric": values or row.final_metric})
+    return queued, dropped

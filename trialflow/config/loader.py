@@ -427,7 +427,7 @@ def to_v2_dict(config: ExperimentConfig) -> dict[str, Any]:
         out["trialCommand"] = config.function_command
     if out.get("scheduledRuns") == "new":
         out.pop("scheduledRuns")  # trialflow's own keys: printed only when they say something
-    for key in ("retuneTopK", "objectives"):
+    for key in ("retuneTopK", "objectives", "warmStart"):
         if out.get(key) is None:
             out.pop(key, None)
     if len(out.get("trainingService", [])) == 1:

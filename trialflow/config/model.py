@@ -74,10 +74,31 @@ class SharedStorageConfig(NniModel):
 
 
 #: Keys of trialflow's own beside NNI's schema (a v1 config, NNI's schema only, refuses them).
-TRIALFLOW_KEYS = ("scheduledRuns", "retuneTopK", "objectives", "trialFunction")
+TRIALFLOW_KEYS = ("scheduledRuns", "retuneTopK", "objectives", "trialFunction", "warmStart")
 
 #: How many of the previous experiment's best parameter sets a re-tuning run evaluates first.
 DEFAULT_RETUNE_TOP_K = 5
+
+
+class WarmStartConfig(NniModel):
+    """trialflow's ``warmStart`` key: a new experiment starts from an earlier one of the same
+    DAG (an NNI experiment imported under it, or one of its own), as NNI's ``nnictl experiment
+    import`` fed earlier results to a tuner. ``use: results`` trusts the numbers: the tuner
+    learns from the earlier successful trials as if they had run here (they are no trials of
+    this experiment). ``use: rerun`` trusts only the parameters: the earlier ``topK`` best sets
+    run first, measured again (the data or the code changed), as ``scheduledRuns: retune`` does."""
+
+    #: The store experiment to start from (an id as `trialflow experiments` lists it).
+    experiment: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    use: Literal["results", "rerun"] = "results"
+    top_k: Int | None = Field(default=None, gt=0)
+
+    @field_validator("top_k")
+    @classmethod
+    def _only_when_rerunning(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("use") != "rerun":
+            raise ValueError("only with use: rerun (use: results gives the tuner every earlier result)")
+        return value
 
 
 class ObjectiveConfig(NniModel):
@@ -131,6 +152,8 @@ class ExperimentConfig(NniModel):
     #: trialflow's own key: two or more metrics of the final result dict, each maximized or
     #: minimized; "best" becomes the Pareto set (Optuna's multi-objective studies underneath).
     objectives: list[ObjectiveConfig] | None = None
+    #: trialflow's own key: start from an earlier experiment of the DAG (WarmStartConfig).
+    warm_start: WarmStartConfig | None = None
 
     #: Where the config came from (not a config key); relative paths were resolved against it.
     source_file: Path | None = Field(default=None, exclude=True)
@@ -198,6 +221,16 @@ class ExperimentConfig(NniModel):
         mode = info.data.get("scheduled_runs", "new")
         if value is not None and mode != "retune":
             raise ValueError(f"only with scheduledRuns: retune (this config has {mode})")
+        return value
+
+    @field_validator("warm_start")
+    @classmethod
+    def _not_with_retune(cls, value: WarmStartConfig | None, info: ValidationInfo) -> WarmStartConfig | None:
+        if value is not None and info.data.get("scheduled_runs") == "retune":
+            raise ValueError(
+                "scheduledRuns: retune starts each experiment from the DAG's previous one; "
+                "warmStart names one to start from: choose one of the two"
+            )
         return value
 
     @property

@@ -222,9 +222,15 @@ def _int(value: Any, path: Path, where: str) -> int | None:
     raise NniHistoryError(f"{path}: {where}: expected a whole number, got {str(value)[:40]!r}")
 
 
+#: Times NNI wrote are epoch milliseconds; one outside 1970..9999 is no time (it is dropped,
+#: not passed on to a datetime that cannot hold it).
+_LAST_MILLISECOND = 253_402_300_799_000
+
+
 def _seconds(milliseconds: Any) -> float | None:
     if isinstance(milliseconds, int | float) and not isinstance(milliseconds, bool) and math.isfinite(milliseconds):
-        return float(milliseconds) / 1000.0
+        if 0 <= milliseconds <= _LAST_MILLISECOND:
+            return float(milliseconds) / 1000.0
     return None
 
 

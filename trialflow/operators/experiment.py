@@ -79,6 +79,7 @@ class StartExperimentOperator(_ExperimentStep):
         from trialflow.runs import ExperimentNotOwned, start_run
         from trialflow.trial.inputs import InputsError
         from trialflow.tuning.store_urls import safe_url
+        from trialflow.warm_start import WarmStartError
 
         experiment, store = self.experiment_and_store(context, check=True)  # in full: nothing has started yet
         conf = getattr(context.get("dag_run"), "conf", None) or {}
@@ -93,7 +94,7 @@ class StartExperimentOperator(_ExperimentStep):
                 connections=airflow_connections(),
                 inputs=self.inputs,
             )
-        except (ExperimentNotOwned, InputsError) as exc:
+        except (ExperimentNotOwned, InputsError, WarmStartError) as exc:
             raise AirflowFailException(str(exc)) from None
         window, config = started.window, experiment.config
         self.log.info(
@@ -111,10 +112,16 @@ class StartExperimentOperator(_ExperimentStep):
             self.log.info("Re-tuning: %s", retune.reason)
             for dropped in retune.dropped:
                 self.log.warning("Not re-evaluated (no longer in the search space): %s", dropped)
+        warm = started.warm_start
+        if warm is not None:
+            self.log.info("Warm start: %s", warm.reason)
+            for dropped in warm.dropped:
+                self.log.warning("Not taken over (not in this search space): %s", dropped)
         return {
             "experiment_id": experiment.experiment_id,
             "directory": str(experiment.directory),
             "retuned_from": retune.experiment_id if retune else None,
+            "warm_started_from": warm.experiment_id if warm else None,
             "trial_count": window.count,
             "first_trial_index": window.first_index,
             "resumed": started.resumed,

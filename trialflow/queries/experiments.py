@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from trialflow.experiment import GROUP_ATTR
+from trialflow.nni_import import IMPORTED_ATTR
 from trialflow.queries.objectives import objectives_of
 from trialflow.queries.tables import (
     ACTIVE,
@@ -30,6 +31,7 @@ from trialflow.retune import RETUNED_BY, RETUNED_FROM
 from trialflow.run_windows import LIKE_PATTERN, run_id_of
 from trialflow.trial.status import COUNTED_STATUS_NAMES
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
+from trialflow.warm_start import WARM_STARTED_BY, WARM_STARTED_FROM
 
 
 def _status_counts(conn: sa.Connection, study_ids: Sequence[int] | None) -> dict[int, dict[str, int]]:
@@ -91,6 +93,7 @@ _LIST_ATTRS = (
     "optimize_mode",
     "config",
     OBJECTIVES_ATTR,
+    IMPORTED_ATTR,
 )
 
 
@@ -119,6 +122,8 @@ class ExperimentRow:
     #: The task group of the DAG whose experiment this is (ExperimentTaskGroup); None for a
     #: whole-DAG experiment.
     task_group: str | None = None
+    #: NNI's experiment id, for an experiment `trialflow import-nni` brought in.
+    imported_from: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -189,6 +194,9 @@ def list_experiments(engine: Engine) -> list[ExperimentRow]:
                 stopped=stopped_of(windows.get(sid, [])),
                 pareto_size=pareto_size,
                 task_group=a.get(GROUP_ATTR),
+                imported_from=(a.get(IMPORTED_ATTR) or {}).get("nni_id")
+                if isinstance(a.get(IMPORTED_ATTR), dict)
+                else None,
             )
         )
     return sorted(rows, key=lambda r: r.started or 0, reverse=True)
@@ -221,7 +229,7 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
     """The experiment page's header: config essentials, counts, best trial, time and trial budgets."""
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
-        wanted = _LIST_ATTRS + ("directory", "limits", RETUNED_FROM, RETUNED_BY)
+        wanted = _LIST_ATTRS + ("directory", "limits", RETUNED_FROM, RETUNED_BY, WARM_STARTED_FROM, WARM_STARTED_BY)
         attrs = dict(study_attrs(conn, [sid], wanted).get(sid, {}))
         runs = conn.execute(
             sa.select(STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
@@ -283,6 +291,12 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         # and the later ones that re-tuned this one (all of the same DAG).
         "retuned_from": _retuned_from(attrs.get(RETUNED_FROM)),
         "retuned_by": [e for e in attrs.get(RETUNED_BY) or [] if isinstance(e, str)],
+        # warmStart: the experiment this one started from (its results taught the tuner, or its
+        # best sets ran first), and the later ones that started from this one.
+        "warm_started_from": _warm_started_from(attrs.get(WARM_STARTED_FROM)),
+        "warm_started_by": [e for e in attrs.get(WARM_STARTED_BY) or [] if isinstance(e, str)],
+        # An NNI experiment brought in by `trialflow import-nni` (its times are NNI's).
+        "imported_from": _imported_from(attrs.get(IMPORTED_ATTR)),
         "config": {
             "tuner": config.get("tuner") or config.get("advisor"),
             "assessor": config.get("assessor"),
@@ -296,6 +310,24 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
             "searchSpace": config.get("searchSpace"),
         },
     }
+
+
+def _warm_started_from(raw: Any) -> dict[str, Any] | None:
+    if not isinstance(raw, dict) or not raw.get("experiment_id"):
+        return None
+    return {
+        "experiment_id": raw["experiment_id"],
+        "use": raw.get("use"),
+        "learnt": raw.get("learnt") or 0,
+        "queued": len(raw.get("queued") or []),
+        "dropped": len(raw.get("dropped") or []),
+    }
+
+
+def _imported_from(raw: Any) -> dict[str, Any] | None:
+    if not isinstance(raw, dict) or not raw.get("nni_id"):
+        return None
+    return {"system": "NNI", "nni_id": raw["nni_id"], "swapped": raw.get("swapped") or 0}
 
 
 def _retuned_from(raw: Any) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from trialflow.run_windows import RunWindow, RunWindows, windows_in
 from trialflow.runs.continuation import continued_run
 from trialflow.runs.ownership import check_owner
 from trialflow.trial.inputs import check_inputs
+from trialflow.warm_start import WarmStart, check_source, warm_start
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
@@ -27,6 +28,8 @@ class RunStart:
     resumed: bool
     #: ``scheduledRuns: retune``: what the experiment took over from the DAG's previous one.
     retune: Retune | None = None
+    #: The config's ``warmStart``: what the experiment took over from the one it names.
+    warm_start: WarmStart | None = None
 
 
 def start_run(
@@ -43,10 +46,13 @@ def start_run(
     """Check the run may drive the experiment (ExperimentNotOwned if not: nothing is written),
     create or re-open it, give the run its trial indexes and deadline, and prepare each
     platform (stage code once). ``inputs``: the run's values for its trials, as the start step
-    rendered them (trialflow.trial.inputs; InputsError names one that cannot go to a trial)."""
+    rendered them (trialflow.trial.inputs; InputsError names one that cannot go to a trial).
+    The config's warmStart is checked first too (WarmStartError) and given once the
+    experiment is open (trialflow.warm_start)."""
     checked = check_inputs(inputs)  # before anything is written
     shared = experiment.config.scheduled_runs == "continue"
     check_owner(store, experiment.experiment_id, dag_id, conf, run_id, shared, experiment.group)
+    check_source(store, experiment, dag_id)  # WarmStartError: also before anything is written
     resumed = store.experiment_exists(experiment.experiment_id)
     experiment.open(store)
     owner: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id}
@@ -55,9 +61,10 @@ def start_run(
     store.set_experiment_attrs(experiment.experiment_id, {**experiment.description(), **owner})
     window = allot_window(experiment, store, run_id, continues=continued_run(conf), count=count, inputs=checked)
     retune = seed_from_previous(store, experiment, dag_id) if experiment.config.scheduled_runs == "retune" else None
+    started_from = warm_start(store, experiment, dag_id)
     for i in range(len(experiment.config.training_service)):
         experiment.platform(i, connections).prepare_sync(experiment.experiment_id)
-    return RunStart(window, resumed, retune)
+    return RunStart(window, resumed, retune, started_from)
 
 
 def allot_window(

@@ -412,6 +412,27 @@ def check_algorithms(
     return problems
 
 
+def check_warm_start(algorithm: AlgorithmConfig | None, use: str) -> list[tuple[str, str]]:
+    """Problems of a ``warmStart`` (config key, message) with this tuner: earlier results are
+    nothing to a tuner that draws without looking at them, and a tuner that runs its own points
+    in order (GridSearch, BatchTuner) runs no earlier set first."""
+    spec = _BY_KEY.get(_key(algorithm.name or "")) if algorithm is not None and algorithm.class_name is None else None
+    if spec is None:
+        return []  # a custom or unknown tuner: check_algorithms names it
+    if spec.name in ("GridSearch", "BatchTuner"):
+        return [("warmStart", f"{spec.name} runs its own points in order: no earlier result or set goes first")]
+    if use == "results" and spec.history == "none":
+        learning = ", ".join(s.name for s in CATALOGUE if s.history != "none" and s.role != "assessor")
+        return [
+            (
+                "warmStart.use",
+                f"{spec.name} draws without looking at results, so earlier results teach it nothing: "
+                f"use: rerun (the earlier best sets run first), or a tuner that learns ({learning})",
+            )
+        ]
+    return []
+
+
 def _check_several_objectives(
     tuner: AlgorithmConfig | None, advisor: AlgorithmConfig | None, assessor: AlgorithmConfig | None
 ) -> list[tuple[str, str]]:

@@ -61,6 +61,8 @@ from trialflow.tuning.history import asking_storage
 from trialflow.tuning.optuna_internals import create_scoped_session as _create_scoped_session
 from trialflow.tuning.optuna_internals import models, trial_storage_id
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
+from trialflow.tuning.prior_trials import PRIOR_ATTR, PriorTrial, is_prior
+from trialflow.tuning.prior_trials import template as prior_template
 from trialflow.tuning.results import TrialRow, finite_or_none, jsonable, outcome, preview, scalar
 from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
 from trialflow.tuning.store_urls import SQLITE_TIMEOUT_SECONDS, safe_url, with_installed_driver
@@ -857,12 +859,49 @@ class ExperimentStore:
         frozen.user_attrs.update(attrs)
         return _record(frozen, storage_id), True
 
+    def set_trial_times(self, storage_id: int, started: float | None, ended: float | None) -> None:
+        """When the trial ran, as another system measured it (an NNI import: its events' times,
+        not the import's), so every page, duration and export reads those. Epoch seconds, kept
+        as Optuna keeps its own: naive local time."""
+        values = {
+            column: datetime.fromtimestamp(stamp)
+            for column, stamp in (("datetime_start", started), ("datetime_complete", ended))
+            if stamp is not None
+        }
+        if values:
+            with self.storage.engine.begin() as conn:
+                conn.execute(TRIALS.update().where(TRIALS.c.trial_id == storage_id).values(**values))
+
+    def add_prior_trials(self, experiment_id: str, space: SearchSpace, priors: Iterable[PriorTrial]) -> int:
+        """Give the experiment's tuner these earlier results as history (trialflow.tuning.
+        prior_trials: finished trials without a trial index); those added before (a retried
+        start) are skipped. Returns how many were added now."""
+        study_id = self._study_id(experiment_id)
+        table = models.TrialUserAttributeModel.__table__
+        query = (
+            sa.select(table.c.value_json)
+            .join(TRIALS, TRIALS.c.trial_id == table.c.trial_id)
+            .where(TRIALS.c.study_id == study_id, table.c.key == PRIOR_ATTR)
+        )
+        with self.storage.engine.connect() as conn:
+            found = [json.loads(raw) for raw in conn.execute(query).scalars()]
+        have = {(str(v.get("experiment_id")), str(v.get("trial_id"))) for v in found if isinstance(v, dict)}
+        added = 0
+        for prior in priors:
+            if prior.key in have:
+                continue
+            self.storage.create_new_trial(study_id, template_trial=prior_template(space, prior))
+            have.add(prior.key)
+            added += 1
+        return added
+
     # -- reading --------------------------------------------------------------------------
 
     def trial_rows(self, experiment_id: str) -> list[TrialRow]:
-        """Every trial, in trial-index order, for summaries and progress."""
+        """Every trial, in trial-index order, for summaries and progress (not the superseded
+        asks, nor the prior trials a warm start gave the tuner: neither ran here)."""
         frozen = self.storage.get_all_trials(self._study_id(experiment_id), deepcopy=False)
-        rows = [_row(t) for t in frozen if "superseded_by" not in t.user_attrs]
+        rows = [_row(t) for t in frozen if "superseded_by" not in t.user_attrs and not is_prior(t)]
         return sorted(rows, key=lambda r: (r.trial_index is None, r.trial_index or 0))
 
 

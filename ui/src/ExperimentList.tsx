@@ -66,7 +66,7 @@ export function ExperimentList({ dagId, onOpen }: { dagId?: string; onOpen: (row
                 data-testid="experiment-row">
                 <Table.Cell><Link fontFamily="mono" onClick={(e) => { e.preventDefault(); onOpen(row); }}
                   href={`?experiment=${encodeURIComponent(row.experiment_id)}`}>{row.experiment_id}</Link></Table.Cell>
-                <Table.Cell>{visible(row.name)}</Table.Cell>
+                <Table.Cell>{visible(row.name)}{row.imported_from ? <Text fontSize="xs" color="fg.muted" data-testid="list-imported">imported from NNI {row.imported_from}</Text> : null}</Table.Cell>
                 <Table.Cell>
                   <Text>{row.dag_id}{row.task_group ? <Text as="span" color="fg.muted"> · {row.task_group}</Text> : null}{row.dag_exists ? "" : " (DAG gone)"}</Text>
                   <Text fontSize="xs" color="fg.muted">{row.run_id}</Text>

@@ -68,7 +68,8 @@ function ParetoList({ summary }: { summary: Summary }) {
   );
 }
 
-/** Re-tuning on new data links the experiments of one DAG: which one this re-tuned, which re-tuned it. */
+/** Where an experiment came from and what came of it: imported from NNI, warm-started from
+ * another (results learnt or best sets run first), re-tuned on new data; and the later ones. */
 function Lineage({ summary }: { summary: Summary }) {
   const [, update] = useUrlState();
   const experimentLink = (id: string) => (
@@ -77,9 +78,29 @@ function Lineage({ summary }: { summary: Summary }) {
   );
   const from = summary.retuned_from;
   const by = summary.retuned_by ?? [];
-  if (!from && by.length === 0) return null;
+  const warm = summary.warm_started_from;
+  const warmBy = summary.warm_started_by ?? [];
+  const imported = summary.imported_from;
+  if (!from && by.length === 0 && !warm && warmBy.length === 0 && !imported) return null;
   return (
     <VStack mt={3} gap={1} alignItems="flex-start" fontSize="sm" data-testid="retune-links">
+      {imported && (
+        <Text data-testid="imported-from">
+          Imported from NNI experiment <Code fontSize="xs">{imported.nni_id}</Code>: its trials, results and times as NNI recorded them
+          {imported.swapped ? ` (${imported.swapped} result${imported.swapped === 1 ? "" : "s"} paired with the parameters the trial reported them for)` : ""}.
+        </Text>
+      )}
+      {warm && (
+        <Text data-testid="warm-started-from">
+          Warm-started from {experimentLink(warm.experiment_id)}: {warm.use === "results"
+            ? `its tuner learnt from ${warm.learnt} of its result${warm.learnt === 1 ? "" : "s"} (they are not trials of this experiment)`
+            : `its ${warm.queued} best parameter set${warm.queued === 1 ? "" : "s"} ran first here`}
+          {warm.dropped ? `, ${warm.dropped} outside this search space` : ""}.
+        </Text>
+      )}
+      {warmBy.length > 0 && (
+        <Text data-testid="warm-started-by">Warm-started later: {warmBy.map((id, i) => <span key={id}>{i ? ", " : ""}{experimentLink(id)}</span>)}.</Text>
+      )}
       {from && (
         <Text>
           Re-tuned {experimentLink(from.experiment_id)} on new data: its {from.queued} best parameter set{from.queued === 1 ? "" : "s"} ran first here

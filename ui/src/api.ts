@@ -13,6 +13,8 @@ export interface ExperimentRow {
   dag_id: string | null;
   /** The experiment task group of the DAG whose experiment this is (null: the whole DAG's). */
   task_group?: string | null;
+  /** NNI's experiment id, for one `trialflow import-nni` brought in. */
+  imported_from?: string | null;
   run_id: string | null;
   platform: string | null;
   tuner: string | null;
@@ -96,6 +98,11 @@ export interface Summary {
   /** scheduledRuns: retune: the experiment whose best sets ran first here, and those that re-tuned this one. */
   retuned_from: { experiment_id: string; queued: number; dropped: number } | null;
   retuned_by: string[];
+  /** warmStart: the experiment this one started from, and those that started from this one. */
+  warm_started_from?: { experiment_id: string; use: "results" | "rerun"; learnt: number; queued: number; dropped: number } | null;
+  warm_started_by?: string[];
+  /** An experiment `trialflow import-nni` brought in (its times are NNI's). */
+  imported_from?: { system: string; nni_id: string; swapped: number } | null;
   /** Several objectives (else empty): "best" is the Pareto set, first member by the first objective. */
   objectives: Objective[];
   pareto: TrialRow[];
