@@ -6,13 +6,16 @@ import pytest
 
 from tests.helpers.pages import UiSetup, login
 from tests.helpers.screens import canvas_drawn, shot
+from trialflow.config import load_config
+from trialflow.experiment import Experiment
 from trialflow.nni_history import read_experiment
 from trialflow.nni_import import import_experiment
+from trialflow.runs import start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.ui, pytest.mark.nni]
 
 
-def test_an_imported_nni_experiment_shows_its_trials(browser, ui: UiSetup, nni_folder):
+def test_an_imported_nni_experiment_shows_its_trials(browser, ui: UiSetup, nni_folder, tmp_path):
     nni = read_experiment(nni_folder)
     done = import_experiment(ui.harness.store, nni, ui.dag_id, experiment_id=f"nni-pages-{nni.experiment_id}")
     summary = ui.get(f"experiments/{done.experiment_id}").json()
@@ -24,5 +27,24 @@ def test_an_imported_nni_experiment_shows_its_trials(browser, ui: UiSetup, nni_f
     page.wait_for_selector("[data-testid=summary]", timeout=30000)
     assert done.experiment_id in page.locator("[data-testid=experiment-page]").inner_text()
     assert canvas_drawn(page, "[data-testid=chart-history]")
+    assert f"Imported from NNI experiment {nni.experiment_id}" in page.get_by_test_id("imported-from").inner_text()
     shot(page, "imported-nni")
+    # a new experiment of the DAG warm-started from it: the pages link the two both ways
+    config = tmp_path / "warm.yml"
+    config.write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}, k: {_type: choice, _value: [a, b]}}\n"
+        "trialCommand: python3 t.py\ntrialConcurrency: 1\nmaxTrialNumber: 4\n"
+        "tuner: {name: TPE, classArgs: {optimize_mode: maximize, seed: 3}}\n"
+        f"trainingService: {{platform: local}}\nwarmStart: {{experiment: {done.experiment_id}}}\n"
+    )
+    warm = Experiment(load_config(config), "e-warm-from-nni", tmp_path / "work")
+    start_run(warm, ui.harness.store, ui.dag_id, "manual__warm", {})
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={warm.experiment_id}")
+    link = page.get_by_test_id("warm-started-from")
+    link.wait_for(timeout=30000)
+    assert "its tuner learnt from 4 of its results" in link.inner_text()
+    shot(page, "warm-started-from-nni")
+    link.get_by_role("link", name=done.experiment_id).click()
+    page.get_by_test_id("warm-started-by").wait_for(timeout=30000)
+    assert warm.experiment_id in page.get_by_test_id("warm-started-by").inner_text()
     assert not page.errors, page.errors
