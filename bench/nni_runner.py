@@ -3,7 +3,9 @@
 Executed by bench/overhead.py with the nni virtualenv's Python, inside a
 loopback-only network namespace (NNI's REST server listens on all interfaces)
 and with a temporary HOME (NNI writes ~/nni-experiments whatever the config says).
-Standard library only.
+With a fifth argument (a folder), it also writes NNI's own exports of the finished experiment
+there before stopping it (``nnictl experiment export`` as JSON and CSV, with the intermediate
+results): the import tests compare trialflow's import with them. Standard library only.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def trial_jobs(port: int) -> list[dict]:
 
 def main() -> None:
     config, port, total, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    exports = Path(sys.argv[5]) if len(sys.argv) > 5 else None
     nnictl = str(Path(sys.executable).parent / "nnictl")
     log = open(Path(config).with_suffix(".nnictl.log"), "wb")
     started = time.perf_counter()
@@ -48,6 +51,25 @@ def main() -> None:
                 elapsed = time.perf_counter() - started
                 break
             time.sleep(0.2)
+        if exports is not None and elapsed is not None:
+            for kind in ("json", "csv"):
+                subprocess.run(
+                    [
+                        nnictl,
+                        "experiment",
+                        "export",
+                        "--filename",
+                        str(exports / f"export.{kind}"),
+                        "--type",
+                        kind,
+                        "--intermediate",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    timeout=120,
+                    env=os.environ,
+                    check=False,
+                )
     finally:
         subprocess.run(
             [nnictl, "stop", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, env=os.environ

@@ -121,3 +121,45 @@ def test_the_command_imports_a_folder_or_an_id_under_nnis_default(tmp_path, monk
     assert code == 1 and "exists already" in said
     code, said = run("import-nni", "nosuch", "--dag", "dag_a", "--store", store)
     assert code == 1 and "no NNI database here" in said
+
+
+@pytest.mark.nni
+def test_nnis_export_and_import_data_files_come_in_with_the_experiments_config(tmp_path, nni_folder, capsys):
+    from tests.helpers.nni_run import config_of, export_files
+    from trialflow.cli import build_parser
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+
+    def run(*argv: str) -> tuple[int, str]:
+        args = build_parser().parse_args(list(argv))
+        code = args.func(args)
+        return code, capsys.readouterr().err
+
+    exported_json, exported_csv = export_files(nni_folder)
+    config = str(config_of(nni_folder))
+    code, said = run("import-nni", str(exported_json), "--dag", "dag_a", "--store", store)
+    assert code == 1 and "pass the experiment's NNI config with --config" in said
+    for path, name in ((exported_json, "from-json"), (exported_csv, "from-csv")):
+        code, said = run(
+            "import-nni", str(path), "--config", config, "--dag", "dag_a", "--experiment-id", name, "--store", store
+        )
+        assert code == 0 and f"imported as {name} under DAG dag_a: 4 trial(s)" in said, said
+    # "import data" (what nnictl experiment import fed a tuner): parameter + value lists
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps([{"parameter": {"x": 0.25, "k": "b"}, "value": 2.5}]))
+    code, said = run("import-nni", str(data), "--config", config, "--dag", "dag_a", "--store", store)
+    assert code == 0 and "imported as nni-data under DAG dag_a: 1 trial(s)" in said, said
+    opened = ExperimentStore(store)
+    folder = {t.trial_job_id: t for t in read_experiment(nni_folder).trials if t.event_parameter_id is None}
+    for name in ("from-json", "from-csv"):
+        rows = opened.trial_rows(name)
+        assert len(rows) == 4 and all(r.status == "SUCCEEDED" for r in rows)
+        for row in rows:
+            job = opened.trial_attr(opened.find_trial_id(name, row.trial_index), NNI_JOB_ATTR)
+            if job in folder:
+                assert row.parameters == pytest.approx(folder[job].parameters)
+                assert row.final_metric == pytest.approx(folder[job].final["default"])
+                assert row.intermediate_count == 3
+    (only,) = opened.trial_rows("nni-data")
+    assert only.parameters == {"x": 0.25, "k": "b"} and only.final_metric == 2.5

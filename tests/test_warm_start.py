@@ -50,7 +50,10 @@ def earlier(tmp_path: Path, store: ExperimentStore, dag_id: str = "dag_a", trial
 
 
 def first_asks(store: ExperimentStore, exp: Experiment, n: int = 3) -> list[dict]:
-    return [store.ask(exp.experiment_id, i, f"{exp.experiment_id}-{i}", exp.algorithm, exp.space).parameters for i in range(n)]
+    return [
+        store.ask(exp.experiment_id, i, f"{exp.experiment_id}-{i}", exp.algorithm, exp.space).parameters
+        for i in range(n)
+    ]
 
 
 def test_results_give_the_tuner_the_earlier_trials_and_change_its_first_asks(tmp_path, store):
@@ -138,7 +141,8 @@ def test_rerun_queues_the_best_sets_to_run_first(tmp_path, store):
     best = [params[6], params[5]]  # 6.0, 5.0
     assert first_asks(store, warm, 2) == best
     asked_by = store.trial_attr(store.find_trial_id("e-rerun", 0), "asked_by")
-    assert asked_by["by"] == "warm start" and "trial e-earlier-6 of experiment e-earlier (6 there)" in asked_by["reason"]
+    assert asked_by["by"] == "warm start"
+    assert "trial e-earlier-6 of experiment e-earlier (6 there)" in asked_by["reason"]
     study = optuna.load_study(study_name="e-rerun", storage=store.storage)
     assert not [t for t in study.trials if PRIOR_ATTR in t.user_attrs]  # the numbers are not trusted
 
@@ -215,6 +219,6 @@ def test_a_tuner_that_cannot_use_it_is_named(tmp_path, tuner, use, message):
         + f"warmStart: {{experiment: e1, use: {use}}}\n"
     )
     problems = [p for p in check_runnable(load_config(path)) if p.key_path[:1] == ("warmStart",)]
-    assert [p.message for p in problems if message and message in p.message] == [
-        p.message for p in problems
-    ] and bool(problems) == bool(message)
+    assert [p.message for p in problems if message and message in p.message] == [p.message for p in problems] and bool(
+        problems
+    ) == bool(message)

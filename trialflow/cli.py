@@ -388,14 +388,30 @@ def nni_folder_of(given: str) -> Path:
     return Path.home() / "nni-experiments" / given
 
 
+def _result_file_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The NNI config an export or import-data file is read against (it holds none itself)."""
+    from trialflow.nni_history import NniHistoryError
+
+    if not args.config:
+        raise NniHistoryError(
+            f"{args.experiment}: an NNI export or import-data file holds no search space: "
+            "pass the experiment's NNI config with --config"
+        )
+    return to_v2_dict(load_config(Path(args.config)))
+
+
 def cmd_import_nni(args: argparse.Namespace) -> int:
-    from trialflow.nni_history import NniHistoryError, read_experiment
+    from trialflow.nni_history import NniHistoryError, read_experiment, read_result_file
     from trialflow.nni_import import import_experiment
 
     try:
-        nni = read_experiment(nni_folder_of(args.experiment))
+        source = Path(args.experiment).expanduser()
+        if source.is_file() or source.suffix.lower() in (".json", ".csv"):
+            nni = read_result_file(source, _result_file_config(args))
+        else:
+            nni = read_experiment(nni_folder_of(args.experiment))
         done = import_experiment(_store(args), nni, args.dag, args.experiment_id)
-    except (NniHistoryError, FileNotFoundError) as exc:
+    except (NniHistoryError, ConfigError, FileNotFoundError) as exc:
         return _fail(exc)
     swapped = f"; {done.swapped} trial job(s) reported under another parameter set (kept as reported)"
     print(
@@ -672,8 +688,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "import-nni", help="make a store experiment of an NNI 2.x/3.0 experiment (its folder, or its id)"
     )
-    p.add_argument("experiment", help="an NNI experiment folder, or an id under ~/nni-experiments")
+    p.add_argument(
+        "experiment",
+        help="an NNI experiment folder, an id under ~/nni-experiments, or a file of `nnictl experiment "
+        "export` (.json/.csv) or of NNI's import data (.json)",
+    )
     p.add_argument("--dag", required=True, help="the DAG the experiment belongs to (who may see it in the pages)")
+    p.add_argument("--config", help="with a file: the experiment's NNI config (its search space and tuner)")
     p.add_argument("--experiment-id", help="the store experiment's id (default nni-<NNI's id>)")
     _store_args(p)
     p.set_defaults(func=cmd_import_nni)

@@ -57,6 +57,7 @@ def run_nni_experiment(work: Path, nni_python: str, trials: int = 4) -> Path:
                 "8080",
                 str(trials),
                 "240",
+                str(work),  # NNI's own exports land beside (export_files)
             ],
             capture_output=True,
             text=True,
@@ -71,3 +72,14 @@ def run_nni_experiment(work: Path, nni_python: str, trials: int = 4) -> Path:
         raise RuntimeError(f"NNI did not finish its {trials} trials: {done.stdout.strip()[-300:]}")
     (folder,) = [p for p in (work / "exp").iterdir() if p.is_dir() and not p.name.startswith("_")]
     return folder
+
+
+def export_files(folder: Path) -> tuple[Path, Path]:
+    """NNI's own ``nnictl experiment export`` (JSON, CSV) of the experiment run_nni_experiment ran
+    in ``folder``, and its config."""
+    work = folder.parent.parent
+    return work / "export.json", work / "export.csv"
+
+
+def config_of(folder: Path) -> Path:
+    return folder.parent.parent / "config.yml"
