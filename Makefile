@@ -49,7 +49,7 @@ test-lowest:
 	uv venv -q --allow-existing --python $(PYTHON) $(LOWEST)/venv
 	uv pip install -q -p $(LOWEST)/venv/bin/python -r $(LOWEST)/requirements.txt pytest pytest-timeout
 	uv pip install -q -p $(LOWEST)/venv/bin/python --no-deps -e .
-	@grep -iE '^(apache-airflow|apache-airflow-providers-standard|optuna|pydantic|pyyaml|pathspec|psutil|rich|sqlalchemy|tenacity)==' $(LOWEST)/requirements.txt
+	@grep -iE '^(alembic|apache-airflow|apache-airflow-providers-standard|optuna|pydantic|pyyaml|pathspec|psutil|rich|sqlalchemy|tenacity)==' $(LOWEST)/requirements.txt
 	$(LOWEST)/venv/bin/python -m pytest -q -m "not integration" --deselect tests/config/test_nni_examples.py $(LOWEST_TESTS)
 
 # ruff (lint and format), mypy and the layer contract (import-linter), all configured in

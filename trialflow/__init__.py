@@ -7,4 +7,4 @@ trial process and must not pay for Airflow, Optuna or pydantic imports.
 from __future__ import annotations
 
 __all__ = ["__version__"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

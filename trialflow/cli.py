@@ -284,19 +284,61 @@ def _store_engine(args: argparse.Namespace) -> Any:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+    return ExperimentStore(_store_url(args))
+
+
+def _store_url(args: argparse.Namespace) -> str:
+    from trialflow.tuning.experiment_store import sqlite_url
 
     if args.store:
-        url = args.store
-    elif args.home:
-        url = sqlite_url(Path(args.home) / "experiments.db")
+        return str(args.store)
+    if args.home:
         if not (Path(args.home) / "experiments.db").exists():
             raise FileNotFoundError(f"no experiment store in {args.home} (expected experiments.db there)")
-    else:
-        from trialflow.hooks.experiment_store import ExperimentStoreHook
+        return sqlite_url(Path(args.home) / "experiments.db")
+    from trialflow.hooks.experiment_store import ExperimentStoreHook
 
-        url = ExperimentStoreHook().storage_url()
-    return ExperimentStore(url)
+    return str(ExperimentStoreHook().storage_url())
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    """``db check``: the store's schema and whether this trialflow opens it; ``db upgrade``:
+    move it to this trialflow's schema (Optuna's tables too), whole or not at all."""
+    import sqlalchemy as sa
+
+    from trialflow.tuning import store_schema
+    from trialflow.tuning.store_urls import safe_url, with_installed_driver
+
+    try:
+        url = with_installed_driver(_store_url(args))
+    except FileNotFoundError as exc:
+        return _fail(exc)
+    engine = sa.create_engine(url)
+    try:
+        found = store_schema.state(engine)
+        if args.action == "check":
+            if found.current or found.fresh:
+                print(f"{safe_url(url)}: schema {store_schema.HEAD}, as this trialflow needs")
+                return 0
+            return _fail(store_schema.StoreSchemaError(store_schema.refusal(engine, found)))
+        if found.fresh:
+            return _fail(
+                LookupError(f"{safe_url(url)}: no trialflow store here to upgrade (a new one is made on first use)")
+            )
+        before, after = store_schema.upgrade(engine)
+    except store_schema.StoreSchemaError as exc:
+        return _fail(exc)
+    finally:
+        engine.dispose()
+    said = "0.1.0's unversioned tables" if before is None else f"schema {before}"
+    print(
+        f"{safe_url(url)}: {said} -> schema {after}"
+        if before != after
+        else f"{safe_url(url)}: already at schema {after}"
+    )
+    return 0
 
 
 def _when(epoch: float | None) -> str:
@@ -698,6 +740,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment-id", help="the store experiment's id (default nni-<NNI's id>)")
     _store_args(p)
     p.set_defaults(func=cmd_import_nni)
+    p = sub.add_parser("db", help="the experiment store's schema: check it, or upgrade it to this trialflow's")
+    p.add_argument("action", choices=("check", "upgrade"))
+    _store_args(p)
+    p.set_defaults(func=cmd_db)
     p = sub.add_parser("trials", help="one experiment's trials, sorted and filtered")
     p.add_argument("experiment")
     _store_args(p)
@@ -745,8 +791,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from trialflow.tuning.store_schema import StoreSchemaError
+
     args = build_parser().parse_args(argv)
-    result: Any = args.func(args)
+    try:
+        result: Any = args.func(args)
+    except StoreSchemaError as exc:  # any command on a store of another trialflow: say what to run
+        return _fail(exc)
     return int(result)
 
 

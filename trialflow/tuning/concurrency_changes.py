@@ -20,7 +20,8 @@ METADATA = sa.MetaData()
 DAG_LIMITS = sa.Table(
     "trialflow_dag_limits",
     METADATA,
-    sa.Column("dag_id", sa.String(250), primary_key=True),
+    #: limits_key: a DAG id, or "dag:group" (each id up to 250 characters; migration 0002).
+    sa.Column("dag_id", sa.String(501), primary_key=True),
     sa.Column("experiment_id", sa.String(64), nullable=False),
     sa.Column("trial_concurrency", sa.Integer, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),

@@ -65,8 +65,10 @@ from trialflow.tuning.prior_trials import PRIOR_ATTR, PriorTrial, is_prior
 from trialflow.tuning.prior_trials import template as prior_template
 from trialflow.tuning.results import TrialRow, finite_or_none, jsonable, outcome, preview, scalar
 from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
+from trialflow.tuning.store_schema import ensure_schema
 from trialflow.tuning.store_urls import SQLITE_TIMEOUT_SECONDS, safe_url, with_installed_driver
 from trialflow.tuning.store_urls import sqlite_url as sqlite_url  # where the callers have always found it
+from trialflow.tuning.tables import TRIAL_INDEX as TRIAL_INDEX  # where the read models find it
 from trialflow.tuning.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
 from trialflow.tuning.trial_reader import TRIALS, read_trials
 from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
@@ -79,21 +81,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 #: Compare-and-set tries of update_experiment_attr before it gives up (each lost to another writer).
 ATTR_UPDATE_ATTEMPTS = 200
-
-
-#: trial index -> Optuna trial, one row per (study, index). Optuna can only find a trial by a
-#: user attribute by loading every trial; this makes the lookup one indexed query and makes
-#: "one Optuna trial per trial index" a constraint the database enforces, on every backend.
-_METADATA = sa.MetaData()
-TRIAL_INDEX = sa.Table(
-    "trialflow_trial_index",
-    _METADATA,
-    sa.Column("study_id", sa.Integer, primary_key=True),
-    sa.Column("trial_index", sa.Integer, primary_key=True),
-    sa.Column("trial_id", sa.Integer, nullable=False),
-)
-#: Pages join from Optuna's trials to their index: without this, SQLite scans the table per trial.
-TRIAL_INDEX_BY_TRIAL = sa.Index("ix_trialflow_trial_index_trial_id", TRIAL_INDEX.c.trial_id)
 
 
 # -- Optuna's storage, made cheap for a trial task -------------------------------------------
@@ -344,7 +331,9 @@ class TrialflowStorage(RDBStorage):
     reraise=True,
 )
 def _open_storage(url: str, engine_kwargs: dict[str, Any]) -> TrialflowStorage:
-    """Optuna's storage with trialflow's table, created if missing.
+    """Optuna's storage, and trialflow's tables at the schema this code needs: created in a new
+    store, checked in an existing one (StoreSchemaError, saying what to run, when it is of
+    another trialflow: trialflow.tuning.store_schema).
 
     Workers that start together on an empty database all try to create the tables, and
     "CREATE TABLE" is not safe against a concurrent twin (PostgreSQL: a unique violation on
@@ -353,11 +342,10 @@ def _open_storage(url: str, engine_kwargs: dict[str, Any]) -> TrialflowStorage:
     """
     known = TrialflowStorage.reopen(url, engine_kwargs)  # checked before by this Optuna version
     if known is not None:
+        ensure_schema(known.engine, checked=True)
         return known
     storage = TrialflowStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
-    _METADATA.create_all(storage.engine, checkfirst=True)
-    TRIAL_INDEX_BY_TRIAL.create(storage.engine, checkfirst=True)  # stores made before it existed
-    SNAPSHOTS.create(storage.engine, checkfirst=True)
+    ensure_schema(storage.engine, checked=False)
     storage.mark_checked()
     return storage
 
@@ -498,7 +486,6 @@ class ExperimentStore:
         """Remove an experiment whole: what an import that failed half-way wrote (trialflow
         deletes no experiment otherwise). trialflow's own rows of its study go first, then
         Optuna's study, then this process's memory of its id."""
-        from trialflow.tuning.snapshot import SNAPSHOTS
         from trialflow.tuning.trial_queue import TRIAL_QUEUE
 
         if not self.experiment_exists(experiment_id):

@@ -1,4 +1,4 @@
-"""Creating trialflow's own tables in a store when they are first needed.
+"""trialflow's index of trials, and creating trialflow's own tables in a store.
 
 "CREATE TABLE" is not safe against a concurrent twin: two editors adding the first trials of
 an experiment at once both found the queue table missing, and the loser failed with "table
@@ -20,3 +20,17 @@ def create_tables(metadata: sa.MetaData, engine: sa.Engine) -> None:
         metadata.create_all(engine, checkfirst=True)
     except _LOST_TO_A_TWIN:
         metadata.create_all(engine, checkfirst=True)  # another process created them meanwhile
+
+
+#: trial index -> Optuna trial, one row per (study, index). Optuna can only find a trial by a
+#: user attribute by loading every trial; this makes the lookup one indexed query and makes
+#: "one Optuna trial per trial index" a constraint the database enforces, on every backend.
+TRIAL_INDEX = sa.Table(
+    "trialflow_trial_index",
+    sa.MetaData(),
+    sa.Column("study_id", sa.Integer, primary_key=True),
+    sa.Column("trial_index", sa.Integer, primary_key=True),
+    sa.Column("trial_id", sa.Integer, nullable=False),
+)
+#: Pages join from Optuna's trials to their index: without this, SQLite scans the table per trial.
+TRIAL_INDEX_BY_TRIAL = sa.Index("ix_trialflow_trial_index_trial_id", TRIAL_INDEX.c.trial_id)

@@ -64,7 +64,21 @@ def store_engine() -> Any:
         url = default_store_url()
     from trialflow.tuning.store_urls import engine_for
 
-    return engine_for(url)
+    engine = engine_for(url)
+    _check_schema(engine.url.render_as_string(hide_password=False), engine)
+    return engine
+
+
+@lru_cache(maxsize=8)
+def _check_schema(url: str, engine: Any) -> None:
+    """A store of another trialflow's schema answers 503 saying what to run (trialflow.tuning.
+    store_schema), not a 500 from a missing column; a store found current is not read again
+    (a refusal is not cached: the next request sees the upgrade)."""
+    from trialflow.tuning.store_schema import StoreSchemaError, refusal, state
+
+    found = state(engine)
+    if not (found.current or found.fresh):
+        raise HTTPException(status_code=503, detail=str(StoreSchemaError(refusal(engine, found))))
 
 
 def action_store() -> Any:

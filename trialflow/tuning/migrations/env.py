@@ -1,0 +1,14 @@
+"""Runs trialflow's store migrations on the connection trialflow.tuning.store_schema.upgrade
+hands over (alembic's recipe for sharing a connection): in its transaction, with trialflow's
+own version table, batch mode for SQLite's ALTERs. Online only: there is no offline SQL mode."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from trialflow.tuning.store_schema import VERSION_TABLE
+
+connection = context.config.attributes["connection"]
+context.configure(connection=connection, version_table=VERSION_TABLE, render_as_batch=True)
+with context.begin_transaction():
+    context.run_migrations()

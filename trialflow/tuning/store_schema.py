@@ -1,0 +1,210 @@
+"""trialflow's own tables in a store: their schema version, checked whenever a store opens, and
+the migrations that move a store to it, run on purpose (``trialflow db upgrade``).
+
+Experiments live for months and trialflow changes underneath them. Optuna versions its tables
+with alembic (its ``alembic_version`` table, ``optuna storage upgrade``); trialflow's own tables
+(the trial index, the trial queue, the DAG limits, the snapshots, the schema-check record) are
+versioned the same way in a version table of their own (``trialflow_alembic_version``), with
+the revisions in trialflow/tuning/migrations/versions.
+
+Opening a store compares its revision with ``HEAD`` (one indexed read, no alembic import on a
+trial task's path):
+
+* a new store (no trialflow table yet) is created at ``HEAD`` and stamped;
+* a store at ``HEAD`` opens;
+* any other store is refused with StoreSchemaError, which says what it is and what to run:
+  a store of trialflow 0.1.0 (its tables carry no version), or of an earlier schema, needs
+  ``trialflow db upgrade``; one of a newer trialflow needs a newer trialflow. Never a
+  traceback from a missing column in the middle of a run, never a silent partial upgrade.
+
+``upgrade`` runs Optuna's own upgrade (as ``optuna storage upgrade`` does) and then every
+trialflow migration in one transaction, DDL included on both databases (PostgreSQL's DDL is
+transactional; SQLite's is made so, and alembic's batch mode copies a changed table inside
+it), so trialflow's tables are moved whole or left as they were.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from trialflow.tuning.concurrency_changes import DAG_LIMITS
+from trialflow.tuning.schema_check import CHECKED
+from trialflow.tuning.snapshot import SNAPSHOTS
+from trialflow.tuning.store_urls import safe_url
+from trialflow.tuning.tables import TRIAL_INDEX, create_tables
+from trialflow.tuning.trial_queue import TRIAL_QUEUE
+
+#: Where trialflow's revision is kept (alembic's layout; Optuna's is ``alembic_version``).
+VERSION_TABLE = "trialflow_alembic_version"
+#: The schema this code reads and writes: the newest revision in migrations/versions (a test
+#: checks the two agree, and that the migrations make exactly the tables below).
+HEAD = "0002"
+#: The revisions, oldest first, and the release that introduced each (for messages).
+RELEASES = {"0001": "0.1.0", "0002": "0.2.0"}
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+#: trialflow's tables as this code defines them (what a new store is created with).
+TABLES = (TRIAL_INDEX, TRIAL_QUEUE, DAG_LIMITS, SNAPSHOTS, CHECKED)
+_VERSION = sa.Table(
+    VERSION_TABLE,
+    sa.MetaData(),
+    sa.Column("version_num", sa.String(32), primary_key=True),  # alembic's own definition
+)
+
+
+def head_metadata() -> sa.MetaData:
+    """Every trialflow table (and index) of ``HEAD`` in one MetaData."""
+    metadata = sa.MetaData()
+    for table in TABLES:
+        table.to_metadata(metadata)
+    return metadata
+
+
+class StoreSchemaError(RuntimeError):
+    """The store's trialflow tables are of another schema than this code's (the message says
+    which and what to run)."""
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """What a store holds: trialflow's revision (None: no version table, or an empty one) and
+    whether trialflow's trial index is there: every store trialflow 0.1.0 opened has it (0.1.0
+    had no versions). Its other tables were made when first needed, so one of them alone is
+    a new store that something wrote to before it was opened, not an old one."""
+
+    revision: str | None
+    tables: bool
+
+    @property
+    def fresh(self) -> bool:
+        return self.revision is None and not self.tables
+
+    @property
+    def current(self) -> bool:
+        return self.revision == HEAD
+
+
+def state(engine: sa.Engine) -> SchemaState:
+    """The store's schema state, in one query when it is versioned."""
+    try:
+        with engine.connect() as conn:
+            revisions = conn.execute(sa.select(_VERSION.c.version_num)).scalars().all()
+    except sa.exc.DBAPIError:
+        revisions = []  # no version table
+    if len(revisions) == 1:
+        return SchemaState(revisions[0], True)
+    return SchemaState(None, TRIAL_INDEX.name in sa.inspect(engine).get_table_names())
+
+
+def ensure_schema(engine: sa.Engine, checked: bool) -> None:
+    """Create trialflow's tables in a new store; check an existing one (StoreSchemaError).
+    ``checked``: this process's Optuna found the store before (its tables are all there)."""
+    found = state(engine)
+    if found.current:
+        if not checked:
+            create_tables(head_metadata(), engine)  # a twin stamped it and is still creating them
+        return
+    if found.fresh:
+        stamp(engine)  # first, so a twin that opens meanwhile finds a new store, not an old one
+        create_tables(head_metadata(), engine)
+        return
+    raise StoreSchemaError(refusal(engine, found))
+
+
+def stamp(engine: sa.Engine) -> None:
+    """Record ``HEAD`` as a new store's revision (a twin that did it first is fine)."""
+    _VERSION.create(engine, checkfirst=True)
+    try:
+        with engine.begin() as conn:
+            conn.execute(_VERSION.insert().values(version_num=HEAD))
+    except sa.exc.IntegrityError:
+        pass
+
+
+def refusal(engine: sa.Engine, found: SchemaState) -> str:
+    """Why a store does not open, and what to run."""
+    from trialflow import __version__
+
+    where = f"the experiment store {safe_url(engine.url.render_as_string(hide_password=False))}"
+    command = "back it up, then run `trialflow db upgrade` (with --store or --home as for the other commands)"
+    if found.revision is None:
+        return (
+            f"{where} was written by trialflow 0.1.0 (its tables carry no schema version); trialflow "
+            f"{__version__} needs schema {HEAD}: {command}"
+        )
+    if found.revision in RELEASES:
+        return (
+            f"{where} has schema {found.revision} (trialflow {RELEASES[found.revision]}); trialflow "
+            f"{__version__} needs schema {HEAD}: {command}"
+        )
+    return (
+        f"{where} has schema {found.revision[:32]!r}, which trialflow {__version__} does not know: it was "
+        "written by a newer trialflow; install that version (or newer) to open it"
+    )
+
+
+def upgrade(engine: sa.Engine) -> tuple[str | None, str]:
+    """Move the store to ``HEAD``: Optuna's tables first (its own upgrade), then trialflow's
+    migrations, all of them in one transaction. Returns (revision before, after); a store of a
+    newer trialflow is refused (StoreSchemaError), as is a database with no Optuna store."""
+    from alembic import command
+    from alembic.config import Config
+
+    found = state(engine)
+    if found.revision is not None and found.revision not in RELEASES:
+        raise StoreSchemaError(refusal(engine, found))
+    _upgrade_optuna(engine)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    migrating = _transactional(engine)
+    try:
+        with migrating.begin() as conn:
+            config.attributes["connection"] = conn  # migrations/env.py runs them on it
+            command.upgrade(config, "head")
+    finally:
+        if migrating is not engine:
+            migrating.dispose()
+    return found.revision, state(engine).revision or HEAD
+
+
+def _transactional(engine: sa.Engine) -> sa.Engine:
+    """An engine whose transactions hold DDL too. PostgreSQL's do; Python's sqlite3 runs a
+    CREATE or ALTER outside any transaction until the first row is written, so a migration
+    that failed half-way would leave its first tables behind: here SQLite's transactions are
+    begun explicitly (BEGIN EXCLUSIVE: the store's other writers wait on their busy timeout
+    while it migrates), as SQLAlchemy's pysqlite documentation shows."""
+    if engine.dialect.name != "sqlite":
+        return engine
+    url = engine.url.render_as_string(hide_password=False)
+    migrating = sa.create_engine(url, connect_args={"timeout": 60}, poolclass=sa.pool.NullPool)
+
+    @sa.event.listens_for(migrating, "connect")
+    def _no_implicit_transactions(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @sa.event.listens_for(migrating, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN EXCLUSIVE")
+
+    return migrating
+
+
+def _upgrade_optuna(engine: sa.Engine) -> None:
+    from optuna.storages import RDBStorage
+
+    from trialflow.tuning.schema_check import CHECKED as checked_table
+
+    url = engine.url.render_as_string(hide_password=False)
+    storage = RDBStorage(url, skip_compatibility_check=True, skip_table_creation=True)
+    try:
+        if storage.get_current_version() != storage.get_head_version():
+            storage.upgrade()
+            with engine.begin() as conn:  # the schema-check record names the old revision
+                checked_table.create(conn, checkfirst=True)
+                conn.execute(checked_table.delete())
+    finally:
+        storage.engine.dispose()
