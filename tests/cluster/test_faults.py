@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -39,7 +40,13 @@ trial.report_final_result(x)
 
 
 def remote_experiment(
-    cluster: Deployment, server, name: str, log: Path, trials: int = 12, defer_after: float = 600
+    cluster: Deployment,
+    server,
+    name: str,
+    log: Path,
+    trials: int = 12,
+    defer_after: float = 600,
+    store_conn_id: str = "trialflow_default",
 ) -> tuple[str, Path]:
     folder = cluster.root / "experiments" / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -57,7 +64,7 @@ def remote_experiment(
     dag_file.write_text(
         "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
         f"dag = experiment_dag({str(folder / 'config.yml')!r}, dag_id={dag_id!r}, "
-        f"defer_after={defer_after}, poll_interval=0.3)\n"
+        f"defer_after={defer_after}, poll_interval=0.3, store_conn_id={store_conn_id!r})\n"
     )
     return dag_id, dag_file
 
@@ -91,11 +98,12 @@ def check_every_trial_once(
     fault: str,
     started_at: float,
     ran_on: str | None = None,
+    store_url: str | None = None,
 ) -> None:
     """The end of every fault test: its figures go to the session's report (printed at the end
     of the run), then every trial must be there once, finished, with both its metrics, and
     (``ran_on``) every one of them on that host."""
-    rows = ExperimentStore(cluster.store_url).trial_rows(experiment_id_for(dag_id, run_id))
+    rows = ExperimentStore(store_url or cluster.store_url).trial_rows(experiment_id_for(dag_id, run_id))
     tis = [ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
     starts = Counter(log.read_text().split())
     FAULT_REPORT.append(
@@ -412,3 +420,87 @@ def test_the_whole_deployment_killed_started_again_and_the_run_cleared(cluster: 
     )
     assert state == "success"
     os.remove(log)
+
+
+def test_an_experiment_running_across_an_upgrade_of_trialflow(cluster: Deployment, ssh_machine):
+    """Airflow runs trialflow 0.1.0 (its code first on every component's path; its store on a
+    database of its own); mid-experiment, with every trial deferred (triggers serialized by
+    0.1.0), the whole deployment goes down, `trialflow db upgrade` moves the store, and Airflow
+    starts again on the current code: the new triggerer takes over 0.1.0's triggers, the run's
+    failed tasks are cleared, and the experiment finishes, nothing lost or duplicated."""
+    import sqlalchemy as sa
+
+    from tests.helpers.releases import release_tree
+    from trialflow import queries
+    from trialflow.tuning.store_schema import HEAD
+    from trialflow.tuning.store_schema import state as store_schema_state
+
+    old = release_tree("0.1.0")
+    if old is None:
+        pytest.skip("this clone lacks trialflow 0.1.0's commit (a shallow clone): git fetch --unshallow")
+    store_url = cluster.add_store("trialflow_upgrade", "experiments_upgrade")
+    # PYTHONSAFEPATH: `python -m airflow` would put its working folder (this checkout) first
+    cluster.restart({"PYTHONPATH": str(old), "PYTHONSAFEPATH": "1"})
+    try:
+        log = start_log()
+        dag_id, dag_file = remote_experiment(
+            cluster, ssh_machine, "upgrade", log, trials=12, defer_after=0, store_conn_id="trialflow_upgrade"
+        )
+        cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+        started_at = time.monotonic()
+        run_id = cluster.airflow.trigger(dag_id)
+        engine = sa.create_engine(store_url)  # read as the pages do: the current code opens no 0.1.0 store
+        experiment_id = experiment_id_for(dag_id, run_id)
+
+        def under_way() -> bool:
+            try:
+                counts = queries.experiment_summary(engine, experiment_id)["counts"]
+            except (queries.UnknownExperiment, sa.exc.ProgrammingError):  # no experiment (or store) yet
+                return False
+            deferred = [
+                ti
+                for ti in cluster.airflow.task_instances(dag_id, run_id)
+                if ti["task_id"] == "trial" and ti["state"] == "deferred"
+            ]
+            return counts.get("SUCCEEDED", 0) >= 2 and len(deferred) >= 2
+
+        wait_until(under_way, 180, "two trials finished and two deferred")
+        assert store_schema_state(engine).revision is None  # 0.1.0 made the store: no version
+        workers = cluster.kill_all()
+        cluster.airflow.extra_env.pop("PYTHONPATH")
+        cluster.airflow.extra_env.pop("PYTHONSAFEPATH")
+        upgraded = subprocess.run(
+            [sys.executable, "-m", "trialflow.cli", "db", "upgrade", "--store", store_url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        )
+        assert upgraded.returncode == 0 and f"0.1.0's unversioned tables -> schema {HEAD}" in upgraded.stdout, (
+            upgraded.stdout + upgraded.stderr
+        )
+        cluster.start(workers)
+        cluster.wait_for_workers()
+        cluster.airflow.clear_run(dag_id, run_id, only_failed=True)
+        state = wait_until(
+            lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
+            400,
+            "the run to end",
+            interval=1.0,
+        )
+        check_every_trial_once(
+            cluster,
+            dag_id,
+            run_id,
+            log,
+            12,
+            "trialflow 0.1.0 -> current mid-experiment (deployment down, db upgrade, started again)",
+            started_at,
+            ran_on=SSH_MACHINE,
+            store_url=store_url,
+        )
+        assert state == "success"
+        os.remove(log)
+    finally:
+        if "PYTHONPATH" in cluster.airflow.extra_env:  # failed before the upgrade: the next tests run the current code
+            cluster.restart({"PYTHONPATH": None, "PYTHONSAFEPATH": None})

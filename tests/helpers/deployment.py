@@ -56,6 +56,26 @@ def create_database(admin_url: str, name: str) -> str:
     return admin_url.replace("postgresql://", "postgresql+psycopg://").rsplit("/", 1)[0] + f"/{name}"
 
 
+def store_connection(url: str) -> str:
+    """The ``trialflow`` Airflow connection (JSON, for an AIRFLOW_CONN_* variable) of a store
+    on PostgreSQL, its password in the connection's secret field."""
+    userinfo, location = url.split("://", 1)[1].split("@", 1)
+    login, password = userinfo.split(":", 1)
+    hostport, database = location.split("/", 1)
+    host, port = hostport.split(":")
+    return json.dumps(
+        {
+            "conn_type": "trialflow",
+            "host": host,
+            "port": int(port),
+            "login": login,
+            "password": password,
+            "schema": database,
+            "extra": {"dialect": "postgresql+psycopg"},
+        }
+    )
+
+
 @dataclass
 class Worker:
     host: str
@@ -87,11 +107,6 @@ class Deployment:
         self.workdir.mkdir(parents=True, exist_ok=True)
         meta = create_database(self.postgres_url, "airflow_cluster")
         self.store_url = create_database(self.postgres_url, "experiments_cluster")
-        store = self.store_url.split("://", 1)[1]
-        userinfo, location = store.split("@", 1)
-        login, password = userinfo.split(":", 1)
-        hostport, database = location.split("/", 1)
-        host, port = hostport.split(":")
         broker = f"redis://127.0.0.1:{self.redis_port}/0"
         self.airflow = EmbeddedAirflow(
             home=self.root / "home",
@@ -113,21 +128,30 @@ class Deployment:
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
                 # The store: PostgreSQL, its password in the connection's secret field.
-                "AIRFLOW_CONN_TRIALFLOW_DEFAULT": json.dumps(
-                    {
-                        "conn_type": "trialflow",
-                        "host": host,
-                        "port": int(port),
-                        "login": login,
-                        "password": password,
-                        "schema": database,
-                        "extra": {"dialect": "postgresql+psycopg"},
-                    }
-                ),
+                "AIRFLOW_CONN_TRIALFLOW_DEFAULT": store_connection(self.store_url),
                 "TRIALFLOW_WORKDIR": str(self.workdir),
             },
         )
         self.airflow.dags_folder.mkdir(parents=True, exist_ok=True)
+
+    def add_store(self, conn_id: str, database: str) -> str:
+        """A second store (a database of its own) under connection ``conn_id``, for the
+        components started from now on; its SQLAlchemy URL."""
+        url = create_database(self.postgres_url, database)
+        self.airflow.extra_env[f"AIRFLOW_CONN_{conn_id.upper()}"] = store_connection(url)
+        return url
+
+    def restart(self, extra_env: dict[str, str | None]) -> None:
+        """Every process killed (SIGKILL, as kill_all), the components' environment changed
+        (None removes a variable), and everything started again."""
+        workers = self.kill_all()
+        for name, value in extra_env.items():
+            if value is None:
+                self.airflow.extra_env.pop(name, None)
+            else:
+                self.airflow.extra_env[name] = value
+        self.start(workers)
+        self.wait_for_workers()
 
     # -- lifecycle ------------------------------------------------------------------------
 
