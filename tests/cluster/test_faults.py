@@ -89,6 +89,16 @@ def wait_until(condition, timeout: float, what: str, interval: float = 0.5):
     raise TimeoutError(f"{what}: not within {timeout:.0f} s")
 
 
+def wait_for_run_end(cluster: Deployment, dag_id: str, run_id: str, timeout: float = 400) -> str:
+    """The run's final state (success or failed), once it has one."""
+    return wait_until(
+        lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
+        timeout,
+        "the run to end",
+        interval=1.0,
+    )
+
+
 def check_every_trial_once(
     cluster: Deployment,
     dag_id: str,
@@ -154,12 +164,7 @@ def test_a_worker_killed_mid_trial_loses_and_duplicates_nothing(cluster: Deploym
     time.sleep(1.0)  # the trials are past their start on the SSH machine
     cluster.kill_worker("worker-b")
     try:
-        state = wait_until(
-            lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
-            400,
-            "the run to end",
-            interval=1.0,
-        )
+        state = wait_for_run_end(cluster, dag_id, run_id)
     finally:
         cluster.start_worker("worker-b", ("default",))  # the host comes back for later tests
     assert state == "success"
@@ -198,12 +203,7 @@ def test_a_killed_triggerer_restarted_follows_every_deferred_trial_to_its_end(cl
         time.sleep(5)
     finally:
         cluster.start_component("triggerer")
-    state = wait_until(
-        lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
-        400,
-        "the run to end",
-        interval=1.0,
-    )
+    state = wait_for_run_end(cluster, dag_id, run_id)
     assert state == "success"
     ended = {ti["map_index"]: ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"}
     for victim in victims:  # ended by the new triggerer, not by a failed attempt and a retry
@@ -233,12 +233,7 @@ def test_the_scheduler_killed_and_the_api_server_restarted_mid_experiment(cluste
     time.sleep(3)
     cluster.start_component("api-server")
     cluster.airflow.wait_serving()
-    state = wait_until(
-        lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
-        400,
-        "the run to end",
-        interval=1.0,
-    )
+    state = wait_for_run_end(cluster, dag_id, run_id)
     assert state == "success"
     check_every_trial_once(
         cluster,
@@ -303,12 +298,7 @@ def test_the_remote_machines_sshd_stopped_for_30_s(cluster: Deployment, ssh_mach
         time.sleep(30)
     finally:
         server.start()
-    state = wait_until(
-        lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
-        400,
-        "the run to end",
-        interval=1.0,
-    )
+    state = wait_for_run_end(cluster, dag_id, run_id)
     check_every_trial_once(
         cluster, dag_id, run_id, log, 12, "the SSH machine's sshd stopped for 30 s", started_at, ran_on=SSH_MACHINE
     )
@@ -362,12 +352,7 @@ def test_the_kube_apiserver_restarted_mid_experiment(cluster: Deployment, kube_c
     run_id = cluster.airflow.trigger(dag_id)
     wait_until(lambda: len(log.read_text().split()) >= 3, 180, "three trials started")
     kube_cluster.restart_apiserver(down=10)
-    state = wait_until(
-        lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
-        400,
-        "the run to end",
-        interval=1.0,
-    )
+    state = wait_for_run_end(cluster, dag_id, run_id)
     check_every_trial_once(cluster, dag_id, run_id, log, 8, "kube-apiserver down 10 s, restarted", started_at)
     assert state == "success", kube_controller.errors
     os.remove(log)
@@ -402,12 +387,7 @@ def test_the_whole_deployment_killed_started_again_and_the_run_cleared(cluster: 
     # Airflow's to recover (a missed heartbeat retries a task, the triggerer reloads its
     # triggers); clearing them would stop their trials, as a person's clear must.
     cluster.airflow.clear_run(dag_id, run_id, only_failed=True)
-    state = wait_until(
-        lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
-        400,
-        "the run to end",
-        interval=1.0,
-    )
+    state = wait_for_run_end(cluster, dag_id, run_id)
     check_every_trial_once(
         cluster,
         dag_id,
@@ -482,12 +462,7 @@ def test_an_experiment_running_across_an_upgrade_of_trialflow(cluster: Deploymen
         cluster.start(workers)
         cluster.wait_for_workers()
         cluster.airflow.clear_run(dag_id, run_id, only_failed=True)
-        state = wait_until(
-            lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
-            400,
-            "the run to end",
-            interval=1.0,
-        )
+        state = wait_for_run_end(cluster, dag_id, run_id)
         check_every_trial_once(
             cluster,
             dag_id,
