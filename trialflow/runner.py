@@ -203,6 +203,10 @@ class ExperimentRun:
         return self.airflow.dags_folder / f"downstream_{index}_{source.name}"
 
     def start(self, say: Callable[[str], None] = lambda _: None) -> None:
+        # The home's store opens before Airflow starts: one of an earlier trialflow is refused
+        # here (StoreSchemaError, saying to run `trialflow db upgrade --home ...`), not by
+        # every task of a run that was already under way.
+        ExperimentStore(self.store_url)
         dag_file = self.write_dag()
         say("Preparing Airflow's database")
         self.airflow.migrate()

@@ -61,7 +61,9 @@ def cli(capsys, *argv: str) -> tuple[int, str]:
 def test_an_earlier_releases_store_is_refused_then_upgraded_then_opens_shows_and_continues(database, release, capsys):
     url = database(release)
     # refused where it opens (a task, the CLI), saying what to run; nothing changed
-    with pytest.raises(StoreSchemaError, match=rf"written by trialflow {release} .* run `trialflow db upgrade`"):
+    with pytest.raises(
+        StoreSchemaError, match=rf"written by trialflow {release} .* run `trialflow db upgrade --store URL"
+    ):
         ExperimentStore(url)
     code, said = cli(capsys, "experiments", "--store", url)
     assert code == 1 and "trialflow db upgrade" in said and "Traceback" not in said
@@ -105,3 +107,20 @@ def test_an_earlier_releases_store_is_refused_then_upgraded_then_opens_shows_and
     write_concurrency(engine, limits_key("d" * 250, "g" * 250), "fixture-running", 2)
     assert read_concurrency(engine, limits_key("d" * 250, "g" * 250)) == 2
     assert store_schema.state(engine).revision == HEAD
+
+
+def test_trialflow_run_on_a_home_of_an_earlier_release_says_what_to_run_before_starting_airflow(tmp_path, capsys):
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(FIXTURES / "trialflow-0.1.0.sqlite", home / "experiments.db")
+    config = tmp_path / "config.yml"
+    config.write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 t.py\ntrialConcurrency: 1\n"
+        "maxTrialNumber: 1\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
+    )
+    code, said = cli(capsys, "run", str(config), "--home", str(home))
+    squeezed = "".join(said.split())  # rich wraps the line anywhere
+    assert code == 1 and "".join(f"run `trialflow db upgrade --home {home}`".split()) in squeezed, said
+    assert "Starting Airflow" not in said and not (home / "airflow" / "airflow.cfg").exists()
+    code, said = cli(capsys, "db", "upgrade", "--home", str(home))
+    assert code == 0 and f"schema {HEAD}" in said

@@ -129,8 +129,14 @@ def refusal(engine: sa.Engine, found: SchemaState) -> str:
     """Why a store does not open, and what to run."""
     from trialflow import __version__
 
-    where = f"the experiment store {safe_url(engine.url.render_as_string(hide_password=False))}"
-    command = "back it up, then run `trialflow db upgrade` (with --store or --home as for the other commands)"
+    url = engine.url.render_as_string(hide_password=False)
+    where = f"the experiment store {safe_url(url)}"
+    database = engine.url.database or ""
+    if engine.dialect.name == "sqlite" and database.endswith("/experiments.db"):  # a `trialflow run` home
+        named = f"--home {database.rsplit('/', 1)[0]}"
+    else:
+        named = "--store URL, or none for the trialflow_default connection's"
+    command = f"back it up, then run `trialflow db upgrade {named}`"
     if found.revision is None:
         return (
             f"{where} was written by trialflow 0.1.0 (its tables carry no schema version); trialflow "
