@@ -163,3 +163,44 @@ def test_nnis_export_and_import_data_files_come_in_with_the_experiments_config(t
                 assert row.intermediate_count == 3
     (only,) = opened.trial_rows("nni-data")
     assert only.parameters == {"x": 0.25, "k": "b"} and only.final_metric == 2.5
+
+
+@pytest.mark.nni
+def test_a_new_experiment_warm_started_from_the_import_learns_from_nnis_trials(store, nni_folder, tmp_path):
+    """NNI's `experiment import`, as trialflow does it: the real nni 3.0 experiment imported,
+    a new experiment of the DAG names it in warmStart; its tuner's history holds NNI's four
+    results, and with the same seed its first TPE asks differ from a cold start's."""
+    import optuna
+
+    from trialflow.config import load_config
+    from trialflow.experiment import Experiment
+    from trialflow.runs import start_run
+    from trialflow.tuning.prior_trials import PRIOR_ATTR
+
+    nni = read_experiment(nni_folder)
+    done = import_experiment(store, nni, "dag_tuning")
+    base = (
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}, k: {_type: choice, _value: [a, b]}}\n"
+        "trialCommand: python3 t.py\ntrialConcurrency: 1\nmaxTrialNumber: 4\ntrainingService: {platform: local}\n"
+        # NNI's TPE draws at random for its first n_startup_jobs trials (20): 3 here, below NNI's 4
+        "tuner: {name: TPE, classArgs: {optimize_mode: maximize, seed: 5, tpe_args: {n_startup_jobs: 3}}}\n"
+    )
+
+    def experiment(name: str, extra: str = "") -> Experiment:
+        (tmp_path / f"{name}.yml").write_text(base + extra)
+        made = Experiment(load_config(tmp_path / f"{name}.yml"), name, tmp_path / "work")
+        start_run(made, store, "dag_tuning", f"manual__{name}", {})
+        return made
+
+    def asks(made: Experiment) -> list[dict]:
+        return [
+            store.ask(made.experiment_id, i, f"{made.experiment_id}-{i}", made.algorithm, made.space).parameters
+            for i in range(2)
+        ]
+
+    warm = experiment("e-warm", f"warmStart: {{experiment: {done.experiment_id}}}\n")
+    history = optuna.load_study(study_name="e-warm", storage=store.storage).trials
+    learnt = sorted(t.value for t in history if PRIOR_ATTR in t.user_attrs)
+    assert learnt == pytest.approx(sorted(t.final["default"] for t in nni.trials))
+    cold = experiment("e-cold")
+    assert asks(warm) != asks(cold)

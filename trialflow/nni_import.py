@@ -11,6 +11,7 @@ what it wrote: an import is whole or absent. The experiment belongs to the DAG n
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,15 +53,24 @@ def import_id(nni_id: str) -> str:
     return name
 
 
-def _checked(experiment: NniExperiment) -> tuple[SearchSpace, AlgorithmConfig]:
-    """The search space and tuner, and every trial's parameters checked against the space."""
+def _checked(experiment: NniExperiment) -> tuple[SearchSpace, AlgorithmConfig, dict[str, Any]]:
+    """The search space and tuner, every trial's parameters checked against the space, and the
+    config in NNI v2's shape (a 1.x config's search space text and built-in names made v2's)."""
     config = experiment.config
     where = str(experiment.source)
+    raw_space = config.get("searchSpace")
+    if isinstance(raw_space, str):  # NNI 1.x kept the search space as JSON text
+        try:
+            raw_space = json.loads(raw_space)
+        except (ValueError, RecursionError):
+            raise NniHistoryError(f"{where}: ExperimentProfile.params.searchSpace: not JSON") from None
     try:
-        space = parse_search_space(config.get("searchSpace"))
+        space = parse_search_space(raw_space)
     except SearchSpaceError as exc:
         raise NniHistoryError(f"{where}: ExperimentProfile.params.searchSpace: {exc.message}") from None
-    algorithm = config.get("tuner") or config.get("advisor") or {"name": "Random"}
+    key = "tuner" if config.get("tuner") or not config.get("advisor") else "advisor"
+    algorithm = _v2_algorithm(config.get(key) or {"name": "Random"})
+    shaped = {**config, "searchSpace": raw_space, key: algorithm}
     try:
         tuner = AlgorithmConfig.model_validate(
             {k: v for k, v in algorithm.items() if k in ("name", "className", "classArgs", "codeDirectory")}
@@ -78,7 +88,16 @@ def _checked(experiment: NniExperiment) -> tuple[SearchSpace, AlgorithmConfig]:
             raise NniHistoryError(
                 f"{where}: trial {trial.trial_job_id}: its parameters do not fit the search space ({exc.message})"
             ) from None
-    return space, tuner
+    return space, tuner, shaped
+
+
+def _v2_algorithm(algorithm: Any) -> Any:
+    """NNI 1.x named a built-in ``builtinTunerName`` / ``builtinAdvisorName`` (v2: ``name``)."""
+    if isinstance(algorithm, dict):
+        for old in ("builtinTunerName", "builtinAdvisorName", "builtinAssessorName"):
+            if old in algorithm and "name" not in algorithm:
+                return {**{k: v for k, v in algorithm.items() if k != old}, "name": algorithm[old]}
+    return algorithm
 
 
 def import_experiment(
@@ -91,10 +110,10 @@ def import_experiment(
         raise NniHistoryError(f"experiment id {target[:70]!r}: expected lowercase letters, digits and '-'")
     if store.experiment_exists(target):
         raise NniHistoryError(f"experiment {target!r} exists already (imported before?): nothing was changed")
-    space, tuner = _checked(experiment)
+    space, tuner, config = _checked(experiment)
     trials = [t for t in experiment.trials if t.parameters is not None]
     try:
-        _write(store, experiment, target, dag_id, space, tuner, trials)
+        _write(store, experiment, target, dag_id, (space, tuner, config), trials)
     except BaseException:
         _remove(store, target)  # whole or absent
         raise
@@ -106,12 +125,11 @@ def _write(
     experiment: NniExperiment,
     target: str,
     dag_id: str,
-    space: SearchSpace,
-    tuner: AlgorithmConfig,
+    checked: tuple[SearchSpace, AlgorithmConfig, dict[str, Any]],
     trials: list[Any],
 ) -> None:
+    space, tuner, config = checked
     store.open_experiment(target, tuner, space, tuner.optimize_mode)
-    config = experiment.config
     store.set_experiment_attrs(
         target,
         {

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.nni_run import export_files
 from tests.helpers.pages import UiSetup, login
 from tests.helpers.screens import canvas_drawn, shot
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
-from trialflow.nni_history import read_experiment
+from trialflow.nni_history import read_experiment, read_result_file
 from trialflow.nni_import import import_experiment
 from trialflow.runs import start_run
 
@@ -22,6 +23,17 @@ def test_an_imported_nni_experiment_shows_its_trials(browser, ui: UiSetup, nni_f
     assert summary["dag_id"] == ui.dag_id and summary["counts"] == {"SUCCEEDED": 4}
     rows = ui.get(f"experiments/{done.experiment_id}/trials").json()["rows"]
     assert sorted(r["metric"] for r in rows) == sorted(t.final["default"] for t in nni.trials)
+    # the same trials, parameters and metrics as NNI's own export (where NNI paired them right)
+    exported = read_result_file(export_files(nni_folder)[0], nni.config).trials
+    swapped = {t.trial_job_id for t in nni.trials if t.event_parameter_id is not None}
+    shown = {(r["trial_index"]): r for r in rows}
+    by_job = {t.trial_job_id: i for i, t in enumerate(nni.trials)}
+    assert {t.trial_job_id for t in exported} == set(by_job)
+    for trial in exported:
+        if trial.trial_job_id not in swapped:
+            row = shown[by_job[trial.trial_job_id]]
+            assert row["parameters"] == pytest.approx(trial.parameters)
+            assert row["metric"] == pytest.approx(trial.final["default"])
     page = login(browser, ui)
     page.goto(f"{ui.base}/plugin/trialflow?experiment={done.experiment_id}")
     page.wait_for_selector("[data-testid=summary]", timeout=30000)

@@ -1,6 +1,7 @@
 """An NNI experiment as NNI left it on disk: ``<id>/db/nni.sqlite``, read whole or refused.
 
-NNI 2.x and 3.0 keep an experiment in three tables (measured on nni 3.0's own output):
+NNI keeps an experiment in three tables (measured on nni 3.0's own output; NNI's DDL of
+earlier versions has the same ones, TrialJobEvent without its ``message`` column before 2.x):
 ``ExperimentProfile`` (one row per revision: the config as JSON in ``params``, ``id``,
 ``startTime``/``endTime`` in epoch milliseconds), ``TrialJobEvent`` (a trial job's events:
 ``WAITING``/``RUNNING`` with ``data`` = ``{"parameter_id", "parameter_source", "parameters",
@@ -39,6 +40,13 @@ MAX_DATABASE_BYTES = 2 * 1024**3
 MAX_FIELD_CHARS = 1024 * 1024
 MAX_ROWS = 5_000_000
 TABLES = ("ExperimentProfile", "TrialJobEvent", "MetricData")
+#: The columns read, which every NNI version's tables have (TrialJobEvent.message is read when
+#: there: NNI's DDL before it had none).
+COLUMNS = {
+    "ExperimentProfile": ("params", "id", "startTime", "endTime", "revision"),
+    "TrialJobEvent": ("timestamp", "trialJobId", "event", "data", "sequenceId"),
+    "MetricData": ("timestamp", "trialJobId", "parameterId", "type", "data"),
+}
 #: NNI's trial job statuses that end a trial.
 ENDED = frozenset({"SUCCEEDED", "FAILED", "USER_CANCELED", "SYS_CANCELED", "EARLY_STOPPED"})
 
@@ -118,9 +126,18 @@ def _read(conn: sqlite3.Connection, path: Path) -> NniExperiment:
             f"{path}: table {missing[0]} is missing (an NNI 2.x/3.0 database has {', '.join(TABLES)})"
         )
     for table in TABLES:
+        columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        absent = [c for c in COLUMNS[table] if c not in columns]
+        if absent:
+            raise NniHistoryError(
+                f"{path}: table {table} has no column {absent[0]} (an NNI 1.x-3.0 database has "
+                f"{', '.join(COLUMNS[table])})"
+            )
         (count,) = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
         if count > MAX_ROWS:
             raise NniHistoryError(f"{path}: table {table} has {count} rows, more than {MAX_ROWS}")
+    # NNI before 2.x wrote no TrialJobEvent.message (its DDL: timestamp .. sequenceId)
+    has_message = "message" in {row[1] for row in conn.execute("PRAGMA table_info(TrialJobEvent)")}
     profile = conn.execute(
         "SELECT params, id, startTime, endTime FROM ExperimentProfile ORDER BY revision DESC LIMIT 1"
     ).fetchone()
@@ -133,8 +150,8 @@ def _read(conn: sqlite3.Connection, path: Path) -> NniExperiment:
     trials: dict[str, NniTrial] = {}
     parameter_sets: dict[int, tuple[dict[str, Any], str | None]] = {}
     events = conn.execute(
-        "SELECT rowid, timestamp, trialJobId, event, data, sequenceId, message FROM TrialJobEvent "
-        "ORDER BY timestamp, rowid"
+        f"SELECT rowid, timestamp, trialJobId, event, data, sequenceId, {'message' if has_message else 'NULL'} "
+        "FROM TrialJobEvent ORDER BY timestamp, rowid"
     )
     for row, stamp, job, event, data, sequence, message in events:
         where = f"TrialJobEvent rowid {row}"
