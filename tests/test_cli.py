@@ -455,3 +455,19 @@ def test_run_runs_the_experiment_with_its_downstream_dag(experiment, tmp_path):
     handed = json.loads(out.read_text())
     assert handed == {"trial_id": summary["best"]["trial_id"], "parameters": summary["best"]["parameters"]}
     assert "Downstream of the experiment: after_tuning" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["db", "check", "--store", "nonsense"], "the store URL is not one SQLAlchemy reads"),
+        (["db", "upgrade", "--store", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "the store cannot be reached"),
+        (["experiments", "--store", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "the store cannot be reached"),
+    ],
+)
+def test_a_store_that_cannot_be_opened_is_said_without_a_traceback_or_its_password(argv, said, capsys):
+    from trialflow.cli import main
+
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert said in err and "hunter2" not in err and "Traceback" not in err

@@ -791,6 +791,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import sqlalchemy as sa
+
     from trialflow.tuning.store_schema import StoreSchemaError
 
     args = build_parser().parse_args(argv)
@@ -798,6 +800,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: Any = args.func(args)
     except StoreSchemaError as exc:  # any command on a store of another trialflow: say what to run
         return _fail(exc)
+    except sa.exc.ArgumentError:  # its text repeats the URL, password and all
+        return _fail(ValueError("the store URL is not one SQLAlchemy reads (e.g. sqlite:///path/experiments.db)"))
+    except sa.exc.OperationalError as exc:
+        return _fail(ConnectionError(f"the store cannot be reached: {str(exc.orig).strip().splitlines()[0][:300]}"))
     return int(result)
 
 

@@ -115,7 +115,7 @@ def import_experiment(
     try:
         _write(store, experiment, target, dag_id, (space, tuner, config), trials)
     except BaseException:
-        _remove(store, target)  # whole or absent
+        store.delete_experiment(target)  # whole or absent
         raise
     return Imported(target, len(trials), experiment.swapped)
 
@@ -150,10 +150,7 @@ def _write(
     for index, trial in enumerate(trials):
         store.enqueue(target, dict(trial.parameters), {"by": "import", "nni_trial_job_id": trial.trial_job_id})
         asked = store.ask(target, index, f"{target}-{index:04d}", tuner, space)
-        store.set_attrs(
-            asked.storage_id,
-            **{NNI_JOB_ATTR: trial.trial_job_id, "nni_started": trial.started, "nni_ended": trial.ended},
-        )
+        store.set_attrs(asked.storage_id, **{NNI_JOB_ATTR: trial.trial_job_id})
         metrics = [Metric("PERIODICAL", i, v) for i, v in enumerate(trial.intermediate)]
         if trial.final is not None:
             metrics.append(Metric("FINAL", 0, trial.final))
@@ -179,7 +176,3 @@ def _platform(config: dict[str, Any]) -> str | None:
     service = config.get("trainingService")
     first = service[0] if isinstance(service, list) and service else service
     return str(first.get("platform")) if isinstance(first, dict) and first.get("platform") else None
-
-
-def _remove(store: ExperimentStore, experiment_id: str) -> None:
-    store.delete_experiment(experiment_id)

@@ -34,7 +34,6 @@ import sqlalchemy as sa
 from trialflow.tuning.concurrency_changes import DAG_LIMITS
 from trialflow.tuning.schema_check import CHECKED
 from trialflow.tuning.snapshot import SNAPSHOTS
-from trialflow.tuning.store_urls import safe_url
 from trialflow.tuning.tables import TRIAL_INDEX, create_tables
 from trialflow.tuning.trial_queue import TRIAL_QUEUE
 
@@ -129,8 +128,7 @@ def refusal(engine: sa.Engine, found: SchemaState) -> str:
     """Why a store does not open, and what to run."""
     from trialflow import __version__
 
-    url = engine.url.render_as_string(hide_password=False)
-    where = f"the experiment store {safe_url(url)}"
+    where = f"the experiment store {engine.url.render_as_string(hide_password=True)}"
     database = engine.url.database or ""
     if engine.dialect.name == "sqlite" and database.endswith("/experiments.db"):  # a `trialflow run` home
         named = f"--home {database.rsplit('/', 1)[0]}"
@@ -202,15 +200,13 @@ def _transactional(engine: sa.Engine) -> sa.Engine:
 def _upgrade_optuna(engine: sa.Engine) -> None:
     from optuna.storages import RDBStorage
 
-    from trialflow.tuning.schema_check import CHECKED as checked_table
-
     url = engine.url.render_as_string(hide_password=False)
     storage = RDBStorage(url, skip_compatibility_check=True, skip_table_creation=True)
     try:
         if storage.get_current_version() != storage.get_head_version():
             storage.upgrade()
             with engine.begin() as conn:  # the schema-check record names the old revision
-                checked_table.create(conn, checkfirst=True)
-                conn.execute(checked_table.delete())
+                CHECKED.create(conn, checkfirst=True)
+                conn.execute(CHECKED.delete())
     finally:
         storage.engine.dispose()
