@@ -60,3 +60,14 @@ def test_an_imported_nni_experiment_shows_its_trials(browser, ui: UiSetup, nni_f
     page.get_by_test_id("warm-started-by").wait_for(timeout=30000)
     assert warm.experiment_id in page.get_by_test_id("warm-started-by").inner_text()
     assert not page.errors, page.errors
+    # the list marks it, and the lineage reads in the dark theme too
+    dark = login(browser, ui, dark=True)
+    dark.goto(f"{ui.base}/plugin/trialflow?experiment={done.experiment_id}")
+    dark.get_by_test_id("warm-started-by").wait_for(timeout=30000)
+    assert canvas_drawn(dark, "[data-testid=chart-timeline]")
+    shot(dark, "imported-nni-dark")
+    dark.goto(f"{ui.base}/plugin/trialflow")
+    dark.get_by_test_id("list-imported").first.wait_for(timeout=30000)
+    assert f"imported from NNI {nni.experiment_id}" in dark.get_by_test_id("list-imported").first.inner_text()
+    shot(dark, "experiments-imported-dark")
+    assert not dark.errors, dark.errors
