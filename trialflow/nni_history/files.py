@@ -13,8 +13,10 @@ each holds (nni 3.0's nnictl_utils.export_trials_data and nniDataStore.exportTri
   ``--intermediate`` an ``intermediate`` column ``[v1,v2,...]``; columns in any order.
 
 Measured on nni 3.0's own exports (tests/nni_history/test_files.py reads them): the
-intermediate list ends with the final result (NNI lists every metric record of the job), which
-is dropped here; and the export pairs a job's parameters with its results by trial job, which
+intermediate list holds the final result too (NNI lists every metric record of the job, and in
+the REST server's order: its ``groupby_trial_id`` discards its own ``sorted``, so the final
+record is usually last but not always; CI saw it second of four), which is dropped here wherever
+it stands; and the export pairs a job's parameters with its results by trial job, which
 is wrong for the jobs NNI's local mode ran under another parameter id (trialflow.nni_history.
 database): import the experiment's folder where it is at hand.
 
@@ -155,9 +157,13 @@ def _csv_trials(text: str, path: Path, params: tuple[Parameter, ...]) -> list[Nn
 
 
 def _trial(job: str, n: int, parameters: dict[str, Any], value: Any, steps: list[Any]) -> NniTrial:
-    if steps and steps[-1] == value:
-        # measured (nni 3.0): the export's intermediate list ends with the FINAL record too
-        steps = steps[:-1]
+    # measured (nni 3.0): the export's list holds the FINAL record too, at no fixed place; the
+    # last record equal to the final goes (an equal intermediate result left in its stead is the
+    # same value, one place off, which is all the export says)
+    for i in range(len(steps) - 1, -1, -1):
+        if steps[i] == value:
+            steps = steps[:i] + steps[i + 1 :]
+            break
     return NniTrial(job, n, n, parameters, "imported", "SUCCEEDED", None, None, list(steps), value)
 
 
