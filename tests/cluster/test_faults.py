@@ -402,6 +402,47 @@ def test_the_whole_deployment_killed_started_again_and_the_run_cleared(cluster: 
     os.remove(log)
 
 
+def test_trial_tasks_queued_when_the_broker_dies_are_queued_again(cluster: Deployment, ssh_machine):
+    """The window the power cut can hit: trial tasks queued in Celery (sent to Redis, taken by
+    no worker) when everything dies. Redis keeps no messages on disk, so after the restart
+    Airflow adopts tasks whose messages are gone; its task_queued_timeout queues them again
+    and each re-attaches to its trial (or starts it, once). Made certain here: both workers go
+    down first, so the trials that end in the triggerer queue their tasks' resumption and the
+    next trials' tasks with no one to take them."""
+    log = start_log()
+    dag_id, dag_file = remote_experiment(cluster, ssh_machine, "broker_lost", log, trials=8, defer_after=0)
+    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    started_at = time.monotonic()
+    run_id = cluster.airflow.trigger(dag_id)
+    wait_until(lambda: len(log.read_text().split()) >= 2, 180, "two trials started")
+    workers = {host: worker.queues for host, worker in cluster.workers.items()}
+    for host in workers:
+        cluster.kill_worker(host)
+
+    def queued() -> list:
+        tis = cluster.airflow.task_instances(dag_id, run_id)
+        return [ti for ti in tis if ti["task_id"] == "trial" and ti["state"] == "queued"]
+
+    stranded = wait_until(lambda: len(queued()) >= 2 and queued(), 180, "two trial tasks queued with no worker")
+    cluster.kill_all()  # Redis dies with their messages
+    cluster.start(workers)
+    cluster.wait_for_workers()
+    cluster.airflow.clear_run(dag_id, run_id, only_failed=True)
+    state = wait_for_run_end(cluster, dag_id, run_id)
+    check_every_trial_once(
+        cluster,
+        dag_id,
+        run_id,
+        log,
+        8,
+        f"trial tasks queued in Celery ({len(stranded)}) when everything was SIGKILLed, Redis included",
+        started_at,
+        ran_on=SSH_MACHINE,
+    )
+    assert state == "success"
+    os.remove(log)
+
+
 def test_an_experiment_running_across_an_upgrade_of_trialflow(cluster: Deployment, ssh_machine):
     """Airflow runs trialflow 0.1.0 (its code first on every component's path; its store on a
     database of its own); mid-experiment, with every trial deferred (triggers serialized by

@@ -127,6 +127,10 @@ class Deployment:
                 # A task whose worker died is found by its missing heartbeats (default: 5 min).
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
+                # A task whose Celery message died with Redis (it keeps none on disk here) stays
+                # queued until this, then is queued again (default: 10 min, checked every 2 min).
+                "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "120",
+                "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "10",
                 # The store: PostgreSQL, its password in the connection's secret field.
                 "AIRFLOW_CONN_TRIALFLOW_DEFAULT": store_connection(self.store_url),
                 "TRIALFLOW_WORKDIR": str(self.workdir),
