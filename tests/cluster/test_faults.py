@@ -69,6 +69,14 @@ def remote_experiment(
     return dag_id, dag_file
 
 
+def run_remote_experiment(cluster: Deployment, server, name: str, log: Path, **options) -> tuple[str, str, float]:
+    """remote_experiment's DAG parsed and triggered: its id, the run's id, and when it began."""
+    dag_id, dag_file = remote_experiment(cluster, server, name, log, **options)
+    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
+    started_at = time.monotonic()
+    return dag_id, cluster.airflow.trigger(dag_id), started_at
+
+
 def start_log() -> Path:
     """A file the SSH user's trials can append to (pytest's folders are private to root)."""
     folder = Path(tempfile.mkdtemp(prefix="trialflow-starts-"))
@@ -97,6 +105,17 @@ def wait_for_run_end(cluster: Deployment, dag_id: str, run_id: str, timeout: flo
         "the run to end",
         interval=1.0,
     )
+
+
+def resume_after_power_cut(cluster: Deployment, workers: dict[str, tuple[str, ...]], dag_id: str, run_id: str) -> str:
+    """Everything started again and the run resumed as a person does: its failed tasks
+    cleared. Running and deferred ones are Airflow's to recover (a missed heartbeat retries a
+    task, the triggerer reloads its triggers, task_queued_timeout re-queues a lost message);
+    clearing them would stop their trials, as a person's clear must. The run's final state."""
+    cluster.start(workers)
+    cluster.wait_for_workers()
+    cluster.airflow.clear_run(dag_id, run_id, only_failed=True)
+    return wait_for_run_end(cluster, dag_id, run_id)
 
 
 def check_every_trial_once(
@@ -147,10 +166,7 @@ def test_a_worker_killed_mid_trial_loses_and_duplicates_nothing(cluster: Deploym
     retry re-attaches to the trial still running on the SSH machine."""
     server = ssh_machine
     log = start_log()
-    dag_id, dag_file = remote_experiment(cluster, server, "worker_killed", log)
-    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
-    started_at = time.monotonic()
-    run_id = cluster.airflow.trigger(dag_id)
+    dag_id, run_id, started_at = run_remote_experiment(cluster, server, "worker_killed", log)
 
     def followed_on_b():
         running = [
@@ -187,10 +203,9 @@ def test_a_killed_triggerer_restarted_follows_every_deferred_trial_to_its_end(cl
     takes the triggers over and reads it from where the cursor stood."""
     server = ssh_machine
     log = start_log()
-    dag_id, dag_file = remote_experiment(cluster, server, "triggerer_killed", log, trials=8, defer_after=0)
-    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
-    started_at = time.monotonic()
-    run_id = cluster.airflow.trigger(dag_id)
+    dag_id, run_id, started_at = run_remote_experiment(
+        cluster, server, "triggerer_killed", log, trials=8, defer_after=0
+    )
 
     def deferred():
         tis = cluster.airflow.task_instances(dag_id, run_id)
@@ -220,10 +235,7 @@ def test_the_scheduler_killed_and_the_api_server_restarted_mid_experiment(cluste
     their workers, half deferred."""
     server = ssh_machine
     log = start_log()
-    dag_id, dag_file = remote_experiment(cluster, server, "control_plane", log, trials=12, defer_after=4)
-    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
-    started_at = time.monotonic()
-    run_id = cluster.airflow.trigger(dag_id)
+    dag_id, run_id, started_at = run_remote_experiment(cluster, server, "control_plane", log, trials=12, defer_after=4)
     wait_until(lambda: len(log.read_text().split()) >= 2, 180, "two trials started")
     cluster.kill_component("scheduler")
     time.sleep(3)
@@ -254,10 +266,9 @@ def test_postgresql_restarted_mid_experiment(cluster: Deployment, postgres_serve
     that exits over it is started again, as a service manager would."""
     server = ssh_machine
     log = start_log()
-    dag_id, dag_file = remote_experiment(cluster, server, "database_restart", log, trials=12, defer_after=4)
-    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
-    started_at = time.monotonic()
-    run_id = cluster.airflow.trigger(dag_id)
+    dag_id, run_id, started_at = run_remote_experiment(
+        cluster, server, "database_restart", log, trials=12, defer_after=4
+    )
     wait_until(lambda: len(log.read_text().split()) >= 4, 180, "four trials started")
     postgres_server.stop()
     time.sleep(5)
@@ -288,10 +299,7 @@ def test_the_remote_machines_sshd_stopped_for_30_s(cluster: Deployment, ssh_mach
     trials themselves keep running. Following resumes when it is back; nothing runs twice."""
     server = ssh_machine
     log = start_log()
-    dag_id, dag_file = remote_experiment(cluster, server, "sshd_outage", log, trials=12, defer_after=4)
-    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
-    started_at = time.monotonic()
-    run_id = cluster.airflow.trigger(dag_id)
+    dag_id, run_id, started_at = run_remote_experiment(cluster, server, "sshd_outage", log, trials=12, defer_after=4)
     wait_until(lambda: len(log.read_text().split()) >= 4, 180, "four trials started")
     server.stop()
     try:
@@ -364,10 +372,7 @@ def test_the_whole_deployment_killed_started_again_and_the_run_cleared(cluster: 
     trials keep their results, running ones are re-attached on the SSH machine."""
     server = ssh_machine
     log = start_log()
-    dag_id, dag_file = remote_experiment(cluster, server, "power_cut", log, trials=12, defer_after=4)
-    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
-    started_at = time.monotonic()
-    run_id = cluster.airflow.trigger(dag_id)
+    dag_id, run_id, started_at = run_remote_experiment(cluster, server, "power_cut", log, trials=12, defer_after=4)
     store = ExperimentStore(cluster.store_url)
     experiment_id = experiment_id_for(dag_id, run_id)
 
@@ -381,13 +386,7 @@ def test_the_whole_deployment_killed_started_again_and_the_run_cleared(cluster: 
     wait_until(under_way, 180, "two trials finished and six started")
     workers = cluster.kill_all()
     time.sleep(3)
-    cluster.start(workers)
-    cluster.wait_for_workers()
-    # What a person resumes with: the failed tasks cleared. Running and deferred ones are
-    # Airflow's to recover (a missed heartbeat retries a task, the triggerer reloads its
-    # triggers); clearing them would stop their trials, as a person's clear must.
-    cluster.airflow.clear_run(dag_id, run_id, only_failed=True)
-    state = wait_for_run_end(cluster, dag_id, run_id)
+    state = resume_after_power_cut(cluster, workers, dag_id, run_id)
     check_every_trial_once(
         cluster,
         dag_id,
@@ -410,10 +409,9 @@ def test_trial_tasks_queued_when_the_broker_dies_are_queued_again(cluster: Deplo
     down first, so the trials that end in the triggerer queue their tasks' resumption and the
     next trials' tasks with no one to take them."""
     log = start_log()
-    dag_id, dag_file = remote_experiment(cluster, ssh_machine, "broker_lost", log, trials=8, defer_after=0)
-    cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
-    started_at = time.monotonic()
-    run_id = cluster.airflow.trigger(dag_id)
+    dag_id, run_id, started_at = run_remote_experiment(
+        cluster, ssh_machine, "broker_lost", log, trials=8, defer_after=0
+    )
     wait_until(lambda: len(log.read_text().split()) >= 2, 180, "two trials started")
     workers = {host: worker.queues for host, worker in cluster.workers.items()}
     for host in workers:
@@ -423,12 +421,9 @@ def test_trial_tasks_queued_when_the_broker_dies_are_queued_again(cluster: Deplo
         tis = cluster.airflow.task_instances(dag_id, run_id)
         return [ti for ti in tis if ti["task_id"] == "trial" and ti["state"] == "queued"]
 
-    stranded = wait_until(lambda: len(queued()) >= 2 and queued(), 180, "two trial tasks queued with no worker")
+    stranded = wait_until(lambda: q if len(q := queued()) >= 2 else None, 180, "two trial tasks queued with no worker")
     cluster.kill_all()  # Redis dies with their messages
-    cluster.start(workers)
-    cluster.wait_for_workers()
-    cluster.airflow.clear_run(dag_id, run_id, only_failed=True)
-    state = wait_for_run_end(cluster, dag_id, run_id)
+    state = resume_after_power_cut(cluster, workers, dag_id, run_id)
     check_every_trial_once(
         cluster,
         dag_id,
@@ -464,12 +459,9 @@ def test_an_experiment_running_across_an_upgrade_of_trialflow(cluster: Deploymen
     cluster.restart({"PYTHONPATH": str(old), "PYTHONSAFEPATH": "1"})
     try:
         log = start_log()
-        dag_id, dag_file = remote_experiment(
+        dag_id, run_id, started_at = run_remote_experiment(
             cluster, ssh_machine, "upgrade", log, trials=12, defer_after=0, store_conn_id="trialflow_upgrade"
         )
-        cluster.airflow.wait_for_dag(dag_id, dag_file, timeout=120)
-        started_at = time.monotonic()
-        run_id = cluster.airflow.trigger(dag_id)
         engine = sa.create_engine(store_url)  # read as the pages do: the current code opens no 0.1.0 store
         experiment_id = experiment_id_for(dag_id, run_id)
 
@@ -500,10 +492,7 @@ def test_an_experiment_running_across_an_upgrade_of_trialflow(cluster: Deploymen
         assert upgraded.returncode == 0 and f"0.1.0's unversioned tables -> schema {HEAD}" in upgraded.stdout, (
             upgraded.stdout + upgraded.stderr
         )
-        cluster.start(workers)
-        cluster.wait_for_workers()
-        cluster.airflow.clear_run(dag_id, run_id, only_failed=True)
-        state = wait_for_run_end(cluster, dag_id, run_id)
+        state = resume_after_power_cut(cluster, workers, dag_id, run_id)
         check_every_trial_once(
             cluster,
             dag_id,
