@@ -461,8 +461,8 @@ def test_run_runs_the_experiment_with_its_downstream_dag(experiment, tmp_path):
     ("argv", "said"),
     [
         (["db", "check", "--store", "nonsense"], "the store URL is not one SQLAlchemy reads"),
-        (["db", "upgrade", "--store", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "the store cannot be reached"),
-        (["experiments", "--store", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "the store cannot be reached"),
+        (["db", "upgrade", "--store", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "the store's database failed"),
+        (["experiments", "--store", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "the store's database failed"),
     ],
 )
 def test_a_store_that_cannot_be_opened_is_said_without_a_traceback_or_its_password(argv, said, capsys):
@@ -471,3 +471,23 @@ def test_a_store_that_cannot_be_opened_is_said_without_a_traceback_or_its_passwo
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert said in err and "hunter2" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("driver", "said"),
+    [
+        (
+            'connection to "postgresql://u:hunter2@db/x" failed\ndetail',
+            'connection to "postgresql://u:***@db/x" failed',
+        ),
+        ("could not connect password=hunter2 host=db", "could not connect password=*** host=db"),
+        ("", "Exception"),  # a driver that says nothing: its error's type, not an IndexError
+        ("x" * 5000, "x" * 300),
+    ],
+)
+def test_what_the_database_driver_said_is_one_bounded_line_with_secrets_masked(driver, said):
+    import sqlalchemy as sa
+
+    from trialflow.cli import _driver_said
+
+    assert _driver_said(sa.exc.OperationalError("SELECT 1", {}, Exception(driver))) == said

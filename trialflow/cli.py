@@ -802,9 +802,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc)
     except sa.exc.ArgumentError:  # its text repeats the URL, password and all
         return _fail(ValueError("the store URL is not one SQLAlchemy reads (e.g. sqlite:///path/experiments.db)"))
-    except sa.exc.OperationalError as exc:
-        return _fail(ConnectionError(f"the store cannot be reached: {str(exc.orig).strip().splitlines()[0][:300]}"))
+    except sa.exc.OperationalError as exc:  # unreachable, refused, locked: the driver says which
+        return _fail(ConnectionError(f"the store's database failed: {_driver_said(exc)}"))
     return int(result)
+
+
+def _driver_said(exc: Exception) -> str:
+    """The first line of what the database driver said (an empty one named by its type),
+    bounded, with any secret in it masked: a driver may echo the connection string."""
+    from trialflow.config.redaction import mask_text
+
+    orig = getattr(exc, "orig", None) or exc
+    first = next(iter(str(orig).strip().splitlines()), "") or type(orig).__name__
+    return mask_text(first[:300])
 
 
 if __name__ == "__main__":
