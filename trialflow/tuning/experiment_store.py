@@ -66,7 +66,7 @@ from trialflow.tuning.prior_trials import template as prior_template
 from trialflow.tuning.results import TrialRow, finite_or_none, jsonable, outcome, preview, scalar
 from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
 from trialflow.tuning.store_schema import ensure_schema
-from trialflow.tuning.store_urls import SQLITE_TIMEOUT_SECONDS, safe_url, with_installed_driver
+from trialflow.tuning.store_urls import SQLITE_TIMEOUT_SECONDS, safe_url, use_wal, with_installed_driver
 from trialflow.tuning.store_urls import sqlite_url as sqlite_url  # where the callers have always found it
 from trialflow.tuning.tables import TRIAL_INDEX as TRIAL_INDEX  # where the read models find it
 from trialflow.tuning.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
@@ -430,9 +430,7 @@ class ExperimentStore:
             database = make_url(url).database
             if database and database != ":memory:":
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
-                # WAL lets readers (progress, UI) work while trials write; it sticks to the file.
-                with sqlite3.connect(database, timeout=SQLITE_TIMEOUT_SECONDS) as conn:
-                    conn.execute("PRAGMA journal_mode=WAL")
+                use_wal(database)
             # pysqlite begins the write transaction at the first write, so writers queue on this
             # busy timeout instead of failing with "database is locked" (64 trials x 200 results
             # from 4 processes: tests/tuning/test_store_load.py).
