@@ -3,6 +3,8 @@ from __future__ import annotations
 import multiprocessing
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -34,32 +36,33 @@ def test_processes_switching_a_new_file_to_wal_at_once_all_succeed(tmp_path):
                 assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 8
 
 
-def test_a_file_already_in_wal_needs_no_lock(tmp_path):
-    path = tmp_path / "store.db"
-    use_wal(path)
+@contextmanager
+def _held_by_a_writer(path) -> Iterator[None]:
     holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")  # a writer holds the file
+    holder.execute("BEGIN EXCLUSIVE")
     try:
-        started = time.monotonic()
-        use_wal(path, timeout=5)
-        assert time.monotonic() - started < 1
+        yield
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_a_file_already_in_wal_needs_no_lock(tmp_path):
+    path = tmp_path / "store.db"
+    use_wal(path)
+    with _held_by_a_writer(path):
+        started = time.monotonic()
+        use_wal(path, timeout=5)
+        assert time.monotonic() - started < 1
 
 
 def test_a_lock_that_outlasts_the_timeout_is_raised(tmp_path):
     path = tmp_path / "store.db"
-    holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")  # not yet in WAL: switching needs the lock
-    try:
+    with _held_by_a_writer(path):  # not yet in WAL: switching needs the lock
         started = time.monotonic()
         with pytest.raises(sqlite3.OperationalError, match="locked"):
             use_wal(path, timeout=0.5)
         assert time.monotonic() - started < 5
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
 
 
 def test_an_error_other_than_a_lock_is_raised_at_once(tmp_path):
