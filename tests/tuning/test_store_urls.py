@@ -53,7 +53,7 @@ def test_a_file_already_in_wal_needs_no_lock(tmp_path):
     with _held_by_a_writer(path):
         started = time.monotonic()
         use_wal(path, timeout=5)
-        assert time.monotonic() - started < 1
+        assert time.monotonic() - started < 3  # waiting on the writer would take the whole 5 s
 
 
 def test_a_lock_that_outlasts_the_timeout_is_raised(tmp_path):
@@ -69,4 +69,4 @@ def test_an_error_other_than_a_lock_is_raised_at_once(tmp_path):
     started = time.monotonic()
     with pytest.raises(sqlite3.OperationalError, match="unable to open"):
         use_wal(tmp_path / "missing-folder" / "store.db", timeout=30)
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 10  # retrying it would take the whole 30 s
