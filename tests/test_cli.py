@@ -482,7 +482,10 @@ def test_a_store_that_cannot_be_opened_is_said_without_a_traceback_or_its_passwo
         ),
         ("could not connect password=hunter2 host=db", "could not connect password=*** host=db"),
         ("", "Exception"),  # a driver that says nothing: its error's type, not an IndexError
-        ("x" * 5000, "x" * 300),
+        ("x " * 3000, "x " * 150),
+        ("x" * 5000, "Exception"),  # one word past the cap: none of it said (it may be a secret)
+        # the bound falls inside the URL's password: masked whole, not cut to its first letters
+        ("x" * 280 + " postgresql://u:hunter2secret@db/x", ("x" * 280 + " postgresql://u:***@db/x")[:300]),
     ],
 )
 def test_what_the_database_driver_said_is_one_bounded_line_with_secrets_masked(driver, said):
@@ -491,3 +494,18 @@ def test_what_the_database_driver_said_is_one_bounded_line_with_secrets_masked(d
     from trialflow.cli import _driver_said
 
     assert _driver_said(sa.exc.OperationalError("SELECT 1", {}, Exception(driver))) == said
+
+
+def test_a_driver_line_capped_inside_a_password_keeps_none_of_it():
+    # Long passwords mask to "***", so what stood past the 4,096-character cap comes within the
+    # 300 characters said: the cap must not leave the start of a password there.
+    import sqlalchemy as sa
+
+    from trialflow.cli import _driver_said
+
+    before = " ".join("postgresql://u:" + "p" * 512 + "@db" for _ in range(7))
+    before += " postgresql://u:" + "p" * (4096 - len(before) - 39) + "@db "  # "hunt" ends at 4096
+    line = before + "postgresql://u:hunter2secret@db"
+    assert line[4092:4096] == "hunt"
+    said = _driver_said(sa.exc.OperationalError("SELECT 1", {}, Exception(line)))
+    assert said.count("postgresql://u:***@db") == 8 and "hunt" not in said and "ppp" not in said

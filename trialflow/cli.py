@@ -809,12 +809,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _driver_said(exc: Exception) -> str:
     """The first line of what the database driver said (an empty one named by its type),
-    bounded, with any secret in it masked: a driver may echo the connection string."""
+    with any secret in it masked (a driver may echo the connection string), then bounded.
+    Bounded first, a URL cut before its ``@`` would no longer read as one and keep the start of
+    its password; so the text is capped before masking only at a space (a secret holds none),
+    and a first word longer than the cap is not said at all."""
     from trialflow.config.redaction import mask_text
 
     orig = getattr(exc, "orig", None) or exc
-    first = next(iter(str(orig).strip().splitlines()), "") or type(orig).__name__
-    return mask_text(first[:300])
+    said = str(orig)
+    if len(said) > 4096:
+        words = said[:4096].rsplit(None, 1)
+        said = words[0] if len(words) == 2 else ""
+    first = next(iter(said.strip().splitlines()), "") or type(orig).__name__
+    return mask_text(first)[:300]
 
 
 if __name__ == "__main__":
