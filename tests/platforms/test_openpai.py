@@ -194,6 +194,29 @@ def test_busy_answers_are_retried_with_retry_after_and_bounded(tmp_path):
             asyncio.run(client.request("GET", "/jobs"))
 
 
+def test_a_service_echoing_the_token_across_the_message_bound_shows_none_of_it(tmp_path):
+    # The service's message is cut to 300 characters; cut before scrubbing, a token standing
+    # across the cut kept its start ("pai-tok...").
+    with _rest_emulator(tmp_path) as pai:
+        client = RestClient(pai.host + "/rest-server/api/v2", secrets=[TOKEN])
+        echoed = "x" * 295 + " " + TOKEN + " was refused"
+        pai.faults.append(("GET", "/jobs$", (401, {}, {"message": echoed})))
+        with pytest.raises(RestError) as info:
+            asyncio.run(client.request("GET", "/jobs"))
+        assert info.value.service_message == ("x" * 295 + " *** was refused")[:300]
+        assert TOKEN[:3] not in str(info.value)
+
+
+def test_a_body_that_is_no_json_is_scrubbed_before_it_is_cut():
+    import httpx
+
+    from trialflow.platforms.rest import service_message
+
+    response = httpx.Response(502, text="<html>" + "x" * 290 + " " + TOKEN + "</html>")
+    said = service_message(response, lambda text: text.replace(TOKEN, "***"))
+    assert said == ("<html>" + "x" * 290 + " ***</html>")[:300] and TOKEN[:3] not in said
+
+
 def test_a_refused_token_names_the_key_and_never_shows_it(tmp_path, caplog):
     with _rest_emulator(tmp_path) as pai:
         wrong = OpenpaiPlatform(_config(tmp_path, host=pai.host, token="not-it-" + TOKEN), tmp_path / "exp")

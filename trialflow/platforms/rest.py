@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -99,20 +99,21 @@ def _wait(state: tenacity.RetryCallState) -> float:
     return backoff
 
 
-def service_message(response: httpx.Response) -> str:
-    """The service's own words: JSON ``message``/``error``/``code``, else the body's start."""
+def service_message(response: httpx.Response, scrub: Callable[[str], str] = str) -> str:
+    """The service's own words: JSON ``message``/``error``/``code``, else the body's start;
+    secrets taken out by ``scrub`` before it is cut, so an echoed secret is not cut to its start."""
     try:
         body = response.json()
     except ValueError:
-        return response.text.strip()[:300] or response.reason_phrase
+        return scrub(response.text.strip())[:300] or response.reason_phrase
     if isinstance(body, dict):
         for key in ("message", "error", "code"):
             value = body.get(key)
             if isinstance(value, dict):
                 value = value.get("message") or value.get("code")
             if value:
-                return str(value)[:300]
-    return str(body)[:300]
+                return scrub(str(value))[:300]
+    return scrub(str(body))[:300]
 
 
 class RestClient:
@@ -208,11 +209,11 @@ class RestClient:
         try:
             return response.json()
         except ValueError:
-            start = self.scrub(response.text.strip()[:120])
+            start = self.scrub(response.text.strip())[:120]
             raise RestError(response.status_code, method, path, f"expected JSON, got {start!r}") from None
 
     def _error(self, response: httpx.Response, method: str, path: str) -> RestError:
-        return RestError(response.status_code, method, path, self.scrub(service_message(response)))
+        return RestError(response.status_code, method, path, service_message(response, self.scrub))
 
     def _log_retry(self, method: str, path: str) -> Any:
         def before_sleep(state: tenacity.RetryCallState) -> None:
