@@ -88,15 +88,29 @@ class SchemaState:
 
 
 def state(engine: sa.Engine) -> SchemaState:
-    """The store's schema state, in one query when it is versioned."""
+    """The store's schema state, in one query when it is versioned.
+
+    A new store is made whole in one transaction (version row and tables together), so tables
+    seen without a revision are read again: the first read may have come before a twin's
+    commit and the look at the tables after it (measured: eight workers opening a new
+    PostgreSQL store at once, one called it trialflow 0.1.0's). Read after the tables were
+    seen, a missing revision is conclusive."""
+    revision = _revision(engine)
+    if revision is not None:
+        return SchemaState(revision, True)
+    if TRIAL_INDEX.name not in sa.inspect(engine).get_table_names():
+        return SchemaState(None, False)
+    return SchemaState(_revision(engine), True)
+
+
+def _revision(engine: sa.Engine) -> str | None:
+    """The one revision recorded, or None (no version table, or not exactly one row)."""
     try:
         with engine.connect() as conn:
             revisions = conn.execute(sa.select(_VERSION.c.version_num)).scalars().all()
     except sa.exc.DBAPIError:
-        revisions = []  # no version table
-    if len(revisions) == 1:
-        return SchemaState(revisions[0], True)
-    return SchemaState(None, TRIAL_INDEX.name in sa.inspect(engine).get_table_names())
+        return None  # no version table
+    return revisions[0] if len(revisions) == 1 else None
 
 
 def ensure_schema(engine: sa.Engine, checked: bool) -> None:
@@ -105,23 +119,34 @@ def ensure_schema(engine: sa.Engine, checked: bool) -> None:
     found = state(engine)
     if found.current:
         if not checked:
-            create_tables(head_metadata(), engine)  # a twin stamped it and is still creating them
+            create_tables(head_metadata(), engine)  # a table dropped by hand comes back
         return
     if found.fresh:
-        stamp(engine)  # first, so a twin that opens meanwhile finds a new store, not an old one
-        create_tables(head_metadata(), engine)
+        create_store(engine)
         return
     raise StoreSchemaError(refusal(engine, found))
 
 
-def stamp(engine: sa.Engine) -> None:
-    """Record ``HEAD`` as a new store's revision (a twin that did it first is fine)."""
-    _VERSION.create(engine, checkfirst=True)
+def create_store(engine: sa.Engine) -> None:
+    """Make a new store's trialflow tables and stamp them ``HEAD``, in one transaction: every
+    other opener sees no trialflow table or all of them with their revision, never tables
+    without a version (which is what a store of 0.1.0 looks like). A twin that made the store
+    first is found inside the transaction on SQLite (BEGIN EXCLUSIVE waits for it); on
+    PostgreSQL the loser's CREATE fails on commit of the winner and the opener tries again
+    (ExperimentStore's open retries), finding the store current."""
+    creating = _transactional(engine)
     try:
-        with engine.begin() as conn:
+        with creating.begin() as conn:
+            if _VERSION.name in sa.inspect(conn).get_table_names():
+                if conn.execute(sa.select(_VERSION.c.version_num)).first() is not None:
+                    return  # a twin made it while this one waited for the lock
+            else:
+                _VERSION.create(conn)
+            head_metadata().create_all(conn, checkfirst=True)
             conn.execute(_VERSION.insert().values(version_num=HEAD))
-    except sa.exc.IntegrityError:
-        pass
+    finally:
+        if creating is not engine:
+            creating.dispose()
 
 
 def refusal(engine: sa.Engine, found: SchemaState) -> str:
@@ -131,10 +156,10 @@ def refusal(engine: sa.Engine, found: SchemaState) -> str:
     where = f"the experiment store {engine.url.render_as_string(hide_password=True)}"
     database = engine.url.database or ""
     if engine.dialect.name == "sqlite" and database.endswith("/experiments.db"):  # a `trialflow run` home
-        named = f"--home {database.rsplit('/', 1)[0]}"
+        named = f"--home {database.rsplit('/', 1)[0]}`"
     else:
-        named = "--store URL, or none for the trialflow_default connection's"
-    command = f"back it up, then run `trialflow db upgrade {named}`"
+        named = "--store URL` with this store's URL (`trialflow db upgrade` alone for the store of the trialflow_default connection)"
+    command = f"back it up, then run `trialflow db upgrade {named}"
     if found.revision is None:
         return (
             f"{where} was written by trialflow 0.1.0 (its tables carry no schema version); trialflow "
