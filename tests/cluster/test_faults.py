@@ -132,7 +132,13 @@ def check_every_trial_once(
     """The end of every fault test: its figures go to the session's report (printed at the end
     of the run), then every trial must be there once, finished, with both its metrics, and
     (``ran_on``) every one of them on that host."""
-    rows = ExperimentStore(store_url or cluster.store_url).trial_rows(experiment_id_for(dag_id, run_id))
+    store = ExperimentStore(store_url or cluster.store_url)
+    rows = store.trial_rows(experiment_id_for(dag_id, run_id))
+    # Every Optuna trial of the experiment that stands for a run (not a twin's superseded ask,
+    # nor an ask whose process died before its claim, closed as abandoned): a row no task asked
+    # for is a duplicate as much as a second start is.
+    frozen = store.storage.get_all_trials(store.storage.get_study_id_from_name(experiment_id_for(dag_id, run_id)))
+    standing = [t for t in frozen if "superseded_by" not in t.user_attrs and "abandoned_ask" not in t.user_attrs]
     tis = [ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
     starts = Counter(log.read_text().split())
     FAULT_REPORT.append(
@@ -142,7 +148,7 @@ def check_every_trial_once(
             "started": len(starts),
             "finished": sum(r.status == "SUCCEEDED" for r in rows),
             "lost": trials - sum(r.status == "SUCCEEDED" and r.intermediate_count == 2 for r in rows),
-            "duplicated": sum(n - 1 for n in starts.values()),
+            "duplicated": sum(n - 1 for n in starts.values()) + max(0, len(standing) - trials),
             "retried tasks": sum(ti["try_number"] > 1 for ti in tis),
             "wall s": round(time.monotonic() - started_at, 1),
         }
@@ -154,6 +160,7 @@ def check_every_trial_once(
     assert all(ti["state"] == "success" for ti in tis), [(ti["map_index"], ti["state"]) for ti in tis]
     assert sorted(starts) == sorted(r.trial_id for r in rows)
     assert set(starts.values()) == {1}, f"trials started more than once: {starts}"
+    assert len(standing) == trials, [(t.number, t.state.name, t.user_attrs) for t in standing]
     hosts = Path(f"{log}.hosts")
     if ran_on is not None:
         assert Counter(hosts.read_text().split()) == {ran_on: len(starts)}

@@ -161,3 +161,42 @@ def test_the_watch_stops_orphans_after_the_grace_and_ends_when_nothing_runs(runn
     assert asyncio.run(watch.observe(ended, t + 10 + ON_KILL_GRACE)) is True
     assert sorted(r.trial_index for r in watch.reconciled) == [0, 1, 2]
     assert store.active_trials("ereconcile") == []
+
+
+def test_an_ask_that_died_before_its_claim_is_no_trial_and_is_closed_as_abandoned(store, tmp_path, monkeypatch):
+    """Issue 46, 0: a trial task killed between Optuna's commit of its new trial and the claim of
+    its trial index left a row no task asked for; the end step's reconciliation took it for
+    trial ``number`` and closed it USER_CANCELED (13 rows for 12 trials in the upgrade test)."""
+    monkeypatch.setattr("trialflow.platforms.local.KILL_GRACE_SECONDS", 1.0)
+    (tmp_path / "config.yml").write_text(CONFIG)
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "eabandoned", tmp_path / "work")
+    start_run(experiment, store, "dag_a", "r1", {})
+
+    def killed_before_the_claim(*args, **kwargs):
+        raise SystemExit("the worker died")
+
+    with monkeypatch.context() as dying:
+        dying.setattr(store.storage, "write_params", killed_before_the_claim)
+        with pytest.raises(SystemExit):
+            trial_lifecycle.start_trial(experiment, store, "r1", 0)  # Optuna's trial number 0
+    started = [trial_lifecycle.start_trial(experiment, store, "r1", i) for i in range(3)]  # the retry, then 1, 2
+    assert [r.trial_index for r in store.trial_rows("eabandoned")] == [0, 1, 2]
+    assert sorted(t.trial_index for t in store.active_trials("eabandoned")) == [0, 1, 2]
+    for s in started:
+        store.close(s.record.storage_id, TrialStatus.SUCCEEDED)
+    ended = {0: "success", 1: "success", 2: "success"}
+    done = asyncio.run(reconcile_run(experiment, store, "r1", ended, run_over=True))
+    assert done == []  # the dead ask is not taken for trial 0 and closed USER_CANCELED
+
+    async def stop_all() -> None:
+        await asyncio.gather(*(s.platform.cancel(s.handle, TrialStatus.USER_CANCELED, "test over") for s in started))
+
+    run_sync(stop_all())
+    rows = store.trial_rows("eabandoned")
+    assert [(r.trial_index, r.status) for r in rows] == [(i, "SUCCEEDED") for i in range(3)]
+    assert store.close_abandoned_asks("eabandoned", older_than=3600) == 0  # too young to be dead
+    assert store.close_abandoned_asks("eabandoned", older_than=0) == 1
+    assert store.close_abandoned_asks("eabandoned", older_than=0) == 0
+    frozen = store.storage.get_all_trials(store._study_id("eabandoned"), deepcopy=False)
+    assert [t.state.name for t in frozen if t.user_attrs.get("abandoned_ask")] == ["FAIL"]
+    assert len(store.trial_rows("eabandoned")) == 3

@@ -8,6 +8,7 @@ and turns a failure into Airflow's.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter
@@ -188,10 +189,12 @@ async def end_run(
 ) -> RunEnded:
     """The end step, whole: refuse a run that is not its DAG's (ExperimentNotOwned, before
     anything is read), stop and close every trial still running whose task has ended (every
-    trial task has ended by now: the step runs after all of them), then the verdict and the
+    trial task has ended by now: the step runs after all of them) and the asks that died before
+    they claimed a trial index, then the verdict and the
     run's last writes (RunHasNoTrials when the start step gave the run none)."""
     check_owner(store, experiment.experiment_id, dag_id, conf, group=experiment.group)
     reconciled = await reconcile_run(experiment, store, run_id, task_states, run_over=True, connections=connections)
+    await asyncio.to_thread(store.close_abandoned_asks, experiment.experiment_id)
     verdict = summarize_run(experiment, store, run_id, conf)
     closed = close_run(experiment, store, dag_id, run_id, verdict)
     return RunEnded(reconciled, verdict, closed)

@@ -81,6 +81,9 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 #: Compare-and-set tries of update_experiment_attr before it gives up (each lost to another writer).
 ATTR_UPDATE_ATTEMPTS = 200
+#: Seconds after which an ask that never claimed its trial index is taken as dead (its claim
+#: follows Optuna's commit within milliseconds; a loaded store may take seconds).
+ABANDONED_AFTER = 60.0
 
 
 # -- Optuna's storage, made cheap for a trial task -------------------------------------------
@@ -716,8 +719,31 @@ class ExperimentStore:
         return [
             _record(t, self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number))
             for t in frozen
-            if "superseded_by" not in t.user_attrs
+            if is_claimed(t)
         ]
+
+    def close_abandoned_asks(self, experiment_id: str, older_than: float = ABANDONED_AFTER) -> int:
+        """Finish (FAIL, ``abandoned_ask``) the Optuna trials an ask created and never claimed a
+        trial index for: its process died between Optuna's commit and the claim (a worker
+        killed, a deployment taken down). Nothing ran for them and no task follows them; left
+        RUNNING, Optuna's own tools would show them running for ever. Only asks older than
+        ``older_than`` seconds: a younger one may be a claim in flight. Returns how many."""
+        study_id = self._study_id(experiment_id)
+        now = datetime.now()
+        closed = 0
+        for t in self.storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            if "trial_index" in t.user_attrs or t.datetime_start is None:
+                continue
+            if (now - t.datetime_start).total_seconds() < older_than:
+                continue
+            storage_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+            try:
+                self.storage.set_trial_user_attr(storage_id, "abandoned_ask", True)
+                self.storage.set_trial_state_values(storage_id, TrialState.FAIL)
+            except UpdateFinishedTrialError:
+                continue  # closed meanwhile by another end step
+            closed += 1
+        return closed
 
     def trial_attr(self, storage_id: int, key: str) -> Any:
         """One of a trial's attributes (None if unset), in one indexed query: the follow loop
@@ -886,8 +912,16 @@ class ExperimentStore:
         """Every trial, in trial-index order, for summaries and progress (not the superseded
         asks, nor the prior trials a warm start gave the tuner: neither ran here)."""
         frozen = self.storage.get_all_trials(self._study_id(experiment_id), deepcopy=False)
-        rows = [_row(t) for t in frozen if "superseded_by" not in t.user_attrs and not is_prior(t)]
+        rows = [_row(t) for t in frozen if is_claimed(t)]
         return sorted(rows, key=lambda r: (r.trial_index is None, r.trial_index or 0))
+
+
+def is_claimed(t: FrozenTrial) -> bool:
+    """A trial of the experiment: one whose ask claimed its trial index (the claim and the
+    ``trial_index`` attribute are one transaction) and was not superseded by a twin's. Not the
+    asks that died before their claim (Optuna committed the trial, the claim never came: no
+    task asked for a row), nor the prior trials a warm start gave the tuner (no index)."""
+    return "trial_index" in t.user_attrs and "superseded_by" not in t.user_attrs and not is_prior(t)
 
 
 def _row(t: FrozenTrial) -> TrialRow:

@@ -158,7 +158,10 @@ def refusal(engine: sa.Engine, found: SchemaState) -> str:
     if engine.dialect.name == "sqlite" and database.endswith("/experiments.db"):  # a `trialflow run` home
         named = f"--home {database.rsplit('/', 1)[0]}`"
     else:
-        named = "--store URL` with this store's URL (`trialflow db upgrade` alone for the store of the trialflow_default connection)"
+        named = (
+            "--store URL` with this store's URL (`trialflow db upgrade` alone for the store of the "
+            "trialflow_default connection)"
+        )
     command = f"back it up, then run `trialflow db upgrade {named}"
     if found.revision is None:
         return (
