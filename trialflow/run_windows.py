@@ -52,6 +52,10 @@ class RunWindow:
     #: The run's inputs as its start step rendered them (trialflow.trial.inputs): every trial
     #: of the run gets them.
     inputs: dict[str, Any] | None = None
+    #: The names of those inputs Airflow's secrets masker knew as secrets when the start step
+    #: rendered them (a connection's password, a sensitive Variable, a value given to
+    #: ``mask_secret``): the trials get them as they are, a reader of the store sees ``***``.
+    secret_inputs: tuple[str, ...] = ()
 
     @property
     def over(self) -> bool:
@@ -87,10 +91,33 @@ class RunWindow:
             "first_index" in raw,
             None if counted_from is None else float(counted_from),
             raw.get("inputs") if isinstance(raw.get("inputs"), dict) else None,
+            tuple(str(n) for n in raw.get("secret_inputs") or () if isinstance(n, str)),
         )
+
+    def secret_values(self) -> list[str]:
+        """The secret inputs' values as text (to mask them wherever a trial may have echoed them)."""
+        inputs = self.inputs or {}
+        return [str(inputs[n]) for n in self.secret_inputs if n in inputs and str(inputs[n])]
 
     def expired(self, now: float | None = None) -> bool:
         return self.deadline is not None and (now if now is not None else time.time()) >= self.deadline
+
+
+def shown_window(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored window as it may be shown to a reader (pages, REST, CLI, exports): its secret
+    inputs as ``***``, the secrets inside every other input's text masked (``TOKEN=...``,
+    ``user:pass@``). The store keeps the values as the trials must get them."""
+    from trialflow.config.redaction import REDACTED, mask_text
+
+    shown = dict(raw)
+    inputs = raw.get("inputs")
+    if isinstance(inputs, dict):
+        secret = set(RunWindow.parse(raw).secret_inputs)
+        shown["inputs"] = {
+            name: REDACTED if name in secret else mask_text(value) if isinstance(value, str) else value
+            for name, value in inputs.items()
+        }
+    return shown
 
 
 def windows_in(attrs: Mapping[str, Any]) -> dict[str, RunWindow]:

@@ -5,6 +5,7 @@ in tests/conftest.py, shared by tests/integration, tests/security and tests/ui).
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 import time
 from collections.abc import Iterator
@@ -19,6 +20,10 @@ from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.results import TrialRow
 
 PY = sys.executable
+#: Secrets the session's Airflow knows (a connection's password, a sensitive Variable), for the
+#: tests of secrets that reach a run as inputs (random per session: found nowhere by chance).
+INPUT_DB_PASSWORD = f"db-pw-{secrets.token_hex(6)}"
+INPUT_TOKEN = f"tok-{secrets.token_hex(6)}"
 
 
 @dataclass
@@ -148,6 +153,10 @@ def start_harness(tmp_path_factory) -> Iterator[Harness]:
         "AIRFLOW__CORE__AUTH_MANAGER": "trialflow_test_auth.OneDagAuthManager",
         # limited may read (not edit) every DAG but the private ones; editor may edit them.
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "trialflow:admin,limited:viewer,editor:user",
+        "AIRFLOW_CONN_TF_INPUT_DB": json.dumps(
+            {"conn_type": "generic", "host": "127.0.0.1", "login": "u", "password": INPUT_DB_PASSWORD}
+        ),
+        "AIRFLOW_VAR_SECRET_TOKEN": INPUT_TOKEN,
     }
     with running_airflow(root, 8, env) as airflow:
         yield Harness(root, airflow, sqlite_url(root / "experiments.db"))

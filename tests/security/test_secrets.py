@@ -283,3 +283,71 @@ trainingService:
     hits += _scan(a.home / "trialflow-experiments" / experiment_id, values, set())
     assert not hits, hits
     assert (harness.root / "experiments.db").exists() and any((harness.root / "home" / "logs").rglob("*.log"))
+
+
+INPUT_TRIAL = """\
+import json, os
+import trialflow.trial as trial
+
+p = trial.get_next_parameter()
+given = {k: v for k, v in os.environ.items() if k.startswith("TRIALFLOW_INPUT_")}
+json.dump(given, open(os.path.join(os.environ["NNI_SYS_DIR"], "given.json"), "w"))
+print("connecting with", os.environ["TRIALFLOW_INPUT_PW"], "and", os.environ["TRIALFLOW_INPUT_TOK"])
+trial.report_final_result(p["x"])
+"""
+
+
+@pytest.mark.integration
+def test_secrets_given_as_inputs_reach_the_trial_and_no_reader(harness):
+    """Issue 46, 4 and 5: a connection's password and a sensitive Variable rendered into a run's
+    inputs: Airflow's Rendered Template masks them, and so must trialflow's REST API and pages
+    (the run's inputs, the trial's log tail); the trial gets the real values."""
+    import httpx
+
+    from tests.helpers.airflow import INPUT_DB_PASSWORD, INPUT_TOKEN, PY
+    from trialflow.platforms.base import experiment_id_for
+
+    config = f"""\
+searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
+trialCommand: {PY} t.py
+trialConcurrency: 1
+maxTrialNumber: 1
+tuner: {{name: Random}}
+trainingService: {{platform: local}}
+"""
+    inputs = '{"pw": "{{ conn.tf_input_db.password }}", "tok": "{{ var.value.secret_token }}", "data": "/d"}'
+    dag_id, _ = harness.experiment("secret_inputs", config, {"t.py": INPUT_TRIAL}, dag_args=f"inputs={inputs}")
+    run_id, state = harness.run(dag_id)
+    assert state == "success"
+    experiment = experiment_id_for(dag_id, run_id)
+    [trial] = harness.store.trial_rows(experiment)
+    folder = Path(harness.store.trial(harness.store.find_trial_id(experiment, 0)).handle["trial_dir"])
+    given = json.loads((folder / "given.json").read_text())
+    assert given["TRIALFLOW_INPUT_PW"] == INPUT_DB_PASSWORD and given["TRIALFLOW_INPUT_TOK"] == INPUT_TOKEN
+    passwords = json.loads((harness.airflow.home / "passwords.json").read_text())
+    said = []
+    for user in ("trialflow", "limited"):
+        token = httpx.post(
+            f"{harness.airflow.base_url}/auth/token",
+            timeout=10,
+            json={"username": user, "password": passwords[user]},
+        ).json()["access_token"]
+        for path in (f"experiments/{experiment}", f"experiments/{experiment}/trials/0", "experiments"):
+            response = httpx.get(
+                f"{harness.airflow.base_url}/trialflow/api/{path}",
+                timeout=30,
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            assert response.status_code == 200, (user, path, response.text[:300])
+            said.append(response.text)
+        summary = json.loads(said[-3])
+        assert summary["runs"][0]["inputs"] == {"pw": "***", "tok": "***", "data": "/d"}
+        assert sorted(summary["runs"][0]["secret_inputs"]) == ["pw", "tok"]
+        log = "".join(part["text"] for part in json.loads(said[-2])["log"])
+        assert "connecting with *** and ***" in log, log
+    text = "\n".join(said)
+    assert INPUT_DB_PASSWORD not in text and INPUT_TOKEN not in text
+    rendered = harness.airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/start_experiment").json()[
+        "rendered_fields"
+    ]
+    assert INPUT_DB_PASSWORD not in json.dumps(rendered)  # Airflow's own view, as before

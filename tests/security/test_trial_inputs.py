@@ -46,6 +46,7 @@ def test_inputs_reach_the_environment_as_text_and_as_json():
         ({f"k{i}": "x" * 4000 for i in range(20)}, "characters in all"),
         ({f"k{i}": 1 for i in range(MAX_INPUTS + 1)}, f"at most {MAX_INPUTS}"),
         (["data"], "expected a mapping"),
+        ({"data": "a\x00b"}, "inputs.data: holds a NUL byte at character 1"),
     ],
 )
 def test_what_cannot_go_to_a_trial_is_named(raw, words):
@@ -82,3 +83,41 @@ def test_a_run_with_a_bad_input_writes_nothing(tmp_path, store):
     started = start_run(experiment, store, "dag_a", "r1", {}, inputs={"data": "/d"})
     assert started.window.inputs == {"data": "/d"}
     assert experiment.window(store, "r1").inputs == {"data": "/d"}
+
+
+def test_secret_inputs_are_kept_for_the_trial_and_masked_for_every_reader(tmp_path, store):
+    """Issue 46, 4: the store keeps what the trial must get; a summary (pages, REST) shows the
+    inputs Airflow's masker knew as ``***`` and masks the secrets inside the others."""
+    from trialflow import queries
+    from trialflow.config import load_config
+    from trialflow.experiment import Experiment
+    from trialflow.runs import start_run
+
+    (tmp_path / "c.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 t.py\ntrialConcurrency: 1\n"
+        "maxTrialNumber: 1\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
+    )
+    experiment = Experiment(load_config(tmp_path / "c.yml"), "esecret", tmp_path / "work")
+    inputs = {"pw": "hunter2-pw", "url": "postgresql://u:inline-pw@h/db", "data": "/d", "n": 3}
+    started = start_run(experiment, store, "dag_a", "r1", {}, inputs=inputs, secret_inputs=["pw", "gone"])
+    assert started.window.secret_inputs == ("pw",)  # a name that is no input is not kept
+    window = experiment.window(store, "r1")
+    assert window.inputs == inputs and window.secret_values() == ["hunter2-pw"]
+    submission = experiment.trial_spec(0, 0, {"x": 0.5}, inputs=window.inputs)
+    assert submission.env["TRIALFLOW_INPUT_PW"] == "hunter2-pw"  # the trial gets the real value
+    summary = queries.experiment_summary(store.engine, "esecret")
+    assert summary["runs"][0]["inputs"] == {"pw": "***", "url": "postgresql://u:***@h/db", "data": "/d", "n": 3}
+    assert "hunter2" not in json.dumps(summary) and "inline-pw" not in json.dumps(summary)
+    assert queries.secret_input_values(store.engine, "esecret") == ["hunter2-pw"]
+
+
+def test_the_start_step_asks_airflows_masker_which_inputs_are_secrets():
+    from airflow.sdk.log import mask_secret
+
+    from trialflow.hooks.secrets import masked_names, masked_text
+
+    value = f"registered-{time.time_ns()}"
+    mask_secret(value)  # what rendering {{ conn.x.password }} does in a task
+    assert masked_names({"pw": value, "data": "/d", "password": "plain", "n": 3}) == ["password", "pw"]
+    assert masked_text(f"said {value}") == "said ***"
+    assert masked_names(None) == [] and masked_names({}) == []

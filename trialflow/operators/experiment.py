@@ -76,6 +76,7 @@ class StartExperimentOperator(_ExperimentStep):
         self.inputs = inputs
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from trialflow.hooks.secrets import masked_names
         from trialflow.runs import ExperimentNotOwned, start_run
         from trialflow.trial.inputs import InputsError
         from trialflow.tuning.store_urls import safe_url
@@ -93,6 +94,7 @@ class StartExperimentOperator(_ExperimentStep):
                 count=self.trial_count,
                 connections=airflow_connections(),
                 inputs=self.inputs,
+                secret_inputs=masked_names(self.inputs if isinstance(self.inputs, dict) else None),
             )
         except (ExperimentNotOwned, InputsError, WarmStartError) as exc:
             raise AirflowFailException(str(exc)) from None

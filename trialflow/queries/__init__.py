@@ -19,6 +19,7 @@ from trialflow.queries.experiments import (
     experiment_dag_id,
     experiment_summary,
     list_experiments,
+    secret_input_values,
 )
 from trialflow.queries.export import (
     export_csv,
@@ -54,6 +55,7 @@ from trialflow.queries.trials import (
 
 __all__ = [
     "experiment_config",
+    "secret_input_values",
     "ACTIVE",
     "DETAIL_POINTS",
     "INTERMEDIATE",

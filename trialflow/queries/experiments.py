@@ -28,7 +28,7 @@ from trialflow.queries.tables import (
 )
 from trialflow.queries.trials import trials_page
 from trialflow.retune import RETUNED_BY, RETUNED_FROM
-from trialflow.run_windows import LIKE_PATTERN, run_id_of
+from trialflow.run_windows import LIKE_PATTERN, RunWindow, run_id_of, shown_window
 from trialflow.trial.status import COUNTED_STATUS_NAMES
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
 from trialflow.warm_start import WARM_STARTED_BY, WARM_STARTED_FROM
@@ -213,6 +213,15 @@ def experiment_dag_id(engine: Engine, experiment_id: str) -> str | None:
         )
 
 
+def secret_input_values(engine: Engine, experiment_id: str) -> list[str]:
+    """The values of every run's secret inputs (trialflow.run_windows), to mask them in what a
+    trial wrote (its log tail), since a trial may print what it was given."""
+    with engine.connect() as conn:
+        sid = study_id_of(conn, experiment_id)
+        windows = _run_windows(conn, [sid]).get(sid, [])
+    return [v for raw in windows if isinstance(raw, dict) for v in RunWindow.parse(raw).secret_values()]
+
+
 def experiment_config(engine: Engine, experiment_id: str) -> dict[str, Any]:
     """The experiment's stored config (as its start step wrote it; {} when none)."""
     with engine.connect() as conn:
@@ -261,7 +270,7 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
             statuses=sorted(COUNTED_STATUS_NAMES),
         )
         best = page["rows"][0] if page["rows"] else None
-    windows = [dict(decoded(value) or {}, run_id=run_id_of(key)) for key, value in runs]
+    windows = [dict(shown_window(decoded(value) or {}), run_id=run_id_of(key)) for key, value in runs]
     deadline = max((w.get("deadline") or 0 for w in windows), default=0) or None
     service = config.get("trainingService")
     services = service if isinstance(service, list) else [service] if service else []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,13 +42,16 @@ def start_run(
     count: int | None = None,
     connections: Connections | None = None,
     inputs: Mapping[str, Any] | None = None,
+    secret_inputs: Collection[str] = (),
 ) -> RunStart:
     """Check the run may drive the experiment (ExperimentNotOwned if not: nothing is written),
     create or re-open it, give the run its trial indexes and deadline, and prepare each
     platform (stage code once). ``inputs``: the run's values for its trials, as the start step
-    rendered them (trialflow.trial.inputs; InputsError names one that cannot go to a trial).
-    The config's warmStart is checked first too (WarmStartError) and given once the
-    experiment is open (trialflow.warm_start)."""
+    rendered them (trialflow.trial.inputs; InputsError names one that cannot go to a trial);
+    ``secret_inputs``: the names of those Airflow's secrets masker knows as secrets (kept with
+    the run's window so that every reader sees them masked). The config's warmStart is
+    checked first too (WarmStartError) and given once the experiment is open
+    (trialflow.warm_start)."""
     checked = check_inputs(inputs)  # before anything is written
     shared = experiment.config.scheduled_runs == "continue"
     check_owner(store, experiment.experiment_id, dag_id, conf, run_id, shared, experiment.group)
@@ -59,7 +62,15 @@ def start_run(
     if experiment.group is not None:
         owner[GROUP_ATTR] = experiment.group
     store.set_experiment_attrs(experiment.experiment_id, {**experiment.description(), **owner})
-    window = allot_window(experiment, store, run_id, continues=continued_run(conf), count=count, inputs=checked)
+    window = allot_window(
+        experiment,
+        store,
+        run_id,
+        continues=continued_run(conf),
+        count=count,
+        inputs=checked,
+        secret_inputs=[n for n in secret_inputs if n in checked],
+    )
     retune = seed_from_previous(store, experiment, dag_id) if experiment.config.scheduled_runs == "retune" else None
     started_from = warm_start(store, experiment, dag_id)
     for i in range(len(experiment.config.training_service)):
@@ -75,6 +86,7 @@ def allot_window(
     continues: str | None = None,
     count: int | None = None,
     inputs: Mapping[str, Any] | None = None,
+    secret_inputs: Collection[str] = (),
 ) -> RunWindow:
     """Give this DAG run its trial indexes (kept when the run is cleared and starts again) and a
     fresh maxExperimentDuration window from now; a run that ``continues`` another (an
@@ -102,7 +114,13 @@ def allot_window(
     if limit is not None:
         size = max(0, min(size, int(limit) - first))
     window = RunWindow(
-        first, size, deadline, exists=True, counted_from=counted_from, inputs=dict(inputs) if inputs else None
+        first,
+        size,
+        deadline,
+        exists=True,
+        counted_from=counted_from,
+        inputs=dict(inputs) if inputs else None,
+        secret_inputs=tuple(sorted(secret_inputs)),
     )
     fields: dict[str, Any] = {
         "first_index": window.first_index,
@@ -113,5 +131,7 @@ def allot_window(
     }
     if window.inputs:
         fields["inputs"] = window.inputs
+    if window.secret_inputs:
+        fields["secret_inputs"] = list(window.secret_inputs)
     RunWindows(store, experiment.experiment_id).put(run_id, fields)
     return window

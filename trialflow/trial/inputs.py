@@ -59,6 +59,11 @@ def check_inputs(raw: Mapping[str, Any] | None) -> dict[str, Value]:
                 f"inputs.{name}: expected text, a number or a boolean (what an upstream task returned, "
                 f"rendered), got {type(value).__name__}"
             )
+        if isinstance(value, str) and "\x00" in value:
+            raise InputsError(
+                f"inputs.{name}: holds a NUL byte at character {value.index(chr(0))}, which no environment "
+                "variable or command line can carry"
+            )
         text = value if isinstance(value, str) else json.dumps(value)
         if len(text) > MAX_VALUE_CHARS:
             raise InputsError(f"inputs.{name}: at most {MAX_VALUE_CHARS} characters, got {len(text)}")

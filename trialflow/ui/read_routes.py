@@ -33,6 +33,9 @@ from trialflow.ui.links import base_url, platform_url
 
 router = APIRouter()
 LOG_TAIL_BYTES = 16 * 1024
+#: Shorter secret inputs are not replaced in a log tail (every "a" or "1" would go; Airflow's
+#: masker skips short secrets too).
+MIN_MASKED_SECRET = 3
 
 
 #: Airflow's audit events that can stop a trial task (its own REST routes' names).
@@ -99,10 +102,12 @@ def _ti_url(dag_id: str, run_id: str, map_index: int, trial_task: str = task_ids
     )
 
 
-def _log_tail(handle: dict[str, Any]) -> list[dict[str, str]]:
+def _log_tail(handle: dict[str, Any], secrets: list[str]) -> list[dict[str, str]]:
     """The end of the trial's output files that its platform says Airflow's machines can read
     (the handle's ``log_files``: a local trial's stdout and stderr; remote and Kubernetes
-    trials' logs stay where they ran)."""
+    trials' logs stay where they ran), masked as Airflow masks the task log it serves: the
+    run's secret inputs (``secrets``, which the trial got and may print), what this process's
+    secrets masker knows, and the secrets inside values (``TOKEN=...``, ``user:pass@``)."""
     from trialflow.platforms.base import handle_log_files
     from trialflow.trial.folder import TrialFileRefused, tail_in_folder
 
@@ -119,8 +124,19 @@ def _log_tail(handle: dict[str, Any]) -> list[dict[str, str]]:
         except OSError:
             continue
         text = data.decode("utf-8", "replace")
-        out.append({"name": name, "text": text if size <= LOG_TAIL_BYTES else "…" + text.split("\n", 1)[-1]})
+        text = text if size <= LOG_TAIL_BYTES else "…" + text.split("\n", 1)[-1]
+        out.append({"name": name, "text": _masked(text, secrets)})
     return out
+
+
+def _masked(text: str, secrets: list[str]) -> str:
+    from trialflow.config.redaction import REDACTED, mask_text
+    from trialflow.hooks.secrets import masked_text
+
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        if len(secret) >= MIN_MASKED_SECRET:
+            text = text.replace(secret, REDACTED)
+    return mask_text(masked_text(text))
 
 
 def _location(handle: dict[str, Any]) -> str | None:
@@ -239,7 +255,8 @@ def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, 
     web = platform_url(_web_url_template(summary, handle.get("platform")), {**handle, "experiment_id": experiment_id})
     if web:
         links.append({"label": "Platform", "href": web})
-    detail.update(map_index=map_index, links=links, log=_log_tail(handle), location=_location(handle))
+    secrets = queries.secret_input_values(store_engine(), experiment_id)
+    detail.update(map_index=map_index, links=links, log=_log_tail(handle, secrets), location=_location(handle))
     detail["may_edit"] = may_edit_dag(user, summary.get("dag_id"))
     detail["airflow_actions"] = airflow_actions(summary.get("dag_id"), run_id, map_index, trial_task)
     # the page offers a re-run only where the action is allowed: while its experiment runs
