@@ -77,7 +77,7 @@ def test_a_task_with_the_asset_as_inlet_reads_its_newest_event():
 def test_the_experiment_dag_publishes_on_its_asset(tmp_path):
     dag = experiment_dag(write_config(tmp_path))
     publish = dag.get_task("publish_best")
-    assert publish.upstream_task_ids == {"end_experiment"} and publish.trigger_rule == "all_done"
+    assert publish.upstream_task_ids == {"end_experiment"} and publish.trigger_rule == "all_success"
     assert [o.name for o in publish.outlets] == ["trialflow/trialflow_my_exp/best"]
     named = experiment_dag(write_config(tmp_path), asset_name="models/svc-params").get_task("publish_best")
     assert [o.name for o in named.outlets] == ["models/svc-params"]

@@ -121,7 +121,7 @@ def test_an_experiment_without_a_result_publishes_nothing(harness: Harness):
     run_id, state = harness.run(dag_id)
     assert state == "failed"  # the end step: no trial succeeded
     publish = harness.tis(dag_id, run_id, "publish_best")[0]
-    assert publish["state"] == "skipped"
+    assert publish["state"] == "upstream_failed"  # the end step failed: nothing to publish
     assert asset_events(harness, f"trialflow/{dag_id}/best") == []
 
 

@@ -258,3 +258,57 @@ def test_function_trials_of_a_group_run_on_a_remote_machine(harness: Harness, ss
     hosts = {harness.xcom(dag_id, run_id, "tune.trial", i)["host"] for i in range(2)}
     assert hosts == {f"{server.user}@127.0.0.1:{server.port}"}
     assert harness.xcom(dag_id, run_id, "use") == best_row(rows, "maximize").parameters
+
+
+LAST_STEP_DAG = """\
+# an airflow DAG whose last step is an experiment task group
+from airflow.sdk import DAG, task
+
+from trialflow.task_group import ExperimentTaskGroup
+
+with DAG({dag_id!r}, schedule=None, default_args={{"retries": 0}}) as dag:
+    @task
+    def prepare():
+        return {data!r}
+
+    ExperimentTaskGroup(
+        "tune",
+        {{
+            "searchSpace": {{"x": {{"_type": "uniform", "_value": [0, 1]}}}},
+            "trialCommand": "{py} -c 'import sys; sys.exit(3)'",
+            "trialCodeDirectory": {folder!r},
+            "trialConcurrency": 2,
+            "maxTrialNumber": 2,
+            "tuner": {{"name": "Random"}},
+            "trainingService": {{"platform": "local"}},
+        }},
+        poll_interval=0.3,
+        inputs={{"data": prepare()}},
+    )
+"""
+
+
+@pytest.mark.parametrize("case", ["every trial fails", "the start step fails"])
+def test_a_dag_whose_last_step_is_a_group_that_trained_nothing_has_a_failed_run(harness: Harness, case: str):
+    """Issue 46, 2: the group's end step failed, its publishing task (all_done) was skipped, and
+    Airflow's leaf rule read the run as a success. The start step fails on an input holding a
+    NUL byte (issue 46, 3: refused there, not in each trial)."""
+    from tests.helpers.airflow import PY
+
+    folder = harness.root / "experiments" / "last_step"
+    folder.mkdir(parents=True, exist_ok=True)
+    dag_id = "it_last_step_" + ("trials" if case == "every trial fails" else "start")
+    data = "/d" if case == "every trial fails" else "a\x00b"
+    dag_file = harness.airflow.dags_folder / f"{dag_id}.py"
+    dag_file.write_text(LAST_STEP_DAG.format(dag_id=dag_id, folder=str(folder), py=PY, data=data))
+    harness.dag_files[dag_id] = dag_file
+    run_id, state = harness.run(dag_id, timeout=300)
+    assert state == "failed"
+    states = {ti["task_id"]: ti["state"] for ti in harness.airflow.task_instances(dag_id, run_id)}
+    assert states["tune.end_experiment"] == "failed" and states["tune.publish_best"] == "upstream_failed", states
+    if case == "the start step fails":
+        assert states["tune.start_experiment"] == "failed"
+        assert not harness.store.experiment_exists(experiment_id_for(dag_id, run_id, "tune"))
+    else:
+        rows = harness.store.trial_rows(experiment_id_for(dag_id, run_id, "tune"))
+        assert [r.status for r in rows] == ["FAILED"] * 2

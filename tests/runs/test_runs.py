@@ -153,3 +153,29 @@ def test_a_whole_run_stopped_from_airflow_is_marked_once_and_resets_concurrency(
     assert [h["action"] for h in steering.history(store, "erunlife")] == ["stop run"]
     assert read_concurrency(store.engine, "dag_a") is None
     stop_run(store, "erunlife", "dag_a", "no-window", "Airflow", "x")  # nothing to stop: said, not raised
+
+
+def test_a_run_stopped_before_any_trial_succeeded_fails_saying_who_stopped_it(setup):
+    """Issue 46, 2: a failed run says it was stopped on purpose, not only that nothing succeeded."""
+    from trialflow import steering
+
+    experiment, store = setup
+    start_run(experiment, store, "dag_a", "r1", {})
+    asked = store.ask("erunlife", 0, "erunlife-0000", experiment.algorithm, experiment.space)
+    store.close(asked.storage_id, TrialStatus.USER_CANCELED, "killed by ann")
+    steering.stop_experiment(store, "erunlife", "ann")
+    verdict = summarize_run(experiment, store, "r1", {})
+    assert verdict.failure is not None and verdict.failure.startswith(
+        "experiment erunlife was stopped by ann (experiment stopped by ann) before any trial succeeded"
+    ), verdict.failure
+
+
+def test_the_end_step_of_a_run_whose_start_step_failed_says_it_never_started(setup):
+    """Issue 46, 3: the end step raised a bare KeyError('Record does not exist.')."""
+    import asyncio
+
+    from trialflow.runs import end_run
+
+    experiment, store = setup
+    with pytest.raises(RunHasNoTrials, match="experiment erunlife never started: its start step failed"):
+        asyncio.run(end_run(experiment, store, "dag_a", "r1", {}, {0: "upstream_failed"}))

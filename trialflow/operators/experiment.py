@@ -314,11 +314,15 @@ class ContinueExperimentOperator(BaseOperator):
 class PublishBestOperator(BaseOperator):
     """Publish the experiment's best parameters as an event on its Asset, for the DAGs downstream.
 
-    After the end step, whatever it did (trigger rule all_done): when the experiment is over
+    After the end step, when it succeeded (Airflow's all_success): when the experiment is over
     with a succeeded trial, the event's extra carries the experiment, the best trial's id,
     parameters and metric (the Pareto set, with several objectives), the DAG run and a link to
     the experiment's page (trialflow.published). Otherwise the task is skipped and says why:
     Airflow emits an outlet's event only for a task that succeeds, so nothing is published.
+    When the end step failed (no trial succeeded, the start step failed) this task is
+    upstream_failed, so a DAG whose last step is an experiment task group has a failed run,
+    as a whole experiment DAG has (with all_done it was skipped, and Airflow's leaf rule read
+    the run as a success: "a run that trained nothing ends green").
     A downstream DAG reads it with ``trialflow.assets.best_parameters(context)``.
 
     :param asset: the asset to publish on (``trialflow.assets.best_parameters_asset``).
@@ -336,7 +340,6 @@ class PublishBestOperator(BaseOperator):
         start_task_id: str = "start_experiment",
         **kwargs: Any,
     ):
-        kwargs.setdefault("trigger_rule", "all_done")
         super().__init__(outlets=[asset], **kwargs)
         self.asset = asset
         self.end_task_id = end_task_id

@@ -125,6 +125,12 @@ def summarize_run(
     if best is None:
         if continued_run(conf) is not None and study_best is not None and window.expired():
             result.notes.append(f"No trial of this run succeeded ({dict(counts)}); the experiment's best stands")
+        elif window.stopped:
+            result.failure = (
+                f"experiment {experiment.experiment_id} was stopped by {window.stopped.get('by') or '?'} "
+                f"({window.stopped.get('reason') or 'no reason given'}) before any trial succeeded with a final "
+                f"result ({dict(counts)})"
+            )
         else:
             result.failure = (
                 f"no trial of experiment {experiment.experiment_id} succeeded with a final result ({dict(counts)})"
@@ -192,6 +198,11 @@ async def end_run(
     trial task has ended by now: the step runs after all of them) and the asks that died before
     they claimed a trial index, then the verdict and the
     run's last writes (RunHasNoTrials when the start step gave the run none)."""
+    if not store.experiment_exists(experiment.experiment_id):
+        raise RunHasNoTrials(
+            f"experiment {experiment.experiment_id} never started: its start step failed or was skipped "
+            "(its log says why), so no trial ran"
+        )
     check_owner(store, experiment.experiment_id, dag_id, conf, group=experiment.group)
     reconciled = await reconcile_run(experiment, store, run_id, task_states, run_over=True, connections=connections)
     await asyncio.to_thread(store.close_abandoned_asks, experiment.experiment_id)
