@@ -460,7 +460,16 @@ def test_run_runs_the_experiment_with_its_downstream_dag(experiment, tmp_path):
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
-        (["db", "check", "--store", "nonsense"], "the store URL is not one SQLAlchemy reads"),
+        (["db", "check", "--store", "nonsense"], "the store URL (?://...) is not one SQLAlchemy reads"),
+        # issue 46, 7: an unquoted '@' in the password moved the split; int() repeated the rest
+        (
+            ["db", "check", "--store", "postgresql://alice:Top@hunter2:PW99@127.0.0.1:5999/x"],
+            "the store URL (postgresql://...) is not one SQLAlchemy reads",
+        ),
+        (
+            ["experiments", "--store", "postgresql://alice:Top@hunter2:PW99@127.0.0.1:5999/x"],
+            "a password holding '@', ':' or '/' must be percent-encoded",
+        ),
         (["db", "upgrade", "--store", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "the store's database failed"),
         (["experiments", "--store", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "the store's database failed"),
     ],
@@ -470,7 +479,92 @@ def test_a_store_that_cannot_be_opened_is_said_without_a_traceback_or_its_passwo
 
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert said in err and "hunter2" not in err and "Traceback" not in err
+    assert said in err and "hunter2" not in err and "PW99" not in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def _tables(path) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        return sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+
+
+READING = [
+    ["db", "check"],
+    ["db", "upgrade"],
+    ["experiments"],
+    ["trials", "e1"],
+    ["export", "e1"],
+    ["kill", "e1", "0"],
+    ["stop", "e1"],
+]
+
+
+@pytest.mark.parametrize("argv", READING, ids=lambda a: " ".join(a))
+def test_a_foreign_database_is_named_and_never_written(argv, tmp_path, capsys):
+    """Issue 46, 6: `db check` called a foreign SQLite file current, and `experiments` then wrote
+    about 30 tables into it."""
+    import sqlite3
+
+    from trialflow.cli import main
+
+    foreign = tmp_path / "app.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    before = foreign.read_bytes()
+    assert main([*argv, "--store", f"sqlite:///{foreign}"]) == 1
+    err = capsys.readouterr().err
+    assert "not a trialflow experiment store (it holds other tables: users)" in err and "Traceback" not in err
+    assert _tables(foreign) == ["users"] and foreign.read_bytes() == before
+
+
+@pytest.mark.parametrize("argv", READING, ids=lambda a: " ".join(a))
+def test_a_store_path_that_does_not_exist_is_never_created(argv, tmp_path, capsys):
+    from trialflow.cli import main
+
+    missing = tmp_path / "typo" / "experiments.db"
+    missing.parent.mkdir()
+    assert main([*argv, "--store", f"sqlite:///{missing}"]) == 1
+    assert "no experiment store there (no such file" in capsys.readouterr().err
+    assert list(missing.parent.iterdir()) == []  # not even a 0-byte file
+
+
+def test_an_empty_database_and_a_text_file_are_said_in_one_line(tmp_path, capsys):
+    from trialflow.cli import main
+
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    assert main(["db", "check", "--store", f"sqlite:///{empty}"]) == 0
+    assert "no trialflow store here yet" in capsys.readouterr().out
+    assert main(["experiments", "--store", f"sqlite:///{empty}"]) == 1
+    assert "the database is empty: no experiment store there" in capsys.readouterr().err
+    assert empty.stat().st_size == 0
+    text = tmp_path / "notes.db"
+    text.write_text("not a database at all\n" * 10)
+    for argv in (["db", "check"], ["db", "upgrade"], ["experiments"]):
+        assert main([*argv, "--store", f"sqlite:///{text}"]) == 1
+        err = capsys.readouterr().err
+        assert err.strip() == "the store's database failed: file is not a database", err
+
+
+def test_an_interrupted_upgrade_is_one_line_and_leaves_the_store(tmp_path, capsys, monkeypatch):
+    from trialflow.cli import main
+    from trialflow.tuning import store_schema
+    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+
+    path = tmp_path / "s.db"
+    ExperimentStore(sqlite_url(path))
+
+    def interrupted(engine):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store_schema, "upgrade", interrupted)
+    before = path.read_bytes()
+    assert main(["db", "upgrade", "--store", sqlite_url(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.strip().endswith("upgrade interrupted; the store is as it was") and "Traceback" not in err
+    assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize(

@@ -283,17 +283,26 @@ def _store_engine(args: argparse.Namespace) -> Any:
     return _store(args).storage.engine
 
 
-def _store(args: argparse.Namespace) -> Any:
+def _store(args: argparse.Namespace, create: bool = False) -> Any:
+    """The store the command names. Only a command that makes a store (``create``: an import)
+    may open an empty database or a SQLite path that does not exist yet; every other command
+    is refused one that holds no trialflow store (NotAStore), so that reading never writes
+    (ExperimentStore creates its tables in whatever database it opens)."""
     from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.tuning.store_schema import existing_store
+    from trialflow.tuning.store_urls import with_installed_driver
 
-    return ExperimentStore(_store_url(args))
+    url = _store_url(args)
+    if not create:
+        existing_store(with_installed_driver(url))
+    return ExperimentStore(url)
 
 
 def _store_url(args: argparse.Namespace) -> str:
     from trialflow.tuning.experiment_store import sqlite_url
 
     if args.store:
-        return str(args.store)
+        return _readable_url(str(args.store))
     if args.home:
         if not (Path(args.home) / "experiments.db").exists():
             raise FileNotFoundError(f"no experiment store in {args.home} (expected experiments.db there)")
@@ -301,6 +310,28 @@ def _store_url(args: argparse.Namespace) -> str:
     from trialflow.hooks.experiment_store import ExperimentStoreHook
 
     return str(ExperimentStoreHook().storage_url())
+
+
+def _readable_url(url: str) -> str:
+    """``url`` if SQLAlchemy can read it, else one line that shows no part of it past the
+    scheme: an unquoted '@' or ':' in a password moves the split (measured: the port became
+    'PW99@127.0.0.1:5999', and the int() error repeated it)."""
+    import sqlalchemy as sa
+
+    try:
+        sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        scheme = url.split("://", 1)[0] if "://" in url[:40] else "?"
+        raise StoreUrlError(
+            f"the store URL ({scheme[:32]}://...) is not one SQLAlchemy reads: expected "
+            "dialect://user:password@host:port/database or sqlite:///path; a password holding '@', ':' or '/' "
+            "must be percent-encoded"
+        ) from None
+    return url
+
+
+class StoreUrlError(ValueError):
+    """A store URL that cannot be parsed (the message shows none of it but its scheme)."""
 
 
 def cmd_db(args: argparse.Namespace) -> int:
@@ -313,21 +344,30 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     try:
         url = with_installed_driver(_store_url(args))
-    except FileNotFoundError as exc:
+        store_schema.existing_store(url)  # nothing is created or written where there is no store
+    except (FileNotFoundError, StoreUrlError) as exc:
+        return _fail(exc)
+    except store_schema.NotAStore as exc:
+        if args.action == "check" and "is empty" in str(exc):
+            print(
+                f"{safe_url(url)}: no trialflow store here yet; a run or an import makes one at schema "
+                f"{store_schema.HEAD}"
+            )
+            return 0
         return _fail(exc)
     engine = sa.create_engine(url)
     try:
         found = store_schema.state(engine)
         if args.action == "check":
-            if found.current or found.fresh:
+            if found.current:
                 print(f"{safe_url(url)}: schema {store_schema.HEAD}, as this trialflow needs")
                 return 0
             return _fail(store_schema.StoreSchemaError(store_schema.refusal(engine, found)))
-        if found.fresh:
-            return _fail(
-                LookupError(f"{safe_url(url)}: no trialflow store here to upgrade (a new one is made on first use)")
-            )
-        before, after = store_schema.upgrade(engine)
+        try:
+            before, after = store_schema.upgrade(engine)
+        except KeyboardInterrupt:
+            # The upgrade is one transaction: interrupted, it is rolled back whole.
+            return _fail(InterruptedError(f"{safe_url(url)}: upgrade interrupted; the store is as it was"))
     except store_schema.StoreSchemaError as exc:
         return _fail(exc)
     finally:
@@ -452,7 +492,7 @@ def cmd_import_nni(args: argparse.Namespace) -> int:
             nni = read_result_file(source, _result_file_config(args))
         else:
             nni = read_experiment(nni_folder_of(args.experiment))
-        done = import_experiment(_store(args), nni, args.dag, args.experiment_id)
+        done = import_experiment(_store(args, create=True), nni, args.dag, args.experiment_id)
     except (NniHistoryError, ConfigError, FileNotFoundError) as exc:
         return _fail(exc)
     swapped = f"; {done.swapped} trial job(s) reported under another parameter set (kept as reported)"
@@ -793,17 +833,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     import sqlalchemy as sa
 
-    from trialflow.tuning.store_schema import StoreSchemaError
+    from trialflow.tuning.store_schema import NotAStore, StoreSchemaError
 
     args = build_parser().parse_args(argv)
     try:
         result: Any = args.func(args)
-    except StoreSchemaError as exc:  # any command on a store of another trialflow: say what to run
+    except (StoreSchemaError, NotAStore) as exc:  # another trialflow's store, or none: say so
         return _fail(exc)
     except sa.exc.ArgumentError:  # its text repeats the URL, password and all
         return _fail(ValueError("the store URL is not one SQLAlchemy reads (e.g. sqlite:///path/experiments.db)"))
-    except sa.exc.OperationalError as exc:  # unreachable, refused, locked: the driver says which
+    except sa.exc.DBAPIError as exc:  # unreachable, refused, locked, not a database: the driver says which
         return _fail(ConnectionError(f"the store's database failed: {_driver_said(exc)}"))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     return int(result)
 
 

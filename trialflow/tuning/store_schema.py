@@ -149,6 +149,44 @@ def create_store(engine: sa.Engine) -> None:
             creating.dispose()
 
 
+class NotAStore(LookupError):
+    """A database that holds no trialflow store (the message says what it holds instead). A
+    command that only reads, or acts on what a store holds, never makes one."""
+
+
+#: Optuna's own tables: a database with these alone is an Optuna storage, not trialflow's.
+_OPTUNA_MARK = "studies"
+
+
+def existing_store(url: str) -> None:
+    """Refuse (NotAStore) a store URL with no trialflow store behind it, without creating or
+    writing anything: a SQLite path that does not exist is not opened (opening makes the
+    file), an empty database is named as empty, a database of other tables as not trialflow's.
+    A store of another trialflow passes here: opening it says what to run (StoreSchemaError)."""
+    from trialflow.tuning.store_urls import safe_url
+
+    parsed = sa.engine.make_url(url)
+    shown = safe_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:") or not Path(database).is_file():
+            raise NotAStore(f"{shown}: no experiment store there (no such file; a run or an import makes one)")
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        names = set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+    if TRIAL_INDEX.name in names or VERSION_TABLE in names:
+        return
+    if not names:
+        raise NotAStore(f"{shown}: the database is empty: no experiment store there (a run or an import makes one)")
+    if _OPTUNA_MARK in names:
+        raise NotAStore(f"{shown}: an Optuna storage without trialflow's tables, not a trialflow experiment store")
+    others = sorted(names)
+    listed = ", ".join(n[:40] for n in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    raise NotAStore(f"{shown}: not a trialflow experiment store (it holds other tables: {listed})")
+
+
 def refusal(engine: sa.Engine, found: SchemaState) -> str:
     """Why a store does not open, and what to run."""
     from trialflow import __version__
