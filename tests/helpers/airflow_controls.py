@@ -90,11 +90,12 @@ def store_row(harness: Harness, dag_id: str, run_id: str, index: int) -> TrialRo
 
 
 def mark_failed_across_the_hand_off(
-    airflow: Any, store_url: str, dag_id: str, run_id: str, offsets: list[float]
+    airflow: Any, store_url: str, dag_id: str, run_id: str, offsets: list[float], action: str = "failed"
 ) -> tuple[dict[int, dict[str, Any]], dict[int, float]]:
-    """Mark trial task i failed ``offsets[i]`` seconds after its trial's handle reaches the store
-    (its worker starts following it then), each from a thread of its own, through the REST API as
-    the Grid does. Returns the trials' handles and how late each PATCH got through."""
+    """Mark trial task i failed (``action`` "clear": clear it) ``offsets[i]`` seconds after its
+    trial's handle reaches the store (its worker starts following it then), each from a thread
+    of its own, through the REST API as the Grid does. Returns the trials' handles and how late
+    each click got through."""
     import threading
 
     from trialflow.tuning.experiment_store import ExperimentStore
@@ -107,9 +108,16 @@ def mark_failed_across_the_hand_off(
     def click(index: int, at: float) -> None:
         time.sleep(max(0.0, at - time.monotonic()))
         for _ in range(20):  # Airflow's SQLite metadata answers 500 "database is locked" at times
-            response = airflow.api(
-                "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{index}", json={"new_state": "failed"}
-            )
+            if action == "clear":
+                response = airflow.api(
+                    "POST",
+                    f"/dags/{dag_id}/clearTaskInstances",
+                    json={"dry_run": False, "dag_run_id": run_id, "task_ids": [["trial", index]], "only_failed": False},
+                )
+            else:
+                response = airflow.api(
+                    "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{index}", json={"new_state": action}
+                )
             if response.status_code < 500:
                 break
             time.sleep(0.1)

@@ -46,6 +46,7 @@ from trialflow.steering.stops import (
     run_windows,
     stop_experiment,
     stop_requested,
+    stop_run_trials,
     stop_runs,
     stop_task_trial,
     trial_control,
@@ -83,6 +84,7 @@ __all__ = [
     "stop_experiment",
     "stop_requested",
     "stop_runs",
+    "stop_run_trials",
     "stop_task_trial",
     "waiting_trials",
 ]

@@ -78,6 +78,30 @@ def stop_task_trial(
     return None
 
 
+def stop_run_trials(
+    store: ExperimentStore, dag_id: str, run_id: str, reason: str, by: str = "Airflow"
+) -> list[TrialRecord]:
+    """Ask every trial of run ``run_id`` of DAG ``dag_id`` that still runs to stop (all of its
+    task groups' experiments): what clearing the whole DAG run does to its trial tasks. The runs
+    are not marked stopped: their tasks run again, and each new try reports its stopped trial."""
+    asked = []
+    request = Request(by, reason, time.time()).to_dict()
+    for experiment_id in store.experiments_with_attr("dag_id", dag_id):
+        windows = RunWindows(store, experiment_id)
+        if not windows.has(run_id):
+            continue
+        window = windows.get(run_id)
+        for trial in store.active_trials(experiment_id):
+            if not window.holds(trial.trial_index) or store.trial_attr(trial.storage_id, STOP_REQUEST) is not None:
+                continue
+            try:
+                store.set_attrs(trial.storage_id, **{STOP_REQUEST: request})
+            except UpdateFinishedTrialError:
+                continue  # it ended meanwhile
+            asked.append(trial)
+    return asked
+
+
 def stop_requested(store: ExperimentStore, storage_id: int) -> str | None:
     """Why someone asked the trial to stop, or None (the follow loop asks every poll)."""
     request = store.trial_attr(storage_id, STOP_REQUEST)

@@ -17,6 +17,7 @@ import logging
 
 from airflow.plugins_manager import AirflowPlugin
 
+from trialflow.ui.clears import ClearedTrials
 from trialflow.ui.links import PlatformLink, TrialLink
 
 #: Relative to Airflow's base URL (the UI resolves it against <base href>): works under a prefix.
@@ -131,3 +132,5 @@ class TrialflowPlugin(AirflowPlugin):
     ]
     operator_extra_links = [TrialLink(), PlatformLink()]
     listeners = _listeners()
+    # A clear of a trial task writes its trial's stop request (trialflow.ui.clears): the api-server's.
+    fastapi_root_middlewares = [{"middleware": ClearedTrials, "name": "trialflow: cleared trials"}]
