@@ -149,3 +149,27 @@ def test_a_downstream_task_takes_the_best_parameters_or_the_pareto_set():
     members = [{"trial_index": 0, "trial_id": "e-0000", "parameters": {"x": 1}, "values": {"a": 1.0, "b": 2.0}}]
     several = {**one, "objectives": [{"metric": "a", "mode": "maximize"}, {"metric": "b", "mode": "minimize"}]}
     assert best_parameters({**several, "pareto": members}) == members
+
+
+def test_a_downstream_task_takes_the_best_value_as_plainly():
+    """Issue 46, 12: ``tune.best_value`` (the end step's best_value XCom): the number that made
+    the best parameters best, from the same trial (the experiment's best across runs); with
+    several objectives the Pareto set's values in ``tune.best``'s order; None without a result."""
+    from tests.helpers.summaries import summary
+    from trialflow.run_summary import best_parameters, best_value
+
+    one = summary()
+    chosen = one["study_best"] or one["best"]
+    assert best_value(one) == chosen["final_metric"] and isinstance(best_value(one), float)
+    run_best = {**one["best"], "parameters": {"x": 9}, "final_metric": 0.123}
+    study_best = {**one["best"], "parameters": {"x": 1}, "final_metric": 0.987}
+    across = {**one, "best": run_best, "study_best": study_best}
+    assert (best_parameters(across), best_value(across)) == ({"x": 1}, 0.987)  # one trial, not two
+    assert best_value({**one, "best": None, "study_best": None}) is None
+    members = [
+        {"trial_index": 0, "trial_id": "e-0000", "parameters": {"x": 1}, "values": {"a": 1.0, "b": 2.0}},
+        {"trial_index": 3, "trial_id": "e-0003", "parameters": {"x": 2}, "values": {"a": 0.5, "b": 1.0}},
+    ]
+    several = {**one, "objectives": [{"metric": "a", "mode": "maximize"}, {"metric": "b", "mode": "minimize"}]}
+    assert best_value({**several, "pareto": members}) == [{"a": 1.0, "b": 2.0}, {"a": 0.5, "b": 1.0}]
+    assert best_value({**several, "pareto": []}) == []

@@ -148,6 +148,8 @@ def format_table(rows: list[TrialRow], marked: set[int]) -> str:
 #: The end step's second XCom: what a task downstream of an experiment task group takes
 #: (``tune.best``).
 BEST_PARAMETERS_KEY = "best_parameters"
+#: The end step's third XCom: the best trial's result (``tune.best_value``).
+BEST_VALUE_KEY = "best_value"
 
 
 def best_parameters(summary: ExperimentSummary) -> dict[str, Any] | list[ParetoMember] | None:
@@ -159,3 +161,15 @@ def best_parameters(summary: ExperimentSummary) -> dict[str, Any] | list[ParetoM
         return list(summary.get("pareto") or [])
     best = summary["study_best"] or summary["best"]
     return dict(best["parameters"] or {}) if best else None
+
+
+def best_value(summary: ExperimentSummary) -> float | dict[str, float] | list[dict[str, float]] | None:
+    """The result that made ``best_parameters`` the best, as plainly: with one objective the
+    best trial's final metric (a number: the default metric of a dict final); with several the
+    Pareto set's values, in the order of ``best_parameters``' list. None when no trial
+    succeeded with a final result. Choosing the better of two experiments downstream is then
+    ``max(a.best_value, b.best_value)``, with no key path into the summary."""
+    if len(summary.get("objectives") or ()) > 1:
+        return [dict(member.get("values") or {}) for member in summary.get("pareto") or []]
+    best = summary["study_best"] or summary["best"]
+    return best["final_metric"] if best else None

@@ -309,6 +309,15 @@ class ExperimentTaskGroup(TaskGroup):
         return XComArg(self.tasks.end, key=BEST_PARAMETERS_KEY)
 
     @property
+    def best_value(self) -> XComArg:
+        """The best trial's final metric (a number; with several objectives, the Pareto set's
+        values as a list of ``{metric: value}`` in ``best``'s order; None when no trial
+        succeeded), for a task downstream that compares experiments."""
+        from trialflow.run_summary import BEST_VALUE_KEY
+
+        return XComArg(self.tasks.end, key=BEST_VALUE_KEY)
+
+    @property
     def summary(self) -> XComArg:
         """The end step's summary (trialflow.run_summary.ExperimentSummary)."""
         return XComArg(self.tasks.end)

@@ -67,8 +67,9 @@ with DAG({dag_id!r}, schedule=None, max_active_runs=1) as dag:
         return str(FOLDER / "prepared")
 
     @task
-    def pick(function_best, script_best):
-        return {{"function": function_best, "script": script_best}}
+    def pick(function_best, script_best, function_value, script_value):
+        return {{"function": function_best, "script": script_best,
+                 "values": {{"function": function_value, "script": script_value}}}}
 
     data = prepare()
     functions = ExperimentTaskGroup(
@@ -90,7 +91,7 @@ with DAG({dag_id!r}, schedule=None, max_active_runs=1) as dag:
         "tune_script", "script/config.yml", poll_interval=0.3, defer_after=1, inputs={{"data": data}}
     )
     data >> [functions, script]
-    pick(functions.best, script.best)
+    pick(functions.best, script.best, functions.best_value, script.best_value)
 """
 
 GROUPS = ("tune_fn", "tune_script")

@@ -31,7 +31,7 @@ def test_each_group_is_its_own_experiment_and_the_downstream_task_gets_exactly_t
 ):
     dag_id, run_id = groups_run
     store = harness.store
-    best = {}
+    best, value = {}, {}
     for group, count in (("tune_fn", 4), ("tune_script", 3)):
         experiment_id = experiment_id_for(dag_id, run_id, group)
         assert store.experiment_attr(experiment_id, "dag_id") == dag_id
@@ -41,14 +41,19 @@ def test_each_group_is_its_own_experiment_and_the_downstream_task_gets_exactly_t
         tis = harness.tis(dag_id, run_id, f"{group}.trial")
         assert [ti["state"] for ti in tis] == ["success"] * count
         top = best_row(rows, "maximize")
-        best[group] = top.parameters
+        best[group], value[group] = top.parameters, top.final_metric
         summary = harness.xcom(dag_id, run_id, f"{group}.end_experiment")
         assert summary["experiment_id"] == experiment_id and summary["best"]["trial_id"] == top.trial_id
     # the function's return value is the trial's final result; its reports are intermediate ones
     fn_rows = store.trial_rows(experiment_id_for(dag_id, run_id, "tune_fn"))
     assert all(r.final_metric == pytest.approx(-((r.parameters["C"] - 1.0) ** 2)) for r in fn_rows)
     assert all(r.intermediate_count == 2 for r in fn_rows)
-    assert harness.xcom(dag_id, run_id, "pick") == {"function": best["tune_fn"], "script": best["tune_script"]}
+    # tune.best and tune.best_value (issue 46, 12: the value without a key path into the summary)
+    assert harness.xcom(dag_id, run_id, "pick") == {
+        "function": best["tune_fn"],
+        "script": best["tune_script"],
+        "values": {"function": value["tune_fn"], "script": value["tune_script"]},
+    }
     # prepare's output reached every trial as the run's input, rendered once by each start step
     prepared = harness.xcom(dag_id, run_id, "prepare")
     for group in GROUPS:

@@ -226,7 +226,7 @@ class EndExperimentOperator(_ExperimentStep):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.platforms.event_loop import run_sync
-        from trialflow.run_summary import BEST_PARAMETERS_KEY, best_parameters
+        from trialflow.run_summary import BEST_PARAMETERS_KEY, BEST_VALUE_KEY, best_parameters, best_value
         from trialflow.runs import ExperimentNotOwned, RunHasNoTrials, end_run
 
         experiment, store = self.experiment_and_store(context)
@@ -261,6 +261,7 @@ class EndExperimentOperator(_ExperimentStep):
             self.log.info("Best trial %s: %s = %s", best.trial_id, best.parameters, best.values or best.final_metric)
         # What a task downstream of an experiment task group takes (ExperimentTaskGroup.best).
         context["ti"].xcom_push(key=BEST_PARAMETERS_KEY, value=best_parameters(verdict.summary))
+        context["ti"].xcom_push(key=BEST_VALUE_KEY, value=best_value(verdict.summary))
         return dict(verdict.summary)
 
 
