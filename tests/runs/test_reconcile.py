@@ -200,3 +200,53 @@ def test_an_ask_that_died_before_its_claim_is_no_trial_and_is_closed_as_abandone
     frozen = store.storage.get_all_trials(store._study_id("eabandoned"), deepcopy=False)
     assert [t.state.name for t in frozen if t.user_attrs.get("abandoned_ask")] == ["FAIL"]
     assert len(store.trial_rows("eabandoned")) == 3
+
+
+@pytest.mark.parametrize(
+    ("request_", "due"),
+    [
+        ({"by": "Airflow", "reason": "stopped from Airflow: its task was cleared", "at": 90.0}, True),
+        ({"reason": "killed by ann", "at": 101.0 - 2.0}, True),  # exactly the grace
+        ({"reason": "x", "at": 99.5}, False),  # younger than the grace: its follower's turn
+        ({"reason": "x", "at": 200.0}, False),  # from the future (another host's clock)
+        ({"reason": "x", "at": "100"}, False),
+        ({"reason": "x", "at": True}, False),
+        ({"reason": "x", "at": float("nan")}, False),
+        ({"reason": "x", "at": -1e300}, False),
+        ({"reason": "x"}, False),
+        ("not a mapping", False),
+        (None, False),
+    ],
+)
+def test_a_stop_request_is_answered_by_the_watch_only_after_its_grace(request_, due):
+    from trialflow.runs.reconcile import unanswered
+
+    found = unanswered({7: request_}, now=101.0)
+    assert (7 in found) is due
+    if due:
+        assert found[7] == request_.get("reason")
+
+
+def test_the_watch_answers_a_stop_request_that_no_follower_acted_on(running):
+    """Issue 46, 1: a task cleared as it deferred was terminated without on_kill, and its next
+    try is scheduled seconds later: the api-server's stop request waited with nobody to act on
+    it. The watch acts after STOP_REQUEST_GRACE, with the request's own reason; a younger
+    request is left to the follower."""
+    from trialflow.runs.reconcile import RunWatch
+
+    experiment, store, started = running
+    cleared = {"by": "Airflow", "reason": "stopped from Airflow: its task was cleared", "at": time.time() - 3}
+    store.set_attrs(started[0].record.storage_id, **{steering.STOP_REQUEST: cleared})
+    fresh = {"by": "ann", "reason": "killed by ann", "at": time.time() + 30}
+    store.set_attrs(started[1].record.storage_id, **{steering.STOP_REQUEST: fresh})
+    watch = RunWatch(experiment, store, "r1")
+    alive = {0: "scheduled", 1: "running", 2: "deferred"}  # Airflow says every task is alive
+    assert not asyncio.run(watch.observe(alive, 1000.0))
+    assert [(r.trial_index, r.reason) for r in watch.reconciled] == [(0, cleared["reason"])]
+    assert not process_alive(started[0].handle["pid"])
+    assert all(process_alive(s.handle["pid"]) for s in started[1:])
+    record = store.trial(started[0].record.storage_id)
+    assert (record.status, record.message) == (TrialStatus.USER_CANCELED, cleared["reason"])
+    assert store.trial_attr(started[0].record.storage_id, steering.STOP_REQUEST) == cleared  # kept as written
+    assert not asyncio.run(watch.observe(alive, 1000.5))  # within half the grace: not read again
+    assert len(watch.reconciled) == 1

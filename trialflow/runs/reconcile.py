@@ -97,6 +97,28 @@ def overdue(
     return {i: states[i] for i, since in ended_since.items() if i in states and now - since >= grace}
 
 
+#: Seconds a stop request (a kill, a stop, a click recorded by the api-server) may wait for the
+#: trial's follower before the run's watch stops the trial itself. A follower acts within a poll
+#: or two; a trial whose follower died at the wrong instant (a task cleared as it deferred is
+#: terminated without on_kill, and its next try is scheduled seconds later) has none meanwhile.
+STOP_REQUEST_GRACE = 2.0
+
+
+def unanswered(requests: Mapping[int, object], now: float, grace: float = STOP_REQUEST_GRACE) -> dict[int, str]:
+    """The stop requests (storage id -> the request as stored) made ``grace`` seconds or more
+    before ``now`` (epoch seconds), with their reasons; a request that is no mapping, or whose
+    time is not a finite number, counts from now (never acted on early)."""
+    due = {}
+    for storage_id, request in requests.items():
+        if not isinstance(request, Mapping):
+            continue
+        at = request.get("at")
+        if isinstance(at, bool) or not isinstance(at, int | float) or not now - grace >= at > now - 10 * 365 * 86400:
+            continue
+        due[storage_id] = str(request.get("reason") or "stopped")
+    return due
+
+
 @dataclass(frozen=True)
 class Reconciled:
     """One trial reconciliation stopped, and why."""
@@ -145,14 +167,44 @@ async def reconcile_run(
     return [Reconciled(t.trial_index, t.trial_id, reason) for (t, reason), ok in zip(chosen, stopped) if ok]
 
 
+async def answer_stop_requests(
+    experiment: Experiment,
+    store: ExperimentStore,
+    run_id: str,
+    now: float,
+    connections: Connections | None = None,
+) -> list[Reconciled]:
+    """Stop the run's trials whose stop request has waited STOP_REQUEST_GRACE seconds or more
+    (``now``: epoch seconds) with nothing acting on it, as their follower would; the trial is
+    closed with the request's own reason. Idempotent beside a follower that acts meanwhile."""
+    requests = await asyncio.to_thread(store.running_attr, experiment.experiment_id, steering.STOP_REQUEST)
+    due = unanswered(requests, now)
+    if not due:
+        return []
+    trials = await asyncio.to_thread(run_trials, experiment, store, run_id)
+    chosen = [(t, due[t.storage_id]) for _, t in sorted(trials.items()) if t.storage_id in due]
+    stopped = await asyncio.gather(
+        *(_stop(experiment, store, t, reason, connections, requested=True) for t, reason in chosen)
+    )
+    return [Reconciled(t.trial_index, t.trial_id, reason) for (t, reason), ok in zip(chosen, stopped) if ok]
+
+
 async def _stop(
-    experiment: Experiment, store: ExperimentStore, trial: TrialRecord, reason: str, connections: Connections | None
+    experiment: Experiment,
+    store: ExperimentStore,
+    trial: TrialRecord,
+    reason: str,
+    connections: Connections | None,
+    requested: bool = False,
 ) -> bool:
-    request = steering.Request(RECONCILER, reason, time.time()).to_dict()
-    try:
-        await asyncio.to_thread(store.set_attrs, trial.storage_id, **{steering.STOP_REQUEST: request})
-    except UpdateFinishedTrialError:
-        return False  # closed meanwhile (by its follower, or another reconciler): nothing to do
+    """Stop one trial through its platform and close it; ``requested``: its stop request is
+    there already (written by whoever asked: it is kept as they wrote it)."""
+    if not requested:
+        request = steering.Request(RECONCILER, reason, time.time()).to_dict()
+        try:
+            await asyncio.to_thread(store.set_attrs, trial.storage_id, **{steering.STOP_REQUEST: request})
+        except UpdateFinishedTrialError:
+            return False  # closed meanwhile (by its follower, or another reconciler): nothing to do
     if not trial.handle:  # its task ended before the job was submitted: there is no job
         stopped = await asyncio.to_thread(store.close_first, trial.storage_id, TrialStatus.USER_CANCELED, reason)
     else:
@@ -178,10 +230,12 @@ class RunWatch:
     it what Airflow says of the trial tasks, every second or so).
 
     Each :meth:`observe` stops the trials whose task has been seen ended for ON_KILL_GRACE
-    seconds (:func:`overdue`), and says whether the watch is over: every trial task has ended
-    and no trial of the run is left running (closed by its follower, its on_kill or this
-    watch); or LEFT_GRACE seconds have passed since with trials it could not stop (a local
-    trial of another host: the end step's pass and their stop requests remain)."""
+    seconds (:func:`overdue`) and, every STOP_REQUEST_GRACE / 2 seconds, those whose stop
+    request nothing answered for STOP_REQUEST_GRACE (:func:`answer_stop_requests`), and says
+    whether the watch is over: every trial task has ended and no trial of the run is left
+    running (closed by its follower, its on_kill or this watch); or LEFT_GRACE seconds have
+    passed since with trials it could not stop (a local trial of another host: the end step's
+    pass and their stop requests remain)."""
 
     def __init__(
         self, experiment: Experiment, store: ExperimentStore, run_id: str, connections: Connections | None = None
@@ -190,6 +244,7 @@ class RunWatch:
         self.ended_since: dict[int, float] = {}
         self.all_ended_at: float | None = None
         self.reconciled: list[Reconciled] = []
+        self.requests_seen_at: float | None = None
 
     async def observe(self, states: Mapping[int, str | None], now: float) -> bool:
         """One pass with the trial tasks' states (map index -> state); True when the watch is over."""
@@ -197,6 +252,11 @@ class RunWatch:
         if due:
             self.reconciled += await reconcile_run(
                 self.experiment, self.store, self.run_id, due, connections=self.connections
+            )
+        if self.requests_seen_at is None or now - self.requests_seen_at >= STOP_REQUEST_GRACE / 2:
+            self.requests_seen_at = now
+            self.reconciled += await answer_stop_requests(
+                self.experiment, self.store, self.run_id, time.time(), self.connections
             )
         if not states or any(state not in TASK_ENDED for state in states.values()):
             self.all_ended_at = None

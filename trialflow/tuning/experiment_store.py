@@ -722,6 +722,17 @@ class ExperimentStore:
             if is_claimed(t)
         ]
 
+    def running_attr(self, experiment_id: str, key: str) -> dict[int, Any]:
+        """User attribute ``key`` of every running trial that has it, by storage id (one read:
+        the run's watch asks it every few seconds)."""
+        study_id = self._study_id(experiment_id)
+        frozen = self.storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+        return {
+            self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number): t.user_attrs[key]
+            for t in frozen
+            if key in t.user_attrs and is_claimed(t)
+        }
+
     def close_abandoned_asks(self, experiment_id: str, older_than: float = ABANDONED_AFTER) -> int:
         """Finish (FAIL, ``abandoned_ask``) the Optuna trials an ask created and never claimed a
         trial index for: its process died between Optuna's commit and the claim (a worker
