@@ -245,3 +245,55 @@ def test_every_tuner_that_learns_asks_from_a_history_of_prior_trials(tmp_path, s
     for point in first_asks(store, warm):
         assert 0 <= point["x"] <= 10 and point["k"] in ("a", "b")
     assert [r.trial_index for r in store.trial_rows("e-warm")] == [0, 1, 2]
+
+
+def test_a_warm_start_says_what_it_does_to_tpes_random_start(tmp_path, store):
+    """Issue 46, 10: from 10 results TPE (NNI's 20 random start-up trials) asks exactly what a
+    cold start asks, value for value; the start step said "the tuner learnt from 10 results".
+    Now it says the results count toward the start-up trials, and from when TPE models."""
+    earlier(tmp_path, store, trials=10)
+    warm = experiment(tmp_path, "e-warm", "warmStart: {experiment: e-earlier, use: results}\n")
+    started = start_run(warm, store, "dag_a", "r1", {})
+    assert started.warm_start is not None and started.warm_start.learnt == 10
+    assert started.warm_start.reason == (
+        "the tuner was given 10 results of experiment e-earlier as its history; TPE draws its first 20 "
+        "trials at random (tpe_args.n_startup_jobs); the 10 earlier results count toward them, so it "
+        "models from about trial 10 on, and its first 10 asks are a cold start's"
+    )
+    cold = experiment(tmp_path, "e-cold")
+    start_run(cold, store, "dag_a", "r2", {})
+    assert first_asks(store, warm) == first_asks(store, cold)  # what the sentence says, measured
+
+
+def test_a_warm_start_past_the_random_start_says_so(tmp_path, store):
+    earlier(tmp_path, store, trials=25)
+    warm = experiment(tmp_path, "e-warm", "warmStart: {experiment: e-earlier, use: results}\n")
+    started = start_run(warm, store, "dag_a", "r1", {})
+    assert started.warm_start is not None
+    assert started.warm_start.reason.endswith("the 25 earlier results cover them, so it models from its first trial")
+
+
+@pytest.mark.parametrize(
+    ("tuner", "said"),
+    [
+        ("{name: TPE}", "TPE draws its first 20 trials at random (tpe_args.n_startup_jobs)"),
+        ("{name: TPE, classArgs: {tpe_args: {n_startup_jobs: 5}}}", "TPE draws its first 5 trials at random"),
+        ("{name: GP}", "GP draws its first 10 trials at random (cold_start_num)"),
+        ("{name: Anneal}", None),
+    ],
+)
+def test_validate_says_what_a_warm_start_does_to_the_tuner(tmp_path, capsys, tuner, said):
+    from trialflow.cli import main
+
+    path = tmp_path / "c.yml"
+    path.write_text(
+        SPACE
+        + CONFIG.replace("tuner: {name: TPE, classArgs: {optimize_mode: maximize, seed: 7}}", f"tuner: {tuner}")
+        + "warmStart: {experiment: e-earlier, use: results}\n"
+    )
+    assert main(["validate", str(path)]) == 0
+    err = capsys.readouterr().err
+    if said is None:
+        assert "note: warmStart" not in err
+    else:
+        assert f"note: warmStart: {said}" in err and "the earlier results count toward them" in err

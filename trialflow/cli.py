@@ -123,7 +123,26 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"{config.trial_concurrency} at a time)",
             file=sys.stderr,
         )
+        note = _warm_start_note(config)
+        if note:
+            print(f"{label}: note: warmStart: {note}", file=sys.stderr)
     return 0
+
+
+def _warm_start_note(config: ExperimentConfig) -> str:
+    """What a warmStart's earlier results do to this tuner (trialflow.warm_start.learning_said)."""
+    if config.warm_start is None or config.warm_start.use != "results":
+        return ""
+    from trialflow.experiment import Experiment
+    from trialflow.tuning.algorithms import canonical_tuner_name
+    from trialflow.tuning.tuners import random_start
+    from trialflow.warm_start import learning_said
+
+    experiment = Experiment(config, "validate", Path("."))
+    algorithm = experiment.algorithm
+    if algorithm.class_name is not None:
+        return ""  # a user's own tuner: its start is its own
+    return learning_said(random_start(algorithm, experiment.space), canonical_tuner_name(algorithm), None)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -147,6 +148,32 @@ SAMPLERS: dict[str, Factory] = {
     "Hyperband": _hyperband,
     "BOHB": _bohb,
 }
+
+
+@dataclass(frozen=True)
+class RandomStart:
+    """How many trials a tuner draws at random before it models its results, and the class
+    argument that sets it (what a warm start's earlier results count toward)."""
+
+    trials: int
+    argument: str
+
+
+def random_start(algorithm: AlgorithmConfig, space: SearchSpace) -> RandomStart | None:
+    """The tuner's random start-up trials (TPE: NNI's 20; GP: its cold start, 10; BOHB: its
+    model's minimum points), or None for a tuner without such a phase. Earlier results given
+    as history (a warm start) count toward them: with N of them the tuner models from about
+    trial ``trials - N`` on, and asks exactly what a cold start asks before that."""
+    name = canonical_tuner_name(algorithm)
+    args = dict(algorithm.class_args)
+    if name == "TPE":
+        tpe_args = {**NNI_TPE_DEFAULTS, **dict(args.get("tpe_args") or {})}
+        return RandomStart(int(tpe_args["n_startup_jobs"]), "tpe_args.n_startup_jobs")
+    if name == "GP":
+        return RandomStart(int(args.get("cold_start_num", 10)), "cold_start_num")
+    if name == "BOHB":
+        return RandomStart(int(args.get("min_points_in_model", len(space.params) + 1)), "min_points_in_model")
+    return None
 
 
 def make_sampler(
