@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.helpers.dags import write_config
@@ -37,6 +38,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 def dag_file(tmp_path: Path, concurrency: int = 2) -> Path:
     write_config(tmp_path)
+    (tmp_path / "models.py").write_text("def objective(params):\n    return params['C']\n")
     path = tmp_path / "two_models.py"
     path.write_text(textwrap.dedent(DAG_FILE.format(concurrency=concurrency)))
     return path
@@ -104,3 +106,71 @@ def test_the_version_is_the_distributions(capsys):
 
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
     assert project["version"] == __version__
+
+
+INPUTS_DAG = """
+from airflow.sdk import DAG
+from trialflow.task_group import ExperimentTaskGroup
+
+with DAG("inputs_dag", schedule=None):
+    ExperimentTaskGroup("tune", {{
+        "searchSpace": {{"C": {{"_type": "uniform", "_value": [0, 1]}}}},
+        "trialFunction": {function!r},
+        "trialConcurrency": 1,
+        "maxTrialNumber": 2,
+        "tuner": {{"name": "Random"}},
+        "trainingService": {{"platform": "local"}},
+    }}, inputs={{"data": "/d", "epochs": 3}})
+"""
+
+
+@pytest.mark.parametrize(
+    ("models", "function", "said"),
+    [
+        ("def svc(params, data, epochs):\n    return 1.0\n", "models:svc", None),
+        ("def svc(params, **inputs):\n    return 1.0\n", "models:svc", None),
+        ("def svc(params, *, data, epochs=1):\n    return 1.0\n", "models:svc", None),
+        # issue 46, 11: validate said OK for each of these
+        (None, "nowhere:svc", "trialFunction: nowhere:svc: no module named 'nowhere' (imported from the trial code"),
+        ("def svc(params, data):\n    return 1.0\n", "models:svc", "takes no argument named 'epochs'"),
+        ("def svc(params):\n    return 1.0\n", "models:svc", "takes no argument named 'data'"),
+        ("def other(params):\n    return 1.0\n", "models:svc", "module 'models' has no attribute 'svc'"),
+        ("import not_installed_anywhere\n", "models:svc", "no module named 'not_installed_anywhere'"),
+        ("raise RuntimeError('the data is not there')\n", "models:svc", "RuntimeError: the data is not there"),
+        ("svc = 3\n", "models:svc", "is a int, not a function"),
+    ],
+)
+def test_validate_imports_a_function_trial_and_checks_its_signature_against_the_inputs(
+    tmp_path, capsys, models, function, said
+):
+    if models is not None:
+        (tmp_path / "models.py").write_text(models)
+    path = tmp_path / "inputs_dag.py"
+    path.write_text(textwrap.dedent(INPUTS_DAG.format(function=function)))
+    code, _, err = run(capsys, "validate", str(path))
+    if said is None:
+        assert code == 0 and "inputs_dag / tune: OK" in err, err
+    else:
+        assert code == 1 and said in err and "Traceback" not in err, err
+        assert str(tmp_path) in err or "takes no argument" in err  # the folder it was imported from
+
+
+def test_the_function_check_runs_the_module_in_a_python_of_its_own(tmp_path):
+    """The module's top level runs in the child, never in the checker (it may load data, or
+    exit): a module that calls sys.exit or prints to stdout is still checked."""
+    import sys
+
+    from trialflow.trial.function import check_function
+
+    forged = "print('trialflow-check:' + '{\"not_taken\": []}')"  # a module that says "all fine" first
+    (tmp_path / "m.py").write_text(f"{forged}\ndef f(params, data):\n    return 1\n")
+    assert check_function("m:f", str(tmp_path), ["data", "x"]) == [
+        "m:f: its signature takes no argument named 'x', which the experiment's inputs give every trial: "
+        "add a parameter x (or **inputs), or drop the input"
+    ]
+    (tmp_path / "gone.py").write_text("import sys\nsys.exit(3)\n")
+    [said] = check_function("gone:f", str(tmp_path), [])
+    assert said.startswith("gone:f: could not be checked from") and "m" not in sys.modules
+    assert check_function("os:__class__", str(tmp_path), []) == [
+        "'os:__class__': private and dunder names are not trial functions"
+    ]

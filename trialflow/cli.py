@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 import yaml
 
 from trialflow.config import ConfigError, ExperimentConfig, load_config, to_v2_dict
+from trialflow.config.errors import Problem
+from trialflow.plan import Built
 
 T = TypeVar("T")
 
@@ -66,13 +68,13 @@ class NoExperiment(Exception):
     """A DAG file that builds no experiment, or cannot be imported (the message says which)."""
 
 
-def experiments_in(path: str) -> list[tuple[str, str]]:
-    """(label, config source) of each experiment ``path`` holds: a config file is one; a DAG file
+def experiments_in(path: str) -> list[Built]:
+    """(label, config source, input names) of each experiment ``path`` holds: a config file is one; a DAG file
     (``.py``) is imported, as Airflow would, and holds every experiment_dag and
     ExperimentTaskGroup it builds (configs written in it included). Raises ConfigError for a
     config of it that does not validate, NoExperiment when there is nothing to check."""
     if not path.endswith(".py"):
-        return [(path, path)]
+        return [Built(path, path)]
     import runpy
 
     from trialflow.task_group import collecting
@@ -92,7 +94,7 @@ def experiments_in(path: str) -> list[tuple[str, str]]:
     return found
 
 
-def _each(path: str) -> list[tuple[str, ExperimentConfig]] | None:
+def _each(path: str) -> list[tuple[Built, ExperimentConfig]] | None:
     """Every experiment of ``path`` loaded, or None after printing what is wrong."""
     try:
         sources = experiments_in(path)
@@ -100,11 +102,11 @@ def _each(path: str) -> list[tuple[str, ExperimentConfig]] | None:
         _fail(exc)
         return None
     loaded = []
-    for label, source in sources:
-        config = _load(source)
+    for found in sources:
+        config = _load(found.source)
         if config is None:
             return None
-        loaded.append((label, config))
+        loaded.append((found, config))
     return loaded
 
 
@@ -114,8 +116,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     loaded = _each(args.config)
     if loaded is None:
         return 1
-    for label, config in loaded:
-        problems = check_runnable(config)
+    for found, config in loaded:
+        label = found.label
+        problems = check_runnable(config) + _function_problems(config, found.inputs)
         if problems:
             return _fail(ConfigError(problems))
         print(
@@ -127,6 +130,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if note:
             print(f"{label}: note: warmStart: {note}", file=sys.stderr)
     return 0
+
+
+def _function_problems(config: ExperimentConfig, inputs: tuple[str, ...]) -> list[Problem]:
+    """A function trial imported as its trials would import it (from its code folder, in a
+    Python of its own) and its signature checked against the run's inputs."""
+    if not config.trial_function:
+        return []
+    from trialflow.config.loader import effective_code_directory
+    from trialflow.trial.function import check_function
+
+    folder = effective_code_directory(config)
+    if not Path(folder).is_dir():
+        return [Problem(config.source_file, ("trialCodeDirectory",), f"{folder} is not a folder")]
+    found = check_function(config.trial_function, str(folder), list(inputs))
+    return [Problem(config.source_file, ("trialFunction",), said) for said in found]
 
 
 def _warm_start_note(config: ExperimentConfig) -> str:
@@ -150,9 +168,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if loaded is None:
         return 1
     several = len(loaded) > 1
-    for label, config in loaded:
+    for found, config in loaded:
         if several:  # one YAML document per experiment of the DAG file, each named
-            sys.stdout.write(f"---\n# {label}\n")
+            sys.stdout.write(f"---\n# {found.label}\n")
         sys.stdout.write(yaml.safe_dump(to_v2_dict(config), sort_keys=False, allow_unicode=True))
     return 0
 
@@ -163,12 +181,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     try:
         sources = experiments_in(args.config)
         if len(sources) > 1 and not args.experiment:
-            names = ", ".join(label for label, _ in sources)
+            names = ", ".join(s.label for s in sources)
             raise NoExperiment(
                 f"{args.config} builds {len(sources)} experiments ({names}): choose one with --experiment"
             )
         wanted = args.experiment
-        chosen = [s for label, s in sources if not wanted or wanted in (label, label.rpartition(" / ")[2])]
+        chosen = [s.source for s in sources if not wanted or wanted in (s.label, s.label.rpartition(" / ")[2])]
         if not chosen:
             raise NoExperiment(f"{args.config}: no experiment named {args.experiment!r}")
         rendered = render_trial(chosen[0], args.trial_index, Path(args.home) if args.home else None)

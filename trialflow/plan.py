@@ -22,7 +22,7 @@ import re
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from trialflow import __version__
 
@@ -153,3 +153,12 @@ def load_plan(config_path: str | Path) -> DagPlan:
     from trialflow.experiment import load_runnable_config
 
     return remember(load_runnable_config(path))
+
+
+class Built(NamedTuple):
+    """An experiment a DAG file built, as the CLI checks it: a label (the DAG id and group), the
+    config's source, and the names of the inputs its runs hand the trials."""
+
+    label: str
+    source: str
+    inputs: tuple[str, ...] = ()

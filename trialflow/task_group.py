@@ -38,7 +38,7 @@ from trialflow.operators.experiment import (
     WatchTrialsOperator,
 )
 from trialflow.operators.trial import SubmitTrialOperator
-from trialflow.plan import INLINE_MARK, DagPlan, load_plan
+from trialflow.plan import INLINE_MARK, Built, DagPlan, load_plan
 from trialflow.platforms import hosts
 from trialflow.published import NAMESPACE
 
@@ -49,14 +49,14 @@ EXPERIMENT_DEFAULT_ARGS: dict[str, Any] = {"retries": DEFAULT_RETRIES, "retry_de
 
 
 #: While `trialflow validate`/`convert`/`render` import a DAG file: the experiments it builds.
-_collecting: list[list[tuple[str, str]]] = []
+_collecting: list[list[Built]] = []
 
 
 @contextmanager
-def collecting() -> Iterator[list[tuple[str, str]]]:
-    """Collect (a label: the DAG id and group, the config's source) of every experiment built
-    inside the block: how the CLI finds the experiments of a DAG file it imports."""
-    found: list[tuple[str, str]] = []
+def collecting() -> Iterator[list[Built]]:
+    """Collect every experiment built inside the block: how the CLI finds the experiments of a
+    DAG file it imports."""
+    found: list[Built] = []
     _collecting.append(found)
     try:
         yield found
@@ -64,10 +64,10 @@ def collecting() -> Iterator[list[tuple[str, str]]]:
         _collecting.remove(found)
 
 
-def built(label: str, source: str) -> None:
+def built(label: str, source: str, inputs: Mapping[str, Any] | None = None) -> None:
     """Tell a collecting caller an experiment was built (a no-op otherwise)."""
     for found in _collecting:
-        found.append((label, source))
+        found.append(Built(label, source, tuple(str(name) for name in inputs or ())))
 
 
 def dag_file() -> Path | None:
@@ -282,7 +282,7 @@ class ExperimentTaskGroup(TaskGroup):
         group_kwargs.setdefault("tooltip", f"NNI experiment {plan.experiment_name or group_id}")
         super().__init__(group_id=group_id, default_args=defaults, **group_kwargs)  # type: ignore[arg-type]
         assert self.group_id is not None  # a named group
-        built(f"{self.dag.dag_id} / {self.group_id}", source)
+        built(f"{self.dag.dag_id} / {self.group_id}", source, inputs)
         dag_defaults = {**(self.dag.default_args or {}), **defaults}
         queue = stays_on_host(plan, dag_defaults, local_queue)
         with self:

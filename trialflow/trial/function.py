@@ -89,6 +89,73 @@ def accepted(function: object, inputs: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in inputs.items() if kinds.get(k) in named}
 
 
+def not_taken(function: object, names: list[str]) -> list[str]:
+    """The input names the function's signature takes none of (``accepted`` would drop them:
+    the run gives them, the function never sees them)."""
+    taken = accepted(function, {name: None for name in names})
+    return [name for name in names if name not in taken]
+
+
+#: Seconds `trialflow validate` gives a trial function's module to import.
+CHECK_TIMEOUT = 60.0
+
+
+def check_function(import_path: str, folder: str, inputs: list[str], python: str | None = None) -> list[str]:
+    """Problems of the function trial ``import_path`` as its trials would meet them: its module
+    imported from ``folder`` (the trial code folder) in a Python process of its own (the user's
+    module runs its top level, which must not run inside the checker), and its signature
+    against the run's ``inputs`` (names a function that takes none of them would silently not
+    get). Each problem names the module, the folder or the input."""
+    import json
+    import subprocess
+
+    try:
+        parse_import_path(import_path)
+    except FunctionTrialError as exc:
+        return [str(exc)]
+    command = [python or sys.executable, "-m", "trialflow.trial.function", "--check", import_path, json.dumps(inputs)]
+    try:
+        done = subprocess.run(
+            command, cwd=folder, capture_output=True, text=True, timeout=CHECK_TIMEOUT, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        return [f"{import_path}: its module did not import within {CHECK_TIMEOUT:.0f} s from {folder}"]
+    except OSError as exc:
+        return [f"{import_path}: cannot run Python in {folder}: {exc.strerror or exc}"]
+    lines = [line for line in done.stdout.splitlines() if line.startswith(_CHECK_MARK)]
+    if not lines:
+        said = (done.stderr.strip().splitlines() or ["no answer"])[-1][:300]
+        return [f"{import_path}: could not be checked from {folder}: {said}"]
+    report = json.loads(lines[-1][len(_CHECK_MARK) :])
+    if report.get("error"):
+        return [f"{import_path}: {report['error']} (imported from the trial code folder {folder})"]
+    return [
+        f"{import_path}: its signature takes no argument named {name!r}, which the experiment's inputs "
+        f"give every trial: add a parameter {name} (or **inputs), or drop the input"
+        for name in report.get("not_taken", [])
+    ]
+
+
+_CHECK_MARK = "trialflow-check:"
+
+
+def _check(import_path: str, inputs_json: str) -> int:
+    """The child's side of check_function: one marked JSON line on stdout."""
+    import json
+
+    names = [n for n in json.loads(inputs_json) if isinstance(n, str)]
+    try:
+        function = load(import_path)
+    except ModuleNotFoundError as exc:
+        report: dict[str, object] = {"error": f"no module named {exc.name!r}"}
+    except Exception as exc:
+        report = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    else:
+        report = {"not_taken": not_taken(function, names)}
+    print(_CHECK_MARK + json.dumps(report), flush=True)
+    return 0
+
+
 def run(import_path: str) -> None:
     """Run the function as this trial: parameters (and the run's inputs it names) in, final
     result out."""
@@ -107,6 +174,8 @@ def run(import_path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "--check":
+        return _check(argv[1], argv[2])
     if len(argv) != 1:
         print("usage: python -m trialflow.trial.function package.module:function", file=sys.stderr)
         return 2
