@@ -38,16 +38,20 @@ trainingService: {{platform: local}}
 ALL_STATES = sorted(TASK_ENDED | TASK_ALIVE) + [None]
 
 
+@pytest.mark.parametrize("started", [True, False])
 @pytest.mark.parametrize("run_over", [False, True])
 @pytest.mark.parametrize("state", ALL_STATES)
-def test_the_rule_is_total(state, run_over):
-    reason = orphan_reason(state, run_over=run_over)
+def test_the_rule_is_total(state, run_over, started):
+    reason = orphan_reason(state, run_over=run_over, started=started)
     if state in TASK_ENDED:
         assert reason is not None and f"its task is {state}" in reason
     elif run_over:
         assert reason is not None and "DAG run is over" in reason
     else:
         assert reason is None  # a live task follows the trial, or its retry re-attaches
+    if reason is not None:  # what was seen: a trial that never started did not "still run"
+        assert ("while the trial still ran" in reason) is started
+        assert ("no job of the trial ever started" in reason) is not started
 
 
 def test_the_ended_and_alive_states_cover_airflows_own():
@@ -250,3 +254,19 @@ def test_the_watch_answers_a_stop_request_that_no_follower_acted_on(running):
     assert store.trial_attr(started[0].record.storage_id, steering.STOP_REQUEST) == cleared  # kept as written
     assert not asyncio.run(watch.observe(alive, 1000.5))  # within half the grace: not read again
     assert len(watch.reconciled) == 1
+
+
+def test_a_trial_whose_job_never_started_is_closed_failed_saying_so(store, tmp_path):
+    """Issue 46, 3: a trial asked for but never submitted (its task failed first: an input the
+    command line could not carry) was closed USER_CANCELED, "its task is failed while the trial
+    still ran", though nothing ran."""
+    (tmp_path / "config.yml").write_text(CONFIG)
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "enever", tmp_path / "work")
+    start_run(experiment, store, "dag_a", "r1", {})
+    asked = store.ask("enever", 0, "enever-0000", experiment.algorithm, experiment.space)
+    done = asyncio.run(reconcile_run(experiment, store, "r1", {0: "failed"}))
+    assert [d.reason for d in done] == [
+        "its task is failed and no job of the trial ever started (reconciled by trialflow)"
+    ]
+    record = store.trial(asked.storage_id)
+    assert (record.status, record.message) == (TrialStatus.FAILED, done[0].reason)

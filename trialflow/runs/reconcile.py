@@ -56,7 +56,7 @@ LEFT_GRACE = 120.0
 RECONCILER = "trialflow"
 
 
-def orphan_reason(task_state: str | None, *, run_over: bool) -> str | None:
+def orphan_reason(task_state: str | None, *, run_over: bool, started: bool = True) -> str | None:
     """Why a trial the store still holds as running must be stopped now, or None to leave it.
 
     | task state                         | run over | verdict                               |
@@ -68,12 +68,26 @@ def orphan_reason(task_state: str | None, *, run_over: bool) -> str | None:
     | unknown                            | yes      | stop: the run is over                 |
 
     ``run_over``: the caller knows no task of the run follows its trials any more (the end step,
-    which runs once every trial task has ended; a DAG run marked failed or success)."""
+    which runs once every trial task has ended; a DAG run marked failed or success).
+    ``started``: a job of the trial was submitted (it has a handle); one that never was did not
+    run, and the verdict says so instead of "still ran" (the trial is closed FAILED, not
+    cancelled: see :func:`outcome_of`)."""
     if task_state in TASK_ENDED:
-        return f"its task is {task_state} while the trial still ran (reconciled by trialflow)"
-    if run_over:
-        return "its DAG run is over while the trial still ran (reconciled by trialflow)"
-    return None
+        what = f"its task is {task_state}"
+    elif run_over:
+        what = "its DAG run is over"
+    else:
+        return None
+    if not started:
+        return f"{what} and no job of the trial ever started (reconciled by trialflow)"
+    return f"{what} while the trial still ran (reconciled by trialflow)"
+
+
+def outcome_of(started: bool) -> TrialStatus:
+    """How the reconciler closes a trial: a job it stopped was cancelled (USER_CANCELED: a person
+    or a run ended it); a trial whose job never started did not run at all, and a status that
+    says "cancelled" would say something that did not happen: it failed to start (FAILED)."""
+    return TrialStatus.USER_CANCELED if started else TrialStatus.FAILED
 
 
 #: Seconds a trial task must have been seen ended before a watch that runs beside the trials
@@ -160,7 +174,8 @@ async def reconcile_run(
     chosen = [
         (trial, reason)
         for map_index, trial in sorted(trials.items())
-        if (reason := orphan_reason(task_states.get(map_index), run_over=run_over)) is not None
+        if (reason := orphan_reason(task_states.get(map_index), run_over=run_over, started=bool(trial.handle)))
+        is not None
     ]
     # At once: each stop may wait out its trial's grace (5 s for one that traps SIGTERM).
     stopped = await asyncio.gather(*(_stop(experiment, store, t, reason, connections) for t, reason in chosen))
@@ -206,7 +221,7 @@ async def _stop(
         except UpdateFinishedTrialError:
             return False  # closed meanwhile (by its follower, or another reconciler): nothing to do
     if not trial.handle:  # its task ended before the job was submitted: there is no job
-        stopped = await asyncio.to_thread(store.close_first, trial.storage_id, TrialStatus.USER_CANCELED, reason)
+        stopped = await asyncio.to_thread(store.close_first, trial.storage_id, outcome_of(False), reason)
     else:
         service_index = int(trial.service_index or 0)
         if is_host_bound(experiment.config.platform_names[service_index]):
