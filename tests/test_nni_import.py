@@ -204,3 +204,90 @@ def test_a_new_experiment_warm_started_from_the_import_learns_from_nnis_trials(s
     assert learnt == pytest.approx(sorted(t.final["default"] for t in nni.trials))
     cold = experiment("e-cold")
     assert asks(warm) != asks(cold)
+
+
+def _unfinished(tmp_path, profile_end: int | None) -> Path:
+    """The good trial T1 (2.0 s .. 3.0 s), T2 running when NNI stopped (RUNNING at 4.0 s, a
+    metric at 4.5 s, no end), and T3 that never ran (WAITING at 5.0 s only)."""
+    from tests.security.test_nni_databases import database
+
+    running = json.dumps({"parameter_id": 1, "parameters": {"x": 0.25}})
+    waiting = json.dumps({"parameter_id": 2, "parameters": {"x": 0.75}})
+    folder = database(
+        tmp_path,
+        rows={
+            "TrialJobEvent": [
+                (4000, "T2", "RUNNING", running, "/l", 1, None, "e"),
+                (5000, "T3", "WAITING", waiting, "/l", 2, None, "e"),
+            ],
+            "MetricData": [(4500, "T2", "1", "PERIODICAL", 0, json.dumps(json.dumps(0.1)))],
+        },
+    )
+    conn = sqlite3.connect(folder / "db" / "nni.sqlite")
+    conn.execute("UPDATE ExperimentProfile SET endTime = ?", (profile_end,))
+    conn.commit()
+    conn.close()
+    return folder
+
+
+@pytest.mark.parametrize(("profile_end", "t2_end"), [(9000, 9.0), (None, 4.5)])
+def test_trials_nni_left_unfinished_keep_nnis_times_never_the_imports(store, tmp_path, profile_end, t2_end):
+    """Issue 46, 8: a job still running when NNI stopped read the import's time as its end (the
+    experiment 25 h 36 min where NNI's profile said 26.6 s; a job with no start 498,822 h)."""
+    nni = read_experiment(_unfinished(tmp_path, profile_end))
+    done = import_experiment(store, nni, "dag_a", experiment_id="etimes")
+    rows = {r["trial_index"]: r for r in queries.trials_page(store.engine, "etimes")["rows"]}
+    assert (rows[0]["started"], rows[0]["ended"]) == (2.0, 3.0) and rows[0]["duration"] == pytest.approx(1.0)
+    # NNI's end of the experiment, or the job's last event or metric
+    assert (rows[1]["started"], rows[1]["ended"]) == (4.0, t2_end)
+    assert rows[1]["duration"] == pytest.approx(t2_end - 4.0)
+    # never started: no start, so no duration ("unknown"), never "until now"
+    assert rows[2]["started"] is None and rows[2]["duration"] is None
+    summary = queries.experiment_summary(store.engine, done.experiment_id)
+    assert summary["started"] == 1.0 and summary["ended"] == (profile_end / 1000 if profile_end else 5.0)
+    (listed,) = [r for r in queries.list_experiments(store.engine) if r.experiment_id == "etimes"]
+    assert (listed.started, listed.ended) == (summary["started"], summary["ended"])
+
+
+def test_imported_trials_are_the_tuners_not_added_by_a_person(store, tmp_path):
+    """Issue 46, 9: every imported trial was badged "added" / "customized"."""
+    from tests.security.test_nni_databases import database
+
+    customized = json.dumps({"parameter_id": 1, "parameters": {"x": 0.25}, "parameter_source": "customized"})
+    folder = database(
+        tmp_path,
+        rows={
+            "TrialJobEvent": [
+                (4000, "T2", "RUNNING", customized, "/l", 1, None, "e"),
+                (4100, "T2", "SUCCEEDED", None, "/l", 1, None, "e"),
+            ]
+        },
+    )
+    import_experiment(store, read_experiment(folder), "dag_a", experiment_id="ebadges")
+    rows = queries.trials_page(store.engine, "ebadges")["rows"]
+    assert [(r["parameter_source"], r["added_by"], r["imported"]) for r in rows] == [
+        ("algorithm", None, True),  # NNI's tuner chose them
+        ("customized", None, True),  # NNI's user did, in NNI
+    ]
+    _, exported = queries.export_rows(store.engine, "ebadges")
+    assert [(r["parameter_source"], r["added_by"]) for r in exported] == [("algorithm", None), ("customized", None)]
+
+
+@pytest.mark.parametrize("dag", ["", "a b", "../x", "dag;rm", "d" * 251, "x\n"])
+def test_the_dag_is_checked_as_an_airflow_dag_id(store, tmp_path, dag):
+    nni = read_experiment(nni_folder_with(tmp_path, {"x": 0.5}))
+    with pytest.raises(NniHistoryError, match="not an Airflow DAG id"):
+        import_experiment(store, nni, dag)
+    assert not store.experiment_exists(import_id(nni.experiment_id))
+    assert import_experiment(store, nni, "dag.a-1_ok").trials == 1
+
+
+def test_a_key_nni_json_holds_twice_is_refused_naming_it(tmp_path):
+    from tests.security.test_nni_databases import database
+
+    twice = '{"parameter_id": 1, "parameters": {"x": 0.25, "x": 0.9}}'
+    folder = database(tmp_path, rows={"TrialJobEvent": [(4000, "T2", "RUNNING", twice, "/l", 1, None, "e")]})
+    with pytest.raises(
+        NniHistoryError, match=r"TrialJobEvent rowid 3.data: not valid JSON \(the key 'x' appears twice"
+    ):
+        read_experiment(folder)

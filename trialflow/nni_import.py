@@ -26,10 +26,18 @@ from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
 
 if TYPE_CHECKING:
+    from trialflow.nni_history.database import NniTrial
     from trialflow.tuning.experiment_store import ExperimentStore
 
 #: The experiment attribute that marks an imported experiment: {"nni_id", "source", "swapped"}.
 IMPORTED_ATTR = "imported_from"
+#: Who "asked for" an imported trial's parameters in the store: the import replays them
+#: through the path of a person's trial, but NNI's tuner (or NNI's user) chose them; the
+#: pages and exports read NNI's own parameter_source for it, never "added".
+IMPORT_REQUESTER = "import"
+#: An Airflow DAG id, as Airflow checks one (airflow.utils.helpers.validate_key: KEY_REGEX and
+#: 250 characters): the experiment is listed and permitted under it.
+DAG_ID = re.compile(r"[\w.-]{1,250}")
 #: A trial attribute: the NNI trial job that ran it.
 NNI_JOB_ATTR = "nni_trial_job_id"
 _UNFINISHED = "was not finished when NNI stopped (imported as cancelled)"
@@ -105,6 +113,10 @@ def import_experiment(
 ) -> Imported:
     """Write ``experiment`` into the store as ``experiment_id`` (default ``nni-<NNI id>``) under
     DAG ``dag_id``; NniHistoryError when it cannot be (nothing is written then)."""
+    if not isinstance(dag_id, str) or not DAG_ID.fullmatch(dag_id):
+        raise NniHistoryError(
+            f"--dag {str(dag_id)[:80]!r}: not an Airflow DAG id (letters, digits, '_', '.' and '-', at most 250)"
+        )
     target = experiment_id or import_id(experiment.experiment_id)
     if not EXPERIMENT_ID.fullmatch(target):
         raise NniHistoryError(f"experiment id {target[:70]!r}: expected lowercase letters, digits and '-'")
@@ -148,7 +160,10 @@ def _write(
         },
     )
     for index, trial in enumerate(trials):
-        store.enqueue(target, dict(trial.parameters), {"by": "import", "nni_trial_job_id": trial.trial_job_id})
+        request = {"by": IMPORT_REQUESTER, "nni_trial_job_id": trial.trial_job_id}
+        if trial.parameter_source:
+            request["parameter_source"] = trial.parameter_source[:32]  # who chose them in NNI
+        store.enqueue(target, dict(trial.parameters), request)
         asked = store.ask(target, index, f"{target}-{index:04d}", tuner, space)
         store.set_attrs(asked.storage_id, **{NNI_JOB_ATTR: trial.trial_job_id})
         metrics = [Metric("PERIODICAL", i, v) for i, v in enumerate(trial.intermediate)]
@@ -159,7 +174,19 @@ def _write(
         if skipped:
             message = "; ".join([*([message] if message else []), *skipped])
         store.close(asked.storage_id, status, message)
-        store.set_trial_times(asked.storage_id, trial.started, trial.ended)
+        store.set_trial_times(asked.storage_id, trial.started, ended_at(trial, experiment))
+
+
+def ended_at(trial: NniTrial, experiment: NniExperiment) -> float | None:
+    """When NNI last saw the trial: its end event; for a job still running when NNI stopped
+    (no end event), the experiment's end (NNI's profile endTime), or else the job's last event
+    or metric; None (unknown) when NNI recorded none of them. Never the import's own time
+    (measured: a job with no end read 25 h 36 min where NNI's profile said 26.6 s)."""
+    if trial.ended is not None:
+        return trial.ended
+    if experiment.ended is not None and (trial.started is None or experiment.ended >= trial.started):
+        return experiment.ended
+    return trial.last_seen
 
 
 def _outcome(status: str, message: str | None) -> tuple[TrialStatus, str | None]:

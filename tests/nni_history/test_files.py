@@ -102,6 +102,9 @@ def test_a_csv_is_typed_by_the_search_space_in_any_column_order(tmp_path):
         ("e.json", '[{"parameter": {"x": 0.5, "k": "a"}, "value": {"acc": 1}}]', "needs a 'default' key"),
         ("e.json", "[" * 100_000 + "]" * 100_000, "the file: not JSON"),
         ("e.json", "[]", "no result in it"),
+        # issue 46, 9: taken silently before (the last one won)
+        ("e.json", '[{"parameter": {"x": 0.5, "x": 0.7, "k": "a"}, "value": 1}]', "the key 'x' appears twice"),
+        ("e.json", '[{"parameter": {"x": 0.5, "k": "a"}, "value": 1, "value": 2}]', "the key 'value' appears twice"),
         ("e.csv", "x,k,reward\nnope,a,1\n", "line 2, column 'x': expected a number, got 'nope'"),
         ("e.csv", "x,k,reward\n0.5,c,1\n", "line 2, column 'k': 'c' is none of the choices"),
         ("e.csv", "x,k,reward\n0.5,a,inf\n", "column 'reward': expected a finite number"),

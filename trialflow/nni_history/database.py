@@ -72,6 +72,9 @@ class NniTrial:
     #: The parameter id of the job's own RUNNING event, when its results named another one.
     event_parameter_id: int | None = None
     message: str | None = None
+    #: The time of the job's last event or metric NNI recorded (its end when NNI stopped
+    #: before the job reached one).
+    last_seen: float | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,9 @@ def _read(conn: sqlite3.Connection, path: Path) -> NniExperiment:
                 trial.parameter_source = source if isinstance(source, str) else None
                 if pid is not None:
                     parameter_sets[pid] = (assigned["parameters"], trial.parameter_source)
+        seen = _seconds(stamp)
+        if seen is not None:
+            trial.last_seen = max(trial.last_seen or seen, seen)
         if event == "RUNNING" and trial.started is None:
             trial.started = _seconds(stamp)
         if event in ENDED:
@@ -177,9 +183,9 @@ def _read(conn: sqlite3.Connection, path: Path) -> NniExperiment:
         elif event in ("WAITING", "RUNNING", "UNKNOWN") and trial.status not in ENDED:
             trial.status = event
     metrics = conn.execute(
-        "SELECT rowid, trialJobId, parameterId, type, data FROM MetricData ORDER BY timestamp, rowid"
+        "SELECT rowid, trialJobId, parameterId, type, data, timestamp FROM MetricData ORDER BY timestamp, rowid"
     )
-    for row, job, parameter_id, kind, data in metrics:
+    for row, job, parameter_id, kind, data, stamp in metrics:
         where = f"MetricData rowid {row}"
         job = _text(job, path, f"{where}.trialJobId", 64)
         reporter = trials.get(job)
@@ -188,6 +194,9 @@ def _read(conn: sqlite3.Connection, path: Path) -> NniExperiment:
                 f"{path}: {where}: trial job {job!r} has no event (not an NNI database as NNI writes it)"
             )
         trial = reporter
+        seen = _seconds(stamp)
+        if seen is not None:
+            trial.last_seen = max(trial.last_seen or seen, seen)
         value = _metric(data, path, where)
         pid = _int(parameter_id, path, f"{where}.parameterId")
         if pid is not None and pid != trial.parameter_id and pid in parameter_sets:
@@ -215,15 +224,38 @@ def _text(value: Any, path: Path, where: str, limit: int) -> str:
     return value
 
 
+class DuplicateKey(ValueError):
+    """A JSON object naming one key twice (json.loads would keep the last, silently)."""
+
+    def __init__(self, key: str):
+        super().__init__(f"the key {key[:80]!r} appears twice in one object (NNI writes each once; which counts?)")
+        self.msg = str(self)
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKey(key)
+        found[key] = value
+    return found
+
+
+def loads_unique(text: str | bytes) -> Any:
+    """JSON text with every object's keys checked once each (the config loader refuses YAML's
+    duplicate keys the same way): a forged or hand-edited record is named, not half-read."""
+    return json.loads(text, object_pairs_hook=_unique)
+
+
 def _json(value: Any, path: Path, where: str) -> Any:
     if not isinstance(value, str | bytes):
         raise NniHistoryError(f"{path}: {where}: expected JSON text, got {type(value).__name__}")
     if len(value) > MAX_FIELD_CHARS:
         raise NniHistoryError(f"{path}: {where}: {len(value)} characters, more than {MAX_FIELD_CHARS}")
     try:
-        return json.loads(value)
+        return loads_unique(value)
     except (ValueError, RecursionError) as exc:  # its message names a position, never the text
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError | DuplicateKey) else type(exc).__name__
         raise NniHistoryError(f"{path}: {where}: not valid JSON ({reason})") from None
 
 

@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from trialflow.config.search_space import NestedOption, Parameter, SearchSpaceError, parse_search_space
-from trialflow.nni_history.database import NniExperiment, NniHistoryError, NniTrial
+from trialflow.nni_history.database import NniExperiment, NniHistoryError, NniTrial, loads_unique
 
 #: An export of 100,000 trials with ten parameters is ~30 MB.
 MAX_FILE_BYTES = 256 * 1024**2
@@ -213,7 +212,7 @@ def _bounded(value: Any, path: Path, where: str, limit: int, empty: bool = False
 
 def _json(text: str, path: Path, where: str) -> Any:
     try:
-        return json.loads(text)
+        return loads_unique(text)
     except (ValueError, RecursionError) as exc:
         reason = str(exc).splitlines()[0][:120] if str(exc) else "nested too deep"
         raise NniHistoryError(f"{path}: {where}: not JSON ({reason})") from None

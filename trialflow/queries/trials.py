@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from trialflow.config.units import whole_number
+from trialflow.nni_import import IMPORT_REQUESTER
 from trialflow.queries.objectives import Objectives, objectives_of
 from trialflow.queries.tables import (
     ACTIVE,
@@ -95,7 +96,13 @@ def _json_field(engine: Engine, column: sa.ColumnElement, key: str) -> tuple[sa.
 
 
 def _duration(engine: Engine) -> sa.ColumnElement:
-    end = sa.func.coalesce(TRIALS.c.datetime_complete, sa.func.current_timestamp())
+    """Seconds the trial ran: to now while it runs; none (unknown) for an ended trial whose end
+    or start was not recorded (an NNI job imported without them), never "until now"."""
+    running = sa.cast(TRIALS.c.state, sa.String(8)) == "RUNNING"
+    end = sa.case(
+        (running, sa.func.coalesce(TRIALS.c.datetime_complete, sa.func.current_timestamp())),
+        else_=TRIALS.c.datetime_complete,
+    )
     if dialect_of(engine) == "postgresql":
         return sa.extract("epoch", end - TRIALS.c.datetime_start)
     return (sa.func.julianday(TRIALS.c.datetime_complete) - sa.func.julianday(TRIALS.c.datetime_start)) * 86400.0
@@ -110,14 +117,18 @@ def _row(raw: sa.Row, intermediate_count: int = 0) -> dict[str, Any]:
     final = decoded(raw.a_final_metric)
     asked_by = decoded(raw.a_asked_by)
     started, ended = epoch(raw.datetime_start), epoch(raw.datetime_complete)
+    imported = isinstance(asked_by, dict) and asked_by.get("by") == IMPORT_REQUESTER
+    running = str(getattr(raw.state, "name", raw.state)).endswith("RUNNING")
     return {
         "trial_index": raw.trial_index,
         "trial_id": decoded(raw.a_trial_id),
         "status": decoded(raw.a_nni_status) or "WAITING",
         "parameters": decoded(raw.a_parameters) or {},
-        # NNI's parameter.cfg word: a person chose them (added trial, re-run) or the tuner did
-        "parameter_source": "customized" if asked_by else "algorithm",
-        "added_by": asked_by.get("by") if isinstance(asked_by, dict) else None,
+        # NNI's parameter.cfg word: a person chose them (added trial, re-run) or the tuner did;
+        # an imported trial's is NNI's own (its tuner chose them, unless NNI's user did)
+        "parameter_source": _source(asked_by, imported),
+        "added_by": asked_by.get("by") if isinstance(asked_by, dict) and not imported else None,
+        "imported": imported,
         "final": final,
         "metric": finite(raw.value),
         "message": decoded(raw.a_message),
@@ -125,10 +136,17 @@ def _row(raw: sa.Row, intermediate_count: int = 0) -> dict[str, Any]:
         "host": handle.get("host"),
         "started": started,
         "ended": ended,
-        "duration": None if started is None else ((ended or time.time()) - started),
+        # unknown (None) where a time was not recorded: an ended trial never runs "until now"
+        "duration": None if started is None or (ended is None and not running) else (ended or time.time()) - started,
         "intermediate_count": intermediate_count,
         "optuna_state": raw.state,
     }
+
+
+def _source(asked_by: Any, imported: bool) -> str:
+    if imported:
+        return "customized" if asked_by.get("parameter_source") == "customized" else "algorithm"
+    return "customized" if asked_by else "algorithm"
 
 
 def intermediate_counts(conn: sa.Connection, storage_ids: Sequence[int]) -> dict[int, int]:

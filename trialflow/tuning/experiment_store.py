@@ -884,15 +884,14 @@ class ExperimentStore:
     def set_trial_times(self, storage_id: int, started: float | None, ended: float | None) -> None:
         """When the trial ran, as another system measured it (an NNI import: its events' times,
         not the import's), so every page, duration and export reads those. Epoch seconds, kept
-        as Optuna keeps its own: naive local time."""
+        as Optuna keeps its own: naive local time. None is a time that system did not record:
+        stored as none (the pages say "unknown"), never as the moment of the import."""
         values = {
-            column: datetime.fromtimestamp(stamp)
+            column: None if stamp is None else datetime.fromtimestamp(stamp)
             for column, stamp in (("datetime_start", started), ("datetime_complete", ended))
-            if stamp is not None
         }
-        if values:
-            with self.storage.engine.begin() as conn:
-                conn.execute(TRIALS.update().where(TRIALS.c.trial_id == storage_id).values(**values))
+        with self.storage.engine.begin() as conn:
+            conn.execute(TRIALS.update().where(TRIALS.c.trial_id == storage_id).values(**values))
 
     def add_prior_trials(self, experiment_id: str, space: SearchSpace, priors: Iterable[PriorTrial]) -> int:
         """Give the experiment's tuner these earlier results as history (trialflow.tuning.
