@@ -179,3 +179,21 @@ def test_the_end_step_of_a_run_whose_start_step_failed_says_it_never_started(set
     experiment, store = setup
     with pytest.raises(RunHasNoTrials, match="experiment erunlife never started: its start step failed"):
         asyncio.run(end_run(experiment, store, "dag_a", "r1", {}, {0: "upstream_failed"}))
+
+
+def test_the_start_step_names_inputs_the_function_takes_no_argument_for(tmp_path):
+    """Issue 46, 11: an input no parameter of the trial function takes was silently not passed."""
+    from trialflow.runs.start import unused_inputs
+
+    (tmp_path / "models.py").write_text("def svc(params, data):\n    return 1.0\n")
+    (tmp_path / "f.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialFunction: models:svc\ntrialCodeDirectory: .\n"
+        "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
+    )
+    function = Experiment(load_config(tmp_path / "f.yml"), "efn", tmp_path / "work")
+    [said] = unused_inputs(function, ["data", "scale"])
+    assert said.startswith("models:svc: its signature takes no argument named 'scale'")
+    assert unused_inputs(function, ["data"]) == [] and unused_inputs(function, []) == []
+    (tmp_path / "config.yml").write_text(CONFIG)
+    command = Experiment(load_config(tmp_path / "config.yml"), "ecmd", tmp_path / "work")
+    assert unused_inputs(command, ["scale"]) == []  # a command reads what it likes from its environment

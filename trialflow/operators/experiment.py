@@ -78,6 +78,7 @@ class StartExperimentOperator(_ExperimentStep):
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.hooks.secrets import masked_names
         from trialflow.runs import ExperimentNotOwned, start_run
+        from trialflow.runs.start import unused_inputs
         from trialflow.trial.inputs import InputsError
         from trialflow.tuning.store_urls import safe_url
         from trialflow.warm_start import WarmStartError
@@ -99,6 +100,8 @@ class StartExperimentOperator(_ExperimentStep):
         except (ExperimentNotOwned, InputsError, WarmStartError) as exc:
             raise AirflowFailException(str(exc)) from None
         window, config = started.window, experiment.config
+        for said in unused_inputs(experiment, list(window.inputs or ())):
+            self.log.warning("Inputs: %s", said)
         self.log.info(
             "Experiment %s (%s): trials %d..%d, %d at a time, on %s; files in %s",
             experiment.experiment_id,

@@ -78,6 +78,22 @@ def start_run(
     return RunStart(window, resumed, retune, started_from)
 
 
+def unused_inputs(experiment: Experiment, names: Collection[str]) -> list[str]:
+    """Why some of the run's inputs will not reach a function trial, said for the start step's
+    log: the function (imported from the trial code folder in a Python of its own, as
+    ``trialflow validate`` does) takes no argument of that name, or it could not be checked
+    here (its module imports what only the trials' machines have). Empty for a command trial
+    or a run without inputs. Never fails the run: a trial's own import failure fails it."""
+    function = experiment.config.trial_function
+    if not function or not names:
+        return []
+    from trialflow.config.loader import effective_code_directory
+    from trialflow.trial.function import check_function
+
+    folder = effective_code_directory(experiment.config)
+    return check_function(function, str(folder), sorted(names)) if folder.is_dir() else []
+
+
 def allot_window(
     experiment: Experiment,
     store: ExperimentStore,

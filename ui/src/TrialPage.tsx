@@ -20,6 +20,8 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
   if (first.error && !trial) return <ErrorBox error={first.error} />;
   if (!trial) return <Loading />;
   const flat = flatten(trial.parameters);
+  // A time NNI never recorded is said as such (an imported trial has no time of this Airflow's).
+  const unrecorded = trial.imported ? "unknown" : "";
   return (
     <VStack alignItems="stretch" gap={4} p={2} data-testid="trial-page">
       <HStack justifyContent="space-between">
@@ -37,12 +39,14 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
         <HStack gap={8} flexWrap="wrap">
           <Fact label="Status"><StatusBadge status={trial.status} /></Fact>
           <Fact label="Final metric"><Text fontFamily="mono" data-testid="trial-metric">{trial.metric === null || trial.metric === undefined ? "–" : formatValue(trial.metric)}</Text></Fact>
-          <Fact label="Duration">{formatDuration(trial.duration)}</Fact>
-          <Fact label="Started">{formatTime(trial.started)}</Fact>
+          <Fact label="Duration"><Text as="span" data-testid="trial-duration">{formatDuration(trial.duration) || unrecorded}</Text></Fact>
+          <Fact label="Started"><Text as="span" data-testid="trial-started">{formatTime(trial.started) || unrecorded}</Text></Fact>
           <Fact label="Platform">{trial.platform ?? "–"}{trial.host ? ` · ${trial.host}` : ""}</Fact>
           <Fact label="Parameters from">
             <Text data-testid="parameter-source" title={`parameter_source: ${trial.parameter_source ?? "algorithm"}`}>
-              {trial.parameter_source === "customized" ? `added by ${visible(trial.added_by ?? "a person")}` : "the tuner"}
+              {trial.imported
+                ? (trial.parameter_source === "customized" ? "NNI's user (customized in NNI)" : "NNI's tuner")
+                : trial.parameter_source === "customized" ? `added by ${visible(trial.added_by ?? "a person")}` : "the tuner"}
             </Text>
           </Fact>
         </HStack>
@@ -118,7 +122,10 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
             whiteSpace="pre-wrap" data-testid={`log-${part.name}`}>{part.text || "(empty)"}</Box>
         </Panel>
       ))}
-      {trial.log.length === 0 ? <Text fontSize="sm" color="fg.muted">The trial's log is not readable from the Airflow API server; see the task instance's log{trial.location ? " or the folder above" : ""}.</Text> : null}
+      {trial.log.length === 0 && trial.imported
+        ? <Text fontSize="sm" color="fg.muted" data-testid="imported-log">This trial ran in NNI, not in Airflow: its log stayed in the NNI experiment's folder.</Text>
+        : null}
+      {trial.log.length === 0 && !trial.imported ? <Text fontSize="sm" color="fg.muted">The trial's log is not readable from the Airflow API server; see the task instance's log{trial.location ? " or the folder above" : ""}.</Text> : null}
       <Link fontSize="sm" onClick={onBack}>← experiment</Link>
     </VStack>
   );

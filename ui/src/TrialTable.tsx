@@ -117,7 +117,7 @@ export function TrialTable({ experimentId, summary, live, selected, onSelect, on
                     <Table.Cell fontFamily="mono" fontSize="xs">
                       <Link onClick={(e) => { e.preventDefault(); onOpen(row.trial_index); }}
                         href={`?experiment=${encodeURIComponent(experimentId)}&trial=${row.trial_index}`}>{row.trial_id}</Link>
-                      {row.parameter_source === "customized"
+                      {row.parameter_source === "customized" && !row.imported
                         ? <Text as="span" ml={1} px={1} borderRadius="sm" bg="purple.subtle" color="purple.fg" fontFamily="body"
                             title={`parameters chosen by ${row.added_by ?? "a person"} (parameter_source: customized)`}
                             data-testid="added-by-hand">added</Text>

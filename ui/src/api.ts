@@ -49,6 +49,8 @@ export interface TrialRow {
   /** NNI's parameter.cfg word: "customized" when a person chose the parameters (added trial, re-run). */
   parameter_source?: "algorithm" | "customized";
   added_by?: string | null;
+  /** Brought in from NNI (trialflow import-nni): it ran there, its times are NNI's (null: unrecorded). */
+  imported?: boolean;
   map_index?: number | null;
   /** Several objectives: the trial's value of each (null until it has all), and whether it is in the Pareto set. */
   values?: Record<string, number> | null;
