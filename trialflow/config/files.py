@@ -218,15 +218,23 @@ def check_json_shape(data: Any) -> None:
             stack.extend((v, level + 1) for v in value)
 
 
-class _DuplicateJsonKey(Exception):
-    pass
+class DuplicateJsonKey(ValueError):
+    """A JSON object naming one key twice (``json.loads`` alone keeps the last, silently)."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+    def __str__(self) -> str:
+        return f"the key {self.key[:80]!r} appears twice in one object"
 
 
-def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' object_pairs_hook that refuses a key named twice (DuplicateJsonKey)."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _DuplicateJsonKey(key)
+            raise DuplicateJsonKey(key)
         out[key] = value
     return out
 
@@ -235,10 +243,10 @@ def load_json(text: str) -> Any:
     """Parsed JSON within MAX_DEPTH / MAX_VALUES, refusing duplicate keys (with both lines);
     json.JSONDecodeError for text that is not JSON."""
     try:
-        data = json.loads(text, object_pairs_hook=_refuse_duplicates)
+        data = json.loads(text, object_pairs_hook=refuse_duplicates)
     except RecursionError:
         raise FileProblem(f"nested deeper than {MAX_DEPTH} levels") from None
-    except _DuplicateJsonKey as exc:
+    except DuplicateJsonKey as exc:
         # JSON's reader knows no lines: the same text composed as YAML (JSON is nearly a subset)
         # finds both; where it cannot, the key alone is named.
         try:
@@ -249,6 +257,6 @@ def load_json(text: str) -> Any:
             raise located from None
         except yaml.YAMLError:
             pass
-        raise FileProblem(f"duplicate key {excerpt(str(exc.args[0]))} in one object") from None
+        raise FileProblem(f"duplicate key {excerpt(exc.key)} in one object") from None
     check_json_shape(data)
     return data

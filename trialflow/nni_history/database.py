@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from trialflow.config.files import DuplicateJsonKey, refuse_duplicates
+
 #: Larger than any NNI experiment seen (a 10,000-trial experiment with 100 results each is ~100 MB).
 MAX_DATABASE_BYTES = 2 * 1024**3
 #: A config, a parameter set or a reported result is far smaller.
@@ -224,27 +226,10 @@ def _text(value: Any, path: Path, where: str, limit: int) -> str:
     return value
 
 
-class DuplicateKey(ValueError):
-    """A JSON object naming one key twice (json.loads would keep the last, silently)."""
-
-    def __init__(self, key: str):
-        super().__init__(f"the key {key[:80]!r} appears twice in one object (NNI writes each once; which counts?)")
-        self.msg = str(self)
-
-
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise DuplicateKey(key)
-        found[key] = value
-    return found
-
-
 def loads_unique(text: str | bytes) -> Any:
     """JSON text with every object's keys checked once each (the config loader refuses YAML's
     duplicate keys the same way): a forged or hand-edited record is named, not half-read."""
-    return json.loads(text, object_pairs_hook=_unique)
+    return json.loads(text, object_pairs_hook=refuse_duplicates)
 
 
 def _json(value: Any, path: Path, where: str) -> Any:
@@ -255,7 +240,10 @@ def _json(value: Any, path: Path, where: str) -> Any:
     try:
         return loads_unique(value)
     except (ValueError, RecursionError) as exc:  # its message names a position, never the text
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError | DuplicateKey) else type(exc).__name__
+        if isinstance(exc, DuplicateJsonKey):
+            reason = f"{exc}: NNI writes each key once"
+        else:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
         raise NniHistoryError(f"{path}: {where}: not valid JSON ({reason})") from None
 
 
