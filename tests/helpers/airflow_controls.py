@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tests.helpers.airflow import PY, Harness
@@ -171,3 +172,53 @@ STUBBORN = (
     "open(os.environ['LAUNCHES'], 'a').write(os.environ['NNI_TRIAL_JOB_ID'] + '\\n')\n"
     "time.sleep(300)\ntrial.report_final_result(p['x'])\n"
 )
+
+
+@dataclass
+class HandOffStops:
+    """What ``stop_across_the_hand_off`` saw: the run, its trials once closed, how late each
+    click got through, and how long after the last click every process was gone."""
+
+    dag_id: str
+    run_id: str
+    rows: list[TrialRow]
+    clicked: dict[int, float]
+    gone_in: float
+
+
+def stop_across_the_hand_off(
+    harness: Harness, name: str, offsets: list[float], action: str, defer_after: float, gone_within: float
+) -> HandOffStops:
+    """Run one STUBBORN trial per offset (all at once), click ``action`` on each trial task at
+    its offset around the hand-off (mark_failed_across_the_hand_off), and wait until every
+    trial's processes (its setsid child included) are gone within ``gone_within`` seconds of
+    the last click, every trial is closed in the store and the run has ended; each trial must
+    have started once."""
+    from pathlib import Path
+
+    folder = harness.root / "experiments" / name
+    launches = folder / "launches"
+    text = config(len(offsets), len(offsets)).replace("{launches}", str(launches))
+    dag_id, _ = harness.experiment(name, text, {"t.py": STUBBORN}, dag_args=f"defer_after={defer_after}")
+    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
+    run_id = harness.airflow.trigger(dag_id)
+    handles, clicked = mark_failed_across_the_hand_off(
+        harness.airflow, harness.store_url, dag_id, run_id, offsets, action=action
+    )
+    last_click = time.monotonic()
+
+    def pids_of(handle: dict[str, Any]) -> list[int]:
+        path = Path(handle["trial_dir"]) / "pids"
+        ready = wait_for(f"{path}", lambda: path.exists() and path.read_text().endswith("\n") and path.read_text(), 30)
+        return [int(handle["pid"]), *map(int, ready.split())]
+
+    pids = {index: pids_of(handle) for index, handle in handles.items()}
+    left = max(1.0, gone_within - (time.monotonic() - last_click))
+    wait_for(
+        "every trial's processes to end", lambda: not any(process_alive(p) for ps in pids.values() for p in ps), left
+    )
+    gone_in = time.monotonic() - last_click
+    rows = all_closed(harness, dag_id, run_id, timeout=max(1.0, gone_within - gone_in))
+    harness.wait(dag_id, run_id, 180)
+    assert sorted(launches.read_text().split()) == sorted(r.trial_id for r in rows)  # each started once
+    return HandOffStops(dag_id, run_id, rows, clicked, gone_in)

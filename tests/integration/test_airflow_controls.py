@@ -15,14 +15,11 @@ import pytest
 
 from tests.helpers.airflow import Harness
 from tests.helpers.airflow_controls import (
-    STUBBORN,
-    all_closed,
-    config,
     gone,
-    mark_failed_across_the_hand_off,
     patch_ti,
     running_pids,
     sleeper_dag,
+    stop_across_the_hand_off,
     store_row,
     wait_for,
 )
@@ -167,44 +164,20 @@ def test_marking_trials_failed_across_the_hand_off_leaves_no_trial_running(harne
     process left (its setsid child included) and be closed in the store."""
 
     offsets = [1.0, 1.8, 2.0, 2.1, 2.2, 2.35, 2.5, 2.8, 3.3, 4.5]
-    defer_after = 2.0
-    folder = harness.root / "experiments" / "hand_off"
-    launches = folder / "launches"
-    text = config(len(offsets), len(offsets)).replace("{launches}", str(launches))
-    dag_id, _ = harness.experiment("hand_off", text, {"t.py": STUBBORN}, dag_args=f"defer_after={defer_after}")
-    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
-    run_id = harness.airflow.trigger(dag_id)
-    handles, clicked = mark_failed_across_the_hand_off(harness.airflow, harness.store_url, dag_id, run_id, offsets)
-    last_click = time.monotonic()
-
-    def pids_of(handle: dict[str, Any]) -> list[int]:
-        path = Path(handle["trial_dir"]) / "pids"
-        ready = wait_for(f"{path}", lambda: path.exists() and path.read_text().endswith("\n") and path.read_text(), 30)
-        return [int(handle["pid"]), *map(int, ready.split())]
-
-    pids = {index: pids_of(handle) for index, handle in handles.items()}
-    wait_for(
-        "every trial's processes to end",
-        lambda: not any(process_alive(p) for ps in pids.values() for p in ps),
-        60,
-    )
-    gone_at = time.monotonic()
-    rows = all_closed(harness, dag_id, run_id)
-    harness.wait(dag_id, run_id, 180)
-    assert sorted(launches.read_text().split()) == sorted(r.trial_id for r in rows)  # each started once
-    by_index = {r.trial_index: r for r in rows}
+    seen = stop_across_the_hand_off(harness, "hand_off", offsets, "failed", defer_after=2.0, gone_within=60)
+    by_index = {r.trial_index: r for r in seen.rows}
     report = []
     for index, offset in enumerate(offsets):
         row = by_index[index]
         assert row.status == "USER_CANCELED", row
-        report.append(f"  +{offset:.2f} s (PATCH done {clicked[index]:.2f} s later): {row.message}")
+        report.append(f"  +{offset:.2f} s (PATCH done {seen.clicked[index]:.2f} s later): {row.message}")
     # "failed" as marked; "skipped" where Airflow itself undid the click (a task marked failed as
     # it deferred was set back to deferred by the deferral): the trial was stopped from the
     # request the api-server recorded, and the task ends as any stopped trial's does.
-    assert {ti["state"] for ti in harness.tis(dag_id, run_id)} <= {"failed", "skipped"}
+    assert {ti["state"] for ti in harness.tis(seen.dag_id, seen.run_id)} <= {"failed", "skipped"}
     print(
-        f"mark failed across the hand-off (defer_after {defer_after} s): every process gone "
-        f"{gone_at - last_click:.1f} s after the last click\n" + "\n".join(report)
+        f"mark failed across the hand-off (defer_after 2.0 s): every process gone "
+        f"{seen.gone_in:.1f} s after the last click\n" + "\n".join(report)
     )
 
 
@@ -218,44 +191,18 @@ def test_clearing_trials_across_the_hand_off_stops_every_one(harness: Harness):
     every trial (SIGTERM trapped, a setsid child) is gone and closed within 15 s."""
 
     offsets = [1.0, 1.8, 2.0, 2.1, 2.2, 2.35, 2.5, 2.8, 3.3, 4.5]
-    defer_after = 2.0
-    folder = harness.root / "experiments" / "clear_hand_off"
-    launches = folder / "launches"
-    text = config(len(offsets), len(offsets)).replace("{launches}", str(launches))
-    dag_id, _ = harness.experiment("clear_hand_off", text, {"t.py": STUBBORN}, dag_args=f"defer_after={defer_after}")
-    harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
-    run_id = harness.airflow.trigger(dag_id)
-    handles, clicked = mark_failed_across_the_hand_off(
-        harness.airflow, harness.store_url, dag_id, run_id, offsets, action="clear"
-    )
-    last_click = time.monotonic()
-
-    def pids_of(handle: dict[str, Any]) -> list[int]:
-        path = Path(handle["trial_dir"]) / "pids"
-        ready = wait_for(f"{path}", lambda: path.exists() and path.read_text().endswith("\n") and path.read_text(), 30)
-        return [int(handle["pid"]), *map(int, ready.split())]
-
-    pids = {index: pids_of(handle) for index, handle in handles.items()}
-    wait_for(
-        "every trial's processes to end",
-        lambda: not any(process_alive(p) for ps in pids.values() for p in ps),
-        15,
-    )
-    gone_at = time.monotonic()
-    rows = all_closed(harness, dag_id, run_id, timeout=max(1.0, 15 - (time.monotonic() - last_click)))
-    harness.wait(dag_id, run_id, 180)
-    assert sorted(launches.read_text().split()) == sorted(r.trial_id for r in rows)  # each started once
-    by_index = {r.trial_index: r for r in rows}
+    seen = stop_across_the_hand_off(harness, "clear_hand_off", offsets, "clear", defer_after=2.0, gone_within=15)
+    by_index = {r.trial_index: r for r in seen.rows}
     report = []
     for index, offset in enumerate(offsets):
         row = by_index[index]
         assert row.status == "USER_CANCELED" and "its task was cleared" in (row.message or ""), row
-        report.append(f"  +{offset:.2f} s (clear done {clicked[index]:.2f} s later): {row.message}")
-    tis = harness.tis(dag_id, run_id)
+        report.append(f"  +{offset:.2f} s (clear done {seen.clicked[index]:.2f} s later): {row.message}")
+    tis = harness.tis(seen.dag_id, seen.run_id)
     # each cleared task's new try reported its stopped trial and was skipped
     assert all(ti["try_number"] >= 2 for ti in tis), [(ti["map_index"], ti["try_number"]) for ti in tis]
     assert {ti["state"] for ti in tis} <= {"skipped", "failed"}, [(ti["map_index"], ti["state"]) for ti in tis]
     print(
-        f"clear across the hand-off (defer_after {defer_after} s): every process gone "
-        f"{gone_at - last_click:.1f} s after the last clear\n" + "\n".join(report)
+        f"clear across the hand-off (defer_after 2.0 s): every process gone "
+        f"{seen.gone_in:.1f} s after the last clear\n" + "\n".join(report)
     )
