@@ -723,15 +723,27 @@ class ExperimentStore:
         ]
 
     def running_attr(self, experiment_id: str, key: str) -> dict[int, Any]:
-        """User attribute ``key`` of every running trial that has it, by storage id (one read:
-        the run's watch asks it every few seconds)."""
-        study_id = self._study_id(experiment_id)
-        frozen = self.storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-        return {
-            self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number): t.user_attrs[key]
-            for t in frozen
-            if key in t.user_attrs and is_claimed(t)
-        }
+        """User attribute ``key`` of every running trial that has it, by storage id: one indexed
+        query of that key's rows alone (the run's watch asks it every second; loading every
+        running trial whole would cost as much as the trials it watches)."""
+        query = (
+            sa.select(_USER_ATTRS.c.trial_id, _USER_ATTRS.c.value_json)
+            .join(TRIALS, TRIALS.c.trial_id == _USER_ATTRS.c.trial_id)
+            .where(
+                TRIALS.c.study_id == self._study_id(experiment_id),
+                TRIALS.c.state == TrialState.RUNNING,
+                _USER_ATTRS.c.key == key,
+            )
+        )
+        with self.storage.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        found = {}
+        for storage_id, text in rows:
+            try:
+                found[int(storage_id)] = json.loads(text)
+            except (TypeError, ValueError):
+                continue  # a value another writer left unreadable: not a request
+        return found
 
     def close_abandoned_asks(self, experiment_id: str, older_than: float = ABANDONED_AFTER) -> int:
         """Finish (FAIL, ``abandoned_ask``) the Optuna trials an ask created and never claimed a
