@@ -358,6 +358,25 @@ class Experiment:
             "directory": str(self.directory),
         }
 
+    def _local_function_command(self, service_index: int) -> str | None:
+        """A function trial on the local platform runs with this process's Python, the one that
+        runs the task and has trialflow, not whatever ``python3`` is first on PATH: a worker
+        started from a virtualenv that is not activated (a service, a full path to airflow,
+        ``dag.test()`` from ``.venv/bin/python``) failed every function trial with "No module
+        named 'trialflow'". Other platforms run their own Python (a machine's pythonPath, an
+        image's), and NNI's YAML says ``python3`` (``trialflow convert``)."""
+        service = self.config.training_service[service_index]
+        function = self.config.trial_function
+        if not function or service.trial_command or self.config.trial_command:
+            return None
+        if self.config.platform_names[service_index] != "local":
+            return None
+        import sys
+
+        from trialflow.trial.function import function_command
+
+        return function_command(function, python=sys.executable)
+
     def trial_spec(
         self,
         trial_index: int,
@@ -371,7 +390,9 @@ class Experiment:
         in its environment."""
         from trialflow.trial.inputs import inputs_env
 
-        command = effective_trial_command(self.config, service_index) or ""
+        command = (
+            self._local_function_command(service_index) or effective_trial_command(self.config, service_index) or ""
+        )
         return TrialSpec(
             experiment_id=self.experiment_id,
             trial_id=trial_id_for(self.experiment_id, trial_index),

@@ -93,3 +93,23 @@ def test_converted_to_nni_it_is_a_trial_command(write):
     out = to_v2_dict(load_config(write("c.yml", FUNCTION)))
     assert "trialFunction" not in out
     assert out["trialCommand"] == "python3 -m trialflow.trial.function models.train:objective"
+
+
+def test_a_local_function_trial_runs_with_the_tasks_own_python(write, tmp_path):
+    """Issue 47 (1, third point): a worker started from a virtualenv that is not activated ran
+    function trials with the ``python3`` first on PATH, which has no trialflow."""
+    import sys
+
+    from trialflow.experiment import Experiment
+
+    local = Experiment(load_config(write("c.yml", FUNCTION)), "efn", tmp_path / "work")
+    spec = local.trial_spec(0, 0, {"x": 0.5})
+    assert shlex.split(spec.command) == [sys.executable, "-m", "trialflow.trial.function", "models.train:objective"]
+    # NNI's YAML, a trialCommand of the author's and other platforms keep their own python
+    assert effective_trial_command(local.config).startswith("python3 ")
+    kube = Experiment(load_config(write("k.yml", KUBEFLOW)), "ekube", tmp_path / "work")
+    assert kube.trial_spec(0, 0, {"x": 0.5}).command.startswith("python3 -m trialflow.trial.function")
+    command = FUNCTION.replace("trialFunction: models.train:objective\n", "trialCommand: python3 t.py\n")
+    assert Experiment(load_config(write("d.yml", command)), "ecmd", tmp_path / "w").trial_spec(0, 0, {}).command == (
+        "python3 t.py"
+    )
