@@ -234,3 +234,33 @@ def test_a_viewer_login_reads_every_page_and_may_not_act(tmp_path):
         assert airflow.api("POST", "/pools", json=pool).status_code in (200, 201)  # the admin may
     finally:
         airflow.stop()
+
+
+@pytest.mark.slow  # a Python that imports Airflow's settings
+def test_a_private_airflow_on_sqlite_waits_longer_for_its_lock(tmp_path):
+    """A scheduler on the tests' SQLite metadata met a lock held past sqlite3's 5 s under load
+    and exited: every component of a private Airflow on SQLite waits
+    trialflow.embedded_database.SQLITE_TIMEOUT; one on PostgreSQL gets no SQLite argument."""
+    from trialflow.embedded_database import SQLITE_TIMEOUT
+
+    airflow = EmbeddedAirflow(tmp_path / "home", tmp_path / "dags")
+    airflow.home.mkdir(parents=True)
+    airflow.write_config()
+    env = airflow.env()
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] == "trialflow.embedded_database.CONNECT_ARGS"
+    code = (  # the arguments Airflow's own engine hands sqlite3.connect
+        "import sqlalchemy as sa\n"
+        "from airflow import settings\n"
+        "seen = {}\n"
+        "@sa.event.listens_for(settings.engine, 'do_connect')\n"
+        "def grab(dialect, conn_rec, cargs, cparams):\n"
+        "    seen.update(cparams)\n"
+        "settings.engine.dispose(); settings.engine.connect().close()\n"
+        "print(seen.get('timeout'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == str(SQLITE_TIMEOUT), done.stderr[-2000:]
+    postgres = EmbeddedAirflow(
+        tmp_path / "pg", tmp_path / "dags", extra_env={"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://u@h/d"}
+    )
+    assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS" not in postgres.env()

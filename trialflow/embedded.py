@@ -129,6 +129,9 @@ class EmbeddedAirflow:
             }
         )
         env.update(self.extra_env)
+        if env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
+            # A longer wait for SQLite's lock than sqlite3's 5 s (trialflow.embedded_database).
+            env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", "trialflow.embedded_database.CONNECT_ARGS")
         return env
 
     # -- lifecycle --------------------------------------------------------------------
