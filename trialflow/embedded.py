@@ -129,9 +129,13 @@ class EmbeddedAirflow:
             }
         )
         env.update(self.extra_env)
-        if env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
-            # A longer wait for SQLite's lock than sqlite3's 5 s (trialflow.embedded_database).
-            env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", "trialflow.embedded_database.CONNECT_ARGS")
+        return env
+
+    def component_env(self, name: str, env: dict[str, str]) -> dict[str, str]:
+        """``env`` for component ``name``: the scheduler on SQLite waits longer for the lock
+        (trialflow.embedded_database says why, and why only the scheduler)."""
+        if name == "scheduler" and env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
+            return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": SCHEDULER_CONNECT_ARGS, **env}
         return env
 
     # -- lifecycle --------------------------------------------------------------------
@@ -216,7 +220,7 @@ class EmbeddedAirflow:
             out = open(self.home / "logs" / f"{name}.log", "ab")
             self.processes[name] = subprocess.Popen(
                 self._airflow() + args[name],
-                env=env,
+                env=self.component_env(name, env),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -481,6 +485,10 @@ class EmbeddedAirflow:
 
 #: Where migrated empty databases are kept, one per Airflow install (see ``database_template``).
 TEMPLATE_ENV = "TRIALFLOW_AIRFLOW_DB_TEMPLATES"
+
+
+#: ``[database] sql_alchemy_connect_args`` of a private Airflow's scheduler on SQLite.
+SCHEDULER_CONNECT_ARGS = "trialflow.embedded_database.CONNECT_ARGS"
 
 
 def database_template() -> Path:
