@@ -119,10 +119,10 @@ def mark_failed_across_the_hand_off(
                 response = airflow.api(
                     "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{index}", json={"new_state": action}
                 )
-            if response.status_code < 500:
+            if response.status_code < 500 and not _worth_retrying(response):
                 break
             time.sleep(0.1)
-        if response.status_code == 200:
+        if response.status_code == 200 or _got_through_before(response, action):
             clicked[index] = time.monotonic() - at
         else:
             refused[index] = f"{response.status_code} {response.text[:300]}"
@@ -149,6 +149,19 @@ def mark_failed_across_the_hand_off(
         thread.join(60)
     assert not refused and len(clicked) == len(offsets), (refused, clicked)
     return handles, clicked
+
+
+def _worth_retrying(response: Any) -> bool:
+    """A refusal a person clicks again for: concurrent clears on SQLite's metadata collide on
+    a task instance history row (409 "Unique constraint violation"), as a 500 "database is
+    locked" does."""
+    return response.status_code == 409 and "Unique constraint violation" in response.text
+
+
+def _got_through_before(response: Any, action: str) -> bool:
+    """A retried mark whose earlier try went through after all (its answer was a 500 that
+    committed): Airflow says the task is already in that state."""
+    return response.status_code == 409 and f"already in {action} state" in response.text
 
 
 def all_closed(harness: Harness, dag_id: str, run_id: str, timeout: float = 60) -> list[TrialRow]:

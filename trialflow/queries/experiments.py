@@ -187,8 +187,8 @@ def list_experiments(engine: Engine) -> list[ExperimentRow]:
                 counts=c,
                 trials=sum(c.values()),
                 best=None if several else finite(t.get("min") if mode == "minimize" else t.get("max")),
-                started=_imported_time(a, "started", t),
-                ended=_imported_time(a, "ended", t),
+                started=t.get("started"),
+                ended=t.get("ended"),
                 max_trial_number=config.get("maxTrialNumber"),
                 active=any(c.get(s) for s in ACTIVE),
                 stopped=stopped_of(windows.get(sid, [])),
@@ -290,8 +290,8 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         # several objectives: [{"metric", "mode"}, ...] and the Pareto set's rows (else empty)
         "objectives": several.objectives,
         "pareto": pareto,
-        "started": _imported_time(attrs, "started", times),
-        "ended": _imported_time(attrs, "ended", times),
+        "started": times.get("started"),
+        "ended": times.get("ended"),
         "deadline": deadline,
         "runs": sorted(windows, key=lambda w: w.get("first_index", 0)),
         "stopped": stopped_of(windows),
@@ -331,18 +331,6 @@ def _warm_started_from(raw: Any) -> dict[str, Any] | None:
         "queued": len(raw.get("queued") or []),
         "dropped": len(raw.get("dropped") or []),
     }
-
-
-def _imported_time(attrs: dict[str, Any], which: str, times: dict[str, Any]) -> float | None:
-    """An experiment's start or end: an imported NNI experiment's as NNI's profile recorded it
-    (its trials' times may be unknown or end later than NNI's own stop), else its trials'."""
-    imported = attrs.get(IMPORTED_ATTR)
-    if isinstance(imported, dict):
-        value = imported.get(which)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    found = times.get(which)
-    return float(found) if isinstance(found, int | float) else None
 
 
 def _imported_from(raw: Any) -> dict[str, Any] | None:
