@@ -259,7 +259,7 @@ def test_a_private_airflows_scheduler_on_sqlite_waits_longer_for_its_lock(tmp_pa
         "print(seen.get('timeout'))\n"
     )
     said = {}
-    for name in ("scheduler", "api-server"):
+    for name in ("scheduler", "triggerer", "api-server"):
         done = subprocess.run(
             [sys.executable, "-c", code],
             env=airflow.component_env(name, env),
@@ -269,7 +269,7 @@ def test_a_private_airflows_scheduler_on_sqlite_waits_longer_for_its_lock(tmp_pa
         )
         assert done.returncode == 0, done.stderr[-2000:]
         said[name] = done.stdout.strip().splitlines()[-1]
-    assert said == {"scheduler": str(SQLITE_TIMEOUT), "api-server": "None"}
+    assert said == {"scheduler": str(SQLITE_TIMEOUT), "triggerer": str(SQLITE_TIMEOUT), "api-server": "None"}
     postgres = EmbeddedAirflow(
         tmp_path / "pg", tmp_path / "dags", extra_env={"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://u@h/d"}
     )

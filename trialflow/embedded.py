@@ -132,9 +132,10 @@ class EmbeddedAirflow:
         return env
 
     def component_env(self, name: str, env: dict[str, str]) -> dict[str, str]:
-        """``env`` for component ``name``: the scheduler on SQLite waits longer for the lock
-        (trialflow.embedded_database says why, and why only the scheduler)."""
-        if name == "scheduler" and env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
+        """``env`` for component ``name``: the scheduler, the triggerer and the dag-processor on
+        SQLite wait longer for the lock (trialflow.embedded_database says why, and why not the
+        api-server)."""
+        if name in PATIENT_COMPONENTS and env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
             return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": SCHEDULER_CONNECT_ARGS, **env}
         return env
 
@@ -487,8 +488,10 @@ class EmbeddedAirflow:
 TEMPLATE_ENV = "TRIALFLOW_AIRFLOW_DB_TEMPLATES"
 
 
-#: ``[database] sql_alchemy_connect_args`` of a private Airflow's scheduler on SQLite.
+#: ``[database] sql_alchemy_connect_args`` of a private Airflow's components that exit on
+#: "database is locked" (not the api-server, which answers 500 and is asked again).
 SCHEDULER_CONNECT_ARGS = "trialflow.embedded_database.CONNECT_ARGS"
+PATIENT_COMPONENTS = frozenset({"scheduler", "triggerer", "dag-processor"})
 
 
 def database_template() -> Path:

@@ -7,8 +7,9 @@ Python's sqlite3 waits 5 s for a lock by default, and Airflow sets no other wait
 two-core machine the scheduler met a write lock held longer than that while ten trial tasks
 were marked failed around their deferral (ten PATCHes, their deferrals, their heartbeats):
 ``sqlite3.OperationalError: database is locked`` past Airflow's own retries, and the scheduler
-exited (measured in the full suite; every later run of that Airflow then waited for nothing).
-Only the scheduler waits longer (SQLITE_TIMEOUT): given to every component, the same load
+exited (measured in the full suite; every later run of that Airflow then waited for nothing),
+and so did the triggerer in another run. The scheduler, the triggerer and the dag-processor
+wait longer (SQLITE_TIMEOUT); given to every component, the same load
 stalled the api-server for 60 s (its requests queued on one another's locks instead of
 answering 500 at once, which a client retries), measured too. PostgreSQL deployments are not
 touched.
