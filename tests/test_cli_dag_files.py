@@ -171,6 +171,9 @@ def test_the_function_check_runs_the_module_in_a_python_of_its_own(tmp_path):
     (tmp_path / "gone.py").write_text("import sys\nsys.exit(3)\n")
     [said] = check_function("gone:f", str(tmp_path), [])
     assert said.startswith("gone:f: could not be checked from") and "m" not in sys.modules
+    (tmp_path / "broken.py").write_text("print('trialflow-check:{not json')\nimport os\nos._exit(0)\n")
+    [said] = check_function("broken:f", str(tmp_path), [])
+    assert said.endswith("its module's output was not the checker's")  # no traceback from a forged line
     assert check_function("os:__class__", str(tmp_path), []) == [
         "'os:__class__': private and dunder names are not trial functions"
     ]

@@ -385,7 +385,7 @@ def cmd_db(args: argparse.Namespace) -> int:
     except (FileNotFoundError, StoreUrlError) as exc:
         return _fail(exc)
     except store_schema.NotAStore as exc:
-        if args.action == "check" and "is empty" in str(exc):
+        if args.action == "check" and exc.empty:
             print(
                 f"{safe_url(url)}: no trialflow store here yet; a run or an import makes one at schema "
                 f"{store_schema.HEAD}"

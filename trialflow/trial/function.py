@@ -126,7 +126,12 @@ def check_function(import_path: str, folder: str, inputs: list[str], python: str
     if not lines:
         said = (done.stderr.strip().splitlines() or ["no answer"])[-1][:300]
         return [f"{import_path}: could not be checked from {folder}: {said}"]
-    report = json.loads(lines[-1][len(_CHECK_MARK) :])
+    try:
+        report = json.loads(lines[-1][len(_CHECK_MARK) :])
+    except ValueError:
+        report = None
+    if not isinstance(report, dict):  # the module printed a marker of its own and then died
+        return [f"{import_path}: could not be checked from {folder}: its module's output was not the checker's"]
     if report.get("error"):
         return [f"{import_path}: {report['error']} (imported from the trial code folder {folder})"]
     return [

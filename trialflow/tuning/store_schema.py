@@ -151,7 +151,12 @@ def create_store(engine: sa.Engine) -> None:
 
 class NotAStore(LookupError):
     """A database that holds no trialflow store (the message says what it holds instead). A
-    command that only reads, or acts on what a store holds, never makes one."""
+    command that only reads, or acts on what a store holds, never makes one. ``empty``: the
+    database exists and holds no table at all (a store may be made there)."""
+
+    def __init__(self, message: str, empty: bool = False):
+        super().__init__(message)
+        self.empty = empty
 
 
 #: Optuna's own tables: a database with these alone is an Optuna storage, not trialflow's.
@@ -179,7 +184,9 @@ def existing_store(url: str) -> None:
     if TRIAL_INDEX.name in names or VERSION_TABLE in names:
         return
     if not names:
-        raise NotAStore(f"{shown}: the database is empty: no experiment store there (a run or an import makes one)")
+        raise NotAStore(
+            f"{shown}: the database is empty: no experiment store there (a run or an import makes one)", empty=True
+        )
     if _OPTUNA_MARK in names:
         raise NotAStore(f"{shown}: an Optuna storage without trialflow's tables, not a trialflow experiment store")
     others = sorted(names)
