@@ -177,3 +177,28 @@ def test_the_function_check_runs_the_module_in_a_python_of_its_own(tmp_path):
     assert check_function("os:__class__", str(tmp_path), []) == [
         "'os:__class__': private and dunder names are not trial functions"
     ]
+
+
+def test_a_dag_file_records_each_experiments_dag_and_group(tmp_path):
+    from trialflow.dag_files import experiments_in
+
+    found = experiments_in(str(dag_file(tmp_path)))
+    assert [(b.label, b.dag_id, b.group) for b in found] == [
+        ("two_models / tune_svc", "two_models", "tune_svc"),
+        ("two_models / tune_nni", "two_models", "tune_nni"),
+    ]
+
+
+def test_run_of_a_dag_file_refuses_what_only_a_config_takes_before_starting_anything(tmp_path, capsys):
+    path = dag_file(tmp_path)
+    code, _, err = run(capsys, "run", str(path), "--new")
+    assert code == 1 and "--new: for a config; a DAG file's run is a new DAG run each time" in err
+    code, _, err = run(capsys, "run", str(path), "--dag-id", "nope")
+    assert code == 1 and f"{path}: --dag-id nope: no DAG of that id builds an experiment here (two_models)" in err
+    code, _, err = run(capsys, "run", str(tmp_path / "exp" / "config.yml"), "--dag-id", "two_models")
+    assert code == 1 and "--dag-id two_models: only a DAG file (.py) has DAGs to choose from" in err
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('no')\n")
+    code, _, err = run(capsys, "run", str(broken))
+    assert code == 1 and "broken.py: the DAG file did not import: RuntimeError: no" in err
+    assert not (tmp_path / ".trialflow").exists()

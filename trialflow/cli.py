@@ -17,6 +17,7 @@ import yaml
 
 from trialflow.config import ConfigError, ExperimentConfig, load_config, to_v2_dict
 from trialflow.config.errors import Problem
+from trialflow.dag_files import NoExperiment, experiments_in, is_dag_file
 from trialflow.plan import Built
 
 T = TypeVar("T")
@@ -62,36 +63,6 @@ def trials_sentence(config: ExperimentConfig) -> str:
         else "until you stop it (no maxTrialNumber, no maxExperimentDuration)"
     )
     return f"trials without a limit {until}, {count} per DAG run"
-
-
-class NoExperiment(Exception):
-    """A DAG file that builds no experiment, or cannot be imported (the message says which)."""
-
-
-def experiments_in(path: str) -> list[Built]:
-    """(label, config source, input names) of each experiment ``path`` holds: a config file is one; a DAG file
-    (``.py``) is imported, as Airflow would, and holds every experiment_dag and
-    ExperimentTaskGroup it builds (configs written in it included). Raises ConfigError for a
-    config of it that does not validate, NoExperiment when there is nothing to check."""
-    if not path.endswith(".py"):
-        return [Built(path, path)]
-    import runpy
-
-    from trialflow.task_group import collecting
-
-    file = Path(path).expanduser().resolve()
-    if not file.is_file():
-        raise NoExperiment(f"{path}: file not found")
-    with collecting() as found:
-        try:
-            runpy.run_path(str(file), run_name="__trialflow_check__")
-        except ConfigError:
-            raise
-        except Exception as exc:
-            raise NoExperiment(f"{path}: the DAG file did not import: {type(exc).__name__}: {exc}") from None
-    if not found:
-        raise NoExperiment(f"{path}: builds no experiment (experiment_dag or ExperimentTaskGroup)")
-    return found
 
 
 def _each(path: str) -> list[tuple[Built, ExperimentConfig]] | None:
@@ -208,6 +179,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from trialflow.experiment import load_runnable_config
 
+    if is_dag_file(args.config):
+        return _run_dag_file(args)
+    if args.dag_id is not None:
+        return _fail(ValueError(f"--dag-id {args.dag_id}: only a DAG file (.py) has DAGs to choose from"))
+
     try:  # validate before importing Airflow or starting anything
         load_runnable_config(args.config)
     except ConfigError as exc:
@@ -262,6 +238,66 @@ def cmd_run(args: argparse.Namespace) -> int:
             display.results(result)
         if args.keep_running and state != "interrupted":
             _serve(run.airflow, run.page_url(), display.say)
+        elif not args.json:
+            display.say(f"Browse it: trialflow ui --home {run.home}  (or run with --keep-running)")
+    finally:
+        run.stop()
+    return 0 if result.succeeded else 1
+
+
+def _run_dag_file(args: argparse.Namespace) -> int:
+    """`trialflow run my_dag.py`: the author's DAG once on the home's private Airflow."""
+    if args.new or args.downstream:
+        flag = "--new" if args.new else "--downstream"
+        return _fail(
+            ValueError(f"{flag}: for a config; a DAG file's run is a new DAG run each time, with its own tasks")
+        )
+    try:
+        from trialflow.dag_file_run import DagFileRun
+
+        run = DagFileRun(args.config, args.dag_id, Path(args.home) if args.home else None, viewers=tuple(args.viewer))
+    except (ConfigError, NoExperiment) as exc:
+        return _fail(exc)
+    from trialflow.progress import GroupsDisplay
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    display = GroupsDisplay(
+        [
+            (
+                g.label,
+                g.total_trials,
+                g.config.optimize_mode,
+                [{"metric": o.metric, "mode": o.mode} for o in g.config.objectives or []],
+            )
+            for g in run.groups
+        ],
+        quiet=args.json,
+    )
+    state = "failed"
+    try:
+        try:
+            run.start(say=display.say)
+            for group in run.groups:
+                display.say(f"Watch {group.label}: {run.page_url(group)}")
+            display.say(f"  log in as trialflow; the password is in {run.airflow.home / 'passwords.json'}")
+            with display:
+                state = run.wait(display.update_group, timeout=args.timeout)
+        except KeyboardInterrupt:
+            display.say("Interrupted: cancelling running trials and stopping Airflow")
+            display.say(f"Cancelled {run.cancel_running('trialflow run interrupted')} running trial(s)")
+            state = "interrupted"
+        except Exception as exc:
+            display.say(f"error: {exc}")
+            state = "error"
+        if run.run_id is None:
+            return 1
+        result = run.result(state)
+        if args.json:
+            print(json.dumps(result.to_json(), indent=2))
+        else:
+            display.dag_results(result)
+        if args.keep_running and state != "interrupted":
+            _serve(run.airflow, f"{run.airflow.base_url}/dags/{run.dag_id}/runs/{run.run_id}", display.say)
         elif not args.json:
             display.say(f"Browse it: trialflow ui --home {run.home}  (or run with --keep-running)")
     finally:
@@ -771,8 +807,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--home", help="the `trialflow run` home whose folders to show (default: .trialflow/ beside the config)"
     )
     p.set_defaults(func=cmd_render)
-    p = sub.add_parser("run", help="run the experiment end to end on a private, local Airflow")
-    p.add_argument("config")
+    p = sub.add_parser(
+        "run", help="run the experiment (a config) or your DAG file end to end on a private, local Airflow"
+    )
+    p.add_argument("config", help="an NNI config (YAML), or a DAG file (.py) with experiments in it")
+    p.add_argument("--dag-id", default=None, help="a DAG file's DAG to run, when it has several with experiments")
     p.add_argument("--home", help="private Airflow + results folder (default: .trialflow/ beside the config)")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary instead of a table")
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")

@@ -85,7 +85,7 @@ def experiment_dag(
         if origin != plan.config_path:
             raise ValueError("dag_id: an experiment written in the DAG file needs a dag_id")
         dag_id = default_dag_id(Path(origin), plan.experiment_name)
-    built(dag_id, source, inputs)
+    built(dag_id, None, source, inputs)
     with DAG(dag_id, default_args=default_args, **dag_kwargs) as dag:
         add_experiment_tasks(
             plan,

@@ -353,7 +353,8 @@ class EmbeddedAirflow:
         """One call to the REST API. Reads, pause switches and the token are asked again while
         the api-server is busy or restarting; other writes are not (they may have happened),
         except a trigger, which names its run and so is safe to repeat (see ``trigger``)."""
-        return self._request(method, f"/api/v2{path}", headers=self._headers(), **kwargs)
+        headers = {**self._headers(), **kwargs.pop("headers", {})}
+        return self._request(method, f"/api/v2{path}", headers=headers, **kwargs)
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         repeatable = method in ("GET", "PATCH") or path in ("/auth/token",) or bool(kwargs.pop("repeatable", False))
@@ -470,6 +471,20 @@ class EmbeddedAirflow:
 
     def dag_run_state(self, dag_id: str, run_id: str) -> str:
         return str(self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json().get("state"))
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> list[Any]:
+        """A task try's log as Airflow serves it (masked by its secrets masker): its entries,
+        structured (``{"event": ..., "level": ...}``) or plain text; [] when there is none."""
+        response = self.api(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/logs/{try_number}",
+            params={"map_index": map_index, "full_content": True},
+            headers={"Accept": "application/json"},
+        )
+        if response.status_code >= 300:
+            return []
+        content = response.json().get("content") or []
+        return list(content) if isinstance(content, list) else str(content).splitlines()
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         """Every task instance of the run (the API gives at most 100 per page)."""

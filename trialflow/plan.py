@@ -156,9 +156,12 @@ def load_plan(config_path: str | Path) -> DagPlan:
 
 
 class Built(NamedTuple):
-    """An experiment a DAG file built, as the CLI checks it: a label (the DAG id and group), the
-    config's source, and the names of the inputs its runs hand the trials."""
+    """An experiment a DAG file built, as the CLI checks and runs it: a label (the DAG id and
+    group), the config's source, the names of the inputs its runs hand the trials, and where it
+    sits (its DAG, its task group: None for a whole experiment DAG)."""
 
     label: str
     source: str
     inputs: tuple[str, ...] = ()
+    dag_id: str = ""
+    group: str | None = None

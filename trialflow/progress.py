@@ -29,6 +29,28 @@ def format_parameters(parameters: Any) -> str:
     return " ".join(parts)
 
 
+def describe(
+    rows: list[TrialRow], optimize_mode: str, objectives: list[dict[str, str]] | None = None
+) -> tuple[int, str]:
+    """(trials ended, the progress line's words): running and failed counts, the best so far
+    (with several objectives, the Pareto set's size: there is no single best)."""
+    counts = Counter(r.status for r in rows)
+    done = sum(n for s, n in counts.items() if s in _TERMINAL)
+    description = f"trials: {counts.get('RUNNING', 0)} running, {counts.get('FAILED', 0)} failed"
+    if objectives:
+        from trialflow.tuning.pareto import pareto_rows, with_values
+
+        members = pareto_rows(with_values(rows, objectives), objectives)
+        if members:
+            description += f", Pareto set {len(members)}"
+    else:
+        finals = [r.final_metric for r in rows if r.final_metric is not None and r.counted]
+        best = (min if optimize_mode == "minimize" else max)(finals) if finals else None
+        if best is not None:
+            description += f", best {best:.6g}"
+    return done, description
+
+
 class RunDisplay:
     def __init__(
         self,
@@ -65,23 +87,10 @@ class RunDisplay:
         self.progress.stop()
 
     def say(self, message: str) -> None:
-        self.err.print(message)
+        self.err.print(message, soft_wrap=True)  # an address stays on one line, to copy
 
     def update(self, rows: list[TrialRow]) -> None:
-        counts = Counter(r.status for r in rows)
-        done = sum(n for s, n in counts.items() if s in _TERMINAL)
-        finals = [r.final_metric for r in rows if r.final_metric is not None and r.counted]
-        description = f"trials: {counts.get('RUNNING', 0)} running, {counts.get('FAILED', 0)} failed"
-        if self.objectives:  # no single best: how many trials no other beats on every objective
-            from trialflow.tuning.pareto import pareto_rows, with_values
-
-            members = pareto_rows(with_values(rows, self.objectives), self.objectives)
-            if members:
-                description += f", Pareto set {len(members)}"
-        else:
-            best = (min if self.optimize_mode == "minimize" else max)(finals) if finals else None
-            if best is not None:
-                description += f", best {best:.6g}"
+        done, description = describe(rows, self.optimize_mode, self.objectives)
         self.progress.update(self.task, completed=done, description=description)
         if not self.err.is_terminal:  # plain logs: a line when something changes
             line = f"{done}{'' if self.total is None else f'/{self.total}'} done; {description}"
@@ -119,3 +128,44 @@ def _final(row: TrialRow) -> str:
     if row.values:
         return " ".join(f"{k}={v:.4g}" for k, v in row.values.items())
     return "" if row.final_metric is None else f"{row.final_metric:.6g}"
+
+
+class GroupsDisplay(RunDisplay):
+    """`trialflow run my_dag.py`: one progress line per experiment of the DAG, then each one's
+    table and what the author's own tasks did."""
+
+    def __init__(self, groups: list[tuple[str, int | None, str, list[dict[str, str]] | None]], quiet: bool = False):
+        """``groups``: (label, trials it starts or None, optimize mode, objectives) per experiment."""
+        super().__init__(None, quiet)
+        self.progress.remove_task(self.task)
+        self.groups = [(label, total, mode, o if o and len(o) > 1 else None) for label, total, mode, o in groups]
+        self.tasks = [self.progress.add_task(label, total=total) for label, total, _, _ in self.groups]
+        self._last_lines = [""] * len(self.groups)
+
+    def update_group(self, index: int, rows: list[TrialRow]) -> None:
+        label, total, mode, objectives = self.groups[index]
+        done, description = describe(rows, mode, objectives)
+        self.progress.update(self.tasks[index], completed=done, description=f"{label}: {description}")
+        if not self.err.is_terminal:
+            line = f"{label}: {done}{'' if total is None else f'/{total}'} done; {description}"
+            if line != self._last_lines[index]:
+                self.err.print(line)
+                self._last_lines[index] = line
+
+    def dag_results(self, result: Any) -> None:
+        for label, experiment in result.experiments:
+            self.out.print(label, markup=False, style="bold")
+            self.results(experiment)
+        if result.tasks:
+            table = Table(title="Your tasks")
+            table.add_column("task")
+            table.add_column("state")
+            for task in result.tasks:
+                table.add_row(task.task_id, task.state)
+            self.out.print(table)
+            for task in result.tasks:
+                if task.log_tail:
+                    self.out.print(f"{task.task_id} failed; the end of its log:", markup=False)
+                    for line in task.log_tail:
+                        self.out.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+        self.out.print(f"DAG {result.dag_id}, run {result.run_id}: {result.state}", soft_wrap=True)

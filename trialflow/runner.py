@@ -123,12 +123,15 @@ def embedded_parallelism(config: ExperimentConfig) -> int:
     return max(2, min(config.trial_concurrency + 1, 16))
 
 
-def embedded_airflow(home: Path, parallelism: int = 8, viewers: tuple[str, ...] = ()) -> EmbeddedAirflow:
+def embedded_airflow(
+    home: Path, parallelism: int = 8, viewers: tuple[str, ...] = (), dags_folder: Path | None = None
+) -> EmbeddedAirflow:
     """The private Airflow of a `trialflow run` home (its store as trialflow_default);
-    ``viewers``: read-only logins (``--viewer``)."""
+    ``viewers``: read-only logins (``--viewer``); ``dags_folder``: the folder of the author's
+    DAG file (`trialflow run my_dag.py`), else the home's own, where the one-line DAG is written."""
     return EmbeddedAirflow(
         home=home / "airflow",
-        dags_folder=home / "dags",
+        dags_folder=dags_folder or home / "dags",
         parallelism=parallelism,
         viewers=viewers,
         extra_env={
@@ -137,6 +140,38 @@ def embedded_airflow(home: Path, parallelism: int = 8, viewers: tuple[str, ...] 
             ),
             "TRIALFLOW_WORKDIR": str(home / "experiments"),
         },
+    )
+
+
+def experiment_result(
+    config: ExperimentConfig,
+    experiment_id: str,
+    workdir: Path,
+    rows: list[TrialRow],
+    state: str,
+    dag_id: str,
+    run_id: str,
+    home: Path,
+) -> RunResult:
+    """What a run of one experiment came to: its trials, its best (or its Pareto set)."""
+    objectives = Experiment(config, experiment_id, workdir).objectives
+    if objectives:  # several: the Pareto set, values shown by name
+        rows = with_values(rows, objectives)
+        pareto = pareto_rows(rows, objectives)
+        best = pareto[0] if pareto else None
+    else:
+        pareto, best = [], best_row(rows, config.optimize_mode)
+    return RunResult(
+        experiment_id,
+        dag_id,
+        run_id,
+        state,
+        rows,
+        best,
+        config.optimize_mode,
+        home,
+        [r.trial_index for r in pareto if r.trial_index is not None],
+        several=bool(objectives),
     )
 
 
@@ -337,25 +372,8 @@ class ExperimentRun:
         return cancel_trials(experiment, ExperimentStore(self.store_url), reason)
 
     def result(self, state: str) -> RunResult:
-        rows = self.rows()
-        objectives = Experiment(self.config, self.experiment_id, self.workdir).objectives
-        if objectives:  # several: the Pareto set, values shown by name
-            rows = with_values(rows, objectives)
-            pareto = pareto_rows(rows, objectives)
-            best = pareto[0] if pareto else None
-        else:
-            pareto, best = [], best_row(rows, self.config.optimize_mode)
-        return RunResult(
-            self.experiment_id,
-            self.dag_id,
-            self.run_id or "",
-            state,
-            rows,
-            best,
-            self.config.optimize_mode,
-            self.home,
-            [r.trial_index for r in pareto if r.trial_index is not None],
-            several=bool(objectives),
+        return experiment_result(
+            self.config, self.experiment_id, self.workdir, self.rows(), state, self.dag_id, self.run_id or "", self.home
         )
 
     def stop(self) -> None:

@@ -64,10 +64,11 @@ def collecting() -> Iterator[list[Built]]:
         _collecting.remove(found)
 
 
-def built(label: str, source: str, inputs: Mapping[str, Any] | None = None) -> None:
+def built(dag_id: str, group: str | None, source: str, inputs: Mapping[str, Any] | None = None) -> None:
     """Tell a collecting caller an experiment was built (a no-op otherwise)."""
+    label = dag_id if group is None else f"{dag_id} / {group}"
     for found in _collecting:
-        found.append(Built(label, source, tuple(str(name) for name in inputs or ())))
+        found.append(Built(label, source, tuple(str(name) for name in inputs or ()), dag_id, group))
 
 
 def dag_file() -> Path | None:
@@ -282,7 +283,7 @@ class ExperimentTaskGroup(TaskGroup):
         group_kwargs.setdefault("tooltip", f"NNI experiment {plan.experiment_name or group_id}")
         super().__init__(group_id=group_id, default_args=defaults, **group_kwargs)  # type: ignore[arg-type]
         assert self.group_id is not None  # a named group
-        built(f"{self.dag.dag_id} / {self.group_id}", source, inputs)
+        built(self.dag.dag_id, self.group_id, source, inputs)
         dag_defaults = {**(self.dag.default_args or {}), **defaults}
         queue = stays_on_host(plan, dag_defaults, local_queue)
         with self:
