@@ -177,7 +177,7 @@ def test_run_end_to_end_then_resume_then_new(experiment, tmp_path):
     # issue 36 (2): where to watch it is said once Airflow is up, before the trials end
     assert "Watch it: http://127.0.0.1:" in result.stderr and "passwords.json" in result.stderr
     home = tmp_path / ".trialflow"
-    assert (home / "experiments.db").exists() and (home / "dags" / "experiment.py").exists()
+    assert (home / "experiments.db").exists() and (home / "dags" / "trialflow_cli.py").exists()
     assert (home / ".airflowignore").read_text().splitlines()[1:] == ["*", ".*"]  # issue 36 (3)
     leftovers = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True).stdout
     assert leftovers == "", "Airflow components must be stopped on exit"

@@ -211,7 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     downstream: list[dict[str, Any]] = []
     try:
         try:
-            run.start(say=display.say)
+            run.start(say=display.say, keep=args.keep_running)
             # where to watch it while it runs, not only at the end
             display.say(f"Watch it: {run.page_url()}")
             display.say(f"  log in as trialflow; the password is in {run.airflow.home / 'passwords.json'}")
@@ -236,12 +236,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(json.dumps(result.to_json(), indent=2))
         else:
             display.results(result)
-        if args.keep_running and state != "interrupted":
-            _serve(run.airflow, run.page_url(), display.say)
-        elif not args.json:
-            display.say(f"Browse it: trialflow ui --home {run.home}  (or run with --keep-running)")
     finally:
-        run.stop()
+        stopped = run.stop(keep=args.keep_running and state != "interrupted")
+    _left(run.airflow, run.home, run.page_url() if run.run_id else None, stopped, display.say)
     return 0 if result.succeeded else 1
 
 
@@ -276,7 +273,7 @@ def _run_dag_file(args: argparse.Namespace) -> int:
     state = "failed"
     try:
         try:
-            run.start(say=display.say)
+            run.start(say=display.say, keep=args.keep_running)
             for group in run.groups:
                 display.say(f"Watch {group.label}: {run.page_url(group)}")
             display.say(f"  log in as trialflow; the password is in {run.airflow.home / 'passwords.json'}")
@@ -296,13 +293,24 @@ def _run_dag_file(args: argparse.Namespace) -> int:
             print(json.dumps(result.to_json(), indent=2))
         else:
             display.dag_results(result)
-        if args.keep_running and state != "interrupted":
-            _serve(run.airflow, f"{run.airflow.base_url}/dags/{run.dag_id}/runs/{run.run_id}", display.say)
-        elif not args.json:
-            display.say(f"Browse it: trialflow ui --home {run.home}  (or run with --keep-running)")
     finally:
-        run.stop()
+        stopped = run.stop(keep=args.keep_running and state != "interrupted")
+    page = f"{run.airflow.base_url}/dags/{run.dag_id}/runs/{run.run_id}" if run.run_id else None
+    _left(run.airflow, run.home, page, stopped, display.say)
     return 0 if result.succeeded else 1
+
+
+def _left(airflow: Any, home: Path, page: str | None, stopped: bool, say: Any) -> None:
+    """What a run leaves: Airflow stopped (how to browse the results), or up for the next run."""
+    if stopped:
+        say(f"Browse it: trialflow ui --home {home}  (or run with --keep-running)")
+        return
+    if page:
+        say(f"Page: {page}")
+    say(
+        f"Airflow stays up in {home} for the next `trialflow run` (log in as trialflow; the password is in "
+        f"{airflow.home / 'passwords.json'}); `trialflow down --home {home}` stops it"
+    )
 
 
 def _serve(airflow: Any, url: str, say: Any) -> None:
@@ -331,6 +339,12 @@ def cmd_ui(args: argparse.Namespace) -> int:
             FileNotFoundError(f"no trialflow run in {home} (run `trialflow run CONFIG` first, or give --home)")
         )
     airflow = embedded_airflow(home, viewers=tuple(args.viewer))
+    from trialflow.shared_airflow import adopt_running
+
+    if adopt_running(airflow) is not None:  # the home's Airflow is up (`trialflow up`, a run): its pages
+        _stderr(f"The Airflow of this home is up: {airflow.base_url}/plugin/trialflow")
+        _stderr(f"Log in as trialflow; the password is in {airflow.home / 'passwords.json'}")
+        return 0
     if args.port:
         airflow.port = args.port
     signal.signal(signal.SIGTERM, _interrupt)
@@ -341,6 +355,64 @@ def cmd_ui(args: argparse.Namespace) -> int:
     finally:
         airflow.stop()
     return 0
+
+
+def _home_airflow(args: argparse.Namespace) -> Any:
+    """The private Airflow of the home `up`/`down` name: beside a config (its DAG written) or a
+    DAG file (its folder as the DAGs folder), or --home."""
+    from trialflow.experiment import default_home
+    from trialflow.runner import embedded_airflow
+
+    path = Path(args.path).expanduser().resolve() if args.path else None
+    home = (Path(args.home) if args.home else default_home(path) if path else Path(".trialflow")).resolve()
+    if path is not None and is_dag_file(path):
+        return embedded_airflow(home, UP_PARALLELISM, tuple(args.viewer), dags_folder=path.parent)
+    if path is not None and args.func is cmd_up:
+        from trialflow.runner import ExperimentRun
+
+        run = ExperimentRun(path, home)  # a config: its DAG is written now, parsed before its run
+        run.write_dag()
+        run.airflow.parallelism = UP_PARALLELISM
+        return run.airflow
+    return embedded_airflow(home, UP_PARALLELISM, tuple(args.viewer))
+
+
+#: Worker processes of an Airflow kept up for several runs (LocalExecutor starts them all at once:
+#: 16 were 16 idle processes).
+UP_PARALLELISM = 8
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Start a home's private Airflow and keep it up: every later `trialflow run` of the home
+    uses it (triggered at once instead of after Airflow's start)."""
+    from trialflow.shared_airflow import up
+
+    try:
+        airflow = _home_airflow(args)
+    except (ConfigError, FileNotFoundError) as exc:
+        return _fail(exc)
+    say = _stderr
+    started = up(airflow)
+    say(f"Airflow {'started' if started else 'was already up'}: {airflow.base_url} (DAGs folder {airflow.dags_folder})")
+    say(f"Log in as trialflow; the password is in {airflow.home / 'passwords.json'}")
+    say(f"`trialflow down --home {airflow.home.parent}` stops it")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    """Stop a home's kept Airflow (after its last run, when runs use it)."""
+    from trialflow.shared_airflow import down
+
+    try:
+        airflow = _home_airflow(args)
+    except (ConfigError, FileNotFoundError) as exc:
+        return _fail(exc)
+    _stderr(f"Airflow of {airflow.home.parent}: {down(airflow)}")
+    return 0
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -833,6 +905,15 @@ def build_parser() -> argparse.ArgumentParser:
         "private Airflow (repeatable); `run` waits for the runs the published Asset starts",
     )
     p.set_defaults(func=cmd_run)
+    for name, text in (
+        ("up", "start a home's private Airflow and keep it up for the `trialflow run`s that follow"),
+        ("down", "stop a home's private Airflow (after the last run using it)"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("path", nargs="?", help="a config or DAG file whose home (.trialflow beside it) it is")
+        p.add_argument("--home", help="the home (default: .trialflow beside PATH, or in the current folder)")
+        _viewer_arg(p)
+        p.set_defaults(func=cmd_up if name == "up" else cmd_down)
     p = sub.add_parser("ui", help="serve the experiment pages of a `trialflow run` home (Airflow's api-server)")
     p.add_argument("config", nargs="?", help="the experiment config whose .trialflow home to serve")
     p.add_argument("--home", help="a `trialflow run` home (default: .trialflow beside CONFIG)")

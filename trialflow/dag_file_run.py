@@ -40,6 +40,7 @@ from trialflow.runner import (
     keep_out_of_dag_folders,
 )
 from trialflow.runs import cancel_trials
+from trialflow.shared_airflow import joined, leave
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.results import TrialRow
 
@@ -173,16 +174,36 @@ class DagFileRun:
     def page_url(self, group: GroupOfRun) -> str:
         return f"{self.airflow.base_url}/plugin/trialflow?experiment={group.experiment_id}"
 
-    def start(self, say: Callable[[str], None] = lambda _: None) -> None:
+    def start(self, say: Callable[[str], None] = lambda _: None, keep: bool = False) -> None:
+        """Start the home's private Airflow on the file's folder, or attach to the one up there
+        for that folder (trialflow.shared_airflow), and trigger one run of the DAG."""
         ExperimentStore(self.store_url)  # an older store is refused here, before Airflow starts
         keep_out_of_dag_folders(self.home)
-        say("Preparing Airflow's database")
-        self.airflow.migrate()
-        say(f"Starting Airflow (DAGs folder {self.airflow.dags_folder}; every listener on 127.0.0.1)")
-        self.airflow.start(tuple(c for c in COMPONENTS if c != "triggerer"))
-        self.airflow.wait_serving()
-        self.airflow.warm_up()
-        self.airflow.wait_for_dag(self.dag_id, self.dag_file)
+        with joined(self.airflow, keep) as attached:
+            if attached:
+                say(f"Using the Airflow already up in this home ({self.airflow.base_url})")
+                changed = max(self.dag_file.stat().st_mtime, *(self._config_times()))
+                self.airflow.wait_for_fresh_dag(self.dag_id, self.dag_file, changed)
+                self._trigger(say)
+                return
+            say("Preparing Airflow's database")
+            self.airflow.migrate()
+            say(f"Starting Airflow (DAGs folder {self.airflow.dags_folder}; every listener on 127.0.0.1)")
+            self.airflow.start(tuple(c for c in COMPONENTS if c != "triggerer"))
+            self.airflow.wait_serving()
+            self.airflow.warm_up()
+            self.airflow.wait_for_dag(self.dag_id, self.dag_file)
+            self._trigger(say)
+            self.airflow.start(("triggerer",))
+            self.airflow.wait_healthy()
+
+    def _config_times(self) -> list[float]:
+        """Modification times of the YAML configs the DAG's groups read (inline ones live in
+        the DAG file)."""
+        files = [g.config.source_file for g in self.groups if g.config.source_file is not None]
+        return [Path(f).stat().st_mtime for f in files if Path(f).exists()]
+
+    def _trigger(self, say: Callable[[str], None]) -> None:
         self.run_id = self.airflow.trigger(self.dag_id)
         self.groups = [
             GroupOfRun(
@@ -191,8 +212,6 @@ class DagFileRun:
             for g in self.groups
         ]
         say(f"DAG {self.dag_id}: run {self.run_id} started")
-        self.airflow.start(("triggerer",))
-        self.airflow.wait_healthy()
 
     def rows(self, group: GroupOfRun) -> list[TrialRow]:
         try:
@@ -238,6 +257,7 @@ class DagFileRun:
         """Ctrl-C: cancel every experiment's running trials (they run in sessions of their own)."""
         if self.run_id is None:
             return 0
+        self.airflow.fail_run(self.dag_id, self.run_id)  # a shared Airflow would go on running it
         store = ExperimentStore(self.store_url)
         return sum(
             cancel_trials(Experiment(g.config, g.experiment_id, run_workdir(g.config, self.home)), store, reason)
@@ -263,5 +283,6 @@ class DagFileRun:
         ]
         return DagFileResult(self.dag_id, self.run_id or "", state, experiments, self.tasks())
 
-    def stop(self) -> None:
-        self.airflow.stop()
+    def stop(self, keep: bool = False) -> bool:
+        """Leave the home's Airflow (stopped unless used by another run or kept)."""
+        return leave(self.airflow, keep)

@@ -30,6 +30,8 @@ from urllib.parse import quote
 
 import httpx
 
+from trialflow.home_airflow import Proc
+
 COMPONENTS = ("api-server", "scheduler", "triggerer", "dag-processor")
 USER = "trialflow"
 #: One REST call's timeout, and how long a call that timed out or found the port closed is
@@ -70,7 +72,7 @@ class EmbeddedAirflow:
         for name in self.viewers:
             check_login_name(name)
 
-    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen | AdoptedProcess] = field(default_factory=dict)
     _token: str | None = None
     _warm_up: threading.Thread | None = None
 
@@ -259,6 +261,13 @@ class EmbeddedAirflow:
             f"Airflow did not become healthy in {timeout:.0f} s (last: {last}); logs in {self.home / 'logs'}"
         )
 
+    def adopt(self, port: int, components: dict[str, Proc]) -> None:
+        """Use the components another `trialflow` started in this home (trialflow.home_airflow):
+        they are watched and stopped as this one's own would be, by pid."""
+        self.port = port
+        self._token = None
+        self.processes = {name: AdoptedProcess(proc) for name, proc in components.items()}
+
     def check_alive(self) -> None:
         for name, proc in list(self.processes.items()):
             if proc.poll() is not None:
@@ -392,6 +401,29 @@ class EmbeddedAirflow:
             time.sleep(0.5)
         raise EmbeddedAirflowError(f"DAG {dag_id} did not appear in {timeout:.0f} s")
 
+    def wait_for_fresh_dag(self, dag_id: str, dag_file: Path, changed_at: float, timeout: float = 120.0) -> None:
+        """An Airflow already up (a shared home's): wait until ``dag_id`` is parsed from what its
+        files hold since ``changed_at`` (epoch seconds: the newest of the DAG file and the config
+        it reads). A DAG parsed after that is used at once; an older one is re-parsed on request
+        (the dag-processor would otherwise come to it within its 5 s interval)."""
+        deadline = time.monotonic() + timeout
+        asked = False
+        while time.monotonic() < deadline:
+            self.check_alive()
+            response = self.api("GET", f"/dags/{dag_id}/details")
+            if response.status_code == 200:
+                details = response.json()
+                parsed = details.get("last_parsed_time")
+                if parsed and datetime.fromisoformat(str(parsed).replace("Z", "+00:00")).timestamp() > changed_at:
+                    return
+                if not asked and details.get("file_token"):
+                    self.api("PUT", f"/parseDagFile/{details['file_token']}")
+                    asked = True
+            else:
+                self.wait_for_dag(dag_id, dag_file, timeout=max(1.0, deadline - time.monotonic()))
+            time.sleep(0.2)
+        raise EmbeddedAirflowError(f"DAG {dag_id} was not parsed again in {timeout:.0f} s")
+
     def dags_of_file(self, dag_file: Path, timeout: float = 120.0) -> list[str]:
         """The ids of the DAGs that ``dag_file`` (in the DAGs folder) defines, once parsed; fail
         fast, with Airflow's trace, if it has an import error."""
@@ -468,6 +500,11 @@ class EmbeddedAirflow:
         )
         if response.status_code >= 300:
             raise EmbeddedAirflowError(f"clearing {dag_id} {run_id} failed: {response.status_code} {response.text}")
+
+    def fail_run(self, dag_id: str, run_id: str) -> None:
+        """Mark a run failed (Ctrl-C of a run on a shared Airflow, which goes on running): its
+        tasks stop and it starts no more trials."""
+        self.api("PATCH", f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}", json={"state": "failed"})
 
     def dag_run_state(self, dag_id: str, run_id: str) -> str:
         return str(self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json().get("state"))
@@ -575,6 +612,29 @@ def _logged(path: Path, offset: int, text: str) -> bool:
         return False
 
 
+class AdoptedProcess:
+    """A component started by another process (a shared home's Airflow), with the part of
+    Popen's interface that watching and stopping use. Its exit code is not ours to read: -1."""
+
+    def __init__(self, proc: Proc):
+        self.pid = proc.pid
+        self._proc = proc
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not self._proc.alive():
+            self.returncode = -1
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+            time.sleep(0.05)
+        return code
+
+
 def _wait_all(procs: Any, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     for proc in list(procs):
@@ -584,7 +644,7 @@ def _wait_all(procs: Any, timeout: float) -> None:
             pass
 
 
-def _signal_leader(proc: subprocess.Popen, sig: signal.Signals) -> None:
+def _signal_leader(proc: subprocess.Popen | AdoptedProcess, sig: signal.Signals) -> None:
     if proc.poll() is None:
         try:
             os.kill(proc.pid, sig)
@@ -592,7 +652,7 @@ def _signal_leader(proc: subprocess.Popen, sig: signal.Signals) -> None:
             pass
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen | AdoptedProcess) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

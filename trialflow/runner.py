@@ -33,11 +33,14 @@ from trialflow.experiment import (
 from trialflow.plan import default_dag_id
 from trialflow.run_windows import RunWindow
 from trialflow.runs import cancel_trials, continuation_run_id
+from trialflow.shared_airflow import joined, leave
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.pareto import pareto_rows, with_values
 from trialflow.tuning.results import TrialRow, best_row
 
 TERMINAL_RUN_STATES = {"success", "failed"}
+#: The DAG file trialflow 0.1 wrote for whichever config ran last in a home.
+LEGACY_DAG_FILE = "experiment.py"
 DAG_FILE = """\
 # An Airflow DAG written by `trialflow run`; the whole experiment is this one line.
 from trialflow.dag import experiment_dag
@@ -206,6 +209,8 @@ class ExperimentRun:
                 raise FileNotFoundError(f"--downstream {path}: no such DAG file")
         self.downstream_dags: list[str] = []
         self.triggered_at: datetime | None = None
+        #: One DAG file per experiment DAG: runs of two configs of a home share its Airflow.
+        self.dag_file_name = f"{self.dag_id}.py"
 
     @property
     def experiment_id(self) -> str:
@@ -228,7 +233,10 @@ class ExperimentRun:
     def write_dag(self) -> Path:
         self.airflow.dags_folder.mkdir(parents=True, exist_ok=True)
         keep_out_of_dag_folders(self.home)
-        path = self.airflow.dags_folder / "experiment.py"
+        path = self.airflow.dags_folder / self.dag_file_name
+        legacy = self.airflow.dags_folder / LEGACY_DAG_FILE
+        if legacy.exists() and legacy != path:  # an earlier trialflow's one file for every config
+            legacy.unlink()
         path.write_text(DAG_FILE.format(config=str(self.config_path), dag_id=self.dag_id, poll=self.poll_interval))
         for index, source in enumerate(self.downstream):
             self.downstream_file(index, source).write_text(source.read_text())  # a copy, as of this start
@@ -237,33 +245,60 @@ class ExperimentRun:
     def downstream_file(self, index: int, source: Path) -> Path:
         return self.airflow.dags_folder / f"downstream_{index}_{source.name}"
 
-    def start(self, say: Callable[[str], None] = lambda _: None) -> None:
+    def changed_at(self) -> float:
+        """When the experiment's DAG last changed: its DAG file, its config, its search space."""
+        files = [self.airflow.dags_folder / self.dag_file_name, self.config_path]
+        if self.config.search_space_file:
+            files.append(Path(self.config.search_space_file))
+        return max((f.stat().st_mtime for f in files if f.exists()), default=0.0)
+
+    def start(self, say: Callable[[str], None] = lambda _: None, keep: bool = False) -> None:
+        """Start the home's private Airflow, or attach to the one up there (another run's, or
+        `trialflow up`'s: trialflow.shared_airflow), and trigger (or resume) the run.
+        ``keep``: leave Airflow up when the run ends (`--keep-running`)."""
         # The home's store opens before Airflow starts: one of an earlier trialflow is refused
         # here (StoreSchemaError, saying to run `trialflow db upgrade --home ...`), not by
         # every task of a run that was already under way.
         ExperimentStore(self.store_url)
         dag_file = self.write_dag()
-        say("Preparing Airflow's database")
-        self.airflow.migrate()
-        say("Starting Airflow (scheduler, triggerer, dag-processor, api-server on 127.0.0.1)")
-        # The triggerer starts once the run is triggered: nothing defers before a trial has run
-        # for defer_after seconds, and its start-up (~2 s of CPU) no longer competes with the
-        # components the first trials wait for.
-        self.airflow.start(tuple(c for c in COMPONENTS if c != "triggerer"))
-        self.airflow.wait_serving()
-        self.airflow.warm_up()  # while the other components start
-        self.airflow.wait_for_dag(self.dag_id, dag_file)
+        with joined(self.airflow, keep) as attached:
+            if attached:
+                say(f"Using the Airflow already up in this home ({self.airflow.base_url})")
+                self.airflow.wait_for_fresh_dag(self.dag_id, dag_file, self.changed_at())
+                self._find_downstream(say)
+                self._trigger_or_resume(say)
+                return
+            say("Preparing Airflow's database")
+            self.airflow.migrate()
+            say("Starting Airflow (scheduler, triggerer, dag-processor, api-server on 127.0.0.1)")
+            # The triggerer starts once the run is triggered: nothing defers before a trial has
+            # run for defer_after seconds, and its start-up (~2 s of CPU) no longer competes
+            # with the components the first trials wait for.
+            self.airflow.start(tuple(c for c in COMPONENTS if c != "triggerer"))
+            self.airflow.wait_serving()
+            self.airflow.warm_up()  # while the other components start
+            self.airflow.wait_for_dag(self.dag_id, dag_file)
+            self._find_downstream(say)
+            self._trigger_or_resume(say)
+            self.airflow.start(("triggerer",))
+            # The scheduler has been starting all along and a run waits for it anyway, so it is
+            # checked last, with the triggerer (a component that died says so here).
+            self.airflow.wait_healthy()
+
+    def _find_downstream(self, say: Callable[[str], None]) -> None:
         for index, source in enumerate(self.downstream):
             found = self.airflow.dags_of_file(self.downstream_file(index, source))
             self.downstream_dags += found
             say(f"Downstream of the experiment: {', '.join(found)} ({source.name})")
+
+    def _trigger_or_resume(self, say: Callable[[str], None]) -> None:
         self.triggered_at = datetime.now(UTC)
         previous = None if self.new else self.airflow.latest_run(self.dag_id)
         if previous is not None:
             # NNI's `nnictl resume`: the same DAG run, cleared, continues its experiment. Finished
             # trials report from the store, trials still running are re-attached, the rest start.
-            # The triggerer is not up yet: a clear drops the deferred tasks' triggers unseen,
-            # where a running triggerer would take it as a person's stop (on_kill).
+            # On a fresh Airflow the triggerer is not up yet: a clear drops the deferred tasks'
+            # triggers unseen, where a running triggerer would take it as a person's stop.
             self._follow(previous, self.airflow.run_conf(self.dag_id, previous))
             self.resumed = True
             self.airflow.clear_run(self.dag_id, previous)
@@ -274,10 +309,6 @@ class ExperimentRun:
         else:
             self._follow(self.airflow.trigger(self.dag_id))
             say(f"Experiment {self.experiment_id} started (DAG {self.dag_id}, run {self.run_id})")
-        self.airflow.start(("triggerer",))
-        # The scheduler has been starting all along and a run waits for it anyway, so it is
-        # checked last, with the triggerer (a component that died says so here).
-        self.airflow.wait_healthy()
 
     def rows(self) -> list[TrialRow]:
         try:
@@ -368,6 +399,8 @@ class ExperimentRun:
         otherwise outlive the Airflow that started them."""
         if self.run_id is None:
             return 0
+        if self.current_run_id is not None:  # a shared Airflow would go on running it
+            self.airflow.fail_run(self.dag_id, self.current_run_id)
         experiment = Experiment(self.config, self.experiment_id, self.workdir)
         return cancel_trials(experiment, ExperimentStore(self.store_url), reason)
 
@@ -376,5 +409,7 @@ class ExperimentRun:
             self.config, self.experiment_id, self.workdir, self.rows(), state, self.dag_id, self.run_id or "", self.home
         )
 
-    def stop(self) -> None:
-        self.airflow.stop()
+    def stop(self, keep: bool = False) -> bool:
+        """Leave the home's Airflow: stopped unless another run uses it or it is kept (True
+        when it was stopped)."""
+        return leave(self.airflow, keep)
