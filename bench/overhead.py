@@ -214,6 +214,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cases", nargs="+", default=["20,4,0", "20,4,3", "40,8,1"])
     parser.add_argument("--skip-nni", action="store_true")
+    parser.add_argument(
+        "--only-run",
+        action="store_true",
+        help="only `trialflow run` (cold and warm) beside NNI, no DAG on a shared Airflow",
+    )
     args = parser.parse_args()
     cases = [tuple(float(v) if i == 2 else int(v) for i, v in enumerate(case.split(","))) for case in args.cases]
     with_nni = not args.skip_nni and ensure_nni()
@@ -264,12 +269,14 @@ def main() -> None:
 
     results: dict[tuple, dict[str, list[float]]] = {case: {} for case in cases}
     peaks: dict[str, int] = {}
-    airflow.migrate()
-    airflow.start()
+    if not args.only_run:
+        airflow.migrate()
+        airflow.start()
     try:
-        airflow.wait_healthy()
+        if not args.only_run:
+            airflow.wait_healthy()
         roots = [p.pid for p in airflow.processes.values()]
-        for rep in range(args.repeat):
+        for rep in range(0 if args.only_run else args.repeat):
             for case in cases:
                 n, c, s = case
                 tag = f"{n}_{c}_{str(s).replace('.', '_')}"
@@ -344,6 +351,8 @@ def main() -> None:
                 print(f"rep {rep + 1}/{args.repeat} {case}: NNI 3.0 local {seconds}", file=sys.stderr, flush=True)
 
     run_times, run_peak = [], 0
+    warm_times: list[float] = []
+    trigger_times: dict[str, list[float]] = {"cold": [], "warm": []}
     if (20, 4, 3.0) in cases:
         cfg = work / "run_20_4_3.yml"
         cfg.write_text(
@@ -352,20 +361,64 @@ def main() -> None:
             )
         )
         for rep in range(args.repeat):
-            home = work / f"run-home-{rep}"
-            started = time.perf_counter()
-            proc = subprocess.Popen(
-                [PY, "-m", "trialflow.cli", "run", str(cfg), "--json", "--home", str(home)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-            )
-            with PssSampler([proc.pid]) as mem:
-                proc.communicate(timeout=900)
-            run_times.append(time.perf_counter() - started)
-            run_peak = max(run_peak, mem.peak)
+            seconds, triggered, peak = timed_run(cfg, work / f"run-home-{rep}")
+            run_times.append(seconds)
+            trigger_times["cold"].append(triggered)
+            run_peak = max(run_peak, peak)
+            print(f"rep {rep + 1}/{args.repeat}: trialflow run cold {seconds:.2f}s", file=sys.stderr, flush=True)
+        # warm: the home's Airflow kept up (`trialflow up`), each run a new experiment in it
+        warm_home = work / "warm-home"
+        up = [PY, "-m", "trialflow.cli", "up", str(cfg), "--home", str(warm_home)]
+        subprocess.run(up, check=True, capture_output=True, timeout=300)
+        try:
+            for rep in range(args.repeat):
+                seconds, triggered, _ = timed_run(cfg, warm_home, "--new")
+                warm_times.append(seconds)
+                trigger_times["warm"].append(triggered)
+                print(f"rep {rep + 1}/{args.repeat}: trialflow run warm {seconds:.2f}s", file=sys.stderr, flush=True)
+        finally:
+            subprocess.run([PY, "-m", "trialflow.cli", "down", "--home", str(warm_home)], timeout=300)
 
     print_report(cases, results, run_times, run_peak, peaks, args.repeat)
+    if warm_times:
+        print_run_table(results, run_times, warm_times, trigger_times, args.repeat)
     shutil.rmtree(work, ignore_errors=True)
+
+
+def timed_run(cfg: Path, home: Path, *extra: str) -> tuple[float, float, int]:
+    """`trialflow run CONFIG`: (seconds to its end, seconds until the run was triggered, peak PSS)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [PY, "-m", "trialflow.cli", "run", str(cfg), "--json", "--home", str(home), *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    triggered = float("nan")
+    with PssSampler([proc.pid]) as mem:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if triggered != triggered and " started (DAG " in line:
+                triggered = time.perf_counter() - started
+        proc.wait(timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"trialflow run {cfg} failed (exit {proc.returncode})")
+    return time.perf_counter() - started, triggered, mem.peak
+
+
+def print_run_table(results, cold, warm, triggered, repeat) -> None:
+    med = statistics.median
+    nni = results.get((20, 4, 3.0), {}).get("NNI 3.0 local")
+    print(f"\n`trialflow run` on (20,4,3), wall seconds from the command to its exit, median of {repeat}:\n")
+    print("| | seconds | run triggered after | x NNI 3.0 local |")
+    print("|---|---|---|---|")
+    for name, times in (("cold (starts and stops Airflow)", cold), ("warm (`trialflow up` first)", warm)):
+        ratio = f"{med(times) / med(nni):.2f}" if nni else "-"
+        key = "cold" if name.startswith("cold") else "warm"
+        print(f"| {name} | {med(times):.2f} | {med(triggered[key]):.2f} s | {ratio} |")
+    if nni:
+        print(f"| NNI 3.0 local (nnictl create to its last result) | {med(nni):.2f} | - | 1.00 |")
+    print("\ntargets: warm <= 0.6 x NNI; cold as it is")
 
 
 def print_report(cases, results, run_times, run_peak, peaks, repeat) -> None:
