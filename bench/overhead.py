@@ -8,8 +8,9 @@
         floor of hyperparameter tuning in Airflow tasks, whatever does it)
     vs  NNI 3.0 local mode (nnictl, its own venv)  vs  `xargs -P C` (the floor)
 
-plus `trialflow run` including Airflow's start-up, and orchestration memory (PSS). Airflow's
-runs come first, then NNI's (see main), then `trialflow run`.
+plus `trialflow run` including Airflow's start-up (cold) and on a home kept up (warm), and
+orchestration memory (PSS). Airflow's runs come first, then `trialflow run`, then NNI's (see
+main). ``--only-run``: `trialflow run` cold and warm beside NNI, nothing else.
 Prints medians and ratios; targets from issue #2 are shown beside them. Not a test:
 figures depend on the machine, so read them side by side.
 
@@ -340,16 +341,6 @@ def main() -> None:
     # still busy with its aftermath (its files written back, its network namespace torn down)
     # when the next DAG ran, and every Airflow figure measured after an NNI run was slower
     # (same day: the hand-written DAG 2.9 s on (20,4,0) with no NNI run between, 5.1 s with).
-    if with_nni:
-        for rep in range(args.repeat):
-            for case in cases:
-                n, c, s = case
-                tag = f"{n}_{c}_{str(s).replace('.', '_')}"
-                seconds = run_nni(work, n, c, s, f"{tag}_{rep}")
-                if seconds is not None:
-                    results[case].setdefault("NNI 3.0 local", []).append(seconds)
-                print(f"rep {rep + 1}/{args.repeat} {case}: NNI 3.0 local {seconds}", file=sys.stderr, flush=True)
-
     run_times, run_peak = [], 0
     warm_times: list[float] = []
     trigger_times: dict[str, list[float]] = {"cold": [], "warm": []}
@@ -379,7 +370,19 @@ def main() -> None:
         finally:
             subprocess.run([PY, "-m", "trialflow.cli", "down", "--home", str(warm_home)], timeout=300)
 
-    print_report(cases, results, run_times, run_peak, peaks, args.repeat)
+    # NNI's runs last: the machine is busy with each one's aftermath for a while (see above)
+    if with_nni:
+        for rep in range(args.repeat):
+            for case in cases:
+                n, c, s = case
+                tag = f"{n}_{c}_{str(s).replace('.', '_')}"
+                seconds = run_nni(work, n, c, s, f"{tag}_{rep}")
+                if seconds is not None:
+                    results[case].setdefault("NNI 3.0 local", []).append(seconds)
+                print(f"rep {rep + 1}/{args.repeat} {case}: NNI 3.0 local {seconds}", file=sys.stderr, flush=True)
+
+    if not args.only_run:
+        print_report(cases, results, run_times, run_peak, peaks, args.repeat)
     if warm_times:
         print_run_table(results, run_times, warm_times, trigger_times, args.repeat)
     shutil.rmtree(work, ignore_errors=True)
