@@ -110,6 +110,7 @@ def read(airflow_home: Path) -> Running | None:
 
 
 def write(airflow_home: Path, running: Running) -> None:
+    airflow_home.mkdir(parents=True, exist_ok=True)
     path = record_path(airflow_home)
     temporary = path.with_suffix(".json.tmp")
     temporary.write_text(running.to_json())
