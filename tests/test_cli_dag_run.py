@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,18 +56,34 @@ two_groups()
 """
 
 
-def dag_folder(tmp_path: Path, fail: bool) -> Path:
-    (tmp_path / "trials.py").write_text("def score(params, scale):\n    return params['x'] * scale\n")
-    path = tmp_path / "my_dag.py"
+def write_dag(folder: Path, fail: bool) -> Path:
+    (folder / "trials.py").write_text("def score(params, scale):\n    return params['x'] * scale\n")
+    path = folder / "my_dag.py"
     path.write_text(DAG.format(fail=fail))
     return path
 
 
-def test_a_dag_file_with_two_groups_runs_once_with_each_groups_progress_and_results(tmp_path):
-    path = dag_folder(tmp_path, fail=False)
-    before = sorted(p.name for p in tmp_path.iterdir())
-    result = cli("run", str(path), "--json", timeout=600)
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory) -> Iterator[tuple[Path, list[str], subprocess.CompletedProcess]]:
+    """The DAG file run cold, its Airflow left up (`--keep-running`) for the module's next run;
+    `trialflow down` at the end."""
+    folder = tmp_path_factory.mktemp("dag_folder")
+    path = write_dag(folder, fail=False)
+    before = sorted(p.name for p in folder.iterdir())
+    result = cli("run", str(path), "--json", "--keep-running", timeout=600)
+    try:
+        yield path, before, result
+    finally:
+        down = cli("down", str(path), timeout=120)
+        assert down.returncode == 0 and "stopped" in down.stderr, down.stderr
+        leftovers = subprocess.run(["pgrep", "-f", str(folder / ".trialflow")], capture_output=True, text=True)
+        assert leftovers.stdout == "", "Airflow components must be stopped by `trialflow down`"
+
+
+def test_a_dag_file_with_two_groups_runs_once_with_each_groups_progress_and_results(first_run):
+    path, before, result = first_run
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "Starting Airflow (DAGs folder" in result.stderr
     summary = json.loads(result.stdout)
     assert summary["dag_id"] == "two_groups" and summary["state"] == "success"
     assert [e["label"] for e in summary["experiments"]] == ["two_groups / tune_a", "two_groups / tune_b"]
@@ -84,16 +101,19 @@ def test_a_dag_file_with_two_groups_runs_once_with_each_groups_progress_and_resu
         {"task_id": "train", "state": "success", "log_tail": []},
     ]
     # the DAG's folder is Airflow's DAGs folder, and nothing but the home is written into it
-    after = sorted(p.name for p in tmp_path.iterdir() if p.name not in {".trialflow", "__pycache__"})
+    after = sorted(p.name for p in path.parent.iterdir() if p.name not in {".trialflow", "__pycache__"})
     assert after == before
-    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path / ".trialflow")], capture_output=True, text=True).stdout
-    assert leftovers == "", "Airflow components must be stopped on exit"
+    assert "Airflow stays up in" in result.stderr and "trialflow down --home" in result.stderr
 
 
-def test_a_dag_file_whose_own_task_fails_says_which_with_its_log_and_exits_non_zero(tmp_path):
-    path = dag_folder(tmp_path, fail=True)
+def test_a_dag_file_whose_own_task_fails_says_which_with_its_log_and_exits_non_zero(first_run):
+    """The next run of the changed file, on the Airflow the first one left up: attached, the
+    DAG parsed again from the changed file before it is triggered."""
+    path, _, _ = first_run
+    write_dag(path.parent, fail=True)
     result = cli("run", str(path), timeout=600)
     assert result.returncode == 1, result.stderr[-3000:]
+    assert "Using the Airflow already up in this home" in result.stderr
     out = result.stdout
     # both experiments still trained and show their tables
     assert out.count("SUCCEEDED") == 4 and "two_groups / tune_a" in out and "two_groups / tune_b" in out
