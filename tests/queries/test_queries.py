@@ -279,3 +279,26 @@ def test_parameter_paths_try_the_whole_name_first():
     paths = queries.parameter_paths("a/b")
     assert paths[:2] == [("a/b",), ("a/b", "_name")] and ("a", "b") in paths
     assert len(queries.parameter_paths("a/b/c/d/e/f/g")) == 4  # whole and full split only
+
+
+def test_a_trials_page_reads_its_experiments_header_as_the_summary_says_it(store):
+    """The trial route reads experiment_header, not the whole summary (issue 47, 3): every key it
+    has is the summary's, with a trial running and after it ended."""
+    made = fill(store)
+    engine = store.storage.engine
+    keys = ("experiment_id", "dag_id", "task_group", "run_id", "active", "runs", "stopped")
+
+    def both() -> tuple[dict, dict]:
+        header = queries.experiment_header(engine, "eq000001")
+        summary = queries.experiment_summary(engine, "eq000001")
+        assert set(header) == set(keys)
+        return header, {k: summary[k] for k in keys}
+
+    header, summary = both()
+    assert header == summary and header["active"] is True and header["dag_id"] == "dag_a"
+    running = next(m for m in made if m["status"] is None)
+    store.close(store.find_trial_id("eq000001", running["index"]), TrialStatus.USER_CANCELED, "stopped for the test")
+    header, summary = both()
+    assert header == summary and header["active"] is False
+    with pytest.raises(queries.UnknownExperiment):
+        queries.experiment_header(engine, "nope")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -234,17 +235,60 @@ def experiment_config(engine: Engine, experiment_id: str) -> dict[str, Any]:
     return config if isinstance(config, dict) else {}
 
 
+def _windows_of(conn: sa.Connection, sid: int) -> list[dict[str, Any]]:
+    """The experiment's run windows as the pages show them, each with its run id."""
+    runs = conn.execute(
+        sa.select(STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
+            STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key.like(LIKE_PATTERN)
+        )
+    ).all()
+    return [dict(shown_window(decoded(value) or {}), run_id=run_id_of(key)) for key, value in runs]
+
+
+def experiment_header(engine: Engine, experiment_id: str) -> dict[str, Any]:
+    """What a trial's page needs of its experiment: where it runs (DAG, group, run windows),
+    whether a person stopped it and whether any trial is still active. The keys are
+    experiment_summary's, without its counts, times and best trial: those read every trial, and
+    at 20,000 trials they were most of a trial detail's time over HTTP (292.6 ms against
+    2.8 ms for the trial's own query, measured)."""
+    status = TRIAL_ATTRS.alias("st")
+    with engine.connect() as conn:
+        sid = study_id_of(conn, experiment_id)
+        attrs = dict(study_attrs(conn, [sid], ("dag_id", GROUP_ATTR, "run_id")).get(sid, {}))
+        windows = _windows_of(conn, sid)
+        # active: an indexed trial Optuna has not closed whose NNI status is active (or unset)
+        active = conn.execute(
+            sa.select(TRIALS.c.trial_id)
+            .select_from(
+                TRIALS.join(TRIAL_INDEX, TRIAL_INDEX.c.trial_id == TRIALS.c.trial_id).outerjoin(
+                    status, sa.and_(status.c.trial_id == TRIALS.c.trial_id, status.c.key == "nni_status")
+                )
+            )
+            .where(
+                TRIAL_INDEX.c.study_id == sid,
+                sa.cast(TRIALS.c.state, sa.String(8)).in_(["RUNNING", "WAITING"]),
+                sa.or_(status.c.value_json.is_(None), status.c.value_json.in_([json.dumps(s) for s in ACTIVE])),
+            )
+            .limit(1)
+        ).first()
+    return {
+        "experiment_id": experiment_id,
+        "dag_id": attrs.get("dag_id"),
+        "task_group": attrs.get(GROUP_ATTR),
+        "run_id": attrs.get("run_id"),
+        "active": active is not None,
+        "runs": sorted(windows, key=lambda w: w.get("first_index", 0)),
+        "stopped": stopped_of(windows),
+    }
+
+
 def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
     """The experiment page's header: config essentials, counts, best trial, time and trial budgets."""
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
         wanted = _LIST_ATTRS + ("directory", "limits", RETUNED_FROM, RETUNED_BY, WARM_STARTED_FROM, WARM_STARTED_BY)
         attrs = dict(study_attrs(conn, [sid], wanted).get(sid, {}))
-        runs = conn.execute(
-            sa.select(STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
-                STUDY_ATTRS.c.study_id == sid, STUDY_ATTRS.c.key.like(LIKE_PATTERN)
-            )
-        ).all()
+        windows = _windows_of(conn, sid)
         counts = _status_counts(conn, [sid]).get(sid, {})
         times = _times_and_best(conn, [sid]).get(sid, {})
     config = attrs.get("config") or {}
@@ -270,7 +314,6 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
             statuses=sorted(COUNTED_STATUS_NAMES),
         )
         best = page["rows"][0] if page["rows"] else None
-    windows = [dict(shown_window(decoded(value) or {}), run_id=run_id_of(key)) for key, value in runs]
     deadline = max((w.get("deadline") or 0 for w in windows), default=0) or None
     service = config.get("trainingService")
     services = service if isinstance(service, list) else [service] if service else []

@@ -29,6 +29,7 @@ from trialflow.ui.access import (
     run_state,
     store_engine,
 )
+from trialflow.ui.json_body import json_body
 from trialflow.ui.links import base_url, platform_url
 
 router = APIRouter()
@@ -145,8 +146,8 @@ def _location(handle: dict[str, Any]) -> str | None:
     return handle_location(handle)
 
 
-def _web_url_template(summary: dict[str, Any], platform: str | None) -> str | None:
-    config = queries.experiment_config(store_engine(), summary["experiment_id"])
+def _web_url_template(engine: Any, experiment_id: str, platform: str | None) -> str | None:
+    config = queries.experiment_config(engine, experiment_id)
     services = config.get("trainingService")
     for service in services if isinstance(services, list) else [services]:
         if isinstance(service, dict) and service.get("platform") == platform:
@@ -155,7 +156,7 @@ def _web_url_template(summary: dict[str, Any], platform: str | None) -> str | No
 
 
 @router.get("/api/experiments")
-def experiments(user: User, dag_id: str | None = None) -> dict[str, Any]:
+def experiments(user: User, dag_id: str | None = None) -> Response:
     rows = [r.as_dict() for r in queries.list_experiments(store_engine())]
     if dag_id is not None:
         rows = [r for r in rows if r["dag_id"] == dag_id]
@@ -165,11 +166,11 @@ def experiments(user: User, dag_id: str | None = None) -> dict[str, Any]:
     for row in rows:
         row["state"], row["active"] = run_state(row, runs)
         row["dag_exists"] = row["dag_id"] in existing
-    return {"experiments": rows}
+    return json_body({"experiments": rows})
 
 
 @router.get("/api/experiments/{experiment_id}")
-def experiment(user: User, experiment_id: str) -> dict[str, Any]:
+def experiment(user: User, experiment_id: str) -> Response:
     authorize(user, experiment_id)
     summary = queries.experiment_summary(store_engine(), experiment_id)
     runs, existing = dag_runs({(summary["dag_id"], summary["run_id"])} if summary.get("dag_id") else set())
@@ -184,7 +185,7 @@ def experiment(user: User, experiment_id: str) -> dict[str, Any]:
     # What the pages' buttons need: whether this person may act, and what is queued.
     summary["may_edit"] = may_edit_dag(user, dag)
     summary["waiting"] = action_store().waiting_count(experiment_id)
-    return summary
+    return json_body(summary)
 
 
 @router.get("/api/experiments/{experiment_id}/trials")
@@ -198,51 +199,54 @@ def trials(
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=queries.MAX_PAGE)] = 50,
     indexes: str = "",
-) -> dict[str, Any]:
+) -> Response:
     authorize(user, experiment_id)
     if sort not in ("index", "status", "metric", "duration", "platform") and not sort.startswith("param:"):
         raise HTTPException(
             status_code=422, detail="sort must be index, status, metric, duration, platform or param:NAME"
         )
     wanted = index_list(indexes, "indexes")
-    return queries.trials_page(
-        store_engine(),
-        experiment_id,
-        statuses=[s for s in status.split(",") if s] or None,
-        search=search[:200],
-        sort=sort,
-        descending=desc,
-        offset=offset,
-        limit=limit,
-        indexes=wanted,
+    return json_body(
+        queries.trials_page(
+            store_engine(),
+            experiment_id,
+            statuses=[s for s in status.split(",") if s] or None,
+            search=search[:200],
+            sort=sort,
+            descending=desc,
+            offset=offset,
+            limit=limit,
+            indexes=wanted,
+        )
     )
 
 
 @router.get("/api/experiments/{experiment_id}/chart")
-def chart(user: User, experiment_id: str) -> dict[str, Any]:
+def chart(user: User, experiment_id: str) -> Response:
     authorize(user, experiment_id)
-    return {"trials": queries.chart_data(store_engine(), experiment_id)}
+    return json_body({"trials": queries.chart_data(store_engine(), experiment_id)})
 
 
 @router.get("/api/experiments/{experiment_id}/curves")
-def curves(user: User, experiment_id: str, trials: str = "") -> dict[str, Any]:
+def curves(user: User, experiment_id: str, trials: str = "") -> Response:
     authorize(user, experiment_id)
     chosen = index_list(trials, "trials")
-    return queries.curves(store_engine(), experiment_id, chosen)
+    return json_body(queries.curves(store_engine(), experiment_id, chosen))
 
 
 @router.get("/api/experiments/{experiment_id}/importance")
-def importance(user: User, experiment_id: str) -> dict[str, Any]:
+def importance(user: User, experiment_id: str) -> Response:
     authorize(user, experiment_id)
-    return queries.importance(store_engine(), experiment_id)
+    return json_body(queries.importance(store_engine(), experiment_id))
 
 
 @router.get("/api/experiments/{experiment_id}/trials/{trial_index}")
-def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
+def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> Response:
     authorize(user, experiment_id)
-    summary = queries.experiment_summary(store_engine(), experiment_id)
+    engine = store_engine()
+    summary = queries.experiment_header(engine, experiment_id)  # not the counts over every trial
     try:
-        detail = queries.trial_detail(store_engine(), experiment_id, trial_index)
+        detail = queries.trial_detail(engine, experiment_id, trial_index)
     except queries.UnknownExperiment:
         raise HTTPException(status_code=404, detail=f"no trial {trial_index} in {experiment_id}") from None
     handle = detail.get("handle") or {}
@@ -252,17 +256,19 @@ def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, 
     if summary.get("dag_id") and run_id is not None and map_index is not None:
         ti = _ti_url(summary["dag_id"], run_id, map_index, trial_task)
         links += [{"label": "Task instance", "href": ti}, {"label": "Task log", "href": ti + "?tab=logs"}]
-    web = platform_url(_web_url_template(summary, handle.get("platform")), {**handle, "experiment_id": experiment_id})
+    web = platform_url(
+        _web_url_template(engine, experiment_id, handle.get("platform")), {**handle, "experiment_id": experiment_id}
+    )
     if web:
         links.append({"label": "Platform", "href": web})
-    secrets = queries.secret_input_values(store_engine(), experiment_id)
+    secrets = queries.secret_input_values(engine, experiment_id)
     detail.update(map_index=map_index, links=links, log=_log_tail(handle, secrets), location=_location(handle))
     detail["may_edit"] = may_edit_dag(user, summary.get("dag_id"))
     detail["airflow_actions"] = airflow_actions(summary.get("dag_id"), run_id, map_index, trial_task)
     # the page offers a re-run only where the action is allowed: while its experiment runs
     runs, _ = dag_runs({(summary["dag_id"], summary["run_id"])} if summary.get("dag_id") else set())
     detail["experiment_state"], detail["experiment_active"] = run_state(summary, runs)
-    return detail
+    return json_body(detail)
 
 
 @router.get("/api/experiments/{experiment_id}/history")
