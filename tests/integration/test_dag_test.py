@@ -69,3 +69,60 @@ def test_dag_test_runs_the_digits_pipeline_to_the_end_with_the_best_parameters_d
     model = pickle.loads(Path(outcome["model"]).read_bytes())
     assert {k: model.get_params()[k] for k in top.parameters} == top.parameters
     assert "dag.test() runs one task at a time" in done.stdout  # the watch stepped aside, saying why
+
+
+UNBOUNDED = """\
+experimentName: unbounded
+searchSpace: {x: {_type: uniform, _value: [0, 1]}}
+trialCommand: python3 t.py
+trialConcurrency: 2
+maxExperimentDuration: 10m
+tuner: {name: Random, classArgs: {seed: 1}}
+trainingService: {platform: local}
+"""
+UNBOUNDED_SCRIPT = """\
+import json, runpy, sys
+from airflow.models import DagRun
+run = runpy.run_path(sys.argv[1])["dag"].test()
+states = {ti.task_id: ti.state for ti in run.get_task_instances() if ti.map_index < 1}
+print(json.dumps({"state": run.state, "tasks": states, "runs": len(DagRun.find(dag_id="unbounded"))}))
+"""
+
+
+def test_dag_test_of_an_experiment_that_goes_on_in_later_runs_says_it_starts_none(tmp_path):
+    """A follow-on run would wait, queued in the local database, for a scheduler that starts it
+    whenever one runs; dag.test() runs its one run and says the rest is not started."""
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    (folder / "t.py").write_text(
+        "from trialflow import trial\np = trial.get_next_parameter()\ntrial.report_final_result(p['x'])\n"
+    )
+    (folder / "c.yml").write_text(UNBOUNDED)
+    (folder / "u.py").write_text(
+        "# an Airflow DAG\nfrom trialflow.dag import experiment_dag\n\n"
+        "dag = experiment_dag('c.yml', dag_id='unbounded', trials_per_run=3)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TRIALFLOW"))} | {
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(folder),
+        "TRIALFLOW_WORKDIR": str(tmp_path / "trials"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python3: this install's
+    }
+    airflow = Path(sys.executable).parent / "airflow"
+    migrated = subprocess.run([str(airflow), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    done = subprocess.run(
+        [sys.executable, "-c", UNBOUNDED_SCRIPT, str(folder / "u.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome["state"] == "success" and outcome["runs"] == 1
+    assert outcome["tasks"]["trial"] == "success" and outcome["tasks"]["continue_experiment"] == "skipped"
+    assert "dag.test() runs one DAG run: the experiment would go on in run " in done.stdout
+    assert "not started here; `trialflow run` or a deployment runs it" in done.stdout

@@ -311,6 +311,15 @@ class ContinueExperimentOperator(BaseOperator):
             raise AirflowSkipException(
                 f"the experiment does not go on: {following['reason'] if following else 'no summary'}"
             )
+        from trialflow.operators.in_process import runs_in_process
+
+        if runs_in_process():
+            # dag.test() runs its one DAG run: a follow-on run would wait, queued, in the local
+            # database for a scheduler that may start it any time later
+            raise AirflowSkipException(
+                f"dag.test() runs one DAG run: the experiment would go on in run {following['run_id']} "
+                f"({following['reason']}), not started here; `trialflow run` or a deployment runs it"
+            )
         self.log.info("%s (run %s)", following["reason"], following["run_id"])
         trigger = TriggerDagRunOperator(
             task_id=self.task_id,
