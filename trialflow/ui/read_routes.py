@@ -29,7 +29,6 @@ from trialflow.ui.access import (
     run_state,
     store_engine,
 )
-from trialflow.ui.json_body import json_body
 from trialflow.ui.links import base_url, platform_url
 
 router = APIRouter()
@@ -156,7 +155,7 @@ def _web_url_template(engine: Any, experiment_id: str, platform: str | None) -> 
 
 
 @router.get("/api/experiments")
-def experiments(user: User, dag_id: str | None = None) -> Response:
+def experiments(user: User, dag_id: str | None = None) -> dict[str, Any]:
     rows = [r.as_dict() for r in queries.list_experiments(store_engine())]
     if dag_id is not None:
         rows = [r for r in rows if r["dag_id"] == dag_id]
@@ -166,11 +165,11 @@ def experiments(user: User, dag_id: str | None = None) -> Response:
     for row in rows:
         row["state"], row["active"] = run_state(row, runs)
         row["dag_exists"] = row["dag_id"] in existing
-    return json_body({"experiments": rows})
+    return {"experiments": rows}
 
 
 @router.get("/api/experiments/{experiment_id}")
-def experiment(user: User, experiment_id: str) -> Response:
+def experiment(user: User, experiment_id: str) -> dict[str, Any]:
     authorize(user, experiment_id)
     summary = queries.experiment_summary(store_engine(), experiment_id)
     runs, existing = dag_runs({(summary["dag_id"], summary["run_id"])} if summary.get("dag_id") else set())
@@ -185,7 +184,7 @@ def experiment(user: User, experiment_id: str) -> Response:
     # What the pages' buttons need: whether this person may act, and what is queued.
     summary["may_edit"] = may_edit_dag(user, dag)
     summary["waiting"] = action_store().waiting_count(experiment_id)
-    return json_body(summary)
+    return summary
 
 
 @router.get("/api/experiments/{experiment_id}/trials")
@@ -199,49 +198,47 @@ def trials(
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=queries.MAX_PAGE)] = 50,
     indexes: str = "",
-) -> Response:
+) -> dict[str, Any]:
     authorize(user, experiment_id)
     if sort not in ("index", "status", "metric", "duration", "platform") and not sort.startswith("param:"):
         raise HTTPException(
             status_code=422, detail="sort must be index, status, metric, duration, platform or param:NAME"
         )
     wanted = index_list(indexes, "indexes")
-    return json_body(
-        queries.trials_page(
-            store_engine(),
-            experiment_id,
-            statuses=[s for s in status.split(",") if s] or None,
-            search=search[:200],
-            sort=sort,
-            descending=desc,
-            offset=offset,
-            limit=limit,
-            indexes=wanted,
-        )
+    return queries.trials_page(
+        store_engine(),
+        experiment_id,
+        statuses=[s for s in status.split(",") if s] or None,
+        search=search[:200],
+        sort=sort,
+        descending=desc,
+        offset=offset,
+        limit=limit,
+        indexes=wanted,
     )
 
 
 @router.get("/api/experiments/{experiment_id}/chart")
-def chart(user: User, experiment_id: str) -> Response:
+def chart(user: User, experiment_id: str) -> dict[str, Any]:
     authorize(user, experiment_id)
-    return json_body({"trials": queries.chart_data(store_engine(), experiment_id)})
+    return {"trials": queries.chart_data(store_engine(), experiment_id)}
 
 
 @router.get("/api/experiments/{experiment_id}/curves")
-def curves(user: User, experiment_id: str, trials: str = "") -> Response:
+def curves(user: User, experiment_id: str, trials: str = "") -> dict[str, Any]:
     authorize(user, experiment_id)
     chosen = index_list(trials, "trials")
-    return json_body(queries.curves(store_engine(), experiment_id, chosen))
+    return queries.curves(store_engine(), experiment_id, chosen)
 
 
 @router.get("/api/experiments/{experiment_id}/importance")
-def importance(user: User, experiment_id: str) -> Response:
+def importance(user: User, experiment_id: str) -> dict[str, Any]:
     authorize(user, experiment_id)
-    return json_body(queries.importance(store_engine(), experiment_id))
+    return queries.importance(store_engine(), experiment_id)
 
 
 @router.get("/api/experiments/{experiment_id}/trials/{trial_index}")
-def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> Response:
+def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
     authorize(user, experiment_id)
     engine = store_engine()
     summary = queries.experiment_header(engine, experiment_id)  # not the counts over every trial
@@ -268,7 +265,7 @@ def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> Response:
     # the page offers a re-run only where the action is allowed: while its experiment runs
     runs, _ = dag_runs({(summary["dag_id"], summary["run_id"])} if summary.get("dag_id") else set())
     detail["experiment_state"], detail["experiment_active"] = run_state(summary, runs)
-    return json_body(detail)
+    return detail
 
 
 @router.get("/api/experiments/{experiment_id}/history")
