@@ -95,7 +95,7 @@ class RunDisplay:
         if not self.err.is_terminal:  # plain logs: a line when something changes
             line = f"{done}{'' if self.total is None else f'/{self.total}'} done; {description}"
             if line != self._last_line:
-                self.err.print(line)
+                self.err.print(line, soft_wrap=True)
                 self._last_line = line
 
     def results(self, result: Any) -> None:
@@ -149,7 +149,7 @@ class GroupsDisplay(RunDisplay):
         if not self.err.is_terminal:
             line = f"{label}: {done}{'' if total is None else f'/{total}'} done; {description}"
             if line != self._last_lines[index]:
-                self.err.print(line)
+                self.err.print(line, soft_wrap=True)
                 self._last_lines[index] = line
 
     def dag_results(self, result: Any) -> None:
