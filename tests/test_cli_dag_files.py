@@ -202,3 +202,10 @@ def test_run_of_a_dag_file_refuses_what_only_a_config_takes_before_starting_anyt
     code, _, err = run(capsys, "run", str(broken))
     assert code == 1 and "broken.py: the DAG file did not import: RuntimeError: no" in err
     assert not (tmp_path / ".trialflow").exists()
+
+
+def test_up_and_down_name_a_file_that_is_not_there(tmp_path, capsys):
+    for command in ("up", "down"):
+        code, _, err = run(capsys, command, str(tmp_path / "nope.py"))
+        assert code == 1 and f"{tmp_path / 'nope.py'}: no such config or DAG file" in err
+    assert not (tmp_path / ".trialflow").exists()

@@ -221,10 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             left = None if args.timeout is None else max(1.0, args.timeout - (time.monotonic() - started))
             downstream = run.wait_downstream(display.say, timeout=left) if state == "success" else []
         except KeyboardInterrupt:
-            display.say("Interrupted: cancelling running trials and stopping Airflow")
-            cancelled = run.cancel_running("trialflow run interrupted")
-            display.say(f"Cancelled {cancelled} running trial(s)")
-            state = "interrupted"
+            state = _interrupted(run, display.say)
         except Exception as exc:
             display.say(f"error: {exc}")
             state = "error"
@@ -240,6 +237,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         stopped = run.stop(keep=args.keep_running and state != "interrupted")
     _left(run.airflow, run.home, run.page_url() if run.run_id else None, stopped, display.say)
     return 0 if result.succeeded else 1
+
+
+def _interrupted(run: Any, say: Callable[[str], None]) -> str:
+    """Ctrl-C (or SIGTERM) during a run, of a config or of a DAG file: its trials cancelled."""
+    say("Interrupted: cancelling running trials and stopping Airflow")
+    say(f"Cancelled {run.cancel_running('trialflow run interrupted')} running trial(s)")
+    return "interrupted"
 
 
 def _run_dag_file(args: argparse.Namespace) -> int:
@@ -280,9 +284,7 @@ def _run_dag_file(args: argparse.Namespace) -> int:
             with display:
                 state = run.wait(display.update_group, timeout=args.timeout)
         except KeyboardInterrupt:
-            display.say("Interrupted: cancelling running trials and stopping Airflow")
-            display.say(f"Cancelled {run.cancel_running('trialflow run interrupted')} running trial(s)")
-            state = "interrupted"
+            state = _interrupted(run, display.say)
         except Exception as exc:
             display.say(f"error: {exc}")
             state = "error"
@@ -364,6 +366,8 @@ def _home_airflow(args: argparse.Namespace) -> Any:
     from trialflow.runner import embedded_airflow
 
     path = Path(args.path).expanduser().resolve() if args.path else None
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"{args.path}: no such config or DAG file")
     home = (Path(args.home) if args.home else default_home(path) if path else Path(".trialflow")).resolve()
     if path is not None and is_dag_file(path):
         return embedded_airflow(home, UP_PARALLELISM, tuple(args.viewer), dags_folder=path.parent)

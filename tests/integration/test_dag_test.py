@@ -35,6 +35,33 @@ print(json.dumps({"run_id": run.run_id, "state": run.state, "model": final.xcom_
 """
 
 
+def dag_test(
+    tmp_path: Path, folder: Path, script: str, dag_file: Path, python_on_path: bool = False
+) -> subprocess.CompletedProcess:
+    """``script`` run as a DAG author runs dag.test(): an AIRFLOW_HOME of its own after `airflow db
+    migrate`, no trialflow connection; ``python_on_path``: this install's python3 first on PATH
+    (a command trial's `python3`; a function trial needs none: it runs with the task's Python)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TRIALFLOW"))} | {
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(folder),
+        "TRIALFLOW_WORKDIR": str(tmp_path / "trials"),
+    }
+    if python_on_path:
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    airflow = Path(sys.executable).parent / "airflow"
+    migrated = subprocess.run([str(airflow), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    return subprocess.run(
+        [sys.executable, "-c", script, str(dag_file)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,
+        cwd=tmp_path,
+    )
+
+
 def test_dag_test_runs_the_digits_pipeline_to_the_end_with_the_best_parameters_downstream(tmp_path):
     pytest.importorskip("sklearn", reason="the digits example trains scikit-learn models")
     folder = tmp_path / "dags"
@@ -42,23 +69,7 @@ def test_dag_test_runs_the_digits_pipeline_to_the_end_with_the_best_parameters_d
     source = (DAGS / "digits_pipeline.py").read_text()
     assert '"maxTrialNumber": 12' in source
     (folder / "digits_pipeline.py").write_text(source.replace('"maxTrialNumber": 12', '"maxTrialNumber": 3'))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TRIALFLOW"))} | {
-        "AIRFLOW_HOME": str(tmp_path / "airflow"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(folder),
-        "TRIALFLOW_WORKDIR": str(tmp_path / "trials"),
-    }
-    airflow = Path(sys.executable).parent / "airflow"
-    migrated = subprocess.run([str(airflow), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
-    assert migrated.returncode == 0, migrated.stderr[-3000:]
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(folder / "digits_pipeline.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=500,
-        cwd=tmp_path,
-    )
+    done = dag_test(tmp_path, folder, SCRIPT, folder / "digits_pipeline.py")
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome["state"] == "success", done.stdout[-5000:]
@@ -102,24 +113,7 @@ def test_dag_test_of_an_experiment_that_goes_on_in_later_runs_says_it_starts_non
         "# an Airflow DAG\nfrom trialflow.dag import experiment_dag\n\n"
         "dag = experiment_dag('c.yml', dag_id='unbounded', trials_per_run=3)\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TRIALFLOW"))} | {
-        "AIRFLOW_HOME": str(tmp_path / "airflow"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(folder),
-        "TRIALFLOW_WORKDIR": str(tmp_path / "trials"),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python3: this install's
-    }
-    airflow = Path(sys.executable).parent / "airflow"
-    migrated = subprocess.run([str(airflow), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
-    assert migrated.returncode == 0, migrated.stderr[-3000:]
-    done = subprocess.run(
-        [sys.executable, "-c", UNBOUNDED_SCRIPT, str(folder / "u.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        cwd=tmp_path,
-    )
+    done = dag_test(tmp_path, folder, UNBOUNDED_SCRIPT, folder / "u.py", python_on_path=True)
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome["state"] == "success" and outcome["runs"] == 1
