@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -93,7 +95,8 @@ def _sessions_alive(sids: set[int]) -> list[psutil.Process]:
 def test_stop_ends_every_component_with_its_children(tmp_path, monkeypatch):
     """The four real components, healthy, then stopped: Airflow's own exit first, then the
     whole process groups, so no scheduler worker, trigger runner or gunicorn child outlives
-    the run; and the Execution API answered the warm-up before any task asked it."""
+    the run; and the Execution API answered the warm-up before any task asked it. A scheduler
+    killed on the way is started again, and its successor is stopped like the others."""
     monkeypatch.setenv(embedded.TEMPLATE_ENV, str(tmp_path / "templates"))
     airflow = EmbeddedAirflow(tmp_path / "home", tmp_path / "dags")
     (tmp_path / "dags").mkdir()
@@ -109,6 +112,27 @@ def test_stop_ends_every_component_with_its_children(tmp_path, monkeypatch):
         assert not airflow._warm_up.is_alive()
         children = [p for p in _sessions_alive(sids) if p.pid not in sids]
         assert children, "the components run children (LocalExecutor workers, trigger runner)"
+        # the scheduler killed with its workers (the OOM killer, a database error past its
+        # retries): the next look starts it again, and the new one heartbeats
+        killed_at = datetime.now(UTC)
+        os.killpg(airflow.processes["scheduler"].pid, signal.SIGKILL)
+        airflow.processes["scheduler"].wait(timeout=30)
+        airflow.check_alive()
+        assert [(r.component, r.exit_code) for r in airflow.restarts] == [("scheduler", -9)]
+        sids.add(airflow.processes["scheduler"].pid)
+        assert "trialflow: airflow scheduler exited with code -9; started again (1 of 3" in (
+            airflow.home / "logs" / "scheduler.log"
+        ).read_text(errors="replace")
+        deadline = time.monotonic() + 120
+        beat = None
+        while time.monotonic() < deadline:
+            airflow.check_alive()
+            health = airflow.api("GET", "/monitor/health").json()
+            beat = health["scheduler"]["latest_scheduler_heartbeat"]
+            if beat and datetime.fromisoformat(beat) > killed_at:
+                break
+            time.sleep(0.5)
+        assert beat and datetime.fromisoformat(beat) > killed_at, beat
     finally:
         airflow.stop(grace=15)
     assert all(proc.poll() is not None for proc in airflow.processes.values())
@@ -274,3 +298,64 @@ def test_a_private_airflows_scheduler_on_sqlite_waits_longer_for_its_lock(tmp_pa
         tmp_path / "pg", tmp_path / "dags", extra_env={"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://u@h/d"}
     )
     assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS" not in postgres.component_env("scheduler", postgres.env())
+
+
+DYING_COMPONENT = """
+import subprocess, sys
+subprocess.Popen(["sleep", "300"])  # a child in its process group, as a LocalExecutor worker
+print("up", flush=True)
+sys.exit(3)
+"""
+
+
+def test_a_component_that_dies_is_started_again_within_its_budget(tmp_path):
+    """A component that exits is started again by the next look (check_alive), with a line in
+    its log; what the dead one left in its process group ends with stop(); past three starts in
+    ten minutes the error names the component and its log."""
+
+    class Dying(EmbeddedAirflow):
+        def _airflow(self) -> list[str]:
+            return [sys.executable, "-c", DYING_COMPONENT]
+
+    airflow = Dying(tmp_path / "home", tmp_path / "dags")
+    (airflow.home / "logs").mkdir(parents=True)
+    airflow.start(("scheduler",))
+    leaders: list[int] = []
+    try:
+        for count in (1, 2, 3):
+            leaders.append(airflow.processes["scheduler"].pid)
+            airflow.processes["scheduler"].wait(timeout=30)
+            airflow.check_alive()
+            assert [r.exit_code for r in airflow.restarts] == [3] * count
+            assert airflow.processes["scheduler"].pid != leaders[-1]
+        log = airflow.home / "logs" / "scheduler.log"
+        assert log.read_text().count("trialflow: airflow scheduler exited with code 3; started again") == 3
+        assert "(3 of 3 in 600 s)" in log.read_text()
+        airflow.processes["scheduler"].wait(timeout=30)
+        with pytest.raises(
+            embedded.EmbeddedAirflowError, match=r"airflow scheduler exited with code 3; see .*scheduler\.log"
+        ):
+            airflow.check_alive()
+        assert len(airflow.restarts) == 3
+        leftovers = [p for p in _sessions_alive(set(leaders)) if p.name() == "sleep"]
+        assert len(leftovers) == 3  # each dead one's child still ran until the stop
+    finally:
+        airflow.stop(grace=2, polite=1)
+    deadline = time.monotonic() + 10  # SIGKILLed, gone in a moment (an orphan, reaped by init)
+    while _sessions_alive(set(leaders)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _sessions_alive(set(leaders)) == []
+
+
+def test_an_adopted_component_that_died_is_not_started_again(tmp_path):
+    """Another process started it (a kept home's Airflow): its command is not known here, and
+    the shared home replaces a dead Airflow as a whole (trialflow.shared_airflow)."""
+    from trialflow.home_airflow import Proc
+
+    airflow = EmbeddedAirflow(tmp_path / "home", tmp_path / "dags")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    airflow.processes["scheduler"] = embedded.AdoptedProcess(Proc(pid=gone.pid, started=0.0))
+    with pytest.raises(embedded.EmbeddedAirflowError, match="airflow scheduler exited with code -1"):
+        airflow.check_alive()
+    assert airflow.restarts == []

@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 import httpx
 
+from trialflow.embedded_restarts import Restart, RestartBudget
 from trialflow.home_airflow import Proc
 
 COMPONENTS = ("api-server", "scheduler", "triggerer", "dag-processor")
@@ -73,6 +74,14 @@ class EmbeddedAirflow:
             check_login_name(name)
 
     processes: dict[str, subprocess.Popen | AdoptedProcess] = field(default_factory=dict)
+    #: Components started again after they died (trialflow.embedded_restarts), oldest first.
+    restarts: list[Restart] = field(default_factory=list)
+    _budget: RestartBudget = field(default_factory=RestartBudget)
+    #: Each own component's command line (an adopted one's is not known: it is not restarted).
+    _commands: dict[str, list[str]] = field(default_factory=dict)
+    #: Process groups of components that died and were started again: what they left (a
+    #: LocalExecutor worker's task still reporting through the api-server) ends with stop().
+    _retired: list[subprocess.Popen] = field(default_factory=list)
     _token: str | None = None
     _warm_up: threading.Thread | None = None
 
@@ -212,7 +221,6 @@ class EmbeddedAirflow:
 
     def start(self, components: tuple[str, ...] = COMPONENTS) -> None:
         self.write_config()  # before the components: they must share its secrets
-        env = self.env()
         args = {
             "api-server": ["api-server", "--port", str(self.port), "--host", "127.0.0.1"],
             "scheduler": ["scheduler", "--skip-serve-logs"],
@@ -220,16 +228,19 @@ class EmbeddedAirflow:
             "dag-processor": ["dag-processor"],
         }
         for name in components:
-            out = open(self.home / "logs" / f"{name}.log", "ab")
+            self._commands[name] = self._airflow() + args[name]
+            self._launch(name)
+
+    def _launch(self, name: str) -> None:
+        with open(self.home / "logs" / f"{name}.log", "ab") as out:
             self.processes[name] = subprocess.Popen(
-                self._airflow() + args[name],
-                env=self.component_env(name, env),
+                self._commands[name],
+                env=self.component_env(name, self.env()),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-            out.close()
 
     def wait_serving(self, timeout: float = 120.0) -> None:
         """Until the api-server answers (alone: `trialflow ui` starts nothing else)."""
@@ -269,12 +280,35 @@ class EmbeddedAirflow:
         self.processes = {name: AdoptedProcess(proc) for name, proc in components.items()}
 
     def check_alive(self) -> None:
+        """Start again an own component that exited, within its budget; else say which died.
+
+        Level-triggered: every wait and REST call of this class looks, so a component that died
+        between two calls is noticed at the next one, whoever makes it.
+        """
         for name, proc in list(self.processes.items()):
-            if proc.poll() is not None:
-                log = self.home / "logs" / (name + ".log")
-                raise EmbeddedAirflowError(
-                    f"airflow {name} exited with code {proc.returncode}; see {log}; its last lines:\n{_tail(log)}"
-                )
+            if proc.poll() is None:
+                continue
+            log = self.home / "logs" / (name + ".log")
+            code = proc.returncode if proc.returncode is not None else -1
+            if isinstance(proc, subprocess.Popen) and name in self._commands:
+                now = time.monotonic()
+                if self._budget.take(name, now):
+                    self._restart(name, proc, code, now, log)
+                    continue
+            raise EmbeddedAirflowError(
+                f"airflow {name} exited with code {code}; see {log}; its last lines:\n{_tail(log)}"
+            )
+
+    def _restart(self, name: str, proc: subprocess.Popen, code: int, now: float, log: Path) -> None:
+        line = (
+            f"trialflow: airflow {name} exited with code {code}; started again "
+            f"({self._budget.used(name)} of {self._budget.limit} in {self._budget.window:.0f} s)"
+        )
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"\n{line}\n")
+        self._retired.append(proc)
+        self.restarts.append(Restart(name, code, now))
+        self._launch(name)
 
     def warm_up(self) -> None:
         """Have the api-server build its Execution API now, in the background.
@@ -340,13 +374,14 @@ class EmbeddedAirflow:
             else:
                 _signal_leader(proc, signal.SIGTERM)
         _wait_all(self.processes.values(), max(0.1, grace - polite))
-        for proc in self.processes.values():
+        for proc in [*self.processes.values(), *self._retired]:
             _kill_group(proc)  # LocalExecutor workers and anything else left
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
         self.processes.clear()
+        self._retired.clear()
 
     # -- REST API -------------------------------------------------------------------------
 
