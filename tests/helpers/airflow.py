@@ -8,6 +8,7 @@ import json
 import secrets
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -141,6 +142,12 @@ def running_airflow(
         airflow.stop()
         for proc in airflow.processes.values():
             assert proc.poll() is not None
+        for restart in airflow.restarts:  # survived, and said in the summary, not hidden
+            warnings.warn(
+                f"the tests' Airflow under {root}: {restart.component} exited with code "
+                f"{restart.exit_code} and was started again",
+                stacklevel=1,
+            )
 
 
 def start_harness(tmp_path_factory) -> Iterator[Harness]:
