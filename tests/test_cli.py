@@ -183,20 +183,25 @@ def test_run_end_to_end_then_resume_then_new(experiment, tmp_path):
     assert leftovers == "", "Airflow components must be stopped on exit"
 
     # Run again: NNI's `nnictl resume`. Same experiment, finished trials are not run again.
-    again = cli("run", str(config), "--json", timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "Resuming experiment " + summary["experiment_id"] in again.stderr
-    resumed = json.loads(again.stdout)
-    assert resumed["experiment_id"] == summary["experiment_id"]
-    assert resumed["trials"] == summary["trials"]
-    assert (tmp_path / "launches.txt").read_text().split() == launches
+    # Airflow is kept up this time, so the third run attaches to it (one cold start less).
+    again = cli("run", str(config), "--json", "--keep-running", timeout=600)
+    try:
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert "Resuming experiment " + summary["experiment_id"] in again.stderr
+        resumed = json.loads(again.stdout)
+        assert resumed["experiment_id"] == summary["experiment_id"]
+        assert resumed["trials"] == summary["trials"]
+        assert (tmp_path / "launches.txt").read_text().split() == launches
 
-    # --new: a fresh experiment, whose trials run.
-    fresh = cli("run", str(config), "--json", "--new", timeout=600)
-    assert fresh.returncode == 0, fresh.stderr[-3000:]
-    new_summary = json.loads(fresh.stdout)
-    assert new_summary["experiment_id"] != summary["experiment_id"]
-    assert len((tmp_path / "launches.txt").read_text().split()) == 6
+        # --new: a fresh experiment, whose trials run.
+        fresh = cli("run", str(config), "--json", "--new", timeout=600)
+        assert fresh.returncode == 0, fresh.stderr[-3000:]
+        new_summary = json.loads(fresh.stdout)
+        assert new_summary["experiment_id"] != summary["experiment_id"]
+        assert len((tmp_path / "launches.txt").read_text().split()) == 6
+    finally:
+        cli("down", "--home", str(home), timeout=120)
+    assert subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True).stdout == ""
 
 
 @pytest.mark.integration
