@@ -220,6 +220,11 @@ def main() -> None:
         action="store_true",
         help="only `trialflow run` (cold and warm) beside NNI, no DAG on a shared Airflow",
     )
+    parser.add_argument(
+        "--skip-run",
+        action="store_true",
+        help="only the DAGs on a shared Airflow (and NNI), no `trialflow run` cold and warm",
+    )
     args = parser.parse_args()
     cases = [tuple(float(v) if i == 2 else int(v) for i, v in enumerate(case.split(","))) for case in args.cases]
     with_nni = not args.skip_nni and ensure_nni()
@@ -344,7 +349,7 @@ def main() -> None:
     run_times, run_peak = [], 0
     warm_times: list[float] = []
     trigger_times: dict[str, list[float]] = {"cold": [], "warm": []}
-    if (20, 4, 3.0) in cases:
+    if (20, 4, 3.0) in cases and not args.skip_run:
         cfg = work / "run_20_4_3.yml"
         cfg.write_text(
             config_text(20, 4, 3, PY, str(work / "light.py")).replace(

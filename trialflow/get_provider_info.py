@@ -33,7 +33,12 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "sensors": [{"integration-name": "trialflow", "python-modules": ["trialflow.sensors.trial"]}],
         "hooks": [{"integration-name": "trialflow", "python-modules": ["trialflow.hooks.experiment_store"]}],
-        "triggers": [{"integration-name": "trialflow", "python-modules": ["trialflow.triggers.trial"]}],
+        "triggers": [
+            {
+                "integration-name": "trialflow",
+                "python-modules": ["trialflow.triggers.trial", "trialflow.triggers.watch"],
+            }
+        ],
         "config": {
             "trialflow": {
                 "description": "trialflow's settings.",

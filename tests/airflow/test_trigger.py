@@ -8,94 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from airflow.triggers.base import BaseTaskEndEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
 
-from trialflow.experiment import Experiment, load_runnable_config
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import process_alive
 from trialflow.submission import Submission
 from trialflow.triggers.trial import TrialTrigger
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-
-TRIAL = """\
-import os, sys, time, subprocess
-from trialflow import trial
-p = trial.get_next_parameter()
-mode = os.environ.get("MODE", "ok")
-if mode == "fail":
-    trial.report_intermediate_result(0.5)
-    sys.exit(3)
-if mode == "hang":
-    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    open(os.environ["NNI_OUTPUT_DIR"] + "/child.pid", "w").write(str(child.pid))
-    time.sleep(300)
-if mode.startswith("curve="):  # a flat learning curve at this level, one result per 50 ms
-    level = float(mode.split("=")[1])
-    for i in range(int(os.environ.get("STEPS", "200"))):
-        trial.report_intermediate_result(level)
-        time.sleep(0.05)
-    trial.report_final_result(level)
-    sys.exit(0)
-for i in range(4):
-    trial.report_intermediate_result(i / 4)
-trial.report_final_result(p["x"])
-"""
-
-
-@pytest.fixture
-def algorithms() -> str:
-    return "tuner: {name: Random}"
-
-
-@pytest.fixture
-def setup(tmp_path: Path, monkeypatch, algorithms: str):
-    (tmp_path / "t.py").write_text(TRIAL)
-    config = tmp_path / "config.yml"
-    config.write_text(f"""\
-searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
-trialCommand: {sys.executable} t.py
-trialConcurrency: 1
-maxTrialDuration: 2s
-trainingService: {{platform: local}}
-{algorithms}
-""")
-    url = sqlite_url(tmp_path / "store.db")
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_TRIALFLOW_TEST", json.dumps({"conn_type": "trialflow", "extra": {"storage_url": url}})
-    )
-    experiment = Experiment(load_runnable_config(config), "etest000", tmp_path / "work")
-    store = ExperimentStore(url)
-    experiment.open(store)
-    study = experiment.experiment_id
-
-    def submit(
-        index: int, mode: str, deadline: float | None = None, steps: int = 200, experiment_deadline: float | None = None
-    ) -> TrialTrigger:
-        asked = store.ask(study, index, f"etest000-{index:04d}", experiment.algorithm, experiment.space)
-        spec = experiment.trial_spec(index, asked.number, asked.parameters)
-        spec.env["MODE"] = mode
-        spec.env["STEPS"] = str(steps)
-        platform = experiment.platform()
-        platform.prepare_sync(experiment.experiment_id)
-        handle = platform.submit_sync(spec)
-        submission = Submission(
-            config_path=str(config),
-            store_conn_id="trialflow_test",
-            experiment_id=experiment.experiment_id,
-            workdir=str(experiment.workdir),
-            handle=handle,
-            storage_id=asked.storage_id,
-            deadline=deadline,
-            experiment_deadline=experiment_deadline,
-        )
-        return TrialTrigger(submission=submission.to_dict(), poll_interval=0.05)
-
-    return submit, store
 
 
 async def only_event(trigger: TrialTrigger) -> TriggerEvent:
@@ -113,8 +35,8 @@ async def first_event(trigger: TrialTrigger) -> dict:
     return event.payload
 
 
-def test_serialize_round_trip(setup):
-    submit, _ = setup
+def test_serialize_round_trip(local_trials):
+    submit, _ = local_trials
     trigger = submit(0, "ok")
     path, kwargs = trigger.serialize()
     assert path == "trialflow.triggers.trial.TrialTrigger"
@@ -122,8 +44,8 @@ def test_serialize_round_trip(setup):
     assert again.serialize() == (path, kwargs)
 
 
-def test_trigger_follows_to_the_end_and_records_metrics(setup):
-    submit, store = setup
+def test_trigger_follows_to_the_end_and_records_metrics(local_trials):
+    submit, store = local_trials
     trigger = submit(1, "ok")
     event = asyncio.run(only_event(trigger))
     # The task ends here, with the result the worker would have returned, already in the store.
@@ -139,9 +61,9 @@ def test_trigger_follows_to_the_end_and_records_metrics(setup):
     json.dumps(event.xcoms)  # what the triggerer stores as the task's XCom
 
 
-def test_a_failed_trial_goes_back_to_the_worker(setup):
+def test_a_failed_trial_goes_back_to_the_worker(local_trials):
     """A task-ending failure would be retried; the worker fails a failed trial without retries."""
-    submit, store = setup
+    submit, store = local_trials
     trigger = submit(7, "fail")
     event = asyncio.run(only_event(trigger))
     assert not isinstance(event, BaseTaskEndEvent)
@@ -149,8 +71,8 @@ def test_a_failed_trial_goes_back_to_the_worker(setup):
     assert store.trial(trigger.submission.storage_id).status == TrialStatus.FAILED  # recorded already
 
 
-def test_without_end_task_every_outcome_resumes_the_worker(setup):
-    submit, store = setup
+def test_without_end_task_every_outcome_resumes_the_worker(local_trials):
+    submit, store = local_trials
     trigger = submit(8, "ok")
     trigger.end_task = False
     event = asyncio.run(only_event(trigger))
@@ -158,8 +80,8 @@ def test_without_end_task_every_outcome_resumes_the_worker(setup):
     assert store.trial(trigger.submission.storage_id).status != TrialStatus.SUCCEEDED  # the worker records it
 
 
-def test_a_restarted_trigger_resumes_from_its_cursor(setup):
-    submit, store = setup
+def test_a_restarted_trigger_resumes_from_its_cursor(local_trials):
+    submit, store = local_trials
     trigger = submit(2, "ok")
     asyncio.run(first_event(trigger))
     path, kwargs = trigger.serialize()
@@ -169,8 +91,8 @@ def test_a_restarted_trigger_resumes_from_its_cursor(setup):
     assert len(store.storage.get_trial(trigger.submission.storage_id).intermediate_values) == 4
 
 
-def test_deadline_stops_the_trial_and_its_children(setup):
-    submit, _ = setup
+def test_deadline_stops_the_trial_and_its_children(local_trials):
+    submit, _ = local_trials
     trigger = submit(3, "hang", deadline=time.time() + 1.0)
     started = time.monotonic()
     event = asyncio.run(first_event(trigger))
@@ -181,8 +103,8 @@ def test_deadline_stops_the_trial_and_its_children(setup):
     assert not process_alive(child) and not process_alive(trigger.submission.handle["pid"])
 
 
-def test_a_broken_handle_is_an_error_event_not_a_hang(setup):
-    submit, _ = setup
+def test_a_broken_handle_is_an_error_event_not_a_hang(local_trials):
+    submit, _ = local_trials
     trigger = submit(4, "ok")
     from dataclasses import replace
 
@@ -191,8 +113,8 @@ def test_a_broken_handle_is_an_error_event_not_a_hang(setup):
     assert event["status"] == "ERROR" and "file not found" in event["message"]
 
 
-def test_the_experiment_deadline_cancels_a_running_trial(setup):
-    submit, _ = setup
+def test_the_experiment_deadline_cancels_a_running_trial(local_trials):
+    submit, _ = local_trials
     trigger = submit(5, "hang", experiment_deadline=time.time() + 0.5)
     event = asyncio.run(first_event(trigger))
     assert event["status"] == "SYS_CANCELED" and event["message"] == "maxExperimentDuration reached"
@@ -204,9 +126,9 @@ def test_the_experiment_deadline_cancels_a_running_trial(setup):
 @pytest.mark.parametrize(
     "algorithms", ["tuner: {name: Random}\nassessor: {name: Medianstop, classArgs: {start_step: 3}}"]
 )
-def test_the_assessor_stops_a_trial_below_the_median_from_the_trigger(setup):
+def test_the_assessor_stops_a_trial_below_the_median_from_the_trigger(local_trials):
     """A good trial finishes; a worse one is stopped by Medianstop as its results arrive."""
-    submit, store = setup
+    submit, store = local_trials
     # Medianstop compares at a step that completed trials reached: a long good trial leaves a
     # wide window (steps 3..59) for the follower's polls even on a loaded machine.
     good = submit(0, "curve=0.9", steps=60)
@@ -223,14 +145,14 @@ def test_the_assessor_stops_a_trial_below_the_median_from_the_trigger(setup):
     assert not process_alive(bad.submission.handle["pid"])
 
 
-def test_the_poking_sensor_enforces_the_experiment_deadline_too(setup):
+def test_the_poking_sensor_enforces_the_experiment_deadline_too(local_trials):
     """Each poke is a step of the same follower: past maxExperimentDuration the first poke cancels,
     a later one sees the trial stopped and skips the task (stopped on purpose)."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from trialflow.sensors.trial import TrialSensor
 
-    submit, store = setup
+    submit, store = local_trials
     trigger = submit(6, "hang", experiment_deadline=time.time() - 1)
     sensor = TrialSensor(task_id="wait", submission=trigger.submission.to_dict())  # the operator's XCom
     pushed: list = []
@@ -269,20 +191,19 @@ def test_a_trigger_serialized_before_submissions_were_one_value_still_loads():
     assert TrialTrigger(**kwargs).serialize() == trigger.serialize()
     with pytest.raises(ValueError, match="not a trial submission"):
         TrialTrigger(submission={"config_path": "/x"})
-    from trialflow.submission import Submission
 
     with pytest.raises(ValueError, match="expected SubmitTrialOperator's result, got NoneType"):
         Submission.from_dict(None)  # type: ignore[arg-type]
 
 
-def test_with_listeners_the_worker_ends_the_task(setup, monkeypatch):
+def test_with_listeners_the_worker_ends_the_task(local_trials, monkeypatch):
     """Airflow's listeners (OpenLineage) never see a task the triggerer ends: with any loaded,
     the worker resumes and ends it, and the DAG bag's refusal of ``end_from_trigger`` does not
     apply to the operator (it keeps the choice under another name)."""
     from trialflow.operators.trial import SubmitTrialOperator
     from trialflow.triggers import trial as trial_module
 
-    submit, store = setup
+    submit, store = local_trials
     monkeypatch.setattr(trial_module, "listeners_present", lambda: True)
     trigger = submit(9, "ok")
     event = asyncio.run(only_event(trigger))

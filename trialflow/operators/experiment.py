@@ -141,9 +141,10 @@ class WatchTrialsOperator(_ExperimentStep):
     """Reconcile the run's trials with their tasks while they run (trialflow.runs.reconcile).
 
     Defers at once to RunWatchTrigger, which holds no worker slot: every ``poll_interval``
-    seconds it stops and closes any trial the store holds as running whose task has ended (a
-    click Airflow's ``on_kill`` never saw, at the hand-off from worker to triggerer), and ends
-    once every trial task has ended. The end step waits for it.
+    seconds, and at once when a trial trigger of the run in the same triggerer ends its task
+    (trialflow.triggers.run_wakeups), it stops and closes any trial the store holds as running
+    whose task has ended (a click Airflow's ``on_kill`` never saw, at the hand-off from worker
+    to triggerer), and ends once every trial task has ended. The end step waits for it.
 
     :param config_path: the NNI experiment config (v1 or v2 YAML); templated.
     :param store_conn_id: the ``trialflow`` connection of the experiment store.
@@ -153,7 +154,7 @@ class WatchTrialsOperator(_ExperimentStep):
 
     ui_color = "#f3f3f3"
 
-    def __init__(self, *, trial_task_id: str = "trial", poll_interval: float = 1.0, **kwargs: Any):
+    def __init__(self, *, trial_task_id: str = "trial", poll_interval: float = 2.0, **kwargs: Any):
         super().__init__(**kwargs)
         self.trial_task_id = trial_task_id
         self.poll_interval = poll_interval
@@ -285,8 +286,9 @@ class ContinueExperimentOperator(BaseOperator):
     experiment is over. The run id is fixed per step, so a retry never starts two runs.
     The next run waits for this one to finish (``max_active_runs=1``).
 
-    The triggering itself is Airflow's TriggerDagRunOperator, imported when the task runs:
-    its module pulls in Airflow's models (~0.9 s), which no DAG parse should pay for.
+    The triggering itself is Airflow's TriggerDagRunOperator, imported only when a run follows:
+    its module pulls in Airflow's models (~0.9 s), which no DAG parse, and no run that ends its
+    experiment, should pay for.
 
     :param trigger_dag_id: the DAG to run again (the experiment's own).
     :param end_task_id: the end step whose XCom says whether the experiment goes on.
@@ -301,8 +303,6 @@ class ContinueExperimentOperator(BaseOperator):
         self.end_task_id = end_task_id
 
     def execute(self, context: Context) -> Any:
-        from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-
         from trialflow.run_summary import as_summary
 
         summary = as_summary(context["ti"].xcom_pull(task_ids=self.end_task_id))
@@ -321,6 +321,10 @@ class ContinueExperimentOperator(BaseOperator):
                 f"({following['reason']}), not started here; `trialflow run` or a deployment runs it"
             )
         self.log.info("%s (run %s)", following["reason"], following["run_id"])
+        # Imported only now: a bounded experiment's last run (the usual case) skips this task,
+        # and the import is most of the task's time (~0.9 s of CPU at the end of every run).
+        from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+
         trigger = TriggerDagRunOperator(
             task_id=self.task_id,
             trigger_dag_id=self.trigger_dag_id,

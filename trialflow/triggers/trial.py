@@ -108,7 +108,20 @@ class TrialTrigger(BaseTrigger):
         except Exception as exc:  # the store refused: the worker records it (and retries if need be)
             self.log.warning("cannot end trial %s's task from the triggerer: %s", trial_id, exc)
             event = TriggerEvent(outcome.to_event())
+        self._tell_watch(event)
         yield event
+
+    def _tell_watch(self, event: TriggerEvent) -> None:
+        """Wake the run's watch if it listens in this triggerer (trialflow.triggers.run_wakeups):
+        with the state this event ends the task with, or none when a worker ends it."""
+        from trialflow.triggers import run_wakeups
+
+        ti = getattr(self, "task_instance", None)
+        if ti is None:
+            return
+        ended = "success" if isinstance(event, TaskSuccessEvent) else None
+        ended = "skipped" if isinstance(event, TaskSkippedEvent) else ended
+        run_wakeups.task_ended(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ended)
 
     async def on_kill(self) -> None:
         """A person marked the deferred task failed or success, cleared it, or failed its DAG

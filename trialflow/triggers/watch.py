@@ -2,7 +2,8 @@
 
 Events do not always arrive: a trial task marked failed while it hands over from the worker to
 the triggerer reaches no ``on_kill`` (measured), and its trial would run on with nothing
-following it. This trigger compares, every ``poll_interval`` seconds, what Airflow says of the
+following it. This trigger compares, every ``poll_interval`` seconds (and at once when a trial trigger of the
+run ends its task in this triggerer: trialflow.triggers.run_wakeups), what Airflow says of the
 run's trial tasks with what the store says of their trials, and closes the gap through
 trialflow.runs.reconcile (which decides; this only asks Airflow and the store), once a task has been
 seen ended for reconcile.ON_KILL_GRACE seconds (its own on_kill usually acts first, and says
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 
 #: Stops under way (a reference keeps each alive until it ends: see on_kill).
 _WATCHING: set[asyncio.Future[None]] = set()
+#: Seconds a woken watch waits before it asks Airflow: the trial triggers of one wave of the run
+#: end together, and one pass for them all is enough.
+WOKEN_PAUSE = 0.05
 #: Seconds in a row Airflow may not answer before the watch gives up (its task fails; the end
 #: step's own pass remains).
 ASK_GRACE = 600.0
@@ -55,7 +59,7 @@ class RunWatchTrigger(BaseTrigger):
         dag_id: str,
         run_id: str,
         trial_task_id: str = "trial",
-        poll_interval: float = 1.0,
+        poll_interval: float = 2.0,
     ):
         super().__init__()
         self.config_path, self.store_conn_id = config_path, store_conn_id
@@ -96,6 +100,7 @@ class RunWatchTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from trialflow.hooks import airflow_connections
         from trialflow.runs.reconcile import RunWatch
+        from trialflow.triggers import run_wakeups
         from trialflow.triggers.trial import listeners_present
 
         try:
@@ -105,24 +110,28 @@ class RunWatchTrigger(BaseTrigger):
             return
         watch = RunWatch(experiment, store, self.run_id, airflow_connections())
         unanswered_since: float | None = None
-        while True:
-            try:
-                states = await self._states()
-                unanswered_since = None
-            except Exception as exc:
-                now = time.monotonic()
-                unanswered_since = unanswered_since or now
-                if now - unanswered_since > ASK_GRACE:
-                    yield TriggerEvent({"status": "ERROR", "message": f"Airflow did not say the trials' states: {exc}"})
-                    return
-                await asyncio.sleep(max(self.poll_interval, 5.0))
-                continue
-            try:
-                if await watch.observe(states, time.monotonic()):
-                    break
-            except Exception:  # the store or a platform refused this time: the next pass tries again
-                self.log.exception("reconciling run %s failed; trying again", self.run_id)
-            await asyncio.sleep(self.poll_interval)
+        with run_wakeups.listening(self.dag_id, self.run_id, self.trial_task_id) as wakeup:
+            while True:
+                try:
+                    states = wakeup.merged(await self._states())
+                    unanswered_since = None
+                except Exception as exc:
+                    now = time.monotonic()
+                    unanswered_since = unanswered_since or now
+                    if now - unanswered_since > ASK_GRACE:
+                        message = f"Airflow did not say the trials' states: {exc}"
+                        yield TriggerEvent({"status": "ERROR", "message": message})
+                        return
+                    await asyncio.sleep(max(self.poll_interval, 5.0))
+                    continue
+                try:
+                    if await watch.observe(states, time.monotonic()):
+                        break
+                except Exception:  # the store or a platform refused this time: the next pass tries again
+                    self.log.exception("reconciling run %s failed; trying again", self.run_id)
+                if await wakeup.wait(self.poll_interval):
+                    # a task a worker resumes ends a moment later: look again soon, not in a poll
+                    await asyncio.sleep(WOKEN_PAUSE)
         result: dict[str, Any] = {"status": "DONE", "reconciled": [t.trial_id for t in watch.reconciled]}
         # Ended from here (no worker start on the way to the end step), unless listeners must see it.
         yield TriggerEvent(result) if listeners_present() else TaskSuccessEvent(xcoms={"return_value": result})
