@@ -25,6 +25,7 @@ git worktree under .bench/. Everything printed is also written to .bench/scale-<
 bench/RESULTS.md keeps the figures of a run.
 
     python bench/scale.py [--only pages asks ...] [--baseline REV]
+    python bench/scale.py --only asks pages --trials 100000 --no-baseline   # issue 47's scale
 """
 
 from __future__ import annotations
@@ -51,28 +52,30 @@ def baseline_checkout(rev: str) -> Path:
     return path
 
 
-def sections(base: Path) -> dict[str, list[list[str]]]:
+def sections(base: Path | None, trials: int = 20000) -> dict[str, list[list[str]]]:
+    """Each section's commands; ``base`` None: no baseline columns (at 100,000 trials the
+    baseline reads every trial per call, minutes each, and the 20,000 figures are the baseline)."""
     py = [sys.executable]
+    source = ["--source", str(base)] if base is not None else []
+    history = str(trials)
     return {
         "ingest": [py + ["bench/ingest.py"], py + ["bench/ingest.py", "--postgres", "local"]],
         "pages": [
-            py
-            + ["bench/ui.py", "--trials", "20000", "--big", "1000000", "--others", "300", "--no-dashboard"]
-            + ["--source", str(base)]
+            py + ["bench/ui.py", "--trials", history, "--big", "1000000", "--others", "300", "--no-dashboard"] + source
         ],
         "asks": [
-            py
-            + ["bench/tuners.py", "--history", "20000", "--tuners", "Random", "TPE", "Anneal", "GP"]
-            + ["--source", str(base)],
+            py + ["bench/tuners.py", "--history", history, "--tuners", "Random", "TPE", "Anneal", "GP"] + source,
             *(
                 py
-                + ["bench/trial_task.py", "--trials", "8", "--repeat", "1", "--history", "20000"]
-                + ["--tuner", tuner, "--source", str(base)]
+                + ["bench/trial_task.py", "--trials", "8", "--repeat", "1", "--history", history]
+                + ["--tuner", tuner]
+                + source
                 for tuner in ("Random", "TPE", "Anneal", "GP")
             ),
             py
-            + ["bench/trial_task.py", "--trials", "8", "--repeat", "1", "--history", "20000", "--tuner", "GP"]
-            + ["--preload-tuners", "GP", "--source", str(base)],
+            + ["bench/trial_task.py", "--trials", "8", "--repeat", "1", "--history", history, "--tuner", "GP"]
+            + ["--preload-tuners", "GP"]
+            + source,
         ],
         "at-once": [py + ["bench/asks_at_once.py", "--tasks", "50", "--history", "1000"]],
         "deferred": [
@@ -87,9 +90,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="+", help="sections to run (default all)")
     parser.add_argument("--baseline", default=DEFAULT_BASELINE, help="the checkout the 'before' columns run")
+    parser.add_argument("--no-baseline", action="store_true", help="no 'before' columns")
+    parser.add_argument(
+        "--trials", type=int, default=20000, help="finished trials of the pages' and asks' experiments (20,000)"
+    )
     args = parser.parse_args()
-    base = baseline_checkout(args.baseline)
-    plan = sections(base)
+    base = None if args.no_baseline else baseline_checkout(args.baseline)
+    plan = sections(base, args.trials)
     chosen = args.only or list(plan)
     unknown = [s for s in chosen if s not in plan]
     if unknown:
