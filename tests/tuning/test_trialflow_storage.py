@@ -69,8 +69,16 @@ def storage(request, tmp_path: Path) -> TrialflowStorage:
     return TrialflowStorage(with_installed_driver(request.getfixturevalue("postgres_url")))
 
 
+@pytest.mark.parametrize("literal_ids", [2000, 0], ids=["by-ids", "by-subquery"])
 @pytest.mark.parametrize("directions", [["maximize"], ["minimize", "maximize"]])
-def test_the_reader_returns_what_optunas_own_reader_returns(storage: TrialflowStorage, directions):
+def test_the_reader_returns_what_optunas_own_reader_returns(
+    storage: TrialflowStorage, directions, literal_ids, monkeypatch
+):
+    """Both ways the reader names the trials whose rows it reads (their ids, up to
+    LITERAL_IDS of them; the selection again past it) return what Optuna's reader returns."""
+    from trialflow.tuning import trial_reader
+
+    monkeypatch.setattr(trial_reader, "LITERAL_IDS", literal_ids)
     study_id = _fill(storage, directions)
     all_ids = [t._trial_id for t in RDBStorage._get_trials(storage, study_id, None, set(), -1)]
     middle = all_ids[len(all_ids) // 2]

@@ -30,6 +30,9 @@ _VALUES = models.TrialValueModel.__table__
 _USER_ATTRS = models.TrialUserAttributeModel.__table__
 _SYSTEM_ATTRS = models.TrialSystemAttributeModel.__table__
 _INTERMEDIATE = models.TrialIntermediateValueModel.__table__
+#: Up to this many trials, their related rows are read by the ids themselves (bound parameters,
+#: far below SQLite's and PostgreSQL's limits); past it, by the selection as a subquery.
+LITERAL_IDS = 2000
 
 
 @lru_cache(maxsize=4096)
@@ -58,7 +61,15 @@ def read_trials(
     ).all()
     if not trials:
         return []
-    ids = sa.select(TRIALS.c.trial_id).where(*where).scalar_subquery()
+    # The trials' own rows name them: a few ids are given as they are, not as the selection again,
+    # which each of the five reads below would evaluate once more (an ask at 100,000 finished
+    # trials read its few unfinished ones by scanning the study's trials six times, three times
+    # over: 340 ms of a TPE ask's 750, measured).
+    ids: Any = (
+        [row.trial_id for row in trials]
+        if len(trials) <= LITERAL_IDS
+        else sa.select(TRIALS.c.trial_id).where(*where).scalar_subquery()
+    )
     params = _grouped(conn, _PARAMS, ids, _PARAMS.c.param_id)
     values = _grouped(conn, _VALUES, ids, _VALUES.c.objective)
     attrs = _grouped(conn, _USER_ATTRS, ids, _USER_ATTRS.c.trial_user_attribute_id) if user_attrs else {}
