@@ -215,12 +215,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cases", nargs="+", default=["20,4,0", "20,4,3", "40,8,1"])
     parser.add_argument("--skip-nni", action="store_true")
-    parser.add_argument(
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
         "--only-run",
         action="store_true",
         help="only `trialflow run` (cold and warm) beside NNI, no DAG on a shared Airflow",
     )
-    parser.add_argument(
+    which.add_argument(
         "--skip-run",
         action="store_true",
         help="only the DAGs on a shared Airflow (and NNI), no `trialflow run` cold and warm",

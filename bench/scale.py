@@ -86,13 +86,20 @@ def sections(base: Path | None, trials: int = 20000) -> dict[str, list[list[str]
     }
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of trials >= 1, got {text}")
+    return value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="+", help="sections to run (default all)")
     parser.add_argument("--baseline", default=DEFAULT_BASELINE, help="the checkout the 'before' columns run")
     parser.add_argument("--no-baseline", action="store_true", help="no 'before' columns")
     parser.add_argument(
-        "--trials", type=int, default=20000, help="finished trials of the pages' and asks' experiments (20,000)"
+        "--trials", type=_positive, default=20000, help="finished trials of the pages' and asks' experiments (20,000)"
     )
     args = parser.parse_args()
     base = None if args.no_baseline else baseline_checkout(args.baseline)

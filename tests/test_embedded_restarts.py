@@ -3,7 +3,7 @@ component its own."""
 
 from __future__ import annotations
 
-from trialflow.embedded_restarts import RESTART_LIMIT, RESTART_WINDOW, RestartBudget
+from trialflow.embedded_restarts import RestartBudget
 
 
 def test_the_limit_holds_within_the_window_and_frees_as_it_slides():
@@ -30,7 +30,3 @@ def test_a_refused_start_is_not_counted():
         budget.take("dag-processor", float(t))  # a component dying in a loop asks every second
     assert budget.used("dag-processor") == 2
     assert budget.take("dag-processor", 100.0) is True  # freed by time, not by the refusals
-
-
-def test_the_defaults_are_a_few_per_ten_minutes():
-    assert (RESTART_LIMIT, RESTART_WINDOW) == (3, 600.0)

@@ -119,8 +119,8 @@ class TrialTrigger(BaseTrigger):
         ti = getattr(self, "task_instance", None)
         if ti is None:
             return
-        ended = "success" if isinstance(event, TaskSuccessEvent) else None
-        ended = "skipped" if isinstance(event, TaskSkippedEvent) else ended
+        ends: dict[type[TriggerEvent], str] = {TaskSuccessEvent: "success", TaskSkippedEvent: "skipped"}
+        ended = ends.get(type(event))
         run_wakeups.task_ended(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ended)
 
     async def on_kill(self) -> None:
