@@ -150,7 +150,10 @@ def test_the_history_needs_read_access(ui: UiSetup):
 STAMPED = (
     "import os, sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
     "log = os.environ['LAUNCHES']\nopen(log, 'a').write(f\"start {time.time()}\\n\")\n"
-    "time.sleep(float(os.environ.get('SLEEP', '6')))\nopen(log, 'a').write(f\"end {time.time()}\\n\")\n"
+    # HOLD: a file whose appearance ends the sleep early (a test lets its trials go once it saw them overlap)
+    "hold, until = os.environ.get('HOLD'), time.time() + float(os.environ.get('SLEEP', '6'))\n"
+    "while time.time() < until and not (hold and os.path.exists(hold)):\n    time.sleep(0.05)\n"
+    "open(log, 'a').write(f\"end {time.time()}\\n\")\n"
     "trial.report_final_result(p['x'])\n"
 )
 
@@ -164,6 +167,11 @@ def most_at_once(log: Path) -> int:
         running += step
         peak = max(peak, running)
     return peak
+
+
+def running_now(log: Path) -> int:
+    lines = log.read_text().split() if log.exists() else []
+    return lines.count("start") - lines.count("end")
 
 
 def first_time_at(log: Path, count: int) -> float | None:
@@ -207,7 +215,7 @@ def test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run(ui:
     log = folder / "stamps"
     config = (
         "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
-        f"trialCommand: LAUNCHES={log} SLEEP=10 {PY} t.py\n"
+        f"trialCommand: LAUNCHES={log} SLEEP=120 HOLD={folder / 'release'} {PY} t.py\n"
         "trialConcurrency: 2\nmaxTrialNumber: 8\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
     )
     dag_id, run_id = harness.start("raise_concurrency", config, {"t.py": STAMPED}, dag_args="defer_after=1")
@@ -231,6 +239,9 @@ def test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run(ui:
         timeout=30,
     )
     assert again.status_code == 200 and again.json()["dag_parse_requested"], again.text
+    # The first two hold until four ran at once (a slow machine must not end them first), then all go
+    wait_for("four trials at once", lambda: running_now(log) >= 4, 60)
+    (folder / "release").touch()
     _, state = harness.wait(dag_id, run_id, 300)
     assert state == "success"
     assert most_at_once(log) == 4  # never more, and four once raised

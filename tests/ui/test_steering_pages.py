@@ -13,7 +13,7 @@ from tests.helpers.airflow import PY
 from tests.helpers.airflow_controls import gone, running_pids, sleeper_dag, wait_for
 from tests.helpers.pages import UiSetup, login
 from tests.helpers.screens import shot
-from tests.ui.test_actions import STAMPED, first_time_at, most_at_once
+from tests.ui.test_actions import STAMPED, first_time_at, most_at_once, running_now
 from trialflow.platforms.base import experiment_id_for
 from trialflow.platforms.local import process_alive
 
@@ -90,7 +90,7 @@ def test_raise_concurrency_and_add_a_trial_from_the_experiment_page(browser, ui:
     log = folder / "stamps"
     config = (
         "experimentName: steered from the page\nsearchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
-        f"trialCommand: LAUNCHES={log} SLEEP=10 {PY} t.py\n"
+        f"trialCommand: LAUNCHES={log} SLEEP=120 HOLD={folder / 'release'} {PY} t.py\n"
         "trialConcurrency: 2\nmaxTrialNumber: 6\ntuner: {name: TPE}\ntrainingService: {platform: local}\n"
     )
     dag_id, run_id = harness.start("page_steer", config, {"t.py": STAMPED}, dag_args="defer_after=1")
@@ -119,6 +119,9 @@ def test_raise_concurrency_and_add_a_trial_from_the_experiment_page(browser, ui:
     dark.wait_for_selector("[data-testid=history]", timeout=30000)  # the panel and what was done
     shot(dark, "steer-dark")
     assert not dark.errors, dark.errors
+    # The first two hold until four ran at once (a slow machine must not end them first), then all go
+    wait_for("four trials at once", lambda: running_now(log) >= 4, 60)
+    (folder / "release").touch()
 
     _, state = harness.wait(dag_id, run_id, 300)
     assert state == "success"
