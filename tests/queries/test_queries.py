@@ -57,6 +57,45 @@ def test_trials_page_sorts_filters_searches_and_paginates(store):
     assert queries.trials_page(engine, "eq000001", sort="duration", descending=True)["total"] == 8
 
 
+@pytest.mark.parametrize("descending", [False, True])
+def test_pages_of_every_sort_and_filter_put_together_are_the_whole_ordered_list(store, descending):
+    """The page's trials are found first (joining only what the filter and the sort read) and
+    read whole after: every page of three, one after the other, is the whole list in its order,
+    each row whole, and the order is the sort's (ties by index, empty values last)."""
+    fill(store)
+    engine = store.storage.engine
+
+    def still(rows: list[dict]) -> list[dict]:  # a running trial's duration grows between two reads
+        return [{k: v for k, v in r.items() if k != "duration"} for r in rows]
+
+    whole_rows = {r["trial_index"]: r for r in still(queries.trials_page(engine, "eq000001", limit=100)["rows"])}
+    sorts = ["index", "status", "metric", "duration", "platform", "param:lr", "param:opt", "objective:0"]
+    for sort in sorts:
+        for filters in ({}, {"statuses": ["SUCCEEDED", "RUNNING"]}, {"search": "a"}, {"statuses": ["FAILED"]}):
+            everything = queries.trials_page(engine, "eq000001", sort=sort, descending=descending, limit=100, **filters)
+            rows = everything["rows"]
+            assert everything["total"] == len(rows), (sort, filters)
+            pieces = [
+                r
+                for offset in range(0, len(rows) + 3, 3)
+                for r in queries.trials_page(
+                    engine, "eq000001", sort=sort, descending=descending, limit=3, offset=offset, **filters
+                )["rows"]
+            ]
+            assert still(pieces) == still(rows), (sort, filters)
+            assert all(r == whole_rows[r["trial_index"]] for r in still(rows)), (sort, filters)
+            if sort in ("metric", "objective:0"):
+                values = [r["metric"] for r in rows]
+                known = [v for v in values if v is not None]
+                assert values == known + [None] * (len(values) - len(known))  # empty last, both ways
+                assert known == sorted(known, reverse=descending)
+            if sort == "index":
+                indexes = [r["trial_index"] for r in rows]
+                assert indexes == sorted(indexes, reverse=descending)
+            if sort == "status":
+                assert [r["status"] for r in rows] == sorted((r["status"] for r in rows), reverse=descending)
+
+
 def test_detail_curves_and_chart_data(store):
     fill(store)
     engine = store.storage.engine
@@ -154,6 +193,38 @@ def test_an_early_stop_after_the_final_result_keeps_it_in_every_view(store):
     # an early stop with no final result stays out of all of them
     stopped = store.storage.get_trial(store.find_trial_id("eq000001", 3))
     assert stopped.state.name == "PRUNED" and stopped.values is None
+
+
+def test_the_best_trial_is_the_first_counted_one_by_value_whatever_the_probe(store):
+    """The summary's best is found by probing the trials of the best values first; a leader
+    whose status does not count (its result kept, its status changed after) is passed over, by
+    the probe or, when every probed trial is such, by the whole filtered sort."""
+    from trialflow.queries.trials import best_trial_row
+
+    fill(store)
+    engine = store.storage.engine
+
+    def expected(descending: bool) -> int:
+        counted = ["SUCCEEDED", "EARLY_STOPPED"]
+        rows = queries.trials_page(engine, "eq000001", sort="metric", descending=descending, statuses=counted)
+        return rows["rows"][0]["trial_index"]
+
+    for descending in (False, True):
+        for probe in (1, 2, 20):
+            found = best_trial_row(engine, "eq000001", descending, probe=probe)
+            assert found is not None and found["trial_index"] == expected(descending), (descending, probe)
+    leader = best_trial_row(engine, "eq000001", False)
+    assert leader is not None and leader["trial_index"] == 0  # minimize: 1.0, the smallest
+    from trialflow.queries.tables import TRIAL_ATTRS
+
+    with engine.begin() as conn:  # written as a finished trial's status is (Optuna refuses it)
+        attrs = TRIAL_ATTRS.c
+        where = sa.and_(attrs.trial_id == store.find_trial_id("eq000001", 0), attrs.key == "nni_status")
+        assert conn.execute(sa.update(TRIAL_ATTRS).where(where).values(value_json='"USER_CANCELED"')).rowcount == 1
+    for probe in (1, 2, 20):
+        found = best_trial_row(engine, "eq000001", False, probe=probe)
+        assert found is not None and found["trial_index"] == expected(False) != 0, probe
+    assert queries.experiment_summary(engine, "eq000001")["best"]["trial_index"] == expected(False)
 
 
 @pytest.mark.parametrize("total", [0, 1, 2, 3, 7, 100, 2001, 12_345])

@@ -27,10 +27,9 @@ from trialflow.queries.tables import (
     study_attrs,
     study_id_of,
 )
-from trialflow.queries.trials import trials_page
+from trialflow.queries.trials import best_trial_row, trials_page
 from trialflow.retune import RETUNED_BY, RETUNED_FROM
 from trialflow.run_windows import LIKE_PATTERN, RunWindow, run_id_of, shown_window
-from trialflow.trial.status import COUNTED_STATUS_NAMES
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
 from trialflow.warm_start import WARM_STARTED_BY, WARM_STARTED_FROM
 
@@ -305,15 +304,7 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         pareto = [by_index[i] for i in several.pareto if i in by_index]
         best = pareto[0] if pareto else None
     elif best_value is not None:
-        page = trials_page(
-            engine,
-            experiment_id,
-            sort="metric",
-            descending=mode != "minimize",
-            limit=1,
-            statuses=sorted(COUNTED_STATUS_NAMES),
-        )
-        best = page["rows"][0] if page["rows"] else None
+        best = best_trial_row(engine, experiment_id, descending=mode != "minimize")
     deadline = max((w.get("deadline") or 0 for w in windows), default=0) or None
     service = config.get("trainingService")
     services = service if isinstance(service, list) else [service] if service else []
