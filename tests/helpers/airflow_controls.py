@@ -80,10 +80,17 @@ def gone(pids: dict[int, int], timeout: float = 20) -> float:
 
 
 def patch_ti(harness: Harness, dag_id: str, run_id: str, map_index: int, state: str, task_id: str = "trial") -> None:
-    response = harness.airflow.api(
-        "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}", json={"new_state": state}
-    )
-    assert response.status_code == 200, response.text
+    """Mark one task instance as the Grid does; asked again, as a person clicks again, while
+    Airflow's SQLite metadata answers 500 "Database error" (locked) or 409 (a concurrent
+    writer); a retry whose earlier try had gone through is told the task is in that state."""
+    for _ in range(20):
+        response = harness.airflow.api(
+            "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}", json={"new_state": state}
+        )
+        if response.status_code < 500 and not _worth_retrying(response):
+            break
+        time.sleep(0.2)
+    assert response.status_code == 200 or _got_through_before(response, state), response.text
 
 
 def store_row(harness: Harness, dag_id: str, run_id: str, index: int) -> TrialRow:
