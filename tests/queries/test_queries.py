@@ -373,3 +373,35 @@ def test_a_trials_page_reads_its_experiments_header_as_the_summary_says_it(store
     assert header == summary and header["active"] is False
     with pytest.raises(queries.UnknownExperiment):
         queries.experiment_header(engine, "nope")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"\\ud800"',  # a lone surrogate: pydantic-core's parser refuses it, the json module reads it
+        '{"a": 1, "a": 2}',
+        "NaN",
+        "-Infinity",
+        "1e400",
+        "123456789012345678901234567890",
+        '{"lr": 0.005100486759046462, "opt": {"_name": "sgd"}}',
+        '"x\\"y \\u00fc"',
+        "-0.0",
+        "not json",
+        "",
+        "1 2",
+        "1" * 5000,  # past Python's 4,300 digits: unreadable both ways
+    ],
+)
+def test_a_stored_value_reads_as_the_json_module_reads_it(text):
+    from trialflow.queries.tables import decoded
+
+    try:
+        expected = json.loads(text)
+    except ValueError:
+        expected = None
+    got = decoded(text)
+    if isinstance(expected, float) and math.isnan(expected):
+        assert isinstance(got, float) and math.isnan(got)
+    else:
+        assert got == expected and type(got) is type(expected) and repr(got) == repr(expected)
