@@ -86,6 +86,30 @@ def test_a_store_of_a_newer_trialflow_is_refused_and_not_touched(store):
     )
 
 
+@pytest.mark.both_databases
+def test_new_and_upgraded_stores_index_optunas_trials_by_study_and_state(store):
+    """Migration 0003: counting an experiment's finished trials and reading its running ones
+    scanned every trial of it; a new store has the index, a store of 0002 is refused until
+    upgraded, and the upgrade adds it."""
+    from trialflow.tuning.tables import TRIALS_BY_STATE
+
+    engine = store.engine
+
+    def indexed() -> list[str] | None:
+        found = {i["name"]: i["column_names"] for i in sa.inspect(engine).get_indexes("trials")}
+        return found.get(TRIALS_BY_STATE.name)
+
+    assert indexed() == ["study_id", "state"]
+    with engine.begin() as conn:  # what a store of schema 0002 holds
+        conn.execute(sa.text(f"DROP INDEX {TRIALS_BY_STATE.name}"))
+        conn.execute(sa.text(f"UPDATE {VERSION_TABLE} SET version_num = '0002'"))
+    with pytest.raises(StoreSchemaError, match="trialflow db upgrade"):
+        ExperimentStore(engine.url.render_as_string(hide_password=False))
+    assert indexed() is None
+    assert store_schema.upgrade(engine) == ("0002", HEAD)
+    assert indexed() == ["study_id", "state"]
+
+
 def test_the_refusal_hides_the_password(tmp_path):
     engine = sa.create_engine("postgresql+psycopg://user:hunter2@127.0.0.1:1/db")
     said = store_schema.refusal(engine, store_schema.SchemaState(None, True))

@@ -3,8 +3,8 @@ the migrations that move a store to it, run on purpose (``trialflow db upgrade``
 
 Experiments live for months and trialflow changes underneath them. Optuna versions its tables
 with alembic (its ``alembic_version`` table, ``optuna storage upgrade``); trialflow's own tables
-(the trial index, the trial queue, the DAG limits, the snapshots, the schema-check record) are
-versioned the same way in a version table of their own (``trialflow_alembic_version``), with
+(the trial index, the trial queue, the DAG limits, the snapshots, the schema-check record,
+and trialflow's one index on Optuna's trials table) are versioned the same way in a version table of their own (``trialflow_alembic_version``), with
 the revisions in trialflow/tuning/migrations/versions.
 
 Opening a store compares its revision with ``HEAD`` (one indexed read, no alembic import on a
@@ -34,16 +34,16 @@ import sqlalchemy as sa
 from trialflow.tuning.concurrency_changes import DAG_LIMITS
 from trialflow.tuning.schema_check import CHECKED
 from trialflow.tuning.snapshot import SNAPSHOTS
-from trialflow.tuning.tables import TRIAL_INDEX, create_tables
+from trialflow.tuning.tables import TRIAL_INDEX, TRIALS_BY_STATE, create_index, create_tables
 from trialflow.tuning.trial_queue import TRIAL_QUEUE
 
 #: Where trialflow's revision is kept (alembic's layout; Optuna's is ``alembic_version``).
 VERSION_TABLE = "trialflow_alembic_version"
 #: The schema this code reads and writes: the newest revision in migrations/versions (a test
 #: checks the two agree, and that the migrations make exactly the tables below).
-HEAD = "0002"
+HEAD = "0003"
 #: The revisions, oldest first, and the release that introduced each (for messages).
-RELEASES = {"0001": "0.1.0", "0002": "0.2.0"}
+RELEASES = {"0001": "0.1.0", "0002": "0.2.0", "0003": "0.2.0"}
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 #: trialflow's tables as this code defines them (what a new store is created with).
@@ -120,6 +120,9 @@ def ensure_schema(engine: sa.Engine, checked: bool) -> None:
     if found.current:
         if not checked:
             create_tables(head_metadata(), engine)  # a table dropped by hand comes back
+            create_index(
+                TRIALS_BY_STATE, engine
+            )  # and the index on Optuna's trials (an Optuna upgrade's copy drops it)
         return
     if found.fresh:
         create_store(engine)
@@ -143,6 +146,7 @@ def create_store(engine: sa.Engine) -> None:
             else:
                 _VERSION.create(conn)
             head_metadata().create_all(conn, checkfirst=True)
+            TRIALS_BY_STATE.create(conn, checkfirst=True)
             conn.execute(_VERSION.insert().values(version_num=HEAD))
     finally:
         if creating is not engine:
