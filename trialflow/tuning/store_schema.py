@@ -4,8 +4,9 @@ the migrations that move a store to it, run on purpose (``trialflow db upgrade``
 Experiments live for months and trialflow changes underneath them. Optuna versions its tables
 with alembic (its ``alembic_version`` table, ``optuna storage upgrade``); trialflow's own tables
 (the trial index, the trial queue, the DAG limits, the snapshots, the schema-check record,
-and trialflow's one index on Optuna's trials table) are versioned the same way in a version table of their own (``trialflow_alembic_version``), with
-the revisions in trialflow/tuning/migrations/versions.
+and trialflow's one index on Optuna's trials table) are versioned the same way in a version
+table of their own (``trialflow_alembic_version``), with the revisions in
+trialflow/tuning/migrations/versions.
 
 Opening a store compares its revision with ``HEAD`` (one indexed read, no alembic import on a
 trial task's path):
