@@ -311,10 +311,12 @@ class Experiment:
             return None
         from trialflow.tuning.assessors import stop_reason
 
+        judged: list[int | None] = [None]  # the newest step judged: each look judges the steps after it
+
         def check() -> str | None:
-            if not store.should_stop(self.experiment_id, storage_id, pruner):
-                return None
-            return stop_reason(self.config, store.trial(storage_id).last_step)
+            judgment = store.judge(self.experiment_id, storage_id, pruner, after=judged[0])
+            judged[0] = judgment.judged_through
+            return None if judgment.stop_at is None else stop_reason(self.config, judgment.stop_at)
 
         return check
 

@@ -215,6 +215,69 @@ def test_should_stop_asks_the_pruner_about_running_trials_only(store):
     assert store.should_stop(study, bad.storage_id, pruner) is False  # already over
 
 
+def test_a_backlog_of_results_is_judged_step_by_step_as_nni_judged_each_result(store):
+    """A trigger that starts late finds dozens of results at once: judged at the newest alone,
+    Medianstop compared the trial at a step no finished trial had reached (no median) and let a
+    bad trial run to its end (a fresh Airflow's triggerer, measured). Each step is judged."""
+    import optuna
+
+    from trialflow.tuning import assessors
+    from trialflow.tuning.assessors import JUDGED_STEPS
+
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=0, n_warmup_steps=2)  # Medianstop, start_step 3
+    store.open_experiment("exp", TPE, SPACE, pruner=pruner)
+    for index in (0, 1):
+        good = store.ask("exp", index, f"t{index}", TPE, SPACE)
+        store.record_metrics(good.storage_id, [Metric("PERIODICAL", s, 0.9) for s in range(6)])
+        store.finish(good.storage_id, TrialStatus.SUCCEEDED, 0.9)
+    bad = store.ask("exp", 2, "t2", TPE, SPACE)
+    store.record_metrics(bad.storage_id, [Metric("PERIODICAL", s, 0.1) for s in range(40)])
+    frozen = store.storage.get_trial(bad.storage_id)
+    study = optuna.load_study(study_name="exp", storage=store.storage)
+    assert pruner.prune(study, frozen) is False  # Optuna's own look, at step 39 alone
+    judgment = store.judge("exp", bad.storage_id, pruner)
+    assert judgment.stop_at == 2 and judgment.judged_through == 2  # the first step it is judged at
+    assert store.should_stop("exp", bad.storage_id, pruner) is True
+    # steps judged before are not judged again: past step 5 no finished trial has a median
+    assert store.judge("exp", bad.storage_id, pruner, after=5) == assessors.Judgment(None, 39)
+    assert store.judge("exp", bad.storage_id, pruner, after=39) == assessors.Judgment(None, 39)
+
+    # a long backlog: the earliest steps and the newest, never more than JUDGED_STEPS
+    looked: list[int] = []
+
+    class Counting(optuna.pruners.BasePruner):
+        def prune(self, study, trial) -> bool:
+            looked.append(trial.last_step)
+            assert trial.intermediate_values == {s: 0.1 for s in range(trial.last_step + 1)}
+            return False
+
+    long = store.ask("exp", 3, "t3", TPE, SPACE)
+    store.record_metrics(long.storage_id, [Metric("PERIODICAL", s, 0.1) for s in range(100)])
+    assert store.judge("exp", long.storage_id, Counting(), after=9) == assessors.Judgment(None, 99)
+    assert looked == [*range(10, 10 + JUDGED_STEPS - 1), 99]
+
+
+def test_curvefitting_judges_the_counts_a_backlog_passes_over(store):
+    """Curvefitting judges at start_step results and every gap after: a batch that jumps past
+    those counts was never judged."""
+    from trialflow.tuning.assessors import judge
+    from trialflow.tuning.curvefitting import CurveFittingPruner
+
+    pruner = CurveFittingPruner(epoch_num=20, start_step=6, threshold=0.95, gap=100)
+    store.open_experiment("cf", TPE, SPACE, pruner=pruner)
+    good = store.ask("cf", 0, "c0", TPE, SPACE)
+    store.record_metrics(good.storage_id, [Metric("PERIODICAL", s, 0.9 + s / 1000) for s in range(20)])
+    store.finish(good.storage_id, TrialStatus.SUCCEEDED, 0.95)
+    bad = store.ask("cf", 1, "c1", TPE, SPACE)
+    store.record_metrics(bad.storage_id, [Metric("PERIODICAL", s, 0.05 + s / 1000) for s in range(9)])
+    import optuna
+
+    frozen = store.storage.get_trial(bad.storage_id)
+    study = optuna.load_study(study_name="cf", storage=store.storage)
+    assert pruner.prune(study, frozen) is False  # nine results: not a count it judges at
+    assert judge(pruner, study, frozen, None).stop_at == 5  # the sixth result's step
+
+
 def test_dict_finals_keep_their_other_keys_in_rows(store):
     store.open_experiment("exp", TPE, SPACE)
     study = "exp"

@@ -57,6 +57,7 @@ from trialflow.trial.protocol import Metric
 from trialflow.trial.status import COUNTED_STATUSES, TrialStatus
 from trialflow.tuning import schema_check
 from trialflow.tuning.algorithms import canonical_tuner_name
+from trialflow.tuning.assessors import Judgment, judge
 from trialflow.tuning.history import asking_storage
 from trialflow.tuning.optuna_internals import create_scoped_session as _create_scoped_session
 from trialflow.tuning.optuna_internals import models, trial_storage_id
@@ -704,13 +705,18 @@ class ExperimentStore:
         """Drop the asked-for trials no trial index will take (the experiment ended)."""
         return drop_waiting(self.storage.engine, self._study_id(experiment_id))
 
-    def should_stop(self, experiment_id: str, storage_id: int, pruner: BasePruner) -> bool:
-        """The assessor's verdict on a running trial, from the intermediate results stored so far."""
+    def judge(self, experiment_id: str, storage_id: int, pruner: BasePruner, after: int | None = None) -> Judgment:
+        """The assessor's verdict on a running trial's results stored after step ``after``, each
+        step judged as it arrived (trialflow.tuning.assessors.judge)."""
         frozen = self.storage.get_trial(storage_id)
         if frozen.state.is_finished() or not frozen.intermediate_values:
-            return False
+            return Judgment(None, after)
         study = optuna.load_study(study_name=experiment_id, storage=self._sampling_storage, pruner=pruner)
-        return bool(pruner.prune(study, frozen))
+        return judge(pruner, study, frozen, after)
+
+    def should_stop(self, experiment_id: str, storage_id: int, pruner: BasePruner) -> bool:
+        """Whether the assessor stops a running trial at any of the steps stored so far."""
+        return self.judge(experiment_id, storage_id, pruner).stop_at is not None
 
     def active_trials(self, experiment_id: str) -> list[TrialRecord]:
         """Trials submitted and not closed (for hybrid placement and for cancelling a run)."""
