@@ -373,6 +373,7 @@ def test_the_kube_apiserver_restarted_mid_experiment(cluster: Deployment, kube_c
     os.remove(log)
 
 
+@pytest.mark.extended
 def test_the_whole_deployment_killed_started_again_and_the_run_cleared(cluster: Deployment, ssh_machine):
     """Every Airflow process, both workers and Redis SIGKILLed at once mid-experiment; started
     again, the run's failed tasks are cleared and the experiment resumes from the store: finished
@@ -408,6 +409,7 @@ def test_the_whole_deployment_killed_started_again_and_the_run_cleared(cluster: 
     os.remove(log)
 
 
+@pytest.mark.extended
 def test_trial_tasks_queued_when_the_broker_dies_are_queued_again(cluster: Deployment, ssh_machine):
     """The window the power cut can hit: trial tasks queued in Celery (sent to Redis, taken by
     no worker) when everything dies. Redis keeps no messages on disk, so after the restart
@@ -450,6 +452,7 @@ def test_trial_tasks_queued_when_the_broker_dies_are_queued_again(cluster: Deplo
     os.remove(log)
 
 
+@pytest.mark.extended
 def test_an_experiment_running_across_an_upgrade_of_trialflow(cluster: Deployment, ssh_machine):
     """Airflow runs trialflow 0.1.0 (its code first on every component's path; its store on a
     database of its own); mid-experiment, with every trial deferred (triggers serialized by

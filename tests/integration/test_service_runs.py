@@ -202,7 +202,10 @@ def test_a_killed_worker_reattaches_to_its_openpai_job(harness, tmp_path):
         assert TOKEN not in json.dumps(harness.xcom(dag_id, run_id, "trial", 0))
 
 
-@pytest.mark.parametrize("seed", ["mnist-pytorch/config_aml.yml", "mnist-tfv1/config_aml.yml"])
+@pytest.mark.parametrize(
+    "seed",
+    ["mnist-pytorch/config_aml.yml", pytest.param("mnist-tfv1/config_aml.yml", marks=pytest.mark.extended)],
+)
 def test_the_aml_seed_configs_run_end_to_end(seed, tmp_path, nni_python, monkeypatch):
     """azure-ai-ml against the workspace emulator (HTTPS, Azurite for the code), credentials
     through azure-identity's chain, the cloud through the SDK's ARM_CLOUD_METADATA_URL."""
