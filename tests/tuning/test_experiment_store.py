@@ -257,6 +257,41 @@ def test_a_backlog_of_results_is_judged_step_by_step_as_nni_judged_each_result(s
     assert looked == [*range(10, 10 + JUDGED_STEPS - 1), 99]
 
 
+def test_hyperband_rungs_written_from_a_backlog_are_those_of_one_result_at_a_time(store):
+    """Hyperband's pruner writes the value a trial completed each rung with while it judges;
+    a backlog judged step by step must leave the rungs and the verdict one result at a time
+    leaves (each step judged with the rungs the steps before it wrote)."""
+    import optuna
+
+    def run(study: str, batch: bool) -> tuple[int | None, dict]:
+        pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2)
+        store.open_experiment(study, TPE, SPACE, pruner=pruner)
+        for index, value in enumerate((0.9, 0.8)):  # two finished trials to compete with
+            done = store.ask(study, index, f"{study}{index}", TPE, SPACE)
+            store.record_metrics(done.storage_id, [Metric("PERIODICAL", s, value) for s in range(9)])
+            store.finish(done.storage_id, TrialStatus.SUCCEEDED, value)
+        judged = store.ask(study, 2, f"{study}2", TPE, SPACE)
+        curve = [0.95, 0.95, 0.7, 0.85, 0.6, 0.5, 0.5, 0.4, 0.3]
+        stop_at, after = None, None
+        if batch:
+            store.record_metrics(judged.storage_id, [Metric("PERIODICAL", s, v) for s, v in enumerate(curve)])
+            stop_at = store.judge(study, judged.storage_id, pruner).stop_at
+        else:
+            for step, value in enumerate(curve):
+                store.record_metrics(judged.storage_id, [Metric("PERIODICAL", step, value)])
+                judgment = store.judge(study, judged.storage_id, pruner, after=after)
+                after = judgment.judged_through
+                if judgment.stop_at is not None:
+                    stop_at = judgment.stop_at
+                    break
+        attrs = store.storage.get_trial(judged.storage_id).system_attrs
+        return stop_at, {k: v for k, v in attrs.items() if k.startswith("completed_rung_")}
+
+    one_by_one, backlog = run("hb_single", batch=False), run("hb_batch", batch=True)
+    assert one_by_one[1], "the curve completed a rung"
+    assert backlog == one_by_one
+
+
 def test_curvefitting_judges_the_counts_a_backlog_passes_over(store):
     """Curvefitting judges at start_step results and every gap after: a batch that jumps past
     those counts was never judged."""

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -86,7 +87,13 @@ class Judgment:
     judged_through: int | None
 
 
-def judge(pruner: BasePruner, study: Study, trial: FrozenTrial, after: int | None) -> Judgment:
+def judge(
+    pruner: BasePruner,
+    study: Study,
+    trial: FrozenTrial,
+    after: int | None,
+    system_attrs: Callable[[], dict[str, Any]] | None = None,
+) -> Judgment:
     """The assessor's verdict on the steps of ``trial`` after step ``after`` (all of them for
     None), each judged as if it had just arrived, as NNI asked its assessor at every result.
 
@@ -97,7 +104,11 @@ def judge(pruner: BasePruner, study: Study, trial: FrozenTrial, after: int | Non
     and never stopped it; Curvefitting, which judges at certain result counts, skipped those
     counts. Past ``JUDGED_STEPS`` new steps the earliest are judged and the newest. A look
     with ``after`` None (a follower that just started, after a triggerer restart) judges the
-    earliest steps again, against the trials finished by now."""
+    earliest steps again, against the trials finished by now.
+
+    ``system_attrs`` reads the trial's system attributes again: a pruner may write some while
+    it judges (Hyperband's rungs: the value with which the trial completed each), and the next
+    step must be judged with them, as it would have been had it arrived alone."""
     values = trial.intermediate_values
     steps = sorted(values)
     fresh = steps[bisect_left(steps, after + 1) :] if after is not None else steps
@@ -114,4 +125,6 @@ def judge(pruner: BasePruner, study: Study, trial: FrozenTrial, after: int | Non
             position += 1
         if pruner.prune(study, view):
             return Judgment(step, step)
+        if system_attrs is not None and step != judged[-1]:
+            view.system_attrs = system_attrs()
     return Judgment(None, fresh[-1])

@@ -712,7 +712,7 @@ class ExperimentStore:
         if frozen.state.is_finished() or not frozen.intermediate_values:
             return Judgment(None, after)
         study = optuna.load_study(study_name=experiment_id, storage=self._sampling_storage, pruner=pruner)
-        return judge(pruner, study, frozen, after)
+        return judge(pruner, study, frozen, after, lambda: self.storage.get_trial(storage_id).system_attrs)
 
     def should_stop(self, experiment_id: str, storage_id: int, pruner: BasePruner) -> bool:
         """Whether the assessor stops a running trial at any of the steps stored so far."""
