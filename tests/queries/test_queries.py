@@ -215,7 +215,7 @@ def test_the_best_trial_is_the_first_counted_one_by_value_whatever_the_probe(sto
             assert found is not None and found["trial_index"] == expected(descending), (descending, probe)
     leader = best_trial_row(engine, "eq000001", False)
     assert leader is not None and leader["trial_index"] == 0  # minimize: 1.0, the smallest
-    from trialflow.queries.tables import TRIAL_ATTRS
+    from trialflow.queries.tables import TRIAL_ATTRS, VALUES
 
     with engine.begin() as conn:  # written as a finished trial's status is (Optuna refuses it)
         attrs = TRIAL_ATTRS.c
@@ -225,6 +225,18 @@ def test_the_best_trial_is_the_first_counted_one_by_value_whatever_the_probe(sto
         found = best_trial_row(engine, "eq000001", False, probe=probe)
         assert found is not None and found["trial_index"] == expected(False) != 0, probe
     assert queries.experiment_summary(engine, "eq000001")["best"]["trial_index"] == expected(False)
+    # every trial with a value no longer counts: the early-stopped one without a result is no best,
+    # whether the probe saw every valued trial (20) or fell back to the whole sort (1)
+    with engine.begin() as conn:
+        valued = sa.select(VALUES.c.trial_id)
+        conn.execute(
+            sa.update(TRIAL_ATTRS)
+            .where(TRIAL_ATTRS.c.key == "nni_status", TRIAL_ATTRS.c.trial_id.in_(valued))
+            .values(value_json='"USER_CANCELED"')
+        )
+    assert queries.trials_page(engine, "eq000001", statuses=["EARLY_STOPPED"])["total"] == 1
+    for probe in (1, 20):
+        assert best_trial_row(engine, "eq000001", False, probe=probe) is None, probe
 
 
 @pytest.mark.parametrize("total", [0, 1, 2, 3, 7, 100, 2001, 12_345])
@@ -391,6 +403,8 @@ def test_a_trials_page_reads_its_experiments_header_as_the_summary_says_it(store
         "",
         "1 2",
         "1" * 5000,  # past Python's 4,300 digits: unreadable both ways
+        "[" * 300 + "]" * 300,  # past pydantic-core's 200 levels: the json module reads it
+        "[" * 100_000 + "]" * 100_000,  # past Python's recursion limit: unreadable, never a RecursionError
     ],
 )
 def test_a_stored_value_reads_as_the_json_module_reads_it(text):
@@ -398,7 +412,7 @@ def test_a_stored_value_reads_as_the_json_module_reads_it(text):
 
     try:
         expected = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         expected = None
     got = decoded(text)
     if isinstance(expected, float) and math.isnan(expected):

@@ -122,7 +122,9 @@ def decoded(text: str | None) -> Any:
     Parsed by pydantic-core's parser, ~4x faster than the json module's (the chart data of
     100,000 trials decodes 300,000 values: ~5 s of its profile were json.loads). It refuses
     what the json module reads and Optuna may have written (a lone surrogate, "\\ud800"): those
-    are read again by the json module, so every value reads as it did."""
+    are read again by the json module, so every value reads as it did. Nesting deeper than
+    pydantic-core's 200 levels is read by the json module too, which past Python's recursion
+    limit raised RecursionError (a 500 for the whole page): that is unreadable, None."""
     if text is None:
         return None
     try:
@@ -131,7 +133,7 @@ def decoded(text: str | None) -> Any:
         pass
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

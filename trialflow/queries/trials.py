@@ -299,7 +299,9 @@ def best_trial_row(engine: Engine, experiment_id: str, descending: bool, probe: 
 
     Read as a probe: the ``probe`` trials of the best values (one index's walk, no status read)
     are filtered first; only when none of them counts is the whole filtered sort run. At
-    100,000 trials the whole one read every trial's status: ~0.5-1 s of the summary."""
+    100,000 trials the whole one read every trial's status: ~0.5-1 s of the summary. A trial
+    without a value is never the best (the whole sort puts those last): None when no counted
+    trial has one, whichever way it was found."""
     counted = sorted(COUNTED_STATUS_NAMES)
     order = VALUES.c.value.desc() if descending else VALUES.c.value.asc()
     with engine.connect() as conn:
@@ -326,7 +328,7 @@ def best_trial_row(engine: Engine, experiment_id: str, descending: bool, probe: 
         if found or len(leaders) < probe:
             return found[0] if found else None
     rows = trials_page(engine, experiment_id, sort="metric", descending=descending, limit=1, statuses=counted)["rows"]
-    return rows[0] if rows else None
+    return rows[0] if rows and rows[0]["metric"] is not None else None
 
 
 def iter_trial_rows(engine: Engine, experiment_id: str, chunk: int = 1000) -> Iterator[dict[str, Any]]:
