@@ -182,8 +182,12 @@ def _trials_query(engine: Engine, sid: int) -> tuple[sa.Select, dict[str, NamedF
     return sa.select(*columns).select_from(joined).where(TRIAL_INDEX.c.study_id == sid), attrs
 
 
-def _joined_attr(joined: sa.FromClause, alias: NamedFromClause, name: str) -> sa.FromClause:
-    return joined.outerjoin(alias, sa.and_(alias.c.trial_id == TRIAL_INDEX.c.trial_id, alias.c.key == name))
+def _with_attrs(attrs: dict[str, NamedFromClause]) -> sa.FromClause:
+    """The trial index with each named attribute's row joined (absent: NULL)."""
+    joined: sa.FromClause = TRIAL_INDEX
+    for name, alias in attrs.items():
+        joined = joined.outerjoin(alias, sa.and_(alias.c.trial_id == TRIAL_INDEX.c.trial_id, alias.c.key == name))
+    return joined
 
 
 def trials_page(
@@ -231,10 +235,9 @@ def trials_page(
             pattern = f"%{_escape_like(json.dumps(search)[1:-1])}%"
             searched = ("trial_id", "parameters", "message", "nni_status")
             conditions.append(sa.or_(*(attr(name).c.value_json.like(pattern, escape="\\") for name in searched)))
-        filtered: sa.FromClause = TRIAL_INDEX
-        for name, alias in attrs.items():
-            filtered = _joined_attr(filtered, alias, name)
-        total = conn.execute(sa.select(sa.func.count()).select_from(filtered).where(*conditions)).scalar() or 0
+        total = (
+            conn.execute(sa.select(sa.func.count()).select_from(_with_attrs(attrs)).where(*conditions)).scalar() or 0
+        )
 
         order: list[sa.ColumnElement] = []
         objective = whole_number(sort[len("objective:") :]) if sort.startswith("objective:") else None
@@ -254,9 +257,7 @@ def trials_page(
             order += [numeric, text]
         order = [(o.desc() if descending else o.asc()).nulls_last() for o in order]
         order.append(TRIAL_INDEX.c.trial_index.desc() if descending and sort == "index" else TRIAL_INDEX.c.trial_index)
-        keyed: sa.FromClause = TRIAL_INDEX
-        for name, alias in attrs.items():
-            keyed = _joined_attr(keyed, alias, name)
+        keyed = _with_attrs(attrs)  # the filter's attributes and the sort's
         if sort == "metric":
             keyed = keyed.outerjoin(
                 VALUES, sa.and_(VALUES.c.trial_id == TRIAL_INDEX.c.trial_id, VALUES.c.objective == 0)

@@ -120,10 +120,10 @@ def ensure_schema(engine: sa.Engine, checked: bool) -> None:
     found = state(engine)
     if found.current:
         if not checked:
-            create_tables(head_metadata(), engine)  # a table dropped by hand comes back
-            create_index(
-                TRIALS_BY_STATE, engine
-            )  # and the index on Optuna's trials (an Optuna upgrade's copy drops it)
+            # A table dropped by hand comes back, and so does the index on Optuna's trials (a
+            # rebuild of that table by a migration of Optuna's own would lose it)
+            create_tables(head_metadata(), engine)
+            create_index(TRIALS_BY_STATE, engine)
         return
     if found.fresh:
         create_store(engine)

@@ -8,6 +8,8 @@ pg_type), so its action was lost. The loser now looks again, and finds the table
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import sqlalchemy as sa
 
 #: What a CREATE TABLE that lost to a concurrent one raises, by database.
@@ -16,10 +18,14 @@ _LOST_TO_A_TWIN = (sa.exc.OperationalError, sa.exc.ProgrammingError, sa.exc.Inte
 
 def create_tables(metadata: sa.MetaData, engine: sa.Engine) -> None:
     """Create ``metadata``'s tables that are missing; a concurrent creator's win is fine."""
+    _twin_safe(lambda: metadata.create_all(engine, checkfirst=True))
+
+
+def _twin_safe(create: Callable[[], None]) -> None:
     try:
-        metadata.create_all(engine, checkfirst=True)
+        create()
     except _LOST_TO_A_TWIN:
-        metadata.create_all(engine, checkfirst=True)  # another process created them meanwhile
+        create()  # another process created it meanwhile: this look finds it there
 
 
 #: trial index -> Optuna trial, one row per (study, index). Optuna can only find a trial by a
@@ -50,9 +56,6 @@ _OPTUNA_TRIALS = sa.Table(
 TRIALS_BY_STATE = sa.Index("ix_trialflow_trials_study_state", _OPTUNA_TRIALS.c.study_id, _OPTUNA_TRIALS.c.state)
 
 
-def create_index(index: sa.Index, connectable: sa.Engine | sa.Connection) -> None:
+def create_index(index: sa.Index, engine: sa.Engine) -> None:
     """Create ``index`` when it is missing; a concurrent creator's win is fine."""
-    try:
-        index.create(connectable, checkfirst=True)
-    except _LOST_TO_A_TWIN:
-        index.create(connectable, checkfirst=True)
+    _twin_safe(lambda: index.create(engine, checkfirst=True))
