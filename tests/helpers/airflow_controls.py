@@ -80,17 +80,21 @@ def gone(pids: dict[int, int], timeout: float = 20) -> float:
 
 
 def patch_ti(harness: Harness, dag_id: str, run_id: str, map_index: int, state: str, task_id: str = "trial") -> None:
-    """Mark one task instance as the Grid does; asked again, as a person clicks again, while
-    Airflow's SQLite metadata answers 500 "Database error" (locked) or 409 (a concurrent
-    writer); a retry whose earlier try had gone through is told the task is in that state."""
-    for _ in range(20):
-        response = harness.airflow.api(
-            "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}", json={"new_state": state}
-        )
+    """Mark one task instance as the Grid does (clicked again while refused, see ``click_until_taken``)."""
+    path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}"
+    response = click_until_taken(lambda: harness.airflow.api("PATCH", path, json={"new_state": state}))
+    assert response.status_code == 200 or _got_through_before(response, state), response.text
+
+
+def click_until_taken(click: Callable[[], Any], tries: int = 20) -> Any:
+    """A person's click through the REST API, clicked again while Airflow's SQLite metadata
+    answers 500 "database is locked" or 409 (a concurrent writer); the last answer."""
+    for _ in range(tries):
+        response = click()
         if response.status_code < 500 and not _worth_retrying(response):
             break
-        time.sleep(0.2)
-    assert response.status_code == 200 or _got_through_before(response, state), response.text
+        time.sleep(0.1)
+    return response
 
 
 def store_row(harness: Harness, dag_id: str, run_id: str, index: int) -> TrialRow:
@@ -115,20 +119,12 @@ def mark_failed_across_the_hand_off(
 
     def click(index: int, at: float) -> None:
         time.sleep(max(0.0, at - time.monotonic()))
-        for _ in range(20):  # Airflow's SQLite metadata answers 500 "database is locked" at times
-            if action == "clear":
-                response = airflow.api(
-                    "POST",
-                    f"/dags/{dag_id}/clearTaskInstances",
-                    json={"dry_run": False, "dag_run_id": run_id, "task_ids": [["trial", index]], "only_failed": False},
-                )
-            else:
-                response = airflow.api(
-                    "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{index}", json={"new_state": action}
-                )
-            if response.status_code < 500 and not _worth_retrying(response):
-                break
-            time.sleep(0.1)
+        if action == "clear":
+            body = {"dry_run": False, "dag_run_id": run_id, "task_ids": [["trial", index]], "only_failed": False}
+            response = click_until_taken(lambda: airflow.api("POST", f"/dags/{dag_id}/clearTaskInstances", json=body))
+        else:
+            path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/{index}"
+            response = click_until_taken(lambda: airflow.api("PATCH", path, json={"new_state": action}))
         if response.status_code == 200 or _got_through_before(response, action):
             clicked[index] = time.monotonic() - at
         else:
