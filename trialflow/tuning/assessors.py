@@ -99,7 +99,8 @@ def judge(
 
     Optuna's pruners judge a trial at its last step only. Results arrive in batches: a trigger
     that starts seconds after its trial was handed over finds dozens (a fresh triggerer's
-    trigger started 10 s after the hand-over, its trial reporting every 0.2 s: ~40), and a trial may report faster than it is polled. Judged at the newest alone,
+    trigger started 10 s after the hand-over, its trial reporting every 0.2 s: ~40), and a
+    trial may report faster than it is polled. Judged at the newest alone,
     Medianstop compared the trial at a step no finished trial had reached (no median: go on)
     and never stopped it; Curvefitting, which judges at certain result counts, skipped those
     counts. Past ``JUDGED_STEPS`` new steps the earliest are judged and the newest. A look
