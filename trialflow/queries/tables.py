@@ -147,6 +147,20 @@ def finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+#: Optuna's trial states (the names its enum column stores).
+TRIAL_STATES = frozenset({"RUNNING", "COMPLETE", "PRUNED", "FAIL", "WAITING"})
+
+
+def state_in(*states: str) -> sa.ColumnElement[bool]:
+    """Optuna's trial state is one of ``states``, said so that schema 0003's (study, state) index
+    answers it: compared with untyped literals, which PostgreSQL reads as its enum type (a bound
+    VARCHAR is refused there, and a CAST of the column hides the index on both databases)."""
+    unknown = set(states) - TRIAL_STATES
+    if unknown:
+        raise ValueError(f"not Optuna trial states: {sorted(unknown)}")
+    return TRIALS.c.state.in_([sa.literal_column(f"'{state}'") for state in states])
+
+
 def dialect_of(engine: Engine) -> str:
     return engine.dialect.name
 

@@ -1,0 +1,122 @@
+"""Trials that ended, read once: the kept tallies equal a whole read, and what could change
+(running trials, new trials, a store replaced underneath) is read again (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from tests.helpers.filled_store import RANDOM, SPACE, fill
+from trialflow.platforms.base import TrialStatus
+from trialflow.queries import settled
+from trialflow.queries.settled import Tally, TrialFacts, study_trials
+from trialflow.queries.tables import study_id_of
+
+pytestmark = pytest.mark.both_databases
+
+LATER = 2 * settled.SETTLE_S  # seconds ahead: every trial that ended is settled by then
+
+
+def sid_of(store, experiment_id: str) -> int:
+    with store.storage.engine.connect() as conn:
+        return study_id_of(conn, experiment_id)
+
+
+def whole_read(store, experiment_id: str) -> Tally:
+    """The tally as one read of every trial, nothing kept (what the pages did before)."""
+    engine = store.storage.engine
+    settled._stores.pop(str(engine.url), None)
+    sid = sid_of(store, experiment_id)
+    study = study_trials(engine, [sid], time.time())[sid]
+    settled._stores.pop(str(engine.url), None)
+    return study.whole_tally()
+
+
+def test_a_tally_counts_statuses_times_and_completed_values(store):
+    fill(store)  # minimize; SUCCEEDED 5 (finals 1.0, 1.2, 1.4, 1.6, 1.7), FAILED, EARLY_STOPPED, RUNNING
+    tally = whole_read(store, "eq000001")
+    assert tally.counts == {"SUCCEEDED": 5, "FAILED": 1, "EARLY_STOPPED": 1, "RUNNING": 1}
+    assert (tally.low, tally.high) == (1.0, 1.7)  # the early-stopped trial's value is not completed
+    assert tally.started is not None and tally.ended is not None and tally.started <= tally.ended
+    lone = Tally()
+    lone.add(TrialFacts(0, "PRUNED", "EARLY_STOPPED", 0.1, None, None))
+    assert lone.counts == {"EARLY_STOPPED": 1} and lone.low is None and lone.started is None
+
+
+def test_settled_trials_are_kept_and_the_rest_read_again(store):
+    fill(store)
+    engine = store.storage.engine
+    sid = sid_of(store, "eq000001")
+    now = time.time()
+    first = study_trials(engine, [sid], now + LATER)[sid]
+    assert len(first.settled) == 7 and [t.index for t in first.unsettled] == [5]
+    # Optuna never writes a finished trial again: written here behind its back, it shows that
+    # a settled trial is not read again
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE trial_values SET value = 99 WHERE value = 1.0"))
+    store.finish(store.find_trial_id("eq000001", 5), TrialStatus.SUCCEEDED, 0.5)
+    asked = store.ask("eq000001", 8, "eq000001-0008", RANDOM, SPACE)
+    store.set_status(asked.storage_id, TrialStatus.RUNNING, handle={"platform": "local"})
+    second = study_trials(engine, [sid], now + LATER)[sid]
+    tally = second.whole_tally()
+    assert tally.counts == {"SUCCEEDED": 6, "FAILED": 1, "EARLY_STOPPED": 1, "RUNNING": 1}
+    assert (tally.low, tally.high) == (0.5, 1.7)  # 1.0 kept from before, 0.5 read now
+    assert [t.index for t in second.unsettled] == [8]
+    # without settling time, a trial that ended a moment ago is read again next time
+    third = study_trials(engine, [sid], now)[sid]
+    assert {t.index for t in third.unsettled} == {8}  # the rest were kept already
+    assert third.whole_tally() == tally
+
+
+def test_a_trial_that_ended_a_moment_ago_is_not_kept(store):
+    fill(store)
+    engine = store.storage.engine
+    sid = sid_of(store, "eq000001")
+    study = study_trials(engine, [sid], time.time())[sid]
+    assert not study.settled and len(study.unsettled) == 8  # all ended within SETTLE_S
+    assert study.whole_tally() == whole_read(store, "eq000001")
+
+
+def test_a_study_replaced_underneath_is_read_whole_again(store):
+    fill(store)
+    engine = store.storage.engine
+    sid = sid_of(store, "eq000001")
+    study_trials(engine, [sid], time.time() + LATER)
+    store.delete_experiment("eq000001")
+    fill(store)  # the same name; the same study id where the database gives it again
+    again = sid_of(store, "eq000001")
+    fresh = study_trials(engine, [again], time.time() + LATER)[again]
+    assert fresh.whole_tally() == whole_read(store, "eq000001")
+    assert len(fresh.settled) + len(fresh.unsettled) == 8
+
+
+def test_many_studies_in_one_read_and_the_least_recent_forgotten(store, monkeypatch):
+    engine = store.storage.engine
+    names = [f"em{i:06d}" for i in range(3)]
+    for name in names:
+        fill(store, name)
+    sids = [sid_of(store, n) for n in names]
+    expected = [whole_read(store, n) for n in names]
+    monkeypatch.setattr(settled, "KEPT_TRIALS", 16)  # two studies of 8
+    now = time.time() + LATER
+    read = study_trials(engine, sids, now)
+    assert [read[s].whole_tally() for s in sids] == expected
+    kept = settled._stores[str(engine.url)].studies
+    assert list(kept) == sids[1:]  # the least recently read forgotten
+    again = study_trials(engine, sids, now)
+    assert [again[s].whole_tally() for s in sids] == [read[s].whole_tally() for s in sids]
+
+
+def test_statements_stay_bounded_with_many_studies(store):
+    engine = store.storage.engine
+    for i in range(130):
+        store.open_experiment(f"ex{i:06d}", RANDOM, SPACE, "minimize")
+    asked = store.ask("ex000129", 0, "ex000129-0000", RANDOM, SPACE)
+    sids = [sid_of(store, f"ex{i:06d}") for i in range(130)]
+    study_trials(engine, sids, time.time())
+    store.finish(asked.storage_id, TrialStatus.SUCCEEDED, 2.0)  # ended: counted, not yet settled
+    read = study_trials(engine, sids, time.time())  # 130 studies known: more than one statement
+    assert read[sids[-1]].whole_tally().counts == {"SUCCEEDED": 1}
+    assert all(read[s].size == 0 for s in sids[:-1])
