@@ -96,7 +96,8 @@ def seed_store(home: Path, trials: int, steps: int, big: int = 0, others: int = 
     }.items():
         study.set_user_attr(key, value)
     rng = random.Random(1)
-    start = datetime.now() - timedelta(hours=6)
+    # every trial in the past (a trial a second): an end in the future is one a page must re-read
+    start = datetime.now() - timedelta(seconds=trials + 6 * 3600)
     batch: list[optuna.trial.FrozenTrial] = []
     for index in range(trials):
         opt = rng.choice(["sgd", "adam"])
@@ -194,7 +195,7 @@ def endpoints(engine: Any) -> dict[str, Callable[[], Any]]:
         "trials page, status + search": lambda: queries.trials_page(
             engine, EXPERIMENT, statuses=["SUCCEEDED"], search="adam", limit=25
         ),
-        "chart data (all trials)": lambda: queries.chart_data(engine, EXPERIMENT),
+        "chart data (sampled past 2,000)": lambda: queries.chart_data(engine, EXPERIMENT),
         "curves (best 20 + stopped)": lambda: queries.curves(engine, EXPERIMENT),
         "trial detail": lambda: queries.trial_detail(engine, EXPERIMENT, 1235),
         "trial detail, the big trial": lambda: queries.trial_detail(engine, EXPERIMENT, BIG_TRIAL),
@@ -216,7 +217,7 @@ HTTP_PATHS = {
         f"experiments/{EXPERIMENT}/trials",
         {"limit": 25, "status": "SUCCEEDED", "search": "adam"},
     ),
-    "chart data (all trials)": (f"experiments/{EXPERIMENT}/chart", {}),
+    "chart data (sampled past 2,000)": (f"experiments/{EXPERIMENT}/chart", {}),
     "curves (best 20 + stopped)": (f"experiments/{EXPERIMENT}/curves", {}),
     "trial detail": (f"experiments/{EXPERIMENT}/trials/1235", {}),
     "trial detail, the big trial": (f"experiments/{EXPERIMENT}/trials/{BIG_TRIAL}", {}),
@@ -445,7 +446,9 @@ def main() -> int:
     if page is not None:
         print(f"\nexperiment page, charts drawn (headless Chromium, median of 3): {page:.2f} s  (target < 2 s)")
     if dashboard is not None:
-        overview = http["experiment (summary)"] + http["chart data (all trials)"] + http["curves (best 20 + stopped)"]
+        overview = (
+            http["experiment (summary)"] + http["chart data (sampled past 2,000)"] + http["curves (best 20 + stopped)"]
+        )
         print(
             f"optuna-dashboard /api/studies/<id> on the same store: {dashboard:.2f} s; trialflow's page data "
             f"(summary + chart + curves): {overview / 1000:.2f} s -> {dashboard / (overview / 1000):.1f}x"

@@ -103,7 +103,8 @@ def test_detail_curves_and_chart_data(store):
     assert detail["status"] == "EARLY_STOPPED" and len(detail["intermediate"]) == 5
     assert detail["handle"]["platform"] == "local" and detail["intermediate"][0][0] == 0
     chart = queries.chart_data(engine, "eq000001")
-    assert len(chart) == 8 and {r["status"] for r in chart} >= {"SUCCEEDED", "FAILED"}
+    assert chart.total == 8 and not chart.sampled
+    assert len(chart.trials) == 8 and {r["status"] for r in chart.trials} >= {"SUCCEEDED", "FAILED"}
     chosen = queries.curves(engine, "eq000001")["curves"]
     assert {c["trial_index"] for c in chosen} == {0, 2, 3, 4, 5, 6, 7}  # finished best, running, stopped
     thin = queries.curves(engine, "eq000001", [1], max_points=4)["curves"]

@@ -183,8 +183,10 @@ def test_the_pages_cli_and_export_show_the_same_pareto_set(tmp_path: Path):
     assert sorted(r["trial_index"] for r in page["rows"] if r["pareto"]) == expected
     assert page["rows"][2]["values"] == {"acc": finals[2]["acc"], "latency": finals[2]["latency"]}
     assert page["rows"][5]["values"] is None and not page["rows"][5]["pareto"]
-    charted = queries.chart_data(store.engine, "emo")
+    charted = queries.chart_data(store.engine, "emo").trials
     assert sorted(r["trial_index"] for r in charted if r["pareto"]) == expected
+    sampled = queries.chart_data(store.engine, "emo", cap=2).trials  # a sample keeps the whole set
+    assert sorted(r["trial_index"] for r in sampled if r["pareto"]) == expected
     summary = queries.experiment_summary(store.engine, "emo")
     assert sorted(r["trial_index"] for r in summary["pareto"]) == expected
     assert summary["best"]["trial_index"] == summary["pareto"][0]["trial_index"]

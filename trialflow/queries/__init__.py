@@ -8,11 +8,12 @@ or PostgreSQL), with bound parameters only: a sort key or a search text is
 never SQL.
 
 ``tables`` declares the schema, ``experiments`` the list and headers, ``trials``
-the table, charts and curves, ``importance`` and ``export`` the rest.
+the table and curves, ``charts`` the charts' data (sampled past a cap), ``importance`` and ``export`` the rest.
 """
 
 from __future__ import annotations
 
+from trialflow.queries.charts import CHART_CAP, ChartData, chart_data
 from trialflow.queries.experiments import (
     ExperimentRow,
     experiment_config,
@@ -45,7 +46,7 @@ from trialflow.queries.tables import (
 )
 from trialflow.queries.trials import (
     DETAIL_POINTS,
-    chart_data,
+    chart_rows,
     curves,
     downsample,
     iter_trial_rows,
@@ -58,15 +59,18 @@ __all__ = [
     "experiment_config",
     "secret_input_values",
     "ACTIVE",
+    "CHART_CAP",
     "DETAIL_POINTS",
     "INTERMEDIATE",
     "MAX_PAGE",
     "STATUSES",
     "STUDY_ATTRS",
     "TRIALS",
+    "ChartData",
     "ExperimentRow",
     "UnknownExperiment",
     "chart_data",
+    "chart_rows",
     "curves",
     "downsample",
     "experiment_dag_id",

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from trialflow.queries.tables import TRIAL_INDEX, VALUES, optimize_mode, study_id_of
-from trialflow.queries.trials import chart_data
+from trialflow.queries.trials import chart_rows
 from trialflow.trial.status import COUNTED_STATUS_NAMES
 
 
@@ -46,7 +46,7 @@ def importance(engine: Engine, experiment_id: str) -> dict[str, Any]:
     if key in _importance_cache:
         return _importance_cache[key]
     rows = [
-        r for r in chart_data(engine, experiment_id) if r["status"] in COUNTED_STATUS_NAMES and r["metric"] is not None
+        r for r in chart_rows(engine, experiment_id) if r["status"] in COUNTED_STATUS_NAMES and r["metric"] is not None
     ]
     result: dict[str, Any] = {"importances": {}, "trials": len(rows), "evaluator": "PED-ANOVA", "note": None}
     if len(rows) < 4:

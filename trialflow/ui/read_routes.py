@@ -221,7 +221,7 @@ def trials(
 @router.get("/api/experiments/{experiment_id}/chart")
 def chart(user: User, experiment_id: str) -> dict[str, Any]:
     authorize(user, experiment_id)
-    return {"trials": queries.chart_data(store_engine(), experiment_id)}
+    return queries.chart_data(store_engine(), experiment_id).as_dict()
 
 
 @router.get("/api/experiments/{experiment_id}/curves")

@@ -1,7 +1,7 @@
 // One experiment: what it is, how far it got, charts, the trial table, comparison and export.
 import { useEffect, useMemo, useState } from "react";
 import { Box, Button, Code, HStack, Heading, Link, SimpleGrid, Tabs, Text, VStack } from "@chakra-ui/react";
-import { type Curve, type Summary, type TrialRow, apiUrl, getJson } from "./api";
+import { type ChartData, type Curve, type Summary, type TrialRow, apiUrl, getJson } from "./api";
 import { Chart } from "./Chart";
 import { DRAWN_CAP, anyPoints, curvesOption, drawnRows, historyOption, importanceOption, parallelOption, paretoOption, timelineOption } from "./charts";
 import { ErrorBox, Fact, Loading, Panel, StatusBadge, StatusCounts } from "./common";
@@ -128,7 +128,7 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
   const summary = useLoad(() => getJson<Summary>(`experiments/${id}`), [id], live);
   const current = summary.data;
   useEffect(() => setLive(current?.active ?? false), [current?.active]);
-  const chart = useLoad(() => getJson<{ trials: TrialRow[] }>(`experiments/${id}/chart`), [id], live);
+  const chart = useLoad(() => getJson<ChartData>(`experiments/${id}/chart`), [id], live);
   const curves = useLoad(() => getJson<{ curves: Curve[] }>(`experiments/${id}/curves`), [id], live);
   // Importance is the one costly computation: asked for once the other charts have their data.
   const importance = useLoad(() => getJson<{ importances: Record<string, number>; note: string | null; trials: number }>(
@@ -143,11 +143,12 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
   // Past DRAWN_CAP trials the per-trial charts draw a sample (said under each): a page of 20,000
   // lines took seconds to draw and showed a mass; the history and the counts keep every trial.
   const drawn = useMemo(() => drawnRows(rows, mode), [rows, mode]);
-  const sampled = drawn.length < rows.length
-    ? `${drawn.length.toLocaleString()} of ${rows.length.toLocaleString()} trials drawn: the best ${Math.floor(DRAWN_CAP / 4).toLocaleString()}, the running ones and an even spread of the others`
+  const total = Math.max(chart.data?.total ?? 0, rows.length);
+  const sampled = drawn.length < total
+    ? `${drawn.length.toLocaleString()} of ${total.toLocaleString()} trials drawn: every trial that set a new best, the best ${Math.floor(DRAWN_CAP / 4).toLocaleString()}, the running ones${several ? ", the Pareto set" : ""} and an even spread of the others`
     : null;
   const parallel = useMemo(() => parallelOption(drawn, current, colorMode), [drawn, current, colorMode]);
-  const timeline = useMemo(() => timelineOption(rows, drawn), [rows, drawn]);
+  const timeline = useMemo(() => timelineOption(drawn, chart.data?.concurrency), [drawn, chart.data]);
   const curveOption = useMemo(() => (curves.data ? curvesOption(curves.data.curves) : {}), [curves.data]);
   const importanceChart = useMemo(() => importanceOption(importance.data?.importances ?? {}), [importance.data]);
   if (summary.error && !current) return <ErrorBox error={summary.error} />;
@@ -191,6 +192,7 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
                 </Panel>
               )}
               <Panel title="Optimisation history" testId="chart-history">
+                {sampled ? <Text fontSize="xs" color="fg.muted" mb={1} data-testid="history-sampled">{sampled}{chart.data?.whole_best_line ? "; the best-so-far line is every trial's" : ""}</Text> : null}
                 <Chart option={history} testId="history-canvas"
                   onClick={(p) => Array.isArray(p.data) && onOpenTrial(Number((p.data as number[])[0]))} />
               </Panel>

@@ -62,6 +62,18 @@ export interface Objective {
   mode: "maximize" | "minimize";
 }
 
+/** The charts' data: every trial up to the server's cap, a sample past it (record setters, the
+ * best, the running, the Pareto set, an even spread), with the running-at-once series over all. */
+export interface ChartData {
+  trials: TrialRow[];
+  total: number;
+  sampled: boolean;
+  /** Every trial that set a new best is among ``trials``: the best-so-far line drawn is every trial's. */
+  whole_best_line: boolean;
+  /** [epoch ms, trials running] at each start or end, thinned keeping each stretch's low and high. */
+  concurrency: [number, number][];
+}
+
 export interface Summary {
   experiment_id: string;
   name: string | null;

@@ -245,26 +245,23 @@ export function drawnRows(rows: TrialRow[], mode: "maximize" | "minimize", cap: 
   return rows.filter((r) => keep.has(r.trial_index));
 }
 
-/** When each trial ran: a bar per drawn trial (start to end), and how many of all the trials ran
- * at once. */
-export function timelineOption(rows: TrialRow[], drawn: TrialRow[] = rows): Option {
-  const timed = rows.filter((r) => r.started !== null);
-  const bars = drawn.filter((r) => r.started !== null);
-  if (!timed.length) return { title: { text: "no trial has started", left: "center", top: "middle" } };
+/** When each trial ran: a bar per drawn trial (start to end), and how many trials ran at once:
+ * the server's series over every trial when given (the drawn trials may be a sample), else
+ * counted from the rows. */
+export function timelineOption(rows: TrialRow[], concurrency?: [number, number][]): Option {
+  const bars = rows.filter((r) => r.started !== null);
+  if (!bars.length && !concurrency?.length) return { title: { text: "no trial has started", left: "center", top: "middle" } };
   const now = Date.now() / 1000;
-  const events: [number, number][] = [];
-  for (const r of timed) {
-    events.push([r.started as number, 1]);
-    events.push([(r.ended ?? now) as number, -1]);
+  const series = concurrency ?? countedAtOnce(bars, now);
+  const times = [...series.map(([t]) => t), ...bars.flatMap((r) => [(r.started as number) * 1000, ((r.ended ?? now) as number) * 1000])];
+  let first = Infinity;
+  let last = -Infinity;
+  for (const t of times) {
+    first = Math.min(first, t);
+    last = Math.max(last, t);
   }
-  events.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
-  const first = events[0][0] * 1000;
-  const last = events[events.length - 1][0] * 1000;
-  let running = 0;
-  const concurrency = events.map(([t, d]) => {
-    running += d;
-    return [t * 1000, running];
-  });
+  let top = 0;
+  for (const r of bars) top = Math.max(top, r.trial_index);
   return {
     ...ANIMATION,
     tooltip: {
@@ -283,7 +280,7 @@ export function timelineOption(rows: TrialRow[], drawn: TrialRow[] = rows): Opti
       { type: "time", gridIndex: 1, min: first, max: last }],
     // an inverse axis puts its name at its end, the bottom, on top of "running": name it at the top
     yAxis: [{ type: "value", name: "trial", nameLocation: "start", gridIndex: 0, minInterval: 1, inverse: true, min: -0.5,
-      max: Math.max(...timed.map((r) => r.trial_index)) + 0.5,
+      max: top + 0.5,
       axisLabel: { formatter: (v: number) => (Number.isInteger(v) ? String(v) : "") } },
       // the running count's strip is ~50 px high: two ticks, or its labels overlap (2,100 trials did)
       { type: "value", name: "running", gridIndex: 1, minInterval: 1, splitNumber: 2 }],
@@ -305,9 +302,24 @@ export function timelineOption(rows: TrialRow[], drawn: TrialRow[] = rows): Opti
         })),
       },
       { name: "running at once", type: "line", step: "end", xAxisIndex: 1, yAxisIndex: 1, showSymbol: false,
-        data: concurrency, areaStyle: { opacity: 0.2 } },
+        data: series, areaStyle: { opacity: 0.2 } },
     ],
   };
+}
+
+/** How many of ``rows`` ran at each start or end ([ms, count]); a trial not ended runs until now. */
+function countedAtOnce(rows: TrialRow[], now: number): [number, number][] {
+  const events: [number, number][] = [];
+  for (const r of rows) {
+    events.push([r.started as number, 1]);
+    events.push([(r.ended ?? now) as number, -1]);
+  }
+  events.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  let running = 0;
+  return events.map(([t, d]) => {
+    running += d;
+    return [t * 1000, running];
+  });
 }
 
 export function importanceOption(importances: Record<string, number>): Option {
