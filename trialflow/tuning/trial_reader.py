@@ -48,17 +48,21 @@ def read_trials(
     tuner's window (trialflow.tuning.history): ``last_step_only`` keeps each trial's last
     intermediate value alone and ``user_attrs=False`` leaves out trialflow's attributes, the
     two things no tuner reads of a finished trial."""
-    trials = conn.execute(
-        sa.select(
-            TRIALS.c.trial_id,
-            TRIALS.c.number,
-            TRIALS.c.state,
-            TRIALS.c.datetime_start,
-            TRIALS.c.datetime_complete,
-        )
-        .where(*where)
-        .order_by(TRIALS.c.trial_id)
-    ).all()
+    # Sorted here, not in SQL: an ORDER BY trial_id made SQLite walk the study's index in id
+    # order and test every trial's state, where the (study, state) index finds the few running
+    # ones at once (~28 ms -> ~0 at 100,000 trials, three times per ask)
+    trials = sorted(
+        conn.execute(
+            sa.select(
+                TRIALS.c.trial_id,
+                TRIALS.c.number,
+                TRIALS.c.state,
+                TRIALS.c.datetime_start,
+                TRIALS.c.datetime_complete,
+            ).where(*where)
+        ).all(),
+        key=lambda row: row.trial_id,
+    )
     if not trials:
         return []
     # The trials' own rows name them: a few ids are given as they are, not as the selection again,
