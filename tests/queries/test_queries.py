@@ -133,6 +133,26 @@ def test_importance_and_export(store):
     assert [t["parameters"]["act"] for t in exported] == [m["parameters"]["act"] for m in made]
 
 
+def test_importance_reads_an_even_spread_past_its_cap(store, monkeypatch):
+    """Past IMPORTANCE_TRIALS counted trials, PED-ANOVA reads an even spread of them and says
+    so (84,971 trials held the API server's interpreter 19 s); below it, every one."""
+    import sys
+
+    module = sys.modules["trialflow.queries.importance"]
+    fill(store)
+    engine = store.storage.engine
+    whole = queries.importance(engine, "eq000001")
+    assert (whole["trials"], whole["of"]) == (5, 5)
+    monkeypatch.setattr(module, "IMPORTANCE_TRIALS", 4)
+    module._importance_cache.clear()
+    read: list[list[int]] = []
+    real = module.chart_rows
+    monkeypatch.setattr(module, "chart_rows", lambda e, x, chosen: read.append(chosen) or real(e, x, chosen))
+    sampled = queries.importance(engine, "eq000001")
+    assert (sampled["trials"], sampled["of"]) == (4, 5) and read == [[0, 2, 4, 7]]  # of 0, 2, 4, 6, 7
+    assert sampled["importances"] and math.isclose(sum(sampled["importances"].values()), 1.0, abs_tol=1e-6)
+
+
 def test_unknown_experiment(store):
     with pytest.raises(queries.UnknownExperiment):
         queries.trials_page(store.storage.engine, "nope")

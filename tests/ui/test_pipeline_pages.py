@@ -215,7 +215,11 @@ def test_two_thousand_trials_on_two_objectives_with_a_long_name_in_the_dark(brow
             )
         )
     bulk_add(store, "epareto2000", trials)
-    expected = len(ui.get("experiments/epareto2000").json()["pareto"])
+    pareto = ui.get("experiments/epareto2000").json()["pareto"]
+    expected = len(pareto)
+    data = ui.get("experiments/epareto2000/chart").json()
+    assert data["sampled"] and data["total"] == 2000  # past the cap: a sample, the whole set in it
+    assert {r["trial_index"] for r in pareto} <= {r["trial_index"] for r in data["trials"] if r["pareto"]}
 
     page = login(browser, ui, dark=True)
     page.goto(f"{ui.base}/plugin/trialflow?experiment=epareto2000")
@@ -223,14 +227,18 @@ def test_two_thousand_trials_on_two_objectives_with_a_long_name_in_the_dark(brow
     assert canvas_drawn(page, "[data-testid=chart-pareto]")
     assert canvas_drawn(page, "[data-testid=chart-history]")
     assert page.locator("[data-testid=pareto-count]").inner_text() == f"{expected} trials"
+    caption = page.locator("[data-testid=chart-pareto]").inner_text()
+    assert f"{len(data['trials']):,} of 2,000 trials (the whole Pareto set)" in caption, caption
+    history = page.locator("[data-testid=history-sampled]").inner_text()  # no best-so-far line here
+    assert history.startswith(f"{len(data['trials']):,} of 2,000 trials drawn") and "best-so-far" not in history
     width = page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth + 1")
     assert width, "the long name must wrap, not widen the page"
     shot(page, "pareto-2000-dark")
     assert not page.errors, page.errors
 
 
-def test_past_two_thousand_trials_the_charts_draw_a_sample_and_say_so(browser, ui: UiSetup, tmp_path):
-    """2,100 finished trials: the API sends 2,000 of them (the record setters, the best, the
+def test_past_a_thousand_trials_the_charts_draw_a_sample_and_say_so(browser, ui: UiSetup, tmp_path):
+    """2,100 finished trials: the API sends 1,000 of them (the record setters, the best, the
     running ones and an even spread) with the running-at-once count over all 2,100, and the
     charts say what they drew. Here every trial beats the one before, so the page does not claim
     the best-so-far line is every trial's; a random order (one record in a few) would."""
@@ -268,19 +276,19 @@ def test_past_two_thousand_trials_the_charts_draw_a_sample_and_say_so(browser, u
     bulk_add(store, "esample2100", trials)
 
     data = ui.get("experiments/esample2100/chart").json()
-    assert data["total"] == 2100 and data["sampled"] and len(data["trials"]) == 2000
+    assert data["total"] == 2100 and data["sampled"] and len(data["trials"]) == 1000
     assert not data["whole_best_line"]  # 2,100 records, more than half the cap
     drawn = {r["trial_index"] for r in data["trials"]}
-    assert set(range(1600, 2100)) <= drawn  # the best 500 (maximize)
+    assert set(range(1850, 2100)) <= drawn  # the best 250 (maximize)
     assert max(count for _, count in data["concurrency"]) == 2100  # every trial ran until now
 
     page = login(browser, ui)
     page.goto(f"{ui.base}/plugin/trialflow?experiment=esample2100")
     page.wait_for_selector("[data-testid=parallel-sampled]", timeout=30000)
     said = page.locator("[data-testid=parallel-sampled]").inner_text()
-    assert said.startswith("2,000 of 2,100 trials drawn: every trial that set a new best, the best 500"), said
+    assert said.startswith("1,000 of 2,100 trials drawn: every trial that set a new best, the best 250"), said
     history = page.locator("[data-testid=history-sampled]").inner_text()
-    assert history.startswith("2,000 of 2,100 trials drawn") and "best-so-far line is every" not in history
+    assert history.startswith("1,000 of 2,100 trials drawn") and "best-so-far line is every" not in history
     assert "the running count counts every trial" in page.locator("[data-testid=chart-timeline]").inner_text()
     # these trials reported no intermediate result: the curves' panel says so, not empty axes
     no_curves = page.locator("[data-testid=no-curves]")

@@ -34,7 +34,7 @@ from trialflow.queries.tables import optimize_mode, study_id_of
 from trialflow.queries.trials import chart_rows
 
 #: Trials the charts draw one by one before they get a sample (2,000 lines already fill a chart).
-CHART_CAP = 2000
+CHART_CAP = 1000
 #: Points of the running-at-once series: a few per pixel of the widest chart.
 CONCURRENCY_POINTS = 2000
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, HTTPException, Query
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from trialflow import queries, task_ids
 from trialflow.run_windows import RunWindow
@@ -218,17 +218,24 @@ def trials(
     )
 
 
+def plain_json(content: dict[str, Any]) -> Response:
+    """A large answer of JSON values already (numbers, strings, lists, dicts from the store),
+    sent as Airflow's own answers are but without FastAPI's jsonable_encoder, which walks every
+    value again in Python: 70 of the chart data's ~175 ms at 100,000 trials."""
+    return JSONResponse(content)
+
+
 @router.get("/api/experiments/{experiment_id}/chart")
-def chart(user: User, experiment_id: str) -> dict[str, Any]:
+def chart(user: User, experiment_id: str) -> Response:
     authorize(user, experiment_id)
-    return queries.chart_data(store_engine(), experiment_id).as_dict()
+    return plain_json(queries.chart_data(store_engine(), experiment_id).as_dict())
 
 
 @router.get("/api/experiments/{experiment_id}/curves")
-def curves(user: User, experiment_id: str, trials: str = "") -> dict[str, Any]:
+def curves(user: User, experiment_id: str, trials: str = "") -> Response:
     authorize(user, experiment_id)
     chosen = index_list(trials, "trials")
-    return queries.curves(store_engine(), experiment_id, chosen)
+    return plain_json(queries.curves(store_engine(), experiment_id, chosen))
 
 
 @router.get("/api/experiments/{experiment_id}/importance")

@@ -131,7 +131,7 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
   const chart = useLoad(() => getJson<ChartData>(`experiments/${id}/chart`), [id], live);
   const curves = useLoad(() => getJson<{ curves: Curve[] }>(`experiments/${id}/curves`), [id], live);
   // Importance is the one costly computation: asked for once the other charts have their data.
-  const importance = useLoad(() => getJson<{ importances: Record<string, number>; note: string | null; trials: number }>(
+  const importance = useLoad(() => getJson<{ importances: Record<string, number>; note: string | null; trials: number; of?: number }>(
     `experiments/${id}/importance`), [id], live, 30000, chart.data !== undefined);
   const rows = chart.data?.trials ?? [];
   const mode = current?.optimize_mode ?? "maximize";
@@ -186,13 +186,13 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
             <SimpleGrid columns={{ base: 1, xl: 2 }} gap={4}>
               {pareto && (
                 <Panel title={`Pareto front: ${objectives.slice(0, 3).map((o) => o.metric).join(" vs ")}`} testId="chart-pareto">
-                  <Text fontSize="xs" color="fg.muted" mb={1}>every trial with all its values; ◆ the Pareto set{objectives.length > 2 ? `; colour: ${objectives[2].metric}` : ""}</Text>
+                  <Text fontSize="xs" color="fg.muted" mb={1}>{rows.length < total ? `${rows.length.toLocaleString()} of ${total.toLocaleString()} trials (the whole Pareto set)` : "every trial"} with all its values; ◆ the Pareto set{objectives.length > 2 ? `; colour: ${objectives[2].metric}` : ""}</Text>
                   <Chart option={pareto} testId="pareto-canvas"
                     onClick={(p) => Array.isArray(p.data) && onOpenTrial(Number((p.data as number[])[3]))} />
                 </Panel>
               )}
               <Panel title="Optimisation history" testId="chart-history">
-                {sampled ? <Text fontSize="xs" color="fg.muted" mb={1} data-testid="history-sampled">{sampled}{chart.data?.whole_best_line ? "; the best-so-far line is every trial's" : ""}</Text> : null}
+                {sampled ? <Text fontSize="xs" color="fg.muted" mb={1} data-testid="history-sampled">{sampled}{chart.data?.whole_best_line && !several ? "; the best-so-far line is every trial's" : ""}</Text> : null}
                 <Chart option={history} testId="history-canvas"
                   onClick={(p) => Array.isArray(p.data) && onOpenTrial(Number((p.data as number[])[0]))} />
               </Panel>
@@ -217,7 +217,9 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
               <Panel title="Parameter importance" testId="chart-importance">
                 {importance.data?.note ? <Text color="fg.muted" fontSize="sm">{importance.data.note}</Text> : null}
                 <Chart option={importanceChart} height={220} />
-                <Text fontSize="xs" color="fg.muted">Optuna PED-ANOVA over the {importance.data?.trials ?? 0} trials with a final result (succeeded, or early-stopped after reporting one: the trials the best and the charts count)</Text>
+                <Text fontSize="xs" color="fg.muted" data-testid="importance-over">Optuna PED-ANOVA over {(importance.data?.of ?? 0) > (importance.data?.trials ?? 0)
+                  ? `an even spread of ${(importance.data?.trials ?? 0).toLocaleString()} of the ${(importance.data?.of ?? 0).toLocaleString()}`
+                  : `the ${importance.data?.trials ?? 0}`} trials with a final result (succeeded, or early-stopped after reporting one: the trials the best and the charts count)</Text>
               </Panel>
             </SimpleGrid>
           )}

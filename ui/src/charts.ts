@@ -228,7 +228,7 @@ export function curvesOption(curves: Curve[]): Option {
 }
 
 /** Charts that draw a line or a bar per trial draw at most this many (see drawnRows). */
-export const DRAWN_CAP = 2000;
+export const DRAWN_CAP = 1000;
 
 /** The trials a per-trial chart draws: all of them up to ``cap``; past it the best quarter of
  * the cap by metric, every running trial and an even spread of the others. 20,000 lines are an
