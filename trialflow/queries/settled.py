@@ -29,7 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from trialflow.queries.tables import TRIAL_ATTRS, TRIAL_INDEX, TRIALS, VALUES, decoded, epoch
+from trialflow.queries.tables import STATUSES, TRIAL_ATTRS, TRIAL_INDEX, TRIALS, VALUES, decoded, epoch
 
 #: Seconds after its end before a finished trial is kept.
 SETTLE_S = 60.0
@@ -117,7 +117,9 @@ class _Kept:
 
 _stores: dict[str, _Kept] = {}
 _stores_lock = threading.Lock()
-_STATUS_NAMES: dict[str, str] = {}  # one string object per status name, not one per trial
+#: One string object per NNI status name, not one per trial (a name no status has, as a
+#: hand-edited store may hold, is kept as read).
+_STATUS_NAMES: dict[str, str] = {name: name for name in STATUSES}
 
 
 def _kept(engine: Engine) -> _Kept:
@@ -146,7 +148,7 @@ def _facts_query() -> sa.Select:
 def _status_name(raw: Any) -> str:
     name = decoded(raw)
     text = name if isinstance(name, str) and name else "WAITING"
-    return _STATUS_NAMES.setdefault(text, text)
+    return _STATUS_NAMES.get(text, text)
 
 
 def study_trials(engine: Engine, study_ids: Sequence[int], now: float) -> dict[int, StudyTrials]:
