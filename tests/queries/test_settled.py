@@ -120,3 +120,28 @@ def test_statements_stay_bounded_with_many_studies(store):
     read = study_trials(engine, sids, time.time())  # 130 studies known: more than one statement
     assert read[sids[-1]].whole_tally().counts == {"SUCCEEDED": 1}
     assert all(read[s].size == 0 for s in sids[:-1])
+
+
+def test_indexes_claimed_out_of_order_are_found_in_the_gaps(store):
+    """Trial tasks claim their indexes in any order (a run's task 12 may ask before task 9), and
+    a stopped run leaves the rest of its window empty: a trial that appears below the highest
+    index read is found there, however late."""
+    fill(store)  # indexes 0-7
+    engine = store.storage.engine
+    sid = sid_of(store, "eq000001")
+    later = time.time() + LATER
+    for index in (12, 20):
+        store.finish(
+            store.ask("eq000001", index, f"eq000001-{index:04d}", RANDOM, SPACE).storage_id, TrialStatus.SUCCEEDED, 3.0
+        )
+    first = study_trials(engine, [sid], later)[sid]
+    assert first.highest == 20 and first.holes == [(8, 11), (13, 19)]
+    for index in (9, 15, 8):  # into both gaps, one at a gap's edge
+        store.finish(
+            store.ask("eq000001", index, f"eq000001-{index:04d}", RANDOM, SPACE).storage_id, TrialStatus.SUCCEEDED, 0.25
+        )
+    second = study_trials(engine, [sid], later)[sid]
+    assert sorted(t.index for t in second.trials()) == [*range(10), 12, 15, 20]
+    assert second.holes == [(10, 11), (13, 14), (16, 19)]
+    assert second.whole_tally() == whole_read(store, "eq000001")
+    assert second.whole_tally().low == 0.25

@@ -7,7 +7,9 @@ again (``check_trial_is_updatable``), and trialflow's index of trials is insert-
 trials read *settled* (finished at least ``SETTLE_S`` ago) are kept per study, with their
 tallies, and a later call reads only:
 
-- the trials after the highest index read,
+- the trials after the highest index read, and those in the gaps below it (trial tasks claim
+  their indexes in any order: index 3 may be asked for after index 7, and a stopped run leaves
+  its window's rest empty),
 - the trials that were not settled then (running, waiting, or ended moments ago),
 - the study's first trial, whose Optuna id and start are checked against the kept ones: a
   store replaced underneath (a study id reused after a delete, a database made again) is read
@@ -38,8 +40,10 @@ SETTLE_S = 60.0
 KEPT_TRIALS = 250_000
 #: Optuna states of a trial not yet ended.
 LIVE_STATES = frozenset({"RUNNING", "WAITING"})
-#: Trials re-read by index per study; past it the study is read whole again.
+#: Trials re-read by index per study, and ranges of missing indexes; past either the study is
+#: read whole again.
 _IN_LIMIT = 500
+_HOLE_LIMIT = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,12 @@ class StudyTrials:
     highest: int = -1
     unsettled: list[TrialFacts] = field(default_factory=list)
     mark: tuple[Any, ...] | None = None  # the first trial's (index, Optuna id, start)
+    holes: list[tuple[int, int]] = field(default_factory=list)  # index ranges below ``highest`` read empty
+
+    def find_holes(self) -> None:
+        """The ranges of indexes below the highest that no trial holds yet."""
+        present = sorted([*self.settled, *(t.index for t in self.unsettled)])
+        self.holes = [(a + 1, b - 1) for a, b in zip([-1, *present], present, strict=False) if b - a > 1]
 
     def trials(self) -> list[TrialFacts]:
         return [*self.settled.values(), *self.unsettled]
@@ -155,25 +165,26 @@ def study_trials(engine: Engine, study_ids: Sequence[int], now: float) -> dict[i
     """Every trial of each study in ``study_ids`` (see the module for what is read again)."""
     kept = _kept(engine)
     with kept.lock:
-        known = {sid: kept.studies[sid] for sid in study_ids if sid in kept.studies}
+        # taken out while read: a read that fails leaves nothing half-updated behind (the studies
+        # are read whole next time)
+        known = {sid: kept.studies.pop(sid) for sid in study_ids if sid in kept.studies}
         whole = [sid for sid in study_ids if sid not in known]
         clauses: list[tuple[int, sa.ColumnElement[bool]]] = []
         queried: dict[int, StudyTrials] = {}
         for sid, study in known.items():
-            if len(study.unsettled) > _IN_LIMIT or study.mark is None:
+            if len(study.unsettled) > _IN_LIMIT or len(study.holes) > _HOLE_LIMIT or study.mark is None:
                 whole.append(sid)
                 continue
             queried[sid] = study
+            wanted = [
+                TRIAL_INDEX.c.trial_index > study.highest,
+                TRIAL_INDEX.c.trial_index.in_([t.index for t in study.unsettled] + [study.mark[0]]),
+                *(TRIAL_INDEX.c.trial_index.between(low, high) for low, high in study.holes),
+            ]
             clauses.append(
                 (
-                    len(study.unsettled) + 3,
-                    sa.and_(
-                        TRIAL_INDEX.c.study_id == sid,
-                        sa.or_(
-                            TRIAL_INDEX.c.trial_index > study.highest,
-                            TRIAL_INDEX.c.trial_index.in_([t.index for t in study.unsettled] + [study.mark[0]]),
-                        ),
-                    ),
+                    len(study.unsettled) + 3 + 2 * len(study.holes),
+                    sa.and_(TRIAL_INDEX.c.study_id == sid, sa.or_(*wanted)),
                 )
             )
         rows: list[sa.Row] = []
@@ -187,12 +198,16 @@ def study_trials(engine: Engine, study_ids: Sequence[int], now: float) -> dict[i
                 rows = [r for r in rows if r[0] not in replaced]
                 rows.extend(conn.execute(_facts_query().where(TRIAL_INDEX.c.study_id.in_(whole))).all())
         studies = {**{sid: s for sid, s in known.items() if sid not in fresh}, **fresh}
+        before = {sid: {t.index for t in study.unsettled} for sid, study in studies.items()}
+        grown: set[int] = set(fresh)
         for study in studies.values():
             study.unsettled = []
         for sid, index, state, raw_status, value, begun, done, trial_id in rows:
             study = studies[sid]
             if index in study.settled:
                 continue  # the first trial, read again to check the mark
+            if index not in before[sid]:
+                grown.add(sid)  # a trial not known before: the gaps move
             trial = TrialFacts(index, str(state), _status_name(raw_status), value, epoch(begun), epoch(done))
             if study.mark is None or index < study.mark[0]:
                 study.mark = (index, trial_id, begun)
@@ -202,6 +217,8 @@ def study_trials(engine: Engine, study_ids: Sequence[int], now: float) -> dict[i
             else:
                 study.unsettled.append(trial)
             study.highest = max(study.highest, index)
+        for sid in grown:
+            studies[sid].find_holes()
         for sid in study_ids:
             kept.studies.pop(sid, None)
             kept.studies[sid] = studies[sid]  # most recently read last
