@@ -110,16 +110,33 @@ def test_many_studies_in_one_read_and_the_least_recent_forgotten(store, monkeypa
 
 
 def test_statements_stay_bounded_with_many_studies(store):
+    """130 known studies are read again in two statements (at most 100 studies each), and what
+    each statement finds lands on its own study."""
     engine = store.storage.engine
+    asked = {}
     for i in range(130):
         store.open_experiment(f"ex{i:06d}", RANDOM, SPACE, "minimize")
-    asked = store.ask("ex000129", 0, "ex000129-0000", RANDOM, SPACE)
+        asked[i] = store.ask(f"ex{i:06d}", 0, f"ex{i:06d}-0000", RANDOM, SPACE)  # running: read each time
     sids = [sid_of(store, f"ex{i:06d}") for i in range(130)]
     study_trials(engine, sids, time.time())
-    store.finish(asked.storage_id, TrialStatus.SUCCEEDED, 2.0)  # ended: counted, not yet settled
-    read = study_trials(engine, sids, time.time())  # 130 studies known: more than one statement
-    assert read[sids[-1]].whole_tally().counts == {"SUCCEEDED": 1}
-    assert all(read[s].size == 0 for s in sids[:-1])
+    for i in (0, 99, 100, 129):  # either side of the statements' boundary
+        store.finish(asked[i].storage_id, TrialStatus.SUCCEEDED, float(i))
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, *rest):
+        if "trialflow_trial_index" in statement:
+            statements.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", seen)
+    try:
+        read = study_trials(engine, sids, time.time())
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", seen)
+    assert len(statements) == 2  # 100 studies, then 30
+    for i, sid in enumerate(sids):
+        expected = {"SUCCEEDED": 1} if i in (0, 99, 100, 129) else {"WAITING": 1}
+        assert read[sid].whole_tally().counts == expected, i
+    assert read[sids[100]].whole_tally().low == 100.0
 
 
 def test_indexes_claimed_out_of_order_are_found_in_the_gaps(store):

@@ -1,6 +1,6 @@
 """The experiment page's chart data: every trial up to a cap, a faithful sample past it.
 
-A page drawing 100,000 trials sent ~20 MB of JSON (2.6 s over HTTP) and took Chromium 7 s to
+A page drawing 100,000 trials sent 25 MB of JSON (2.6 s over HTTP) and took Chromium 7 s to
 draw a mass no one can read on a 300-pixel chart. Past ``CHART_CAP`` trials the charts get a
 sample chosen from what is known of every trial without its parameters (trialflow.queries.
 settled: index, state, value, times, the ended ones read once) so that what a chart claims
