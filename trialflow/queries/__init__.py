@@ -33,6 +33,7 @@ from trialflow.queries.export import (
     spreadsheet_safe,
 )
 from trialflow.queries.importance import flatten_parameters, importance
+from trialflow.queries.json_fields import parameter_paths
 from trialflow.queries.tables import (
     ACTIVE,
     INTERMEDIATE,
@@ -50,7 +51,6 @@ from trialflow.queries.trials import (
     curves,
     downsample,
     iter_trial_rows,
-    parameter_paths,
     trial_detail,
     trials_page,
 )

@@ -24,7 +24,7 @@ the import's instant.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +100,8 @@ class StudyTrials:
     unsettled: list[TrialFacts] = field(default_factory=list)
     mark: tuple[Any, ...] | None = None  # the first trial's (index, Optuna id, start)
     holes: list[tuple[int, int]] = field(default_factory=list)  # index ranges below ``highest`` read empty
+    #: values kept per settled trial for one use each (trialflow.queries.kept_table), by name
+    columns: dict[str, dict[int, Any]] = field(default_factory=dict)
 
     def find_holes(self) -> None:
         """The ranges of indexes below the highest that no trial holds yet."""
@@ -224,6 +226,68 @@ def study_trials(engine: Engine, study_ids: Sequence[int], now: float) -> dict[i
             kept.studies[sid] = studies[sid]  # most recently read last
         _forget_least_recent(kept)
     return studies
+
+
+#: A column's values are read for these many trials by index at most; more are read whole.
+_COLUMN_IN_LIMIT = 1000
+#: Column values kept per process, all stores together (230-280 bytes each measured at 100,000:
+#: a parameter's sort key, a trial's searched text; ~70 MB at most).
+KEPT_COLUMN_VALUES = 250_000
+#: Columns kept per study (the least recently used dropped first): a sorted parameter or two
+#: and the searched text.
+COLUMNS_PER_STUDY = 3
+
+#: What a column reads: (connection, study id, the trial indexes or None for every trial) to
+#: each trial's value by index.
+ColumnReader = Callable[[sa.Connection, int, "Sequence[int] | None"], dict[int, Any]]
+
+
+def kept_column(engine: Engine, sid: int, study: StudyTrials, name: str, read: ColumnReader) -> dict[int, Any]:
+    """Column ``name`` of every trial of ``study`` (as study_trials just returned it): kept for
+    its settled trials (a settled trial's parameters and attributes never change), read for
+    those settled since it was last asked for and for every unsettled trial.
+
+    A column lives and dies with its study's kept trials (a store replaced underneath is read
+    whole into a new StudyTrials, without columns); at most KEPT_COLUMN_VALUES are kept."""
+    kept = _kept(engine)
+    with kept.lock:
+        column = study.columns.pop(name, None)
+        if column is None:
+            column = {}
+        while len(study.columns) >= COLUMNS_PER_STUDY:  # the least recently used first
+            study.columns.pop(next(iter(study.columns)))
+        settled = list(study.settled)
+        missing = [i for i in settled if i not in column]
+        live = [t.index for t in study.unsettled]
+        wanted = missing + live
+        fresh: dict[int, Any] = {}
+        if wanted:
+            with engine.connect() as conn:
+                if len(wanted) > _COLUMN_IN_LIMIT:
+                    fresh = read(conn, sid, None)  # the whole study: one statement
+                else:
+                    for start in range(0, len(wanted), _IN_LIMIT):
+                        fresh.update(read(conn, sid, wanted[start : start + _IN_LIMIT]))
+        for index in missing:
+            column[index] = fresh.get(index)
+        study.columns[name] = column  # most recently used last
+        _forget_columns(kept, study, name)
+        return {**column, **{i: fresh.get(i) for i in live}}
+
+
+def _forget_columns(kept: _Kept, study: StudyTrials, name: str) -> None:
+    """Columns past KEPT_COLUMN_VALUES dropped, the least recently read studies' first (the
+    column just used last, and itself dropped when it alone is past)."""
+    total = sum(len(c) for s in kept.studies.values() for c in s.columns.values())
+    for other in [*kept.studies.values(), study]:
+        for column in list(other.columns):
+            if total <= KEPT_COLUMN_VALUES:
+                return
+            if other is study and column == name:
+                continue
+            total -= len(other.columns.pop(column))
+    if total > KEPT_COLUMN_VALUES:
+        study.columns.pop(name, None)
 
 
 def _batches(clauses: Sequence[tuple[int, sa.ColumnElement[bool]]]) -> Iterable[list[sa.ColumnElement[bool]]]:

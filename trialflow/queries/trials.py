@@ -16,7 +16,9 @@ from sqlalchemy.sql.selectable import NamedFromClause
 
 from trialflow.config.units import whole_number
 from trialflow.nni_import import IMPORT_REQUESTER
+from trialflow.queries.kept_table import SEARCHED, table_page
 from trialflow.queries.objectives import Objectives, objectives_of
+from trialflow.queries.settled import study_trials
 from trialflow.queries.tables import (
     ACTIVE,
     INTERMEDIATE,
@@ -43,56 +45,6 @@ SortKey = str  # "index" | "status" | "metric" | "duration" | "platform" | "para
 
 def _attr(name: str) -> NamedFromClause:
     return TRIAL_ATTRS.alias(f"a_{name}")
-
-
-def parameter_paths(name: str) -> list[tuple[str, ...]]:
-    """Where a parameter column (flatten_parameters' name) may sit in NNI's nested parameters:
-    ``loss/alpha`` is ``{"loss": {"_name": ..., "alpha": ...}}``, and a nested choice's own
-    column (``loss``) sorts by its ``_name``. A name may itself contain '/', so every split is
-    a candidate (the name whole first); past four slashes only the whole and the full split."""
-    parts = name.split("/")
-    if len(parts) > 5:
-        splits = [(name,), tuple(parts)]
-    else:
-        splits = []
-        for mask in range(2 ** (len(parts) - 1)):
-            path, current = [], parts[0]
-            for i, part in enumerate(parts[1:]):
-                if mask >> i & 1:
-                    path.append(current)
-                    current = part
-                else:
-                    current += "/" + part
-            splits.append((*path, current))
-        splits.sort(key=len)
-    return [p for split in splits for p in (split, (*split, "_name"))]
-
-
-def _json_field(engine: Engine, column: sa.ColumnElement, key: str) -> tuple[sa.ColumnElement, sa.ColumnElement]:
-    """(numeric, text) expressions for the parameter column ``key`` inside ``column``'s JSON
-    (nested choices included, see parameter_paths), for sorting; keys are bound values, never
-    SQL. A path that leads to an object or a list is no value: the next candidate is tried."""
-    numerics: list[sa.ColumnElement] = []
-    texts: list[sa.ColumnElement] = []
-    for path in parameter_paths(key):
-        if dialect_of(engine) == "postgresql":
-            from sqlalchemy.dialects import postgresql
-
-            document = sa.cast(column, postgresql.JSON)[path]
-            kind = sa.func.json_typeof(document)
-            text = document.as_string()
-            numerics.append(sa.case((kind == "number", sa.cast(text, sa.Float)), else_=None))
-            texts.append(sa.case((kind.in_(["number", "string", "boolean"]), text), else_=None))
-            continue
-        where = "$" + "".join("." + json.dumps(part) for part in path)  # $."a"."b": any characters
-        bound = sa.bindparam(None, where, type_=sa.String)
-        kind = sa.func.json_type(column, bound)
-        extracted = sa.func.json_extract(column, bound)
-        numerics.append(sa.case((kind.in_(["integer", "real"]), extracted), else_=None))
-        texts.append(
-            sa.case((kind.in_(["integer", "real", "text", "true", "false"]), sa.cast(extracted, sa.Text)), else_=None)
-        )
-    return sa.func.coalesce(*numerics, None), sa.func.coalesce(*texts, None)
 
 
 def _duration(engine: Engine) -> sa.ColumnElement:
@@ -217,6 +169,9 @@ def trials_page(
             attrs[name] = _attr(name)
         return attrs[name]
 
+    kept_sort = sort == "index" or sort.startswith("param:")
+    if kept_sort and (search or sort != "index"):
+        return _kept_page(engine, experiment_id, statuses, search, sort, descending, offset, limit, indexes)
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
         conditions: list[sa.ColumnElement[bool]] = [TRIAL_INDEX.c.study_id == sid]
@@ -232,9 +187,9 @@ def trials_page(
         if search:
             # Stored text is JSON: 'ünï' is written \u00fc..., 'x"y' is x\"y, and a lone backslash
             # would match every escape. Search what the person sees, in the form the store holds it.
+            # Any ASCII case on every database, as kept_table matches (PostgreSQL's LIKE is not).
             pattern = f"%{_escape_like(json.dumps(search)[1:-1])}%"
-            searched = ("trial_id", "parameters", "message", "nni_status")
-            conditions.append(sa.or_(*(attr(name).c.value_json.like(pattern, escape="\\") for name in searched)))
+            conditions.append(sa.or_(*(attr(name).c.value_json.ilike(pattern, escape="\\") for name in SEARCHED)))
         total = (
             conn.execute(sa.select(sa.func.count()).select_from(_with_attrs(attrs)).where(*conditions)).scalar() or 0
         )
@@ -252,9 +207,6 @@ def trials_page(
             order.append(attr("service_index").c.value_json)
         elif objective is not None:  # the first objective is "metric"
             order.append(chosen.c.value)
-        elif sort.startswith("param:"):
-            numeric, text = _json_field(engine, attr("parameters").c.value_json, sort[len("param:") :])
-            order += [numeric, text]
         order = [(o.desc() if descending else o.asc()).nulls_last() for o in order]
         order.append(TRIAL_INDEX.c.trial_index.desc() if descending and sort == "index" else TRIAL_INDEX.c.trial_index)
         keyed = _with_attrs(attrs)  # the filter's attributes and the sort's
@@ -284,9 +236,51 @@ def trials_page(
         found = {r.storage_id: r for r in conn.execute(full.where(TRIAL_INDEX.c.trial_id.in_(page_ids)))}
         rows = [found[i] for i in page_ids if i in found]
         counts = intermediate_counts(conn, [r.storage_id for r in rows])
+    return _page(engine, experiment_id, rows, counts, int(total), offset, limit)
+
+
+def _kept_page(
+    engine: Engine,
+    experiment_id: str,
+    statuses: Sequence[str] | None,
+    search: str,
+    sort: SortKey,
+    descending: bool,
+    offset: int,
+    limit: int,
+    indexes: Sequence[int] | None,
+) -> dict[str, Any]:
+    """trials_page searched or sorted by a parameter: from the trials kept in memory
+    (trialflow.queries.kept_table), then the page's rows read whole."""
+    with engine.connect() as conn:
+        sid = study_id_of(conn, experiment_id)
+    study = study_trials(engine, [sid], time.time())[sid]
+    found = table_page(
+        engine,
+        sid,
+        study,
+        statuses=statuses,
+        indexes=None if indexes is None else [int(i) for i in indexes],
+        search=search,
+        sort_parameter=sort[len("param:") :] if sort.startswith("param:") else None,
+        descending=descending,
+        offset=offset,
+        limit=limit,
+    )
+    with engine.connect() as conn:
+        full, _ = _trials_query(engine, sid)
+        read = {r.trial_index: r for r in conn.execute(full.where(TRIAL_INDEX.c.trial_index.in_(found.indexes)))}
+        rows = [read[i] for i in found.indexes if i in read]
+        counts = intermediate_counts(conn, [r.storage_id for r in rows])
+    return _page(engine, experiment_id, rows, counts, found.total, offset, limit)
+
+
+def _page(
+    engine: Engine, experiment_id: str, rows: list[sa.Row], counts: dict[int, int], total: int, offset: int, limit: int
+) -> dict[str, Any]:
     several = objectives_of(engine, experiment_id)  # several objectives: each row's values, the set
     return {
-        "total": int(total),
+        "total": total,
         "offset": offset,
         "limit": limit,
         "rows": [several.annotate(_row(r, counts.get(r.storage_id, 0))) for r in rows],
