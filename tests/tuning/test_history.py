@@ -149,3 +149,94 @@ def test_asks_past_the_limit_read_the_window_and_give_new_in_space_trials(store,
         assert not a.resumed
         store.finish(a.storage_id, TrialStatus.SUCCEEDED, 0.5)
     assert [store.find_trial(name, 40 + i).storage_id for i in range(3)] == [a.storage_id for a in asked]
+
+
+def _row(store: ExperimentStore, sid: int):  # type: ignore[no-untyped-def]
+    with store.engine.connect() as conn:
+        return conn.execute(history.WINDOWS.select().where(history.WINDOWS.c.study_id == sid)).first()
+
+
+def _whole(store: ExperimentStore, sid: int, limit: int) -> list[int]:
+    with store.engine.connect() as conn:
+        return window_ids(conn, sid, store.storage.get_study_directions(sid)[0], limit)
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_the_kept_window_is_the_window_found_whole_while_trials_come_and_end_in_any_order(
+    store, monkeypatch, direction
+):
+    """The row accounts for every trial up to its id; a trial it left out never comes back and
+    one that was running when it was written is read again when it ends: at every step the
+    kept window is the one a whole sort finds, and the row moves forward once WINDOW_STEP
+    trials ended after it."""
+    monkeypatch.setattr(history, "WINDOW_STEP", 3)
+    name = _unique("k")
+    sid = _fill(store, name, 30, direction)
+    random = AlgorithmConfig(name="Random", class_args={"seed": 0})
+    steer = optuna.study.StudyDirection.MAXIMIZE if direction == "maximize" else optuna.study.StudyDirection.MINIMIZE
+    running = [store.ask(name, 30 + i, f"{name}-{30 + i}", random, SPACE) for i in range(4)]
+    lasts = []
+    for step in range(24):
+        kept = [t._trial_id for t in history.window_trials(store.engine, sid, steer, 10)]
+        assert kept == _whole(store, sid, 10), step
+        lasts.append(_row(store, sid).last_trial_id)
+        # trials end out of order: the oldest running one now and then with the best value
+        # (a trial below the row's id that it saw running), new ones with values in no order
+        if step % 4 == 0 and running:
+            best = 2.0 if direction == "maximize" else -2.0
+            store.finish(running.pop(0).storage_id, TrialStatus.SUCCEEDED, best + step)
+        asked = store.ask(name, 40 + step, f"{name}-{40 + step}", random, SPACE)
+        if step % 5 == 3:
+            store.finish(asked.storage_id, TrialStatus.FAILED)
+        elif step % 5 == 4:
+            store.finish(asked.storage_id, TrialStatus.EARLY_STOPPED)
+        elif step % 7 == 6:
+            running.append(asked)  # ends later
+        else:
+            store.finish(asked.storage_id, TrialStatus.SUCCEEDED, (step * 13 % 17) / 17)
+    assert lasts == sorted(lasts) and len(set(lasts)) > 3  # written again as trials ended, only forward
+
+
+def test_a_row_whose_count_moved_or_of_another_limit_is_found_whole_again(store, monkeypatch):
+    """A trial that appears below the row's id (PostgreSQL may commit a lower id after a higher
+    one), a study id reused, or another limit: the row is not used, the window is found whole
+    and the row written again; deleting the experiment deletes its row."""
+    name = _unique("k")
+    sid = _fill(store, name, 30)
+    steer = optuna.study.StudyDirection.MAXIMIZE
+    history.window_trials(store.engine, sid, steer, 10)
+    row = _row(store, sid)
+    assert history.load_window(store.engine, sid, steer, 10) is not None
+    assert history.load_window(store.engine, sid, steer, 12) is None  # another limit
+    assert history.load_window(store.engine, sid, optuna.study.StudyDirection.MINIMIZE, 10) is None
+    with store.engine.begin() as conn:
+        conn.execute(
+            history.WINDOWS.update().where(history.WINDOWS.c.study_id == sid).values(trial_count=row.trial_count - 1)
+        )
+    assert history.load_window(store.engine, sid, steer, 10) is None
+    assert [t._trial_id for t in history.window_trials(store.engine, sid, steer, 10)] == _whole(store, sid, 10)
+    assert _row(store, sid).trial_count == row.trial_count  # made again, counted right
+    store.delete_experiment(name)
+    assert _row(store, sid) is None
+
+
+def test_an_ask_with_a_kept_window_counts_no_finished_trial(store, monkeypatch):
+    """Past the limit once, always past: with a kept row the ask neither counts the finished
+    trials nor sorts every value; it reads the row, the count up to its id and what came after."""
+    monkeypatch.setattr(history, "HISTORY_LIMIT", 10)
+    name = _unique("k")
+    sid = _fill(store, name, 30)
+    tpe = AlgorithmConfig(name="TPE", class_args={"seed": 1})
+    store.ask(name, 30, f"{name}-30", tpe, SPACE)  # finds the window whole and keeps it
+    assert _row(store, sid) is not None
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the finished trials were counted")
+
+    def sorted_whole(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("every value was sorted")
+
+    monkeypatch.setattr(history, "finished_count", counted)
+    monkeypatch.setattr(history, "window_ids", sorted_whole)
+    asked = store.ask(name, 31, f"{name}-31", tpe, SPACE)
+    assert 0 <= asked.parameters["x"] <= 1

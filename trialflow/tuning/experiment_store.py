@@ -58,7 +58,7 @@ from trialflow.trial.status import COUNTED_STATUSES, TrialStatus
 from trialflow.tuning import schema_check
 from trialflow.tuning.algorithms import canonical_tuner_name
 from trialflow.tuning.assessors import Judgment, judge
-from trialflow.tuning.history import asking_storage
+from trialflow.tuning.history import WINDOWS, asking_storage
 from trialflow.tuning.optuna_internals import create_scoped_session as _create_scoped_session
 from trialflow.tuning.optuna_internals import models, trial_storage_id
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
@@ -495,7 +495,7 @@ class ExperimentStore:
         study_id = self._study_id(experiment_id)
         present = set(sa.inspect(self.storage.engine).get_table_names())
         with self.storage.engine.begin() as conn:
-            for table in (TRIAL_INDEX, TRIAL_QUEUE, SNAPSHOTS):
+            for table in (TRIAL_INDEX, TRIAL_QUEUE, SNAPSHOTS, WINDOWS):
                 if table.name in present:  # a table this store never made holds nothing of it
                     conn.execute(table.delete().where(table.c.study_id == study_id))
         optuna.delete_study(study_name=experiment_id, storage=self.storage)

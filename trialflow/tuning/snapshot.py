@@ -22,6 +22,7 @@ import datetime
 import json
 import threading
 import zlib
+from typing import Any
 
 import optuna
 import sqlalchemy as sa
@@ -61,39 +62,32 @@ def _json(distribution: optuna.distributions.BaseDistribution) -> str:
     return optuna.distributions.distribution_to_json(distribution)
 
 
-def encode(trials: list[FrozenTrial], last_finished_trial_id: int, unfinished: set[int]) -> bytes:
-    """The cache state of one study as compressed JSON (finished trials only: unfinished ones
-    are read again anyway). Parameters keep their internal repr and distribution, so decoding
-    builds them the way the database reader does."""
-    rows = []
-    for t in trials:
-        rows.append(
+def encode_trials(trials: list[FrozenTrial]) -> list[list[Any]]:
+    """Finished trials as JSON-ready rows. Parameters keep their internal repr and
+    distribution, so decoding builds them the way the database reader does."""
+    return [
+        [
+            t._trial_id,
+            t.number,
+            t.state.value,
+            t.values,
+            _when(t.datetime_start),
+            _when(t.datetime_complete),
             [
-                t._trial_id,
-                t.number,
-                t.state.value,
-                t.values,
-                _when(t.datetime_start),
-                _when(t.datetime_complete),
-                [
-                    [name, t.distributions[name].to_internal_repr(value), _json(t.distributions[name])]
-                    for name, value in t.params.items()
-                ],
-                t.user_attrs,
-                t.system_attrs,
-                [[step, value] for step, value in t.intermediate_values.items()],
-            ]
-        )
-    body = {"format": _FORMAT, "last": last_finished_trial_id, "unfinished": sorted(unfinished), "trials": rows}
-    return zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 1)
+                [name, t.distributions[name].to_internal_repr(value), _json(t.distributions[name])]
+                for name, value in t.params.items()
+            ],
+            t.user_attrs,
+            t.system_attrs,
+            [[step, value] for step, value in t.intermediate_values.items()],
+        ]
+        for t in trials
+    ]
 
 
-def decode(payload: bytes) -> tuple[list[FrozenTrial], int, set[int]]:
-    body = json.loads(zlib.decompress(payload))
-    if body.get("format") != _FORMAT:
-        raise ValueError(f"snapshot format {body.get('format')!r}, expected {_FORMAT}")
+def decode_trials(rows: list[list[Any]]) -> list[FrozenTrial]:
     trials = []
-    for trial_id, number, state, values, start, complete, params, user, system, steps in body["trials"]:
+    for trial_id, number, state, values, start, complete, params, user, system, steps in rows:
         dists = {name: distribution(dist_json) for name, _, dist_json in params}
         trials.append(
             FrozenTrial(
@@ -111,7 +105,26 @@ def decode(payload: bytes) -> tuple[list[FrozenTrial], int, set[int]]:
                 trial_id=trial_id,
             )
         )
-    return trials, int(body["last"]), set(body["unfinished"])
+    return trials
+
+
+def encode(trials: list[FrozenTrial], last_finished_trial_id: int, unfinished: set[int]) -> bytes:
+    """The cache state of one study as compressed JSON (finished trials only: unfinished ones
+    are read again anyway)."""
+    body = {
+        "format": _FORMAT,
+        "last": last_finished_trial_id,
+        "unfinished": sorted(unfinished),
+        "trials": encode_trials(trials),
+    }
+    return zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 1)
+
+
+def decode(payload: bytes) -> tuple[list[FrozenTrial], int, set[int]]:
+    body = json.loads(zlib.decompress(payload))
+    if body.get("format") != _FORMAT:
+        raise ValueError(f"snapshot format {body.get('format')!r}, expected {_FORMAT}")
+    return decode_trials(body["trials"]), int(body["last"]), set(body["unfinished"])
 
 
 class SnapshotCache(_CachedStorage):

@@ -3,9 +3,9 @@ the migrations that move a store to it, run on purpose (``trialflow db upgrade``
 
 Experiments live for months and trialflow changes underneath them. Optuna versions its tables
 with alembic (its ``alembic_version`` table, ``optuna storage upgrade``); trialflow's own tables
-(the trial index, the trial queue, the DAG limits, the snapshots, the schema-check record,
-and trialflow's one index on Optuna's trials table) are versioned the same way in a version
-table of their own (``trialflow_alembic_version``), with the revisions in
+(the trial index, the trial queue, the DAG limits, the snapshots, the history windows, the
+schema-check record, and trialflow's one index on Optuna's trials table) are versioned the
+same way in a version table of their own (``trialflow_alembic_version``), with the revisions in
 trialflow/tuning/migrations/versions.
 
 Opening a store compares its revision with ``HEAD`` (one indexed read, no alembic import on a
@@ -33,6 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from trialflow.tuning.concurrency_changes import DAG_LIMITS
+from trialflow.tuning.history import WINDOWS
 from trialflow.tuning.schema_check import CHECKED
 from trialflow.tuning.snapshot import SNAPSHOTS
 from trialflow.tuning.tables import TRIAL_INDEX, TRIALS_BY_STATE, create_index, create_tables
@@ -42,13 +43,13 @@ from trialflow.tuning.trial_queue import TRIAL_QUEUE
 VERSION_TABLE = "trialflow_alembic_version"
 #: The schema this code reads and writes: the newest revision in migrations/versions (a test
 #: checks the two agree, and that the migrations make exactly the tables below).
-HEAD = "0003"
+HEAD = "0004"
 #: The revisions, oldest first, and the release that introduced each (for messages).
-RELEASES = {"0001": "0.1.0", "0002": "0.2.0", "0003": "0.2.0"}
+RELEASES = {"0001": "0.1.0", "0002": "0.2.0", "0003": "0.2.0", "0004": "0.2.0"}
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 #: trialflow's tables as this code defines them (what a new store is created with).
-TABLES = (TRIAL_INDEX, TRIAL_QUEUE, DAG_LIMITS, SNAPSHOTS, CHECKED)
+TABLES = (TRIAL_INDEX, TRIAL_QUEUE, DAG_LIMITS, SNAPSHOTS, WINDOWS, CHECKED)
 _VERSION = sa.Table(
     VERSION_TABLE,
     sa.MetaData(),
