@@ -137,6 +137,11 @@ def run_xargs(work: Path, n: int, c: int, s: float) -> float:
     return time.perf_counter() - started
 
 
+#: Per DAG, seconds from its last result to its run's end (the end steps, and for trialflow the
+#: watch that the end step waits for), one per run.
+RUN_ENDED_AFTER: dict[str, list[float]] = {}
+
+
 def run_dag(airflow: EmbeddedAirflow, dag_id: str, dag_file: Path, done, before=None) -> float:
     """Seconds from the trigger until ``done(run_id)``; ``before(run_id)`` runs first, untimed
     (the run id is chosen here, as EmbeddedAirflow.trigger chooses it)."""
@@ -155,7 +160,8 @@ def run_dag(airflow: EmbeddedAirflow, dag_id: str, dag_file: Path, done, before=
         time.sleep(0.2)
     elapsed = time.perf_counter() - started
     while airflow.dag_run_state(dag_id, run_id) not in ("success", "failed"):  # let it finish before the next
-        time.sleep(0.5)
+        time.sleep(0.1)
+    RUN_ENDED_AFTER.setdefault(dag_id, []).append(time.perf_counter() - started - elapsed)
     return elapsed
 
 
@@ -337,6 +343,8 @@ def main() -> None:
                     peaks[f"trialflow DAG, C={c}"] = max(peaks.get(f"trialflow DAG, C={c}", 0), tf_mem.peak)
                 print(
                     f"rep {rep + 1}/{args.repeat} {case}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in r.items()),
+                    f"(then the run ended: hand-written +{RUN_ENDED_AFTER[f'hand_{tag}'][-1]:.2f}s,"
+                    f" trialflow +{RUN_ENDED_AFTER[f'tf_{tag}'][-1]:.2f}s)",
                     file=sys.stderr,
                     flush=True,
                 )
