@@ -51,7 +51,7 @@ from optuna.trial import FrozenTrial, TrialState
 from trialflow.limits import HISTORY_LIMIT
 from trialflow.tuning.algorithms import CATALOGUE
 from trialflow.tuning.optuna_internals import CachedStorage, models
-from trialflow.tuning.snapshot import SNAPSHOT_STEP, decode_trials, encode_trials
+from trialflow.tuning.snapshot import SNAPSHOT_STEP, decode_trials, encode_trials, save_forward
 from trialflow.tuning.trial_reader import read_trials
 
 #: Tuners (trialflow's canonical names) that learn from the window, and that ignore history:
@@ -188,30 +188,11 @@ def load_window(engine: sa.Engine, study_id: int, direction: StudyDirection, lim
 
 
 def _save(engine: sa.Engine, study_id: int, kept: KeptWindow, payload: bytes) -> None:
-    """Store the row unless a newer one is there (rows only move forward; writers race harmlessly)."""
-    values = {
-        "optuna_version": optuna.__version__,
-        "last_trial_id": kept.last,
-        "trial_count": kept.count,
-        "payload": payload,
-    }
+    """Store the row unless a newer one is there; one as new is replaced (a row of the same id
+    whose count moved is made again)."""
+    values = {"last_trial_id": kept.last, "trial_count": kept.count, "payload": payload}
     try:
-        with engine.begin() as conn:
-            updated = conn.execute(
-                WINDOWS.update()
-                .where(
-                    WINDOWS.c.study_id == study_id,
-                    # as new, or newer: a row of the same id whose count moved is made again
-                    sa.or_(WINDOWS.c.last_trial_id <= kept.last, WINDOWS.c.optuna_version != optuna.__version__),
-                )
-                .values(**values)
-            ).rowcount
-        if updated:
-            return
-        with engine.begin() as conn:
-            conn.execute(WINDOWS.insert().values(study_id=study_id, **values))
-    except sa.exc.IntegrityError:
-        pass  # a row is there: as new as this one or newer
+        save_forward(engine, WINDOWS, study_id, WINDOWS.c.last_trial_id, values, replace_equal=True)
     except sa.exc.DBAPIError:
         pass  # a cache: the next ask finds the window whole instead
 

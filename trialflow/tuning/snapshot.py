@@ -196,30 +196,36 @@ class SnapshotCache(_CachedStorage):
 
 def save(engine: sa.Engine, study_id: int, last: int, trial_count: int, payload: bytes) -> None:
     """Store the row unless a newer one is there (rows only move forward)."""
-    values = {
-        "optuna_version": optuna.__version__,
-        "last_finished_trial_id": last,
-        "trial_count": trial_count,
-        "payload": payload,
-    }
     with engine.begin() as conn:
         SNAPSHOTS.create(conn, checkfirst=True)
+    values = {"last_finished_trial_id": last, "trial_count": trial_count, "payload": payload}
+    save_forward(engine, SNAPSHOTS, study_id, SNAPSHOTS.c.last_finished_trial_id, values)
+
+
+def save_forward(
+    engine: sa.Engine,
+    table: sa.Table,
+    study_id: int,
+    position: sa.Column[int],
+    values: dict[str, Any],
+    replace_equal: bool = False,
+) -> None:
+    """Write a study's row of a per-study cache table (the snapshot, the history window) unless
+    the one there is newer by ``position`` (or as new, unless ``replace_equal``) and of this
+    Optuna: rows only move forward, and writers race harmlessly."""
+    values = {**values, "optuna_version": optuna.__version__}
+    newest = values[position.name]
+    older = position <= newest if replace_equal else position < newest
     with engine.begin() as conn:
         updated = conn.execute(
-            SNAPSHOTS.update()
-            .where(
-                SNAPSHOTS.c.study_id == study_id,
-                sa.or_(
-                    SNAPSHOTS.c.last_finished_trial_id < last,
-                    SNAPSHOTS.c.optuna_version != optuna.__version__,
-                ),
-            )
+            table.update()
+            .where(table.c.study_id == study_id, sa.or_(older, table.c.optuna_version != optuna.__version__))
             .values(**values)
         ).rowcount
     if updated:
         return
     try:
         with engine.begin() as conn:
-            conn.execute(SNAPSHOTS.insert().values(study_id=study_id, **values))
+            conn.execute(table.insert().values(study_id=study_id, **values))
     except sa.exc.IntegrityError:
         pass  # a row is there: as new as this one or newer
