@@ -575,7 +575,7 @@ def cmd_experiments(args: argparse.Namespace) -> int:
     from trialflow import queries
 
     try:
-        rows = queries.list_experiments(_store_engine(args))
+        rows = queries.list_experiments(_store_engine(args), kept=False)  # one read: nothing to keep
     except (FileNotFoundError, ValueError) as exc:
         return _fail(exc)
     if args.json:

@@ -162,3 +162,27 @@ def test_indexes_claimed_out_of_order_are_found_in_the_gaps(store):
     assert second.holes == [(10, 11), (13, 14), (16, 19)]
     assert second.whole_tally() == whole_read(store, "eq000001")
     assert second.whole_tally().low == 0.25
+
+
+def test_a_commands_sql_tallies_are_the_kept_ones(store):
+    """A command that reads once asks SQL's aggregates (nothing kept); a server keeps the trials:
+    both say the same of every experiment, a trial running, one without a status and a
+    superseded ask (not indexed) included."""
+    from trialflow import queries
+
+    fill(store)
+    fill(store, "eq000002", "dag_b")
+    engine = store.storage.engine
+    store.storage.create_new_trial(store._study_id("eq000002"))  # an ask that lost: never indexed
+    asked = store.ask("eq000002", 8, "eq000002-0008", RANDOM, SPACE)
+    with engine.begin() as conn:  # a trial whose status was never written (another writer's half-done row)
+        conn.execute(
+            sa.text("DELETE FROM trial_user_attributes WHERE key = 'nni_status' AND trial_id = :t"),
+            {"t": asked.storage_id},
+        )
+    sids = [sid_of(store, "eq000001"), sid_of(store, "eq000002")]
+    kept = {sid: whole_read(store, name) for sid, name in zip(sids, ("eq000001", "eq000002"), strict=True)}
+    assert settled.sql_tallies(engine, sids) == kept
+    assert settled._stores.get(str(engine.url)) is None  # nothing kept by the command's read
+    assert queries.list_experiments(engine, kept=False) == queries.list_experiments(engine)
+    assert settled.sql_tallies(engine, []) == {}

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from trialflow.experiment import GROUP_ATTR
 from trialflow.nni_import import IMPORTED_ATTR
 from trialflow.queries.objectives import objectives_of
-from trialflow.queries.settled import study_trials
+from trialflow.queries.settled import sql_tallies, study_trials
 from trialflow.queries.tables import (
     ACTIVE,
     STUDIES,
@@ -106,15 +106,20 @@ def _algorithm_name(config: dict[str, Any] | None) -> str | None:
     return None
 
 
-def list_experiments(engine: Engine) -> list[ExperimentRow]:
-    """Every experiment in the store (running, finished, or of a DAG that no longer exists)."""
+def list_experiments(engine: Engine, kept: bool = True) -> list[ExperimentRow]:
+    """Every experiment in the store (running, finished, or of a DAG that no longer exists).
+    ``kept``: tally them from the trials this process keeps (a server, which asks again); a
+    command that reads once asks SQL's aggregates instead (settled.sql_tallies)."""
     with engine.connect() as conn:
         studies = {sid: name for sid, name in conn.execute(sa.select(STUDIES.c.study_id, STUDIES.c.study_name))}
         attrs = study_attrs(conn, None, _LIST_ATTRS)
         windows = _run_windows(conn, None)
     # not a trialflow experiment: another Optuna study in the same database
     ours = [sid for sid in studies if "dag_id" in attrs.get(sid, {}) or "config" in attrs.get(sid, {})]
-    tallies = {sid: study.whole_tally() for sid, study in study_trials(engine, ours, time.time()).items()}
+    if kept:
+        tallies = {sid: study.whole_tally() for sid, study in study_trials(engine, ours, time.time()).items()}
+    else:
+        tallies = sql_tallies(engine, ours)
     rows = []
     for sid in ours:
         name = studies[sid]

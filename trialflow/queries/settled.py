@@ -228,6 +228,52 @@ def study_trials(engine: Engine, study_ids: Sequence[int], now: float) -> dict[i
     return studies
 
 
+def sql_tallies(engine: Engine, study_ids: Sequence[int]) -> dict[int, Tally]:
+    """The tallies of ``study_ids`` in two SQL aggregates, keeping nothing: for a process that
+    reads an experiment once (a command), where building every trial's facts to keep them
+    (1.2-1.5 s at 100,000) costs more than the aggregates (~0.3 s). The same tallies as
+    study_trials' (a test compares them): only indexed trials count, a status that is not a
+    name is WAITING's, the lowest and highest value are completed trials'."""
+    if not study_ids:
+        return {}
+    status = TRIAL_ATTRS.alias("st")
+    indexed = TRIALS.join(TRIAL_INDEX, TRIAL_INDEX.c.trial_id == TRIALS.c.trial_id)
+    counted = (
+        sa.select(TRIAL_INDEX.c.study_id, status.c.value_json, sa.func.count())
+        .select_from(
+            indexed.outerjoin(status, sa.and_(status.c.trial_id == TRIALS.c.trial_id, status.c.key == "nni_status"))
+        )
+        .where(TRIAL_INDEX.c.study_id.in_(list(study_ids)))  # through the index's key: SQLite plans it well so
+        .group_by(TRIAL_INDEX.c.study_id, status.c.value_json)
+    )
+    completed = sa.and_(
+        VALUES.c.trial_id == TRIALS.c.trial_id,
+        VALUES.c.objective == 0,
+        sa.cast(TRIALS.c.state, sa.String(8)) == "COMPLETE",
+    )
+    spans = (
+        sa.select(
+            TRIAL_INDEX.c.study_id,
+            sa.func.min(TRIALS.c.datetime_start),
+            sa.func.max(TRIALS.c.datetime_complete),
+            sa.func.min(VALUES.c.value),
+            sa.func.max(VALUES.c.value),
+        )
+        .select_from(indexed.outerjoin(VALUES, completed))
+        .where(TRIAL_INDEX.c.study_id.in_(list(study_ids)))
+        .group_by(TRIAL_INDEX.c.study_id)
+    )
+    tallies = {sid: Tally() for sid in study_ids}
+    with engine.connect() as conn:
+        for sid, raw, count in conn.execute(counted):
+            name = _status_name(raw)
+            tallies[sid].counts[name] = tallies[sid].counts.get(name, 0) + int(count)
+        for sid, started, ended, low, high in conn.execute(spans):
+            tally = tallies[sid]
+            tally.started, tally.ended, tally.low, tally.high = epoch(started), epoch(ended), low, high
+    return tallies
+
+
 #: A column's values are read for these many trials by index at most; more are read whole.
 _COLUMN_IN_LIMIT = 1000
 #: Column values kept per process, all stores together (230-280 bytes each measured at 100,000:
