@@ -8,6 +8,7 @@ import uuid
 
 import optuna
 import pytest
+import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
@@ -240,3 +241,41 @@ def test_an_ask_with_a_kept_window_counts_no_finished_trial(store, monkeypatch):
     monkeypatch.setattr(history, "window_ids", sorted_whole)
     asked = store.ask(name, 31, f"{name}-31", tpe, SPACE)
     assert 0 <= asked.parameters["x"] <= 1
+
+
+def test_a_trial_appearing_below_the_rows_id_before_it_is_written_again_is_not_lost(store, monkeypatch):
+    """PostgreSQL may commit a trial with a lower id after higher ones. One that appears below
+    the kept row's id after the row was checked, and finishes with the best value, is found when
+    the row is written again (its count below the old id moved: the window is found whole)."""
+    monkeypatch.setattr(history, "WINDOW_STEP", 1)
+    name, other = _unique("k"), _unique("o")
+    random = AlgorithmConfig(name="Random", class_args={"seed": 0})
+    store.open_experiment(other, random, SPACE)
+    sid = _fill(store, name, 20)
+    spare = store.storage.create_new_trial(store.storage.get_study_id_from_name(other))  # an id to free
+    asked = store.ask(name, 20, f"{name}-20", random, SPACE)
+    store.finish(asked.storage_id, TrialStatus.SUCCEEDED, 0.5)
+    steer = optuna.study.StudyDirection.MAXIMIZE
+    history.window_trials(store.engine, sid, steer, 10)  # the row, past the spare id
+    kept = history.load_window(store.engine, sid, steer, 10)
+    assert kept is not None and kept.last > spare
+    with store.engine.begin() as conn:  # the spare id freed, then taken by a late trial of this study
+        conn.execute(sa.text("DELETE FROM trial_system_attributes WHERE trial_id = :t"), {"t": spare})
+        conn.execute(sa.text("DELETE FROM trials WHERE trial_id = :t"), {"t": spare})
+        conn.execute(
+            sa.text(
+                "INSERT INTO trials (trial_id, number, study_id, state, datetime_start, datetime_complete) "
+                "VALUES (:t, 999, :s, 'COMPLETE', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+            ),
+            {"t": spare, "s": sid},
+        )
+        conn.execute(
+            sa.text("INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (:t, 0, 99.0, 'FINITE')"),
+            {"t": spare},
+        )
+    later = store.ask(name, 21, f"{name}-21", random, SPACE)  # one more ended: the row is due
+    store.finish(later.storage_id, TrialStatus.SUCCEEDED, 0.1)
+    history.window_trials(store.engine, sid, steer, 10, kept)  # refreshed from the row checked before
+    again = history.load_window(store.engine, sid, steer, 10)
+    assert again is not None and spare in {t._trial_id for t in again.trials}
+    assert [t._trial_id for t in history.window_trials(store.engine, sid, steer, 10)] == _whole(store, sid, 10)

@@ -157,6 +157,16 @@ def _encode(kept: KeptWindow, direction: StudyDirection, limit: int) -> bytes:
     return zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 1)
 
 
+def _count_upto(conn: sa.Connection, study_id: int, last: int) -> int:
+    """How many of the study's trials have ids up to ``last`` (what a row accounts for)."""
+    query = (
+        sa.select(sa.func.count())
+        .select_from(_TRIALS)
+        .where(_TRIALS.c.study_id == study_id, _TRIALS.c.trial_id <= last)
+    )
+    return int(conn.execute(query).scalar() or 0)
+
+
 def load_window(engine: sa.Engine, study_id: int, direction: StudyDirection, limit: int) -> KeptWindow | None:
     """The study's kept window when it still accounts for every trial up to its id (None: no
     row, another Optuna, limit or direction, or the count moved)."""
@@ -167,11 +177,7 @@ def load_window(engine: sa.Engine, study_id: int, direction: StudyDirection, lim
             ).first()
             if row is None:
                 return None
-            present = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(_TRIALS)
-                .where(_TRIALS.c.study_id == study_id, _TRIALS.c.trial_id <= row.last_trial_id)
-            ).scalar()
+            present = _count_upto(conn, study_id, row.last_trial_id)
     except sa.exc.DBAPIError:
         return None
     if present != row.trial_count:
@@ -217,11 +223,9 @@ def _made(
     last = conn.execute(sa.select(sa.func.max(_TRIALS.c.trial_id)).where(_TRIALS.c.study_id == study_id)).scalar()
     if last is None:
         return None
-    count = conn.execute(
-        sa.select(sa.func.count())
-        .select_from(_TRIALS)
-        .where(_TRIALS.c.study_id == study_id, _TRIALS.c.trial_id <= last)
-    ).scalar()
+    if base is not None and _count_upto(conn, study_id, base.last) != base.count:
+        base = None  # a trial appeared below the base's id since it was checked: found whole
+    count = _count_upto(conn, study_id, last)
     unfinished = frozenset(
         conn.execute(
             sa.select(_TRIALS.c.trial_id).where(
@@ -236,7 +240,7 @@ def _made(
         trials = read_trials(conn, [_TRIALS.c.trial_id.in_(ids)], last_step_only=True, user_attrs=False)
     else:
         trials = select_window([*base.trials, *_finished_after(conn, study_id, base, upto=last)], direction, limit)
-    return KeptWindow(int(last), int(count or 0), unfinished, trials)
+    return KeptWindow(int(last), count, unfinished, trials)
 
 
 def window_trials(
