@@ -33,7 +33,7 @@ from trialflow.queries.export import (
     spreadsheet_safe,
 )
 from trialflow.queries.importance import flatten_parameters, importance
-from trialflow.queries.json_fields import parameter_paths
+from trialflow.queries.parameter_columns import parameter_paths
 from trialflow.queries.tables import (
     ACTIVE,
     INTERMEDIATE,

@@ -9,13 +9,14 @@ column beside the settled trials: read once, then only for the trials settled si
 ones still running. The filter by status uses the kept NNI status, the same the tallies count.
 
 The order is the one the table had in SQL: trials with a number for the parameter first, by it;
-then those with only a text (a nested choice by its ``_name``), by it; a trial without it last;
-ties by trial index (descending flips the values, never the ties; equal numbers written
-differently, 1 and 1.0, tie here where SQL ordered them by their text). Text compares by code
-point on every database (SQLite's binary order; PostgreSQL's was its collation's). A search
-matches regardless of ASCII case on every database (PostgreSQL's LIKE was case-sensitive): the
-stored JSON is ASCII, non-ASCII characters written as escapes, and the search is matched in
-that form.
+then those with only a text (a string, a boolean as true/false, a nested choice by its
+``_name``), by it; a trial without it last; ties by trial index (descending flips the values,
+never the ties; equal numbers written differently, 1 and 1.0, tie here where SQL ordered them
+by their text). Each trial's key is read from its stored JSON in Python
+(trialflow.queries.parameter_columns.sort_value), the same on every database; texts compare by
+code point (SQLite's binary order; PostgreSQL's was its collation's). A search matches
+regardless of ASCII case on every database (PostgreSQL's LIKE was case-sensitive): the stored
+JSON is ASCII, non-ASCII characters written as escapes, and the search is matched in that form.
 """
 
 from __future__ import annotations
@@ -23,14 +24,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from trialflow.queries.json_fields import json_field
-from trialflow.queries.settled import StudyTrials, TrialFacts, kept_column
-from trialflow.queries.tables import STATUSES, TRIAL_ATTRS, TRIAL_INDEX
+from trialflow.queries.parameter_columns import sort_value
+from trialflow.queries.settled import ColumnReader, StudyTrials, TrialFacts, kept_column
+from trialflow.queries.tables import STATUSES, TRIAL_ATTRS, TRIAL_INDEX, decoded
 
 #: The attributes a search looks in, as the table shows them.
 SEARCHED = ("trial_id", "parameters", "message", "nni_status")
@@ -55,12 +55,11 @@ def _scope(sid: int, indexes: Sequence[int] | None) -> list[sa.ColumnElement[boo
     return where
 
 
-def _sort_values(name: str, engine: Engine) -> Any:
+def _sort_values(name: str) -> ColumnReader:
     def read(conn: sa.Connection, sid: int, indexes: Sequence[int] | None) -> dict[int, SortValue]:
         params = TRIAL_ATTRS.alias("p")
-        numeric, text = json_field(engine, params.c.value_json, name)
         query = (
-            sa.select(TRIAL_INDEX.c.trial_index, numeric, text)
+            sa.select(TRIAL_INDEX.c.trial_index, params.c.value_json)
             .select_from(
                 TRIAL_INDEX.outerjoin(
                     params, sa.and_(params.c.trial_id == TRIAL_INDEX.c.trial_id, params.c.key == "parameters")
@@ -68,7 +67,7 @@ def _sort_values(name: str, engine: Engine) -> Any:
             )
             .where(*_scope(sid, indexes))
         )
-        return {index: (None if n is None else float(n), t) for index, n, t in conn.execute(query)}
+        return {index: sort_value(decoded(raw), name) for index, raw in conn.execute(query)}
 
     return read
 
@@ -142,7 +141,7 @@ def table_page(
         needle = _needle(search)
         trials = [t for t in trials if needle in (texts.get(t.index) or "")]
     if sort_parameter is not None:
-        keys = kept_column(engine, sid, study, f"param:{sort_parameter}", _sort_values(sort_parameter, engine))
+        keys = kept_column(engine, sid, study, f"param:{sort_parameter}", _sort_values(sort_parameter))
         order = _ordered(trials, keys, descending)
     else:
         order = sorted((t.index for t in trials), reverse=descending)

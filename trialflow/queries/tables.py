@@ -122,17 +122,21 @@ def decoded(text: str | None) -> Any:
     Parsed by pydantic-core's parser, ~4x faster than the json module's (the chart data of
     100,000 trials decodes 300,000 values: ~5 s of its profile were json.loads). It refuses
     what the json module reads and Optuna may have written (a lone surrogate, "\\ud800"): those
-    are read again by the json module, so every value reads as it did. Nesting deeper than
+    are read again by the json module, so every value reads as the json module reads it. Nesting deeper than
     pydantic-core's 200 levels is read by the json module too, which past Python's recursion
-    limit raised RecursionError (a 500 for the whole page): that is unreadable, None."""
+    limit raised RecursionError (a 500 for the whole page): that is unreadable, None.
+
+    JSON's NaN and Infinity, which Python's json module writes (a parameter a hand-edited store
+    or another writer left as NaN) and no page can send (JSON has none: the answer failed whole,
+    a 500), read as their text, "NaN", "Infinity", "-Infinity": shown as stored."""
     if text is None:
         return None
     try:
-        return from_json(text)
+        return from_json(text, allow_inf_nan=False)
     except ValueError:
         pass
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=str)
     except (ValueError, RecursionError):
         return None
 
