@@ -1,5 +1,6 @@
-"""The trial table (filter, sort by any column, paginate in the database), chart data,
-one trial's detail and the intermediate-result curves."""
+"""The trial table (filter, sort by any column, paginate: in the database, or from the kept
+trials when searched or sorted by a parameter), chart data, one trial's detail and the
+intermediate-result curves."""
 
 from __future__ import annotations
 
@@ -159,7 +160,9 @@ def trials_page(
 
     Two steps, as a deferred join: the page's trials are found joining only what the filter and
     the sort read (at 100,000 trials, joining a row's nine attributes to every trial before
-    sorting or counting cost ~0.4-1 s a page), then only those rows are read whole."""
+    sorting or counting cost ~0.4-1 s a page), then only those rows are read whole. A search
+    (sorted by index or a parameter) and a sort by a parameter find the page among the trials
+    this process keeps (trialflow.queries.kept_table), which read every trial's JSON in SQL."""
     limit = max(1, min(int(limit), MAX_PAGE))
     offset = max(0, int(offset))
     attrs: dict[str, NamedFromClause] = {}

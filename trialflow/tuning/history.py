@@ -42,7 +42,6 @@ import zlib
 from collections.abc import Container, Iterable
 from dataclasses import dataclass
 
-import optuna
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
@@ -51,7 +50,15 @@ from optuna.trial import FrozenTrial, TrialState
 from trialflow.limits import HISTORY_LIMIT
 from trialflow.tuning.algorithms import CATALOGUE
 from trialflow.tuning.optuna_internals import CachedStorage, models
-from trialflow.tuning.snapshot import SNAPSHOT_STEP, decode_trials, encode_trials, save_forward
+from trialflow.tuning.snapshot import (
+    SNAPSHOT_STEP,
+    cache_rows,
+    checked_row,
+    count_upto,
+    decode_trials,
+    encode_trials,
+    save_forward,
+)
 from trialflow.tuning.trial_reader import read_trials
 
 #: Tuners (trialflow's canonical names) that learn from the window, and that ignore history:
@@ -70,15 +77,7 @@ WINDOW_STEP = SNAPSHOT_STEP
 _UNFINISHED_KEPT = 500
 _FORMAT = 1
 
-WINDOWS = sa.Table(
-    "trialflow_history_windows",
-    sa.MetaData(),
-    sa.Column("study_id", sa.Integer, primary_key=True),
-    sa.Column("optuna_version", sa.String(64), nullable=False),
-    sa.Column("last_trial_id", sa.Integer, nullable=False),
-    sa.Column("trial_count", sa.Integer, nullable=False),  # trials at or below last_trial_id
-    sa.Column("payload", sa.LargeBinary, nullable=False),
-)
+WINDOWS = cache_rows("trialflow_history_windows", "last_trial_id")
 
 
 def finished_count(engine: sa.Engine, study_id: int) -> int:
@@ -157,30 +156,11 @@ def _encode(kept: KeptWindow, direction: StudyDirection, limit: int) -> bytes:
     return zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 1)
 
 
-def _count_upto(conn: sa.Connection, study_id: int, last: int) -> int:
-    """How many of the study's trials have ids up to ``last`` (what a row accounts for)."""
-    query = (
-        sa.select(sa.func.count())
-        .select_from(_TRIALS)
-        .where(_TRIALS.c.study_id == study_id, _TRIALS.c.trial_id <= last)
-    )
-    return int(conn.execute(query).scalar() or 0)
-
-
 def load_window(engine: sa.Engine, study_id: int, direction: StudyDirection, limit: int) -> KeptWindow | None:
     """The study's kept window when it still accounts for every trial up to its id (None: no
-    row, another Optuna, limit or direction, or the count moved)."""
-    try:
-        with engine.connect() as conn:
-            row = conn.execute(
-                sa.select(WINDOWS).where(WINDOWS.c.study_id == study_id, WINDOWS.c.optuna_version == optuna.__version__)
-            ).first()
-            if row is None:
-                return None
-            present = _count_upto(conn, study_id, row.last_trial_id)
-    except sa.exc.DBAPIError:
-        return None
-    if present != row.trial_count:
+    row, another Optuna, limit or direction, or the count moved: snapshot.checked_row)."""
+    row = checked_row(engine, WINDOWS, study_id, WINDOWS.c.last_trial_id)
+    if row is None:
         return None
     try:
         body = json.loads(zlib.decompress(row.payload))
@@ -223,9 +203,9 @@ def _made(
     last = conn.execute(sa.select(sa.func.max(_TRIALS.c.trial_id)).where(_TRIALS.c.study_id == study_id)).scalar()
     if last is None:
         return None
-    if base is not None and _count_upto(conn, study_id, base.last) != base.count:
+    if base is not None and count_upto(conn, study_id, base.last) != base.count:
         base = None  # a trial appeared below the base's id since it was checked: found whole
-    count = _count_upto(conn, study_id, last)
+    count = count_upto(conn, study_id, last)
     unfinished = frozenset(
         conn.execute(
             sa.select(_TRIALS.c.trial_id).where(

@@ -38,16 +38,52 @@ from trialflow.tuning.trial_reader import distribution
 SNAPSHOT_STEP = 32
 _FORMAT = 1
 
-SNAPSHOTS = sa.Table(
-    "trialflow_trial_snapshots",
-    sa.MetaData(),
-    sa.Column("study_id", sa.Integer, primary_key=True),
-    sa.Column("optuna_version", sa.String(64), nullable=False),
-    sa.Column("last_finished_trial_id", sa.Integer, nullable=False),
-    sa.Column("trial_count", sa.Integer, nullable=False),  # finished + unfinished at or below it
-    sa.Column("payload", sa.LargeBinary, nullable=False),
-)
+
+def cache_rows(name: str, position: str) -> sa.Table:
+    """A table of per-study cache rows (the snapshot, the history window): what a process read
+    of a study's trials up to the trial id in column ``position``, how many trials there were up
+    to it (``trial_count``: a row whose count moved no longer holds for the study, see
+    checked_row), the Optuna that wrote it, and the payload."""
+    return sa.Table(
+        name,
+        sa.MetaData(),
+        sa.Column("study_id", sa.Integer, primary_key=True),
+        sa.Column("optuna_version", sa.String(64), nullable=False),
+        sa.Column(position, sa.Integer, nullable=False),
+        sa.Column("trial_count", sa.Integer, nullable=False),  # finished + unfinished at or below it
+        sa.Column("payload", sa.LargeBinary, nullable=False),
+    )
+
+
+SNAPSHOTS = cache_rows("trialflow_trial_snapshots", "last_finished_trial_id")
 _TRIALS = models.TrialModel.__table__
+
+
+def count_upto(conn: sa.Connection, study_id: int, last: int) -> int:
+    """How many of the study's trials have ids up to ``last`` (what a cache row accounts for)."""
+    query = (
+        sa.select(sa.func.count())
+        .select_from(_TRIALS)
+        .where(_TRIALS.c.study_id == study_id, _TRIALS.c.trial_id <= last)
+    )
+    return int(conn.execute(query).scalar() or 0)
+
+
+def checked_row(engine: sa.Engine, table: sa.Table, study_id: int, position: sa.Column[int]) -> sa.Row[Any] | None:
+    """The study's row of a cache_rows table when it still holds: written by this Optuna, and
+    the study has as many trials up to its position as the row counted (a study id reused after
+    a deletion, or a trial PostgreSQL committed later with a lower id, moves the count). None
+    otherwise, and when the table is not there."""
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                sa.select(table).where(table.c.study_id == study_id, table.c.optuna_version == optuna.__version__)
+            ).first()
+            if row is None or count_upto(conn, study_id, row._mapping[position.name]) != row.trial_count:
+                return None
+            return row
+    except sa.exc.DBAPIError:
+        return None
 
 
 def _when(value: datetime.datetime | None) -> str | None:
@@ -145,28 +181,17 @@ class SnapshotCache(_CachedStorage):
         self._maybe_save(study_id)
 
     def _seed(self, study_id: int) -> None:
-        try:
-            with self._engine.connect() as conn:
-                row = conn.execute(
-                    sa.select(SNAPSHOTS).where(
-                        SNAPSHOTS.c.study_id == study_id, SNAPSHOTS.c.optuna_version == optuna.__version__
-                    )
-                ).first()
-                if row is None:
-                    return
-                present = conn.execute(
-                    sa.select(sa.func.count())
-                    .select_from(_TRIALS)
-                    .where(_TRIALS.c.study_id == study_id, _TRIALS.c.trial_id <= row.last_finished_trial_id)
-                ).scalar()
-        except sa.exc.DBAPIError:
-            return  # no table yet (nobody saved one): read everything, as Optuna would
+        # no row (or no table yet: nobody saved one), or one that no longer holds: read
+        # everything, as Optuna would
+        row = checked_row(self._engine, SNAPSHOTS, study_id, SNAPSHOTS.c.last_finished_trial_id)
+        if row is None:
+            return
         try:
             trials, last, unfinished = decode(row.payload)
         except (ValueError, KeyError, TypeError, zlib.error):
             return
-        if present != row.trial_count or len(trials) + len(unfinished) != row.trial_count:
-            return  # not this study's trials (a reused id): read everything
+        if len(trials) + len(unfinished) != row.trial_count:
+            return  # not what the row counted
         with self._lock:
             info = self._studies.setdefault(study_id, _StudyInfo())
             if info.last_finished_trial_id != -1 or info.trials:
