@@ -490,18 +490,16 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     from trialflow.tuning import store_schema
     from trialflow.tuning.store_urls import safe_url, with_installed_driver
+    from trialflow.tuning.store_version import HEAD, NotAStore, StoreSchemaError
 
     try:
         url = with_installed_driver(_store_url(args))
         store_schema.existing_store(url)  # nothing is created or written where there is no store
     except (FileNotFoundError, StoreUrlError) as exc:
         return _fail(exc)
-    except store_schema.NotAStore as exc:
+    except NotAStore as exc:
         if args.action == "check" and exc.empty:
-            print(
-                f"{safe_url(url)}: no trialflow store here yet; a run or an import makes one at schema "
-                f"{store_schema.HEAD}"
-            )
+            print(f"{safe_url(url)}: no trialflow store here yet; a run or an import makes one at schema {HEAD}")
             return 0
         return _fail(exc)
     engine = sa.create_engine(url)
@@ -509,15 +507,15 @@ def cmd_db(args: argparse.Namespace) -> int:
         found = store_schema.state(engine)
         if args.action == "check":
             if found.current:
-                print(f"{safe_url(url)}: schema {store_schema.HEAD}, as this trialflow needs")
+                print(f"{safe_url(url)}: schema {HEAD}, as this trialflow needs")
                 return 0
-            return _fail(store_schema.StoreSchemaError(store_schema.refusal(engine, found)))
+            return _fail(StoreSchemaError(store_schema.refusal(engine, found)))
         try:
             before, after = store_schema.upgrade(engine)
         except KeyboardInterrupt:
             # The upgrade is one transaction: interrupted, it is rolled back whole.
             return _fail(InterruptedError(f"{safe_url(url)}: upgrade interrupted; the store is as it was"))
-    except store_schema.StoreSchemaError as exc:
+    except StoreSchemaError as exc:
         return _fail(exc)
     finally:
         engine.dispose()
@@ -992,23 +990,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import sqlalchemy as sa
-
-    from trialflow.tuning.store_schema import NotAStore, StoreSchemaError
+    from trialflow.tuning.store_version import NotAStore, StoreSchemaError
 
     args = build_parser().parse_args(argv)
     try:
         result: Any = args.func(args)
     except (StoreSchemaError, NotAStore) as exc:  # another trialflow's store, or none: say so
         return _fail(exc)
-    except sa.exc.ArgumentError:  # its text repeats the URL, password and all
-        return _fail(ValueError("the store URL is not one SQLAlchemy reads (e.g. sqlite:///path/experiments.db)"))
-    except sa.exc.DBAPIError as exc:  # unreachable, refused, locked, not a database: the driver says which
-        return _fail(ConnectionError(f"the store's database failed: {_driver_said(exc)}"))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        said = _database_failure(exc)
+        if said is None:
+            raise
+        return _fail(said)
     return int(result)
+
+
+def _database_failure(exc: Exception) -> Exception | None:
+    """What to say for SQLAlchemy's errors, or None for any other. SQLAlchemy is looked up,
+    not imported: a command that never imported it cannot have raised its errors, and its
+    import (0.4 s) is kept off the commands that do not read a store (a warm `trialflow run`
+    triggers before anything imports it)."""
+    sa = sys.modules.get("sqlalchemy")
+    if sa is None:
+        return None
+    if isinstance(exc, sa.exc.ArgumentError):  # its text repeats the URL, password and all
+        return ValueError("the store URL is not one SQLAlchemy reads (e.g. sqlite:///path/experiments.db)")
+    if isinstance(exc, sa.exc.DBAPIError):  # unreachable, refused, locked, not a database: the driver says which
+        return ConnectionError(f"the store's database failed: {_driver_said(exc)}")
+    return None
 
 
 def _driver_said(exc: Exception) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trialflow.config import ExperimentConfig
 from trialflow.embedded import COMPONENTS, EmbeddedAirflow
@@ -32,11 +32,17 @@ from trialflow.experiment import (
 )
 from trialflow.plan import default_dag_id
 from trialflow.run_windows import RunWindow
-from trialflow.runs import cancel_trials, continuation_run_id
 from trialflow.shared_airflow import joined, leave
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.pareto import pareto_rows, with_values
 from trialflow.tuning.results import TrialRow, best_row
+from trialflow.tuning.store_urls import sqlite_url
+from trialflow.tuning.store_version import sqlite_store_is_current
+
+if TYPE_CHECKING:
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+# The store (Optuna, SQLAlchemy) and trialflow.runs are imported where they are used, after
+# the run is triggered: a warm run's trigger goes out before them (trialflow.tuning.store_version).
 
 TERMINAL_RUN_STATES = {"success", "failed"}
 #: The DAG file trialflow 0.1 wrote for whichever config ran last in a home.
@@ -178,6 +184,18 @@ def experiment_result(
     )
 
 
+def _write_if_changed(path: Path, text: str) -> None:
+    """Write ``text`` unless ``path`` holds it already: a file rewritten unchanged gets a new
+    mtime, and on a home's Airflow kept up that asked for a re-parse on every warm run (0.5-1.2 s
+    before its trigger, measured) although the DAG was the same."""
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    path.write_text(text)
+
+
 class ExperimentRun:
     def __init__(
         self,
@@ -237,9 +255,11 @@ class ExperimentRun:
         legacy = self.airflow.dags_folder / LEGACY_DAG_FILE
         if legacy.exists() and legacy != path:  # an earlier trialflow's one file for every config
             legacy.unlink()
-        path.write_text(DAG_FILE.format(config=str(self.config_path), dag_id=self.dag_id, poll=self.poll_interval))
+        _write_if_changed(
+            path, DAG_FILE.format(config=str(self.config_path), dag_id=self.dag_id, poll=self.poll_interval)
+        )
         for index, source in enumerate(self.downstream):
-            self.downstream_file(index, source).write_text(source.read_text())  # a copy, as of this start
+            _write_if_changed(self.downstream_file(index, source), source.read_text())  # a copy, as of this start
         return path
 
     def downstream_file(self, index: int, source: Path) -> Path:
@@ -258,8 +278,10 @@ class ExperimentRun:
         ``keep``: leave Airflow up when the run ends (`--keep-running`)."""
         # The home's store opens before Airflow starts: one of an earlier trialflow is refused
         # here (StoreSchemaError, saying to run `trialflow db upgrade --home ...`), not by
-        # every task of a run that was already under way.
-        ExperimentStore(self.store_url)
+        # every task of a run that was already under way. A store found current by a look at
+        # its version rows is not opened here (Optuna's and SQLAlchemy's imports, ~1 s).
+        if not sqlite_store_is_current(self.home / "experiments.db"):
+            self.store()
         dag_file = self.write_dag()
         with joined(self.airflow, keep) as attached:
             if attached:
@@ -310,9 +332,15 @@ class ExperimentRun:
             self._follow(self.airflow.trigger(self.dag_id))
             say(f"Experiment {self.experiment_id} started (DAG {self.dag_id}, run {self.run_id})")
 
+    def store(self) -> ExperimentStore:
+        """The home's store, opened (created, or checked: StoreSchemaError)."""
+        from trialflow.tuning.experiment_store import ExperimentStore
+
+        return ExperimentStore(self.store_url)
+
     def rows(self) -> list[TrialRow]:
         try:
-            return ExperimentStore(self.store_url).trial_rows(self.experiment_id)
+            return self.store().trial_rows(self.experiment_id)
         except KeyError:  # the start task has not created the study yet
             return []
 
@@ -325,10 +353,12 @@ class ExperimentRun:
         if not unbounded(self.config) or self.current_run_id is None:
             return None
         try:
-            attrs = ExperimentStore(self.store_url).experiment_attrs(self.experiment_id)
+            attrs = self.store().experiment_attrs(self.experiment_id)
         except KeyError:
             return None
         window = RunWindow.of(attrs, self.current_run_id)
+        from trialflow.runs import continuation_run_id
+
         run_id = continuation_run_id(self.experiment_id, window.first_index + window.count)
         return run_id if self.airflow.run_conf(self.dag_id, run_id) is not None else None
 
@@ -401,8 +431,10 @@ class ExperimentRun:
             return 0
         if self.current_run_id is not None:  # a shared Airflow would go on running it
             self.airflow.fail_run(self.dag_id, self.current_run_id)
+        from trialflow.runs import cancel_trials
+
         experiment = Experiment(self.config, self.experiment_id, self.workdir)
-        return cancel_trials(experiment, ExperimentStore(self.store_url), reason)
+        return cancel_trials(experiment, self.store(), reason)
 
     def result(self, state: str) -> RunResult:
         return experiment_result(

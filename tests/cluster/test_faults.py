@@ -463,8 +463,8 @@ def test_an_experiment_running_across_an_upgrade_of_trialflow(cluster: Deploymen
 
     from tests.helpers.releases import release_tree
     from trialflow import queries
-    from trialflow.tuning.store_schema import HEAD
     from trialflow.tuning.store_schema import state as store_schema_state
+    from trialflow.tuning.store_version import HEAD
 
     old = release_tree("0.1.0")
     if old is None:

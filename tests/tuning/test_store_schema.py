@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 
 from trialflow.tuning import store_schema
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-from trialflow.tuning.store_schema import HEAD, VERSION_TABLE, StoreSchemaError
+from trialflow.tuning.store_version import HEAD, RELEASES, VERSION_TABLE, StoreSchemaError
 
 
 def scripts() -> ScriptDirectory:
@@ -26,7 +26,7 @@ def scripts() -> ScriptDirectory:
 
 def test_head_is_the_newest_migration_and_every_revision_names_its_release():
     assert scripts().get_current_head() == HEAD
-    assert [r.revision for r in reversed(list(scripts().walk_revisions()))] == list(store_schema.RELEASES)
+    assert [r.revision for r in reversed(list(scripts().walk_revisions()))] == list(RELEASES)
 
 
 def trialflow_only(obj, name, type_, reflected, compare_to):

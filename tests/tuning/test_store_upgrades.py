@@ -16,7 +16,7 @@ from trialflow.platforms.base import TrialStatus
 from trialflow.tuning import store_schema
 from trialflow.tuning.concurrency_changes import read_concurrency
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-from trialflow.tuning.store_schema import HEAD, StoreSchemaError
+from trialflow.tuning.store_version import HEAD, StoreSchemaError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stores"
 RELEASES = ["0.1.0"]

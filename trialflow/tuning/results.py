@@ -11,13 +11,14 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from optuna.trial import TrialState
+from typing import TYPE_CHECKING, Any
 
 from trialflow.trial.protocol import describe_result
 from trialflow.trial.protocol import scalar as _plain_scalar
 from trialflow.trial.status import COUNTED_STATUS_NAMES, COUNTED_STATUSES, TrialStatus
+
+if TYPE_CHECKING:
+    from optuna.trial import TrialState
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ def outcome(
     SUCCEEDED trial has none (the reason joins its message). Several objectives: one value per
     objective, or FAIL with the reason (a missing or non-finite objective has no place on the
     front)."""
+    from optuna.trial import TrialState  # here: the run's progress display reads rows only
+
     if objectives and status in COUNTED_STATUSES:
         values, problem = objective_values(final, objectives)
         return (TrialState.COMPLETE if values is not None else TrialState.FAIL), values, problem

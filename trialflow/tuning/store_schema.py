@@ -36,16 +36,10 @@ from trialflow.tuning.concurrency_changes import DAG_LIMITS
 from trialflow.tuning.history import WINDOWS
 from trialflow.tuning.schema_check import CHECKED
 from trialflow.tuning.snapshot import SNAPSHOTS
+from trialflow.tuning.store_version import HEAD, RELEASES, VERSION_TABLE, NotAStore, StoreSchemaError
 from trialflow.tuning.tables import TRIAL_INDEX, TRIALS_BY_STATE, create_index, create_tables
 from trialflow.tuning.trial_queue import TRIAL_QUEUE
 
-#: Where trialflow's revision is kept (alembic's layout; Optuna's is ``alembic_version``).
-VERSION_TABLE = "trialflow_alembic_version"
-#: The schema this code reads and writes: the newest revision in migrations/versions (a test
-#: checks the two agree, and that the migrations make exactly the tables below).
-HEAD = "0004"
-#: The revisions, oldest first, and the release that introduced each (for messages).
-RELEASES = {"0001": "0.1.0", "0002": "0.2.0", "0003": "0.2.0", "0004": "0.2.0"}
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 #: trialflow's tables as this code defines them (what a new store is created with).
@@ -63,11 +57,6 @@ def head_metadata() -> sa.MetaData:
     for table in TABLES:
         table.to_metadata(metadata)
     return metadata
-
-
-class StoreSchemaError(RuntimeError):
-    """The store's trialflow tables are of another schema than this code's (the message says
-    which and what to run)."""
 
 
 @dataclass(frozen=True)
@@ -153,16 +142,6 @@ def create_store(engine: sa.Engine) -> None:
     finally:
         if creating is not engine:
             creating.dispose()
-
-
-class NotAStore(LookupError):
-    """A database that holds no trialflow store (the message says what it holds instead). A
-    command that only reads, or acts on what a store holds, never makes one. ``empty``: the
-    database exists and holds no table at all (a store may be made there)."""
-
-    def __init__(self, message: str, empty: bool = False):
-        super().__init__(message)
-        self.empty = empty
 
 
 #: Optuna's own tables: a database with these alone is an Optuna storage, not trialflow's.

@@ -13,9 +13,10 @@ import sqlite3
 from contextlib import closing
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-from sqlalchemy.engine import make_url
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 #: Seconds a SQLite writer waits for the lock (many trial tasks and the triggerer write at once).
 SQLITE_TIMEOUT_SECONDS = 60
@@ -51,6 +52,8 @@ def _busy(exc: BaseException) -> bool:
 
 def safe_url(url: str) -> str:
     """The URL with any password hidden, for logs and messages."""
+    from sqlalchemy.engine import make_url  # here, as in every function: see sqlite_url
+
     try:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:
@@ -60,6 +63,8 @@ def safe_url(url: str) -> str:
 def with_installed_driver(url: str) -> str:
     """``postgresql://`` means psycopg2 to SQLAlchemy; trialflow's ``postgres`` extra installs
     psycopg 3, so a plain postgresql URL uses that when psycopg2 is absent."""
+    from sqlalchemy.engine import make_url
+
     parsed = make_url(url)
     if parsed.drivername == "postgresql":
         if importlib.util.find_spec("psycopg2") is None and importlib.util.find_spec("psycopg") is not None:
@@ -68,12 +73,18 @@ def with_installed_driver(url: str) -> str:
 
 
 def sqlite_url(path: str | Path) -> str:
+    """A SQLite store's URL. Needs no SQLAlchemy, which this module imports only in the
+    functions that use it: a warm `trialflow run` names its home's store before it triggers,
+    and SQLAlchemy's import (0.4 s) would come before the trigger."""
     return f"sqlite:///{Path(path).expanduser().resolve()}"
 
 
 @lru_cache(maxsize=4)
 def engine_for(url: str) -> sa.Engine:
     """One engine per store URL and process, for readers that are not the store itself."""
+    import sqlalchemy as sa
+    from sqlalchemy.engine import make_url
+
     url = with_installed_driver(url)
     if make_url(url).get_backend_name() == "sqlite":
         return sa.create_engine(url, connect_args={"timeout": SQLITE_TIMEOUT_SECONDS})

@@ -74,7 +74,8 @@ def _check_schema(url: str, engine: Any) -> None:
     """A store of another trialflow's schema answers 503 saying what to run (trialflow.tuning.
     store_schema), not a 500 from a missing column; a store found current is not read again
     (a refusal is not cached: the next request sees the upgrade)."""
-    from trialflow.tuning.store_schema import StoreSchemaError, refusal, state
+    from trialflow.tuning.store_schema import refusal, state
+    from trialflow.tuning.store_version import StoreSchemaError
 
     found = state(engine)
     if not (found.current or found.fresh):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from trialflow.tuning.store_schema import VERSION_TABLE
+from trialflow.tuning.store_version import VERSION_TABLE
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, version_table=VERSION_TABLE, render_as_batch=True)
