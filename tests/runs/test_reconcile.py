@@ -167,6 +167,43 @@ def test_the_watch_stops_orphans_after_the_grace_and_ends_when_nothing_runs(runn
     assert store.active_trials("ereconcile") == []
 
 
+def test_the_watch_asks_airflow_early_once_the_last_waves_trials_ended_in_the_store(running):
+    """A trial that ends on its worker wakes no trigger: the watch looks at the store between
+    two polls and asks Airflow early once every trial whose task it last saw alive has ended
+    there, again only after a pause that doubles up to the poll."""
+    from trialflow.runs.reconcile import EARLY_ASK_FIRST, RunWatch
+
+    experiment, store, started = running
+    watch = RunWatch(experiment, store, "r1")
+    wave = {0: "running", 1: "deferred", 2: "success"}
+    t, poll = 1000.0, 2.0
+    assert not asyncio.run(watch.ask_early(wave, t, poll))  # trials 0 and 1 run in the store
+    store.close(started[0].record.storage_id, TrialStatus.SUCCEEDED)
+    assert not asyncio.run(watch.ask_early(wave, t, poll))  # 1 still runs
+    store.close(started[1].record.storage_id, TrialStatus.FAILED)
+    # not the last wave: a task waits to start (its trial may not be asked yet)
+    for waiting in ("queued", "scheduled", None, "up_for_retry"):
+        assert not asyncio.run(watch.ask_early({**wave, 2: waiting}, t, poll))
+    assert not asyncio.run(watch.ask_early({0: "success", 1: "failed", 2: "success"}, t, poll))  # nothing alive
+    asked = [u for u in (t + k * 0.05 for k in range(200)) if asyncio.run(watch.ask_early(wave, u, poll))]
+    gaps = [b - a for a, b in zip(asked, asked[1:], strict=False)]
+    wanted = [min(EARLY_ASK_FIRST * 2**k, poll) for k in range(len(gaps))]  # 0.1, 0.2, ... 1.6, 2, 2
+    assert asked[0] == t and len(gaps) > 6
+    assert all(w - 1e-6 <= g <= w + 0.05 + 1e-6 for g, w in zip(gaps, wanted, strict=True))  # looked every 0.05 s
+    # another set of alive tasks starts over with the first pause
+    assert asyncio.run(watch.ask_early({0: "running", 1: "success", 2: "success"}, t + 10.01, poll))
+    assert asyncio.run(watch.ask_early({0: "running", 1: "success", 2: "success"}, t + 10.01 + EARLY_ASK_FIRST, poll))
+
+
+def test_a_trial_not_asked_yet_is_not_finished_in_the_store(running):
+    experiment, store, started = running
+    for s in started:
+        store.close(s.record.storage_id, TrialStatus.SUCCEEDED)
+    first = experiment.window(store, "r1").first_index
+    assert store.all_finished("ereconcile", [first, first + 1, first + 2])
+    assert not store.all_finished("ereconcile", [first, first + 3])  # index 3: no trial yet
+
+
 def test_an_ask_that_died_before_its_claim_is_no_trial_and_is_closed_as_abandoned(store, tmp_path, monkeypatch):
     """Issue 46, 0: a trial task killed between Optuna's commit of its new trial and the claim of
     its trial index left a row no task asked for; the end step's reconciliation took it for

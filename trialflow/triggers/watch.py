@@ -3,7 +3,8 @@
 Events do not always arrive: a trial task marked failed while it hands over from the worker to
 the triggerer reaches no ``on_kill`` (measured), and its trial would run on with nothing
 following it. This trigger compares, every ``poll_interval`` seconds (and at once when a trial trigger of the
-run ends its task in this triggerer: trialflow.triggers.run_wakeups), what Airflow says of the
+run ends its task in this triggerer: trialflow.triggers.run_wakeups, or when the store says the
+run's last trials ended: RunWatch.ask_early), what Airflow says of the
 run's trial tasks with what the store says of their trials, and closes the gap through
 trialflow.runs.reconcile (which decides; this only asks Airflow and the store), once a task has been
 seen ended for reconcile.ON_KILL_GRACE seconds (its own on_kill usually acts first, and says
@@ -24,6 +25,8 @@ from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
+    from trialflow.runs.reconcile import RunWatch
+    from trialflow.triggers.run_wakeups import RunWakeup
     from trialflow.tuning.experiment_store import ExperimentStore
 
 #: Stops under way (a reference keeps each alive until it ends: see on_kill).
@@ -129,12 +132,28 @@ class RunWatchTrigger(BaseTrigger):
                         break
                 except Exception:  # the store or a platform refused this time: the next pass tries again
                     self.log.exception("reconciling run %s failed; trying again", self.run_id)
-                if await wakeup.wait(self.poll_interval):
-                    # a task a worker resumes ends a moment later: look again soon, not in a poll
-                    await asyncio.sleep(WOKEN_PAUSE)
+                await self._pause(wakeup, watch, states)
         result: dict[str, Any] = {"status": "DONE", "reconciled": [t.trial_id for t in watch.reconciled]}
         # Ended from here (no worker start on the way to the end step), unless listeners must see it.
         yield TriggerEvent(result) if listeners_present() else TaskSuccessEvent(xcoms={"return_value": result})
+
+    async def _pause(self, wakeup: RunWakeup, watch: RunWatch, states: dict[int, str | None]) -> None:
+        """Until the next pass: the poll, a trial trigger of the run ending its task in this
+        triggerer, or the store saying the last wave's trials ended (RunWatch.ask_early
+        decides; a trial that ends on its worker wakes no trigger)."""
+        from trialflow.runs.reconcile import STORE_LOOK
+
+        deadline = time.monotonic() + self.poll_interval
+        while (left := deadline - time.monotonic()) > 0:
+            if await wakeup.wait(min(STORE_LOOK, left)):
+                # a task a worker resumes ends a moment later: look again soon, not in a poll
+                await asyncio.sleep(WOKEN_PAUSE)
+                return
+            try:
+                if await watch.ask_early(states, time.monotonic(), self.poll_interval):
+                    return
+            except Exception:  # the store busy this time: the poll remains
+                self.log.debug("looking at run %s's trials in the store failed", self.run_id, exc_info=True)
 
     async def on_kill(self) -> None:
         """A person marked the run (or this task) failed or success, or cleared it: one pass now,

@@ -30,7 +30,7 @@ import math
 import sqlite3
 import threading
 import warnings
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -589,6 +589,22 @@ class ExperimentStore:
         )
         with self.storage.engine.begin() as conn:
             return conn.execute(query).scalar_one_or_none()
+
+    def all_finished(self, experiment_id: str, trial_indexes: Collection[int]) -> bool:
+        """Every trial of ``trial_indexes`` is in the store and no longer running (one indexed
+        query; a trial not asked yet counts as not finished)."""
+        wanted = set(trial_indexes)
+        query = (
+            sa.select(sa.func.count())
+            .select_from(TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id))
+            .where(
+                TRIAL_INDEX.c.study_id == self._study_id(experiment_id),
+                TRIAL_INDEX.c.trial_index.in_(sorted(wanted)),
+                TRIALS.c.state != TrialState.RUNNING,
+            )
+        )
+        with self.storage.engine.begin() as conn:
+            return conn.execute(query).scalar_one() == len(wanted)
 
     def find_trial(self, experiment_id: str, trial_index: int) -> TrialRecord | None:
         storage_id = self.find_trial_id(experiment_id, trial_index)
