@@ -17,6 +17,7 @@ parent freezes its objects before forking (``gc.freeze()``, as the LocalExecutor
 checkout's bench/seed.py (the ask latency with 20,000 finished trials, the way a trial task asks).
 
 ``--source`` runs the same children from another checkout (side by side: before/after).
+``TRIALFLOW_BENCH_PROFILE=DIR`` writes each ask's cProfile to DIR (where an ask's time goes).
 """
 
 from __future__ import annotations
@@ -88,11 +89,20 @@ _ask = ExperimentStore.ask
 
 
 def timed_ask(self, *args, **kwargs):
+    profile = os.environ.get("TRIALFLOW_BENCH_PROFILE")  # a folder: each ask's cProfile there
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     before = time.perf_counter()
     try:
         return _ask(self, *args, **kwargs)
     finally:
         asks.append(time.perf_counter() - before)
+        if profile:
+            profiler.disable()
+            profiler.dump_stats(f"{profile}/ask.{os.getpid()}.prof")
 
 
 ExperimentStore.ask = timed_ask
