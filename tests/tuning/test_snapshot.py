@@ -16,7 +16,8 @@ from optuna.trial import TrialState
 from tests.tuning.test_trialflow_storage import _comparable, _fill
 from trialflow.tuning import snapshot
 from trialflow.tuning.experiment_store import TrialflowStorage, with_installed_driver
-from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
+from trialflow.tuning.snapshot import SnapshotCache
+from trialflow.tuning.tables import SNAPSHOTS
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -248,3 +248,20 @@ def test_a_new_store_is_never_seen_with_tables_and_no_version(store):
     reader.dispose()
     assert len(seen) > 3 and all(s in {(None, False), (HEAD, True)} for s in seen), seen
     assert seen[-1] == (HEAD, True) and store_schema.state(engine).current
+
+
+def test_every_trialflow_table_is_declared_in_one_metadata_and_the_schema_needs_no_optuna():
+    """One declaration per table (trialflow.tuning.tables.METADATA), the one the migrations are
+    compared with; the schema check imports no Optuna (`trialflow db check` and the pages)."""
+    import subprocess
+    import sys
+
+    from trialflow.tuning import tables
+
+    assert store_schema.head_metadata() is tables.METADATA
+    assert all(name.startswith("trialflow_") for name in tables.METADATA.tables)
+    assert VERSION_TABLE not in tables.METADATA.tables  # alembic's own, made by the stamp
+    probe = "import sys, trialflow.tuning.store_schema; print('optuna' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr
+

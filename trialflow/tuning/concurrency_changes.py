@@ -14,18 +14,7 @@ import time
 
 import sqlalchemy as sa
 
-from trialflow.tuning.tables import create_tables
-
-METADATA = sa.MetaData()
-DAG_LIMITS = sa.Table(
-    "trialflow_dag_limits",
-    METADATA,
-    #: limits_key: a DAG id, or "dag:group" (each id up to 250 characters; migration 0002).
-    sa.Column("dag_id", sa.String(501), primary_key=True),
-    sa.Column("experiment_id", sa.String(64), nullable=False),
-    sa.Column("trial_concurrency", sa.Integer, nullable=False),
-    sa.Column("updated_at", sa.Float, nullable=False),
-)
+from trialflow.tuning.tables import DAG_LIMITS, create_table
 
 
 def limits_key(dag_id: str, group: str | None = None) -> str:
@@ -48,7 +37,7 @@ def read_concurrency(engine: sa.Engine, dag_id: str) -> int | None:
 
 
 def write_concurrency(engine: sa.Engine, dag_id: str, experiment_id: str, value: int) -> None:
-    create_tables(METADATA, engine)
+    create_table(DAG_LIMITS, engine)
     with engine.begin() as conn:
         conn.execute(sa.delete(DAG_LIMITS).where(DAG_LIMITS.c.dag_id == dag_id))
         conn.execute(

@@ -58,17 +58,18 @@ from trialflow.trial.status import COUNTED_STATUSES, TrialStatus
 from trialflow.tuning import schema_check
 from trialflow.tuning.algorithms import canonical_tuner_name
 from trialflow.tuning.assessors import Judgment, judge
-from trialflow.tuning.history import WINDOWS, asking_storage
+from trialflow.tuning.history import asking_storage
 from trialflow.tuning.optuna_internals import create_scoped_session as _create_scoped_session
 from trialflow.tuning.optuna_internals import models, trial_storage_id
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
 from trialflow.tuning.prior_trials import PRIOR_ATTR, PriorTrial, is_prior
 from trialflow.tuning.prior_trials import template as prior_template
 from trialflow.tuning.results import TrialRow, finite_or_none, jsonable, outcome, preview, scalar
-from trialflow.tuning.snapshot import SNAPSHOTS, SnapshotCache
+from trialflow.tuning.snapshot import SnapshotCache
 from trialflow.tuning.store_schema import ensure_schema
 from trialflow.tuning.store_urls import SQLITE_TIMEOUT_SECONDS, safe_url, use_wal, with_installed_driver
 from trialflow.tuning.store_urls import sqlite_url as sqlite_url  # where the callers have always found it
+from trialflow.tuning.tables import SNAPSHOTS, TRIAL_QUEUE, WINDOWS
 from trialflow.tuning.tables import TRIAL_INDEX as TRIAL_INDEX  # where the read models find it
 from trialflow.tuning.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
 from trialflow.tuning.trial_reader import TRIALS, read_trials
@@ -488,8 +489,6 @@ class ExperimentStore:
         """Remove an experiment whole: what an import that failed half-way wrote (trialflow
         deletes no experiment otherwise). trialflow's own rows of its study go first, then
         Optuna's study, then this process's memory of its id."""
-        from trialflow.tuning.trial_queue import TRIAL_QUEUE
-
         if not self.experiment_exists(experiment_id):
             return
         study_id = self._study_id(experiment_id)

@@ -52,13 +52,13 @@ from trialflow.tuning.algorithms import CATALOGUE
 from trialflow.tuning.optuna_internals import CachedStorage, models
 from trialflow.tuning.snapshot import (
     SNAPSHOT_STEP,
-    cache_rows,
     checked_row,
     count_upto,
     decode_trials,
     encode_trials,
     save_forward,
 )
+from trialflow.tuning.tables import WINDOWS
 from trialflow.tuning.trial_reader import read_trials
 
 #: Tuners (trialflow's canonical names) that learn from the window, and that ignore history:
@@ -76,8 +76,6 @@ WINDOW_STEP = SNAPSHOT_STEP
 #: Unfinished trials below a row's id it keeps at most (more: the window is found whole each ask).
 _UNFINISHED_KEPT = 500
 _FORMAT = 1
-
-WINDOWS = cache_rows("trialflow_history_windows", "last_trial_id")
 
 
 def finished_count(engine: sa.Engine, study_id: int) -> int:

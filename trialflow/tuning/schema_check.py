@@ -17,15 +17,8 @@ import sqlalchemy.orm as sa_orm
 from optuna.storages import RDBStorage
 
 from trialflow.tuning.optuna_internals import version_manager
-from trialflow.tuning.store_version import CHECKED_TABLE
+from trialflow.tuning.tables import CHECKED
 
-#: The schema checks done: which Optuna version found which alembic revision compatible.
-CHECKED = sa.Table(
-    CHECKED_TABLE,
-    sa.MetaData(),
-    sa.Column("optuna_version", sa.String(64), primary_key=True),
-    sa.Column("revision", sa.String(64), nullable=False),
-)
 _ALEMBIC = sa.Table("alembic_version", sa.MetaData(), sa.Column("version_num", sa.String(32)))
 
 

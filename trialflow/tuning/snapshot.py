@@ -32,6 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 from trialflow.tuning.optuna_internals import CachedStorage as _CachedStorage
 from trialflow.tuning.optuna_internals import StudyInfo as _StudyInfo
 from trialflow.tuning.optuna_internals import models
+from trialflow.tuning.tables import SNAPSHOTS
 from trialflow.tuning.trial_reader import distribution
 
 #: Finished trials beyond the stored ones before a process writes the row again.
@@ -39,23 +40,6 @@ SNAPSHOT_STEP = 32
 _FORMAT = 1
 
 
-def cache_rows(name: str, position: str) -> sa.Table:
-    """A table of per-study cache rows (the snapshot, the history window): what a process read
-    of a study's trials up to the trial id in column ``position``, how many trials there were up
-    to it (``trial_count``: a row whose count moved no longer holds for the study, see
-    checked_row), the Optuna that wrote it, and the payload."""
-    return sa.Table(
-        name,
-        sa.MetaData(),
-        sa.Column("study_id", sa.Integer, primary_key=True),
-        sa.Column("optuna_version", sa.String(64), nullable=False),
-        sa.Column(position, sa.Integer, nullable=False),
-        sa.Column("trial_count", sa.Integer, nullable=False),  # finished + unfinished at or below it
-        sa.Column("payload", sa.LargeBinary, nullable=False),
-    )
-
-
-SNAPSHOTS = cache_rows("trialflow_trial_snapshots", "last_finished_trial_id")
 _TRIALS = models.TrialModel.__table__
 
 
@@ -70,10 +54,10 @@ def count_upto(conn: sa.Connection, study_id: int, last: int) -> int:
 
 
 def checked_row(engine: sa.Engine, table: sa.Table, study_id: int, position: sa.Column[int]) -> sa.Row[Any] | None:
-    """The study's row of a cache_rows table when it still holds: written by this Optuna, and
-    the study has as many trials up to its position as the row counted (a study id reused after
-    a deletion, or a trial PostgreSQL committed later with a lower id, moves the count). None
-    otherwise, and when the table is not there."""
+    """The study's row of a cache-rows table (tables.SNAPSHOTS, tables.WINDOWS) when it still
+    holds: written by this Optuna, and the study has as many trials up to its position as the
+    row counted (a study id reused after a deletion, or a trial PostgreSQL committed later with
+    a lower id, moves the count). None otherwise, and when the table is not there."""
     try:
         with engine.connect() as conn:
             row = conn.execute(

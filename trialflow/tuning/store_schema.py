@@ -32,18 +32,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from trialflow.tuning.concurrency_changes import DAG_LIMITS
-from trialflow.tuning.history import WINDOWS
-from trialflow.tuning.schema_check import CHECKED
-from trialflow.tuning.snapshot import SNAPSHOTS
 from trialflow.tuning.store_version import HEAD, RELEASES, VERSION_TABLE, NotAStore, StoreSchemaError
-from trialflow.tuning.tables import TRIAL_INDEX, TRIALS_BY_STATE, create_index, create_tables
-from trialflow.tuning.trial_queue import TRIAL_QUEUE
+from trialflow.tuning.tables import CHECKED, METADATA, TRIAL_INDEX, TRIALS_BY_STATE, create_index, create_tables
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
-#: trialflow's tables as this code defines them (what a new store is created with).
-TABLES = (TRIAL_INDEX, TRIAL_QUEUE, DAG_LIMITS, SNAPSHOTS, WINDOWS, CHECKED)
 _VERSION = sa.Table(
     VERSION_TABLE,
     sa.MetaData(),
@@ -52,11 +45,9 @@ _VERSION = sa.Table(
 
 
 def head_metadata() -> sa.MetaData:
-    """Every trialflow table (and index) of ``HEAD`` in one MetaData."""
-    metadata = sa.MetaData()
-    for table in TABLES:
-        table.to_metadata(metadata)
-    return metadata
+    """Every trialflow table (and index) of ``HEAD`` in one MetaData: trialflow.tuning.tables'
+    declarations, what a new store is created with and the migrations are compared with."""
+    return METADATA
 
 
 @dataclass(frozen=True)

@@ -15,19 +15,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from trialflow.tuning.tables import create_tables
+from trialflow.tuning.tables import TRIAL_QUEUE, create_table
 
-METADATA = sa.MetaData()
-TRIAL_QUEUE = sa.Table(
-    "trialflow_trial_queue",
-    METADATA,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("study_id", sa.Integer, nullable=False, index=True),
-    sa.Column("parameters", sa.Text, nullable=False),
-    sa.Column("request", sa.Text, nullable=False),
-    #: The trial index that took it; -1: dropped (its parameters no longer fit the space).
-    sa.Column("claimed_index", sa.Integer, nullable=True),
-)
 _MISSING = (sa.exc.OperationalError, sa.exc.ProgrammingError)
 #: Tries to claim before giving up for this trial (each loss means another trial took a row).
 CLAIM_TRIES = 20
@@ -55,7 +44,7 @@ def enqueue(
     two people adding the last free place at once do not both get it on SQLite (one writer at a
     time); on PostgreSQL each sees only committed rows, so concurrent adds may pass by as many
     as arrive together, never by a queue's worth."""
-    create_tables(METADATA, engine)
+    create_table(TRIAL_QUEUE, engine)
     q = TRIAL_QUEUE.c
     with engine.begin() as conn:
         result = conn.execute(

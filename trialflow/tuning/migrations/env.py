@@ -7,8 +7,9 @@ from __future__ import annotations
 from alembic import context
 
 from trialflow.tuning.store_version import VERSION_TABLE
+from trialflow.tuning.tables import METADATA
 
 connection = context.config.attributes["connection"]
-context.configure(connection=connection, version_table=VERSION_TABLE, render_as_batch=True)
+context.configure(connection=connection, target_metadata=METADATA, version_table=VERSION_TABLE, render_as_batch=True)
 with context.begin_transaction():
     context.run_migrations()
