@@ -25,16 +25,27 @@ def test_duration_counts_from_its_start_or_the_run_it_continues():
     assert RunWindow.parse(None) == RunWindow()
 
 
+def test_a_window_is_stored_as_it_reads_back():
+    window = RunWindow(4, 3, 99.0, exists=True, counted_from=1.0, inputs={"a": 1}, secret_inputs=("a",))
+    assert RunWindow.parse(window.stored(started_at=2.0)) == window
+    fresh = RunWindow(0, 2, None, exists=True)  # counts from its start when nothing else is said
+    assert RunWindow.parse(fresh.stored(started_at=2.0)).counted_from == 2.0
+
+
 def test_changes_keep_what_else_a_window_holds(tmp_path, store):
     store.open_experiment("ew")
     windows = RunWindows(store, "ew")
-    windows.put("r1", {"first_index": 0, "count": 2, "stopped": {"by": "a", "action": "stop run"}})
-    windows.merge({"r1": {"deadline": 9.0}, "never": {"deadline": 1.0}})
+    windows.put("r1", RunWindow(0, 2, None, exists=True, counted_from=100.0), started_at=100.0)
+    windows.put("r2", RunWindow(2, 2, None, exists=True), started_at=200.0)
+    windows.mark_stopped(["r1", "never"], {"by": "a", "action": "stop run"})
+    moved = windows.move_deadlines(50.0, now=300.0)
     assert store.experiment_attr("ew", key_of("r1"))["stopped"] == {"by": "a", "action": "stop run"}
-    assert windows.get("r1").deadline == 9.0 and not windows.has("never")
-    windows.update("r1", lambda old: {**old, "ended_at": 3.0})
-    windows.update("missing", lambda old: {**old, "ended_at": 3.0})
-    assert windows.get("r1").over and not windows.has("missing")
+    assert {run_id: w.deadline for run_id, w in moved.items()} == {"r1": 150.0, "r2": 250.0}
+    assert not windows.has("never")
+    windows.mark_ended("r2", 3.0)
+    windows.mark_ended("missing", 3.0)
+    assert windows.get("r1").over and windows.get("r2").ended == 3.0 and not windows.has("missing")
+    assert windows.get("r2").first_index == 2 and windows.get("r2").deadline == 250.0
 
 
 def test_a_stop_and_a_deadline_move_at_once_both_stay(tmp_path):
@@ -47,7 +58,7 @@ def test_a_stop_and_a_deadline_move_at_once_both_stay(tmp_path):
     windows = RunWindows(store, "ew")
     for round_ in range(20):
         run_id = f"r{round_}"
-        windows.put(run_id, {"first_index": 0, "count": 2})
+        windows.put(run_id, RunWindow(0, 2, None, exists=True), started_at=1.0)
         barrier = threading.Barrier(2)
 
         def write(fields: dict, run_id: str = run_id, barrier: threading.Barrier = barrier) -> None:

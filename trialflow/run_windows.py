@@ -11,7 +11,7 @@ to a trial index, and the atomic updates live here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +94,23 @@ class RunWindow:
             tuple(str(n) for n in raw.get("secret_inputs") or () if isinstance(n, str)),
         )
 
+    def stored(self, started_at: float) -> dict[str, Any]:
+        """The window as the store keeps it (what :meth:`parse` reads back), given when its run
+        started. Only a start step writes a window whole; every later change is one of
+        RunWindows' mutators, each one field."""
+        fields: dict[str, Any] = {
+            "first_index": self.first_index,
+            "count": self.count,
+            "deadline": self.deadline,
+            "started_at": started_at,
+            "counted_from": self.counted_from if self.counted_from is not None else started_at,
+        }
+        if self.inputs:
+            fields["inputs"] = dict(self.inputs)
+        if self.secret_inputs:
+            fields["secret_inputs"] = list(self.secret_inputs)
+        return fields
+
     def secret_values(self) -> list[str]:
         """The secret inputs' values as text (to mask them wherever a trial may have echoed them)."""
         inputs = self.inputs or {}
@@ -145,9 +162,24 @@ class RunWindows:
     def has(self, run_id: str) -> bool:
         return isinstance(self.store.experiment_attr(self.experiment_id, key_of(run_id)), dict)
 
-    def put(self, run_id: str, fields: Mapping[str, Any]) -> None:
+    def put(self, run_id: str, window: RunWindow, started_at: float) -> None:
         """Write run ``run_id``'s window whole (its start step)."""
-        self.store.set_experiment_attrs(self.experiment_id, {key_of(run_id): dict(fields)})
+        self.store.set_experiment_attrs(self.experiment_id, {key_of(run_id): window.stored(started_at)})
+
+    def mark_ended(self, run_id: str, at: float) -> None:
+        """Run ``run_id``'s end step ran at ``at``: the run is over."""
+        self.merge({run_id: {"ended_at": at}})
+
+    def mark_stopped(self, run_ids: Iterable[str], request: Mapping[str, Any]) -> None:
+        """A person (or trialflow for them) stopped these runs: ``request`` says who, when and
+        why (trialflow.steering.stops); no trial of them starts any more."""
+        self.merge({run_id: {"stopped": dict(request)} for run_id in run_ids})
+
+    def move_deadlines(self, seconds: float, now: float) -> dict[str, RunWindow]:
+        """Every run's deadline becomes the time its duration counts from (``now`` where that is
+        not known) + ``seconds``; returns the windows as they are then."""
+        self.merge({run_id: {"deadline": (w.counted_from or now) + seconds} for run_id, w in self.all().items()})
+        return self.all()
 
     def merge(self, changes: Mapping[str, Mapping[str, Any]]) -> None:
         """Add ``changes[run_id]``'s fields to each run's stored window, each atomically: a stop

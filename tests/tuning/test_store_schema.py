@@ -264,4 +264,3 @@ def test_every_trialflow_table_is_declared_in_one_metadata_and_the_schema_needs_
     probe = "import sys, trialflow.tuning.store_schema; print('optuna' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
-

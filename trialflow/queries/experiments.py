@@ -81,7 +81,8 @@ class ExperimentRow:
 
 def stopped_of(windows: Iterable[Any]) -> dict[str, Any] | None:
     """The newest stop among an experiment's run windows ({"by", "at", "reason"}), or None."""
-    stops = [w["stopped"] for w in windows if isinstance(w, dict) and isinstance(w.get("stopped"), dict)]
+    parsed = [RunWindow.parse(w) for w in windows if isinstance(w, dict)]
+    stops = [w.stopped for w in parsed if isinstance(w.stopped, dict)]
     if not stops:
         return None
     newest = max(stops, key=lambda s: s.get("at") or 0)

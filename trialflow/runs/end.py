@@ -171,7 +171,7 @@ def mark_ended(experiment: Experiment, store: ExperimentStore, run_id: str, now:
     """Mark run ``run_id`` over (its end step ran): the steering actions refuse an experiment
     whose runs are all over, on the pages and on the command line alike."""
     at = time.time() if now is None else now
-    RunWindows(store, experiment.experiment_id).update(run_id, lambda old: {**old, "ended_at": at})
+    RunWindows(store, experiment.experiment_id).mark_ended(run_id, at)
 
 
 @dataclass(frozen=True)

@@ -138,16 +138,5 @@ def allot_window(
         inputs=dict(inputs) if inputs else None,
         secret_inputs=tuple(sorted(secret_inputs)),
     )
-    fields: dict[str, Any] = {
-        "first_index": window.first_index,
-        "count": window.count,
-        "deadline": window.deadline,
-        "started_at": now,
-        "counted_from": counted_from,
-    }
-    if window.inputs:
-        fields["inputs"] = window.inputs
-    if window.secret_inputs:
-        fields["secret_inputs"] = list(window.secret_inputs)
-    RunWindows(store, experiment.experiment_id).put(run_id, fields)
+    RunWindows(store, experiment.experiment_id).put(run_id, window, started_at=now)
     return window

@@ -122,10 +122,7 @@ def _move_deadlines(store: ExperimentStore, experiment_id: str, seconds: float) 
     continues another counts from that one's start), and running trials are told. Never the old
     deadline minus the old duration plus the new one: after a duration of 1e308 s that difference
     of huge floats was 0, and the next change set a deadline in 1970 that cancelled every trial."""
-    windows = RunWindows(store, experiment_id)
-    deadlines = {run_id: (w.counted_from or time.time()) + seconds for run_id, w in windows.all().items()}
-    windows.merge({run_id: {"deadline": deadline} for run_id, deadline in deadlines.items()})
-    moved = windows.all()
+    moved = RunWindows(store, experiment_id).move_deadlines(seconds, time.time())
     for trial in store.active_trials(experiment_id):
         for window in moved.values():
             if window.holds(trial.trial_index):

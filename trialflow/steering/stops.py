@@ -147,8 +147,9 @@ def stop_runs(
     if run_ids is not None and not chosen:
         raise UnknownTarget(f"experiment {experiment_id!r} has no run {', '.join(run_ids)}")
     marked = [run_id for run_id, window in chosen.items() if not window.stopped]
-    mark = {"stopped": {**request.to_dict(), **({"action": action} if action else {})}}
-    RunWindows(store, experiment_id).merge({run_id: mark for run_id in marked})
+    RunWindows(store, experiment_id).mark_stopped(
+        marked, {**request.to_dict(), **({"action": action} if action else {})}
+    )
     asked = []
     for trial in store.active_trials(experiment_id):
         if (
