@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from trialflow.run_windows import RunWindow, RunWindows, key_of, run_id_of, windows_in
+import pytest
+
+from trialflow.run_windows import (
+    EXPERIMENT_DEADLINE_REASON,
+    Refusal,
+    RunWindow,
+    RunWindows,
+    key_of,
+    run_id_of,
+    windows_in,
+)
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 
@@ -75,3 +85,49 @@ def test_a_stop_and_a_deadline_move_at_once_both_stay(tmp_path):
             t.join(30)
         window = windows.get(run_id)
         assert window.stopped == {"by": "ann"} and window.deadline == 9.0, (round_, window)
+
+
+def _never_asked(index: int) -> bool:
+    return False
+
+
+def test_admission_no_window_is_not_owned():
+    refused = RunWindow().admission(0, None, _never_asked)
+    assert refused is not None and not refused.owned and "start step" in refused.reason
+
+
+@pytest.mark.parametrize("stopped", [None, {"by": "ann", "reason": "enough"}, {"by": "ann"}])
+@pytest.mark.parametrize("deadline", [None, 50.0, 150.0])
+@pytest.mark.parametrize("limit", [None, 11, 12])
+@pytest.mark.parametrize("map_index", [0, 1, 2])
+@pytest.mark.parametrize("asked", [False, True])
+def test_admission_is_total(stopped, deadline, limit, map_index, asked):
+    """Every combination: beyond the run's count skips; a trial asked before re-attaches
+    whatever else holds; otherwise a stop, then a changed maxTrialNumber, then the deadline
+    says why it skips (the order the messages were chosen in); else it starts."""
+    window = RunWindow(10, 2, deadline, stopped=stopped, exists=True)
+    refused = window.admission(map_index, limit, lambda index: asked, now=100.0)
+    index = 10 + map_index
+    if map_index >= 2:
+        assert refused is not None and refused.owned and "holds 2 trial(s)" in refused.reason
+    elif asked or not (stopped or (limit is not None and index >= limit) or (deadline is not None and deadline <= 100)):
+        assert refused is None
+    elif stopped:
+        assert refused == Refusal(stopped.get("reason", "the run was stopped"))
+    elif limit is not None and index >= limit:
+        assert refused == Refusal(f"maxTrialNumber is {limit} (changed while the experiment ran)")
+    else:
+        assert refused == Refusal(EXPERIMENT_DEADLINE_REASON)
+
+
+def test_the_store_is_asked_about_a_trial_only_when_it_matters():
+    asked: list[int] = []
+
+    def record(index: int) -> bool:
+        asked.append(index)
+        return False
+
+    assert RunWindow(10, 2, None, exists=True).admission(1, None, record) is None
+    assert asked == []  # nothing forbids a start: no lookup
+    RunWindow(10, 2, 1.0, exists=True).admission(1, None, record, now=5.0)
+    assert asked == [11]

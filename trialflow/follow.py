@@ -23,13 +23,13 @@ from trialflow.platforms.base import (
     TrialStatus,
     TrialUpdate,
 )
+from trialflow.run_windows import EXPERIMENT_DEADLINE_REASON
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
 
 log = logging.getLogger(__name__)
 TIMEOUT_REASON = "maxTrialDuration exceeded"
-EXPERIMENT_DEADLINE_REASON = "maxExperimentDuration reached"
 #: Returns why the trial should stop now (the assessor's verdict), or None to let it run.
 StopCheck = Callable[[], "str | None"]
 

@@ -24,6 +24,22 @@ PREFIX = "run:"
 LIKE_PATTERN = PREFIX + "%"
 
 
+#: Why a trial of a run past its maxExperimentDuration deadline does not start, or is stopped.
+EXPERIMENT_DEADLINE_REASON = "maxExperimentDuration reached"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why trial ``map_index`` of a run does not start (RunWindow.admission). ``owned``: the
+    run owns that trial and may not start it now (stopped, past its deadline or a changed
+    maxTrialNumber, beyond what the run holds): the task skips. Not owned: the run has no
+    window at all (no start step of a run that may drive the experiment gave it one), and
+    starting it would land in a trial index another run owns: the task fails."""
+
+    reason: str
+    owned: bool = True
+
+
 def key_of(run_id: str) -> str:
     return PREFIX + run_id
 
@@ -93,6 +109,39 @@ class RunWindow:
             raw.get("inputs") if isinstance(raw.get("inputs"), dict) else None,
             tuple(str(n) for n in raw.get("secret_inputs") or () if isinstance(n, str)),
         )
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why a person stopped the run, when one did."""
+        return str(self.stopped.get("reason") or "the run was stopped") if self.stopped else None
+
+    def admission(
+        self,
+        map_index: int,
+        max_trial_number: int | None,
+        asked_before: Callable[[int], bool],
+        now: float | None = None,
+    ) -> Refusal | None:
+        """None when the run's trial ``map_index`` may start (or re-attach), else why not.
+
+        A trial the tuner already asked for (``asked_before(trial_index)``: a retry, a resumed
+        run) re-attaches even after a stop, the deadline or a lowered maxTrialNumber: it is a
+        trial of the experiment already, and its follower then ends it as those say."""
+        if not self.exists:
+            return Refusal("its start step did not give it that trial", owned=False)
+        if map_index >= self.count:
+            # The DAG's fan-out is fixed when it is parsed; a run holds only the indexes
+            # maxTrialNumber leaves it (a follow-on run after a trial was added holds one).
+            return Refusal(f"this run holds {self.count} trial(s) of the experiment (maxTrialNumber leaves no more)")
+        index = self.first_index + map_index
+        past_limit = max_trial_number is not None and index >= max_trial_number
+        if not (self.expired(now) or self.stopped or past_limit) or asked_before(index):
+            return None
+        if self.stopped:
+            return Refusal(str(self.stop_reason))
+        if past_limit:
+            return Refusal(f"maxTrialNumber is {max_trial_number} (changed while the experiment ran)")
+        return Refusal(EXPERIMENT_DEADLINE_REASON)
 
     def stored(self, started_at: float) -> dict[str, Any]:
         """The window as the store keeps it (what :meth:`parse` reads back), given when its run

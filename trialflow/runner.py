@@ -31,7 +31,6 @@ from trialflow.experiment import (
     unbounded,
 )
 from trialflow.plan import default_dag_id
-from trialflow.run_windows import RunWindow
 from trialflow.shared_airflow import joined, leave
 from trialflow.tuning.pareto import pareto_rows, with_values
 from trialflow.tuning.results import TrialRow, best_row
@@ -352,14 +351,13 @@ class ExperimentRun:
         """The follow-on run the ended current run started (unbounded experiments only)."""
         if not unbounded(self.config) or self.current_run_id is None:
             return None
+        from trialflow.runs import next_run_id
+
+        experiment = Experiment(self.config, self.experiment_id, self.workdir)
         try:
-            attrs = self.store().experiment_attrs(self.experiment_id)
+            run_id = next_run_id(experiment, self.store(), self.current_run_id)
         except KeyError:
             return None
-        window = RunWindow.of(attrs, self.current_run_id)
-        from trialflow.runs import continuation_run_id
-
-        run_id = continuation_run_id(self.experiment_id, window.first_index + window.count)
         return run_id if self.airflow.run_conf(self.dag_id, run_id) is not None else None
 
     def wait(self, on_progress: Callable[[list[TrialRow]], None], timeout: float | None = None) -> str:

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from trialflow.config.registry import is_host_bound
 from trialflow.experiment import Experiment, TrialXCom, trial_result
-from trialflow.follow import EXPERIMENT_DEADLINE_REASON, Follower, FollowOutcome
+from trialflow.follow import Follower, FollowOutcome
 from trialflow.platforms.base import Connections, TrainingPlatform, TrialHandle, TrialSpec, TrialStatus, trial_id_for
 from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.gpus import GpuRequestError
 from trialflow.platforms.hosts import check_host, this_host
-from trialflow.run_windows import RunWindow
+from trialflow.run_windows import EXPERIMENT_DEADLINE_REASON
 from trialflow.steering import stop_requested
 from trialflow.submission import Submission
 from trialflow.trial.packing import CodeDirectoryError
@@ -124,34 +124,20 @@ def start_trial(
     first attempt died before the store had its handle.
     """
     window = experiment.window(store, run_id)
-    if not window.exists:
-        # Only a start step that checked the run may drive this experiment gives it a window:
-        # without one, trial `map_index` would land in an index this run does not own.
-        raise TrialCannotRun(
-            f"run {run_id!r} has no trial {map_index} in experiment {experiment.experiment_id!r} "
-            "(its start step did not give it that trial): nothing was started"
-        )
-    if int(map_index) >= window.count:
-        # The DAG's fan-out is fixed when it is parsed; a run holds only the indexes maxTrialNumber
-        # leaves it (a follow-on run after a trial was added holds one): the other tasks skip.
-        raise TrialNotStarted(
-            trial_id_for(experiment.experiment_id, window.first_index + int(map_index)),
-            f"this run holds {window.count} trial(s) of the experiment (maxTrialNumber leaves no more)",
-        )
     index = window.first_index + int(map_index)
     trial_id = trial_id_for(experiment.experiment_id, index)
-    limit = experiment.max_trial_number(store)
-    past_limit = limit is not None and index >= limit
-    if (window.expired() or window.stopped or past_limit) and store.find_trial_id(
-        experiment.experiment_id, index
-    ) is None:
-        if window.stopped:
-            reason = _stopped_reason(window)
-        elif past_limit:
-            reason = f"maxTrialNumber is {limit} (changed while the experiment ran)"
-        else:
-            reason = EXPERIMENT_DEADLINE_REASON
-        raise TrialNotStarted(trial_id, str(reason))
+    refused = window.admission(
+        int(map_index),
+        experiment.max_trial_number(store),
+        lambda i: store.find_trial_id(experiment.experiment_id, i) is not None,
+    )
+    if refused is not None and not refused.owned:
+        raise TrialCannotRun(
+            f"run {run_id!r} has no trial {map_index} in experiment {experiment.experiment_id!r} "
+            f"({refused.reason}): nothing was started"
+        )
+    if refused is not None:
+        raise TrialNotStarted(trial_id, refused.reason)
     asked = store.ask(
         experiment.experiment_id, index, trial_id, experiment.algorithm, experiment.space, experiment.pruner
     )
@@ -187,15 +173,11 @@ def start_trial(
     # meanwhile (steering's change reaches the trials it finds running; this one was not yet).
     now_window = experiment.window(store, run_id)
     started.experiment_deadline = now_window.deadline
-    reason = stop_requested(store, record.storage_id) or _stopped_reason(now_window)
+    reason = stop_requested(store, record.storage_id) or now_window.stop_reason
     if reason:
         run_sync(stop_trial(platform, store, handle, record.storage_id, reason))
         started.record = store.trial(record.storage_id)
     return started
-
-
-def _stopped_reason(window: RunWindow) -> str | None:
-    return str(window.stopped.get("reason") or "the run was stopped") if window.stopped else None
 
 
 async def stop_trial(

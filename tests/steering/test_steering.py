@@ -15,7 +15,7 @@ from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.local import process_alive
-from trialflow.runs import allot_window, continuation, mark_ended, start_run
+from trialflow.runs import allot_window, continuation, mark_ended, next_run_id, start_run
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 CONFIG = f"""\
@@ -201,6 +201,7 @@ def test_a_raised_max_trial_number_goes_on_in_a_follow_on_run(setup):
     steering.change_limits(store, "esteer", "alice", {"maxTrialNumber": 10})
     following = continuation(experiment, store, "r1")
     assert following.run_id is not None and "maxTrialNumber raised to 10: trials 4.." in following.reason
+    assert next_run_id(experiment, store, "r1") == following.run_id  # the run `trialflow run` follows
     start_run(experiment, store, "dag_a", following.run_id, following.conf)
     assert experiment.window(store, following.run_id).first_index == 4
     assert continuation(experiment, store, following.run_id).run_id is not None  # 8 < 10: one more

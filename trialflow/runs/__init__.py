@@ -13,7 +13,14 @@ whatever stops a run call these and only turn their outcomes into Airflow's word
 
 from __future__ import annotations
 
-from trialflow.runs.continuation import CONTINUES_KEY, Continuation, continuation, continuation_run_id, continued_run
+from trialflow.runs.continuation import (
+    CONTINUES_KEY,
+    Continuation,
+    continuation,
+    continuation_run_id,
+    continued_run,
+    next_run_id,
+)
 from trialflow.runs.end import (
     RunClosed,
     RunEnded,
@@ -44,6 +51,7 @@ __all__ = [
     "continuation",
     "continuation_run_id",
     "continued_run",
+    "next_run_id",
     "end_run",
     "mark_ended",
     "start_run",

@@ -26,6 +26,13 @@ def continuation_run_id(experiment_id: str, first_index: int) -> str:
     return f"trialflow__{experiment_id}__from_{first_index:06d}"
 
 
+def next_run_id(experiment: Experiment, store: ExperimentStore, run_id: str) -> str:
+    """The follow-on run that run ``run_id`` starts when its experiment goes on: the one the
+    continue step triggers and `trialflow run` then follows (whether it was triggered is
+    Airflow's to say)."""
+    return continuation_run_id(experiment.experiment_id, experiment.window(store, run_id).end_index)
+
+
 def continued_run(conf: dict[str, Any] | None) -> str | None:
     """The run a follow-on run continues (its conf's ``continues``, set by the continue step);
     a hand-written conf with something else there is refused by name, not a traceback."""
