@@ -2,7 +2,7 @@
 
 `trialflow validate | convert | render | run` all start here: a DAG file (``.py``) is imported
 as Airflow would import it, and every experiment_dag and ExperimentTaskGroup it builds says so
-(trialflow.task_group.collecting), with its DAG id, its group and its config's source.
+(trialflow.dag_sources.collecting), with its DAG id, its group and its config's source.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def experiments_in(path: str) -> list[Built]:
         return [Built(path, path)]
     import runpy
 
-    from trialflow.task_group import collecting
+    from trialflow.dag_sources import collecting
 
     file = Path(path).expanduser().resolve()
     if not file.is_file():

@@ -1,0 +1,41 @@
+"""The one converter behind experiment_dag and ExperimentTaskGroup: its options are declared
+once and both take them the same way."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trialflow.converter import ExperimentOptions
+from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
+
+
+def test_options_are_taken_out_of_the_keyword_arguments_and_the_rest_is_left():
+    kwargs = {"poll_interval": 0.5, "cleanup": True, "schedule": "@daily", "tags": ["x"]}
+    options = ExperimentOptions.take(kwargs)
+    assert (options.poll_interval, options.cleanup, options.store_conn_id) == (0.5, True, DEFAULT_CONN_ID)
+    assert kwargs == {"schedule": "@daily", "tags": ["x"]}  # the DAG's own
+
+
+def test_keyword_arguments_override_an_options_object_and_leave_it_as_it_was():
+    base = ExperimentOptions(defer_after=3.0, asset_name="mine")
+    options = ExperimentOptions.take({"defer_after": 1.0}, base)
+    assert (options.defer_after, options.asset_name) == (1.0, "mine")
+    assert base.defer_after == 3.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        base.defer_after = 2.0  # type: ignore[misc]
+
+
+def test_the_dag_and_the_group_take_exactly_the_options(tmp_path):
+    """Both shells name no build option of their own: what they take is ExperimentOptions'."""
+    import inspect
+
+    from trialflow.dag import experiment_dag
+    from trialflow.task_group import ExperimentTaskGroup
+
+    option_names = {f.name for f in dataclasses.fields(ExperimentOptions)}
+    for shell in (experiment_dag, ExperimentTaskGroup.__init__):
+        named = set(inspect.signature(shell).parameters)
+        assert not named & option_names, shell
+        assert "options" in named
