@@ -5,10 +5,12 @@ ExperimentTaskGroup, as cosmos keeps one converter behind its DbtDag and DbtTask
   declared, defaulted and checked once);
 * :func:`load`: the config as the DAG file gives it (a path or a mapping) -> its source and its
   checked plan;
-* :func:`add_experiment_tasks`: the tasks (a start step, one mapped task per trial, at most
-  ``trialConcurrency`` at once, the watch that reconciles trials with their tasks, the end step,
-  publishing the best parameters on an Asset, and at a DAG's top the follow-on step), built in
-  the current DAG or task group.
+* :func:`add_experiment_tasks`: the tasks, built in the current DAG or task group: a start
+  step, one mapped task per trial, the watch that reconciles trials with their tasks, the end
+  step, publishing the best parameters on an Asset, and at a DAG's top the follow-on step.
+  ``trialConcurrency`` becomes the mapped trial task's ``max_active_tis_per_dagrun``: deferred
+  task instances count toward it (verified on Airflow 3.3), so it holds while trials wait in
+  the triggerer.
 
 experiment_dag and ExperimentTaskGroup only make their DAG or group and call these.
 """
@@ -90,6 +92,25 @@ def load(config: str | Path | Mapping[str, Any]) -> tuple[str, DagPlan]:
     its plan: the full check, unless this config passed it before (trialflow.plan)."""
     source = config_source(config)
     return source, load_plan(source)
+
+
+def load_for_group(
+    config: str | Path | Mapping[str, Any], group_kwargs: MutableMapping[str, Any], base: ExperimentOptions | None
+) -> tuple[str, DagPlan, ExperimentOptions]:
+    """:func:`load` for an ExperimentTaskGroup, with its options taken out of ``group_kwargs``.
+    Refused: ``prefix_group_id=False`` (each group's tasks keep its prefix: each is its own
+    experiment), and an experiment without maxTrialNumber and without ``trials_per_run`` (a
+    group runs within its DAG run, with no follow-on runs)."""
+    if group_kwargs.pop("prefix_group_id", True) is not True:
+        raise ValueError("prefix_group_id: an experiment's tasks keep their group's prefix (each group is its own)")
+    options = ExperimentOptions.take(group_kwargs, base)
+    source, plan = load(config)
+    if plan.unbounded and options.trials_per_run is None:
+        raise ValueError(
+            f"{plan_origin(plan)}: an experiment in a task group runs within its DAG run: set maxTrialNumber "
+            "in the config, or trials_per_run here (with scheduledRuns: continue to go on in later runs)"
+        )
+    return source, plan, options
 
 
 def trials_in_run(plan: DagPlan, trials_per_run: int | None) -> int:
@@ -208,6 +229,19 @@ def add_experiment_tasks(
     )
     end >> publish
     return ExperimentTasks(start, trials, watch, end, publish, follow_on)
+
+
+def describe(plan: DagPlan, count: int) -> str:
+    """The experiment DAG's doc_md: the config, platforms, algorithm and fan-out."""
+    return (
+        f"**NNI experiment** `{plan_origin(plan)}`\n\n"
+        f"- platform: {', '.join(plan.platforms)}\n"
+        f"- {plan.algorithm_kind}: {plan.algorithm or '-'} ({plan.optimize_mode})"
+        f"{f', assessor: {plan.assessor}' if plan.assessor else ''}\n"
+        f"- trials: {count}"
+        f"{' per run, more in follow-on runs until maxExperimentDuration' if plan.unbounded else ''}"
+        f", {plan.trial_concurrency} at a time\n"
+    )
 
 
 def _group_asset(dag_id: str, group: str | None) -> str | None:

@@ -1,12 +1,8 @@
 """experiment_dag(config) -> DAG: start -> one mapped task per trial (and their watch) -> end.
 
-``trialConcurrency`` becomes ``max_active_tis_per_dagrun`` on the mapped trial
-task. Deferred task instances count toward it (verified on Airflow 3.3), so it
-holds exactly while trials wait in the triggerer. A config that does not
-validate raises here, so the DAG file shows an import error and no run of a
-broken experiment can ever start. The tasks are the one converter's
-(trialflow.converter), at the DAG's top; an ExperimentTaskGroup builds the same
-ones under its group id.
+The tasks are the one converter's (trialflow.converter) at the DAG's top; an
+ExperimentTaskGroup builds the same ones under its group id. A config that does not validate
+raises here: the DAG file shows an import error, and no run of a broken experiment starts.
 """
 
 from __future__ import annotations
@@ -22,13 +18,14 @@ from trialflow.converter import (
     EXPERIMENT_DEFAULT_ARGS,
     ExperimentOptions,
     add_experiment_tasks,
+    describe,
     load,
     plan_origin,
     stays_on_host,
     trials_in_run,
 )
 from trialflow.dag_sources import built
-from trialflow.plan import DagPlan, default_dag_id
+from trialflow.plan import default_dag_id
 
 __all__ = ["DEFAULT_RETRIES", "experiment_dag"]
 
@@ -66,7 +63,7 @@ def experiment_dag(
     dag_kwargs.setdefault("tags", ["trialflow", "nni"])
     origin = plan_origin(plan)
     dag_kwargs.setdefault("description", f"NNI experiment {plan.experiment_name or Path(origin).name}")
-    dag_kwargs.setdefault("doc_md", _doc(plan, count))
+    dag_kwargs.setdefault("doc_md", describe(plan, count))
     if dag_id is None:
         if origin != plan.config_path:
             raise ValueError("dag_id: an experiment written in the DAG file needs a dag_id")
@@ -75,15 +72,3 @@ def experiment_dag(
     with DAG(dag_id, default_args=default_args, **dag_kwargs) as dag:
         add_experiment_tasks(plan, options, dag_id=dag_id, group=None, queue=queue)
     return dag
-
-
-def _doc(plan: DagPlan, count: int) -> str:
-    return (
-        f"**NNI experiment** `{plan_origin(plan)}`\n\n"
-        f"- platform: {', '.join(plan.platforms)}\n"
-        f"- {plan.algorithm_kind}: {plan.algorithm or '-'} ({plan.optimize_mode})"
-        f"{f', assessor: {plan.assessor}' if plan.assessor else ''}\n"
-        f"- trials: {count}"
-        f"{' per run, more in follow-on runs until maxExperimentDuration' if plan.unbounded else ''}"
-        f", {plan.trial_concurrency} at a time\n"
-    )

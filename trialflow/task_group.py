@@ -1,13 +1,7 @@
 """An experiment as a task group in the author's own DAG: ``prepare >> tune >> train(tune.best)``.
 
-The tasks are those of an experiment DAG, built by the one converter (trialflow.converter)
-under the group's id. Each group is its own experiment, owned by (DAG, group): its id, its conf
-key (``{"experiments": {group_id: ...}}``), its trialConcurrency changes and its Asset are its
-own, and a run or action naming another group's is refused.
-
-The config is a YAML file (a path, relative to the DAG file) or a mapping written in the DAG
-file (trialflow.config.inline): checked by the same model, its errors name the DAG file and
-the key, and the DAG fails to import.
+The one converter's tasks (trialflow.converter) under the group's id. Each group is its own
+experiment, owned by (DAG, group): a run or action naming another group's is refused.
 """
 
 from __future__ import annotations
@@ -22,8 +16,7 @@ from trialflow.converter import (
     EXPERIMENT_DEFAULT_ARGS,
     ExperimentOptions,
     add_experiment_tasks,
-    load,
-    plan_origin,
+    load_for_group,
     stays_on_host,
 )
 from trialflow.dag_sources import built
@@ -32,29 +25,16 @@ from trialflow.dag_sources import built
 class ExperimentTaskGroup(TaskGroup):
     """An NNI experiment as a task group: place it in any DAG, between your own tasks.
 
-    ``config``: an NNI experiment config (v2 or v1 YAML; a path relative to the DAG file) or
-    the same keys as a mapping written in the DAG file (``searchSpace``, ``tuner``,
-    ``trialFunction``...; no secrets: name Airflow connections). It is checked when the DAG
-    file is parsed: an error fails the DAG import naming the file and the key.
-
-    ``tune.best`` is an XComArg of the best parameters (with several objectives, the Pareto
-    set) for a downstream task: ``train_final(tune.best)``; ``tune.summary`` is the end step's
-    summary. The experiment is published on the Asset ``trialflow/<dag_id>/<group_id>/best``
-    (``asset_name=`` another); a run's conf names an earlier experiment of this group with
-    ``{"experiments": {"<group_id>": "<experiment id>"}}``.
-
-    ``inputs``: values every trial of a run gets from the tasks upstream, e.g.
-    ``{"data": prepare()}`` (an XComArg, or a Jinja template), rendered once by the start step
-    (its Rendered Template shows them): ``TRIALFLOW_INPUT_DATA`` in a trial's environment, and a
-    function trial's keyword argument ``data`` when its signature names it.
-
-    ``inputs`` and the other keyword arguments are trialflow.converter.ExperimentOptions'
-    (``store_conn_id``, ``poll_interval``, ``defer_after``, ``cleanup``, ``trials_per_run``,
-    ``local_queue``, ``asset_name``; or ``options=ExperimentOptions(...)``, which they
-    override) and TaskGroup's (``tooltip``,
-    ``default_args``...; the trial tasks retry twice unless default_args says). An experiment in
-    a group runs within its DAG run: it has no follow-on runs, so one without maxTrialNumber
-    needs ``trials_per_run``.
+    ``config``: an NNI config (v2 or v1 YAML; a path relative to the DAG file) or the same keys
+    as a mapping written in the DAG file (no secrets: name Airflow connections), checked when
+    the file is parsed. ``tune.best`` is an XComArg of the best parameters (with several
+    objectives, the Pareto set) for a downstream task, ``tune.summary`` the end step's summary;
+    the experiment is published on the Asset ``trialflow/<dag_id>/<group_id>/best``, and a run's
+    conf names an earlier experiment of this group with ``{"experiments": {"<group_id>": id}}``.
+    The build options (``inputs={"data": prepare()}``: ``TRIALFLOW_INPUT_DATA`` in every trial)
+    are trialflow.converter.ExperimentOptions'; the rest is TaskGroup's (trial tasks retry
+    twice unless default_args says). No follow-on runs in a group: an experiment without
+    maxTrialNumber needs ``trials_per_run``.
     """
 
     def __init__(
@@ -65,15 +45,7 @@ class ExperimentTaskGroup(TaskGroup):
         options: ExperimentOptions | None = None,
         **group_kwargs: Any,
     ) -> None:
-        if group_kwargs.pop("prefix_group_id", True) is not True:
-            raise ValueError("prefix_group_id: an experiment's tasks keep their group's prefix (each group is its own)")
-        options = ExperimentOptions.take(group_kwargs, options)
-        source, plan = load(config)
-        if plan.unbounded and options.trials_per_run is None:
-            raise ValueError(
-                f"{plan_origin(plan)}: an experiment in a task group runs within its DAG run: set maxTrialNumber "
-                "in the config, or trials_per_run here (with scheduledRuns: continue to go on in later runs)"
-            )
+        source, plan, options = load_for_group(config, group_kwargs, options)
         defaults = {**EXPERIMENT_DEFAULT_ARGS, **group_kwargs.pop("default_args", {})}
         group_kwargs.setdefault("tooltip", f"NNI experiment {plan.experiment_name or group_id}")
         super().__init__(group_id=group_id, default_args=defaults, **group_kwargs)  # type: ignore[arg-type]
@@ -85,17 +57,14 @@ class ExperimentTaskGroup(TaskGroup):
 
     @property
     def best(self) -> XComArg:
-        """The best parameters (a mapping; with several objectives, the Pareto set as a list of
-        ``{trial_id, trial_index, parameters, values}``), for a task downstream."""
+        """The best parameters (with several objectives, the Pareto set), for a task downstream."""
         from trialflow.run_summary import BEST_PARAMETERS_KEY
 
         return XComArg(self.tasks.end, key=BEST_PARAMETERS_KEY)
 
     @property
     def best_value(self) -> XComArg:
-        """The best trial's final metric (a number; with several objectives, the Pareto set's
-        values as a list of ``{metric: value}`` in ``best``'s order; None when no trial
-        succeeded), for a task downstream that compares experiments."""
+        """The best trial's final metric (several objectives: the Pareto set's values; None)."""
         from trialflow.run_summary import BEST_VALUE_KEY
 
         return XComArg(self.tasks.end, key=BEST_VALUE_KEY)
