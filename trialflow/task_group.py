@@ -32,9 +32,8 @@ class ExperimentTaskGroup(TaskGroup):
     the experiment is published on the Asset ``trialflow/<dag_id>/<group_id>/best``, and a run's
     conf names an earlier experiment of this group with ``{"experiments": {"<group_id>": id}}``.
     The build options (``inputs={"data": prepare()}``: ``TRIALFLOW_INPUT_DATA`` in every trial)
-    are trialflow.converter.ExperimentOptions'; the rest is TaskGroup's (trial tasks retry
-    twice unless default_args says). No follow-on runs in a group: an experiment without
-    maxTrialNumber needs ``trials_per_run``.
+    are trialflow.converter.ExperimentOptions', the rest TaskGroup's. No follow-on runs in a
+    group: an experiment without maxTrialNumber needs ``trials_per_run``.
     """
 
     def __init__(
