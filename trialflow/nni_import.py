@@ -22,8 +22,8 @@ from trialflow.config.redaction import redact
 from trialflow.config.search_space import SearchSpace, SearchSpaceError, encode, parse_search_space
 from trialflow.experiment import EXPERIMENT_ID
 from trialflow.nni_history import NniExperiment, NniHistoryError
-from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
+from trialflow.trial.status import TrialStatus
 
 if TYPE_CHECKING:
     from trialflow.nni_history.database import NniTrial

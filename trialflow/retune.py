@@ -43,12 +43,13 @@ def ranked(rows: list[TrialRow], mode: str, objectives: list[dict[str, str]] | N
     as NSGA-II ranks); a parameter set tried twice counts once (its better result), so k
     distinct points come over."""
     from trialflow.tuning.pareto import fronts, with_values
+    from trialflow.tuning.results import is_finite_number
     from trialflow.tuning.tuners import BUDGET_KEY
 
     if objectives:
         done = fronts(with_values([r for r in rows if r.counted], objectives), objectives)
     else:
-        done = [r for r in rows if r.counted and _finite(r.final_metric)]
+        done = [r for r in rows if r.counted and is_finite_number(r.final_metric)]
         done.sort(key=lambda r: r.final_metric or 0.0, reverse=mode != "minimize")
     seen: set[str] = set()
     out = []
@@ -59,10 +60,6 @@ def ranked(rows: list[TrialRow], mode: str, objectives: list[dict[str, str]] | N
             seen.add(key)
             out.append(replace(row, parameters=point))
     return out
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and value == value and abs(value) != float("inf")
 
 
 def previous_experiment(

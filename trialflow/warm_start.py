@@ -20,7 +20,6 @@ half-way adds the prior trials it had not (adding is idempotent per earlier tria
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ from trialflow.config.search_space import SearchSpaceError, encode
 from trialflow.retune import queue_best, ranked_trials
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
 from trialflow.tuning.prior_trials import PriorTrial
+from trialflow.tuning.results import is_finite_number
 
 if TYPE_CHECKING:
     from trialflow.config.model import WarmStartConfig
@@ -214,13 +214,9 @@ def _values(row: TrialRow, objectives: list[str] | None) -> list[float] | None:
     if objectives:
         got = row.values or {}
         values = [got.get(m) for m in objectives]
-        return [float(v) for v in values if v is not None] if all(_finite(v) for v in values) else None
+        return [float(v) for v in values if v is not None] if all(is_finite_number(v) for v in values) else None
     value = row.final_metric
-    return [float(value)] if value is not None and _finite(value) else None
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return [float(value)] if value is not None and is_finite_number(value) else None
 
 
 def _given(experiment: Experiment, count: int, source: str) -> str:

@@ -118,6 +118,12 @@ def report_intermediate_result(metric: object) -> None:
     _state["intermediate_seq"] += 1
 
 
+def finals_reported() -> int:
+    """How many final results this process has reported (a function trial that reported its
+    own returns None: trialflow.trial.function)."""
+    return int(_state["finals"])
+
+
 def report_final_result(metric: object) -> None:
     """The trial's result: a number, or a dict whose ``default`` key is the number to optimize."""
     _send("FINAL", 0, metric)

@@ -166,9 +166,9 @@ def run(import_path: str) -> None:
     result out."""
     function = load(import_path)
     parameters = trial.get_next_parameter()
-    before = trial._state.get("finals", 0)
+    before = trial.finals_reported()
     result = function(parameters, **accepted(function, dict(read_inputs(os.environ))))  # type: ignore[operator]
-    if trial._state.get("finals", 0) > before:
+    if trial.finals_reported() > before:
         return  # it reported its final result itself: that one counts, as NNI keeps the first
     if result is None:
         raise FunctionTrialError(

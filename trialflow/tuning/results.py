@@ -110,7 +110,13 @@ def preview(value: Any, limit: int = 40) -> str:
 
 
 def finite_or_none(value: float | None) -> float | None:
+    """JSON has no NaN or infinity: a diverged metric is shown and exported as no metric."""
     return value if value is not None and math.isfinite(value) else None
+
+
+def is_finite_number(value: Any) -> bool:
+    """A real number (a bool is not one) that is neither NaN nor infinite."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 _NON_FINITE = {"nan": math.nan, "infinity": math.inf, "inf": math.inf, "-infinity": -math.inf, "-inf": -math.inf}
