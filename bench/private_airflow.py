@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trialflow.embedded import EmbeddedAirflow
+from trialflow.cli.embedded import EmbeddedAirflow
 
 
 def private_airflow(root: Path, parallelism: int, store_url: str, **extra_env: str) -> EmbeddedAirflow:

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from trialflow import queries  # noqa: E402
-from trialflow.runner import embedded_airflow  # noqa: E402
+from trialflow.cli.runner import embedded_airflow  # noqa: E402
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 
 OUT = ROOT / "docs" / "images"

@@ -35,7 +35,7 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="trialflow-test-ai
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 # DAG plans (trialflow.plan) kept for this session only, never in the user's ~/.cache.
 os.environ.setdefault("TRIALFLOW_CACHE_DIR", tempfile.mkdtemp(prefix="trialflow-test-plans-"))
-# Private Airflows start from this session's migrated database template (trialflow.embedded).
+# Private Airflows start from this session's migrated database template (trialflow.cli.embedded).
 os.environ.setdefault("TRIALFLOW_AIRFLOW_DB_TEMPLATES", tempfile.mkdtemp(prefix="trialflow-test-db-"))
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -153,7 +153,7 @@ def test_run_prepares_its_experiment_without_importing_airflow(experiment):
     """`trialflow run` reads the config, names the DAG and sets up its private Airflow before any
     component exists; importing Airflow there cost ~2.8 s of its start-up (measured)."""
     probe = (
-        "import sys\nfrom trialflow.runner import ExperimentRun\nrun = ExperimentRun(sys.argv[1])\n"
+        "import sys\nfrom trialflow.cli.runner import ExperimentRun\nrun = ExperimentRun(sys.argv[1])\n"
         "print(run.dag_id, sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] == 'airflow'}))"
     )
     done = subprocess.run([sys.executable, "-c", probe, str(experiment())], capture_output=True, text=True, timeout=60)
@@ -401,8 +401,8 @@ def test_run_with_several_objectives_reports_the_pareto_set(tmp_path):
 
 
 def test_the_run_table_marks_the_pareto_set(tmp_path, capsys):
-    from trialflow.progress import RunDisplay
-    from trialflow.runner import RunResult
+    from trialflow.cli.progress import RunDisplay
+    from trialflow.cli.runner import RunResult
 
     rows = [
         row(i, parameters={"x": i}, values={"acc": acc, "cost": cost})
@@ -480,7 +480,7 @@ def test_run_runs_the_experiment_with_its_downstream_dag(experiment, tmp_path):
     ],
 )
 def test_a_store_that_cannot_be_opened_is_said_without_a_traceback_or_its_password(argv, said, capsys):
-    from trialflow.cli import main
+    from trialflow.cli.commands import main
 
     assert main(argv) == 1
     err = capsys.readouterr().err
@@ -512,7 +512,7 @@ def test_a_foreign_database_is_named_and_never_written(argv, tmp_path, capsys):
     about 30 tables into it."""
     import sqlite3
 
-    from trialflow.cli import main
+    from trialflow.cli.commands import main
 
     foreign = tmp_path / "app.db"
     with sqlite3.connect(foreign) as conn:
@@ -526,7 +526,7 @@ def test_a_foreign_database_is_named_and_never_written(argv, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv", READING, ids=lambda a: " ".join(a))
 def test_a_store_path_that_does_not_exist_is_never_created(argv, tmp_path, capsys):
-    from trialflow.cli import main
+    from trialflow.cli.commands import main
 
     missing = tmp_path / "typo" / "experiments.db"
     missing.parent.mkdir()
@@ -536,7 +536,7 @@ def test_a_store_path_that_does_not_exist_is_never_created(argv, tmp_path, capsy
 
 
 def test_an_empty_database_and_a_text_file_are_said_in_one_line(tmp_path, capsys):
-    from trialflow.cli import main
+    from trialflow.cli.commands import main
 
     empty = tmp_path / "empty.db"
     empty.touch()
@@ -554,7 +554,7 @@ def test_an_empty_database_and_a_text_file_are_said_in_one_line(tmp_path, capsys
 
 
 def test_an_interrupted_upgrade_is_one_line_and_leaves_the_store(tmp_path, capsys, monkeypatch):
-    from trialflow.cli import main
+    from trialflow.cli.commands import main
     from trialflow.tuning import store_schema
     from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
@@ -590,7 +590,7 @@ def test_an_interrupted_upgrade_is_one_line_and_leaves_the_store(tmp_path, capsy
 def test_what_the_database_driver_said_is_one_bounded_line_with_secrets_masked(driver, said):
     import sqlalchemy as sa
 
-    from trialflow.cli import _driver_said
+    from trialflow.cli.commands import _driver_said
 
     assert _driver_said(sa.exc.OperationalError("SELECT 1", {}, Exception(driver))) == said
 
@@ -600,7 +600,7 @@ def test_a_driver_line_capped_inside_a_password_keeps_none_of_it():
     # 300 characters said: the cap must not leave the start of a password there.
     import sqlalchemy as sa
 
-    from trialflow.cli import _driver_said
+    from trialflow.cli.commands import _driver_said
 
     before = " ".join("postgresql://u:" + "p" * 512 + "@db" for _ in range(7))
     before += " postgresql://u:" + "p" * (4096 - len(before) - 39) + "@db "  # "hunt" ends at 4096

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.helpers.dags import write_config
-from trialflow.cli import build_parser
+from trialflow.cli.commands import build_parser
 
 DAG_FILE = """
 from airflow.sdk import DAG
@@ -180,7 +180,7 @@ def test_the_function_check_runs_the_module_in_a_python_of_its_own(tmp_path):
 
 
 def test_a_dag_file_records_each_experiments_dag_and_group(tmp_path):
-    from trialflow.dag_files import experiments_in
+    from trialflow.cli.dag_files import experiments_in
 
     found = experiments_in(str(dag_file(tmp_path)))
     assert [(b.label, b.dag_id, b.group) for b in found] == [

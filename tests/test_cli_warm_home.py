@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_cli import GOOD, TRIAL, cli
-from trialflow import home_airflow
+from trialflow.cli import home_airflow
 
 pytestmark = pytest.mark.integration
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trialflow.dag_file_run import LOG_LINE_CHARS, TaskOutcome, log_lines, own_tasks
-from trialflow.dag_files import NoExperiment, dag_of
+from trialflow.cli.dag_file_run import LOG_LINE_CHARS, TaskOutcome, log_lines, own_tasks
+from trialflow.cli.dag_files import NoExperiment, dag_of
 from trialflow.plan import Built
 
 

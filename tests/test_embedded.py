@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trialflow import embedded
-from trialflow.embedded import EmbeddedAirflow, database_template
+from trialflow.cli import embedded
+from trialflow.cli.embedded import EmbeddedAirflow, database_template
 
 
 @pytest.mark.integration  # real Airflow components
@@ -264,9 +264,9 @@ def test_a_viewer_login_reads_every_page_and_may_not_act(tmp_path):
 def test_a_private_airflows_scheduler_on_sqlite_waits_longer_for_its_lock(tmp_path):
     """The scheduler on the tests' SQLite metadata met a lock held past sqlite3's 5 s under load
     and exited: a private Airflow's scheduler on SQLite waits
-    trialflow.embedded_database.SQLITE_TIMEOUT; the other components keep sqlite3's wait (the
+    trialflow.cli.embedded_database.SQLITE_TIMEOUT; the other components keep sqlite3's wait (the
     api-server stalled when it had the longer one), and one on PostgreSQL gets no SQLite argument."""
-    from trialflow.embedded_database import SQLITE_TIMEOUT
+    from trialflow.cli.embedded_database import SQLITE_TIMEOUT
 
     airflow = EmbeddedAirflow(tmp_path / "home", tmp_path / "dags")
     airflow.home.mkdir(parents=True)
@@ -349,8 +349,8 @@ def test_a_component_that_dies_is_started_again_within_its_budget(tmp_path):
 
 def test_an_adopted_component_that_died_is_not_started_again(tmp_path):
     """Another process started it (a kept home's Airflow): its command is not known here, and
-    the shared home replaces a dead Airflow as a whole (trialflow.shared_airflow)."""
-    from trialflow.home_airflow import Proc
+    the shared home replaces a dead Airflow as a whole (trialflow.cli.shared_airflow)."""
+    from trialflow.cli.home_airflow import Proc
 
     airflow = EmbeddedAirflow(tmp_path / "home", tmp_path / "dags")
     gone = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -3,7 +3,7 @@ component its own."""
 
 from __future__ import annotations
 
-from trialflow.embedded_restarts import RestartBudget
+from trialflow.cli.embedded_restarts import RestartBudget
 
 
 def test_the_limit_holds_within_the_window_and_frees_as_it_slides():

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import psutil
 
-from trialflow import home_airflow
-from trialflow.home_airflow import MAX_RECORD_BYTES, Proc, Running
-from trialflow.shared_airflow import kill_leftovers
+from trialflow.cli import home_airflow
+from trialflow.cli.home_airflow import MAX_RECORD_BYTES, Proc, Running
+from trialflow.cli.shared_airflow import kill_leftovers
 
 
 def record(**changes) -> Running:

@@ -119,7 +119,7 @@ def test_the_asset_is_named_after_the_dag():
 
 def test_the_progress_line_shows_the_pareto_set_not_a_best(capsys):
     """Issue 36 (3): with several objectives the progress line showed a single "best"."""
-    from trialflow.progress import RunDisplay
+    from trialflow.cli.progress import RunDisplay
 
     objectives = [{"metric": "acc", "mode": "maximize"}, {"metric": "latency", "mode": "minimize"}]
     rows = [

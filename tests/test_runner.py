@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trialflow.runner import keep_out_of_dag_folders
+from trialflow.cli.runner import keep_out_of_dag_folders
 
 
 @pytest.mark.parametrize("syntax", ["glob", "regexp"])

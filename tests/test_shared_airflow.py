@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from trialflow import home_airflow
-from trialflow.embedded import EmbeddedAirflow, EmbeddedAirflowError
-from trialflow.home_airflow import Proc, Running
-from trialflow.shared_airflow import joined, leave
+from trialflow.cli import home_airflow
+from trialflow.cli.embedded import EmbeddedAirflow, EmbeddedAirflowError
+from trialflow.cli.home_airflow import Proc, Running
+from trialflow.cli.shared_airflow import joined, leave
 
 
 class Health(http.server.BaseHTTPRequestHandler):

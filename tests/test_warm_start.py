@@ -283,7 +283,7 @@ def test_a_warm_start_past_the_random_start_says_so(tmp_path, store):
     ],
 )
 def test_validate_says_what_a_warm_start_does_to_the_tuner(tmp_path, capsys, tuner, said):
-    from trialflow.cli import main
+    from trialflow.cli.commands import main
 
     path = tmp_path / "c.yml"
     path.write_text(

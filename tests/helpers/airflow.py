@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trialflow.embedded import EmbeddedAirflow
+from trialflow.cli.embedded import EmbeddedAirflow
 from trialflow.platforms.base import experiment_id_for
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.results import TrialRow

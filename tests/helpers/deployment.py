@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from trialflow.embedded import EmbeddedAirflow, free_port
+from trialflow.cli.embedded import EmbeddedAirflow, free_port
 
 #: Figures of the fault tests (tests/cluster/test_faults.py), printed at the end of the session.
 FAULT_REPORT: list[dict[str, object]] = []

@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers.airflow import PY, running_airflow
 from tests.helpers.airflow_controls import wait_for
-from trialflow.embedded import EmbeddedAirflow
+from trialflow.cli.embedded import EmbeddedAirflow
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("airflow.providers.openlineage", reason="the OpenLineage provider (the dev group) is needed")

@@ -570,8 +570,8 @@ def test_a_pvc_needs_its_claim_unless_a_template_mounts_it():
 
 def test_adaptdl_code_in_the_image_ships_only_parameters(tmp_path: Path, nni_examples: Path):
     """NNI's cifar10 AdaptDL example (codeDir /cifar10, in the image), its placeholders filled in."""
+    from trialflow.cli.render import render_trial
     from trialflow.experiment import load_runnable_config
-    from trialflow.render import render_trial
 
     text = (nni_examples / "cifar10_pytorch" / "config_adl.yml").read_text()
     text = text.replace("{replace_with_your_ip}", "10.0.0.1")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from trialflow.cli.render import render_trial
 from trialflow.config import ConfigError, load_config
 from trialflow.experiment import load_runnable_config, trial_count
-from trialflow.render import render_trial
 
 BASE = """\
 searchSpace: {x: {_type: uniform, _value: [0, 1]}}

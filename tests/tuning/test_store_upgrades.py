@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from trialflow import queries
-from trialflow.cli import main
+from trialflow.cli.commands import main
 from trialflow.platforms.base import TrialStatus
 from trialflow.tuning import store_schema
 from trialflow.tuning.concurrency_changes import read_concurrency

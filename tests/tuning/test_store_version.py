@@ -100,8 +100,8 @@ def test_a_warm_run_is_prepared_without_optuna_or_sqlalchemy(tmp_path):
         "maxTrialNumber: 2\ntrialConcurrency: 1\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
     )
     probe = (
-        "import sys\nfrom pathlib import Path\nimport trialflow.cli, trialflow.progress\n"
-        "from trialflow.runner import ExperimentRun\n"
+        "import sys\nfrom pathlib import Path\nimport trialflow.cli, trialflow.cli.progress\n"
+        "from trialflow.cli.runner import ExperimentRun\n"
         "from trialflow.tuning.store_version import sqlite_store_is_current\n"
         "run = ExperimentRun(sys.argv[1], Path(sys.argv[2]))\n"
         "print(sqlite_store_is_current(run.home / 'experiments.db'),"

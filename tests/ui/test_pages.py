@@ -204,7 +204,7 @@ def test_a_limited_user_and_an_anonymous_visit(browser, ui: UiSetup):
 
 def test_pages_work_under_a_path_prefix(browser, ui: UiSetup):
     """A second api-server on the same Airflow home, served under /airflow (``[api] base_url``)."""
-    from trialflow.embedded import free_port
+    from trialflow.cli.embedded import free_port
 
     airflow = ui.harness.airflow
     port = free_port()

@@ -1,5 +1,5 @@
 """How a private Airflow (``trialflow run``, the tests' Airflow) connects to its SQLite
-metadata database: kept apart from trialflow.embedded because every Airflow component imports
+metadata database: kept apart from trialflow.cli.embedded because every Airflow component imports
 it (``[database] sql_alchemy_connect_args`` names this module's dict) and must not pay for
 more than a dict.
 

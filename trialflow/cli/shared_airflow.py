@@ -1,5 +1,5 @@
 """Attach to a home's live private Airflow, or start it for the others; leave it, last one out
-stopping it unless it is kept (trialflow.home_airflow says what is shared and why).
+stopping it unless it is kept (trialflow.cli.home_airflow says what is shared and why).
 
 ``joined(airflow, keep)`` holds the home's lock while the caller starts what it must: a second
 `trialflow run` of the home waits for the first's start, then attaches instead of starting a
@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import psutil
 
-from trialflow import home_airflow
-from trialflow.embedded import EmbeddedAirflow, EmbeddedAirflowError
-from trialflow.home_airflow import Proc, Running
+from trialflow.cli import home_airflow
+from trialflow.cli.embedded import EmbeddedAirflow, EmbeddedAirflowError
+from trialflow.cli.home_airflow import Proc, Running
 
 
 def answers(port: int) -> bool:

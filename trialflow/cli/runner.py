@@ -19,8 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trialflow.cli.embedded import COMPONENTS, EmbeddedAirflow
+from trialflow.cli.shared_airflow import joined, leave
 from trialflow.config import ExperimentConfig
-from trialflow.embedded import COMPONENTS, EmbeddedAirflow
 from trialflow.experiment import (
     Experiment,
     default_home,
@@ -31,7 +32,6 @@ from trialflow.experiment import (
     unbounded,
 )
 from trialflow.plan import default_dag_id
-from trialflow.shared_airflow import joined, leave
 from trialflow.tuning.pareto import pareto_rows, with_values
 from trialflow.tuning.results import TrialRow, best_row
 from trialflow.tuning.store_urls import sqlite_url
@@ -273,7 +273,7 @@ class ExperimentRun:
 
     def start(self, say: Callable[[str], None] = lambda _: None, keep: bool = False) -> None:
         """Start the home's private Airflow, or attach to the one up there (another run's, or
-        `trialflow up`'s: trialflow.shared_airflow), and trigger (or resume) the run.
+        `trialflow up`'s: trialflow.cli.shared_airflow), and trigger (or resume) the run.
         ``keep``: leave Airflow up when the run ends (`--keep-running`)."""
         # The home's store opens before Airflow starts: one of an earlier trialflow is refused
         # here (StoreSchemaError, saying to run `trialflow db upgrade --home ...`), not by

@@ -1,8 +1,8 @@
-"""How often a private Airflow's component that died is started again (trialflow.embedded).
+"""How often a private Airflow's component that died is started again (trialflow.cli.embedded).
 
 A private Airflow runs on SQLite on the author's machine. On a loaded two-core machine its
 scheduler has exited on ``sqlite3.OperationalError: database is locked`` past its 30 s wait
-(trialflow.embedded_database), in the full test suite while ten trial tasks were cleared around
+(trialflow.cli.embedded_database), in the full test suite while ten trial tasks were cleared around
 their deferral; every later call of that Airflow then failed on "airflow scheduler exited", and
 so would a `trialflow run` that had hours of trials left. What a process supervisor (systemd,
 a Kubernetes Deployment) does for a deployed Airflow, the one that started the components does

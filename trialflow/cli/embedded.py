@@ -30,8 +30,8 @@ from urllib.parse import quote
 
 import httpx
 
-from trialflow.embedded_restarts import Restart, RestartBudget
-from trialflow.home_airflow import Proc
+from trialflow.cli.embedded_restarts import Restart, RestartBudget
+from trialflow.cli.home_airflow import Proc
 
 COMPONENTS = ("api-server", "scheduler", "triggerer", "dag-processor")
 USER = "trialflow"
@@ -74,7 +74,7 @@ class EmbeddedAirflow:
             check_login_name(name)
 
     processes: dict[str, subprocess.Popen | AdoptedProcess] = field(default_factory=dict)
-    #: Components started again after they died (trialflow.embedded_restarts), oldest first.
+    #: Components started again after they died (trialflow.cli.embedded_restarts), oldest first.
     restarts: list[Restart] = field(default_factory=list)
     _budget: RestartBudget = field(default_factory=RestartBudget)
     #: Each own component's command line (an adopted one's is not known: it is not restarted).
@@ -157,7 +157,7 @@ class EmbeddedAirflow:
 
     def component_env(self, name: str, env: dict[str, str]) -> dict[str, str]:
         """``env`` for component ``name``: the scheduler, the triggerer and the dag-processor on
-        SQLite wait longer for the lock (trialflow.embedded_database says why, and why not the
+        SQLite wait longer for the lock (trialflow.cli.embedded_database says why, and why not the
         api-server)."""
         if name in PATIENT_COMPONENTS and env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
             return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": SCHEDULER_CONNECT_ARGS, **env}
@@ -286,7 +286,7 @@ class EmbeddedAirflow:
         )
 
     def adopt(self, port: int, components: dict[str, Proc]) -> None:
-        """Use the components another `trialflow` started in this home (trialflow.home_airflow):
+        """Use the components another `trialflow` started in this home (trialflow.cli.home_airflow):
         they are watched and stopped as this one's own would be, by pid."""
         self.port = port
         self._token = None
@@ -593,7 +593,7 @@ TEMPLATE_ENV = "TRIALFLOW_AIRFLOW_DB_TEMPLATES"
 
 #: ``[database] sql_alchemy_connect_args`` of a private Airflow's components that exit on
 #: "database is locked" (not the api-server, which answers 500 and is asked again).
-SCHEDULER_CONNECT_ARGS = "trialflow.embedded_database.CONNECT_ARGS"
+SCHEDULER_CONNECT_ARGS = "trialflow.cli.embedded_database.CONNECT_ARGS"
 PATIENT_COMPONENTS = frozenset({"scheduler", "triggerer", "dag-processor"})
 
 

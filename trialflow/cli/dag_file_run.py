@@ -20,9 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trialflow.cli.dag_files import dag_of, experiments_in
+from trialflow.cli.embedded import COMPONENTS
+from trialflow.cli.runner import (
+    TERMINAL_RUN_STATES,
+    RunResult,
+    embedded_airflow,
+    experiment_result,
+    keep_out_of_dag_folders,
+)
+from trialflow.cli.shared_airflow import joined, leave
 from trialflow.config import ExperimentConfig
-from trialflow.dag_files import dag_of, experiments_in
-from trialflow.embedded import COMPONENTS
 from trialflow.experiment import (
     Experiment,
     default_home,
@@ -32,15 +40,7 @@ from trialflow.experiment import (
     trial_count,
     unbounded,
 )
-from trialflow.runner import (
-    TERMINAL_RUN_STATES,
-    RunResult,
-    embedded_airflow,
-    experiment_result,
-    keep_out_of_dag_folders,
-)
 from trialflow.runs import cancel_trials
-from trialflow.shared_airflow import joined, leave
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.results import TrialRow
 
@@ -176,7 +176,7 @@ class DagFileRun:
 
     def start(self, say: Callable[[str], None] = lambda _: None, keep: bool = False) -> None:
         """Start the home's private Airflow on the file's folder, or attach to the one up there
-        for that folder (trialflow.shared_airflow), and trigger one run of the DAG."""
+        for that folder (trialflow.cli.shared_airflow), and trigger one run of the DAG."""
         ExperimentStore(self.store_url)  # an older store is refused here, before Airflow starts
         keep_out_of_dag_folders(self.home)
         with joined(self.airflow, keep) as attached:

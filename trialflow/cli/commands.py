@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import yaml
 
+from trialflow.cli.dag_files import NoExperiment, experiments_in, is_dag_file
 from trialflow.config import ConfigError, ExperimentConfig, load_config, to_v2_dict
 from trialflow.config.errors import Problem
-from trialflow.dag_files import NoExperiment, experiments_in, is_dag_file
 from trialflow.plan import Built
 
 T = TypeVar("T")
@@ -147,7 +147,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from trialflow.render import render_trial
+    from trialflow.cli.render import render_trial
 
     try:
         sources = experiments_in(args.config)
@@ -188,8 +188,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         load_runnable_config(args.config)
     except ConfigError as exc:
         return _fail(exc)
-    from trialflow.progress import RunDisplay
-    from trialflow.runner import ExperimentRun
+    from trialflow.cli.progress import RunDisplay
+    from trialflow.cli.runner import ExperimentRun
 
     try:
         run = ExperimentRun(
@@ -254,12 +254,12 @@ def _run_dag_file(args: argparse.Namespace) -> int:
             ValueError(f"{flag}: for a config; a DAG file's run is a new DAG run each time, with its own tasks")
         )
     try:
-        from trialflow.dag_file_run import DagFileRun
+        from trialflow.cli.dag_file_run import DagFileRun
 
         run = DagFileRun(args.config, args.dag_id, Path(args.home) if args.home else None, viewers=tuple(args.viewer))
     except (ConfigError, NoExperiment) as exc:
         return _fail(exc)
-    from trialflow.progress import GroupsDisplay
+    from trialflow.cli.progress import GroupsDisplay
 
     signal.signal(signal.SIGTERM, _interrupt)
     display = GroupsDisplay(
@@ -331,8 +331,8 @@ def _serve(airflow: Any, url: str, say: Any) -> None:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     """Serve the experiment pages of a `trialflow run` home (its api-server only)."""
+    from trialflow.cli.runner import embedded_airflow
     from trialflow.experiment import default_home
-    from trialflow.runner import embedded_airflow
 
     home = Path(args.home) if args.home else default_home(Path(args.config)) if args.config else Path(".trialflow")
     home = home.resolve()
@@ -341,7 +341,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
             FileNotFoundError(f"no trialflow run in {home} (run `trialflow run CONFIG` first, or give --home)")
         )
     airflow = embedded_airflow(home, viewers=tuple(args.viewer))
-    from trialflow.shared_airflow import adopt_running
+    from trialflow.cli.shared_airflow import adopt_running
 
     if adopt_running(airflow) is not None:  # the home's Airflow is up (`trialflow up`, a run): its pages
         _stderr(f"The Airflow of this home is up: {airflow.base_url}/plugin/trialflow")
@@ -362,8 +362,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
 def _home_airflow(args: argparse.Namespace) -> Any:
     """The private Airflow of the home `up`/`down` name: beside a config (its DAG written) or a
     DAG file (its folder as the DAGs folder), or --home."""
+    from trialflow.cli.runner import embedded_airflow
     from trialflow.experiment import default_home
-    from trialflow.runner import embedded_airflow
 
     path = Path(args.path).expanduser().resolve() if args.path else None
     if path is not None and not path.is_file():
@@ -372,7 +372,7 @@ def _home_airflow(args: argparse.Namespace) -> Any:
     if path is not None and is_dag_file(path):
         return embedded_airflow(home, UP_PARALLELISM, tuple(args.viewer), dags_folder=path.parent)
     if path is not None and args.func is cmd_up:
-        from trialflow.runner import ExperimentRun
+        from trialflow.cli.runner import ExperimentRun
 
         run = ExperimentRun(path, home)  # a config: its DAG is written now, parsed before its run
         run.write_dag()
@@ -389,7 +389,7 @@ UP_PARALLELISM = 8
 def cmd_up(args: argparse.Namespace) -> int:
     """Start a home's private Airflow and keep it up: every later `trialflow run` of the home
     uses it (triggered at once instead of after Airflow's start)."""
-    from trialflow.shared_airflow import up
+    from trialflow.cli.shared_airflow import up
 
     try:
         airflow = _home_airflow(args)
@@ -405,7 +405,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     """Stop a home's kept Airflow (after its last run, when runs use it)."""
-    from trialflow.shared_airflow import down
+    from trialflow.cli.shared_airflow import down
 
     try:
         airflow = _home_airflow(args)
@@ -832,7 +832,7 @@ def _viewer_arg(p: argparse.ArgumentParser) -> None:
     shell's AIRFLOW__* settings, so its users are set here)."""
 
     def login(name: str) -> str:
-        from trialflow.embedded import check_login_name
+        from trialflow.cli.embedded import check_login_name
 
         try:
             return check_login_name(name)
