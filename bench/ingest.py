@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from trialflow.config.model import AlgorithmConfig  # noqa: E402
 from trialflow.config.platforms import LocalConfig  # noqa: E402
 from trialflow.config.search_space import parse_search_space  # noqa: E402
-from trialflow.follow import follow_trial  # noqa: E402
+from trialflow.experiment.follow import follow_trial  # noqa: E402
 from trialflow.platforms.base import TrialSpec  # noqa: E402
 from trialflow.platforms.local import LocalPlatform  # noqa: E402
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402

@@ -49,7 +49,7 @@ from bench.private_airflow import experiment_folder, private_airflow, run_to_end
 from tests.helpers.kube.cluster import KubeCluster, missing_reason  # noqa: E402
 from tests.helpers.kube.controller import TestController  # noqa: E402
 from trialflow.config.platforms import KubeflowConfig  # noqa: E402
-from trialflow.follow import follow_trial  # noqa: E402
+from trialflow.experiment.follow import follow_trial  # noqa: E402
 from trialflow.platforms.base import (  # noqa: E402
     TrialSpec,
     TrialStatus,

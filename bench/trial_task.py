@@ -44,9 +44,12 @@ import trialflow.ui.plugin  # noqa: F401  (preload_core(), as in each Airflow co
 
 from trialflow.experiment import Experiment
 try:
-    from trialflow import trial_lifecycle
-except ImportError:  # a checkout from before the module was named for one trial's life (--source)
-    from trialflow import lifecycle as trial_lifecycle
+    from trialflow.lifecycle import trial_lifecycle
+except ImportError:  # a checkout from before trialflow/lifecycle/ (--source)
+    try:
+        from trialflow import trial_lifecycle
+    except ImportError:  # from before the module was named for one trial's life
+        from trialflow import lifecycle as trial_lifecycle
 try:
     from trialflow.tuning.experiment_store import ExperimentStore
 except ImportError:  # a checkout from before the module was named for what it holds (--source)

@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 # Unit tests import Airflow: give it a private, throwaway home before anything imports it.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="trialflow-test-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-# DAG plans (trialflow.plan) kept for this session only, never in the user's ~/.cache.
+# DAG plans (trialflow.authoring.plan) kept for this session only, never in the user's ~/.cache.
 os.environ.setdefault("TRIALFLOW_CACHE_DIR", tempfile.mkdtemp(prefix="trialflow-test-plans-"))
 # Private Airflows start from this session's migrated database template (trialflow.cli.embedded).
 os.environ.setdefault("TRIALFLOW_AIRFLOW_DB_TEMPLATES", tempfile.mkdtemp(prefix="trialflow-test-db-"))

@@ -442,8 +442,8 @@ def test_run_runs_the_experiment_with_its_downstream_dag(experiment, tmp_path):
     """Issue 36 (3): `trialflow run` could not run an experiment together with the DAG scheduled
     on its Asset. `--downstream FILE` puts it on the private Airflow; run waits for the run the
     published Asset starts, and the downstream task gets exactly the best parameters."""
+    from trialflow.authoring.plan import default_dag_id
     from trialflow.config import load_config
-    from trialflow.plan import default_dag_id
 
     config = experiment(n=2)
     dag_id = default_dag_id(config, load_config(config).experiment_name)

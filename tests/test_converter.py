@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from trialflow.converter import ExperimentOptions
+from trialflow.authoring.converter import ExperimentOptions
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from trialflow.authoring.plan import Built
 from trialflow.cli.dag_file_run import LOG_LINE_CHARS, TaskOutcome, log_lines, own_tasks
 from trialflow.cli.dag_files import NoExperiment, dag_of
-from trialflow.plan import Built
 
 
 def ti(task_id: str, state: str | None, map_index: int = -1, try_number: int = 1) -> dict:

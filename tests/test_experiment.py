@@ -8,8 +8,8 @@ import pytest
 
 from trialflow.config import load_config
 from trialflow.experiment import Experiment, experiment_id_for_run, trial_count
+from trialflow.experiment.run_windows import RunWindow
 from trialflow.platforms.base import experiment_id_for
-from trialflow.run_windows import RunWindow
 from trialflow.runs import allot_window, continuation
 
 

@@ -1,4 +1,4 @@
-"""Following one trial (trialflow.follow) on a real local process: what the loop itself decides
+"""Following one trial (trialflow.experiment.follow) on a real local process: what the loop itself decides
 (the assessor's early stop, a person's stop, a moved deadline, an unreachable platform's grace,
 skipped records counted across the worker-to-triggerer hand-off), without Airflow."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from trialflow.config.platforms import LocalConfig
-from trialflow.follow import (
+from trialflow.experiment.follow import (
     EXPERIMENT_DEADLINE_REASON,
     SKIPPED_COUNT,
     Control,

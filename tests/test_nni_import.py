@@ -11,7 +11,7 @@ import pytest
 
 from trialflow import queries
 from trialflow.nni_history import NniHistoryError, read_experiment
-from trialflow.nni_import import IMPORTED_ATTR, NNI_JOB_ATTR, import_experiment, import_id
+from trialflow.seeding.nni_import import IMPORTED_ATTR, NNI_JOB_ATTR, import_experiment, import_id
 
 
 @pytest.mark.nni

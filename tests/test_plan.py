@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from trialflow.authoring.plan import DagPlan, cache_dir, cached_plan, load_plan
 from trialflow.config import ConfigError
-from trialflow.plan import DagPlan, cache_dir, cached_plan, load_plan
 
 CONFIG = """\
 experimentName: planned
@@ -127,6 +127,6 @@ def test_a_failed_write_leaves_no_temporary_file(config: Path, monkeypatch):
     def refuse(*_: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("trialflow.plan.os.replace", refuse)
+    monkeypatch.setattr("trialflow.authoring.plan.os.replace", refuse)
     assert load_plan(config).trial_count == 7  # the check's answer, kept or not
     assert list(cache_dir().iterdir()) == []

@@ -1,4 +1,4 @@
-"""What an experiment publishes for the DAGs downstream (trialflow.published: no Airflow)."""
+"""What an experiment publishes for the DAGs downstream (trialflow.outputs.published: no Airflow)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,14 @@ import pytest
 
 from tests.helpers.rows import row
 from tests.helpers.summaries import BEST, summary
-from trialflow.published import FORMAT_KEY, NotPublished, SeveralObjectives, asset_name, publication, read_published
+from trialflow.outputs.published import (
+    FORMAT_KEY,
+    NotPublished,
+    SeveralObjectives,
+    asset_name,
+    publication,
+    read_published,
+)
 
 
 def test_the_best_trial_is_published_with_where_it_came_from():
@@ -141,7 +148,7 @@ def test_a_downstream_task_takes_the_best_parameters_or_the_pareto_set():
     """``tune.best`` (the end step's best_parameters XCom): the experiment's best parameters with
     one objective, the whole Pareto set with several, None without a result."""
     from tests.helpers.summaries import summary
-    from trialflow.run_summary import best_parameters
+    from trialflow.runs.summary import best_parameters
 
     one = summary()
     assert best_parameters(one) == (one["study_best"] or one["best"])["parameters"]
@@ -156,7 +163,7 @@ def test_a_downstream_task_takes_the_best_value_as_plainly():
     the best parameters best, from the same trial (the experiment's best across runs); with
     several objectives the Pareto set's values in ``tune.best``'s order; None without a result."""
     from tests.helpers.summaries import summary
-    from trialflow.run_summary import best_parameters, best_value
+    from trialflow.runs.summary import best_parameters, best_value
 
     one = summary()
     chosen = one["study_best"] or one["best"]

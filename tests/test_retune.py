@@ -1,5 +1,5 @@
 """scheduledRuns: retune without Airflow: a new experiment whose first trials are the previous
-experiment's best parameter sets, measured again (trialflow.retune)."""
+experiment's best parameter sets, measured again (trialflow.seeding.retune)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from tests.helpers.rows import row
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus
-from trialflow.retune import RETUNED_BY, RETUNED_FROM, ranked
 from trialflow.runs import start_run
+from trialflow.seeding.retune import RETUNED_BY, RETUNED_FROM, ranked
 from trialflow.tuning.experiment_store import ExperimentStore
 
 SPACE = "searchSpace: {{x: {{_type: uniform, _value: [0, {high}]}}, k: {{_type: choice, _value: [a, b]}}}}\n"
@@ -142,7 +142,7 @@ def test_a_groups_previous_experiment_is_its_own_groups(store):
     not from another group's of the same DAG (nor the DAG's own)."""
     from tests.helpers.filled_store import fill
     from trialflow.experiment import GROUP_ATTR
-    from trialflow.retune import previous_experiment
+    from trialflow.seeding.retune import previous_experiment
 
     for experiment_id, group in (("ea1", "a"), ("eb1", "b"), ("edag", None), ("ea2", "a")):
         fill(store, experiment_id, dag_id="dag_g")

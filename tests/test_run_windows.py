@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trialflow.run_windows import (
+from trialflow.experiment.run_windows import (
     EXPERIMENT_DEADLINE_REASON,
     Refusal,
     RunWindow,

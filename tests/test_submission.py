@@ -1,5 +1,5 @@
 """A submitted trial as it travels from the operator to a sensor or the trigger
-(trialflow.submission): JSON both ways, refusals that name what is wrong, and the one follow
+(trialflow.lifecycle.submission): JSON both ways, refusals that name what is wrong, and the one follow
 loop rebuilt from it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trialflow.submission import Submission
+from trialflow.lifecycle.submission import Submission
 
 CONFIG = f"""\
 searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}

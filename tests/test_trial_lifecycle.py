@@ -1,4 +1,4 @@
-"""One trial's life (trialflow.trial_lifecycle) on a real local process, without Airflow: start,
+"""One trial's life (trialflow.lifecycle.trial_lifecycle) on a real local process, without Airflow: start,
 follow in the worker, finish; a retry re-attaches; what the task's outcome is for each ending."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from trialflow import trial_lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
-from trialflow.follow import EXPERIMENT_DEADLINE_REASON
+from trialflow.experiment.follow import EXPERIMENT_DEADLINE_REASON
+from trialflow.lifecycle import trial_lifecycle
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from trialflow import trial_lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
+from trialflow.lifecycle import trial_lifecycle
 from trialflow.platforms.base import TrialStatus, trial_id_for
 from trialflow.platforms.hosts import TrialOnAnotherHost
 from trialflow.platforms.local import process_alive
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a second host (its ow
 RETRY_ELSEWHERE = """
 import sys
 from pathlib import Path
-from trialflow import trial_lifecycle
+from trialflow.lifecycle import trial_lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.platforms.hosts import TrialOnAnotherHost

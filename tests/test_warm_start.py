@@ -15,9 +15,9 @@ from trialflow.config.errors import ConfigError
 from trialflow.experiment import Experiment, check_runnable
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
+from trialflow.seeding.warm_start import WARM_STARTED_BY, WARM_STARTED_FROM, WarmStartError
 from trialflow.tuning.experiment_store import ExperimentStore
 from trialflow.tuning.prior_trials import PRIOR_ATTR
-from trialflow.warm_start import WARM_STARTED_BY, WARM_STARTED_FROM, WarmStartError
 
 SPACE = "searchSpace: {x: {_type: uniform, _value: [0, 10]}, k: {_type: choice, _value: [a, b]}}\n"
 CONFIG = """\

@@ -1,7 +1,7 @@
 """An experiment's best parameters as an Airflow Asset, and the one call a downstream DAG makes.
 
 The experiment DAG's ``publish_best`` step emits an event on its asset when the experiment is
-over with a result (trialflow.published decides what and when). A DAG scheduled on that asset::
+over with a result (trialflow.outputs.published decides what and when). A DAG scheduled on that asset::
 
     from trialflow.assets import best_parameters, best_parameters_asset
 
@@ -11,7 +11,7 @@ over with a result (trialflow.published decides what and when). A DAG scheduled 
     def final_model():
         @task
         def train(**context):
-            best = best_parameters(context)          # typed: trialflow.published.PublishedBest
+            best = best_parameters(context)          # typed: trialflow.outputs.published.PublishedBest
             fit(**best.parameters)
 
 It reads Airflow's own asset events (the run's triggering events, or a task's ``inlet_events``),
@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from airflow.sdk import Asset
 
-from trialflow.published import (
+from trialflow.outputs.published import (
     OWNER_KEY,
     NotPublished,
     PublishedBest,

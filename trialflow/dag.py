@@ -1,6 +1,6 @@
 """experiment_dag(config) -> DAG: start -> one mapped task per trial (and their watch) -> end.
 
-The tasks are the one converter's (trialflow.converter) at the DAG's top; an
+The tasks are the one converter's (trialflow.authoring.converter) at the DAG's top; an
 ExperimentTaskGroup builds the same ones under its group id. A config that does not validate
 raises here: the DAG file shows an import error, and no run of a broken experiment starts.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.sdk import DAG
 
-from trialflow.converter import (
+from trialflow.authoring.converter import (
     DEFAULT_RETRIES,
     EXPERIMENT_DEFAULT_ARGS,
     ExperimentOptions,
@@ -24,8 +24,8 @@ from trialflow.converter import (
     stays_on_host,
     trials_in_run,
 )
-from trialflow.dag_sources import built
-from trialflow.plan import default_dag_id
+from trialflow.authoring.dag_sources import built
+from trialflow.authoring.plan import default_dag_id
 
 __all__ = ["DEFAULT_RETRIES", "experiment_dag"]
 
@@ -42,7 +42,7 @@ def experiment_dag(
     ``config_path``: the config's file (relative to the DAG file), or the same keys as a
     mapping written in the DAG file (trialflow.config.inline). ``dag_id``: the default is
     ``trialflow_<config file's stem>``; a config written in the DAG file needs one.
-    The keyword arguments of trialflow.converter.ExperimentOptions (``store_conn_id``,
+    The keyword arguments of trialflow.authoring.converter.ExperimentOptions (``store_conn_id``,
     ``poll_interval``, ``defer_after``, ``cleanup``, ``trials_per_run``, ``local_queue``,
     ``asset_name``, ``inputs``; or ``options=ExperimentOptions(...)``, which they override)
     say how the tasks are built; for an experiment without maxTrialNumber (it goes on in

@@ -1,6 +1,6 @@
 """An experiment as a task group in the author's own DAG: ``prepare >> tune >> train(tune.best)``.
 
-The one converter's tasks (trialflow.converter) under the group's id. Each group is its own
+The one converter's tasks (trialflow.authoring.converter) under the group's id. Each group is its own
 experiment, owned by (DAG, group): a run or action naming another group's is refused.
 """
 
@@ -12,14 +12,14 @@ from typing import Any
 
 from airflow.sdk import TaskGroup, XComArg
 
-from trialflow.converter import (
+from trialflow.authoring.converter import (
     EXPERIMENT_DEFAULT_ARGS,
     ExperimentOptions,
     add_experiment_tasks,
     load_for_group,
     stays_on_host,
 )
-from trialflow.dag_sources import built
+from trialflow.authoring.dag_sources import built
 
 
 class ExperimentTaskGroup(TaskGroup):
@@ -32,7 +32,7 @@ class ExperimentTaskGroup(TaskGroup):
     the experiment is published on the Asset ``trialflow/<dag_id>/<group_id>/best``, and a run's
     conf names an earlier experiment of this group with ``{"experiments": {"<group_id>": id}}``.
     The build options (``inputs={"data": prepare()}``: ``TRIALFLOW_INPUT_DATA`` in every trial)
-    are trialflow.converter.ExperimentOptions', the rest TaskGroup's. No follow-on runs in a
+    are trialflow.authoring.converter.ExperimentOptions', the rest TaskGroup's. No follow-on runs in a
     group: an experiment without maxTrialNumber needs ``trials_per_run``.
     """
 
@@ -57,20 +57,20 @@ class ExperimentTaskGroup(TaskGroup):
     @property
     def best(self) -> XComArg:
         """The best parameters (with several objectives, the Pareto set), for a task downstream."""
-        from trialflow.run_summary import BEST_PARAMETERS_KEY
+        from trialflow.runs.summary import BEST_PARAMETERS_KEY
 
         return XComArg(self.tasks.end, key=BEST_PARAMETERS_KEY)
 
     @property
     def best_value(self) -> XComArg:
         """The best trial's final metric (several objectives: the Pareto set's values; None)."""
-        from trialflow.run_summary import BEST_VALUE_KEY
+        from trialflow.runs.summary import BEST_VALUE_KEY
 
         return XComArg(self.tasks.end, key=BEST_VALUE_KEY)
 
     @property
     def summary(self) -> XComArg:
-        """The end step's summary (trialflow.run_summary.ExperimentSummary)."""
+        """The end step's summary (trialflow.runs.summary.ExperimentSummary)."""
         return XComArg(self.tasks.end)
 
     @property

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trialflow.experiment import Experiment, load_runnable_config
-from trialflow.submission import Submission
+from trialflow.lifecycle.submission import Submission
 from trialflow.triggers.trial import TrialTrigger
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 

@@ -18,7 +18,7 @@ import trialflow.ui.plugin
 from optuna.storages._rdb import models
 from trialflow.config.loader import experiment_model
 print(
-    int("trialflow.trial_lifecycle" in sys.modules),
+    int("trialflow.lifecycle.trial_lifecycle" in sys.modules),
     int(not models.BaseModel.registry._new_mappers),
     # what the task process needed besides: its DAG file's module, the trigger it defers to,
     # what Optuna's samplers import at their first draw, the config model over every platform

@@ -13,7 +13,7 @@ from airflow.sdk import DAG, task
 from tests.helpers.dags import write_config
 from trialflow.config import ConfigError
 from trialflow.dag import experiment_dag
-from trialflow.run_summary import BEST_PARAMETERS_KEY
+from trialflow.runs.summary import BEST_PARAMETERS_KEY
 from trialflow.task_group import ExperimentTaskGroup
 
 SPACE = {"C": {"_type": "loguniform", "_value": [0.01, 10]}}

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from airflow.triggers.base import BaseTaskEndEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
 
+from trialflow.lifecycle.submission import Submission
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import process_alive
-from trialflow.submission import Submission
 from trialflow.triggers.trial import TrialTrigger
 
 

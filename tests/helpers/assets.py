@@ -8,7 +8,7 @@ from airflow.sdk import Asset
 from airflow.sdk.execution_time.comms import AssetEventDagRunReferenceResult
 
 from tests.helpers.summaries import summary
-from trialflow.published import publication
+from trialflow.outputs.published import publication
 
 
 def published(params: dict, run_id: str, dag_id: str = "dag_a") -> dict:

@@ -7,7 +7,7 @@ import asyncio
 import time
 from typing import Any
 
-from trialflow.follow import follow_trial
+from trialflow.experiment.follow import follow_trial
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.event_loop import run_sync
 from trialflow.trial.protocol import Metric

@@ -1,11 +1,11 @@
-"""End-step summaries (trialflow.run_summary.ExperimentSummary) for tests of what reads them:
+"""End-step summaries (trialflow.runs.summary.ExperimentSummary) for tests of what reads them:
 publishing, the asset reader, lineage. Whole, as the end step writes them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from trialflow.run_summary import BestTrial, ExperimentSummary
+from trialflow.runs.summary import BestTrial, ExperimentSummary
 
 BEST = BestTrial(
     trial_index=3, trial_id="t-3", parameters={"C": 2.5, "kernel": "rbf"}, final_metric=0.97, final_extra={}

@@ -140,10 +140,10 @@ class Absent(importlib.abc.MetaPathFinder):  # the provider's code and its clien
                 raise ImportError(name)
 
 sys.meta_path.insert(0, Absent())
-import trialflow.dag, trialflow.operators.experiment, trialflow.lineage, trialflow.assets
+import trialflow.dag, trialflow.operators.experiment, trialflow.outputs.lineage, trialflow.assets
 loaded = [m for m in sys.modules if m.startswith("openlineage") or m.startswith("airflow.providers.openlineage.")]
 assert loaded in ([], ["airflow.providers.openlineage.get_provider_info"]), loaded
-from trialflow.lineage import operator_lineage
+from trialflow.outputs.lineage import operator_lineage
 print(operator_lineage({"experiment_id": "e"}, {}))
 """
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

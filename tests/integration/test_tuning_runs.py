@@ -248,7 +248,7 @@ def test_hybrid_spreads_trials_over_local_and_a_remote_machine(harness: Harness,
 def test_an_experiment_without_max_trial_number_goes_on_until_its_duration_ends(harness: Harness):
     """NNI runs such an experiment until maxExperimentDuration: here run after run of the same DAG,
     each started by the one before, one study, consecutive trial indexes, never a silent cap."""
-    from trialflow.run_windows import RunWindow
+    from trialflow.experiment.run_windows import RunWindow
     from trialflow.runs import continuation_run_id
 
     trial = "import time\nfrom trialflow import trial\np = trial.get_next_parameter()\ntime.sleep(1)\n"

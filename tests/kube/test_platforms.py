@@ -18,7 +18,7 @@ from tests.helpers.kube.cluster import TOKEN, KubeCluster
 from tests.helpers.kube.controller import TestController, delete_crd, install_crd
 from trialflow.config.platforms import BUILTIN_PLATFORM_CONFIGS
 from trialflow.config.registry import get_platform_entry
-from trialflow.follow import TIMEOUT_REASON
+from trialflow.experiment.follow import TIMEOUT_REASON
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.kubernetes.client import CustomObjects, KubernetesError, KubernetesUnreachable

@@ -57,7 +57,7 @@ def test_a_database_without_a_column_every_nni_wrote_is_named(tmp_path):
 
 def test_an_nni_1x_config_imports_in_v2s_shape(tmp_path, store):
     from trialflow import queries
-    from trialflow.nni_import import import_experiment
+    from trialflow.seeding.nni_import import import_experiment
 
     running = json.dumps({"parameter_id": 0, "parameters": {"x": 0.7}})
     folder = older_database(

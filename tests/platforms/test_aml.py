@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers.following import follow, poll_until_done
 from trialflow.config.platforms import AmlConfig
-from trialflow.follow import TIMEOUT_REASON
+from trialflow.experiment.follow import TIMEOUT_REASON
 from trialflow.platforms.aml import (
     PARAMETER_VAR,
     STATES,

@@ -14,7 +14,7 @@ import pytest
 from tests.helpers.emulators.dlts import DltsEmulator, can_run_jobs
 from tests.helpers.following import follow, poll_until_done
 from trialflow.config.platforms import DltsConfig
-from trialflow.follow import TIMEOUT_REASON
+from trialflow.experiment.follow import TIMEOUT_REASON
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.dlts import STATES, DltsError, DltsPlatform, build_job, credentials, gpu_type_of, job_status
 

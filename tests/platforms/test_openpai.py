@@ -16,7 +16,7 @@ import yaml
 from tests.helpers.emulators.openpai import OpenpaiEmulator, can_run_jobs
 from tests.helpers.following import follow, poll_until_done
 from trialflow.config.platforms import OpenpaiConfig
-from trialflow.follow import TIMEOUT_REASON
+from trialflow.experiment.follow import TIMEOUT_REASON
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.mounted import job_script
 from trialflow.platforms.openpai import (

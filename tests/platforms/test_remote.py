@@ -240,7 +240,7 @@ def test_following_outlasts_an_outage_longer_than_the_reconnects(ssh_servers, tm
     import threading
 
     from tests.helpers.following import follow
-    from trialflow.follow import UNREACHABLE_GRACE
+    from trialflow.experiment.follow import UNREACHABLE_GRACE
     from trialflow.platforms.base import PlatformUnreachable
     from trialflow.platforms.remote.ssh import SshUnreachable
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from trialflow import trial_lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
+from trialflow.lifecycle import trial_lifecycle
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import process_alive
 from trialflow.runs import ExperimentNotOwned, RunHasNoTrials, cancel_trials, start_run, summarize_run

@@ -17,7 +17,7 @@ from airflow.sdk.execution_time.context import TriggeringAssetEventsAccessor
 
 from tests.helpers.assets import event, published
 from trialflow.assets import approval_text, best_parameters_asset
-from trialflow.published import approval_markdown, read_published, safe_link
+from trialflow.outputs.published import approval_markdown, read_published, safe_link
 
 T0 = datetime(2026, 11, 26, tzinfo=UTC)
 OWN = "https://airflow.example.org"

@@ -16,7 +16,7 @@ from tests.helpers.remote import machine_entry, remote_platform
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.platforms import LocalConfig
 from trialflow.config.search_space import parse_search_space
-from trialflow.follow import follow_trial
+from trialflow.experiment.follow import follow_trial
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform
 from trialflow.trial.protocol import (

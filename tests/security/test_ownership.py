@@ -57,7 +57,7 @@ def test_experiment_ids_do_not_collide_in_practice():
 def test_another_run_of_the_same_dag_landing_on_an_id_is_refused(tmp_path, store):
     """Behind the width: a run whose own id finds an experiment of its DAG that some other run
     created does not run its trials inside it."""
-    from trialflow.run_windows import key_of
+    from trialflow.experiment.run_windows import key_of
 
     taken = experiment_id_for("dag_a", "r1")
     store.open_experiment(taken)
@@ -102,9 +102,9 @@ def test_a_run_conf_cannot_take_over_or_plant_in_another_dags_experiment(harness
 def test_a_trial_task_of_a_run_its_start_step_did_not_window_starts_nothing(tmp_path, store):
     """Defence behind the start step: a trial task (say, after a person marked the failed start
     step 'success') finds no window for its run and asks the tuner for nothing."""
-    from trialflow import trial_lifecycle
     from trialflow.config import load_config
     from trialflow.experiment import Experiment
+    from trialflow.lifecycle import trial_lifecycle
 
     (tmp_path / "config.yml").write_text(CONFIG)
     experiment = Experiment(load_config(tmp_path / "config.yml"), "eowned01", tmp_path / "work")

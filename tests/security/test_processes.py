@@ -18,7 +18,7 @@ from tests.helpers.remote import machine_entry, remote_platform
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.platforms import LocalConfig
 from trialflow.config.search_space import parse_search_space
-from trialflow.follow import TIMEOUT_REASON, follow_trial
+from trialflow.experiment.follow import TIMEOUT_REASON, follow_trial
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, stop_trial_command, trial_mark
 from trialflow.platforms.local import LocalPlatform

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from trialflow import steering, trial_lifecycle
+from trialflow import steering
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
+from trialflow.lifecycle import trial_lifecycle
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.local import process_alive

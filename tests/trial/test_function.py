@@ -14,7 +14,7 @@ import pytest
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.platforms import LocalConfig
 from trialflow.config.search_space import parse_search_space
-from trialflow.follow import Follower
+from trialflow.experiment.follow import Follower
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform
 from trialflow.trial.function import function_command

@@ -14,8 +14,8 @@ from trialflow.config import load_config
 from trialflow.config.errors import ConfigError
 from trialflow.experiment import Experiment, check_runnable
 from trialflow.platforms.base import TrialStatus
-from trialflow.retune import ranked
 from trialflow.runs import start_run, summarize_run
+from trialflow.seeding.retune import ranked
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.pareto import dominates, fronts, pareto_set, with_values
 from trialflow.tuning.results import TrialRow, objective_values

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
-from trialflow.follow import follow_trial
+from trialflow.experiment.follow import follow_trial
 from trialflow.platforms.base import TrialStatus, trial_id_for
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 

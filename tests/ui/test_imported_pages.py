@@ -10,8 +10,8 @@ from tests.helpers.screens import canvas_drawn, shot
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.nni_history import read_experiment, read_result_file
-from trialflow.nni_import import import_experiment
 from trialflow.runs import start_run
+from trialflow.seeding.nni_import import import_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.ui, pytest.mark.nni]
 

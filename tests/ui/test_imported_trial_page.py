@@ -11,7 +11,7 @@ import pytest
 from tests.helpers.pages import UiSetup, login
 from tests.helpers.screens import shot
 from trialflow.nni_history import read_experiment
-from trialflow.nni_import import import_experiment
+from trialflow.seeding.nni_import import import_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.ui]
 

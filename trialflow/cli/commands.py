@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 
 import yaml
 
+from trialflow.authoring.plan import Built
 from trialflow.cli.dag_files import NoExperiment, experiments_in, is_dag_file
 from trialflow.config import ConfigError, ExperimentConfig, load_config, to_v2_dict
 from trialflow.config.errors import Problem
-from trialflow.plan import Built
 
 T = TypeVar("T")
 
@@ -119,13 +119,13 @@ def _function_problems(config: ExperimentConfig, inputs: tuple[str, ...]) -> lis
 
 
 def _warm_start_note(config: ExperimentConfig) -> str:
-    """What a warmStart's earlier results do to this tuner (trialflow.warm_start.learning_said)."""
+    """What a warmStart's earlier results do to this tuner (trialflow.seeding.warm_start.learning_said)."""
     if config.warm_start is None or config.warm_start.use != "results":
         return ""
     from trialflow.experiment import Experiment
+    from trialflow.seeding.warm_start import learning_said
     from trialflow.tuning.algorithms import canonical_tuner_name
     from trialflow.tuning.tuners import random_start
-    from trialflow.warm_start import learning_said
 
     experiment = Experiment(config, "validate", Path("."))
     algorithm = experiment.algorithm
@@ -631,7 +631,7 @@ def _result_file_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_import_nni(args: argparse.Namespace) -> int:
     from trialflow.nni_history import NniHistoryError, read_experiment, read_result_file
-    from trialflow.nni_import import import_experiment
+    from trialflow.seeding.nni_import import import_experiment
 
     try:
         source = Path(args.experiment).expanduser()

@@ -2,15 +2,15 @@
 
 `trialflow validate | convert | render | run` all start here: a DAG file (``.py``) is imported
 as Airflow would import it, and every experiment_dag and ExperimentTaskGroup it builds says so
-(trialflow.dag_sources.collecting), with its DAG id, its group and its config's source.
+(trialflow.authoring.dag_sources.collecting), with its DAG id, its group and its config's source.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from trialflow.authoring.plan import Built
 from trialflow.config import ConfigError
-from trialflow.plan import Built
 
 
 class NoExperiment(Exception):
@@ -32,7 +32,7 @@ def experiments_in(path: str) -> list[Built]:
         return [Built(path, path)]
     import runpy
 
-    from trialflow.dag_sources import collecting
+    from trialflow.authoring.dag_sources import collecting
 
     file = Path(path).expanduser().resolve()
     if not file.is_file():

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trialflow.authoring.plan import default_dag_id
 from trialflow.cli.embedded import COMPONENTS, EmbeddedAirflow
 from trialflow.cli.shared_airflow import joined, leave
 from trialflow.config import ExperimentConfig
@@ -31,7 +32,6 @@ from trialflow.experiment import (
     trial_count,
     unbounded,
 )
-from trialflow.plan import default_dag_id
 from trialflow.tuning.pareto import pareto_rows, with_values
 from trialflow.tuning.results import TrialRow, best_row
 from trialflow.tuning.store_urls import sqlite_url

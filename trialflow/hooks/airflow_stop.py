@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trialflow.lifecycle.submission import Submission
     from trialflow.platforms.base import TrainingPlatform
-    from trialflow.submission import Submission
 
 log = logging.getLogger(__name__)
 
@@ -181,9 +181,10 @@ async def stop_from_airflow(
     DAG run also stops the run in the store (no trial of it starts, the others are asked)."""
     import asyncio
 
-    from trialflow import steering, trial_lifecycle
+    from trialflow import steering
     from trialflow.hooks import airflow_connections
     from trialflow.hooks.experiment_store import ExperimentStoreHook
+    from trialflow.lifecycle import trial_lifecycle
 
     store = await asyncio.to_thread(lambda: ExperimentStoreHook(submission.store_conn_id).get_conn())
     if platform is None:

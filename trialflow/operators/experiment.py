@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Asset
 
     from trialflow.experiment import Experiment
-    from trialflow.run_summary import ExperimentSummary
+    from trialflow.runs.summary import ExperimentSummary
     from trialflow.tuning.experiment_store import ExperimentStore
 
 
@@ -79,9 +79,9 @@ class StartExperimentOperator(_ExperimentStep):
         from trialflow.hooks.secrets import masked_names
         from trialflow.runs import ExperimentNotOwned, start_run
         from trialflow.runs.start import unused_inputs
+        from trialflow.seeding.warm_start import WarmStartError
         from trialflow.trial.inputs import InputsError
         from trialflow.tuning.store_urls import safe_url
-        from trialflow.warm_start import WarmStartError
 
         experiment, store = self.experiment_and_store(context, check=True)  # in full: nothing has started yet
         conf = getattr(context.get("dag_run"), "conf", None) or {}
@@ -211,9 +211,9 @@ class EndExperimentOperator(_ExperimentStep):
         self._lineage: tuple[ExperimentSummary, dict[str, Any] | None] | None = None
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """OpenLineage's listener asks this after a success (trialflow.lineage: the experiment's
+        """OpenLineage's listener asks this after a success (trialflow.outputs.lineage: the experiment's
         search space and what it found, as a run facet); only where the provider is installed."""
-        from trialflow.lineage import operator_lineage
+        from trialflow.outputs.lineage import operator_lineage
 
         return operator_lineage(*self._lineage) if self._lineage else None
 
@@ -237,8 +237,8 @@ class EndExperimentOperator(_ExperimentStep):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.platforms.event_loop import run_sync
-        from trialflow.run_summary import BEST_PARAMETERS_KEY, BEST_VALUE_KEY, best_parameters, best_value
         from trialflow.runs import ExperimentNotOwned, RunHasNoTrials, end_run
+        from trialflow.runs.summary import BEST_PARAMETERS_KEY, BEST_VALUE_KEY, best_parameters, best_value
 
         experiment, store = self.experiment_and_store(context)
         conf = getattr(context.get("dag_run"), "conf", None) or {}
@@ -303,7 +303,7 @@ class ContinueExperimentOperator(BaseOperator):
         self.end_task_id = end_task_id
 
     def execute(self, context: Context) -> Any:
-        from trialflow.run_summary import as_summary
+        from trialflow.runs.summary import as_summary
 
         summary = as_summary(context["ti"].xcom_pull(task_ids=self.end_task_id))
         following = summary["continuation"] if summary else None
@@ -341,7 +341,7 @@ class PublishBestOperator(BaseOperator):
     After the end step, when it succeeded (Airflow's all_success): when the experiment is over
     with a succeeded trial, the event's extra carries the experiment, the best trial's id,
     parameters and metric (the Pareto set, with several objectives), the DAG run and a link to
-    the experiment's page (trialflow.published). Otherwise the task is skipped and says why:
+    the experiment's page (trialflow.outputs.published). Otherwise the task is skipped and says why:
     Airflow emits an outlet's event only for a task that succeeds, so nothing is published.
     When the end step failed (no trial succeeded, the start step failed) this task is
     upstream_failed, so a DAG whose last step is an experiment task group has a failed run,
@@ -370,8 +370,8 @@ class PublishBestOperator(BaseOperator):
         self.start_task_id = start_task_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trialflow.published import publication
-        from trialflow.run_summary import as_summary
+        from trialflow.outputs.published import publication
+        from trialflow.runs.summary import as_summary
         from trialflow.ui.links import experiment_page
 
         summary = as_summary(context["ti"].xcom_pull(task_ids=self.end_task_id))

@@ -1,6 +1,6 @@
 """SubmitTrialOperator: one trial = one (mapped) task instance.
 
-A shell over trialflow.trial_lifecycle: it starts the trial (parameters from the
+A shell over trialflow.lifecycle.trial_lifecycle: it starts the trial (parameters from the
 tuner when the task starts, so later trials learn from earlier ones, as in
 NNI; a retry re-attaches to the job it already started), then either returns
 the submission (``wait_for_completion=False``: pair it with TrialSensor) or
@@ -23,10 +23,10 @@ from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHoo
 from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
 
 if TYPE_CHECKING:
-    from trialflow import trial_lifecycle
     from trialflow.experiment import Experiment
+    from trialflow.lifecycle import trial_lifecycle
+    from trialflow.lifecycle.submission import Submission
     from trialflow.platforms.base import TrainingPlatform
-    from trialflow.submission import Submission
     from trialflow.tuning.experiment_store import ExperimentStore
 
 
@@ -65,7 +65,7 @@ def complete_from_event(
     context: Context, event: dict[str, Any], experiment: Experiment, store: ExperimentStore, storage_id: int
 ) -> dict[str, Any]:
     """Turn TrialTrigger's event into the task outcome (the operator and the sensor alike)."""
-    from trialflow import trial_lifecycle
+    from trialflow.lifecycle import trial_lifecycle
     from trialflow.platforms.base import TrialStatus
 
     if event["status"] == "ERROR":
@@ -167,7 +167,7 @@ class SubmitTrialOperator(BaseOperator):
         label_task(context, started.spec.trial_id)
 
     def execute(self, context: Context) -> Any:
-        from trialflow import trial_lifecycle
+        from trialflow.lifecycle import trial_lifecycle
         from trialflow.triggers.trial import TrialTrigger
 
         experiment = experiment_for(self.config_path, context, group=self.experiment_group)
@@ -246,7 +246,7 @@ class SubmitTrialOperator(BaseOperator):
         stop_from_worker(submission, ref, platform)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        from trialflow import trial_lifecycle
+        from trialflow.lifecycle import trial_lifecycle
 
         experiment = experiment_for(self.config_path, context, group=self.experiment_group)
         store = ExperimentStoreHook(self.store_conn_id).get_conn()

@@ -214,7 +214,7 @@ class Connections:
 class PlatformUnreachable(RuntimeError):
     """The platform did not answer (its machine or API server down, the network cut) after the
     platform's own retries: the trial itself may be fine. Following asks again for a while
-    (trialflow.follow.UNREACHABLE_GRACE) instead of failing the task at once. Each platform's
+    (trialflow.experiment.follow.UNREACHABLE_GRACE) instead of failing the task at once. Each platform's
     error for this case subclasses both its own error and this one."""
 
 

@@ -85,7 +85,7 @@ def placement_problem(
 ) -> tuple[tuple[str | int, ...], str] | None:
     """Why this experiment cannot be scheduled as configured, as (config key path, message) for
     a ConfigError; None: it can. ``platforms``: the config's training services, in order;
-    ``host_bound``: those whose registry entries say host-bound (trialflow.plan keeps them)."""
+    ``host_bound``: those whose registry entries say host-bound (trialflow.authoring.plan keeps them)."""
     bound = [i for i, name in enumerate(platforms) if name in host_bound]
     if not bound or not spans_hosts(executor_class) or queue:
         return None

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from trialflow.experiment import GROUP_ATTR
-from trialflow.nni_import import IMPORTED_ATTR
+from trialflow.experiment.run_windows import LIKE_PATTERN, RunWindow, run_id_of, shown_window
 from trialflow.queries.objectives import objectives_of
 from trialflow.queries.settled import sql_tallies, study_trials
 from trialflow.queries.tables import (
@@ -29,10 +29,10 @@ from trialflow.queries.tables import (
     study_id_of,
 )
 from trialflow.queries.trials import best_trial_row, trials_page
-from trialflow.retune import RETUNED_BY, RETUNED_FROM
-from trialflow.run_windows import LIKE_PATTERN, RunWindow, run_id_of, shown_window
+from trialflow.seeding.nni_import import IMPORTED_ATTR
+from trialflow.seeding.retune import RETUNED_BY, RETUNED_FROM
+from trialflow.seeding.warm_start import WARM_STARTED_BY, WARM_STARTED_FROM
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
-from trialflow.warm_start import WARM_STARTED_BY, WARM_STARTED_FROM
 
 _LIST_ATTRS = (
     "experiment_name",
@@ -170,7 +170,7 @@ def experiment_dag_id(engine: Engine, experiment_id: str) -> str | None:
 
 
 def secret_input_values(engine: Engine, experiment_id: str) -> list[str]:
-    """The values of every run's secret inputs (trialflow.run_windows), to mask them in what a
+    """The values of every run's secret inputs (trialflow.experiment.run_windows), to mask them in what a
     trial wrote (its log tail), since a trial may print what it was given."""
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)

@@ -16,7 +16,6 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from trialflow.config.units import whole_number
-from trialflow.nni_import import IMPORT_REQUESTER
 from trialflow.queries.kept_table import SEARCHED, table_page
 from trialflow.queries.objectives import Objectives, objectives_of
 from trialflow.queries.settled import study_trials
@@ -39,6 +38,7 @@ from trialflow.queries.tables import (
     storage_id_of,
     study_id_of,
 )
+from trialflow.seeding.nni_import import IMPORT_REQUESTER
 from trialflow.trial.status import COUNTED_STATUS_NAMES
 
 SortKey = str  # "index" | "status" | "metric" | "duration" | "platform" | "param:<name>" | "objective:<n>"

@@ -17,8 +17,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment import Experiment
+from trialflow.experiment.run_windows import RunWindow, RunWindows
 from trialflow.platforms.base import Connections
-from trialflow.run_summary import (
+from trialflow.runs.continuation import Continuation, continuation, continued_run
+from trialflow.runs.ownership import check_owner
+from trialflow.runs.reconcile import Reconciled, reconcile_run
+from trialflow.runs.summary import (
     ExperimentSummary,
     FollowOn,
     best_trial,
@@ -27,10 +31,6 @@ from trialflow.run_summary import (
     stopped_by,
     summary_trial,
 )
-from trialflow.run_windows import RunWindow, RunWindows
-from trialflow.runs.continuation import Continuation, continuation, continued_run
-from trialflow.runs.ownership import check_owner
-from trialflow.runs.reconcile import Reconciled, reconcile_run
 from trialflow.tuning.pareto import pareto_rows, with_values
 from trialflow.tuning.results import TrialRow, best_row
 

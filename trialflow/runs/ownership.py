@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment import GROUP_ATTR, named_experiment
-from trialflow.run_windows import windows_in
+from trialflow.experiment.run_windows import windows_in
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING
 
 from optuna.exceptions import UpdateFinishedTrialError
 
-from trialflow import steering, trial_lifecycle
+from trialflow import steering
 from trialflow.config.registry import is_host_bound
+from trialflow.lifecycle import trial_lifecycle
 from trialflow.platforms.base import Connections, TrialStatus
 from trialflow.platforms.hosts import TrialOnAnotherHost, check_host
 

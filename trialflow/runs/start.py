@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment import GROUP_ATTR, Experiment, trial_count
+from trialflow.experiment.run_windows import RunWindow, RunWindows, windows_in
 from trialflow.platforms.base import Connections
-from trialflow.retune import Retune, seed_from_previous
-from trialflow.run_windows import RunWindow, RunWindows, windows_in
 from trialflow.runs.continuation import continued_run
 from trialflow.runs.ownership import check_owner
+from trialflow.seeding.retune import Retune, seed_from_previous
+from trialflow.seeding.warm_start import WarmStart, check_source, warm_start
 from trialflow.trial.inputs import check_inputs
-from trialflow.warm_start import WarmStart, check_source, warm_start
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
@@ -51,7 +51,7 @@ def start_run(
     ``secret_inputs``: the names of those Airflow's secrets masker knows as secrets (kept with
     the run's window so that every reader sees them masked). The config's warmStart is
     checked first too (WarmStartError) and given once the experiment is open
-    (trialflow.warm_start)."""
+    (trialflow.seeding.warm_start)."""
     checked = check_inputs(inputs)  # before anything is written
     shared = experiment.config.scheduled_runs == "continue"
     check_owner(store, experiment.experiment_id, dag_id, conf, run_id, shared, experiment.group)

@@ -21,9 +21,9 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.airflow_stop import TaskRef
 from trialflow.hooks.experiment_store import ExperimentStoreHook
+from trialflow.lifecycle.submission import Submission
 from trialflow.operators.trial import complete_from_event, stop_from_worker
 from trialflow.platforms.event_loop import run_sync
-from trialflow.submission import Submission
 from trialflow.triggers.trial import TrialTrigger
 
 

@@ -44,7 +44,7 @@ def check_running(store: ExperimentStore, experiment_id: str) -> None:
     experiment to go on; here, run more trials as a new experiment, which ``scheduledRuns:
     retune`` starts from the best of this one). An experiment without runs (made by a test or
     a tool) is not refused."""
-    from trialflow.run_windows import RunWindows
+    from trialflow.experiment.run_windows import RunWindows
 
     windows = RunWindows(store, experiment_id).all().values()
     if windows and all(w.over for w in windows):
@@ -77,7 +77,7 @@ def record_action(store: ExperimentStore, experiment_id: str, by: str, action: s
 def history(store: ExperimentStore, experiment_id: str) -> list[dict[str, Any]]:
     """Every action, oldest first: the recorded ones and the runs stopped with a history line
     in their mark (steering.stops.stop_runs)."""
-    from trialflow.run_windows import windows_in
+    from trialflow.experiment.run_windows import windows_in
 
     attrs = store.experiment_attrs(experiment_id)
     entries = list(attrs.get(HISTORY) or [])

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from trialflow.config.units import whole_number
 from trialflow.experiment import GROUP_ATTR, LIMITS_ATTR
-from trialflow.run_windows import RunWindows
+from trialflow.experiment.run_windows import RunWindows
 from trialflow.steering.base import BadInput, UnknownTarget, check_running, record_action
 from trialflow.steering.stops import DEADLINE_CHANGE
 from trialflow.tuning.concurrency_changes import limits_key, write_concurrency

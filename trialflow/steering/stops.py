@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from optuna.exceptions import UpdateFinishedTrialError
 
-from trialflow.follow import Control
-from trialflow.run_windows import RunWindow, RunWindows
+from trialflow.experiment.follow import Control
+from trialflow.experiment.run_windows import RunWindow, RunWindows
 from trialflow.steering.base import ActionRefused, Request, UnknownTarget, check_running, find_trial, record_action
 
 if TYPE_CHECKING:

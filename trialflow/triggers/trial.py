@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
 
 if TYPE_CHECKING:
-    from trialflow.follow import Follower, FollowOutcome
+    from trialflow.experiment.follow import Follower, FollowOutcome
     from trialflow.tuning.experiment_store import ExperimentStore
 
 
@@ -37,7 +37,7 @@ _STOPPING: set[asyncio.Future[None]] = set()
 class TrialTrigger(BaseTrigger):
     """Follow one submitted trial until it ends; fires one event with its outcome.
 
-    :param submission: the trial as trialflow.submission.Submission.to_dict() wrote it (the
+    :param submission: the trial as trialflow.lifecycle.submission.Submission.to_dict() wrote it (the
         config is read again here and the platform rebuilt from it, so the kwargs hold no secret).
     :param cursor: how far the metrics were read (a restarted triggerer resumes from it).
     :param poll_interval: seconds between polls (a platform with a watch wakes sooner).
@@ -59,7 +59,7 @@ class TrialTrigger(BaseTrigger):
         **legacy: Any,
     ):
         super().__init__()
-        from trialflow.submission import Submission
+        from trialflow.lifecycle.submission import Submission
 
         self.submission = Submission.from_dict(submission if submission is not None else legacy)
         self.cursor = cursor or {}
@@ -153,7 +153,7 @@ class TrialTrigger(BaseTrigger):
     def _ending(self, store: ExperimentStore, outcome: FollowOutcome) -> TriggerEvent:
         """The task-ending event for a trial that succeeded or was stopped on purpose (recorded
         in the store first, as the worker would); the outcome for the worker otherwise."""
-        from trialflow import trial_lifecycle
+        from trialflow.lifecycle import trial_lifecycle
 
         if not self.end_task or outcome.status is None or listeners_present():
             return TriggerEvent(outcome.to_event())

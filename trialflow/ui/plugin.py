@@ -32,7 +32,7 @@ ICON_URL = "trialflow/static/experiments.svg"
 #: their first draw, not with Optuna (NumPy's lazy submodules).
 PRELOADED = (
     "trialflow.dag",
-    "trialflow.trial_lifecycle",
+    "trialflow.lifecycle.trial_lifecycle",
     "trialflow.tuning.experiment_store",
     "trialflow.tuning.tuners",
     "trialflow.tuning.assessors",

@@ -14,7 +14,7 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from trialflow import queries, task_ids
-from trialflow.run_windows import RunWindow
+from trialflow.experiment.run_windows import RunWindow
 from trialflow.ui.access import (
     MAX_INT,
     Offset,

@@ -14,7 +14,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from trialflow.run_summary import ExperimentSummary
+    from trialflow.runs.summary import ExperimentSummary
 
 #: The facet's key in the run's facets.
 FACET_NAME = "trialflow_experiment"

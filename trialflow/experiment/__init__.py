@@ -28,6 +28,7 @@ from trialflow.config.errors import ConfigError, Problem
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.registry import PlatformUnavailable, get_platform_entry
 from trialflow.config.search_space import SearchSpace, parse_search_space
+from trialflow.experiment.run_windows import RunWindow, RunWindows
 from trialflow.limits import MAX_TRIALS_PER_RUN
 from trialflow.platforms.base import (
     Connections,
@@ -38,7 +39,6 @@ from trialflow.platforms.base import (
     experiment_id_for,
     trial_id_for,
 )
-from trialflow.run_windows import RunWindow, RunWindows
 
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner

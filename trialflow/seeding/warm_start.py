@@ -8,7 +8,7 @@ name (trialflow.config.model.WarmStartConfig):
   new study (trialflow.tuning.prior_trials), which the tuner learns from as Optuna's own
   ``add_trials`` would make it learn, and which is no trial of this experiment;
 * ``use: rerun`` trusts only the parameters: the earlier ``topK`` best sets are queued as the
-  first trials and measured again (trialflow.retune.queue_best).
+  first trials and measured again (trialflow.seeding.retune.queue_best).
 
 The earlier experiment is named by id from the config, so it is checked before anything is
 written: it must exist and belong to the same DAG (an NNI experiment is attached to one when
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trialflow.config.search_space import SearchSpaceError, encode
-from trialflow.retune import queue_best, ranked_trials
+from trialflow.seeding.retune import queue_best, ranked_trials
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
 from trialflow.tuning.prior_trials import PriorTrial
 from trialflow.tuning.results import is_finite_number

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from trialflow.experiment.run_windows import EXPERIMENT_DEADLINE_REASON
 from trialflow.platforms.base import (
     Cursor,
     PlatformUnreachable,
@@ -23,7 +24,6 @@ from trialflow.platforms.base import (
     TrialStatus,
     TrialUpdate,
 )
-from trialflow.run_windows import EXPERIMENT_DEADLINE_REASON
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore

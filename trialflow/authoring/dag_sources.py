@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from trialflow.plan import INLINE_MARK, Built
+from trialflow.authoring.plan import INLINE_MARK, Built
 
 #: While the command line imports a DAG file: the experiments it builds, one list per caller.
 _collecting: list[list[Built]] = []
@@ -45,7 +45,7 @@ def dag_file() -> Path | None:
     """The DAG file that is building the experiment: the nearest caller outside trialflow's own
     modules (its folder is where a config's relative path starts; a config written in it names
     it in its errors). None when called from no file (an interactive session)."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # trialflow/, all of it
     frame = inspect.currentframe()
     while frame is not None:
         filename = frame.f_code.co_filename

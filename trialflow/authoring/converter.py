@@ -26,7 +26,8 @@ from typing import Any
 
 from trialflow import task_ids
 from trialflow.assets import best_parameters_asset
-from trialflow.dag_sources import config_source
+from trialflow.authoring.dag_sources import config_source
+from trialflow.authoring.plan import INLINE_MARK, DagPlan, load_plan
 from trialflow.hooks.concurrency_at_parse import changed_concurrency
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
 from trialflow.limits import MAX_TRIALS_PER_RUN
@@ -38,9 +39,8 @@ from trialflow.operators.experiment import (
     WatchTrialsOperator,
 )
 from trialflow.operators.trial import SubmitTrialOperator
-from trialflow.plan import INLINE_MARK, DagPlan, load_plan
+from trialflow.outputs.published import NAMESPACE
 from trialflow.platforms import hosts
-from trialflow.published import NAMESPACE
 
 DEFAULT_RETRIES = 2
 #: Task defaults an experiment's tasks need: retries re-attach a trial task to its running
@@ -88,8 +88,8 @@ class ExperimentOptions:
 
 
 def load(config: str | Path | Mapping[str, Any]) -> tuple[str, DagPlan]:
-    """The config's source as the tasks are handed it (trialflow.dag_sources.config_source) and
-    its plan: the full check, unless this config passed it before (trialflow.plan)."""
+    """The config's source as the tasks are handed it (trialflow.authoring.dag_sources.config_source) and
+    its plan: the full check, unless this config passed it before (trialflow.authoring.plan)."""
     source = config_source(config)
     return source, load_plan(source)
 

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from trialflow.config.registry import is_host_bound
 from trialflow.experiment import Experiment, TrialXCom, trial_result
-from trialflow.follow import Follower, FollowOutcome
+from trialflow.experiment.follow import Follower, FollowOutcome
+from trialflow.experiment.run_windows import EXPERIMENT_DEADLINE_REASON
+from trialflow.lifecycle.submission import Submission
 from trialflow.platforms.base import Connections, TrainingPlatform, TrialHandle, TrialSpec, TrialStatus, trial_id_for
 from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.gpus import GpuRequestError
 from trialflow.platforms.hosts import check_host, this_host
-from trialflow.run_windows import EXPERIMENT_DEADLINE_REASON
 from trialflow.steering import stop_requested
-from trialflow.submission import Submission
 from trialflow.trial.packing import CodeDirectoryError
 
 if TYPE_CHECKING:

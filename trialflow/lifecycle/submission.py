@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trialflow.follow import Follower
+from trialflow.experiment.follow import Follower
 
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment

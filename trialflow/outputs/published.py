@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from trialflow.run_summary import ExperimentSummary
+    from trialflow.runs.summary import ExperimentSummary
 
 #: Marks an asset event's extra as trialflow's, and the shape it has (bumped on a breaking change).
 FORMAT_KEY = "trialflow"
