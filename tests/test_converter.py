@@ -27,6 +27,11 @@ def test_keyword_arguments_override_an_options_object_and_leave_it_as_it_was():
         base.defer_after = 2.0  # type: ignore[misc]
 
 
+def test_options_of_another_kind_are_refused_by_name():
+    with pytest.raises(TypeError, match="options: expected trialflow's ExperimentOptions, got dict"):
+        ExperimentOptions.take({}, {"poll_interval": 1.0})  # type: ignore[arg-type]
+
+
 def test_the_dag_and_the_group_take_exactly_the_options(tmp_path):
     """Both shells name no build option of their own: what they take is ExperimentOptions'."""
     import inspect

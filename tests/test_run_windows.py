@@ -60,7 +60,8 @@ def test_changes_keep_what_else_a_window_holds(tmp_path, store):
 
 def test_a_stop_and_a_deadline_move_at_once_both_stay(tmp_path):
     """Two writers of one run's window at the same instant (a person's stop, a duration change):
-    neither undoes the other, on SQLite's concurrent writers (each merge is a compare-and-set)."""
+    neither undoes the other, on SQLite's concurrent writers (each mutator's merge is a
+    compare-and-set), through the mutators the steering actions call."""
     import threading
 
     store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
@@ -71,14 +72,15 @@ def test_a_stop_and_a_deadline_move_at_once_both_stay(tmp_path):
         windows.put(run_id, RunWindow(0, 2, None, exists=True), started_at=1.0)
         barrier = threading.Barrier(2)
 
-        def write(fields: dict, run_id: str = run_id, barrier: threading.Barrier = barrier) -> None:
+        def stop(run_id: str = run_id, barrier: threading.Barrier = barrier) -> None:
             barrier.wait()
-            RunWindows(ExperimentStore(sqlite_url(tmp_path / "s.db")), "ew").merge({run_id: fields})
+            RunWindows(ExperimentStore(sqlite_url(tmp_path / "s.db")), "ew").mark_stopped([run_id], {"by": "ann"})
 
-        threads = [
-            threading.Thread(target=write, args=({"stopped": {"by": "ann"}},)),
-            threading.Thread(target=write, args=({"deadline": 9.0},)),
-        ]
+        def move(barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            RunWindows(ExperimentStore(sqlite_url(tmp_path / "s.db")), "ew").move_deadlines(8.0, now=0.0)
+
+        threads = [threading.Thread(target=stop), threading.Thread(target=move)]
         for t in threads:
             t.start()
         for t in threads:

@@ -83,6 +83,8 @@ class ExperimentOptions:
     def take(cls, kwargs: MutableMapping[str, Any], base: ExperimentOptions | None = None) -> ExperimentOptions:
         """The options among ``kwargs`` (over ``base``'s, when given), removed from it: what is
         left is the DAG's or the group's own."""
+        if base is not None and not isinstance(base, cls):
+            raise TypeError(f"options: expected trialflow's ExperimentOptions, got {type(base).__name__}")
         names = [f.name for f in dataclasses.fields(cls)]
         return dataclasses.replace(base or cls(), **{name: kwargs.pop(name) for name in names if name in kwargs})
 

@@ -210,7 +210,8 @@ class ExperimentRun:
         self.home = (home or default_home(self.config_path)).resolve()
         self.poll_interval = poll_interval
         self.dag_id = default_dag_id(self.config_path, self.config.experiment_name)
-        self.store_url = sqlite_url(self.home / "experiments.db")
+        self.store_path = self.home / "experiments.db"
+        self.store_url = sqlite_url(self.store_path)
         self.workdir = run_workdir(self.config, self.home)
         self.airflow = embedded_airflow(self.home, embedded_parallelism(self.config), viewers)
         self.run_id: str | None = None
@@ -279,7 +280,7 @@ class ExperimentRun:
         # here (StoreSchemaError, saying to run `trialflow db upgrade --home ...`), not by
         # every task of a run that was already under way. A store found current by a look at
         # its version rows is not opened here (Optuna's and SQLAlchemy's imports, ~1 s).
-        if not sqlite_store_is_current(self.home / "experiments.db"):
+        if not sqlite_store_is_current(self.store_path):
             self.store()
         dag_file = self.write_dag()
         with joined(self.airflow, keep) as attached:
