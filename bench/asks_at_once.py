@@ -33,6 +33,7 @@ from bench.tuners import LATENCY_SPACE, seed_history  # noqa: E402
 from trialflow.config.model import AlgorithmConfig  # noqa: E402
 from trialflow.config.search_space import parse_search_space  # noqa: E402
 from trialflow.trial.status import TrialStatus  # noqa: E402
+from trialflow.tuning.asker import ask  # noqa: E402
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 
 TPE = AlgorithmConfig(name="TPE", class_args={"seed": 1})
@@ -46,7 +47,7 @@ def _task(url: str, index: int, barrier: Any, out: Any) -> None:
     began = time.perf_counter()
     try:
         store = ExperimentStore(url)
-        asked = store.ask(EXPERIMENT, index, f"{EXPERIMENT}-{index:04d}", TPE, SPACE)
+        asked = ask(store, EXPERIMENT, index, f"{EXPERIMENT}-{index:04d}", TPE, SPACE)
         asked_at = time.perf_counter()
         store.finish(asked.storage_id, TrialStatus.SUCCEEDED, 0.001 * index)
         out.put({"index": index, "ask": asked_at - began, "total": time.perf_counter() - began})
@@ -56,7 +57,7 @@ def _task(url: str, index: int, barrier: Any, out: Any) -> None:
 
 def run(url: str, tasks: int, history: int) -> dict[str, Any]:
     store = ExperimentStore(url)
-    store.open_experiment(EXPERIMENT, TPE, SPACE)
+    store.open_experiment(EXPERIMENT)
     seed_history(store, EXPERIMENT, SPACE, history)
     first = history
     # the baseline: one ask alone, in a fresh child, the same way (three times, median)

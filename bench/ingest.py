@@ -29,6 +29,7 @@ from trialflow.config.search_space import parse_search_space  # noqa: E402
 from trialflow.experiment.follow import follow_trial  # noqa: E402
 from trialflow.platforms.base import TrialSpec  # noqa: E402
 from trialflow.platforms.local import LocalPlatform  # noqa: E402
+from trialflow.tuning.asker import ask  # noqa: E402
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 
 TRIAL = """\
@@ -61,8 +62,8 @@ def trialflow_run(root: Path, results: int, postgres: str | None) -> dict[str, f
     code.mkdir()
     (code / "t.py").write_text(TRIAL)
     store = store_for(root, postgres, "ingest_new")
-    store.open_experiment("eingest1", RANDOM, SPACE)
-    asked = store.ask("eingest1", 0, "eingest1-0000", RANDOM, SPACE)
+    store.open_experiment("eingest1")
+    asked = ask(store, "eingest1", 0, "eingest1-0000", RANDOM, SPACE)
     spent = [0.0]
     record = store.record_metrics
 
@@ -98,8 +99,8 @@ def trialflow_run(root: Path, results: int, postgres: str | None) -> dict[str, f
 def baseline_rows_per_s(root: Path, sample: int, postgres: str | None) -> float:
     """The store's old path: Optuna's own per-step write, one transaction (and fsync) each."""
     store = store_for(root, postgres, "ingest_old")
-    store.open_experiment("eingest0", RANDOM, SPACE)
-    sid = store.ask("eingest0", 0, "eingest0-0000", RANDOM, SPACE).storage_id
+    store.open_experiment("eingest0")
+    sid = ask(store, "eingest0", 0, "eingest0-0000", RANDOM, SPACE).storage_id
     begun = time.perf_counter()
     for step in range(sample):
         store.storage.set_trial_intermediate_value(sid, step, step / 1e6)

@@ -88,7 +88,9 @@ assert status == 0, "the start step's work failed"
 
 # The tuner's own share of a task: the ask, timed where start_trial makes it.
 asks = []
-_ask = ExperimentStore.ask
+# The asker drives the tuner since issue 48 (start_trial calls its ask); before, the store did.
+_asks_in_store = hasattr(ExperimentStore, "ask")
+_ask = ExperimentStore.ask if _asks_in_store else trial_lifecycle.ask
 
 
 def timed_ask(self, *args, **kwargs):
@@ -108,7 +110,10 @@ def timed_ask(self, *args, **kwargs):
             profiler.dump_stats(f"{profile}/ask.{os.getpid()}.prof")
 
 
-ExperimentStore.ask = timed_ask
+if _asks_in_store:
+    ExperimentStore.ask = timed_ask
+else:
+    trial_lifecycle.ask = timed_ask
 
 
 def task(index: int, report: int) -> None:

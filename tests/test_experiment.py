@@ -11,6 +11,7 @@ from trialflow.experiment import Experiment, experiment_id_for_run, trial_count
 from trialflow.experiment.run_windows import RunWindow
 from trialflow.platforms.base import experiment_id_for
 from trialflow.runs import allot_window, continuation
+from trialflow.tuning.asker import ask
 
 
 def _config(tmp_path: Path, extra: str = "", space: str = "{x: {_type: uniform, _value: [0, 1]}}"):
@@ -161,7 +162,7 @@ def test_hybrid_places_each_trial_on_the_platform_with_fewest_active_trials(tmp_
 
     def active(service: int, handle: bool = True) -> int:
         index = next(asked)
-        storage_id = store.ask("ehybrid1", index, f"t{index}", experiment.algorithm, experiment.space).storage_id
+        storage_id = ask(store, "ehybrid1", index, f"t{index}", experiment.algorithm, experiment.space).storage_id
         store.set_attrs(storage_id, service_index=service, **({"handle": {"platform": "local"}} if handle else {}))
         return storage_id
 

@@ -22,6 +22,7 @@ from trialflow.experiment.follow import (
 )
 from trialflow.platforms.base import PlatformUnreachable, TrialSpec, TrialStatus, TrialUpdate
 from trialflow.platforms.local import LocalPlatform, process_alive
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore
 
 #: Reports an intermediate result every 0.1 s for ``steps`` steps, then a final one.
@@ -48,7 +49,7 @@ def submitted(tmp_path: Path, store: ExperimentStore, steps: int, index: int = 0
 
     space = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
     trial_id = f"efollow-{index:04d}"
-    asked = store.ask("efollow", index, trial_id, AlgorithmConfig(name="Random"), space)
+    asked = ask(store, "efollow", index, trial_id, AlgorithmConfig(name="Random"), space)
     platform = LocalPlatform(LocalConfig(), tmp_path / "work")
     spec = TrialSpec("efollow", trial_id, index, index, asked.parameters, f"{sys.executable} reporter.py {steps}", code)
     return platform, platform.submit_sync(spec), asked.storage_id

@@ -12,6 +12,7 @@ import pytest
 from trialflow import queries
 from trialflow.nni_history import NniHistoryError, read_experiment
 from trialflow.seeding.nni_import import IMPORTED_ATTR, NNI_JOB_ATTR, import_experiment, import_id
+from trialflow.tuning.asker import ask
 
 
 @pytest.mark.nni
@@ -194,7 +195,7 @@ def test_a_new_experiment_warm_started_from_the_import_learns_from_nnis_trials(s
 
     def asks(made: Experiment) -> list[dict]:
         return [
-            store.ask(made.experiment_id, i, f"{made.experiment_id}-{i}", made.algorithm, made.space).parameters
+            ask(store, made.experiment_id, i, f"{made.experiment_id}-{i}", made.algorithm, made.space).parameters
             for i in range(2)
         ]
 

@@ -13,6 +13,7 @@ from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
 from trialflow.seeding.retune import RETUNED_BY, RETUNED_FROM, ranked
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore
 
 SPACE = "searchSpace: {{x: {{_type: uniform, _value: [0, {high}]}}, k: {{_type: choice, _value: [a, b]}}}}\n"
@@ -34,7 +35,7 @@ def experiment(tmp_path: Path, exp_id: str, mode: str = "maximize", high: int = 
 
 
 def finish(store: ExperimentStore, exp: Experiment, index: int, value: float | None, status=TrialStatus.SUCCEEDED):
-    asked = store.ask(exp.experiment_id, index, f"{exp.experiment_id}-{index}", exp.algorithm, exp.space)
+    asked = ask(store, exp.experiment_id, index, f"{exp.experiment_id}-{index}", exp.algorithm, exp.space)
     store.finish(asked.storage_id, status, value, None)
     return asked.parameters
 

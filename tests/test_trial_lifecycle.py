@@ -14,6 +14,7 @@ from trialflow.experiment.follow import EXPERIMENT_DEADLINE_REASON
 from trialflow.lifecycle import trial_lifecycle
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
+from trialflow.tuning.asker import ask
 
 CONFIG = f"""\
 searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
@@ -80,7 +81,7 @@ def test_a_trial_runs_and_its_result_is_the_tasks_xcom(experiment, store, tmp_pa
     ],
 )
 def test_a_trial_stopped_on_purpose_skips_its_task_and_a_failure_fails_it(experiment, store, status, message, skipped):
-    asked = store.ask("elife", 1, "elife-0001", experiment.algorithm, experiment.space)
+    asked = ask(store, "elife", 1, "elife-0001", experiment.algorithm, experiment.space)
     result = trial_lifecycle.finish_trial(store, asked.storage_id, status, message)
     assert result.stopped_on_purpose is skipped and not result.succeeded
     assert result.describe() == f"trial elife-0001 {status.value}: {message}"

@@ -23,6 +23,7 @@ from trialflow.platforms.base import TrialStatus, trial_id_for
 from trialflow.platforms.hosts import TrialOnAnotherHost
 from trialflow.platforms.local import process_alive
 from trialflow.runs import allot_window
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a second host (its own namespaces) needs root")
@@ -98,7 +99,7 @@ def test_a_host_claimed_before_the_launch_holds_for_the_retry(setup):
     elsewhere must not launch (the first one may have), and the claiming host's may."""
     experiment, store, config_path, workdir, url = setup
     trial_id = trial_id_for("ehosts01", 1)
-    asked = store.ask("ehosts01", 1, trial_id, experiment.algorithm, experiment.space)
+    asked = ask(store, "ehosts01", 1, trial_id, experiment.algorithm, experiment.space)
     store.set_attrs(asked.storage_id, host="worker-a")
     with pytest.raises(TrialOnAnotherHost, match=f"trial {trial_id} runs on host 'worker-a'"):
         trial_lifecycle.start_trial(experiment, store, "r1", 1, pin_host=True)

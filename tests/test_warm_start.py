@@ -16,6 +16,7 @@ from trialflow.experiment import Experiment, check_runnable
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
 from trialflow.seeding.warm_start import WARM_STARTED_BY, WARM_STARTED_FROM, WarmStartError
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore
 from trialflow.tuning.prior_trials import PRIOR_ATTR
 
@@ -36,7 +37,7 @@ def experiment(tmp_path: Path, exp_id: str, extra: str = "", space: str = SPACE,
 
 
 def run_trial(store: ExperimentStore, exp: Experiment, index: int, value: float | None, status=TrialStatus.SUCCEEDED):
-    asked = store.ask(exp.experiment_id, index, f"{exp.experiment_id}-{index}", exp.algorithm, exp.space)
+    asked = ask(store, exp.experiment_id, index, f"{exp.experiment_id}-{index}", exp.algorithm, exp.space)
     store.finish(asked.storage_id, status, value, None)
     return asked.parameters
 
@@ -51,7 +52,7 @@ def earlier(tmp_path: Path, store: ExperimentStore, dag_id: str = "dag_a", trial
 
 def first_asks(store: ExperimentStore, exp: Experiment, n: int = 3) -> list[dict]:
     return [
-        store.ask(exp.experiment_id, i, f"{exp.experiment_id}-{i}", exp.algorithm, exp.space).parameters
+        ask(store, exp.experiment_id, i, f"{exp.experiment_id}-{i}", exp.algorithm, exp.space).parameters
         for i in range(n)
     ]
 

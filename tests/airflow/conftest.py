@@ -12,6 +12,7 @@ import pytest
 from trialflow.experiment import Experiment, load_runnable_config
 from trialflow.lifecycle.submission import Submission
 from trialflow.triggers.trial import TrialTrigger
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 TRIAL = """\
@@ -68,7 +69,7 @@ trainingService: {{platform: local}}
     def submit(
         index: int, mode: str, deadline: float | None = None, steps: int = 200, experiment_deadline: float | None = None
     ) -> TrialTrigger:
-        asked = store.ask(study, index, f"etest000-{index:04d}", experiment.algorithm, experiment.space)
+        asked = ask(store, study, index, f"etest000-{index:04d}", experiment.algorithm, experiment.space)
         spec = experiment.trial_spec(index, asked.number, asked.parameters)
         spec.env["MODE"] = mode
         spec.env["STEPS"] = str(steps)

@@ -7,6 +7,7 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore
 
 SPACE = parse_search_space(
@@ -37,7 +38,7 @@ OUTCOMES = [
 
 
 def fill(store: ExperimentStore, experiment_id: str = "eq000001", dag_id: str = "dag_a") -> list[dict]:
-    store.open_experiment(experiment_id, RANDOM, SPACE, "minimize")
+    store.open_experiment(experiment_id, "minimize")
     study = experiment_id
     store.set_experiment_attrs(
         study,
@@ -52,7 +53,7 @@ def fill(store: ExperimentStore, experiment_id: str = "eq000001", dag_id: str = 
     )
     made = []
     for index, outcome in enumerate(OUTCOMES):
-        asked = store.ask(study, index, f"{experiment_id}-{index:04d}", RANDOM, SPACE)
+        asked = ask(store, study, index, f"{experiment_id}-{index:04d}", RANDOM, SPACE)
         store.set_status(asked.storage_id, TrialStatus.RUNNING, handle={"platform": "local", "trial_dir": "/x"})
         store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, 10.0 - s - index / 10) for s in range(5)])
         final = 1.0 + index / 10 if outcome == TrialStatus.SUCCEEDED else None

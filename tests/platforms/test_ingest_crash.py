@@ -21,6 +21,7 @@ from trialflow.experiment.follow import follow_trial
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform
 from trialflow.queries import INTERMEDIATE
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore
 
 RESULTS = 60_000
@@ -53,8 +54,8 @@ def test_a_follower_killed_mid_ingest_is_retried_and_stores_every_result_once(st
     code = tmp_path / "code"
     code.mkdir()
     (code / "t.py").write_text(TRIAL)
-    store.open_experiment("ecrash01", RANDOM, SPACE)
-    asked = store.ask("ecrash01", 0, "ecrash01-0000", RANDOM, SPACE)
+    store.open_experiment("ecrash01")
+    asked = ask(store, "ecrash01", 0, "ecrash01-0000", RANDOM, SPACE)
     platform = LocalPlatform(LocalConfig(), tmp_path / "work")
     platform.prepare_sync("ecrash01")
     spec = TrialSpec("ecrash01", "ecrash01-0000", 0, 0, asked.parameters, f"{sys.executable} t.py", code)

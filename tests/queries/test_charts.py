@@ -20,6 +20,7 @@ from trialflow.queries.charts import (
     record_setters,
 )
 from trialflow.queries.settled import TrialFacts
+from trialflow.tuning.asker import ask
 
 
 def lean(index: int, value: float | None = None, live: bool = False, started=None, ended=None) -> TrialFacts:
@@ -165,7 +166,7 @@ def test_chart_data_follows_trials_that_end_and_start(store):
     later = time.time() + 2 * settled.SETTLE_S  # every ended trial settled by then
     first = chart_data(engine, "eq000001", cap=4, now=later)
     store.finish(store.find_trial_id("eq000001", 5), TrialStatus.SUCCEEDED, 0.5)
-    asked = store.ask("eq000001", 8, "eq000001-0008", RANDOM, SPACE)
+    asked = ask(store, "eq000001", 8, "eq000001-0008", RANDOM, SPACE)
     store.set_status(asked.storage_id, TrialStatus.RUNNING, handle={"platform": "local"})
     second = chart_data(engine, "eq000001", cap=4, now=later)
     assert first.total == 8 and second.total == 9

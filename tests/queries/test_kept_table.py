@@ -15,6 +15,7 @@ from trialflow import queries
 from trialflow.platforms.base import TrialStatus
 from trialflow.queries import settled
 from trialflow.queries.tables import study_id_of
+from trialflow.tuning.asker import ask
 
 pytestmark = pytest.mark.both_databases
 
@@ -79,7 +80,7 @@ def test_a_settled_trials_column_is_read_once_and_new_trials_join_it(store):
         set_parameters(engine, "eq000001", 0, {"v": -100})
         # the running trial is read each time, and so is a new trial
         set_parameters(engine, "eq000001", 5, {"v": 100})
-        asked = store.ask("eq000001", 8, "eq000001-0008", RANDOM, SPACE)
+        asked = ask(store, "eq000001", 8, "eq000001-0008", RANDOM, SPACE)
         set_parameters(engine, "eq000001", 8, {"v": 5.5})
         statements.clear()
         assert order(engine, "param:v") == [7, 6, 8, 4, 3, 2, 1, 0, 5]

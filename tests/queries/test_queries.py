@@ -16,6 +16,7 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
+from trialflow.tuning.asker import ask
 
 #: Every test that takes ``store`` runs on SQLite and on PostgreSQL.
 pytestmark = pytest.mark.both_databases
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.both_databases
 
 def test_experiment_list_counts_best_and_times(store):
     fill(store)
-    store.open_experiment("not-ours", RANDOM, SPACE)  # a plain Optuna study in the same database
+    store.open_experiment("not-ours")  # a plain Optuna study in the same database
     (row,) = queries.list_experiments(store.storage.engine)
     assert row.experiment_id == "eq000001" and row.dag_id == "dag_a" and row.tuner == "Random"
     assert row.counts == {"SUCCEEDED": 5, "FAILED": 1, "EARLY_STOPPED": 1, "RUNNING": 1}
@@ -195,7 +196,7 @@ def test_an_early_stop_after_the_final_result_keeps_it_in_every_view(store):
 
     fill(store)
     engine = store.storage.engine
-    asked = store.ask("eq000001", 8, "eq000001-0008", RANDOM, SPACE)
+    asked = ask(store, "eq000001", 8, "eq000001-0008", RANDOM, SPACE)
     store.set_status(asked.storage_id, TrialStatus.RUNNING)
     store.record_metrics(asked.storage_id, [Metric("PERIODICAL", 0, 0.9), Metric("FINAL", 0, 0.5)])
     record = store.close(asked.storage_id, TrialStatus.EARLY_STOPPED, "Medianstop: below the median")
@@ -283,8 +284,8 @@ def test_downsampling_keeps_ends_and_every_spike(total, max_points):
 
 
 def test_a_trial_page_sends_a_curve_of_bounded_size_and_says_how_many_points_there_are(tmp_path, store):
-    store.open_experiment("ebig0001", RANDOM, SPACE)
-    asked = store.ask("ebig0001", 0, "ebig0001-0000", RANDOM, SPACE)
+    store.open_experiment("ebig0001")
+    asked = ask(store, "ebig0001", 0, "ebig0001-0000", RANDOM, SPACE)
     store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, float(s % 97)) for s in range(50_000)])
     store.record_metrics(asked.storage_id, [Metric("PERIODICAL", 31_337, 1e6)])
     detail = queries.trial_detail(store.storage.engine, "ebig0001", 0)
@@ -296,8 +297,8 @@ def test_a_trial_page_sends_a_curve_of_bounded_size_and_says_how_many_points_the
 def test_every_point_downloads_as_stored_non_finite_ones_by_name(tmp_path, store):
     """Optuna keeps inf and NaN as NULL plus a type: the download writes them as inf/-inf/nan,
     not "None", and an unknown trial or experiment is refused before anything is written."""
-    store.open_experiment("epoint01", RANDOM, SPACE)
-    asked = store.ask("epoint01", 0, "epoint01-0000", RANDOM, SPACE)
+    store.open_experiment("epoint01")
+    asked = ask(store, "epoint01", 0, "epoint01-0000", RANDOM, SPACE)
     values = [0.25, float("inf"), float("-inf"), float("nan"), 1e-300, 3.0]
     for step, value in enumerate(values):  # Optuna's own write: how a non-finite value gets in
         store.storage.set_trial_intermediate_value(asked.storage_id, step, value)
@@ -315,8 +316,8 @@ def test_a_growing_big_curve_is_thinned_from_what_was_kept_plus_the_new_points(t
     densely as the old one (merged by position, 60 raw points after 100 thinned ones took a
     third of the curve for 1 % of the steps); spikes, ends and size hold; many more results and
     the whole curve is thinned again."""
-    store.open_experiment("egrow001", RANDOM, SPACE)
-    asked = store.ask("egrow001", 0, "egrow001-0000", RANDOM, SPACE)
+    store.open_experiment("egrow001")
+    asked = ask(store, "egrow001", 0, "egrow001-0000", RANDOM, SPACE)
     engine = store.storage.engine
     store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, float(s % 13)) for s in range(5_000)])
     store.record_metrics(asked.storage_id, [Metric("PERIODICAL", 1_234, -50.0)])
@@ -363,8 +364,8 @@ def test_search_finds_what_the_person_sees_and_nested_parameters_sort(store):
         }
     )
     grid = AlgorithmConfig(name="Random", class_args={"seed": 1})
-    store.open_experiment("esearch1", grid, space)
-    made = [store.ask("esearch1", i, f"esearch1-{i:04d}", grid, space).parameters for i in range(24)]
+    store.open_experiment("esearch1")
+    made = [ask(store, "esearch1", i, f"esearch1-{i:04d}", grid, space).parameters for i in range(24)]
     engine = store.storage.engine
     for text in ("ünï", 'x"y', "back\\slash", "\\"):
         expected = {i for i, p in enumerate(made) if text in p["name"]}

@@ -13,6 +13,7 @@ from trialflow.platforms.base import TrialStatus
 from trialflow.queries import settled
 from trialflow.queries.settled import Tally, TrialFacts, study_trials
 from trialflow.queries.tables import study_id_of
+from trialflow.tuning.asker import ask
 
 pytestmark = pytest.mark.both_databases
 
@@ -57,7 +58,7 @@ def test_settled_trials_are_kept_and_the_rest_read_again(store):
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE trial_values SET value = 99 WHERE value = 1.0"))
     store.finish(store.find_trial_id("eq000001", 5), TrialStatus.SUCCEEDED, 0.5)
-    asked = store.ask("eq000001", 8, "eq000001-0008", RANDOM, SPACE)
+    asked = ask(store, "eq000001", 8, "eq000001-0008", RANDOM, SPACE)
     store.set_status(asked.storage_id, TrialStatus.RUNNING, handle={"platform": "local"})
     second = study_trials(engine, [sid], now + LATER)[sid]
     tally = second.whole_tally()
@@ -115,8 +116,8 @@ def test_statements_stay_bounded_with_many_studies(store):
     engine = store.storage.engine
     asked = {}
     for i in range(130):
-        store.open_experiment(f"ex{i:06d}", RANDOM, SPACE, "minimize")
-        asked[i] = store.ask(f"ex{i:06d}", 0, f"ex{i:06d}-0000", RANDOM, SPACE)  # running: read each time
+        store.open_experiment(f"ex{i:06d}", "minimize")
+        asked[i] = ask(store, f"ex{i:06d}", 0, f"ex{i:06d}-0000", RANDOM, SPACE)  # running: read each time
     sids = [sid_of(store, f"ex{i:06d}") for i in range(130)]
     study_trials(engine, sids, time.time())
     for i in (0, 99, 100, 129):  # either side of the statements' boundary
@@ -149,13 +150,15 @@ def test_indexes_claimed_out_of_order_are_found_in_the_gaps(store):
     later = time.time() + LATER
     for index in (12, 20):
         store.finish(
-            store.ask("eq000001", index, f"eq000001-{index:04d}", RANDOM, SPACE).storage_id, TrialStatus.SUCCEEDED, 3.0
+            ask(store, "eq000001", index, f"eq000001-{index:04d}", RANDOM, SPACE).storage_id, TrialStatus.SUCCEEDED, 3.0
         )
     first = study_trials(engine, [sid], later)[sid]
     assert first.highest == 20 and first.holes == [(8, 11), (13, 19)]
     for index in (9, 15, 8):  # into both gaps, one at a gap's edge
         store.finish(
-            store.ask("eq000001", index, f"eq000001-{index:04d}", RANDOM, SPACE).storage_id, TrialStatus.SUCCEEDED, 0.25
+            ask(store, "eq000001", index, f"eq000001-{index:04d}", RANDOM, SPACE).storage_id,
+            TrialStatus.SUCCEEDED,
+            0.25,
         )
     second = study_trials(engine, [sid], later)[sid]
     assert sorted(t.index for t in second.trials()) == [*range(10), 12, 15, 20]
@@ -173,8 +176,8 @@ def test_a_commands_sql_tallies_are_the_kept_ones(store):
     fill(store)
     fill(store, "eq000002", "dag_b")
     engine = store.storage.engine
-    store.storage.create_new_trial(store._study_id("eq000002"))  # an ask that lost: never indexed
-    asked = store.ask("eq000002", 8, "eq000002-0008", RANDOM, SPACE)
+    store.storage.create_new_trial(store.study_id("eq000002"))  # an ask that lost: never indexed
+    asked = ask(store, "eq000002", 8, "eq000002-0008", RANDOM, SPACE)
     with engine.begin() as conn:  # a trial whose status was never written (another writer's half-done row)
         conn.execute(
             sa.text("DELETE FROM trial_user_attributes WHERE key = 'nni_status' AND trial_id = :t"),

@@ -20,6 +20,7 @@ from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.local import process_alive
 from trialflow.runs import start_run
 from trialflow.runs.reconcile import RECONCILER, TASK_ALIVE, TASK_ENDED, orphan_reason, reconcile_run
+from trialflow.tuning.asker import ask
 
 #: The trials run on a store on SQLite and on PostgreSQL (``store``, through ``running``).
 pytestmark = pytest.mark.both_databases
@@ -239,7 +240,7 @@ def test_an_ask_that_died_before_its_claim_is_no_trial_and_is_closed_as_abandone
     assert store.close_abandoned_asks("eabandoned", older_than=3600) == 0  # too young to be dead
     assert store.close_abandoned_asks("eabandoned", older_than=0) == 1
     assert store.close_abandoned_asks("eabandoned", older_than=0) == 0
-    frozen = store.storage.get_all_trials(store._study_id("eabandoned"), deepcopy=False)
+    frozen = store.storage.get_all_trials(store.study_id("eabandoned"), deepcopy=False)
     assert [t.state.name for t in frozen if t.user_attrs.get("abandoned_ask")] == ["FAIL"]
     assert len(store.trial_rows("eabandoned")) == 3
 
@@ -301,7 +302,7 @@ def test_a_trial_whose_job_never_started_is_closed_failed_saying_so(store, tmp_p
     (tmp_path / "config.yml").write_text(CONFIG)
     experiment = Experiment(load_config(tmp_path / "config.yml"), "enever", tmp_path / "work")
     start_run(experiment, store, "dag_a", "r1", {})
-    asked = store.ask("enever", 0, "enever-0000", experiment.algorithm, experiment.space)
+    asked = ask(store, "enever", 0, "enever-0000", experiment.algorithm, experiment.space)
     done = asyncio.run(reconcile_run(experiment, store, "r1", {0: "failed"}))
     assert [d.reason for d in done] == [
         "its task is failed and no job of the trial ever started (reconciled by trialflow)"

@@ -16,6 +16,7 @@ from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import process_alive
 from trialflow.runs import ExperimentNotOwned, RunHasNoTrials, cancel_trials, start_run, summarize_run
 from trialflow.trial.protocol import Metric
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 CONFIG = f"""\
@@ -55,7 +56,7 @@ def test_the_summary_counts_the_runs_own_trials_and_fails_without_a_result(setup
     with pytest.raises(RunHasNoTrials):
         summarize_run(experiment, store, "never-started", {})
     start_run(experiment, store, "dag_a", "r1", {})
-    asked = [store.ask("erunlife", i, f"erunlife-{i:04d}", experiment.algorithm, experiment.space) for i in range(3)]
+    asked = [ask(store, "erunlife", i, f"erunlife-{i:04d}", experiment.algorithm, experiment.space) for i in range(3)]
     for a in asked:
         store.finish(a.storage_id, TrialStatus.FAILED, None, "boom")
     failed = summarize_run(experiment, store, "r1", {})
@@ -64,7 +65,7 @@ def test_the_summary_counts_the_runs_own_trials_and_fails_without_a_result(setup
 
     # a second run of the same study (its conf names it): indexes 3..5
     start_run(experiment, store, "dag_a", "r2", {"experiment_id": "erunlife"})
-    a = store.ask("erunlife", 3, "erunlife-0003", experiment.algorithm, experiment.space)
+    a = ask(store, "erunlife", 3, "erunlife-0003", experiment.algorithm, experiment.space)
     store.record_metrics(a.storage_id, [Metric("FINAL", 0, 0.7)])
     store.close(a.storage_id, TrialStatus.SUCCEEDED)
     ok = summarize_run(experiment, store, "r2", {})
@@ -97,7 +98,7 @@ def test_a_stopped_run_says_who_stopped_it_in_the_summary_the_list_and_the_cli(s
 
     experiment, store = setup
     start_run(experiment, store, "dag_a", "r1", {})
-    asked = store.ask("erunlife", 0, "erunlife-0000", experiment.algorithm, experiment.space)
+    asked = ask(store, "erunlife", 0, "erunlife-0000", experiment.algorithm, experiment.space)
     store.record_metrics(asked.storage_id, [Metric("FINAL", 0, 0.5)])
     store.close(asked.storage_id, TrialStatus.SUCCEEDED)
     assert summarize_run(experiment, store, "r1", {}).summary["stopped"] is None
@@ -122,7 +123,7 @@ def test_closing_the_last_run_drops_waiting_trials_and_resets_concurrency(setup)
     experiment, store = setup
     start_run(experiment, store, "dag_a", "r1", {})
     for i in range(3):
-        asked = store.ask("erunlife", i, f"erunlife-{i:04d}", experiment.algorithm, experiment.space)
+        asked = ask(store, "erunlife", i, f"erunlife-{i:04d}", experiment.algorithm, experiment.space)
         store.record_metrics(asked.storage_id, [Metric("FINAL", 0, 0.5)])
         store.close(asked.storage_id, TrialStatus.SUCCEEDED)
     steering.add_trial(store, "erunlife", {"x": 0.5}, "ann")  # maxTrialNumber 3 -> 4: a follow-on run
@@ -161,7 +162,7 @@ def test_a_run_stopped_before_any_trial_succeeded_fails_saying_who_stopped_it(se
 
     experiment, store = setup
     start_run(experiment, store, "dag_a", "r1", {})
-    asked = store.ask("erunlife", 0, "erunlife-0000", experiment.algorithm, experiment.space)
+    asked = ask(store, "erunlife", 0, "erunlife-0000", experiment.algorithm, experiment.space)
     store.close(asked.storage_id, TrialStatus.USER_CANCELED, "killed by ann")
     steering.stop_experiment(store, "erunlife", "ann")
     verdict = summarize_run(experiment, store, "r1", {})

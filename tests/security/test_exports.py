@@ -12,6 +12,7 @@ from trialflow import queries
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
+from trialflow.tuning.asker import ask
 
 HOSTILE = [
     "\r=cmd|' /C calc'!A0",
@@ -43,9 +44,9 @@ def test_a_csv_export_keeps_one_row_per_trial_and_json_keeps_values(tmp_path, st
     values = HOSTILE + SAFE
     space = parse_search_space({"act": {"_type": "choice", "_value": values}})
     grid = AlgorithmConfig(name="GridSearch")
-    store.open_experiment("eexport1", grid, space)
+    store.open_experiment("eexport1")
     for index in range(len(values)):
-        asked = store.ask("eexport1", index, f"eexport1-{index:04d}", grid, space)
+        asked = ask(store, "eexport1", index, f"eexport1-{index:04d}", grid, space)
         store.finish(asked.storage_id, TrialStatus.SUCCEEDED, 0.5)
     engine = store.storage.engine
     text = queries.export_csv(engine, "eexport1")

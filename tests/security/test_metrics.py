@@ -28,6 +28,7 @@ from trialflow.trial.protocol import (
     read_stdout_lines,
     stdout_line,
 )
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 PY = sys.executable
@@ -137,7 +138,7 @@ def run_trial(tmp_path: Path):
     code.mkdir()
     (code / "t.py").write_text(TRIAL)
     store = ExperimentStore(sqlite_url(tmp_path / "store.db"))
-    store.open_experiment("emetrics", RANDOM, SPACE)
+    store.open_experiment("emetrics")
     study = "emetrics"
     platform = LocalPlatform(LocalConfig(), tmp_path / "work")
     platform.prepare_sync("emetrics")
@@ -145,7 +146,7 @@ def run_trial(tmp_path: Path):
 
     def run(garbage: str, final: object, before: str = "") -> tuple[TrialStatus, dict, str | None]:
         index = next(counter)
-        asked = store.ask(study, index, f"emetrics-{index:04d}", RANDOM, SPACE)
+        asked = ask(store, study, index, f"emetrics-{index:04d}", RANDOM, SPACE)
         command = before + f"{PY} t.py {shlex.quote(garbage)} {shlex.quote(json.dumps(final))}"
         spec = TrialSpec("emetrics", f"emetrics-{index:04d}", index, index, asked.parameters, command, code)
         handle = platform.submit_sync(spec)
@@ -242,10 +243,10 @@ def test_results_that_are_not_counted_are_said_in_the_message(tmp_path, store):
     code = tmp_path / "code"
     code.mkdir()
     (code / "t.py").write_text(UNCOUNTED)
-    store.open_experiment("euncount", RANDOM, SPACE)
+    store.open_experiment("euncount")
     platform = LocalPlatform(LocalConfig(), tmp_path / "work")
     platform.prepare_sync("euncount")
-    asked = store.ask("euncount", 0, "euncount-0000", RANDOM, SPACE)
+    asked = ask(store, "euncount", 0, "euncount-0000", RANDOM, SPACE)
     spec = TrialSpec("euncount", "euncount-0000", 0, 0, asked.parameters, f"{PY} t.py", code)
     handle = platform.submit_sync(spec)
     outcome = asyncio.run(follow_trial(platform, store, handle, asked.storage_id, poll_interval=0.05))

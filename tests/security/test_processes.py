@@ -22,6 +22,7 @@ from trialflow.experiment.follow import TIMEOUT_REASON, follow_trial
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, stop_trial_command, trial_mark
 from trialflow.platforms.local import LocalPlatform
+from trialflow.tuning.asker import ask
 
 PY = sys.executable
 
@@ -104,8 +105,8 @@ def test_max_trial_duration_stops_what_left_the_process_group(local, tmp_path, u
     n = unique()
     space = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
     random_tuner = AlgorithmConfig(name="Random")
-    store.open_experiment("eproc", random_tuner, space)
-    asked = store.ask("eproc", 0, "eproc-0000", random_tuner, space)
+    store.open_experiment("eproc")
+    asked = ask(store, "eproc", 0, "eproc-0000", random_tuner, space)
     handle = local.submit_sync(_spec(tmp_path / "code", 0, ESCAPES["double fork"].format(n=n)))
     assert _wait_for(lambda: len(_sleepers(n)) == 1)
     outcome = asyncio.run(

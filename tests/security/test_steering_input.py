@@ -19,6 +19,7 @@ from trialflow.experiment import Experiment
 from trialflow.limits import MAX_WAITING_TRIALS
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 SPACE = parse_search_space(
@@ -122,7 +123,7 @@ def test_an_experiment_holds_at_most_its_cap_of_waiting_trials(running):
     assert store.waiting_count("ecap") == MAX_WAITING_TRIALS
     assert steering.limits(store, "ecap")["maxTrialNumber"] == 4 + MAX_WAITING_TRIALS  # the refused one added none
     # One taken by a trial frees one place.
-    taken = store.ask("ecap", 0, "ecap-0000", experiment.algorithm, experiment.space)
+    taken = ask(store, "ecap", 0, "ecap-0000", experiment.algorithm, experiment.space)
     assert taken.parameters == {"x": 0.0}  # the oldest asked-for one
     assert store.waiting_count("ecap") == MAX_WAITING_TRIALS - 1
     steering.add_trial(store, "ecap", {"x": 0.5}, "mallory")
@@ -131,7 +132,7 @@ def test_an_experiment_holds_at_most_its_cap_of_waiting_trials(running):
 def test_rerun_failed_queues_all_or_nothing_within_the_cap(running):
     experiment, store = running
     for index in range(3):
-        asked = store.ask("ecap", index, f"ecap-{index:04d}", experiment.algorithm, experiment.space)
+        asked = ask(store, "ecap", index, f"ecap-{index:04d}", experiment.algorithm, experiment.space)
         store.finish(asked.storage_id, TrialStatus.FAILED, None, "boom")
     for _ in range(MAX_WAITING_TRIALS - 2):
         steering.add_trial(store, "ecap", {"x": 0.25}, "mallory")

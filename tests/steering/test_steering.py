@@ -17,6 +17,7 @@ from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.local import process_alive
 from trialflow.runs import allot_window, continuation, mark_ended, next_run_id, start_run
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 CONFIG = f"""\
@@ -70,7 +71,7 @@ def test_a_kill_of_an_unknown_or_ended_trial_is_refused_and_changes_nothing(setu
         steering.kill_trial(store, "esteer", 3, "alice")
     with pytest.raises(steering.ActionRefused, match="no experiment 'nope'"):
         steering.kill_trial(store, "nope", 0, "alice")
-    asked = store.ask("esteer", 0, "esteer-0000", experiment.algorithm, experiment.space)
+    asked = ask(store, "esteer", 0, "esteer-0000", experiment.algorithm, experiment.space)
     store.finish(asked.storage_id, TrialStatus.FAILED, None, "boom")
     with pytest.raises(steering.ActionRefused, match=r"already ended \(FAILED\)"):
         steering.kill_trial(store, "esteer", 0, "alice")
@@ -264,14 +265,14 @@ def test_a_trial_with_chosen_parameters_runs_next_exactly_and_the_tuner_sees_it(
     assert store.waiting_trials("esteer") == [] and steering.history(store, "esteer") == []
     steering.add_trial(store, "esteer", {"x": 0.123456789}, "alice")
     assert steering.limits(store, "esteer")["maxTrialNumber"] == 5  # the tuner keeps its 4
-    asked = store.ask("esteer", 0, "esteer-0000", experiment.algorithm, experiment.space)
+    asked = ask(store, "esteer", 0, "esteer-0000", experiment.algorithm, experiment.space)
     assert asked.parameters == {"x": 0.123456789}
     frozen = store.storage.get_trial(asked.storage_id)
     assert frozen.params == {"x": 0.123456789}  # what TPE and the others learn from
     assert frozen.user_attrs["asked_by"]["reason"] == "added by alice"
-    again = store.ask("esteer", 0, "esteer-0000", experiment.algorithm, experiment.space)
+    again = ask(store, "esteer", 0, "esteer-0000", experiment.algorithm, experiment.space)
     assert again.resumed and again.parameters == asked.parameters  # a retry: the same trial
-    other = store.ask("esteer", 1, "esteer-0001", experiment.algorithm, experiment.space)
+    other = ask(store, "esteer", 1, "esteer-0001", experiment.algorithm, experiment.space)
     assert (
         other.parameters != asked.parameters and "asked_by" not in store.storage.get_trial(other.storage_id).user_attrs
     )
@@ -280,7 +281,7 @@ def test_a_trial_with_chosen_parameters_runs_next_exactly_and_the_tuner_sees_it(
 
 def test_rerun_failed_trials_queues_each_once_with_its_parameters(setup):
     experiment, store = setup
-    asked = [store.ask("esteer", i, f"esteer-{i:04d}", experiment.algorithm, experiment.space) for i in range(3)]
+    asked = [ask(store, "esteer", i, f"esteer-{i:04d}", experiment.algorithm, experiment.space) for i in range(3)]
     with pytest.raises(steering.ActionRefused, match="has no failed, killed or stopped trial to re-run"):
         steering.rerun_trials(store, "esteer", "bob")
     store.finish(asked[0].storage_id, TrialStatus.FAILED, None, "boom")
@@ -292,7 +293,7 @@ def test_rerun_failed_trials_queues_each_once_with_its_parameters(setup):
     waiting = steering.waiting_trials(store, "esteer")
     assert [w["parameters"] for w in waiting] == [asked[0].parameters, asked[2].parameters]
     assert [w["reason"] for w in waiting] == ["re-run of trial 0 by bob", "re-run of trial 2 by bob"]
-    new = [store.ask("esteer", i, f"esteer-{i:04d}", experiment.algorithm, experiment.space) for i in (3, 4, 5)]
+    new = [ask(store, "esteer", i, f"esteer-{i:04d}", experiment.algorithm, experiment.space) for i in (3, 4, 5)]
     assert [n.parameters for n in new[:2]] == [asked[0].parameters, asked[2].parameters]
     assert store.waiting_trials("esteer") == []
     assert new[2].parameters not in (asked[0].parameters, asked[2].parameters)  # the tuner's again
@@ -319,7 +320,7 @@ def test_asked_for_trials_run_once_each_when_trials_start_together(setup):
 
     def start(i: int) -> None:
         barrier.wait()
-        results[i] = store.ask("esteer", i, f"esteer-{i:04d}", experiment.algorithm, experiment.space).parameters
+        results[i] = ask(store, "esteer", i, f"esteer-{i:04d}", experiment.algorithm, experiment.space).parameters
 
     threads = [threading.Thread(target=start, args=(i,)) for i in range(8)]
     for t in threads:
@@ -417,13 +418,13 @@ def test_a_trial_starting_while_the_deadline_moves_sees_the_new_one(setup, monke
     trials already in the store)."""
     experiment, store = setup
     started_at = store.experiment_attrs("esteer")["run:r1"]["started_at"]
-    real_ask = store.ask
+    real_ask = trial_lifecycle.ask
 
     def ask_after_a_change(*args, **kwargs):
         steering.change_limits(store, "esteer", "ann", {"maxExperimentDuration": "2h"})
         return real_ask(*args, **kwargs)
 
-    monkeypatch.setattr(store, "ask", ask_after_a_change)
+    monkeypatch.setattr(trial_lifecycle, "ask", ask_after_a_change)
     started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     try:
         assert started.experiment_deadline == pytest.approx(started_at + 2 * 3600)
@@ -494,7 +495,7 @@ def test_after_its_runs_are_over_every_action_is_refused_and_nothing_changes(set
     """Issue 36 (2): the CLI's `limits --max-trials` restarted a finished experiment while its
     page offered nothing. One rule everywhere: actions act on a running experiment."""
     experiment, store = setup
-    asked = store.ask("esteer", 0, "esteer-0000", experiment.algorithm, experiment.space)
+    asked = ask(store, "esteer", 0, "esteer-0000", experiment.algorithm, experiment.space)
     store.finish(asked.storage_id, TrialStatus.FAILED, None, "boom")
     mark_ended(experiment, store, "r1")
     before = store.experiment_attrs("esteer")
@@ -541,7 +542,7 @@ def test_a_click_on_a_groups_trial_task_reaches_that_groups_trial_only(tmp_path)
     groups = {g: Experiment(config, f"e{g}", tmp_path / "work", group=g) for g in ("a", "b")}
     for experiment in groups.values():
         start_run(experiment, store, "dag_g", "r1", {})
-    asked = {g: store.ask(e.experiment_id, 0, f"e{g}-0000", e.algorithm, e.space) for g, e in groups.items()}
+    asked = {g: ask(store, e.experiment_id, 0, f"e{g}-0000", e.algorithm, e.space) for g, e in groups.items()}
     assert steering.stop_task_trial(store, "dag_g", "r1", 0, "x") is None  # no group-less experiment here
     experiment_id, record = steering.stop_task_trial(store, "dag_g", "r1", 0, "clicked", group="b")
     assert (experiment_id, record.storage_id) == ("eb", asked["b"].storage_id)

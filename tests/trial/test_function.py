@@ -19,6 +19,7 @@ from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform
 from trialflow.trial.function import function_command
 from trialflow.trial.inputs import check_inputs, inputs_env
+from trialflow.tuning.asker import ask
 
 MODEL = """\
 from trialflow import trial
@@ -70,7 +71,7 @@ def run_function(
     if not store.experiment_exists("efunc"):
         store.open_experiment("efunc")
     space = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
-    asked = store.ask("efunc", index, f"efunc-{index:04d}", AlgorithmConfig(name="Random"), space)
+    asked = ask(store, "efunc", index, f"efunc-{index:04d}", AlgorithmConfig(name="Random"), space)
     platform = LocalPlatform(LocalConfig(), tmp_path / "work")
     command = function_command(import_path, sys.executable)
     env = inputs_env(check_inputs(inputs))

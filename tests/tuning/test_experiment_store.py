@@ -13,6 +13,7 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
 from trialflow.trial.protocol import Metric
+from trialflow.tuning.asker import ask, judge, should_stop
 from trialflow.tuning.experiment_store import ExperimentStore, safe_url, sqlite_url
 from trialflow.tuning.results import best_row
 
@@ -21,10 +22,10 @@ TPE = AlgorithmConfig(name="TPE", class_args={"optimize_mode": "maximize", "seed
 
 
 def test_ask_is_idempotent_per_trial_index(store):
-    store.open_experiment("exp", TPE, SPACE)
+    store.open_experiment("exp")
     study = "exp"
-    first = store.ask(study, 4, "exp-0004", TPE, SPACE)
-    again = store.ask(study, 4, "exp-0004", TPE, SPACE)
+    first = ask(store, study, 4, "exp-0004", TPE, SPACE)
+    again = ask(store, study, 4, "exp-0004", TPE, SPACE)
     assert (again.number, again.parameters, again.resumed) == (first.number, first.parameters, True)
     assert len(optuna.load_study(study_name=study, storage=store.storage).trials) == 1
 
@@ -32,9 +33,9 @@ def test_ask_is_idempotent_per_trial_index(store):
 def test_seeded_trials_differ_from_each_other_and_reproduce(tmp_path):
     def params(db: str) -> list[dict]:
         s = ExperimentStore(sqlite_url(tmp_path / db))
-        s.open_experiment("exp", TPE, SPACE)
+        s.open_experiment("exp")
         study = "exp"
-        return [s.ask(study, i, f"t{i}", TPE, SPACE).parameters for i in range(4)]
+        return [ask(s, study, i, f"t{i}", TPE, SPACE).parameters for i in range(4)]
 
     a, b = params("a.db"), params("b.db")
     assert a == b
@@ -46,18 +47,18 @@ def test_grid_search_visits_every_point_once(store):
     space = parse_search_space(
         {"a": {"_type": "choice", "_value": [1, 2, 3]}, "b": {"_type": "randint", "_value": [0, 2]}}
     )
-    store.open_experiment("grid", grid, space)
+    store.open_experiment("grid")
     study = "grid"
     seen = []
     for i in range(6):
-        asked = store.ask(study, i, f"g{i}", grid, space)
+        asked = ask(store, study, i, f"g{i}", grid, space)
         store.finish(asked.storage_id, TrialStatus.SUCCEEDED, float(i))
         seen.append((asked.parameters["a"], asked.parameters["b"]))
     assert sorted(seen) == [(a, b) for a in (1, 2, 3) for b in (0, 1)]
 
 
 def test_finish_maps_nni_outcomes_to_optuna_states(store):
-    store.open_experiment("exp", TPE, SPACE)
+    store.open_experiment("exp")
     study = "exp"
     cases = {
         0: (TrialStatus.SUCCEEDED, {"default": 0.7, "loss": 0.3}, TrialState.COMPLETE),
@@ -69,7 +70,7 @@ def test_finish_maps_nni_outcomes_to_optuna_states(store):
     }
     ids = {}
     for index, (status, final, _) in cases.items():
-        ids[index] = store.ask(study, index, f"t{index}", TPE, SPACE).storage_id
+        ids[index] = ask(store, study, index, f"t{index}", TPE, SPACE).storage_id
         store.finish(ids[index], status, final)
     for index, (status, _, state) in cases.items():
         frozen = store.storage.get_trial(ids[index])
@@ -85,9 +86,9 @@ def test_finish_maps_nni_outcomes_to_optuna_states(store):
 
 
 def test_intermediate_results_are_idempotent_per_sequence(store):
-    store.open_experiment("exp", TPE, SPACE)
+    store.open_experiment("exp")
     study = "exp"
-    sid = store.ask(study, 0, "t0", TPE, SPACE).storage_id
+    sid = ask(store, study, 0, "t0", TPE, SPACE).storage_id
     metrics = [
         Metric("PERIODICAL", 0, 0.1),
         Metric("PERIODICAL", 1, {"default": 0.2, "x": 1}),
@@ -102,11 +103,11 @@ def test_intermediate_results_are_idempotent_per_sequence(store):
 
 
 def test_rows_and_best_respect_optimize_mode(store):
-    store.open_experiment("exp", TPE, SPACE)
+    store.open_experiment("exp")
     study = "exp"
     for i, value in enumerate([0.5, 0.9, 0.1]):
-        store.finish(store.ask(study, i, f"t{i}", TPE, SPACE).storage_id, TrialStatus.SUCCEEDED, value)
-    store.finish(store.ask(study, 3, "t3", TPE, SPACE).storage_id, TrialStatus.SUCCEEDED, float("inf"))
+        store.finish(ask(store, study, i, f"t{i}", TPE, SPACE).storage_id, TrialStatus.SUCCEEDED, value)
+    store.finish(ask(store, study, 3, "t3", TPE, SPACE).storage_id, TrialStatus.SUCCEEDED, float("inf"))
     rows = store.trial_rows("exp")
     assert [r.trial_index for r in rows] == [0, 1, 2, 3]
     assert rows[3].final_metric is None
@@ -121,9 +122,9 @@ def test_safe_url_hides_passwords():
 
 def _worker(url: str, index: int) -> None:
     store = ExperimentStore(url)
-    store.open_experiment("load", TPE, SPACE)
+    store.open_experiment("load")
     study = "load"
-    asked = store.ask(study, index, f"t{index}", TPE, SPACE)
+    asked = ask(store, study, index, f"t{index}", TPE, SPACE)
     for step in range(25):
         store.record_metrics(asked.storage_id, [Metric("PERIODICAL", step, step / 25)])
     store.finish(asked.storage_id, TrialStatus.SUCCEEDED, index / 10)
@@ -132,7 +133,7 @@ def _worker(url: str, index: int) -> None:
 @pytest.mark.slow
 def test_many_processes_write_at_once_without_losing_anything(tmp_path):
     url = sqlite_url(tmp_path / "load.db")
-    ExperimentStore(url).open_experiment("load", TPE, SPACE)
+    ExperimentStore(url).open_experiment("load")
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_worker, args=(url, i)) for i in range(8)]
     for p in procs:
@@ -149,11 +150,11 @@ def test_many_processes_write_at_once_without_losing_anything(tmp_path):
 
 def _ask_same_index(url: str, index: int, barrier_path: str) -> None:
     store = ExperimentStore(url)
-    store.open_experiment("race", TPE, SPACE)
+    store.open_experiment("race")
     study = "race"
     while not Path(barrier_path).exists():  # start together
         pass
-    asked = store.ask(study, index, f"t{index}", TPE, SPACE)
+    asked = ask(store, study, index, f"t{index}", TPE, SPACE)
     Path(barrier_path + f".{asked.storage_id}.{multiprocessing.current_process().pid}").write_text(
         repr(asked.parameters)
     )
@@ -163,7 +164,7 @@ def test_racing_asks_for_one_index_agree_on_one_trial(tmp_path):
     """Two attempts of one trial (a zombie and its retry) ask at the same moment: the database's
     unique index lets one trial win, and both get its parameters."""
     url = sqlite_url(tmp_path / "race.db")
-    ExperimentStore(url).open_experiment("race", TPE, SPACE)
+    ExperimentStore(url).open_experiment("race")
     barrier = str(tmp_path / "go")
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_ask_same_index, args=(url, 5, barrier)) for _ in range(4)]
@@ -185,12 +186,12 @@ def test_racing_asks_for_one_index_agree_on_one_trial(tmp_path):
 
 
 def test_find_trial_is_an_index_lookup(store):
-    store.open_experiment("exp", TPE, SPACE)
+    store.open_experiment("exp")
     study = "exp"
-    ids = {i: store.ask(study, i, f"t{i}", TPE, SPACE).storage_id for i in (0, 7, 3)}
+    ids = {i: ask(store, study, i, f"t{i}", TPE, SPACE).storage_id for i in (0, 7, 3)}
     assert {i: store.find_trial_id(study, i) for i in (0, 7, 3)} == ids
     assert store.find_trial_id(study, 1) is None
-    store.open_experiment("other", TPE, SPACE)
+    store.open_experiment("other")
     other = "other"
     assert store.find_trial_id(other, 0) is None  # per study
 
@@ -199,20 +200,20 @@ def test_should_stop_asks_the_pruner_about_running_trials_only(store):
     import optuna
 
     pruner = optuna.pruners.MedianPruner(n_startup_trials=0)
-    store.open_experiment("exp", TPE, SPACE, pruner=pruner)
+    store.open_experiment("exp")
     study = "exp"
-    good = store.ask(study, 0, "t0", TPE, SPACE)
+    good = ask(store, study, 0, "t0", TPE, SPACE)
     store.record_metrics(good.storage_id, [Metric("PERIODICAL", s, 0.9) for s in range(3)])
     store.finish(good.storage_id, TrialStatus.SUCCEEDED, 0.9)
-    bad = store.ask(study, 1, "t1", TPE, SPACE)
-    assert store.should_stop(study, bad.storage_id, pruner) is False  # nothing reported yet
+    bad = ask(store, study, 1, "t1", TPE, SPACE)
+    assert should_stop(store, study, bad.storage_id, pruner) is False  # nothing reported yet
     store.record_metrics(bad.storage_id, [Metric("PERIODICAL", s, 0.1) for s in range(3)])
-    assert store.should_stop(study, bad.storage_id, pruner) is True
-    fine = store.ask(study, 2, "t2", TPE, SPACE)
+    assert should_stop(store, study, bad.storage_id, pruner) is True
+    fine = ask(store, study, 2, "t2", TPE, SPACE)
     store.record_metrics(fine.storage_id, [Metric("PERIODICAL", s, 0.95) for s in range(3)])
-    assert store.should_stop(study, fine.storage_id, pruner) is False
+    assert should_stop(store, study, fine.storage_id, pruner) is False
     store.finish(bad.storage_id, TrialStatus.EARLY_STOPPED)
-    assert store.should_stop(study, bad.storage_id, pruner) is False  # already over
+    assert should_stop(store, study, bad.storage_id, pruner) is False  # already over
 
 
 def test_a_backlog_of_results_is_judged_step_by_step_as_nni_judged_each_result(store):
@@ -225,22 +226,22 @@ def test_a_backlog_of_results_is_judged_step_by_step_as_nni_judged_each_result(s
     from trialflow.tuning.assessors import JUDGED_STEPS
 
     pruner = optuna.pruners.MedianPruner(n_startup_trials=0, n_warmup_steps=2)  # Medianstop, start_step 3
-    store.open_experiment("exp", TPE, SPACE, pruner=pruner)
+    store.open_experiment("exp")
     for index in (0, 1):
-        good = store.ask("exp", index, f"t{index}", TPE, SPACE)
+        good = ask(store, "exp", index, f"t{index}", TPE, SPACE)
         store.record_metrics(good.storage_id, [Metric("PERIODICAL", s, 0.9) for s in range(6)])
         store.finish(good.storage_id, TrialStatus.SUCCEEDED, 0.9)
-    bad = store.ask("exp", 2, "t2", TPE, SPACE)
+    bad = ask(store, "exp", 2, "t2", TPE, SPACE)
     store.record_metrics(bad.storage_id, [Metric("PERIODICAL", s, 0.1) for s in range(40)])
     frozen = store.storage.get_trial(bad.storage_id)
     study = optuna.load_study(study_name="exp", storage=store.storage)
     assert pruner.prune(study, frozen) is False  # Optuna's own look, at step 39 alone
-    judgment = store.judge("exp", bad.storage_id, pruner)
+    judgment = judge(store, "exp", bad.storage_id, pruner)
     assert judgment.stop_at == 2 and judgment.judged_through == 2  # the first step it is judged at
-    assert store.should_stop("exp", bad.storage_id, pruner) is True
+    assert should_stop(store, "exp", bad.storage_id, pruner) is True
     # steps judged before are not judged again: past step 5 no finished trial has a median
-    assert store.judge("exp", bad.storage_id, pruner, after=5) == assessors.Judgment(None, 39)
-    assert store.judge("exp", bad.storage_id, pruner, after=39) == assessors.Judgment(None, 39)
+    assert judge(store, "exp", bad.storage_id, pruner, after=5) == assessors.Judgment(None, 39)
+    assert judge(store, "exp", bad.storage_id, pruner, after=39) == assessors.Judgment(None, 39)
 
     # a long backlog: the earliest steps and the newest, never more than JUDGED_STEPS
     looked: list[int] = []
@@ -251,9 +252,9 @@ def test_a_backlog_of_results_is_judged_step_by_step_as_nni_judged_each_result(s
             assert trial.intermediate_values == {s: 0.1 for s in range(trial.last_step + 1)}
             return False
 
-    long = store.ask("exp", 3, "t3", TPE, SPACE)
+    long = ask(store, "exp", 3, "t3", TPE, SPACE)
     store.record_metrics(long.storage_id, [Metric("PERIODICAL", s, 0.1) for s in range(100)])
-    assert store.judge("exp", long.storage_id, Counting(), after=9) == assessors.Judgment(None, 99)
+    assert judge(store, "exp", long.storage_id, Counting(), after=9) == assessors.Judgment(None, 99)
     assert looked == [*range(10, 10 + JUDGED_STEPS - 1), 99]
 
 
@@ -265,21 +266,21 @@ def test_hyperband_rungs_written_from_a_backlog_are_those_of_one_result_at_a_tim
 
     def run(study: str, batch: bool) -> tuple[int | None, dict]:
         pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2)
-        store.open_experiment(study, TPE, SPACE, pruner=pruner)
+        store.open_experiment(study)
         for index, value in enumerate((0.9, 0.8)):  # two finished trials to compete with
-            done = store.ask(study, index, f"{study}{index}", TPE, SPACE)
+            done = ask(store, study, index, f"{study}{index}", TPE, SPACE)
             store.record_metrics(done.storage_id, [Metric("PERIODICAL", s, value) for s in range(9)])
             store.finish(done.storage_id, TrialStatus.SUCCEEDED, value)
-        judged = store.ask(study, 2, f"{study}2", TPE, SPACE)
+        judged = ask(store, study, 2, f"{study}2", TPE, SPACE)
         curve = [0.95, 0.95, 0.7, 0.85, 0.6, 0.5, 0.5, 0.4, 0.3]
         stop_at, after = None, None
         if batch:
             store.record_metrics(judged.storage_id, [Metric("PERIODICAL", s, v) for s, v in enumerate(curve)])
-            stop_at = store.judge(study, judged.storage_id, pruner).stop_at
+            stop_at = judge(store, study, judged.storage_id, pruner).stop_at
         else:
             for step, value in enumerate(curve):
                 store.record_metrics(judged.storage_id, [Metric("PERIODICAL", step, value)])
-                judgment = store.judge(study, judged.storage_id, pruner, after=after)
+                judgment = judge(store, study, judged.storage_id, pruner, after=after)
                 after = judgment.judged_through
                 if judgment.stop_at is not None:
                     stop_at = judgment.stop_at
@@ -299,11 +300,11 @@ def test_curvefitting_judges_the_counts_a_backlog_passes_over(store):
     from trialflow.tuning.curvefitting import CurveFittingPruner
 
     pruner = CurveFittingPruner(epoch_num=20, start_step=6, threshold=0.95, gap=100)
-    store.open_experiment("cf", TPE, SPACE, pruner=pruner)
-    good = store.ask("cf", 0, "c0", TPE, SPACE)
+    store.open_experiment("cf")
+    good = ask(store, "cf", 0, "c0", TPE, SPACE)
     store.record_metrics(good.storage_id, [Metric("PERIODICAL", s, 0.9 + s / 1000) for s in range(20)])
     store.finish(good.storage_id, TrialStatus.SUCCEEDED, 0.95)
-    bad = store.ask("cf", 1, "c1", TPE, SPACE)
+    bad = ask(store, "cf", 1, "c1", TPE, SPACE)
     store.record_metrics(bad.storage_id, [Metric("PERIODICAL", s, 0.05 + s / 1000) for s in range(9)])
     import optuna
 
@@ -314,9 +315,9 @@ def test_curvefitting_judges_the_counts_a_backlog_passes_over(store):
 
 
 def test_dict_finals_keep_their_other_keys_in_rows(store):
-    store.open_experiment("exp", TPE, SPACE)
+    store.open_experiment("exp")
     study = "exp"
-    asked = store.ask(study, 0, "t0", TPE, SPACE)
+    asked = ask(store, study, 0, "t0", TPE, SPACE)
     store.finish(asked.storage_id, TrialStatus.SUCCEEDED, {"default": 0.8, "loss": 0.2, "epochs": 3})
     row = store.trial_rows("exp")[0]
     assert row.final_metric == 0.8
@@ -334,10 +335,10 @@ def test_a_plain_postgresql_url_uses_the_installed_driver():
 
 def test_the_records_an_ask_and_a_close_return_are_what_the_store_then_holds(store):
     """They are built without reading the trial back; a read must agree field for field."""
-    store.open_experiment("exp", TPE, SPACE)
-    asked = store.ask("exp", 0, "exp-0000", TPE, SPACE)
+    store.open_experiment("exp")
+    asked = ask(store, "exp", 0, "exp-0000", TPE, SPACE)
     assert asked.record == store.trial(asked.storage_id)
-    assert store.ask("exp", 0, "exp-0000", TPE, SPACE).record == asked.record  # a retry reads it
+    assert ask(store, "exp", 0, "exp-0000", TPE, SPACE).record == asked.record  # a retry reads it
     store.set_status(asked.storage_id, TrialStatus.RUNNING)
     store.record_metrics(
         asked.storage_id, [Metric("PERIODICAL", 0, 0.5), Metric("FINAL", 1, {"default": 0.7, "loss": 2})]
@@ -351,7 +352,7 @@ def test_the_records_an_ask_and_a_close_return_are_what_the_store_then_holds(sto
         True,
     )
     assert store.close(asked.storage_id, TrialStatus.FAILED, "late").status == TrialStatus.SUCCEEDED  # first stands
-    other = store.ask("exp", 1, "exp-0001", TPE, SPACE)
+    other = ask(store, "exp", 1, "exp-0001", TPE, SPACE)
     unreported = store.close(other.storage_id, TrialStatus.SUCCEEDED)  # succeeded without a final result
     assert unreported == store.trial(other.storage_id) and unreported.message == "no final result reported"
     frozen = store.storage.get_trial(other.storage_id)
@@ -359,7 +360,7 @@ def test_the_records_an_ask_and_a_close_return_are_what_the_store_then_holds(sto
 
 
 def test_an_experiment_attribute_is_read_alone(store):
-    store.open_experiment("exp", TPE, SPACE)
+    store.open_experiment("exp")
     store.set_experiment_attrs("exp", {"run:a": {"first_index": 4}, "other": [1, "x"]})
     assert store.experiment_attr("exp", "run:a") == {"first_index": 4}
     assert store.experiment_attr("exp", "other") == [1, "x"]
@@ -370,8 +371,8 @@ def test_an_experiment_attribute_is_read_alone(store):
 def test_many_intermediate_results_are_stored_in_one_batch_exactly_once(store, monkeypatch):
     """A batch is one transaction of multi-row upserts: all of it or none of it, and a batch
     read again (a cursor lost in a crash mid-batch) overwrites its own rows instead of adding."""
-    store.open_experiment("ingest", TPE, SPACE)
-    sid = store.ask("ingest", 0, "t0", TPE, SPACE).storage_id
+    store.open_experiment("ingest")
+    sid = ask(store, "ingest", 0, "t0", TPE, SPACE).storage_id
     monkeypatch.setattr(type(store.storage), "INTERMEDIATE_BATCH", 1000)  # several statements per batch
     first = [Metric("PERIODICAL", s, s / 10) for s in range(12_345)]
     store.record_metrics(sid, first)

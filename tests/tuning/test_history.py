@@ -16,6 +16,7 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.trial.status import TrialStatus
 from trialflow.tuning import history
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore
 from trialflow.tuning.history import HistoryWindow, asking_storage, window_ids
 from trialflow.tuning.snapshot import SnapshotCache
@@ -34,9 +35,9 @@ def _fill(store: ExperimentStore, name: str, count: int, direction: str = "maxim
     """``count`` finished trials through the store's own ask and finish: every fifth stopped
     early after three intermediate results, the rest complete with values in no order."""
     random = AlgorithmConfig(name="Random", class_args={"seed": 0})
-    store.open_experiment(name, random, SPACE, direction=direction)  # type: ignore[arg-type]
+    store.open_experiment(name, direction=direction)  # type: ignore[arg-type]
     for i in range(count):
-        asked = store.ask(name, i, f"{name}-{i}", random, SPACE)
+        asked = ask(store, name, i, f"{name}-{i}", random, SPACE)
         store.storage.write_intermediate_values(asked.storage_id, [(s, i + s / 10) for s in range(3)])
         if i % 5 == 4:
             store.finish(asked.storage_id, TrialStatus.EARLY_STOPPED)
@@ -108,9 +109,9 @@ def test_several_objectives_keep_the_full_cache(store, monkeypatch):
     random = AlgorithmConfig(name="Random", class_args={"seed": 0})
     objectives = [{"metric": "a", "mode": "maximize"}, {"metric": "b", "mode": "minimize"}]
     name = _unique("mo")
-    store.open_experiment(name, random, SPACE, objectives=objectives)
+    store.open_experiment(name, objectives=objectives)
     for i in range(4):
-        asked = store.ask(name, i, f"mo-{i}", random, SPACE)
+        asked = ask(store, name, i, f"mo-{i}", random, SPACE)
         store.finish(asked.storage_id, TrialStatus.SUCCEEDED, {"a": i, "b": -i, "default": i})
     cache = SnapshotCache(store.storage)
     assert asking_storage(cache, store.storage, store.storage.get_study_id_from_name(name), "TPE") is cache
@@ -134,11 +135,11 @@ def test_asks_past_the_limit_read_the_window_and_give_new_in_space_trials(store,
     name = _unique("w")
     _fill(store, name, 40)
     best = max(
-        (t for t in RDBStorage.get_all_trials(store.storage, store._study_id(name)) if t.value is not None),
+        (t for t in RDBStorage.get_all_trials(store.storage, store.study_id(name)) if t.value is not None),
         key=lambda t: t.value,
     )
     algorithm = AlgorithmConfig(name=tuner, class_args={"seed": 3})
-    asked = [store.ask(name, 40 + i, f"w-{40 + i}", algorithm, SPACE) for i in range(3)]
+    asked = [ask(store, name, 40 + i, f"w-{40 + i}", algorithm, SPACE) for i in range(3)]
     read = [trials for trials in seen if trials]
     if tuner == "Random":
         assert seen and not read  # asked through the window, and it read no finished trial
@@ -175,7 +176,7 @@ def test_the_kept_window_is_the_window_found_whole_while_trials_come_and_end_in_
     sid = _fill(store, name, 30, direction)
     random = AlgorithmConfig(name="Random", class_args={"seed": 0})
     steer = optuna.study.StudyDirection.MAXIMIZE if direction == "maximize" else optuna.study.StudyDirection.MINIMIZE
-    running = [store.ask(name, 30 + i, f"{name}-{30 + i}", random, SPACE) for i in range(4)]
+    running = [ask(store, name, 30 + i, f"{name}-{30 + i}", random, SPACE) for i in range(4)]
     lasts = []
     for step in range(24):
         kept = [t._trial_id for t in history.window_trials(store.engine, sid, steer, 10)]
@@ -186,7 +187,7 @@ def test_the_kept_window_is_the_window_found_whole_while_trials_come_and_end_in_
         if step % 4 == 0 and running:
             best = 2.0 if direction == "maximize" else -2.0
             store.finish(running.pop(0).storage_id, TrialStatus.SUCCEEDED, best + step)
-        asked = store.ask(name, 40 + step, f"{name}-{40 + step}", random, SPACE)
+        asked = ask(store, name, 40 + step, f"{name}-{40 + step}", random, SPACE)
         if step % 5 == 3:
             store.finish(asked.storage_id, TrialStatus.FAILED)
         elif step % 5 == 4:
@@ -228,7 +229,7 @@ def test_an_ask_with_a_kept_window_counts_no_finished_trial(store, monkeypatch):
     name = _unique("k")
     sid = _fill(store, name, 30)
     tpe = AlgorithmConfig(name="TPE", class_args={"seed": 1})
-    store.ask(name, 30, f"{name}-30", tpe, SPACE)  # finds the window whole and keeps it
+    ask(store, name, 30, f"{name}-30", tpe, SPACE)  # finds the window whole and keeps it
     assert _row(store, sid) is not None
 
     def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -239,7 +240,7 @@ def test_an_ask_with_a_kept_window_counts_no_finished_trial(store, monkeypatch):
 
     monkeypatch.setattr(history, "finished_count", counted)
     monkeypatch.setattr(history, "window_ids", sorted_whole)
-    asked = store.ask(name, 31, f"{name}-31", tpe, SPACE)
+    asked = ask(store, name, 31, f"{name}-31", tpe, SPACE)
     assert 0 <= asked.parameters["x"] <= 1
 
 
@@ -250,10 +251,10 @@ def test_a_trial_appearing_below_the_rows_id_before_it_is_written_again_is_not_l
     monkeypatch.setattr(history, "WINDOW_STEP", 1)
     name, other = _unique("k"), _unique("o")
     random = AlgorithmConfig(name="Random", class_args={"seed": 0})
-    store.open_experiment(other, random, SPACE)
+    store.open_experiment(other)
     sid = _fill(store, name, 20)
     spare = store.storage.create_new_trial(store.storage.get_study_id_from_name(other))  # an id to free
-    asked = store.ask(name, 20, f"{name}-20", random, SPACE)
+    asked = ask(store, name, 20, f"{name}-20", random, SPACE)
     store.finish(asked.storage_id, TrialStatus.SUCCEEDED, 0.5)
     steer = optuna.study.StudyDirection.MAXIMIZE
     history.window_trials(store.engine, sid, steer, 10)  # the row, past the spare id
@@ -273,7 +274,7 @@ def test_a_trial_appearing_below_the_rows_id_before_it_is_written_again_is_not_l
             sa.text("INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (:t, 0, 99.0, 'FINITE')"),
             {"t": spare},
         )
-    later = store.ask(name, 21, f"{name}-21", random, SPACE)  # one more ended: the row is due
+    later = ask(store, name, 21, f"{name}-21", random, SPACE)  # one more ended: the row is due
     store.finish(later.storage_id, TrialStatus.SUCCEEDED, 0.1)
     history.window_trials(store.engine, sid, steer, 10, kept)  # refreshed from the row checked before
     again = history.load_window(store.engine, sid, steer, 10)

@@ -16,6 +16,7 @@ from trialflow.experiment import Experiment, check_runnable
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run, summarize_run
 from trialflow.seeding.retune import ranked
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.pareto import dominates, fronts, pareto_set, with_values
 from trialflow.tuning.results import TrialRow, objective_values
@@ -88,7 +89,7 @@ def run_two_objectives(tmp_path: Path, tuner: str = "TPE", extra: str = "") -> t
     start_run(experiment, store, "dag", "r1", {})
     finals = []
     for i in range(24):
-        asked = store.ask("emo", i, f"emo-{i}", experiment.algorithm, experiment.space)
+        asked = ask(store, "emo", i, f"emo-{i}", experiment.algorithm, experiment.space)
         x, y = asked.parameters["x"], asked.parameters["y"]
         final = {"acc": round(x, 3), "latency": round(x * x + y, 3)} if i != 5 else {"acc": 1.0}  # 5: no latency
         finals.append(final)

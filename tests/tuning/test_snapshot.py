@@ -15,8 +15,9 @@ from optuna.trial import TrialState
 
 from tests.tuning.test_trialflow_storage import _comparable, _fill
 from trialflow.tuning import snapshot
-from trialflow.tuning.experiment_store import TrialflowStorage, with_installed_driver
+from trialflow.tuning.optuna_storage import TrialflowStorage
 from trialflow.tuning.snapshot import SnapshotCache
+from trialflow.tuning.store_urls import with_installed_driver
 from trialflow.tuning.tables import SNAPSHOTS
 
 

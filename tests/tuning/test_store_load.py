@@ -23,6 +23,7 @@ from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.experiment.follow import follow_trial
 from trialflow.platforms.base import TrialStatus, trial_id_for
+from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 pytestmark = pytest.mark.integration
@@ -65,7 +66,7 @@ def _follower(config_path: str, url: str, indexes: list[int], errors: str) -> No
 
         async def one(index: int) -> None:
             asked = await asyncio.to_thread(
-                store.ask, study, index, trial_id_for(EXPERIMENT, index), experiment.algorithm, experiment.space
+                ask, store, study, index, trial_id_for(EXPERIMENT, index), experiment.algorithm, experiment.space
             )
             handle = await platform.submit(experiment.trial_spec(index, asked.number, asked.parameters))
             outcome = await follow_trial(platform, store, handle, asked.storage_id, poll_interval=0.2)
@@ -137,7 +138,7 @@ def test_postgresql_store_under_load(tmp_path: Path, postgres_url: str):
 def _open_store(url: str, go: str, done: str) -> None:
     while not Path(go).exists():  # all processes open the store at the same moment
         pass
-    ExperimentStore(url).open_experiment("race", None, None)
+    ExperimentStore(url).open_experiment("race")
     Path(done).write_text("ok")
 
 

@@ -14,6 +14,7 @@ from trialflow import queries
 from trialflow.cli.commands import main
 from trialflow.platforms.base import TrialStatus
 from trialflow.tuning import store_schema
+from trialflow.tuning.asker import ask
 from trialflow.tuning.concurrency_changes import read_concurrency
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.store_version import HEAD, StoreSchemaError
@@ -95,10 +96,10 @@ def test_an_earlier_releases_store_is_refused_then_upgraded_then_opens_shows_and
     config = queries.experiment_config(engine, "fixture-running")
     tuner = AlgorithmConfig.model_validate(config["tuner"])
     space = parse_search_space(config["searchSpace"])
-    asked = store.ask("fixture-running", 3, "fixture-running-0003", tuner, space)
+    asked = ask(store, "fixture-running", 3, "fixture-running-0003", tuner, space)
     assert asked.parameters == {"x": 0.5, "k": "b"} and not asked.resumed
     store.finish(asked.storage_id, TrialStatus.SUCCEEDED, 0.5)
-    following = store.ask("fixture-running", 4, "fixture-running-0004", tuner, space)  # the tuner's own
+    following = ask(store, "fixture-running", 4, "fixture-running-0004", tuner, space)  # the tuner's own
     assert set(following.parameters) == {"x", "k"}
     assert read_concurrency(engine, "fixture_dag_running") == 3
     # and the 0.1.0 key length is gone: a task group's limits row of two long ids fits

@@ -14,8 +14,10 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from trialflow.tuning.experiment_store import TrialflowStorage, with_installed_driver
+from trialflow.tuning.asker import ask
+from trialflow.tuning.optuna_storage import TrialflowStorage
 from trialflow.tuning.schema_check import DeferredVersionManager
+from trialflow.tuning.store_urls import with_installed_driver
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -121,12 +123,12 @@ def test_samplers_see_the_same_history_through_the_store_cache(tmp_path: Path):
     space = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
     tpe = AlgorithmConfig(name="TPE", class_args={"seed": 1})
     mine, other = ExperimentStore(url), ExperimentStore(url)
-    mine.open_experiment("cache", tpe, space)
-    first = mine.ask("cache", 0, "t0", tpe, space)
-    elsewhere = other.ask("cache", 1, "t1", tpe, space)
+    mine.open_experiment("cache")
+    first = ask(mine, "cache", 0, "t0", tpe, space)
+    elsewhere = ask(other, "cache", 1, "t1", tpe, space)
     other.finish(elsewhere.storage_id, TrialStatus.SUCCEEDED, 0.75)
-    mine.ask("cache", 2, "t2", tpe, space)
-    seen = mine._sampling_storage.get_all_trials(mine._study_id("cache"), deepcopy=False)
+    ask(mine, "cache", 2, "t2", tpe, space)
+    seen = mine.sampling_storage.get_all_trials(mine.study_id("cache"), deepcopy=False)
     by_number = {t.number: t for t in seen}
     assert by_number[1].state == TrialState.COMPLETE and by_number[1].value == 0.75
     assert by_number[0].state == TrialState.RUNNING and first.storage_id == by_number[0]._trial_id

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from trialflow.tuning.asker import ask
 from trialflow.ui.clears import (
     CLEARED,
     MAX_REQUEST_BYTES,
@@ -201,7 +202,7 @@ def test_the_clears_write_the_stop_request_of_each_running_trial(store, tmp_path
     (tmp_path / "config.yml").write_text(CONFIG)
     experiment = Experiment(load_config(tmp_path / "config.yml"), "eclear", tmp_path / "work")
     start_run(experiment, store, "dag_a", "r1", {})
-    asked = [store.ask("eclear", i, f"eclear-{i:04d}", experiment.algorithm, experiment.space) for i in range(3)]
+    asked = [ask(store, "eclear", i, f"eclear-{i:04d}", experiment.algorithm, experiment.space) for i in range(3)]
     store.close(asked[2].storage_id, TrialStatus.SUCCEEDED)
     monkeypatch.setattr("trialflow.ui.access.action_store", lambda: store)
     assert record_clears([ClearedTask("dag_a", "r1", "trial", 0), ClearedTask("dag_a", "r1", "trial", 2)]) == 1

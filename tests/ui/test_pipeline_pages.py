@@ -16,6 +16,7 @@ from tests.helpers.airflow_controls import wait_for
 from tests.helpers.pages import UiSetup, login
 from tests.helpers.screens import shot
 from trialflow.platforms.base import experiment_id_for
+from trialflow.tuning.asker import ask
 
 pytestmark = [pytest.mark.integration, pytest.mark.ui]
 
@@ -191,7 +192,7 @@ def test_two_thousand_trials_on_two_objectives_with_a_long_name_in_the_dark(brow
         return {"accuracy": round(x, 4), "latency": round(1 + 9 * x * x + y, 4)}
 
     for i in range(50):
-        asked = store.ask("epareto2000", i, f"epareto2000-{i:04d}", experiment.algorithm, experiment.space)
+        asked = ask(store, "epareto2000", i, f"epareto2000-{i:04d}", experiment.algorithm, experiment.space)
         store.finish(asked.storage_id, TrialStatus.SUCCEEDED, final(asked.parameters["x"], asked.parameters["y"]), None)
     rng = random.Random(1)
     uniform = optuna.distributions.FloatDistribution(0, 1)

@@ -284,9 +284,7 @@ class Experiment:
 
     def open(self, store: ExperimentStore) -> None:
         """Create the experiment in the store, or re-open it (a cleared or continued run)."""
-        store.open_experiment(
-            self.experiment_id, self.algorithm, self.space, self.config.optimize_mode, self.pruner, self.objectives
-        )
+        store.open_experiment(self.experiment_id, self.config.optimize_mode, self.objectives)
 
     @property
     def objectives(self) -> list[dict[str, str]] | None:
@@ -309,12 +307,13 @@ class Experiment:
         pruner = self.pruner
         if pruner is None:
             return None
+        from trialflow.tuning.asker import judge
         from trialflow.tuning.assessors import stop_reason
 
         judged: list[int | None] = [None]  # the newest step judged: each look judges the steps after it
 
         def check() -> str | None:
-            judgment = store.judge(self.experiment_id, storage_id, pruner, after=judged[0])
+            judgment = judge(store, self.experiment_id, storage_id, pruner, after=judged[0])
             judged[0] = judgment.judged_through
             return None if judgment.stop_at is None else stop_reason(self.config, judgment.stop_at)
 

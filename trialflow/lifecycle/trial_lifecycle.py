@@ -33,6 +33,7 @@ from trialflow.platforms.gpus import GpuRequestError
 from trialflow.platforms.hosts import check_host, this_host
 from trialflow.steering import stop_requested
 from trialflow.trial.packing import CodeDirectoryError
+from trialflow.tuning.asker import ask
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
@@ -138,8 +139,8 @@ def start_trial(
         )
     if refused is not None:
         raise TrialNotStarted(trial_id, refused.reason)
-    asked = store.ask(
-        experiment.experiment_id, index, trial_id, experiment.algorithm, experiment.space, experiment.pruner
+    asked = ask(
+        store, experiment.experiment_id, index, trial_id, experiment.algorithm, experiment.space, experiment.pruner
     )
     record = asked.record
     chosen = _service_index(experiment, store, record, service_index)

@@ -182,7 +182,11 @@ _NOT_FINITE = {"INF_POS": "inf", "INF_NEG": "-inf", "NAN": "nan"}
 
 def _points_csv(engine: Engine, storage_id: int, rows_per_chunk: int = 10_000) -> Iterator[str]:
     query = (
-        sa.select(INTERMEDIATE.c.step, INTERMEDIATE.c.intermediate_value, INTERMEDIATE.c.intermediate_value_type)
+        sa.select(
+            INTERMEDIATE.c.step,
+            INTERMEDIATE.c.intermediate_value,
+            sa.cast(INTERMEDIATE.c.intermediate_value_type, sa.String(7)),  # its name
+        )
         .where(INTERMEDIATE.c.trial_id == storage_id)
         .order_by(INTERMEDIATE.c.step)
     )

@@ -144,7 +144,7 @@ def _facts_query() -> sa.Select:
     return sa.select(
         TRIAL_INDEX.c.study_id,
         TRIAL_INDEX.c.trial_index,
-        TRIALS.c.state,
+        sa.cast(TRIALS.c.state, sa.String(8)),  # the name, as the facts keep it
         status.c.value_json,
         VALUES.c.value,
         TRIALS.c.datetime_start,

@@ -1,8 +1,9 @@
-"""Optuna's RDB tables as trialflow reads them, and the small helpers every read model shares.
+"""The tables the read models query, and the small helpers every read model shares.
 
-The tables are declared here from Optuna's RDB schema (stable since schema version 12)
-rather than imported from Optuna's private models: the read models depend on the schema,
-which Optuna migrates deliberately, not on classes it may rename.
+Optuna's tables are the ones Optuna's models declare (trialflow.tuning.optuna_tables, the one
+way trialflow names them); trialflow's trial index is its own (trialflow.tuning.tables). Optuna's
+enum columns (a trial's state, a value's type) are compared with untyped literals (``state_in``)
+or read cast to text where a read model keeps the name.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import sqlalchemy as sa
 from pydantic_core import from_json
 from sqlalchemy.engine import Engine
 
-from trialflow.tuning.experiment_store import TRIAL_INDEX
+from trialflow.tuning.optuna_tables import DIRECTIONS, INTERMEDIATE, STUDIES, STUDY_ATTRS, TRIAL_ATTRS, TRIALS, VALUES
+from trialflow.tuning.tables import TRIAL_INDEX
 
 __all__ = [
     "ACTIVE",
@@ -36,63 +38,6 @@ __all__ = [
     "optimize_mode",
     "study_id_of",
 ]
-
-_META = sa.MetaData()
-STUDIES = sa.Table(
-    "studies", _META, sa.Column("study_id", sa.Integer, primary_key=True), sa.Column("study_name", sa.String(512))
-)
-DIRECTIONS = sa.Table(
-    "study_directions",
-    _META,
-    sa.Column("study_direction_id", sa.Integer, primary_key=True),
-    sa.Column("direction", sa.String(8)),
-    sa.Column("study_id", sa.Integer),
-    sa.Column("objective", sa.Integer),
-)
-STUDY_ATTRS = sa.Table(
-    "study_user_attributes",
-    _META,
-    sa.Column("study_user_attribute_id", sa.Integer, primary_key=True),
-    sa.Column("study_id", sa.Integer),
-    sa.Column("key", sa.String(512)),
-    sa.Column("value_json", sa.Text),
-)
-TRIALS = sa.Table(
-    "trials",
-    _META,
-    sa.Column("trial_id", sa.Integer, primary_key=True),
-    sa.Column("number", sa.Integer),
-    sa.Column("study_id", sa.Integer),
-    sa.Column("state", sa.String(8)),
-    sa.Column("datetime_start", sa.DateTime),
-    sa.Column("datetime_complete", sa.DateTime),
-)
-TRIAL_ATTRS = sa.Table(
-    "trial_user_attributes",
-    _META,
-    sa.Column("trial_user_attribute_id", sa.Integer, primary_key=True),
-    sa.Column("trial_id", sa.Integer),
-    sa.Column("key", sa.String(512)),
-    sa.Column("value_json", sa.Text),
-)
-VALUES = sa.Table(
-    "trial_values",
-    _META,
-    sa.Column("trial_value_id", sa.Integer, primary_key=True),
-    sa.Column("trial_id", sa.Integer),
-    sa.Column("objective", sa.Integer),
-    sa.Column("value", sa.Float),
-    sa.Column("value_type", sa.String(7)),
-)
-INTERMEDIATE = sa.Table(
-    "trial_intermediate_values",
-    _META,
-    sa.Column("trial_intermediate_value_id", sa.Integer, primary_key=True),
-    sa.Column("trial_id", sa.Integer),
-    sa.Column("step", sa.Integer),
-    sa.Column("intermediate_value", sa.Float),
-    sa.Column("intermediate_value_type", sa.String(7)),
-)
 
 #: The trial attributes a row shows (Optuna user attributes written by trialflow's store).
 ROW_ATTRS = (

@@ -24,6 +24,7 @@ from trialflow.experiment import EXPERIMENT_ID
 from trialflow.nni_history import NniExperiment, NniHistoryError
 from trialflow.trial.protocol import Metric
 from trialflow.trial.status import TrialStatus
+from trialflow.tuning.asker import ask
 
 if TYPE_CHECKING:
     from trialflow.nni_history.database import NniTrial
@@ -141,7 +142,7 @@ def _write(
     trials: list[Any],
 ) -> None:
     space, tuner, config = checked
-    store.open_experiment(target, tuner, space, tuner.optimize_mode)
+    store.open_experiment(target, tuner.optimize_mode)
     store.set_experiment_attrs(
         target,
         {
@@ -164,7 +165,7 @@ def _write(
         if trial.parameter_source:
             request["parameter_source"] = trial.parameter_source[:32]  # who chose them in NNI
         store.enqueue(target, dict(trial.parameters), request)
-        asked = store.ask(target, index, f"{target}-{index:04d}", tuner, space)
+        asked = ask(store, target, index, f"{target}-{index:04d}", tuner, space)
         store.set_attrs(asked.storage_id, **{NNI_JOB_ATTR: trial.trial_job_id})
         metrics = [Metric("PERIODICAL", i, v) for i, v in enumerate(trial.intermediate)]
         if trial.final is not None:

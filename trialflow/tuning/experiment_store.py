@@ -1,25 +1,16 @@
-"""The experiment store: an Optuna storage holding parameters, results, states and config.
+"""The experiment store: what persists an experiment, in trialflow's terms.
 
-One study per experiment (its name is the experiment id). The tuner, the end step, ``trialflow
-run``'s progress and ``optuna-dashboard`` all read the same rows. SQLite is the embedded default
-(WAL, generous lock timeout: many trial tasks and the triggerer write at once); PostgreSQL/MySQL
-URLs work unchanged for workers on several machines.
+One Optuna study per experiment (its name is the experiment id). The tuner, the end step,
+``trialflow run``'s progress and ``optuna-dashboard`` all read the same rows. SQLite is the
+embedded default (WAL, generous lock timeout: many trial tasks and the triggerer write at once);
+PostgreSQL/MySQL URLs work unchanged for workers on several machines.
 
-This file is the store, whole: :class:`ExperimentStore` (what the core asks of it: experiments by
-id, trials as :class:`TrialRecord`) and, under it, :class:`TrialflowStorage`, Optuna's RDB
-storage made cheap for a trial task (grouped writes, a remembered schema check). Following a
-trial from its ask to its close one stays here; the pure pieces it uses live beside it: the
-plain-SQL trial reader (trial_reader.py), the result rules (results.py), the asked-for queue
-(trial_queue.py), the snapshot cache (snapshot.py).
-
-Writes are grouped. Optuna commits each parameter, attribute and state change on its own (a
-trial task made 25 commits, each an fsync on SQLite, and 93 statements); here an asked trial's
-parameters are held while the sampler draws them (Optuna never reads them back during an ask)
-and written with its attributes in one transaction, and a trial is closed (attributes, value,
-state) in one, each through Optuna's own per-row helpers. A study's id and directions never
-change, so each storage looks them up once.
-
-Opening checks Optuna's schema once per database and Optuna version (schema_check.py).
+:class:`ExperimentStore` is what the core asks of the store: experiments by id, trials as
+:class:`TrialRecord`, their attributes, results and closes. Under it, Optuna's storage made
+cheap for a trial task (optuna_storage.py: grouped writes, plain-SQL reads, a remembered schema
+check); beside it, the pure pieces it uses: the result rules (results.py), the asked-for queue
+(trial_queue.py), the snapshot cache (snapshot.py). It persists and never samples: the asker
+(asker.py) draws a trial's parameters and hands them here to be claimed (:meth:`claim_index`).
 """
 
 from __future__ import annotations
@@ -27,56 +18,38 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sqlite3
-import threading
-import warnings
-from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 import optuna
 import sqlalchemy as sa
-import sqlalchemy.orm as sa_orm
-import tenacity
-from optuna import distributions
 from optuna.exceptions import UpdateFinishedTrialError
-from optuna.storages import RDBStorage
-from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.dialects import postgresql as postgresql_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import make_url
 
-from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import SearchSpace, SearchSpaceError, encode
 from trialflow.trial.handle import TrialHandle
 from trialflow.trial.protocol import Metric
 from trialflow.trial.status import COUNTED_STATUSES, TrialStatus
-from trialflow.tuning import schema_check
-from trialflow.tuning.algorithms import canonical_tuner_name
-from trialflow.tuning.assessors import Judgment, judge
-from trialflow.tuning.history import asking_storage
-from trialflow.tuning.optuna_internals import create_scoped_session as _create_scoped_session
-from trialflow.tuning.optuna_internals import models, trial_storage_id
+from trialflow.tuning.optuna_internals import trial_storage_id
+from trialflow.tuning.optuna_storage import HeldParam, open_storage
+from trialflow.tuning.optuna_tables import STUDIES, STUDY_ATTRS, TRIAL_ATTRS, TRIALS
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
 from trialflow.tuning.prior_trials import PRIOR_ATTR, PriorTrial, is_prior
 from trialflow.tuning.prior_trials import template as prior_template
 from trialflow.tuning.results import TrialRow, finite_or_none, jsonable, outcome, preview, scalar
 from trialflow.tuning.snapshot import SnapshotCache
-from trialflow.tuning.store_schema import ensure_schema
 from trialflow.tuning.store_urls import SQLITE_TIMEOUT_SECONDS, safe_url, use_wal, with_installed_driver
 from trialflow.tuning.store_urls import sqlite_url as sqlite_url  # where the callers have always found it
 from trialflow.tuning.tables import SNAPSHOTS, TRIAL_QUEUE, WINDOWS
 from trialflow.tuning.tables import TRIAL_INDEX as TRIAL_INDEX  # where the read models find it
 from trialflow.tuning.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
-from trialflow.tuning.trial_reader import TRIALS, read_trials
-from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
 
 if TYPE_CHECKING:
-    from optuna.pruners import BasePruner
+    pass
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -86,285 +59,6 @@ ATTR_UPDATE_ATTEMPTS = 200
 #: Seconds after which an ask that never claimed its trial index is taken as dead (its claim
 #: follows Optuna's commit within milliseconds; a loaded store may take seconds).
 ABANDONED_AFTER = 60.0
-
-
-# -- Optuna's storage, made cheap for a trial task -------------------------------------------
-
-_STUDIES = models.StudyModel.__table__
-_USER_ATTRS = models.TrialUserAttributeModel.__table__
-_INTERMEDIATE = models.TrialIntermediateValueModel.__table__
-#: The dialects whose INSERT ... ON CONFLICT DO UPDATE writes several attributes at once.
-_UPSERTS: dict[str, Callable[[sa.Table], Any]] = {
-    "sqlite": sqlite_dialect.insert,
-    "postgresql": postgresql_dialect.insert,
-}
-
-
-class HeldParam(NamedTuple):
-    """A parameter the sampler drew, not yet written (see TrialflowStorage.holding_params)."""
-
-    trial_id: int
-    name: str
-    value_internal: float
-    distribution: distributions.BaseDistribution
-    previous_distribution: distributions.BaseDistribution | None
-
-
-class TrialflowStorage(RDBStorage):
-    """RDBStorage whose trial reads are plain SQL (same tables, same FrozenTrials) and whose
-    trial writes can share one transaction."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._init_local_state()
-
-    def _init_local_state(self) -> None:
-        self._study_ids: dict[str, int] = {}
-        self._directions: dict[int, list[StudyDirection]] = {}
-        self._held = threading.local()  # per thread: the triggerer follows many trials at once
-
-    # -- what never changes for a study (trialflow deletes no study) --------------------------
-
-    def get_study_id_from_name(self, study_name: str) -> int:
-        known = self._study_ids.get(study_name)
-        if known is None:
-            known = self._study_ids[study_name] = super().get_study_id_from_name(study_name)
-        return known
-
-    def forget(self, study_name: str) -> None:
-        """Drop the remembered id of a study that was deleted (ExperimentStore.delete_experiment)."""
-        self._study_ids.pop(study_name, None)
-
-    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
-        known = self._directions.get(study_id)
-        if known is None:
-            known = super().get_study_directions(study_id)
-            if StudyDirection.NOT_SET not in known:
-                self._directions[study_id] = known
-        return known
-
-    # -- grouped writes -----------------------------------------------------------------------
-
-    @contextmanager
-    def holding_params(self) -> Iterator[list[HeldParam]]:
-        """Within the block, parameters the sampler sets (this thread) are held in the yielded
-        list instead of written one commit each; write them with :meth:`write_params`."""
-        held: list[HeldParam] = []
-        self._held.params = held
-        try:
-            yield held
-        finally:
-            self._held.params = None
-
-    def _set_trial_param(
-        self,
-        trial_id: int,
-        param_name: str,
-        param_value_internal: float,
-        distribution: distributions.BaseDistribution,
-        previous_distribution: distributions.BaseDistribution | None,
-    ) -> None:
-        held = getattr(self._held, "params", None)
-        if held is None:
-            super()._set_trial_param(trial_id, param_name, param_value_internal, distribution, previous_distribution)
-            return
-        held.append(HeldParam(trial_id, param_name, param_value_internal, distribution, previous_distribution))
-
-    @contextmanager
-    def transaction(self) -> Iterator[sa_orm.Session]:
-        """One session and transaction for several writes (committed at the end, rolled back
-        on an error, which is raised)."""
-        with _create_scoped_session(self.scoped_session) as session:
-            yield session
-
-    def write_params(self, session: sa_orm.Session, params: Iterable[HeldParam]) -> None:
-        """Held parameters, with Optuna's own checks (the trial is updatable; a parameter's
-        distribution agrees with the study's earlier ones)."""
-        for held in params:
-            self._set_trial_param_without_commit(session, *held)
-
-    def write_user_attrs(
-        self, session: sa_orm.Session, trial_id: int, attrs: dict[str, Any], checked: bool = False
-    ) -> None:
-        """A trial's user attributes in one statement where the database upserts (SQLite,
-        PostgreSQL: the same ON CONFLICT upsert Optuna writes per key), else Optuna's per-key
-        write. ``checked``: the caller already found the trial updatable in this session."""
-        if not attrs:
-            return
-        upsert = _UPSERTS.get(self.engine.name)
-        if upsert is None or (self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0)):
-            for key, value in attrs.items():
-                self._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
-            return
-        if not checked:
-            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
-            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
-        insert = upsert(_USER_ATTRS)
-        statement = insert.on_conflict_do_update(
-            index_elements=[_USER_ATTRS.c.trial_id, _USER_ATTRS.c.key],
-            set_={"value_json": insert.excluded.value_json},
-        )
-        rows = [{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)} for key, value in attrs.items()]
-        session.execute(statement, rows)
-
-    #: Rows per INSERT: SQLite allows 32,766 bound values; three per row, with room to spare.
-    INTERMEDIATE_BATCH = 5000
-
-    def write_intermediate_values(self, trial_id: int, values: Sequence[tuple[int, float]]) -> None:
-        """Many intermediate values of one running trial in one transaction: multi-row upserts
-        (the same row Optuna's set_trial_intermediate_value writes, a re-read step overwriting
-        its own) where the database has them, Optuna's per-step write in one session elsewhere.
-
-        One commit per step stored 300-700 rows/s: a trial that reported a million results
-        stayed RUNNING for 41 minutes after it ended. Finite values only (the caller counts the
-        others): Optuna's value-type column then always says FINITE."""
-        if not values:
-            return
-        upsert = _UPSERTS.get(self.engine.name)
-        with self.transaction() as session:
-            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
-            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
-            if upsert is None or (self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0)):
-                for step, value in values:
-                    self._set_trial_intermediate_value_without_commit(session, trial_id, step, value)
-                return
-            insert = upsert(_INTERMEDIATE)
-            statement = insert.on_conflict_do_update(
-                index_elements=[_INTERMEDIATE.c.trial_id, _INTERMEDIATE.c.step],
-                set_={
-                    "intermediate_value": insert.excluded.intermediate_value,
-                    "intermediate_value_type": insert.excluded.intermediate_value_type,
-                },
-            )
-            finite = models.TrialIntermediateValueModel.TrialIntermediateValueType.FINITE
-            latest = dict(values)  # one row per step: a step reported twice keeps its last value
-            rows = [
-                {"trial_id": trial_id, "step": step, "intermediate_value": value, "intermediate_value_type": finite}
-                for step, value in latest.items()
-            ]
-            connection = session.connection()  # Core, not the ORM's bulk path (no RETURNING wanted)
-            for start in range(0, len(rows), self.INTERMEDIATE_BATCH):
-                connection.execute(statement, rows[start : start + self.INTERMEDIATE_BATCH])
-
-    def close_trial(
-        self, trial_id: int, state: TrialState, values: Sequence[float] | None, attrs: dict[str, Any]
-    ) -> None:
-        """Finish a trial in one transaction: its user attributes, its values and its final
-        state, as Optuna's set_trial_state_values writes them. Raises Optuna's
-        UpdateFinishedTrialError if it was finished already (another process was first)."""
-        if not state.is_finished():
-            raise ValueError(f"close_trial finishes a trial; {state.name} is not a finished state")
-        with self.transaction() as session:
-            trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
-            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
-            # The state first, and only if the trial is still running: SQLite ignores FOR UPDATE
-            # (and pysqlite reads before it begins the transaction), so two closers could both
-            # pass the check above; this write takes the database's write lock, and the second
-            # one finds the trial finished.
-            table = models.TrialModel.__table__
-            running = sa.and_(table.c.trial_id == trial_id, table.c.state == TrialState.RUNNING)
-            written = cast("sa.CursorResult[Any]", session.execute(sa.update(table).where(running).values(state=state)))
-            if written.rowcount != 1:
-                raise UpdateFinishedTrialError(f"trial {trial_id} was finished by another process first")
-            self.write_user_attrs(session, trial_id, attrs, checked=True)
-            for objective, value in enumerate(values or ()):
-                self._set_trial_value_without_commit(session, trial, objective, value)
-            trial.state = state
-            trial.datetime_complete = datetime.now()
-
-    @classmethod
-    def reopen(cls, url: str, engine_kwargs: dict[str, Any]) -> TrialflowStorage | None:
-        """The storage of a database this Optuna version already checked, without checking it
-        again; None when it has not (then open it the usual way and ``mark_checked``)."""
-        url = cls._fill_storage_url_template(url)
-        cls._set_default_engine_kwargs_for_mysql(url, engine_kwargs)
-        engine = sa.create_engine(url, **engine_kwargs)
-        if not schema_check.was_checked(engine):
-            engine.dispose()
-            return None
-        storage = cls.__new__(cls)
-        schema_check.fill_unchecked(storage, url, engine, engine_kwargs)
-        storage._init_local_state()
-        return storage
-
-    def mark_checked(self) -> None:
-        """Record that this Optuna version found the database's schema revision compatible."""
-        schema_check.mark_checked(self.engine)
-
-    def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
-        """Several user attributes in one transaction, through Optuna's own per-key write (which
-        commits each key on its own: four keys were four commits, four fsyncs on SQLite)."""
-        if not attrs:
-            return
-        with _create_scoped_session(self.scoped_session, True) as session:
-            self.write_user_attrs(session, trial_id, attrs)
-
-    def _get_trials(
-        self,
-        study_id: int,
-        states: Container[TrialState] | None,
-        included_trial_ids: set[int],
-        trial_id_greater_than: int,
-    ) -> list[FrozenTrial]:
-        included = {i for i in included_trial_ids if i <= trial_id_greater_than}
-        where = [TRIALS.c.study_id == study_id]
-        if states is not None:
-            assert isinstance(states, Iterable)
-            where.append(TRIALS.c.state.in_(list(states)))
-        if trial_id_greater_than > -1:
-            newer = TRIALS.c.trial_id > trial_id_greater_than
-            where.append(sa.or_(newer, TRIALS.c.trial_id.in_(sorted(included))) if included else newer)
-        with self.engine.connect() as conn:
-            if conn.execute(sa.select(_STUDIES.c.study_id).where(_STUDIES.c.study_id == study_id)).first() is None:
-                raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's reader raises
-            return read_trials(conn, where)
-
-    def get_trial(self, trial_id: int) -> FrozenTrial:
-        """One trial by the same plain-SQL reader (Optuna's loads it through six lazy ORM loads)."""
-        with self.engine.connect() as conn:
-            trials = read_trials(conn, [TRIALS.c.trial_id == trial_id])
-        if not trials:
-            raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's get_trial raises
-        return trials[0]
-
-
-@tenacity.retry(
-    retry=tenacity.retry_if_exception_type((sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError)),
-    stop=tenacity.stop_after_attempt(6),
-    wait=tenacity.wait_incrementing(0.1, 0.1),
-    before_sleep=tenacity.before_sleep_log(log, logging.INFO),
-    reraise=True,
-)
-def _open_storage(url: str, engine_kwargs: dict[str, Any]) -> TrialflowStorage:
-    """Optuna's storage, and trialflow's tables at the schema this code needs: created in a new
-    store, checked in an existing one (StoreSchemaError, saying what to run, when it is of
-    another trialflow: trialflow.tuning.store_schema).
-
-    Workers that start together on an empty database all try to create the tables, and
-    "CREATE TABLE" is not safe against a concurrent twin (PostgreSQL: a unique violation on
-    pg_type; SQLite: "table ... already exists"). The loser retries, and by then the tables
-    exist (both found by the load test).
-    """
-    known = TrialflowStorage.reopen(url, engine_kwargs)  # checked before by this Optuna version
-    if known is not None:
-        ensure_schema(known.engine, checked=True)
-        return known
-    storage = TrialflowStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
-    ensure_schema(storage.engine, checked=False)
-    storage.mark_checked()
-    return storage
-
-
-@dataclass(frozen=True)
-class AskedTrial:
-    """A trial's identity and parameters, as the tuner gave them (``resumed``: it had them
-    already: a retry or a resumed run re-attaches), and the trial as the store holds it now."""
-
-    number: int
-    storage_id: int
-    parameters: dict[str, Any]
-    resumed: bool
-    record: TrialRecord
 
 
 @dataclass(frozen=True)
@@ -442,13 +136,13 @@ class ExperimentStore:
             engine_kwargs["connect_args"] = {"timeout": SQLITE_TIMEOUT_SECONDS}
         else:
             engine_kwargs["pool_pre_ping"] = True
-        self.storage = _open_storage(url, engine_kwargs)
+        self.storage = open_storage(url, engine_kwargs)
         # What the tuners and assessors read through: Optuna's own cache of finished trials, one
         # per store (a Study made from the bare storage would start an empty cache every time),
         # so a process that asks or checks again reads only what changed since.
         # The cache starts from the experiment's snapshot row (trialflow.tuning.snapshot), so a new
         # task process does not read every finished trial back.
-        self._sampling_storage = SnapshotCache(self.storage)
+        self.sampling_storage = SnapshotCache(self.storage)
         self._objectives: dict[int, list[dict[str, str]] | None] = {}
 
     def __repr__(self) -> str:
@@ -464,24 +158,14 @@ class ExperimentStore:
     def open_experiment(
         self,
         experiment_id: str,
-        tuner: AlgorithmConfig | None = None,
-        space: SearchSpace | None = None,
         direction: Literal["maximize", "minimize"] = "maximize",
-        pruner: BasePruner | None = None,
         objectives: list[dict[str, str]] | None = None,
     ) -> None:
         """Create the experiment, or re-open it (a cleared or continued run). ``objectives``
-        (several, each {"metric", "mode"}): a multi-objective study, one direction each."""
-        sampler = make_sampler(tuner, space) if tuner is not None and space is not None else None
+        (several, each {"metric", "mode"}): a multi-objective study, one direction each. Its
+        tuner and assessor are not stored: the asker builds them at each ask (asker.py)."""
         directions = {"directions": [o["mode"] for o in objectives]} if objectives else {"direction": direction}
-        optuna.create_study(
-            storage=self.storage,
-            study_name=experiment_id,
-            sampler=sampler,
-            pruner=pruner,
-            load_if_exists=True,
-            **directions,
-        )
+        optuna.create_study(storage=self.storage, study_name=experiment_id, load_if_exists=True, **directions)
         if objectives:
             self.set_experiment_attrs(experiment_id, {OBJECTIVES_ATTR: objectives})
 
@@ -491,7 +175,7 @@ class ExperimentStore:
         Optuna's study, then this process's memory of its id."""
         if not self.experiment_exists(experiment_id):
             return
-        study_id = self._study_id(experiment_id)
+        study_id = self.study_id(experiment_id)
         present = set(sa.inspect(self.storage.engine).get_table_names())
         with self.storage.engine.begin() as conn:
             for table in (TRIAL_INDEX, TRIAL_QUEUE, SNAPSHOTS, WINDOWS):
@@ -507,18 +191,18 @@ class ExperimentStore:
             return False
         return True
 
-    def _study_id(self, experiment_id: str) -> int:
+    def study_id(self, experiment_id: str) -> int:
         return self.storage.get_study_id_from_name(experiment_id)
 
     def experiment_attrs(self, experiment_id: str) -> dict[str, Any]:
-        return self.storage.get_study_user_attrs(self._study_id(experiment_id))
+        return self.storage.get_study_user_attrs(self.study_id(experiment_id))
 
     def experiment_attr(self, experiment_id: str, key: str) -> Any:
         """One of the experiment's attributes (None if unset), without reading the others: every
         trial task reads its run's window, and the study keeps one attribute per run."""
-        table = models.StudyUserAttributeModel.__table__
+        table = STUDY_ATTRS
         query = sa.select(table.c.value_json).where(
-            table.c.study_id == self._study_id(experiment_id), table.c.key == key
+            table.c.study_id == self.study_id(experiment_id), table.c.key == key
         )
         with self.storage.engine.connect() as conn:
             raw = conn.execute(query).scalar_one_or_none()
@@ -526,8 +210,8 @@ class ExperimentStore:
 
     def experiments_with_attr(self, key: str, value: Any) -> list[str]:
         """The experiments whose attribute ``key`` is ``value``, oldest first (e.g. a DAG's)."""
-        table = models.StudyUserAttributeModel.__table__
-        studies = models.StudyModel.__table__
+        table = STUDY_ATTRS
+        studies = STUDIES
         query = (
             sa.select(studies.c.study_name)
             .join(table, table.c.study_id == studies.c.study_id)
@@ -543,8 +227,8 @@ class ExperimentStore:
         changed it in between. Read-modify-write of a shared attribute (the history, counters)
         lost changes under concurrency: twenty actions from two editors at once wrote 13
         history lines. No lock is held, so it works alike on SQLite and PostgreSQL."""
-        table = models.StudyUserAttributeModel.__table__
-        study_id = self._study_id(experiment_id)
+        table = STUDY_ATTRS
+        study_id = self.study_id(experiment_id)
         where = sa.and_(table.c.study_id == study_id, table.c.key == key)
         for _ in range(ATTR_UPDATE_ATTEMPTS):
             with self.storage.engine.connect() as conn:
@@ -573,7 +257,7 @@ class ExperimentStore:
 
     def set_experiment_attrs(self, experiment_id: str, attrs: dict[str, Any]) -> None:
         """Set what changed (an unchanged value is not written again)."""
-        study_id = self._study_id(experiment_id)
+        study_id = self.study_id(experiment_id)
         current = self.storage.get_study_user_attrs(study_id)
         for key, value in attrs.items():
             if current.get(key) != value:
@@ -584,7 +268,7 @@ class ExperimentStore:
     def find_trial_id(self, experiment_id: str, trial_index: int) -> int | None:
         """The storage id of trial ``trial_index`` (one indexed query)."""
         query = sa.select(TRIAL_INDEX.c.trial_id).where(
-            TRIAL_INDEX.c.study_id == self._study_id(experiment_id), TRIAL_INDEX.c.trial_index == trial_index
+            TRIAL_INDEX.c.study_id == self.study_id(experiment_id), TRIAL_INDEX.c.trial_index == trial_index
         )
         with self.storage.engine.begin() as conn:
             return conn.execute(query).scalar_one_or_none()
@@ -597,7 +281,7 @@ class ExperimentStore:
             sa.select(sa.func.count())
             .select_from(TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id))
             .where(
-                TRIAL_INDEX.c.study_id == self._study_id(experiment_id),
+                TRIAL_INDEX.c.study_id == self.study_id(experiment_id),
                 TRIAL_INDEX.c.trial_index.in_(sorted(wanted)),
                 TRIALS.c.state != TrialState.RUNNING,
             )
@@ -612,87 +296,11 @@ class ExperimentStore:
     def trial(self, storage_id: int) -> TrialRecord:
         return _record(self.storage.get_trial(storage_id), storage_id)
 
-    def _winner(self, study_id: int, trial_index: int) -> int:
-        with self.storage.engine.begin() as conn:
-            return int(
-                conn.execute(
-                    sa.select(TRIAL_INDEX.c.trial_id).where(
-                        TRIAL_INDEX.c.study_id == study_id, TRIAL_INDEX.c.trial_index == trial_index
-                    )
-                ).scalar_one()
-            )
-
-    def ask(
-        self,
-        experiment_id: str,
-        trial_index: int,
-        trial_id: str,
-        tuner: AlgorithmConfig,
-        space: SearchSpace,
-        pruner: BasePruner | None = None,
-    ) -> AskedTrial:
-        """Parameters for trial ``trial_index``: the ones it already has (a retry or a resumed
-        run re-attaches), or new ones from the tuner, which has seen every earlier result.
-
-        Optuna creates the trial (one commit); its parameters, trialflow's attributes and the
-        claim of the index are then one transaction, so another process sees the trial either
-        without them or with all of them, and a claim that loses leaves nothing of it behind."""
-        existing = self.find_trial(experiment_id, trial_index)
-        if existing is not None:
-            return AskedTrial(existing.number, existing.storage_id, existing.parameters, True, existing)
-        # A study object of its own: the sampler is per trial (seeded by index), and callers may
-        # ask from many threads (the triggerer follows many trials in one process).
-        study_id = self._study_id(experiment_id)
-        sampler = make_sampler(tuner, space, trial_index)
-        queued, fixed = self._asked_for(study_id, trial_index, space)
-        if fixed is not None:
-            # A person's own trial: the sampler replays their values, so the tuner learns from
-            # its result like from any other trial's.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                sampler = optuna.samplers.PartialFixedSampler(fixed, sampler)
-        storage = asking_storage(self._sampling_storage, self.storage, study_id, canonical_tuner_name(tuner))
-        asking = optuna.Study(study_name=experiment_id, storage=storage, sampler=sampler, pruner=pruner)
-        with self.storage.holding_params() as params:
-            trial = asking.ask()
-            parameters = sample_parameters(tuner, space, trial, trial_index)
-        storage_id = trial_storage_id(trial)  # the trial Optuna just created (its id, as RDBStorage gave it)
-        attrs: dict[str, Any] = {
-            "trial_index": trial_index,
-            "trial_id": trial_id,
-            "parameters": parameters,
-            "nni_status": TrialStatus.WAITING.value,
-        }
-        if queued is not None and fixed is not None:
-            budget = parameters.get(BUDGET_KEY)
-            attrs["parameters"] = parameters = {**queued.parameters, **({BUDGET_KEY: budget} if budget else {})}
-            attrs["asked_by"] = queued.request
-        try:
-            with self.storage.transaction() as session:
-                session.execute(
-                    TRIAL_INDEX.insert().values(study_id=study_id, trial_index=trial_index, trial_id=storage_id)
-                )
-                self.storage.write_params(session, params)
-                self.storage.write_user_attrs(session, storage_id, attrs)
-        except sa.exc.IntegrityError:
-            # Another attempt asked for the same index at the same moment; its trial stands.
-            winner = self._winner(study_id, trial_index)
-            if queued is not None and self.trial(winner).parameters != parameters:
-                release(self.storage.engine, queued.seq)  # the winner ran something else: it waits on
-            self.storage.set_trial_user_attr(storage_id, "superseded_by", winner)
-            self.storage.set_trial_state_values(storage_id, TrialState.FAIL)
-            record = self.trial(winner)
-            return AskedTrial(record.number, winner, record.parameters, True, record)
-        record = TrialRecord(
-            storage_id, trial.number, trial_index, trial_id, parameters, asked_by=attrs.get("asked_by")
-        )
-        return AskedTrial(trial.number, storage_id, parameters, False, record)
-
-    def _asked_for(
+    def asked_for(
         self, study_id: int, trial_index: int, space: SearchSpace
     ) -> tuple[Queued | None, dict[str, Any] | None]:
-        """The trial a person asked for that runs as ``trial_index``, and its sampler values;
-        one whose parameters no longer fit the space (the config changed) is dropped."""
+        """Claim the trial a person asked for that runs as ``trial_index``, with its sampler
+        values; one whose parameters no longer fit the space (the config changed) is dropped."""
         queued = claim(self.storage.engine, study_id, trial_index)
         if queued is None:
             return None, None
@@ -703,39 +311,71 @@ class ExperimentStore:
             release(self.storage.engine, queued.seq, dropped=True)
             return None, None
 
+    def claim_index(
+        self,
+        study_id: int,
+        trial_index: int,
+        asked: optuna.trial.Trial,
+        params: Sequence[HeldParam],
+        attrs: dict[str, Any],
+        queued: Queued | None,
+    ) -> tuple[TrialRecord, bool]:
+        """Give the trial Optuna just created (``asked``) index ``trial_index``: its held
+        parameters, trialflow's attributes and the claim are one transaction, so another
+        process sees the trial either without them or with all of them. Returns the trial that
+        holds the index, and whether another attempt had claimed it first (an ask for the same
+        index at the same moment): then this one is closed as superseded, and leaves nothing."""
+        storage_id = trial_storage_id(asked)  # the trial Optuna just created (its id, as RDBStorage gave it)
+        parameters = attrs["parameters"]
+        try:
+            with self.storage.transaction() as session:
+                session.execute(
+                    TRIAL_INDEX.insert().values(study_id=study_id, trial_index=trial_index, trial_id=storage_id)
+                )
+                self.storage.write_params(session, params)
+                self.storage.write_user_attrs(session, storage_id, attrs)
+        except sa.exc.IntegrityError:
+            winner = self._winner(study_id, trial_index)
+            if queued is not None and self.trial(winner).parameters != parameters:
+                release(self.storage.engine, queued.seq)  # the winner ran something else: it waits on
+            self.storage.set_trial_user_attr(storage_id, "superseded_by", winner)
+            self.storage.set_trial_state_values(storage_id, TrialState.FAIL)
+            return self.trial(winner), True
+        record = TrialRecord(
+            storage_id, asked.number, trial_index, attrs["trial_id"], parameters, asked_by=attrs.get("asked_by")
+        )
+        return record, False
+
+    def _winner(self, study_id: int, trial_index: int) -> int:
+        with self.storage.engine.begin() as conn:
+            return int(
+                conn.execute(
+                    sa.select(TRIAL_INDEX.c.trial_id).where(
+                        TRIAL_INDEX.c.study_id == study_id, TRIAL_INDEX.c.trial_index == trial_index
+                    )
+                ).scalar_one()
+            )
+
     def enqueue(
         self, experiment_id: str, parameters: dict[str, Any], request: dict[str, Any], most: int | None = None
     ) -> int:
         """Ask for a trial with these parameters: the next trial index to start runs it
         (trial_queue.QueueFull when ``most`` wait already)."""
-        return enqueue(self.storage.engine, self._study_id(experiment_id), parameters, request, most)
+        return enqueue(self.storage.engine, self.study_id(experiment_id), parameters, request, most)
 
     def waiting_trials(self, experiment_id: str) -> list[Queued]:
-        return waiting(self.storage.engine, self._study_id(experiment_id))
+        return waiting(self.storage.engine, self.study_id(experiment_id))
 
     def waiting_count(self, experiment_id: str) -> int:
-        return waiting_count(self.storage.engine, self._study_id(experiment_id))
+        return waiting_count(self.storage.engine, self.study_id(experiment_id))
 
     def drop_waiting(self, experiment_id: str) -> int:
         """Drop the asked-for trials no trial index will take (the experiment ended)."""
-        return drop_waiting(self.storage.engine, self._study_id(experiment_id))
-
-    def judge(self, experiment_id: str, storage_id: int, pruner: BasePruner, after: int | None = None) -> Judgment:
-        """The assessor's verdict on a running trial's results stored after step ``after``, each
-        step judged as it arrived (trialflow.tuning.assessors.judge)."""
-        frozen = self.storage.get_trial(storage_id)
-        if frozen.state.is_finished() or not frozen.intermediate_values:
-            return Judgment(None, after)
-        study = optuna.load_study(study_name=experiment_id, storage=self._sampling_storage, pruner=pruner)
-        return judge(pruner, study, frozen, after, lambda: self.storage.get_trial(storage_id).system_attrs)
-
-    def should_stop(self, experiment_id: str, storage_id: int, pruner: BasePruner) -> bool:
-        """Whether the assessor stops a running trial at any of the steps stored so far."""
-        return self.judge(experiment_id, storage_id, pruner).stop_at is not None
+        return drop_waiting(self.storage.engine, self.study_id(experiment_id))
 
     def active_trials(self, experiment_id: str) -> list[TrialRecord]:
         """Trials submitted and not closed (for hybrid placement and for cancelling a run)."""
-        study_id = self._study_id(experiment_id)
+        study_id = self.study_id(experiment_id)
         frozen = self.storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
         return [
             _record(t, self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number))
@@ -748,12 +388,12 @@ class ExperimentStore:
         query of that key's rows alone (the run's watch asks it every second; loading every
         running trial whole would cost as much as the trials it watches)."""
         query = (
-            sa.select(_USER_ATTRS.c.trial_id, _USER_ATTRS.c.value_json)
-            .join(TRIALS, TRIALS.c.trial_id == _USER_ATTRS.c.trial_id)
+            sa.select(TRIAL_ATTRS.c.trial_id, TRIAL_ATTRS.c.value_json)
+            .join(TRIALS, TRIALS.c.trial_id == TRIAL_ATTRS.c.trial_id)
             .where(
-                TRIALS.c.study_id == self._study_id(experiment_id),
+                TRIALS.c.study_id == self.study_id(experiment_id),
                 TRIALS.c.state == TrialState.RUNNING,
-                _USER_ATTRS.c.key == key,
+                TRIAL_ATTRS.c.key == key,
             )
         )
         with self.storage.engine.connect() as conn:
@@ -772,7 +412,7 @@ class ExperimentStore:
         killed, a deployment taken down). Nothing ran for them and no task follows them; left
         RUNNING, Optuna's own tools would show them running for ever. Only asks older than
         ``older_than`` seconds: a younger one may be a claim in flight. Returns how many."""
-        study_id = self._study_id(experiment_id)
+        study_id = self.study_id(experiment_id)
         now = datetime.now()
         closed = 0
         for t in self.storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
@@ -793,7 +433,7 @@ class ExperimentStore:
         """One of a trial's attributes (None if unset), in one indexed query: the follow loop
         asks every poll whether someone asked the trial to stop, and reading the whole trial
         (all its intermediate values) for that would cost a long trial dearly."""
-        table = models.TrialUserAttributeModel.__table__
+        table = TRIAL_ATTRS
         query = sa.select(table.c.value_json).where(table.c.trial_id == storage_id, table.c.key == key)
         with self.storage.engine.connect() as conn:
             raw = conn.execute(query).scalar_one_or_none()
@@ -801,7 +441,7 @@ class ExperimentStore:
 
     def trial_attrs(self, storage_id: int, keys: Iterable[str]) -> dict[str, Any]:
         """Some of a trial's attributes (those set), in one indexed query."""
-        table = models.TrialUserAttributeModel.__table__
+        table = TRIAL_ATTRS
         query = sa.select(table.c.key, table.c.value_json).where(
             table.c.trial_id == storage_id, table.c.key.in_(list(keys))
         )
@@ -864,8 +504,8 @@ class ExperimentStore:
 
     def objectives_of_trial(self, storage_id: int) -> list[dict[str, str]] | None:
         """The objectives of the trial's experiment (None: one objective); read once per study."""
-        trials = models.TrialModel.__table__
-        attrs = models.StudyUserAttributeModel.__table__
+        trials = TRIALS
+        attrs = STUDY_ATTRS
         with self.storage.engine.connect() as conn:
             study_id = conn.execute(sa.select(trials.c.study_id).where(trials.c.trial_id == storage_id)).scalar_one()
             if study_id not in self._objectives:
@@ -930,8 +570,8 @@ class ExperimentStore:
         """Give the experiment's tuner these earlier results as history (trialflow.tuning.
         prior_trials: finished trials without a trial index); those added before (a retried
         start) are skipped. Returns how many were added now."""
-        study_id = self._study_id(experiment_id)
-        table = models.TrialUserAttributeModel.__table__
+        study_id = self.study_id(experiment_id)
+        table = TRIAL_ATTRS
         query = (
             sa.select(table.c.value_json)
             .join(TRIALS, TRIALS.c.trial_id == table.c.trial_id)
@@ -954,7 +594,7 @@ class ExperimentStore:
     def trial_rows(self, experiment_id: str) -> list[TrialRow]:
         """Every trial, in trial-index order, for summaries and progress (not the superseded
         asks, nor the prior trials a warm start gave the tuner: neither ran here)."""
-        frozen = self.storage.get_all_trials(self._study_id(experiment_id), deepcopy=False)
+        frozen = self.storage.get_all_trials(self.study_id(experiment_id), deepcopy=False)
         rows = [_row(t) for t in frozen if is_claimed(t)]
         return sorted(rows, key=lambda r: (r.trial_index is None, r.trial_index or 0))
 

@@ -49,7 +49,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from trialflow.limits import HISTORY_LIMIT
 from trialflow.tuning.algorithms import CATALOGUE
-from trialflow.tuning.optuna_internals import CachedStorage, models
+from trialflow.tuning.optuna_internals import CachedStorage
+from trialflow.tuning.optuna_tables import TRIALS, VALUES
 from trialflow.tuning.snapshot import (
     SNAPSHOT_STEP,
     checked_row,
@@ -66,8 +67,6 @@ from trialflow.tuning.trial_reader import read_trials
 WINDOWED = frozenset(s.name for s in CATALOGUE if s.history == "window")
 BLIND = frozenset(s.name for s in CATALOGUE if s.history == "none")
 
-_TRIALS = models.TrialModel.__table__
-_VALUES = models.TrialValueModel.__table__
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 _UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)
 
@@ -83,8 +82,8 @@ def finished_count(engine: sa.Engine, study_id: int) -> int:
         return int(
             conn.execute(
                 sa.select(sa.func.count())
-                .select_from(_TRIALS)
-                .where(_TRIALS.c.study_id == study_id, _TRIALS.c.state.in_(_FINISHED))
+                .select_from(TRIALS)
+                .where(TRIALS.c.study_id == study_id, TRIALS.c.state.in_(_FINISHED))
             ).scalar()
             or 0
         )
@@ -97,19 +96,19 @@ def window_ids(
     the ``limit // 2`` newest finished ones (complete or early-stopped), oldest first; only
     trials with ids up to ``upto`` when given."""
     half = max(1, limit // 2)
-    value = _VALUES.c.value
-    below = [] if upto is None else [_TRIALS.c.trial_id <= upto]
+    value = VALUES.c.value
+    below = [] if upto is None else [TRIALS.c.trial_id <= upto]
     best = conn.execute(
-        sa.select(_TRIALS.c.trial_id)
-        .join(_VALUES, sa.and_(_VALUES.c.trial_id == _TRIALS.c.trial_id, _VALUES.c.objective == 0))
-        .where(_TRIALS.c.study_id == study_id, _TRIALS.c.state == TrialState.COMPLETE, value.is_not(None), *below)
-        .order_by(value.desc() if direction == StudyDirection.MAXIMIZE else value.asc(), _TRIALS.c.trial_id)
+        sa.select(TRIALS.c.trial_id)
+        .join(VALUES, sa.and_(VALUES.c.trial_id == TRIALS.c.trial_id, VALUES.c.objective == 0))
+        .where(TRIALS.c.study_id == study_id, TRIALS.c.state == TrialState.COMPLETE, value.is_not(None), *below)
+        .order_by(value.desc() if direction == StudyDirection.MAXIMIZE else value.asc(), TRIALS.c.trial_id)
         .limit(half)
     ).scalars()
     newest = conn.execute(
-        sa.select(_TRIALS.c.trial_id)
-        .where(_TRIALS.c.study_id == study_id, _TRIALS.c.state.in_((TrialState.COMPLETE, TrialState.PRUNED)), *below)
-        .order_by(_TRIALS.c.trial_id.desc())
+        sa.select(TRIALS.c.trial_id)
+        .where(TRIALS.c.study_id == study_id, TRIALS.c.state.in_((TrialState.COMPLETE, TrialState.PRUNED)), *below)
+        .order_by(TRIALS.c.trial_id.desc())
         .limit(half)
     ).scalars()
     return sorted({*best, *newest})
@@ -183,12 +182,12 @@ def _save(engine: sa.Engine, study_id: int, kept: KeptWindow, payload: bytes) ->
 
 def _finished_after(conn: sa.Connection, study_id: int, kept: KeptWindow, upto: int | None = None) -> list[FrozenTrial]:
     """The finished trials the row has not seen: after its id, or unfinished then."""
-    seen_later = _TRIALS.c.trial_id > kept.last
+    seen_later = TRIALS.c.trial_id > kept.last
     if kept.unfinished:
-        seen_later = sa.or_(seen_later, _TRIALS.c.trial_id.in_(sorted(kept.unfinished)))
-    where = [_TRIALS.c.study_id == study_id, _TRIALS.c.state.in_(_FINISHED), seen_later]
+        seen_later = sa.or_(seen_later, TRIALS.c.trial_id.in_(sorted(kept.unfinished)))
+    where = [TRIALS.c.study_id == study_id, TRIALS.c.state.in_(_FINISHED), seen_later]
     if upto is not None:
-        where.append(_TRIALS.c.trial_id <= upto)
+        where.append(TRIALS.c.trial_id <= upto)
     return read_trials(conn, where, last_step_only=True, user_attrs=False)
 
 
@@ -198,7 +197,7 @@ def _made(
     """A row as of now: the highest id, then how many trials are up to it, then which of them
     are unfinished, then the window among the finished ones (in that order, a trial finishing
     meanwhile is in both, never in neither). From ``base``, only what it has not seen is read."""
-    last = conn.execute(sa.select(sa.func.max(_TRIALS.c.trial_id)).where(_TRIALS.c.study_id == study_id)).scalar()
+    last = conn.execute(sa.select(sa.func.max(TRIALS.c.trial_id)).where(TRIALS.c.study_id == study_id)).scalar()
     if last is None:
         return None
     if base is not None and count_upto(conn, study_id, base.last) != base.count:
@@ -206,8 +205,8 @@ def _made(
     count = count_upto(conn, study_id, last)
     unfinished = frozenset(
         conn.execute(
-            sa.select(_TRIALS.c.trial_id).where(
-                _TRIALS.c.study_id == study_id, _TRIALS.c.state.in_(_UNFINISHED), _TRIALS.c.trial_id <= last
+            sa.select(TRIALS.c.trial_id).where(
+                TRIALS.c.study_id == study_id, TRIALS.c.state.in_(_UNFINISHED), TRIALS.c.trial_id <= last
             )
         ).scalars()
     )
@@ -215,7 +214,7 @@ def _made(
         return None
     if base is None:
         ids = window_ids(conn, study_id, direction, limit, upto=last)
-        trials = read_trials(conn, [_TRIALS.c.trial_id.in_(ids)], last_step_only=True, user_attrs=False)
+        trials = read_trials(conn, [TRIALS.c.trial_id.in_(ids)], last_step_only=True, user_attrs=False)
     else:
         trials = select_window([*base.trials, *_finished_after(conn, study_id, base, upto=last)], direction, limit)
     return KeptWindow(int(last), count, unfinished, trials)
@@ -232,7 +231,7 @@ def window_trials(
             made = _made(conn, study_id, direction, limit, None)
             if made is None:  # no trial, or too many left unfinished to keep: found whole
                 ids = window_ids(conn, study_id, direction, limit)
-                return read_trials(conn, [_TRIALS.c.trial_id.in_(ids)], last_step_only=True, user_attrs=False)
+                return read_trials(conn, [TRIALS.c.trial_id.in_(ids)], last_step_only=True, user_attrs=False)
             kept, due = made, True
             later = _finished_after(conn, study_id, kept)
         else:

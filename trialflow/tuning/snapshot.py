@@ -31,7 +31,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from trialflow.tuning.optuna_internals import CachedStorage as _CachedStorage
 from trialflow.tuning.optuna_internals import StudyInfo as _StudyInfo
-from trialflow.tuning.optuna_internals import models
+from trialflow.tuning.optuna_tables import TRIALS
 from trialflow.tuning.tables import SNAPSHOTS
 from trialflow.tuning.trial_reader import distribution
 
@@ -40,15 +40,10 @@ SNAPSHOT_STEP = 32
 _FORMAT = 1
 
 
-_TRIALS = models.TrialModel.__table__
-
-
 def count_upto(conn: sa.Connection, study_id: int, last: int) -> int:
     """How many of the study's trials have ids up to ``last`` (what a cache row accounts for)."""
     query = (
-        sa.select(sa.func.count())
-        .select_from(_TRIALS)
-        .where(_TRIALS.c.study_id == study_id, _TRIALS.c.trial_id <= last)
+        sa.select(sa.func.count()).select_from(TRIALS).where(TRIALS.c.study_id == study_id, TRIALS.c.trial_id <= last)
     )
     return int(conn.execute(query).scalar() or 0)
 

@@ -23,13 +23,8 @@ from optuna import distributions
 from optuna.trial import FrozenTrial
 
 from trialflow.tuning.optuna_internals import models
+from trialflow.tuning.optuna_tables import INTERMEDIATE, PARAMS, SYSTEM_ATTRS, TRIAL_ATTRS, TRIALS, VALUES
 
-TRIALS = models.TrialModel.__table__
-_PARAMS = models.TrialParamModel.__table__
-_VALUES = models.TrialValueModel.__table__
-_USER_ATTRS = models.TrialUserAttributeModel.__table__
-_SYSTEM_ATTRS = models.TrialSystemAttributeModel.__table__
-_INTERMEDIATE = models.TrialIntermediateValueModel.__table__
 #: Up to this many trials, their related rows are read by the ids themselves (bound parameters,
 #: far below SQLite's and PostgreSQL's limits); past it, by the selection as a subquery.
 LITERAL_IDS = 2000
@@ -74,11 +69,11 @@ def read_trials(
         if len(trials) <= LITERAL_IDS
         else sa.select(TRIALS.c.trial_id).where(*where).scalar_subquery()
     )
-    params = _grouped(conn, _PARAMS, ids, _PARAMS.c.param_id)
-    values = _grouped(conn, _VALUES, ids, _VALUES.c.objective)
-    attrs = _grouped(conn, _USER_ATTRS, ids, _USER_ATTRS.c.trial_user_attribute_id) if user_attrs else {}
-    system_attrs = _grouped(conn, _SYSTEM_ATTRS, ids, _SYSTEM_ATTRS.c.trial_system_attribute_id)
-    intermediate = _grouped(conn, _INTERMEDIATE, ids, _INTERMEDIATE.c.step, last_step_only)
+    params = _grouped(conn, PARAMS, ids, PARAMS.c.param_id)
+    values = _grouped(conn, VALUES, ids, VALUES.c.objective)
+    attrs = _grouped(conn, TRIAL_ATTRS, ids, TRIAL_ATTRS.c.trial_user_attribute_id) if user_attrs else {}
+    system_attrs = _grouped(conn, SYSTEM_ATTRS, ids, SYSTEM_ATTRS.c.trial_system_attribute_id)
+    intermediate = _grouped(conn, INTERMEDIATE, ids, INTERMEDIATE.c.step, last_step_only)
     return [
         _frozen(
             row,

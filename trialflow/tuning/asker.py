@@ -1,0 +1,109 @@
+"""The asker: the experiment's tuner and assessor, driven over the store.
+
+Optuna's own line: a Study drives a sampler over a storage that only persists. Here
+:func:`ask` builds the trial's sampler (seeded by its index) and an Optuna Study over the store's
+reading cache, draws the trial's parameters, and hands them to the store, which claims the trial
+index in one transaction (``ExperimentStore.claim_index``); :func:`judge` asks the assessor about
+a running trial's stored results. Neither writes a row itself, and the store never builds a
+sampler.
+
+A Study of its own per ask: the sampler is per trial (seeded by index), and callers may ask
+from many threads (the triggerer follows many trials in one process).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import optuna
+
+from trialflow.config.model import AlgorithmConfig
+from trialflow.config.search_space import SearchSpace
+from trialflow.trial.status import TrialStatus
+from trialflow.tuning.algorithms import canonical_tuner_name
+from trialflow.tuning.assessors import Judgment
+from trialflow.tuning.assessors import judge as judge_steps
+from trialflow.tuning.history import asking_storage
+from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
+
+if TYPE_CHECKING:
+    from optuna.pruners import BasePruner
+
+    from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
+
+
+@dataclass(frozen=True)
+class AskedTrial:
+    """A trial's identity and parameters, as the tuner gave them (``resumed``: it had them
+    already: a retry or a resumed run re-attaches), and the trial as the store holds it now."""
+
+    number: int
+    storage_id: int
+    parameters: dict[str, Any]
+    resumed: bool
+    record: TrialRecord
+
+
+def ask(
+    store: ExperimentStore,
+    experiment_id: str,
+    trial_index: int,
+    trial_id: str,
+    tuner: AlgorithmConfig,
+    space: SearchSpace,
+    pruner: BasePruner | None = None,
+) -> AskedTrial:
+    """Parameters for trial ``trial_index``: the ones it already has (a retry or a resumed
+    run re-attaches), or new ones from the tuner, which has seen every earlier result.
+
+    Optuna creates the trial (one commit); the store then writes its parameters, trialflow's
+    attributes and the claim of the index as one transaction, and a claim that loses to a twin
+    ask leaves nothing of it behind (the twin's trial stands)."""
+    existing = store.find_trial(experiment_id, trial_index)
+    if existing is not None:
+        return AskedTrial(existing.number, existing.storage_id, existing.parameters, True, existing)
+    study_id = store.study_id(experiment_id)
+    queued, fixed = store.asked_for(study_id, trial_index, space)
+    sampler = make_sampler(tuner, space, trial_index)
+    if fixed is not None:
+        # A person's own trial: the sampler replays their values, so the tuner learns from
+        # its result like from any other trial's.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.PartialFixedSampler(fixed, sampler)
+    storage = asking_storage(store.sampling_storage, store.storage, study_id, canonical_tuner_name(tuner))
+    asking = optuna.Study(study_name=experiment_id, storage=storage, sampler=sampler, pruner=pruner)
+    with store.storage.holding_params() as params:
+        trial = asking.ask()
+        parameters = sample_parameters(tuner, space, trial, trial_index)
+    attrs: dict[str, Any] = {
+        "trial_index": trial_index,
+        "trial_id": trial_id,
+        "parameters": parameters,
+        "nni_status": TrialStatus.WAITING.value,
+    }
+    if queued is not None and fixed is not None:
+        budget = parameters.get(BUDGET_KEY)
+        attrs["parameters"] = {**queued.parameters, **({BUDGET_KEY: budget} if budget else {})}
+        attrs["asked_by"] = queued.request
+    record, lost = store.claim_index(study_id, trial_index, trial, params, attrs, queued)
+    return AskedTrial(record.number, record.storage_id, record.parameters, lost, record)
+
+
+def judge(
+    store: ExperimentStore, experiment_id: str, storage_id: int, pruner: BasePruner, after: int | None = None
+) -> Judgment:
+    """The assessor's verdict on a running trial's results stored after step ``after``, each
+    step judged as it arrived (trialflow.tuning.assessors.judge)."""
+    frozen = store.storage.get_trial(storage_id)
+    if frozen.state.is_finished() or not frozen.intermediate_values:
+        return Judgment(None, after)
+    study = optuna.load_study(study_name=experiment_id, storage=store.sampling_storage, pruner=pruner)
+    return judge_steps(pruner, study, frozen, after, lambda: store.storage.get_trial(storage_id).system_attrs)
+
+
+def should_stop(store: ExperimentStore, experiment_id: str, storage_id: int, pruner: BasePruner) -> bool:
+    """Whether the assessor stops a running trial at any of the steps stored so far."""
+    return judge(store, experiment_id, storage_id, pruner).stop_at is not None

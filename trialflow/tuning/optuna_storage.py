@@ -1,0 +1,308 @@
+"""Optuna's RDB storage made cheap for a trial task: what persists a trial, and only that.
+
+Airflow runs a trial's life in many short task processes, each paying for its writes. Optuna
+commits each parameter, attribute and state change on its own (a trial task made 25 commits,
+each an fsync on SQLite, and 93 statements); :class:`TrialflowStorage` groups them: an asked
+trial's parameters are held while the sampler draws them (Optuna never reads them back during an
+ask) and written with its attributes in one transaction, and a trial is closed (attributes,
+value, state) in one, each through Optuna's own per-row helpers. Its trial reads are plain SQL
+(trial_reader.py). A study's id and directions never change, so each storage looks them up once.
+
+Opening checks Optuna's schema once per database and Optuna version (schema_check.py), and
+trialflow's own tables at the revision this code needs (store_schema.py).
+
+Nothing here samples: the asker (asker.py) drives the tuners over this storage, as Optuna's Study
+drives a sampler over an RDBStorage that only persists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, NamedTuple, cast
+
+import sqlalchemy as sa
+import sqlalchemy.orm as sa_orm
+import tenacity
+from optuna import distributions
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import RDBStorage
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.dialects import postgresql as postgresql_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+from trialflow.tuning import schema_check
+from trialflow.tuning.optuna_internals import create_scoped_session as _create_scoped_session
+from trialflow.tuning.optuna_internals import models
+from trialflow.tuning.optuna_tables import INTERMEDIATE, STUDIES, TRIAL_ATTRS, TRIALS
+from trialflow.tuning.store_schema import ensure_schema
+from trialflow.tuning.trial_reader import read_trials
+
+log = logging.getLogger(__name__)
+
+#: The dialects whose INSERT ... ON CONFLICT DO UPDATE writes several attributes at once.
+_UPSERTS: dict[str, Callable[[sa.Table], Any]] = {
+    "sqlite": sqlite_dialect.insert,
+    "postgresql": postgresql_dialect.insert,
+}
+
+
+class HeldParam(NamedTuple):
+    """A parameter the sampler drew, not yet written (see TrialflowStorage.holding_params)."""
+
+    trial_id: int
+    name: str
+    value_internal: float
+    distribution: distributions.BaseDistribution
+    previous_distribution: distributions.BaseDistribution | None
+
+
+class TrialflowStorage(RDBStorage):
+    """RDBStorage whose trial reads are plain SQL (same tables, same FrozenTrials) and whose
+    trial writes can share one transaction."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_local_state()
+
+    def _init_local_state(self) -> None:
+        self._study_ids: dict[str, int] = {}
+        self._directions: dict[int, list[StudyDirection]] = {}
+        self._held = threading.local()  # per thread: the triggerer follows many trials at once
+
+    # -- what never changes for a study (trialflow deletes no study) --------------------------
+
+    def get_study_id_from_name(self, study_name: str) -> int:
+        known = self._study_ids.get(study_name)
+        if known is None:
+            known = self._study_ids[study_name] = super().get_study_id_from_name(study_name)
+        return known
+
+    def forget(self, study_name: str) -> None:
+        """Drop the remembered id of a study that was deleted (ExperimentStore.delete_experiment)."""
+        self._study_ids.pop(study_name, None)
+
+    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
+        known = self._directions.get(study_id)
+        if known is None:
+            known = super().get_study_directions(study_id)
+            if StudyDirection.NOT_SET not in known:
+                self._directions[study_id] = known
+        return known
+
+    # -- grouped writes -----------------------------------------------------------------------
+
+    @contextmanager
+    def holding_params(self) -> Iterator[list[HeldParam]]:
+        """Within the block, parameters the sampler sets (this thread) are held in the yielded
+        list instead of written one commit each; write them with :meth:`write_params`."""
+        held: list[HeldParam] = []
+        self._held.params = held
+        try:
+            yield held
+        finally:
+            self._held.params = None
+
+    def _set_trial_param(
+        self,
+        trial_id: int,
+        param_name: str,
+        param_value_internal: float,
+        distribution: distributions.BaseDistribution,
+        previous_distribution: distributions.BaseDistribution | None,
+    ) -> None:
+        held = getattr(self._held, "params", None)
+        if held is None:
+            super()._set_trial_param(trial_id, param_name, param_value_internal, distribution, previous_distribution)
+            return
+        held.append(HeldParam(trial_id, param_name, param_value_internal, distribution, previous_distribution))
+
+    @contextmanager
+    def transaction(self) -> Iterator[sa_orm.Session]:
+        """One session and transaction for several writes (committed at the end, rolled back
+        on an error, which is raised)."""
+        with _create_scoped_session(self.scoped_session) as session:
+            yield session
+
+    def write_params(self, session: sa_orm.Session, params: Iterable[HeldParam]) -> None:
+        """Held parameters, with Optuna's own checks (the trial is updatable; a parameter's
+        distribution agrees with the study's earlier ones)."""
+        for held in params:
+            self._set_trial_param_without_commit(session, *held)
+
+    def write_user_attrs(
+        self, session: sa_orm.Session, trial_id: int, attrs: dict[str, Any], checked: bool = False
+    ) -> None:
+        """A trial's user attributes in one statement where the database upserts (SQLite,
+        PostgreSQL: the same ON CONFLICT upsert Optuna writes per key), else Optuna's per-key
+        write. ``checked``: the caller already found the trial updatable in this session."""
+        if not attrs:
+            return
+        upsert = _UPSERTS.get(self.engine.name)
+        if upsert is None or (self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0)):
+            for key, value in attrs.items():
+                self._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
+            return
+        if not checked:
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
+            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
+        insert = upsert(TRIAL_ATTRS)
+        statement = insert.on_conflict_do_update(
+            index_elements=[TRIAL_ATTRS.c.trial_id, TRIAL_ATTRS.c.key],
+            set_={"value_json": insert.excluded.value_json},
+        )
+        rows = [{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)} for key, value in attrs.items()]
+        session.execute(statement, rows)
+
+    #: Rows per INSERT: SQLite allows 32,766 bound values; three per row, with room to spare.
+    INTERMEDIATE_BATCH = 5000
+
+    def write_intermediate_values(self, trial_id: int, values: Sequence[tuple[int, float]]) -> None:
+        """Many intermediate values of one running trial in one transaction: multi-row upserts
+        (the same row Optuna's set_trial_intermediate_value writes, a re-read step overwriting
+        its own) where the database has them, Optuna's per-step write in one session elsewhere.
+
+        One commit per step stored 300-700 rows/s: a trial that reported a million results
+        stayed RUNNING for 41 minutes after it ended. Finite values only (the caller counts the
+        others): Optuna's value-type column then always says FINITE."""
+        if not values:
+            return
+        upsert = _UPSERTS.get(self.engine.name)
+        with self.transaction() as session:
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
+            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
+            if upsert is None or (self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0)):
+                for step, value in values:
+                    self._set_trial_intermediate_value_without_commit(session, trial_id, step, value)
+                return
+            insert = upsert(INTERMEDIATE)
+            statement = insert.on_conflict_do_update(
+                index_elements=[INTERMEDIATE.c.trial_id, INTERMEDIATE.c.step],
+                set_={
+                    "intermediate_value": insert.excluded.intermediate_value,
+                    "intermediate_value_type": insert.excluded.intermediate_value_type,
+                },
+            )
+            finite = models.TrialIntermediateValueModel.TrialIntermediateValueType.FINITE
+            latest = dict(values)  # one row per step: a step reported twice keeps its last value
+            rows = [
+                {"trial_id": trial_id, "step": step, "intermediate_value": value, "intermediate_value_type": finite}
+                for step, value in latest.items()
+            ]
+            connection = session.connection()  # Core, not the ORM's bulk path (no RETURNING wanted)
+            for start in range(0, len(rows), self.INTERMEDIATE_BATCH):
+                connection.execute(statement, rows[start : start + self.INTERMEDIATE_BATCH])
+
+    def close_trial(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None, attrs: dict[str, Any]
+    ) -> None:
+        """Finish a trial in one transaction: its user attributes, its values and its final
+        state, as Optuna's set_trial_state_values writes them. Raises Optuna's
+        UpdateFinishedTrialError if it was finished already (another process was first)."""
+        if not state.is_finished():
+            raise ValueError(f"close_trial finishes a trial; {state.name} is not a finished state")
+        with self.transaction() as session:
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
+            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
+            # The state first, and only if the trial is still running: SQLite ignores FOR UPDATE
+            # (and pysqlite reads before it begins the transaction), so two closers could both
+            # pass the check above; this write takes the database's write lock, and the second
+            # one finds the trial finished.
+            table = TRIALS
+            running = sa.and_(table.c.trial_id == trial_id, table.c.state == TrialState.RUNNING)
+            written = cast("sa.CursorResult[Any]", session.execute(sa.update(table).where(running).values(state=state)))
+            if written.rowcount != 1:
+                raise UpdateFinishedTrialError(f"trial {trial_id} was finished by another process first")
+            self.write_user_attrs(session, trial_id, attrs, checked=True)
+            for objective, value in enumerate(values or ()):
+                self._set_trial_value_without_commit(session, trial, objective, value)
+            trial.state = state
+            trial.datetime_complete = datetime.now()
+
+    @classmethod
+    def reopen(cls, url: str, engine_kwargs: dict[str, Any]) -> TrialflowStorage | None:
+        """The storage of a database this Optuna version already checked, without checking it
+        again; None when it has not (then open it the usual way and ``mark_checked``)."""
+        url = cls._fill_storage_url_template(url)
+        cls._set_default_engine_kwargs_for_mysql(url, engine_kwargs)
+        engine = sa.create_engine(url, **engine_kwargs)
+        if not schema_check.was_checked(engine):
+            engine.dispose()
+            return None
+        storage = cls.__new__(cls)
+        schema_check.fill_unchecked(storage, url, engine, engine_kwargs)
+        storage._init_local_state()
+        return storage
+
+    def mark_checked(self) -> None:
+        """Record that this Optuna version found the database's schema revision compatible."""
+        schema_check.mark_checked(self.engine)
+
+    def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
+        """Several user attributes in one transaction, through Optuna's own per-key write (which
+        commits each key on its own: four keys were four commits, four fsyncs on SQLite)."""
+        if not attrs:
+            return
+        with _create_scoped_session(self.scoped_session, True) as session:
+            self.write_user_attrs(session, trial_id, attrs)
+
+    def _get_trials(
+        self,
+        study_id: int,
+        states: Container[TrialState] | None,
+        included_trial_ids: set[int],
+        trial_id_greater_than: int,
+    ) -> list[FrozenTrial]:
+        included = {i for i in included_trial_ids if i <= trial_id_greater_than}
+        where = [TRIALS.c.study_id == study_id]
+        if states is not None:
+            assert isinstance(states, Iterable)
+            where.append(TRIALS.c.state.in_(list(states)))
+        if trial_id_greater_than > -1:
+            newer = TRIALS.c.trial_id > trial_id_greater_than
+            where.append(sa.or_(newer, TRIALS.c.trial_id.in_(sorted(included))) if included else newer)
+        with self.engine.connect() as conn:
+            if conn.execute(sa.select(STUDIES.c.study_id).where(STUDIES.c.study_id == study_id)).first() is None:
+                raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's reader raises
+            return read_trials(conn, where)
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        """One trial by the same plain-SQL reader (Optuna's loads it through six lazy ORM loads)."""
+        with self.engine.connect() as conn:
+            trials = read_trials(conn, [TRIALS.c.trial_id == trial_id])
+        if not trials:
+            raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's get_trial raises
+        return trials[0]
+
+
+@tenacity.retry(
+    retry=tenacity.retry_if_exception_type((sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError)),
+    stop=tenacity.stop_after_attempt(6),
+    wait=tenacity.wait_incrementing(0.1, 0.1),
+    before_sleep=tenacity.before_sleep_log(log, logging.INFO),
+    reraise=True,
+)
+def open_storage(url: str, engine_kwargs: dict[str, Any]) -> TrialflowStorage:
+    """Optuna's storage, and trialflow's tables at the schema this code needs: created in a new
+    store, checked in an existing one (StoreSchemaError, saying what to run, when it is of
+    another trialflow: trialflow.tuning.store_schema).
+
+    Workers that start together on an empty database all try to create the tables, and
+    "CREATE TABLE" is not safe against a concurrent twin (PostgreSQL: a unique violation on
+    pg_type; SQLite: "table ... already exists"). The loser retries, and by then the tables
+    exist (both found by the load test).
+    """
+    known = TrialflowStorage.reopen(url, engine_kwargs)  # checked before by this Optuna version
+    if known is not None:
+        ensure_schema(known.engine, checked=True)
+        return known
+    storage = TrialflowStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=False)
+    ensure_schema(storage.engine, checked=False)
+    storage.mark_checked()
+    return storage
