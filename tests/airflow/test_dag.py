@@ -208,7 +208,7 @@ def test_a_changed_concurrency_reaches_the_dag_at_its_next_parse(tmp_path, monke
     read from the store when the dag-processor parses, not when a worker does."""
     import sqlalchemy as sa
 
-    from trialflow.hooks import concurrency_at_parse as hook
+    from trialflow.from_airflow import concurrency_at_parse as hook
     from trialflow.tuning.concurrency_changes import clear, write_concurrency
 
     db = tmp_path / "store.db"

@@ -114,7 +114,7 @@ def test_secret_inputs_are_kept_for_the_trial_and_masked_for_every_reader(tmp_pa
 def test_the_start_step_asks_airflows_masker_which_inputs_are_secrets():
     from airflow.sdk.log import mask_secret
 
-    from trialflow.hooks.secrets import masked_names, masked_text
+    from trialflow.from_airflow.secrets import masked_names, masked_text
 
     value = f"registered-{time.time_ns()}"
     mask_secret(value)  # what rendering {{ conn.x.password }} does in a task

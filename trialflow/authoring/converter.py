@@ -28,7 +28,7 @@ from trialflow import task_ids
 from trialflow.assets import best_parameters_asset
 from trialflow.authoring.dag_sources import config_source
 from trialflow.authoring.plan import INLINE_MARK, DagPlan, load_plan
-from trialflow.hooks.concurrency_at_parse import changed_concurrency
+from trialflow.from_airflow.concurrency_at_parse import changed_concurrency
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
 from trialflow.limits import MAX_TRIALS_PER_RUN
 from trialflow.operators.experiment import (

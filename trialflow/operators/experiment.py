@@ -76,7 +76,7 @@ class StartExperimentOperator(_ExperimentStep):
         self.inputs = inputs
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trialflow.hooks.secrets import masked_names
+        from trialflow.from_airflow.secrets import masked_names
         from trialflow.runs import ExperimentNotOwned, start_run
         from trialflow.runs.start import unused_inputs
         from trialflow.seeding.warm_start import WarmStartError
@@ -227,7 +227,7 @@ class EndExperimentOperator(_ExperimentStep):
 
     def _task_states(self, context: Context) -> dict[int, str | None]:
         """Airflow's state of each trial task of the run (all ended: trigger rule all_done)."""
-        from trialflow.hooks.airflow_stop import ask_trial_states
+        from trialflow.from_airflow.why_stopped import ask_trial_states
 
         try:
             return ask_trial_states(context["dag"].dag_id, context["run_id"], self.trial_task_id)

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from trialflow.from_airflow.why_stopped import TaskRef
 from trialflow.hooks import airflow_connections
-from trialflow.hooks.airflow_stop import TaskRef
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
 
@@ -79,7 +79,7 @@ def complete_from_event(
 def stop_from_worker(submission: Submission, ref: TaskRef | None, platform: TrainingPlatform | None = None) -> None:
     """The worker side of on_kill, for the operator and the sensor: cancel the trial only if a
     person stopped the task."""
-    from trialflow.hooks.airflow_stop import stop_from_airflow, worker_kill_reason
+    from trialflow.from_airflow.why_stopped import stop_from_airflow, worker_kill_reason
     from trialflow.platforms.event_loop import run_sync
 
     stop = worker_kill_reason(ref)
@@ -238,7 +238,7 @@ class SubmitTrialOperator(BaseOperator):
         """The worker is stopping this task while it follows its trial. A person's action (mark
         failed or success, clear, a failed DAG run) cancels the job and records USER_CANCELED;
         a stop nobody asked for (the api-server unreachable, the worker shutting down) leaves
-        the trial running for the task's retry to re-attach to (trialflow.hooks.airflow_stop)."""
+        the trial running for the task's retry to re-attach to (trialflow.from_airflow.why_stopped)."""
         following = getattr(self, "_following", None)
         if following is None:
             return  # not following a trial (submitting, or deferred: the trigger's on_kill acts)

@@ -18,8 +18,8 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
+from trialflow.from_airflow.why_stopped import TaskRef
 from trialflow.hooks import airflow_connections
-from trialflow.hooks.airflow_stop import TaskRef
 from trialflow.hooks.experiment_store import ExperimentStoreHook
 from trialflow.lifecycle.submission import Submission
 from trialflow.operators.trial import complete_from_event, stop_from_worker

@@ -137,7 +137,7 @@ class TrialTrigger(BaseTrigger):
         await asyncio.shield(work)
 
     async def _stop_from_airflow(self) -> None:
-        from trialflow.hooks.airflow_stop import TaskRef, stop_from_airflow, trigger_kill_reason
+        from trialflow.from_airflow.why_stopped import TaskRef, stop_from_airflow, trigger_kill_reason
 
         trial_id = self.submission.handle.get("trial_id")
         try:

@@ -96,7 +96,7 @@ class RunWatchTrigger(BaseTrigger):
         return experiment, ExperimentStoreHook(self.store_conn_id).get_conn()
 
     async def _states(self) -> dict[int, str | None]:
-        from trialflow.hooks.airflow_stop import ask_trial_states
+        from trialflow.from_airflow.why_stopped import ask_trial_states
 
         return await asyncio.to_thread(ask_trial_states, self.dag_id, self.run_id, self.trial_task_id)
 
@@ -165,8 +165,8 @@ class RunWatchTrigger(BaseTrigger):
         await asyncio.shield(work)
 
     async def _last_pass(self) -> None:
+        from trialflow.from_airflow.why_stopped import TRIGGER_ASK_TIMEOUT, state_text
         from trialflow.hooks import airflow_connections
-        from trialflow.hooks.airflow_stop import TRIGGER_ASK_TIMEOUT, state_text
         from trialflow.runs.reconcile import reconcile_run
 
         try:

@@ -131,7 +131,7 @@ def _log_tail(handle: dict[str, Any], secrets: list[str]) -> list[dict[str, str]
 
 def _masked(text: str, secrets: list[str]) -> str:
     from trialflow.config.redaction import REDACTED, mask_text
-    from trialflow.hooks.secrets import masked_text
+    from trialflow.from_airflow.secrets import masked_text
 
     for secret in sorted(set(secrets), key=len, reverse=True):
         if len(secret) >= MIN_MASKED_SECRET:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trialflow.hooks.airflow_stop import NOT_A_PERSON, SOME_ACTION, TaskRef, reason_for, worker_kill_reason
+from trialflow.from_airflow.why_stopped import NOT_A_PERSON, SOME_ACTION, TaskRef, reason_for, worker_kill_reason
 
 # Every TaskInstanceState Airflow 3.3 has, and None (a cleared task's new try).
 STATES = [
@@ -59,7 +59,7 @@ def test_for_the_trigger_a_task_already_in_its_next_try_was_cleared(ti_state):
 
 
 def test_the_worker_keeps_the_trial_when_airflow_cannot_be_asked(monkeypatch):
-    import trialflow.hooks.airflow_stop as module
+    import trialflow.from_airflow.why_stopped as module
 
     def unreachable(ref):
         raise ConnectionError("api-server down")
@@ -76,7 +76,7 @@ def test_a_hung_answer_is_given_up_on_in_bounded_time(monkeypatch):
     import threading
     import time
 
-    import trialflow.hooks.airflow_stop as module
+    import trialflow.from_airflow.why_stopped as module
 
     release = threading.Event()
     monkeypatch.setattr(module, "ASK_TIMEOUT", 0.2)
@@ -106,7 +106,7 @@ def test_states_are_read_as_airflow_spells_them(monkeypatch):
     import airflow.sdk.execution_time.task_runner as runner
     from airflow.sdk.api.datamodels._generated import DagRunState, TaskInstanceState
 
-    import trialflow.hooks.airflow_stop as module
+    import trialflow.from_airflow.why_stopped as module
 
     monkeypatch.setattr(
         runner.RuntimeTaskInstance,
