@@ -93,14 +93,14 @@ def test_a_csv_is_typed_by_the_search_space_in_any_column_order(tmp_path):
     [
         ("e.json", "{}", "expected a JSON list of {parameter, value} records, got dict"),
         ("e.json", '[{"parameter": [1], "value": 1}]', "record 0.parameter: expected an object, got list"),
-        ("e.json", '[{"parameter": {"x": 0.5, "k": "a"}, "value": "oops"}]', "record 0.value: not JSON"),
+        ("e.json", '[{"parameter": {"x": 0.5, "k": "a"}, "value": "oops"}]', "record 0.value: not valid JSON"),
         (
             "e.json",
             '[{"parameter": {"x": 0.5, "k": "a"}, "value": true}]',
             "record 0.value: expected a number or an object",
         ),
         ("e.json", '[{"parameter": {"x": 0.5, "k": "a"}, "value": {"acc": 1}}]', "needs a 'default' key"),
-        ("e.json", "[" * 100_000 + "]" * 100_000, "the file: not JSON"),
+        ("e.json", "[" * 100_000 + "]" * 100_000, "the file: not valid JSON"),
         ("e.json", "[]", "no result in it"),
         # issue 46, 9: taken silently before (the last one won)
         ("e.json", '[{"parameter": {"x": 0.5, "x": 0.7, "k": "a"}, "value": 1}]', "the key 'x' appears twice"),

@@ -27,7 +27,8 @@ from typing import Any
 from trialflow import task_ids
 from trialflow.assets import best_parameters_asset
 from trialflow.authoring.dag_sources import config_source
-from trialflow.authoring.plan import INLINE_MARK, DagPlan, load_plan
+from trialflow.authoring.plan import DagPlan, load_plan
+from trialflow.config.inline import MARK as INLINE_MARK
 from trialflow.from_airflow.concurrency_at_parse import changed_concurrency
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
 from trialflow.limits import MAX_TRIALS_PER_RUN

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from trialflow.authoring.plan import INLINE_MARK, Built
+from trialflow.authoring.plan import Built
+from trialflow.config.inline import MARK as INLINE_MARK
 
 #: While the command line imports a DAG file: the experiments it builds, one list per caller.
 _collecting: list[list[Built]] = []

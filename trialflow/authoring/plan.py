@@ -25,13 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from trialflow import __version__
+from trialflow.config.inline import MARK
 
 if TYPE_CHECKING:
     from trialflow.config import ExperimentConfig
 
 CACHE_ENV = "TRIALFLOW_CACHE_DIR"
-#: trialflow.config.inline.MARK, here so that a parse with a kept plan imports no config module.
-INLINE_MARK = '{"trialflow_inline_config": 1'
 #: Bumped when DagPlan's fields or their meaning change (with trialflow's version, in the key).
 PLAN_FORMAT = 2
 
@@ -145,7 +144,7 @@ def remember(config: ExperimentConfig) -> DagPlan:
 def load_plan(config_path: str | Path) -> DagPlan:
     """The DAG plan of a config: kept from an earlier full check of the same files, or from a
     full check now (which raises ConfigError for a config that cannot run)."""
-    inline = isinstance(config_path, str) and config_path.startswith(INLINE_MARK)
+    inline = isinstance(config_path, str) and config_path.startswith(MARK)
     path = config_path if inline else Path(config_path).expanduser().resolve()
     plan = cached_plan(path)
     if plan is not None:

@@ -108,7 +108,7 @@ def _not_bool(value: Any) -> Any:
     return value
 
 
-def _finite(value: Any) -> Any:
+def _refuse_nan_and_infinity(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"expected a finite number, got {value}")
     return value
@@ -139,7 +139,7 @@ def _non_negative_indices(value: list[int] | None) -> list[int] | None:
 ConfigPath = Annotated[Path, AfterValidator(_resolve_path)]
 Secret = Annotated[SecretStr, BeforeValidator(_secret_text)]
 Int = Annotated[int, BeforeValidator(_not_bool)]
-Float = Annotated[float, BeforeValidator(_finite), BeforeValidator(_not_bool)]
+Float = Annotated[float, BeforeValidator(_refuse_nan_and_infinity), BeforeValidator(_not_bool)]
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
 SizeMB = Annotated[int, BeforeValidator(parse_size_mb)]
 GpuIndices = Annotated[list[int] | None, BeforeValidator(_gpu_indices), AfterValidator(_non_negative_indices)]

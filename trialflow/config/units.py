@@ -31,7 +31,7 @@ _SIZE_UNITS_MB = {
 }
 
 
-def _finite(value: int | float, what: str) -> float:
+def _as_float(value: int | float, what: str) -> float:
     """A number as a float; an integer too large for one (``10**400``) is refused, not a crash."""
     try:
         return float(value)
@@ -53,7 +53,7 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 30m, 2h or 1d, got a boolean")
     if isinstance(value, (int, float)):
-        seconds = _finite(value, "duration")
+        seconds = _as_float(value, "duration")
     elif isinstance(value, str) and (match := _unit_match(_DURATION, value, "duration")):
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
     else:
@@ -68,7 +68,7 @@ def parse_size_mb(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError("expected a size such as 512mb or 8gb, got a boolean")
     if isinstance(value, (int, float)):
-        size = _finite(value, "size")
+        size = _as_float(value, "size")
     elif isinstance(value, str) and (match := _unit_match(_SIZE, value, "size")):
         size = float(match.group(1)) * _SIZE_UNITS_MB[(match.group(2) or "mb").lower()]
     else:

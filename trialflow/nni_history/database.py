@@ -148,7 +148,7 @@ def _read(conn: sqlite3.Connection, path: Path) -> NniExperiment:
     ).fetchone()
     if profile is None:
         raise NniHistoryError(f"{path}: table ExperimentProfile is empty (no config)")
-    config = _json(profile[0], path, "ExperimentProfile.params")
+    config = json_value(profile[0], path, "ExperimentProfile.params")
     if not isinstance(config, dict):
         raise NniHistoryError(f"{path}: ExperimentProfile.params: expected the config as a JSON object")
     experiment_id = _text(profile[1], path, "ExperimentProfile.id", 64)
@@ -166,7 +166,7 @@ def _read(conn: sqlite3.Connection, path: Path) -> NniExperiment:
         if isinstance(sequence, int) and not isinstance(sequence, bool):
             trial.sequence_id = sequence
         if data:
-            assigned = _json(data, path, f"{where}.data")
+            assigned = json_value(data, path, f"{where}.data")
             if isinstance(assigned, dict) and isinstance(assigned.get("parameters"), dict):
                 pid = _int(assigned.get("parameter_id"), path, f"{where}.data.parameter_id")
                 source = assigned.get("parameter_source")
@@ -232,18 +232,24 @@ def loads_unique(text: str | bytes) -> Any:
     return json.loads(text, object_pairs_hook=refuse_duplicates)
 
 
-def _json(value: Any, path: Path, where: str) -> Any:
+def json_value(value: Any, path: Path, where: str, limit: int | None = MAX_FIELD_CHARS) -> Any:
+    """A JSON field of NNI's history (its database's or an exported file's), read whole or
+    refused with the file and the field: bounded to ``limit`` characters before it is parsed
+    (None: the caller bounded it, as a file's size is), each object's keys once. The error
+    names a position or a cause, never the text."""
     if not isinstance(value, str | bytes):
         raise NniHistoryError(f"{path}: {where}: expected JSON text, got {type(value).__name__}")
-    if len(value) > MAX_FIELD_CHARS:
-        raise NniHistoryError(f"{path}: {where}: {len(value)} characters, more than {MAX_FIELD_CHARS}")
+    if limit is not None and len(value) > limit:
+        raise NniHistoryError(f"{path}: {where}: {len(value)} characters, more than {limit}")
     try:
         return loads_unique(value)
-    except (ValueError, RecursionError) as exc:  # its message names a position, never the text
+    except (ValueError, RecursionError) as exc:
         if isinstance(exc, DuplicateJsonKey):
             reason = f"{exc}: NNI writes each key once"
+        elif isinstance(exc, json.JSONDecodeError):
+            reason = exc.msg
         else:
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+            reason = "nested too deep" if isinstance(exc, RecursionError) else type(exc).__name__
         raise NniHistoryError(f"{path}: {where}: not valid JSON ({reason})") from None
 
 
@@ -273,7 +279,7 @@ def _seconds(milliseconds: Any) -> float | None:
 
 def _metric(data: Any, path: Path, where: str) -> Any:
     """What the trial reported: MetricData.data is JSON text of JSON text (NNI double-encodes)."""
-    value = _json(data, path, f"{where}.data")
+    value = json_value(data, path, f"{where}.data")
     if isinstance(value, str):
-        value = _json(value, path, f"{where}.data (inner)")
+        value = json_value(value, path, f"{where}.data (inner)")
     return value

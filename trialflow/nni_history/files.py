@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from trialflow.config.search_space import NestedOption, Parameter, SearchSpaceError, parse_search_space
-from trialflow.nni_history.database import NniExperiment, NniHistoryError, NniTrial, loads_unique
+from trialflow.nni_history.database import NniExperiment, NniHistoryError, NniTrial, json_value
 
 #: An export of 100,000 trials with ten parameters is ~30 MB.
 MAX_FILE_BYTES = 256 * 1024**2
@@ -78,7 +78,7 @@ def read_result_file(path: str | Path, config: dict[str, Any]) -> NniExperiment:
 
 
 def _json_trials(text: str, path: Path) -> list[NniTrial]:
-    records = _json(text, path, "the file")
+    records = json_value(text, path, "the file", limit=None)  # bounded by the file's size
     if not isinstance(records, list):
         raise NniHistoryError(f"{path}: expected a JSON list of {{parameter, value}} records, got {_kind(records)}")
     if len(records) > MAX_RECORDS:
@@ -87,7 +87,7 @@ def _json_trials(text: str, path: Path) -> list[NniTrial]:
     for n, record in enumerate(records):
         where = f"record {n}"
         if isinstance(record, str):  # NNI's tuners accepted records as JSON text too
-            record = _json(_bounded(record, path, where, MAX_CELL_CHARS * 16), path, where)
+            record = json_value(_bounded(record, path, where, MAX_CELL_CHARS * 16), path, where)
         if not isinstance(record, dict):
             raise NniHistoryError(f"{path}: {where}: expected an object with parameter and value, got {_kind(record)}")
         parameters = record.get("parameter")
@@ -95,14 +95,14 @@ def _json_trials(text: str, path: Path) -> list[NniTrial]:
             raise NniHistoryError(f"{path}: {where}.parameter: expected an object, got {_kind(parameters)}")
         value = record.get("value")
         if isinstance(value, str):  # the export's value is the JSON text of the final result
-            value = _json(_bounded(value, path, f"{where}.value", MAX_CELL_CHARS), path, f"{where}.value")
+            value = json_value(_bounded(value, path, f"{where}.value", MAX_CELL_CHARS), path, f"{where}.value")
         _check_final(value, path, f"{where}.value")
         intermediate = record.get("intermediate", [])
         if not isinstance(intermediate, list):
             raise NniHistoryError(f"{path}: {where}.intermediate: expected a list, got {_kind(intermediate)}")
         job = record.get("trialJobId")
         job = _bounded(job, path, f"{where}.trialJobId", 64) if job is not None else f"record-{n}"
-        steps = [_json(v, path, f"{where}.intermediate") if isinstance(v, str) else v for v in intermediate]
+        steps = [json_value(v, path, f"{where}.intermediate") if isinstance(v, str) else v for v in intermediate]
         trials.append(_trial(job, n, parameters, value, steps))
     return trials
 
@@ -140,7 +140,7 @@ def _csv_trials(text: str, path: Path, params: tuple[Parameter, ...]) -> list[Nn
             value = extra
         steps_text = row.get(_INTERMEDIATE) or ""
         steps = (
-            _json(
+            json_value(
                 _bounded(steps_text, path, f"{where}, column 'intermediate'", MAX_CELL_CHARS * 16),
                 path,
                 f"{where}, column 'intermediate'",
@@ -208,14 +208,6 @@ def _bounded(value: Any, path: Path, where: str, limit: int, empty: bool = False
         shown = f"{len(value)} characters" if isinstance(value, str) else _kind(value)
         raise NniHistoryError(f"{path}: {where}: expected text of {0 if empty else 1}..{limit} characters, got {shown}")
     return value
-
-
-def _json(text: str, path: Path, where: str) -> Any:
-    try:
-        return loads_unique(text)
-    except (ValueError, RecursionError) as exc:
-        reason = str(exc).splitlines()[0][:120] if str(exc) else "nested too deep"
-        raise NniHistoryError(f"{path}: {where}: not JSON ({reason})") from None
 
 
 def _kind(value: Any) -> str:
