@@ -7,7 +7,7 @@ export UV_PYTHON_DOWNLOADS := never
 # trial process pays them, and some environments set PYTHONDONTWRITEBYTECODE).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: demo test test-extended test-fast test-lowest lint venv bench bench-task bench-tuners bench-ui bench-parse bench-scale bench-ingest bench-kube bench-remote ui clean
+.PHONY: demo test test-extended test-fast test-unit test-lowest lint venv bench bench-task bench-tuners bench-ui bench-parse bench-scale bench-ingest bench-kube bench-remote ui clean
 
 $(VENV)/.synced: pyproject.toml uv.lock Makefile
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
@@ -42,12 +42,20 @@ test-extended: venv
 test-fast: venv
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not integration and not ui and not nni and not kube and not slow"
 
+# The inner loop of the core (under a minute here): config, tuning, runs, steering and the read
+# models, on SQLite, without the tests marked slow or that need PostgreSQL (marked postgresql by
+# tests/conftest.py). make test-fast adds the rest of the package; make test runs everything.
+UNIT_TESTS := tests/config tests/tuning tests/runs tests/steering tests/queries
+test-unit: venv
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider \
+		-m "not integration and not ui and not nni and not kube and not slow and not postgresql" $(UNIT_TESTS)
+
 # pyproject's lower bounds, tested: the lowest versions its ranges allow (uv's lowest-direct
 # resolution; what they need themselves at their newest), in a virtualenv of their own, and the
 # tests of the core, the store (SQLite and PostgreSQL) and the DAG.
 LOWEST := .lowest
-LOWEST_TESTS := tests/config tests/tuning tests/trial tests/queries/test_queries.py tests/test_experiment.py \
-	tests/test_plan.py tests/airflow/test_dag.py tests/platforms/test_local.py tests/security/test_yaml.py \
+LOWEST_TESTS := tests/config tests/tuning tests/trial tests/queries/test_queries.py tests/experiment/test_experiment.py \
+	tests/authoring/test_plan.py tests/test_dag.py tests/platforms/test_local.py tests/security/test_yaml.py \
 	tests/security/test_exports.py tests/security/test_ownership.py
 test-lowest:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
@@ -61,12 +69,14 @@ test-lowest:
 	$(LOWEST)/venv/bin/python -m pytest -q -m "not integration" --deselect tests/config/test_nni_examples.py $(LOWEST_TESTS)
 
 # ruff (lint and format), mypy and the layer contract (import-linter), all configured in
-# pyproject.toml, on the package; .ci/run runs it.
+# pyproject.toml, on the package, and that tests/ mirrors the package (tests/helpers/mirror.py);
+# .ci/run runs it.
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/python -m tests.helpers.mirror
 
 bench: venv
 	$(VENV)/bin/python bench/overhead.py

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+#: Fixtures several test folders share (real local trials followed by their trigger).
+pytest_plugins = ["tests.helpers.local_trials"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     from tests.helpers.hosts import install
@@ -26,8 +29,22 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     polling on two cores): a `trialflow run` test took 101 s alone and 149-192 s in the suite.
     The order is kept otherwise; every module-scoped fixture of a moved test uses ``harness``
     itself, so none is set up twice."""
+    for item in items:
+        if _on_postgresql(item):
+            item.add_marker(pytest.mark.postgresql)
     uses = ["harness" in getattr(item, "fixturenames", ()) for item in items]
     items[:] = [i for i, u in zip(items, uses) if not u] + [i for i, u in zip(items, uses) if u]
+
+
+def _on_postgresql(item: pytest.Item) -> bool:
+    """A test that needs the session's PostgreSQL: its fixtures name the server, or it is the
+    PostgreSQL case of a test run on both databases (marked ``postgresql``, so that `make
+    test-unit` can leave the server out)."""
+    names = getattr(item, "fixturenames", ())
+    if "postgres_url" in names or "postgres_server" in names:
+        return True
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return any(value == "postgresql" for value in params.values() if isinstance(value, str))
 
 
 # Unit tests import Airflow: give it a private, throwaway home before anything imports it.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.experiment_setup import code_folder
 from tests.helpers.following import follow, poll_until_done
 from trialflow.config.platforms import AmlConfig
 from trialflow.experiment.follow import TIMEOUT_REASON
@@ -82,11 +83,7 @@ def azure(tmp_path, monkeypatch):
 
 @pytest.fixture
 def code(tmp_path):
-    folder = tmp_path / "code"
-    folder.mkdir()
-    (folder / "t.py").write_text(TRIAL)
-    (folder / "config.yml").write_text(f"token: {TOKEN}\n")
-    return folder
+    return code_folder(tmp_path, {"t.py": TRIAL, "config.yml": f"token: {TOKEN}\n"})
 
 
 def _platform(azure, tmp_path: Path, **extra) -> AmlPlatform:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.emulators.dlts import DltsEmulator, can_run_jobs
+from tests.helpers.experiment_setup import code_folder
 from tests.helpers.following import follow, poll_until_done
 from trialflow.config.platforms import DltsConfig
 from trialflow.experiment.follow import TIMEOUT_REASON
@@ -115,10 +116,7 @@ needs_jobs = pytest.mark.skipif(can_run_jobs() is not None, reason=can_run_jobs(
 
 @pytest.fixture
 def code(tmp_path):
-    folder = tmp_path / "code"
-    folder.mkdir()
-    (folder / "t.py").write_text(TRIAL)
-    return folder
+    return code_folder(tmp_path, {"t.py": TRIAL})
 
 
 @needs_jobs

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.experiment_setup import code_folder
 from trialflow.config.platforms import LocalConfig
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform, local_status, process_alive
@@ -28,15 +29,13 @@ def platform(tmp_path: Path) -> LocalPlatform:
 
 @pytest.fixture
 def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "trial.py").write_text(
+    trial = (
         "import sys, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
         "for i in range(p.get('steps', 3)):\n    trial.report_intermediate_result(i * p['x'])\n"
         "    time.sleep(p.get('pause', 0))\n"
         "trial.report_final_result({'default': p['x'], 'n': p.get('steps', 3)})\nsys.exit(p.get('rc', 0))\n"
     )
-    return d
+    return code_folder(tmp_path, {"trial.py": trial})
 
 
 def spec(code: Path, index: int, command: str = f"{PY} trial.py", **params) -> TrialSpec:

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.helpers.emulators.openpai import OpenpaiEmulator, can_run_jobs
+from tests.helpers.experiment_setup import code_folder
 from tests.helpers.following import follow, poll_until_done
 from trialflow.config.platforms import OpenpaiConfig
 from trialflow.experiment.follow import TIMEOUT_REASON
@@ -253,11 +254,7 @@ def pai(tmp_path):
 
 @pytest.fixture
 def code(tmp_path):
-    folder = tmp_path / "code"
-    folder.mkdir()
-    (folder / "trial.py").write_text(TRIAL)
-    (folder / "config.yml").write_text(f"token: {TOKEN}\n")
-    return folder
+    return code_folder(tmp_path, {"trial.py": TRIAL, "config.yml": f"token: {TOKEN}\n"})
 
 
 @needs_jobs

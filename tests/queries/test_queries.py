@@ -58,6 +58,7 @@ def test_trials_page_sorts_filters_searches_and_paginates(store):
     assert queries.trials_page(engine, "eq000001", sort="duration", descending=True)["total"] == 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("descending", [False, True])
 def test_pages_of_every_sort_and_filter_put_together_are_the_whole_ordered_list(store, descending):
     """The page's trials are found first (joining only what the filter and the sort read) and

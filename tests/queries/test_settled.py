@@ -110,6 +110,7 @@ def test_many_studies_in_one_read_and_the_least_recent_forgotten(store, monkeypa
     assert [again[s].whole_tally() for s in sids] == [read[s].whole_tally() for s in sids]
 
 
+@pytest.mark.slow
 def test_statements_stay_bounded_with_many_studies(store):
     """130 known studies are read again in two statements (at most 100 studies each), and what
     each statement finds lands on its own study."""

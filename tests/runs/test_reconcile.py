@@ -80,6 +80,7 @@ def running(store, tmp_path: Path, monkeypatch):
     run_sync(stop_all())
 
 
+@pytest.mark.slow
 def test_a_trial_whose_task_ended_is_stopped_and_closed_and_the_others_run_on(running):
     experiment, store, started = running
     states = {0: "failed", 1: "running", 2: "deferred"}
@@ -100,6 +101,7 @@ def test_a_trial_whose_task_ended_is_stopped_and_closed_and_the_others_run_on(ru
     assert store.active_trials("ereconcile") == []
 
 
+@pytest.mark.slow
 def test_two_reconcilers_at_once_stop_each_trial_once(running):
     experiment, store, started = running
     results: list[list] = []
@@ -124,6 +126,7 @@ def test_two_reconcilers_at_once_stop_each_trial_once(running):
     assert len(lines) == 3
 
 
+@pytest.mark.slow
 def test_a_trial_that_ended_on_its_own_keeps_its_outcome(running):
     experiment, store, started = running
     store.close(started[0].record.storage_id, TrialStatus.SUCCEEDED)
@@ -131,6 +134,7 @@ def test_a_trial_that_ended_on_its_own_keeps_its_outcome(running):
     assert store.trial(started[0].record.storage_id).status == TrialStatus.SUCCEEDED
 
 
+@pytest.mark.slow
 def test_another_runs_trials_are_left_alone(running):
     experiment, store, started = running
     assert asyncio.run(reconcile_run(experiment, store, "r2", {0: "failed"}, run_over=True)) == []
@@ -150,6 +154,7 @@ def test_a_watch_waits_for_on_kill_before_it_acts():
     assert overdue({0: "failed", 1: "success"}, seen, 200.0) == {1: "success"}  # 0 starts again
 
 
+@pytest.mark.slow
 def test_the_watch_stops_orphans_after_the_grace_and_ends_when_nothing_runs(running):
     from trialflow.runs.reconcile import ON_KILL_GRACE, RunWatch
 
@@ -169,6 +174,7 @@ def test_the_watch_stops_orphans_after_the_grace_and_ends_when_nothing_runs(runn
     assert store.active_trials("ereconcile") == []
 
 
+@pytest.mark.slow
 def test_the_watch_asks_airflow_early_once_the_last_waves_trials_ended_in_the_store(running):
     """A trial that ends on its worker wakes no trigger: the watch looks at the store between
     two polls and asks Airflow early once every trial whose task it last saw alive has ended
@@ -197,6 +203,7 @@ def test_the_watch_asks_airflow_early_once_the_last_waves_trials_ended_in_the_st
     assert asyncio.run(watch.ask_early({0: "running", 1: "success", 2: "success"}, t + 10.01 + EARLY_ASK_FIRST, poll))
 
 
+@pytest.mark.slow
 def test_a_trial_not_asked_yet_is_not_finished_in_the_store(running):
     experiment, store, started = running
     for s in started:
@@ -206,6 +213,7 @@ def test_a_trial_not_asked_yet_is_not_finished_in_the_store(running):
     assert not store.all_finished("ereconcile", [first, first + 3])  # index 3: no trial yet
 
 
+@pytest.mark.slow
 def test_an_ask_that_died_before_its_claim_is_no_trial_and_is_closed_as_abandoned(store, tmp_path, monkeypatch):
     """Issue 46, 0: a trial task killed between Optuna's commit of its new trial and the claim of
     its trial index left a row no task asked for; the end step's reconciliation took it for
@@ -270,6 +278,7 @@ def test_a_stop_request_is_answered_by_the_watch_only_after_its_grace(request_, 
         assert found[7] == request_.get("reason")
 
 
+@pytest.mark.slow
 def test_the_watch_answers_a_stop_request_that_no_follower_acted_on(running):
     """Issue 46, 1: a task cleared as it deferred was terminated without on_kill, and its next
     try is scheduled seconds later: the api-server's stop request waited with nobody to act on

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.experiment_setup import experiment_with_store
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.lifecycle import trial_lifecycle
@@ -17,7 +18,7 @@ from trialflow.platforms.local import process_alive
 from trialflow.runs import ExperimentNotOwned, RunHasNoTrials, cancel_trials, start_run, summarize_run
 from trialflow.trial.protocol import Metric
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+from trialflow.tuning.experiment_store import ExperimentStore
 
 CONFIG = f"""\
 searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
@@ -32,9 +33,7 @@ trainingService: {{platform: local}}
 
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[Experiment, ExperimentStore]:
-    (tmp_path / "config.yml").write_text(CONFIG)
-    experiment = Experiment(load_config(tmp_path / "config.yml"), "erunlife", tmp_path / "work")
-    return experiment, ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    return experiment_with_store(tmp_path / "config.yml", CONFIG, "erunlife", tmp_path / "s.db", tmp_path / "work")
 
 
 def test_a_run_starts_once_and_a_cleared_run_keeps_its_window(setup):

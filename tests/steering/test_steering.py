@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.experiment_setup import experiment_with_store
 from trialflow import steering
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
@@ -33,9 +34,9 @@ trainingService: {{platform: local}}
 
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[Experiment, ExperimentStore]:
-    (tmp_path / "config.yml").write_text(CONFIG)
-    experiment = Experiment(load_config(tmp_path / "config.yml"), "esteer", tmp_path / "work")
-    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    experiment, store = experiment_with_store(
+        tmp_path / "config.yml", CONFIG, "esteer", tmp_path / "s.db", tmp_path / "work"
+    )
     start_run(experiment, store, "dag_a", "r1", {})
     return experiment, store
 
@@ -237,6 +238,7 @@ def test_trial_indexes_are_never_skipped_when_trials_are_added_and_the_limit_rai
     assert held == list(range(8))  # every index up to the limit, once, no gap
 
 
+@pytest.mark.slow
 def test_a_shortened_duration_reaches_the_running_trial(setup):
     experiment, store = setup
     started = trial_lifecycle.start_trial(experiment, store, "r1", 0)

@@ -160,6 +160,7 @@ def _ask_same_index(url: str, index: int, barrier_path: str) -> None:
     )
 
 
+@pytest.mark.slow
 def test_racing_asks_for_one_index_agree_on_one_trial(tmp_path):
     """Two attempts of one trial (a zombie and its retry) ask at the same moment: the database's
     unique index lets one trial win, and both get its parameters."""

@@ -93,6 +93,7 @@ def test_a_blind_tuner_past_the_limit_reads_no_finished_trial(store, monkeypatch
     assert [t._trial_id for t in window.get_all_trials(sid, deepcopy=False)] == [running]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tuner", ["TPE", "Random", "Evolution"])
 def test_below_the_limit_and_for_evolution_the_ask_reads_the_full_cache(store, monkeypatch, tuner):
     monkeypatch.setattr(history, "HISTORY_LIMIT", 30)
@@ -117,6 +118,7 @@ def test_several_objectives_keep_the_full_cache(store, monkeypatch):
     assert asking_storage(cache, store.storage, store.storage.get_study_id_from_name(name), "TPE") is cache
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tuner", ["TPE", "Anneal", "GP", "Random"])
 def test_asks_past_the_limit_read_the_window_and_give_new_in_space_trials(store, monkeypatch, tuner):
     """The whole ask through the window: a learning tuner's ask reads the window's finished
@@ -163,6 +165,7 @@ def _whole(store: ExperimentStore, sid: int, limit: int) -> list[int]:
         return window_ids(conn, sid, store.storage.get_study_directions(sid)[0], limit)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("direction", ["maximize", "minimize"])
 def test_the_kept_window_is_the_window_found_whole_while_trials_come_and_end_in_any_order(
     store, monkeypatch, direction

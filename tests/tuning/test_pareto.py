@@ -166,6 +166,7 @@ def test_every_pair_of_the_pareto_set_is_mutually_non_dominated():
         assert not dominates(points[i], points[j], modes)
 
 
+@pytest.mark.slow
 def test_the_pages_cli_and_export_show_the_same_pareto_set(tmp_path: Path):
     import csv
     import io

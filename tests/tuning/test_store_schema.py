@@ -157,6 +157,7 @@ def test_an_upgrade_that_fails_half_way_leaves_the_store_as_it_was(store, tmp_pa
     assert store_schema.upgrade(engine) == (None, HEAD)  # the real migrations then go through
 
 
+@pytest.mark.slow
 def test_many_processes_opening_a_new_store_at_once_all_find_it_current(tmp_path):
     import concurrent.futures
     import subprocess

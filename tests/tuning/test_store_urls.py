@@ -22,6 +22,7 @@ def _open(path: str) -> str:
         return repr(exc)
 
 
+@pytest.mark.slow
 def test_processes_switching_a_new_file_to_wal_at_once_all_succeed(tmp_path):
     # Before use_wal retried, this failed on every one of three runs with "database is locked" (CI's
     # test-lowest met it in test_many_processes_opening_a_new_store_at_once_all_find_it_current).

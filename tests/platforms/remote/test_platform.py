@@ -424,7 +424,7 @@ def _fake_gpus(server, uuids: list[str], apps: list | None = None) -> str:
 
     folder = server.root / "bin"
     folder.mkdir(exist_ok=True)
-    shutil.copy(Path(__file__).resolve().parents[1] / "helpers" / "fakes" / "nvidia-smi", folder / "nvidia-smi")
+    shutil.copy(Path(__file__).resolve().parents[2] / "helpers" / "fakes" / "nvidia-smi", folder / "nvidia-smi")
     (folder / "fake-gpus.json").write_text(json.dumps({"gpus": uuids, "apps": apps or []}))
     if not (folder / "python3").exists():
         (folder / "python3").symlink_to("/usr/bin/python3")

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 
-from tests.airflow.test_trigger import only_event
+from tests.triggers.test_trial import only_event
 from trialflow.triggers import run_wakeups
 from trialflow.triggers.trial import TrialTrigger
 from trialflow.triggers.watch import RunWatchTrigger

@@ -104,7 +104,7 @@ def test_the_version_is_the_distributions(capsys):
     assert versions in ([], [__version__])  # the installed distribution's, when it is installed
     import tomllib
 
-    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
     assert project["version"] == __version__
 
 

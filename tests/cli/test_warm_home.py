@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import GOOD, TRIAL, cli
+from tests.cli.test_commands import GOOD, TRIAL, cli
 from trialflow.cli import home_airflow
 
 pytestmark = pytest.mark.integration

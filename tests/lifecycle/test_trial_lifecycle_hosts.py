@@ -16,15 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from trialflow.config import load_config
-from trialflow.experiment import Experiment
+from tests.helpers.experiment_setup import code_folder, experiment_with_store
 from trialflow.lifecycle import trial_lifecycle
 from trialflow.platforms.base import TrialStatus, trial_id_for
 from trialflow.platforms.hosts import TrialOnAnotherHost
 from trialflow.platforms.local import process_alive
 from trialflow.runs import allot_window
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a second host (its own namespaces) needs root")
 
@@ -49,17 +47,16 @@ except TrialOnAnotherHost as exc:
 
 @pytest.fixture
 def setup(tmp_path: Path):
-    code = tmp_path / "code"
-    code.mkdir()
-    config_path = code / "config.yml"
-    config_path.write_text(
+    config_path, workdir = code_folder(tmp_path, {}) / "config.yml", tmp_path / "work"
+    experiment, store = experiment_with_store(
+        config_path,
         "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: sleep 30\ntrialCodeDirectory: .\n"
-        "trialConcurrency: 1\nmaxTrialNumber: 2\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
+        "trialConcurrency: 1\nmaxTrialNumber: 2\ntuner: {name: Random}\ntrainingService: {platform: local}\n",
+        "ehosts01",
+        tmp_path / "store.db",
+        workdir,
     )
-    workdir = tmp_path / "work"
-    experiment = Experiment(load_config(config_path), "ehosts01", workdir)
-    url = sqlite_url(tmp_path / "store.db")
-    store = ExperimentStore(url)
+    url = store.url
     experiment.open(store)
     allot_window(experiment, store, "r1")
     return experiment, store, config_path, workdir, url

@@ -1,5 +1,6 @@
-"""Fixtures of the trigger tests: real local trials of a real experiment and store, submitted
-as the trial task submits them, each followed by a TrialTrigger run directly (no triggerer)."""
+"""Fixtures of the trigger and sensor tests: real local trials of a real experiment and store,
+submitted as the trial task submits them, each followed by a TrialTrigger run directly (no
+triggerer). A pytest plugin (tests/conftest.py), so every test folder reaches them."""
 
 from __future__ import annotations
 

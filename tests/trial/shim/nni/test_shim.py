@@ -65,7 +65,7 @@ def test_merge_parameter_keeps_nnis_rules():
 
     # the stand-in's own file, loaded under a name of its own (a bare "utils" on sys.path could be
     # any module of that name already imported)
-    path = Path(__file__).resolve().parents[2] / "trialflow" / "trial" / "shim" / "nni" / "utils.py"
+    path = Path(__file__).resolve().parents[4] / "trialflow" / "trial" / "shim" / "nni" / "utils.py"
     spec = importlib.util.spec_from_file_location("trialflow_nni_shim_utils", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -145,28 +145,6 @@ def test_the_assessor_stops_a_trial_below_the_median_from_the_trigger(local_tria
     assert not process_alive(bad.submission.handle["pid"])
 
 
-def test_the_poking_sensor_enforces_the_experiment_deadline_too(local_trials):
-    """Each poke is a step of the same follower: past maxExperimentDuration the first poke cancels,
-    a later one sees the trial stopped and skips the task (stopped on purpose)."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
-    from trialflow.sensors.trial import TrialSensor
-
-    submit, store = local_trials
-    trigger = submit(6, "hang", experiment_deadline=time.time() - 1)
-    sensor = TrialSensor(task_id="wait", submission=trigger.submission.to_dict())  # the operator's XCom
-    pushed: list = []
-    context = {"ti": type("TI", (), {"xcom_push": lambda self, key, value: pushed.append(value)})()}
-    assert sensor.poke(context) is False  # cancels
-    deadline = time.monotonic() + 20
-    with pytest.raises(AirflowSkipException, match="SYS_CANCELED: maxExperimentDuration reached"):
-        while sensor.poke(context) is False:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-    assert pushed and pushed[0]["status"] == "SYS_CANCELED"
-    assert store.trial(trigger.submission.storage_id).status == TrialStatus.SYS_CANCELED
-
-
 def test_a_trigger_serialized_before_submissions_were_one_value_still_loads():
     """Deferred tasks of an older trialflow keep their flat kwargs in Airflow's database."""
     flat = {

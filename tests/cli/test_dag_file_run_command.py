@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import cli
+from tests.cli.test_commands import cli
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,116 @@
+"""SubmitTrialOperator's shell over real local trials in a real store: what a trial's outcome
+makes of its task (``complete_from_event``, ``report``), the same for the operator and the
+sensor. The task's instance is a recorder of its XCom pushes (what Airflow's would store)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from tests.triggers.test_trial import only_event
+from trialflow.operators.trial import SubmitTrialOperator, complete_from_event
+from trialflow.platforms.base import TrialStatus
+from trialflow.triggers import trial as trial_module
+
+
+class RecordingTI:
+    """The task instance as the operator uses it: XCom pushes, kept to be read back."""
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, object] = {}
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.pushed[key] = value
+
+
+@pytest.fixture
+def ended(local_trials, monkeypatch):
+    """A real trial run to its end by its trigger, which hands the outcome to the worker (as it
+    does where Airflow has listeners): the event the operator's execute_complete receives."""
+    submit, store = local_trials
+    monkeypatch.setattr(trial_module, "listeners_present", lambda: True)
+
+    def run(index: int, mode: str) -> tuple[dict, int]:
+        trigger = submit(index, mode)
+        event = asyncio.run(only_event(trigger))
+        return event.payload, trigger.submission.storage_id
+
+    return run, store
+
+
+def _experiment(store):
+    """complete_from_event hands the experiment on and reads nothing of it here."""
+    return None
+
+
+def _cancel(submission) -> None:
+    submission.experiment().platform().cancel_sync(submission.handle, TrialStatus.USER_CANCELED, "test over")
+
+
+def test_a_succeeded_trial_is_a_succeeded_task_whose_xcom_is_its_result(ended):
+    run, store = ended
+    event, storage_id = run(0, "ok")
+    context = {"ti": RecordingTI()}
+    result = complete_from_event(context, event, _experiment(store), store, storage_id)
+    record = store.trial(storage_id)
+    assert record.status == TrialStatus.SUCCEEDED and record.finished
+    assert result["status"] == "SUCCEEDED" and result["trial_id"] == record.trial_id
+    assert result["final_metric"] == record.final and result["intermediate_count"] == 4
+    assert context["trial_label"] == f"{record.trial_id} SUCCEEDED"  # the grid's name for the task
+
+
+def test_a_failed_trial_fails_its_task_without_retry_and_still_pushes_its_result(ended):
+    run, store = ended
+    event, storage_id = run(1, "fail")
+    context = {"ti": RecordingTI()}
+    with pytest.raises(AirflowFailException, match="FAILED"):
+        complete_from_event(context, event, _experiment(store), store, storage_id)
+    assert context["ti"].pushed["return_value"]["status"] == "FAILED"
+    assert store.trial(storage_id).status == TrialStatus.FAILED
+
+
+def test_an_early_stop_skips_its_task(local_trials):
+    """Stopped on purpose (an assessor, a person, the experiment's deadline): the task is
+    skipped, not failed, and its result is pushed all the same."""
+    submit, store = local_trials
+    trigger = submit(2, "hang")
+    storage_id = trigger.submission.storage_id
+    event = {"status": "EARLY_STOPPED", "message": "stopped early by Medianstop at step 3"}
+    context = {"ti": RecordingTI()}
+    try:
+        with pytest.raises(AirflowSkipException, match="EARLY_STOPPED: stopped early by Medianstop"):
+            complete_from_event(context, event, _experiment(store), store, storage_id)
+    finally:
+        _cancel(trigger.submission)
+    assert context["ti"].pushed["return_value"]["status"] == "EARLY_STOPPED"
+    assert store.trial(storage_id).status == TrialStatus.EARLY_STOPPED
+
+
+def test_an_error_event_fails_the_attempt_for_a_retry_and_leaves_the_trial_open(local_trials):
+    """The trigger lost the trial (its handle unreadable, the platform unreachable): the trial
+    may be fine, so the attempt fails with a plain AirflowException (retried) and the store's
+    trial is not closed; the retry re-attaches."""
+    submit, store = local_trials
+    trigger = submit(3, "hang")
+    storage_id = trigger.submission.storage_id
+    context = {"ti": RecordingTI()}
+    try:
+        with pytest.raises(AirflowException) as raised:
+            complete_from_event(
+                context, {"status": "ERROR", "message": "platform unreachable"}, _experiment(store), store, storage_id
+            )
+        assert not isinstance(raised.value, (AirflowFailException, AirflowSkipException))
+        assert not store.trial(storage_id).finished and context["ti"].pushed == {}
+    finally:
+        _cancel(trigger.submission)
+
+
+def test_the_operator_keeps_end_from_trigger_under_another_name():
+    """Airflow's DAG bag refuses a task whose ``end_from_trigger`` is true once a listener
+    plugin is loaded; the operator keeps the choice as ``end_in_triggerer`` (the trigger checks
+    for listeners itself)."""
+    operator = SubmitTrialOperator(task_id="t", config_path="c.yml", trial_index=0, end_from_trigger=True)
+    assert operator.end_in_triggerer is True and getattr(operator, "end_from_trigger", False) is False
+    assert {"parameters", "command", "trial_id"} <= set(operator.template_fields)
