@@ -151,6 +151,19 @@ def test_shared_storage_that_nni_would_mount_is_refused_with_what_to_do(tmp_path
     ]
 
 
+def test_checkpoints_are_checked_but_a_run_that_asks_for_them_is_refused_until_they_are_kept(tmp_path):
+    """The key validates (configs can be written ahead), and a run is refused at parse time
+    rather than run without the checkpoints it asked for."""
+    from trialflow.experiment import check_runnable
+
+    config = _config(tmp_path, "tuner: {name: TPE}\ncheckpoints: {store: 's3://bucket/p', keepLast: 2}\n")
+    assert config.checkpoints is not None and config.checkpoints.store == "s3://bucket/p"
+    problems = [(p.key_path, p.message) for p in check_runnable(config)]
+    assert len(problems) == 1 and problems[0][0] == ("checkpoints",)
+    assert "checked but not kept by this release" in problems[0][1] and "remove the key to run" in problems[0][1]
+    assert check_runnable(_config(tmp_path, "tuner: {name: TPE}\n")) == []
+
+
 def test_hybrid_places_each_trial_on_the_platform_with_fewest_active_trials(tmp_path, store):
     from trialflow.platforms.base import TrialStatus
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from trialflow.config.base import ConfigPath, GpuIndices, Int, NniModel, Seconds, Secret, Str
+from trialflow.config.checkpoints import CheckpointsConfig
 from trialflow.config.platforms import TrainingServiceConfig
 from trialflow.limits import MAX_TRIALS_PER_RUN
 from trialflow.trial.function import function_command, parse_import_path
@@ -74,7 +75,7 @@ class SharedStorageConfig(NniModel):
 
 
 #: Keys of trialflow's own beside NNI's schema (a v1 config, NNI's schema only, refuses them).
-TRIALFLOW_KEYS = ("scheduledRuns", "retuneTopK", "objectives", "trialFunction", "warmStart")
+TRIALFLOW_KEYS = ("scheduledRuns", "retuneTopK", "objectives", "trialFunction", "warmStart", "checkpoints")
 
 #: How many of the previous experiment's best parameter sets a re-tuning run evaluates first.
 DEFAULT_RETUNE_TOP_K = 5
@@ -154,6 +155,9 @@ class ExperimentConfig(NniModel):
     objectives: list[ObjectiveConfig] | None = None
     #: trialflow's own key: start from an earlier experiment of the DAG (WarmStartConfig).
     warm_start: WarmStartConfig | None = None
+    #: trialflow's own key: where trials keep checkpoints, how many, and restarts from the last
+    #: one after a fault (trialflow.config.checkpoints.CheckpointsConfig).
+    checkpoints: CheckpointsConfig | None = None
 
     #: Where the config came from (not a config key); relative paths were resolved against it.
     source_file: Path | None = Field(default=None, exclude=True)

@@ -1,0 +1,82 @@
+"""trialflow's ``checkpoints`` key: where a trial's checkpoints go, how many it keeps, and how
+often a trial that lost its machine starts again from its last one.
+
+NNI kept a trial's output only in the trial's folder on whatever machine ran it, and its
+PBTTuner needed every trial on one shared disk. Here the checkpoints leave the machine for an
+object store that Airflow reaches (an ``ObjectStoragePath`` URL with its Airflow connection),
+so a trial restarted elsewhere, a later trial of Population Based Training and a downstream DAG
+all find them. The local default is the experiment's folder.
+
+A credential never goes into the URL (``user:pass@``, a signed query): it lives in the Airflow
+connection ``connId`` names, so no config, log or page holds it; such a URL is refused with
+that said.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+
+from trialflow.config.base import Int, NniModel, Str
+
+#: The stores an ObjectStoragePath URL may name here (fsspec protocols Airflow's providers
+#: back with a connection): local files, S3 and S3-compatible servers, Google Cloud Storage,
+#: Azure Blob/Data Lake.
+STORE_SCHEMES = ("file", "s3", "gs", "gcs", "abfs", "abfss", "az", "wasb", "wasbs")
+#: Longer than any bucket and prefix; checked before the URL is parsed.
+MAX_STORE_URL = 1024
+#: Query keys that carry a credential in a storage URL (Azure SAS, presigned S3, GCS signed).
+_SIGNED_QUERY_KEYS = ("sig", "signature", "x-amz-signature", "x-amz-credential", "x-goog-signature", "sv", "token")
+
+
+class CheckpointsConfig(NniModel):
+    """``checkpoints``: ``store`` (an ObjectStoragePath URL; default: the experiment's folder),
+    ``connId`` (the Airflow connection with its credentials), ``keepLast`` and ``keepBest``
+    (per trial: the newest N, and the best K by the result reported at their step; the rest are
+    deleted as the trial goes), ``restarts`` (how many times a trial whose job ended by an
+    infrastructure fault starts again from its last checkpoint) and ``restartOnFailure`` (also
+    a trial that exited non-zero on its own: off, since the same code fails the same way)."""
+
+    store: Str | None = None
+    conn_id: Str | None = Field(default=None, min_length=1, max_length=250)
+    keep_last: Int = Field(default=2, ge=1, le=1000)
+    keep_best: Int = Field(default=1, ge=0, le=1000)
+    restarts: Int = Field(default=3, ge=0, le=100)
+    restart_on_failure: bool = False
+
+    @field_validator("store")
+    @classmethod
+    def _a_store_url_without_credentials(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if len(value) > MAX_STORE_URL:
+            raise ValueError(f"expected a URL of at most {MAX_STORE_URL} characters, got {len(value)}")
+        parts = urlsplit(value)
+        if parts.scheme.lower() not in STORE_SCHEMES:
+            shown = f"{parts.scheme}://" if parts.scheme else "no scheme"
+            raise ValueError(
+                f"expected a URL of one of {', '.join(STORE_SCHEMES)} (e.g. s3://bucket/prefix), got {shown}"
+            )
+        if parts.username is not None or parts.password is not None:
+            raise ValueError(
+                "the URL holds a user or password: credentials go in the Airflow connection named by connId"
+            )
+        signed = [k for k in _query_keys(parts.query) if k.lower() in _SIGNED_QUERY_KEYS]
+        if signed:
+            raise ValueError(
+                f"the URL's query holds a signature or token ({', '.join(sorted(signed))}): credentials go in "
+                "the Airflow connection named by connId"
+            )
+        if parts.scheme.lower() != "file" and not parts.netloc:
+            raise ValueError(f"expected a bucket or container after {parts.scheme}://")
+        return value
+
+    @property
+    def scheme(self) -> str:
+        """The store's protocol; ``default`` for the experiment's own folder."""
+        return urlsplit(self.store).scheme.lower() if self.store else "default"
+
+
+def _query_keys(query: str) -> list[str]:
+    return [pair.split("=", 1)[0] for pair in query.split("&") if pair]
