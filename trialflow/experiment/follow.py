@@ -177,7 +177,7 @@ class Follower:
             await self._cancel(TrialStatus.SYS_CANCELED, EXPERIMENT_DEADLINE_REASON)
         elif self.deadline is not None and now > self.deadline:
             await self._cancel(TrialStatus.EARLY_STOPPED, TIMEOUT_REASON)
-        elif self.stop_check is not None and (judge_always or any(not m.is_final for m in update.metrics)):
+        elif self.stop_check is not None and (judge_always or any(m.type == "PERIODICAL" for m in update.metrics)):
             reason = await asyncio.to_thread(self.stop_check)
             if reason:
                 await self._cancel(TrialStatus.EARLY_STOPPED, reason)

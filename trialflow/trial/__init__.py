@@ -20,7 +20,18 @@ import os
 import sys
 import time
 
-from trialflow.trial.wire import METRICS_FILE, PARAMETER_FILE, frame, metric_record, stdout_line
+from trialflow.trial.wire import (
+    CHECKPOINT_KIND,
+    CHECKPOINT_RECORDS_VAR,
+    METRICS_FILE,
+    PARAMETER_FILE,
+    RESUME_FOLDER_VAR,
+    RESUME_STEP_VAR,
+    checkpoint_folder,
+    frame,
+    metric_record,
+    stdout_line,
+)
 
 #: The SDK must not import typing (trial start-up time), so its names exist for type checkers only.
 TYPE_CHECKING = False
@@ -35,9 +46,20 @@ __all__ = [
     "get_trial_id",
     "get_experiment_id",
     "get_sequence_id",
+    "checkpoint",
+    "last_checkpoint",
 ]
 
-_state: dict[str, Any] = {"parameter": None, "intermediate_seq": 0, "finals": 0}
+
+def _resumed_step() -> int:
+    """The step a restarted trial goes on from (0 on a first start, or for a value that is not one)."""
+    text = os.environ.get(RESUME_STEP_VAR, "")
+    return int(text) if text.isdigit() and len(text) <= 9 else 0
+
+
+#: A restarted trial's intermediate results go on from the step its checkpoint was saved at, so
+#: none is counted twice and none is missing (the store keeps one value per step).
+_state: dict[str, Any] = {"parameter": None, "intermediate_seq": _resumed_step(), "finals": 0}
 #: How long get_next_parameter waits for parameter.cfg (the platform writes it before launch,
 #: so a long wait means something is wrong; nni waits forever, we say so instead).
 PARAMETER_WAIT_SECONDS = float(os.environ.get("TRIALFLOW_PARAMETER_WAIT", "600"))
@@ -128,3 +150,52 @@ def report_final_result(metric: object) -> None:
     """The trial's result: a number, or a dict whose ``default`` key is the number to optimize."""
     _send("FINAL", 0, metric)
     _state["finals"] += 1  # a function trial that reported its own returns None (trial.function)
+
+
+def last_checkpoint() -> str | None:
+    """The folder of the checkpoint this trial starts from, or None: a first start (or a run
+    outside trialflow). trialflow fills it before restarting a trial from its last checkpoint;
+    load from it when given, then report results as usual (they go on from its step)."""
+    folder = os.environ.get(RESUME_FOLDER_VAR)
+    return folder if folder and os.path.isdir(folder) else None
+
+
+def checkpoint(step: int | None = None) -> _Saving:
+    """Save a checkpoint: ``with trial.checkpoint() as folder:`` write its files into ``folder``.
+
+    ``step`` defaults to the number of intermediate results reported so far, so a restart from
+    it reports its next result as the next one. The folder becomes the step's checkpoint only
+    when the block ends without an error (renamed into place, a step saved again replaced);
+    an error leaves no half-written checkpoint. Outside trialflow it is a folder under the
+    trial's output folder (or the working directory), nothing more."""
+    return _Saving(_state["intermediate_seq"] if step is None else step)
+
+
+class _Saving:
+    """The ``with`` block of :func:`checkpoint` (a class: the SDK imports no contextlib)."""
+
+    def __init__(self, step: int) -> None:
+        self.relative = checkpoint_folder(step)
+        self.step = step
+        base = os.environ.get("NNI_OUTPUT_DIR") or _sys_dir() or os.getcwd()
+        self.final = os.path.join(base, self.relative)
+        self.partial = self.final + ".partial"
+
+    def __enter__(self) -> str:
+        import shutil
+
+        shutil.rmtree(self.partial, ignore_errors=True)  # an earlier attempt that died mid-save
+        os.makedirs(self.partial)
+        return self.partial
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        import shutil
+
+        if error is not None:
+            shutil.rmtree(self.partial, ignore_errors=True)
+            return  # the error goes on
+        if os.path.isdir(self.final):
+            shutil.rmtree(self.final)  # the same step saved again: the later save stands
+        os.replace(self.partial, self.final)
+        if os.environ.get(CHECKPOINT_RECORDS_VAR) == "1":
+            _send(CHECKPOINT_KIND, self.step, {"folder": self.relative})

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from trialflow.trial.wire import (  # noqa: F401  (re-exported: the protocol in one place)
+    CHECKPOINT_KIND,
     MAX_RECORD_BYTES,
     METRICS_FILE,
     PARAMETER_FILE,
     STATE_FILE,
+    checkpoint_folder,
     dumps_value,
     frame,
     metric_record,
@@ -47,6 +49,11 @@ class Metric:
     @property
     def is_final(self) -> bool:
         return self.type == "FINAL"
+
+    @property
+    def is_checkpoint(self) -> bool:
+        """A checkpoint saved at step ``sequence`` (its folder in ``value``), not a result."""
+        return self.type == CHECKPOINT_KIND
 
 
 #: parameter.cfg's ``parameter_source``: the tuner chose the parameters, or a person did (NNI
@@ -175,7 +182,7 @@ def read_stdout_lines(data: bytes, *, in_long_line: bool = False, final: bool = 
     return MetricsRead(metrics, end, skipped)
 
 
-_KINDS = ("PERIODICAL", "FINAL")
+_KINDS = ("PERIODICAL", "FINAL", CHECKPOINT_KIND)
 
 
 def parse_record(raw: bytes) -> Metric:
@@ -198,6 +205,8 @@ def parse_record(raw: bytes) -> Metric:
             or not 0 <= sequence <= MAX_SEQUENCE
         ):
             raise ValueError(f"sequence must be an integer from 0 to {MAX_SEQUENCE}, got {str(sequence)[:40]}")
+        if kind == CHECKPOINT_KIND and value != {"folder": checkpoint_folder(int(sequence))}:
+            raise ValueError(f"a checkpoint record names its folder, {checkpoint_folder(int(sequence))}, and only that")
         return Metric(
             type=kind,
             sequence=int(sequence),

@@ -14,6 +14,26 @@ METRICS_FILE = os.path.join(".nni", "metrics")
 STATE_FILE = os.path.join(".nni", "state")
 MAX_RECORD_BYTES = 999_999
 
+#: Checkpoints (trialflow's, not NNI's): saved under the trial's output folder, one folder per
+#: step; a CHECKPOINT record (sent only when trialflow keeps checkpoints) names a saved one.
+CHECKPOINTS_DIR = "checkpoints"
+CHECKPOINT_KIND = "CHECKPOINT"
+#: Set by trialflow for a trial whose checkpoints it keeps: send a record for each one saved.
+CHECKPOINT_RECORDS_VAR = "TRIALFLOW_CHECKPOINTS"
+#: Set by trialflow for a trial restarted from a checkpoint: its folder, and the step it was
+#: saved at (the number of intermediate results reported before it).
+RESUME_FOLDER_VAR = "TRIALFLOW_RESUME_CHECKPOINT"
+RESUME_STEP_VAR = "TRIALFLOW_RESUME_STEP"
+#: Steps are numbered like intermediate results; nine digits sort as numbers do.
+MAX_CHECKPOINT_STEP = 999_999_999
+
+
+def checkpoint_folder(step: int) -> str:
+    """A checkpoint's folder, relative to the trial's output folder: ``checkpoints/000000012``."""
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_CHECKPOINT_STEP:
+        raise ValueError(f"a checkpoint's step is an integer from 0 to {MAX_CHECKPOINT_STEP}, got {step!r}")
+    return f"{CHECKPOINTS_DIR}/{step:09d}"
+
 
 def metric_record(trial_job_id: str | None, parameter_id: object, kind: str, sequence: int, value: object) -> dict:
     """The JSON object nni sends, with the metric itself as a JSON string inside."""

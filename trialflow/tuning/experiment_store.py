@@ -468,6 +468,11 @@ class ExperimentStore:
         first_final: Any = None
         intermediate: list[tuple[int, float]] = []
         for metric in metrics:
+            if metric.is_checkpoint:
+                # Sent only where trialflow keeps checkpoints, which this release refuses to
+                # run (trialflow.experiment.check_runnable): one came from a trial's own output.
+                skipped.append(f"a checkpoint record (step {metric.sequence}) was ignored: this experiment keeps none")
+                continue
             if metric.is_final:
                 reported = jsonable(metric.value)
                 if first_final is None:
