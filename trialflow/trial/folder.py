@@ -110,3 +110,74 @@ def read_small(folder: str | os.PathLike[str], name: str, limit: int = 65536) ->
         return os.pread(fd, limit, 0).decode("utf-8", "replace")
     finally:
         os.close(fd)
+
+
+#: The most files and folder levels a listing walks (a checkpoint of a model: a few files; a
+#: trial that writes millions is refused, not walked).
+MAX_LISTED_FILES = 10_000
+MAX_LISTED_DEPTH = 16
+
+
+def files_in_folder(folder: str | os.PathLike[str], name: str) -> list[tuple[str, int]]:
+    """The regular files under ``folder/name`` (relative to it, sorted) with their sizes, every
+    level opened without following a symlink. TrialFileRefused, naming the entry, for a symlink,
+    a FIFO or a device below it, or past MAX_LISTED_FILES / MAX_LISTED_DEPTH: a checkpoint is
+    kept whole or refused, never with a file left out."""
+    found: list[tuple[str, int]] = []
+    top = open_folder_in_folder(folder, name)
+    stack: list[tuple[int, str, int]] = [(top, "", 0)]
+    try:
+        while stack:
+            fd, prefix, depth = stack.pop()
+            try:
+                listed = []
+                with os.scandir(fd) as entries:
+                    for entry in entries:  # counted as they come: a huge folder is never held whole
+                        listed.append(entry)
+                        if len(found) + len(listed) > MAX_LISTED_FILES:
+                            raise TrialFileRefused(f"{name} holds more than {MAX_LISTED_FILES} files")
+                for entry in sorted(listed, key=lambda e: e.name):
+                    relative = f"{prefix}{entry.name}"
+                    if entry.is_dir(follow_symlinks=False):
+                        if depth + 1 >= MAX_LISTED_DEPTH:
+                            raise TrialFileRefused(f"{name}/{relative} is more than {MAX_LISTED_DEPTH} folders deep")
+                        child = _child_folder(fd, entry.name, f"{name}/{relative}")
+                        stack.append((child, f"{relative}/", depth + 1))
+                    elif entry.is_file(follow_symlinks=False):
+                        found.append((relative, entry.stat(follow_symlinks=False).st_size))
+                        if len(found) > MAX_LISTED_FILES:
+                            raise TrialFileRefused(f"{name} holds more than {MAX_LISTED_FILES} files")
+                    else:
+                        raise TrialFileRefused(f"{name}/{relative} is a symlink or not a regular file: not read")
+            finally:
+                os.close(fd)
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+    return sorted(found)
+
+
+def open_folder_in_folder(folder: str | os.PathLike[str], name: str) -> int:
+    """A descriptor of the folder ``folder/name``, reached as :func:`open_in_folder` reaches a file."""
+    parts = PurePosixPath(name).parts
+    if not parts or any(p in ("..", "/") for p in parts) or PurePosixPath(name).is_absolute():
+        raise TrialFileRefused(f"{name!r} is not a path inside the trial's folder")
+    try:
+        fd = os.open(folder, _DIR_FLAGS)
+    except OSError as exc:
+        raise _refused_or_missing(exc, "the trial's folder") from None
+    for part in parts:
+        try:
+            child = _child_folder(fd, part, name)
+        finally:
+            os.close(fd)
+        fd = child
+    return fd
+
+
+def _child_folder(fd: int, part: str, what: str) -> int:
+    """The folder ``part`` below the open folder ``fd``, not followed if it is a symlink."""
+    try:
+        return os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except OSError as exc:
+        raise _refused_or_missing(exc, what) from None

@@ -1,0 +1,221 @@
+"""A trial's checkpoints in the artifact store: copied out of the trial's folder, listed,
+fetched back for a restart, and deleted by the retention rule.
+
+The store is a path with pathlib's API: Airflow's ``ObjectStoragePath`` (``s3://``, ``gs://``,
+``abfs://``... with its connection; the Airflow layer builds it) or a plain ``pathlib.Path``
+(the experiment's own folder). Its layout, one prefix per trial::
+
+    <store>/<experiment id>/<trial id>/checkpoints/000000012/<the trial's files>
+                                                   000000012.manifest.json
+
+A checkpoint is its files and then its manifest (every file's name, size and SHA-256), written
+last: a copy cut short (the worker killed mid-upload) has no manifest and is no checkpoint,
+and a fetch checks each file against it, so a restart never loads half a model. Files are read
+from the trial's folder without following a symlink (trialflow.trial.folder): a trial cannot
+make trialflow upload a file outside its folder. No Airflow here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from trialflow.checkpoints.retention import Checkpoint, Retention, retain
+from trialflow.trial.folder import files_in_folder, open_in_folder
+from trialflow.trial.wire import checkpoint_folder
+
+#: Bytes per read and write: a model of gigabytes goes through in bounded memory.
+CHUNK = 1024 * 1024
+MANIFEST_SUFFIX = ".manifest.json"
+#: Bounds on a manifest read back from the store (another writer may have put anything there).
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+_STEP_NAME = re.compile(r"^(\d{9})" + re.escape(MANIFEST_SUFFIX) + "$")
+
+
+class StoragePath(Protocol):
+    """What the keeper uses of a path: pathlib's and ObjectStoragePath's common API."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def parent(self) -> StoragePath: ...
+    def __truediv__(self, key: str) -> StoragePath: ...
+    def open(self, mode: str = ...) -> IO[Any]: ...
+    def exists(self) -> bool: ...
+    def iterdir(self) -> Iterator[StoragePath]: ...
+    def mkdir(self, parents: bool = ..., exist_ok: bool = ...) -> None: ...
+    def unlink(self, missing_ok: bool = ...) -> None: ...
+    def is_dir(self) -> bool: ...
+    def rmdir(self) -> None: ...
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be kept or fetched whole (the message says which and why)."""
+
+
+@dataclass(frozen=True)
+class KeptFile:
+    name: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class TrialCheckpoints:
+    """One trial's checkpoints in the store (``root``: the store's path)."""
+
+    root: StoragePath
+    experiment_id: str
+    trial_id: str
+
+    @property
+    def prefix(self) -> StoragePath:
+        return self.root / self.experiment_id / self.trial_id / "checkpoints"
+
+    def keep(self, trial_folder: str | os.PathLike[str], step: int) -> list[KeptFile]:
+        """Copy the trial's checkpoint of ``step`` (``<trial folder>/checkpoints/<step>``) into
+        the store, its manifest last. CheckpointError if the folder holds a symlink, a FIFO or
+        more than the listing bounds (nothing of it is then a checkpoint)."""
+        from trialflow.trial.folder import TrialFileRefused
+
+        relative = checkpoint_folder(step)
+        try:
+            listed = files_in_folder(trial_folder, relative)
+        except (TrialFileRefused, FileNotFoundError) as exc:
+            raise CheckpointError(f"checkpoint {relative} of trial {self.trial_id}: {exc}") from None
+        target = self.prefix / _step_name(step)
+        kept: list[KeptFile] = []
+        for name, _ in listed:
+            try:
+                fd = open_in_folder(trial_folder, f"{relative}/{name}")
+            except (TrialFileRefused, FileNotFoundError) as exc:
+                raise CheckpointError(f"checkpoint {relative} of trial {self.trial_id}: {exc}") from None
+            with os.fdopen(fd, "rb") as source:
+                kept.append(_copy(source, target, name))
+        manifest = {"step": step, "files": [f.__dict__ for f in kept]}
+        self.prefix.mkdir(parents=True, exist_ok=True)
+        with (self.prefix / f"{_step_name(step)}{MANIFEST_SUFFIX}").open("wb") as out:
+            out.write(json.dumps(manifest, sort_keys=True).encode())
+        return kept
+
+    def steps(self) -> list[int]:
+        """The steps kept whole (those with a manifest), oldest first."""
+        if not self.prefix.exists():
+            return []
+        found = []
+        for entry in self.prefix.iterdir():
+            matched = _STEP_NAME.match(entry.name)
+            if matched:
+                found.append(int(matched.group(1)))
+        return sorted(found)
+
+    def last(self) -> int | None:
+        steps = self.steps()
+        return steps[-1] if steps else None
+
+    def fetch(self, step: int, into: str | os.PathLike[str]) -> Path:
+        """Download the checkpoint of ``step`` into the new folder ``into`` and check every file
+        against its manifest (CheckpointError naming the file that differs or is missing)."""
+        destination = Path(into)
+        destination.mkdir(parents=True, exist_ok=False)
+        for kept in self._manifest(step):
+            path = destination / kept.name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            digest = hashlib.sha256()
+            size = 0
+            with (self.prefix / _step_name(step) / kept.name).open("rb") as source, path.open("wb") as out:
+                while chunk := source.read(CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    out.write(chunk)
+            if size != kept.size or digest.hexdigest() != kept.sha256:
+                raise CheckpointError(
+                    f"checkpoint {step} of trial {self.trial_id}: {kept.name} is not the file that was kept "
+                    f"({size} bytes, expected {kept.size})"
+                )
+        return destination
+
+    def delete(self, step: int) -> None:
+        """Remove a checkpoint, its manifest first (from then on it is no checkpoint)."""
+        (self.prefix / f"{_step_name(step)}{MANIFEST_SUFFIX}").unlink(missing_ok=True)
+        _remove_tree(self.prefix / _step_name(step))
+
+    def apply(self, retention: Retention) -> None:
+        for gone in retention.delete:
+            self.delete(gone.step)
+
+    def prune(
+        self, metrics: dict[int, float], keep_last: int, keep_best: int, mode: str, pinned: frozenset[int] = frozenset()
+    ) -> Retention:
+        """Apply the retention rule to the kept steps; a checkpoint's result is the intermediate
+        result reported just before it (step n follows results 0..n-1)."""
+        checkpoints = [Checkpoint(step, metrics.get(step - 1)) for step in self.steps()]
+        retention = retain(checkpoints, keep_last, keep_best, "minimize" if mode == "minimize" else "maximize", pinned)
+        self.apply(retention)
+        return retention
+
+    def _manifest(self, step: int) -> list[KeptFile]:
+        which = f"checkpoint {step} of trial {self.trial_id}"
+        path = self.prefix / f"{_step_name(step)}{MANIFEST_SUFFIX}"
+        try:
+            with path.open("rb") as fh:
+                raw = fh.read(MAX_MANIFEST_BYTES + 1)
+        except FileNotFoundError:
+            raise CheckpointError(f"trial {self.trial_id} has no checkpoint {step} in the store") from None
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise CheckpointError(
+                f"checkpoint {step} of trial {self.trial_id}: its manifest is over {MAX_MANIFEST_BYTES} bytes"
+            )
+        try:
+            data = json.loads(raw)
+            files = [KeptFile(str(f["name"]), int(f["size"]), str(f["sha256"])) for f in data["files"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(
+                f"checkpoint {step} of trial {self.trial_id}: its manifest is unreadable ({exc})"
+            ) from None
+        for kept in files:
+            parts = kept.name.split("/")
+            if kept.name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                raise CheckpointError(f"{which}: {kept.name[:200]!r} leads outside it")
+        return files
+
+
+def _step_name(step: int) -> str:
+    return checkpoint_folder(step).rsplit("/", 1)[1]
+
+
+def _copy(source: IO[bytes], target: StoragePath, name: str) -> KeptFile:
+    path = target
+    for part in name.split("/"):
+        path = path / part
+    path.parent.mkdir(parents=True, exist_ok=True)  # a no-op where folders are only prefixes
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("wb") as out:
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
+    return KeptFile(name, size, digest.hexdigest())
+
+
+def _remove_tree(path: StoragePath) -> None:
+    """Every file below ``path``, then its folders where the store has them (an object store's
+    folders are only prefixes: they go with their last file)."""
+    if not path.exists():
+        return
+    for entry in list(path.iterdir()):
+        if entry.is_dir():
+            _remove_tree(entry)
+        else:
+            entry.unlink(missing_ok=True)
+    try:
+        path.rmdir()
+    except OSError:
+        pass  # an object store without folders, or one already gone
