@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import optuna
 import sqlalchemy as sa
@@ -47,9 +47,6 @@ from trialflow.tuning.store_urls import sqlite_url as sqlite_url  # where the ca
 from trialflow.tuning.tables import SNAPSHOTS, TRIAL_QUEUE, WINDOWS
 from trialflow.tuning.tables import TRIAL_INDEX as TRIAL_INDEX  # where the read models find it
 from trialflow.tuning.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -1,7 +1,7 @@
 """Every private part of Optuna that trialflow uses, in one place, with the range it was tested on.
 
 Why use them at all: the store is an Optuna RDB storage made cheap for Airflow's many short
-task processes (trialflow/tuning/experiment_store.py writes a trial in one transaction, snapshot.py
+task processes (trialflow/tuning/optuna_storage.py writes a trial in one transaction, snapshot.py
 seeds Optuna's per-process cache from one row); both subclass Optuna's storage classes and call
 their private helpers. A minor Optuna release may change any of that, so:
 
@@ -13,9 +13,9 @@ their private helpers. A minor Optuna release may change any of that, so:
   / ``TRIAL_MEMBERS``: the same test checks each still exists, so a new Optuna fails one test
   that names what moved, not every experiment at run time.
 
-The read models (trialflow/queries) depend on Optuna's database schema instead, which Optuna
-migrates on purpose (alembic revisions); they declare those tables themselves, and the same test
-checks each declared column against Optuna's models.
+Optuna's tables are its models' (``models.*.__table__``), named once for every reader in
+trialflow/tuning/optuna_tables.py: the store, the tuners' history and the read models
+(trialflow/queries) query the schema Optuna migrates on purpose, through one declaration.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ RDBStorage loads them as ORM objects, one per parameter, value and attribute row
 finished trials that is ~11,000 objects and ~0.1 s per read, and an ask reads three times
 (waiting trials, the search space, the sample). Here the same rows are read with six plain
 SQL queries over the same tables and turned into the same FrozenTrials (each distinct
-distribution's JSON decoded once). The store's storage (trialflow.tuning.experiment_store),
+distribution's JSON decoded once). The store's storage (trialflow.tuning.optuna_storage),
 the history window and the snapshot cache read through it; it is checked against Optuna's own
 reader field for field (tests/tuning/test_trialflow_storage.py).
 """
