@@ -1,0 +1,64 @@
+"""The checkpoints' root as Airflow reaches it: the experiment's folder by default, a store URL
+through ObjectStoragePath with its connection (kept and fetched back through it here over
+``file://``), and a scheme without its provider said with the package to install."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trialflow.checkpoints.keeper import TrialCheckpoints
+from trialflow.config.checkpoints import CheckpointsConfig
+from trialflow.hooks.artifact_store import DEFAULT_FOLDER, ArtifactStoreUnavailable, checkpoint_root
+
+
+def _checkpoint(folder: Path, step: int, data: bytes) -> None:
+    path = folder / "checkpoints" / f"{step:09d}" / "model.bin"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+
+
+def test_without_a_store_the_checkpoints_go_beside_the_experiments_folders(tmp_path):
+    root = checkpoint_root(CheckpointsConfig(), tmp_path)
+    assert root.protocol == "file" and Path(root.path) == tmp_path / DEFAULT_FOLDER
+    trial = tmp_path / "trial"
+    _checkpoint(trial, 1, b"w")
+    TrialCheckpoints(root, "exp1", "exp1-0000").keep(trial, 1)
+    assert (tmp_path / DEFAULT_FOLDER / "exp1" / "exp1-0000" / "checkpoints" / "000000001").is_dir()
+
+
+def test_a_store_url_is_reached_through_object_storage_path_with_its_connection(tmp_path):
+    from airflow.sdk import ObjectStoragePath
+
+    store = tmp_path / "bucket"
+    store.mkdir()
+    config = CheckpointsConfig.model_validate({"store": f"file://{store}", "connId": "artifacts_conn"})
+    root = checkpoint_root(config, tmp_path)
+    assert isinstance(root, ObjectStoragePath) and root.conn_id == "artifacts_conn"
+    trial = tmp_path / "trial"
+    _checkpoint(trial, 3, b"weights")
+    kept = TrialCheckpoints(root, "exp1", "exp1-0000")
+    kept.keep(trial, 3)
+    assert (store / "exp1" / "exp1-0000" / "checkpoints" / "000000003" / "model.bin").read_bytes() == b"weights"
+    assert (kept.fetch(3, tmp_path / "back") / "model.bin").read_bytes() == b"weights"
+
+
+@pytest.mark.parametrize(
+    ("url", "package"),
+    [
+        ("gs://bucket/p", "apache-airflow-providers-google"),
+        ("abfs://container/p", "apache-airflow-providers-microsoft-azure"),
+    ],
+)
+def test_a_scheme_without_its_provider_names_the_package_to_install(tmp_path, url, package):
+    try:  # where the provider is installed, the store is there: nothing to refuse
+        from airflow.sdk import ObjectStoragePath
+
+        ObjectStoragePath(url).fs  # noqa: B018
+        pytest.skip(f"{url.split(':')[0]}:// has a filesystem here")
+    except (ValueError, ImportError):
+        pass
+    config = CheckpointsConfig.model_validate({"store": url})
+    with pytest.raises(ArtifactStoreUnavailable, match=f"checkpoints.store: .*install {package}"):
+        checkpoint_root(config, tmp_path)
