@@ -111,3 +111,14 @@ def test_a_manifest_that_leads_outside_the_checkpoint_is_refused(tmp_path, root)
 def test_a_missing_checkpoint_folder_is_said(tmp_path, root):
     with pytest.raises(CheckpointError, match="checkpoint checkpoints/000000007 of trial t1"):
         TrialCheckpoints(root, "exp1", "t1").keep(tmp_path, 7)
+
+
+def test_a_fetch_into_a_folder_that_exists_is_refused_and_leaves_it_alone(tmp_path, root):
+    folder = _trial_folder(tmp_path, {1: {"a": b"1"}})
+    kept = TrialCheckpoints(root, "exp1", "t1")
+    kept.keep(folder, 1)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "mine").write_text("keep me")
+    with pytest.raises(CheckpointError, match="exists already"):
+        kept.fetch(1, tmp_path / "busy")
+    assert [p.name for p in (tmp_path / "busy").iterdir()] == ["mine"]

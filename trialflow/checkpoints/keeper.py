@@ -123,7 +123,10 @@ class TrialCheckpoints:
         """Download the checkpoint of ``step`` into the new folder ``into`` and check every file
         against its manifest (CheckpointError naming the file that differs or is missing)."""
         destination = Path(into)
-        destination.mkdir(parents=True, exist_ok=False)
+        try:
+            destination.mkdir(parents=True)
+        except FileExistsError:
+            raise CheckpointError(f"checkpoint {step} of trial {self.trial_id}: {destination} exists already") from None
         for kept in self._manifest(step):
             path = destination / kept.name
             path.parent.mkdir(parents=True, exist_ok=True)

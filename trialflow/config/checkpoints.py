@@ -14,7 +14,7 @@ that said.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import Field, field_validator
 
@@ -62,7 +62,7 @@ class CheckpointsConfig(NniModel):
             raise ValueError(
                 "the URL holds a user or password: credentials go in the Airflow connection named by connId"
             )
-        signed = [k for k in _query_keys(parts.query) if k.lower() in _SIGNED_QUERY_KEYS]
+        signed = [k for k, _ in parse_qsl(parts.query, keep_blank_values=True) if k.lower() in _SIGNED_QUERY_KEYS]
         if signed:
             raise ValueError(
                 f"the URL's query holds a signature or token ({', '.join(sorted(signed))}): credentials go in "
@@ -76,7 +76,3 @@ class CheckpointsConfig(NniModel):
     def scheme(self) -> str:
         """The store's protocol; ``default`` for the experiment's own folder."""
         return urlsplit(self.store).scheme.lower() if self.store else "default"
-
-
-def _query_keys(query: str) -> list[str]:
-    return [pair.split("=", 1)[0] for pair in query.split("&") if pair]

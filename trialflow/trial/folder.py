@@ -28,22 +28,15 @@ def open_in_folder(folder: str | os.PathLike[str], name: str) -> int:
     """A read-only descriptor of ``folder/name``, a regular file reached without following any
     symlink below ``folder`` (nor ``folder`` itself). FileNotFoundError when it is not there
     (yet); TrialFileRefused, naming ``name`` only, when it is there but not a plain file."""
-    parts = PurePosixPath(name).parts
-    if not parts or any(p in ("..", "/") for p in parts) or PurePosixPath(name).is_absolute():
-        raise TrialFileRefused(f"{name!r} is not a path inside the trial's folder")
+    parts = _inside(name)
+    parent = _walk(folder, parts[:-1], name)
     try:
-        fd = os.open(folder, _DIR_FLAGS)
+        fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=parent)
     except OSError as exc:
-        raise _refused_or_missing(exc, "the trial's folder") from None
+        raise _refused_or_missing(exc, name) from None
+    finally:
+        os.close(parent)
     try:
-        for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            try:
-                child = os.open(part, _FILE_FLAGS if last else _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                raise _refused_or_missing(exc, name) from None
-            os.close(fd)
-            fd = child
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise TrialFileRefused(f"{name} in the trial's folder is not a regular file: not read")
         os.set_blocking(fd, True)
@@ -51,6 +44,30 @@ def open_in_folder(folder: str | os.PathLike[str], name: str) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+def _inside(name: str) -> tuple[str, ...]:
+    """``name``'s parts, refused unless it is a relative path that stays inside the folder."""
+    parts = PurePosixPath(name).parts
+    if not parts or any(p in ("..", "/") for p in parts) or PurePosixPath(name).is_absolute():
+        raise TrialFileRefused(f"{name!r} is not a path inside the trial's folder")
+    return parts
+
+
+def _walk(folder: str | os.PathLike[str], parts: tuple[str, ...], name: str) -> int:
+    """A descriptor of ``folder`` and then of each of ``parts`` below it, none followed if it
+    is a symlink (the one returned is the caller's to close)."""
+    try:
+        fd = os.open(folder, _DIR_FLAGS)
+    except OSError as exc:
+        raise _refused_or_missing(exc, "the trial's folder") from None
+    for part in parts:
+        try:
+            child = _child_folder(fd, part, name)
+        finally:
+            os.close(fd)
+        fd = child
+    return fd
 
 
 def _refused_or_missing(exc: OSError, what: str) -> OSError:
@@ -159,20 +176,7 @@ def files_in_folder(folder: str | os.PathLike[str], name: str) -> list[tuple[str
 
 def open_folder_in_folder(folder: str | os.PathLike[str], name: str) -> int:
     """A descriptor of the folder ``folder/name``, reached as :func:`open_in_folder` reaches a file."""
-    parts = PurePosixPath(name).parts
-    if not parts or any(p in ("..", "/") for p in parts) or PurePosixPath(name).is_absolute():
-        raise TrialFileRefused(f"{name!r} is not a path inside the trial's folder")
-    try:
-        fd = os.open(folder, _DIR_FLAGS)
-    except OSError as exc:
-        raise _refused_or_missing(exc, "the trial's folder") from None
-    for part in parts:
-        try:
-            child = _child_folder(fd, part, name)
-        finally:
-            os.close(fd)
-        fd = child
-    return fd
+    return _walk(folder, _inside(name), name)
 
 
 def _child_folder(fd: int, part: str, what: str) -> int:
