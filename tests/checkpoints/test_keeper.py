@@ -1,5 +1,6 @@
 """A trial's checkpoints kept in a store and fetched back whole: on a plain folder and through
-Airflow's ObjectStoragePath (``file://`` here; the same path API as an object store's). A
+Airflow's ObjectStoragePath, over ``file://`` and over HTTP to an object store (Azurite, through
+the Microsoft Azure provider's ``abfs://``). A
 checkpoint without its manifest is none, a file changed in the store is named on fetch, and a
 trial cannot make trialflow copy a file outside its folder."""
 
@@ -24,8 +25,10 @@ def _trial_folder(tmp_path: Path, steps: dict[int, dict[str, bytes]]) -> Path:
     return folder
 
 
-@pytest.fixture(params=["folder", "object_storage_path"])
+@pytest.fixture(params=["folder", "object_storage_path", "azurite"])
 def root(request, tmp_path: Path):
+    if request.param == "azurite":  # an object store over HTTP, through the Azure provider
+        return request.getfixturevalue("object_store").root(tmp_path.name)
     store = tmp_path / "store"
     store.mkdir()
     if request.param == "folder":

@@ -1,6 +1,6 @@
 """The checkpoints' root as Airflow reaches it: the experiment's folder by default, a store URL
-through ObjectStoragePath with its connection (kept and fetched back through it here over
-``file://``), and a scheme without its provider said with the package to install."""
+through ObjectStoragePath with its connection (kept and fetched back through it over ``file://``
+and over HTTP to Azurite), and a scheme without its provider said with the package to install."""
 
 from __future__ import annotations
 
@@ -42,6 +42,23 @@ def test_a_store_url_is_reached_through_object_storage_path_with_its_connection(
     kept.keep(trial, 3)
     assert (store / "exp1" / "exp1-0000" / "checkpoints" / "000000003" / "model.bin").read_bytes() == b"weights"
     assert (kept.fetch(3, tmp_path / "back") / "model.bin").read_bytes() == b"weights"
+
+
+def test_an_object_store_over_http_is_written_through_its_airflow_connection(tmp_path, object_store):
+    from tests.helpers.object_store import blob_names
+
+    config = CheckpointsConfig.model_validate({"store": f"{object_store.url}/team-a", "connId": object_store.conn_id})
+    root = checkpoint_root(config, tmp_path)
+    assert root.protocol == "abfs" and "AccountKey" not in str(root)
+    trial = tmp_path / "trial"
+    _checkpoint(trial, 2, b"weights")
+    kept = TrialCheckpoints(root, "exp2", "exp2-0001")
+    kept.keep(trial, 2)
+    assert blob_names(object_store, "team-a/exp2/") == [  # asked of Azurite, not through the path
+        "team-a/exp2/exp2-0001/checkpoints/000000002.manifest.json",
+        "team-a/exp2/exp2-0001/checkpoints/000000002/model.bin",
+    ]
+    assert (kept.fetch(2, tmp_path / "back") / "model.bin").read_bytes() == b"weights"
 
 
 @pytest.mark.parametrize(

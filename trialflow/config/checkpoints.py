@@ -20,10 +20,11 @@ from pydantic import Field, field_validator
 
 from trialflow.config.base import Int, NniModel, Str
 
-#: The stores an ObjectStoragePath URL may name here (fsspec protocols Airflow's providers
-#: back with a connection): local files, S3 and S3-compatible servers, Google Cloud Storage,
-#: Azure Blob/Data Lake.
-STORE_SCHEMES = ("file", "s3", "gs", "gcs", "abfs", "abfss", "az", "wasb", "wasbs")
+#: The stores an ObjectStoragePath URL may name here: the schemes Airflow's providers register a
+#: filesystem for, with a connection (local files; S3 and S3-compatible servers with the Amazon
+#: provider; Google Cloud Storage with Google's; Azure Blob / Data Lake with Microsoft Azure's,
+#: which registers abfs and abfss, not az or wasb).
+STORE_SCHEMES = ("file", "s3", "gs", "gcs", "abfs", "abfss")
 #: Longer than any bucket and prefix; checked before the URL is parsed.
 MAX_STORE_URL = 1024
 #: Query keys that carry a credential in a storage URL (Azure SAS, presigned S3, GCS signed).

@@ -4,8 +4,9 @@ credentials stay in Airflow's connections or secrets backend), or a folder besid
 
 The path it gives is what trialflow.checkpoints.keeper writes through; Airflow's providers
 bring the stores (``s3://`` with the Amazon provider, ``gs://`` with Google's, ``abfs://`` with
-Microsoft Azure's). A scheme whose provider is not installed is said at once, with the package
-to install, instead of at a trial's first checkpoint.
+Microsoft Azure's: ``pip install airflow-provider-trialflow[abfs]``). A scheme whose provider
+is not installed is said at once, with the package to install, instead of at a trial's first
+checkpoint.
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ PROVIDERS = {
     "gcs": "apache-airflow-providers-google",
     "abfs": "apache-airflow-providers-microsoft-azure",
     "abfss": "apache-airflow-providers-microsoft-azure",
-    "az": "apache-airflow-providers-microsoft-azure",
-    "wasb": "apache-airflow-providers-microsoft-azure",
-    "wasbs": "apache-airflow-providers-microsoft-azure",
 }
 #: The folder of the experiments' working directory that holds their checkpoints by default.
 DEFAULT_FOLDER = "artifacts"

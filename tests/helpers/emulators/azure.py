@@ -73,13 +73,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def azurite(folder: Path, cert: Path, key: Path) -> Iterator[int]:
-    """Azurite's blob service on 127.0.0.1 over HTTPS; yields its port."""
+def azurite(folder: Path, cert: Path | None = None, key: Path | None = None) -> Iterator[int]:
+    """Azurite's blob service on 127.0.0.1, over HTTPS with ``cert`` and ``key``, else plain
+    HTTP; yields its port."""
     install_azurite()
     port = _free_port()
+    tls = ["--cert", str(cert), "--key", str(key)] if cert and key else []
     proc = subprocess.Popen(
         [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(folder)]
-        + ["--cert", str(cert), "--key", str(key), "--silent", "--skipApiVersionCheck", "--loose"],
+        + [*tls, "--silent", "--skipApiVersionCheck", "--loose"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
