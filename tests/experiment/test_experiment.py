@@ -151,17 +151,25 @@ def test_shared_storage_that_nni_would_mount_is_refused_with_what_to_do(tmp_path
     ]
 
 
-def test_checkpoints_are_checked_but_a_run_that_asks_for_them_is_refused_until_they_are_kept(tmp_path):
-    """The key validates (configs can be written ahead), and a run is refused at parse time
-    rather than run without the checkpoints it asked for."""
+def test_checkpoints_run_on_local_and_are_refused_where_the_platform_cannot_keep_them(tmp_path):
+    """Local keeps them; a platform without fetch and restart is named, at parse time, rather
+    than run without the checkpoints the config asked for."""
     from trialflow.experiment import check_runnable
 
     config = _config(tmp_path, "tuner: {name: TPE}\ncheckpoints: {store: 's3://bucket/p', keepLast: 2}\n")
     assert config.checkpoints is not None and config.checkpoints.store == "s3://bucket/p"
-    problems = [(p.key_path, p.message) for p in check_runnable(config)]
-    assert len(problems) == 1 and problems[0][0] == ("checkpoints",)
-    assert "checked but not kept by this release" in problems[0][1] and "remove the key to run" in problems[0][1]
-    assert check_runnable(_config(tmp_path, "tuner: {name: TPE}\n")) == []
+    assert check_runnable(config) == []
+    path = tmp_path / "k.yml"
+    path.write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: 'true'\ntrialConcurrency: 1\n"
+        "tuner: {name: TPE}\ncheckpoints: {keepLast: 2}\ntrainingService:\n"
+        "  platform: openpai\n  host: https://pai.example\n  username: u\n  tokenConnId: pai\n"
+        "  trialGpuNumber: 0\n  trialCpuNumber: 1\n  trialMemorySize: 1gb\n  dockerImage: img\n"
+        "  localStorageMountPoint: /mnt\n  containerStorageMountPoint: /mnt\n  storageConfigName: s\n"
+    )
+    problems = [(p.key_path, p.message) for p in check_runnable(load_config(path))]
+    assert [k for k, _ in problems] == [("checkpoints",)], problems
+    assert "not yet keep checkpoints or restart trials on openpai" in problems[0][1]
 
 
 def test_hybrid_places_each_trial_on_the_platform_with_fewest_active_trials(tmp_path, store):

@@ -550,3 +550,25 @@ def test_a_stop_ends_in_sigkill_even_when_the_asker_is_killed_during_the_grace(p
         time.sleep(0.1)
     status, _, message = follow(platform, handle)
     assert (status, message) == (TrialStatus.USER_CANCELED, "its task was marked failed")
+
+
+@pytest.mark.parametrize(
+    ("status", "exit_code", "fault"),
+    [
+        ("FAILED", None, True),  # the wrapper gone without an exit code
+        ("FAILED", 137, True),  # SIGKILL (the OOM killer)
+        ("FAILED", 143, True),  # a SIGTERM nobody here asked for
+        ("FAILED", 129, True),
+        ("FAILED", 128, False),  # the trial's own exit(128)
+        ("FAILED", 1, False),
+        ("FAILED", 2, False),
+        ("SUCCEEDED", 0, False),
+        ("USER_CANCELED", 143, False),  # a stop trialflow asked for
+        ("EARLY_STOPPED", None, False),
+        ("SYS_CANCELED", 137, False),
+    ],
+)
+def test_a_fault_is_a_failure_by_a_signal_or_a_vanished_wrapper(status, exit_code, fault):
+    from trialflow.platforms.local import local_fault
+
+    assert local_fault(TrialStatus(status), exit_code) is fault

@@ -102,9 +102,9 @@ def test_intermediate_results_are_idempotent_per_sequence(store):
     assert frozen.user_attrs["final_metric"] == 0.9
 
 
-def test_a_checkpoint_record_is_no_result_and_is_said_to_be_ignored(store):
-    """This release keeps no checkpoints (a run asking for them is refused): a record of one,
-    from a trial's own output, is neither a point of the curve nor silently dropped."""
+def test_a_checkpoint_record_is_no_result(store):
+    """A record of a checkpoint is no point of the curve (the follower keeps the checkpoint, or
+    says it was ignored where the experiment keeps none: tests/experiment/test_keeping.py)."""
     store.open_experiment("exp")
     sid = ask(store, "exp", 0, "t0", TPE, SPACE).storage_id
     skipped = store.record_metrics(
@@ -116,7 +116,7 @@ def test_a_checkpoint_record_is_no_result_and_is_said_to_be_ignored(store):
         ],
     )
     assert store.storage.get_trial(sid).intermediate_values == {0: 0.1, 1: 0.2}
-    assert skipped == ["a checkpoint record (step 1) was ignored: this experiment keeps none"]
+    assert skipped == []
 
 
 def test_rows_and_best_respect_optimize_mode(store):

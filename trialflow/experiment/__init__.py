@@ -74,6 +74,31 @@ def default_workdir() -> Path:
     return Path(os.environ.get(WORKDIR_ENV) or Path.home() / "trialflow-experiments").expanduser()
 
 
+def _checkpoints_problems(config: ExperimentConfig) -> list[Problem]:
+    """The ``checkpoints`` key on a platform trialflow cannot yet keep them for (each platform
+    says, TrainingPlatform.keeps_checkpoints)."""
+    from trialflow.config.registry import PlatformUnavailable, get_platform_entry
+
+    without = []
+    for name in dict.fromkeys(config.platform_names):
+        try:
+            keeps = bool(getattr(get_platform_entry(name).load(), "keeps_checkpoints", False))
+        except PlatformUnavailable:
+            continue  # said by the platform's own check
+        if not keeps:
+            without.append(name)
+    if not without:
+        return []
+    return [
+        Problem(
+            config.source_file,
+            ("checkpoints",),
+            f"trialflow does not yet keep checkpoints or restart trials on {', '.join(without)} "
+            "(it does on local): remove the key, or run there without it",
+        )
+    ]
+
+
 def check_runnable(config: ExperimentConfig) -> list[Problem]:
     """What would stop this (valid) config from running here: unsupported algorithm, platform
     without a runner, GPU requests. Empty when the experiment can run."""
@@ -96,16 +121,7 @@ def check_runnable(config: ExperimentConfig) -> list[Problem]:
             for key, msg in check_warm_start(config.tuner or config.advisor, config.warm_start.use)
         ]
     if config.checkpoints is not None:
-        # Checked now, so configs can be written and validated ahead; kept, loaded and restarted
-        # from only once the SDK, the artifact store and the restarts exist (issue 49).
-        problems.append(
-            Problem(
-                file,
-                ("checkpoints",),
-                "checkpoints are checked but not kept by this release (the trial SDK's save and load, "
-                "the artifact store and restarts from the last checkpoint come next): remove the key to run",
-            )
-        )
+        problems += _checkpoints_problems(config)
     shared = config.shared_storage
     if shared is not None and shared.local_mounted == "nnimount":
         source = (
@@ -401,7 +417,11 @@ class Experiment:
         """Trial ``trial_index``'s submission; ``inputs``: its run's (trialflow.trial.inputs),
         in its environment."""
         from trialflow.trial.inputs import inputs_env
+        from trialflow.trial.wire import CHECKPOINT_RECORDS_VAR
 
+        env = inputs_env(inputs)
+        if self.config.checkpoints is not None:
+            env[CHECKPOINT_RECORDS_VAR] = "1"  # the SDK sends a record per checkpoint saved
         command = (
             self._local_function_command(service_index) or effective_trial_command(self.config, service_index) or ""
         )
@@ -416,7 +436,7 @@ class Experiment:
             gpu_number=effective_gpu_number(self.config, service_index),
             code_excludes=config_files(self.config),
             parameter_source=parameter_source,
-            env=inputs_env(inputs),
+            env=env,
         )
 
 

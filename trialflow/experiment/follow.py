@@ -26,6 +26,7 @@ from trialflow.platforms.base import (
 )
 
 if TYPE_CHECKING:
+    from trialflow.experiment.keeping import TrialKeeping
     from trialflow.tuning.experiment_store import ExperimentStore
 
 log = logging.getLogger(__name__)
@@ -121,8 +122,10 @@ class Follower:
         stop_check: StopCheck | None = None,
         control_check: ControlCheck | None = None,
         seen_running: bool = False,
+        keeping: TrialKeeping | None = None,
     ):
         self.platform, self.store, self.handle, self.storage_id = platform, store, handle, storage_id
+        self.keeping = keeping
         self.deadline, self.experiment_deadline, self.stop_check = deadline, experiment_deadline, stop_check
         self.control_check = control_check
         self._controlled_at = -CONTROL_INTERVAL
@@ -148,16 +151,33 @@ class Follower:
         as SYS_CANCELED. The assessor (``stop_check``) is asked when new intermediate results
         were stored (every step with ``judge_always``); a reason from it cancels the trial as
         EARLY_STOPPED.
+
+        With ``keeping`` (the experiment keeps checkpoints), each checkpoint the trial saved is
+        copied to the store as its record is read, and a FAILED job is started again from the
+        last one where trialflow.checkpoints.restarts says so: following goes on with the new
+        job's handle.
         """
         outcome = self.outcome
         update = await self.platform.poll(self.handle, outcome.cursor)
-        uncounted = None
+        uncounted: list[str] = []
         if update.metrics:
             uncounted = await asyncio.to_thread(self.store.record_metrics, self.storage_id, update.metrics)
+        for step in (m.sequence for m in update.metrics if m.is_checkpoint):
+            if self.keeping is None:
+                uncounted.append(f"a checkpoint record (step {step}) was ignored: this experiment keeps none")
+            else:
+                await self.keeping.keep(self.handle, step)
         outcome.cursor = carry_skipped(outcome.cursor, update, self.handle.get("trial_id"), uncounted)
         if update.status.is_terminal:
+            if update.status == TrialStatus.FAILED and self.keeping is not None and not self.cancelling:
+                restarted = await self.keeping.restart(self.handle, update, self.experiment_deadline)
+                if restarted is not None:
+                    self.handle, outcome.seen_running = restarted, False
+                    return False
             outcome.status, outcome.exit_code = update.status, update.exit_code
-            outcome.message = with_skipped(update.message, outcome.cursor)
+            notes = self.keeping.notes if self.keeping is not None else []
+            message = "; ".join(m for m in (update.message, *notes) if m) or None
+            outcome.message = with_skipped(message, outcome.cursor)
             return True
         if update.status == TrialStatus.RUNNING and not outcome.seen_running:
             outcome.seen_running = True

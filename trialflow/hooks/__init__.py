@@ -24,6 +24,7 @@ def airflow_connections() -> Connections:
         ssh=_ssh_connection,
         kubernetes=_kubernetes_configuration,
         token=connection_password,
+        artifacts=_artifact_root,
         others={"connection": airflow_connection},
     )
 
@@ -34,6 +35,12 @@ async def airflow_connection(conn_id: str) -> Any:
     from airflow.sdk import BaseHook
 
     return await BaseHook.aget_connection(conn_id)
+
+
+def _artifact_root(checkpoints: Any, workdir: Any) -> Any:
+    from trialflow.hooks.artifact_store import checkpoint_root
+
+    return checkpoint_root(checkpoints, workdir)
 
 
 async def _ssh_connection(conn_id: str) -> Any:

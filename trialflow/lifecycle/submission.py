@@ -35,6 +35,8 @@ class Submission:
     service_index: int = 0
     deadline: float | None = None
     experiment_deadline: float | None = None
+    #: The DAG run it belongs to (its inputs reach a restarted trial as they reached the first).
+    run_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,12 +75,15 @@ class Submission:
         """The follow loop for this trial: its platform, the store, its deadlines and the
         experiment's assessor. The one way the worker, the sensor and the trigger build it
         (the worker passes the experiment and platform it submitted with)."""
+        from trialflow.experiment.keeping import trial_keeping
         from trialflow.steering import trial_control
 
         experiment = experiment or self.experiment()
+        platform = platform or experiment.platform(self.service_index, connections)
         storage_id = self.storage_id
+        trial_id = str(self.handle.get("trial_id", ""))
         return Follower(
-            platform or experiment.platform(self.service_index, connections),
+            platform,
             store,
             self.handle,
             self.storage_id,
@@ -88,4 +93,7 @@ class Submission:
             stop_check=experiment.early_stop_check(store, self.storage_id),
             control_check=lambda: trial_control(store, storage_id),
             seen_running=seen_running,
+            keeping=trial_keeping(
+                experiment, platform, store, storage_id, trial_id, connections or platform.connections, self.run_id
+            ),
         )

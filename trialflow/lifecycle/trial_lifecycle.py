@@ -69,6 +69,7 @@ class StartedTrial:
     handle: TrialHandle | None = None
     deadline: float | None = None
     experiment_deadline: float | None = None
+    run_id: str = ""
 
     @property
     def platform_name(self) -> str:
@@ -91,6 +92,7 @@ class StartedTrial:
             service_index=self.service_index,
             deadline=self.deadline,
             experiment_deadline=self.experiment_deadline,
+            run_id=self.run_id,
         )
 
 
@@ -148,7 +150,14 @@ def start_trial(
         index, asked.number, asked.parameters, chosen, record.parameter_source, inputs=window.inputs
     )
     started = StartedTrial(
-        experiment, record, spec, chosen, asked.resumed, handle=record.handle, experiment_deadline=window.deadline
+        experiment,
+        record,
+        spec,
+        chosen,
+        asked.resumed,
+        handle=record.handle,
+        experiment_deadline=window.deadline,
+        run_id=run_id,
     )
     if record.finished:
         return started

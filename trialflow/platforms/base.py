@@ -187,6 +187,17 @@ def handle_log_files(handle: Mapping[str, Any]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Resume:
+    """The checkpoint a restarted trial starts from: its step (the number of intermediate
+    results reported before it) and ``fetch``, which writes its files into a new folder of this
+    machine (checked against the store's manifest); the platform puts them where the trial can
+    read them and names that folder in the trial's environment."""
+
+    step: int
+    fetch: Callable[[Path], Path]
+
+
+@dataclass(frozen=True)
 class Connections:
     """How a platform opens what a config names by Airflow connection id. The Airflow layer
     fills these (trialflow.hooks.connections); outside Airflow they stay None and such a config
@@ -198,6 +209,11 @@ class Connections:
     kubernetes: Callable[[str], Awaitable[Any]] | None = None
     #: a token's connection id (OpenPAI's tokenConnId) -> the token: the connection's password.
     token: Callable[[str], Awaitable[str]] | None = None
+    #: The checkpoints' store (trialflow.config.checkpoints.CheckpointsConfig, the experiments'
+    #: working directory) -> the root path they are kept under: Airflow's ObjectStoragePath with
+    #: the connection ``connId`` names (trialflow.hooks.artifact_store). Outside Airflow, None:
+    #: only the default store, a plain folder, can be reached.
+    artifacts: Callable[[Any, Path], Any] | None = None
     #: Any other kind, by name: a plug-in platform with a credential of its own asks
     #: ``opener(kind)``. The Airflow layer puts ``"connection"`` here (connection id -> Airflow's
     #: Connection: host, login, password, extra), from which a plug-in builds its own client.
@@ -228,6 +244,10 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
     """
 
     name: ClassVar[str]
+    #: Whether trialflow can keep this platform's checkpoints and restart its trials from them
+    #: (fetch_checkpoint, ended_by_fault and restart below); the ``checkpoints`` key is refused
+    #: for a platform without.
+    keeps_checkpoints: ClassVar[bool] = False
     #: Files in a trial's folder (its handle's ``trial_dir``) that Airflow's own machines can
     #: read: the trial page shows their last lines. Empty where the folder lives elsewhere (a
     #: remote machine, a pod).
@@ -279,6 +299,27 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
     async def wait_for_change(self, handle: TrialHandle, cursor: Cursor, timeout: float) -> None:
         """The follow loop's pause between polls; a platform told of changes returns early."""
         await asyncio.sleep(timeout)
+
+    # -- checkpoints (where keeps_checkpoints) ------------------------------------------------
+
+    async def fetch_checkpoint(self, handle: TrialHandle, step: int, scratch: Path) -> Path:
+        """A folder of this machine holding the trial's ``checkpoints/<step>`` (its own output
+        folder where Airflow reads it in place, else a copy made under ``scratch``)."""
+        raise NotImplementedError(f"platform {self.name} does not keep checkpoints")
+
+    def ended_by_fault(self, update: TrialUpdate) -> bool:
+        """Whether a FAILED trial's job ended by the infrastructure (its process killed by a
+        signal nobody asked for, its machine or pod gone), not by its own exit: such a trial
+        is restarted from its last checkpoint."""
+        return False
+
+    async def restart(self, handle: TrialHandle, spec: TrialSpec, attempt: int, resume: Resume | None) -> TrialHandle:
+        """Start trial ``spec`` again as attempt ``attempt`` (1 for the first restart) after its
+        job ended by a fault, from the checkpoint ``resume`` names (None: from scratch). The
+        same trial id and parameters; its metrics go on where the follow cursor is. Idempotent
+        like submit: a second call for the same attempt re-attaches to the job the first
+        started."""
+        raise NotImplementedError(f"platform {self.name} does not restart trials")
 
     # -- shared -----------------------------------------------------------------------------
 

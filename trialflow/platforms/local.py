@@ -14,6 +14,7 @@ that).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -21,7 +22,8 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,6 +33,7 @@ from trialflow.config.platforms import LocalConfig
 from trialflow.platforms.base import (
     CANCEL_STATUSES,
     Cursor,
+    Resume,
     TrainingPlatform,
     TrialHandle,
     TrialSpec,
@@ -48,6 +51,7 @@ from trialflow.trial.protocol import (
     read_state_file,
     write_parameter_file,
 )
+from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR, STATE_FILE
 
 #: The folder holding trialflow's ``nni`` stand-in (trialflow/trial/shim).
 NNI_SHIM = Path(__file__).resolve().parent.parent / "trial" / "shim"
@@ -87,6 +91,65 @@ fi
 now=${{EPOCHREALTIME/[.,]/}}
 echo "$rc ${{now:0:13}}" > {sys_dir}/.nni/state
 """
+
+
+def local_fault(status: TrialStatus, exit_code: int | None) -> bool:
+    """A failed local trial ended by a fault, not by its own exit: its wrapper gone without an
+    exit code (the machine rebooted, the process group killed) or its command killed by a
+    signal (128 + the signal: the OOM killer's SIGKILL is 137). A stop trialflow asked for is
+    never FAILED (its cancel file makes it a cancel status)."""
+    return status == TrialStatus.FAILED and (exit_code is None or exit_code > 128)
+
+
+#: Where each ended attempt's control files, exit code and logs are kept, and where a
+#: restart's checkpoint is fetched to (both in the trial's folder, beside its output).
+ATTEMPT_DIR = ".trialflow-attempt-{}"
+RESUME_DIR = ".trialflow-resume"
+_ATTEMPT_FILES = (CONTROL_DIR, STATE_FILE, "stdout", "stderr")
+
+
+@contextlib.contextmanager
+def _restart_lock(sys_dir: Path) -> Iterator[None]:
+    """One restarter at a time in a trial's folder (released if its process dies)."""
+    import fcntl
+
+    with open(sys_dir / f"{RESUME_DIR}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _archive_attempt(sys_dir: Path, ended: int) -> None:
+    """Move attempt ``ended``'s files aside, as they lay in the trial's folder (once: a second
+    restarter finds them moved)."""
+    archive = sys_dir / ATTEMPT_DIR.format(ended)
+    with _restart_lock(sys_dir):
+        if archive.exists():
+            return
+        partial = archive.with_name(archive.name + ".partial")
+        for name in _ATTEMPT_FILES:
+            source = sys_dir / name
+            if source.exists() or source.is_symlink():
+                (partial / name).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(source, partial / name)
+        partial.mkdir(exist_ok=True)
+        os.replace(partial, archive)
+
+
+def _fetched_resume(sys_dir: Path, attempt: int, resume: Resume) -> Path:
+    """The checkpoint fetched into the trial's folder for ``attempt`` (once: a folder there
+    from an earlier try of the same restart is whole, a partial one is fetched again)."""
+    import shutil
+
+    folder = sys_dir / RESUME_DIR / str(attempt)
+    with _restart_lock(sys_dir):
+        if folder.is_dir():
+            return folder
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        resume.fetch(partial)
+        os.replace(partial, folder)
+    return folder
 
 
 def _last_stderr_line(sys_dir: Path) -> str | None:
@@ -178,6 +241,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
 
     name: ClassVar[str] = "local"
     log_files: ClassVar[tuple[str, ...]] = ("stdout", "stderr")
+    keeps_checkpoints: ClassVar[bool] = True
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -444,6 +508,33 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
     def read_metrics(self, handle: TrialHandle, offset: int, final: bool = False) -> tuple[list, int, list[str]]:
         """New metrics from ``offset``: one chunk while the trial runs, everything once it ended."""
         return read_framed_file(Path(handle["trial_dir"]), METRICS_FILE, offset, final)
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    async def fetch_checkpoint(self, handle: TrialHandle, step: int, scratch: Path) -> Path:
+        """The trial's own folder: Airflow's machine is the trial's, so the keeper reads it in
+        place (without following a symlink, trialflow.trial.folder)."""
+        return Path(handle["trial_dir"])
+
+    def ended_by_fault(self, update: TrialUpdate) -> bool:
+        return local_fault(update.status, update.exit_code)
+
+    async def restart(self, handle: TrialHandle, spec: TrialSpec, attempt: int, resume: Resume | None) -> TrialHandle:
+        """The ended attempt's control files, exit code and logs move to
+        ``.trialflow-attempt-<n>`` (under a lock: of two restarters one moves them, the other
+        finds them moved), the checkpoint is fetched from the store into
+        ``.trialflow-resume/<attempt>``, and the trial is submitted again: submit's own launch
+        marker lets exactly one of them launch. Its metrics file stays, so the follow cursor
+        goes on where it was."""
+        check_host(handle.get("trial_id", ""), handle)
+        sys_dir = Path(handle["trial_dir"])
+        env = dict(spec.env)
+        if resume is not None:
+            folder = await asyncio.to_thread(_fetched_resume, sys_dir, attempt, resume)
+            env[RESUME_FOLDER_VAR], env[RESUME_STEP_VAR] = str(folder), str(resume.step)
+        await asyncio.to_thread(_archive_attempt, sys_dir, attempt - 1)
+        started = await self.submit(replace(spec, env=env))
+        return {**started, "attempt": attempt}
 
     def _cancel_request(self, sys_dir: Path) -> dict[str, Any] | None:
         try:

@@ -42,6 +42,9 @@ class TrialHandle(TypedDict, total=False):
     user: str
     #: The service's own page of the job (OpenPAI, DLTS, Azure ML).
     web_url: str | None
+    #: Which start of the trial this job is: 0 (absent) the first, n after its n-th restart
+    #: from a checkpoint (trialflow.experiment.keeping).
+    attempt: int
     # added by TrainingPlatform.describe for the pages
     location: str | None
     log_files: list[str]

@@ -59,6 +59,29 @@ ABANDONED_AFTER = 60.0
 
 
 @dataclass(frozen=True)
+class Restart:
+    """One restart of a trial after its job ended by a fault: the attempt it began (1 for the
+    first restart), the checkpoint step it started from (None: from scratch, none was kept),
+    when, and what ended the attempt before it."""
+
+    attempt: int
+    step: int | None
+    at: float
+    reason: str
+
+    @classmethod
+    def from_attr(cls, raw: Any) -> Restart | None:
+        """From the stored form; None for what is not one (another writer's attribute)."""
+        if not isinstance(raw, dict):
+            return None
+        try:
+            step = raw.get("step")
+            return cls(int(raw["attempt"]), None if step is None else int(step), float(raw["at"]), str(raw["reason"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
 class TrialRecord:
     """One trial as the store holds it, in trialflow's terms (Optuna's stay in this module)."""
 
@@ -84,6 +107,8 @@ class TrialRecord:
     #: Who asked for this trial's parameters (a person's added trial or re-run: ``by``,
     #: ``reason``, ``at``); None when the tuner chose them.
     asked_by: dict[str, Any] | None = None
+    #: Its restarts after faults, oldest first (trialflow.experiment.keeping).
+    restarts: tuple[Restart, ...] = ()
 
     @property
     def parameter_source(self) -> str:
@@ -110,7 +135,13 @@ def _record(frozen: optuna.trial.FrozenTrial, storage_id: int) -> TrialRecord:
         intermediate_count=len(frozen.intermediate_values),
         last_step=frozen.last_step,
         asked_by=attrs.get("asked_by"),
+        restarts=_restarts(attrs.get("restarts")),
     )
+
+
+def _restarts(raw: Any) -> tuple[Restart, ...]:
+    found = [Restart.from_attr(r) for r in raw] if isinstance(raw, list) else []
+    return tuple(r for r in found if r is not None)
 
 
 class ExperimentStore:
@@ -452,6 +483,23 @@ class ExperimentStore:
         """Facts about a trial besides its status: handle, started_at, service_index, host."""
         self.storage.set_trial_user_attrs(storage_id, attrs)
 
+    def add_restart(self, storage_id: int, restart: Restart, handle: TrialHandle | None = None) -> TrialRecord:
+        """Record a restart (the trial back to WAITING, with its new job's ``handle`` once it
+        has one) and return the trial as stored. A trial closed meanwhile is left alone."""
+        record = self.trial(storage_id)
+        if record.finished:
+            return record
+        restarts = [*(r.__dict__ for r in record.restarts if r.attempt != restart.attempt), restart.__dict__]
+        attrs: dict[str, Any] = {"restarts": sorted(restarts, key=lambda r: r["attempt"])}
+        if handle is not None:
+            attrs["handle"] = handle
+        self.set_status(storage_id, TrialStatus.WAITING, **attrs)
+        return self.trial(storage_id)
+
+    def intermediate_values(self, storage_id: int) -> dict[int, float]:
+        """The trial's intermediate results by step."""
+        return {int(k): float(v) for k, v in self.storage.get_trial(storage_id).intermediate_values.items()}
+
     def record_metrics(self, storage_id: int, metrics: Iterable[Metric]) -> list[str]:
         """Intermediate results become Optuna intermediate values (idempotent per sequence, so a
         re-read after a restart changes nothing); the final result waits for ``finish``.
@@ -466,10 +514,7 @@ class ExperimentStore:
         intermediate: list[tuple[int, float]] = []
         for metric in metrics:
             if metric.is_checkpoint:
-                # Sent only where trialflow keeps checkpoints, which this release refuses to
-                # run (trialflow.experiment.check_runnable): one came from a trial's own output.
-                skipped.append(f"a checkpoint record (step {metric.sequence}) was ignored: this experiment keeps none")
-                continue
+                continue  # no result: the follower keeps the checkpoint (trialflow.experiment.keeping)
             if metric.is_final:
                 reported = jsonable(metric.value)
                 if first_final is None:

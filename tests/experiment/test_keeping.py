@@ -1,0 +1,201 @@
+"""A followed trial's checkpoints kept in a store over HTTP (Azurite, through ObjectStoragePath)
+as it saves them, and the trial started again from its last one after a fault, on real local
+processes, without Airflow's scheduler: SIGKILLed mid-run, it finishes with exactly one result
+per step; a trial that exits 1 on its own is not restarted; restarts run out; retention keeps
+what it says."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trialflow.checkpoints.keeper import TrialCheckpoints
+from trialflow.config import load_config
+from trialflow.experiment import Experiment
+from trialflow.lifecycle import trial_lifecycle
+from trialflow.platforms.base import Connections, TrialStatus
+from trialflow.runs import start_run
+
+#: Trains ``EPOCHS`` epochs of a one-number "model"; each epoch reports a result, then saves a
+#: checkpoint (step = results reported so far). Loads the last checkpoint when restarted.
+#: With ``pause_at`` it writes its pid after that epoch's checkpoint and waits to be killed.
+TRIAL = """\
+import json, os, sys, time
+from trialflow import trial
+p = trial.get_next_parameter()
+epochs, pause_at, mode = 6, int(os.environ.get("PAUSE_AT", "-1")), os.environ.get("MODE", "")
+start, weight = 0, 0.0
+resume = trial.last_checkpoint()
+if resume:
+    state = json.load(open(os.path.join(resume, "state.json")))
+    start, weight = state["epoch"], state["weight"]
+with open(os.path.join(os.environ["LOG_DIR"], "launches"), "a") as log:
+    log.write(f"{start} {os.environ.get('TRIALFLOW_RESUME_STEP', '-')}\\n")
+if mode == "exit1":
+    sys.exit(1)
+if mode == "killself":
+    os.kill(os.getpid(), 9)
+for epoch in range(start, epochs):
+    weight += p["x"]
+    trial.report_intermediate_result(10 - epoch + weight / 100)
+    with trial.checkpoint() as folder:
+        json.dump({"epoch": epoch + 1, "weight": weight}, open(os.path.join(folder, "state.json"), "w"))
+        open(os.path.join(folder, "model.bin"), "wb").write(os.urandom(2048))
+    if epoch == pause_at and not resume:
+        open(os.path.join(os.environ["LOG_DIR"], "pid"), "w").write(str(os.getpid()))
+        time.sleep(120)
+trial.report_final_result(weight)
+"""
+
+
+def _experiment(tmp_path: Path, store, checkpoints: str | None, env: dict[str, str]) -> Experiment:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "trial.py").write_text(TRIAL)
+    variables = {"LOG_DIR": str(tmp_path), **env}
+    exports = " ".join(f"{k}={v}" for k, v in variables.items())
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
+        f"trialCommand: env {exports} {sys.executable} trial.py\n"
+        "trialCodeDirectory: code\ntrialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\n"
+        "trainingService: {platform: local}\n" + (f"checkpoints: {checkpoints}\n" if checkpoints else "")
+    )
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "ekeep", tmp_path / "work")
+    start_run(experiment, store, "dag_k", "r1", {})
+    return experiment
+
+
+def _launches(tmp_path: Path) -> list[str]:
+    return (tmp_path / "launches").read_text().splitlines()
+
+
+def _wait_for(path: Path, seconds: float = 60) -> str:
+    deadline = time.monotonic() + seconds
+    while not (path.exists() and path.read_text()):
+        assert time.monotonic() < deadline, f"{path} never written"
+        time.sleep(0.05)
+    return path.read_text()
+
+
+def test_a_trial_killed_mid_run_restarts_from_its_last_checkpoint_in_the_object_store(tmp_path, store, object_store):
+    from tests.helpers.object_store import blob_names
+    from trialflow.hooks.artifact_store import checkpoint_root
+
+    checkpoints = f"{{store: '{object_store.url}/runs', connId: {object_store.conn_id}, keepLast: 2, keepBest: 1}}"
+    experiment = _experiment(tmp_path, store, checkpoints, {"PAUSE_AT": "2"})
+    connections = Connections(artifacts=checkpoint_root)
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0, connections=connections)
+    os.kill(int(_wait_for(tmp_path / "pid")), signal.SIGKILL)  # after checkpoint 3, as the OOM killer would
+    outcome = trial_lifecycle.wait_in_worker(started, store, 90, 0.1)
+
+    assert outcome.status == TrialStatus.SUCCEEDED, outcome.message
+    assert _launches(tmp_path) == ["0 -", "3 3"]  # the second launch loaded checkpoint 3
+    storage_id = started.record.storage_id
+    record = store.trial(storage_id)
+    assert [(r.attempt, r.step) for r in record.restarts] == [(1, 3)]
+    assert "after a fault" in record.restarts[0].reason and "137" in record.restarts[0].reason
+    assert sorted(store.intermediate_values(storage_id)) == [0, 1, 2, 3, 4, 5]  # one result per step
+    weight = 6 * started.record.parameters["x"]
+    assert record.final == pytest.approx(weight)  # the weight went on from the checkpoint, not from 0
+    assert record.handle is not None and record.handle["attempt"] == 1
+    # Retention: the newest two (5, 6) and the best one by the result reported at its step
+    # (NNI's default optimize_mode is maximize, and results fall each epoch: checkpoint 1, after
+    # result 0); the others deleted, asked of Azurite itself.
+    trial_id = started.spec.trial_id
+    blobs = blob_names(object_store, f"runs/ekeep/{trial_id}/checkpoints/")
+    assert [n.rsplit("/", 1)[1][:9] for n in blobs if n.endswith(".manifest.json")] == [
+        "000000001",
+        "000000005",
+        "000000006",
+    ]
+    assert not any("/000000002/" in n or "/000000003/" in n or "/000000004/" in n for n in blobs)
+    kept = TrialCheckpoints(checkpoint_root(experiment.config.checkpoints, tmp_path), "ekeep", trial_id)
+    assert kept.steps() == [1, 5, 6]
+
+
+def test_a_trial_that_exits_1_on_its_own_is_not_restarted(tmp_path, store):
+    experiment = _experiment(tmp_path, store, "{restarts: 3}", {"MODE": "exit1"})
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    outcome = trial_lifecycle.wait_in_worker(started, store, 60, 0.1)
+    assert outcome.status == TrialStatus.FAILED
+    assert "exited with code 1" in (outcome.message or "")
+    assert "not restarted: it exited on its own (checkpoints.restartOnFailure is off)" in (outcome.message or "")
+    assert _launches(tmp_path) == ["0 -"] and store.trial(started.record.storage_id).restarts == ()
+
+
+def test_restarts_run_out_and_the_trial_fails_saying_so(tmp_path, store):
+    experiment = _experiment(tmp_path, store, "{restarts: 2}", {"MODE": "killself"})
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    outcome = trial_lifecycle.wait_in_worker(started, store, 60, 0.1)
+    assert outcome.status == TrialStatus.FAILED
+    assert "not restarted: its 2 restarts are spent" in (outcome.message or "")
+    assert _launches(tmp_path) == ["0 -", "0 -", "0 -"]  # no checkpoint: each restart from scratch
+    assert [(r.attempt, r.step) for r in store.trial(started.record.storage_id).restarts] == [(1, None), (2, None)]
+
+
+def test_exit_1_restarts_when_the_experiment_asks_for_it(tmp_path, store):
+    experiment = _experiment(tmp_path, store, "{restarts: 1, restartOnFailure: true}", {"MODE": "exit1"})
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    outcome = trial_lifecycle.wait_in_worker(started, store, 60, 0.1)
+    assert outcome.status == TrialStatus.FAILED and "its restart is spent" in (outcome.message or "")
+    assert _launches(tmp_path) == ["0 -", "0 -"]
+    assert "after a failure (checkpoints.restartOnFailure)" in store.trial(started.record.storage_id).restarts[0].reason
+
+
+def test_two_followers_that_see_the_fault_at_once_restart_it_once(tmp_path, store):
+    """The worker and a triggerer (or a reconciler) both following the trial: one restart is
+    recorded, one job launched, and both go on following it."""
+    import asyncio
+
+    experiment = _experiment(tmp_path, store, "{restarts: 2}", {"PAUSE_AT": "1"})
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    os.kill(int(_wait_for(tmp_path / "pid")), signal.SIGKILL)
+    submission = started.submission(str(tmp_path / "config.yml"), "")
+
+    async def both():
+        followers = [submission.follower(store, experiment=experiment) for _ in range(2)]
+        return await asyncio.gather(*(f.run(0.05, 60) for f in followers))
+
+    outcomes = asyncio.run(both())
+    assert [o.status for o in outcomes] == [TrialStatus.SUCCEEDED] * 2
+    assert _launches(tmp_path) == ["0 -", "2 2"]
+    assert [(r.attempt, r.step) for r in store.trial(started.record.storage_id).restarts] == [(1, 2)]
+
+
+def test_a_retry_that_finds_its_job_gone_restarts_it_from_the_checkpoint(tmp_path, store):
+    """The worker died with the trial (its whole process group killed) and nothing followed
+    it: the retried task's start re-attaches to the dead job, and following it restarts it."""
+    experiment = _experiment(tmp_path, store, "{restarts: 1}", {"PAUSE_AT": "3"})
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    _wait_for(tmp_path / "pid")
+    os.killpg(started.handle["pid"], signal.SIGKILL)  # the wrapper too: no exit code is written
+    retried = trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    assert retried.handle["pid"] == started.handle["pid"]  # re-attached, not launched again
+    outcome = trial_lifecycle.wait_in_worker(retried, store, 60, 0.1)
+    assert outcome.status == TrialStatus.SUCCEEDED, outcome.message
+    assert _launches(tmp_path) == ["0 -", "4 4"]
+    restart = store.trial(started.record.storage_id).restarts[0]
+    assert "disappeared without an exit code" in restart.reason
+    trial_dir = Path(started.handle["trial_dir"])
+    aside = trial_dir / ".trialflow-attempt-0"  # the first attempt's files, kept as they lay
+    assert (aside / ".trialflow" / "pid").exists() and (aside / "stdout").exists()
+    assert not (aside / ".nni" / "state").exists()  # killed with its wrapper: no exit code
+
+
+def test_without_the_key_a_checkpoint_record_is_said_to_be_ignored(tmp_path, store):
+    """A trial that sends checkpoint records of its own accord (the SDK sends them only when
+    trialflow asks): nothing is kept, nothing restarts, and the trial's message says so."""
+    experiment = _experiment(tmp_path, store, None, {"TRIALFLOW_CHECKPOINTS": "1"})
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    assert "TRIALFLOW_CHECKPOINTS" not in started.spec.env
+    outcome = trial_lifecycle.wait_in_worker(started, store, 60, 0.1)
+    assert outcome.status == TrialStatus.SUCCEEDED
+    assert "6 metric records skipped (first: a checkpoint record (step 1) was ignored: this experiment keeps none)" in (
+        outcome.message or ""
+    )
+    assert not (tmp_path / "work" / "artifacts").exists()

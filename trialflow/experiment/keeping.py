@@ -1,0 +1,168 @@
+"""A followed trial's checkpoints kept in the store as it saves them, and its job started again
+from the last one after a fault. No Airflow: the store's root comes from the Airflow layer
+(Connections.artifacts) or, outside it, is the default folder.
+
+Level-triggered, like the rest of following: the store holds each restart before the job is
+started again (``Trial.restarts``), and whoever follows the trial next (the worker, the
+triggerer after a restart, a retried task) and finds a restart recorded that its handle has
+not reached carries it out: the platform's restart is idempotent per attempt, so a restart is
+neither lost nor made twice when its follower dies halfway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trialflow.checkpoints.keeper import CheckpointError, TrialCheckpoints
+from trialflow.checkpoints.restarts import restart_verdict
+from trialflow.platforms.base import Resume, TrialHandle, TrialUpdate
+
+if TYPE_CHECKING:
+    from trialflow.checkpoints.keeper import StoragePath
+    from trialflow.config.checkpoints import CheckpointsConfig
+    from trialflow.experiment import Experiment
+    from trialflow.platforms.base import Connections, TrainingPlatform
+    from trialflow.tuning.experiment_store import ExperimentStore
+
+log = logging.getLogger(__name__)
+#: The default store's folder in the experiments' working directory (as the Airflow layer's).
+DEFAULT_FOLDER = "artifacts"
+
+
+class ArtifactStoreNeedsAirflow(RuntimeError):
+    """A store URL is named but nothing here can open its connection."""
+
+
+def artifact_root(checkpoints: CheckpointsConfig, workdir: Path, connections: Connections | None) -> StoragePath:
+    """The root the experiment's checkpoints go under: the Airflow layer's (an ObjectStoragePath
+    with the store's connection), else the default folder as a plain path."""
+    if connections is not None and connections.artifacts is not None:
+        root: StoragePath = connections.artifacts(checkpoints, workdir)
+        return root
+    if checkpoints.store is not None:
+        raise ArtifactStoreNeedsAirflow(
+            f"checkpoints.store {checkpoints.scheme}:// is reached through Airflow's connections: "
+            "follow the trial from Airflow"
+        )
+    folder: StoragePath = Path(workdir).resolve() / DEFAULT_FOLDER
+    return folder
+
+
+@dataclass
+class TrialKeeping:
+    """Keeping and restarts for one followed trial (see module)."""
+
+    experiment: Experiment
+    platform: TrainingPlatform[Any]
+    store: ExperimentStore
+    storage_id: int
+    checkpoints: TrialCheckpoints
+    run_id: str = ""
+    #: What the trial's message adds: a checkpoint that could not be kept, why it was not restarted.
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def config(self) -> CheckpointsConfig:
+        assert self.experiment.config.checkpoints is not None
+        return self.experiment.config.checkpoints
+
+    async def keep(self, handle: TrialHandle, step: int) -> None:
+        """Copy checkpoint ``step`` into the store, then apply the retention rule. A store that
+        refuses is said in the trial's message, never a failed trial: the checkpoint stays in
+        the trial's folder and the next one is tried."""
+        try:
+            with tempfile.TemporaryDirectory(prefix="trialflow-checkpoint-") as scratch:
+                folder = await self.platform.fetch_checkpoint(handle, step, Path(scratch))
+                await asyncio.to_thread(self.checkpoints.keep, folder, step)
+            metrics = await asyncio.to_thread(self.store.intermediate_values, self.storage_id)
+            await asyncio.to_thread(
+                self.checkpoints.prune,
+                metrics,
+                self.config.keep_last,
+                self.config.keep_best,
+                self.experiment.config.optimize_mode,
+            )
+        except (CheckpointError, OSError, ValueError) as exc:
+            note = f"checkpoint {step} not kept: {exc}"
+            log.warning("Trial %s: %s", handle.get("trial_id"), note)
+            self.notes.append(note[:500])
+
+    async def restart(
+        self, handle: TrialHandle, update: TrialUpdate, experiment_deadline: float | None
+    ) -> TrialHandle | None:
+        """The new job's handle if the trial starts again (see module), else None, with the
+        reason in ``notes``."""
+        from trialflow.tuning.experiment_store import Restart
+
+        record = await asyncio.to_thread(self.store.trial, self.storage_id)
+        if record.finished:
+            return None
+        reached = handle.get("attempt", 0)
+        planned = next((r for r in record.restarts if r.attempt == reached + 1), None)
+        if planned is None:
+            verdict = restart_verdict(
+                fault=self.platform.ended_by_fault(update),
+                restarts_done=len(record.restarts),
+                restarts_allowed=self.config.restarts,
+                restart_on_failure=self.config.restart_on_failure,
+                past_deadline=experiment_deadline is not None and time.time() > experiment_deadline,
+            )
+            if not verdict.restart:
+                self.notes.append(verdict.why)
+                return None
+            step = await asyncio.to_thread(self.checkpoints.last)
+            reason = f"{verdict.why}: {update.message or update.status.value}"[:500]
+            planned = Restart(reached + 1, step, time.time(), reason)
+            record = await asyncio.to_thread(self.store.add_restart, self.storage_id, planned)
+            if record.finished:  # stopped meanwhile: nothing to start
+                return None
+        resume = None
+        if planned.step is not None:
+            step = planned.step
+            resume = Resume(step, lambda into: self.checkpoints.fetch(step, into))
+        spec = self.experiment.trial_spec(
+            record.trial_index,
+            record.number,
+            record.parameters,
+            record.service_index or 0,
+            record.parameter_source,
+            inputs=self._inputs(),
+        )
+        new = self.platform.describe(await self.platform.restart(handle, spec, planned.attempt, resume))
+        log.info(
+            "Trial %s: restarted (attempt %d) from %s",
+            handle.get("trial_id"),
+            planned.attempt,
+            f"checkpoint {planned.step}" if planned.step is not None else "scratch",
+        )
+        await asyncio.to_thread(self.store.add_restart, self.storage_id, planned, new)
+        return new
+
+    def _inputs(self) -> Any:
+        if not self.run_id:
+            return None
+        return self.experiment.window(self.store, self.run_id).inputs
+
+
+def trial_keeping(
+    experiment: Experiment,
+    platform: TrainingPlatform[Any],
+    store: ExperimentStore,
+    storage_id: int,
+    trial_id: str,
+    connections: Connections | None,
+    run_id: str = "",
+) -> TrialKeeping | None:
+    """Keeping for this trial where its experiment keeps checkpoints, else None."""
+    checkpoints = experiment.config.checkpoints
+    if checkpoints is None:
+        return None
+    root = artifact_root(checkpoints, experiment.workdir, connections)
+    kept = TrialCheckpoints(root, experiment.experiment_id, trial_id)
+    return TrialKeeping(experiment, platform, store, storage_id, kept, run_id)
