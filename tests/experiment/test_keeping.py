@@ -29,6 +29,7 @@ import json, os, sys, time
 from trialflow import trial
 p = trial.get_next_parameter()
 epochs, pause_at, mode = 6, int(os.environ.get("PAUSE_AT", "-1")), os.environ.get("MODE", "")
+pace = float(os.environ.get("RESUMED_EPOCH_SECONDS", "0"))
 start, weight = 0, 0.0
 resume = trial.last_checkpoint()
 if resume:
@@ -46,6 +47,8 @@ for epoch in range(start, epochs):
     with trial.checkpoint() as folder:
         json.dump({"epoch": epoch + 1, "weight": weight}, open(os.path.join(folder, "state.json"), "w"))
         open(os.path.join(folder, "model.bin"), "wb").write(os.urandom(2048))
+    if resume:
+        time.sleep(pace)
     if epoch == pause_at and not resume:
         open(os.path.join(os.environ["LOG_DIR"], "pid"), "w").write(str(os.getpid()))
         time.sleep(120)
@@ -199,3 +202,37 @@ def test_without_the_key_a_checkpoint_record_is_said_to_be_ignored(tmp_path, sto
         outcome.message or ""
     )
     assert not (tmp_path / "work" / "artifacts").exists()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.02, 0.05, 0.1, 0.2, 0.4])
+def test_a_stop_at_any_instant_around_a_restart_ends_the_trial_and_its_new_job(tmp_path, store, delay):
+    """A person's stop, given the first job's handle, lands while the follower restarts the
+    trial (before the restart is recorded, while the checkpoint is fetched, after the new job
+    started): the trial ends USER_CANCELED with no process of it left, never running on."""
+    import asyncio
+
+    from trialflow.platforms.local import PID_FILE, process_alive
+
+    experiment = _experiment(tmp_path, store, "{restarts: 2}", {"PAUSE_AT": "1", "RESUMED_EPOCH_SECONDS": "0.5"})
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    os.kill(int(_wait_for(tmp_path / "pid")), signal.SIGKILL)
+    storage_id = started.record.storage_id
+    platform = started.platform
+
+    async def race():
+        follower = trial_lifecycle.follower(started, store)
+        following = asyncio.ensure_future(follower.run(0.05, 60))
+        await asyncio.sleep(delay)
+        await trial_lifecycle.stop_trial(platform, store, started.handle, storage_id, "stopped by ann")
+        return await following
+
+    outcome = asyncio.run(race())
+    record = store.trial(storage_id)
+    assert record.finished and record.status == TrialStatus.USER_CANCELED and record.message == "stopped by ann"
+    assert outcome.status in (TrialStatus.USER_CANCELED, TrialStatus.FAILED), outcome
+    assert len(_launches(tmp_path)) <= 2
+    pid_line = (Path(started.handle["trial_dir"]) / PID_FILE).read_text().split()
+    deadline = time.monotonic() + 15
+    while process_alive(int(pid_line[0]), float(pid_line[1])):
+        assert time.monotonic() < deadline, "the restarted job outlived the stop"
+        time.sleep(0.1)

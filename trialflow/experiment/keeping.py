@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from trialflow.checkpoints.keeper import CheckpointError, TrialCheckpoints
 from trialflow.checkpoints.restarts import restart_verdict
-from trialflow.platforms.base import Resume, TrialHandle, TrialUpdate
+from trialflow.platforms.base import CANCEL_STATUSES, Resume, TrialHandle, TrialStatus, TrialUpdate
 
 if TYPE_CHECKING:
     from trialflow.checkpoints.keeper import StoragePath
@@ -141,7 +141,10 @@ class TrialKeeping:
             planned.attempt,
             f"checkpoint {planned.step}" if planned.step is not None else "scratch",
         )
-        await asyncio.to_thread(self.store.add_restart, self.storage_id, planned, new)
+        record = await asyncio.to_thread(self.store.add_restart, self.storage_id, planned, new)
+        if record.finished:  # stopped while it was starting again: its stop never saw this job
+            status = record.status if record.status in CANCEL_STATUSES else TrialStatus.USER_CANCELED
+            await self.platform.cancel(new, status, record.message or "stopped while it was restarting")
         return new
 
     def _inputs(self) -> Any:

@@ -208,7 +208,10 @@ async def stop_trial(
     if record.finished:
         return False
     closed = await asyncio.to_thread(store.close_first, storage_id, status, reason)
-    await platform.cancel(handle, status, reason)  # also when another stop closed it a moment ago
+    # The store's handle is the trial's job now: a restart from a checkpoint replaced the one
+    # the asker was given (a restart under way when it closed cancels its own new job).
+    current = record.handle if record.handle and record.handle.get("attempt", 0) > handle.get("attempt", 0) else handle
+    await platform.cancel(current, status, reason)  # also when another stop closed it a moment ago
     return closed
 
 

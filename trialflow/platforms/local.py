@@ -558,6 +558,8 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         if read_state_file(sys_dir) == 0:
             return  # finished successfully before we got here
         if self._cancel_request(sys_dir) is None:
+            # (a restart may have moved the ended attempt's control folder away a moment ago)
+            (sys_dir / CONTROL_DIR).mkdir(exist_ok=True)
             # a name of its own: two stops of one trial at once (its follower and a reconciler)
             # shared one temporary file, and the second's rename found it gone
             tmp = sys_dir / f"{CANCEL_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"

@@ -477,7 +477,13 @@ class ExperimentStore:
             return {key: json.loads(raw) for key, raw in conn.execute(query)}
 
     def set_status(self, storage_id: int, status: TrialStatus, **attrs: Any) -> None:
-        self.storage.set_trial_user_attrs(storage_id, {"nni_status": status.value, **attrs})
+        """A running trial's status (and facts beside it). A trial closed meanwhile (a stop
+        that came between its follower's read and this write) keeps its outcome: nothing is
+        written, and the follower sees the stop on its next look."""
+        try:
+            self.storage.set_trial_user_attrs(storage_id, {"nni_status": status.value, **attrs})
+        except UpdateFinishedTrialError:
+            log.debug("trial %s was closed before its status %s was written", storage_id, status.value)
 
     def set_attrs(self, storage_id: int, **attrs: Any) -> None:
         """Facts about a trial besides its status: handle, started_at, service_index, host."""
@@ -493,7 +499,7 @@ class ExperimentStore:
         attrs: dict[str, Any] = {"restarts": sorted(restarts, key=lambda r: r["attempt"])}
         if handle is not None:
             attrs["handle"] = handle
-        self.set_status(storage_id, TrialStatus.WAITING, **attrs)
+        self.set_status(storage_id, TrialStatus.WAITING, **attrs)  # nothing, if closed meanwhile
         return self.trial(storage_id)
 
     def intermediate_values(self, storage_id: int) -> dict[int, float]:
@@ -535,7 +541,10 @@ class ExperimentStore:
                 skipped.append(
                     f"intermediate result {metric.sequence} ({preview(jsonable(metric.value))}) is not a finite number"
                 )
-        self.storage.write_intermediate_values(storage_id, intermediate)
+        try:
+            self.storage.write_intermediate_values(storage_id, intermediate)
+        except UpdateFinishedTrialError:  # closed meanwhile (stopped): its curve ends where it stopped
+            skipped.append(f"{len(intermediate)} intermediate result(s) came after the trial was closed")
         return skipped
 
     def finish(self, storage_id: int, status: TrialStatus, final: Any = None, message: str | None = None) -> None:
