@@ -325,3 +325,37 @@ trainingService: {{platform: local}}
         timeout=30000,
     )
     assert not navigations, "the page reloaded"
+
+
+def test_a_restarted_trial_says_when_and_from_which_checkpoint(browser, ui: UiSetup):
+    """A trial whose process was SIGKILLed after its second checkpoint (as the OOM killer
+    would) ran again from it: its page says so, with the step and the fault."""
+    from tests.helpers.airflow import PY
+    from trialflow.platforms.base import experiment_id_for
+
+    trial = (
+        "import json, os, signal\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        "resume = trial.last_checkpoint()\n"
+        "start = json.load(open(os.path.join(resume, 's.json')))['e'] if resume else 0\n"
+        "for e in range(start, 4):\n    trial.report_intermediate_result(e * p['x'])\n"
+        "    with trial.checkpoint() as f:\n        json.dump({'e': e + 1}, open(os.path.join(f, 's.json'), 'w'))\n"
+        "    if e == 1 and not resume:\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "trial.report_final_result(p['x'])\n"
+    )
+    dag_id, _ = ui.harness.experiment(
+        "ui_restart",
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} t.py\ntrialConcurrency: 1\n"
+        "maxTrialNumber: 1\ntuner: {name: Random}\ntrainingService: {platform: local}\ncheckpoints: {restarts: 2}\n",
+        {"t.py": trial},
+    )
+    run_id, state = ui.harness.run(dag_id)
+    assert state == "success"
+    page = login(browser, ui)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id_for(dag_id, run_id)}&trial=0")
+    page.wait_for_selector("[data-testid=trial-restarts]", timeout=30000)
+    said = page.locator("[data-testid=trial-restarts]").inner_text()
+    assert "Restarted once after a fault" in said, said
+    restart = page.locator("[data-testid=trial-restart-1]").inner_text()
+    assert "start 2 from the checkpoint at step 2" in restart and "exited with code 137" in restart, restart
+    shot(page, "trial-restarted")
+    assert not page.errors, page.errors

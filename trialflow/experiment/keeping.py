@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from trialflow.checkpoints.keeper import CheckpointError, TrialCheckpoints
 from trialflow.checkpoints.restarts import restart_verdict
 from trialflow.platforms.base import CANCEL_STATUSES, Resume, TrialHandle, TrialStatus, TrialUpdate
+from trialflow.tuning.trial_restarts import Restart
 
 if TYPE_CHECKING:
     from trialflow.checkpoints.keeper import StoragePath
@@ -98,8 +99,6 @@ class TrialKeeping:
     ) -> TrialHandle | None:
         """The new job's handle if the trial starts again (see module), else None, with the
         reason in ``notes``."""
-        from trialflow.tuning.experiment_store import Restart
-
         record = await asyncio.to_thread(self.store.trial, self.storage_id)
         if record.finished:
             return None

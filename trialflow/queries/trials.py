@@ -40,6 +40,7 @@ from trialflow.queries.tables import (
 )
 from trialflow.seeding.nni_import import IMPORT_REQUESTER
 from trialflow.trial.status import COUNTED_STATUS_NAMES
+from trialflow.tuning.trial_restarts import restarts_from_attr
 
 SortKey = str  # "index" | "status" | "metric" | "duration" | "platform" | "param:<name>" | "objective:<n>"
 
@@ -535,12 +536,22 @@ def trial_detail(
                 )
             ).scalar()
         )
+        restarts = decoded(
+            conn.execute(
+                sa.select(TRIAL_ATTRS.c.value_json).where(
+                    TRIAL_ATTRS.c.trial_id == storage_id, TRIAL_ATTRS.c.key == "restarts"
+                )
+            ).scalar()
+        )
         total = int(row.get("intermediate_count") or 0)
         intermediate = _thinned_curve(conn, str(engine.url), storage_id, total, max_points)
     return {
         **row,
         "handle": handle or {},
         "final_extra": extra or {},
+        # Each restart after a fault: the attempt it began, the checkpoint step it loaded (None:
+        # from scratch), when, and why (trialflow.experiment.keeping).
+        "restarts": [r.__dict__ for r in restarts_from_attr(restarts)],
         "intermediate": intermediate,
         "intermediate_total": total,
     }

@@ -47,6 +47,7 @@ from trialflow.tuning.store_urls import sqlite_url as sqlite_url  # where the ca
 from trialflow.tuning.tables import SNAPSHOTS, TRIAL_QUEUE, WINDOWS
 from trialflow.tuning.tables import TRIAL_INDEX as TRIAL_INDEX  # where the read models find it
 from trialflow.tuning.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
+from trialflow.tuning.trial_restarts import Restart, restarts_from_attr
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -56,29 +57,6 @@ ATTR_UPDATE_ATTEMPTS = 200
 #: Seconds after which an ask that never claimed its trial index is taken as dead (its claim
 #: follows Optuna's commit within milliseconds; a loaded store may take seconds).
 ABANDONED_AFTER = 60.0
-
-
-@dataclass(frozen=True)
-class Restart:
-    """One restart of a trial after its job ended by a fault: the attempt it began (1 for the
-    first restart), the checkpoint step it started from (None: from scratch, none was kept),
-    when, and what ended the attempt before it."""
-
-    attempt: int
-    step: int | None
-    at: float
-    reason: str
-
-    @classmethod
-    def from_attr(cls, raw: Any) -> Restart | None:
-        """From the stored form; None for what is not one (another writer's attribute)."""
-        if not isinstance(raw, dict):
-            return None
-        try:
-            step = raw.get("step")
-            return cls(int(raw["attempt"]), None if step is None else int(step), float(raw["at"]), str(raw["reason"]))
-        except (KeyError, TypeError, ValueError):
-            return None
 
 
 @dataclass(frozen=True)
@@ -135,13 +113,8 @@ def _record(frozen: optuna.trial.FrozenTrial, storage_id: int) -> TrialRecord:
         intermediate_count=len(frozen.intermediate_values),
         last_step=frozen.last_step,
         asked_by=attrs.get("asked_by"),
-        restarts=_restarts(attrs.get("restarts")),
+        restarts=restarts_from_attr(attrs.get("restarts")),
     )
-
-
-def _restarts(raw: Any) -> tuple[Restart, ...]:
-    found = [Restart.from_attr(r) for r in raw] if isinstance(raw, list) else []
-    return tuple(r for r in found if r is not None)
 
 
 class ExperimentStore:

@@ -56,6 +56,20 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
             In Airflow: {trial.airflow_actions.map((a) => `${formatTime(a.at)} ${visible(a.by ?? "?")} ${visible(a.event.replace(/_/g, " "))}${a.state ? ` (${visible(a.state)})` : ""}`).join("; ")}
           </Text>
         ) : null}
+        {trial.restarts?.length ? (
+          <Box mt={2} fontSize="sm" data-testid="trial-restarts">
+            <Text fontWeight="semibold">
+              Restarted {trial.restarts.length === 1 ? "once" : `${trial.restarts.length} times`} after a fault
+            </Text>
+            {trial.restarts.map((r) => (
+              <Text key={r.attempt} fontSize="xs" color="fg.muted" data-testid={`trial-restart-${r.attempt}`}>
+                {formatTime(r.at)}: start {r.attempt + 1}{" "}
+                {r.step === null ? "from scratch (no checkpoint was kept)" : `from the checkpoint at step ${r.step}`}
+                {" · "}{visible(r.reason)}
+              </Text>
+            ))}
+          </Box>
+        ) : null}
         <HStack mt={3} gap={3} flexWrap="wrap">
           {trial.links.map((link) => (
             <Button key={link.label} asChild size="xs" variant="outline"><a href={link.href} data-testid={`link-${link.label}`}>{link.label}</a></Button>

@@ -158,6 +158,9 @@ export interface TrialDetail extends TrialRow {
   may_edit?: boolean;
   /** Who acted on its task or DAG run with Airflow's own buttons (Airflow's audit log). */
   airflow_actions?: { at: number | null; by: string | null; event: string; state: string | null }[];
+  /** Each restart after a fault: the attempt it began, the checkpoint step it loaded (null: from
+   * scratch), when and why. */
+  restarts?: { attempt: number; step: number | null; at: number; reason: string }[];
 }
 
 export class ApiError extends Error {
