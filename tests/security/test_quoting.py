@@ -25,6 +25,7 @@ from trialflow.platforms.remote.commands import (
     CANCEL_FILE,
     LAUNCH_DIR,
     cancel_request_command,
+    checkpoint_archive_command,
     claim_command,
     exists_command,
     launch_once_guard,
@@ -33,6 +34,7 @@ from trialflow.platforms.remote.commands import (
     parse_launch_state,
     probe_command,
     read_command,
+    resume_unpack_command,
     running_count_command,
     staging_command,
     take_over_command,
@@ -169,6 +171,47 @@ def test_submit_path_commands_with_hostile_folders(box):
     bash_in(cancel_request_command(str(trial)), box, '{"status": "USER_CANCELED"}')
     bash_in(cancel_request_command(str(trial)), box, '{"status": "EARLY_STOPPED"}')
     assert (trial / CANCEL_FILE).read_text() == '{"status": "USER_CANCELED"}'  # the first reason wins
+    no_canary(box)
+
+
+def test_checkpoint_commands_with_hostile_folders(box):
+    """A checkpoint archived from a trial folder named to break quoting, and unpacked for a
+    restart into another: the same files arrive, once (a second unpack leaves the first), a
+    symbolic link is archived as a link (never what it points to), and the archive goes."""
+    import tarfile
+
+    trial = box / f"trial {HOSTILE}"
+    step = trial / "checkpoints" / "000000003"
+    step.mkdir(parents=True)
+    (step / "model.bin").write_bytes(b"weights")
+    (step / "secret").symlink_to("/etc/hostname")
+    archive = box / f"ckpt {HOSTILE}.tar"
+    with archive.open("wb") as out:
+        result = subprocess.run(
+            ["bash", "-c", checkpoint_archive_command(str(trial), "checkpoints/000000003")],
+            cwd=box,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    assert result.returncode == 0, result.stderr
+    with tarfile.open(archive) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert members["checkpoints/000000003/secret"].issym()  # a link, not /etc/hostname's bytes
+    assert bash_in(checkpoint_archive_command(str(trial), "checkpoints/000000009"), box).returncode != 0
+
+    ours = box / f"ours {HOSTILE}.tar"
+    with tarfile.open(ours, "w") as tar:
+        tar.add(step / "model.bin", arcname="model.bin")
+    folder = box / f"restart {HOSTILE}" / "resume"
+    folder.parent.mkdir()
+    assert bash_in(resume_unpack_command(str(folder), str(ours)), box).returncode == 0
+    assert (folder / "model.bin").read_bytes() == b"weights" and not ours.exists()
+    (folder / "model.bin").write_bytes(b"kept")
+    with tarfile.open(ours, "w") as tar:
+        tar.add(step / "model.bin", arcname="model.bin")
+    assert bash_in(resume_unpack_command(str(folder), str(ours)), box).returncode == 0
+    assert (folder / "model.bin").read_bytes() == b"kept" and not ours.exists()  # once, and cleaned
     no_canary(box)
 
 

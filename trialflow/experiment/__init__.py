@@ -94,7 +94,7 @@ def _checkpoints_problems(config: ExperimentConfig) -> list[Problem]:
             config.source_file,
             ("checkpoints",),
             f"trialflow does not yet keep checkpoints or restart trials on {', '.join(without)} "
-            "(it does on local): remove the key, or run there without it",
+            "(it does on local and remote): remove the key, or run there without it",
         )
     ]
 

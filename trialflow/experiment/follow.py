@@ -95,6 +95,12 @@ def carry_skipped(before: Cursor, update: TrialUpdate, trial_id: Any, uncounted:
     return cursor
 
 
+def fresh_cursor(cursor: Cursor) -> Cursor:
+    """The cursor for a restarted trial whose output starts afresh: read from its start, still
+    counting what was skipped before."""
+    return {k: v for k, v in cursor.items() if k in (SKIPPED_COUNT, SKIPPED_FIRST)}
+
+
 def with_skipped(message: str | None, cursor: Cursor) -> str | None:
     """The trial's status message, saying how many metric records could not be read."""
     count = int(cursor.get(SKIPPED_COUNT, 0))
@@ -173,6 +179,8 @@ class Follower:
                 restarted = await self.keeping.restart(self.handle, update, self.experiment_deadline)
                 if restarted is not None:
                     self.handle, outcome.seen_running = restarted, False
+                    if not self.platform.restart_keeps_output:
+                        outcome.cursor = fresh_cursor(outcome.cursor)
                     return False
             outcome.status, outcome.exit_code = update.status, update.exit_code
             notes = self.keeping.notes if self.keeping is not None else []

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trialflow.checkpoints.keeper import CheckpointError, TrialCheckpoints
+from trialflow.checkpoints.keeper import TrialCheckpoints
 from trialflow.checkpoints.restarts import restart_verdict
 from trialflow.platforms.base import CANCEL_STATUSES, Resume, TrialHandle, TrialStatus, TrialUpdate
 from trialflow.tuning.trial_restarts import Restart
@@ -89,7 +89,7 @@ class TrialKeeping:
                 self.config.keep_best,
                 self.experiment.config.optimize_mode,
             )
-        except (CheckpointError, OSError, ValueError) as exc:
+        except Exception as exc:
             note = f"checkpoint {step} not kept: {exc}"
             log.warning("Trial %s: %s", handle.get("trial_id"), note)
             self.notes.append(note[:500])

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trialflow.experiment.follow import Follower
+from trialflow.experiment.follow import Follower, fresh_cursor
 
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
@@ -82,10 +82,19 @@ class Submission:
         platform = platform or experiment.platform(self.service_index, connections)
         storage_id = self.storage_id
         trial_id = str(self.handle.get("trial_id", ""))
+        handle = self.handle
+        if experiment.config.checkpoints is not None:
+            # A restart since this submission was made (a follower before this one restarted
+            # it): follow the job the store names, from its output's start where it has its own.
+            current = store.trial(storage_id).handle
+            if current and current.get("attempt", 0) > handle.get("attempt", 0):
+                handle = current
+                if not platform.restart_keeps_output:
+                    cursor = fresh_cursor(cursor or {})
         return Follower(
             platform,
             store,
-            self.handle,
+            handle,
             self.storage_id,
             cursor,
             deadline=self.deadline,

@@ -248,6 +248,10 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
     #: (fetch_checkpoint, ended_by_fault and restart below); the ``checkpoints`` key is refused
     #: for a platform without.
     keeps_checkpoints: ClassVar[bool] = False
+    #: Whether a restarted trial's output goes on in the same place (its metrics read on from
+    #: the follow cursor: local's one append-only file), or starts afresh (a folder or job of
+    #: its own: the cursor starts again).
+    restart_keeps_output: ClassVar[bool] = False
     #: Files in a trial's folder (its handle's ``trial_dir``) that Airflow's own machines can
     #: read: the trial page shows their last lines. Empty where the folder lives elsewhere (a
     #: remote machine, a pod).
@@ -316,9 +320,9 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
     async def restart(self, handle: TrialHandle, spec: TrialSpec, attempt: int, resume: Resume | None) -> TrialHandle:
         """Start trial ``spec`` again as attempt ``attempt`` (1 for the first restart) after its
         job ended by a fault, from the checkpoint ``resume`` names (None: from scratch). The
-        same trial id and parameters; its metrics go on where the follow cursor is. Idempotent
-        like submit: a second call for the same attempt re-attaches to the job the first
-        started."""
+        same trial id and parameters; its metrics are read on from the follow cursor, or from
+        their start (restart_keeps_output). Idempotent like submit: a second call for the same
+        attempt re-attaches to the job the first started."""
         raise NotImplementedError(f"platform {self.name} does not restart trials")
 
     # -- shared -----------------------------------------------------------------------------

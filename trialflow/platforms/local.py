@@ -242,6 +242,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
     name: ClassVar[str] = "local"
     log_files: ClassVar[tuple[str, ...]] = ("stdout", "stderr")
     keeps_checkpoints: ClassVar[bool] = True
+    restart_keeps_output: ClassVar[bool] = True
 
     # -- layout ---------------------------------------------------------------------------
 

@@ -54,6 +54,17 @@ def stage(platform, experiment_id, code):
     return run_sync(platform.stage_code(code))
 
 
+@pytest.mark.parametrize(
+    ("exit_code", "fault"),
+    [(None, True), (137, True), (-9, True), (-15, True), (1, False), (0, False), (128, False), (129, True)],
+)
+def test_a_remote_fault_is_a_signal_or_a_vanished_wrapper(exit_code, fault):
+    from trialflow.platforms.remote.platform import remote_fault
+
+    assert remote_fault(T.FAILED, exit_code) is fault
+    assert remote_fault(T.USER_CANCELED, exit_code) is False
+
+
 def test_probe_output_is_split_into_facts_and_metric_bytes():
     facts, data = parse_probe(b"exit=\npid=42\nalive=1\ncancel=\n--trialflow-metrics--\nME000001x")
     assert facts == {"exit": "", "pid": "42", "alive": "1", "cancel": ""}

@@ -307,3 +307,23 @@ def ended_command(trial_dirs: list[str]) -> str:
     quoted = " ".join(shlex.quote(d) for d in trial_dirs)
     test = '[ -f "$d/exit_code" ] && [ ! -L "$d/exit_code" ] && [ -s "$d/exit_code" ]'
     return f'for d in {quoted}; do {test} && printf "%s\\n" "$d"; done; true'
+
+
+def checkpoint_archive_command(trial_dir: str, relative: str) -> str:
+    """A tar archive of the trial's checkpoint folder ``relative`` (``checkpoints/<step>``) on
+    stdout. tar stores a symbolic link as a link, never what it points to: the checking
+    extraction here refuses what leads outside, and the keeper refuses any link."""
+    q = shlex.quote(trial_dir)
+    return f"cd {q} && test -d {shlex.quote(relative)} && tar -cf - {shlex.quote(relative)}"
+
+
+def resume_unpack_command(folder: str, archive: str) -> str:
+    """Unpack a checkpoint trialflow made and uploaded (``archive``, from the store, its files
+    checked against their manifest) into ``folder`` for a restarted trial, whole or not at all
+    (a second restarter finds it there); the archive goes either way."""
+    q, a = shlex.quote(folder), shlex.quote(archive)
+    partial = shlex.quote(f"{folder}.partial.") + '"$$"'
+    return (
+        f"trap {shlex.quote('rm -f ' + a)} EXIT; set -e; [ -d {q} ] && exit 0; "
+        f"mkdir -p {partial}; tar --no-same-owner -xf {a} -C {partial}; mv {partial} {q}"
+    )

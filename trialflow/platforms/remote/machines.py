@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from trialflow.config.platforms import RemoteMachineConfig
 from trialflow.platforms.remote.ssh import POOL, ConnIdOpener, SshError, SshTarget, StdinSource
@@ -62,8 +63,11 @@ def experiment_root(base: str, experiment_id: str) -> str:
     return f"{base}/{experiment_id}"
 
 
-def trial_folder(base: str, experiment_id: str, trial_id: str) -> str:
-    return f"{experiment_root(base, experiment_id)}/trials/{trial_id}"
+def trial_folder(base: str, experiment_id: str, trial_id: str, attempt: int = 0) -> str:
+    """A trial's folder on a machine; a restart from a checkpoint (``attempt`` n > 0) gets one
+    of its own beside it, ``<trial id>.attempt-<n>``, with its own output and launch marks."""
+    name = f"{trial_id}.attempt-{attempt}" if attempt else trial_id
+    return f"{experiment_root(base, experiment_id)}/trials/{name}"
 
 
 def least_loaded_first(machines: Sequence[Machine], loads: Sequence[int], sequence: int) -> list[Machine]:
@@ -83,11 +87,17 @@ class Shell:
         self._bases: dict[int, str] = {}
 
     async def run(
-        self, machine: Machine, command: str, stdin: bytes | StdinSource | None = None, check: bool = True
+        self,
+        machine: Machine,
+        command: str,
+        stdin: bytes | StdinSource | None = None,
+        check: bool = True,
+        stdout_to: Path | None = None,
     ) -> bytes:
-        """The command's stdout; with ``check``, a non-zero exit is an SshError naming the
-        machine, the command's start and the end of its stderr."""
-        status, out, err = await POOL.run(machine.target, command, stdin, opener=self._opener)
+        """The command's stdout (with ``stdout_to``: written to that file, b"" returned); with
+        ``check``, a non-zero exit is an SshError naming the machine, the command's start and
+        the end of its stderr."""
+        status, out, err = await POOL.run(machine.target, command, stdin, opener=self._opener, stdout_to=stdout_to)
         if check and status != 0:
             raise SshError(
                 f"machine {machine.target.label}: `{command[:120]}` failed ({status}): "

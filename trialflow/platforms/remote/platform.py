@@ -17,7 +17,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,6 +29,7 @@ from trialflow.platforms.base import (
     CANCEL_STATUSES,
     Connections,
     Cursor,
+    Resume,
     TrainingPlatform,
     TrialHandle,
     TrialSpec,
@@ -36,10 +38,11 @@ from trialflow.platforms.base import (
 )
 from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequest, GpuRequestError, attempt, release_command
 from trialflow.platforms.leftovers import stop_marked_command, trial_mark
-from trialflow.platforms.local import local_status
+from trialflow.platforms.local import local_fault, local_status
 from trialflow.platforms.remote.commands import (
     READ_CHUNK,
     cancel_request_command,
+    checkpoint_archive_command,
     claim_command,
     cleanup_command,
     detached_command,
@@ -53,10 +56,12 @@ from trialflow.platforms.remote.commands import (
     path_prefix,
     probe_command,
     read_command,
+    resume_unpack_command,
     running_count_command,
     tail_command,
     take_over_command,
     trial_body,
+    upload_command,
     workdir_command,
 )
 from trialflow.platforms.remote.endings import endings_for
@@ -77,6 +82,7 @@ from trialflow.trial.packing import (
     collect_files,
 )
 from trialflow.trial.protocol import read_stdout_lines
+from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR, checkpoint_folder
 
 log = logging.getLogger(__name__)
 GPU_WAIT_SECONDS = 2.0
@@ -111,8 +117,14 @@ def remote_status(
     return local_status(exit_code, cancel, alive)
 
 
+def remote_fault(status: TrialStatus, exit_code: int | None) -> bool:
+    """local_fault's rule; an exit code the wrapper wrote as ``-<signal>`` is a signal too."""
+    return local_fault(status, 128 - exit_code if exit_code is not None and exit_code < 0 else exit_code)
+
+
 class RemotePlatform(TrainingPlatform[RemoteConfig]):
     name: ClassVar[str] = "remote"
+    keeps_checkpoints: ClassVar[bool] = True
 
     def __init__(self, config: RemoteConfig, experiment_dir: Path, connections: Connections | None = None):
         super().__init__(config, experiment_dir, connections)
@@ -281,21 +293,22 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
             await asyncio.sleep(1.0)
 
     async def _launch_on(
-        self, spec: TrialSpec, machine: Machine | None, order: list[Machine], claimed: bool
+        self, spec: TrialSpec, machine: Machine | None, order: list[Machine], claimed: bool, attempt: int = 0
     ) -> TrialHandle:
         """Claim GPUs and the trial folder (unless ``claimed``), write the working directory,
-        launch. ``machine`` None: the first of ``order`` (with free GPUs when the trial needs them)."""
+        launch. ``machine`` None: the first of ``order`` (with free GPUs when the trial needs them).
+        ``attempt``: a restart's, in its own folder."""
         claims: list[tuple[int, int]] = []
         if spec.gpu_number > 0:
 
             async def trial_for(m: Machine) -> str:
-                return trial_folder(await self.shell.base(m), spec.experiment_id, spec.trial_id)
+                return trial_folder(await self.shell.base(m), spec.experiment_id, spec.trial_id, attempt)
 
             machine, claims = await self._claim_gpus(spec, trial_for, order)
         elif machine is None:
             machine = order[0]
         base = await self.shell.base(machine)
-        trial_dir = trial_folder(base, spec.experiment_id, spec.trial_id)
+        trial_dir = trial_folder(base, spec.experiment_id, spec.trial_id, attempt)
         try:
             code_folder, in_place = await self.staging.code_on(machine, spec.code_dir, spec.code_excludes)
             sdk_folder = await self.staging.sdk_on(machine)
@@ -381,6 +394,74 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
         if in_long_line:
             next_cursor["in_long_line"] = True
         return TrialUpdate(status, metrics, next_cursor, message, exit_code, skipped)
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    async def fetch_checkpoint(self, handle: TrialHandle, step: int, scratch: Path) -> Path:
+        """The checkpoint's folder copied from the machine: a tar archive streamed into a file
+        here, then extracted with tarfile's ``data`` filter (no path outside, no device, no
+        link leading out; the keeper then refuses any link at all)."""
+        import tarfile
+
+        machine = self.machines[int(handle["machine"])]
+        archive = scratch / "checkpoint.tar"
+        await self.shell.run(
+            machine, checkpoint_archive_command(handle["trial_dir"], checkpoint_folder(step)), stdout_to=archive
+        )
+        folder = scratch / "trial"
+        with tarfile.open(archive) as tar:
+            tar.extractall(folder, filter="data")
+        archive.unlink()
+        return folder
+
+    def ended_by_fault(self, update: TrialUpdate) -> bool:
+        """As on local (a signal, or the wrapper gone without an exit code: the machine
+        rebooted, the process group killed), and a trial folder gone from its machine."""
+        return remote_fault(update.status, update.exit_code)
+
+    async def restart(self, handle: TrialHandle, spec: TrialSpec, attempt: int, resume: Resume | None) -> TrialHandle:
+        """On the same machine, in a folder of its own (``<trial id>.attempt-<n>``): the
+        checkpoint fetched from the store is uploaded there and unpacked as ``resume`` first,
+        then the trial launched as submit launches it (its atomic claim: of two restarters one
+        launches). Its output starts afresh, so the follow cursor does."""
+        machine = self.machines[int(handle["machine"])]
+        base = await self.shell.base(machine)
+        trial_dir = trial_folder(base, spec.experiment_id, spec.trial_id, attempt)
+        state = await self._launch_state(machine, trial_dir)
+        if state == "launched":
+            return {**self._handle(spec, machine, trial_dir), "attempt": attempt}
+        env = dict(spec.env)
+        if resume is not None:
+            folder = f"{trial_dir}/resume"
+            await self._upload_resume(machine, trial_dir, folder, resume)
+            env[RESUME_FOLDER_VAR], env[RESUME_STEP_VAR] = folder, str(resume.step)
+        launched = await self._launch_on(replace(spec, env=env), machine, [machine], claimed=False, attempt=attempt)
+        return {**launched, "attempt": attempt}
+
+    async def _upload_resume(self, machine: Machine, trial_dir: str, folder: str, resume: Resume) -> None:
+        import tarfile
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="trialflow-resume-") as scratch:
+            fetched = await asyncio.to_thread(resume.fetch, Path(scratch) / "checkpoint")
+            archive = Path(scratch) / "checkpoint.tar"
+
+            def pack() -> None:
+                with tarfile.open(archive, "w") as tar:
+                    for path in sorted(fetched.rglob("*")):
+                        if path.is_file():
+                            tar.add(path, arcname=str(path.relative_to(fetched)), recursive=False)
+
+            await asyncio.to_thread(pack)
+            upload = f"{trial_dir}.resume-{time.time_ns()}.tar"
+
+            async def chunks() -> AsyncGenerator[bytes, None]:
+                with open(archive, "rb") as fh:
+                    while chunk := fh.read(1024 * 1024):
+                        yield chunk
+
+            await self.shell.run(machine, upload_command(str(Path(trial_dir).parent), upload), chunks)
+            await self.shell.run(machine, resume_unpack_command(folder, upload))
 
     async def wait_for_change(self, handle: TrialHandle, cursor: Cursor, timeout: float) -> None:
         """The follow loop's pause, ended as soon as the trial's exit code is written: one check

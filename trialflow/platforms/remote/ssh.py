@@ -21,6 +21,7 @@ import logging
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trialflow.platforms.base import PlatformUnreachable
@@ -216,6 +217,22 @@ async def _run_fed(
     return await process.wait(check=False, timeout=timeout)
 
 
+#: Bytes read at a time from a command whose output goes to a file (a checkpoint's archive).
+DOWNLOAD_CHUNK = 1024 * 1024
+
+
+async def _run_to_file(
+    conn: asyncssh.SSHClientConnection, command: str, path: Path, timeout: float
+) -> asyncssh.SSHCompletedProcess:
+    """Run ``command`` writing its stdout to ``path`` as it comes (a model of gigabytes never
+    sits in memory); its stderr is returned as usual. A retried attempt writes it from the start."""
+    process = await conn.create_process(command, encoding=None)
+    with open(path, "wb") as out:
+        while chunk := await process.stdout.read(DOWNLOAD_CHUNK):
+            out.write(chunk)
+    return await process.wait(check=False, timeout=timeout)
+
+
 class SshPool:
     """Connections of this process, per event loop (asyncssh connections, locks and semaphores
     belong to a loop). Keyed by the loop object itself, weakly: a closed loop's id can be
@@ -241,9 +258,11 @@ class SshPool:
         stdin: bytes | StdinSource | None = None,
         timeout: float = COMMAND_TIMEOUT,
         opener: ConnIdOpener | None = None,
+        stdout_to: Path | None = None,
     ) -> tuple[int, bytes, bytes]:
         """(exit status, stdout, stderr) of ``command``; reconnects (with backoff) when the
-        connection broke, and raises SshError when the machine stays unreachable.
+        connection broke, and raises SshError when the machine stays unreachable. With
+        ``stdout_to``, stdout goes to that file instead (and b"" is returned for it).
 
         A command may run again after a connection drop: every command trialflow sends is
         idempotent (launches are guarded by an atomic mkdir)."""
@@ -260,7 +279,9 @@ class SshPool:
                 conn = await slot.get(broken)
                 broken = None
                 async with slot.channels:
-                    if callable(stdin):
+                    if stdout_to is not None:
+                        result = await _run_to_file(conn, command, stdout_to, timeout)
+                    elif callable(stdin):
                         result = await _run_fed(conn, command, stdin, timeout)
                     else:
                         result = await conn.run(command, input=stdin, encoding=None, timeout=timeout, check=False)
