@@ -6,6 +6,7 @@ what it says."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from trialflow.checkpoints.artifacts import TrialArtifacts
 from trialflow.checkpoints.keeper import TrialCheckpoints
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
@@ -52,6 +54,7 @@ for epoch in range(start, epochs):
     if epoch == pause_at and not resume:
         open(os.path.join(os.environ["LOG_DIR"], "pid"), "w").write(str(os.getpid()))
         time.sleep(120)
+open(os.path.join(trial.artifacts_folder(), "model.json"), "w").write(json.dumps({"weight": weight}))
 trial.report_final_result(weight)
 """
 
@@ -119,6 +122,11 @@ def test_a_trial_killed_mid_run_restarts_from_its_last_checkpoint_in_the_object_
     assert not any("/000000002/" in n or "/000000003/" in n or "/000000004/" in n for n in blobs)
     kept = TrialCheckpoints(checkpoint_root(experiment.config.checkpoints, tmp_path), "ekeep", trial_id)
     assert kept.steps() == [1, 5, 6]
+    # The model it wrote in its artifacts folder, kept in the store when it ended.
+    artifacts = TrialArtifacts(kept.root, "ekeep", trial_id)
+    assert [f.name for f in artifacts.listed()] == ["model.json"]
+    with artifacts.path("model.json").open("rb") as fh:
+        assert json.loads(fh.read()) == {"weight": pytest.approx(weight)}
 
 
 def test_a_trial_that_exits_1_on_its_own_is_not_restarted(tmp_path, store):

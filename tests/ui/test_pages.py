@@ -359,3 +359,49 @@ def test_a_restarted_trial_says_when_and_from_which_checkpoint(browser, ui: UiSe
     assert "start 2 from the checkpoint at step 2" in restart and "exited with code 137" in restart, restart
     shot(page, "trial-restarted")
     assert not page.errors, page.errors
+
+
+def test_a_trials_artifacts_are_listed_and_downloaded_by_its_dags_readers_only(browser, ui: UiSetup):
+    """The model an ended trial wrote in its artifacts folder is listed on its page with its
+    size and comes back byte for byte; a name outside the trial's artifacts (another trial's,
+    a climb out, an absolute path) is a 404, an over-long name a 422, and a user who may not
+    read the DAG gets a 403 and nothing."""
+    from tests.helpers.airflow import PY
+    from trialflow.platforms.base import experiment_id_for
+
+    trial = (
+        "import os\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
+        "folder = trial.artifacts_folder()\nos.makedirs(os.path.join(folder, 'plots'), exist_ok=True)\n"
+        "open(os.path.join(folder, 'model.bin'), 'wb').write(bytes(range(256)) * 40)\n"
+        "open(os.path.join(folder, 'plots', 'loss é.svg'), 'w').write('<svg/>')\n"
+        "trial.report_final_result(p['x'])\n"
+    )
+    dag_id, _ = ui.harness.experiment(
+        "ui_private_artifacts",
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} t.py\ntrialConcurrency: 2\n"
+        "maxTrialNumber: 2\ntuner: {name: Random}\ntrainingService: {platform: local}\ncheckpoints: {}\n",
+        {"t.py": trial},
+    )
+    run_id, state = ui.harness.run(dag_id)
+    assert state == "success"
+    experiment = experiment_id_for(dag_id, run_id)
+    page = login(browser, ui)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment}&trial=0")
+    page.wait_for_selector("[data-testid=trial-artifacts]", timeout=30000)
+    listed = page.locator("[data-testid=trial-artifacts]").inner_text()
+    assert "Artifacts (2)" in listed and "model.bin" in listed and "10.0 KiB" in listed and "loss é.svg" in listed
+    shot(page, "trial-artifacts")
+    with page.expect_download() as download:
+        page.locator("[data-testid='artifact-model.bin']").click()
+    assert Path(download.value.path()).read_bytes() == bytes(range(256)) * 40
+    api = f"{ui.base}/trialflow/api/experiments/{experiment}/trials"
+    assert page.request.get(f"{api}/0/artifacts/plots/loss%20%C3%A9.svg").body() == b"<svg/>"
+    for outside in ("../1/artifacts/model.bin", "..%2F..%2Fconfig.yml", "%2Fetc%2Fhostname", "plots", "model.bin/x"):
+        response = page.request.get(f"{api}/0/artifacts/{outside}")
+        assert response.status == 404, (outside, response.status, response.text()[:200])
+    assert page.request.get(f"{api}/0/artifacts/{'a' * 2000}").status == 422
+    assert page.request.get(f"{api}/99/artifacts/model.bin").status == 404
+    assert not page.errors, page.errors
+    limited = login(browser, ui, user="limited")
+    refused = limited.request.get(f"{api}/0/artifacts/model.bin")
+    assert refused.status == 403 and b"\x00\x01" not in refused.body()

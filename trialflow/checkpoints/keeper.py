@@ -82,27 +82,15 @@ class TrialCheckpoints:
         """Copy the trial's checkpoint of ``step`` (``<trial folder>/checkpoints/<step>``) into
         the store, its manifest last. CheckpointError if the folder holds a symlink, a FIFO or
         more than the listing bounds (nothing of it is then a checkpoint)."""
-        from trialflow.trial.folder import TrialFileRefused
-
-        relative = checkpoint_folder(step)
-        try:
-            listed = files_in_folder(trial_folder, relative)
-        except (TrialFileRefused, FileNotFoundError) as exc:
-            raise CheckpointError(f"checkpoint {relative} of trial {self.trial_id}: {exc}") from None
-        target = self.prefix / _step_name(step)
-        kept: list[KeptFile] = []
-        for name, _ in listed:
-            try:
-                fd = open_in_folder(trial_folder, f"{relative}/{name}")
-            except (TrialFileRefused, FileNotFoundError) as exc:
-                raise CheckpointError(f"checkpoint {relative} of trial {self.trial_id}: {exc}") from None
-            with os.fdopen(fd, "rb") as source:
-                kept.append(_copy(source, target, name))
-        manifest = {"step": step, "files": [f.__dict__ for f in kept]}
-        self.prefix.mkdir(parents=True, exist_ok=True)
-        with (self.prefix / f"{_step_name(step)}{MANIFEST_SUFFIX}").open("wb") as out:
-            out.write(json.dumps(manifest, sort_keys=True).encode())
-        return kept
+        name = _step_name(step)
+        return keep_folder(
+            trial_folder,
+            checkpoint_folder(step),
+            self.prefix / name,
+            self.prefix / f"{name}{MANIFEST_SUFFIX}",
+            f"checkpoint {step} of trial {self.trial_id} ({checkpoint_folder(step)})",
+            {"step": step},
+        )
 
     def steps(self) -> list[int]:
         """The steps kept whole (those with a manifest), oldest first."""
@@ -164,29 +152,61 @@ class TrialCheckpoints:
         return retention
 
     def _manifest(self, step: int) -> list[KeptFile]:
-        which = f"checkpoint {step} of trial {self.trial_id}"
         path = self.prefix / f"{_step_name(step)}{MANIFEST_SUFFIX}"
         try:
-            with path.open("rb") as fh:
-                raw = fh.read(MAX_MANIFEST_BYTES + 1)
+            return read_manifest(path, f"checkpoint {step} of trial {self.trial_id}")
         except FileNotFoundError:
             raise CheckpointError(f"trial {self.trial_id} has no checkpoint {step} in the store") from None
-        if len(raw) > MAX_MANIFEST_BYTES:
-            raise CheckpointError(
-                f"checkpoint {step} of trial {self.trial_id}: its manifest is over {MAX_MANIFEST_BYTES} bytes"
-            )
+
+
+def keep_folder(
+    trial_folder: str | os.PathLike[str],
+    relative: str,
+    target: StoragePath,
+    manifest: StoragePath,
+    which: str,
+    facts: dict[str, Any],
+) -> list[KeptFile]:
+    """Copy the trial's folder ``relative`` to ``target`` and write ``manifest`` (``facts`` and
+    every file's name, size and SHA-256) last; files are read without following a symlink, and
+    a symlink, a FIFO or a listing past its bounds is a CheckpointError naming ``which``."""
+    from trialflow.trial.folder import TrialFileRefused
+
+    try:
+        listed = files_in_folder(trial_folder, relative)
+    except (TrialFileRefused, FileNotFoundError) as exc:
+        raise CheckpointError(f"{which}: {exc}") from None
+    kept: list[KeptFile] = []
+    for name, _ in listed:
         try:
-            data = json.loads(raw)
-            files = [KeptFile(str(f["name"]), int(f["size"]), str(f["sha256"])) for f in data["files"]]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CheckpointError(
-                f"checkpoint {step} of trial {self.trial_id}: its manifest is unreadable ({exc})"
-            ) from None
-        for kept in files:
-            parts = kept.name.split("/")
-            if kept.name.startswith("/") or any(p in ("", ".", "..") for p in parts):
-                raise CheckpointError(f"{which}: {kept.name[:200]!r} leads outside it")
-        return files
+            fd = open_in_folder(trial_folder, f"{relative}/{name}")
+        except (TrialFileRefused, FileNotFoundError) as exc:
+            raise CheckpointError(f"{which}: {exc}") from None
+        with os.fdopen(fd, "rb") as source:
+            kept.append(_copy(source, target, name))
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    with manifest.open("wb") as out:
+        out.write(json.dumps({**facts, "files": [f.__dict__ for f in kept]}, sort_keys=True).encode())
+    return kept
+
+
+def read_manifest(path: StoragePath, which: str) -> list[KeptFile]:
+    """The files a manifest lists, each name checked to stay below its folder (another writer
+    may have put anything in the store). FileNotFoundError where there is none."""
+    with path.open("rb") as fh:
+        raw = fh.read(MAX_MANIFEST_BYTES + 1)
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise CheckpointError(f"{which}: its manifest is over {MAX_MANIFEST_BYTES} bytes")
+    try:
+        data = json.loads(raw)
+        files = [KeptFile(str(f["name"]), int(f["size"]), str(f["sha256"])) for f in data["files"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{which}: its manifest is unreadable ({exc})") from None
+    for kept in files:
+        parts = kept.name.split("/")
+        if kept.name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise CheckpointError(f"{which}: {kept.name[:200]!r} leads outside it")
+    return files
 
 
 def _step_name(step: int) -> str:

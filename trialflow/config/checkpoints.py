@@ -14,6 +14,9 @@ that said.
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import Field, field_validator
@@ -25,10 +28,30 @@ from trialflow.config.base import Int, NniModel, Str
 #: provider; Google Cloud Storage with Google's; Azure Blob / Data Lake with Microsoft Azure's,
 #: which registers abfs and abfss, not az or wasb).
 STORE_SCHEMES = ("file", "s3", "gs", "gcs", "abfs", "abfss")
+#: The folder of the experiments' working directory that holds their checkpoints by default.
+DEFAULT_FOLDER = "artifacts"
 #: Longer than any bucket and prefix; checked before the URL is parsed.
 MAX_STORE_URL = 1024
 #: Query keys that carry a credential in a storage URL (Azure SAS, presigned S3, GCS signed).
 _SIGNED_QUERY_KEYS = ("sig", "signature", "x-amz-signature", "x-amz-credential", "x-goog-signature", "sv", "token")
+
+
+@dataclass(frozen=True)
+class ArtifactStore:
+    """Where an experiment's checkpoints and artifacts are, as its start step records it in
+    the experiment store (the attribute ``artifacts``): what the pages and a downstream DAG
+    open, through the connection, without the config file."""
+
+    url: str
+    conn_id: str | None = None
+
+    @classmethod
+    def from_attr(cls, raw: object) -> ArtifactStore | None:
+        """From the stored form; None where the experiment keeps none (or it is not one)."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("url"), str):
+            return None
+        conn_id = raw.get("conn_id")
+        return cls(raw["url"], conn_id if isinstance(conn_id, str) else None)
 
 
 class CheckpointsConfig(NniModel):
@@ -72,6 +95,11 @@ class CheckpointsConfig(NniModel):
         if parts.scheme.lower() != "file" and not parts.netloc:
             raise ValueError(f"expected a bucket or container after {parts.scheme}://")
         return value
+
+    def store_url(self, workdir: str | os.PathLike[str]) -> str:
+        """The store's URL: ``store``, or the default folder beside the experiments' folders in
+        ``workdir`` as a ``file://`` URL (one kind of address for every reader)."""
+        return self.store or f"file://{Path(workdir).resolve() / DEFAULT_FOLDER}"
 
     @property
     def scheme(self) -> str:

@@ -11,7 +11,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -24,6 +24,7 @@ from trialflow.config import (
     load_config,
     to_v2_dict,
 )
+from trialflow.config.checkpoints import ArtifactStore
 from trialflow.config.errors import ConfigError, Problem
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.registry import PlatformUnavailable, get_platform_entry
@@ -384,7 +385,15 @@ class Experiment:
             "optimize_mode": self.config.optimize_mode,
             "platform": ", ".join(self.config.platform_names),
             "directory": str(self.directory),
+            # where its trials' checkpoints and artifacts are (the pages and a downstream DAG
+            # read them there, through the connection)
+            **({"artifacts": asdict(self.artifact_store())} if self.config.checkpoints is not None else {}),
         }
+
+    def artifact_store(self) -> ArtifactStore:
+        """The checkpoints' store: its URL (the default folder's too) and its connection id."""
+        assert self.config.checkpoints is not None
+        return ArtifactStore(self.config.checkpoints.store_url(self.workdir), self.config.checkpoints.conn_id)
 
     def _local_function_command(self, service_index: int) -> str | None:
         """A function trial on the local platform runs with this process's Python, the one that

@@ -182,6 +182,8 @@ class Follower:
                     if not self.platform.restart_keeps_output:
                         outcome.cursor = fresh_cursor(outcome.cursor)
                     return False
+            if self.keeping is not None:
+                await self.keeping.keep_artifacts(self.handle)
             outcome.status, outcome.exit_code = update.status, update.exit_code
             notes = self.keeping.notes if self.keeping is not None else []
             message = "; ".join(m for m in (update.message, *notes) if m) or None

@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trialflow.checkpoints.artifacts import TrialArtifacts
 from trialflow.checkpoints.keeper import TrialCheckpoints
 from trialflow.checkpoints.restarts import restart_verdict
+from trialflow.config.checkpoints import DEFAULT_FOLDER
 from trialflow.platforms.base import CANCEL_STATUSES, Resume, TrialHandle, TrialStatus, TrialUpdate
+from trialflow.trial.wire import ARTIFACTS_DIR, checkpoint_folder
 from trialflow.tuning.trial_restarts import Restart
 
 if TYPE_CHECKING:
@@ -32,8 +35,6 @@ if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
 
 log = logging.getLogger(__name__)
-#: The default store's folder in the experiments' working directory (as the Airflow layer's).
-DEFAULT_FOLDER = "artifacts"
 
 
 class ArtifactStoreNeedsAirflow(RuntimeError):
@@ -52,7 +53,7 @@ def artifact_root(checkpoints: CheckpointsConfig, workdir: Path, connections: Co
             "follow the trial from Airflow"
         )
     folder: StoragePath = Path(workdir).resolve() / DEFAULT_FOLDER
-    return folder
+    return folder  # the same folder as checkpoints.store_url(workdir) names
 
 
 @dataclass
@@ -64,6 +65,7 @@ class TrialKeeping:
     store: ExperimentStore
     storage_id: int
     checkpoints: TrialCheckpoints
+    artifacts: TrialArtifacts
     run_id: str = ""
     #: What the trial's message adds: a checkpoint that could not be kept, why it was not restarted.
     notes: list[str] = field(default_factory=list)
@@ -79,7 +81,7 @@ class TrialKeeping:
         the trial's folder and the next one is tried."""
         try:
             with tempfile.TemporaryDirectory(prefix="trialflow-checkpoint-") as scratch:
-                folder = await self.platform.fetch_checkpoint(handle, step, Path(scratch))
+                folder = await self.platform.fetch_output(handle, checkpoint_folder(step), Path(scratch))
                 await asyncio.to_thread(self.checkpoints.keep, folder, step)
             metrics = await asyncio.to_thread(self.store.intermediate_values, self.storage_id)
             await asyncio.to_thread(
@@ -91,6 +93,20 @@ class TrialKeeping:
             )
         except Exception as exc:
             note = f"checkpoint {step} not kept: {exc}"
+            log.warning("Trial %s: %s", handle.get("trial_id"), note)
+            self.notes.append(note[:500])
+
+    async def keep_artifacts(self, handle: TrialHandle) -> None:
+        """Copy what the ended trial wrote in its ``artifacts`` folder into the store (said
+        in its message when the store refuses, as a checkpoint is)."""
+        try:
+            with tempfile.TemporaryDirectory(prefix="trialflow-artifacts-") as scratch:
+                folder = await self.platform.fetch_output(handle, ARTIFACTS_DIR, Path(scratch))
+                kept = await asyncio.to_thread(self.artifacts.keep, folder)
+            if kept:
+                log.info("Trial %s: kept %d artifact(s)", handle.get("trial_id"), len(kept))
+        except Exception as exc:
+            note = f"artifacts not kept: {exc}"
             log.warning("Trial %s: %s", handle.get("trial_id"), note)
             self.notes.append(note[:500])
 
@@ -167,4 +183,5 @@ def trial_keeping(
         return None
     root = artifact_root(checkpoints, experiment.workdir, connections)
     kept = TrialCheckpoints(root, experiment.experiment_id, trial_id)
-    return TrialKeeping(experiment, platform, store, storage_id, kept, run_id)
+    artifacts = TrialArtifacts(root, experiment.experiment_id, trial_id)
+    return TrialKeeping(experiment, platform, store, storage_id, kept, artifacts, run_id)

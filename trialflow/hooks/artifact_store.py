@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trialflow.config.checkpoints import DEFAULT_FOLDER as DEFAULT_FOLDER
+
 if TYPE_CHECKING:
     from trialflow.checkpoints.keeper import StoragePath
     from trialflow.config.checkpoints import CheckpointsConfig
@@ -26,8 +28,6 @@ PROVIDERS = {
     "abfs": "apache-airflow-providers-microsoft-azure",
     "abfss": "apache-airflow-providers-microsoft-azure",
 }
-#: The folder of the experiments' working directory that holds their checkpoints by default.
-DEFAULT_FOLDER = "artifacts"
 
 
 class ArtifactStoreUnavailable(RuntimeError):
@@ -38,15 +38,21 @@ def checkpoint_root(checkpoints: CheckpointsConfig, workdir: str | Path) -> Stor
     """The root every trial's checkpoints of this experiment go under: an ObjectStoragePath
     always (``file://`` for ``<workdir>/artifacts``, beside the experiments' folders), so every
     store is written one way; the keeper puts each experiment and trial under it."""
+    return store_root(checkpoints.store_url(workdir), checkpoints.conn_id, checkpoints.scheme)
+
+
+def store_root(url: str, conn_id: str | None, scheme: str = "") -> StoragePath:
+    """The store at ``url`` through its connection (the experiment's checkpoints.store as the
+    start step recorded it: what the pages and a downstream DAG read)."""
     from airflow.sdk import ObjectStoragePath
 
-    if checkpoints.store is None:
-        return ObjectStoragePath(f"file://{Path(workdir).resolve() / DEFAULT_FOLDER}")
-    root = ObjectStoragePath(checkpoints.store, conn_id=checkpoints.conn_id)
+    root = ObjectStoragePath(url, conn_id=conn_id)
+    if root.protocol == "file":
+        return root
     try:
         root.fs  # noqa: B018  (resolving the filesystem is the check)
     except (ValueError, ImportError) as exc:
-        scheme = checkpoints.scheme
+        scheme = scheme or root.protocol
         package = PROVIDERS.get(scheme, "the Airflow provider of that store")
         raise ArtifactStoreUnavailable(
             f"checkpoints.store: {scheme}:// has no filesystem here ({exc}): install {package} "

@@ -245,7 +245,7 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
 
     name: ClassVar[str]
     #: Whether trialflow can keep this platform's checkpoints and restart its trials from them
-    #: (fetch_checkpoint, ended_by_fault and restart below); the ``checkpoints`` key is refused
+    #: (fetch_output, ended_by_fault and restart below); the ``checkpoints`` key is refused
     #: for a platform without.
     keeps_checkpoints: ClassVar[bool] = False
     #: Whether a restarted trial's output goes on in the same place (its metrics read on from
@@ -306,9 +306,10 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
 
     # -- checkpoints (where keeps_checkpoints) ------------------------------------------------
 
-    async def fetch_checkpoint(self, handle: TrialHandle, step: int, scratch: Path) -> Path:
-        """A folder of this machine holding the trial's ``checkpoints/<step>`` (its own output
-        folder where Airflow reads it in place, else a copy made under ``scratch``)."""
+    async def fetch_output(self, handle: TrialHandle, relative: str, scratch: Path) -> Path:
+        """A folder of this machine holding the trial's output folder ``relative`` (a
+        checkpoint's ``checkpoints/<step>``, its ``artifacts``): the trial's own folder where
+        Airflow reads it in place, else a copy made under ``scratch``."""
         raise NotImplementedError(f"platform {self.name} does not keep checkpoints")
 
     def ended_by_fault(self, update: TrialUpdate) -> bool:

@@ -512,7 +512,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
 
     # -- checkpoints ------------------------------------------------------------------------
 
-    async def fetch_checkpoint(self, handle: TrialHandle, step: int, scratch: Path) -> Path:
+    async def fetch_output(self, handle: TrialHandle, relative: str, scratch: Path) -> Path:
         """The trial's own folder: Airflow's machine is the trial's, so the keeper reads it in
         place (without following a symlink, trialflow.trial.folder)."""
         return Path(handle["trial_dir"])

@@ -21,6 +21,7 @@ import sys
 import time
 
 from trialflow.trial.wire import (
+    ARTIFACTS_DIR,
     CHECKPOINT_KIND,
     CHECKPOINT_RECORDS_VAR,
     METRICS_FILE,
@@ -48,6 +49,7 @@ __all__ = [
     "get_sequence_id",
     "checkpoint",
     "last_checkpoint",
+    "artifacts_folder",
 ]
 
 
@@ -158,6 +160,18 @@ def last_checkpoint() -> str | None:
     load from it when given, then report results as usual (they go on from its step)."""
     folder = os.environ.get(RESUME_FOLDER_VAR)
     return folder if folder and os.path.isdir(folder) else None
+
+
+def artifacts_folder() -> str:
+    """The folder for this trial's artifacts (a trained model, a plot, a report): where
+    trialflow keeps checkpoints, what the trial writes here is copied to the artifact store
+    when it ends, listed on its page, and the best trial's named on the experiment's Asset.
+    Outside trialflow it is a folder under the trial's output folder (or the working
+    directory), nothing more."""
+    base = os.environ.get("NNI_OUTPUT_DIR") or _sys_dir() or os.getcwd()
+    folder = os.path.join(base, ARTIFACTS_DIR)
+    os.makedirs(folder, exist_ok=True)
+    return folder
 
 
 def checkpoint(step: int | None = None) -> _Saving:

@@ -17,6 +17,8 @@ MAX_RECORD_BYTES = 999_999
 #: Checkpoints (trialflow's, not NNI's): saved under the trial's output folder, one folder per
 #: step; a CHECKPOINT record (sent only when trialflow keeps checkpoints) names a saved one.
 CHECKPOINTS_DIR = "checkpoints"
+#: A trial's artifacts (a model file, a plot): what it writes here is kept when it ends.
+ARTIFACTS_DIR = "artifacts"
 CHECKPOINT_KIND = "CHECKPOINT"
 #: Set by trialflow for a trial whose checkpoints it keeps: send a record for each one saved.
 CHECKPOINT_RECORDS_VAR = "TRIALFLOW_CHECKPOINTS"

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from trialflow import queries, task_ids
 from trialflow.experiment.run_windows import RunWindow
+from trialflow.trial.status import TERMINAL_STATUSES
 from trialflow.ui.access import (
     MAX_INT,
     Offset,
@@ -32,6 +33,7 @@ from trialflow.ui.access import (
 from trialflow.ui.links import base_url, platform_url
 
 router = APIRouter()
+TERMINAL_NAMES = frozenset(s.value for s in TERMINAL_STATUSES)
 LOG_TAIL_BYTES = 16 * 1024
 #: Shorter secret inputs are not replaced in a log tail (every "a" or "1" would go; Airflow's
 #: masker skips short secrets too).
@@ -267,12 +269,78 @@ def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, 
         links.append({"label": "Platform", "href": web})
     secrets = queries.secret_input_values(engine, experiment_id)
     detail.update(map_index=map_index, links=links, log=_log_tail(handle, secrets), location=_location(handle))
+    detail["artifacts"], detail["artifacts_error"] = _artifact_list(experiment_id, detail)
     detail["may_edit"] = may_edit_dag(user, summary.get("dag_id"))
     detail["airflow_actions"] = airflow_actions(summary.get("dag_id"), run_id, map_index, trial_task)
     # the page offers a re-run only where the action is allowed: while its experiment runs
     runs, _ = dag_runs({(summary["dag_id"], summary["run_id"])} if summary.get("dag_id") else set())
     detail["experiment_state"], detail["experiment_active"] = run_state(summary, runs)
     return detail
+
+
+#: Longest artifact name a download may ask for (checked before anything is looked up).
+MAX_ARTIFACT_NAME = 1024
+#: Bytes per chunk of a download streamed from the store.
+ARTIFACT_CHUNK = 1024 * 1024
+
+
+def _trial_artifacts(experiment_id: str, trial_id: str | None) -> Any:
+    """The trial's artifacts in the store its experiment recorded at its start (None: it keeps none)."""
+    from trialflow.checkpoints.artifacts import TrialArtifacts
+    from trialflow.config.checkpoints import ArtifactStore
+    from trialflow.hooks.artifact_store import store_root
+
+    where = ArtifactStore.from_attr(action_store().experiment_attr(experiment_id, "artifacts"))
+    if where is None or not trial_id:
+        return None
+    return TrialArtifacts(store_root(where.url, where.conn_id), experiment_id, trial_id)
+
+
+def _artifact_list(experiment_id: str, detail: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """The ended trial's artifacts (name and size), or why they cannot be listed now: a store
+    that does not answer is said on the page, never a failed page."""
+    if detail.get("status") not in TERMINAL_NAMES:
+        return [], None  # kept when the trial ends
+    try:
+        artifacts = _trial_artifacts(experiment_id, detail.get("trial_id"))
+        listed = artifacts.listed() if artifacts is not None else []
+    except Exception as exc:
+        return [], f"the artifact store did not answer: {str(exc)[:300]}"
+    return [{"name": f.name, "size": f.size} for f in listed], None
+
+
+@router.get("/api/experiments/{experiment_id}/trials/{trial_index}/artifacts/{name:path}")
+def artifact(user: User, experiment_id: str, trial_index: TrialIndex, name: str) -> Response:
+    """One of the trial's artifacts, streamed from the store: a reader of the DAG only, a name
+    its manifest lists only (so no path leaves the trial's prefix)."""
+    from trialflow.checkpoints.artifacts import UnknownArtifact
+
+    authorize(user, experiment_id)
+    if len(name) > MAX_ARTIFACT_NAME:
+        raise HTTPException(status_code=422, detail=f"artifact name: at most {MAX_ARTIFACT_NAME} characters")
+    try:
+        detail = queries.trial_detail(store_engine(), experiment_id, trial_index, max_points=1)
+    except queries.UnknownExperiment:
+        raise HTTPException(status_code=404, detail=f"no trial {trial_index} in {experiment_id}") from None
+    artifacts = _trial_artifacts(experiment_id, detail.get("trial_id"))
+    if artifacts is None:
+        raise HTTPException(status_code=404, detail=f"experiment {experiment_id} keeps no artifacts")
+    try:
+        path = artifacts.path(name)
+    except UnknownArtifact as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+
+    def chunks() -> Iterator[bytes]:
+        with path.open("rb") as fh:
+            while chunk := fh.read(ARTIFACT_CHUNK):
+                yield chunk
+
+    filename = name.rsplit("/", 1)[-1]
+    return StreamingResponse(
+        chunks(),
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename)}"},
+    )
 
 
 @router.get("/api/experiments/{experiment_id}/history")

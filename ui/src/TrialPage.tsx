@@ -8,7 +8,7 @@ import { detailOption } from "./charts";
 import { TrialActions } from "./Actions";
 import { ErrorBox, Fact, Loading, Panel, StatusBadge } from "./common";
 import { useLoad } from "./hooks";
-import { flatten, formatDuration, formatHandleValue, formatTime, formatValue, visible } from "./util";
+import { flatten, formatBytes, formatDuration, formatHandleValue, formatTime, formatValue, visible } from "./util";
 
 export function TrialPage({ experimentId, index, onBack }: { experimentId: string; index: number; onBack: () => void }) {
   const path = `experiments/${encodeURIComponent(experimentId)}/trials/${index}`;
@@ -120,6 +120,25 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
           </Box>
         </Panel>
       </SimpleGrid>
+      {trial.artifacts?.length || trial.artifacts_error ? (
+        <Panel title={`Artifacts (${trial.artifacts?.length ?? 0})`} testId="trial-artifacts">
+          {trial.artifacts_error ? <Text fontSize="sm" color="red.500" data-testid="artifacts-error">{visible(trial.artifacts_error)}</Text> : null}
+          <Table.Root size="sm">
+            <Table.Body>
+              {(trial.artifacts ?? []).map((a) => (
+                <Table.Row key={a.name}>
+                  <Table.Cell>
+                    <Link href={apiUrl(`${path}/artifacts/${a.name.split("/").map(encodeURIComponent).join("/")}`)} download color="blue.fg" textDecoration="underline" data-testid={`artifact-${a.name}`}>
+                      {visible(a.name)}
+                    </Link>
+                  </Table.Cell>
+                  <Table.Cell fontFamily="mono" textAlign="end">{formatBytes(a.size)}</Table.Cell>
+                </Table.Row>
+              ))}
+            </Table.Body>
+          </Table.Root>
+        </Panel>
+      ) : null}
       <Panel title="Where it ran">
         {trial.location ? <Text fontSize="sm" mb={2}>{trial.location}</Text> : null}
         <Table.Root size="sm">

@@ -161,6 +161,9 @@ export interface TrialDetail extends TrialRow {
   /** Each restart after a fault: the attempt it began, the checkpoint step it loaded (null: from
    * scratch), when and why. */
   restarts?: { attempt: number; step: number | null; at: number; reason: string }[];
+  /** What the ended trial kept in the artifact store (name, bytes), or why it cannot be listed. */
+  artifacts?: { name: string; size: number }[];
+  artifacts_error?: string | null;
 }
 
 export class ApiError extends Error {

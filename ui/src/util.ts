@@ -98,6 +98,17 @@ export function formatDuration(seconds: number | null | undefined): string {
   return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
 }
 
+export function formatBytes(size: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = size;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${size} B` : `${value.toFixed(1)} ${units[unit]}`;
+}
+
 export function formatTime(epoch: number | null | undefined): string {
   if (!epoch) return "";
   return new Date(epoch * 1000).toLocaleString();

@@ -309,12 +309,13 @@ def ended_command(trial_dirs: list[str]) -> str:
     return f'for d in {quoted}; do {test} && printf "%s\\n" "$d"; done; true'
 
 
-def checkpoint_archive_command(trial_dir: str, relative: str) -> str:
-    """A tar archive of the trial's checkpoint folder ``relative`` (``checkpoints/<step>``) on
-    stdout. tar stores a symbolic link as a link, never what it points to: the checking
-    extraction here refuses what leads outside, and the keeper refuses any link."""
-    q = shlex.quote(trial_dir)
-    return f"cd {q} && test -d {shlex.quote(relative)} && tar -cf - {shlex.quote(relative)}"
+def output_archive_command(trial_dir: str, relative: str) -> str:
+    """A tar archive of the trial's output folder ``relative`` (``checkpoints/<step>``,
+    ``artifacts``) on stdout; nothing when there is no such folder. tar stores a symbolic link
+    as a link, never what it points to: the checking extraction here refuses what leads
+    outside, and the keeper refuses any link."""
+    q, r = shlex.quote(trial_dir), shlex.quote(relative)
+    return f"cd {q} && if [ -d {r} ]; then tar -cf - {r}; fi"
 
 
 def resume_unpack_command(folder: str, archive: str) -> str:

@@ -42,7 +42,6 @@ from trialflow.platforms.local import local_fault, local_status
 from trialflow.platforms.remote.commands import (
     READ_CHUNK,
     cancel_request_command,
-    checkpoint_archive_command,
     claim_command,
     cleanup_command,
     detached_command,
@@ -51,6 +50,7 @@ from trialflow.platforms.remote.commands import (
     launch_once_guard,
     launch_state_command,
     mkdir_command,
+    output_archive_command,
     parse_launch_state,
     parse_probe,
     path_prefix,
@@ -82,7 +82,7 @@ from trialflow.trial.packing import (
     collect_files,
 )
 from trialflow.trial.protocol import read_stdout_lines
-from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR, checkpoint_folder
+from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR
 
 log = logging.getLogger(__name__)
 GPU_WAIT_SECONDS = 2.0
@@ -397,20 +397,20 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
 
     # -- checkpoints ------------------------------------------------------------------------
 
-    async def fetch_checkpoint(self, handle: TrialHandle, step: int, scratch: Path) -> Path:
-        """The checkpoint's folder copied from the machine: a tar archive streamed into a file
+    async def fetch_output(self, handle: TrialHandle, relative: str, scratch: Path) -> Path:
+        """The output folder ``relative`` copied from the machine: a tar archive streamed into a file
         here, then extracted with tarfile's ``data`` filter (no path outside, no device, no
         link leading out; the keeper then refuses any link at all)."""
         import tarfile
 
         machine = self.machines[int(handle["machine"])]
         archive = scratch / "checkpoint.tar"
-        await self.shell.run(
-            machine, checkpoint_archive_command(handle["trial_dir"], checkpoint_folder(step)), stdout_to=archive
-        )
+        await self.shell.run(machine, output_archive_command(handle["trial_dir"], relative), stdout_to=archive)
         folder = scratch / "trial"
-        with tarfile.open(archive) as tar:
-            tar.extractall(folder, filter="data")
+        folder.mkdir()
+        if archive.stat().st_size:  # empty: the trial has no such folder
+            with tarfile.open(archive) as tar:
+                tar.extractall(folder, filter="data")
         archive.unlink()
         return folder
 
