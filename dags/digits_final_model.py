@@ -1,13 +1,14 @@
 # An Airflow DAG downstream of the digits experiment (the words "airflow" and "dag" let Airflow's
-# safe-mode discovery find it): when the experiment publishes its best parameters, a person
-# approves them (Airflow's Required Actions page, or its REST API), then the final model is
-# trained with exactly those parameters and saved in the experiment's folder.
+# safe-mode discovery find it): when the experiment publishes its best trial, a person approves it
+# (Airflow's Required Actions page, or its REST API), then the model that trial trained (kept in
+# the artifact store and named on the Asset) is promoted into the experiment's folder and loaded
+# to check it; an experiment that keeps no artifacts gets its final model trained instead.
 from __future__ import annotations
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import dag, task
 
-from trialflow.assets import approval_text, best_parameters, best_parameters_asset
+from trialflow.assets import approval_text, best_artifact, best_parameters, best_parameters_asset
 
 DIGITS_BEST = best_parameters_asset("trialflow_digits-svc")  # the experiment DAG's id
 
@@ -19,7 +20,7 @@ DIGITS_BEST = best_parameters_asset("trialflow_digits-svc")  # the experiment DA
     user_defined_macros={"approval_text": approval_text},
 )
 def digits_final_model():
-    # What the person approves is what train_final_model will use: the result the experiment DAG
+    # What the person approves is what promote_model will use: the result the experiment DAG
     # itself published (not any event's raw extra), escaped, its link only to this Airflow.
     approve = ApprovalOperator(
         task_id="approve",
@@ -28,20 +29,30 @@ def digits_final_model():
     )
 
     @task
-    def train_final_model(**context) -> str:
+    def promote_model(**context) -> str:
         import json
         import pickle
         from pathlib import Path
 
         from sklearn.datasets import load_digits
-        from sklearn.svm import SVC
 
         best = best_parameters(context)
         X, y = load_digits(return_X_y=True)
-        model = SVC(**best.parameters).fit(X, y)  # all the data: the tuning chose, this trains
         folder = Path(best.directory or ".") / "final_model"
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "model.pkl").write_bytes(pickle.dumps(model))
+        if any(a.name == "model.pkl" for a in best.artifacts):
+            # the model the best trial trained, as it kept it (through the store's connection)
+            with best_artifact(best, "model.pkl").open("rb") as source:
+                data = source.read()
+            source_url = best.artifact_url("model.pkl")
+        else:  # an experiment that keeps no artifacts: train it with the approved parameters
+            from sklearn.svm import SVC
+
+            data = pickle.dumps(SVC(**best.parameters).fit(X, y))
+            source_url = None
+        model = pickle.loads(data)  # trusted: written by the experiment DAG's own trial
+        accuracy = float(model.score(X, y))  # it loads and predicts, or this task fails
+        (folder / "model.pkl").write_bytes(data)
         (folder / "model.json").write_text(
             json.dumps(
                 {
@@ -49,6 +60,8 @@ def digits_final_model():
                     "trial_id": best.trial_id,
                     "parameters": best.parameters,
                     "metric": best.metric,
+                    "promoted_from": source_url,
+                    "accuracy_on_all_data": accuracy,
                     "approved_in_run": context["run_id"],
                 },
                 indent=2,
@@ -56,7 +69,7 @@ def digits_final_model():
         )
         return str(folder / "model.pkl")
 
-    approve >> train_final_model()
+    approve >> promote_model()
 
 
 digits_final_model()

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow.sdk import Asset
+from airflow.sdk import Asset, ObjectStoragePath
 
 from trialflow.outputs.published import (
     OWNER_KEY,
@@ -36,7 +36,14 @@ from trialflow.outputs.published import (
     read_published,
 )
 
-__all__ = ["NotPublished", "PublishedBest", "approval_text", "best_parameters", "best_parameters_asset"]
+__all__ = [
+    "NotPublished",
+    "PublishedBest",
+    "approval_text",
+    "best_artifact",
+    "best_parameters",
+    "best_parameters_asset",
+]
 
 
 def best_parameters_asset(dag_id: str, name: str | None = None) -> Asset:
@@ -95,6 +102,13 @@ def best_parameters(context: Mapping[str, Any], asset: Asset | None = None) -> P
     return read_published(
         newest.extra, where=f"asset event on {getattr(getattr(newest, 'asset', None), 'name', '?')!r}"
     )
+
+
+def best_artifact(best: PublishedBest, name: str) -> ObjectStoragePath:
+    """The best trial's artifact ``name`` (a model it trained) as an ObjectStoragePath through
+    the artifact store's Airflow connection: ``with best_artifact(best, "model.pkl").open("rb")``.
+    KeyError for a name it did not publish (no path outside its artifacts folder is reachable)."""
+    return ObjectStoragePath(best.artifact_url(name), conn_id=best.artifact_conn_id)
 
 
 def approval_text(triggering_asset_events: Mapping[Any, Sequence[Any]], asset: Asset | None = None) -> str:

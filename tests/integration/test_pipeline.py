@@ -1,7 +1,8 @@
 """An experiment as a step of a pipeline, under the real scheduler and triggerer: it publishes
 its best parameters as an Asset event, and dags/digits_final_model.py (the example a user
 copies) waits for a person's approval, given through Airflow's REST API, then trains the final
-model with exactly those parameters."""
+model with exactly those parameters: it promotes the model the best trial trained and kept in the
+artifact store, and loads it."""
 
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def test_published_parameters_reach_the_downstream_dag_after_approval(harness: H
     hitl = f"/dags/{DOWNSTREAM}/dagRuns/{downstream}/taskInstances/approve/-1/hitlDetails"
     detail = wait_for("the approval request", lambda: (d := harness.airflow.api("GET", hitl).json()).get("body") and d)
     assert extra["trial_id"] in detail["body"] and extra["experiment_id"] in detail["body"]
-    assert harness.tis(DOWNSTREAM, downstream, "train_final_model")[0]["state"] in (None, "none", "scheduled")
+    assert harness.tis(DOWNSTREAM, downstream, "promote_model")[0]["state"] in (None, "none", "scheduled")
     wait_for(
         "the approval parked", lambda: harness.tis(DOWNSTREAM, downstream, "approve")[0]["state"] == "awaiting_input"
     )
@@ -106,9 +107,20 @@ def test_published_parameters_reach_the_downstream_dag_after_approval(harness: H
         extra["trial_id"],
         downstream,
     )
+    # Promoted, not retrained: the very bytes the best trial kept in the artifact store (the
+    # default store, beside the experiments' folders), named on the asset event.
+    assert [a["name"] for a in extra["artifacts"]["files"]] == ["model.pkl"]
+    kept = Path(extra["artifacts"]["store"].removeprefix("file://"))
+    kept_model = kept / extra["experiment_id"] / extra["trial_id"] / "artifacts" / "model.pkl"
+    assert written["promoted_from"] == f"file://{kept_model}"
+    assert (saved / "model.pkl").read_bytes() == kept_model.read_bytes()
     model = pickle.loads((saved / "model.pkl").read_bytes())
     assert {k: model.get_params()[k] for k in extra["parameters"]} == extra["parameters"]
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
     assert hasattr(model, "support_vectors_")  # trained, not just built
+    assert written["accuracy_on_all_data"] == pytest.approx(model.score(X, y))  # the task loaded it and predicted
 
 
 def test_an_experiment_without_a_result_publishes_nothing(harness: Harness):

@@ -180,3 +180,38 @@ def test_a_downstream_task_takes_the_best_value_as_plainly():
     several = {**one, "objectives": [{"metric": "a", "mode": "maximize"}, {"metric": "b", "mode": "minimize"}]}
     assert best_value({**several, "pareto": members}) == [{"a": 1.0, "b": 2.0}, {"a": 0.5, "b": 1.0}]
     assert best_value({**several, "pareto": []}) == []
+
+
+def test_the_best_trials_artifacts_are_published_and_named_inside_its_folder_only():
+    from trialflow.outputs.published import ArtifactsOfBest, PublishedArtifact
+
+    files = (PublishedArtifact("model.pkl", 1200), PublishedArtifact("plots/loss.svg", 9))
+    mine = ArtifactsOfBest("t-3", "s3://models/team", "s3_models", files)
+    extra, reason = publication(summary(), "d", "r", None, artifacts=mine)
+    assert extra is not None and "model.pkl, plots/loss.svg" in reason
+    best = read_published(extra)
+    assert best.artifacts == files and best.artifact_conn_id == "s3_models"
+    assert best.artifact_url("plots/loss.svg") == "s3://models/team/exp-1/t-3/artifacts/plots/loss.svg"
+    with pytest.raises(KeyError, match="kept no artifact '../t-2/artifacts/model.pkl'"):
+        best.artifact_url("../t-2/artifacts/model.pkl")
+    # Another trial's artifacts (the best changed since they were listed) are not published.
+    other, _ = publication(summary(), "d", "r", None, artifacts=ArtifactsOfBest("t-1", "s3://m", None, files))
+    assert other is not None and "artifacts" not in other and read_published(other).artifacts == ()
+
+
+@pytest.mark.parametrize(
+    ("artifacts", "message"),
+    [
+        ({"store": "s3://m", "files": [{"name": "../../etc/passwd", "size": 1}]}, "leads outside"),
+        ({"store": "s3://m", "files": [{"name": "/etc/passwd", "size": 1}]}, "leads outside"),
+        ({"store": "s3://m", "files": [{"name": "a//b", "size": 1}]}, "leads outside"),
+        ({"store": 3, "files": []}, "expected store, conn_id and files"),
+        ({"files": []}, "expected store, conn_id and files"),
+        ({"store": "s3://m", "files": [{"name": "m", "size": "big"}]}, "expected store, conn_id and files"),
+    ],
+)
+def test_a_forged_artifact_list_refuses_the_event(artifacts, message):
+    extra, _ = publication(summary(), "d", "r", None)
+    assert extra is not None
+    with pytest.raises(NotPublished, match=message):
+        read_published({**extra, "artifacts": artifacts})

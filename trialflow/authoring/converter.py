@@ -228,6 +228,7 @@ def add_experiment_tasks(
         asset=published_on,
         end_task_id=task_ids.task_id(task_ids.END, group),
         start_task_id=task_ids.task_id(task_ids.START, group),
+        store_conn_id=options.store_conn_id,
         **placed,
     )
     end >> publish

@@ -362,12 +362,14 @@ class PublishBestOperator(BaseOperator):
         asset: Asset,
         end_task_id: str = "end_experiment",
         start_task_id: str = "start_experiment",
+        store_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ):
         super().__init__(outlets=[asset], **kwargs)
         self.asset = asset
         self.end_task_id = end_task_id
         self.start_task_id = start_task_id
+        self.store_conn_id = store_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trialflow.outputs.published import publication
@@ -377,9 +379,32 @@ class PublishBestOperator(BaseOperator):
         summary = as_summary(context["ti"].xcom_pull(task_ids=self.end_task_id))
         started = context["ti"].xcom_pull(task_ids=self.start_task_id) or {}
         url = experiment_page(summary["experiment_id"]) if summary else None
-        extra, reason = publication(summary, context["dag"].dag_id, context["run_id"], url, started.get("directory"))
+        artifacts = self._artifacts_of_best(summary) if summary else None
+        extra, reason = publication(
+            summary, context["dag"].dag_id, context["run_id"], url, started.get("directory"), artifacts
+        )
         if extra is None:
             raise AirflowSkipException(f"nothing published on {self.asset.name!r}: {reason}")
         context["outlet_events"][self.asset].extra = extra
         self.log.info("Published on asset %r: %s", self.asset.name, reason)
         return extra
+
+    def _artifacts_of_best(self, summary: Any) -> Any:
+        """The best trial's artifacts where the experiment keeps them (None: it keeps none, or
+        it has several objectives and no one best)."""
+        from trialflow.checkpoints.artifacts import TrialArtifacts
+        from trialflow.config.checkpoints import ArtifactStore
+        from trialflow.hooks.artifact_store import store_root
+        from trialflow.hooks.experiment_store import ExperimentStoreHook
+        from trialflow.outputs.published import ArtifactsOfBest, PublishedArtifact
+
+        best = summary["study_best"] or summary["best"]
+        if not best or len(summary.get("objectives") or []) > 1:
+            return None
+        store = ExperimentStoreHook(self.store_conn_id).get_conn()
+        where = ArtifactStore.from_attr(store.experiment_attr(summary["experiment_id"], "artifacts"))
+        if where is None:
+            return None
+        kept = TrialArtifacts(store_root(where.url, where.conn_id), summary["experiment_id"], best["trial_id"]).listed()
+        files = tuple(PublishedArtifact(f.name, f.size) for f in kept)
+        return ArtifactsOfBest(best["trial_id"], where.url, where.conn_id, files)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from trialflow.trial.wire import ARTIFACTS_DIR
+
 if TYPE_CHECKING:
     from trialflow.runs.summary import ExperimentSummary
 
@@ -78,6 +80,15 @@ class ParetoTrial:
     values: dict[str, float]
 
 
+@dataclass(frozen=True)
+class PublishedArtifact:
+    """One of the best trial's artifacts (trialflow.checkpoints.artifacts), as published: its
+    name in the trial's artifacts folder and its size."""
+
+    name: str
+    size: int
+
+
 class SeveralObjectives(ValueError):
     """The single-best shortcut of an experiment with several objectives: it has no one best
     trial, only a Pareto set, and a downstream step must choose a member."""
@@ -104,6 +115,20 @@ class PublishedBest:
     directory: str | None = None
     objectives: tuple[Objective, ...] = ()
     pareto: tuple[ParetoTrial, ...] = field(default_factory=tuple)
+    #: The best trial's artifacts, and the artifact store (its URL and Airflow connection) they
+    #: are in: ``artifact_url`` names one (trialflow.assets.best_artifact opens it).
+    artifacts: tuple[PublishedArtifact, ...] = ()
+    artifact_store: str | None = None
+    artifact_conn_id: str | None = None
+
+    def artifact_url(self, name: str) -> str:
+        """The store URL of the best trial's artifact ``name`` (a name it published only: no
+        path leaves the trial's artifacts folder)."""
+        if not any(a.name == name for a in self.artifacts):
+            kept = ", ".join(a.name for a in self.artifacts) or "none"
+            raise KeyError(f"the best trial of experiment {self.experiment_id} kept no artifact {name!r} ({kept})")
+        assert self.artifact_store is not None  # read_published pairs them
+        return f"{self.artifact_store.rstrip('/')}/{self.experiment_id}/{self.trial_id}/{ARTIFACTS_DIR}/{name}"
 
     @property
     def multi_objective(self) -> bool:
@@ -157,14 +182,20 @@ class PublishedBest:
 
 
 def publication(
-    summary: ExperimentSummary | None, dag_id: str, run_id: str, url: str | None, directory: str | None = None
+    summary: ExperimentSummary | None,
+    dag_id: str,
+    run_id: str,
+    url: str | None,
+    directory: str | None = None,
+    artifacts: ArtifactsOfBest | None = None,
 ) -> tuple[dict[str, Any] | None, str]:
     """The extra to publish for an end step's summary, or None and why nothing is published.
 
     Published: the experiment's best (across its runs), once the experiment is over. Not: when
     the end step gave no summary (it failed: no trial succeeded), when the experiment goes on in
     a follow-on run (its last run publishes), or when no trial has a final result. ``directory``:
-    the experiment's folder on the Airflow hosts (where a downstream step may put what it makes)."""
+    the experiment's folder on the Airflow hosts (where a downstream step may put what it makes).
+    ``artifacts``: the best trial's, where the experiment keeps them (with one objective)."""
     if not summary:
         return None, "the end step has no summary (no trial of this run succeeded, or it did not run)"
     following = summary["continuation"]["run_id"]
@@ -203,7 +234,25 @@ def publication(
         parameters=best["parameters"],
         metric=best["final_metric"],
     )
-    return extra, f"best trial {best['trial_id']}: {best['parameters']} = {best['final_metric']}"
+    said = f"best trial {best['trial_id']}: {best['parameters']} = {best['final_metric']}"
+    if artifacts is not None and artifacts.trial_id == best["trial_id"]:
+        extra["artifacts"] = {
+            "store": artifacts.store_url,
+            "conn_id": artifacts.conn_id,
+            "files": [{"name": f.name, "size": f.size} for f in artifacts.files],
+        }
+        said += f", its artifacts {', '.join(f.name for f in artifacts.files) or '(none)'}"
+    return extra, said
+
+
+@dataclass(frozen=True)
+class ArtifactsOfBest:
+    """The best trial's artifacts as the publish step found them in the store."""
+
+    trial_id: str
+    store_url: str
+    conn_id: str | None
+    files: tuple[PublishedArtifact, ...]
 
 
 class NotPublished(LookupError):
@@ -241,7 +290,11 @@ def read_published(extra: Any, where: str = "asset event") -> PublishedBest:
             f"{where}: extra keys 'objectives'/'pareto': expected lists of mappings with "
             f"metric/mode and trial_id/trial_index/parameters/values ({type(exc).__name__}: {exc})"
         ) from None
+    artifacts, store, conn_id = _published_artifacts(extra.get("artifacts"), where)
     return PublishedBest(
+        artifacts=artifacts,
+        artifact_store=store,
+        artifact_conn_id=conn_id,
         experiment_id=extra["experiment_id"],
         experiment_name=extra.get("experiment_name"),
         dag_id=extra["dag_id"],
@@ -254,6 +307,27 @@ def read_published(extra: Any, where: str = "asset event") -> PublishedBest:
         objectives=objectives,
         pareto=pareto,
     )
+
+
+def _published_artifacts(raw: Any, where: str) -> tuple[tuple[PublishedArtifact, ...], str | None, str | None]:
+    """The artifacts part of an extra: (files, store URL, connection id); absent is none. A
+    name that leads out of the trial's artifacts folder refuses the whole event."""
+    if raw is None:
+        return (), None, None
+    try:
+        store, conn_id = raw["store"], raw.get("conn_id")
+        files = tuple(PublishedArtifact(str(f["name"]), int(f["size"])) for f in raw["files"])
+        if not isinstance(store, str) or not (conn_id is None or isinstance(conn_id, str)):
+            raise TypeError("store and conn_id are text")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise NotPublished(
+            f"{where}: extra key 'artifacts': expected store, conn_id and files of name/size ({exc})"
+        ) from None
+    for file in files:
+        parts = file.name.split("/")
+        if file.name.startswith("/") or any(p in ("", ".", "..") for p in parts) or len(file.name) > 1024:
+            raise NotPublished(f"{where}: artifact name {file.name[:200]!r} leads outside the trial's artifacts")
+    return files, store, conn_id
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
