@@ -244,3 +244,37 @@ def test_a_stop_at_any_instant_around_a_restart_ends_the_trial_and_its_new_job(t
     while process_alive(int(pid_line[0]), float(pid_line[1])):
         assert time.monotonic() < deadline, "the restarted job outlived the stop"
         time.sleep(0.1)
+
+
+def test_a_function_trial_saves_and_resumes_as_a_command_trial_does(tmp_path, store):
+    """trialFunction: the function saves with trial.checkpoint() and loads trial.last_checkpoint()
+    in its own process; killed after its second checkpoint, it is called again from it."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "fit.py").write_text(
+        "import json, os, signal\nfrom trialflow import trial\n\n"
+        "def fit(params):\n"
+        "    resume = trial.last_checkpoint()\n"
+        "    start = json.load(open(os.path.join(resume, 's.json')))['e'] if resume else 0\n"
+        "    for e in range(start, 4):\n"
+        "        trial.report_intermediate_result(e * params['x'])\n"
+        "        with trial.checkpoint() as folder:\n"
+        "            json.dump({'e': e + 1}, open(os.path.join(folder, 's.json'), 'w'))\n"
+        "        if e == 1 and not resume:\n"
+        "            os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return params['x']\n"
+    )
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialFunction: fit:fit\ntrialCodeDirectory: code\n"
+        "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
+        "checkpoints: {restarts: 1}\n"
+    )
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "efunc", tmp_path / "work")
+    start_run(experiment, store, "dag_f", "r1", {})
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    outcome = trial_lifecycle.wait_in_worker(started, store, 60, 0.1)
+    assert outcome.status == TrialStatus.SUCCEEDED, outcome.message
+    record = store.trial(started.record.storage_id)
+    assert [(r.attempt, r.step) for r in record.restarts] == [(1, 2)]
+    assert sorted(store.intermediate_values(started.record.storage_id)) == [0, 1, 2, 3]
+    assert record.final == pytest.approx(started.record.parameters["x"])

@@ -60,3 +60,76 @@ def test_a_listing_gives_every_regular_file_with_its_size_sorted(tmp_path: Path)
     (step / "b" / "y").write_bytes(b"12")
     (step / "a").write_bytes(b"1")
     assert files_in_folder(tmp_path, "checkpoints/000000002") == [("a", 1), ("b/y", 2)]
+
+
+def _tar(path: Path, members: list) -> Path:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _member(name: str, kind: bytes = b"0", data: bytes | None = b"x", link: str = ""):
+    import tarfile
+
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    info.size = len(data) if data is not None and kind == tarfile.REGTYPE else 0
+    return info, data if kind == tarfile.REGTYPE else None
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        _member("../../escaped"),
+        _member("checkpoints/000000001/out", b"2", None, "/etc/hostname"),  # absolute link
+        _member("checkpoints/000000001/up", b"2", None, "../../../../etc/hostname"),  # climbing link
+        _member("checkpoints/000000001/dev", b"3", None),  # a character device
+        _member("checkpoints/000000001/hard", b"1", None, "/etc/hostname"),  # a hard link outside
+    ],
+    ids=["climb", "abs-link", "climbing-link", "device", "hard-link"],
+)
+def test_an_archive_a_remote_trial_made_cannot_write_outside_its_folder(tmp_path: Path, hostile):
+    """What a remote machine sends back for a checkpoint or artifacts is the trial's own
+    making: a member outside the folder, a link out or a device is refused, nothing written."""
+    import tarfile
+
+    from trialflow.platforms.remote.platform import extract_output
+
+    archive = _tar(tmp_path / "a.tar", [_member("checkpoints/000000001/ok.bin"), hostile])
+    with pytest.raises(tarfile.FilterError):
+        extract_output(archive, tmp_path / "out")
+    assert not (tmp_path / "escaped").exists() and not Path("/etc/escaped").exists()
+
+
+def test_an_absolute_member_name_lands_inside_the_folder(tmp_path: Path):
+    from trialflow.platforms.remote.platform import extract_output
+
+    extract_output(_tar(tmp_path / "a.tar", [_member("/tmp/escaped-by-name")]), tmp_path / "out")
+    assert (tmp_path / "out" / "tmp" / "escaped-by-name").read_bytes() == b"x"  # the data filter strips the /
+    assert not Path("/tmp/escaped-by-name").exists()
+
+
+def test_a_remote_archive_with_a_link_inside_is_extracted_and_then_refused_by_the_keeper(tmp_path: Path):
+    """A link that stays inside passes the filter; the keeper refuses any link at all, so the
+    checkpoint is not kept (its follower says why) and no file is read through it."""
+    import tarfile
+
+    from trialflow.checkpoints.keeper import CheckpointError, TrialCheckpoints
+    from trialflow.platforms.remote.platform import extract_output
+
+    archive = _tar(
+        tmp_path / "a.tar",
+        [
+            _member("checkpoints/000000001/ok.bin"),
+            _member("checkpoints/000000001/alias", tarfile.SYMTYPE, None, "ok.bin"),
+        ],
+    )
+    extract_output(archive, tmp_path / "out")
+    with pytest.raises(CheckpointError, match="checkpoint 1 of trial t"):
+        TrialCheckpoints(tmp_path / "store", "e", "t").keep(tmp_path / "out", 1)
+    assert not (tmp_path / "store" / "e" / "t" / "checkpoints" / "000000001.manifest.json").exists()

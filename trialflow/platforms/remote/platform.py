@@ -117,6 +117,18 @@ def remote_status(
     return local_status(exit_code, cancel, alive)
 
 
+def extract_output(archive: Path, folder: Path) -> None:
+    """A trial's output folder as its machine archived it, into the new ``folder``: tarfile's
+    ``data`` filter refuses a member outside it, an absolute or climbing link, a device (the
+    trial wrote those files: nothing in them is trusted); an empty archive is no such folder."""
+    import tarfile
+
+    folder.mkdir()
+    if archive.stat().st_size:
+        with tarfile.open(archive) as tar:
+            tar.extractall(folder, filter="data")
+
+
 def remote_fault(status: TrialStatus, exit_code: int | None) -> bool:
     """local_fault's rule; an exit code the wrapper wrote as ``-<signal>`` is a signal too."""
     return local_fault(status, 128 - exit_code if exit_code is not None and exit_code < 0 else exit_code)
@@ -401,16 +413,11 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
         """The output folder ``relative`` copied from the machine: a tar archive streamed into a file
         here, then extracted with tarfile's ``data`` filter (no path outside, no device, no
         link leading out; the keeper then refuses any link at all)."""
-        import tarfile
-
         machine = self.machines[int(handle["machine"])]
         archive = scratch / "checkpoint.tar"
         await self.shell.run(machine, output_archive_command(handle["trial_dir"], relative), stdout_to=archive)
         folder = scratch / "trial"
-        folder.mkdir()
-        if archive.stat().st_size:  # empty: the trial has no such folder
-            with tarfile.open(archive) as tar:
-                tar.extractall(folder, filter="data")
+        extract_output(archive, folder)
         archive.unlink()
         return folder
 
