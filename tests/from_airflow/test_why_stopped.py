@@ -117,3 +117,22 @@ def test_states_are_read_as_airflow_spells_them(monkeypatch):
     assert module.ask_states(TaskRef("d", "r", "trial", 2)) == ("failed", "failed")
     stop = worker_kill_reason(TaskRef("d", "r", "trial", 2))
     assert stop is not None and stop.whole_run
+
+
+def test_a_task_marked_failed_asks_its_runs_state_again_a_moment_later(monkeypatch):
+    """Marking a run failed marks its tasks first: the run read at that instant still says
+    running, and one more look, a moment later, finds it failed (the message then says both)."""
+    import airflow.sdk.execution_time.task_runner as runner
+
+    import trialflow.from_airflow.why_stopped as module
+
+    answers = iter(["running", "failed"])
+    monkeypatch.setattr(module, "RUN_STATE_SETTLE_SECONDS", 0.01)
+    monkeypatch.setattr(
+        runner.RuntimeTaskInstance, "get_task_states", staticmethod(lambda **kw: {"r": {"trial": "failed"}})
+    )
+    monkeypatch.setattr(runner.RuntimeTaskInstance, "get_dagrun_state", staticmethod(lambda **kw: next(answers)))
+    assert module.ask_states(TaskRef("d", "r", "trial", -1)) == ("failed", "failed")
+    # A task marked failed in a run that goes on: asked twice, still running, said so.
+    monkeypatch.setattr(runner.RuntimeTaskInstance, "get_dagrun_state", staticmethod(lambda **kw: "running"))
+    assert module.ask_states(TaskRef("d", "r", "trial", -1)) == ("failed", "running")

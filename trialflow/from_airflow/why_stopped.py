@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,8 @@ ASK_TIMEOUT = 3.0
 #: The same in the triggerer, which gives on_kill 30 s ([triggerer] on_kill_timeout) and where a
 #: busy supervisor answered in more than 3 s in the full suite (the message then said less).
 TRIGGER_ASK_TIMEOUT = 10.0
+#: How long a task marked failed waits before it asks its run's state again (see ask_states).
+RUN_STATE_SETTLE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -102,9 +105,15 @@ def ask_states(ref: TaskRef) -> tuple[str | None, str | None]:
         dag_id=ref.dag_id, map_index=ref.map_index, task_ids=[ref.task_id], run_ids=[ref.run_id]
     )
     key = ref.task_id if ref.map_index < 0 else f"{ref.task_id}_{ref.map_index}"
-    ti_state = states.get(ref.run_id, {}).get(key)
-    dag_run_state = RuntimeTaskInstance.get_dagrun_state(dag_id=ref.dag_id, run_id=ref.run_id)
-    return state_text(ti_state), state_text(dag_run_state)
+    ti_state = state_text(states.get(ref.run_id, {}).get(key))
+    dag_run_state = state_text(RuntimeTaskInstance.get_dagrun_state(dag_id=ref.dag_id, run_id=ref.run_id))
+    if ti_state == "failed" and dag_run_state == "running":
+        # A run marked failed has its running tasks marked first: asked at that instant (seen
+        # once in a full suite under load), the run still read "running" and the trial's message
+        # lost "DAG run ... is failed". One more look, a moment later, says which it was.
+        time.sleep(RUN_STATE_SETTLE_SECONDS)
+        dag_run_state = state_text(RuntimeTaskInstance.get_dagrun_state(dag_id=ref.dag_id, run_id=ref.run_id))
+    return ti_state, dag_run_state
 
 
 def ask_trial_states(dag_id: str, run_id: str, task_id: str) -> dict[int, str | None]:
