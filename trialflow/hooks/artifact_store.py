@@ -49,13 +49,19 @@ def store_root(url: str, conn_id: str | None, scheme: str = "") -> StoragePath:
     root = ObjectStoragePath(url, conn_id=conn_id)
     if root.protocol == "file":
         return root
+    scheme = scheme or root.protocol
     try:
         root.fs  # noqa: B018  (resolving the filesystem is the check)
     except (ValueError, ImportError) as exc:
-        scheme = scheme or root.protocol
-        package = PROVIDERS.get(scheme, "the Airflow provider of that store")
+        if isinstance(exc, ImportError) or "No filesystem registered" in str(exc):
+            package = PROVIDERS.get(scheme, "the Airflow provider of that store")
+            raise ArtifactStoreUnavailable(
+                f"checkpoints.store: {scheme}:// has no filesystem here ({exc}): install {package} "
+                "where Airflow's workers and triggerer run"
+            ) from None
+        # the provider is there; the store's account or credentials are not (its connection)
         raise ArtifactStoreUnavailable(
-            f"checkpoints.store: {scheme}:// has no filesystem here ({exc}): install {package} "
-            "where Airflow's workers and triggerer run"
+            f"checkpoints.store: cannot open {scheme}:// with connection {conn_id!r} ({exc}): "
+            "check the Airflow connection named by checkpoints.connId"
         ) from None
     return root
