@@ -405,3 +405,15 @@ def test_a_trials_artifacts_are_listed_and_downloaded_by_its_dags_readers_only(b
     limited = login(browser, ui, user="limited")
     refused = limited.request.get(f"{api}/0/artifacts/model.bin")
     assert refused.status == 403 and b"\x00\x01" not in refused.body()
+    # Another writer put a manifest naming a path outside into the store: the download is a 502
+    # saying so, the page says it in words, nothing is read through it.
+    store = ui.harness.store.experiment_attr(experiment, "artifacts")["url"].removeprefix("file://")
+    trial_id = page.request.get(f"{api}/0").json()["trial_id"]
+    manifest = Path(store) / experiment / trial_id / "artifacts.manifest.json"
+    manifest.write_text('{"files": [{"name": "../../../config.yml", "size": 1, "sha256": "x"}]}')
+    bad = page.request.get(f"{api}/0/artifacts/model.bin")
+    assert bad.status == 502 and "leads outside it" in bad.json()["detail"], bad.text()
+    assert "leads outside it" in page.request.get(f"{api}/0").json()["artifacts_error"]
+    page.reload()
+    page.wait_for_selector("[data-testid=artifacts-error]", timeout=30000)
+    assert "could not be read" in page.locator("[data-testid=artifacts-error]").inner_text()

@@ -304,9 +304,16 @@ def _artifact_list(experiment_id: str, detail: dict[str, Any]) -> tuple[list[dic
     try:
         artifacts = _trial_artifacts(experiment_id, detail.get("trial_id"))
         listed = artifacts.listed() if artifacts is not None else []
-    except Exception as exc:
-        return [], f"the artifact store did not answer: {str(exc)[:300]}"
+    except Exception as exc:  # the store's own words (a refused manifest, a store down), masked
+        return [], _store_trouble(exc)
     return [{"name": f.name, "size": f.size} for f in listed], None
+
+
+def _store_trouble(exc: BaseException) -> str:
+    """What the artifact store said, as a reader may see it: Airflow's masker over it, bounded."""
+    from trialflow.from_airflow.secrets import masked_text
+
+    return f"the artifact store could not be read: {masked_text(str(exc))[:300]}"
 
 
 @router.get("/api/experiments/{experiment_id}/trials/{trial_index}/artifacts/{name:path}")
@@ -322,17 +329,21 @@ def artifact(user: User, experiment_id: str, trial_index: TrialIndex, name: str)
         detail = queries.trial_detail(store_engine(), experiment_id, trial_index, max_points=1)
     except queries.UnknownExperiment:
         raise HTTPException(status_code=404, detail=f"no trial {trial_index} in {experiment_id}") from None
-    artifacts = _trial_artifacts(experiment_id, detail.get("trial_id"))
-    if artifacts is None:
-        raise HTTPException(status_code=404, detail=f"experiment {experiment_id} keeps no artifacts")
     try:
-        path = artifacts.path(name)
+        artifacts = _trial_artifacts(experiment_id, detail.get("trial_id"))
+        if artifacts is None:
+            raise HTTPException(status_code=404, detail=f"experiment {experiment_id} keeps no artifacts")
+        source = artifacts.path(name).open("rb")  # opened here: a missing blob is this answer, not a cut stream
     except UnknownArtifact as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from None
+    except HTTPException:
+        raise
+    except Exception as exc:  # a refused manifest, a store down or without its provider
+        raise HTTPException(status_code=502, detail=_store_trouble(exc)) from None
 
     def chunks() -> Iterator[bytes]:
-        with path.open("rb") as fh:
-            while chunk := fh.read(ARTIFACT_CHUNK):
+        with source:
+            while chunk := source.read(ARTIFACT_CHUNK):
                 yield chunk
 
     filename = name.rsplit("/", 1)[-1]
