@@ -145,3 +145,13 @@ def test_state_file(tmp_path):
         assert read_state_file(tmp_path) is None, foreign
     state.write_bytes(b"\xff\xfe\n")
     assert read_state_file(tmp_path) is None
+
+
+def test_the_current_handle_is_the_later_attempts():
+    from trialflow.trial.handle import current_handle
+
+    first = {"platform": "local", "trial_id": "t", "pid": 1}
+    restarted = {"platform": "local", "trial_id": "t", "pid": 2, "attempt": 1}
+    assert current_handle(first, restarted) is restarted
+    assert current_handle(restarted, first) is restarted  # an older stored one never wins
+    assert current_handle(first, None) is first and current_handle(first, dict(first)) is first

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment.follow import Follower, fresh_cursor
+from trialflow.trial.handle import current_handle
 
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
@@ -86,11 +87,9 @@ class Submission:
         if experiment.config.checkpoints is not None:
             # A restart since this submission was made (a follower before this one restarted
             # it): follow the job the store names, from its output's start where it has its own.
-            current = store.trial(storage_id).handle
-            if current and current.get("attempt", 0) > handle.get("attempt", 0):
-                handle = current
-                if not platform.restart_keeps_output:
-                    cursor = fresh_cursor(cursor or {})
+            handle = current_handle(self.handle, store.trial(storage_id).handle)
+            if handle is not self.handle and not platform.restart_keeps_output:
+                cursor = fresh_cursor(cursor or {})
         return Follower(
             platform,
             store,

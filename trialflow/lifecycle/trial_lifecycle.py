@@ -32,6 +32,7 @@ from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.gpus import GpuRequestError
 from trialflow.platforms.hosts import check_host, this_host
 from trialflow.steering import stop_requested
+from trialflow.trial.handle import current_handle
 from trialflow.trial.packing import CodeDirectoryError
 from trialflow.tuning.asker import ask
 
@@ -208,10 +209,10 @@ async def stop_trial(
     if record.finished:
         return False
     closed = await asyncio.to_thread(store.close_first, storage_id, status, reason)
-    # The store's handle is the trial's job now: a restart from a checkpoint replaced the one
-    # the asker was given (a restart under way when it closed cancels its own new job).
-    current = record.handle if record.handle and record.handle.get("attempt", 0) > handle.get("attempt", 0) else handle
-    await platform.cancel(current, status, reason)  # also when another stop closed it a moment ago
+    # Also when another stop closed it a moment ago. The store's handle is the trial's job now
+    # where a restart from a checkpoint replaced the one the asker was given (a restart under
+    # way when it closed cancels its own new job).
+    await platform.cancel(current_handle(handle, record.handle), status, reason)
     return closed
 
 

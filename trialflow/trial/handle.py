@@ -48,3 +48,11 @@ class TrialHandle(TypedDict, total=False):
     # added by TrainingPlatform.describe for the pages
     location: str | None
     log_files: list[str]
+
+
+def current_handle(given: TrialHandle, stored: TrialHandle | None) -> TrialHandle:
+    """The trial's job now: the store's handle where a restart from a checkpoint replaced the
+    one a caller was given (a later ``attempt``), else the given one."""
+    if stored and stored.get("attempt", 0) > given.get("attempt", 0):
+        return stored
+    return given
