@@ -129,33 +129,31 @@ def test_a_trial_killed_mid_run_restarts_from_its_last_checkpoint_in_the_object_
         assert json.loads(fh.read()) == {"weight": pytest.approx(weight)}
 
 
-def test_a_trial_that_exits_1_on_its_own_is_not_restarted(tmp_path, store):
-    experiment = _experiment(tmp_path, store, "{restarts: 3}", {"MODE": "exit1"})
+@pytest.mark.parametrize(
+    ("checkpoints", "mode", "said", "launches", "restarts"),
+    [
+        # its own exit: FAILED, never restarted (restartOnFailure is off)
+        ("{restarts: 3}", "exit1", "not restarted: it exited on its own (checkpoints.restartOnFailure is off)", 1, []),
+        # killed each time (SIGKILL, before any checkpoint): restarted from scratch until spent
+        ("{restarts: 2}", "killself", "not restarted: its 2 restarts are spent", 3, [(1, None), (2, None)]),
+        # its own exit, restarted because the experiment asks for it, once
+        ("{restarts: 1, restartOnFailure: true}", "exit1", "not restarted: its restart is spent", 2, [(1, None)]),
+    ],
+    ids=["exit-1", "killed-until-spent", "restart-on-failure"],
+)
+def test_a_failed_trial_is_restarted_only_as_the_rules_say_and_its_message_says_why(
+    tmp_path, store, checkpoints, mode, said, launches, restarts
+):
+    experiment = _experiment(tmp_path, store, checkpoints, {"MODE": mode})
     started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     outcome = trial_lifecycle.wait_in_worker(started, store, 60, 0.1)
-    assert outcome.status == TrialStatus.FAILED
-    assert "exited with code 1" in (outcome.message or "")
-    assert "not restarted: it exited on its own (checkpoints.restartOnFailure is off)" in (outcome.message or "")
-    assert _launches(tmp_path) == ["0 -"] and store.trial(started.record.storage_id).restarts == ()
-
-
-def test_restarts_run_out_and_the_trial_fails_saying_so(tmp_path, store):
-    experiment = _experiment(tmp_path, store, "{restarts: 2}", {"MODE": "killself"})
-    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
-    outcome = trial_lifecycle.wait_in_worker(started, store, 60, 0.1)
-    assert outcome.status == TrialStatus.FAILED
-    assert "not restarted: its 2 restarts are spent" in (outcome.message or "")
-    assert _launches(tmp_path) == ["0 -", "0 -", "0 -"]  # no checkpoint: each restart from scratch
-    assert [(r.attempt, r.step) for r in store.trial(started.record.storage_id).restarts] == [(1, None), (2, None)]
-
-
-def test_exit_1_restarts_when_the_experiment_asks_for_it(tmp_path, store):
-    experiment = _experiment(tmp_path, store, "{restarts: 1, restartOnFailure: true}", {"MODE": "exit1"})
-    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
-    outcome = trial_lifecycle.wait_in_worker(started, store, 60, 0.1)
-    assert outcome.status == TrialStatus.FAILED and "its restart is spent" in (outcome.message or "")
-    assert _launches(tmp_path) == ["0 -", "0 -"]
-    assert "after a failure (checkpoints.restartOnFailure)" in store.trial(started.record.storage_id).restarts[0].reason
+    assert outcome.status == TrialStatus.FAILED and said in (outcome.message or ""), outcome.message
+    assert _launches(tmp_path) == ["0 -"] * launches
+    record = store.trial(started.record.storage_id)
+    assert [(r.attempt, r.step) for r in record.restarts] == restarts
+    cause = "after a fault" if mode == "killself" else "after a failure (checkpoints.restartOnFailure)"
+    assert all(cause in r.reason for r in record.restarts)
+    assert ("exited with code 1" if mode == "exit1" else "exited with code 137") in (outcome.message or "")
 
 
 def test_two_followers_that_see_the_fault_at_once_restart_it_once(tmp_path, store):

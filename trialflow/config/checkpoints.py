@@ -36,6 +36,11 @@ MAX_STORE_URL = 1024
 _SIGNED_QUERY_KEYS = ("sig", "signature", "x-amz-signature", "x-amz-credential", "x-goog-signature", "sv", "token")
 
 
+def default_folder(workdir: str | os.PathLike[str]) -> Path:
+    """The default store: a folder beside the experiments' folders in ``workdir``."""
+    return Path(workdir).resolve() / DEFAULT_FOLDER
+
+
 @dataclass(frozen=True)
 class ArtifactStore:
     """Where an experiment's checkpoints and artifacts are, as its start step records it in
@@ -99,7 +104,7 @@ class CheckpointsConfig(NniModel):
     def store_url(self, workdir: str | os.PathLike[str]) -> str:
         """The store's URL: ``store``, or the default folder beside the experiments' folders in
         ``workdir`` as a ``file://`` URL (one kind of address for every reader)."""
-        return self.store or f"file://{Path(workdir).resolve() / DEFAULT_FOLDER}"
+        return self.store or f"file://{default_folder(workdir)}"
 
     @property
     def scheme(self) -> str:

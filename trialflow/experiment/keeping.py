@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from trialflow.checkpoints.artifacts import TrialArtifacts
 from trialflow.checkpoints.keeper import TrialCheckpoints
 from trialflow.checkpoints.restarts import restart_verdict
-from trialflow.config.checkpoints import DEFAULT_FOLDER
+from trialflow.config.checkpoints import default_folder
 from trialflow.platforms.base import CANCEL_STATUSES, Resume, TrialHandle, TrialStatus, TrialUpdate
 from trialflow.trial.wire import ARTIFACTS_DIR, checkpoint_folder
 from trialflow.tuning.trial_restarts import Restart
@@ -52,8 +52,8 @@ def artifact_root(checkpoints: CheckpointsConfig, workdir: Path, connections: Co
             f"checkpoints.store {checkpoints.scheme}:// is reached through Airflow's connections: "
             "follow the trial from Airflow"
         )
-    folder: StoragePath = Path(workdir).resolve() / DEFAULT_FOLDER
-    return folder  # the same folder as checkpoints.store_url(workdir) names
+    folder: StoragePath = default_folder(workdir)
+    return folder
 
 
 @dataclass
