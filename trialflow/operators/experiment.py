@@ -405,6 +405,13 @@ class PublishBestOperator(BaseOperator):
         where = ArtifactStore.from_attr(store.experiment_attr(summary["experiment_id"], "artifacts"))
         if where is None:
             return None
-        kept = TrialArtifacts(store_root(where.url, where.conn_id), summary["experiment_id"], best["trial_id"]).listed()
+        try:
+            root = store_root(where.url, where.conn_id)
+            kept = TrialArtifacts(root, summary["experiment_id"], best["trial_id"]).listed()
+        except Exception as exc:  # the store down or its manifest refused: the parameters still go out
+            from trialflow.from_airflow.secrets import masked_text
+
+            self.log.warning("Publishing without the best trial's artifacts: %s", masked_text(str(exc))[:500])
+            return None
         files = tuple(PublishedArtifact(f.name, f.size) for f in kept)
         return ArtifactsOfBest(best["trial_id"], where.url, where.conn_id, files)

@@ -453,11 +453,9 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
             fetched = await asyncio.to_thread(resume.fetch, Path(scratch) / "checkpoint")
             archive = Path(scratch) / "checkpoint.tar"
 
-            def pack() -> None:
+            def pack() -> None:  # the fetched folder holds the manifest's regular files only
                 with tarfile.open(archive, "w") as tar:
-                    for path in sorted(fetched.rglob("*")):
-                        if path.is_file():
-                            tar.add(path, arcname=str(path.relative_to(fetched)), recursive=False)
+                    tar.add(fetched, arcname=".")
 
             await asyncio.to_thread(pack)
             upload = f"{trial_dir}.resume-{time.time_ns()}.tar"
