@@ -133,3 +133,25 @@ def test_a_remote_archive_with_a_link_inside_is_extracted_and_then_refused_by_th
     with pytest.raises(CheckpointError, match="checkpoint 1 of trial t"):
         TrialCheckpoints(tmp_path / "store", "e", "t").keep(tmp_path / "out", 1)
     assert not (tmp_path / "store" / "e" / "t" / "checkpoints" / "000000001.manifest.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "below"),
+    [
+        ("model.pt", True),
+        ("plots/loss é.svg", True),
+        ("a..b/c", True),
+        ("", False),
+        ("/etc/passwd", False),
+        ("../x", False),
+        ("a/../../x", False),
+        ("a//b", False),
+        ("./a", False),
+        ("a/.", False),
+        ("a/", False),
+    ],
+)
+def test_a_name_from_another_writer_is_joined_only_when_it_stays_below(name: str, below: bool):
+    from trialflow.trial.folder import stays_below
+
+    assert stays_below(name) is below

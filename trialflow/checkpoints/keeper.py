@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from trialflow.checkpoints.retention import Checkpoint, Retention, retain
-from trialflow.trial.folder import files_in_folder, open_in_folder
+from trialflow.trial.folder import files_in_folder, open_in_folder, stays_below
 from trialflow.trial.wire import checkpoint_folder
 
 #: Bytes per read and write: a model of gigabytes goes through in bounded memory.
@@ -203,8 +203,7 @@ def read_manifest(path: StoragePath, which: str) -> list[KeptFile]:
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{which}: its manifest is unreadable ({exc})") from None
     for kept in files:
-        parts = kept.name.split("/")
-        if kept.name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        if not stays_below(kept.name):
             raise CheckpointError(f"{which}: {kept.name[:200]!r} leads outside it")
     return files
 

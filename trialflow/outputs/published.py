@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from trialflow.trial.folder import stays_below
 from trialflow.trial.wire import ARTIFACTS_DIR
 
 if TYPE_CHECKING:
@@ -324,8 +325,7 @@ def _published_artifacts(raw: Any, where: str) -> tuple[tuple[PublishedArtifact,
             f"{where}: extra key 'artifacts': expected store, conn_id and files of name/size ({exc})"
         ) from None
     for file in files:
-        parts = file.name.split("/")
-        if file.name.startswith("/") or any(p in ("", ".", "..") for p in parts) or len(file.name) > 1024:
+        if not stays_below(file.name) or len(file.name) > 1024:
             raise NotPublished(f"{where}: artifact name {file.name[:200]!r} leads outside the trial's artifacts")
     return files, store, conn_id
 

@@ -46,6 +46,14 @@ def open_in_folder(folder: str | os.PathLike[str], name: str) -> int:
         raise
 
 
+def stays_below(name: str) -> bool:
+    """Whether relative name ``name`` (``/``-separated) names something below its folder: not
+    absolute, no empty, ``.`` or ``..`` part. For names another writer gave (a manifest in the
+    store, an asset event), checked before they are joined to a path."""
+    parts = name.split("/")
+    return bool(name) and not name.startswith("/") and not any(p in ("", ".", "..") for p in parts)
+
+
 def _inside(name: str) -> tuple[str, ...]:
     """``name``'s parts, refused unless it is a relative path that stays inside the folder."""
     parts = PurePosixPath(name).parts
