@@ -412,3 +412,28 @@ def test_many_intermediate_results_are_stored_in_one_batch_exactly_once(store, m
     assert 20_000 not in store.storage.get_trial(sid).intermediate_values
     store.set_status(sid, TrialStatus.RUNNING)  # nothing written: it keeps its outcome
     assert store.trial(sid).status == TrialStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"], indirect=True)
+def test_a_status_written_while_a_stop_closes_the_trial_never_undoes_the_close(store):
+    """A follower writing a trial's status (a restart's WAITING) races a stop closing it: the
+    close always stands. The check and the write were two statements, and a close committed
+    between them was overwritten (seen under load: a stopped trial left finished but WAITING)."""
+    import threading
+
+    store.open_experiment("exp")
+    for index in range(20):
+        sid = ask(store, "exp", index, f"t{index}", TPE, SPACE).storage_id
+        closed = threading.Event()
+
+        def follower(sid: int = sid, closed: threading.Event = closed) -> None:
+            while not closed.is_set():
+                store.set_status(sid, TrialStatus.WAITING, restarts=[])
+
+        writer = threading.Thread(target=follower)
+        writer.start()
+        store.close_first(sid, TrialStatus.USER_CANCELED, "stopped by ann")
+        closed.set()
+        writer.join(10)
+        record = store.trial(sid)
+        assert record.finished and record.status == TrialStatus.USER_CANCELED, (index, record.status)

@@ -136,6 +136,27 @@ class TrialflowStorage(RDBStorage):
         for held in params:
             self._set_trial_param_without_commit(session, *held)
 
+    def lock_unfinished(self, session: sa_orm.Session, trial_id: int) -> None:
+        """Take the database's write lock on a trial that is not finished, in this session's
+        transaction, before anything of it is written; UpdateFinishedTrialError if it is
+        finished (KeyError, Optuna's, if there is no such trial).
+
+        A read-then-write check is not enough: pysqlite reads before it begins the transaction
+        and SQLite ignores FOR UPDATE, so a close committed between the check and the write was
+        overwritten (a stop closed a restarting trial USER_CANCELED, then the restart's write
+        set it back to WAITING: seen under load by tests/experiment/test_keeping.py). This
+        no-op UPDATE guarded by the state is the check and the lock in one statement, on SQLite
+        and PostgreSQL alike; of two writers racing a close, the later one finds it finished."""
+        still_open = TRIALS.c.state.in_([TrialState.RUNNING, TrialState.WAITING])
+        unfinished = sa.and_(TRIALS.c.trial_id == trial_id, still_open)
+        written = cast(
+            "sa.CursorResult[Any]",
+            session.execute(sa.update(TRIALS).where(unfinished).values(state=TRIALS.c.state)),
+        )
+        if written.rowcount != 1:
+            models.TrialModel.find_or_raise_by_id(trial_id, session)  # KeyError for no such trial
+            raise UpdateFinishedTrialError(f"trial {trial_id} is finished: nothing more of it is written")
+
     def write_user_attrs(
         self, session: sa_orm.Session, trial_id: int, attrs: dict[str, Any], checked: bool = False
     ) -> None:
@@ -144,14 +165,13 @@ class TrialflowStorage(RDBStorage):
         write. ``checked``: the caller already found the trial updatable in this session."""
         if not attrs:
             return
+        if not checked:
+            self.lock_unfinished(session, trial_id)
         upsert = _UPSERTS.get(self.engine.name)
         if upsert is None or (self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0)):
             for key, value in attrs.items():
                 self._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
             return
-        if not checked:
-            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
-            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
         insert = upsert(TRIAL_ATTRS)
         statement = insert.on_conflict_do_update(
             index_elements=[TRIAL_ATTRS.c.trial_id, TRIAL_ATTRS.c.key],
@@ -175,8 +195,7 @@ class TrialflowStorage(RDBStorage):
             return
         upsert = _UPSERTS.get(self.engine.name)
         with self.transaction() as session:
-            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
-            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
+            self.lock_unfinished(session, trial_id)
             if upsert is None or (self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0)):
                 for step, value in values:
                     self._set_trial_intermediate_value_without_commit(session, trial_id, step, value)
@@ -208,17 +227,8 @@ class TrialflowStorage(RDBStorage):
         if not state.is_finished():
             raise ValueError(f"close_trial finishes a trial; {state.name} is not a finished state")
         with self.transaction() as session:
-            trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
-            self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
-            # The state first, and only if the trial is still running: SQLite ignores FOR UPDATE
-            # (and pysqlite reads before it begins the transaction), so two closers could both
-            # pass the check above; this write takes the database's write lock, and the second
-            # one finds the trial finished.
-            table = TRIALS
-            running = sa.and_(table.c.trial_id == trial_id, table.c.state == TrialState.RUNNING)
-            written = cast("sa.CursorResult[Any]", session.execute(sa.update(table).where(running).values(state=state)))
-            if written.rowcount != 1:
-                raise UpdateFinishedTrialError(f"trial {trial_id} was finished by another process first")
+            self.lock_unfinished(session, trial_id)
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
             self.write_user_attrs(session, trial_id, attrs, checked=True)
             for objective, value in enumerate(values or ()):
                 self._set_trial_value_without_commit(session, trial, objective, value)
