@@ -166,6 +166,9 @@ RUNNABLE_NOW = {
     "mnist-pytorch/config_aml.yml",
     "mnist-tfv1/config_aml.yml",
     "mnist-pytorch/config_hybrid.yml",
+    # Population Based Training (its checkpoints implied: the experiment keeps them)
+    "mnist-pbt-tuner-pytorch/config.yml",
+    "mnist-pbt-tuner-pytorch/config_windows.yml",
     # hybrid: local + remote
     "mnist-tfv1/config_hybrid.yml",
     "mnist-tfv1/config_hybrid_v2.yml",

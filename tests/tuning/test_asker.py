@@ -72,3 +72,63 @@ def test_the_assessor_is_not_asked_about_a_finished_trial(store, tmp_path):
     judged = judge(store, "easker2", asked.storage_id, pruner, after=1)
     assert judged.stop_at is None and judged.judged_through == 1
     assert not should_stop(store, "easker2", asked.storage_id, pruner)
+
+
+def _pbt(population: int = 4, **args):
+    from trialflow.config.model import AlgorithmConfig
+
+    return AlgorithmConfig(name="PBTTuner", class_args={"population_size": population, "seed": 11, **args})
+
+
+def _close(store, asked, status, final=None):
+    from trialflow.trial.protocol import Metric
+
+    if final is not None:
+        store.record_metrics(asked.storage_id, [Metric("FINAL", 0, final)])
+    store.close(asked.storage_id, status, None)
+
+
+def test_a_pbt_trial_waits_for_every_trial_of_the_generation_before(store):
+    import pytest
+
+    from trialflow.config.search_space import parse_search_space
+    from trialflow.tuning.pbt import PopulationNotReady
+
+    space = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
+    store.open_experiment("epbt1")
+    firsts = [ask(store, "epbt1", i, f"epbt1-{i}", _pbt(), space, population_floor=0) for i in range(4)]
+    assert [a.record.lineage.generation for a in firsts] == [0, 0, 0, 0]
+    assert all(a.record.lineage.parent_index is None for a in firsts)
+    for i, value in enumerate([0.4, 0.9, 0.1]):
+        _close(store, firsts[i], TrialStatus.SUCCEEDED, value)
+    with pytest.raises(
+        PopulationNotReady, match=r"trial 4 \(generation 1\) waits for generation 0 to end \(trial indices 3\)"
+    ):
+        ask(store, "epbt1", 4, "epbt1-4", _pbt(), space, population_floor=0)
+    assert store.find_trial("epbt1", 4) is None  # nothing asked, nothing claimed
+    _close(store, firsts[3], TrialStatus.FAILED)  # a failed member ranks last
+    no_resample = _pbt(resample_probability=0.0)
+    children = [ask(store, "epbt1", i, f"epbt1-{i}", no_resample, space, population_floor=0) for i in range(4, 8)]
+    lineages = [c.record.lineage for c in children]
+    assert [(g.generation, g.member) for g in lineages] == [(1, 0), (1, 1), (1, 2), (1, 3)]
+    # cutoff ceil(0.2 * 4) = 1: the worst (3, failed) copies the best (1); the rest go on
+    assert [(g.parent_index, g.exploited) for g in lineages] == [(0, False), (1, False), (2, False), (1, True)]
+    assert children[0].parameters == firsts[0].parameters
+    assert children[3].parameters != firsts[1].parameters
+    moved = children[3].parameters["x"] - firsts[1].parameters["x"]
+    assert abs(moved) == pytest.approx(0.2) or children[3].parameters["x"] in (0.0, 1.0)  # +-factor, held to [0, 1]
+
+
+def test_an_index_below_the_runs_floor_is_not_waited_for_and_an_import_never_waits(store):
+    from trialflow.config.search_space import parse_search_space
+
+    space = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
+    store.open_experiment("epbt2")
+    ran = ask(store, "epbt2", 0, "epbt2-0", _pbt(2), space, population_floor=0)
+    _close(store, ran, TrialStatus.SUCCEEDED, 0.5)
+    # index 1 never ran (its run ended); a later run starting at index 2 plans from index 0 alone
+    child = ask(store, "epbt2", 3, "epbt2-3", _pbt(2), space, population_floor=2)
+    assert (child.record.lineage.parent_index, child.record.lineage.exploited) == (0, True)
+    store.open_experiment("epbt3")
+    imported = ask(store, "epbt3", 5, "epbt3-5", _pbt(2), space)  # no floor: no population wait
+    assert imported.record.lineage is None

@@ -100,6 +100,8 @@ def _algo(name: str, **class_args: Any) -> AlgorithmConfig:
         ("BatchTuner", "BatchTuner"),
         ("Hyperband", "Hyperband"),
         ("BOHB", "BOHB"),
+        ("PBTTuner", "PBT"),
+        ("PBT", "PBT"),
     ],
 )
 def test_supported_names(name, canonical):
@@ -112,7 +114,6 @@ def test_supported_names(name, canonical):
         ("SMAC", "TPE"),
         ("MetisTuner", "GP"),
         ("DNGOTuner", "GP"),
-        ("PBTTuner", "Evolution"),
         ("PPOTuner", "Evolution"),
         ("NetworkMorphism", "Evolution"),
         ("RegularizedEvolution", "Evolution"),
@@ -139,7 +140,7 @@ def test_an_algorithm_in_the_wrong_role_says_what_it_is():
     assert (
         "tuner",
         "'Medianstop' is an assessor, not a tuner; supported tuners: "
-        "TPE, Random, GridSearch, BatchTuner, Anneal, Evolution, GP",
+        "TPE, Random, GridSearch, BatchTuner, Anneal, Evolution, GP, PBT",
     ) in problems
     assert any(key == "assessor" and "'TPE' is a tuner, not a assessor" in m for key, m in problems)
 

@@ -361,6 +361,56 @@ def test_a_restarted_trial_says_when_and_from_which_checkpoint(browser, ui: UiSe
     assert not page.errors, page.errors
 
 
+def test_a_pbt_trial_shows_its_parent_and_the_experiment_its_generations(browser, ui: UiSetup):
+    """Population Based Training, two generations of two, with a trial written like NNI's
+    mnist-pbt one: a second-generation trial's page says which trial's checkpoint it started
+    from (a link to it) and whether it copied its parameters; the experiment's page shows each
+    generation's progress."""
+    from tests.helpers.airflow import PY
+    from trialflow.platforms.base import experiment_id_for
+
+    trial = (
+        "import json, os, nni\np = nni.get_next_parameter()\n"
+        "load = os.path.join(p['load_checkpoint_dir'], 'w.json')\n"
+        "w = json.load(open(load))['w'] if os.path.isfile(load) else 0.0\n"
+        "w += p['x']\nnni.report_final_result(w)\nos.makedirs(p['save_checkpoint_dir'], exist_ok=True)\n"
+        "json.dump({'w': w}, open(os.path.join(p['save_checkpoint_dir'], 'w.json'), 'w'))\n"
+    )
+    dag_id, _ = ui.harness.experiment(
+        "ui_pbt",
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: {PY} t.py\ntrialConcurrency: 2\n"
+        "maxTrialNumber: 4\ntuner: {name: PBTTuner, classArgs: {population_size: 2, fraction: 0.5}}\n"
+        "trainingService: {platform: local}\n",
+        {"t.py": trial},
+    )
+    run_id, state = ui.harness.run(dag_id)
+    assert state == "success"
+    experiment = experiment_id_for(dag_id, run_id)
+    rows = {r.trial_index: r for r in ui.harness.rows(dag_id, run_id)}
+    page = login(browser, ui)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment}")
+    page.wait_for_selector("[data-testid=population]", timeout=30000)
+    said = page.locator("[data-testid=population]").inner_text()
+    assert "2 trials a generation, 2 generations" in said, said
+    assert "gen 0: 2/2" in said and "gen 1: 2/2" in said, said
+    shot(page, "experiment-population")
+    # fraction 0.5 of 2: the worse of generation 0 copies the better; the better goes on
+    better = max((0, 1), key=lambda i: rows[i].final_metric)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment}&trial=3")
+    page.wait_for_selector("[data-testid=trial-lineage]", timeout=30000)
+    lineage = page.locator("[data-testid=trial-lineage]").inner_text()
+    assert "generation 1, member 1" in lineage, lineage
+    assert "started from its checkpoint at step 0" in lineage, lineage
+    copied = 1 != better
+    assert ("took trial" in lineage) == copied and ("Went on from its own line" in lineage) == (not copied), lineage
+    assert f"trial {better if copied else 1}" in lineage, lineage
+    shot(page, "trial-lineage")
+    page.locator("[data-testid=trial-parent]").click()
+    page.locator("[data-testid=trial-lineage]", has_text="First generation").wait_for(timeout=30000)
+    assert f"&trial={better if copied else 1}" in page.url, page.url
+    assert not page.errors, page.errors
+
+
 def test_a_trials_artifacts_are_listed_and_downloaded_by_its_dags_readers_only(browser, ui: UiSetup):
     """The model an ended trial wrote in its artifacts folder is listed on its page with its
     size and comes back byte for byte; a name outside the trial's artifacts (another trial's,

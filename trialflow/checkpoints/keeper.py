@@ -78,17 +78,19 @@ class TrialCheckpoints:
     def prefix(self) -> StoragePath:
         return self.root / self.experiment_id / self.trial_id / "checkpoints"
 
-    def keep(self, trial_folder: str | os.PathLike[str], step: int) -> list[KeptFile]:
-        """Copy the trial's checkpoint of ``step`` (``<trial folder>/checkpoints/<step>``) into
-        the store, its manifest last. CheckpointError if the folder holds a symlink, a FIFO or
-        more than the listing bounds (nothing of it is then a checkpoint)."""
+    def keep(self, trial_folder: str | os.PathLike[str], step: int, relative: str | None = None) -> list[KeptFile]:
+        """Copy the trial's checkpoint of ``step`` (``<trial folder>/checkpoints/<step>``, or the
+        folder ``relative`` names: NNI PBT's save folder) into the store, its manifest last.
+        CheckpointError if the folder holds a symlink, a FIFO or more than the listing bounds
+        (nothing of it is then a checkpoint)."""
         name = _step_name(step)
+        relative = relative or checkpoint_folder(step)
         return keep_folder(
             trial_folder,
-            checkpoint_folder(step),
+            relative,
             self.prefix / name,
             self.prefix / f"{name}{MANIFEST_SUFFIX}",
-            f"checkpoint {step} of trial {self.trial_id} ({checkpoint_folder(step)})",
+            f"checkpoint {step} of trial {self.trial_id} ({relative})",
             {"step": step},
         )
 

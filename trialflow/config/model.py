@@ -36,6 +36,13 @@ class AlgorithmConfig(NniModel):
         return {} if value is None else value
 
     @property
+    def population_based(self) -> bool:
+        """Whether this is NNI's PBTTuner (by either of its names): its trials keep and load
+        checkpoints, so the experiment keeps them even without a ``checkpoints`` key."""
+        key = (self.name or "").replace("_", "").replace(" ", "").replace("-", "").lower()
+        return self.class_name is None and key in ("pbt", "pbttuner")
+
+    @property
     def optimize_mode(self) -> Literal["maximize", "minimize"]:
         mode = str(self.class_args.get("optimize_mode", "maximize")).lower()
         return "minimize" if mode == "minimize" else "maximize"
@@ -236,6 +243,14 @@ class ExperimentConfig(NniModel):
                 "warmStart names one to start from: choose one of the two"
             )
         return value
+
+    @model_validator(mode="after")
+    def _population_based_training_keeps_checkpoints(self) -> ExperimentConfig:
+        # NNI's PBT example has no checkpoints key (NNI used a folder on a shared disk): its
+        # trials hand weights on, so the experiment keeps them in the default store.
+        if self.checkpoints is None and self.tuner is not None and self.tuner.population_based:
+            self.checkpoints = CheckpointsConfig()
+        return self
 
     @property
     def top_k(self) -> int:

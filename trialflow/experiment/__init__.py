@@ -304,6 +304,12 @@ class Experiment:
         assert algorithm is not None  # the loader requires one
         return algorithm
 
+    @property
+    def population_based(self) -> bool:
+        """Population Based Training (trialflow.tuning.pbt): its trials wait for their
+        generation, start from a parent's checkpoint and keep NNI's save folder."""
+        return self.algorithm.population_based
+
     @cached_property
     def pruner(self) -> BasePruner | None:
         from trialflow.tuning.assessors import make_pruner
@@ -446,6 +452,7 @@ class Experiment:
             code_excludes=config_files(self.config),
             parameter_source=parameter_source,
             env=env,
+            checkpoint_dirs=self.population_based,
         )
 
 

@@ -24,7 +24,7 @@ from trialflow.checkpoints.keeper import TrialCheckpoints
 from trialflow.checkpoints.restarts import restart_verdict
 from trialflow.config.checkpoints import default_folder
 from trialflow.platforms.base import CANCEL_STATUSES, Resume, TrialHandle, TrialStatus, TrialUpdate
-from trialflow.trial.wire import ARTIFACTS_DIR, checkpoint_folder
+from trialflow.trial.wire import ARTIFACTS_DIR, PBT_SAVE_DIR, checkpoint_folder
 from trialflow.tuning.trial_restarts import Restart
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from trialflow.experiment import Experiment
     from trialflow.platforms.base import Connections, TrainingPlatform
     from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.tuning.pbt import Lineage
 
 log = logging.getLogger(__name__)
 
@@ -71,18 +72,25 @@ class TrialKeeping:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def root(self) -> StoragePath:
+        return self.checkpoints.root
+
+    @property
     def config(self) -> CheckpointsConfig:
         assert self.experiment.config.checkpoints is not None
         return self.experiment.config.checkpoints
 
-    async def keep(self, handle: TrialHandle, step: int) -> None:
+    async def keep(self, handle: TrialHandle, step: int, relative: str | None = None) -> None:
         """Copy checkpoint ``step`` into the store, then apply the retention rule. A store that
         refuses is said in the trial's message, never a failed trial: the checkpoint stays in
-        the trial's folder and the next one is tried."""
+        the trial's folder and the next one is tried. ``relative``: the folder it is in, when
+        not the SDK's ``checkpoints/<step>`` (NNI PBT's save folder)."""
         try:
             with tempfile.TemporaryDirectory(prefix="trialflow-checkpoint-") as scratch:
-                folder = await self.platform.fetch_output(handle, checkpoint_folder(step), Path(scratch))
-                await asyncio.to_thread(self.checkpoints.keep, folder, step)
+                folder = await self.platform.fetch_output(handle, relative or checkpoint_folder(step), Path(scratch))
+                if relative is not None and not (Path(folder) / relative).is_dir():
+                    return  # it saved nothing there (an SDK trial keeps its own as it goes)
+                await asyncio.to_thread(self.checkpoints.keep, folder, step, relative)
             metrics = await asyncio.to_thread(self.store.intermediate_values, self.storage_id)
             await asyncio.to_thread(
                 self.checkpoints.prune,
@@ -95,6 +103,15 @@ class TrialKeeping:
             note = f"checkpoint {step} not kept: {exc}"
             log.warning("Trial %s: %s", handle.get("trial_id"), note)
             self.notes.append(note[:500])
+
+    async def keep_saved(self, handle: TrialHandle) -> None:
+        """A PBT trial's save folder (NNI's ``save_checkpoint_dir``), kept as its checkpoint at
+        the step it reached when it ends: what its children load. Code written for NNI saves it
+        after its last result, where no checkpoint record can name it."""
+        if not self.experiment.population_based:
+            return
+        record = await asyncio.to_thread(self.store.trial, self.storage_id)
+        await self.keep(handle, record.intermediate_count, PBT_SAVE_DIR)
 
     async def keep_artifacts(self, handle: TrialHandle) -> None:
         """Copy what the ended trial wrote in its ``artifacts`` folder into the store (said
@@ -141,6 +158,10 @@ class TrialKeeping:
         if planned.step is not None:
             step = planned.step
             resume = Resume(step, lambda into: self.checkpoints.fetch(step, into))
+        elif record.lineage is not None and record.lineage.loaded_step is not None:
+            # nothing of its own yet: a PBT trial starts again from its parent's checkpoint
+            found = parent_checkpoint(self.experiment, record.lineage, None, record.lineage.loaded_step, self.root)
+            resume = found[1] if found is not None else None
         spec = self.experiment.trial_spec(
             record.trial_index,
             record.number,
@@ -166,6 +187,27 @@ class TrialKeeping:
         if not self.run_id:
             return None
         return self.experiment.window(self.store, self.run_id).inputs
+
+
+def parent_checkpoint(
+    experiment: Experiment,
+    lineage: Lineage,
+    connections: Connections | None,
+    step: int | None = None,
+    root: StoragePath | None = None,
+) -> tuple[int, Resume] | None:
+    """A PBT trial's parent's last kept checkpoint (or the one of ``step``), as the step and the
+    Resume its launch fetches; None where the parent kept none. The trial's own results are
+    numbered from 0: it is a new run from the parent's weights, not the parent going on."""
+    checkpoints = experiment.config.checkpoints
+    if checkpoints is None or lineage.parent_trial_id is None:
+        return None
+    root = root if root is not None else artifact_root(checkpoints, experiment.workdir, connections)
+    kept = TrialCheckpoints(root, experiment.experiment_id, lineage.parent_trial_id)
+    found = kept.last() if step is None else step
+    if found is None:
+        return None
+    return found, Resume(0, lambda into: kept.fetch(found, into))
 
 
 def trial_keeping(

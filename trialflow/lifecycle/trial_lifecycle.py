@@ -25,9 +25,18 @@ from typing import TYPE_CHECKING, Any, cast
 from trialflow.config.registry import is_host_bound
 from trialflow.experiment import Experiment, TrialXCom, trial_result
 from trialflow.experiment.follow import Follower, FollowOutcome
+from trialflow.experiment.keeping import parent_checkpoint
 from trialflow.experiment.run_windows import EXPERIMENT_DEADLINE_REASON
 from trialflow.lifecycle.submission import Submission
-from trialflow.platforms.base import Connections, TrainingPlatform, TrialHandle, TrialSpec, TrialStatus, trial_id_for
+from trialflow.platforms.base import (
+    Connections,
+    Resume,
+    TrainingPlatform,
+    TrialHandle,
+    TrialSpec,
+    TrialStatus,
+    trial_id_for,
+)
 from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.gpus import GpuRequestError
 from trialflow.platforms.hosts import check_host, this_host
@@ -35,6 +44,7 @@ from trialflow.steering import stop_requested
 from trialflow.trial.handle import current_handle
 from trialflow.trial.packing import CodeDirectoryError
 from trialflow.tuning.asker import ask
+from trialflow.tuning.pbt import PopulationNotReady
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
@@ -49,6 +59,15 @@ class TrialNotStarted(Exception):
 
     def __init__(self, trial_id: str, reason: str):
         super().__init__(f"trial {trial_id} not started: {reason}")
+        self.trial_id = trial_id
+
+
+class TrialWaits(Exception):
+    """The trial may not be given parameters yet (Population Based Training: the generation
+    before it has trials still running); its task asks again later, holding no slot."""
+
+    def __init__(self, trial_id: str, reason: str):
+        super().__init__(f"trial {trial_id} waits: {reason}")
         self.trial_id = trial_id
 
 
@@ -142,14 +161,27 @@ def start_trial(
         )
     if refused is not None:
         raise TrialNotStarted(trial_id, refused.reason)
-    asked = ask(
-        store, experiment.experiment_id, index, trial_id, experiment.algorithm, experiment.space, experiment.pruner
-    )
+    try:
+        asked = ask(
+            store,
+            experiment.experiment_id,
+            index,
+            trial_id,
+            experiment.algorithm,
+            experiment.space,
+            experiment.pruner,
+            population_floor=window.first_index,
+        )
+    except PopulationNotReady as exc:
+        raise TrialWaits(trial_id, str(exc)) from None
     record = asked.record
     chosen = _service_index(experiment, store, record, service_index)
     spec = experiment.trial_spec(
         index, asked.number, asked.parameters, chosen, record.parameter_source, inputs=window.inputs
     )
+    if record.lineage is not None and record.lineage.parent_trial_id and not record.finished:
+        record, start_from = _parent_checkpoint(experiment, store, record, connections)
+        spec = replace(spec, start_from=start_from)
     started = StartedTrial(
         experiment,
         record,
@@ -189,6 +221,29 @@ def start_trial(
         run_sync(stop_trial(platform, store, handle, record.storage_id, reason))
         started.record = store.trial(record.storage_id)
     return started
+
+
+def _parent_checkpoint(
+    experiment: Experiment, store: ExperimentStore, record: TrialRecord, connections: Connections | None
+) -> tuple[TrialRecord, Resume | None]:
+    """The PBT parent's last checkpoint this trial starts from, what it found recorded in the
+    trial's lineage at its first start (the step, or why there is none: the trial then starts
+    fresh, and its page says so)."""
+    assert record.lineage is not None
+    step, start_from, note = None, None, None
+    try:
+        found = parent_checkpoint(experiment, record.lineage, connections)
+        if found is None:
+            note = f"its parent {record.lineage.parent_trial_id} kept no checkpoint"
+        else:
+            step, start_from = found
+    except Exception as exc:  # the store down or refusing: said, and the trial starts fresh
+        note = f"its parent's checkpoint could not be read: {exc}"[:500]
+    if record.handle is None:
+        lineage = replace(record.lineage, loaded_step=step, note=note)
+        store.set_attrs(record.storage_id, pbt=lineage.to_attr())
+        record = replace(record, lineage=lineage)
+    return record, start_from
 
 
 async def stop_trial(

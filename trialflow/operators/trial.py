@@ -12,15 +12,24 @@ until the end.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.sdk import BaseOperator, Context, timezone
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowRescheduleException,
+    AirflowSkipException,
+)
 
 from trialflow.from_airflow.why_stopped import TaskRef
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
+
+#: Seconds between asks of a trial that waits for its generation (Population Based Training).
+WAIT_INTERVAL = 5.0
 
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
@@ -185,6 +194,12 @@ class SubmitTrialOperator(BaseOperator):
         except trial_lifecycle.TrialNotStarted as exc:
             label_task(context, f"{exc.trial_id} not started")
             raise AirflowSkipException(str(exc)) from None
+        except trial_lifecycle.TrialWaits as exc:
+            # Up for reschedule, not deferred: a waiting task holds no slot of trialConcurrency,
+            # so the trials it waits for (a retry among them) always find one.
+            label_task(context, f"{exc.trial_id} waits for its generation")
+            self.log.info("%s; asking again in %.0f s", exc, WAIT_INTERVAL)
+            raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=WAIT_INTERVAL)) from None
         except trial_lifecycle.TrialCannotRun as exc:
             raise AirflowFailException(str(exc)) from exc
         self._show(context, started)

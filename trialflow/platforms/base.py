@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -104,12 +105,31 @@ class TrialSpec:
     code_excludes: tuple[Path, ...] = ()
     #: parameter.cfg's parameter_source: "algorithm" (the tuner's), "customized" (a person's).
     parameter_source: str = "algorithm"
+    #: Population Based Training: the parameters also name NNI's load and save folders, which
+    #: exist only where the trial runs (trialflow.trial.wire.PBT_SAVE_DIR).
+    checkpoint_dirs: bool = False
+    #: The checkpoint the trial starts from at its first launch (a PBT parent's): the platform
+    #: fetches it as a restart's and names it in RESUME_FOLDER_VAR. None: it starts fresh.
+    start_from: Resume | None = None
 
-    def parameter_cfg(self) -> str:
-        """parameter.cfg's content for this trial (every platform writes exactly this)."""
+    def parameters_at(self, output_dir: str) -> dict[str, Any]:
+        """The parameters as the trial reads them, its output folder being ``output_dir`` on
+        its machine: NNI PBT's folders resolved there (the load folder is the fetched
+        checkpoint in the environment, else a folder that holds nothing)."""
+        if not self.checkpoint_dirs:
+            return self.parameters
+        from trialflow.trial.wire import PBT_LOAD_KEY, PBT_NO_LOAD_DIR, PBT_SAVE_DIR, PBT_SAVE_KEY, RESUME_FOLDER_VAR
+
+        load = self.env.get(RESUME_FOLDER_VAR) or posixpath.join(output_dir, PBT_NO_LOAD_DIR)
+        return {**self.parameters, PBT_LOAD_KEY: load, PBT_SAVE_KEY: posixpath.join(output_dir, PBT_SAVE_DIR)}
+
+    def parameter_cfg(self, output_dir: str = "") -> str:
+        """parameter.cfg's content for this trial (every platform writes exactly this), its
+        output folder being ``output_dir`` where it runs."""
         from trialflow.trial.protocol import parameter_text
 
-        return parameter_text(self.parameter_id, self.parameters, source=self.parameter_source)
+        parameters = self.parameters_at(output_dir)
+        return parameter_text(self.parameter_id, parameters, source=self.parameter_source)
 
     def environment(
         self,

@@ -327,7 +327,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
             "working_directory": str(spec.code_dir),
             "trial_directory": str(self.trial_dir(spec.trial_id)),
             "environment": nni_env,
-            "parameter.cfg": json.loads(spec.parameter_cfg()),
+            "parameter.cfg": json.loads(spec.parameter_cfg(str(self.trial_dir(spec.trial_id)))),
         }
 
     # -- contract -------------------------------------------------------------------------
@@ -342,6 +342,11 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
             raise FileNotFoundError(f"trialCodeDirectory {spec.code_dir} does not exist")
         (sys_dir / ".nni").mkdir(parents=True, exist_ok=True)
         (sys_dir / CONTROL_DIR).mkdir(exist_ok=True)
+        if spec.start_from is not None and RESUME_FOLDER_VAR not in spec.env:
+            # a PBT parent's checkpoint, fetched as a restart's is (attempt 0: the first launch)
+            folder = await asyncio.to_thread(_fetched_resume, sys_dir, 0, spec.start_from)
+            env = {**spec.env, RESUME_FOLDER_VAR: str(folder), RESUME_STEP_VAR: str(spec.start_from.step)}
+            spec = replace(spec, env=env)
         claims = await self.claim_gpus(spec)  # may wait for free GPUs; nothing is marked meanwhile
         # The launch waits (up to LAUNCH_WAIT_SECONDS) for the wrapper's pid: off the event loop.
         return await asyncio.to_thread(self._launch, spec, sys_dir, handle, claims)
@@ -357,7 +362,8 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
                     return existing
                 raise RuntimeError(f"trial {spec.trial_id}: another launch is in progress but recorded no pid")
             try:
-                write_parameter_file(sys_dir, spec.parameter_id, spec.parameters, source=spec.parameter_source)
+                parameters = spec.parameters_at(str(sys_dir))
+                write_parameter_file(sys_dir, spec.parameter_id, parameters, source=spec.parameter_source)
                 wrapper = sys_dir / CONTROL_DIR / "run.sh"
                 wrapper.write_text(self.build_wrapper(spec, claims))
                 env = self.build_env(spec)

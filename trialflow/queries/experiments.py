@@ -11,6 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from trialflow.config.model import AlgorithmConfig
 from trialflow.experiment import GROUP_ATTR
 from trialflow.experiment.run_windows import LIKE_PATTERN, RunWindow, run_id_of, shown_window
 from trialflow.queries.objectives import objectives_of
@@ -28,11 +29,12 @@ from trialflow.queries.tables import (
     study_attrs,
     study_id_of,
 )
-from trialflow.queries.trials import best_trial_row, trials_page
+from trialflow.queries.trials import best_trial_row, generations, trials_page
 from trialflow.seeding.nni_import import IMPORTED_ATTR
 from trialflow.seeding.retune import RETUNED_BY, RETUNED_FROM
 from trialflow.seeding.warm_start import WARM_STARTED_BY, WARM_STARTED_FROM
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
+from trialflow.tuning.pbt import PbtArgs
 
 _LIST_ATTRS = (
     "experiment_name",
@@ -298,6 +300,8 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         "warm_started_by": [e for e in attrs.get(WARM_STARTED_BY) or [] if isinstance(e, str)],
         # An NNI experiment brought in by `trialflow import-nni` (its times are NNI's).
         "imported_from": _imported_from(attrs.get(IMPORTED_ATTR)),
+        # Population Based Training: the population's size and each generation's progress.
+        "population": _population(engine, experiment_id, config),
         "config": {
             "tuner": config.get("tuner") or config.get("advisor"),
             "assessor": config.get("assessor"),
@@ -310,6 +314,26 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
             "platforms": [s.get("platform") for s in services if isinstance(s, dict)],
             "searchSpace": config.get("searchSpace"),
         },
+    }
+
+
+def _population(engine: Engine, experiment_id: str, config: dict[str, Any]) -> dict[str, Any] | None:
+    """PBT's population (its size, the generations the trial budget makes, each one's trials
+    and ended ones); None for another tuner."""
+    raw = config.get("tuner")
+    try:
+        tuner = AlgorithmConfig.model_validate(raw) if isinstance(raw, dict) else None
+    except ValueError:
+        return None
+    if tuner is None or not tuner.population_based:
+        return None
+    args = PbtArgs.from_class_args(tuner.class_args)
+    budget = config.get("maxTrialNumber")
+    planned = -(-int(budget) // args.population_size) if isinstance(budget, int) and budget > 0 else None
+    return {
+        "size": args.population_size,
+        "planned": planned,
+        "generations": generations(engine, experiment_id, args.population_size),
     }
 
 

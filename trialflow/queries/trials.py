@@ -40,6 +40,7 @@ from trialflow.queries.tables import (
 )
 from trialflow.seeding.nni_import import IMPORT_REQUESTER
 from trialflow.trial.status import COUNTED_STATUS_NAMES
+from trialflow.tuning.pbt import Lineage
 from trialflow.tuning.trial_restarts import restarts_from_attr
 
 SortKey = str  # "index" | "status" | "metric" | "duration" | "platform" | "param:<name>" | "objective:<n>"
@@ -543,6 +544,15 @@ def trial_detail(
                 )
             ).scalar()
         )
+        lineage = Lineage.from_attr(
+            decoded(
+                conn.execute(
+                    sa.select(TRIAL_ATTRS.c.value_json).where(
+                        TRIAL_ATTRS.c.trial_id == storage_id, TRIAL_ATTRS.c.key == "pbt"
+                    )
+                ).scalar()
+            )
+        )
         total = int(row.get("intermediate_count") or 0)
         intermediate = _thinned_curve(conn, str(engine.url), storage_id, total, max_points)
     return {
@@ -552,6 +562,9 @@ def trial_detail(
         # Each restart after a fault: the attempt it began, the checkpoint step it loaded (None:
         # from scratch), when, and why (trialflow.experiment.keeping).
         "restarts": [r.__dict__ for r in restarts_from_attr(restarts)],
+        # Population Based Training: its generation and member, its parent (the trial whose
+        # checkpoint it started from) and whether it copied the parent's parameters.
+        "lineage": lineage.to_attr() if lineage is not None else None,
         "intermediate": intermediate,
         "intermediate_total": total,
     }
@@ -617,3 +630,20 @@ def curves(
         series = downsample(series, len(series), max_points)
         out.append({"trial_index": index, "status": status_name, "points": series, "total": len(points.get(index, []))})
     return {"curves": out}
+
+
+def generations(engine: Engine, experiment_id: str, size: int) -> list[dict[str, Any]]:
+    """Population Based Training's progress: per generation (trial index // ``size``) that has
+    trials, how many it has and how many of them ended (one grouped query)."""
+    with engine.connect() as conn:
+        sid = study_id_of(conn, experiment_id)
+        generation = (TRIAL_INDEX.c.trial_index // size).label("generation")
+        settled = sa.cast(TRIALS.c.state, sa.String(8)).not_in(["RUNNING", "WAITING"])
+        rows = conn.execute(
+            sa.select(generation, sa.func.count(), sa.func.sum(sa.case((settled, 1), else_=0)))
+            .select_from(TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id))
+            .where(TRIAL_INDEX.c.study_id == sid)
+            .group_by(generation)
+            .order_by(generation)
+        ).all()
+    return [{"generation": int(g), "trials": int(n), "ended": int(e or 0)} for g, n, e in rows]

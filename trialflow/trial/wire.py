@@ -26,6 +26,14 @@ CHECKPOINT_RECORDS_VAR = "TRIALFLOW_CHECKPOINTS"
 #: saved at (the number of intermediate results reported before it).
 RESUME_FOLDER_VAR = "TRIALFLOW_RESUME_CHECKPOINT"
 RESUME_STEP_VAR = "TRIALFLOW_RESUME_STEP"
+#: NNI's PBTTuner gave a trial two folders as parameters: the checkpoint to load, and where
+#: to save its own. Here both are in the trial's output folder where it runs: the save folder
+#: is kept as its checkpoint when it ends, and the load folder is the parent's checkpoint
+#: fetched there (RESUME_FOLDER_VAR), or an empty folder's name in the first generation.
+PBT_LOAD_KEY = "load_checkpoint_dir"
+PBT_SAVE_KEY = "save_checkpoint_dir"
+PBT_SAVE_DIR = "pbt/save"
+PBT_NO_LOAD_DIR = "pbt/nothing-to-load"
 #: Steps are numbered like intermediate results; nine digits sort as numbers do.
 MAX_CHECKPOINT_STEP = 999_999_999
 

@@ -196,6 +196,26 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
         history="window",
     ),
     AlgorithmSpec(
+        "PBT",
+        "tuner",
+        "Population Based Training over trial indices (trialflow.tuning.pbt): trial i is member "
+        "i % population_size of generation i // population_size and waits for the generation before "
+        "to end; its worst fraction copy a top trial's parameters, perturbed, and start from its last "
+        "checkpoint, the rest from their own (fetched from the artifact store; implies `checkpoints`)",
+        {
+            **COMMON_ARGS,
+            "population_size": _int(2),
+            "factor": _float(0, 1, open_low=True),
+            "factors": _float(0, 1, open_low=True),
+            "resample_probability": _float(0, 1),
+            "fraction": _float(0, 0.5, open_low=True),
+        },
+        ignored={"all_checkpoint_dir": "checkpoints go to the experiment's artifact store (`checkpoints.store`)"},
+        nested=False,
+        aliases=("PBTTuner",),
+        history="none",
+    ),
+    AlgorithmSpec(
         "Hyperband",
         "advisor",
         "Optuna HyperbandPruner (max_resource=R, reduction_factor=eta) "
@@ -254,7 +274,6 @@ CLOSEST = {
     "SMAC": "TPE",
     "MetisTuner": "GP",
     "DNGOTuner": "GP",
-    "PBTTuner": "Evolution",
     "PPOTuner": "Evolution",
     "NetworkMorphism": "Evolution",
     "RegularizedEvolution": "Evolution",
@@ -342,6 +361,10 @@ def _check_args(spec: AlgorithmSpec, algorithm: AlgorithmConfig, key: str) -> li
             message = check(value) if check else f"unknown tpe_args key; known: {', '.join(TPE_ARGS)}"
             if message:
                 problems.append((f"{key}.classArgs.tpe_args.{arg}", message))
+    if spec.name == "PBT" and {"factor", "factors"} <= set(algorithm.class_args):
+        problems.append(
+            (f"{key}.classArgs.factors", "set factor or factors (NNI's two names for one argument), not both")
+        )
     if spec.name == "BOHB":
         low, high = algorithm.class_args.get("min_budget", 1), algorithm.class_args.get("max_budget", 3)
         if isinstance(low, int) and isinstance(high, int) and low >= high:
@@ -394,6 +417,15 @@ def check_algorithms(
     problems: list[tuple[str, str]] = []
     if objectives > 1:
         problems += _check_several_objectives(tuner, advisor, assessor)
+    if assessor is not None and tuner is not None and tuner.population_based:
+        problems.append(
+            (
+                "assessor",
+                "PBT ends every trial after its step and starts the next generation from its checkpoint; an "
+                "assessor stopping trials early would leave members out of the population (NNI refused it too): "
+                "remove the assessor",
+            )
+        )
     for key, algorithm, role in (
         ("tuner", tuner, "tuner"),
         ("advisor", advisor, "advisor"),

@@ -20,12 +20,22 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from trialflow.config.model import AlgorithmConfig
-from trialflow.config.search_space import SearchSpace
+from trialflow.config.search_space import SearchSpace, encode
 from trialflow.trial.status import TrialStatus
 from trialflow.tuning.algorithms import canonical_tuner_name
 from trialflow.tuning.assessors import Judgment
 from trialflow.tuning.assessors import judge as judge_steps
 from trialflow.tuning.history import asking_storage
+from trialflow.tuning.pbt import (
+    Ended,
+    Lineage,
+    PbtArgs,
+    PopulationNotReady,
+    generation_of,
+    plan_member,
+    previous_generation,
+)
+from trialflow.tuning.results import scalar
 from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
 
 if TYPE_CHECKING:
@@ -54,9 +64,16 @@ def ask(
     tuner: AlgorithmConfig,
     space: SearchSpace,
     pruner: BasePruner | None = None,
+    population_floor: int | None = None,
 ) -> AskedTrial:
     """Parameters for trial ``trial_index``: the ones it already has (a retry or a resumed
     run re-attaches), or new ones from the tuner, which has seen every earlier result.
+
+    Population Based Training (trialflow.tuning.pbt): with ``population_floor`` (the first
+    trial index of the asking run: an earlier index without a trial belongs to a run that
+    ended, and is not waited for), a trial of a later generation raises PopulationNotReady
+    until every trial of the generation before has ended, then gets the member's plan. An
+    import (no floor) gives every trial the parameters it brings.
 
     Optuna creates the trial (one commit); the store then writes its parameters, trialflow's
     attributes and the claim of the index as one transaction, and a claim that loses to a twin
@@ -64,8 +81,20 @@ def ask(
     existing = store.find_trial(experiment_id, trial_index)
     if existing is not None:
         return AskedTrial(existing.number, existing.storage_id, existing.parameters, True, existing)
+    population = (
+        PbtArgs.from_class_args(tuner.class_args) if population_floor is not None and tuner.population_based else None
+    )
+    ended: list[Ended] = []
+    if population is not None:  # before a person's queued trial is claimed for this index
+        ended = generation_before(store, experiment_id, trial_index, population.population_size, population_floor or 0)
     study_id = store.study_id(experiment_id)
     queued, fixed = store.asked_for(study_id, trial_index, space)
+    lineage = None
+    if population is not None:
+        plan = plan_member(trial_index, population, space, ended) if fixed is None else None
+        lineage = plan.lineage if plan is not None else Lineage(*generation_of(trial_index, population.population_size))
+        if plan is not None:
+            fixed = encode(space, plan.parameters)
     sampler = make_sampler(tuner, space, trial_index)
     if fixed is not None:
         # A person's own trial: the sampler replays their values, so the tuner learns from
@@ -84,12 +113,37 @@ def ask(
         "parameters": parameters,
         "nni_status": TrialStatus.WAITING.value,
     }
+    if lineage is not None:
+        attrs["pbt"] = lineage.to_attr()
     if queued is not None and fixed is not None:
         budget = parameters.get(BUDGET_KEY)
         attrs["parameters"] = {**queued.parameters, **({BUDGET_KEY: budget} if budget else {})}
         attrs["asked_by"] = queued.request
     record, lost = store.claim_index(study_id, trial_index, trial, params, attrs, queued)
     return AskedTrial(record.number, record.storage_id, record.parameters, lost, record)
+
+
+def generation_before(
+    store: ExperimentStore, experiment_id: str, trial_index: int, size: int, floor: int
+) -> list[Ended]:
+    """The ended trials of the generation before ``trial_index``'s, or PopulationNotReady
+    naming those still running or not yet asked (below ``floor``, a missing one never will be).
+    A trial that did not succeed has no result to rank by (it ranks last)."""
+    ended, waiting = [], []
+    for index in previous_generation(trial_index, size):
+        record = store.find_trial(experiment_id, index)
+        if record is None:
+            if index >= floor:
+                waiting.append(index)
+            continue
+        if not record.finished:
+            waiting.append(index)
+            continue
+        value = scalar(record.final) if record.status is TrialStatus.SUCCEEDED else None
+        ended.append(Ended(index, record.trial_id, record.parameters, value))
+    if waiting:
+        raise PopulationNotReady(trial_index, trial_index // size, waiting)
+    return ended
 
 
 def judge(

@@ -38,6 +38,7 @@ from trialflow.tuning.optuna_internals import trial_storage_id
 from trialflow.tuning.optuna_storage import HeldParam, open_storage
 from trialflow.tuning.optuna_tables import STUDIES, STUDY_ATTRS, TRIAL_ATTRS, TRIALS
 from trialflow.tuning.pareto import OBJECTIVES_ATTR
+from trialflow.tuning.pbt import Lineage
 from trialflow.tuning.prior_trials import PRIOR_ATTR, PriorTrial, is_prior
 from trialflow.tuning.prior_trials import template as prior_template
 from trialflow.tuning.results import TrialRow, finite_or_none, jsonable, outcome, preview, scalar
@@ -87,6 +88,8 @@ class TrialRecord:
     asked_by: dict[str, Any] | None = None
     #: Its restarts after faults, oldest first (trialflow.experiment.keeping).
     restarts: tuple[Restart, ...] = ()
+    #: Its place in a Population Based Training population, and its parent (trialflow.tuning.pbt).
+    lineage: Lineage | None = None
 
     @property
     def parameter_source(self) -> str:
@@ -114,6 +117,7 @@ def _record(frozen: optuna.trial.FrozenTrial, storage_id: int) -> TrialRecord:
         last_step=frozen.last_step,
         asked_by=attrs.get("asked_by"),
         restarts=restarts_from_attr(attrs.get("restarts")),
+        lineage=Lineage.from_attr(attrs.get("pbt")),
     )
 
 
@@ -343,7 +347,13 @@ class ExperimentStore:
             self.storage.set_trial_state_values(storage_id, TrialState.FAIL)
             return self.trial(winner), True
         record = TrialRecord(
-            storage_id, asked.number, trial_index, attrs["trial_id"], parameters, asked_by=attrs.get("asked_by")
+            storage_id,
+            asked.number,
+            trial_index,
+            attrs["trial_id"],
+            parameters,
+            asked_by=attrs.get("asked_by"),
+            lineage=Lineage.from_attr(attrs.get("pbt")),
         )
         return record, False
 

@@ -147,6 +147,9 @@ SAMPLERS: dict[str, Factory] = {
     "GP": _gp,
     "Hyperband": _hyperband,
     "BOHB": _bohb,
+    # The first generation draws at random; later ones get the values trialflow.tuning.pbt
+    # planned, replayed through a fixed sampler (trialflow.tuning.asker).
+    "PBT": _random,
 }
 
 

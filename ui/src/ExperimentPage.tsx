@@ -47,7 +47,34 @@ function Summary({ summary }: { summary: Summary }) {
         </Text>
       )}
       <Lineage summary={summary} />
+      {summary.population ? <Population population={summary.population} /> : null}
     </Panel>
+  );
+}
+
+/** Population Based Training's progress: each generation's ended trials of its population. */
+function Population({ population }: { population: NonNullable<Summary["population"]> }) {
+  const current = population.generations.find((g) => g.ended < population.size);
+  const done = !current && population.generations.length > 0;
+  return (
+    <Box mt={3} fontSize="sm" data-testid="population">
+      <Text>
+        Population Based Training, {population.size} trials a generation
+        {population.planned ? `, ${population.planned} generation${population.planned === 1 ? "" : "s"}` : ""}
+        {current ? `: generation ${current.generation} has ${current.ended} of ${population.size} ended`
+          : done ? `: every generation so far has ended` : ": no trial yet"}.
+        {" "}A trial's page shows the one whose checkpoint it started from.
+      </Text>
+      <HStack gap={1} mt={1} flexWrap="wrap">
+        {population.generations.map((g) => (
+          <Box key={g.generation} px={2} py={0.5} borderRadius="sm" fontSize="xs" data-testid={`generation-${g.generation}`}
+            bg={g.ended >= population.size ? "green.subtle" : g.trials ? "blue.subtle" : "bg.muted"}
+            title={`generation ${g.generation}: ${g.trials} started, ${g.ended} ended`}>
+            gen {g.generation}: {g.ended}/{population.size}
+          </Box>
+        ))}
+      </HStack>
+    </Box>
   );
 }
 

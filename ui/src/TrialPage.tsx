@@ -10,7 +10,9 @@ import { ErrorBox, Fact, Loading, Panel, StatusBadge } from "./common";
 import { useLoad } from "./hooks";
 import { flatten, formatBytes, formatDuration, formatHandleValue, formatTime, formatValue, visible } from "./util";
 
-export function TrialPage({ experimentId, index, onBack }: { experimentId: string; index: number; onBack: () => void }) {
+export function TrialPage({ experimentId, index, onBack, onOpenTrial }: {
+  experimentId: string; index: number; onBack: () => void; onOpenTrial?: (index: number) => void;
+}) {
   const path = `experiments/${encodeURIComponent(experimentId)}/trials/${index}`;
   const first = useLoad(() => getJson<TrialDetail>(path), [path]);
   const live = first.data ? ["WAITING", "RUNNING"].includes(first.data.status) : false;
@@ -56,6 +58,7 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
             In Airflow: {trial.airflow_actions.map((a) => `${formatTime(a.at)} ${visible(a.by ?? "?")} ${visible(a.event.replace(/_/g, " "))}${a.state ? ` (${visible(a.state)})` : ""}`).join("; ")}
           </Text>
         ) : null}
+        {trial.lineage ? <Lineage lineage={trial.lineage} onOpenTrial={onOpenTrial} /> : null}
         {trial.restarts?.length ? (
           <Box mt={2} fontSize="sm" data-testid="trial-restarts">
             <Text fontWeight="semibold">
@@ -161,5 +164,33 @@ export function TrialPage({ experimentId, index, onBack }: { experimentId: strin
       {trial.log.length === 0 && !trial.imported ? <Text fontSize="sm" color="fg.muted">The trial's log is not readable from the Airflow API server; see the task instance's log{trial.location ? " or the folder above" : ""}.</Text> : null}
       <Link fontSize="sm" onClick={onBack}>← experiment</Link>
     </VStack>
+  );
+}
+
+/** Where a Population Based Training trial stands: its generation, and the trial whose
+ * checkpoint it started from (a link), copied and perturbed or its own line going on. */
+function Lineage({ lineage, onOpenTrial }: {
+  lineage: NonNullable<TrialDetail["lineage"]>; onOpenTrial?: (index: number) => void;
+}) {
+  const parent = lineage.parent_index;
+  const link = parent === null ? null : (
+    <Link color="blue.fg" data-testid="trial-parent" onClick={() => onOpenTrial?.(parent)} cursor="pointer">
+      trial {parent}
+    </Link>
+  );
+  return (
+    <Box mt={2} fontSize="sm" data-testid="trial-lineage">
+      <Text fontWeight="semibold">
+        Population Based Training: generation {lineage.generation}, member {lineage.member}
+      </Text>
+      <Text fontSize="xs" color="fg.muted">
+        {parent === null ? "First generation: parameters drawn at random, trained from scratch." : lineage.exploited
+          ? <>In the worst fraction of its generation: took {link}&apos;s parameters, perturbed, and </>
+          : <>Went on from its own line, {link}, with the same parameters, and </>}
+        {parent === null ? null : lineage.loaded_step !== null
+          ? `started from its checkpoint at step ${lineage.loaded_step}.`
+          : `started from scratch: ${visible(lineage.note ?? "no checkpoint was given")}.`}
+      </Text>
+    </Box>
   );
 }

@@ -117,6 +117,9 @@ export interface Summary {
   warm_started_by?: string[];
   /** An experiment `trialflow import-nni` brought in (its times are NNI's). */
   imported_from?: { system: string; nni_id: string; swapped: number } | null;
+  /** Population Based Training: its size, the generations the trial budget makes, and each
+   * generation's trials and how many of them ended. */
+  population?: { size: number; planned: number | null; generations: { generation: number; trials: number; ended: number }[] } | null;
   /** Several objectives (else empty): "best" is the Pareto set, first member by the first objective. */
   objectives: Objective[];
   pareto: TrialRow[];
@@ -161,6 +164,18 @@ export interface TrialDetail extends TrialRow {
   /** Each restart after a fault: the attempt it began, the checkpoint step it loaded (null: from
    * scratch), when and why. */
   restarts?: { attempt: number; step: number | null; at: number; reason: string }[];
+  /** Population Based Training: its generation and member, the trial whose checkpoint it started
+   * from (null in the first generation), whether it copied that trial's parameters (perturbed),
+   * the checkpoint step it was given, or why it was given none. */
+  lineage?: {
+    generation: number;
+    member: number;
+    parent_index: number | null;
+    parent_trial_id: string | null;
+    exploited: boolean;
+    loaded_step: number | null;
+    note: string | null;
+  } | null;
   /** What the ended trial kept in the artifact store (name, bytes), or why it cannot be listed. */
   artifacts?: { name: string; size: number }[];
   artifacts_error?: string | null;

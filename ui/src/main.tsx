@@ -23,7 +23,8 @@ function Experiment({ experimentId, embedded }: { experimentId: string; embedded
   const trial = params.get("trial");
   const selected = (params.get("compare") ?? "").split(",").filter(Boolean).map(Number).filter(Number.isFinite);
   if (trial !== null) {
-    return <TrialPage experimentId={experimentId} index={Number(trial)} onBack={() => update({ trial: null })} />;
+    return <TrialPage key={trial} experimentId={experimentId} index={Number(trial)} onBack={() => update({ trial: null })}
+      onOpenTrial={(index) => update({ trial: String(index) })} />;
   }
   return (
     <ExperimentPage experimentId={experimentId} tab={params.get("tab") ?? "overview"} selected={selected}

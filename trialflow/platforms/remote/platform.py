@@ -333,10 +333,16 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
             if claims:
                 await self.shell.run(machine, release_command(f"{base}/{CLAIMS_DIR}", claims), check=False)
             return self._handle(spec, machine, trial_dir)
+        if spec.start_from is not None and RESUME_FOLDER_VAR not in spec.env:
+            # a PBT parent's checkpoint, uploaded as a restart's is, before the launch
+            folder = f"{trial_dir}/resume"
+            await self._upload_resume(machine, trial_dir, folder, spec.start_from)
+            env = {**spec.env, RESUME_FOLDER_VAR: folder, RESUME_STEP_VAR: str(spec.start_from.step)}
+            spec = replace(spec, env=env)
         await self.shell.run(
             machine,
             workdir_command(trial_dir, code_folder, in_place),
-            spec.parameter_cfg().encode(),
+            spec.parameter_cfg(trial_dir).encode(),
         )
         await self.shell.run(
             machine,
@@ -518,5 +524,5 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
                 if k.startswith("NNI_") or k in ("CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
             },
             "launch": self.build_command(spec, trial_dir, f"{base}/.code/<sdk digest>", machine),
-            "parameter.cfg": json.loads(spec.parameter_cfg()),
+            "parameter.cfg": json.loads(spec.parameter_cfg(trial_dir)),
         }
