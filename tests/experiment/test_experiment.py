@@ -170,6 +170,13 @@ def test_checkpoints_run_on_local_and_are_refused_where_the_platform_cannot_keep
     problems = [(p.key_path, p.message) for p in check_runnable(load_config(path))]
     assert [k for k, _ in problems] == [("checkpoints",)], problems
     assert "not yet keep checkpoints or restart trials on openpai" in problems[0][1]
+    # PBTTuner implies checkpoints (NNI's example has no key): refused there too, saying why
+    path.write_text(
+        path.read_text().replace("tuner: {name: TPE}\ncheckpoints: {keepLast: 2}\n", "tuner: {name: PBTTuner}\n")
+    )
+    problems = [(p.key_path, p.message) for p in check_runnable(load_config(path))]
+    assert [k for k, _ in problems] == [("checkpoints",)], problems
+    assert "PBTTuner hands checkpoints on, so it needs a platform that keeps them" in problems[0][1]
 
 
 def test_hybrid_places_each_trial_on_the_platform_with_fewest_active_trials(tmp_path, store):

@@ -76,28 +76,25 @@ def default_workdir() -> Path:
 
 
 def _checkpoints_problems(config: ExperimentConfig) -> list[Problem]:
-    """The ``checkpoints`` key on a platform trialflow cannot yet keep them for (each platform
-    says, TrainingPlatform.keeps_checkpoints)."""
+    """The ``checkpoints`` key (or PBT, which implies it) on a platform trialflow cannot keep
+    them for, as configured (each platform says, TrainingPlatform.checkpoints_refused)."""
     from trialflow.config.registry import PlatformUnavailable, get_platform_entry
 
-    without = []
-    for name in dict.fromkeys(config.platform_names):
+    problems = []
+    for index, service in enumerate(config.training_service):
         try:
-            keeps = bool(getattr(get_platform_entry(name).load(), "keeps_checkpoints", False))
+            why = get_platform_entry(service.platform).load().checkpoints_refused(service)
         except PlatformUnavailable:
             continue  # said by the platform's own check
-        if not keeps:
-            without.append(name)
-    if not without:
-        return []
-    return [
-        Problem(
-            config.source_file,
-            ("checkpoints",),
-            f"trialflow does not yet keep checkpoints or restart trials on {', '.join(without)} "
-            "(it does on local and remote): remove the key, or run there without it",
-        )
-    ]
+        if why:
+            key: tuple[str | int, ...] = ("checkpoints",)
+            if len(config.training_service) > 1:
+                key = ("trainingService", index)
+            remedy = "remove the key, or run there without it"
+            if config.tuner is not None and config.tuner.population_based:
+                remedy = "PBTTuner hands checkpoints on, so it needs a platform that keeps them"
+            problems.append(Problem(config.source_file, key, f"{why}: {remedy}"))
+    return problems
 
 
 def check_runnable(config: ExperimentConfig) -> list[Problem]:

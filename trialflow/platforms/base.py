@@ -178,6 +178,9 @@ class TrialUpdate:
     #: Why malformed metric records (or over-long output lines) among the new bytes were
     #: skipped; the follow loop warns once each and counts them in the trial's message.
     skipped: list[str] = field(default_factory=list)
+    #: An ended job's infrastructure fault as the platform saw it (a pod evicted or OOM-killed,
+    #: its node gone), where no exit code says it; ended_by_fault reads it.
+    fault: str | None = None
 
 
 def handle_location(handle: Mapping[str, Any]) -> str | None:
@@ -266,7 +269,7 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
     name: ClassVar[str]
     #: Whether trialflow can keep this platform's checkpoints and restart its trials from them
     #: (fetch_output, ended_by_fault and restart below); the ``checkpoints`` key is refused
-    #: for a platform without.
+    #: for a platform without (checkpoints_refused: a platform may need more of its config).
     keeps_checkpoints: ClassVar[bool] = False
     #: Whether a restarted trial's output goes on in the same place (its metrics read on from
     #: the follow cursor: local's one append-only file), or starts afresh (a folder or job of
@@ -281,6 +284,16 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
         self.config = config
         self.experiment_dir = Path(experiment_dir)
         self.connections = connections or Connections()
+
+    @classmethod
+    def checkpoints_refused(cls, config: Any) -> str | None:
+        """Why this platform, so configured, cannot keep checkpoints (None: it can)."""
+        if cls.keeps_checkpoints:
+            return None
+        return (
+            f"trialflow does not yet keep checkpoints or restart trials on {cls.name} (it does on local, "
+            "remote and the Kubernetes platforms with mounted storage)"
+        )
 
     @classmethod
     def from_config(

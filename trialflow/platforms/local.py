@@ -14,7 +14,6 @@ that).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -22,7 +21,7 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,7 +42,7 @@ from trialflow.platforms.base import (
 from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequest, acquire, release_command
 from trialflow.platforms.hosts import check_host, this_host
 from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, stop_trial_command, trial_mark
-from trialflow.platforms.mounted import read_framed_file
+from trialflow.platforms.mounted import fetched_resume, read_framed_file, restart_lock
 from trialflow.trial.folder import TrialFileRefused, last_line, read_in_folder, read_small, tail_in_folder
 from trialflow.trial.protocol import (
     METRICS_FILE,
@@ -104,25 +103,14 @@ def local_fault(status: TrialStatus, exit_code: int | None) -> bool:
 #: Where each ended attempt's control files, exit code and logs are kept, and where a
 #: restart's checkpoint is fetched to (both in the trial's folder, beside its output).
 ATTEMPT_DIR = ".trialflow-attempt-{}"
-RESUME_DIR = ".trialflow-resume"
 _ATTEMPT_FILES = (CONTROL_DIR, STATE_FILE, "stdout", "stderr")
-
-
-@contextlib.contextmanager
-def _restart_lock(sys_dir: Path) -> Iterator[None]:
-    """One restarter at a time in a trial's folder (released if its process dies)."""
-    import fcntl
-
-    with open(sys_dir / f"{RESUME_DIR}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def _archive_attempt(sys_dir: Path, ended: int) -> None:
     """Move attempt ``ended``'s files aside, as they lay in the trial's folder (once: a second
     restarter finds them moved)."""
     archive = sys_dir / ATTEMPT_DIR.format(ended)
-    with _restart_lock(sys_dir):
+    with restart_lock(sys_dir):
         if archive.exists():
             return
         partial = archive.with_name(archive.name + ".partial")
@@ -133,23 +121,6 @@ def _archive_attempt(sys_dir: Path, ended: int) -> None:
                 os.replace(source, partial / name)
         partial.mkdir(exist_ok=True)
         os.replace(partial, archive)
-
-
-def _fetched_resume(sys_dir: Path, attempt: int, resume: Resume) -> Path:
-    """The checkpoint fetched into the trial's folder for ``attempt`` (once: a folder there
-    from an earlier try of the same restart is whole, a partial one is fetched again)."""
-    import shutil
-
-    folder = sys_dir / RESUME_DIR / str(attempt)
-    with _restart_lock(sys_dir):
-        if folder.is_dir():
-            return folder
-        partial = folder.with_name(folder.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        resume.fetch(partial)
-        os.replace(partial, folder)
-    return folder
 
 
 def _last_stderr_line(sys_dir: Path) -> str | None:
@@ -344,7 +315,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         (sys_dir / CONTROL_DIR).mkdir(exist_ok=True)
         if spec.start_from is not None and RESUME_FOLDER_VAR not in spec.env:
             # a PBT parent's checkpoint, fetched as a restart's is (attempt 0: the first launch)
-            folder = await asyncio.to_thread(_fetched_resume, sys_dir, 0, spec.start_from)
+            folder = await asyncio.to_thread(fetched_resume, sys_dir, 0, spec.start_from)
             env = {**spec.env, RESUME_FOLDER_VAR: str(folder), RESUME_STEP_VAR: str(spec.start_from.step)}
             spec = replace(spec, env=env)
         claims = await self.claim_gpus(spec)  # may wait for free GPUs; nothing is marked meanwhile
@@ -537,7 +508,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         sys_dir = Path(handle["trial_dir"])
         env = dict(spec.env)
         if resume is not None:
-            folder = await asyncio.to_thread(_fetched_resume, sys_dir, attempt, resume)
+            folder = await asyncio.to_thread(fetched_resume, sys_dir, attempt, resume)
             env[RESUME_FOLDER_VAR], env[RESUME_STEP_VAR] = str(folder), str(resume.step)
         await asyncio.to_thread(_archive_attempt, sys_dir, attempt - 1)
         started = await self.submit(replace(spec, env=env))

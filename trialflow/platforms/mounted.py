@@ -12,20 +12,24 @@ exactly where the last poll stopped, on any worker, after any restart.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trialflow.trial.folder import TrialFileRefused, read_in_folder, read_small
 from trialflow.trial.packing import SDK_FILES, check_limits, collect_files, sdk_pythonpath
 from trialflow.trial.protocol import Metric, read_framed, read_stdout_lines
 from trialflow.trial.status import CANCEL_STATUSES, TrialStatus
+
+if TYPE_CHECKING:
+    from trialflow.platforms.base import Resume
 
 #: How much of a file one poll reads while the trial runs (all of it once the trial ended).
 READ_CHUNK = 4 * 1024 * 1024
@@ -209,3 +213,34 @@ def read_metric_lines(
             cursor["in_long_line"] = True
         if not final or last or read_now.consumed == 0:
             return metrics, skipped
+
+
+#: Where a restarted (or PBT) trial's checkpoint is fetched in its folder, one folder per attempt.
+RESUME_DIR = ".trialflow-resume"
+
+
+@contextlib.contextmanager
+def restart_lock(sys_dir: Path) -> Iterator[None]:
+    """One restarter at a time in a trial's folder (released if its process dies)."""
+    import fcntl
+
+    with open(sys_dir / f"{RESUME_DIR}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def fetched_resume(sys_dir: Path, attempt: int, resume: Resume) -> Path:
+    """The checkpoint fetched into the trial's folder (this machine's view of it) for
+    ``attempt`` (once: a folder there from an earlier try of the same restart is whole, a
+    partial one is fetched again)."""
+    folder = sys_dir / RESUME_DIR / str(attempt)
+    sys_dir.mkdir(parents=True, exist_ok=True)
+    with restart_lock(sys_dir):
+        if folder.is_dir():
+            return folder
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        resume.fetch(partial)
+        os.replace(partial, folder)
+    return folder

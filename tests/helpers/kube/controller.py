@@ -210,6 +210,8 @@ class Replica:
     log: Path | None = None
     exit_code: int | None = None
     reader: threading.Thread | None = None
+    #: What the kubelet would say ended it, when a test plays a fault (evict()).
+    evicted: bool = False
 
     @property
     def container(self) -> dict[str, Any]:
@@ -463,6 +465,51 @@ class TestController:
             if exc.status != 404:
                 raise
 
+    def _pod_ended(self, replica: Replica) -> None:
+        """The kubelet's report of an ended container: its exit code (128 + the signal, as the
+        runtime gives it for a killed process) and reason, and the pod's own reason when it was
+        evicted."""
+        code = replica.exit_code or 0
+        code = 128 - code if code < 0 else code
+        t = now_rfc3339()
+        status: dict[str, Any] = {
+            "phase": "Succeeded" if code == 0 else "Failed",
+            "containerStatuses": [
+                {
+                    "name": replica.container["name"],
+                    "image": replica.container.get("image") or "image",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": code,
+                            "reason": "Completed" if code == 0 else "Error",
+                            "startedAt": t,
+                            "finishedAt": t,
+                        }
+                    },
+                }
+            ],
+        }
+        if replica.evicted:
+            status.update(reason="Evicted", message="The node was low on resource: memory.")
+        try:
+            self.core.patch_namespaced_pod_status(replica.pod, self.namespace, {"status": status})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def evict(self, name: str, signum: int = signal.SIGKILL) -> None:
+        """What the kubelet does to a pod of job ``name`` under memory pressure: its process is
+        killed and the pod marked Evicted (a fault: the trial did not end itself)."""
+        job = self.job(name)
+        assert job is not None, f"no job {name}"
+        replica = job.replicas[0]
+        replica.evicted = True
+        if replica.proc is not None and replica.proc.poll() is None:
+            os.killpg(replica.proc.pid, signum)
+
     def _volume_source(self, replica: Replica, volume: dict[str, Any]) -> Path:
         folder = self.root / "pods" / replica.pod
         if "configMap" in volume:
@@ -668,7 +715,7 @@ class TestController:
                 if replica.reader is not None:
                     replica.reader.join(5)
                 replica.exit_code = replica.proc.returncode
-                self._pod_phase(replica, "Succeeded" if replica.exit_code == 0 else "Failed")
+                self._pod_ended(replica)
         stop = job.kind == "Framework" and obj["spec"].get("executionType") == "Stop"
         outcome = False if stop else self._outcome(job, obj)
         if outcome is None:

@@ -125,6 +125,12 @@ class PodParts:
         }
 
 
+def job_name(trial_id: str, attempt: int = 0) -> str:
+    """The job of a trial's ``attempt``: the first is the trial's own name, a restart after a
+    fault a job of its own (``...-a<n>``), so neither replaces the other's pods and logs."""
+    return object_name(trial_id if attempt == 0 else f"{trial_id}-a{attempt}")
+
+
 def config_map_name(name: str) -> str:
     return f"{name[: NAME_LIMIT - 6]}-files"
 

@@ -24,6 +24,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,6 +32,7 @@ from trialflow.config.platforms import KubernetesServiceConfig, KubernetesStorag
 from trialflow.platforms.base import (
     Connections,
     Cursor,
+    Resume,
     TrainingPlatform,
     TrialHandle,
     TrialSpec,
@@ -39,6 +41,7 @@ from trialflow.platforms.base import (
 )
 from trialflow.platforms.kubernetes import storage as kube_storage
 from trialflow.platforms.kubernetes.client import Cluster, CustomObjects, KubernetesError, Resource
+from trialflow.platforms.kubernetes.faults import job_fault
 from trialflow.platforms.kubernetes.informer import INFORMERS
 from trialflow.platforms.kubernetes.logs import new_log_lines, since_time
 from trialflow.platforms.kubernetes.manifests import (
@@ -50,12 +53,13 @@ from trialflow.platforms.kubernetes.manifests import (
     cancel_record_name,
     config_map_name,
     experiment_selector,
-    object_name,
+    job_name,
     trial_labels,
 )
-from trialflow.platforms.mounted import read_log_metrics
+from trialflow.platforms.mounted import fetched_resume, read_log_metrics
 from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files, pack
 from trialflow.trial.protocol import read_stdout_lines
+from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,9 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
     nni_platform: ClassVar[str]
     #: Stopping: True deletes the object; False patches ``stop_patch`` (FrameworkController).
     cancel_by_delete: ClassVar[bool] = True
+    #: Through mounted storage (checkpoints_refused): the trial's folder is on a share the
+    #: Airflow workers mount, so checkpoints are read there; a restart is a new job per attempt.
+    keeps_checkpoints: ClassVar[bool] = True
     stop_patch: ClassVar[dict[str, Any]] = {}
     #: Why this kind cannot run without mounted storage (None: the ConfigMap way works).
     storage_required: ClassVar[str | None] = None
@@ -88,6 +95,17 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         )
         self.api = CustomObjects(self.cluster, config.namespace)
         self._cancelled: dict[str, tuple[TrialStatus, str]] = {}
+
+    @classmethod
+    def checkpoints_refused(cls, config: Any) -> str | None:
+        storage = getattr(config, "storage", None)
+        if storage is not None and storage.local_mount_point is not None:
+            return None
+        return (
+            f"{cls.name} keeps checkpoints through mounted storage: set trainingService.storage (nfs, "
+            "azureStorage or pvc) with localMountPoint, the folder where the Airflow workers mount it "
+            "(a pod's own disk is gone when it ends)"
+        )
 
     # -- what a kind module provides ---------------------------------------------------------
 
@@ -148,9 +166,10 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         """Core objects the job needs besides its ConfigMap (image pull secrets, claims)."""
         return []
 
-    def objects(self, spec: TrialSpec) -> list[dict[str, Any]]:
-        """Every object one trial creates, in creation order, exactly as sent."""
-        name = object_name(spec.trial_id)
+    def objects(self, spec: TrialSpec, attempt: int = 0) -> list[dict[str, Any]]:
+        """Every object one trial creates, in creation order, exactly as sent (``attempt``: a
+        restart after a fault is a job of its own, named for it)."""
+        name = job_name(spec.trial_id, attempt)
         out = list(self.extra_objects(spec))
         cm = self.config_map(spec, name)
         if cm is not None:
@@ -222,10 +241,14 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
             )
 
     async def submit(self, spec: TrialSpec) -> TrialHandle:
-        name = object_name(spec.trial_id)
+        return await self._submit(spec, 0, spec.start_from)
+
+    async def _submit(self, spec: TrialSpec, attempt: int, resume: Resume | None) -> TrialHandle:
+        name = job_name(spec.trial_id, attempt)
         existing = await self.api.get(self.resource, name, served=False)  # the create explains a 404
-        if existing is not None:  # a retried task: re-attach, never start it twice
+        if existing is not None:  # a retried task or restart: re-attach, never start it twice
             return self._handle(spec, name, existing)
+        paths = kube_storage.trial_paths(self.storage, spec.experiment_id, spec.trial_id, self._image_code_dir(spec))
         if self.storage is not None:
             kube_storage.stage_code(
                 self.storage,
@@ -233,12 +256,35 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
                 None if self.code_in_image(spec.code_dir) else spec.code_dir,
                 spec.code_excludes,
             )
-            kube_storage.write_parameters(self.storage, spec.experiment_id, spec.trial_id, spec.parameter_cfg())
-        objects = self.objects(spec)  # built whole before anything is created (too big: no half-made trial)
+            if resume is not None:  # fetched onto the share, named by the pods' own path
+                local = kube_storage.local_trial_dir(self.storage, spec.experiment_id, spec.trial_id)
+                fetched = await asyncio.to_thread(fetched_resume, local, attempt, resume)
+                inside = f"{paths.sys_dir}/{fetched.relative_to(local).as_posix()}"
+                spec = replace(spec, env={**spec.env, RESUME_FOLDER_VAR: inside, RESUME_STEP_VAR: str(resume.step)})
+            text = spec.parameter_cfg(paths.sys_dir)
+            kube_storage.write_parameters(self.storage, spec.experiment_id, spec.trial_id, text)
+        objects = self.objects(spec, attempt)  # built whole before anything is created (too big: no half-made trial)
         for obj in objects[:-1]:
             await self.api.create_core(obj)
         created, _ = await self.api.create(self.resource, objects[-1])
-        return self._handle(spec, name, created)
+        handle = self._handle(spec, name, created)
+        return {**handle, "attempt": attempt} if attempt else handle
+
+    async def fetch_output(self, handle: TrialHandle, relative: str, scratch: Path) -> Path:
+        """The trial's folder on the share, as the Airflow workers mount it: read in place
+        (without following a symlink, trialflow.trial.folder)."""
+        assert self.storage is not None  # checkpoints_refused: no checkpoints without it
+        return kube_storage.local_trial_dir(self.storage, handle["experiment_id"], handle["trial_id"])
+
+    def ended_by_fault(self, update: TrialUpdate) -> bool:
+        return update.fault is not None
+
+    async def restart(self, handle: TrialHandle, spec: TrialSpec, attempt: int, resume: Resume | None) -> TrialHandle:
+        """A new job for the attempt (``<name>-a<n>``), its checkpoint fetched onto the share
+        first; the failed job stays as the operator left it (its pods' logs readable) until
+        cleanup. A second call for the attempt re-attaches to its job."""
+        started = await self._submit(spec, attempt, resume)
+        return {**started, "attempt": attempt}
 
     def _handle(self, spec: TrialSpec, name: str, obj: Mapping[str, Any]) -> TrialHandle:
         return {
@@ -302,10 +348,25 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
             return TrialUpdate(status, [], cursor, message)
         cursor["version"] = obj["metadata"].get("resourceVersion")
         status, message = self.status_of(obj)
+        fault = None
         if cancel is not None and status.is_terminal and status != TrialStatus.SUCCEEDED:
             status, message = cancel  # operators report a stop as a failure; it was our cancel
+        elif status == TrialStatus.FAILED:
+            fault = await self._fault(handle)
+            message = "; ".join(m for m in (message, fault) if m) or None
         metrics, cursor, skipped = await self._metrics(handle, cursor, status)
-        return TrialUpdate(status, metrics, cursor, message, skipped=skipped)
+        return TrialUpdate(status, metrics, cursor, message, skipped=skipped, fault=fault)
+
+    async def _fault(self, handle: TrialHandle) -> str | None:
+        """What the failed job's own pods say ended them (trialflow.platforms.kubernetes.faults):
+        the trial's pods, of this job (its owner), not an earlier attempt's."""
+        pods = await self.api.pods(f"{LABEL_TRIAL}={handle['trial_id']}")
+        owned = [
+            p
+            for p in pods
+            if any(o.get("name") == handle["name"] for o in (p.get("metadata") or {}).get("ownerReferences") or [])
+        ]
+        return job_fault(owned)
 
     async def wait_for_change(self, handle: TrialHandle, cursor: Cursor, timeout: float) -> None:
         """The follow loop's pause: with the watch, it ends as soon as the job changes (so an

@@ -233,6 +233,11 @@ def write_parameters(storage: KubernetesStorageConfig, experiment_id: str, trial
     write_parameter_file(folder, text)
 
 
+def local_trial_dir(storage: KubernetesStorageConfig, experiment_id: str, trial_id: str) -> Path:
+    """The trial's folder (its NNI_SYS_DIR and output) as the Airflow workers see it."""
+    return local_root(storage, experiment_id) / "trials" / trial_id
+
+
 def local_log_file(storage: KubernetesStorageConfig, experiment_id: str, trial_id: str, pod: str) -> Path:
     return local_root(storage, experiment_id) / "trials" / trial_id / "logs" / f"{pod}.log"
 
