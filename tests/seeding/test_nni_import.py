@@ -293,3 +293,21 @@ def test_a_key_nni_json_holds_twice_is_refused_naming_it(tmp_path):
         NniHistoryError, match=r"TrialJobEvent rowid 3.data: not valid JSON \(the key 'x' appears twice"
     ):
         read_experiment(folder)
+
+
+def test_a_pbt_experiment_comes_in_without_nnis_checkpoint_folders(store, tmp_path):
+    """NNI's PBTTuner handed its trials the folders to load from and save to, as parameters:
+    paths on NNI's shared disk, no parameter of the space; the trial's own come in."""
+    folder = nni_folder_with(
+        tmp_path, {"x": 0.5, "load_checkpoint_dir": "/ckpt/0/0", "save_checkpoint_dir": "/ckpt/0/0"}
+    )
+    conn = sqlite3.connect(folder / "db" / "nni.sqlite")
+    (params,) = conn.execute("SELECT params FROM ExperimentProfile").fetchone()
+    config = json.loads(params)
+    config["tuner"] = {"name": "PBTTuner", "classArgs": {"optimize_mode": "maximize", "population_size": 2}}
+    conn.execute("UPDATE ExperimentProfile SET params = ?", (json.dumps(config),))
+    conn.commit()
+    conn.close()
+    done = import_experiment(store, read_experiment(folder), "dag_a", experiment_id="epbtimport")
+    (row,) = store.trial_rows(done.experiment_id)
+    assert row.parameters == {"x": 0.5} and row.status == "SUCCEEDED"

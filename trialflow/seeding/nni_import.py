@@ -25,6 +25,7 @@ from trialflow.nni_history import NniExperiment, NniHistoryError
 from trialflow.trial.protocol import Metric
 from trialflow.trial.status import TrialStatus
 from trialflow.tuning.asker import ask
+from trialflow.tuning.pbt import FOLDER_KEYS
 
 if TYPE_CHECKING:
     from trialflow.nni_history.database import NniTrial
@@ -92,7 +93,7 @@ def _checked(experiment: NniExperiment) -> tuple[SearchSpace, AlgorithmConfig, d
         if trial.parameters is None:
             continue
         try:
-            encode(space, trial.parameters)
+            encode(space, _tuned(trial.parameters, tuner))
         except SearchSpaceError as exc:
             raise NniHistoryError(
                 f"{where}: trial {trial.trial_job_id}: its parameters do not fit the search space ({exc.message})"
@@ -133,6 +134,15 @@ def import_experiment(
     return Imported(target, len(trials), experiment.swapped)
 
 
+def _tuned(parameters: dict[str, Any], tuner: AlgorithmConfig) -> dict[str, Any]:
+    """A trial's parameters as the store keeps them: NNI's PBTTuner also handed its trials the
+    folders to load from and save to, paths on NNI's shared disk, which are no parameter of
+    the space (trialflow gives them where a trial runs)."""
+    if not tuner.population_based:
+        return dict(parameters)
+    return {k: v for k, v in parameters.items() if k not in FOLDER_KEYS}
+
+
 def _write(
     store: ExperimentStore,
     experiment: NniExperiment,
@@ -164,7 +174,7 @@ def _write(
         request = {"by": IMPORT_REQUESTER, "nni_trial_job_id": trial.trial_job_id}
         if trial.parameter_source:
             request["parameter_source"] = trial.parameter_source[:32]  # who chose them in NNI
-        store.enqueue(target, dict(trial.parameters), request)
+        store.enqueue(target, _tuned(trial.parameters, tuner), request)
         asked = ask(store, target, index, f"{target}-{index:04d}", tuner, space)
         store.set_attrs(asked.storage_id, **{NNI_JOB_ATTR: trial.trial_job_id})
         metrics = [Metric("PERIODICAL", i, v) for i, v in enumerate(trial.intermediate)]

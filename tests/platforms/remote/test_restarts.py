@@ -103,3 +103,63 @@ def test_a_remote_trial_whose_process_and_sshd_die_restarts_from_its_checkpoint(
         "000000004.manifest.json",
         "000000005.manifest.json",
     ]
+
+
+#: Written like NNI's mnist-pbt trial: load the checkpoint PBT names, train a step, report, save.
+PBT_TRIAL = """\
+import json, os
+import nni
+p = nni.get_next_parameter()
+load = os.path.join(p["load_checkpoint_dir"], "w.json")
+w = json.load(open(load))["w"] if os.path.isfile(load) else 0.0
+if os.path.isfile(load):
+    open(os.path.join(os.environ["NNI_OUTPUT_DIR"], "loaded"), "w").write(json.dumps(w))
+w += p["x"]
+nni.report_final_result(w)
+os.makedirs(p["save_checkpoint_dir"], exist_ok=True)
+json.dump({"w": w}, open(os.path.join(p["save_checkpoint_dir"], "w.json"), "w"))
+"""
+
+
+def test_pbt_on_remote_machines_hands_each_child_its_parents_checkpoint_through_the_store(
+    ssh_servers, tmp_path, store, object_store
+):
+    from tests.helpers.object_store import blob_names
+    from trialflow.hooks.artifact_store import checkpoint_root
+
+    a, _ = ssh_servers
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(PBT_TRIAL)
+    service = json.dumps({"platform": "remote", "machineList": [machine_entry(a, "key")]})
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 train.py\n"
+        "trialCodeDirectory: code\ntrialConcurrency: 2\nmaxTrialNumber: 4\n"
+        "tuner: {name: PBTTuner, classArgs: {population_size: 2, fraction: 0.5}}\n"
+        f"trainingService: {service}\n"
+        f"checkpoints: {{store: '{object_store.url}/pbt', connId: {object_store.conn_id}}}\n"
+    )
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "erempbt", tmp_path / "work")
+    start_run(experiment, store, "dag_rp", "r1", {})
+    connections = Connections(artifacts=checkpoint_root)
+    finals = {}
+    for generation in (range(2), range(2, 4)):
+        started = [trial_lifecycle.start_trial(experiment, store, "r1", i, connections=connections) for i in generation]
+        for trial in started:
+            outcome = trial_lifecycle.wait_in_worker(trial, store, 60, 0.2)
+            assert outcome.status == TrialStatus.SUCCEEDED, outcome.message
+            trial_lifecycle.finish_trial(store, trial.record.storage_id, outcome.status, outcome.message)
+            record = store.trial(trial.record.storage_id)
+            finals[record.trial_index] = (record, Path(trial.handle["trial_dir"]))
+    for index in (2, 3):
+        record, folder = finals[index]
+        lineage = record.lineage
+        assert lineage is not None and lineage.loaded_step == 0 and lineage.parent_index in (0, 1)
+        parent, _ = finals[lineage.parent_index]
+        # the child on the machine read its parent's weight, uploaded there from the store
+        assert json.loads((folder / "loaded").read_text()) == pytest.approx(parent.final)
+        assert record.final == pytest.approx(parent.final + record.parameters["x"])
+    for index in range(4):
+        trial_id = finals[index][0].trial_id
+        names = blob_names(object_store, f"pbt/erempbt/{trial_id}/checkpoints/")
+        assert sorted(n.split("/checkpoints/", 1)[1] for n in names) == ["000000000.manifest.json", "000000000/w.json"]
