@@ -229,17 +229,28 @@ def _copy(source: IO[bytes], target: StoragePath, name: str) -> KeptFile:
     return KeptFile(name, size, digest.hexdigest())
 
 
-def _remove_tree(path: StoragePath) -> None:
+def _remove_tree(path: StoragePath) -> int:
     """Every file below ``path``, then its folders where the store has them (an object store's
-    folders are only prefixes: they go with their last file)."""
+    folders are only prefixes: they go with their last file); how many files went."""
     if not path.exists():
-        return
+        return 0
+    removed = 0
     for entry in list(path.iterdir()):
         if entry.is_dir():
-            _remove_tree(entry)
+            removed += _remove_tree(entry)
         else:
             entry.unlink(missing_ok=True)
+            removed += 1
     try:
         path.rmdir()
     except OSError:
         pass  # an object store without folders, or one already gone
+    return removed
+
+
+def remove_experiment_files(root: StoragePath, experiment_id: str) -> int:
+    """Every checkpoint and artifact of an experiment (its prefix below the store's root);
+    how many files went. The id is checked to be one name, so nothing beside it is reached."""
+    if not experiment_id or not stays_below(experiment_id) or "/" in experiment_id:
+        raise CheckpointError(f"experiment id {experiment_id[:80]!r} is not one name")
+    return _remove_tree(root / experiment_id)

@@ -756,6 +756,21 @@ def cmd_kill(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_remove_artifacts(args: argparse.Namespace) -> int:
+    """Delete an ended experiment's checkpoints and artifacts from its artifact store."""
+    from trialflow.hooks.artifact_store import store_root
+    from trialflow.steering.removals import remove_artifacts
+
+    def remove(store: Any, by: str) -> Any:
+        return remove_artifacts(store, args.experiment, by, lambda where: store_root(where.url, where.conn_id))
+
+    removed, code = _steer(args, remove)
+    if removed is None:
+        return code
+    print(f"experiment {args.experiment}: removed {removed.files} checkpoint and artifact file(s) from {removed.url}")
+    return 0
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop the experiment: no new trial starts, running ones are cancelled."""
     from trialflow import steering
@@ -965,6 +980,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trial", type=_count, help="the trial's index")
     _store_args(p)
     p.set_defaults(func=cmd_kill)
+    p = sub.add_parser(
+        "remove-artifacts",
+        help="delete an ended experiment's checkpoints and artifacts from its artifact store (said in its history)",
+    )
+    p.add_argument("experiment")
+    _store_args(p)
+    p.set_defaults(func=cmd_remove_artifacts)
     p = sub.add_parser("stop", help="stop an experiment: no new trial starts, running ones are cancelled")
     p.add_argument("experiment")
     _store_args(p)

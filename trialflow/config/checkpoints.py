@@ -41,6 +41,10 @@ def default_folder(workdir: str | os.PathLike[str]) -> Path:
     return Path(workdir).resolve() / DEFAULT_FOLDER
 
 
+#: The experiment attribute the start step records its ArtifactStore in.
+ARTIFACT_STORE_ATTR = "artifacts"
+
+
 @dataclass(frozen=True)
 class ArtifactStore:
     """Where an experiment's checkpoints and artifacts are, as its start step records it in

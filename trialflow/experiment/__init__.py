@@ -24,7 +24,7 @@ from trialflow.config import (
     load_config,
     to_v2_dict,
 )
-from trialflow.config.checkpoints import ArtifactStore
+from trialflow.config.checkpoints import ARTIFACT_STORE_ATTR, ArtifactStore
 from trialflow.config.errors import ConfigError, Problem
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.registry import PlatformUnavailable, get_platform_entry
@@ -390,7 +390,7 @@ class Experiment:
             "directory": str(self.directory),
             # where its trials' checkpoints and artifacts are (the pages and a downstream DAG
             # read them there, through the connection)
-            **({"artifacts": asdict(self.artifact_store())} if self.config.checkpoints is not None else {}),
+            **({ARTIFACT_STORE_ATTR: asdict(self.artifact_store())} if self.config.checkpoints is not None else {}),
         }
 
     def artifact_store(self) -> ArtifactStore:

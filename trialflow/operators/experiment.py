@@ -393,7 +393,7 @@ class PublishBestOperator(BaseOperator):
         """The best trial's artifacts where the experiment keeps them (None: it keeps none, or
         it has several objectives and no one best)."""
         from trialflow.checkpoints.artifacts import TrialArtifacts
-        from trialflow.config.checkpoints import ArtifactStore
+        from trialflow.config.checkpoints import ARTIFACT_STORE_ATTR, ArtifactStore
         from trialflow.hooks.artifact_store import store_root
         from trialflow.hooks.experiment_store import ExperimentStoreHook
         from trialflow.outputs.published import ArtifactsOfBest, PublishedArtifact
@@ -402,7 +402,7 @@ class PublishBestOperator(BaseOperator):
         if not best or len(summary.get("objectives") or []) > 1:
             return None
         store = ExperimentStoreHook(self.store_conn_id).get_conn()
-        where = ArtifactStore.from_attr(store.experiment_attr(summary["experiment_id"], "artifacts"))
+        where = ArtifactStore.from_attr(store.experiment_attr(summary["experiment_id"], ARTIFACT_STORE_ATTR))
         if where is None:
             return None
         try:

@@ -287,10 +287,10 @@ ARTIFACT_CHUNK = 1024 * 1024
 def _trial_artifacts(experiment_id: str, trial_id: str | None) -> Any:
     """The trial's artifacts in the store its experiment recorded at its start (None: it keeps none)."""
     from trialflow.checkpoints.artifacts import TrialArtifacts
-    from trialflow.config.checkpoints import ArtifactStore
+    from trialflow.config.checkpoints import ARTIFACT_STORE_ATTR, ArtifactStore
     from trialflow.hooks.artifact_store import store_root
 
-    where = ArtifactStore.from_attr(action_store().experiment_attr(experiment_id, "artifacts"))
+    where = ArtifactStore.from_attr(action_store().experiment_attr(experiment_id, ARTIFACT_STORE_ATTR))
     if where is None or not trial_id:
         return None
     return TrialArtifacts(store_root(where.url, where.conn_id), experiment_id, trial_id)
