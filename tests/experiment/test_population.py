@@ -109,3 +109,22 @@ def test_a_first_generation_trial_loads_nothing_and_its_folders_are_its_own(tmp_
     record = store.trial(trial.record.storage_id)
     assert record.lineage is not None and record.lineage.parent_index is None
     assert set(record.parameters) == {"batch_size", "eta0", "alpha"}  # the folders are not stored
+
+
+def test_a_waiting_trial_of_a_stopped_run_is_not_started(tmp_path, store):
+    """A person stops the experiment while generation 1 waits: its trials are not started (and
+    not counted), rather than waiting for ever or planning from a cancelled generation."""
+    pytest.importorskip("sklearn")
+    from trialflow import steering
+
+    experiment = _experiment(tmp_path, store)
+    first = [trial_lifecycle.start_trial(experiment, store, "r1", i) for i in range(4)]
+    with pytest.raises(trial_lifecycle.TrialWaits):
+        trial_lifecycle.start_trial(experiment, store, "r1", 4)
+    steering.stop_experiment(store, experiment.experiment_id, "ann")
+    with pytest.raises(trial_lifecycle.TrialNotStarted):
+        trial_lifecycle.start_trial(experiment, store, "r1", 4)
+    assert store.find_trial(experiment.experiment_id, 4) is None
+    for trial in first:  # the stop reaches the running ones through their followers
+        outcome = trial_lifecycle.wait_in_worker(trial, store, 60, 0.1)
+        assert outcome.status in (TrialStatus.USER_CANCELED, TrialStatus.SUCCEEDED), outcome
