@@ -64,7 +64,7 @@ def _service(share: Path, server: str, command: str) -> str:
     )
 
 
-def _experiment(tmp_path: Path, cluster: KubeCluster, controller: TestController, head: str, command: str):
+def _experiment(tmp_path: Path, store, cluster: KubeCluster, controller: TestController, head: str, command: str):
     share = tmp_path / "share"
     share.mkdir()
     server = f"10.0.{len(controller.storage) % 250}.{int(time.time()) % 250}"
@@ -74,17 +74,20 @@ def _experiment(tmp_path: Path, cluster: KubeCluster, controller: TestController
     config = load_config(tmp_path / "config.yml")
     assert check_runnable(config) == []
     experiment = Experiment(config, experiment_id(), tmp_path / "work")
-    start_run(experiment, _store(tmp_path), "dag_kc", "r1", {})
+    start_run(experiment, store, "dag_kc", "r1", {})
     return experiment, share
 
 
-_stores: dict[Path, object] = {}
-
-
-def _store(tmp_path: Path):
-    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-
-    return _stores.setdefault(tmp_path, ExperimentStore(sqlite_url(tmp_path / "store.db")))
+def _one_trial(tmp_path: Path, store, cluster: KubeCluster, controller: TestController, checkpoints: str, env: str):
+    """An experiment of one TRIAL on kubeflow keeping checkpoints, its trial started."""
+    head = (
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCodeDirectory: code\n"
+        f"trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {{name: Random}}\ncheckpoints: {checkpoints}\n"
+    )
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "trial.py").write_text(TRIAL)
+    experiment, share = _experiment(tmp_path, store, cluster, controller, head, f"env {env} python3 trial.py")
+    return experiment, share, trial_lifecycle.start_trial(experiment, store, "r1", 0)
 
 
 def _wait_for(path: Path, seconds: float = 60) -> None:
@@ -108,17 +111,10 @@ def test_checkpoints_need_storage_the_airflow_workers_mount(tmp_path: Path):
 
 
 def test_an_evicted_trial_restarts_as_a_job_of_its_own_from_its_last_checkpoint(
-    tmp_path: Path, kube_cluster: KubeCluster, kube_controller: TestController
+    tmp_path: Path, store, kube_cluster: KubeCluster, kube_controller: TestController
 ):
-    head = (
-        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCodeDirectory: code\n"
-        "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\ncheckpoints: {keepLast: 1, keepBest: 0}\n"
-    )
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "trial.py").write_text(TRIAL)
-    experiment, share = _experiment(tmp_path, kube_cluster, kube_controller, head, "env PAUSE=1 python3 trial.py")
-    store = _store(tmp_path)
-    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    checkpoints = "{keepLast: 1, keepBest: 0}"
+    experiment, share, started = _one_trial(tmp_path, store, kube_cluster, kube_controller, checkpoints, "PAUSE=1")
     trial_id = started.spec.trial_id
     _wait_for(share / "trialflow" / experiment.experiment_id / "trials" / trial_id / "paused")
     kube_controller.evict(job_name(trial_id))
@@ -137,17 +133,9 @@ def test_an_evicted_trial_restarts_as_a_job_of_its_own_from_its_last_checkpoint(
 
 
 def test_a_trial_that_exits_1_itself_is_not_restarted(
-    tmp_path: Path, kube_cluster: KubeCluster, kube_controller: TestController
+    tmp_path: Path, store, kube_cluster: KubeCluster, kube_controller: TestController
 ):
-    head = (
-        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCodeDirectory: code\n"
-        "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\ncheckpoints: {}\n"
-    )
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "trial.py").write_text(TRIAL)
-    experiment, _ = _experiment(tmp_path, kube_cluster, kube_controller, head, "env MODE=exit1 python3 trial.py")
-    store = _store(tmp_path)
-    started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    _, _, started = _one_trial(tmp_path, store, kube_cluster, kube_controller, "{}", "MODE=exit1")
     outcome = trial_lifecycle.wait_in_worker(started, store, 120, 0.2)
     assert outcome.status == TrialStatus.FAILED
     assert store.trial(started.record.storage_id).restarts == ()
@@ -156,7 +144,7 @@ def test_a_trial_that_exits_1_itself_is_not_restarted(
 
 
 def test_population_based_training_of_two_generations_of_four_on_kubeflow(
-    tmp_path: Path, kube_cluster: KubeCluster, kube_controller: TestController
+    tmp_path: Path, store, kube_cluster: KubeCluster, kube_controller: TestController
 ):
     pytest.importorskip("sklearn")
     head = (
@@ -164,8 +152,7 @@ def test_population_based_training_of_two_generations_of_four_on_kubeflow(
         "trialConcurrency: 4\nmaxTrialNumber: 8\n"
         "tuner: {name: PBTTuner, classArgs: {optimize_mode: maximize, population_size: 4}}\n"
     )
-    experiment, share = _experiment(tmp_path, kube_cluster, kube_controller, head, "python3 train.py")
-    store = _store(tmp_path)
+    experiment, share = _experiment(tmp_path, store, kube_cluster, kube_controller, head, "python3 train.py")
     root = default_folder(experiment.workdir)
     first = [trial_lifecycle.start_trial(experiment, store, "r1", i) for i in range(4)]
     with pytest.raises(trial_lifecycle.TrialWaits):

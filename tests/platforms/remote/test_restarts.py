@@ -43,6 +43,23 @@ trial.report_final_result(weight)
 """
 
 
+def _remote_experiment(machine, tmp_path, store, object_store, trial: str, middle: str, prefix: str, eid: str):
+    """An experiment of ``trial`` on the machine, keeping checkpoints in Azurite under ``prefix``
+    (``middle``: its concurrency, trials and tuner keys), its run started."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(trial)
+    service = json.dumps({"platform": "remote", "machineList": [machine_entry(machine, "key")]})
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 train.py\n"
+        f"trialCodeDirectory: code\n{middle}trainingService: {service}\n"
+        f"checkpoints: {{store: '{object_store.url}/{prefix}', connId: {object_store.conn_id}, keepLast: 2}}\n"
+    )
+    experiment = Experiment(load_config(tmp_path / "config.yml"), eid, tmp_path / "work")
+    start_run(experiment, store, f"dag_{eid}", "r1", {})
+    return experiment
+
+
 def test_a_remote_trial_whose_process_and_sshd_die_restarts_from_its_checkpoint(
     ssh_servers, tmp_path, store, object_store
 ):
@@ -50,18 +67,8 @@ def test_a_remote_trial_whose_process_and_sshd_die_restarts_from_its_checkpoint(
     from trialflow.hooks.artifact_store import checkpoint_root
 
     a, _ = ssh_servers
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "train.py").write_text(TRIAL)
-    service = json.dumps({"platform": "remote", "machineList": [machine_entry(a, "key")]})
-    (tmp_path / "config.yml").write_text(
-        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 train.py\n"
-        "trialCodeDirectory: code\ntrialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\n"
-        f"trainingService: {service}\n"
-        f"checkpoints: {{store: '{object_store.url}/remote', connId: {object_store.conn_id}, keepLast: 2}}\n"
-    )
-    experiment = Experiment(load_config(tmp_path / "config.yml"), "eremckpt", tmp_path / "work")
-    start_run(experiment, store, "dag_r", "r1", {})
+    middle = "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\n"
+    experiment = _remote_experiment(a, tmp_path, store, object_store, TRIAL, middle, "remote", "eremckpt")
     started = trial_lifecycle.start_trial(
         experiment, store, "r1", 0, connections=Connections(artifacts=checkpoint_root)
     )
@@ -128,19 +135,9 @@ def test_pbt_on_remote_machines_hands_each_child_its_parents_checkpoint_through_
     from trialflow.hooks.artifact_store import checkpoint_root
 
     a, _ = ssh_servers
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "train.py").write_text(PBT_TRIAL)
-    service = json.dumps({"platform": "remote", "machineList": [machine_entry(a, "key")]})
-    (tmp_path / "config.yml").write_text(
-        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 train.py\n"
-        "trialCodeDirectory: code\ntrialConcurrency: 2\nmaxTrialNumber: 4\n"
-        "tuner: {name: PBTTuner, classArgs: {population_size: 2, fraction: 0.5}}\n"
-        f"trainingService: {service}\n"
-        f"checkpoints: {{store: '{object_store.url}/pbt', connId: {object_store.conn_id}}}\n"
-    )
-    experiment = Experiment(load_config(tmp_path / "config.yml"), "erempbt", tmp_path / "work")
-    start_run(experiment, store, "dag_rp", "r1", {})
+    pbt = "tuner: {name: PBTTuner, classArgs: {population_size: 2, fraction: 0.5}}\n"
+    middle = f"trialConcurrency: 2\nmaxTrialNumber: 4\n{pbt}"
+    experiment = _remote_experiment(a, tmp_path, store, object_store, PBT_TRIAL, middle, "pbt", "erempbt")
     connections = Connections(artifacts=checkpoint_root)
     finals = {}
     for generation in (range(2), range(2, 4)):
