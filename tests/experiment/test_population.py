@@ -128,3 +128,48 @@ def test_a_waiting_trial_of_a_stopped_run_is_not_started(tmp_path, store):
     for trial in first:  # the stop reaches the running ones through their followers
         outcome = trial_lifecycle.wait_in_worker(trial, store, 60, 0.1)
         assert outcome.status in (TrialStatus.USER_CANCELED, TrialStatus.SUCCEEDED), outcome
+
+
+#: Written like NNI's PBT trial; a child's first launch kills itself (as the OOM killer would)
+#: after loading its parent's weight, so its restart must load the parent's checkpoint again.
+FAULTY = """\
+import json, os, signal
+import nni
+p = nni.get_next_parameter()
+load = os.path.join(p["load_checkpoint_dir"], "w.json")
+w = json.load(open(load))["w"] if os.path.isfile(load) else 0.0
+marks = os.environ["MARKS"]
+me = os.environ["NNI_TRIAL_JOB_ID"]
+open(os.path.join(marks, me), "a").write(p["load_checkpoint_dir"] + "\\n")
+if os.path.isfile(load) and len(open(os.path.join(marks, me)).read().splitlines()) == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+w += p["x"]
+nni.report_final_result(w)
+os.makedirs(p["save_checkpoint_dir"], exist_ok=True)
+json.dump({"w": w}, open(os.path.join(p["save_checkpoint_dir"], "w.json"), "w"))
+"""
+
+
+def test_a_child_killed_before_its_first_checkpoint_restarts_from_its_parents(tmp_path, store):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "t.py").write_text(FAULTY)
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
+        f"trialCommand: env MARKS={marks} {sys.executable} t.py\ntrialCodeDirectory: code\n"
+        "trialConcurrency: 2\nmaxTrialNumber: 4\n"
+        "tuner: {name: PBTTuner, classArgs: {population_size: 2, fraction: 0.5}}\ntrainingService: {platform: local}\n"
+    )
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "epbtfault", tmp_path / "work")
+    start_run(experiment, store, "dag_pf", "r1", {})
+    first = _run_generation(experiment, store, range(2))
+    second = _run_generation(experiment, store, range(2, 4))
+    for trial in second:
+        record = store.trial(trial.record.storage_id)
+        assert record.status == TrialStatus.SUCCEEDED, record.message
+        assert [(r.attempt, r.step) for r in record.restarts] == [(1, None)]  # none of its own
+        parent = store.trial(first[record.lineage.parent_index].record.storage_id)
+        assert record.final == pytest.approx(parent.final + record.parameters["x"])  # the parent's weight again
+        launches = (marks / record.trial_id).read_text().split()
+        assert [Path(p).name for p in launches] == ["0", "1"]  # .trialflow-resume/0, then /1
