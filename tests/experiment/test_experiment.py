@@ -160,20 +160,24 @@ def test_checkpoints_run_on_local_and_are_refused_where_the_platform_cannot_keep
     assert config.checkpoints is not None and config.checkpoints.store == "s3://bucket/p"
     assert check_runnable(config) == []
     path = tmp_path / "k.yml"
+    head = "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: 'true'\ntrialConcurrency: 1\n"
     path.write_text(
-        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: 'true'\ntrialConcurrency: 1\n"
-        "tuner: {name: TPE}\ncheckpoints: {keepLast: 2}\ntrainingService:\n"
+        head + "tuner: {name: TPE}\ncheckpoints: {keepLast: 2}\ntrainingService:\n"
         "  platform: openpai\n  host: https://pai.example\n  username: u\n  tokenConnId: pai\n"
         "  trialGpuNumber: 0\n  trialCpuNumber: 1\n  trialMemorySize: 1gb\n  dockerImage: img\n"
         "  localStorageMountPoint: /mnt\n  containerStorageMountPoint: /mnt\n  storageConfigName: s\n"
     )
+    assert check_runnable(load_config(path)) == []  # its storage is mounted on the Airflow side
+    aml = (
+        "trainingService:\n  platform: aml\n  dockerImage: python:3.11\n  subscriptionId: s\n"
+        "  resourceGroup: g\n  workspaceName: w\n  computeTarget: c\n"
+    )
+    path.write_text(head + "tuner: {name: TPE}\ncheckpoints: {keepLast: 2}\n" + aml)
     problems = [(p.key_path, p.message) for p in check_runnable(load_config(path))]
     assert [k for k, _ in problems] == [("checkpoints",)], problems
-    assert "not yet keep checkpoints or restart trials on openpai" in problems[0][1]
+    assert "not yet keep checkpoints or restart trials on aml" in problems[0][1]
     # PBTTuner implies checkpoints (NNI's example has no key): refused there too, saying why
-    path.write_text(
-        path.read_text().replace("tuner: {name: TPE}\ncheckpoints: {keepLast: 2}\n", "tuner: {name: PBTTuner}\n")
-    )
+    path.write_text(head + "tuner: {name: PBTTuner}\n" + aml)
     problems = [(p.key_path, p.message) for p in check_runnable(load_config(path))]
     assert [k for k, _ in problems] == [("checkpoints",)], problems
     assert "PBTTuner hands checkpoints on, so it needs a platform that keeps them" in problems[0][1]

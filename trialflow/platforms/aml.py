@@ -129,6 +129,14 @@ def stage_code(code_dir: Path, excludes: tuple[Path, ...], target: Path) -> Path
 class AmlPlatform(TrainingPlatform[AmlConfig]):
     name: ClassVar[str] = "aml"
 
+    @classmethod
+    def checkpoints_refused(cls, config: Any) -> str | None:
+        return (
+            "trialflow does not yet keep checkpoints or restart trials on aml: a job's files come back only "
+            "through its outputs, which it does not read yet (local, remote, OpenPAI, DLTS and the Kubernetes "
+            "platforms with mounted storage keep them)"
+        )
+
     def __init__(self, config: AmlConfig, experiment_dir: Path, connections: Connections | None = None):
         super().__init__(config, experiment_dir, connections)
         self._ml: Any = None

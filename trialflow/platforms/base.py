@@ -292,7 +292,7 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
             return None
         return (
             f"trialflow does not yet keep checkpoints or restart trials on {cls.name} (it does on local, "
-            "remote and the Kubernetes platforms with mounted storage)"
+            "remote, OpenPAI, DLTS and the Kubernetes platforms with mounted storage)"
         )
 
     @classmethod

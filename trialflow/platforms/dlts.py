@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
@@ -29,6 +30,7 @@ from trialflow.config.platforms import DltsConfig
 from trialflow.platforms.base import (
     Connections,
     Cursor,
+    Resume,
     TrainingPlatform,
     TrialHandle,
     TrialSpec,
@@ -40,16 +42,19 @@ from trialflow.platforms.mounted import (
     LOG_FILE,
     RC_FILE,
     SharedPaths,
+    fetched_resume,
     job_script,
     read_log_metrics,
     record_cancel,
     recorded_cancel,
     shared_paths,
+    signal_fault,
     stage_tree,
     write_parameter_file,
 )
 from trialflow.platforms.rest import RestClient, RestError
 from trialflow.trial.folder import read_small
+from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR
 
 JOB_FILE = ".trialflow-job.json"
 CLAIM_FILE = ".trialflow-submit"
@@ -148,6 +153,10 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
     name: ClassVar[str] = "dlts"
     #: The job writes its output beside the trial on the shared folder Airflow mounts too.
     log_files: ClassVar[tuple[str, ...]] = (LOG_FILE,)
+    #: The trial's folder is on the storage the Airflow workers mount: checkpoints are read
+    #: there; a restart is a job of its own appending to the same trial.log (the cursor goes on).
+    keeps_checkpoints: ClassVar[bool] = True
+    restart_keeps_output: ClassVar[bool] = True
 
     def __init__(self, config: DltsConfig, experiment_dir: Path, connections: Connections | None = None):
         super().__init__(config, experiment_dir, connections)
@@ -241,8 +250,8 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
             self._command(spec),
         )
 
-    def _handle(self, spec: TrialSpec, job_id: str) -> TrialHandle:
-        return {
+    def _handle(self, spec: TrialSpec, job_id: str, attempt: int = 0) -> TrialHandle:
+        handle: TrialHandle = {
             "platform": "dlts",
             "experiment_id": spec.experiment_id,
             "trial_id": spec.trial_id,
@@ -250,34 +259,57 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
             "trial_dir": str(self.paths(spec).local_trial),
             "web_url": f"{dashboard(self.config)}job/{quote(self.team or '')}/{quote(self.config.cluster)}/{job_id}",
         }
+        if attempt:
+            handle["attempt"] = attempt
+        return handle
 
     async def submit(self, spec: TrialSpec) -> TrialHandle:
+        return await self._submit(spec, 0, spec.start_from)
+
+    async def _submit(self, spec: TrialSpec, attempt: int, resume: Resume | None) -> TrialHandle:
         folder = self.paths(spec).local_trial
-        known = await self._known_job(folder)
-        if known is not None:  # a retried task: re-attach, never a second job
-            return self._handle(spec, known)
+        job_file, claim_file = _attempt_name(JOB_FILE, attempt), _attempt_name(CLAIM_FILE, attempt)
+        known = await self._known_job(folder, job_file, claim_file)
+        if known is not None:  # a retried task or restart: re-attach, never a second job
+            return self._handle(spec, known, attempt)
         p = self.paths(spec)
+        if resume is not None:  # fetched onto the storage, named by the job's own path
+            fetched = await asyncio.to_thread(fetched_resume, folder, attempt, resume)
+            inside = f"{p.trial}/{fetched.relative_to(folder).as_posix()}"
+            spec = replace(spec, env={**spec.env, RESUME_FOLDER_VAR: inside, RESUME_STEP_VAR: str(resume.step)})
         gpu_type = await self._cluster_gpu_type()
         body = build_job(self.config, spec, self.email or "", self.team or "", gpu_type, self._command(spec))
         await asyncio.to_thread(stage_tree, p.local_root, spec.code_dir, spec.code_excludes)
-        await asyncio.to_thread(write_parameter_file, folder, spec.parameter_cfg())
+        await asyncio.to_thread(write_parameter_file, folder, spec.parameter_cfg(p.trial))
         try:
             answer = await self.api.request_json(
                 "POST", f"api/clusters/{quote(self.config.cluster, safe='')}/jobs", json=body, idempotent=False
             )
         except RestError as exc:
             if exc.status is not None:  # the service answered: nothing started, a retry may submit
-                (folder / CLAIM_FILE).unlink(missing_ok=True)
+                (folder / claim_file).unlink(missing_ok=True)
             raise DltsError(self._explain(exc)) from None
         if not isinstance(answer, dict) or not answer.get("jobId"):
             raise DltsError(f"the DLTS dashboard accepted the job but gave no jobId: {str(answer)[:200]}")
         job_id = str(answer["jobId"])
-        tmp = folder / (JOB_FILE + ".tmp")
+        tmp = folder / (job_file + ".tmp")
         tmp.write_text(json.dumps({"jobId": job_id}))
-        os.replace(tmp, folder / JOB_FILE)
-        return self._handle(spec, job_id)
+        os.replace(tmp, folder / job_file)
+        return self._handle(spec, job_id, attempt)
 
-    async def _known_job(self, folder: Path) -> str | None:
+    async def fetch_output(self, handle: TrialHandle, relative: str, scratch: Path) -> Path:
+        """The trial's folder on the storage, as the Airflow workers mount it: read in place."""
+        return Path(handle["trial_dir"])
+
+    def ended_by_fault(self, update: TrialUpdate) -> bool:
+        return update.fault is not None
+
+    async def restart(self, handle: TrialHandle, spec: TrialSpec, attempt: int, resume: Resume | None) -> TrialHandle:
+        """A new job for the attempt, its id recorded beside the trial per attempt (so a second
+        call re-attaches), its checkpoint fetched onto the storage first."""
+        return await self._submit(spec, attempt, resume)
+
+    async def _known_job(self, folder: Path, job_file: str = JOB_FILE, claim_file: str = CLAIM_FILE) -> str | None:
         """The job id an earlier attempt recorded; claims the submit otherwise. An attempt that
         died between its POST and recording the id leaves only its claim: wait for the id a
         while, then submit (the one case a second job is possible, said in the log)."""
@@ -285,11 +317,11 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
         deadline = asyncio.get_running_loop().time() + CLAIM_WAIT_SECONDS
         while True:
             try:
-                return str(json.loads(read_small(folder, JOB_FILE) or "null")["jobId"])
+                return str(json.loads(read_small(folder, job_file) or "null")["jobId"])
             except (ValueError, KeyError, TypeError):
                 pass
             try:
-                os.close(os.open(folder / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                os.close(os.open(folder / claim_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
                 return None
             except FileExistsError:
                 if asyncio.get_running_loop().time() > deadline:
@@ -310,7 +342,8 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
             body = await self.api.request_json("GET", self._job_path(handle, v2=True))
         except RestError as exc:
             if exc.status == 404:
-                return TrialUpdate(TrialStatus.FAILED, [], cursor, f"DLTS job {handle['job_id']} is gone")
+                gone = f"DLTS job {handle['job_id']} is gone"
+                return TrialUpdate(TrialStatus.FAILED, [], cursor, gone, fault=gone)
             raise DltsError(self._explain(exc)) from None
         status = job_status(body)
         folder = Path(handle["trial_dir"])
@@ -320,9 +353,9 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
             status, message = asked if asked else (status, "killed on DLTS")
         cursor = dict(cursor)
         metrics, skipped = await asyncio.to_thread(read_log_metrics, folder, LOG_FILE, cursor, status.is_terminal)
-        return TrialUpdate(
-            status, metrics, cursor, message, _exit_code(folder) if status.is_terminal else None, skipped
-        )
+        code = _exit_code(folder) if status.is_terminal else None
+        fault = signal_fault(code) if status is TrialStatus.FAILED else None
+        return TrialUpdate(status, metrics, cursor, fault or message, code, skipped, fault)
 
     async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         await asyncio.to_thread(record_cancel, Path(handle["trial_dir"]), status.value, reason)
@@ -335,6 +368,11 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
         import shutil
 
         await asyncio.to_thread(shutil.rmtree, self._mounts()[0] / "trialflow" / experiment_id, True)
+
+
+def _attempt_name(name: str, attempt: int) -> str:
+    """A per-attempt file beside the trial (the first attempt's keeps its old name)."""
+    return name if attempt == 0 else f"{name}.attempt-{attempt}"
 
 
 def _exit_code(folder: Path) -> int | None:

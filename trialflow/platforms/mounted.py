@@ -215,6 +215,14 @@ def read_metric_lines(
             return metrics, skipped
 
 
+def signal_fault(exit_code: int | None) -> str | None:
+    """A job's exit code that says a signal ended it (above 128, as shells and container
+    runtimes report one), in words: a fault, not the trial's own exit."""
+    if exit_code is None or exit_code <= 128:
+        return None
+    return f"killed by signal {exit_code - 128} (exit code {exit_code})"
+
+
 #: Where a restarted (or PBT) trial's checkpoint is fetched in its folder, one folder per attempt.
 RESUME_DIR = ".trialflow-resume"
 

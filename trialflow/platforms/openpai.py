@@ -20,6 +20,7 @@ import asyncio
 import copy
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote, urlencode, urlsplit
@@ -30,6 +31,7 @@ from trialflow.config.platforms import OpenpaiConfig
 from trialflow.platforms.base import (
     Connections,
     Cursor,
+    Resume,
     TrainingPlatform,
     TrialHandle,
     TrialSpec,
@@ -40,16 +42,19 @@ from trialflow.platforms.base import (
 from trialflow.platforms.mounted import (
     LOG_FILE,
     SharedPaths,
+    fetched_resume,
     job_script,
     read_log_metrics,
     record_cancel,
     recorded_cancel,
     shared_paths,
+    signal_fault,
     stage_tree,
     write_parameter_file,
 )
 from trialflow.platforms.rest import RestClient, RestError
 from trialflow.trial.packing import check_limits, collect_files
+from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR
 
 API = "/rest-server/api/v2"
 TASK_ROLE = "taskrole"
@@ -72,7 +77,9 @@ class OpenpaiError(RuntimeError):
     """OpenPAI refused what this config asks; the message names the config key to change."""
 
 
-job_name = job_name_for
+def job_name(trial_id: str, attempt: int = 0) -> str:
+    """The job of a trial's ``attempt``: a restart after a fault is a job of its own."""
+    return job_name_for(trial_id if attempt == 0 else f"{trial_id}-a{attempt}")
 
 
 def paths(config: OpenpaiConfig, experiment_id: str, trial_id: str) -> SharedPaths:
@@ -167,6 +174,10 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
     name: ClassVar[str] = "openpai"
     #: The job writes its output beside the trial on the shared folder Airflow mounts too.
     log_files: ClassVar[tuple[str, ...]] = (LOG_FILE,)
+    #: The trial's folder is on the storage the Airflow workers mount: checkpoints are read
+    #: there; a restart is a job of its own appending to the same trial.log (the cursor goes on).
+    keeps_checkpoints: ClassVar[bool] = True
+    restart_keeps_output: ClassVar[bool] = True
 
     def __init__(self, config: OpenpaiConfig, experiment_dir: Path, connections: Connections | None = None):
         super().__init__(config, experiment_dir, connections)
@@ -277,17 +288,37 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
         }
 
     async def submit(self, spec: TrialSpec) -> TrialHandle:
-        name = job_name(spec.trial_id)
+        return await self._submit(spec, 0, spec.start_from)
+
+    async def _submit(self, spec: TrialSpec, attempt: int, resume: Resume | None) -> TrialHandle:
+        name = job_name(spec.trial_id, attempt)
         p = paths(self.config, spec.experiment_id, spec.trial_id)
-        protocol = build_job(self.config, spec, name, self._commands(spec))
         await asyncio.to_thread(stage_tree, p.local_root, spec.code_dir, spec.code_excludes)
-        await asyncio.to_thread(write_parameter_file, p.local_trial, spec.parameter_cfg())
+        if resume is not None:  # fetched onto the storage, named by the job's own path
+            fetched = await asyncio.to_thread(fetched_resume, p.local_trial, attempt, resume)
+            inside = f"{p.trial}/{fetched.relative_to(p.local_trial).as_posix()}"
+            spec = replace(spec, env={**spec.env, RESUME_FOLDER_VAR: inside, RESUME_STEP_VAR: str(resume.step)})
+        protocol = build_job(self.config, spec, name, self._commands(spec))
+        await asyncio.to_thread(write_parameter_file, p.local_trial, spec.parameter_cfg(p.trial))
         body = yaml.safe_dump(protocol, sort_keys=False)
         try:
             await self._request("POST", "/jobs", content=body, headers={"Content-Type": "text/yaml"}, accept=(409,))
         except RestError as exc:
             raise OpenpaiError(self._explain(exc)) from None
-        return self._handle(spec, name)  # 202: submitted; 409: it exists, re-attach
+        handle = self._handle(spec, name)  # 202: submitted; 409: it exists, re-attach
+        return {**handle, "attempt": attempt} if attempt else handle
+
+    async def fetch_output(self, handle: TrialHandle, relative: str, scratch: Path) -> Path:
+        """The trial's folder on the storage, as the Airflow workers mount it: read in place."""
+        return Path(handle["trial_dir"])
+
+    def ended_by_fault(self, update: TrialUpdate) -> bool:
+        return update.fault is not None
+
+    async def restart(self, handle: TrialHandle, spec: TrialSpec, attempt: int, resume: Resume | None) -> TrialHandle:
+        """A new job for the attempt (``..._a<n>``), its checkpoint fetched onto the storage
+        first; a second call for the attempt gets 409 and re-attaches."""
+        return {**await self._submit(spec, attempt, resume), "attempt": attempt}
 
     def _job_path(self, handle: TrialHandle) -> str:
         return f"/jobs/{quote(handle['user'], safe='')}~{quote(handle['job'], safe='')}"
@@ -297,7 +328,8 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
             body = await self._request_json("GET", self._job_path(handle))
         except RestError as exc:
             if exc.status == 404:
-                return TrialUpdate(TrialStatus.FAILED, [], cursor, f"job {handle['job']} is gone from OpenPAI")
+                gone = f"job {handle['job']} is gone from OpenPAI"
+                return TrialUpdate(TrialStatus.FAILED, [], cursor, gone, fault=gone)
             raise OpenpaiError(self._explain(exc)) from None
         status, code, message = job_status(body)
         if status is TrialStatus.SYS_CANCELED:
@@ -306,7 +338,9 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
         metrics, skipped = await asyncio.to_thread(
             read_log_metrics, Path(handle["trial_dir"]), LOG_FILE, cursor, status.is_terminal
         )
-        return TrialUpdate(status, metrics, cursor, message, code, skipped)
+        fault = signal_fault(code) if status is TrialStatus.FAILED else None
+        message = fault or message  # "killed by signal 9 (exit code 137)" says more than "exit code 137"
+        return TrialUpdate(status, metrics, cursor, message, code, skipped, fault)
 
     def _stopped_as(self, handle: TrialHandle, message: str | None) -> tuple[TrialStatus, str | None]:
         asked = recorded_cancel(Path(handle["trial_dir"]))
