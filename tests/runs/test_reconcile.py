@@ -318,3 +318,36 @@ def test_a_trial_whose_job_never_started_is_closed_failed_saying_so(store, tmp_p
     ]
     record = store.trial(asked.storage_id)
     assert (record.status, record.message) == (TrialStatus.FAILED, done[0].reason)
+
+
+def test_a_pbt_member_whose_task_ended_unasked_is_not_waited_for(tmp_path, store):
+    """A person marks a waiting second-generation task failed: it never asks, so nothing of it is
+    in the store. The watch's reconcile records its index, and the third generation plans from
+    the members that ran instead of waiting for ever."""
+    from trialflow.trial.protocol import Metric
+    from trialflow.tuning.pbt import UNASKED_ATTR, PopulationNotReady
+
+    (tmp_path / "c.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: 'true'\ntrialConcurrency: 2\n"
+        "maxTrialNumber: 6\ntuner: {name: PBTTuner, classArgs: {population_size: 2}}\ntrainingService: {platform: local}\n"
+    )
+    experiment = Experiment(load_config(tmp_path / "c.yml"), "epbtrec", tmp_path / "work")
+    start_run(experiment, store, "dag_pr", "r1", {})
+
+    def ran(index: int, value: float) -> None:
+        asked = ask(store, "epbtrec", index, f"epbtrec-{index}", experiment.algorithm, experiment.space, None, 0)
+        store.record_metrics(asked.storage_id, [Metric("FINAL", 0, value)])
+        store.close(asked.storage_id, TrialStatus.SUCCEEDED, None)
+
+    ran(0, 0.5)
+    ran(1, 0.7)
+    ran(3, 0.9)  # index 2's task was marked failed while it waited: it never asked
+    with pytest.raises(PopulationNotReady, match=r"trial indices 2\)"):
+        ask(store, "epbtrec", 4, "epbtrec-4", experiment.algorithm, experiment.space, None, 0)
+    states = {0: "success", 1: "success", 2: "failed", 3: "success", 4: "up_for_reschedule", 5: "up_for_reschedule"}
+    run_sync(reconcile_run(experiment, store, "r1", states))
+    assert store.experiment_attr("epbtrec", UNASKED_ATTR) == [2]
+    child = ask(store, "epbtrec", 4, "epbtrec-4", experiment.algorithm, experiment.space, None, 0)
+    assert child.record.lineage is not None and child.record.lineage.parent_index == 3  # the one that ran
+    run_sync(reconcile_run(experiment, store, "r1", states))  # again: nothing more recorded
+    assert store.experiment_attr("epbtrec", UNASKED_ATTR) == [2]

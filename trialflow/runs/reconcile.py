@@ -36,6 +36,7 @@ from trialflow.config.registry import is_host_bound
 from trialflow.lifecycle import trial_lifecycle
 from trialflow.platforms.base import Connections, TrialStatus
 from trialflow.platforms.hosts import TrialOnAnotherHost, check_host
+from trialflow.tuning.pbt import UNASKED_ATTR
 
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
@@ -183,6 +184,8 @@ async def reconcile_run(
     the host a local trial lives on, which this caller may not be) cancels it at its next poll;
     then the store is closed and the job stopped on its platform. Returns what it stopped."""
     trials = await asyncio.to_thread(run_trials, experiment, store, run_id)
+    if experiment.population_based:
+        await asyncio.to_thread(settle_unasked, experiment, store, run_id, task_states)
     chosen = [
         (trial, reason)
         for map_index, trial in sorted(trials.items())
@@ -192,6 +195,31 @@ async def reconcile_run(
     # At once: each stop may wait out its trial's grace (5 s for one that traps SIGTERM).
     stopped = await asyncio.gather(*(_stop(experiment, store, t, reason, connections) for t, reason in chosen))
     return [Reconciled(t.trial_index, t.trial_id, reason) for (t, reason), ok in zip(chosen, stopped) if ok]
+
+
+def settle_unasked(
+    experiment: Experiment, store: ExperimentStore, run_id: str, task_states: Mapping[int, str | None]
+) -> list[int]:
+    """Population Based Training: trial indices of the run whose task ended without asking for
+    a trial (a person marked it failed or success while it waited for its generation, or it was
+    skipped) are recorded, so the next generation stops waiting for them (its plan leaves them
+    out, as NNI's population went on without a failed member's slot). Returns those recorded."""
+    ended = sorted(m for m, state in task_states.items() if state in TASK_ENDED)
+    if not ended:
+        return []
+    first = experiment.window(store, run_id).first_index
+    recorded = store.experiment_attr(experiment.experiment_id, UNASKED_ATTR) or []
+    indices = [
+        first + m
+        for m in ended
+        if first + m not in recorded and store.find_trial_id(experiment.experiment_id, first + m) is None
+    ]
+    if not indices:
+        return []
+    store.update_experiment_attr(
+        experiment.experiment_id, UNASKED_ATTR, lambda old: sorted(set(old or []) | set(indices))
+    )
+    return indices
 
 
 async def answer_stop_requests(

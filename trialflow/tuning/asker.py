@@ -27,6 +27,7 @@ from trialflow.tuning.assessors import Judgment
 from trialflow.tuning.assessors import judge as judge_steps
 from trialflow.tuning.history import asking_storage
 from trialflow.tuning.pbt import (
+    UNASKED_ATTR,
     Ended,
     Lineage,
     PbtArgs,
@@ -127,13 +128,18 @@ def generation_before(
     store: ExperimentStore, experiment_id: str, trial_index: int, size: int, floor: int
 ) -> list[Ended]:
     """The ended trials of the generation before ``trial_index``'s, or PopulationNotReady
-    naming those still running or not yet asked (below ``floor``, a missing one never will be).
-    A trial that did not succeed has no result to rank by (it ranks last)."""
+    naming those still running or not yet asked (below ``floor``, or whose task ended without
+    asking, UNASKED_ATTR: a missing one never will be). A trial that did not succeed has no
+    result to rank by (it ranks last)."""
     ended, waiting = [], []
+    unasked: set[int] | None = None
     for index in previous_generation(trial_index, size):
         record = store.find_trial(experiment_id, index)
         if record is None:
-            if index >= floor:
+            if unasked is None:
+                raw = store.experiment_attr(experiment_id, UNASKED_ATTR)
+                unasked = {int(i) for i in raw if isinstance(i, int)} if isinstance(raw, list) else set()
+            if index >= floor and index not in unasked:
                 waiting.append(index)
             continue
         if not record.finished:

@@ -29,6 +29,9 @@ from typing import Any
 from trialflow.config.search_space import Parameter, SearchSpace, SearchSpaceError, encode
 from trialflow.trial.wire import PBT_LOAD_KEY, PBT_SAVE_KEY
 
+#: The experiment attribute listing trial indices whose task ended without asking (marked
+#: failed or success while it waited, skipped): a later generation does not wait for them.
+UNASKED_ATTR = "unasked_indices"
 #: NNI's parameter keys for the folders a PBT trial loads from and saves to (set where it runs).
 FOLDER_KEYS = (PBT_LOAD_KEY, PBT_SAVE_KEY)
 
