@@ -329,7 +329,8 @@ def test_a_pbt_member_whose_task_ended_unasked_is_not_waited_for(tmp_path, store
 
     (tmp_path / "c.yml").write_text(
         "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: 'true'\ntrialConcurrency: 2\n"
-        "maxTrialNumber: 6\ntuner: {name: PBTTuner, classArgs: {population_size: 2}}\ntrainingService: {platform: local}\n"
+        "maxTrialNumber: 6\ntuner: {name: PBTTuner, classArgs: {population_size: 2}}\n"
+        "trainingService: {platform: local}\n"
     )
     experiment = Experiment(load_config(tmp_path / "c.yml"), "epbtrec", tmp_path / "work")
     start_run(experiment, store, "dag_pr", "r1", {})
