@@ -220,3 +220,54 @@ def test_marking_kubeflow_trials_failed_across_the_hand_off_leaves_no_job_runnin
         f"mark failed across the hand-off (kubeflow): every job stopped {took:.1f} s after the last click\n"
         + "\n".join(f"  +{o:.2f} s: {r.message}" for o, r in zip(offsets, sorted(rows, key=lambda r: r.trial_index)))
     )
+
+
+def test_population_based_training_on_kubeflow_under_the_scheduler(
+    harness: Harness, kube_conn: str, kube_controller: TestController, tmp_path
+):
+    """PBT, two generations of four, on kubeflow through mounted storage, followed by the
+    triggerer: every child's parent is what its page shows (the trial detail the page reads), and
+    each trial's checkpoint is in the store. (With four slots for four members, whether a
+    second-generation task finds the first still running is a matter of timing: the local test
+    with three slots makes it certain.)"""
+    from pathlib import Path
+
+    from trialflow import queries
+    from trialflow.checkpoints.keeper import TrialCheckpoints
+
+    pytest.importorskip("sklearn")
+    example = Path(__file__).resolve().parents[2] / "dags" / "experiments" / "digits-pbt"
+    share = tmp_path / "share"
+    share.mkdir()
+    kube_controller.storage[("nfs", "10.0.9.9", "/exports/pbt")] = share
+    mount = f"/tmp/trialflow-it-mount-{os.getpid()}"
+    config = (
+        "searchSpaceFile: search_space.json\ntrialCodeDirectory: .\ntrialConcurrency: 4\nmaxTrialNumber: 8\n"
+        "tuner: {name: PBTTuner, classArgs: {optimize_mode: maximize, population_size: 4}}\n"
+        f"trainingService: {{platform: kubeflow, operator: tf-operator, kubernetesConnId: {kube_conn},\n"
+        "  worker: {replicas: 1, command: python3 train.py, cpuNumber: 1, memorySize: 256mb},\n"
+        f"  storage: {{storageType: nfs, server: 10.0.9.9, path: /exports/pbt, localMountPoint: '{share}',\n"
+        f"             containerMountPoint: '{mount}'}}}}\n"
+    )
+    files = {name: (example / name).read_text() for name in ("train.py", "search_space.json")}
+    dag_id, run_id = harness.start("kube_pbt", config, files, dag_args="defer_after=0.5")
+    seen: set[str] = set()
+
+    def watch(_: str) -> None:
+        seen.update(f"{ti['map_index']}:{ti['state']}" for ti in harness.tis(dag_id, run_id))
+
+    _, state = harness.wait(dag_id, run_id, timeout=300, on_tick=watch)
+    assert state == "success", kube_controller.errors
+    assert any(s.endswith(":deferred") for s in seen), sorted(seen)  # the triggerer followed them
+    rows = harness.rows(dag_id, run_id)
+    assert [r.status for r in rows] == ["SUCCEEDED"] * 8
+    experiment = experiment_id_for(dag_id, run_id)
+    store = harness.store
+    root = Path(store.experiment_attr(experiment, "artifacts")["url"].removeprefix("file://"))
+    for index in range(8):
+        detail = queries.trial_detail(store.engine, experiment, index)
+        lineage = detail["lineage"]
+        assert lineage["generation"] == index // 4 and lineage["member"] == index % 4
+        if index >= 4:
+            assert lineage["parent_index"] in range(4) and lineage["loaded_step"] == 1, lineage
+        assert TrialCheckpoints(root, experiment, detail["trial_id"]).steps() == [1]
