@@ -301,7 +301,9 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         # An NNI experiment brought in by `trialflow import-nni` (its times are NNI's).
         "imported_from": _imported_from(attrs.get(IMPORTED_ATTR)),
         # Population Based Training: the population's size and each generation's progress.
-        "population": _population(engine, experiment_id, config),
+        "population": _population(
+            engine, experiment_id, config, changed.get("maxTrialNumber", config.get("maxTrialNumber"))
+        ),
         "config": {
             "tuner": config.get("tuner") or config.get("advisor"),
             "assessor": config.get("assessor"),
@@ -317,19 +319,21 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
     }
 
 
-def _population(engine: Engine, experiment_id: str, config: dict[str, Any]) -> dict[str, Any] | None:
-    """PBT's population (its size, the generations the trial budget makes, each one's trials
-    and ended ones); None for another tuner."""
+def _population(engine: Engine, experiment_id: str, config: dict[str, Any], budget: Any) -> dict[str, Any] | None:
+    """PBT's population (its size, the generations the trial budget makes: ``budget`` is
+    maxTrialNumber as a person may have changed it, each one's trials and ended ones); None for
+    another tuner, or for classArgs the store holds that no validated config has."""
     raw = config.get("tuner")
     try:
         tuner = AlgorithmConfig.model_validate(raw) if isinstance(raw, dict) else None
-    except ValueError:
+        if tuner is None or not tuner.population_based:
+            return None
+        args = PbtArgs.from_class_args(tuner.class_args)
+    except (TypeError, ValueError):
         return None
-    if tuner is None or not tuner.population_based:
+    if args.population_size < 1:
         return None
-    args = PbtArgs.from_class_args(tuner.class_args)
-    budget = config.get("maxTrialNumber")
-    planned = -(-int(budget) // args.population_size) if isinstance(budget, int) and budget > 0 else None
+    planned = -(-budget // args.population_size) if isinstance(budget, int) and budget > 0 else None
     return {
         "size": args.population_size,
         "planned": planned,
