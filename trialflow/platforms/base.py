@@ -112,6 +112,23 @@ class TrialSpec:
     #: fetches it as a restart's and names it in RESUME_FOLDER_VAR. None: it starts fresh.
     start_from: Resume | None = None
 
+    @property
+    def resumes(self) -> bool:
+        """Whether the checkpoint it starts from is already named (a restart's, or start_from
+        fetched by an earlier step of the same launch)."""
+        from trialflow.trial.wire import RESUME_FOLDER_VAR
+
+        return RESUME_FOLDER_VAR in self.env
+
+    def resuming(self, folder: str, resume: Resume) -> TrialSpec:
+        """This trial starting from ``resume``'s checkpoint, fetched to ``folder`` (its path
+        where the trial runs): every platform names it to the trial the same way."""
+        from dataclasses import replace
+
+        from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR
+
+        return replace(self, env={**self.env, RESUME_FOLDER_VAR: folder, RESUME_STEP_VAR: str(resume.step)})
+
     def parameters_at(self, output_dir: str) -> dict[str, Any]:
         """The parameters as the trial reads them, its output folder being ``output_dir`` on
         its machine: NNI PBT's folders resolved there (the load folder is the fetched

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
@@ -42,11 +41,11 @@ from trialflow.platforms.mounted import (
     LOG_FILE,
     RC_FILE,
     SharedPaths,
-    fetched_resume,
     job_script,
     read_log_metrics,
     record_cancel,
     recorded_cancel,
+    resume_in_folder,
     shared_paths,
     signal_fault,
     stage_tree,
@@ -54,7 +53,6 @@ from trialflow.platforms.mounted import (
 )
 from trialflow.platforms.rest import RestClient, RestError
 from trialflow.trial.folder import read_small
-from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR
 
 JOB_FILE = ".trialflow-job.json"
 CLAIM_FILE = ".trialflow-submit"
@@ -274,9 +272,7 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
             return self._handle(spec, known, attempt)
         p = self.paths(spec)
         if resume is not None:  # fetched onto the storage, named by the job's own path
-            fetched = await asyncio.to_thread(fetched_resume, folder, attempt, resume)
-            inside = f"{p.trial}/{fetched.relative_to(folder).as_posix()}"
-            spec = replace(spec, env={**spec.env, RESUME_FOLDER_VAR: inside, RESUME_STEP_VAR: str(resume.step)})
+            spec = await asyncio.to_thread(resume_in_folder, spec, folder, p.trial, attempt, resume)
         gpu_type = await self._cluster_gpu_type()
         body = build_job(self.config, spec, self.email or "", self.team or "", gpu_type, self._command(spec))
         await asyncio.to_thread(stage_tree, p.local_root, spec.code_dir, spec.code_excludes)

@@ -22,7 +22,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -42,7 +41,7 @@ from trialflow.platforms.base import (
 from trialflow.platforms.gpus import CLAIMS_DIR, GpuRequest, acquire, release_command
 from trialflow.platforms.hosts import check_host, this_host
 from trialflow.platforms.leftovers import MARK_VAR, stop_marked_command, stop_trial_command, trial_mark
-from trialflow.platforms.mounted import fetched_resume, read_framed_file, restart_lock
+from trialflow.platforms.mounted import read_framed_file, restart_lock, resume_in_folder
 from trialflow.trial.folder import TrialFileRefused, last_line, read_in_folder, read_small, tail_in_folder
 from trialflow.trial.protocol import (
     METRICS_FILE,
@@ -50,7 +49,7 @@ from trialflow.trial.protocol import (
     read_state_file,
     write_parameter_file,
 )
-from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR, STATE_FILE
+from trialflow.trial.wire import STATE_FILE
 
 #: The folder holding trialflow's ``nni`` stand-in (trialflow/trial/shim).
 NNI_SHIM = Path(__file__).resolve().parent.parent / "trial" / "shim"
@@ -313,11 +312,9 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
             raise FileNotFoundError(f"trialCodeDirectory {spec.code_dir} does not exist")
         (sys_dir / ".nni").mkdir(parents=True, exist_ok=True)
         (sys_dir / CONTROL_DIR).mkdir(exist_ok=True)
-        if spec.start_from is not None and RESUME_FOLDER_VAR not in spec.env:
+        if spec.start_from is not None and not spec.resumes:
             # a PBT parent's checkpoint, fetched as a restart's is (attempt 0: the first launch)
-            folder = await asyncio.to_thread(fetched_resume, sys_dir, 0, spec.start_from)
-            env = {**spec.env, RESUME_FOLDER_VAR: str(folder), RESUME_STEP_VAR: str(spec.start_from.step)}
-            spec = replace(spec, env=env)
+            spec = await asyncio.to_thread(resume_in_folder, spec, sys_dir, str(sys_dir), 0, spec.start_from)
         claims = await self.claim_gpus(spec)  # may wait for free GPUs; nothing is marked meanwhile
         # The launch waits (up to LAUNCH_WAIT_SECONDS) for the wrapper's pid: off the event loop.
         return await asyncio.to_thread(self._launch, spec, sys_dir, handle, claims)
@@ -506,12 +503,10 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         goes on where it was."""
         check_host(handle.get("trial_id", ""), handle)
         sys_dir = Path(handle["trial_dir"])
-        env = dict(spec.env)
         if resume is not None:
-            folder = await asyncio.to_thread(fetched_resume, sys_dir, attempt, resume)
-            env[RESUME_FOLDER_VAR], env[RESUME_STEP_VAR] = str(folder), str(resume.step)
+            spec = await asyncio.to_thread(resume_in_folder, spec, sys_dir, str(sys_dir), attempt, resume)
         await asyncio.to_thread(_archive_attempt, sys_dir, attempt - 1)
-        started = await self.submit(replace(spec, env=env))
+        started = await self.submit(spec)
         return {**started, "attempt": attempt}
 
     def _cancel_request(self, sys_dir: Path) -> dict[str, Any] | None:

@@ -29,7 +29,7 @@ from trialflow.trial.protocol import Metric, read_framed, read_stdout_lines
 from trialflow.trial.status import CANCEL_STATUSES, TrialStatus
 
 if TYPE_CHECKING:
-    from trialflow.platforms.base import Resume
+    from trialflow.platforms.base import Resume, TrialSpec
 
 #: How much of a file one poll reads while the trial runs (all of it once the trial ended).
 READ_CHUNK = 4 * 1024 * 1024
@@ -235,6 +235,14 @@ def restart_lock(sys_dir: Path) -> Iterator[None]:
     with open(sys_dir / f"{RESUME_DIR}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+def resume_in_folder(spec: TrialSpec, local: Path, inside: str, attempt: int, resume: Resume) -> TrialSpec:
+    """``spec`` starting from ``resume``'s checkpoint, fetched into the trial's folder as this
+    machine sees it (``local``) and named as the job sees the same folder (``inside``): local,
+    a share the Airflow workers mount (Kubernetes, OpenPAI, DLTS)."""
+    fetched = fetched_resume(local, attempt, resume)
+    return spec.resuming(f"{inside.rstrip('/')}/{fetched.relative_to(local).as_posix()}", resume)
 
 
 def fetched_resume(sys_dir: Path, attempt: int, resume: Resume) -> Path:

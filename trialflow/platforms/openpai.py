@@ -20,7 +20,6 @@ import asyncio
 import copy
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote, urlencode, urlsplit
@@ -42,11 +41,11 @@ from trialflow.platforms.base import (
 from trialflow.platforms.mounted import (
     LOG_FILE,
     SharedPaths,
-    fetched_resume,
     job_script,
     read_log_metrics,
     record_cancel,
     recorded_cancel,
+    resume_in_folder,
     shared_paths,
     signal_fault,
     stage_tree,
@@ -54,7 +53,6 @@ from trialflow.platforms.mounted import (
 )
 from trialflow.platforms.rest import RestClient, RestError
 from trialflow.trial.packing import check_limits, collect_files
-from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR
 
 API = "/rest-server/api/v2"
 TASK_ROLE = "taskrole"
@@ -295,9 +293,7 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
         p = paths(self.config, spec.experiment_id, spec.trial_id)
         await asyncio.to_thread(stage_tree, p.local_root, spec.code_dir, spec.code_excludes)
         if resume is not None:  # fetched onto the storage, named by the job's own path
-            fetched = await asyncio.to_thread(fetched_resume, p.local_trial, attempt, resume)
-            inside = f"{p.trial}/{fetched.relative_to(p.local_trial).as_posix()}"
-            spec = replace(spec, env={**spec.env, RESUME_FOLDER_VAR: inside, RESUME_STEP_VAR: str(resume.step)})
+            spec = await asyncio.to_thread(resume_in_folder, spec, p.local_trial, p.trial, attempt, resume)
         protocol = build_job(self.config, spec, name, self._commands(spec))
         await asyncio.to_thread(write_parameter_file, p.local_trial, spec.parameter_cfg(p.trial))
         body = yaml.safe_dump(protocol, sort_keys=False)

@@ -24,7 +24,6 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -56,10 +55,9 @@ from trialflow.platforms.kubernetes.manifests import (
     job_name,
     trial_labels,
 )
-from trialflow.platforms.mounted import fetched_resume, read_log_metrics
+from trialflow.platforms.mounted import read_log_metrics, resume_in_folder
 from trialflow.trial.packing import CodeDirectoryError, check_limits, collect_files, pack
 from trialflow.trial.protocol import read_stdout_lines
-from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR
 
 log = logging.getLogger(__name__)
 
@@ -258,9 +256,7 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
             )
             if resume is not None:  # fetched onto the share, named by the pods' own path
                 local = kube_storage.local_trial_dir(self.storage, spec.experiment_id, spec.trial_id)
-                fetched = await asyncio.to_thread(fetched_resume, local, attempt, resume)
-                inside = f"{paths.sys_dir}/{fetched.relative_to(local).as_posix()}"
-                spec = replace(spec, env={**spec.env, RESUME_FOLDER_VAR: inside, RESUME_STEP_VAR: str(resume.step)})
+                spec = await asyncio.to_thread(resume_in_folder, spec, local, paths.sys_dir, attempt, resume)
             text = spec.parameter_cfg(paths.sys_dir)
             kube_storage.write_parameters(self.storage, spec.experiment_id, spec.trial_id, text)
         objects = self.objects(spec, attempt)  # built whole before anything is created (too big: no half-made trial)

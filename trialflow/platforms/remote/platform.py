@@ -18,7 +18,6 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -82,7 +81,6 @@ from trialflow.trial.packing import (
     collect_files,
 )
 from trialflow.trial.protocol import read_stdout_lines
-from trialflow.trial.wire import RESUME_FOLDER_VAR, RESUME_STEP_VAR
 
 log = logging.getLogger(__name__)
 GPU_WAIT_SECONDS = 2.0
@@ -333,12 +331,11 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
             if claims:
                 await self.shell.run(machine, release_command(f"{base}/{CLAIMS_DIR}", claims), check=False)
             return self._handle(spec, machine, trial_dir)
-        if spec.start_from is not None and RESUME_FOLDER_VAR not in spec.env:
+        if spec.start_from is not None and not spec.resumes:
             # a PBT parent's checkpoint, uploaded as a restart's is, before the launch
             folder = f"{trial_dir}/resume"
             await self._upload_resume(machine, trial_dir, folder, spec.start_from)
-            env = {**spec.env, RESUME_FOLDER_VAR: folder, RESUME_STEP_VAR: str(spec.start_from.step)}
-            spec = replace(spec, env=env)
+            spec = spec.resuming(folder, spec.start_from)
         await self.shell.run(
             machine,
             workdir_command(trial_dir, code_folder, in_place),
@@ -443,12 +440,11 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
         state = await self._launch_state(machine, trial_dir)
         if state == "launched":
             return {**self._handle(spec, machine, trial_dir), "attempt": attempt}
-        env = dict(spec.env)
         if resume is not None:
             folder = f"{trial_dir}/resume"
             await self._upload_resume(machine, trial_dir, folder, resume)
-            env[RESUME_FOLDER_VAR], env[RESUME_STEP_VAR] = folder, str(resume.step)
-        launched = await self._launch_on(replace(spec, env=env), machine, [machine], claimed=False, attempt=attempt)
+            spec = spec.resuming(folder, resume)
+        launched = await self._launch_on(spec, machine, [machine], claimed=False, attempt=attempt)
         return {**launched, "attempt": attempt}
 
     async def _upload_resume(self, machine: Machine, trial_dir: str, folder: str, resume: Resume) -> None:
