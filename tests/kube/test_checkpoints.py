@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.checkpoint_trials import TRIAL, assert_resumed_from_step_3
 from tests.helpers.kube.cluster import KubeCluster
 from tests.helpers.kube.controller import TestController
 from tests.kube.test_platforms import MOUNT, experiment_id
@@ -29,29 +30,6 @@ from trialflow.trial.wire import PBT_LOAD_KEY
 pytestmark = pytest.mark.kube
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "dags" / "experiments" / "digits-pbt"
-#: Six epochs of a one-number model, a checkpoint after each; with PAUSE it waits after the
-#: third (for a test to evict its pod), unless it was restarted.
-TRIAL = """\
-import json, os, sys, time
-from trialflow import trial
-p = trial.get_next_parameter()
-start, weight = 0, 0.0
-resume = trial.last_checkpoint()
-if resume:
-    state = json.load(open(os.path.join(resume, "state.json")))
-    start, weight = state["epoch"], state["weight"]
-if os.environ.get("MODE") == "exit1":
-    sys.exit(1)
-for epoch in range(start, 6):
-    weight += p["x"]
-    trial.report_intermediate_result(weight)
-    with trial.checkpoint() as folder:
-        json.dump({"epoch": epoch + 1, "weight": weight}, open(os.path.join(folder, "state.json"), "w"))
-    if epoch == 2 and not resume and os.environ.get("PAUSE"):
-        open(os.path.join(os.environ["NNI_OUTPUT_DIR"], "paused"), "w").close()
-        time.sleep(120)
-trial.report_final_result(weight)
-"""
 
 
 def _service(share: Path, server: str, command: str) -> str:
@@ -114,18 +92,15 @@ def test_an_evicted_trial_restarts_as_a_job_of_its_own_from_its_last_checkpoint(
     tmp_path: Path, store, kube_cluster: KubeCluster, kube_controller: TestController
 ):
     checkpoints = "{keepLast: 1, keepBest: 0}"
-    experiment, share, started = _one_trial(tmp_path, store, kube_cluster, kube_controller, checkpoints, "PAUSE=1")
+    experiment, share, started = _one_trial(tmp_path, store, kube_cluster, kube_controller, checkpoints, "MODE=pause")
     trial_id = started.spec.trial_id
     _wait_for(share / "trialflow" / experiment.experiment_id / "trials" / trial_id / "paused")
     kube_controller.evict(job_name(trial_id))
     outcome = trial_lifecycle.wait_in_worker(started, store, 120, 0.2)
 
     assert outcome.status == TrialStatus.SUCCEEDED, (outcome.message, kube_controller.errors)
+    assert_resumed_from_step_3(store, started.record.storage_id, "was evicted by its node")
     record = store.trial(started.record.storage_id)
-    assert [(r.attempt, r.step) for r in record.restarts] == [(1, 3)]
-    assert "was evicted by its node" in record.restarts[0].reason, record.restarts[0].reason
-    assert sorted(store.intermediate_values(started.record.storage_id)) == [0, 1, 2, 3, 4, 5]
-    assert record.final == pytest.approx(6 * record.parameters["x"])  # went on from the checkpoint
     assert record.handle is not None and record.handle["name"] == job_name(trial_id, 1)
     assert kube_controller.launches(job_name(trial_id)) == 1 and kube_controller.launches(job_name(trial_id, 1)) == 1
     kept = TrialCheckpoints(default_folder(experiment.workdir), experiment.experiment_id, trial_id)

@@ -4,7 +4,6 @@ jobs really run with the work storage bind-mounted where the jobs expect it."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
 import time
@@ -180,34 +179,11 @@ def test_a_dropped_submit_is_not_sent_twice_and_odd_answers_are_clear_errors(dlt
         platform.poll_sync({"job_id": "j1", "trial_dir": str(tmp_path)}, {})
 
 
-#: Six epochs of a one-number model, a checkpoint after each; on its first launch the kernel's
-#: OOM killer (played by the trial itself) SIGKILLs it after the third.
-CHECKPOINTING = """\
-import json, os, signal
-from trialflow import trial
-p = trial.get_next_parameter()
-start, weight = 0, 0.0
-resume = trial.last_checkpoint()
-if resume:
-    state = json.load(open(os.path.join(resume, "state.json")))
-    start, weight = state["epoch"], state["weight"]
-for epoch in range(start, 6):
-    weight += p["x"]
-    trial.report_intermediate_result(weight)
-    with trial.checkpoint() as folder:
-        json.dump({"epoch": epoch + 1, "weight": weight}, open(os.path.join(folder, "state.json"), "w"))
-    if epoch == 2 and not resume:
-        os.kill(os.getpid(), signal.SIGKILL)
-trial.report_final_result(weight)
-"""
-
-
 @needs_jobs
 def test_an_oom_killed_trial_restarts_as_a_job_of_its_own_from_its_last_checkpoint(dlts, tmp_path, store):
-    from trialflow.config import load_config
-    from trialflow.experiment import Experiment
+    from tests.helpers.checkpoint_trials import TRIAL as CHECKPOINTING
+    from tests.helpers.checkpoint_trials import assert_resumed_from_step_3, one_trial_experiment
     from trialflow.lifecycle import trial_lifecycle
-    from trialflow.runs import start_run
 
     code = code_folder(tmp_path, {"t.py": CHECKPOINTING})
     config = _config(tmp_path, dlts.dashboard)
@@ -220,22 +196,13 @@ def test_an_oom_killed_trial_restarts_as_a_job_of_its_own_from_its_last_checkpoi
         "localStorageMountPoint": str(config.local_storage_mount_point),
         "containerStorageMountPoint": str(config.container_storage_mount_point),
     }
-    (tmp_path / "config.yml").write_text(
-        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
-        f"trialCommand: {sys.executable} t.py\ntrialCodeDirectory: {code}\n"
-        "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\ncheckpoints: {keepLast: 1, keepBest: 0}\n"
-        f"trainingService: {json.dumps(service)}\n"
-    )
-    experiment = Experiment(load_config(tmp_path / "config.yml"), "edltsckpt", tmp_path / "exp")
-    start_run(experiment, store, "dag_dlts", "r1", {})
+    command = f"env MODE=killself {sys.executable} t.py"  # the OOM killer's SIGKILL, after checkpoint 3
+    experiment = one_trial_experiment(tmp_path, store, code, command, service, "edltsckpt", "exp")
     started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     outcome = trial_lifecycle.wait_in_worker(started, store, 90, 0.2)
 
     assert outcome.status is TrialStatus.SUCCEEDED, outcome.message
+    assert_resumed_from_step_3(store, started.record.storage_id, "killed by signal 9 (exit code 137)")
     record = store.trial(started.record.storage_id)
-    assert [(r.attempt, r.step) for r in record.restarts] == [(1, 3)]
-    assert "killed by signal 9 (exit code 137)" in record.restarts[0].reason, record.restarts[0].reason
-    assert sorted(store.intermediate_values(started.record.storage_id)) == [0, 1, 2, 3, 4, 5]
-    assert record.final == pytest.approx(6 * record.parameters["x"])  # went on from the checkpoint
     assert record.handle["attempt"] == 1 and record.handle["job_id"] != started.handle["job_id"]
     assert len(dlts.jobs) == 2

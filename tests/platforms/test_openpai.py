@@ -4,7 +4,6 @@ whose jobs really run (the storage bind-mounted over the container's mount point
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -352,35 +351,11 @@ def test_cancel_records_never_raise(text, expected):
     assert parse_cancel(text) == expected
 
 
-#: Six epochs of a one-number model, a checkpoint after each; on its first launch it waits after
-#: the third for the test to kill its job, as a node lost would.
-CHECKPOINTING = """\
-import json, os, time
-from trialflow import trial
-p = trial.get_next_parameter()
-start, weight = 0, 0.0
-resume = trial.last_checkpoint()
-if resume:
-    state = json.load(open(os.path.join(resume, "state.json")))
-    start, weight = state["epoch"], state["weight"]
-for epoch in range(start, 6):
-    weight += p["x"]
-    trial.report_intermediate_result(weight)
-    with trial.checkpoint() as folder:
-        json.dump({"epoch": epoch + 1, "weight": weight}, open(os.path.join(folder, "state.json"), "w"))
-    if epoch == 2 and not resume:
-        open(os.path.join(os.environ["NNI_OUTPUT_DIR"], "paused"), "w").close()
-        time.sleep(120)
-trial.report_final_result(weight)
-"""
-
-
 @needs_jobs
 def test_a_job_killed_mid_run_restarts_as_a_job_of_its_own_from_its_last_checkpoint(pai, tmp_path, store):
-    from trialflow.config import load_config
-    from trialflow.experiment import Experiment
+    from tests.helpers.checkpoint_trials import TRIAL as CHECKPOINTING
+    from tests.helpers.checkpoint_trials import assert_resumed_from_step_3, one_trial_experiment
     from trialflow.lifecycle import trial_lifecycle
-    from trialflow.runs import start_run
 
     code = code_folder(tmp_path, {"trial.py": CHECKPOINTING})
     config = _config(tmp_path, host=pai.host)
@@ -395,14 +370,8 @@ def test_a_job_killed_mid_run_restarts_as_a_job_of_its_own_from_its_last_checkpo
         "localStorageMountPoint": str(config.local_storage_mount_point),
         "containerStorageMountPoint": str(config.container_storage_mount_point),
     }
-    (tmp_path / "config.yml").write_text(
-        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
-        f"trialCommand: {sys.executable} trial.py\ntrialCodeDirectory: {code}\n"
-        "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\ncheckpoints: {keepLast: 1, keepBest: 0}\n"
-        f"trainingService: {json.dumps(service)}\n"
-    )
-    experiment = Experiment(load_config(tmp_path / "config.yml"), "epaickpt", tmp_path / "work")
-    start_run(experiment, store, "dag_pai", "r1", {})
+    command = f"env MODE=pause {sys.executable} trial.py"
+    experiment = one_trial_experiment(tmp_path, store, code, command, service, "epaickpt")
     started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     trial_id = started.spec.trial_id
     paused = Path(started.handle["trial_dir"]) / "paused"
@@ -411,13 +380,10 @@ def test_a_job_killed_mid_run_restarts_as_a_job_of_its_own_from_its_last_checkpo
         assert time.monotonic() < deadline, "the trial never reached its third epoch"
         time.sleep(0.05)
     first = pai.jobs[f"alice~{job_name(trial_id)}"]
-    os.killpg(first.process.pid, signal.SIGKILL)
+    os.killpg(first.process.pid, signal.SIGKILL)  # the whole job, as a node lost would
     outcome = trial_lifecycle.wait_in_worker(started, store, 90, 0.2)
 
     assert outcome.status is TrialStatus.SUCCEEDED, outcome.message
+    assert_resumed_from_step_3(store, started.record.storage_id, "killed by signal 9 (exit code 137)")
     record = store.trial(started.record.storage_id)
-    assert [(r.attempt, r.step) for r in record.restarts] == [(1, 3)]
-    assert "killed by signal 9 (exit code 137)" in record.restarts[0].reason, record.restarts[0].reason
-    assert sorted(store.intermediate_values(started.record.storage_id)) == [0, 1, 2, 3, 4, 5]
-    assert record.final == pytest.approx(6 * record.parameters["x"])  # went on from the checkpoint
     assert record.handle["job"] == job_name(trial_id, 1) and f"alice~{job_name(trial_id, 1)}" in pai.jobs
