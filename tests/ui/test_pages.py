@@ -467,3 +467,44 @@ def test_a_trials_artifacts_are_listed_and_downloaded_by_its_dags_readers_only(b
     page.reload()
     page.wait_for_selector("[data-testid=artifacts-error]", timeout=30000)
     assert "could not be read" in page.locator("[data-testid=artifacts-error]").inner_text()
+
+
+def test_a_long_pbt_experiment_shows_its_newest_generations_in_both_themes(browser, ui: UiSetup):
+    """300 trials of a population of 10 under a 150-character name: the summary shows the newest
+    12 generations and says how many came before, instead of 30 chips; light and dark."""
+    from trialflow.config.model import AlgorithmConfig
+    from trialflow.config.search_space import parse_search_space
+    from trialflow.platforms.base import TrialStatus
+    from trialflow.trial.protocol import Metric
+    from trialflow.tuning.asker import ask
+
+    store = ui.harness.store
+    experiment = "epbt-long-ui"
+    store.open_experiment(experiment)
+    tuner = {"name": "PBTTuner", "classArgs": {"population_size": 10}}
+    store.set_experiment_attrs(
+        experiment,
+        {
+            "dag_id": ui.dag_id,
+            "experiment_name": "population based training of a very long name " * 3 + "end",
+            "config": {"tuner": tuner, "maxTrialNumber": 300, "trainingService": {"platform": "local"}},
+        },
+    )
+    algorithm = AlgorithmConfig.model_validate(tuner)
+    space = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
+    for index in range(300):
+        asked = ask(store, experiment, index, f"{experiment}-{index:04d}", algorithm, space)
+        if index < 295:  # the last generation is half ended
+            store.record_metrics(asked.storage_id, [Metric("FINAL", 0, index / 300)])
+            store.close(asked.storage_id, TrialStatus.SUCCEEDED, None)
+    for dark in (False, True):
+        page = login(browser, ui, dark=dark)
+        page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment}")
+        page.wait_for_selector("[data-testid=population]", timeout=30000)
+        said = page.locator("[data-testid=population]").inner_text()
+        assert "10 trials a generation, 30 generations: generation 29 has 5 of 10 ended" in said, said
+        assert page.locator("[data-testid^=generation-]").count() == 12
+        assert "18 earlier generations" in page.locator("[data-testid=generations-earlier]").inner_text()
+        assert page.locator("[data-testid=generation-29]").inner_text() == "gen 29: 5/10"
+        shot(page, "experiment-population-long-dark" if dark else "experiment-population-long")
+        assert not page.errors, page.errors

@@ -52,10 +52,15 @@ function Summary({ summary }: { summary: Summary }) {
   );
 }
 
+const GENERATIONS_SHOWN = 12;
+
 /** Population Based Training's progress: each generation's ended trials of its population. */
 function Population({ population }: { population: NonNullable<Summary["population"]> }) {
   const current = population.generations.find((g) => g.ended < population.size);
   const done = !current && population.generations.length > 0;
+  // A long experiment has hundreds of generations: the newest few are what is watched.
+  const shown = population.generations.slice(-GENERATIONS_SHOWN);
+  const hidden = population.generations.length - shown.length;
   return (
     <Box mt={3} fontSize="sm" data-testid="population">
       <Text>
@@ -66,7 +71,12 @@ function Population({ population }: { population: NonNullable<Summary["populatio
         {" "}A trial's page shows the one whose checkpoint it started from.
       </Text>
       <HStack gap={1} mt={1} flexWrap="wrap">
-        {population.generations.map((g) => (
+        {hidden > 0 ? (
+          <Text fontSize="xs" color="fg.muted" data-testid="generations-earlier">
+            {hidden.toLocaleString()} earlier generation{hidden === 1 ? "" : "s"} ·
+          </Text>
+        ) : null}
+        {shown.map((g) => (
           <Box key={g.generation} px={2} py={0.5} borderRadius="sm" fontSize="xs" data-testid={`generation-${g.generation}`}
             bg={g.ended >= population.size ? "green.subtle" : g.trials ? "blue.subtle" : "bg.muted"}
             title={`generation ${g.generation}: ${g.trials} started, ${g.ended} ended`}>
