@@ -85,3 +85,15 @@ def test_the_command_removes_and_says_how_many(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "removed 2 checkpoint and artifact file(s)" in done.stdout and not files.exists()
+
+
+def test_a_store_that_cannot_be_opened_is_said_without_a_traceback(tmp_path):
+    store = ExperimentStore(sqlite_url(tmp_path / "experiments.db"))
+    experiment = _experiment(tmp_path, store, "erm5")
+    mark_ended(experiment, store, "r1")
+    store.set_experiment_attrs("erm5", {"artifacts": {"url": "s3://team-models/tuning", "conn_id": "models_s3"}})
+    command = [sys.executable, "-m", "trialflow.cli", "remove-artifacts", "erm5", "--home", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "s3://" in done.stderr and "apache-airflow-providers-amazon" in done.stderr, done.stderr
+    assert [h for h in steering.history(store, "erm5") if h["action"] == "remove artifacts"] == []

@@ -764,7 +764,13 @@ def cmd_remove_artifacts(args: argparse.Namespace) -> int:
     def remove(store: Any, by: str) -> Any:
         return remove_artifacts(store, args.experiment, by, lambda where: store_root(where.url, where.conn_id))
 
-    removed, code = _steer(args, remove)
+    from trialflow.checkpoints.keeper import CheckpointError
+    from trialflow.hooks.artifact_store import ArtifactStoreUnavailable
+
+    try:
+        removed, code = _steer(args, remove)
+    except (ArtifactStoreUnavailable, CheckpointError, OSError) as exc:  # the store: not there, refusing
+        return _fail(exc)
     if removed is None:
         return code
     print(f"experiment {args.experiment}: removed {removed.files} checkpoint and artifact file(s) from {removed.url}")
