@@ -173,3 +173,32 @@ def test_a_child_killed_before_its_first_checkpoint_restarts_from_its_parents(tm
         assert record.final == pytest.approx(parent.final + record.parameters["x"])  # the parent's weight again
         launches = (marks / record.trial_id).read_text().split()
         assert [Path(p).name for p in launches] == ["0", "1"]  # .trialflow-resume/0, then /1
+
+
+def test_a_parent_checkpoint_the_store_refuses_starts_the_child_fresh_and_says_why_without_secrets(
+    tmp_path, store, monkeypatch
+):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "t.py").write_text(FAULTY.replace("os.kill(os.getpid(), signal.SIGKILL)", "pass"))
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
+        f"trialCommand: env MARKS={marks} {sys.executable} t.py\ntrialCodeDirectory: code\n"
+        "trialConcurrency: 1\nmaxTrialNumber: 2\n"
+        "tuner: {name: PBTTuner, classArgs: {population_size: 1}}\ntrainingService: {platform: local}\n"
+    )
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "epbtdown", tmp_path / "work")
+    start_run(experiment, store, "dag_pd", "r1", {})
+    _run_generation(experiment, store, range(1))
+
+    def refusing(*args, **kwargs):
+        raise OSError("store https://acct:SeCrEtKeY@blob.example/ refused: AccountKey=SeCrEtKeY")
+
+    monkeypatch.setattr(trial_lifecycle, "parent_checkpoint", refusing)
+    (child,) = _run_generation(experiment, store, range(1, 2))
+    record = store.trial(child.record.storage_id)
+    assert record.status == TrialStatus.SUCCEEDED and record.lineage is not None
+    assert record.lineage.loaded_step is None and "could not be read" in (record.lineage.note or "")
+    assert "SeCrEtKeY" not in (record.lineage.note or "")
+    assert "nothing-to-load" in (marks / record.trial_id).read_text()  # it started fresh

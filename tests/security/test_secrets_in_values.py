@@ -45,6 +45,12 @@ SECRETS = {
         ("git clone https://ghp_abc@github.com/o/r", "git clone https://***@github.com/o/r"),
         ("/data/code_token=abc", "/data/code_token=***"),
         ("x.private_key=k", "x.private_key=***"),
+        # an Azure storage connection string, as an abfs:// store's error may repeat it
+        (
+            "DefaultEndpointsProtocol=http;AccountName=dev;AccountKey=Eby8vdM02x==;BlobEndpoint=http://b",
+            "DefaultEndpointsProtocol=http;AccountName=dev;AccountKey=***",
+        ),
+        ("refused: SharedAccessSignature=sv=2020&sig=abc", "refused: SharedAccessSignature=***"),
     ],
 )
 def test_secrets_inside_values_are_masked(text, shown):
@@ -60,6 +66,7 @@ def test_secrets_inside_values_are_masked(text, shown):
         "https://jobs.example/{trial_id}?page=1",
         "mailto:someone@example.org",
         "lr=0.1 momentum=0.9",
+        "AccountName=dev;BlobEndpoint=http://127.0.0.1:10000/dev",
     ],
 )
 def test_what_is_not_a_secret_stays_as_it_was(text):

@@ -13,7 +13,12 @@ import re
 from typing import Any
 
 REDACTED = "***"
-_SECRET_WORDS = r"pass(?:word|phrase|wd)?|token|secret|api[_-]?key|access[_-]?key|private[_-]?key|auth|credentials?"
+# (AccountKey, SharedAccessSignature: an Azure storage connection string's, which an abfs://
+# store's connection holds and its errors may repeat.)
+_SECRET_WORDS = (
+    r"pass(?:word|phrase|wd)?|token|secret|api[_-]?key|access[_-]?key|private[_-]?key|auth|credentials?"
+    r"|account[_-]?key|shared[_-]?access[_-]?(?:key|signature)"
+)
 _SECRET_KEY = re.compile(rf"({_SECRET_WORDS})", re.I)
 # A name whose words (split at _ . -) include a secret word: API_TOKEN, AWS_SECRET_ACCESS_KEY,
 # code_token, db-password; not tokenizer, --passes, author. Each repetition ends at a

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
+from trialflow.config.redaction import mask_text
 from trialflow.config.registry import is_host_bound
 from trialflow.experiment import Experiment, TrialXCom, trial_result
 from trialflow.experiment.follow import Follower, FollowOutcome
@@ -237,8 +238,8 @@ def _parent_checkpoint(
             note = f"its parent {record.lineage.parent_trial_id} kept no checkpoint"
         else:
             step, start_from = found
-    except Exception as exc:  # the store down or refusing: said, and the trial starts fresh
-        note = f"its parent's checkpoint could not be read: {exc}"[:500]
+    except Exception as exc:  # the store down or refusing: said (its secrets masked), and the trial starts fresh
+        note = mask_text(f"its parent's checkpoint could not be read: {exc}")[:500]
     if record.handle is None:
         lineage = replace(record.lineage, loaded_step=step, note=note)
         store.set_attrs(record.storage_id, pbt=lineage.to_attr())
