@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 #: Fixtures several test folders share (real local trials followed by their trigger).
-pytest_plugins = ["tests.helpers.local_trials", "tests.helpers.object_store"]
+pytest_plugins = ["tests.helpers.local_trials", "tests.helpers.object_store", "tests.helpers.mlflow_server"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -10,6 +10,7 @@ from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, mod
 from trialflow.config.base import ConfigPath, GpuIndices, Int, NniModel, Seconds, Secret, Str
 from trialflow.config.checkpoints import CheckpointsConfig
 from trialflow.config.platforms import TrainingServiceConfig
+from trialflow.config.tracking import MlflowConfig
 from trialflow.limits import MAX_TRIALS_PER_RUN
 from trialflow.trial.function import function_command, parse_import_path
 
@@ -82,7 +83,7 @@ class SharedStorageConfig(NniModel):
 
 
 #: Keys of trialflow's own beside NNI's schema (a v1 config, NNI's schema only, refuses them).
-TRIALFLOW_KEYS = ("scheduledRuns", "retuneTopK", "objectives", "trialFunction", "warmStart", "checkpoints")
+TRIALFLOW_KEYS = ("scheduledRuns", "retuneTopK", "objectives", "trialFunction", "warmStart", "checkpoints", "mlflow")
 
 #: How many of the previous experiment's best parameter sets a re-tuning run evaluates first.
 DEFAULT_RETUNE_TOP_K = 5
@@ -165,6 +166,9 @@ class ExperimentConfig(NniModel):
     #: trialflow's own key: where trials keep checkpoints, how many, and restarts from the last
     #: one after a fault (trialflow.config.checkpoints.CheckpointsConfig).
     checkpoints: CheckpointsConfig | None = None
+    #: trialflow's own key: the MLflow tracking server each trial is logged to as a nested run
+    #: of the experiment's (trialflow.config.tracking.MlflowConfig); off without it.
+    mlflow: MlflowConfig | None = None
 
     #: Where the config came from (not a config key); relative paths were resolved against it.
     source_file: Path | None = Field(default=None, exclude=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -42,9 +43,12 @@ from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.gpus import GpuRequestError
 from trialflow.platforms.hosts import check_host, this_host
 from trialflow.steering import stop_requested
+from trialflow.tracking.content import LinkBack, TaskIdentity
+from trialflow.tracking.runner import TRIAL_REQUEST_TIMEOUT, open_tracking
 from trialflow.trial.handle import current_handle
 from trialflow.trial.packing import CodeDirectoryError
 from trialflow.tuning.asker import ask
+from trialflow.tuning.experiment_store import TASK_ATTR
 from trialflow.tuning.pbt import PopulationNotReady
 
 if TYPE_CHECKING:
@@ -140,12 +144,19 @@ def start_trial(
     service_index: int | None = None,
     connections: Connections | None = None,
     pin_host: bool = False,
+    task: TaskIdentity | None = None,
+    links: LinkBack | None = None,
+    mask: Callable[[str], str] | None = None,
 ) -> StartedTrial:
     """Give trial ``map_index`` of run ``run_id`` its parameters and submit it (see module).
 
     ``pin_host``: tasks may run on several hosts (trialflow.platforms.hosts). A local trial then claims
     this host in the store before it is launched, so a retry elsewhere is refused even if the
     first attempt died before the store had its handle.
+
+    ``task``: the task instance starting it (recorded on the trial: what its MLflow run links
+    back to); ``links`` and ``mask``: the pages its MLflow run links to, and the masker of the
+    process (trialflow.tracking.runner).
     """
     window = experiment.window(store, run_id)
     index = window.first_index + int(map_index)
@@ -199,6 +210,10 @@ def start_trial(
         check_host(trial_id, {"host": record.host} if record.host else record.handle)
         if pin_host and record.host is None:
             store.set_attrs(record.storage_id, host=this_host())
+    if task is not None:
+        store.set_attrs(record.storage_id, **{TASK_ATTR: task.to_attr()})
+    if experiment.config.mlflow is not None and record.handle is None:
+        spec = replace(spec, env={**spec.env, **_tracking_env(experiment, store, record, connections, links, mask)})
     platform = experiment.platform(chosen, connections)
     platform.prepare_sync(experiment.experiment_id)
     try:
@@ -222,6 +237,20 @@ def start_trial(
         run_sync(stop_trial(platform, store, handle, record.storage_id, reason))
         started.record = store.trial(record.storage_id)
     return started
+
+
+def _tracking_env(
+    experiment: Experiment,
+    store: ExperimentStore,
+    record: TrialRecord,
+    connections: Connections | None,
+    links: LinkBack | None,
+    mask: Callable[[str], str] | None,
+) -> dict[str, str]:
+    """The trial's MLflow run, made now so trial code that logs to MLflow itself lands in it
+    (trialflow.tracking.runner: a few seconds at most; {} when MLflow does not answer)."""
+    tracking = open_tracking(experiment, store, connections, timeout=TRIAL_REQUEST_TIMEOUT)
+    return tracking.trial_env(record.storage_id, links, mask) if tracking is not None else {}
 
 
 def _parent_checkpoint(

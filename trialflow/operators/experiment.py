@@ -225,6 +225,41 @@ class EndExperimentOperator(_ExperimentStep):
             )
             experiment.platform(i, connections).cleanup_sync(experiment.experiment_id)
 
+    def _track(self, experiment: Any, store: Any, status: str) -> None:
+        """The last MLflow pass of the run (trialflow.tracking), bounded: what the server does
+        not take now stays in the outbox for the next pass (``trialflow sync-mlflow``)."""
+        if experiment.config.mlflow is None:
+            return
+        import time
+
+        from trialflow.from_airflow.secrets import masked_text
+        from trialflow.tracking.runner import END_PASS_BUDGET, open_tracking
+        from trialflow.ui.links import tracking_links
+
+        tracking = open_tracking(experiment, store, airflow_connections())
+        if tracking is None:
+            return
+        links, until = tracking_links(experiment.experiment_id), time.monotonic() + END_PASS_BUDGET
+        while True:
+            try:
+                report = tracking.sync(links, masked_text, status, budget=max(1.0, until - time.monotonic()))
+            except Exception as exc:  # tracking never fails the run
+                self.log.warning("could not log experiment %s to MLflow: %s", experiment.experiment_id, exc)
+                return
+            if report.passed or time.monotonic() >= until:
+                break
+            time.sleep(1.0)  # the watch's last pass is still under way
+        if report.error or report.pending:
+            self.log.warning(
+                "MLflow: %s; %d run(s) kept for it, sent by the next pass (trialflow sync-mlflow %s)",
+                report.error or "the pass ran out of time",
+                report.pending,
+                experiment.experiment_id,
+            )
+        else:
+            urls = tracking.run_urls()
+            self.log.info("Logged to MLflow: %s", urls.get("experiment", tracking.target.uri))
+
     def _task_states(self, context: Context) -> dict[int, str | None]:
         """Airflow's state of each trial task of the run (all ended: trigger rule all_done)."""
         from trialflow.from_airflow.why_stopped import ask_trial_states
@@ -261,6 +296,7 @@ class EndExperimentOperator(_ExperimentStep):
         mode = experiment.config.optimize_mode
         self._lineage = (verdict.summary, experiment.config.search_space)
         self.log.info("Results of experiment %s (%s):\n%s", experiment.experiment_id, mode, verdict.table)
+        self._track(experiment, store, "FAILED" if verdict.failure else "FINISHED")
         if self.cleanup and closed.may_clean_up:
             self._cleanup(experiment)
         for note in verdict.notes:

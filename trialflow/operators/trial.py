@@ -51,6 +51,22 @@ def experiment_for(config_path: str, context: Context, check: bool = False, grou
     )
 
 
+def _tracking(experiment: Any, context: Context) -> dict[str, Any]:
+    """What a trial's MLflow run links back to: the task instance, the pages, Airflow's masker
+    (only for an experiment that names MLflow)."""
+    if experiment.config.mlflow is None:
+        return {}
+    from trialflow.from_airflow.secrets import masked_text
+    from trialflow.tracking.content import TaskIdentity
+    from trialflow.ui.links import tracking_links
+
+    ti = context["ti"]
+    task = TaskIdentity(
+        ti.dag_id, ti.run_id, ti.task_id, int(ti.map_index if ti.map_index is not None else -1), int(ti.try_number)
+    )
+    return {"task": task, "links": tracking_links(experiment.experiment_id), "mask": masked_text}
+
+
 def label_task(context: Context, label: str) -> None:
     """The mapped task's name in the grid: its trial id (the DAG's map_index_template renders
     ``trial_label`` from the context, Airflow's documented way to name mapped instances)."""
@@ -190,6 +206,7 @@ class SubmitTrialOperator(BaseOperator):
                 service_index=self.service_index,
                 connections=airflow_connections(),
                 pin_host=self.stay_on_host,
+                **_tracking(experiment, context),
             )
         except trial_lifecycle.TrialNotStarted as exc:
             label_task(context, f"{exc.trial_id} not started")

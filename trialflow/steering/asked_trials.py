@@ -69,7 +69,14 @@ def _one_more_trial(store: ExperimentStore, experiment_id: str, count: int) -> N
     store.update_experiment_attr(experiment_id, LIMITS, grown)
 
 
-def add_trial(store: ExperimentStore, experiment_id: str, parameters: Any, by: str, reason: str | None = None) -> int:
+def add_trial(
+    store: ExperimentStore,
+    experiment_id: str,
+    parameters: Any,
+    by: str,
+    reason: str | None = None,
+    rerun_of: int | None = None,
+) -> int:
     """Queue a trial with these parameters: the next trial index to start runs it (before the
     tuner's own), the tuner learns from its result, and maxTrialNumber grows by one. Returns
     its place in the queue."""
@@ -81,7 +88,10 @@ def add_trial(store: ExperimentStore, experiment_id: str, parameters: Any, by: s
     check_running(store, experiment_id)
     why = reason or f"added by {by}"
     try:
-        seq = store.enqueue(experiment_id, chosen, {"by": by, "reason": why, "at": time.time()}, MAX_WAITING_TRIALS)
+        request: dict[str, Any] = {"by": by, "reason": why, "at": time.time()}
+        if rerun_of is not None:  # what the trial's MLflow run says it is (trialflow.tracking)
+            request["rerun_of"] = rerun_of
+        seq = store.enqueue(experiment_id, chosen, request, MAX_WAITING_TRIALS)
     except QueueFull:
         raise BadInput(_full(experiment_id)) from None
     _one_more_trial(store, experiment_id, 1)
@@ -126,7 +136,7 @@ def rerun_trials(
     for _, point in points:  # every one checked before any is queued: all or nothing
         check_parameters(store, experiment_id, point)
     for index, point in points:
-        add_trial(store, experiment_id, point, by, f"re-run of trial {index} by {by}")
+        add_trial(store, experiment_id, point, by, f"re-run of trial {index} by {by}", rerun_of=index)
     return [index for index, _ in points]
 
 

@@ -112,6 +112,7 @@ class RunWatchTrigger(BaseTrigger):
             yield TriggerEvent({"status": "ERROR", "message": f"cannot watch run {self.run_id}: {exc}"})
             return
         watch = RunWatch(experiment, store, self.run_id, airflow_connections())
+        tracking = await _TrackingPasses.open(experiment, store, self.log)
         unanswered_since: float | None = None
         with run_wakeups.listening(self.dag_id, self.run_id, self.trial_task_id) as wakeup:
             while True:
@@ -127,12 +128,14 @@ class RunWatchTrigger(BaseTrigger):
                         return
                     await asyncio.sleep(max(self.poll_interval, 5.0))
                     continue
+                tracking.maybe_pass()
                 try:
                     if await watch.observe(states, time.monotonic()):
                         break
                 except Exception:  # the store or a platform refused this time: the next pass tries again
                     self.log.exception("reconciling run %s failed; trying again", self.run_id)
                 await self._pause(wakeup, watch, states)
+        await tracking.settle()
         result: dict[str, Any] = {"status": "DONE", "reconciled": [t.trial_id for t in watch.reconciled]}
         # Ended from here (no worker start on the way to the end step), unless listeners must see it.
         yield TriggerEvent(result) if listeners_present() else TaskSuccessEvent(xcoms={"return_value": result})
@@ -192,3 +195,68 @@ class RunWatchTrigger(BaseTrigger):
                 self.log.warning("Trial %s stopped: %s", trial.trial_id, trial.reason)
         except Exception:
             self.log.exception("could not reconcile run %s", self.run_id)
+
+
+#: Seconds between two tracking passes of a run's watch (trialflow.tracking.sync), and how long
+#: the watch waits for one under way when the run's trials have all ended (the end step makes
+#: the last pass).
+TRACKING_INTERVAL = 5.0
+TRACKING_SETTLE = 10.0
+
+
+class _TrackingPasses:
+    """The run's MLflow logging while its watch runs: a pass every TRACKING_INTERVAL seconds in
+    a thread beside the watch, never more than one at a time, so a tracking server that is slow
+    or down delays only its own logging, never the reconciliation nor a trial."""
+
+    def __init__(self, tracking: Any, links: Any, mask: Any, log: Any):
+        self.tracking, self.links, self.mask, self.log = tracking, links, mask, log
+        self.task: asyncio.Future[Any] | None = None
+        self.last = 0.0
+
+    @classmethod
+    async def open(cls, experiment: Experiment, store: ExperimentStore, log: Any) -> _TrackingPasses:
+        if experiment.config.mlflow is None:
+            return cls(None, None, None, log)
+        from trialflow.from_airflow.secrets import masked_text
+        from trialflow.hooks import airflow_connections
+        from trialflow.tracking.runner import Tracking
+        from trialflow.tracking.target import aresolve
+        from trialflow.ui.links import tracking_links
+
+        try:
+            target = await aresolve(
+                experiment.config.mlflow,
+                experiment.config.experiment_name or experiment.experiment_id,
+                airflow_connections(),
+            )
+            tracking = Tracking.open(experiment, store, None, target=target)
+        except Exception as exc:  # not configured here, or the client missing: said, never fatal
+            log.warning("experiment %s is not logged to MLflow: %s", experiment.experiment_id, exc)
+            return cls(None, None, None, log)
+        return cls(tracking, tracking_links(experiment.experiment_id), masked_text, log)
+
+    def maybe_pass(self) -> None:
+        if self.tracking is None or (self.task is not None and not self.task.done()):
+            return
+        if time.monotonic() - self.last < TRACKING_INTERVAL:
+            return
+        self.last = time.monotonic()
+        self.task = asyncio.ensure_future(asyncio.to_thread(self._pass))
+
+    def _pass(self) -> None:
+        try:
+            report = self.tracking.sync(self.links, self.mask, "RUNNING", budget=TRACKING_INTERVAL * 4)
+        except Exception:  # the store busy, a bug: the next pass tries again
+            self.log.exception("logging to MLflow failed; the next pass tries again")
+            return
+        if report.error:
+            self.log.warning("MLflow: %s (%d run(s) kept for later)", report.error, report.pending)
+
+    async def settle(self) -> None:
+        """Let a pass under way finish (bounded), so the end step's own pass is not turned away."""
+        if self.task is not None and not self.task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self.task), TRACKING_SETTLE)
+            except TimeoutError:
+                self.log.warning("an MLflow pass is still under way; the end step makes the last one")

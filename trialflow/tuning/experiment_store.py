@@ -97,6 +97,60 @@ class TrialRecord:
         return "customized" if self.asked_by else "algorithm"
 
 
+@dataclass(frozen=True)
+class TrialHistory:
+    """One trial with its whole curve and its times, as an output that copies the experiment
+    elsewhere (MLflow: trialflow.tracking) reads it; a warm start's prior trials included
+    (``prior_of``: where it came from; no trial index)."""
+
+    storage_id: int
+    trial_index: int | None
+    trial_id: str
+    parameters: dict[str, Any]
+    status: str
+    finished: bool
+    started_at: float | None
+    ended_at: float | None
+    intermediate: dict[int, float]
+    final: Any
+    asked_by: dict[str, Any] | None
+    #: The task instance that ran it, as its start recorded it (TASK_ATTR), else None.
+    task: Any
+    service_index: int | None
+    imported: bool
+    prior_of: str | None
+
+
+#: The trial attribute naming the Airflow task instance that ran the trial (dag, run, task, map
+#: index, try), recorded by its start for the outputs that link back to it.
+TASK_ATTR = "task"
+
+
+def _history(t: FrozenTrial, storage_id: int) -> TrialHistory:
+    attrs = t.user_attrs
+    prior = attrs.get(PRIOR_ATTR)
+    started = attrs.get("started_at")
+    if not isinstance(started, (int, float)):
+        started = t.datetime_start.timestamp() if t.datetime_start else None
+    return TrialHistory(
+        storage_id=storage_id,
+        trial_index=attrs.get("trial_index"),
+        trial_id=str(attrs.get("trial_id") or (prior or {}).get("trial_id") or t.number),
+        parameters=attrs.get("parameters") or dict(t.params),
+        status=str(attrs.get("nni_status") or ("SUCCEEDED" if prior else TrialStatus.WAITING.value)),
+        finished=t.state.is_finished(),
+        started_at=float(started) if started is not None else None,
+        ended_at=t.datetime_complete.timestamp() if t.datetime_complete else None,
+        intermediate={int(k): float(v) for k, v in t.intermediate_values.items()},
+        final=attrs.get("final_metric") if not prior else (t.values[0] if t.values else None),
+        asked_by=attrs.get("asked_by"),
+        task=attrs.get(TASK_ATTR),
+        service_index=attrs.get("service_index"),
+        imported="nni_trial_job_id" in attrs,
+        prior_of=f"{prior.get('experiment_id')}/{prior.get('trial_id')}" if isinstance(prior, dict) else None,
+    )
+
+
 def _record(frozen: optuna.trial.FrozenTrial, storage_id: int) -> TrialRecord:
     attrs = frozen.user_attrs
     return TrialRecord(
@@ -636,6 +690,16 @@ class ExperimentStore:
         frozen = self.storage.get_all_trials(self.study_id(experiment_id), deepcopy=False)
         rows = [_row(t) for t in frozen if is_claimed(t)]
         return sorted(rows, key=lambda r: (r.trial_index is None, r.trial_index or 0))
+
+    def trial_history(self, storage_id: int) -> TrialHistory:
+        """One trial's TrialHistory (its curve and times)."""
+        return _history(self.storage.get_trial(storage_id), storage_id)
+
+    def trial_histories(self, experiment_id: str) -> list[TrialHistory]:
+        """Every trial of the experiment with its curve and times, and the prior trials a warm
+        start gave its tuner, for outputs that copy the experiment elsewhere (TrialHistory)."""
+        frozen = self.storage.get_all_trials(self.study_id(experiment_id), deepcopy=False)
+        return [_history(t, trial_storage_id(t)) for t in frozen if is_claimed(t) or is_prior(t)]
 
 
 def is_claimed(t: FrozenTrial) -> bool:

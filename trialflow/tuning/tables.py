@@ -110,6 +110,24 @@ CHECKED = sa.Table(
     sa.Column("revision", sa.String(64), nullable=False),
 )
 
+#: What of each trial has reached the experiment's MLflow run (trialflow.tracking.outbox): one
+#: row per (study, ``run_key``: ``experiment`` for the experiment's own run, a trial index, or
+#: ``prior:<trial id>`` for warm-start history), with the MLflow run's id once made, what was
+#: sent (``sent``: JSON, trialflow.tracking.outbox.Sent) and a claim on the row, so that two
+#: processes never make two MLflow runs for one trial nor send one result twice.
+TRACKING = sa.Table(
+    "trialflow_tracking",
+    METADATA,
+    sa.Column("study_id", sa.Integer, primary_key=True),
+    sa.Column("run_key", sa.String(64), primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=True),
+    sa.Column("run_url", sa.String(2048), nullable=True),
+    sa.Column("sent", sa.Text, nullable=False),
+    #: Until when (epoch seconds) one process may make this row's run; 0: nobody holds it.
+    sa.Column("claimed_until", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
 #: Optuna's trials table, as far as trialflow indexes it (its own declaration is Optuna's).
 _OPTUNA_TRIALS = sa.Table(
     "trials",

@@ -41,13 +41,7 @@ def trial_page(dag_id: str, run_id: str, map_index: int, task_id: str | None = N
 def experiment_page(experiment_id: str) -> str:
     """The experiment's page, absolute when ``[api] base_url`` names the host (so a link in an
     asset event or a notification works outside the UI), else from the site's root."""
-    from urllib.parse import urlsplit
-
-    from airflow.configuration import conf
-
-    configured = urlsplit(conf.get("api", "base_url", fallback="") or "")
-    host = f"{configured.scheme}://{configured.netloc}" if configured.scheme and configured.netloc else ""
-    return f"{host}{base_url()}plugin/trialflow?" + urlencode({"experiment": experiment_id})
+    return f"{_site()}{base_url()}plugin/trialflow?" + urlencode({"experiment": experiment_id})
 
 
 def platform_url(template: str | None, handle: dict[str, Any]) -> str | None:
@@ -77,3 +71,26 @@ class PlatformLink(BaseOperatorLink):
 
         value = XCom.get_value(ti_key=ti_key, key=PLATFORM_URL_KEY)
         return value if isinstance(value, str) and value.startswith(("http://", "https://")) else ""
+
+
+def _site() -> str:
+    """``[api] base_url``'s scheme and host when it names them (links that leave Airflow), else ""."""
+    from urllib.parse import urlsplit
+
+    from airflow.configuration import conf
+
+    configured = urlsplit(conf.get("api", "base_url", fallback="") or "")
+    return f"{configured.scheme}://{configured.netloc}" if configured.scheme and configured.netloc else ""
+
+
+def tracking_links(experiment_id: str) -> Any:
+    """The trialflow pages an experiment's MLflow runs link back to (trialflow.tracking.content.
+    LinkBack): its page, and each trial's by the task instance that ran it."""
+    from trialflow.tracking.content import LinkBack, TaskIdentity
+
+    site = _site()
+
+    def trial(task: TaskIdentity) -> str:
+        return site + trial_page(task.dag_id, task.run_id, task.map_index, task.task_id)
+
+    return LinkBack(experiment_page=experiment_page(experiment_id), trial_page=trial)

@@ -1,0 +1,109 @@
+"""A real MLflow tracking server for the tracking tests: ``mlflow server`` (the dev group's
+MLflow) with a SQLite backend and its artifacts served from a local folder, on 127.0.0.1. The
+tests read what arrived through MLflow's own client, and stop and start the server to play an
+outage; the session's fixture stops it at the end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+#: Seconds the server may take to answer its health check (about 10 here).
+START_TIMEOUT = 90.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class MlflowServer:
+    """One server; stop() and start() again keep its database and port (an outage)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / "server.log", "ab") as log:  # the server keeps its own copy of the descriptor
+            self.process = self._spawn(log)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mlflow server exited: {(self.root / 'server.log').read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"mlflow server did not answer in {START_TIMEOUT:.0f} s")
+
+    def _spawn(self, log) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{self.root / 'mlflow.db'}",
+                "--artifacts-destination",
+                str(self.root / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+        )
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+    def client(self):  # -> mlflow.MlflowClient
+        from mlflow import MlflowClient
+
+        return MlflowClient(tracking_uri=self.url, registry_uri=self.url)
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
+    """The session's MLflow server (each test uses an MLflow experiment of its own)."""
+    pytest.importorskip("mlflow", reason="the dev group's mlflow runs the tracking server")
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

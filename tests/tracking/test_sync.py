@@ -1,0 +1,240 @@
+"""The tracking sync against a real MLflow server (``mlflow server``, SQLite backend, on
+127.0.0.1), read back through MLflow's own client: an experiment of six trials (one
+early-stopped, one failed, one added by hand, one still running) becomes a parent run and six
+nested runs with every step of every curve, the tags that link back, and the best tagged; a
+second pass sends nothing; the server stopped mid-experiment loses nothing and duplicates
+nothing; an answer lost after the server made a run does not make a second one."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from tests.helpers.filled_store import RANDOM, SPACE
+from trialflow.platforms.base import TrialStatus
+from trialflow.steering.base import history
+from trialflow.tracking.content import ExperimentFacts, LinkBack, TaskIdentity
+from trialflow.tracking.mlflow_rest import MlflowRest, TrackingUnavailable
+from trialflow.tracking.outbox import Outbox
+from trialflow.tracking.sync import AWAY_ATTR, Tracked, sync_experiment
+from trialflow.tracking.target import TrackingTarget
+from trialflow.trial.protocol import Metric
+from trialflow.tuning.asker import ask
+from trialflow.tuning.experiment_store import TASK_ATTR
+
+EXPERIMENT = "etrack0000000001"
+
+
+def _tracked(name: str, status: str | None = None) -> Tracked:
+    return Tracked(
+        experiment_id=EXPERIMENT,
+        mlflow_experiment=name,
+        facts=ExperimentFacts(
+            experiment_id=EXPERIMENT,
+            name="digits <svc>",
+            dag_id="dag_track",
+            settings={"tuner": "Random", "maxTrialNumber": 6},
+            page="http://airflow.example/plugin/trialflow?experiment=" + EXPERIMENT,
+            status=status,
+        ),
+        optimize_mode="maximize",
+        platforms=("local",),
+        artifacts="abfs://kept",
+        links=LinkBack(
+            experiment_page="http://airflow.example/plugin/trialflow?experiment=" + EXPERIMENT,
+            trial_page=lambda t: f"http://airflow.example/plugin/trialflow?dag_id={t.dag_id}&map_index={t.map_index}",
+        ),
+    )
+
+
+def _trial(store, index: int, curve: list[float], status: TrialStatus | None, final: float | None = None) -> int:
+    asked = ask(store, EXPERIMENT, index, f"{EXPERIMENT}-{index:04d}", RANDOM, SPACE)
+    task = TaskIdentity("dag_track", "manual__1", "trial", index, 1)
+    store.set_status(asked.storage_id, TrialStatus.RUNNING, handle={"platform": "local"}, started_at=time.time())
+    store.set_attrs(asked.storage_id, **{TASK_ATTR: task.to_attr()})
+    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, v) for s, v in enumerate(curve)])
+    if status is not None:
+        if final is not None:
+            store.record_metrics(asked.storage_id, [Metric("FINAL", 0, final)])
+        store.finish(asked.storage_id, status, final, "boom" if status == TrialStatus.FAILED else None)
+    return asked.storage_id
+
+
+def _six(store) -> None:
+    store.open_experiment(EXPERIMENT, "maximize")
+    store.set_experiment_attrs(EXPERIMENT, {"dag_id": "dag_track"})
+    _trial(store, 0, [0.1, 0.2, 0.3, 0.4, 0.5], TrialStatus.SUCCEEDED, 0.55)
+    _trial(store, 1, [0.05, 0.06, 0.07], TrialStatus.EARLY_STOPPED, 0.07)
+    _trial(store, 2, [0.2], TrialStatus.FAILED)
+    # a person's trial, as the page's "add trial" queues it (trialflow.steering.asked_trials)
+    store.enqueue(EXPERIMENT, {"lr": 0.01, "opt": {"_name": "adam"}, "act": "relu"}, {"by": "alice", "at": 1.0})
+    _trial(store, 3, [0.3, 0.6, 0.7], TrialStatus.SUCCEEDED, 0.75)
+    _trial(store, 4, [0.4, 0.8, 0.9, 0.95], TrialStatus.SUCCEEDED, 0.97)
+    _trial(store, 5, [0.1, 0.15], None)
+
+
+def _runs(client, name: str) -> tuple[object, list]:
+    experiment = client.get_experiment_by_name(name)
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1, [r.data.tags for r in parents]
+    return parents[0], sorted(children, key=lambda r: int(r.data.tags["trialflow.trial_index"]))
+
+
+def _history(client, run, key: str = "intermediate") -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+
+
+@pytest.mark.slow
+def test_six_trials_become_a_parent_and_six_nested_runs(store, mlflow_server):
+    name = f"track-{uuid.uuid4().hex[:8]}"
+    _six(store)
+    client = MlflowRest(TrackingTarget(mlflow_server.url, name))
+    report = sync_experiment(store, _tracked(name, "RUNNING"), client)
+    assert (report.passed, report.pending, report.error) == (True, 0, None)
+    mlflow = mlflow_server.client()
+    parent, trials = _runs(mlflow, name)
+    assert parent.data.tags["trialflow.experiment_id"] == EXPERIMENT
+    assert parent.data.tags["trialflow.best_trial"] == f"{EXPERIMENT}-0004"
+    assert parent.data.params["tuner"] == "Random"
+    assert parent.info.status == "RUNNING"
+    assert [r.data.tags["mlflow.parentRunId"] for r in trials] == [parent.info.run_id] * 6
+    # every step of every curve, once
+    assert _history(mlflow, trials[0]) == [(0, 0.1), (1, 0.2), (2, 0.3), (3, 0.4), (4, 0.5)]
+    assert _history(mlflow, trials[4]) == [(0, 0.4), (1, 0.8), (2, 0.9), (3, 0.95)]
+    assert _history(mlflow, trials[5]) == [(0, 0.1), (1, 0.15)]
+    assert trials[0].data.metrics["final"] == 0.55
+    assert "final" not in trials[2].data.metrics and "final" not in trials[5].data.metrics
+    statuses = [(r.info.status, r.data.tags["trialflow.status"]) for r in trials]
+    assert statuses == [
+        ("FINISHED", "SUCCEEDED"),
+        ("KILLED", "EARLY_STOPPED"),
+        ("FAILED", "FAILED"),
+        ("FINISHED", "SUCCEEDED"),
+        ("FINISHED", "SUCCEEDED"),
+        ("RUNNING", "RUNNING"),
+    ]
+    assert [r.data.tags["trialflow.origin"] for r in trials] == ["tuner"] * 3 + ["added by hand"] + ["tuner"] * 2
+    assert [r.data.tags["trialflow.best"] for r in trials] == ["false"] * 4 + ["true", "false"]
+    tags = trials[3].data.tags
+    assert (tags["trialflow.dag_id"], tags["trialflow.dag_run_id"], tags["trialflow.task_id"]) == (
+        "dag_track",
+        "manual__1",
+        "trial",
+    )
+    assert (tags["trialflow.map_index"], tags["trialflow.try_number"]) == ("3", "1")
+    assert tags["trialflow.page"].endswith("map_index=3")
+    assert tags["trialflow.artifacts"] == f"abfs://kept/{EXPERIMENT}/{EXPERIMENT}-0003"
+    assert trials[3].data.params["lr"] == "0.01" and trials[3].data.params["opt/_name"] == "adam"
+    assert trials[0].info.end_time and trials[0].info.start_time
+    # a second pass has nothing to send
+    again = sync_experiment(store, _tracked(name, "RUNNING"), client)
+    assert (again.sent, again.pending) == (0, 0)
+    assert len(mlflow.search_runs([parent.info.experiment_id])) == 7
+
+
+@pytest.mark.slow
+def test_the_running_trial_goes_on_and_the_best_moves(store, mlflow_server):
+    name = f"track-{uuid.uuid4().hex[:8]}"
+    _six(store)
+    client = MlflowRest(TrackingTarget(mlflow_server.url, name))
+    sync_experiment(store, _tracked(name), client)
+    running = store.find_trial(EXPERIMENT, 5)
+    store.record_metrics(
+        running.storage_id, [Metric("PERIODICAL", s, v) for s, v in [(2, 0.4), (3, 0.5), (4, 0.6), (5, 0.7)]]
+    )
+    store.finish(running.storage_id, TrialStatus.SUCCEEDED, 0.99)
+    report = sync_experiment(store, _tracked(name, "FINISHED"), client)
+    assert report.sent == 3  # the new best, the old best unmarked, the experiment's run
+    mlflow = mlflow_server.client()
+    parent, trials = _runs(mlflow, name)
+    assert _history(mlflow, trials[5]) == [(0, 0.1), (1, 0.15), (2, 0.4), (3, 0.5), (4, 0.6), (5, 0.7)]
+    assert (trials[5].info.status, trials[5].data.metrics["final"]) == ("FINISHED", 0.99)
+    assert [r.data.tags["trialflow.best"] for r in trials] == ["false"] * 5 + ["true"]
+    assert parent.data.tags["trialflow.best_trial"] == f"{EXPERIMENT}-0005"
+    assert parent.info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_a_server_stopped_mid_experiment_loses_nothing_and_duplicates_nothing(store, mlflow_server):
+    name = f"track-{uuid.uuid4().hex[:8]}"
+    _six(store)
+    client = MlflowRest(TrackingTarget(mlflow_server.url, name))
+    sync_experiment(store, _tracked(name), client)
+    running = store.find_trial(EXPERIMENT, 5)
+    mlflow_server.stop()
+    try:
+        store.record_metrics(running.storage_id, [Metric("PERIODICAL", 2, 0.3)])
+        started = time.monotonic()
+        away = sync_experiment(store, _tracked(name), client)
+        assert time.monotonic() - started < 5  # refused at once: nothing waits on it
+        assert away.error and "did not answer" in away.error and away.pending >= 1
+        store.record_metrics(running.storage_id, [Metric("PERIODICAL", 3, 0.4)])
+        store.finish(running.storage_id, TrialStatus.FAILED, None, "lost its machine")
+        assert sync_experiment(store, _tracked(name), client).error  # still away: said once
+    finally:
+        mlflow_server.start()
+    back = sync_experiment(store, _tracked(name), client)
+    assert (back.error, back.pending) == (None, 0)
+    mlflow = mlflow_server.client()
+    _, trials = _runs(mlflow, name)
+    assert _history(mlflow, trials[5]) == [(0, 0.1), (1, 0.15), (2, 0.3), (3, 0.4)]
+    assert trials[5].info.status == "FAILED"
+    lines = [(e["by"], e["action"]) for e in history(store, EXPERIMENT)]
+    assert lines.count(("trialflow (MLflow)", "MLflow unreachable")) == 1
+    assert lines.count(("trialflow (MLflow)", "MLflow back")) == 1
+    assert store.experiment_attr(EXPERIMENT, AWAY_ATTR) is None
+
+
+class _LosesAnswers(MlflowRest):
+    """The server makes the run, and the answer never comes back (a timeout after the commit)."""
+
+    lost = 0
+
+    def create_run(self, experiment_id, start_ms, tags):
+        run_id = super().create_run(experiment_id, start_ms, tags)
+        if self.lost < 3:
+            self.lost += 1
+            raise TrackingUnavailable("read timed out")
+        return run_id
+
+
+@pytest.mark.slow
+def test_a_run_made_but_not_answered_is_found_not_made_twice(store, mlflow_server):
+    name = f"track-{uuid.uuid4().hex[:8]}"
+    _six(store)
+    lossy = _LosesAnswers(TrackingTarget(mlflow_server.url, name))
+    for _ in range(4):
+        sync_experiment(store, _tracked(name), lossy)
+    assert lossy.lost == 3
+    mlflow = mlflow_server.client()
+    _, trials = _runs(mlflow, name)
+    assert len(trials) == 6
+    assert len({r.data.tags["trialflow.key"] for r in trials}) == 6
+
+
+@pytest.mark.slow
+def test_two_passes_at_once_make_each_run_once(store, mlflow_server):
+    name = f"track-{uuid.uuid4().hex[:8]}"
+    _six(store)
+    reports = []
+
+    def one() -> None:
+        reports.append(sync_experiment(store, _tracked(name), MlflowRest(TrackingTarget(mlflow_server.url, name))))
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(r.passed for r in reports) >= 1
+    sync_experiment(store, _tracked(name), MlflowRest(TrackingTarget(mlflow_server.url, name)))
+    mlflow = mlflow_server.client()
+    parent, trials = _runs(mlflow, name)
+    assert len(trials) == 6
+    assert all(len(_history(mlflow, r)) == n for r, n in zip(trials, [5, 3, 1, 3, 4, 2]))
+    assert len(Outbox(store.engine, store.study_id(EXPERIMENT)).run_ids()) == 7

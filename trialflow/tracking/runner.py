@@ -1,0 +1,180 @@
+"""Tracking for an experiment, as its steps call it: one pass of the sync, a trial's own run
+before it starts, the link for its pages. No Airflow: the callers hand in the connections, the
+page addresses and Airflow's masker.
+
+A trial is told its MLflow run (MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_ID, MLFLOW_TRACKING_URI without
+credentials), so trial code that calls ``mlflow.start_run()`` logs into its own nested run. That
+needs the run made before the trial starts; the start waits for MLflow at most
+``TRIAL_RUN_BUDGET`` seconds for it, once, and a trial whose run could not be made then starts
+without being told (its run is made by the next pass, with everything trialflow has of it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trialflow.config.checkpoints import ARTIFACT_STORE_ATTR, ArtifactStore
+from trialflow.config.redaction import mask_text
+from trialflow.experiment import Experiment
+from trialflow.platforms.base import Connections
+from trialflow.tracking.content import EXPERIMENT_KEY, ExperimentFacts, LinkBack, trial_tags
+from trialflow.tracking.mlflow_rest import MlflowRest, TrackingUnavailable
+from trialflow.tracking.outbox import Outbox
+from trialflow.tracking.sync import SyncReport, Tracked, TrackingClient, _Busy, _Pass, facts_of, sync_experiment
+from trialflow.tracking.target import TrackingNotConfigured, TrackingTarget, resolve
+from trialflow.tuning.experiment_store import ExperimentStore
+
+log = logging.getLogger(__name__)
+
+#: Seconds a trial's start waits for MLflow to make its run, at most (see module), and for
+#: each of its requests (a server that is down refuses at once; a hung one costs this).
+TRIAL_RUN_BUDGET = 3.0
+TRIAL_REQUEST_TIMEOUT = 1.0
+#: Seconds the end step gives its last pass.
+END_PASS_BUDGET = 30.0
+#: The experiment attribute holding the owning DAG's id (the start step writes it).
+DAG_ATTR = "dag_id"
+
+
+def tracked(
+    experiment: Experiment,
+    store: ExperimentStore,
+    target: TrackingTarget,
+    links: LinkBack | None = None,
+    mask: Callable[[str], str] | None = None,
+    status: str | None = None,
+) -> Tracked:
+    """The experiment as tracking sees it (sync.Tracked)."""
+    config = experiment.config
+    attrs = store.experiment_attrs(experiment.experiment_id)
+    where = ArtifactStore.from_attr(attrs.get(ARTIFACT_STORE_ATTR))
+    dag_id = attrs.get(DAG_ATTR)
+    links = links or LinkBack()
+    settings = {
+        "tuner": config.tuner.name if config.tuner is not None else None,
+        "assessor": config.assessor.name if config.assessor is not None else None,
+        "optimize_mode": config.optimize_mode,
+        "trialConcurrency": config.trial_concurrency,
+        "maxTrialNumber": config.max_trial_number,
+        "platform": ", ".join(config.platform_names),
+        "searchSpace": config.search_space,
+    }
+    masked = _masking(mask)
+    return Tracked(
+        experiment_id=experiment.experiment_id,
+        mlflow_experiment=target.experiment_name,
+        facts=ExperimentFacts(
+            experiment_id=experiment.experiment_id,
+            name=config.experiment_name or experiment.experiment_id,
+            dag_id=dag_id if isinstance(dag_id, str) else None,
+            settings=settings,
+            page=links.experiment_page,
+            status=status,
+        ),
+        optimize_mode=config.optimize_mode,
+        objectives=experiment.objectives,
+        platforms=tuple(config.platform_names),
+        artifacts=where.url if where is not None else None,
+        links=links,
+        mask=masked,
+    )
+
+
+def _masking(extra: Callable[[str], str] | None) -> Callable[[str], str]:
+    """trialflow's masker, then the caller's (Airflow's, which knows the connections' secrets)."""
+    if extra is None:
+        return mask_text
+    return lambda text: extra(mask_text(text))
+
+
+def target_of(experiment: Experiment, connections: Connections | None) -> TrackingTarget | None:
+    """The experiment's tracking server, None when it names none; TrackingNotConfigured when
+    it names one trialflow cannot reach from here."""
+    chosen = experiment.config.mlflow
+    if chosen is None:
+        return None
+    return resolve(chosen, experiment.config.experiment_name or experiment.experiment_id, connections)
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """An experiment's tracking, opened where a step runs."""
+
+    experiment: Experiment
+    store: ExperimentStore
+    target: TrackingTarget
+    client: TrackingClient
+
+    @classmethod
+    def open(
+        cls,
+        experiment: Experiment,
+        store: ExperimentStore,
+        connections: Connections | None,
+        target: TrackingTarget | None = None,
+        timeout: float | None = None,
+    ) -> Tracking | None:
+        """None when the experiment names no tracking server."""
+        target = target or target_of(experiment, connections)
+        if target is None:
+            return None
+        client = MlflowRest(target) if timeout is None else MlflowRest(target, timeout)
+        return cls(experiment, store, target, client)
+
+    def sync(
+        self,
+        links: LinkBack | None = None,
+        mask: Callable[[str], str] | None = None,
+        status: str | None = None,
+        budget: float = 60.0,
+    ) -> SyncReport:
+        """One pass, for at most ``budget`` seconds (what is left waits for the next)."""
+        what = tracked(self.experiment, self.store, self.target, links, mask, status)
+        return sync_experiment(self.store, what, self.client, time.monotonic() + budget)
+
+    def trial_env(
+        self, storage_id: int, links: LinkBack | None = None, mask: Callable[[str], str] | None = None
+    ) -> dict[str, str]:
+        """What a trial is told of its MLflow run (see module); {} when MLflow did not make it
+        in time (the trial starts all the same)."""
+        what = tracked(self.experiment, self.store, self.target, links, mask)
+        history = self.store.trial_history(storage_id)
+        facts = facts_of(history, what)
+        outbox = Outbox(self.store.engine, self.store.study_id(self.experiment.experiment_id))
+        work = _Pass(self.store, what, self.client, outbox, time.monotonic() + TRIAL_RUN_BUDGET)
+        try:
+            mlflow_id = self.client.experiment_id(what.mlflow_experiment)
+            rows = outbox.rows()
+            made = rows.get(EXPERIMENT_KEY)
+            parent = made.run_id if made is not None and made.run_id else work.experiment_run(rows, mlflow_id, [])
+            tags = trial_tags(facts, what.experiment_id, parent, what.links, what.mask)
+            start_ms = int((facts.started_at or time.time()) * 1000)
+            run_id = work.run_for(rows.get(facts.run_key), facts.run_key, start_ms, tags, mlflow_id)
+        except (TrackingUnavailable, _Busy) as exc:
+            log.warning("trial %s starts without its MLflow run (made later): %s", facts.trial_id, exc)
+            return {}
+        return {
+            "MLFLOW_TRACKING_URI": self.target.uri,
+            "MLFLOW_EXPERIMENT_ID": mlflow_id,
+            "MLFLOW_RUN_ID": run_id,
+        }
+
+    def run_urls(self) -> dict[str, str]:
+        """Each run's page in MLflow, by outbox key (``experiment``, trial indexes)."""
+        outbox = Outbox(self.store.engine, self.store.study_id(self.experiment.experiment_id))
+        return {key: row.run_url for key, row in outbox.rows().items() if row.run_url}
+
+
+def open_tracking(
+    experiment: Experiment, store: ExperimentStore, connections: Connections | None, timeout: float | None = None
+) -> Tracking | None:
+    """The experiment's tracking; None when it names none or names one not reachable from here
+    (said in the log, never raised: tracking never fails a step)."""
+    try:
+        return Tracking.open(experiment, store, connections, timeout=timeout)
+    except (TrackingNotConfigured, TrackingUnavailable) as exc:
+        log.warning("experiment %s is not logged to MLflow here: %s", experiment.experiment_id, exc)
+        return None

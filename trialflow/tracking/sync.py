@@ -1,0 +1,343 @@
+"""Bring an experiment's MLflow runs level with the store: the reconciler of tracking.
+
+Every pass reads what the store holds of the experiment (each trial's parameters, curve, final
+result, status and times), compares it with what the outbox says MLflow already has, and sends
+only the difference: a run made where missing (found by its tag first: a make whose answer was
+lost), parameters once, the intermediate steps after the last one sent, the final result once,
+the tags when they changed (its status, the best mark), and the run ended once it ended. The
+outbox row moves after each call that arrived, so a pass cut short (the server went away, the
+deadline came) loses nothing and repeats nothing.
+
+Who calls it decides when (trialflow.tracking.runner): the run's watch every few seconds, the
+end step once more, a trial's start for its own run, ``trialflow sync-mlflow``. A server that is
+down makes a pass end early with what could not be sent counted (``SyncReport.pending``); the
+experiment's history says it once when it goes away and once when it is back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from trialflow.config.redaction import mask_text
+from trialflow.steering.base import record_action
+from trialflow.tracking.content import (
+    BEST_TAG,
+    EXPERIMENT_KEY,
+    ORIGIN_ADDED,
+    ORIGIN_NNI,
+    ORIGIN_RERUN,
+    ORIGIN_TUNER,
+    ORIGIN_WARM_START,
+    Batch,
+    ExperimentFacts,
+    LinkBack,
+    TaskIdentity,
+    TrialFacts,
+    batches,
+    experiment_params,
+    experiment_tags,
+    final_metrics,
+    step_metrics,
+    trial_params,
+    trial_tags,
+)
+from trialflow.tracking.mlflow_rest import TrackingUnavailable
+from trialflow.tracking.outbox import SYNC_KEY, Outbox, OutboxRow, Sent
+from trialflow.tuning.experiment_store import ExperimentStore, TrialHistory
+from trialflow.tuning.pareto import pareto_rows, with_values
+from trialflow.tuning.results import TrialRow, best_row, finite_or_none, scalar
+
+#: The experiment attribute that says the tracking server is away (since when, and why), so the
+#: history says so once per outage, not once per pass.
+AWAY_ATTR = "tracking_away"
+#: Who the history names for tracking's own lines.
+TRACKER = "trialflow (MLflow)"
+
+
+class TrackingClient(Protocol):
+    """What a pass asks of a tracking server (trialflow.tracking.mlflow_rest.MlflowRest)."""
+
+    def experiment_id(self, name: str) -> str: ...
+    def find_run(self, experiment_id: str, key: str) -> str | None: ...
+    def create_run(self, experiment_id: str, start_ms: int, tags: Mapping[str, str]) -> str: ...
+    def log(self, run_id: str, batch: Batch) -> None: ...
+    def end(self, run_id: str, status: str, end_ms: int | None) -> None: ...
+    def delete_tag(self, run_id: str, key: str) -> None: ...
+    def run_url(self, experiment_id: str, run_id: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """The experiment as tracking needs it (trialflow.tracking.runner builds it)."""
+
+    experiment_id: str
+    mlflow_experiment: str
+    facts: ExperimentFacts
+    optimize_mode: str
+    objectives: list[dict[str, str]] | None = None
+    platforms: tuple[str, ...] = ()
+    #: The experiment's artifact store URL (no credentials), where it keeps files.
+    artifacts: str | None = None
+    links: LinkBack = field(default_factory=LinkBack)
+    #: What masks secrets in a value before it leaves (the config's masker, and Airflow's
+    #: where it runs).
+    mask: Callable[[str], str] = mask_text
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """What one pass did."""
+
+    #: False: another process was making a pass over the experiment; this one made none.
+    passed: bool = True
+    #: Runs that received something.
+    sent: int = 0
+    #: Runs with something still to send (the server went away, or the deadline came).
+    pending: int = 0
+    error: str | None = None
+
+
+def origin(history: TrialHistory) -> str:
+    if history.prior_of is not None:
+        return ORIGIN_WARM_START
+    if history.imported:
+        return ORIGIN_NNI
+    if history.asked_by:
+        return ORIGIN_RERUN if history.asked_by.get("rerun_of") is not None else ORIGIN_ADDED
+    return ORIGIN_TUNER
+
+
+def facts_of(history: TrialHistory, tracked: Tracked) -> TrialFacts:
+    key = str(history.trial_index) if history.trial_index is not None else f"prior:{history.storage_id}"
+    platform = None
+    if tracked.platforms:
+        index = history.service_index if history.service_index is not None else 0
+        platform = tracked.platforms[index] if 0 <= index < len(tracked.platforms) else None
+    files = None
+    if tracked.artifacts and history.trial_index is not None:
+        files = f"{tracked.artifacts.rstrip('/')}/{tracked.experiment_id}/{history.trial_id}"
+    return TrialFacts(
+        run_key=key,
+        trial_id=history.trial_id,
+        trial_index=history.trial_index,
+        parameters=history.parameters,
+        status=history.status,
+        finished=history.finished,
+        started_at=history.started_at,
+        ended_at=history.ended_at,
+        intermediate=history.intermediate,
+        final=history.final,
+        origin=origin(history),
+        task=TaskIdentity.from_attr(history.task),
+        platform=None if history.prior_of else platform,
+        artifacts=files,
+    )
+
+
+def best_keys(histories: list[TrialHistory], tracked: Tracked) -> frozenset[str]:
+    """The trials tagged best: the best by the final result, or the Pareto set."""
+    rows = [
+        TrialRow(
+            trial_index=h.trial_index,
+            trial_id=h.trial_id,
+            parameters=h.parameters,
+            status=h.status,
+            final_metric=finite_or_none(scalar(h.final)),
+            final_metric_raw=h.final,
+            final_extra={},
+            objective_values=None,
+            intermediate_count=len(h.intermediate),
+            message=None,
+        )
+        for h in histories
+        if h.trial_index is not None
+    ]
+    if tracked.objectives:
+        chosen = pareto_rows(with_values(rows, tracked.objectives), tracked.objectives)
+    else:
+        best = best_row(rows, tracked.optimize_mode)
+        chosen = [best] if best is not None else []
+    return frozenset(str(r.trial_index) for r in chosen)
+
+
+def _digest(tags: Mapping[str, str]) -> str:
+    return hashlib.sha1(json.dumps(sorted(tags.items())).encode()).hexdigest()[:16]
+
+
+class _Pass:
+    """One pass over one experiment (see module)."""
+
+    def __init__(
+        self, store: ExperimentStore, tracked: Tracked, client: TrackingClient, outbox: Outbox, deadline: float
+    ):
+        self.store, self.tracked, self.client, self.outbox = store, tracked, client, outbox
+        self.deadline = deadline
+        self.sent = 0
+
+    def run_for(self, row: OutboxRow | None, key: str, start_ms: int, tags: Mapping[str, str], mlflow_id: str) -> str:
+        """The row's MLflow run: the one recorded, one found by its tag, or one made now."""
+        if row is not None and row.run_id:
+            return row.run_id
+        if not self.outbox.claim(key):
+            raise _Busy(key)
+        try:
+            run_id = self.client.find_run(mlflow_id, tags["trialflow.key"]) or self.client.create_run(
+                mlflow_id, start_ms, tags
+            )
+        except BaseException:
+            self.outbox.release(key)
+            raise
+        self.outbox.made(key, run_id, self.client.run_url(mlflow_id, run_id))
+        return run_id
+
+    def send(self, run_id: str, key: str, sent: Sent, batch_list: list[Batch], **after: object) -> Sent:
+        for batch in batch_list:
+            self.client.log(run_id, batch)
+        sent = sent.with_(**after)
+        self.outbox.sent(key, sent)
+        return sent
+
+    def experiment_run(self, rows: dict[str, OutboxRow], mlflow_id: str, best: list[TrialFacts]) -> str:
+        tracked, mask = self.tracked, self.tracked.mask
+        tags = experiment_tags(tracked.facts, mask, [f.trial_id for f in best])
+        row = rows.get(EXPERIMENT_KEY)
+        run_id = self.run_for(row, EXPERIMENT_KEY, int(time.time() * 1000), tags, mlflow_id)
+        sent = row.sent if row is not None else Sent()
+        if not sent.params or sent.tags != _digest(tags):
+            sent = self.send(
+                run_id,
+                EXPERIMENT_KEY,
+                sent,
+                batches(params=experiment_params(tracked.facts, mask), tags=tags),
+                params=True,
+                tags=_digest(tags),
+            )
+            self.sent += 1
+        status = tracked.facts.status
+        if status and sent.ended != status:  # None: whoever passes leaves the status as it is
+            self.client.end(run_id, status, None if status == "RUNNING" else int(time.time() * 1000))
+            self.outbox.sent(EXPERIMENT_KEY, sent.with_(ended=status))
+        return run_id
+
+    def trial(
+        self, facts: TrialFacts, row: OutboxRow | None, parent: str, best: bool, mlflow_id: str, ended_run: bool
+    ) -> bool:
+        """Send what the trial's run lacks; True when nothing is left to send for it."""
+        tracked, mask = self.tracked, self.tracked.mask
+        tags = trial_tags(facts, tracked.experiment_id, parent, tracked.links, mask)
+        tags[BEST_TAG] = "true" if best else "false"
+        start_ms = int((facts.started_at or time.time()) * 1000)
+        run_id = self.run_for(row, facts.run_key, start_ms, tags, mlflow_id)
+        sent = row.sent if row is not None else Sent()
+        before = sent
+        if not sent.params:
+            sent = self.send(run_id, facts.run_key, sent, batches(params=trial_params(facts, mask)), params=True)
+        steps = step_metrics(facts, sent.last_step)
+        if steps:
+            sent = self.send(run_id, facts.run_key, sent, batches(metrics=steps), last_step=steps[-1].step)
+        if facts.finished and not sent.final:
+            sent = self.send(run_id, facts.run_key, sent, batches(metrics=final_metrics(facts)), final=True)
+        if sent.tags != _digest(tags):
+            sent = self.send(
+                run_id, facts.run_key, sent, batches(tags=tags), tags=_digest(tags), status=facts.status, best=best
+            )
+        if facts.ended and sent.ended != facts.mlflow_status:
+            end_ms = int(facts.ended_at * 1000) if facts.ended_at else None
+            self.client.end(run_id, facts.mlflow_status, end_ms)
+            sent = sent.with_(ended=facts.mlflow_status)
+            self.outbox.sent(facts.run_key, sent)
+        if sent != before:
+            self.sent += 1
+        return facts.ended or (ended_run and facts.finished)
+
+
+class _Busy(Exception):
+    """Another process is making this row's run right now: the next pass sends it."""
+
+
+def sync_experiment(
+    store: ExperimentStore, tracked: Tracked, client: TrackingClient, deadline: float | None = None
+) -> SyncReport:
+    """One pass (see module): bring the experiment's MLflow runs level with the store, until
+    ``deadline`` (time.monotonic()) at most."""
+    limit = deadline if deadline is not None else time.monotonic() + 60.0
+    outbox = Outbox(store.engine, store.study_id(tracked.experiment_id))
+    if not outbox.claim(SYNC_KEY):
+        return SyncReport(passed=False)
+    try:
+        return _sync(store, tracked, client, outbox, limit)
+    finally:
+        outbox.release(SYNC_KEY)
+
+
+def _sync(
+    store: ExperimentStore, tracked: Tracked, client: TrackingClient, outbox: Outbox, deadline: float
+) -> SyncReport:
+    histories = store.trial_histories(tracked.experiment_id)
+    rows = outbox.rows()
+    best = best_keys(histories, tracked)
+    work = _Pass(store, tracked, client, outbox, deadline)
+    facts = [facts_of(h, tracked) for h in histories]
+    left = [f for f in facts if not _level(f, rows.get(f.run_key), f.run_key in best)]
+    error: str | None = None
+    try:
+        mlflow_id = client.experiment_id(tracked.mlflow_experiment)
+        parent = work.experiment_run(rows, mlflow_id, [f for f in facts if f.run_key in best])
+        while left and time.monotonic() < deadline:
+            one = left[0]
+            try:
+                work.trial(one, rows.get(one.run_key), parent, one.run_key in best, mlflow_id, False)
+            except _Busy:
+                pass
+            left.pop(0)
+        pending = len(left)
+    except TrackingUnavailable as exc:
+        error = tracked.mask(str(exc))
+        pending = len(left) or 1
+    _say_away_or_back(store, tracked.experiment_id, error, work.sent, pending)
+    return SyncReport(passed=True, sent=work.sent, pending=pending if error or left else 0, error=error)
+
+
+def _level(facts: TrialFacts, row: OutboxRow | None, best: bool) -> bool:
+    """Nothing of the trial is left to send (cheap: read before any tag is built)."""
+    if row is None or not row.run_id:
+        return False
+    sent = row.sent
+    return (
+        sent.params
+        and (not facts.intermediate or max(facts.intermediate) <= sent.last_step)
+        and (not facts.finished or sent.final)
+        and (not facts.ended or sent.ended == facts.mlflow_status)
+        and sent.status == facts.status
+        and sent.best == best
+    )
+
+
+def _say_away_or_back(store: ExperimentStore, experiment_id: str, error: str | None, sent: int, pending: int) -> None:
+    """The history says when the server went away (once per outage) and when it came back."""
+    away = store.experiment_attr(experiment_id, AWAY_ATTR)
+    if error and not away:
+        store.set_experiment_attrs(experiment_id, {AWAY_ATTR: {"since": time.time(), "error": error[:500]}})
+        record_action(
+            store,
+            experiment_id,
+            TRACKER,
+            "MLflow unreachable",
+            f"{error[:300]}; what it did not get is kept and sent when it answers",
+        )
+    elif not error and away:
+        store.set_experiment_attrs(experiment_id, {AWAY_ATTR: None})
+        since = away.get("since") if isinstance(away, dict) else None
+        for_how_long = f" after {time.time() - since:.0f} s" if isinstance(since, (int, float)) else ""
+        record_action(
+            store,
+            experiment_id,
+            TRACKER,
+            "MLflow back",
+            f"answering again{for_how_long}: {sent} run(s) brought up to date",
+        )
