@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.mlflow_server import connection_env as mlflow_connection_env
 from trialflow.cli.embedded import EmbeddedAirflow
 from trialflow.platforms.base import experiment_id_for
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
@@ -164,6 +165,7 @@ def start_harness(tmp_path_factory) -> Iterator[Harness]:
             {"conn_type": "generic", "host": "127.0.0.1", "login": "u", "password": INPUT_DB_PASSWORD}
         ),
         "AIRFLOW_VAR_SECRET_TOKEN": INPUT_TOKEN,
+        **mlflow_connection_env(),  # the session's MLflow server (tests/helpers/mlflow_server.py)
     }
     with running_airflow(root, 8, env) as airflow:
         yield Harness(root, airflow, sqlite_url(root / "experiments.db"))

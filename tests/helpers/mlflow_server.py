@@ -5,7 +5,9 @@ outage; the session's fixture stops it at the end."""
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -27,12 +29,27 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: The session server's port, chosen when the tests start, so the session's Airflow (started
+#: apart, tests/helpers/airflow.py) knows its connection from the first: ``trialflow_mlflow``,
+#: with a login and a password (MLflow without auth ignores them; they must never reach it as
+#: data: a tag, a parameter, a page).
+SESSION_PORT = _free_port()
+CONN_ID = "trialflow_mlflow"
+PASSWORD = f"mlflow-pw-{secrets.token_hex(6)}"
+
+
+def connection_env(port: int = SESSION_PORT) -> dict[str, str]:
+    """The Airflow connection of the session's server, as an environment variable."""
+    conn = {"conn_type": "http", "host": "127.0.0.1", "port": port, "login": "tracker-login", "password": PASSWORD}
+    return {f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(conn)}
+
+
 class MlflowServer:
     """One server; stop() and start() again keep its database and port (an outage)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, port: int | None = None):
         self.root = root
-        self.port = _free_port()
+        self.port = port or _free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -101,7 +118,7 @@ class MlflowServer:
 def mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
     """The session's MLflow server (each test uses an MLflow experiment of its own)."""
     pytest.importorskip("mlflow", reason="the dev group's mlflow runs the tracking server")
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow"), SESSION_PORT)
     server.start()
     try:
         yield server

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 #: each of its requests (a server that is down refuses at once; a hung one costs this).
 TRIAL_RUN_BUDGET = 3.0
 TRIAL_REQUEST_TIMEOUT = 1.0
+#: Seconds between two looks while another process makes the run a trial waits for.
+BUSY_PAUSE = 0.2
 #: Seconds the end step gives its last pass.
 END_PASS_BUDGET = 30.0
 #: The experiment attribute holding the owning DAG's id (the start step writes it).
@@ -144,18 +146,26 @@ class Tracking:
         history = self.store.trial_history(storage_id)
         facts = facts_of(history, what)
         outbox = Outbox(self.store.engine, self.store.study_id(self.experiment.experiment_id))
-        work = _Pass(self.store, what, self.client, outbox, time.monotonic() + TRIAL_RUN_BUDGET)
-        try:
-            mlflow_id = self.client.experiment_id(what.mlflow_experiment)
-            rows = outbox.rows()
-            made = rows.get(EXPERIMENT_KEY)
-            parent = made.run_id if made is not None and made.run_id else work.experiment_run(rows, mlflow_id, [])
-            tags = trial_tags(facts, what.experiment_id, parent, what.links, what.mask)
-            start_ms = int((facts.started_at or time.time()) * 1000)
-            run_id = work.run_for(rows.get(facts.run_key), facts.run_key, start_ms, tags, mlflow_id)
-        except (TrackingUnavailable, _Busy) as exc:
-            log.warning("trial %s starts without its MLflow run (made later): %s", facts.trial_id, exc)
-            return {}
+        deadline = time.monotonic() + TRIAL_RUN_BUDGET
+        work = _Pass(self.store, what, self.client, outbox, deadline)
+        while True:
+            try:
+                mlflow_id = self.client.experiment_id(what.mlflow_experiment)
+                rows = outbox.rows()
+                made = rows.get(EXPERIMENT_KEY)
+                parent = made.run_id if made is not None and made.run_id else work.experiment_run(rows, mlflow_id, [])
+                tags = trial_tags(facts, what.experiment_id, parent, what.links, what.mask)
+                start_ms = int((facts.started_at or time.time()) * 1000)
+                run_id = work.run_for(rows.get(facts.run_key), facts.run_key, start_ms, tags, mlflow_id)
+                break
+            except _Busy:  # another process is making the experiment's run (or this one's): it is there soon
+                if time.monotonic() + BUSY_PAUSE >= deadline:
+                    log.warning("trial %s starts without its MLflow run (made by the next pass)", facts.trial_id)
+                    return {}
+                time.sleep(BUSY_PAUSE)
+            except TrackingUnavailable as exc:
+                log.warning("trial %s starts without its MLflow run (made later): %s", facts.trial_id, exc)
+                return {}
         return {
             "MLFLOW_TRACKING_URI": self.target.uri,
             "MLFLOW_EXPERIMENT_ID": mlflow_id,

@@ -1,0 +1,109 @@
+"""An experiment in MLflow under the real scheduler and triggerer (LocalExecutor, local trials)
+and a real ``mlflow server``, read back through MLflow's own client: six trials (one stopped
+early by maxTrialDuration, one failed, one a person added) become a parent run and six nested
+runs with every step of every curve, the tags that link back to the DAG, run, task, try and
+page, and the best tagged; trial code that logs to MLflow itself lands in its own nested run;
+the connection's password reaches MLflow nowhere."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from tests.helpers.airflow import PY, Harness
+from tests.helpers.mlflow_server import CONN_ID, PASSWORD
+from trialflow.platforms.base import experiment_id_for
+from trialflow.runs.continuation import continuation_run_id
+from trialflow.steering.asked_trials import add_trial
+
+pytestmark = pytest.mark.integration
+
+TRIAL = """\
+import os, sys, time
+from trialflow import trial as nni
+
+p = nni.get_next_parameter()
+seq = int(os.environ["NNI_TRIAL_SEQ_ID"])
+for step in range(4):
+    nni.report_intermediate_result(round(p["x"] * (step + 1) / 4, 6))
+    if seq == 3 and step == 1:
+        sys.exit(1)  # fails after two steps
+if seq == 2:
+    time.sleep(120)  # stopped early by maxTrialDuration
+if os.environ.get("MLFLOW_RUN_ID"):
+    import mlflow
+
+    with mlflow.start_run():  # the run it was told: its own nested run
+        mlflow.log_metric("own_metric", 10.0 + seq)
+nni.report_final_result(p["x"])
+"""
+
+
+def _config(name: str) -> str:
+    return (
+        "experimentName: tracked\n"
+        "searchSpace: {x: {_type: uniform, _value: [0, 0.9]}}\n"
+        f"trialCommand: {PY} trial.py\ntrialCodeDirectory: .\n"
+        "trialConcurrency: 2\nmaxTrialNumber: 5\nmaxTrialDuration: 12s\n"
+        "tuner: {name: Random, classArgs: {optimize_mode: maximize, seed: 3}}\n"
+        "trainingService: {platform: local}\n"
+        f"mlflow: {{connId: {CONN_ID}, experimentName: {name}}}\n"
+    )
+
+
+def test_an_experiment_becomes_a_parent_and_nested_runs(harness: Harness, mlflow_server):
+    name = f"it-{uuid.uuid4().hex[:8]}"
+    dag_id, run_id = harness.start("tracked", _config(name), {"trial.py": TRIAL})
+    experiment_id = experiment_id_for(dag_id, run_id)
+    store = harness.store
+    deadline = time.monotonic() + 120
+    while not store.experiment_exists(experiment_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # the top of the range: the best; maxTrialNumber grows to 6, the sixth in a follow-on run
+    add_trial(store, experiment_id, {"x": 0.9}, "alice")
+    assert harness.wait(dag_id, run_id, timeout=300)[1] == "success"
+    follow_on = continuation_run_id(experiment_id, 5)
+    assert harness.wait(dag_id, follow_on, timeout=300)[1] == "success"
+    client = mlflow_server.client()
+    mlflow_experiment = client.get_experiment_by_name(name)
+    runs = client.search_runs([mlflow_experiment.experiment_id], max_results=100)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    trials = sorted(
+        (r for r in runs if "mlflow.parentRunId" in r.data.tags),
+        key=lambda r: int(r.data.tags["trialflow.trial_index"]),
+    )
+    assert len(parents) == 1 and len(trials) == 6
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["trialflow.dag_id"] == dag_id
+    assert {r.data.tags["mlflow.parentRunId"] for r in trials} == {parent.info.run_id}
+    rows = store.trial_rows(experiment_id)
+    by_status = {r.trial_index: r.status for r in rows}
+    assert [r.data.tags["trialflow.status"] for r in trials] == [by_status[i] for i in range(6)]
+    assert by_status[2] == "EARLY_STOPPED" and by_status[3] == "FAILED"
+    assert [r.data.tags["trialflow.origin"] for r in trials].count("added by hand") == 1
+    for trial in trials:
+        index = int(trial.data.tags["trialflow.trial_index"])
+        tags = trial.data.tags
+        run, map_index = (run_id, index) if index < 5 else (follow_on, index - 5)
+        assert (tags["trialflow.dag_id"], tags["trialflow.dag_run_id"]) == (dag_id, run)
+        assert (tags["trialflow.task_id"], tags["trialflow.map_index"], tags["trialflow.try_number"]) == (
+            "trial",
+            str(map_index),
+            "1",
+        )
+        assert f"dag_id={dag_id}" in tags["trialflow.page"] and f"map_index={map_index}" in tags["trialflow.page"]
+        steps = [(m.step, m.value) for m in client.get_metric_history(trial.info.run_id, "intermediate")]
+        x = float(trial.data.params["x"])
+        expected = [(s, round(x * (s + 1) / 4, 6)) for s in range(2 if index == 3 else 4)]
+        assert sorted(steps) == expected, (index, steps)
+        if by_status[index] == "SUCCEEDED":
+            assert trial.data.metrics["final"] == pytest.approx(x)
+            assert trial.data.metrics["own_metric"] == 10.0 + index  # the trial's own logging, in its run
+    best = [r for r in trials if r.data.tags["trialflow.best"] == "true"]
+    assert [r.data.params["x"] for r in best] == ["0.9"]
+    assert parent.data.tags["trialflow.best_trial"] == best[0].data.tags["trialflow.trial_id"]
+    everything = repr([(r.data.tags, r.data.params) for r in runs])
+    assert PASSWORD not in everything and "tracker-login" not in everything
