@@ -777,6 +777,36 @@ def cmd_remove_artifacts(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sync_mlflow(args: argparse.Namespace) -> int:
+    """Send an experiment's MLflow runs what they lack (what a tracking server that was down
+    missed after the run's end step); a second call sends nothing."""
+    from trialflow.hooks import airflow_connections
+    from trialflow.tracking.mlflow_rest import TrackingUnavailable
+    from trialflow.tracking.runner import Tracking
+    from trialflow.tracking.target import TrackingNotConfigured
+
+    try:
+        store = _store(args)
+        if not store.experiment_exists(args.experiment):
+            return _fail(ValueError(f"no experiment {args.experiment!r}"))
+        tracking = Tracking.open(store, args.experiment, airflow_connections())
+        if tracking is None:
+            return _fail(
+                ValueError(f"experiment {args.experiment!r} names no MLflow server (its config has no mlflow key)")
+            )
+        report = tracking.sync(budget=args.timeout)
+    except (FileNotFoundError, ValueError, TrackingNotConfigured, TrackingUnavailable) as exc:
+        return _fail(exc)
+    if not report.passed:
+        return _fail(ValueError("another process is sending this experiment to MLflow now: try again in a minute"))
+    if report.error:
+        return _fail(ValueError(f"{report.error}; {report.pending} run(s) still to send"))
+    left = f"; {report.pending} left for the next call (out of time)" if report.pending else ""
+    where = tracking.run_urls().get("experiment", tracking.target.uri)
+    print(f"experiment {args.experiment}: {report.sent} MLflow run(s) brought up to date{left}: {where}")
+    return 1 if report.pending else 0
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop the experiment: no new trial starts, running ones are cancelled."""
     from trialflow import steering
@@ -993,6 +1023,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("experiment")
     _store_args(p)
     p.set_defaults(func=cmd_remove_artifacts)
+    p = sub.add_parser(
+        "sync-mlflow",
+        help="send an experiment's MLflow runs what they lack (a tracking server that was down), once",
+    )
+    p.add_argument("experiment")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to keep sending (default 300)")
+    _store_args(p)
+    p.set_defaults(func=cmd_sync_mlflow)
     p = sub.add_parser("stop", help="stop an experiment: no new trial starts, running ones are cancelled")
     p.add_argument("experiment")
     _store_args(p)

@@ -249,7 +249,7 @@ def _tracking_env(
 ) -> dict[str, str]:
     """The trial's MLflow run, made now so trial code that logs to MLflow itself lands in it
     (trialflow.tracking.runner: a few seconds at most; {} when MLflow does not answer)."""
-    tracking = open_tracking(experiment, store, connections, timeout=TRIAL_REQUEST_TIMEOUT)
+    tracking = open_tracking(store, experiment.experiment_id, connections, timeout=TRIAL_REQUEST_TIMEOUT)
     return tracking.trial_env(record.storage_id, links, mask) if tracking is not None else {}
 
 

@@ -236,7 +236,7 @@ class EndExperimentOperator(_ExperimentStep):
         from trialflow.tracking.runner import END_PASS_BUDGET, open_tracking
         from trialflow.ui.links import tracking_links
 
-        tracking = open_tracking(experiment, store, airflow_connections())
+        tracking = open_tracking(store, experiment.experiment_id, airflow_connections())
         if tracking is None:
             return
         links, until = tracking_links(experiment.experiment_id), time.monotonic() + END_PASS_BUDGET

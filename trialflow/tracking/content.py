@@ -70,10 +70,9 @@ def mlflow_name(raw: str) -> str:
     text = _NAME_CHARACTERS.sub("_", raw[: MAX_KEY * 4])
     parts = ["_" if part in (".", "..") else part for part in text.split("/") if part]
     name = "/".join(parts) or "_"
-    if len(name) > MAX_KEY or name != raw:
+    if len(name) > MAX_KEY:  # cut, with a digest of the whole so two long names stay two
         digest = hashlib.sha1(raw.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-        if len(name) > MAX_KEY:
-            name = name[: MAX_KEY - 9].rstrip("/") + "~" + digest
+        name = name[: MAX_KEY - 9].rstrip("/") + "-" + digest
     return name
 
 

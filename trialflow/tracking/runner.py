@@ -15,10 +15,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from trialflow.config.checkpoints import ARTIFACT_STORE_ATTR, ArtifactStore
 from trialflow.config.redaction import mask_text
-from trialflow.experiment import Experiment
+from trialflow.config.tracking import MlflowConfig
 from trialflow.platforms.base import Connections
 from trialflow.tracking.content import EXPERIMENT_KEY, ExperimentFacts, LinkBack, trial_tags
 from trialflow.tracking.mlflow_rest import MlflowRest, TrackingUnavailable
@@ -42,47 +43,68 @@ DAG_ATTR = "dag_id"
 
 
 def tracked(
-    experiment: Experiment,
     store: ExperimentStore,
+    experiment_id: str,
     target: TrackingTarget,
     links: LinkBack | None = None,
     mask: Callable[[str], str] | None = None,
     status: str | None = None,
 ) -> Tracked:
-    """The experiment as tracking sees it (sync.Tracked)."""
-    config = experiment.config
-    attrs = store.experiment_attrs(experiment.experiment_id)
+    """The experiment as tracking sees it (sync.Tracked), from what its start step recorded in
+    the store (its config in NNI's v2 form, secrets masked): the same wherever it is read, the
+    command line included, without the config file."""
+    attrs = store.experiment_attrs(experiment_id)
+    stored = attrs.get("config")
+    config: dict[str, Any] = stored if isinstance(stored, dict) else {}
     where = ArtifactStore.from_attr(attrs.get(ARTIFACT_STORE_ATTR))
-    dag_id = attrs.get(DAG_ATTR)
+    dag_id, name = attrs.get(DAG_ATTR), attrs.get("experiment_name")
+    services = config.get("trainingService")
+    services = services if isinstance(services, list) else [services] if isinstance(services, dict) else []
+    platforms = tuple(str(s.get("platform")) for s in services if isinstance(s, dict))
     links = links or LinkBack()
     settings = {
-        "tuner": config.tuner.name if config.tuner is not None else None,
-        "assessor": config.assessor.name if config.assessor is not None else None,
-        "optimize_mode": config.optimize_mode,
-        "trialConcurrency": config.trial_concurrency,
-        "maxTrialNumber": config.max_trial_number,
-        "platform": ", ".join(config.platform_names),
-        "searchSpace": config.search_space,
+        "tuner": _name_of(config.get("tuner")),
+        "assessor": _name_of(config.get("assessor")),
+        "optimize_mode": attrs.get("optimize_mode"),
+        "trialConcurrency": config.get("trialConcurrency"),
+        "maxTrialNumber": config.get("maxTrialNumber"),
+        "platform": ", ".join(platforms),
+        "searchSpace": config.get("searchSpace"),
     }
-    masked = _masking(mask)
+    objectives = config.get("objectives")
+    chosen = (
+        [
+            {"metric": str(o.get("metric")), "mode": str(o.get("mode", "maximize"))}
+            for o in objectives
+            if isinstance(o, dict)
+        ]
+        if isinstance(objectives, list) and objectives
+        else None
+    )
     return Tracked(
-        experiment_id=experiment.experiment_id,
+        experiment_id=experiment_id,
         mlflow_experiment=target.experiment_name,
         facts=ExperimentFacts(
-            experiment_id=experiment.experiment_id,
-            name=config.experiment_name or experiment.experiment_id,
+            experiment_id=experiment_id,
+            name=str(name or experiment_id),
             dag_id=dag_id if isinstance(dag_id, str) else None,
             settings=settings,
             page=links.experiment_page,
             status=status,
         ),
-        optimize_mode=config.optimize_mode,
-        objectives=experiment.objectives,
-        platforms=tuple(config.platform_names),
+        optimize_mode="minimize" if attrs.get("optimize_mode") == "minimize" else "maximize",
+        objectives=chosen,
+        platforms=platforms,
         artifacts=where.url if where is not None else None,
         links=links,
-        mask=masked,
+        mask=_masking(mask),
     )
+
+
+def _name_of(algorithm: object) -> str | None:
+    if isinstance(algorithm, dict):
+        return str(algorithm.get("name") or algorithm.get("className") or "") or None
+    return None
 
 
 def _masking(extra: Callable[[str], str] | None) -> Callable[[str], str]:
@@ -92,39 +114,52 @@ def _masking(extra: Callable[[str], str] | None) -> Callable[[str], str]:
     return lambda text: extra(mask_text(text))
 
 
-def target_of(experiment: Experiment, connections: Connections | None) -> TrackingTarget | None:
+def mlflow_config(store: ExperimentStore, experiment_id: str) -> MlflowConfig | None:
+    """The experiment's ``mlflow`` key as its start recorded it; None: it names no server."""
+    config = store.experiment_attr(experiment_id, "config")
+    raw = config.get("mlflow") if isinstance(config, dict) else None
+    if raw is None:
+        return None
+    try:
+        return MlflowConfig.model_validate(raw)
+    except ValueError as exc:
+        raise TrackingNotConfigured(f"experiment {experiment_id!r}: its mlflow key is not one: {exc}") from None
+
+
+def target_of(store: ExperimentStore, experiment_id: str, connections: Connections | None) -> TrackingTarget | None:
     """The experiment's tracking server, None when it names none; TrackingNotConfigured when
     it names one trialflow cannot reach from here."""
-    chosen = experiment.config.mlflow
+    chosen = mlflow_config(store, experiment_id)
     if chosen is None:
         return None
-    return resolve(chosen, experiment.config.experiment_name or experiment.experiment_id, connections)
+    name = store.experiment_attr(experiment_id, "experiment_name")
+    return resolve(chosen, str(name or experiment_id), connections)
 
 
 @dataclass(frozen=True)
 class Tracking:
     """An experiment's tracking, opened where a step runs."""
 
-    experiment: Experiment
     store: ExperimentStore
+    experiment_id: str
     target: TrackingTarget
     client: TrackingClient
 
     @classmethod
     def open(
         cls,
-        experiment: Experiment,
         store: ExperimentStore,
+        experiment_id: str,
         connections: Connections | None,
         target: TrackingTarget | None = None,
         timeout: float | None = None,
     ) -> Tracking | None:
         """None when the experiment names no tracking server."""
-        target = target or target_of(experiment, connections)
+        target = target or target_of(store, experiment_id, connections)
         if target is None:
             return None
         client = MlflowRest(target) if timeout is None else MlflowRest(target, timeout)
-        return cls(experiment, store, target, client)
+        return cls(store, experiment_id, target, client)
 
     def sync(
         self,
@@ -134,7 +169,7 @@ class Tracking:
         budget: float = 60.0,
     ) -> SyncReport:
         """One pass, for at most ``budget`` seconds (what is left waits for the next)."""
-        what = tracked(self.experiment, self.store, self.target, links, mask, status)
+        what = tracked(self.store, self.experiment_id, self.target, links, mask, status)
         return sync_experiment(self.store, what, self.client, time.monotonic() + budget)
 
     def trial_env(
@@ -142,10 +177,10 @@ class Tracking:
     ) -> dict[str, str]:
         """What a trial is told of its MLflow run (see module); {} when MLflow did not make it
         in time (the trial starts all the same)."""
-        what = tracked(self.experiment, self.store, self.target, links, mask)
+        what = tracked(self.store, self.experiment_id, self.target, links, mask)
         history = self.store.trial_history(storage_id)
         facts = facts_of(history, what)
-        outbox = Outbox(self.store.engine, self.store.study_id(self.experiment.experiment_id))
+        outbox = Outbox(self.store.engine, self.store.study_id(self.experiment_id))
         deadline = time.monotonic() + TRIAL_RUN_BUDGET
         work = _Pass(self.store, what, self.client, outbox, deadline)
         while True:
@@ -174,17 +209,17 @@ class Tracking:
 
     def run_urls(self) -> dict[str, str]:
         """Each run's page in MLflow, by outbox key (``experiment``, trial indexes)."""
-        outbox = Outbox(self.store.engine, self.store.study_id(self.experiment.experiment_id))
+        outbox = Outbox(self.store.engine, self.store.study_id(self.experiment_id))
         return {key: row.run_url for key, row in outbox.rows().items() if row.run_url}
 
 
 def open_tracking(
-    experiment: Experiment, store: ExperimentStore, connections: Connections | None, timeout: float | None = None
+    store: ExperimentStore, experiment_id: str, connections: Connections | None, timeout: float | None = None
 ) -> Tracking | None:
     """The experiment's tracking; None when it names none or names one not reachable from here
     (said in the log, never raised: tracking never fails a step)."""
     try:
-        return Tracking.open(experiment, store, connections, timeout=timeout)
+        return Tracking.open(store, experiment_id, connections, timeout=timeout)
     except (TrackingNotConfigured, TrackingUnavailable) as exc:
-        log.warning("experiment %s is not logged to MLflow here: %s", experiment.experiment_id, exc)
+        log.warning("experiment %s is not logged to MLflow here: %s", experiment_id, exc)
         return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from trialflow.config.redaction import mask_text
 from trialflow.config.tracking import MlflowConfig
 from trialflow.platforms.base import Connections
 from trialflow.platforms.event_loop import run_sync
@@ -118,7 +119,11 @@ async def aresolve(config: MlflowConfig, default_name: str, connections: Connect
         raise TrackingNotConfigured(
             f"mlflow.connId {config.conn_id!r} is an Airflow connection: it is read where Airflow runs"
         )
-    return from_connection(await opener(config.conn_id), config, default_name)
+    try:
+        conn = await opener(config.conn_id)
+    except Exception as exc:  # Airflow's AirflowNotFoundException, a secrets backend refusing
+        raise TrackingNotConfigured(f"mlflow.connId {config.conn_id!r}: {mask_text(str(exc))}") from None
+    return from_connection(conn, config, default_name)
 
 
 def resolve(config: MlflowConfig, default_name: str, connections: Connections | None) -> TrackingTarget:

@@ -230,7 +230,7 @@ class _TrackingPasses:
                 experiment.config.experiment_name or experiment.experiment_id,
                 airflow_connections(),
             )
-            tracking = Tracking.open(experiment, store, None, target=target)
+            tracking = Tracking.open(store, experiment.experiment_id, None, target=target)
         except Exception as exc:  # not configured here, or the client missing: said, never fatal
             log.warning("experiment %s is not logged to MLflow: %s", experiment.experiment_id, exc)
             return cls(None, None, None, log)

@@ -1,0 +1,96 @@
+"""Tracking as the steps and the command line open it: from what the experiment's start step
+recorded in the store (its config's ``mlflow`` key, no config file), the tracking server named
+by an Airflow connection. ``trialflow sync-mlflow`` sends what a server that was down missed,
+once, and says why it could not without a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tests.helpers.mlflow_server import CONN_ID, PASSWORD, connection_env
+from tests.tracking.test_sync import EXPERIMENT, _six
+from trialflow.tracking.runner import Tracking, tracked
+from trialflow.tracking.target import TrackingTarget
+from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+
+pytestmark = pytest.mark.slow
+
+
+def _recorded(store, name: str) -> None:
+    _six(store)
+    store.set_experiment_attrs(
+        EXPERIMENT,
+        {
+            "experiment_name": "digits",
+            "optimize_mode": "maximize",
+            "config": {
+                "tuner": {"name": "TPE"},
+                "trialConcurrency": 2,
+                "maxTrialNumber": 6,
+                "trainingService": {"platform": "local"},
+                "searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}},
+                "mlflow": {"connId": CONN_ID, "experimentName": name},
+            },
+        },
+    )
+
+
+def test_the_experiment_as_tracking_reads_it_from_the_store(tmp_path):
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    _recorded(store, "x")
+    what = tracked(store, EXPERIMENT, TrackingTarget("http://127.0.0.1:1", "x"))
+    assert (what.facts.name, what.facts.dag_id, what.optimize_mode, what.platforms) == (
+        "digits",
+        "dag_track",
+        "maximize",
+        ("local",),
+    )
+    assert what.facts.settings["tuner"] == "TPE" and what.facts.settings["maxTrialNumber"] == 6
+    store.set_experiment_attrs(EXPERIMENT, {"config": {"tuner": {"name": "TPE"}}})
+    assert Tracking.open(store, EXPERIMENT, None) is None  # no mlflow key: nothing is logged
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trialflow.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **env},
+    )
+
+
+def test_sync_mlflow_sends_what_is_missing_once(tmp_path, mlflow_server):
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    _recorded(store, name)
+    store_args = ("--store", sqlite_url(tmp_path / "s.db"))
+    first = _cli("sync-mlflow", EXPERIMENT, *store_args, env=connection_env(mlflow_server.port))
+    assert first.returncode == 0, first.stderr
+    assert (
+        "7 MLflow run(s) brought up to date" in first.stdout and f"{mlflow_server.url}/#/experiments/" in first.stdout
+    )
+    again = _cli("sync-mlflow", EXPERIMENT, *store_args, env=connection_env(mlflow_server.port))
+    assert again.returncode == 0 and "0 MLflow run(s)" in again.stdout
+    client = mlflow_server.client()
+    runs = client.search_runs([client.get_experiment_by_name(name).experiment_id])
+    assert len(runs) == 7
+    assert PASSWORD not in first.stdout + first.stderr
+
+
+def test_sync_mlflow_says_why_not_without_a_traceback(tmp_path):
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    _recorded(store, "down")
+    store_args = ("--store", sqlite_url(tmp_path / "s.db"))
+    down = _cli("sync-mlflow", EXPERIMENT, *store_args, env=connection_env(1))
+    assert down.returncode == 1 and "did not answer" in down.stderr and "Traceback" not in down.stderr
+    assert PASSWORD not in down.stderr
+    unknown = _cli("sync-mlflow", "enothere", *store_args, env={})
+    assert unknown.returncode == 1 and "no experiment 'enothere'" in unknown.stderr
+    missing = _cli("sync-mlflow", EXPERIMENT, *store_args, env={f"AIRFLOW_CONN_{CONN_ID.upper()}": ""})
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr
