@@ -2,13 +2,21 @@
 # safe-mode discovery find it): when the experiment publishes its best trial, a person approves it
 # (Airflow's Required Actions page, or its REST API), then the model that trial trained (kept in
 # the artifact store and named on the Asset) is promoted into the experiment's folder and loaded
-# to check it; an experiment that keeps no artifacts gets its final model trained instead.
+# to check it; an experiment that keeps no artifacts gets its final model trained instead. Where the
+# experiment is tracked in MLflow (its config's `mlflow` key, with `registeredModel`), the approved
+# model also becomes a new version in MLflow's model registry, saying who approved it and when.
 from __future__ import annotations
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import dag, task
 
-from trialflow.assets import approval_text, best_artifact, best_parameters, best_parameters_asset
+from trialflow.assets import (
+    approval_text,
+    best_artifact,
+    best_parameters,
+    best_parameters_asset,
+    register_best_model,
+)
 
 DIGITS_BEST = best_parameters_asset("trialflow_digits-svc")  # the experiment DAG's id
 
@@ -69,7 +77,22 @@ def digits_final_model():
         )
         return str(folder / "model.pkl")
 
-    approve >> promote_model()
+    @task
+    def register_model(**context) -> str:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from trialflow.tracking.registry import NotRegistered
+
+        best = best_parameters(context)
+        if not any(a.name == "model.pkl" for a in best.artifacts):
+            raise AirflowSkipException("the best trial kept no model.pkl: nothing to register")
+        try:
+            version = register_best_model(context, best, "model.pkl", approval_task_id="approve")
+        except NotRegistered as exc:  # the experiment is not tracked in MLflow, or names no model
+            raise AirflowSkipException(str(exc)) from None
+        return f"{version.name} version {version.version} ({version.source})"
+
+    approve >> [promote_model(), register_model()]
 
 
 digits_final_model()

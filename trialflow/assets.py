@@ -43,6 +43,7 @@ __all__ = [
     "best_artifact",
     "best_parameters",
     "best_parameters_asset",
+    "register_best_model",
 ]
 
 
@@ -154,3 +155,46 @@ def _events_for(triggering: Mapping[Any, Sequence[Any]], asset: Asset | None) ->
         except KeyError:
             return []
     return [event for key in triggering for event in triggering[key]]
+
+
+def register_best_model(
+    context: Mapping[str, Any],
+    best: PublishedBest,
+    artifact: str = "model.pkl",
+    approval_task_id: str = "approve",
+    model_name: str | None = None,
+    store_conn_id: str = "trialflow_default",
+) -> Any:
+    """Register the best trial's model ``artifact`` as a new version in MLflow's model registry
+    (the experiment's ``mlflow`` key names the server and ``registeredModel``), saying who
+    approved it and when: the response of ``approval_task_id`` (an ApprovalOperator) in this DAG
+    run. Returns the version (trialflow.tracking.registry.RegisteredVersion); a retried task
+    finds the version it made. The experiment must be the one the asset's own DAG ran (an
+    experiment of another DAG is refused)."""
+    from trialflow.hooks import airflow_connections
+    from trialflow.hooks.experiment_store import ExperimentStoreHook
+    from trialflow.tracking.registry import Approval, NotRegistered, register_model
+    from trialflow.tracking.runner import Tracking
+
+    store = ExperimentStoreHook(store_conn_id).get_conn()
+    if store.experiment_attr(best.experiment_id, "dag_id") != best.dag_id:
+        raise NotRegistered(f"experiment {best.experiment_id} is not one DAG {best.dag_id} ran: nothing registered")
+    tracking = Tracking.open(store, best.experiment_id, airflow_connections())
+    if tracking is None:
+        raise NotRegistered(f"experiment {best.experiment_id} names no MLflow server (its config has no mlflow key)")
+    response = context["ti"].xcom_pull(task_ids=approval_task_id) or {}
+    user = response.get("responded_by_user") or {}
+    by = str(user.get("name") or user.get("id") or "unknown") if isinstance(user, Mapping) else str(user)
+    at = response.get("responded_at")
+    when = at.isoformat() if at is not None and hasattr(at, "isoformat") else str(at or "")
+    with best_artifact(best, artifact).open("rb") as source:
+        data = source.read()
+    return register_model(
+        tracking,
+        best.trial_index,
+        artifact,
+        data,
+        Approval(by, when, f"{context['dag'].dag_id}/{context['run_id']}"),
+        model_name,
+        best.artifact_url(artifact),
+    )

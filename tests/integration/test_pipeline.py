@@ -11,6 +11,7 @@ import pickle
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from tests.helpers.airflow import PY, Harness
 from tests.helpers.airflow_controls import wait_for
+from tests.helpers.mlflow_server import CONN_ID as MLFLOW_CONN
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +44,7 @@ def asset_events(harness: Harness, name: str) -> list[dict[str, Any]]:
     return list(response.json()["asset_events"])
 
 
-def test_published_parameters_reach_the_downstream_dag_after_approval(harness: Harness):
+def test_published_parameters_reach_the_downstream_dag_after_approval(harness: Harness, mlflow_server):
     pytest.importorskip("sklearn", reason="the digits example trains scikit-learn models")
     folder = harness.root / "experiments" / "digits-pipeline"
     shutil.copytree(DAGS / "experiments" / "digits", folder)
@@ -50,6 +52,8 @@ def test_published_parameters_reach_the_downstream_dag_after_approval(harness: H
     config = config.replace("trialConcurrency: 4", "trialConcurrency: 3")
     config = config.replace("maxTrialNumber: 12", "maxTrialNumber: 3")
     config = config.replace("python3 train.py", f"{sys.executable} train.py")
+    model_name = f"digits-{uuid.uuid4().hex[:8]}"  # tracked in the session's MLflow server
+    config += f"mlflow: {{connId: {MLFLOW_CONN}, experimentName: {model_name}, registeredModel: {model_name}}}\n"
     (folder / "config.yml").write_text(config)
     dag_id = "trialflow_digits-svc"  # what dags/digits_final_model.py schedules on
     dag_file = harness.airflow.dags_folder / "digits_pipeline_experiment.py"
@@ -121,6 +125,21 @@ def test_published_parameters_reach_the_downstream_dag_after_approval(harness: H
     X, y = load_digits(return_X_y=True)
     assert hasattr(model, "support_vectors_")  # trained, not just built
     assert written["accuracy_on_all_data"] == pytest.approx(model.score(X, y))  # the task loaded it and predicted
+
+    # The approval registered the best trial's model in MLflow: a version from the best trial's
+    # own run, its source the model's copy there, saying who approved it and when.
+    assert harness.tis(DOWNSTREAM, downstream, "register_model")[0]["state"] == "success"
+    client = mlflow_server.client()
+    (version,) = client.search_model_versions(f"name = '{model_name}'")
+    best_run = client.get_run(version.run_id)
+    assert best_run.data.tags["trialflow.trial_id"] == extra["trial_id"]
+    assert best_run.data.tags["trialflow.best"] == "true"
+    assert version.source.endswith("trialflow/model.pkl")
+    assert version.tags["trialflow.approved_by"] == "trialflow"  # the user who answered
+    assert version.tags["trialflow.approved_at"].startswith(str(time.gmtime().tm_year))
+    assert version.tags["trialflow.artifact"] == f"file://{kept_model}"
+    copy = client.download_artifacts(version.run_id, "trialflow/model.pkl", str(harness.root))
+    assert Path(copy).read_bytes() == kept_model.read_bytes()
 
 
 def test_an_experiment_without_a_result_publishes_nothing(harness: Harness):

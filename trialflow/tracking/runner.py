@@ -207,6 +207,10 @@ class Tracking:
             "MLFLOW_RUN_ID": run_id,
         }
 
+    def run_ids(self) -> dict[str, str]:
+        """Each run's MLflow id, by outbox key (``experiment``, trial indexes)."""
+        return Outbox(self.store.engine, self.store.study_id(self.experiment_id)).run_ids()
+
     def run_urls(self) -> dict[str, str]:
         """Each run's page in MLflow, by outbox key (``experiment``, trial indexes)."""
         outbox = Outbox(self.store.engine, self.store.study_id(self.experiment_id))

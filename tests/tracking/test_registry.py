@@ -1,0 +1,56 @@
+"""A person's approval registers the best trial's model in MLflow's model registry (a real
+``mlflow server``): the model's bytes copied into the trial's run and registered from there, the
+version saying who approved it and when; a retried registration finds its version."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.tracking.test_sync import EXPERIMENT, _six
+from trialflow.tracking.mlflow_rest import MlflowRest
+from trialflow.tracking.registry import Approval, NotRegistered, register_model
+from trialflow.tracking.runner import Tracking
+from trialflow.tracking.target import TrackingTarget
+
+pytestmark = pytest.mark.slow
+
+
+def _tracking(store, url: str, model: str | None) -> Tracking:
+    target = TrackingTarget(url, f"reg-{uuid.uuid4().hex[:8]}", registered_model=model)
+    store.set_experiment_attrs(EXPERIMENT, {"config": {"tuner": {"name": "Random"}}, "optimize_mode": "maximize"})
+    return Tracking(store, EXPERIMENT, target, MlflowRest(target))
+
+
+def test_an_approval_registers_a_version_from_the_best_trials_run(store, mlflow_server, tmp_path):
+    _six(store)
+    model = f"digits-{uuid.uuid4().hex[:6]}"
+    tracking = _tracking(store, mlflow_server.url, model)
+    approval = Approval("alice", "2026-11-28T10:00:00+00:00", "final_model/manual__1")
+    made = register_model(
+        tracking, 4, "model.pkl", b"\x80pickled-model", approval, artifact_url="abfs://kept/x/model.pkl"
+    )
+    client = mlflow_server.client()
+    version = client.get_model_version(model, made.version)
+    assert version.run_id == tracking.run_ids()["4"] == made.run_id
+    assert version.tags["trialflow.approved_by"] == "alice"
+    assert version.tags["trialflow.approved_at"] == "2026-11-28T10:00:00+00:00"
+    assert version.tags["trialflow.artifact"] == "abfs://kept/x/model.pkl"
+    assert "alice" in version.description
+    copied = Path(client.download_artifacts(made.run_id, "trialflow/model.pkl", str(tmp_path)))
+    assert copied.read_bytes() == b"\x80pickled-model"
+    # the task retried: the same version, not a second one
+    assert register_model(tracking, 4, "model.pkl", b"\x80pickled-model", approval).version == made.version
+    later = register_model(
+        tracking, 4, "model.pkl", b"\x80pickled-model", Approval("bob", "x", "final_model/manual__2")
+    )
+    assert int(later.version) == int(made.version) + 1
+
+
+def test_without_a_name_nothing_is_registered(store, mlflow_server):
+    _six(store)
+    tracking = _tracking(store, mlflow_server.url, None)
+    with pytest.raises(NotRegistered, match="registeredModel"):
+        register_model(tracking, 4, "model.pkl", b"x", Approval("a", "b", "c"))

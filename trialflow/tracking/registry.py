@@ -1,0 +1,87 @@
+"""A person's approval registers the best trial's model in MLflow's model registry.
+
+The model a trial kept (its artifact in trialflow's artifact store) is copied into the trial's
+own MLflow run, under ``trialflow/<name>``, and registered from there as a new version of the
+registered model (``runs:/<run>/trialflow/<name>``: MLflow accepts a version's source inside
+the run it names; a local folder it does not). The version says who approved it and when, which
+experiment and trial it came from and where trialflow keeps the original. Registering is
+idempotent per approval: a retried task finds the version it made instead of making a second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trialflow.tracking.content import bounded, mlflow_name
+from trialflow.tracking.runner import Tracking
+
+#: The folder of a run's artifacts trialflow copies a registered model into.
+ARTIFACT_FOLDER = "trialflow"
+_TAG_VALUE = 5000
+
+
+class NotRegistered(Exception):
+    """The model could not be registered (said why); nothing half-registered is left behind
+    that a retry would not finish."""
+
+
+@dataclass(frozen=True)
+class Approval:
+    """Who approved, and when (ISO 8601), and the DAG run the approval was given in."""
+
+    by: str
+    at: str
+    dag_run: str
+
+
+@dataclass(frozen=True)
+class RegisteredVersion:
+    name: str
+    version: str
+    source: str
+    run_id: str
+
+
+def register_model(
+    tracking: Tracking,
+    trial_index: int,
+    artifact_name: str,
+    data: bytes,
+    approval: Approval,
+    model_name: str | None = None,
+    artifact_url: str | None = None,
+) -> RegisteredVersion:
+    """Register trial ``trial_index``'s artifact ``artifact_name`` (its bytes: ``data``) as a
+    new version of ``model_name`` (default: the config's ``mlflow.registeredModel``)."""
+    name = model_name or tracking.target.registered_model
+    if not name:
+        raise NotRegistered("no registered model's name: set mlflow.registeredModel in the config, or pass one")
+    key = str(trial_index)
+    run_id = tracking.run_ids().get(key)
+    if run_id is None:  # its run not made yet (the server was away): one pass makes it
+        tracking.sync(budget=60.0)
+        run_id = tracking.run_ids().get(key)
+    if run_id is None:
+        raise NotRegistered(f"trial {trial_index} has no MLflow run yet: the tracking server did not take it")
+    client = tracking.client
+    approval_key = bounded(f"{approval.dag_run}", _TAG_VALUE)
+    path = f"{ARTIFACT_FOLDER}/{mlflow_name(artifact_name)}"
+    source = f"runs:/{run_id}/{path}"
+    for found in client.model_versions(name, run_id):
+        marks = {t.get("key"): t.get("value") for t in found.get("tags") or [] if isinstance(t, dict)}
+        if marks.get("trialflow.approval") == approval_key:
+            return RegisteredVersion(name, str(found.get("version")), str(found.get("source")), run_id)
+    client.upload(client.run_artifact_uri(run_id), path, data)
+    client.registered_model(name)
+    tags: dict[str, str] = {
+        "trialflow.approval": approval_key,
+        "trialflow.approved_by": bounded(approval.by, _TAG_VALUE),
+        "trialflow.approved_at": bounded(approval.at, _TAG_VALUE),
+        "trialflow.experiment_id": tracking.experiment_id,
+        "trialflow.trial_index": key,
+    }
+    if artifact_url:
+        tags["trialflow.artifact"] = bounded(artifact_url, _TAG_VALUE)
+    description = f"Approved by {approval.by} at {approval.at} (trialflow experiment {tracking.experiment_id})"
+    version = client.model_version(name, source, run_id, tags, bounded(description, _TAG_VALUE))
+    return RegisteredVersion(name, version, source, run_id)
