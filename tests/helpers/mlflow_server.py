@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,3 +125,23 @@ def mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
         yield server
     finally:
         server.stop()
+
+
+def tracked_runs(server: MlflowServer, name: str) -> tuple[Any, list[Any]]:
+    """MLflow experiment ``name``'s parent run and its nested runs (by trial index), read
+    through MLflow's own client."""
+    client = server.client()
+    experiment = client.get_experiment_by_name(name)
+    assert experiment is not None, f"no MLflow experiment {name!r}"
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1, [r.data.tags for r in parents]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} <= {parents[0].info.run_id}
+    return parents[0], sorted(children, key=lambda r: int(r.data.tags["trialflow.trial_index"]))
+
+
+def steps(server: MlflowServer, run: Any, key: str = "intermediate") -> list[tuple[int, float]]:
+    """A run's metric ``key``, every step, in step order."""
+    history = server.client().get_metric_history(run.info.run_id, key)
+    return sorted((m.step, m.value) for m in history)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import uuid
 
 import pytest
 
 from tests.helpers.airflow import Harness
 from tests.helpers.kube.controller import TestController
+from tests.helpers.mlflow_server import CONN_ID as MLFLOW_CONN
+from tests.helpers.mlflow_server import steps, tracked_runs
 from trialflow.platforms.base import experiment_id_for
 from trialflow.platforms.kubernetes.manifests import object_name
 
@@ -53,14 +56,16 @@ def kube_conn(harness: Harness, kube_controller: TestController, kube_cluster) -
 
 
 def test_an_experiment_on_kubeflow_followed_by_the_triggerer(
-    harness: Harness, kube_conn: str, kube_controller: TestController
+    harness: Harness, kube_conn: str, kube_controller: TestController, mlflow_server
 ):
     dag_source = (
         "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
         "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=0.5,\n"
         "                     cleanup=True)\n"
     )
-    dag_id, _ = harness.experiment("kube", kube_config(kube_conn, 3, 2), {"trial.py": TRIAL}, dag_source=dag_source)
+    tracked = f"kube-{uuid.uuid4().hex[:8]}"  # logged to MLflow from the Airflow side: no pod reaches it
+    config = kube_config(kube_conn, 3, 2) + f"mlflow: {{connId: {MLFLOW_CONN}, experimentName: {tracked}}}\n"
+    dag_id, _ = harness.experiment("kube", config, {"trial.py": TRIAL}, dag_source=dag_source)
     deferred: set[int] = set()
 
     def watch(run_id: str) -> None:
@@ -76,6 +81,12 @@ def test_an_experiment_on_kubeflow_followed_by_the_triggerer(
         assert r.intermediate_count == 3
     result = harness.xcom(dag_id, run_id, "trial", 0)
     assert result["platform"] == "kubeflow" and "kube_test" in result["host"]
+    parent, runs = tracked_runs(mlflow_server, tracked)
+    assert parent.info.status == "FINISHED" and len(runs) == 3
+    for row, run in zip(rows, runs):
+        assert run.data.tags["trialflow.platform"] == "kubeflow" and run.info.status == "FINISHED"
+        assert steps(mlflow_server, run) == [(i, pytest.approx(i + row.parameters["x"])) for i in range(3)]
+        assert run.data.metrics["final"] == pytest.approx(row.final_metric)
     exp = experiment_id_for(dag_id, run_id)
     for i in range(3):
         assert kube_controller.launches(object_name(f"{exp}-{i:04d}")) == 1

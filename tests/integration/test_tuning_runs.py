@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.airflow import PY, Harness
+from tests.helpers.mlflow_server import CONN_ID as MLFLOW_CONN
+from tests.helpers.mlflow_server import steps, tracked_runs
 from trialflow.platforms.base import experiment_id_for
 from trialflow.platforms.local import process_alive
 
@@ -188,9 +191,11 @@ def test_batch_tuner_and_hyperband_run_as_nni_configures_them(harness: Harness):
     assert all(r.parameters["TRIAL_BUDGET"] == 9 and r.final_metric == 9.0 for r in rows)
 
 
-def test_a_remote_experiment_on_two_ssh_machines(harness: Harness, ssh_servers):
-    """Trials on two real OpenSSH servers, followed by the triggerer, spread by load."""
+def test_a_remote_experiment_on_two_ssh_machines(harness: Harness, ssh_servers, mlflow_server):
+    """Trials on two real OpenSSH servers, followed by the triggerer, spread by load, and logged
+    to MLflow from the Airflow side (the machines never reach the tracking server)."""
     a, b = ssh_servers
+    tracked = f"remote-{uuid.uuid4().hex[:8]}"
     trial = (
         "import time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
         "trial.report_intermediate_result(p['x'])\ntime.sleep(12)\ntrial.report_final_result(p['x'])\n"
@@ -203,6 +208,7 @@ def test_a_remote_experiment_on_two_ssh_machines(harness: Harness, ssh_servers):
     config = (
         "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 t.py\n"
         "trialConcurrency: 2\nmaxTrialNumber: 4\ntuner: {name: Random}\n"
+        f"mlflow: {{connId: {MLFLOW_CONN}, experimentName: {tracked}}}\n"
         f"trainingService:\n  platform: remote\n  machineList:\n{machines}"
     )
     dag_id, _ = harness.experiment(
@@ -218,6 +224,12 @@ def test_a_remote_experiment_on_two_ssh_machines(harness: Harness, ssh_servers):
     experiment_id = experiment_id_for(dag_id, run_id)
     for server in (a, b):  # cleanup=True: the end step removed the experiment's files
         assert not (server.home / "trialflow-experiments" / experiment_id).exists()
+    parent, runs = tracked_runs(mlflow_server, tracked)
+    assert parent.info.status == "FINISHED" and len(runs) == 4
+    for row, run in zip(rows, runs):
+        assert run.data.tags["trialflow.platform"] == "remote" and run.info.status == "FINISHED"
+        assert steps(mlflow_server, run) == [(0, pytest.approx(row.parameters["x"]))]
+        assert run.data.metrics["final"] == pytest.approx(row.final_metric)
 
 
 def test_hybrid_spreads_trials_over_local_and_a_remote_machine(harness: Harness, ssh_servers):

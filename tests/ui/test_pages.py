@@ -508,3 +508,66 @@ def test_a_long_pbt_experiment_shows_its_newest_generations_in_both_themes(brows
         assert page.locator("[data-testid=generation-29]").inner_text() == "gen 29: 5/10"
         shot(page, "experiment-population-long-dark" if dark else "experiment-population-long")
         assert not page.errors, page.errors
+
+
+def test_a_tracked_experiment_links_to_its_mlflow_runs(browser, ui: UiSetup, mlflow_server):
+    """An experiment tracked in MLflow (a real ``mlflow server``): its page links to its run,
+    each trial row and the trial's page to its nested run; MLflow's own UI shows the trials as
+    nested runs of the experiment's (the README's screenshot)."""
+    import uuid
+
+    from tests.helpers.airflow import PY
+    from tests.helpers.mlflow_server import CONN_ID
+    from trialflow.platforms.base import experiment_id_for
+
+    name = f"digits-{uuid.uuid4().hex[:6]}"
+    trial = (
+        "from trialflow import trial\np = trial.get_next_parameter()\n"
+        "for s in range(5):\n    trial.report_intermediate_result(p['C'] * (s + 1) / 5)\n"
+        "trial.report_final_result(p['C'])\n"
+    )
+    dag_id, _ = ui.harness.experiment(
+        "ui_mlflow",
+        "experimentName: digits-svc\nsearchSpace: {C: {_type: uniform, _value: [0.5, 1]}}\n"
+        f"trialCommand: {PY} t.py\n"
+        "trialConcurrency: 2\nmaxTrialNumber: 4\ntuner: {name: Random, classArgs: {seed: 1}}\n"
+        f"trainingService: {{platform: local}}\nmlflow: {{connId: {CONN_ID}, experimentName: {name}}}\n",
+        {"t.py": trial},
+    )
+    run_id, state = ui.harness.run(dag_id)
+    assert state == "success"
+    experiment = experiment_id_for(dag_id, run_id)
+    client = mlflow_server.client()
+    mlflow_id = client.get_experiment_by_name(name).experiment_id
+    runs = client.search_runs([mlflow_id])
+    by_key = {r.data.tags.get("trialflow.trial_index", "experiment"): r.info.run_id for r in runs}
+    page = login(browser, ui)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment}")
+    page.wait_for_selector("[data-testid=mlflow-run]", timeout=30000)
+    assert page.locator("[data-testid=mlflow-run]").get_attribute("href") == (
+        f"{mlflow_server.url}/#/experiments/{mlflow_id}/runs/{by_key['experiment']}"
+    )
+    shot(page, "experiment-mlflow")
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment}&tab=trials")
+    page.wait_for_selector("[data-testid=mlflow-link]", timeout=30000)
+    links = page.locator("[data-testid=mlflow-link]")
+    assert links.count() == 4
+    hrefs = [links.nth(i).get_attribute("href") for i in range(4)]
+    assert hrefs == [f"{mlflow_server.url}/#/experiments/{mlflow_id}/runs/{by_key[str(i)]}" for i in range(4)]
+    shot(page, "trials-mlflow")
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment}&trial=2")
+    page.wait_for_selector("[data-testid=link-MLflow]", timeout=30000)
+    assert page.locator("[data-testid=link-MLflow]").get_attribute("href") == hrefs[2]
+    assert not page.errors, page.errors
+    # MLflow's own UI: the experiment's run with its four trials nested under it
+    mlflow_page = browser.new_page(viewport={"width": 1400, "height": 800})
+    mlflow_page.goto(f"{mlflow_server.url}/#/experiments/{mlflow_id}/runs")
+    parent = mlflow_page.locator("[role=row]", has_text="digits-svc").first
+    parent.wait_for(timeout=60000)
+    assistant = mlflow_page.locator("button[aria-label=Close]")
+    if assistant.count():  # MLflow 3's assistant panel, open on a first visit
+        assistant.first.click()
+    parent.locator("button[data-component-id*=runnamecellrenderer]").first.click()  # its nested runs
+    mlflow_page.get_by_text("trial 3").first.wait_for(timeout=30000)
+    shot(mlflow_page, "mlflow-nested-runs")
+    mlflow_page.close()

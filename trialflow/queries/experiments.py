@@ -29,6 +29,7 @@ from trialflow.queries.tables import (
     study_attrs,
     study_id_of,
 )
+from trialflow.queries.tracking import experiment_tracking
 from trialflow.queries.trials import best_trial_row, generations, trials_page
 from trialflow.seeding.nni_import import IMPORTED_ATTR
 from trialflow.seeding.retune import RETUNED_BY, RETUNED_FROM
@@ -304,6 +305,8 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         "population": _population(
             engine, experiment_id, config, changed.get("maxTrialNumber", config.get("maxTrialNumber"))
         ),
+        # MLflow (the config's mlflow key): the experiment's run page, and whether the server is away.
+        "mlflow": experiment_tracking(engine, experiment_id),
         "config": {
             "tuner": config.get("tuner") or config.get("advisor"),
             "assessor": config.get("assessor"),

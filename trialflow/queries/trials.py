@@ -38,6 +38,7 @@ from trialflow.queries.tables import (
     storage_id_of,
     study_id_of,
 )
+from trialflow.queries.tracking import run_links
 from trialflow.seeding.nni_import import IMPORT_REQUESTER
 from trialflow.trial.status import COUNTED_STATUS_NAMES
 from trialflow.tuning.pbt import Lineage
@@ -284,11 +285,16 @@ def _page(
     engine: Engine, experiment_id: str, rows: list[sa.Row], counts: dict[int, int], total: int, offset: int, limit: int
 ) -> dict[str, Any]:
     several = objectives_of(engine, experiment_id)  # several objectives: each row's values, the set
+    made = [_row(r, counts.get(r.storage_id, 0)) for r in rows]
+    with engine.connect() as conn:  # each trial's MLflow run, where the experiment is tracked
+        links = run_links(conn, study_id_of(conn, experiment_id), (str(m["trial_index"]) for m in made))
+    for one in made:
+        one["mlflow_url"] = links.get(str(one["trial_index"]))
     return {
         "total": total,
         "offset": offset,
         "limit": limit,
-        "rows": [several.annotate(_row(r, counts.get(r.storage_id, 0))) for r in rows],
+        "rows": [several.annotate(one) for one in made],
         **(several.as_dict() if several.several else {}),
     }
 

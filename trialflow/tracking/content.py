@@ -271,7 +271,10 @@ def trial_tags(
     raw: dict[str, str | None] = {
         PARENT_TAG: parent_run_id,
         KEY_TAG: f"{experiment_id}/{facts.run_key}",
-        "mlflow.runName": facts.trial_id,
+        # short in MLflow's run table: "trial 3" (its id is a tag), a warm start's prior by its source
+        "mlflow.runName": f"trial {facts.trial_index}"
+        if facts.trial_index is not None
+        else f"{facts.origin}: {facts.trial_id}",
         "trialflow.experiment_id": experiment_id,
         "trialflow.trial_id": facts.trial_id,
         "trialflow.trial_index": None if facts.trial_index is None else str(facts.trial_index),

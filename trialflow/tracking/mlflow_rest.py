@@ -23,6 +23,10 @@ REQUEST_TIMEOUT = 5.0
 _FILTER_VALUE = re.compile(r"^[\w.\-/: ]{1,250}$")
 
 
+#: The experiment tag MLflow's UI reads to open an experiment on its training runs.
+_TRAINING_KIND = {"key": "mlflow.experimentKind", "value": "custom_model_development"}
+
+
 class TrackingUnavailable(Exception):
     """The tracking server did not answer, or refused: what was to be sent stays in the outbox."""
 
@@ -89,7 +93,9 @@ class MlflowRest:
                 if exc.code != "RESOURCE_DOES_NOT_EXIST":
                     raise
             try:
-                return str(self._call("experiments/create", "POST", {"name": name})["experiment_id"])
+                # MLflow's UI shows a model-training experiment's runs (not its GenAI views)
+                made = self._call("experiments/create", "POST", {"name": name, "tags": [_TRAINING_KIND]})
+                return str(made["experiment_id"])
             except RefusedRequest as exc:
                 if exc.code != "RESOURCE_ALREADY_EXISTS":
                     raise

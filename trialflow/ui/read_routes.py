@@ -267,6 +267,8 @@ def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, 
     )
     if web:
         links.append({"label": "Platform", "href": web})
+    if detail.get("mlflow_url"):  # its nested run (trialflow.queries.tracking: http(s) only)
+        links.append({"label": "MLflow", "href": detail["mlflow_url"]})
     secrets = queries.secret_input_values(engine, experiment_id)
     detail.update(map_index=map_index, links=links, log=_log_tail(handle, secrets), location=_location(handle))
     detail["artifacts"], detail["artifacts_error"] = _artifact_list(experiment_id, detail)

@@ -48,7 +48,26 @@ function Summary({ summary }: { summary: Summary }) {
       )}
       <Lineage summary={summary} />
       {summary.population ? <Population population={summary.population} /> : null}
+      {summary.mlflow ? <Tracking mlflow={summary.mlflow} /> : null}
     </Panel>
+  );
+}
+
+/** Where the experiment is in MLflow: its run (each trial's nested run is linked from its row),
+ * and, while the tracking server does not answer, since when: nothing is lost meanwhile. */
+function Tracking({ mlflow }: { mlflow: NonNullable<Summary["mlflow"]> }) {
+  return (
+    <Text mt={3} fontSize="sm" data-testid="mlflow">
+      {mlflow.run_url
+        ? <Link href={mlflow.run_url} target="_blank" rel="noopener noreferrer" color="blue.fg" textDecoration="underline"
+            data-testid="mlflow-run">Open in MLflow</Link>
+        : "MLflow"}
+      {mlflow.away
+        ? <Text as="span" color="orange.fg" data-testid="mlflow-away">
+            {" "}· the tracking server has not answered since {formatTime(mlflow.away.since)}: results are kept and sent when it answers
+          </Text>
+        : <Text as="span" color="fg.muted"> · each trial a nested run</Text>}
+    </Text>
   );
 }
 

@@ -122,6 +122,11 @@ export function TrialTable({ experimentId, summary, live, selected, onSelect, on
                             title={`parameters chosen by ${row.added_by ?? "a person"} (parameter_source: customized)`}
                             data-testid="added-by-hand">added</Text>
                         : null}
+                      {row.mlflow_url
+                        ? <Link ml={1} fontFamily="body" href={row.mlflow_url} target="_blank" rel="noopener noreferrer"
+                            color="blue.fg" title="its nested run in MLflow" onClick={(e) => e.stopPropagation()}
+                            data-testid="mlflow-link">MLflow</Link>
+                        : null}
                     </Table.Cell>
                     <Table.Cell><StatusBadge status={row.status} /></Table.Cell>
                     {objectives.length

@@ -51,6 +51,8 @@ export interface TrialRow {
   added_by?: string | null;
   /** Brought in from NNI (trialflow import-nni): it ran there, its times are NNI's (null: unrecorded). */
   imported?: boolean;
+  /** Its nested run in MLflow, where the experiment is tracked. */
+  mlflow_url?: string | null;
   map_index?: number | null;
   /** Several objectives: the trial's value of each (null until it has all), and whether it is in the Pareto set. */
   values?: Record<string, number> | null;
@@ -120,6 +122,8 @@ export interface Summary {
   /** Population Based Training: its size, the generations the trial budget makes, and each
    * generation's trials and how many of them ended. */
   population?: { size: number; planned: number | null; generations: { generation: number; trials: number; ended: number }[] } | null;
+  /** MLflow (the config's mlflow key): the experiment's run page, and since when the server is away. */
+  mlflow?: { run_url: string | null; away: { since: number | null; error: string } | null } | null;
   /** Several objectives (else empty): "best" is the Pareto set, first member by the first objective. */
   objectives: Objective[];
   pareto: TrialRow[];
