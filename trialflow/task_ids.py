@@ -15,6 +15,8 @@ WATCH = "watch_trials"
 END = "end_experiment"
 CONTINUE = "continue_experiment"
 PUBLISH = "publish_best"
+#: An experiment tracked in MLflow: sends what the server has not taken yet, after the end step.
+TRACK = "log_to_mlflow"
 
 
 def task_id(name: str, group: str | None = None) -> str:

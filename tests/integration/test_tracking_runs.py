@@ -107,3 +107,63 @@ def test_an_experiment_becomes_a_parent_and_nested_runs(harness: Harness, mlflow
     assert parent.data.tags["trialflow.best_trial"] == best[0].data.tags["trialflow.trial_id"]
     everything = repr([(r.data.tags, r.data.params) for r in runs])
     assert PASSWORD not in everything and "tracker-login" not in everything
+
+
+SLOW_TRIAL = """\
+import time
+from trialflow import trial as nni
+
+p = nni.get_next_parameter()
+for step in range(10):
+    nni.report_intermediate_result(round(p["x"] + step, 6))
+    time.sleep(1.0)
+nni.report_final_result(p["x"])
+"""
+
+
+def test_the_server_stopped_for_30_s_mid_experiment_loses_nothing_and_duplicates_nothing(
+    harness: Harness, mlflow_server
+):
+    """MLflow goes away for 30 s while trials run and start: no trial fails, waits or retries for
+    it; once it is back, the run's watch sends what it missed, every step once; the experiment's
+    history says when it went away and when it came back."""
+    from tests.helpers.mlflow_server import steps, tracked_runs
+    from trialflow.steering.base import history
+
+    name = f"outage-{uuid.uuid4().hex[:8]}"
+    config = (
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
+        f"trialCommand: {PY} trial.py\ntrialCodeDirectory: .\n"
+        "trialConcurrency: 2\nmaxTrialNumber: 6\ntuner: {name: Random, classArgs: {seed: 5}}\n"
+        "trainingService: {platform: local}\n"
+        f"mlflow: {{connId: {CONN_ID}, experimentName: {name}}}\n"
+    )
+    dag_id, run_id = harness.start("outage", config, {"trial.py": SLOW_TRIAL})
+    experiment_id = experiment_id_for(dag_id, run_id)
+    store = harness.store
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the first trials have reported a step or two
+        if store.experiment_exists(experiment_id) and any(
+            r.intermediate_count >= 2 for r in store.trial_rows(experiment_id)
+        ):
+            break
+        time.sleep(0.3)
+    mlflow_server.stop()
+    try:
+        time.sleep(30)
+    finally:
+        mlflow_server.start()
+    assert harness.wait(dag_id, run_id, timeout=300)[1] == "success"
+    rows = store.trial_rows(experiment_id)
+    assert [r.status for r in rows] == ["SUCCEEDED"] * 6
+    assert all(ti["try_number"] == 1 for ti in harness.tis(dag_id, run_id))  # nothing failed and retried
+    parent, runs = tracked_runs(mlflow_server, name)
+    assert len(runs) == 6 and parent.info.status == "FINISHED"
+    for row, run in zip(rows, runs):
+        expected = [(s, pytest.approx(round(row.parameters["x"] + s, 6))) for s in range(10)]
+        assert steps(mlflow_server, run) == expected  # every step, once
+        assert run.info.status == "FINISHED" and run.data.metrics["final"] == pytest.approx(row.final_metric)
+    # the run's last step waited for MLflow in the triggerer and sent what it missed
+    assert harness.tis(dag_id, run_id, "log_to_mlflow")[0]["state"] == "success"
+    said = [e["action"] for e in history(store, experiment_id) if e["by"] == "trialflow (MLflow)"]
+    assert said == ["MLflow unreachable", "MLflow back"], said

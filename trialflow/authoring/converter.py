@@ -37,6 +37,7 @@ from trialflow.operators.experiment import (
     EndExperimentOperator,
     PublishBestOperator,
     StartExperimentOperator,
+    TrackExperimentOperator,
     WatchTrialsOperator,
 )
 from trialflow.operators.trial import SubmitTrialOperator
@@ -232,6 +233,17 @@ def add_experiment_tasks(
         **placed,
     )
     end >> publish
+    if plan.tracked:
+        # MLflow may be away when the run ends: this step sends what it missed, waiting for it
+        # in the triggerer (no worker slot), while the asset is published without waiting.
+        track = TrackExperimentOperator(
+            task_id=task_ids.TRACK,
+            trigger_rule="all_done",
+            end_task_id=task_ids.task_id(task_ids.END, group),
+            **common,
+            **placed,
+        )
+        end >> track
     return ExperimentTasks(start, trials, watch, end, publish, follow_on)
 
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 CACHE_ENV = "TRIALFLOW_CACHE_DIR"
 #: Bumped when DagPlan's fields or their meaning change (with trialflow's version, in the key).
-PLAN_FORMAT = 2
+PLAN_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,8 @@ class DagPlan:
     algorithm: str | None
     assessor: str | None
     optimize_mode: str
+    #: The config names an MLflow server (its ``mlflow`` key): the DAG logs to it to the end.
+    tracked: bool = False
 
     @classmethod
     def of(cls, config: ExperimentConfig) -> DagPlan:
@@ -72,6 +74,7 @@ class DagPlan:
             algorithm=algorithm.name if algorithm else None,
             assessor=config.assessor.name if config.assessor else None,
             optimize_mode=config.optimize_mode,
+            tracked=config.mlflow is not None,
         )
 
     @classmethod

@@ -225,41 +225,6 @@ class EndExperimentOperator(_ExperimentStep):
             )
             experiment.platform(i, connections).cleanup_sync(experiment.experiment_id)
 
-    def _track(self, experiment: Any, store: Any, status: str) -> None:
-        """The last MLflow pass of the run (trialflow.tracking), bounded: what the server does
-        not take now stays in the outbox for the next pass (``trialflow sync-mlflow``)."""
-        if experiment.config.mlflow is None:
-            return
-        import time
-
-        from trialflow.from_airflow.secrets import masked_text
-        from trialflow.tracking.runner import END_PASS_BUDGET, open_tracking
-        from trialflow.ui.links import tracking_links
-
-        tracking = open_tracking(store, experiment.experiment_id, airflow_connections())
-        if tracking is None:
-            return
-        links, until = tracking_links(experiment.experiment_id), time.monotonic() + END_PASS_BUDGET
-        while True:
-            try:
-                report = tracking.sync(links, masked_text, status, budget=max(1.0, until - time.monotonic()))
-            except Exception as exc:  # tracking never fails the run
-                self.log.warning("could not log experiment %s to MLflow: %s", experiment.experiment_id, exc)
-                return
-            if report.passed or time.monotonic() >= until:
-                break
-            time.sleep(1.0)  # the watch's last pass is still under way
-        if report.error or report.pending:
-            self.log.warning(
-                "MLflow: %s; %d run(s) kept for it, sent by the next pass (trialflow sync-mlflow %s)",
-                report.error or "the pass ran out of time",
-                report.pending,
-                experiment.experiment_id,
-            )
-        else:
-            urls = tracking.run_urls()
-            self.log.info("Logged to MLflow: %s", urls.get("experiment", tracking.target.uri))
-
     def _task_states(self, context: Context) -> dict[int, str | None]:
         """Airflow's state of each trial task of the run (all ended: trigger rule all_done)."""
         from trialflow.from_airflow.why_stopped import ask_trial_states
@@ -296,7 +261,6 @@ class EndExperimentOperator(_ExperimentStep):
         mode = experiment.config.optimize_mode
         self._lineage = (verdict.summary, experiment.config.search_space)
         self.log.info("Results of experiment %s (%s):\n%s", experiment.experiment_id, mode, verdict.table)
-        self._track(experiment, store, "FAILED" if verdict.failure else "FINISHED")
         if self.cleanup and closed.may_clean_up:
             self._cleanup(experiment)
         for note in verdict.notes:
@@ -310,6 +274,70 @@ class EndExperimentOperator(_ExperimentStep):
         context["ti"].xcom_push(key=BEST_PARAMETERS_KEY, value=best_parameters(verdict.summary))
         context["ti"].xcom_push(key=BEST_VALUE_KEY, value=best_value(verdict.summary))
         return dict(verdict.summary)
+
+
+class TrackExperimentOperator(_ExperimentStep):
+    """Bring the experiment's MLflow runs level with the store once the run has ended (its
+    config's ``mlflow`` key; trialflow.tracking), then end the experiment's MLflow run.
+
+    After the end step, whatever its outcome (trigger rule all_done), beside the published
+    asset (which does not wait for it). The run's watch logged while the trials ran; this makes
+    the last pass. When the tracking server does not take everything (down, slow, refusing), it
+    defers to TrackingTrigger, which holds no worker slot and tries again with a growing pause,
+    so what the server missed reaches it when it is back, once. After ``give_up_after`` seconds
+    it stops trying and is skipped, saying so: what is kept is still sent by ``trialflow
+    sync-mlflow``. It never fails: tracking never decides a run's outcome.
+
+    :param config_path: the NNI experiment config (v1 or v2 YAML); templated.
+    :param store_conn_id: the ``trialflow`` connection of the experiment store.
+    :param end_task_id: the end step (its summary says whether the experiment found a result).
+    :param give_up_after: seconds to keep trying after the run ended.
+    """
+
+    ui_color = "#e8f0fe"
+
+    def __init__(self, *, end_task_id: str = "end_experiment", give_up_after: float = 6 * 3600.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.end_task_id = end_task_id
+        self.give_up_after = give_up_after
+
+    def execute(self, context: Context) -> Any:
+        import time
+
+        from trialflow.from_airflow.secrets import masked_text
+        from trialflow.operators.in_process import runs_in_process
+        from trialflow.tracking.runner import END_PASS_BUDGET, open_tracking
+        from trialflow.triggers.tracking import TrackingTrigger
+        from trialflow.ui.links import tracking_links
+
+        experiment, store = self.experiment_and_store(context)
+        status = "FINISHED" if context["ti"].xcom_pull(task_ids=self.end_task_id) else "FAILED"
+        tracking = open_tracking(store, experiment.experiment_id, airflow_connections())
+        if tracking is None:
+            raise AirflowSkipException("the experiment is not logged to MLflow from here (see the log above)")
+        report = tracking.sync(tracking_links(experiment.experiment_id), masked_text, status, END_PASS_BUDGET)
+        if report.passed and not report.error and not report.pending:
+            url = tracking.run_urls().get("experiment", tracking.target.uri)
+            self.log.info("MLflow has every result of experiment %s: %s", experiment.experiment_id, url)
+            return {"status": "DONE", "run_url": url}
+        why = report.error or ("another pass is under way" if not report.passed else "out of time")
+        if runs_in_process():  # dag.test(): no triggerer to wait in
+            raise AirflowSkipException(f"MLflow: {why}; sent by `trialflow sync-mlflow {experiment.experiment_id}`")
+        self.log.warning("MLflow: %s; trying again in the triggerer until it takes the rest", why)
+        self.defer(
+            trigger=TrackingTrigger(
+                store_conn_id=self.store_conn_id,
+                experiment_id=experiment.experiment_id,
+                status=status,
+                until=time.time() + self.give_up_after,
+            ),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        if event.get("status") != "DONE":
+            raise AirflowSkipException(str(event.get("message")))  # kept: trialflow sync-mlflow sends it
+        return event
 
 
 class ContinueExperimentOperator(BaseOperator):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, replace
+from typing import Literal
 
 import sqlalchemy as sa
 
@@ -30,6 +31,11 @@ from trialflow.tuning.tables import TRACKING, create_table
 SYNC_KEY = "sync"
 #: Seconds a claim holds: longer than a pass may take, so a process that died lets go.
 CLAIM_SECONDS = 120.0
+
+
+Claim = Literal["new", "again"]
+NEW: Claim = "new"
+AGAIN: Claim = "again"
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,8 @@ class Sent:
     final: bool = False
     #: The MLflow status it was ended with (None: still open there).
     ended: str | None = None
+    #: The experiment's own row: its MLflow experiment's id (a trial's start then asks no more).
+    experiment: str = ""
     #: A digest of the tags sent last (its status, best mark, links), and the status and best
     #: mark they said.
     tags: str = ""
@@ -60,6 +68,7 @@ class Sent:
                 last_step=int(data.get("last_step", -1)),
                 final=bool(data.get("final", False)),
                 ended=data.get("ended") if isinstance(data.get("ended"), str) else None,
+                experiment=str(data.get("experiment", "")),
                 tags=str(data.get("tags", "")),
                 status=str(data.get("status", "")),
                 best=bool(data.get("best", False)),
@@ -94,8 +103,10 @@ class Outbox:
                 key: OutboxRow(key, run_id, url, Sent.from_json(sent)) for key, run_id, url, sent in conn.execute(query)
             }
 
-    def claim(self, run_key: str, seconds: float = CLAIM_SECONDS) -> bool:
-        """Take the row's claim for ``seconds`` (made if missing); False while another holds it."""
+    def claim(self, run_key: str, seconds: float = CLAIM_SECONDS) -> Claim | None:
+        """Take the row's claim for ``seconds``: ``NEW`` when this made the row (nobody ever
+        tried to make its run: none can be found), ``AGAIN`` when it was there; None while
+        another process holds it."""
         t, now = TRACKING, time.time()
         with self.engine.begin() as conn:
             won = conn.execute(
@@ -104,7 +115,7 @@ class Outbox:
                 .values(claimed_until=now + seconds, updated_at=now)
             ).rowcount
         if won:
-            return True
+            return AGAIN
         try:
             with self.engine.begin() as conn:
                 conn.execute(
@@ -116,9 +127,9 @@ class Outbox:
                         updated_at=now,
                     )
                 )
-            return True
+            return NEW
         except sa.exc.IntegrityError:  # there, and held by another
-            return False
+            return None
 
     def release(self, run_key: str) -> None:
         t = TRACKING

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 #: Seconds a trial's start waits for MLflow to make its run, at most (see module), and for
 #: each of its requests (a server that is down refuses at once; a hung one costs this).
 TRIAL_RUN_BUDGET = 3.0
-TRIAL_REQUEST_TIMEOUT = 1.0
+TRIAL_REQUEST_TIMEOUT = 2.5
 #: Seconds between two looks while another process makes the run a trial waits for.
 BUSY_PAUSE = 0.2
 #: Seconds the end step gives its last pass.
@@ -185,10 +185,13 @@ class Tracking:
         work = _Pass(self.store, what, self.client, outbox, deadline)
         while True:
             try:
-                mlflow_id = self.client.experiment_id(what.mlflow_experiment)
                 rows = outbox.rows()
                 made = rows.get(EXPERIMENT_KEY)
-                parent = made.run_id if made is not None and made.run_id else work.experiment_run(rows, mlflow_id, [])
+                if made is not None and made.run_id and made.sent.experiment:  # one request: its run
+                    mlflow_id, parent = made.sent.experiment, made.run_id
+                else:
+                    mlflow_id = self.client.experiment_id(what.mlflow_experiment)
+                    parent = work.experiment_run(rows, mlflow_id, [])
                 tags = trial_tags(facts, what.experiment_id, parent, what.links, what.mask)
                 start_ms = int((facts.started_at or time.time()) * 1000)
                 run_id = work.run_for(rows.get(facts.run_key), facts.run_key, start_ms, tags, mlflow_id)

@@ -47,7 +47,7 @@ from trialflow.tracking.content import (
     trial_tags,
 )
 from trialflow.tracking.mlflow_rest import TrackingUnavailable
-from trialflow.tracking.outbox import SYNC_KEY, Outbox, OutboxRow, Sent
+from trialflow.tracking.outbox import AGAIN, SYNC_KEY, Outbox, OutboxRow, Sent
 from trialflow.tuning.experiment_store import ExperimentStore, TrialHistory
 from trialflow.tuning.pareto import pareto_rows, with_values
 from trialflow.tuning.results import TrialRow, best_row, finite_or_none, scalar
@@ -188,12 +188,12 @@ class _Pass:
         """The row's MLflow run: the one recorded, one found by its tag, or one made now."""
         if row is not None and row.run_id:
             return row.run_id
-        if not self.outbox.claim(key):
+        claimed = self.outbox.claim(key)
+        if claimed is None:
             raise _Busy(key)
-        try:
-            run_id = self.client.find_run(mlflow_id, tags["trialflow.key"]) or self.client.create_run(
-                mlflow_id, start_ms, tags
-            )
+        try:  # a run made before may have lost its answer: found by its tag, unless nobody ever tried
+            found = self.client.find_run(mlflow_id, tags["trialflow.key"]) if claimed == AGAIN else None
+            run_id = found or self.client.create_run(mlflow_id, start_ms, tags)
         except BaseException:
             self.outbox.release(key)
             raise
@@ -221,6 +221,7 @@ class _Pass:
                 batches(params=experiment_params(tracked.facts, mask), tags=tags),
                 params=True,
                 tags=_digest(tags),
+                experiment=mlflow_id,
             )
             self.sent += 1
         status = tracked.facts.status
