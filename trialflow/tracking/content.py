@@ -19,7 +19,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 #: MLflow's limits (mlflow.utils.validation).
@@ -352,10 +352,3 @@ def batches(
             )
         )
     return out
-
-
-@dataclass(frozen=True)
-class BestMark:
-    """Which trials' runs are tagged best now: one, or the Pareto set of several objectives."""
-
-    run_keys: frozenset[str] = field(default_factory=frozenset)

@@ -12,7 +12,7 @@ MLflow's documented REST API 2.0; the only module that imports MLflow (the ``mlf
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from trialflow.tracking.content import Batch
@@ -246,7 +246,3 @@ class RefusedRequest(TrackingUnavailable):
 def _short(value: object, limit: int = 300) -> str:
     text = " ".join(str(value).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def tag_pairs(tags: Iterable[tuple[str, str]]) -> list[dict[str, str]]:
-    return [{"key": k, "value": v} for k, v in tags]

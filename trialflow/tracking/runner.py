@@ -4,9 +4,11 @@ page addresses and Airflow's masker.
 
 A trial is told its MLflow run (MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_ID, MLFLOW_TRACKING_URI without
 credentials), so trial code that calls ``mlflow.start_run()`` logs into its own nested run. That
-needs the run made before the trial starts; the start waits for MLflow at most
-``TRIAL_RUN_BUDGET`` seconds for it, once, and a trial whose run could not be made then starts
-without being told (its run is made by the next pass, with everything trialflow has of it).
+needs the run made before the trial starts: one request once the experiment's run exists (the
+outbox keeps the MLflow experiment's id), each of at most ``TRIAL_REQUEST_TIMEOUT`` seconds,
+within ``TRIAL_RUN_BUDGET`` when another process is making it; a trial whose run could not be
+made then starts without being told (its run is made by the next pass, with everything
+trialflow has of it).
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ from trialflow.platforms.base import Connections
 from trialflow.tracking.content import EXPERIMENT_KEY, ExperimentFacts, LinkBack, trial_tags
 from trialflow.tracking.mlflow_rest import MlflowRest, TrackingUnavailable
 from trialflow.tracking.outbox import Outbox
-from trialflow.tracking.sync import SyncReport, Tracked, TrackingClient, _Busy, _Pass, facts_of, sync_experiment
+from trialflow.tracking.sync import (
+    RunBeingMade,
+    SyncReport,
+    Tracked,
+    TrackingClient,
+    TrackingPass,
+    facts_of,
+    sync_experiment,
+)
 from trialflow.tracking.target import TrackingNotConfigured, TrackingTarget, resolve
 from trialflow.tuning.experiment_store import ExperimentStore
 
@@ -182,7 +192,7 @@ class Tracking:
         facts = facts_of(history, what)
         outbox = Outbox(self.store.engine, self.store.study_id(self.experiment_id))
         deadline = time.monotonic() + TRIAL_RUN_BUDGET
-        work = _Pass(self.store, what, self.client, outbox, deadline)
+        work = TrackingPass(what, self.client, outbox)
         while True:
             try:
                 rows = outbox.rows()
@@ -196,7 +206,7 @@ class Tracking:
                 start_ms = int((facts.started_at or time.time()) * 1000)
                 run_id = work.run_for(rows.get(facts.run_key), facts.run_key, start_ms, tags, mlflow_id)
                 break
-            except _Busy:  # another process is making the experiment's run (or this one's): it is there soon
+            except RunBeingMade:  # another process is making the experiment's run (or this one's): it is there soon
                 if time.monotonic() + BUSY_PAUSE >= deadline:
                     log.warning("trial %s starts without its MLflow run (made by the next pass)", facts.trial_id)
                     return {}

@@ -174,14 +174,11 @@ def _digest(tags: Mapping[str, str]) -> str:
     return hashlib.sha1(json.dumps(sorted(tags.items())).encode()).hexdigest()[:16]
 
 
-class _Pass:
+class TrackingPass:
     """One pass over one experiment (see module)."""
 
-    def __init__(
-        self, store: ExperimentStore, tracked: Tracked, client: TrackingClient, outbox: Outbox, deadline: float
-    ):
-        self.store, self.tracked, self.client, self.outbox = store, tracked, client, outbox
-        self.deadline = deadline
+    def __init__(self, tracked: Tracked, client: TrackingClient, outbox: Outbox):
+        self.tracked, self.client, self.outbox = tracked, client, outbox
         self.sent = 0
 
     def run_for(self, row: OutboxRow | None, key: str, start_ms: int, tags: Mapping[str, str], mlflow_id: str) -> str:
@@ -190,7 +187,7 @@ class _Pass:
             return row.run_id
         claimed = self.outbox.claim(key)
         if claimed is None:
-            raise _Busy(key)
+            raise RunBeingMade(key)
         try:  # a run made before may have lost its answer: found by its tag, unless nobody ever tried
             found = self.client.find_run(mlflow_id, tags["trialflow.key"]) if claimed == AGAIN else None
             run_id = found or self.client.create_run(mlflow_id, start_ms, tags)
@@ -262,7 +259,7 @@ class _Pass:
         return facts.ended or (ended_run and facts.finished)
 
 
-class _Busy(Exception):
+class RunBeingMade(Exception):
     """Another process is making this row's run right now: the next pass sends it."""
 
 
@@ -287,7 +284,7 @@ def _sync(
     histories = store.trial_histories(tracked.experiment_id)
     rows = outbox.rows()
     best = best_keys(histories, tracked)
-    work = _Pass(store, tracked, client, outbox, deadline)
+    work = TrackingPass(tracked, client, outbox)
     facts = [facts_of(h, tracked) for h in histories]
     left = [f for f in facts if not _level(f, rows.get(f.run_key), f.run_key in best)]
     error: str | None = None
@@ -298,7 +295,7 @@ def _sync(
             one = left[0]
             try:
                 work.trial(one, rows.get(one.run_key), parent, one.run_key in best, mlflow_id, False)
-            except _Busy:
+            except RunBeingMade:
                 pass
             left.pop(0)
         pending = len(left)
