@@ -238,3 +238,56 @@ def test_two_passes_at_once_make_each_run_once(store, mlflow_server):
     assert len(trials) == 6
     assert all(len(_history(mlflow, r)) == n for r, n in zip(trials, [5, 3, 1, 3, 4, 2]))
     assert len(Outbox(store.engine, store.study_id(EXPERIMENT)).run_ids()) == 7
+
+
+def test_where_each_trials_parameters_came_from(store):
+    """The tuner's, a person's, a re-run's, NNI's (imported) and a warm start's history."""
+    from trialflow.tracking.sync import best_keys, facts_of
+    from trialflow.tuning.prior_trials import PriorTrial
+
+    store.open_experiment(EXPERIMENT, "maximize")
+    _trial(store, 0, [0.1], TrialStatus.FAILED)
+    store.enqueue(EXPERIMENT, {"lr": 0.01, "opt": {"_name": "adam"}, "act": "relu"}, {"by": "alice", "at": 1.0})
+    _trial(store, 1, [0.2], TrialStatus.SUCCEEDED, 0.2)
+    store.enqueue(EXPERIMENT, {"lr": 0.01, "opt": {"_name": "adam"}, "act": "relu"}, {"by": "bob", "rerun_of": 0})
+    _trial(store, 2, [0.3], TrialStatus.SUCCEEDED, 0.3)
+    imported = _trial(store, 3, [0.4], None)
+    store.set_attrs(imported, nni_trial_job_id="AbCdE")  # as trialflow import-nni marks it
+    store.finish(imported, TrialStatus.SUCCEEDED, 0.1)
+    prior = PriorTrial("eold", "eold-0007", {"lr": 0.02, "opt": {"_name": "adam"}, "act": "relu"}, [0.9])
+    assert store.add_prior_trials(EXPERIMENT, SPACE, [prior]) == 1
+    histories = store.trial_histories(EXPERIMENT)
+    tracked = _tracked("unused")
+    facts = {f.run_key: f for f in (facts_of(h, tracked) for h in histories)}
+    origins = {key: f.origin for key, f in facts.items()}
+    (prior_key,) = [k for k in origins if k.startswith("prior:")]
+    assert origins == {
+        "0": "tuner",
+        "1": "added by hand",
+        "2": "re-run",
+        "3": "imported from NNI",
+        prior_key: "warm-start history",
+    }
+    assert facts[prior_key].final == 0.9 and facts[prior_key].artifacts is None and facts[prior_key].platform is None
+    # the best is a trial of the experiment, never a prior's result
+    assert best_keys(histories, tracked) == frozenset({"2"})
+
+
+def test_several_objectives_tag_the_pareto_set(store):
+    from dataclasses import replace
+
+    from trialflow.tracking.sync import best_keys
+
+    store.open_experiment(EXPERIMENT, "maximize")
+    finals = [
+        {"default": 0.9, "acc": 0.9, "ms": 50.0},
+        {"default": 0.8, "acc": 0.8, "ms": 10.0},
+        {"default": 0.7, "acc": 0.7, "ms": 60.0},
+    ]
+    for index, final in enumerate(finals):
+        _trial(store, index, [0.1], None)
+        store.finish(store.find_trial(EXPERIMENT, index).storage_id, TrialStatus.SUCCEEDED, final)
+    several = replace(
+        _tracked("unused"), objectives=[{"metric": "acc", "mode": "maximize"}, {"metric": "ms", "mode": "minimize"}]
+    )
+    assert best_keys(store.trial_histories(EXPERIMENT), several) == frozenset({"0", "1"})

@@ -50,7 +50,7 @@ from trialflow.tracking.mlflow_rest import TrackingUnavailable
 from trialflow.tracking.outbox import AGAIN, SYNC_KEY, Outbox, OutboxRow, Sent
 from trialflow.tuning.experiment_store import ExperimentStore, TrialHistory
 from trialflow.tuning.pareto import pareto_rows, with_values
-from trialflow.tuning.results import TrialRow, best_row, finite_or_none, scalar
+from trialflow.tuning.results import TrialRow, best_row, finite_or_none, objective_values, scalar
 
 #: The experiment attribute that says the tracking server is away (since when, and why), so the
 #: history says so once per outage, not once per pass.
@@ -155,7 +155,8 @@ def best_keys(histories: list[TrialHistory], tracked: Tracked) -> frozenset[str]
             final_metric=finite_or_none(scalar(h.final)),
             final_metric_raw=h.final,
             final_extra={},
-            objective_values=None,
+            # several objectives: the final dict's values in objective order, as the store closed it
+            objective_values=objective_values(h.final, tracked.objectives)[0] if tracked.objectives else None,
             intermediate_count=len(h.intermediate),
             message=None,
         )
