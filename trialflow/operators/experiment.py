@@ -285,7 +285,8 @@ class TrackExperimentOperator(_ExperimentStep):
     the last pass. When the tracking server does not take everything (down, slow, refusing), it
     defers to TrackingTrigger, which holds no worker slot and tries again with a growing pause,
     so what the server missed reaches it when it is back, once. After ``give_up_after`` seconds
-    it stops trying and is skipped, saying so: what is kept is still sent by ``trialflow
+    (30 minutes: a DAG run held longer would hold up the DAG's next run where max_active_runs
+    is 1) it stops trying and is skipped, saying so: what is kept is still sent by ``trialflow
     sync-mlflow``. It never fails: tracking never decides a run's outcome.
 
     :param config_path: the NNI experiment config (v1 or v2 YAML); templated.
@@ -296,7 +297,7 @@ class TrackExperimentOperator(_ExperimentStep):
 
     ui_color = "#e8f0fe"
 
-    def __init__(self, *, end_task_id: str = "end_experiment", give_up_after: float = 6 * 3600.0, **kwargs: Any):
+    def __init__(self, *, end_task_id: str = "end_experiment", give_up_after: float = 1800.0, **kwargs: Any):
         super().__init__(**kwargs)
         self.end_task_id = end_task_id
         self.give_up_after = give_up_after
