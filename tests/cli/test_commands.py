@@ -226,7 +226,7 @@ def test_ctrl_c_cancels_trials_and_stops_airflow(experiment, tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
-    assert "Cancelled 2 running trial(s)" in err
+    assert "Cancelled 2 running trial(s)" in err, err[-3000:]
     assert "USER_CANCELED" in out
     assert not any(process_alive(pid) for pid in pids)
     assert subprocess.run(["pgrep", "-f", str(tmp_path / ".trialflow")], capture_output=True).stdout == b""

@@ -32,6 +32,7 @@ from trialflow.experiment import (
     trial_count,
     unbounded,
 )
+from trialflow.trial.status import TrialStatus
 from trialflow.tuning.pareto import pareto_rows, with_values
 from trialflow.tuning.results import TrialRow, best_row
 from trialflow.tuning.store_urls import sqlite_url
@@ -428,12 +429,18 @@ class ExperimentRun:
         otherwise outlive the Airflow that started them."""
         if self.run_id is None:
             return 0
-        if self.current_run_id is not None:  # a shared Airflow would go on running it
-            self.airflow.fail_run(self.dag_id, self.current_run_id)
         from trialflow.runs import cancel_trials
 
+        store = self.store()
+        exists = store.experiment_exists(self.experiment_id)
+        running = {t.storage_id for t in store.active_trials(self.experiment_id)} if exists else set()
+        if self.current_run_id is not None:  # a shared Airflow would go on running it
+            # Failing the run may close its trials itself (the api-server's listener acts on
+            # the tasks it fails, often before this returns): they count as cancelled here too.
+            self.airflow.fail_run(self.dag_id, self.current_run_id)
         experiment = Experiment(self.config, self.experiment_id, self.workdir)
-        return cancel_trials(experiment, self.store(), reason)
+        cancel_trials(experiment, store, reason)
+        return sum(store.trial(i).status == TrialStatus.USER_CANCELED for i in running)
 
     def result(self, state: str) -> RunResult:
         return experiment_result(
