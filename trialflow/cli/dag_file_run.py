@@ -41,6 +41,7 @@ from trialflow.experiment import (
     unbounded,
 )
 from trialflow.runs import cancel_trials
+from trialflow.trial.status import TrialStatus
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.results import TrialRow
 
@@ -257,12 +258,19 @@ class DagFileRun:
         """Ctrl-C: cancel every experiment's running trials (they run in sessions of their own)."""
         if self.run_id is None:
             return 0
-        self.airflow.fail_run(self.dag_id, self.run_id)  # a shared Airflow would go on running it
         store = ExperimentStore(self.store_url)
-        return sum(
-            cancel_trials(Experiment(g.config, g.experiment_id, run_workdir(g.config, self.home)), store, reason)
+        running = {
+            t.storage_id
             for g in self.groups
-        )
+            if store.experiment_exists(g.experiment_id)
+            for t in store.active_trials(g.experiment_id)
+        }
+        # Failing the run may close its trials itself (the api-server's listener acts on the
+        # tasks it fails): they count as cancelled here too.
+        self.airflow.fail_run(self.dag_id, self.run_id)  # a shared Airflow would go on running it
+        for g in self.groups:
+            cancel_trials(Experiment(g.config, g.experiment_id, run_workdir(g.config, self.home)), store, reason)
+        return sum(store.trial(i).status == TrialStatus.USER_CANCELED for i in running)
 
     def result(self, state: str) -> DagFileResult:
         experiments = [
