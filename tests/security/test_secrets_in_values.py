@@ -51,6 +51,11 @@ SECRETS = {
             "DefaultEndpointsProtocol=http;AccountName=dev;AccountKey=***",
         ),
         ("refused: SharedAccessSignature=sv=2020&sig=abc", "refused: SharedAccessSignature=***"),
+        # an HTTP credential, as curl -H or a request's error writes it
+        ("curl -H 'Authorization: Bearer sk-abc123' http://h", "curl -H 'Authorization: Bearer ***' http://h"),
+        ("Authorization: Basic dXNlcjpwdw==", "Authorization: Basic ***"),
+        ("headers={'authorization=tok1'}", "headers={'authorization=***'}"),
+        ("got 401 for bearer eyJhbGciOi.x.y", "got 401 for bearer ***"),
     ],
 )
 def test_secrets_inside_values_are_masked(text, shown):
@@ -67,6 +72,7 @@ def test_secrets_inside_values_are_masked(text, shown):
         "mailto:someone@example.org",
         "lr=0.1 momentum=0.9",
         "AccountName=dev;BlobEndpoint=http://127.0.0.1:10000/dev",
+        "the authorization failed; bearer-token auth is off",
     ],
 )
 def test_what_is_not_a_secret_stays_as_it_was(text):

@@ -37,10 +37,18 @@ _FLAG = re.compile(rf"(?<![\w-])(--?{_NAME}(?:=|\s+))(?!-)({_VALUE})", re.I)
 _USERINFO = re.compile(r"(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://)([^\s/@:?#]{0,512})(?::([^\s/@?#]{0,512}))?@", re.I)
 
 
+# An HTTP credential as a command or an error writes it: "Authorization: Basic dXNl...",
+# "Bearer eyJ..." (curl -H, a request's repr). One token after the word, bounded.
+_HTTP_CREDENTIAL = re.compile(
+    r"(?<![\w-])((?:authorization\s*[:=]\s*(?:(?:basic|bearer|token)\s+)?)|(?:bearer\s+))([^\s'\"]{1,4096})", re.I
+)
+
+
 def mask_text(text: str) -> str:
     """``text`` with the secrets it carries masked: assignments and flags whose name says
-    secret, and the userinfo of every URL (``user:***@``; a lone token before ``@`` is masked
-    whole)."""
+    secret, an HTTP credential (``Authorization: ...``, ``Bearer ...``), and the userinfo of
+    every URL (``user:***@``; a lone token before ``@`` is masked whole)."""
+    text = _HTTP_CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, text)
     text = _ASSIGNMENT.sub(lambda m: m.group(1) + REDACTED, text)
     text = _FLAG.sub(lambda m: m.group(1) + REDACTED, text)
     return _USERINFO.sub(
