@@ -72,7 +72,7 @@ def test_kill_lower_concurrency_and_stop_reach_trials_on_other_hosts(cluster: De
     assert max(at_once) <= 2 and len(log.read_text().split()) > started_before, at_once
     response = act(cluster, "POST", f"experiments/{experiment_id}/stop")
     assert response.status_code == 200, response.text
-    stopped_at = len(log.read_text().split())
+    started_by_the_stop = set(log.read_text().split())
     state = wait_until(
         lambda: (s := cluster.airflow.dag_run_state(dag_id, run_id)) in ("success", "failed") and s,
         300,
@@ -96,7 +96,11 @@ def test_kill_lower_concurrency_and_stop_reach_trials_on_other_hosts(cluster: De
     assert set(starts.values()) == {1}, f"trials started more than once: {starts}"
     assert sorted(starts) == sorted(r.trial_id for r in rows)  # every started trial is in the store
     assert all(r.status in ("SUCCEEDED", "USER_CANCELED") for r in rows), rows  # none left running
-    assert len(starts) == stopped_at  # nothing started after the stop
+    # Nothing started after the stop, but the trials whose launch was under way when it came:
+    # at most the two slots, each closed as soon as its launch returned (it sees the stop's mark)
+    late = set(starts) - started_by_the_stop
+    assert len(late) <= 2, late
+    assert all(r.status == "USER_CANCELED" for r in rows if r.trial_id in late), rows
     assert any(r.status == "USER_CANCELED" and "experiment stopped by trialflow" in r.message for r in rows)
     assert len(rows) < 24 and state == "success"  # the end step found results; the rest never started
     tis = [ti for ti in cluster.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
