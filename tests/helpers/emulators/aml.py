@@ -70,6 +70,8 @@ class AmlEmulator(Emulator):
         self.storage_suffix = storage_suffix
         self.root = f"/subscriptions/{subscription}/resourceGroups/{resource_group}{PROVIDER}{workspace}"
         self.work = Path(tempfile.mkdtemp(prefix="aml-emulator-"))
+        #: Jobs whose log's last upload is done: until then an ended job is "Finalizing".
+        self.logs_final: set[str] = set()
         #: A cloud name of its own: the SDK caches clouds by name for the process's life.
         self.cloud = f"TrialflowTest{self.server.server_address[1]}"
         for name, container in (("workspaceblobstore", "code"), ("workspaceartifactstore", ARTIFACTS)):
@@ -184,7 +186,13 @@ class AmlEmulator(Emulator):
         view = json.loads(json.dumps(self.resources[rest]))
         job = self.jobs.get(rest.rsplit("/", 1)[1]) if rest.startswith("/jobs/") else None
         if job is not None:
-            view["properties"]["status"] = STATES[job.state]
+            status = STATES[job.state]
+            if status in ("Completed", "Failed", "Canceled") and job.name not in self.logs_final:
+                # Azure ML's own step between the code's end and the job's: its logs and outputs
+                # are still being uploaded (the job said Completed before its log's last lines
+                # were there, and a trial was read as succeeded with no final result)
+                status = "Finalizing"
+            view["properties"]["status"] = status
         return view
 
     # -- jobs ----------------------------------------------------------------------------------
@@ -237,6 +245,7 @@ class AmlEmulator(Emulator):
                 blob.upload_blob(data, overwrite=True)
                 sent = len(data)
             if finished:
+                self.logs_final.add(job.name)
                 return
 
 
