@@ -36,7 +36,11 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": "trialflow",
-                "python-modules": ["trialflow.triggers.trial", "trialflow.triggers.watch"],
+                "python-modules": [
+                    "trialflow.triggers.trial",
+                    "trialflow.triggers.watch",
+                    "trialflow.triggers.tracking",
+                ],
             }
         ],
         "config": {
