@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from tests.helpers.mlflow_server import steps, tracked_runs
-from tests.tracking.test_sync import EXPERIMENT, _tracked
+from tests.helpers.tracked_store import EXPERIMENT, tracked_settings
 from trialflow.platforms.base import TrialStatus
 from trialflow.tracking.mlflow_rest import MlflowRest
 from trialflow.tracking.sync import sync_experiment
@@ -50,7 +50,7 @@ def test_hostile_parameters_and_results_reach_mlflow_as_it_accepts_them(store, m
     final = {"default": 0.5, "../up": 1.0, "x" * 300: 2.0, "text": "not a number", "flag": True}
     store.record_metrics(asked.storage_id, [Metric("FINAL", 0, final)])
     store.finish(asked.storage_id, TrialStatus.SUCCEEDED, final)
-    report = sync_experiment(store, _tracked(name), MlflowRest(TrackingTarget(mlflow_server.url, name)))
+    report = sync_experiment(store, tracked_settings(name), MlflowRest(TrackingTarget(mlflow_server.url, name)))
     assert (report.error, report.pending) == (None, 0)
     _, (run,) = tracked_runs(mlflow_server, name)
     params, metrics = run.data.params, run.data.metrics

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tracking.test_sync import EXPERIMENT, _six
+from tests.helpers.tracked_store import EXPERIMENT, six_trials
 from trialflow.tracking.mlflow_rest import MlflowRest
 from trialflow.tracking.registry import Approval, NotRegistered, register_model
 from trialflow.tracking.runner import Tracking
@@ -25,7 +25,7 @@ def _tracking(store, url: str, model: str | None) -> Tracking:
 
 
 def test_an_approval_registers_a_version_from_the_best_trials_run(store, mlflow_server, tmp_path):
-    _six(store)
+    six_trials(store)
     model = f"digits-{uuid.uuid4().hex[:6]}"
     tracking = _tracking(store, mlflow_server.url, model)
     approval = Approval("alice", "2026-11-28T10:00:00+00:00", "final_model/manual__1")
@@ -50,7 +50,7 @@ def test_an_approval_registers_a_version_from_the_best_trials_run(store, mlflow_
 
 
 def test_without_a_name_nothing_is_registered(store, mlflow_server):
-    _six(store)
+    six_trials(store)
     tracking = _tracking(store, mlflow_server.url, None)
     with pytest.raises(NotRegistered, match="registeredModel"):
         register_model(tracking, 4, "model.pkl", b"x", Approval("a", "b", "c"))

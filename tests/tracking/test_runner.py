@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from tests.helpers.mlflow_server import CONN_ID, PASSWORD, connection_env
-from tests.tracking.test_sync import EXPERIMENT, _six
+from tests.helpers.tracked_store import EXPERIMENT, six_trials
 from trialflow.tracking.runner import Tracking, tracked
 from trialflow.tracking.target import TrackingTarget
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 
 def _recorded(store, name: str) -> None:
-    _six(store)
+    six_trials(store)
     store.set_experiment_attrs(
         EXPERIMENT,
         {

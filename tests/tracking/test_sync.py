@@ -13,67 +13,15 @@ import uuid
 
 import pytest
 
-from tests.helpers.filled_store import RANDOM, SPACE
+from tests.helpers.filled_store import SPACE
+from tests.helpers.tracked_store import EXPERIMENT, add_trial, six_trials, tracked_settings
 from trialflow.platforms.base import TrialStatus
 from trialflow.steering.base import history
-from trialflow.tracking.content import ExperimentFacts, LinkBack, TaskIdentity
 from trialflow.tracking.mlflow_rest import MlflowRest, TrackingUnavailable
 from trialflow.tracking.outbox import Outbox
-from trialflow.tracking.sync import AWAY_ATTR, Tracked, sync_experiment
+from trialflow.tracking.sync import AWAY_ATTR, sync_experiment
 from trialflow.tracking.target import TrackingTarget
 from trialflow.trial.protocol import Metric
-from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import TASK_ATTR
-
-EXPERIMENT = "etrack0000000001"
-
-
-def _tracked(name: str, status: str | None = None) -> Tracked:
-    return Tracked(
-        experiment_id=EXPERIMENT,
-        mlflow_experiment=name,
-        facts=ExperimentFacts(
-            experiment_id=EXPERIMENT,
-            name="digits <svc>",
-            dag_id="dag_track",
-            settings={"tuner": "Random", "maxTrialNumber": 6},
-            page="http://airflow.example/plugin/trialflow?experiment=" + EXPERIMENT,
-            status=status,
-        ),
-        optimize_mode="maximize",
-        platforms=("local",),
-        artifacts="abfs://kept",
-        links=LinkBack(
-            experiment_page="http://airflow.example/plugin/trialflow?experiment=" + EXPERIMENT,
-            trial_page=lambda t: f"http://airflow.example/plugin/trialflow?dag_id={t.dag_id}&map_index={t.map_index}",
-        ),
-    )
-
-
-def _trial(store, index: int, curve: list[float], status: TrialStatus | None, final: float | None = None) -> int:
-    asked = ask(store, EXPERIMENT, index, f"{EXPERIMENT}-{index:04d}", RANDOM, SPACE)
-    task = TaskIdentity("dag_track", "manual__1", "trial", index, 1)
-    store.set_status(asked.storage_id, TrialStatus.RUNNING, handle={"platform": "local"}, started_at=time.time())
-    store.set_attrs(asked.storage_id, **{TASK_ATTR: task.to_attr()})
-    store.record_metrics(asked.storage_id, [Metric("PERIODICAL", s, v) for s, v in enumerate(curve)])
-    if status is not None:
-        if final is not None:
-            store.record_metrics(asked.storage_id, [Metric("FINAL", 0, final)])
-        store.finish(asked.storage_id, status, final, "boom" if status == TrialStatus.FAILED else None)
-    return asked.storage_id
-
-
-def _six(store) -> None:
-    store.open_experiment(EXPERIMENT, "maximize")
-    store.set_experiment_attrs(EXPERIMENT, {"dag_id": "dag_track"})
-    _trial(store, 0, [0.1, 0.2, 0.3, 0.4, 0.5], TrialStatus.SUCCEEDED, 0.55)
-    _trial(store, 1, [0.05, 0.06, 0.07], TrialStatus.EARLY_STOPPED, 0.07)
-    _trial(store, 2, [0.2], TrialStatus.FAILED)
-    # a person's trial, as the page's "add trial" queues it (trialflow.steering.asked_trials)
-    store.enqueue(EXPERIMENT, {"lr": 0.01, "opt": {"_name": "adam"}, "act": "relu"}, {"by": "alice", "at": 1.0})
-    _trial(store, 3, [0.3, 0.6, 0.7], TrialStatus.SUCCEEDED, 0.75)
-    _trial(store, 4, [0.4, 0.8, 0.9, 0.95], TrialStatus.SUCCEEDED, 0.97)
-    _trial(store, 5, [0.1, 0.15], None)
 
 
 def _runs(client, name: str) -> tuple[object, list]:
@@ -92,9 +40,9 @@ def _history(client, run, key: str = "intermediate") -> list[tuple[int, float]]:
 @pytest.mark.slow
 def test_six_trials_become_a_parent_and_six_nested_runs(store, mlflow_server):
     name = f"track-{uuid.uuid4().hex[:8]}"
-    _six(store)
+    six_trials(store)
     client = MlflowRest(TrackingTarget(mlflow_server.url, name))
-    report = sync_experiment(store, _tracked(name, "RUNNING"), client)
+    report = sync_experiment(store, tracked_settings(name, "RUNNING"), client)
     assert (report.passed, report.pending, report.error) == (True, 0, None)
     mlflow = mlflow_server.client()
     parent, trials = _runs(mlflow, name)
@@ -132,7 +80,7 @@ def test_six_trials_become_a_parent_and_six_nested_runs(store, mlflow_server):
     assert trials[3].data.params["lr"] == "0.01" and trials[3].data.params["opt/_name"] == "adam"
     assert trials[0].info.end_time and trials[0].info.start_time
     # a second pass has nothing to send
-    again = sync_experiment(store, _tracked(name, "RUNNING"), client)
+    again = sync_experiment(store, tracked_settings(name, "RUNNING"), client)
     assert (again.sent, again.pending) == (0, 0)
     assert len(mlflow.search_runs([parent.info.experiment_id])) == 7
 
@@ -140,15 +88,15 @@ def test_six_trials_become_a_parent_and_six_nested_runs(store, mlflow_server):
 @pytest.mark.slow
 def test_the_running_trial_goes_on_and_the_best_moves(store, mlflow_server):
     name = f"track-{uuid.uuid4().hex[:8]}"
-    _six(store)
+    six_trials(store)
     client = MlflowRest(TrackingTarget(mlflow_server.url, name))
-    sync_experiment(store, _tracked(name), client)
+    sync_experiment(store, tracked_settings(name), client)
     running = store.find_trial(EXPERIMENT, 5)
     store.record_metrics(
         running.storage_id, [Metric("PERIODICAL", s, v) for s, v in [(2, 0.4), (3, 0.5), (4, 0.6), (5, 0.7)]]
     )
     store.finish(running.storage_id, TrialStatus.SUCCEEDED, 0.99)
-    report = sync_experiment(store, _tracked(name, "FINISHED"), client)
+    report = sync_experiment(store, tracked_settings(name, "FINISHED"), client)
     assert report.sent == 3  # the new best, the old best unmarked, the experiment's run
     mlflow = mlflow_server.client()
     parent, trials = _runs(mlflow, name)
@@ -162,23 +110,23 @@ def test_the_running_trial_goes_on_and_the_best_moves(store, mlflow_server):
 @pytest.mark.slow
 def test_a_server_stopped_mid_experiment_loses_nothing_and_duplicates_nothing(store, mlflow_server):
     name = f"track-{uuid.uuid4().hex[:8]}"
-    _six(store)
+    six_trials(store)
     client = MlflowRest(TrackingTarget(mlflow_server.url, name))
-    sync_experiment(store, _tracked(name), client)
+    sync_experiment(store, tracked_settings(name), client)
     running = store.find_trial(EXPERIMENT, 5)
     mlflow_server.stop()
     try:
         store.record_metrics(running.storage_id, [Metric("PERIODICAL", 2, 0.3)])
         started = time.monotonic()
-        away = sync_experiment(store, _tracked(name), client)
+        away = sync_experiment(store, tracked_settings(name), client)
         assert time.monotonic() - started < 5  # refused at once: nothing waits on it
         assert away.error and "did not answer" in away.error and away.pending >= 1
         store.record_metrics(running.storage_id, [Metric("PERIODICAL", 3, 0.4)])
         store.finish(running.storage_id, TrialStatus.FAILED, None, "lost its machine")
-        assert sync_experiment(store, _tracked(name), client).error  # still away: said once
+        assert sync_experiment(store, tracked_settings(name), client).error  # still away: said once
     finally:
         mlflow_server.start()
-    back = sync_experiment(store, _tracked(name), client)
+    back = sync_experiment(store, tracked_settings(name), client)
     assert (back.error, back.pending) == (None, 0)
     mlflow = mlflow_server.client()
     _, trials = _runs(mlflow, name)
@@ -206,10 +154,10 @@ class _LosesAnswers(MlflowRest):
 @pytest.mark.slow
 def test_a_run_made_but_not_answered_is_found_not_made_twice(store, mlflow_server):
     name = f"track-{uuid.uuid4().hex[:8]}"
-    _six(store)
+    six_trials(store)
     lossy = _LosesAnswers(TrackingTarget(mlflow_server.url, name))
     for _ in range(4):
-        sync_experiment(store, _tracked(name), lossy)
+        sync_experiment(store, tracked_settings(name), lossy)
     assert lossy.lost == 3
     mlflow = mlflow_server.client()
     _, trials = _runs(mlflow, name)
@@ -220,11 +168,13 @@ def test_a_run_made_but_not_answered_is_found_not_made_twice(store, mlflow_serve
 @pytest.mark.slow
 def test_two_passes_at_once_make_each_run_once(store, mlflow_server):
     name = f"track-{uuid.uuid4().hex[:8]}"
-    _six(store)
+    six_trials(store)
     reports = []
 
     def one() -> None:
-        reports.append(sync_experiment(store, _tracked(name), MlflowRest(TrackingTarget(mlflow_server.url, name))))
+        reports.append(
+            sync_experiment(store, tracked_settings(name), MlflowRest(TrackingTarget(mlflow_server.url, name)))
+        )
 
     threads = [threading.Thread(target=one) for _ in range(3)]
     for t in threads:
@@ -232,7 +182,7 @@ def test_two_passes_at_once_make_each_run_once(store, mlflow_server):
     for t in threads:
         t.join(60)
     assert sum(r.passed for r in reports) >= 1
-    sync_experiment(store, _tracked(name), MlflowRest(TrackingTarget(mlflow_server.url, name)))
+    sync_experiment(store, tracked_settings(name), MlflowRest(TrackingTarget(mlflow_server.url, name)))
     mlflow = mlflow_server.client()
     parent, trials = _runs(mlflow, name)
     assert len(trials) == 6
@@ -246,18 +196,18 @@ def test_where_each_trials_parameters_came_from(store):
     from trialflow.tuning.prior_trials import PriorTrial
 
     store.open_experiment(EXPERIMENT, "maximize")
-    _trial(store, 0, [0.1], TrialStatus.FAILED)
+    add_trial(store, 0, [0.1], TrialStatus.FAILED)
     store.enqueue(EXPERIMENT, {"lr": 0.01, "opt": {"_name": "adam"}, "act": "relu"}, {"by": "alice", "at": 1.0})
-    _trial(store, 1, [0.2], TrialStatus.SUCCEEDED, 0.2)
+    add_trial(store, 1, [0.2], TrialStatus.SUCCEEDED, 0.2)
     store.enqueue(EXPERIMENT, {"lr": 0.01, "opt": {"_name": "adam"}, "act": "relu"}, {"by": "bob", "rerun_of": 0})
-    _trial(store, 2, [0.3], TrialStatus.SUCCEEDED, 0.3)
-    imported = _trial(store, 3, [0.4], None)
+    add_trial(store, 2, [0.3], TrialStatus.SUCCEEDED, 0.3)
+    imported = add_trial(store, 3, [0.4], None)
     store.set_attrs(imported, nni_trial_job_id="AbCdE")  # as trialflow import-nni marks it
     store.finish(imported, TrialStatus.SUCCEEDED, 0.1)
     prior = PriorTrial("eold", "eold-0007", {"lr": 0.02, "opt": {"_name": "adam"}, "act": "relu"}, [0.9])
     assert store.add_prior_trials(EXPERIMENT, SPACE, [prior]) == 1
     histories = store.trial_histories(EXPERIMENT)
-    tracked = _tracked("unused")
+    tracked = tracked_settings("unused")
     facts = {f.run_key: f for f in (facts_of(h, tracked) for h in histories)}
     origins = {key: f.origin for key, f in facts.items()}
     (prior_key,) = [k for k in origins if k.startswith("prior:")]
@@ -285,9 +235,10 @@ def test_several_objectives_tag_the_pareto_set(store):
         {"default": 0.7, "acc": 0.7, "ms": 60.0},
     ]
     for index, final in enumerate(finals):
-        _trial(store, index, [0.1], None)
+        add_trial(store, index, [0.1], None)
         store.finish(store.find_trial(EXPERIMENT, index).storage_id, TrialStatus.SUCCEEDED, final)
     several = replace(
-        _tracked("unused"), objectives=[{"metric": "acc", "mode": "maximize"}, {"metric": "ms", "mode": "minimize"}]
+        tracked_settings("unused"),
+        objectives=[{"metric": "acc", "mode": "maximize"}, {"metric": "ms", "mode": "minimize"}],
     )
     assert best_keys(store.trial_histories(EXPERIMENT), several) == frozenset({"0", "1"})

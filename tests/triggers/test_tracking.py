@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from tests.helpers.mlflow_server import connection_env, tracked_runs
-from tests.tracking.test_sync import EXPERIMENT, _six
+from tests.helpers.tracked_store import EXPERIMENT, six_trials
 from trialflow.triggers import tracking as tracking_trigger
 from trialflow.triggers.tracking import TrackingTrigger
 from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
@@ -28,7 +28,7 @@ def _store(tmp_path, monkeypatch, name: str, port: int) -> ExperimentStore:
     for key, value in connection_env(port).items():
         monkeypatch.setenv(key, value)
     store = ExperimentStore(url)
-    _six(store)
+    six_trials(store)
     store.set_experiment_attrs(
         EXPERIMENT, {"config": {"mlflow": {"connId": "trialflow_mlflow", "experimentName": name}}}
     )

@@ -23,7 +23,7 @@ from trialflow.config.checkpoints import ARTIFACT_STORE_ATTR, ArtifactStore
 from trialflow.config.redaction import mask_text
 from trialflow.config.tracking import MlflowConfig
 from trialflow.platforms.base import Connections
-from trialflow.tracking.content import EXPERIMENT_KEY, ExperimentFacts, LinkBack, trial_tags
+from trialflow.tracking.content import ExperimentFacts, LinkBack
 from trialflow.tracking.mlflow_rest import MlflowRest, TrackingUnavailable
 from trialflow.tracking.outbox import Outbox
 from trialflow.tracking.sync import (
@@ -196,15 +196,8 @@ class Tracking:
         while True:
             try:
                 rows = outbox.rows()
-                made = rows.get(EXPERIMENT_KEY)
-                if made is not None and made.run_id and made.sent.experiment:  # one request: its run
-                    mlflow_id, parent = made.sent.experiment, made.run_id
-                else:
-                    mlflow_id = self.client.experiment_id(what.mlflow_experiment)
-                    parent = work.experiment_run(rows, mlflow_id, [])
-                tags = trial_tags(facts, what.experiment_id, parent, what.links, what.mask)
-                start_ms = int((facts.started_at or time.time()) * 1000)
-                run_id = work.run_for(rows.get(facts.run_key), facts.run_key, start_ms, tags, mlflow_id)
+                mlflow_id, parent = work.parent(rows)
+                run_id, _ = work.trial_run(facts, rows.get(facts.run_key), parent, mlflow_id)
                 break
             except RunBeingMade:  # another process is making the experiment's run (or this one's): it is there soon
                 if time.monotonic() + BUSY_PAUSE >= deadline:

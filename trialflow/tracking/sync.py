@@ -228,15 +228,34 @@ class TrackingPass:
             self.outbox.sent(EXPERIMENT_KEY, sent.with_(ended=status))
         return run_id
 
+    def trial_run(
+        self, facts: TrialFacts, row: OutboxRow | None, parent: str, mlflow_id: str, best: bool | None = None
+    ) -> tuple[str, dict[str, str]]:
+        """The trial's MLflow run (recorded, found by its tag, or made now) and the tags it is to
+        carry (``best`` None: not known yet, as when a trial is about to start; the next pass
+        adds the mark)."""
+        tracked = self.tracked
+        tags = trial_tags(facts, tracked.experiment_id, parent, tracked.links, tracked.mask)
+        if best is not None:
+            tags[BEST_TAG] = "true" if best else "false"
+        start_ms = int((facts.started_at or time.time()) * 1000)
+        return self.run_for(row, facts.run_key, start_ms, tags, mlflow_id), tags
+
+    def parent(self, rows: dict[str, OutboxRow]) -> tuple[str, str]:
+        """The MLflow experiment's id and the experiment's run, with one request at most once
+        a pass has made that run (the outbox keeps both)."""
+        made = rows.get(EXPERIMENT_KEY)
+        if made is not None and made.run_id and made.sent.experiment:
+            return made.sent.experiment, made.run_id
+        mlflow_id = self.client.experiment_id(self.tracked.mlflow_experiment)
+        return mlflow_id, self.experiment_run(rows, mlflow_id, [])
+
     def trial(
         self, facts: TrialFacts, row: OutboxRow | None, parent: str, best: bool, mlflow_id: str, ended_run: bool
     ) -> bool:
         """Send what the trial's run lacks; True when nothing is left to send for it."""
-        tracked, mask = self.tracked, self.tracked.mask
-        tags = trial_tags(facts, tracked.experiment_id, parent, tracked.links, mask)
-        tags[BEST_TAG] = "true" if best else "false"
-        start_ms = int((facts.started_at or time.time()) * 1000)
-        run_id = self.run_for(row, facts.run_key, start_ms, tags, mlflow_id)
+        mask = self.tracked.mask
+        run_id, tags = self.trial_run(facts, row, parent, mlflow_id, best)
         sent = row.sent if row is not None else Sent()
         before = sent
         if not sent.params:
