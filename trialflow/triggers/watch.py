@@ -240,8 +240,9 @@ class _TrackingPasses:
     def maybe_pass(self) -> None:
         if self.tracking is None or (self.task is not None and not self.task.done()):
             return
-        # a pass reads every trial (0.21 s at 1,000 here): a long experiment's passes space out so
-        # that logging takes a tenth of the triggerer's time at most
+        # passes are spaced to ten times the last one's wall time: a long experiment's read of
+        # every trial (0.21 s at 1,000 here) stays a tenth of the triggerer's time, and a server
+        # that answers slowly (the time includes its waits) is asked less often, not more
         if time.monotonic() - self.last < max(TRACKING_INTERVAL, 10 * self.took):
             return
         self.last = time.monotonic()
