@@ -503,6 +503,7 @@ READING = [
     ["export", "e1"],
     ["kill", "e1", "0"],
     ["stop", "e1"],
+    ["sync-mlflow", "e1"],
 ]
 
 
