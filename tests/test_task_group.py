@@ -241,3 +241,21 @@ def test_a_local_experiment_group_under_a_multi_host_executor_goes_to_one_hosts_
         "box-1"
     }
     assert dag.get_task("elsewhere").queue != "box-1"  # the author's own tasks go where they go
+
+
+def test_a_tracked_group_still_fails_its_run_when_the_experiment_fails(tmp_path):
+    """log_to_mlflow runs whatever the end step's outcome (all_done) and succeeds when MLflow
+    took the runs; Airflow reads a DAG run's state from its leaves, so publish_best (all_success,
+    upstream_failed when the end step failed) must stay a leaf beside it: a failed experiment in
+    a tracked group still fails the run."""
+    config = {
+        **PYTHON_CONFIG,
+        "trialCodeDirectory": str(tmp_path),
+        "mlflow": {"connId": "trialflow_mlflow", "experimentName": "svc"},
+    }
+    with DAG("pipeline", schedule=None) as dag:
+        ExperimentTaskGroup("tune", config)
+    track, publish = dag.get_task("tune.log_to_mlflow"), dag.get_task("tune.publish_best")
+    assert track.trigger_rule == "all_done" and track.upstream_task_ids == {"tune.end_experiment"}
+    assert publish.trigger_rule == "all_success" and publish.upstream_task_ids == {"tune.end_experiment"}
+    assert {t.task_id for t in dag.leaves} >= {"tune.log_to_mlflow", "tune.publish_best"}
