@@ -5,7 +5,7 @@ minimised; each tuner runs ``--trials`` trials sequentially for each of
 ``--seeds`` seeds, through the same code the trial tasks use (a sampler per
 ask, seeded ``seed + trial index``). Printed: the median over seeds of the best
 value, its gap to the known minimum, and the ratio of that gap to Random's
-(below 1 = better than Random). TPE and GP must beat Random.
+(below 1 = better than Random). TPE, GP, SMAC, Metis and DNGO must beat Random.
 
 Then suggestion latency: per tuner, fresh processes (as trial tasks are) open a
 SQLite experiment store that already holds ``--history`` finished trials and ask
@@ -13,7 +13,7 @@ twice, with trialflow's trial reader and, side by side, with Optuna's own (how
 trialflow asked before). ``--latency-only`` skips the quality part.
 
     python bench/tuners.py [--trials 60] [--seeds 10] [--history 1000] [--jobs 2] [--latency-only]
-                           [--tuners GP ...]
+                           [--tuners GP ...] [--quality-tuners Metis ...]
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ except ImportError:  # a "before" checkout older than the asker (issue 48): the 
 from trialflow.tuning.tuners import make_sampler, sample_parameters  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
-TUNERS = ("Random", "TPE", "GP", "Anneal", "Evolution")
-MUST_BEAT_RANDOM = ("TPE", "GP")
+TUNERS = ("Random", "TPE", "GP", "Anneal", "Evolution", "SMAC", "Metis", "DNGO")
+MUST_BEAT_RANDOM = ("TPE", "GP", "SMAC", "Metis", "DNGO")
 
 
 def branin(p: dict[str, float]) -> float:
@@ -231,6 +231,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--latency-only", action="store_true")
     parser.add_argument("--tuners", nargs="+", default=[*TUNERS, "BOHB", "Hyperband"], help="for the latency part")
+    parser.add_argument(
+        "--quality-tuners", nargs="+", default=list(TUNERS), help="for the quality part (Random is always run)"
+    )
     parser.add_argument("--source", help="latency only, side by side with another checkout's asks")
     args = parser.parse_args()
     verdicts: list[tuple[str, str, bool, float]] = []
@@ -285,7 +288,8 @@ def latency_against(args: argparse.Namespace) -> int:
 
 
 def quality(args: argparse.Namespace) -> list[tuple[str, str, bool, float]]:
-    jobs = [(t, p, s, args.trials) for p in PROBLEMS for t in TUNERS for s in range(args.seeds)]
+    tuners = ["Random", *(t for t in args.quality_tuners if t != "Random")]
+    jobs = [(t, p, s, args.trials) for p in PROBLEMS for t in tuners for s in range(args.seeds)]
     results: dict[tuple[str, str], list[float]] = {}
     seconds: dict[str, list[float]] = {}
     with ProcessPoolExecutor(args.jobs) as pool:
@@ -298,7 +302,7 @@ def quality(args: argparse.Namespace) -> list[tuple[str, str, bool, float]]:
     print(header)
     print("-" * len(header))
     verdicts = []
-    for tuner in TUNERS:
+    for tuner in tuners:
         line = f"{tuner:<10}"
         for problem, (_, _, minimum) in PROBLEMS.items():
             median = statistics.median(results[(tuner, problem)])
@@ -312,7 +316,7 @@ def quality(args: argparse.Namespace) -> list[tuple[str, str, bool, float]]:
     print("(known minima: " + ", ".join(f"{p} {m}" for p, (_, _, m) in PROBLEMS.items()) + ")")
     print("\nMust beat Random (gap ratio < 1):")
     for tuner, problem, ok, ratio in verdicts:
-        print(f"  {tuner:<5} on {problem:<10} {ratio:5.2f}  {'PASS' if ok else 'FAIL'}")
+        print(f"  {tuner:<6} on {problem:<10} {ratio:5.2f}  {'PASS' if ok else 'FAIL'}")
 
     return verdicts
 

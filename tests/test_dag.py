@@ -60,7 +60,7 @@ def test_broken_config_fails_at_parse_time(tmp_path):
 @pytest.mark.parametrize(
     "tuner, platform, message",
     [
-        ("SMAC", "local", "closest supported choice is 'TPE'"),
+        ("PPOTuner", "local", "closest supported choice is 'Evolution'"),
         ("TPE", "dlc", "trainingService.platform: training service platform 'dlc' cannot run here"),
     ],
 )

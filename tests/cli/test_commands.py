@@ -57,10 +57,10 @@ def test_validate_ok_and_failures(experiment, tmp_path):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"{bad}:5: maxTrialNumber: Input should be greater than 0" in result.stderr
     assert "trainingService.colour: unknown key" in result.stderr
-    smac = tmp_path / "smac.yml"
-    smac.write_text(GOOD.format(command="x", n=2).replace("name: TPE", "name: SMAC"))
-    result = cli("validate", str(smac))
-    assert result.returncode == 1 and "closest supported choice is 'TPE'" in result.stderr
+    nas = tmp_path / "ppo.yml"
+    nas.write_text(GOOD.format(command="x", n=2).replace("name: TPE", "name: PPOTuner"))
+    result = cli("validate", str(nas))
+    assert result.returncode == 1 and "closest supported choice is 'Evolution'" in result.stderr
 
 
 def test_validate_says_what_a_config_without_max_trial_number_runs(tmp_path):

@@ -90,6 +90,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for found, config in loaded:
         label = found.label
         problems = check_runnable(config) + _function_problems(config, found.inputs)
+        problems = problems or _custom_class_problems(config)
         if problems:
             return _fail(ConfigError(problems))
         print(
@@ -101,6 +102,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if note:
             print(f"{label}: note: warmStart: {note}", file=sys.stderr)
     return 0
+
+
+def _custom_class_problems(config: ExperimentConfig) -> list[Problem]:
+    """A custom tuner or assessor made as a run makes it (imported from its folder, in a Python
+    of its own, with its classArgs), its own error said when it cannot be."""
+    from trialflow.config.search_space import parse_search_space
+    from trialflow.tuning.custom.runner import CustomClass, check
+
+    problems = []
+    for key, algorithm in (("tuner", config.tuner), ("assessor", config.assessor)):
+        if algorithm is None or algorithm.class_name is None:
+            continue
+        said = check(CustomClass.of(algorithm, key), parse_search_space(config.search_space))
+        if said:
+            problems.append(Problem(config.source_file, (key, "className"), said))
+    return problems
 
 
 def _function_problems(config: ExperimentConfig, inputs: tuple[str, ...]) -> list[Problem]:

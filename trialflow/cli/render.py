@@ -41,10 +41,15 @@ def render_trial(config_path: str | Path, trial_index: int = 0, home: Path | Non
         experiment_id_for("render", config.source if config.inline_source else str(origin.resolve())),
         run_workdir(config, home or default_home(origin)),
     )
-    study = optuna.create_study(
-        sampler=make_sampler(experiment.algorithm, experiment.space, trial_index), direction=config.optimize_mode
-    )
-    parameters = sample_parameters(experiment.algorithm, experiment.space, study.ask(), trial_index)
+    algorithm = experiment.algorithm
+    if algorithm.class_name is not None:  # a custom tuner runs only in a run: a random point shows the shape
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=trial_index))
+        parameters = experiment.space.sample(study.ask())
+    else:
+        study = optuna.create_study(
+            sampler=make_sampler(algorithm, experiment.space, trial_index), direction=config.optimize_mode
+        )
+        parameters = sample_parameters(algorithm, experiment.space, study.ask(), trial_index)
     spec = experiment.trial_spec(trial_index, trial_index, parameters)
     return redact(
         {

@@ -225,6 +225,8 @@ def _given(experiment: Experiment, count: int, source: str) -> str:
 
     said = f"the tuner was given {count} results of experiment {source} as its history"
     effect = learning_said(
-        random_start(experiment.algorithm, experiment.space), canonical_tuner_name(experiment.algorithm), count
+        random_start(experiment.algorithm, experiment.space),
+        experiment.algorithm.class_name or canonical_tuner_name(experiment.algorithm),
+        count,
     )
     return f"{said}; {effect}" if effect else said

@@ -12,17 +12,21 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import ALL_TYPES, SearchSpace, SearchSpaceError
 from trialflow.limits import HISTORY_LIMIT
+from trialflow.tuning import optuna_classes
 
 Role = Literal["tuner", "advisor", "assessor"]
-#: The extra that brings scikit-learn and SciPy (GP, Curvefitting).
+#: The extra that brings scikit-learn and SciPy (GP, Metis, DNGO, Curvefitting), and SMAC3's.
 MODELS_EXTRA = "airflow-provider-trialflow[tuners]"
+SMAC_EXTRA = "airflow-provider-trialflow[smac]"
 
 
 class UnsupportedAlgorithm(ValueError):
@@ -69,6 +73,10 @@ def _seed(v: Any) -> str | None:
     return None if ok else f"expected an integer seed from 0 to {MAX_SEED}, got {v!r}"
 
 
+def _bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else f"expected true or false, got {v!r}"
+
+
 def _mapping(v: Any) -> str | None:
     return None if isinstance(v, dict) else f"expected a mapping, got {type(v).__name__}"
 
@@ -101,8 +109,9 @@ class AlgorithmSpec:
     ignored: dict[str, str] = field(default_factory=dict)
     types: frozenset[str] = frozenset(ALL_TYPES)
     nested: bool = True
-    #: A module that must be importable (an optional extra).
+    #: A module that must be importable (an optional extra), and the extra that brings it.
     needs: str | None = None
+    extra: str = MODELS_EXTRA
     aliases: tuple[str, ...] = ()
     #: Serves several objectives (trialflow's ``objectives`` key): Optuna's multi-objective study.
     multi_objective: bool = False
@@ -196,6 +205,52 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
         history="window",
     ),
     AlgorithmSpec(
+        "SMAC",
+        "tuner",
+        "SMAC3's hyperparameter-optimisation facade (random forest + expected improvement; its Sobol "
+        "initial design first), asked and told each trial (trialflow.tuning.smac_sampler)",
+        {**COMMON_ARGS, "config_dedup": _bool},
+        types=NUMERIC_NO_NORMAL,
+        nested=False,
+        needs="smac",
+        extra=SMAC_EXTRA,
+        aliases=("SMACTuner",),
+        history="window",
+    ),
+    AlgorithmSpec(
+        "Metis",
+        "tuner",
+        "trialflow's Metis (trialflow.tuning.metis): a scikit-learn Gaussian process, candidates for "
+        "exploration, exploitation (Gaussian mixtures) and re-sampling of outliers, ranked by information "
+        "gain, with NNI's diversification step",
+        {
+            **COMMON_ARGS,
+            "cold_start_num": _int(1),
+            "exploration_probability": _float(0, 1),
+            "no_resampling": _bool,
+            "no_candidates": _bool,
+            "selection_num_starting_points": _int(1),
+        },
+        types=NUMERIC_NO_NORMAL,
+        nested=False,
+        needs="sklearn",
+        aliases=("MetisTuner",),
+        history="window",
+    ),
+    AlgorithmSpec(
+        "DNGO",
+        "tuner",
+        "trialflow's DNGO (trialflow.tuning.dngo): a tanh network's last-layer features with Bayesian "
+        "linear regression, refit every trials_per_update results, expected improvement over sample_size "
+        "random points",
+        {**COMMON_ARGS, "sample_size": _int(1), "trials_per_update": _int(1), "num_epochs_per_training": _int(1)},
+        types=NUMERIC_NO_NORMAL,
+        nested=False,
+        needs="scipy",
+        aliases=("DNGOTuner",),
+        history="window",
+    ),
+    AlgorithmSpec(
         "PBT",
         "tuner",
         "Population Based Training over trial indices (trialflow.tuning.pbt): trial i is member "
@@ -269,11 +324,9 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
     ),
 )
 
-#: NNI algorithms with no faithful, well-kept implementation, and what to use instead.
+#: NNI's tuners for neural architecture search only (their search spaces are NAS's, not
+#: hyperparameters'), and what to use for hyperparameters instead.
 CLOSEST = {
-    "SMAC": "TPE",
-    "MetisTuner": "GP",
-    "DNGOTuner": "GP",
     "PPOTuner": "Evolution",
     "NetworkMorphism": "Evolution",
     "RegularizedEvolution": "Evolution",
@@ -286,6 +339,7 @@ def _key(name: str) -> str:
 
 
 _BY_KEY = {_key(alias): spec for spec in CATALOGUE for alias in (spec.name,) + spec.aliases}
+_BY_NAME = {spec.name for spec in CATALOGUE}
 _CLOSEST_BY_KEY = {
     key: closest for name, closest in CLOSEST.items() for key in (_key(name), _key(name).removesuffix("tuner"))
 }
@@ -298,10 +352,16 @@ def names(role: Role) -> list[str]:
 def algorithm_spec(algorithm: AlgorithmConfig, role: Role) -> AlgorithmSpec:
     """The catalogue entry this config names, or UnsupportedAlgorithm saying what to use."""
     supported = names(role)
+    if algorithm.class_name is None and role in optuna_classes.KINDS and optuna_classes.is_class_path(algorithm.name):
+        return _optuna_class_spec(str(algorithm.name), role, algorithm)
     if algorithm.class_name is not None:
         raise UnsupportedAlgorithm(
-            f"custom {role} className {algorithm.class_name!r} is not supported (its code would run inside "
-            f"the scheduler); use one of {', '.join(supported)}"
+            f"custom {role} className {algorithm.class_name!r} has no catalogue entry: it runs as the user's own "
+            "class (trialflow.tuning.custom)"
+            if role != "advisor"
+            else f"custom advisor className {algorithm.class_name!r} is not supported (an NNI advisor speaks "
+            "NNI's dispatcher protocol); use a custom tuner and a custom assessor, or one of "
+            f"{', '.join(supported)}"
         )
     name = str(algorithm.name)
     spec = _BY_KEY.get(_key(name))
@@ -317,6 +377,19 @@ def algorithm_spec(algorithm: AlgorithmConfig, role: Role) -> AlgorithmSpec:
     raise UnsupportedAlgorithm(
         f"{role} {name!r} is not supported; the closest supported choice is {closest!r} "
         f"(supported: {', '.join(supported)})"
+    )
+
+
+def _optuna_class_spec(path: str, role: Role, algorithm: AlgorithmConfig) -> AlgorithmSpec:
+    """An Optuna class named by its path (trialflow.tuning.optuna_classes): its arguments are its
+    own, checked against its signature by check_algorithms; it reads every finished trial."""
+    kind = "sampler" if role == "tuner" else "pruner"
+    return AlgorithmSpec(
+        path,
+        role,
+        f"the Optuna {kind} {path}",
+        {"optimize_mode": _mode, **{arg: _anything for arg in algorithm.class_args if arg != "optimize_mode"}},
+        history="all",
     )
 
 
@@ -401,7 +474,7 @@ def _check_space(spec: AlgorithmSpec, space: SearchSpace) -> list[tuple[str, str
 
 def _check_needs(spec: AlgorithmSpec, key: str) -> list[tuple[str, str]]:
     if spec.needs and importlib.util.find_spec(spec.needs) is None:
-        return [(key, f"{spec.name} needs {spec.needs}, which is not installed: pip install '{MODELS_EXTRA}'")]
+        return [(key, f"{spec.name} needs {spec.needs}, which is not installed: pip install '{spec.extra}'")]
     return []
 
 
@@ -433,15 +506,45 @@ def check_algorithms(
     ):
         if algorithm is None:
             continue
+        if algorithm.class_name is not None and role != "advisor":
+            problems += check_custom_class(algorithm, key)
+            continue
         try:
             spec = algorithm_spec(algorithm, role)  # type: ignore[arg-type]
         except UnsupportedAlgorithm as exc:
             problems.append((key, str(exc)))
             continue
         problems += _check_args(spec, algorithm, key) + _check_needs(spec, key)
+        if spec.name not in _BY_NAME:  # an Optuna class by its path: its own signature decides
+            message = optuna_classes.check(spec.name, role, dict(algorithm.class_args))
+            problems += [(f"{key}.name", message)] if message else []
         if role != "assessor":
             problems += _check_space(spec, space)
     return problems
+
+
+#: A custom class's name: a module path and the class, as NNI's className (``my_tuner.MyTuner``).
+_CLASS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\.[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_custom_class(algorithm: AlgorithmConfig, key: str) -> list[tuple[str, str]]:
+    """A custom tuner's or assessor's name and folder, checked without running its code (a DAG
+    is parsed often; `trialflow validate` also makes the class: trialflow.tuning.custom.runner.check)."""
+    name = str(algorithm.class_name)
+    if len(name) > 200 or not _CLASS_NAME.fullmatch(name):
+        return [
+            (f"{key}.className", f"expected module.Class (NNI's className, e.g. my_tuner.MyTuner), got {name[:200]!r}")
+        ]
+    if algorithm.code_directory is None:
+        return []
+    folder = Path(algorithm.code_directory)
+    if not folder.is_dir():
+        return [(f"{key}.codeDirectory", f"{folder} is not a folder")]
+    module = name.rpartition(".")[0].split(".")
+    as_file, as_package = folder.joinpath(*module).with_suffix(".py"), folder.joinpath(*module, "__init__.py")
+    if not (as_file.is_file() or as_package.is_file()):
+        return [(f"{key}.className", f"module {'.'.join(module)!r} is not in {folder} (expected {as_file.name} there)")]
+    return []
 
 
 def check_warm_start(algorithm: AlgorithmConfig | None, use: str) -> list[tuple[str, str]]:
@@ -526,8 +629,9 @@ def markdown_table() -> str:
     refused = ", ".join(f"{name} (-> {closest})" for name, closest in CLOSEST.items())
     lines.append("")
     lines.append(
-        f"Refused by `trialflow validate`, each with the closest supported choice: {refused} "
-        "(and custom `className` algorithms)."
+        f"Refused by `trialflow validate` (NNI's tuners for neural architecture search), each with the "
+        f"closest supported choice: {refused} "
+        "(and custom advisors: a custom tuner and assessor run, see below)."
     )
 
     def named(history: str) -> str:

@@ -23,8 +23,9 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import SearchSpace, encode
 from trialflow.trial.status import TrialStatus
 from trialflow.tuning.algorithms import canonical_tuner_name
-from trialflow.tuning.assessors import Judgment
+from trialflow.tuning.assessors import CustomAssessorPruner, Judgment
 from trialflow.tuning.assessors import judge as judge_steps
+from trialflow.tuning.custom.runner import CustomClass, assess, generate
 from trialflow.tuning.history import asking_storage
 from trialflow.tuning.pbt import (
     UNASKED_ATTR,
@@ -96,18 +97,26 @@ def ask(
         lineage = plan.lineage if plan is not None else Lineage(*generation_of(trial_index, population.population_size))
         if plan is not None:
             fixed = encode(space, plan.parameters)
-    sampler = make_sampler(tuner, space, trial_index)
+    custom = None
+    if tuner.class_name is not None and fixed is None:
+        # the user's own tuner class (trialflow.tuning.custom): its parameters, replayed
+        custom = generate(store, experiment_id, trial_index, CustomClass.of(tuner, "tuner"), space)
+        fixed = encode(space, custom)
+    sampler = make_sampler(tuner, space, trial_index) if tuner.class_name is None else optuna.samplers.RandomSampler()
     if fixed is not None:
         # A person's own trial: the sampler replays their values, so the tuner learns from
         # its result like from any other trial's.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             sampler = optuna.samplers.PartialFixedSampler(fixed, sampler)
-    storage = asking_storage(store.sampling_storage, store.storage, study_id, canonical_tuner_name(tuner))
+    name = canonical_tuner_name(tuner) if tuner.class_name is None else tuner.class_name
+    storage = asking_storage(store.sampling_storage, store.storage, study_id, name)
     asking = optuna.Study(study_name=experiment_id, storage=storage, sampler=sampler, pruner=pruner)
     with store.storage.holding_params() as params:
         trial = asking.ask()
-        parameters = sample_parameters(tuner, space, trial, trial_index)
+        parameters = sample_parameters(tuner, space, trial, trial_index) if custom is None else custom
+        if custom is not None:
+            space.sample(trial)  # the class's values, recorded as Optuna's too (the dashboard, the charts)
     attrs: dict[str, Any] = {
         "trial_index": trial_index,
         "trial_id": trial_id,
@@ -160,6 +169,13 @@ def judge(
     frozen = store.storage.get_trial(storage_id)
     if frozen.state.is_finished() or not frozen.intermediate_values:
         return Judgment(None, after)
+    if isinstance(pruner, CustomAssessorPruner):
+        steps = sorted(frozen.intermediate_values.items())
+        if after is not None and steps[-1][0] <= after:
+            return Judgment(None, after)
+        trial_id = str(frozen.user_attrs.get("trial_id", storage_id))
+        stop = assess(store, experiment_id, pruner.custom, None, trial_id, steps, after)
+        return Judgment(stop, steps[-1][0] if stop is None else stop)
     study = optuna.load_study(study_name=experiment_id, storage=store.sampling_storage, pruner=pruner)
     return judge_steps(pruner, study, frozen, after, lambda: store.storage.get_trial(storage_id).system_attrs)
 

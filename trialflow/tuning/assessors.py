@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from trialflow.config.model import AlgorithmConfig, ExperimentConfig
+from trialflow.tuning import optuna_classes
 from trialflow.tuning.algorithms import algorithm_spec
+from trialflow.tuning.custom.runner import CustomClass
 
 if TYPE_CHECKING:
     from optuna import Study
@@ -35,9 +37,24 @@ def make_pruner(config: ExperimentConfig) -> BasePruner | None:
     return None
 
 
+class CustomAssessorPruner(optuna.pruners.BasePruner):
+    """A custom assessor class (trialflow.tuning.custom): trialflow.tuning.asker.judge asks the
+    class itself, in its own process; Optuna never prunes with it."""
+
+    def __init__(self, custom: CustomClass):
+        self.custom = custom
+
+    def prune(self, study: Study, trial: FrozenTrial) -> bool:
+        return False
+
+
 def _assessor(assessor: AlgorithmConfig) -> BasePruner:
+    if assessor.class_name is not None:
+        return CustomAssessorPruner(CustomClass.of(assessor, "assessor"))
     name = algorithm_spec(assessor, "assessor").name
     args = assessor.class_args
+    if optuna_classes.is_class_path(name):  # an Optuna pruner by its class path
+        return optuna_classes.build(name, "assessor", dict(args))  # type: ignore[no-any-return]
     if name == "Medianstop":
         # NNI judges once a trial has start_step results; Optuna counts steps from 0.
         start_step = int(args.get("start_step", 0))

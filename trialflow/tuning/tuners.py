@@ -23,6 +23,9 @@ from trialflow.tuning.algorithms import batch_combinations, canonical_tuner_name
 
 #: The Optuna parameter that records which grid point / batch combination a trial got.
 INDEX_PARAM = "grid_point"
+#: The experiment's own seed (classArgs.seed, before a trial's index is added), handed to the
+#: samplers whose model must be one across asks (SMAC's initial design, DNGO's network).
+MODEL_SEED = "model_seed"
 #: NNI's advisors hand their trials the budget under this key.
 BUDGET_KEY = "TRIAL_BUDGET"
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -137,7 +140,38 @@ def _bohb(args: dict[str, Any], space: SearchSpace) -> optuna.samplers.BaseSampl
     return _tpe_sampler(_seed(args), tpe_args)
 
 
+def _smac(args: dict[str, Any], space: SearchSpace) -> optuna.samplers.BaseSampler:
+    from trialflow.tuning.smac_sampler import SmacSampler
+
+    return SmacSampler(
+        seed=_seed(args), config_dedup=bool(args.get("config_dedup", False)), model_seed=args.get(MODEL_SEED)
+    )
+
+
+def _metis(args: dict[str, Any], space: SearchSpace) -> optuna.samplers.BaseSampler:
+    from trialflow.tuning.metis import MetisSampler
+
+    keys = (
+        "cold_start_num",
+        "exploration_probability",
+        "no_resampling",
+        "no_candidates",
+        "selection_num_starting_points",
+    )
+    return MetisSampler(seed=_seed(args), **{k: args[k] for k in keys if k in args})
+
+
+def _dngo(args: dict[str, Any], space: SearchSpace) -> optuna.samplers.BaseSampler:
+    from trialflow.tuning.dngo import DNGOSampler
+
+    keys = ("sample_size", "trials_per_update", "num_epochs_per_training")
+    return DNGOSampler(seed=_seed(args), model_seed=args.get(MODEL_SEED), **{k: args[k] for k in keys if k in args})
+
+
 SAMPLERS: dict[str, Factory] = {
+    "SMAC": _smac,
+    "Metis": _metis,
+    "DNGO": _dngo,
     "TPE": _tpe,
     "Random": _random,
     "GridSearch": _indexed,
@@ -164,9 +198,12 @@ class RandomStart:
 
 def random_start(algorithm: AlgorithmConfig, space: SearchSpace) -> RandomStart | None:
     """The tuner's random start-up trials (TPE: NNI's 20; GP: its cold start, 10; BOHB: its
-    model's minimum points), or None for a tuner without such a phase. Earlier results given
-    as history (a warm start) count toward them: with N of them the tuner models from about
-    trial ``trials - N`` on, and asks exactly what a cold start asks before that."""
+    model's minimum points), or None for a tuner without such a phase (a custom class's start is
+    its own). Earlier results given as history (a warm start) count toward them: with N of them
+    the tuner models from about trial ``trials - N`` on, and asks exactly what a cold start asks
+    before that."""
+    if algorithm.class_name is not None:
+        return None
     name = canonical_tuner_name(algorithm)
     args = dict(algorithm.class_args)
     if name == "TPE":
@@ -176,6 +213,10 @@ def random_start(algorithm: AlgorithmConfig, space: SearchSpace) -> RandomStart 
         return RandomStart(int(args.get("cold_start_num", 10)), "cold_start_num")
     if name == "BOHB":
         return RandomStart(int(args.get("min_points_in_model", len(space.params) + 1)), "min_points_in_model")
+    if name == "Metis":
+        return RandomStart(int(args.get("cold_start_num", 10)), "cold_start_num")
+    if name == "DNGO":
+        return RandomStart(int(args.get("trials_per_update", 20)), "trials_per_update")
     return None
 
 
@@ -189,7 +230,13 @@ def make_sampler(
     ``seed + trial_index`` keeps runs reproducible and trials distinct.
     """
     name = canonical_tuner_name(algorithm)
+    if name not in SAMPLERS:  # an Optuna sampler by its class path (trialflow.tuning.optuna_classes)
+        from trialflow.tuning import optuna_classes
+
+        return optuna_classes.build(name, "tuner", dict(algorithm.class_args), trial_index)  # type: ignore[no-any-return]
     args = dict(algorithm.class_args)
+    if args.get("seed") is not None:
+        args[MODEL_SEED] = int(args["seed"])
     if trial_index is not None and args.get("seed") is not None:
         args["seed"] = (int(args["seed"]) + trial_index) % 2**32  # the generators take 32 bits
     return SAMPLERS[name](args, space)

@@ -1,6 +1,8 @@
 """``nni.utils.merge_parameter``, which NNI's own examples use to fold the tuner's parameters
 into their argparse defaults (only loaded where the real nni is absent: see ``nni``)."""
 
+from enum import Enum as _Enum
+
 
 def merge_parameter(base_params, override_params):
     """``base_params`` (an argparse Namespace or a dict) updated from ``override_params``, as
@@ -24,3 +26,64 @@ def merge_parameter(base_params, override_params):
         else:
             setattr(base_params, key, value)
     return base_params
+
+
+# -- what customized tuners and assessors use (trialflow.tuning.custom) -----------------------
+
+
+class OptimizeMode(_Enum):
+    """NNI's optimize_mode values."""
+
+    Minimize = "minimize"
+    Maximize = "maximize"
+
+
+class MetricType:
+    """NNI's metric kinds."""
+
+    FINAL = "FINAL"
+    PERIODICAL = "PERIODICAL"
+    REQUEST_PARAMETER = "REQUEST_PARAMETER"
+
+
+def extract_scalar_reward(value, scalar_key="default"):
+    """A final result as one number: itself, or its dict's ``scalar_key`` entry (NNI's rule)."""
+    if isinstance(value, (float, int)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, dict) and scalar_key in value and isinstance(value[scalar_key], (float, int)):
+        return value[scalar_key]
+    raise RuntimeError(
+        "Incorrect final result: the final result should be float/int, "
+        'or a dict which has a key named "default" whose value is float/int.'
+    )
+
+
+def extract_scalar_history(trial_history, scalar_key="default"):
+    """Each intermediate result as one number (NNI's rule)."""
+    return [extract_scalar_reward(ele, scalar_key) for ele in trial_history]
+
+
+def convert_dict2tuple(value):
+    """Dicts as tuples of their items, nested (hashable), as NNI's helper does."""
+    if isinstance(value, dict):
+        for _keys in value:
+            value[_keys] = convert_dict2tuple(value[_keys])
+        return tuple(sorted(value.items()))
+    return value
+
+
+def split_index(params):
+    """NNI's nested choices as plain values: ``{_index, _value}`` pairs become their value."""
+    if isinstance(params, dict):
+        if "_index" in params and "_value" in params:
+            return split_index(params["_value"])
+        return {k: split_index(v) for k, v in params.items()}
+    return params
+
+
+class ClassArgsValidator:
+    """NNI's base for a class's classArgs check (``validate_class_args``); trialflow calls a
+    subclass's check where NNI did, before the class is made."""
+
+    def validate_class_args(self, **kwargs):
+        pass

@@ -1,0 +1,210 @@
+"""Custom tuner and assessor classes (trialflow.tuning.custom.runner): called in their own
+process through a real SQLite store, their state kept between calls, their errors their own."""
+
+from __future__ import annotations
+
+import base64
+import pickle
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trialflow.config.model import AlgorithmConfig
+from trialflow.config.search_space import parse_search_space
+from trialflow.platforms.base import TrialStatus
+from trialflow.trial.protocol import Metric
+from trialflow.tuning import algorithms
+from trialflow.tuning.asker import ask, judge
+from trialflow.tuning.assessors import CustomAssessorPruner
+from trialflow.tuning.custom import runner
+from trialflow.tuning.custom.runner import SHIM, CustomAlgorithmError, CustomClass, Saved
+
+CLASSES = Path(__file__).resolve().parent / "classes"
+EXPERIMENT = "ecustom000000001"
+SPACE = parse_search_space(
+    {"x": {"_type": "uniform", "_value": [0, 1]}, "seen": {"_type": "randint", "_value": [0, 100]}}
+)
+
+
+def _tuner(class_name: str, **args) -> AlgorithmConfig:
+    return AlgorithmConfig(class_name=class_name, code_directory=CLASSES, class_args=args)
+
+
+def _ask(store, index: int, tuner: AlgorithmConfig):
+    return ask(store, EXPERIMENT, index, f"{EXPERIMENT}-{index:04d}", tuner, SPACE)
+
+
+def _finish(store, asked, value: float | None, status=TrialStatus.SUCCEEDED) -> None:
+    store.set_status(asked.storage_id, TrialStatus.RUNNING)
+    store.finish(asked.storage_id, status, value)
+
+
+def _object(store, role: str = "tuner"):
+    """The class's object as the store keeps it, unpickled here (the classes import NNI's API
+    from trialflow's stand-in)."""
+    for folder in (str(SHIM), str(CLASSES)):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    saved = Saved.read(store.experiment_attr(EXPERIMENT, f"custom_{role}"))
+    return pickle.loads(base64.b64decode(saved.state)) if saved.state else None
+
+
+@pytest.fixture
+def opened(store):
+    store.open_experiment(EXPERIMENT, "maximize")
+    return store
+
+
+@pytest.mark.slow
+def test_the_tuner_s_memory_is_kept_between_asks_and_told_each_result_once(opened):
+    tuner = _tuner("counting_tuner.CountingTuner", seed=4)
+    first = _ask(opened, 0, tuner)
+    assert first.parameters["seen"] == 0 and 0 <= first.parameters["x"] <= 1
+    _finish(opened, first, 0.3)
+    second = _ask(opened, 1, tuner)
+    assert second.parameters["seen"] == 1  # told trial 0's result, from its kept object
+    _finish(opened, second, 0.9)
+    third = _ask(opened, 2, tuner)
+    _finish(opened, third, None, TrialStatus.FAILED)
+    _ask(opened, 3, tuner)
+    kept = _object(opened)
+    assert kept.generated == [0, 1, 2, 3] and kept.imported == 0
+    assert kept.results == [(0, 0.3), (1, 0.9)]  # each once, in trial order
+    assert kept.ended == [(0, True), (1, True), (2, False)]
+    assert first.record.parameters == first.parameters  # the class's own values reach the trial
+    assert opened.find_trial(EXPERIMENT, 1).parameters["x"] == second.parameters["x"]
+    # a retried task re-attaches: the class is not asked again
+    assert _ask(opened, 1, tuner).resumed and _object(opened).generated == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
+def test_a_class_whose_object_cannot_be_kept_gets_the_history_as_nni_s_resume_gave_it(opened):
+    tuner = _tuner("lossy_tuners.Unpicklable")
+    for index in range(3):
+        asked = _ask(opened, index, tuner)
+        assert asked.parameters["seen"] == index  # made anew, import_data with every earlier result
+        _finish(opened, asked, 0.1 * index)
+    saved = Saved.read(opened.experiment_attr(EXPERIMENT, "custom_tuner"))
+    assert saved.state is None and "cannot be pickled" in (saved.note or "")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "class_name, words",
+    [
+        (
+            "lossy_tuners.Raising",
+            "Raising.generate_parameters failed: ValueError: no idea for trial 0 (lossy_tuners.py:",
+        ),
+        ("lossy_tuners.Outside", "returned parameters outside the search space: x:"),
+        ("lossy_tuners.Exiting", "its process ended (exit 3) before answering its generate"),
+        ("lossy_tuners.NoSuch", "module 'lossy_tuners' has no class 'NoSuch'"),
+    ],
+)
+def test_a_class_that_fails_fails_the_ask_with_its_own_words_and_claims_nothing(opened, class_name, words):
+    with pytest.raises(CustomAlgorithmError) as raised:
+        _ask(opened, 0, _tuner(class_name))
+    assert words in str(raised.value)
+    assert opened.find_trial(EXPERIMENT, 0) is None  # no trial was claimed: a retry asks again
+    assert opened.experiment_attr(EXPERIMENT, "custom_tuner_lease") is None  # its turn was given back
+
+
+@pytest.mark.slow
+def test_a_class_that_hangs_is_stopped_with_everything_it_started(opened, monkeypatch):
+    import psutil
+
+    monkeypatch.setattr(runner, "CALL_TIMEOUT", 3.0)
+    before = {p.pid for p in psutil.process_iter()}
+    started = time.monotonic()
+    with pytest.raises(CustomAlgorithmError, match="did not answer within 3 s and was stopped"):
+        _ask(opened, 0, _tuner("lossy_tuners.Hanging"))
+    assert time.monotonic() - started < 15
+    time.sleep(0.5)
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.pid not in before and "trialflow.tuning.custom.host" in " ".join(p.info["cmdline"] or [])
+    ]
+    assert left == []  # the host and the child it forked were killed as a group
+
+
+@pytest.mark.slow
+def test_asks_at_once_take_turns_with_the_class(opened):
+    tuner = _tuner("counting_tuner.CountingTuner")
+    errors: list[BaseException] = []
+
+    def one(index: int) -> None:
+        try:
+            _ask(opened, index, tuner)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert sorted(_object(opened).generated) == [0, 1, 2, 3]  # no call lost to a concurrent write
+
+
+@pytest.mark.slow
+def test_a_custom_assessor_stops_a_falling_curve_and_hears_of_ended_trials(opened):
+    pruner = CustomAssessorPruner(
+        CustomClass.of(AlgorithmConfig(class_name="drop_assessor.DropAssessor", code_directory=CLASSES), "assessor")
+    )
+    tuner = AlgorithmConfig(name="Random", class_args={"seed": 1})
+    done = _ask(opened, 0, tuner)
+    _finish(opened, done, 0.5)
+    rising = _ask(opened, 1, tuner)
+    opened.set_status(rising.storage_id, TrialStatus.RUNNING)
+    opened.record_metrics(rising.storage_id, [Metric("PERIODICAL", s, v) for s, v in enumerate([0.1, 0.2, 0.3])])
+    assert judge(opened, EXPERIMENT, rising.storage_id, pruner).stop_at is None
+    falling = _ask(opened, 2, tuner)
+    opened.set_status(falling.storage_id, TrialStatus.RUNNING)
+    opened.record_metrics(falling.storage_id, [Metric("PERIODICAL", s, v) for s, v in enumerate([0.5, 0.6])])
+    first = judge(opened, EXPERIMENT, falling.storage_id, pruner)
+    assert (first.stop_at, first.judged_through) == (None, 1)
+    opened.record_metrics(falling.storage_id, [Metric("PERIODICAL", s, v) for s, v in [(2, 0.4), (3, 0.3), (4, 0.2)]])
+    assert judge(opened, EXPERIMENT, falling.storage_id, pruner, after=first.judged_through).stop_at == 3
+    assert _object(opened, "assessor").ended == [(f"{EXPERIMENT}-0000", True)]
+
+
+def test_the_config_s_class_and_folder_are_checked_without_running_them(tmp_path):
+    def problems(**kwargs):
+        return algorithms.check_custom_class(AlgorithmConfig(**kwargs), "tuner")
+
+    assert problems(class_name="counting_tuner.CountingTuner", code_directory=CLASSES) == []
+    assert problems(class_name="CountingTuner")[0][0] == "tuner.className"
+    assert "expected module.Class" in problems(class_name="a.b; import os")[0][1]
+    assert problems(class_name="nowhere.T", code_directory=CLASSES) == [
+        ("tuner.className", f"module 'nowhere' is not in {CLASSES} (expected nowhere.py there)")
+    ]
+    assert problems(class_name="m.T", code_directory=tmp_path / "gone") == [
+        ("tuner.codeDirectory", f"{tmp_path / 'gone'} is not a folder")
+    ]
+    custom_advisor = algorithms.check_algorithms(None, AlgorithmConfig(class_name="a.B"), None, SPACE)
+    assert custom_advisor and "custom advisor className 'a.B' is not supported" in custom_advisor[0][1]
+
+
+@pytest.mark.slow
+def test_nni_s_own_customized_tuner_example_runs_unchanged(opened):
+    example = (
+        Path(__file__).resolve().parents[4] / "shared" / "nni-examples" / "examples" / "tuners" / "customized_tuner"
+    )
+    if not example.is_dir():
+        pytest.skip("../shared/nni-examples is not beside this checkout")
+    space = parse_search_space(
+        {"x": {"_type": "uniform", "_value": [0, 1]}, "c": {"_type": "choice", "_value": [1, 2]}}
+    )
+    tuner = AlgorithmConfig(
+        class_name="demo_tuner.DemoTuner", code_directory=example, class_args={"optimize_mode": "maximize"}
+    )
+    assert runner.check(CustomClass.of(tuner, "tuner"), space) is None
+    for index in range(3):
+        asked = ask(opened, EXPERIMENT, index, f"{EXPERIMENT}-{index:04d}", tuner, space)
+        assert 0 <= asked.parameters["x"] <= 1 and asked.parameters["c"] in (1, 2)
+        _finish(opened, asked, asked.parameters["x"])

@@ -1,0 +1,105 @@
+"""Optuna samplers and pruners by class path (trialflow.tuning.optuna_classes): validate's words,
+and the instances a trial's ask builds."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from trialflow.config.model import AlgorithmConfig
+from trialflow.config.search_space import parse_search_space
+from trialflow.tuning.algorithms import canonical_tuner_name, check_algorithms
+from trialflow.tuning.assessors import make_pruner
+from trialflow.tuning.optuna_classes import MAX_PATH, is_class_path
+from trialflow.tuning.tuners import make_sampler, sample_parameters
+
+SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [-3, 3]}, "y": {"_type": "uniform", "_value": [-3, 3]}})
+
+
+def _problems(tuner: dict | None = None, assessor: dict | None = None) -> list[tuple[str, str]]:
+    return check_algorithms(
+        AlgorithmConfig(**tuner) if tuner else None, None, AlgorithmConfig(**assessor) if assessor else None, SPACE
+    )
+
+
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("optuna.samplers.QMCSampler", {"qmc_type": "halton", "seed": 3}),
+        ("optuna.samplers.TPESampler", {"n_startup_trials": 4, "multivariate": True}),
+    ],
+)
+def test_an_optuna_sampler_by_its_path_validates_and_asks(name, args):
+    assert _problems({"name": name, "class_args": {"optimize_mode": "minimize", **args}}) == []
+    algorithm = AlgorithmConfig(name=name, class_args={"optimize_mode": "minimize", **args})
+    assert canonical_tuner_name(algorithm) == name
+    study = optuna.create_study(direction="minimize")
+    for i in range(12):
+        study.sampler = make_sampler(algorithm, SPACE, i)
+        assert type(study.sampler).__name__ == name.rsplit(".", 1)[1]
+        trial = study.ask()
+        p = sample_parameters(algorithm, SPACE, trial, i)
+        assert -3 <= p["x"] <= 3
+        study.tell(trial, p["x"] ** 2 + p["y"] ** 2)
+    assert len({t.params["x"] for t in study.trials}) == 12  # the seed advances per trial
+
+
+def test_a_seed_advances_by_the_trial_s_index():
+    algorithm = AlgorithmConfig(name="optuna.samplers.RandomSampler", class_args={"seed": 5})
+    draws = []
+    for index in (0, 1, 0):
+        study = optuna.create_study()
+        study.sampler = make_sampler(algorithm, SPACE, index)
+        draws.append(sample_parameters(algorithm, SPACE, study.ask(), index)["x"])
+    assert draws[0] == draws[2] != draws[1]
+
+
+def test_an_optuna_pruner_by_its_path_is_the_assessor():
+    from trialflow.config import ExperimentConfig  # noqa: F401  (the config type make_pruner reads)
+
+    class Config:
+        assessor = AlgorithmConfig(name="optuna.pruners.PercentilePruner", class_args={"percentile": 25.0})
+        advisor = None
+
+    assert (
+        _problems({"name": "TPE"}, {"name": "optuna.pruners.PercentilePruner", "class_args": {"percentile": 25.0}})
+        == []
+    )
+    pruner = make_pruner(Config())  # type: ignore[arg-type]
+    assert isinstance(pruner, optuna.pruners.PercentilePruner)
+
+
+@pytest.mark.parametrize(
+    "tuner, key, words",
+    [
+        (
+            {"name": "optuna.samplers.QMCSampler", "class_args": {"qmc": "sobol"}},
+            "tuner.name",
+            "QMCSampler: got an unexpected keyword argument 'qmc'; it takes qmc_type, scramble, seed",
+        ),
+        (
+            {"name": "optuna.samplers.QMCSampler", "class_args": {"qmc_type": "fibonacci"}},
+            "tuner.name",
+            "'optuna.samplers.QMCSampler' cannot be made with these classArgs: ValueError",
+        ),
+        ({"name": "optuna.samplers.NoSuch"}, "tuner.name", "'optuna.samplers.NoSuch' is no class"),
+        ({"name": "optuna.pruners.MedianPruner"}, "tuner.name", "not a subclass of optuna.samplers.BaseSampler"),
+        ({"name": "os.path.join"}, "tuner.name", "'os.path.join' is function, not a subclass"),
+        ({"name": "no_such_package.Sampler"}, "tuner.name", "module 'no_such_package' cannot be imported"),
+        (
+            {"name": "optuna.samplers.RandomSampler", "class_args": {"optimize_mode": "upward"}},
+            "tuner.classArgs.optimize_mode",
+            "expected maximize or minimize",
+        ),
+    ],
+)
+def test_what_is_wrong_with_a_class_path_is_named(tuner, key, words):
+    problems = _problems(tuner)
+    assert any(k == key and words in m for k, m in problems), problems
+
+
+def test_only_a_bounded_dotted_name_is_a_class_path():
+    assert is_class_path("optuna.samplers.GPSampler")
+    assert not is_class_path("TPE") and not is_class_path("a..b") and not is_class_path("a.b; import os")
+    assert not is_class_path("a." + "b" * MAX_PATH)
+    assert not is_class_path(None)

@@ -1,0 +1,14 @@
+"""``nni.recoverable.Recoverable``: the base of NNI's Tuner and Assessor (only loaded where the
+real nni is absent: see ``nni``). NNI's checkpoint hooks are kept as no-ops: trialflow keeps a
+custom class's state itself (trialflow.tuning.custom)."""
+
+
+class Recoverable:
+    def load_checkpoint(self):
+        pass
+
+    def save_checkpoint(self):
+        pass
+
+    def get_checkpoint_path(self):
+        return None

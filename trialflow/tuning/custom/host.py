@@ -1,0 +1,129 @@
+"""The process a custom tuner or assessor runs in, one call at a time (trialflow.tuning.custom.runner).
+
+NNI kept the class in its dispatcher, one process for the whole experiment. trialflow's asks
+come from trial tasks on any worker and its judgements from the triggerer, so each call starts
+this process: it restores the class from the state the store keeps (a pickle of the object) or
+makes it anew (``__init__(**classArgs)``, ``update_search_space``, then ``import_data`` with the
+earlier results, as NNI's resume did), tells it what happened since its last call
+(``receive_trial_result`` and ``trial_end`` in trial order, as NNI's dispatcher did), makes the
+one call asked for, and answers with the result and the object pickled again.
+
+A separate process because the class is someone's code: one that raises, exits, hangs or
+prints never takes a worker or the triggerer with it (the caller bounds it with a timeout and
+kills its process group). Its prints go to stderr, which the caller logs; the answer goes out
+to a file of its own.
+
+Reads one JSON request on stdin; writes one JSON answer to the file named by
+TRIALFLOW_HOST_ANSWER. Run as ``python -m trialflow.tuning.custom.host``.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import os
+import pickle
+import sys
+import traceback
+from typing import Any
+
+#: A state over this many bytes is not kept (the class is made anew each call).
+MAX_STATE = 8 * 1024 * 1024
+
+
+def _load_class(class_name: str, code_directory: str | None) -> Any:
+    if code_directory:
+        sys.path.insert(0, code_directory)
+    module_name, _, attr = class_name.rpartition(".")
+    module = importlib.import_module(module_name)
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise AttributeError(f"module {module_name!r} has no class {attr!r}")
+    return cls
+
+
+def _restore(request: dict[str, Any]) -> tuple[Any, bool]:
+    """The class's object, and whether it was made anew (not restored)."""
+    cls = _load_class(request["class_name"], request.get("code_directory"))
+    state = request.get("state")
+    if state:
+        return pickle.loads(base64.b64decode(state)), False
+    instance = cls(**request.get("class_args", {}))
+    if request["role"] == "tuner":
+        instance.update_search_space(request.get("search_space", {}))
+        if request.get("imported"):
+            instance.import_data(request["imported"])
+    return instance, True
+
+
+def _tell(instance: Any, role: str, events: list[dict[str, Any]]) -> None:
+    for event in events:
+        if event["kind"] == "result":
+            instance.receive_trial_result(event["parameter_id"], event["parameters"], event["value"])
+        elif role == "tuner":
+            instance.trial_end(event["parameter_id"], event["success"])
+        else:
+            instance.trial_end(event["trial_job_id"], event["success"])
+
+
+def _call(instance: Any, call: dict[str, Any]) -> Any:
+    if "generate" in call:
+        return instance.generate_parameters(call["generate"])
+    if "assess" in call:
+        asked = call["assess"]
+        history: list[Any] = []
+        for step, value in asked["steps"]:
+            history.append(value)
+            if step < asked.get("from", step):
+                continue  # judged at an earlier look
+            verdict = instance.assess_trial(asked["trial_job_id"], list(history))
+            # NNI's AssessResult.Bad (or a falsy verdict) stops the trial at this step
+            if getattr(verdict, "name", None) == "Bad" or verdict is False:
+                return step
+        return None
+    if "update_search_space" in call:
+        instance.update_search_space(call["update_search_space"])
+        return None
+    return None  # "check": made and restored, nothing more
+
+
+def _pickled(instance: Any) -> tuple[str | None, str | None]:
+    try:
+        data = pickle.dumps(instance)
+    except Exception as exc:  # a lock, a file, a thread: the class is made anew next call
+        return None, f"its object cannot be pickled ({type(exc).__name__}: {exc})"
+    if len(data) > MAX_STATE:
+        return None, f"its pickled object is {len(data):,} bytes, over the {MAX_STATE:,} kept"
+    return base64.b64encode(data).decode("ascii"), None
+
+
+def main() -> int:
+    answer_path = os.environ["TRIALFLOW_HOST_ANSWER"]
+    os.dup2(2, 1)  # the class's prints go to stderr, never into the answer
+    request = json.loads(sys.stdin.read())
+    try:
+        instance, fresh = _restore(request)
+        _tell(instance, request["role"], request.get("events", []))
+        value = _call(instance, request.get("call", {}))
+        json.dumps(value, default=_plain)  # a value JSON cannot carry is the class's error, said as such
+        state, note = _pickled(instance)
+        result = {"ok": True, "value": value, "state": state, "note": note, "fresh": fresh}
+    except BaseException as exc:  # the class's own error, with its message and where it was raised
+        theirs = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) != __file__]
+        place = f" ({os.path.basename(theirs[-1].filename)}:{theirs[-1].lineno})" if theirs else ""
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}{place}"}
+    with open(answer_path, "w") as answer:
+        answer.write(json.dumps(result, default=_plain))
+    return 0
+
+
+def _plain(value: Any) -> Any:
+    """NumPy's scalars (what NNI's example tuners return) as Python's; anything else refused."""
+    if hasattr(value, "item") and callable(value.item):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON: return numbers, strings, lists and dicts")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
