@@ -13,6 +13,7 @@ from many threads (the triggerer follows many trials in one process).
 
 from __future__ import annotations
 
+import logging
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ from trialflow.trial.status import TrialStatus
 from trialflow.tuning.algorithms import canonical_tuner_name
 from trialflow.tuning.assessors import CustomAssessorPruner, Judgment
 from trialflow.tuning.assessors import judge as judge_steps
-from trialflow.tuning.custom.runner import CustomClass, assess, generate
+from trialflow.tuning.custom.runner import CustomAlgorithmError, CustomClass, assess, generate
 from trialflow.tuning.history import asking_storage
 from trialflow.tuning.pbt import (
     UNASKED_ATTR,
@@ -39,6 +40,8 @@ from trialflow.tuning.pbt import (
 )
 from trialflow.tuning.results import scalar
 from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
@@ -174,7 +177,11 @@ def judge(
         if after is not None and steps[-1][0] <= after:
             return Judgment(None, after)
         trial_id = str(frozen.user_attrs.get("trial_id", storage_id))
-        stop = assess(store, experiment_id, pruner.custom, None, trial_id, steps, after)
+        try:
+            stop = assess(store, experiment_id, pruner.custom, None, trial_id, steps, after)
+        except CustomAlgorithmError as exc:  # an assessor that fails stops nothing: the trial runs on
+            log.warning("trial %s is not judged: %s", trial_id, exc)
+            return Judgment(None, after)
         return Judgment(stop, steps[-1][0] if stop is None else stop)
     study = optuna.load_study(study_name=experiment_id, storage=store.sampling_storage, pruner=pruner)
     return judge_steps(pruner, study, frozen, after, lambda: store.storage.get_trial(storage_id).system_attrs)

@@ -101,7 +101,7 @@ def test_a_class_whose_object_cannot_be_kept_gets_the_history_as_nni_s_resume_ga
         ),
         ("lossy_tuners.Outside", "returned parameters outside the search space: x:"),
         ("lossy_tuners.Exiting", "its process ended (exit 3) before answering its generate"),
-        ("lossy_tuners.NoSuch", "module 'lossy_tuners' has no class 'NoSuch'"),
+        ("lossy_tuners.NoSuch", "NoSuch (import) failed: AttributeError: module 'lossy_tuners' has no class 'NoSuch'"),
     ],
 )
 def test_a_class_that_fails_fails_the_ask_with_its_own_words_and_claims_nothing(opened, class_name, words):
@@ -208,3 +208,24 @@ def test_nni_s_own_customized_tuner_example_runs_unchanged(opened):
         asked = ask(opened, EXPERIMENT, index, f"{EXPERIMENT}-{index:04d}", tuner, space)
         assert 0 <= asked.parameters["x"] <= 1 and asked.parameters["c"] in (1, 2)
         _finish(opened, asked, asked.parameters["x"])
+
+
+@pytest.mark.slow
+def test_an_assessor_that_raises_stops_nothing_and_the_trial_runs_on(opened):
+    pruner = CustomAssessorPruner(
+        CustomClass.of(AlgorithmConfig(class_name="drop_assessor.BrokenAssessor", code_directory=CLASSES), "assessor")
+    )
+    running = _ask(opened, 0, AlgorithmConfig(name="Random"))
+    opened.set_status(running.storage_id, TrialStatus.RUNNING)
+    opened.record_metrics(running.storage_id, [Metric("PERIODICAL", 0, 0.5), Metric("PERIODICAL", 1, 0.1)])
+    judgment = judge(opened, EXPERIMENT, running.storage_id, pruner)
+    assert (judgment.stop_at, judgment.judged_through) == (None, None)  # judged again at the next result
+
+
+@pytest.mark.slow
+def test_what_failed_is_named_by_the_class_s_own_method(opened):
+    with pytest.raises(CustomAlgorithmError) as raised:
+        _ask(opened, 0, _tuner("counting_tuner.CountingTuner", colour="red"))
+    assert str(raised.value).startswith(
+        "CountingTuner.__init__ failed: TypeError: CountingTuner.__init__() got an unexpected keyword argument 'colour'"
+    )

@@ -43,16 +43,24 @@ def _load_class(class_name: str, code_directory: str | None) -> Any:
     return cls
 
 
+#: What the host is doing now, named as the class's method (said when it fails).
+_phase = ["import"]
+
+
 def _restore(request: dict[str, Any]) -> tuple[Any, bool]:
     """The class's object, and whether it was made anew (not restored)."""
     cls = _load_class(request["class_name"], request.get("code_directory"))
     state = request.get("state")
     if state:
+        _phase[0] = "unpickling its kept object"
         return pickle.loads(base64.b64decode(state)), False
+    _phase[0] = "__init__"
     instance = cls(**request.get("class_args", {}))
     if request["role"] == "tuner":
+        _phase[0] = "update_search_space"
         instance.update_search_space(request.get("search_space", {}))
         if request.get("imported"):
+            _phase[0] = "import_data"
             instance.import_data(request["imported"])
     return instance, True
 
@@ -60,17 +68,19 @@ def _restore(request: dict[str, Any]) -> tuple[Any, bool]:
 def _tell(instance: Any, role: str, events: list[dict[str, Any]]) -> None:
     for event in events:
         if event["kind"] == "result":
+            _phase[0] = "receive_trial_result"
             instance.receive_trial_result(event["parameter_id"], event["parameters"], event["value"])
-        elif role == "tuner":
-            instance.trial_end(event["parameter_id"], event["success"])
-        else:
-            instance.trial_end(event["trial_job_id"], event["success"])
+            continue
+        _phase[0] = "trial_end"
+        instance.trial_end(event["parameter_id" if role == "tuner" else "trial_job_id"], event["success"])
 
 
 def _call(instance: Any, call: dict[str, Any]) -> Any:
     if "generate" in call:
+        _phase[0] = "generate_parameters"
         return instance.generate_parameters(call["generate"])
     if "assess" in call:
+        _phase[0] = "assess_trial"
         asked = call["assess"]
         history: list[Any] = []
         for step, value in asked["steps"]:
@@ -83,6 +93,7 @@ def _call(instance: Any, call: dict[str, Any]) -> Any:
                 return step
         return None
     if "update_search_space" in call:
+        _phase[0] = "update_search_space"
         instance.update_search_space(call["update_search_space"])
         return None
     return None  # "check": made and restored, nothing more
@@ -107,12 +118,13 @@ def main() -> int:
         _tell(instance, request["role"], request.get("events", []))
         value = _call(instance, request.get("call", {}))
         json.dumps(value, default=_plain)  # a value JSON cannot carry is the class's error, said as such
+        _phase[0] = "pickling its object"
         state, note = _pickled(instance)
         result = {"ok": True, "value": value, "state": state, "note": note, "fresh": fresh}
     except BaseException as exc:  # the class's own error, with its message and where it was raised
         theirs = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) != __file__]
         place = f" ({os.path.basename(theirs[-1].filename)}:{theirs[-1].lineno})" if theirs else ""
-        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}{place}"}
+        result = {"ok": False, "phase": _phase[0], "error": f"{type(exc).__name__}: {exc}{place}"}
     with open(answer_path, "w") as answer:
         answer.write(json.dumps(result, default=_plain))
     return 0

@@ -139,12 +139,12 @@ def call(custom: CustomClass, request: dict[str, Any], timeout: float | None = N
             )
         answer = json.loads(answer_path.read_text())
     if not answer.get("ok"):
-        raise CustomAlgorithmError(f"{custom.label}.{_method(custom, what)} failed: {answer['error'][:MAX_ERROR]}")
+        phase = str(answer.get("phase") or "import")
+        # a method of the class (its __init__, generate_parameters...), or a step of trialflow's
+        method = phase.isidentifier() and phase != "import"
+        where = f"{custom.label}.{phase}" if method else f"{custom.label} ({phase})"
+        raise CustomAlgorithmError(f"{where} failed: {str(answer.get('error'))[:MAX_ERROR]}")
     return Answer(answer.get("value"), answer.get("state"), answer.get("note"))
-
-
-def _method(custom: CustomClass, what: str) -> str:
-    return {"generate": "generate_parameters", "assess": "assess_trial"}.get(what, "__init__")
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

@@ -78,6 +78,25 @@ def test_merge_parameter_keeps_nnis_rules():
         merge_parameter({"a": 1}, {"a": "one"})
 
 
+def test_the_helpers_customized_tuners_use_keep_nnis_rules():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[4] / "trialflow" / "trial" / "shim" / "nni" / "utils.py"
+    spec = importlib.util.spec_from_file_location("trialflow_nni_shim_utils_helpers", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.extract_scalar_reward(0.5) == 0.5
+    assert module.extract_scalar_reward({"default": 3, "loss": 1.0}) == 3
+    for bad in ({"loss": 1.0}, "0.5", True, None):
+        with pytest.raises(RuntimeError, match="final result should be float/int"):
+            module.extract_scalar_reward(bad)
+    assert module.extract_scalar_history([1, {"default": 2.5}]) == [1, 2.5]
+    assert module.OptimizeMode("minimize") is module.OptimizeMode.Minimize
+    assert module.split_index({"opt": {"_index": 1, "_value": {"lr": 0.1}}}) == {"opt": {"lr": 0.1}}
+    assert module.convert_dict2tuple({"b": 1, "a": {"c": 2}}) == (("a", (("c", 2),)), ("b", 1))
+
+
 @pytest.mark.integration
 def test_the_real_nni_wins_where_it_is_installed(tmp_path, nni_python):
     status, metrics, which = run(tmp_path, nni_python)

@@ -19,3 +19,8 @@ class DropAssessor(Assessor):
 
     def trial_end(self, trial_job_id, success):
         self.ended.append((trial_job_id, success))
+
+
+class BrokenAssessor(Assessor):
+    def assess_trial(self, trial_job_id, trial_history):
+        raise KeyError("curve")

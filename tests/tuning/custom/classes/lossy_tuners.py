@@ -8,6 +8,9 @@ from nni.tuner import Tuner
 
 
 class _Base(Tuner):
+    def __init__(self, optimize_mode="maximize"):
+        self.optimize_mode = optimize_mode
+
     def update_search_space(self, search_space):
         self.space = search_space
 
@@ -40,7 +43,7 @@ class Exiting(_Base):
 class Unpicklable(_Base):
     """Holds a lock: its object cannot be kept, so it is made anew and given the history."""
 
-    def __init__(self):
+    def __init__(self, optimize_mode="maximize"):
         self.lock = threading.Lock()
         self.imported = 0
 

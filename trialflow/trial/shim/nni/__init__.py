@@ -6,8 +6,10 @@ the trial's PYTHONPATH beside its SDK. Where the real ``nni`` is installed it
 wins: this module finds it further along ``sys.path`` and hands the import over,
 so the trial gets NNI itself, exactly as before.
 
-Only NNI's trial API is here (what trials call; NNI's tuners, NAS and
-compression are NNI's own and need the real package).
+NNI's trial API is here (what trials call), and the base classes a customized
+tuner or assessor subclasses (``nni.tuner``, ``nni.assessor``, ``nni.recoverable``,
+``nni.utils``' helpers: trialflow.tuning.custom runs such classes); NNI's own
+tuners, NAS and compression are NNI's and need the real package.
 """
 
 import os

@@ -1,5 +1,7 @@
-"""``nni.utils.merge_parameter``, which NNI's own examples use to fold the tuner's parameters
-into their argparse defaults (only loaded where the real nni is absent: see ``nni``)."""
+"""``nni.utils``: ``merge_parameter``, which NNI's own examples use to fold the tuner's
+parameters into their argparse defaults, and the helpers customized tuners and assessors use
+(``OptimizeMode``, ``extract_scalar_reward``, ``ClassArgsValidator``...). Only loaded where the
+real nni is absent: see ``nni``."""
 
 from enum import Enum as _Enum
 
