@@ -88,7 +88,7 @@ class MetisSampler(UnitCubeSampler):
         scale = float(np.std(y)) or 1.0
         y = (y - float(np.mean(y))) / scale
         gp = fit(points, y, self._rng)
-        current = self._lowest(gp, lambda mean, std: mean, points.shape[1], std=False)
+        current = self._lowest(gp, lambda mean, std: mean, points.shape[1], with_std=False)
         candidates = [] if self.no_candidates else self._candidates(gp, points, y, x, dists)
         best = self._most_informative(gp, points, y, current, candidates)
         if seen(current.point, x, dists) > 0 or self._rng.uniform() <= self.exploration_probability:
@@ -118,15 +118,15 @@ class MetisSampler(UnitCubeSampler):
         return found
 
     def _lowest(
-        self, gp: Any, objective: Any, dims: int, reason: str = "optimum", refined: int = REFINED, std: bool = True
+        self, gp: Any, objective: Any, dims: int, reason: str = "optimum", refined: int = REFINED, with_std: bool = True
     ) -> Candidate:
         """The point minimising ``objective(mean, std)`` of the model: the best of the random
-        starting points, refined with L-BFGS-B from the best ``refined`` (``std``: the objective
+        starting points, refined with L-BFGS-B from the best ``refined`` (``with_std``: the objective
         reads the standard deviation, which costs a solve per point)."""
         from scipy.optimize import minimize
 
         def score(points: np.ndarray) -> np.ndarray:
-            if not std:
+            if not with_std:
                 return cast(np.ndarray, objective(gp.predict(points), None))
             mean, deviation = gp.predict(points, return_std=True)
             return cast(np.ndarray, objective(mean, deviation))
@@ -177,7 +177,7 @@ class MetisSampler(UnitCubeSampler):
                 what_if = clone(gp).set_params(kernel=gp.kernel_, optimizer=None)
                 what_if.fit(np.vstack([points, candidate.point]), np.append(y, outcome))
                 # the what-if optimum from the starting points alone: a refit per outcome is the cost
-                optimum = self._lowest(what_if, lambda mean, std: mean, points.shape[1], refined=0, std=False)
+                optimum = self._lowest(what_if, lambda mean, std: mean, points.shape[1], refined=0, with_std=False)
                 lowest = min(lowest, optimum.mean)
             if lowest - current.mean < gain:
                 best, gain = candidate, lowest - current.mean
