@@ -71,8 +71,8 @@ class DagPlan:
             platforms=tuple(config.platform_names),
             host_bound=tuple(sorted({name for name in config.platform_names if is_host_bound(name)})),
             algorithm_kind="advisor" if config.advisor else "tuner",
-            algorithm=algorithm.name if algorithm else None,
-            assessor=config.assessor.name if config.assessor else None,
+            algorithm=(algorithm.name or algorithm.class_name) if algorithm else None,
+            assessor=(config.assessor.name or config.assessor.class_name) if config.assessor else None,
             optimize_mode=config.optimize_mode,
             tracked=config.mlflow is not None,
         )
