@@ -135,8 +135,9 @@ def test_a_failed_write_leaves_no_temporary_file(config: Path, monkeypatch):
 def test_a_custom_tuner_and_assessor_are_planned_by_their_class(config: Path):
     (config.parent / "mine.py").write_text("class T: pass\nclass A: pass\n")
     config.write_text(
-        CONFIG.replace("{name: TPE, classArgs: {optimize_mode: minimize}}", "{className: mine.T, codeDirectory: .}")
-        .replace("{name: Medianstop}", "{className: mine.A, codeDirectory: .}")
+        CONFIG.replace(
+            "{name: TPE, classArgs: {optimize_mode: minimize}}", "{className: mine.T, codeDirectory: .}"
+        ).replace("{name: Medianstop}", "{className: mine.A, codeDirectory: .}")
     )
     plan = load_plan(config)
     assert (plan.algorithm, plan.assessor) == ("mine.T", "mine.A")

@@ -118,12 +118,14 @@ def _walk(params: tuple[Parameter, ...], path: tuple[str, ...]) -> Iterator[tupl
 # --- parsing and validation (NNI's rules) ---------------------------------------------
 
 
-def parse_search_space(raw: Any) -> SearchSpace:
+def parse_search_space(raw: Any, namespace: str = "") -> SearchSpace:
+    """The space ``raw`` (NNI's JSON); ``namespace`` prefixes every sampler name (a space changed
+    while the experiment runs samples under names of its own: trialflow.tuning.space_versions)."""
     if not isinstance(raw, dict):
         raise SearchSpaceError(
             (), f"expected a mapping of parameter name -> {{_type, _value}}, got {type(raw).__name__}"
         )
-    return SearchSpace(_parse_params(raw, (), ""), raw)
+    return SearchSpace(_parse_params(raw, (), namespace), raw)
 
 
 def _parse_params(raw: dict[str, Any], path: tuple[str | int, ...], prefix: str) -> tuple[Parameter, ...]:

@@ -50,6 +50,7 @@ from trialflow.trial.packing import CodeDirectoryError
 from trialflow.tuning.asker import ask
 from trialflow.tuning.experiment_store import TASK_ATTR
 from trialflow.tuning.pbt import PopulationNotReady
+from trialflow.tuning.space_versions import current as current_space
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
@@ -173,6 +174,8 @@ def start_trial(
         )
     if refused is not None:
         raise TrialNotStarted(trial_id, refused.reason)
+    # the newest search space (a person may have changed it while the experiment runs)
+    version, space = current_space(store, experiment.experiment_id, experiment.space.raw)
     try:
         asked = ask(
             store,
@@ -180,9 +183,10 @@ def start_trial(
             index,
             trial_id,
             experiment.algorithm,
-            experiment.space,
+            space if version else experiment.space,
             experiment.pruner,
             population_floor=window.first_index,
+            space_version=version,
         )
     except PopulationNotReady as exc:
         raise TrialWaits(trial_id, str(exc)) from None

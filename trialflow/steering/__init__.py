@@ -38,6 +38,7 @@ from trialflow.steering.limit_changes import (
     check_limits,
     limits,
 )
+from trialflow.steering.space_changes import change_search_space, check_space, space_versions
 from trialflow.steering.stops import (
     DEADLINE_CHANGE,
     STOP_REQUEST,
@@ -53,6 +54,9 @@ from trialflow.steering.stops import (
 )
 
 __all__ = [
+    "change_search_space",
+    "check_space",
+    "space_versions",
     "DEADLINE_CHANGE",
     "HISTORY",
     "HISTORY_LIMIT",

@@ -39,6 +39,7 @@ from trialflow.tuning.pbt import (
     previous_generation,
 )
 from trialflow.tuning.results import scalar
+from trialflow.tuning.space_versions import VERSION_ATTR, SpaceView
 from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ def ask(
     space: SearchSpace,
     pruner: BasePruner | None = None,
     population_floor: int | None = None,
+    space_version: int = 0,
 ) -> AskedTrial:
     """Parameters for trial ``trial_index``: the ones it already has (a retry or a resumed
     run re-attaches), or new ones from the tuner, which has seen every earlier result.
@@ -113,7 +115,9 @@ def ask(
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             sampler = optuna.samplers.PartialFixedSampler(fixed, sampler)
     name = canonical_tuner_name(tuner) if tuner.class_name is None else tuner.class_name
-    storage = asking_storage(store.sampling_storage, store.storage, study_id, name)
+    storage: Any = asking_storage(store.sampling_storage, store.storage, study_id, name)
+    if space_version > 0:  # a changed space: earlier trials reach the tuner only where they fit
+        storage = SpaceView(storage, space, space_version)
     asking = optuna.Study(study_name=experiment_id, storage=storage, sampler=sampler, pruner=pruner)
     with store.storage.holding_params() as params:
         trial = asking.ask()
@@ -126,6 +130,8 @@ def ask(
         "parameters": parameters,
         "nni_status": TrialStatus.WAITING.value,
     }
+    if space_version > 0:
+        attrs[VERSION_ATTR] = space_version
     if lineage is not None:
         attrs["pbt"] = lineage.to_attr()
     if queued is not None and fixed is not None:
