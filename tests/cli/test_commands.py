@@ -504,6 +504,7 @@ READING = [
     ["kill", "e1", "0"],
     ["stop", "e1"],
     ["sync-mlflow", "e1"],
+    ["update-searchspace", "e1"],
 ]
 
 

@@ -37,13 +37,21 @@ def test_expected_improvement_prefers_a_lower_mean_then_a_wider_doubt():
     assert ei[1] > ei[0] and ei[2] > ei[0] and (ei >= 0).all()
 
 
-def test_the_model_is_refit_every_trials_per_update_results_as_nni_s():
-    """Asks between two updates see one model: with the same candidates they pick the same point;
-    the result that completes the next batch changes the model."""
+def test_the_model_is_refit_at_every_ask_with_every_result(monkeypatch):
+    """Not NNI's cadence (a refit every trials_per_update results): each ask fits on every result
+    so far, and the same results give the same proposal (one network for the same data)."""
     rng = np.random.RandomState(2)
     x = rng.uniform(size=(40, 2))
     loss = _bowl(x)
     dists = [FloatDistribution(0.0, 1.0)] * 2
+    fitted: list[int] = []
+    fit = Dngo.fit.__func__  # type: ignore[attr-defined]
+
+    def counting(cls, points, losses, epochs, generator):
+        fitted.append(len(points))
+        return fit(cls, points, losses, epochs, generator)
+
+    monkeypatch.setattr(Dngo, "fit", classmethod(counting))
 
     def proposal(count: int) -> np.ndarray:
         sampler = DNGOSampler(seed=5, model_seed=1, trials_per_update=10, num_epochs_per_training=50, sample_size=200)
@@ -51,8 +59,9 @@ def test_the_model_is_refit_every_trials_per_update_results_as_nni_s():
         assert point is not None
         return point
 
-    assert np.allclose(proposal(21), proposal(29))  # both fit on the first 20
-    assert not np.allclose(proposal(29), proposal(30))  # 30 results: a new model
+    assert np.allclose(proposal(21), proposal(21))
+    proposal(22)
+    assert fitted == [21, 21, 22]
 
 
 def _best(name: str, seed: int, trials: int = 30) -> float:

@@ -23,7 +23,11 @@ pytestmark = pytest.mark.integration
 
 def snapshot(ui: UiSetup, experiment_id: str) -> Any:
     store = ui.harness.store
-    return store.trial_rows(experiment_id), store.experiment_attr(experiment_id, "actions")
+    return (
+        store.trial_rows(experiment_id),
+        store.experiment_attr(experiment_id, "actions"),
+        store.experiment_attr(experiment_id, "search_spaces"),
+    )
 
 
 def test_actions_need_a_session(ui: UiSetup):
@@ -205,6 +209,34 @@ def test_limits_need_edit_access_and_valid_values(ui: UiSetup):
         response = patch("trialflow", bad)
         assert response.status_code == 422 and words in response.json()["detail"], response.text
     ended = patch("trialflow", {"trialConcurrency": 4})  # its run succeeded long ago
+    assert ended.status_code == 409 and "is not running" in ended.json()["detail"]
+    assert snapshot(ui, ui.experiment_id) == before
+
+
+def test_a_search_space_change_needs_edit_access_a_valid_space_and_a_running_experiment(ui: UiSetup):
+    path = f"{ui.base}/trialflow/api/experiments/{ui.experiment_id}/search-space"
+    before = snapshot(ui, ui.experiment_id)
+    narrow = {"lr": {"_type": "loguniform", "_value": [0.001, 0.01]}}
+    put = lambda user, body: httpx.put(  # noqa: E731
+        path, json=body, headers={"Authorization": f"Bearer {ui.token(user)}"} if user else {}, timeout=30
+    )
+    assert put(None, narrow).status_code == 401
+    assert put("limited", narrow).status_code == 403  # a reader of the DAG may not change it
+    private = httpx.put(
+        f"{ui.base}/trialflow/api/experiments/{ui.private_id}/search-space",
+        json=narrow,
+        headers={"Authorization": f"Bearer {ui.token('editor')}"},
+        timeout=30,
+    )
+    assert private.status_code == 403
+    for bad, words in (
+        ({"lr": {"_type": "loguniform", "_value": [0.01]}}, "searchSpace.lr._value:"),
+        ({"lr": {"_type": "bell", "_value": [0, 1]}}, "searchSpace.lr._type: unknown type 'bell'"),
+        ([1, 2], "searchSpace: expected a mapping"),
+    ):
+        response = put("trialflow", bad)
+        assert response.status_code == 422 and words in response.json()["detail"], response.text
+    ended = put("trialflow", narrow)  # its run succeeded long ago
     assert ended.status_code == 409 and "is not running" in ended.json()["detail"]
     assert snapshot(ui, ui.experiment_id) == before
 

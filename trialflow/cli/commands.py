@@ -838,6 +838,36 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_update_searchspace(args: argparse.Namespace) -> int:
+    """Change a running experiment's search space (nnictl update searchspace), or list its
+    versions without a FILE."""
+    from trialflow import steering
+    from trialflow.steering.space_changes import MAX_SPACE_BYTES
+
+    if args.file is None:
+        found, code = _steer(args, lambda store, _: steering.space_versions(store, args.experiment))
+        for version in found or []:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(version.at or 0))
+            when = "the config's" if version.at is None else f"{stamp} by {version.by}"
+            print(f"version {version.version} ({when}): {json.dumps(version.space)}")
+        return code
+    path = Path(args.file)
+    try:
+        if path.stat().st_size > MAX_SPACE_BYTES:
+            return _fail(ValueError(f"{path}: over {MAX_SPACE_BYTES:,} bytes; a search space is smaller"))
+        raw = yaml.safe_load(path.read_text())  # JSON is YAML
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        return _fail(ValueError(f"{path}: cannot be read as JSON or YAML: {exc}"))
+    changed, code = _steer(args, lambda store, by: steering.change_search_space(store, args.experiment, by, raw))
+    if changed is None:
+        return code
+    print(
+        f"experiment {args.experiment}: search space version {changed.version} ({len(changed.space)} parameter(s)); "
+        "trials asked from now on sample from it, and earlier trials reach the tuner only where they fit it"
+    )
+    return 0
+
+
 def cmd_limits(args: argparse.Namespace) -> int:
     """Change a running experiment's limits (nnictl update concurrency / trialnum / duration)."""
     from trialflow import steering
@@ -1052,6 +1082,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("experiment")
     _store_args(p)
     p.set_defaults(func=cmd_stop)
+    p = sub.add_parser(
+        "update-searchspace",
+        help="change a running experiment's search space from a JSON or YAML file (nnictl update searchspace); "
+        "without FILE, list its versions",
+    )
+    p.add_argument("experiment")
+    p.add_argument("file", nargs="?")
+    _store_args(p)
+    p.set_defaults(func=cmd_update_searchspace)
     p = sub.add_parser("limits", help="show or change a running experiment's limits, as the pages' form")
     p.add_argument("experiment")
     p.add_argument("--concurrency", type=_count, help="trialConcurrency")

@@ -241,8 +241,8 @@ CATALOGUE: tuple[AlgorithmSpec, ...] = (
         "DNGO",
         "tuner",
         "trialflow's DNGO (trialflow.tuning.dngo): a tanh network's last-layer features with Bayesian "
-        "linear regression, refit every trials_per_update results, expected improvement over sample_size "
-        "random points",
+        "linear regression, refit at every ask after trials_per_update random trials, expected improvement "
+        "over sample_size random points",
         {**COMMON_ARGS, "sample_size": _int(1), "trials_per_update": _int(1), "num_epochs_per_training": _int(1)},
         types=NUMERIC_NO_NORMAL,
         nested=False,

@@ -1,5 +1,5 @@
-"""The experiment pages' actions: kill a trial, stop the experiment, change its limits, add
-and re-run trials. POST or PATCH only, from this Airflow's own origin, bodies bounded; each
+"""The experiment pages' actions: kill a trial, stop the experiment, change its limits or its
+search space, add and re-run trials. POST or PATCH only, from this Airflow's own origin, bodies bounded; each
 checks the user may edit the experiment's DAG, hands the decision to trialflow.steering, and
 writes Airflow's audit log. Nothing here decides whether an action is allowed on an experiment."""
 
@@ -70,6 +70,26 @@ def change_limits(user: User, experiment_id: str, changes: Annotated[dict[str, A
     parsed = "trialConcurrency" in changes and bool(dag_id) and request_parse(str(dag_id))
     audit(user, "change_limits", dag_id, {"experiment_id": experiment_id, **changes})
     return {"limits": limits, "dag_parse_requested": parsed}
+
+
+@router.put("/api/experiments/{experiment_id}/search-space")
+def change_search_space(user: User, experiment_id: str, space: Annotated[Any, Body()]) -> dict[str, Any]:
+    from trialflow import steering
+
+    dag_id = authorize_edit(user, experiment_id)
+    store = action_store()
+    config = store.experiment_attr(experiment_id, "config")
+    try:
+        steering.check_space(config if isinstance(config, dict) else {}, space)  # refused before anything else
+    except steering.ActionRefused as exc:
+        raise refused(exc) from None
+    live_run(dag_id, experiment_id)
+    try:
+        version = steering.change_search_space(store, experiment_id, user_name(user), space)
+    except steering.ActionRefused as exc:
+        raise refused(exc) from None
+    audit(user, "change_search_space", dag_id, {"experiment_id": experiment_id, "version": version.version})
+    return {"version": version.version, "space": version.space, "at": version.at, "by": version.by}
 
 
 @router.post("/api/experiments/{experiment_id}/trials")
