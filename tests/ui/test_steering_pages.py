@@ -165,3 +165,56 @@ def canvas_timeline(page) -> bool:
     from tests.helpers.screens import canvas_drawn
 
     return canvas_drawn(page, "[data-testid=chart-timeline]")
+
+
+def test_narrow_the_search_space_from_the_page_and_see_its_versions(browser, ui: UiSetup):
+    """Issue 51: the space narrowed from the experiment's page while trial 5 of 12 waits; every
+    later trial falls inside it; the Config tab shows each version; a reader has no field."""
+    import json
+
+    from tests.integration.test_space_changes import HOLDING, NARROW
+
+    harness = ui.harness
+    folder = harness.root / "experiments" / "page_space"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = (
+        "searchSpace:\n  x: {_type: uniform, _value: [0, 10]}\n  opt: {_type: choice, _value: [sgd, adam, rmsprop]}\n"
+        f"trialCommand: {PY} t.py {folder / 'holding'} {folder / 'release'}\n"
+        "trialConcurrency: 1\nmaxTrialNumber: 12\n"
+        "tuner: {name: TPE, classArgs: {optimize_mode: maximize, seed: 5, tpe_args: {n_startup_jobs: 3}}}\n"
+        "trainingService: {platform: local}\n"
+    )
+    dag_id, run_id = harness.start("page_space", config, {"t.py": HOLDING})
+    experiment_id = experiment_id_for(dag_id, run_id)
+    wait_for("trial 5 holding", lambda: (folder / "holding").exists(), 180)
+
+    reader = login(browser, ui, user="limited")
+    reader.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}")
+    reader.wait_for_selector("[data-testid=summary]", timeout=30000)
+    assert reader.locator("[data-testid=search-space]").count() == 0
+
+    page = login(browser, ui, user="editor")
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}")
+    page.wait_for_selector("[data-testid=search-space]", timeout=30000)
+    assert json.loads(page.locator("[data-testid=search-space]").input_value())["x"]["_value"] == [0, 10]
+    page.fill("[data-testid=search-space]", '{"x": {"_type": "uniform", "_value": [3]}}')
+    page.click("[data-testid=apply-search-space]")
+    page.wait_for_selector("text=searchSpace.x._value:", timeout=10000)
+    page.fill("[data-testid=search-space]", json.dumps(NARROW, indent=1))
+    page.click("[data-testid=apply-search-space]")
+    page.wait_for_selector("text=Search space version 1", timeout=10000)
+    shot(page, "search-space-changed")
+    (folder / "release").touch()
+    _, state = harness.wait(dag_id, run_id, 300)
+    assert state == "success"
+    rows = harness.store.trial_rows(experiment_id)
+    later = [r.parameters for r in rows[5:]]
+    assert len(rows) == 12 and all(2 <= p["x"] <= 3 and p["opt"] in ("sgd", "adam") for p in later), later
+    page.reload()
+    page.click("[data-testid=tab-config]")
+    page.wait_for_selector("[data-testid=space-version-1]", timeout=30000)
+    versions = page.locator("[data-testid=space-versions]").inner_text()
+    assert "the config's" in versions and "by editor" in versions and '"_value":[2,3]' in versions.replace(" ", "")
+    shot(page, "search-space-versions")
+    assert not page.errors, page.errors

@@ -381,6 +381,8 @@ def effective_config(user: User, experiment_id: str) -> dict[str, Any]:
         "limits": steering.limits(store, experiment_id),
         "changed": steering.changed_limits(store, experiment_id),
         "waiting": steering.waiting_trials(store, experiment_id),
+        # every version of the search space, the config's first (version 0, no time)
+        "search_spaces": [v.to_attr() for v in steering.space_versions(store, experiment_id)],
         "may_edit": may_edit_dag(user, dag_id),
     }
 

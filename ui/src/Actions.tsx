@@ -114,8 +114,51 @@ export function ExperimentActions({ summary, onChanged }: { summary: Summary; on
         </HStack>
         {summary.waiting ? <Text fontSize="xs" color="fg.muted" mt={1}>{summary.waiting} asked-for trial(s) waiting to start</Text> : null}
       </Box>
+      <SearchSpaceForm experimentId={summary.experiment_id} busy={busy} act={act} />
       <Feedback outcome={outcome} />
     </Panel>
+  );
+}
+
+type SpaceVersion = { version: number; space: Record<string, unknown>; at: number | null; by: string | null };
+
+// Change the search space while the experiment runs (nnictl update searchspace): prefilled with
+// the newest version; the server checks it with validate's words and says which key is wrong.
+function SearchSpaceForm({ experimentId, busy, act }: {
+  experimentId: string; busy: boolean; act: (run: () => Promise<string>) => void;
+}) {
+  const id = encodeURIComponent(experimentId);
+  const config = useLoad(() => getJson<{ search_spaces: SpaceVersion[] }>(`experiments/${id}/config`), [id]);
+  const versions = config.data?.search_spaces ?? [];
+  const newest = versions[versions.length - 1];
+  const [text, setText] = useState<string | null>(null);
+  const shown = text ?? (newest ? JSON.stringify(newest.space, null, 1) : "");
+  if (!newest) return null;
+  const apply = () => {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(shown);
+    } catch (error) {
+      act(async () => { throw new Error(`search space: not JSON (${(error as Error).message})`); });
+      return;
+    }
+    if (!window.confirm("Change the search space? Trials asked from now on sample from it.")) return;
+    act(async () => {
+      const r = await send<{ version: number }>(`experiments/${id}/search-space`, "PUT", parsed);
+      setText(null);
+      config.reload();
+      return `Search space version ${r.version}: trials asked from now on sample from it.`;
+    });
+  };
+  const rows = Math.min(16, Math.max(3, shown.split("\n").length));
+  return (
+    <Box mt={3}>
+      <Text asChild fontSize="xs" color="fg.muted" display="block"><label htmlFor="tf-search-space">Search space (version {newest.version}; earlier trials outside a new space stay in the history and reach the tuner only where they fit)</label></Text>
+      <HStack alignItems="flex-start" mt={1}>
+        <Textarea id="tf-search-space" size="sm" fontFamily="mono" rows={rows} value={shown} onChange={(e) => setText(e.target.value)} data-testid="search-space" />
+        <Button size="sm" onClick={apply} disabled={busy} data-testid="apply-search-space">Change search space</Button>
+      </HStack>
+    </Box>
   );
 }
 
@@ -144,14 +187,30 @@ export function History({ experimentId, live }: { experimentId: string; live: bo
 
 export function ConfigView({ experimentId }: { experimentId: string }) {
   const id = encodeURIComponent(experimentId);
-  const config = useLoad(() => getJson<{ config: unknown; changed: Record<string, unknown> }>(`experiments/${id}/config`), [id]);
+  const config = useLoad(() => getJson<{ config: unknown; changed: Record<string, unknown>; search_spaces?: SpaceVersion[] }>(`experiments/${id}/config`), [id]);
   if (config.error && !config.data) return <ErrorBox error={config.error} />;
   if (!config.data) return <Loading />;
   const changed = Object.entries(config.data.changed ?? {});
+  const spaces = config.data.search_spaces ?? [];
   return (
     <VStack alignItems="stretch" gap={3}>
       {changed.length ? (
         <Text fontSize="sm" data-testid="changed-limits">Changed while it ran: {changed.map(([k, v]) => `${k} ${v}`).join(", ")}</Text>
+      ) : null}
+      {spaces.length > 1 ? (
+        <Panel title="Search space, version by version" testId="space-versions">
+          <Table.Root size="sm">
+            <Table.Body>
+              {[...spaces].reverse().map((v) => (
+                <Table.Row key={v.version} data-testid={`space-version-${v.version}`}>
+                  <Table.Cell whiteSpace="nowrap" verticalAlign="top">version {v.version}</Table.Cell>
+                  <Table.Cell whiteSpace="nowrap" verticalAlign="top">{v.at ? `${formatTime(v.at)} by ${visible(v.by ?? "")}` : "the config's"}</Table.Cell>
+                  <Table.Cell><Code as="pre" display="block" whiteSpace="pre-wrap" fontSize="xs" p={1}>{visible(JSON.stringify(v.space))}</Code></Table.Cell>
+                </Table.Row>
+              ))}
+            </Table.Body>
+          </Table.Root>
+        </Panel>
       ) : null}
       <Panel title="Effective config (read-only, secrets masked)" testId="config-view">
         <Code as="pre" display="block" whiteSpace="pre-wrap" fontSize="xs" p={2}>{visible(JSON.stringify(config.data.config, null, 2))}</Code>

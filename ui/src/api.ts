@@ -226,7 +226,7 @@ export async function getJson<T>(path: string, params?: Record<string, string | 
 }
 
 /** An action (POST/PATCH): Airflow's cookie goes along; a refusal throws its detail. */
-export async function send<T>(path: string, method: "POST" | "PATCH", body?: unknown): Promise<T> {
+export async function send<T>(path: string, method: "POST" | "PATCH" | "PUT", body?: unknown): Promise<T> {
   const response = await fetch(apiUrl(path), {
     method,
     credentials: "same-origin",
