@@ -150,6 +150,11 @@ RUNNABLE_NOW = {
     "mnist-pytorch/config_assessor.yml",
     "mnist-tfv1/config_assessor.yml",
     "mnist-tfv2/config_assessor.yml",
+    # issue 51: SMAC, Metis, and the customized GA tuner ga_squad ships (className + codeDir)
+    "auto-gbdt/config_metis.yml",
+    "systems_auto_tuning/rocksdb-fillrandom/config_smac.yml",
+    "ga_squad/config.yml",
+    "ga_squad/config_windows.yml",
     # remote machines over SSH
     "mnist-pytorch/config_remote.yml",
     "mnist-tfv2/config_remote.yml",
