@@ -229,3 +229,10 @@ def test_what_failed_is_named_by_the_class_s_own_method(opened):
     assert str(raised.value).startswith(
         "CountingTuner.__init__ failed: TypeError: CountingTuner.__init__() got an unexpected keyword argument 'colour'"
     )
+
+
+@pytest.mark.slow
+def test_the_class_never_sees_airflow_s_connections_or_settings(opened, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SECRET_DB", "postgresql://u:hunter2@db/x")
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://u:hunter2@db/airflow")
+    assert _ask(opened, 0, _tuner("lossy_tuners.Peeking")).parameters == {"x": 0.5, "seen": 0}

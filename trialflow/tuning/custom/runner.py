@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import SearchSpace, point_problems
+from trialflow.trial.env import inherited_env
 from trialflow.trial.status import TrialStatus
 
 if TYPE_CHECKING:
@@ -104,7 +105,8 @@ def call(custom: CustomClass, request: dict[str, Any], timeout: float | None = N
     with tempfile.TemporaryDirectory(prefix="trialflow-custom-") as folder:
         answer_path = Path(folder) / "answer.json"
         env = {
-            **os.environ,
+            # the trials' environment: never Airflow's settings, connections or variables
+            **inherited_env(os.environ),
             "TRIALFLOW_HOST_ANSWER": str(answer_path),
             "PYTHONPATH": os.pathsep.join(
                 [str(SHIM), str(Path(__file__).resolve().parents[3]), os.environ.get("PYTHONPATH", "")]

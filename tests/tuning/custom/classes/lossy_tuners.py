@@ -52,3 +52,13 @@ class Unpicklable(_Base):
 
     def generate_parameters(self, parameter_id, **kwargs):
         return {"x": 0.5, "seen": self.imported}
+
+
+class Peeking(_Base):
+    """Reports which of the worker's secrets its process can see."""
+
+    def generate_parameters(self, parameter_id, **kwargs):
+        seen = sorted(k for k in os.environ if k.startswith("AIRFLOW_CONN_") or k.startswith("AIRFLOW__"))
+        if seen:
+            raise RuntimeError(f"saw {seen}")
+        return {"x": 0.5, "seen": 0}
