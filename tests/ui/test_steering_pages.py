@@ -217,4 +217,11 @@ def test_narrow_the_search_space_from_the_page_and_see_its_versions(browser, ui:
     versions = page.locator("[data-testid=space-versions]").inner_text()
     assert "the config's" in versions and "by editor" in versions and '"_value":[2,3]' in versions.replace(" ", "")
     shot(page, "search-space-versions")
+    # each trial says which space it was asked under, an earlier one marked as such
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial=0")
+    page.wait_for_selector("[data-testid=trial-space-version]", timeout=30000)
+    assert page.locator("[data-testid=trial-space-version]").inner_text() == "version 0 (an earlier space)"
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial=11")
+    page.wait_for_selector("[data-testid=trial-space-version]", timeout=30000)
+    assert page.locator("[data-testid=trial-space-version]").inner_text() == "version 1"
     assert not page.errors, page.errors

@@ -36,12 +36,14 @@ from trialflow.queries.tables import (
     finite,
     optimize_mode,
     storage_id_of,
+    study_attrs,
     study_id_of,
 )
 from trialflow.queries.tracking import run_links
 from trialflow.seeding.nni_import import IMPORT_REQUESTER
 from trialflow.trial.status import COUNTED_STATUS_NAMES
 from trialflow.tuning.pbt import Lineage
+from trialflow.tuning.space_versions import SPACES_ATTR, VERSION_ATTR
 from trialflow.tuning.trial_restarts import restarts_from_attr
 
 SortKey = str  # "index" | "status" | "metric" | "duration" | "platform" | "param:<name>" | "objective:<n>"
@@ -559,6 +561,15 @@ def trial_detail(
                 ).scalar()
             )
         )
+        asked_under = decoded(
+            conn.execute(
+                sa.select(TRIAL_ATTRS.c.value_json).where(
+                    TRIAL_ATTRS.c.trial_id == storage_id, TRIAL_ATTRS.c.key == VERSION_ATTR
+                )
+            ).scalar()
+        )
+        sid = study_id_of(conn, experiment_id)
+        changes = study_attrs(conn, [sid], (SPACES_ATTR,)).get(sid, {}).get(SPACES_ATTR)
         total = int(row.get("intermediate_count") or 0)
         intermediate = _thinned_curve(conn, str(engine.url), storage_id, total, max_points)
     return {
@@ -573,6 +584,10 @@ def trial_detail(
         "lineage": lineage.to_attr() if lineage is not None else None,
         "intermediate": intermediate,
         "intermediate_total": total,
+        # the search space version the trial was asked under, and the experiment's newest (a
+        # person may change the space while it runs: trialflow.tuning.space_versions)
+        "space_version": asked_under if isinstance(asked_under, int) else 0,
+        "space_versions": len(changes) if isinstance(changes, list) else 0,
     }
 
 

@@ -44,6 +44,13 @@ export function TrialPage({ experimentId, index, onBack, onOpenTrial }: {
           <Fact label="Duration"><Text as="span" data-testid="trial-duration">{formatDuration(trial.duration) || unrecorded}</Text></Fact>
           <Fact label="Started"><Text as="span" data-testid="trial-started">{formatTime(trial.started) || unrecorded}</Text></Fact>
           <Fact label="Platform">{trial.platform ?? "–"}{trial.host ? ` · ${trial.host}` : ""}</Fact>
+          {trial.space_versions ? (
+            <Fact label="Search space">
+              <Text as="span" data-testid="trial-space-version">
+                version {trial.space_version ?? 0}{(trial.space_version ?? 0) < trial.space_versions ? " (an earlier space)" : ""}
+              </Text>
+            </Fact>
+          ) : null}
           <Fact label="Parameters from">
             <Text data-testid="parameter-source" title={`parameter_source: ${trial.parameter_source ?? "algorithm"}`}>
               {trial.imported

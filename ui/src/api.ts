@@ -159,6 +159,9 @@ export interface TrialDetail extends TrialRow {
   final_extra: Record<string, unknown>;
   intermediate: [number, number | null][];
   intermediate_total?: number;
+  /** The search space version it was asked under, and the experiment's newest (0: never changed). */
+  space_version?: number;
+  space_versions?: number;
   log: { name: string; text: string }[];
   location: string | null;
   links: { label: string; href: string }[];
