@@ -221,6 +221,7 @@ def test_narrow_the_search_space_from_the_page_and_see_its_versions(browser, ui:
     page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial=0")
     page.wait_for_selector("[data-testid=trial-space-version]", timeout=30000)
     assert page.locator("[data-testid=trial-space-version]").inner_text() == "version 0 (an earlier space)"
+    shot(page, "trial-earlier-space")
     page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial=11")
     page.wait_for_selector("[data-testid=trial-space-version]", timeout=30000)
     assert page.locator("[data-testid=trial-space-version]").inner_text() == "version 1"
