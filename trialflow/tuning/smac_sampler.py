@@ -13,11 +13,11 @@ option did; SMAC is asked again, a bounded number of times, then a random point 
 Running trials' configurations are never handed out twice, whatever ``config_dedup`` says:
 NNI's single dispatcher never did either.
 
-Where it differs from NNI's: the acquisition function is evaluated on 2,000 random
-configurations before SMAC's local search (SMAC's default: 10,000), in one thread; parameters
-are SMAC floats in the unit cube (log-scaled where the distribution is; integers and steps
-rounded), and choices SMAC categoricals; SMAC3 2.x's random forest is scikit-learn's, where 0.x
-used pyrfr. SMAC writes its run history to a temporary folder per ask, removed when the ask ends.
+Where it differs from NNI's: SMAC's forest is grown in one thread (its joblib workers spent half
+an ask waiting; the forest is the same, seeded); parameters are SMAC floats in the unit cube
+(log-scaled where the distribution is; integers and steps rounded), and choices SMAC
+categoricals; SMAC3 2.x's random forest is scikit-learn's, where 0.x used pyrfr. SMAC writes its
+run history to a temporary folder per ask, removed when the ask ends.
 """
 
 from __future__ import annotations
@@ -34,9 +34,6 @@ from trialflow.tuning.model_sampler import UnitCubeSampler, on_grid
 
 #: SMAC's initial design: this many Sobol points before the model.
 INITIAL_DESIGN = 10
-#: Random configurations the acquisition function is evaluated on before its local search
-#: (SMAC's default is 10,000: 2.5 s an ask here, most of it spent there; see bench/tuners.py).
-CHALLENGERS = 2000
 #: Asks for a configuration not run before (config_dedup) before a random point is drawn.
 DEDUP_ASKS = 20
 
@@ -82,14 +79,8 @@ class SmacSampler(UnitCubeSampler):
             initial = HyperparameterOptimizationFacade.get_initial_design(
                 scenario, n_configs=INITIAL_DESIGN if len(x) < INITIAL_DESIGN else 0
             )
-            maximizer = HyperparameterOptimizationFacade.get_acquisition_maximizer(scenario, challengers=CHALLENGERS)
             smac = HyperparameterOptimizationFacade(
-                scenario,
-                _never_called,
-                initial_design=initial,
-                acquisition_maximizer=maximizer,
-                overwrite=True,
-                logging_level=40,
+                scenario, _never_called, initial_design=initial, overwrite=True, logging_level=40
             )
             for point, value in zip(x, loss):
                 smac.tell(TrialInfo(config_of(point), seed=0), TrialValue(cost=float(value)))
