@@ -22,51 +22,20 @@ scikit-learn and SciPy are imported lazily: they are an optional extra.
 
 from __future__ import annotations
 
-import math
 import warnings
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
-from optuna.samplers import BaseSampler, RandomSampler
-from optuna.search_space import IntersectionSearchSpace
-from optuna.study import Study
-from optuna.trial import FrozenTrial, TrialState
+from optuna.distributions import BaseDistribution
 
-from trialflow.tuning.anneal import observed_loss
+from trialflow.tuning.model_sampler import UnitCubeSampler, from_unit, model_points, to_unit
+
+__all__ = ["GPSampler", "acquisition", "from_unit", "model_points", "to_unit"]
 
 KERNEL_RESTARTS = 3
 #: Points the model is fit on at most: the best half of them and, for the rest, others drawn at
 #: random (a fit is cubic in points: 1,000 took ~3.5 s an ask, 300 take a tenth of it).
 MAX_MODEL_POINTS = 300
-
-
-def to_unit(value: Any, dist: BaseDistribution) -> float:
-    """A parameter value as a coordinate in [0, 1]."""
-    if isinstance(dist, CategoricalDistribution):
-        return dist.choices.index(value) / max(1, len(dist.choices) - 1)
-    low, high = float(dist.low), float(dist.high)  # type: ignore[attr-defined]
-    if high == low:
-        return 0.0
-    if getattr(dist, "log", False):
-        return (math.log(value) - math.log(low)) / (math.log(high) - math.log(low))
-    return (float(value) - low) / (high - low)
-
-
-def from_unit(x: float, dist: BaseDistribution) -> Any:
-    """The parameter value at coordinate ``x`` (clipped to [0, 1]); ints and choices are rounded."""
-    x = min(max(float(x), 0.0), 1.0)
-    if isinstance(dist, CategoricalDistribution):
-        return dist.choices[int(round(x * (len(dist.choices) - 1)))]
-    low, high = float(dist.low), float(dist.high)  # type: ignore[attr-defined]
-    value = (
-        math.exp(math.log(low) + x * (math.log(high) - math.log(low)))
-        if getattr(dist, "log", False)
-        else low + x * (high - low)
-    )
-    if isinstance(dist, IntDistribution):
-        return int(min(max(round(value), dist.low), dist.high))
-    return float(min(max(value, low), high))
 
 
 def acquisition(utility: str, mean: np.ndarray, std: np.ndarray, y_max: float, kappa: float, xi: float) -> np.ndarray:
@@ -82,18 +51,7 @@ def acquisition(utility: str, mean: np.ndarray, std: np.ndarray, y_max: float, k
     return cast(np.ndarray, (mean - y_max - xi) * norm.cdf(z) + std * norm.pdf(z))
 
 
-def model_points(y: np.ndarray, limit: int, rng: np.random.RandomState) -> np.ndarray:
-    """Indexes of the points to fit on: all of them up to ``limit``; beyond, the best
-    ``limit // 2`` (highest ``y``) and a uniform draw of the others for the rest."""
-    if len(y) <= limit:
-        return np.arange(len(y))
-    order = np.argsort(-y, kind="stable")
-    best, rest = order[: limit // 2], order[limit // 2 :]
-    drawn = rng.choice(rest, size=limit - len(best), replace=False)
-    return np.sort(np.concatenate([best, drawn]))
-
-
-class GPSampler(BaseSampler):
+class GPSampler(UnitCubeSampler):
     def __init__(
         self,
         *,
@@ -107,42 +65,17 @@ class GPSampler(BaseSampler):
         selection_num_warm_up: int = 10_000,
         selection_num_starting_points: int = 250,
     ):
-        self._rng = np.random.RandomState(seed)
-        self._random = RandomSampler(seed=seed)
-        self._space = IntersectionSearchSpace()
+        super().__init__(seed=seed, cold_start=cold_start_num)
         self.utility, self.kappa, self.xi, self.nu, self.alpha = utility, kappa, xi, nu, alpha
         self.cold_start_num = cold_start_num
         self.warm_up = selection_num_warm_up
         # L-BFGS-B from at most 10 of the best warm-up points (NNI: 250), to bound an ask's time.
         self.starting_points = min(selection_num_starting_points, 10)
 
-    def reseed_rng(self) -> None:
-        self._rng = np.random.RandomState()
-        self._random.reseed_rng()
-
-    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        space = self._space.calculate(study)
-        return {name: dist for name, dist in space.items() if not dist.single()}
-
-    def sample_relative(
-        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
-    ) -> dict[str, Any]:
-        if not search_space:
-            return {}
-        observed = [
-            (t, loss)
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-            if (loss := observed_loss(t, study.direction)) is not None
-            and all(name in t.params for name in search_space)
-        ]
-        if len(observed) < self.cold_start_num:
-            return {}
-        names = sorted(search_space)
-        x = np.array([[to_unit(t.params[n], search_space[n]) for n in names] for t, _ in observed])
-        y = -np.array([loss for _, loss in observed])  # maximise -loss
+    def propose(self, x: np.ndarray, loss: np.ndarray, dists: list[BaseDistribution]) -> np.ndarray | None:
+        y = -loss  # maximise -loss
         keep = model_points(y, MAX_MODEL_POINTS, self._rng)
-        best = self._maximise(x[keep], y[keep])
-        return {n: from_unit(v, search_space[n]) for n, v in zip(names, best)}
+        return self._maximise(x[keep], y[keep])
 
     def _maximise(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         from scipy.optimize import minimize
@@ -175,8 +108,3 @@ class GPSampler(BaseSampler):
             if found.success and -float(found.fun) > best_score:
                 best, best_score = np.clip(found.x, 0.0, 1.0), -float(found.fun)
         return cast(np.ndarray, best)
-
-    def sample_independent(
-        self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
-    ) -> Any:
-        return self._random.sample_independent(study, trial, param_name, param_distribution)

@@ -40,8 +40,7 @@ from typing import Any, cast
 import numpy as np
 from optuna.distributions import BaseDistribution
 
-from trialflow.tuning.gp import model_points
-from trialflow.tuning.model_sampler import UnitCubeSampler, on_grid, seen
+from trialflow.tuning.model_sampler import UnitCubeSampler, model_points, on_grid, seen
 
 #: NNI's thresholds: observations before the mixture candidate and before re-sampling, the
 #: outlier's z-score (98 %), how often one point is re-run, and the good batch's share.

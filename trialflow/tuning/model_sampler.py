@@ -12,17 +12,56 @@ sampler draws at random.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
-from optuna.distributions import BaseDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import BaseSampler, RandomSampler
 from optuna.search_space import IntersectionSearchSpace
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from trialflow.tuning.anneal import observed_loss
-from trialflow.tuning.gp import from_unit, to_unit
+
+
+def to_unit(value: Any, dist: BaseDistribution) -> float:
+    """A parameter value as a coordinate in [0, 1]."""
+    if isinstance(dist, CategoricalDistribution):
+        return dist.choices.index(value) / max(1, len(dist.choices) - 1)
+    low, high = float(dist.low), float(dist.high)  # type: ignore[attr-defined]
+    if high == low:
+        return 0.0
+    if getattr(dist, "log", False):
+        return (math.log(value) - math.log(low)) / (math.log(high) - math.log(low))
+    return (float(value) - low) / (high - low)
+
+
+def from_unit(x: float, dist: BaseDistribution) -> Any:
+    """The parameter value at coordinate ``x`` (clipped to [0, 1]); ints and choices are rounded."""
+    x = min(max(float(x), 0.0), 1.0)
+    if isinstance(dist, CategoricalDistribution):
+        return dist.choices[int(round(x * (len(dist.choices) - 1)))]
+    low, high = float(dist.low), float(dist.high)  # type: ignore[attr-defined]
+    value = (
+        math.exp(math.log(low) + x * (math.log(high) - math.log(low)))
+        if getattr(dist, "log", False)
+        else low + x * (high - low)
+    )
+    if isinstance(dist, IntDistribution):
+        return int(min(max(round(value), dist.low), dist.high))
+    return float(min(max(value, low), high))
+
+
+def model_points(y: np.ndarray, limit: int, rng: np.random.RandomState) -> np.ndarray:
+    """Indexes of the points to fit on: all of them up to ``limit``; beyond, the best
+    ``limit // 2`` (highest ``y``) and a uniform draw of the others for the rest."""
+    if len(y) <= limit:
+        return np.arange(len(y))
+    order = np.argsort(-y, kind="stable")
+    best, rest = order[: limit // 2], order[limit // 2 :]
+    drawn = rng.choice(rest, size=limit - len(best), replace=False)
+    return np.sort(np.concatenate([best, drawn]))
 
 
 class UnitCubeSampler(BaseSampler):
