@@ -54,19 +54,17 @@ def test_a_seed_advances_by_the_trial_s_index():
     assert draws[0] == draws[2] != draws[1]
 
 
-def test_an_optuna_pruner_by_its_path_is_the_assessor():
-    from trialflow.config import ExperimentConfig  # noqa: F401  (the config type make_pruner reads)
+def test_an_optuna_pruner_by_its_path_is_the_assessor(tmp_path):
+    from trialflow.config import load_config
 
-    class Config:
-        assessor = AlgorithmConfig(name="optuna.pruners.PercentilePruner", class_args={"percentile": 25.0})
-        advisor = None
-
-    assert (
-        _problems({"name": "TPE"}, {"name": "optuna.pruners.PercentilePruner", "class_args": {"percentile": 25.0}})
-        == []
+    config = tmp_path / "config.yml"
+    config.write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python3 t.py\ntrialConcurrency: 1\n"
+        "tuner: {name: TPE}\nassessor: {name: optuna.pruners.PercentilePruner, classArgs: {percentile: 25.0}}\n"
+        "trainingService: {platform: local}\n"
     )
-    pruner = make_pruner(Config())  # type: ignore[arg-type]
-    assert isinstance(pruner, optuna.pruners.PercentilePruner)
+    pruner = make_pruner(load_config(config))
+    assert isinstance(pruner, optuna.pruners.PercentilePruner) and pruner._percentile == 25.0
 
 
 @pytest.mark.parametrize(
