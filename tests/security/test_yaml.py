@@ -228,3 +228,30 @@ def test_a_search_space_file_that_is_not_one_is_described_not_quoted(tmp_path, n
     said = str(refused.value)
     assert str(tmp_path / name) in said
     assert "TOPSECRET" not in said and "password" not in said and "$6$" not in said
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ('{"x": {"_type": "uniform", "_value": [0, 1]}, "x": {"_type": "choice", "_value": [1]}}', "duplicate key 'x'"),
+        ("a" * 1_100_000, "is larger than"),
+        ("{x: [", "not JSON or YAML"),
+        (
+            "a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+            "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+            "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+            "f: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n",
+            "alias",
+        ),
+    ],
+)
+def test_a_hostile_search_space_file_is_refused_before_any_store_is_opened(tmp_path, capsys, content, words):
+    """`trialflow update-searchspace` reads its file with the config reader's bounds."""
+    from trialflow.cli.commands import main
+
+    path = tmp_path / "space.yml"
+    path.write_text(content)
+    assert main(["update-searchspace", "e1", str(path), "--store", f"sqlite:///{tmp_path / 'none.db'}"]) == 1
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err
+    assert not (tmp_path / "none.db").exists()

@@ -851,13 +851,15 @@ def cmd_update_searchspace(args: argparse.Namespace) -> int:
             when = "the config's" if version.at is None else f"{stamp} by {version.by}"
             print(f"version {version.version} ({when}): {json.dumps(version.space)}")
         return code
+    from trialflow.config.files import FileProblem, load_yaml, read_bounded
+
     path = Path(args.file)
-    try:
-        if path.stat().st_size > MAX_SPACE_BYTES:
-            return _fail(ValueError(f"{path}: over {MAX_SPACE_BYTES:,} bytes; a search space is smaller"))
-        raw = yaml.safe_load(path.read_text())  # JSON is YAML
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        return _fail(ValueError(f"{path}: cannot be read as JSON or YAML: {exc}"))
+    try:  # the config reader's own bounds: size, UTF-8, no alias bombs or duplicate keys
+        raw, _ = load_yaml(read_bounded(path, MAX_SPACE_BYTES, "search space file"))  # JSON is YAML
+    except FileProblem as exc:
+        return _fail(ValueError(str(exc)))
+    except yaml.YAMLError as exc:
+        return _fail(ValueError(f"{path}: not JSON or YAML: {exc}"))
     changed, code = _steer(args, lambda store, by: steering.change_search_space(store, args.experiment, by, raw))
     if changed is None:
         return code
