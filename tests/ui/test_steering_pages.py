@@ -205,6 +205,11 @@ def test_narrow_the_search_space_from_the_page_and_see_its_versions(browser, ui:
     page.click("[data-testid=apply-search-space]")
     page.wait_for_selector("text=Search space version 1", timeout=10000)
     shot(page, "search-space-changed")
+    dark = login(browser, ui, user="editor", dark=True)
+    dark.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}")
+    dark.wait_for_selector("[data-testid=search-space]", timeout=30000)
+    shot(dark, "search-space-dark")
+    assert not dark.errors, dark.errors
     (folder / "release").touch()
     _, state = harness.wait(dag_id, run_id, 300)
     assert state == "success"
