@@ -217,6 +217,7 @@ def harness(tmp_path_factory):
 def nni_folder(tmp_path_factory, nni_python) -> Path:
     """A real NNI 3.0 experiment, run once per session by nnictl (tests/helpers/nni_run.py)."""
     import subprocess
+    import warnings
 
     from tests.helpers.nni_run import missing_reason, run_nni_experiment
 
@@ -224,6 +225,12 @@ def nni_folder(tmp_path_factory, nni_python) -> Path:
     if reason:
         pytest.skip(reason)
     try:
-        return run_nni_experiment(tmp_path_factory.mktemp("nni"), nni_python)
+        try:
+            return run_nni_experiment(tmp_path_factory.mktemp("nni"), nni_python)
+        except RuntimeError as exc:
+            # NNI's own manager once finished none of its trials in CI (stop 61, logs not kept);
+            # it is the input these tests read, not what they test: one more experiment, said aloud.
+            warnings.warn(f"NNI's experiment is run again: {str(exc)[:2000]}", stacklevel=1)
+            return run_nni_experiment(tmp_path_factory.mktemp("nni"), nni_python)
     except subprocess.CalledProcessError as exc:  # `ip netns` refused (a container without the right)
         pytest.skip(f"a network namespace for NNI could not be made: {exc}")

@@ -69,9 +69,27 @@ def run_nni_experiment(work: Path, nni_python: str, trials: int = 4) -> Path:
         subprocess.run(["ip", "netns", "delete", namespace])
     if f'"succeeded": {trials}' not in done.stdout:
         print(done.stdout, done.stderr[-2000:], file=sys.stderr)
-        raise RuntimeError(f"NNI did not finish its {trials} trials: {done.stdout.strip()[-300:]}")
+        logs = _logs(work)
+        print(logs, file=sys.stderr)
+        raise RuntimeError(f"NNI did not finish its {trials} trials: {done.stdout.strip()[-300:]}\n{logs[-1500:]}")
     (folder,) = [p for p in (work / "exp").iterdir() if p.is_dir() and not p.name.startswith("_")]
     return folder
+
+
+def _logs(work: Path, tail: int = 3000) -> str:
+    """The ends of what nnictl, NNI's manager, its dispatcher and the trials wrote, for a run that
+    did not finish: CI keeps only the test's output, not these files."""
+    found = sorted(work.glob("*.nnictl.log")) + sorted((work / "exp").glob("*/log/*.log"))
+    found += sorted((work / "exp").glob("*/environments/*/trials/*/trial.stderr"))[:2]
+    found = [path for path in found if "_latest" not in path.parts]  # NNI's link to the same folder
+    parts = []
+    for path in found:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError as exc:
+            text = f"({exc})"
+        parts.append(f"--- {path.relative_to(work)} ---\n{text[-tail:]}")
+    return "\n".join(parts) or f"(no nnictl or NNI log under {work})"
 
 
 def export_files(folder: Path) -> tuple[Path, Path]:
