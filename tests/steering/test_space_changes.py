@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.experiment_setup import experiment_with_store
-from trialflow import steering
+from trialflow import queries, steering
 from trialflow.lifecycle import trial_lifecycle
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
@@ -116,3 +116,33 @@ def test_an_experiment_whose_runs_are_over_is_refused(setup):
     steering.stop_experiment(store, "espace", "alice")
     with pytest.raises(steering.ActionRefused, match="not running|over|stopped"):
         steering.change_search_space(store, "espace", "alice", NARROW)
+
+
+def test_the_table_the_charts_and_the_export_mark_trials_of_an_earlier_space(setup):
+    """The earlier space's trials stay in every view, marked; the later ones are not, and no
+    trial is marked before the space changes."""
+    experiment, store = setup
+    engine = store.storage.engine
+    for i in range(3):
+        _run(experiment, store, i)
+    page = queries.trials_page(engine, "espace")
+    assert page["space_versions"] == 0 and not any(r["earlier_space"] for r in page["rows"])
+    steering.change_search_space(store, "espace", "alice", NARROW)
+    for i in range(3, 5):
+        _run(experiment, store, i)
+    page = queries.trials_page(engine, "espace")
+    assert page["space_versions"] == 1 and page["total"] == 5
+    marks = {r["trial_index"]: (r["space_version"], r["earlier_space"]) for r in page["rows"]}
+    assert marks == {0: (0, True), 1: (0, True), 2: (0, True), 3: (1, False), 4: (1, False)}
+    # the same marks whichever way the page is found: a search and a parameter sort read kept rows
+    searched = queries.trials_page(engine, "espace", search="x", sort="param:x")["rows"]
+    assert {r["trial_index"]: r["earlier_space"] for r in searched} == {i: m[1] for i, m in marks.items()}
+    charts = queries.chart_data(engine, "espace").as_dict()
+    assert {t["trial_index"]: t["earlier_space"] for t in charts["trials"]} == {i: m[1] for i, m in marks.items()}
+    exported = {r["trial_index"]: r["space_version"] for r in queries.export_json(engine, "espace")}
+    assert exported == {i: m[0] for i, m in marks.items()}
+    detail = queries.trial_detail(engine, "espace", 1)
+    assert (detail["space_version"], detail["space_versions"], detail["earlier_space"]) == (0, 1, True)
+    # a second change makes version 1's trials earlier too
+    steering.change_search_space(store, "espace", "bob", {"x": {"_type": "uniform", "_value": [2, 2.5]}})
+    assert all(r["earlier_space"] for r in queries.trials_page(engine, "espace")["rows"])

@@ -172,6 +172,7 @@ def test_narrow_the_search_space_from_the_page_and_see_its_versions(browser, ui:
     later trial falls inside it; the Config tab shows each version; a reader has no field."""
     import json
 
+    from tests.helpers.screens import canvas_drawn
     from tests.integration.test_space_changes import HOLDING, NARROW
 
     harness = ui.harness
@@ -230,4 +231,14 @@ def test_narrow_the_search_space_from_the_page_and_see_its_versions(browser, ui:
     page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial=11")
     page.wait_for_selector("[data-testid=trial-space-version]", timeout=30000)
     assert page.locator("[data-testid=trial-space-version]").inner_text() == "version 1"
+    # the table marks the earlier space's trials, and the charts draw them (hollow, dashed)
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}")
+    page.wait_for_selector("[data-testid=summary]", timeout=30000)
+    assert canvas_drawn(page, "[data-testid=chart-history]") and canvas_drawn(page, "[data-testid=chart-parallel]")
+    shot(page, "earlier-space-charts")
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&tab=trials")
+    page.wait_for_selector("[data-testid=trial-row] >> nth=11", timeout=30000)
+    marked = page.locator("[data-testid=trial-row]:has([data-testid=earlier-space])")
+    assert sorted(int(marked.nth(i).get_attribute("data-index")) for i in range(marked.count())) == [0, 1, 2, 3, 4]
+    shot(page, "earlier-space-table")
     assert not page.errors, page.errors

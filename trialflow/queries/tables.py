@@ -50,6 +50,7 @@ ROW_ATTRS = (
     "service_index",
     "started_at",
     "asked_by",
+    "space_version",  # the search space version it was asked under (trialflow.tuning.space_versions)
 )
 STATUSES = ("WAITING", "RUNNING", "SUCCEEDED", "FAILED", "USER_CANCELED", "SYS_CANCELED", "EARLY_STOPPED")
 ACTIVE = ("WAITING", "RUNNING")

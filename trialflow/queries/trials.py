@@ -70,8 +70,16 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _row(raw: sa.Row, intermediate_count: int = 0) -> dict[str, Any]:
+def newest_space(conn: sa.Connection, sid: int) -> int:
+    """The experiment's newest search space version: 0 until a person changes the space while
+    it runs (trialflow.tuning.space_versions keeps each change)."""
+    changes = study_attrs(conn, [sid], (SPACES_ATTR,)).get(sid, {}).get(SPACES_ATTR)
+    return len(changes) if isinstance(changes, list) else 0
+
+
+def _row(raw: sa.Row, intermediate_count: int = 0, newest: int = 0) -> dict[str, Any]:
     handle = decoded(raw.a_handle) or {}
+    space_version = _version(raw.a_space_version)
     final = decoded(raw.a_final_metric)
     asked_by = decoded(raw.a_asked_by)
     started, ended = epoch(raw.datetime_start), epoch(raw.datetime_complete)
@@ -98,6 +106,10 @@ def _row(raw: sa.Row, intermediate_count: int = 0) -> dict[str, Any]:
         "duration": None if started is None or (ended is None and not running) else (ended or time.time()) - started,
         "intermediate_count": intermediate_count,
         "optuna_state": raw.state,
+        # asked under an earlier search space than the newest: kept in the history and the
+        # charts, marked, and given to the tuner only where it fits the newest
+        "space_version": space_version,
+        "earlier_space": space_version < newest,
     }
 
 
@@ -287,9 +299,11 @@ def _page(
     engine: Engine, experiment_id: str, rows: list[sa.Row], counts: dict[int, int], total: int, offset: int, limit: int
 ) -> dict[str, Any]:
     several = objectives_of(engine, experiment_id)  # several objectives: each row's values, the set
-    made = [_row(r, counts.get(r.storage_id, 0)) for r in rows]
     with engine.connect() as conn:  # each trial's MLflow run, where the experiment is tracked
-        links = run_links(conn, study_id_of(conn, experiment_id), (str(m["trial_index"]) for m in made))
+        sid = study_id_of(conn, experiment_id)
+        newest = newest_space(conn, sid)
+        made = [_row(r, counts.get(r.storage_id, 0), newest) for r in rows]
+        links = run_links(conn, sid, (str(m["trial_index"]) for m in made))
     for one in made:
         one["mlflow_url"] = links.get(str(one["trial_index"]))
     return {
@@ -297,6 +311,7 @@ def _page(
         "offset": offset,
         "limit": limit,
         "rows": [several.annotate(one) for one in made],
+        "space_versions": newest,
         **(several.as_dict() if several.several else {}),
     }
 
@@ -352,21 +367,23 @@ def iter_trial_rows(engine: Engine, experiment_id: str, chunk: int = 1000) -> It
 def _streamed_rows(engine: Engine, sid: int, several: Objectives, chunk: int) -> Iterator[dict[str, Any]]:
     query, _ = _trials_query(engine, sid)
     with engine.connect() as conn:
+        newest = newest_space(conn, sid)
         result = conn.execution_options(yield_per=chunk).execute(query.order_by(TRIAL_INDEX.c.trial_index))
         for rows in result.partitions():
             with engine.connect() as side:  # the streaming cursor holds the first connection
                 counts = intermediate_counts(side, [r.storage_id for r in rows])
             for r in rows:
-                yield several.annotate(_row(r, counts.get(r.storage_id, 0)))
+                yield several.annotate(_row(r, counts.get(r.storage_id, 0), newest))
 
 
 def chart_rows(engine: Engine, experiment_id: str, indexes: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Trials' index, status, parameters, metric, times and platform, in index order: every
     trial, or those of ``indexes`` (read in chunks of bound parameters). What the charts draw
     and what parameter importance reads; no counts, no pagination."""
-    status, params, handle = _attr("nni_status"), _attr("parameters"), _attr("handle")
+    status, params, handle, version = _attr("nni_status"), _attr("parameters"), _attr("handle"), _attr(VERSION_ATTR)
     with engine.connect() as conn:
         sid = study_id_of(conn, experiment_id)
+        newest = newest_space(conn, sid)
         query = (
             sa.select(
                 TRIAL_INDEX.c.trial_index,
@@ -376,6 +393,7 @@ def chart_rows(engine: Engine, experiment_id: str, indexes: Sequence[int] | None
                 status.c.value_json,
                 params.c.value_json,
                 handle.c.value_json,
+                version.c.value_json,
             )
             .select_from(
                 TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id)
@@ -383,6 +401,7 @@ def chart_rows(engine: Engine, experiment_id: str, indexes: Sequence[int] | None
                 .outerjoin(status, sa.and_(status.c.trial_id == TRIALS.c.trial_id, status.c.key == "nni_status"))
                 .outerjoin(params, sa.and_(params.c.trial_id == TRIALS.c.trial_id, params.c.key == "parameters"))
                 .outerjoin(handle, sa.and_(handle.c.trial_id == TRIALS.c.trial_id, handle.c.key == "handle"))
+                .outerjoin(version, sa.and_(version.c.trial_id == TRIALS.c.trial_id, version.c.key == VERSION_ATTR))
             )
             .where(TRIAL_INDEX.c.study_id == sid)
             .order_by(TRIAL_INDEX.c.trial_index)
@@ -406,10 +425,17 @@ def chart_rows(engine: Engine, experiment_id: str, indexes: Sequence[int] | None
                 "started": epoch(begun),
                 "ended": epoch(done),
                 "platform": (decoded(ha) or {}).get("platform"),
+                "earlier_space": _version(ve) < newest,
             }
         )
-        for index, value, begun, done, st, pa, ha in rows
+        for index, value, begun, done, st, pa, ha, ve in rows
     ]
+
+
+def _version(stored: str | None) -> int:
+    """The space version a trial's attribute holds (0: the config's, or none recorded)."""
+    value = decoded(stored)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 #: Bound parameters per ``IN`` list: far below SQLite's and PostgreSQL's limits.
@@ -561,15 +587,6 @@ def trial_detail(
                 ).scalar()
             )
         )
-        asked_under = decoded(
-            conn.execute(
-                sa.select(TRIAL_ATTRS.c.value_json).where(
-                    TRIAL_ATTRS.c.trial_id == storage_id, TRIAL_ATTRS.c.key == VERSION_ATTR
-                )
-            ).scalar()
-        )
-        sid = study_id_of(conn, experiment_id)
-        changes = study_attrs(conn, [sid], (SPACES_ATTR,)).get(sid, {}).get(SPACES_ATTR)
         total = int(row.get("intermediate_count") or 0)
         intermediate = _thinned_curve(conn, str(engine.url), storage_id, total, max_points)
     return {
@@ -584,10 +601,9 @@ def trial_detail(
         "lineage": lineage.to_attr() if lineage is not None else None,
         "intermediate": intermediate,
         "intermediate_total": total,
-        # the search space version the trial was asked under, and the experiment's newest (a
-        # person may change the space while it runs: trialflow.tuning.space_versions)
-        "space_version": asked_under if isinstance(asked_under, int) else 0,
-        "space_versions": len(changes) if isinstance(changes, list) else 0,
+        # the experiment's newest search space version (a person may change the space while it
+        # runs: trialflow.tuning.space_versions); the row says which the trial was asked under
+        "space_versions": page["space_versions"],
     }
 
 

@@ -122,6 +122,11 @@ export function TrialTable({ experimentId, summary, live, selected, onSelect, on
                             title={`parameters chosen by ${row.added_by ?? "a person"} (parameter_source: customized)`}
                             data-testid="added-by-hand">added</Text>
                         : null}
+                      {row.earlier_space
+                        ? <Text as="span" ml={1} px={1} borderRadius="sm" bg="gray.subtle" color="fg.muted" fontFamily="body"
+                            title={`asked under search space version ${row.space_version ?? 0}; the space has changed since (it reaches the tuner only where it fits the newest)`}
+                            data-testid="earlier-space">earlier space</Text>
+                        : null}
                       {row.mlflow_url
                         ? <Link ml={1} fontFamily="body" href={row.mlflow_url} target="_blank" rel="noopener noreferrer"
                             color="blue.fg" title="its nested run in MLflow" onClick={(e) => e.stopPropagation()}

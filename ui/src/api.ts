@@ -57,6 +57,10 @@ export interface TrialRow {
   /** Several objectives: the trial's value of each (null until it has all), and whether it is in the Pareto set. */
   values?: Record<string, number> | null;
   pareto?: boolean;
+  /** The search space version it was asked under (0: the config's), and whether a newer one exists:
+   * a person changed the space while the experiment ran (its trials stay, marked). */
+  space_version?: number;
+  earlier_space?: boolean;
 }
 
 export interface Objective {

@@ -4,7 +4,8 @@ import type { Option } from "./Chart";
 import { STATUS_COLOR, distinctLabels, flatten, formatDuration, formatValue } from "./util";
 
 const tooltipTrial = (row: TrialRow) =>
-  `trial ${row.trial_index} (${row.status})${row.pareto ? " · Pareto set" : ""}<br/>` +
+  `trial ${row.trial_index} (${row.status})${row.pareto ? " · Pareto set" : ""}` +
+  `${row.earlier_space ? ` · earlier search space (version ${row.space_version ?? 0})` : ""}<br/>` +
   (row.values
     ? Object.entries(row.values).map(([k, v]) => `${escapeHtml(k)}: ${formatValue(v)}<br/>`).join("")
     : `metric: ${formatValue(row.metric)}<br/>`) +
@@ -23,6 +24,7 @@ const ANIMATION = { animation: false };
 export function historyOption(rows: TrialRow[], mode: "maximize" | "minimize", objectives: Objective[] = []): Option {
   const done = rows.filter((r) => r.metric !== null).sort((a, b) => a.trial_index - b.trial_index);
   if (objectives.length > 1) return severalHistory(done, objectives);
+  const earlier = done.filter((r) => r.earlier_space);
   let best: number | null = null;
   const bestLine = done.map((r) => {
     const value = r.metric as number;
@@ -39,17 +41,22 @@ export function historyOption(rows: TrialRow[], mode: "maximize" | "minimize", o
         return row ? tooltipTrial(row) : "";
       },
     },
-    legend: { data: ["metric", `best so far (${mode})`], top: 0 },
+    legend: { data: ["metric", `best so far (${mode})`, ...(earlier.length ? [EARLIER] : [])], top: 0 },
     grid: { left: 60, right: 40, top: 36, bottom: 36 },
     xAxis: { type: "value", name: "trial", minInterval: 1 },
     yAxis: { type: "value", name: "metric", scale: true },
     dataZoom: [{ type: "inside" }],
     series: [
       { name: "metric", type: "scatter", symbolSize: done.length > 500 ? 4 : 7, large: done.length > 1000,
-        data: done.map((r) => [r.trial_index, r.metric]),
+        data: done.filter((r) => !r.earlier_space).map((r) => [r.trial_index, r.metric]),
         itemStyle: { color: STATUS_COLOR.SUCCEEDED } },
       { name: `best so far (${mode})`, type: "line", step: "end", showSymbol: false, data: bestLine,
         lineStyle: { width: 2 } },
+      // trials asked under an earlier search space: kept, hollow (the best line counts them)
+      ...(earlier.length
+        ? [{ name: EARLIER, type: "scatter", symbol: "emptyCircle", symbolSize: done.length > 500 ? 4 : 7,
+            data: earlier.map((r) => [r.trial_index, r.metric]), itemStyle: { color: EARLIER_COLOR } }]
+        : []),
     ],
   };
 }
@@ -82,6 +89,9 @@ function severalHistory(done: TrialRow[], objectives: Objective[]): Option {
 }
 
 const PARETO_COLOR = "#d9480f";
+/** Trials asked under an earlier search space than the newest (a person changed it while it ran). */
+const EARLIER = "earlier search space";
+const EARLIER_COLOR = "#718096";
 /** Big enough to pick out a handful of Pareto trials, small enough that a dense front of
  * hundreds (2,000 trials gave 163) does not bury the trials behind it. */
 const diamondSize = (count: number) => (count > 100 ? 6 : count > 30 ? 9 : 12);
@@ -166,13 +176,17 @@ export function parallelOption(rows: TrialRow[], summary: Summary | undefined, c
   const several = summary?.objectives?.length ?? 0;
   axes.push({ dim: names.length, name: several > 1 ? summary!.objectives[0].metric : "metric", type: "value", scale: true });
   const metrics = done.map((r) => r.metric as number);
-  const data = done.map((r, i) => [
-    ...names.map((name, dim) => {
-      const value = flat[i][name];
-      return (axes[dim] as { type: string }).type === "category" ? formatValue(value) : value ?? null;
-    }),
-    r.metric,
-  ]);
+  const data = done.map((r, i) => {
+    const value = [
+      ...names.map((name, dim) => {
+        const v = flat[i][name];
+        return (axes[dim] as { type: string }).type === "category" ? formatValue(v) : v ?? null;
+      }),
+      r.metric,
+    ];
+    // an earlier search space's trial: dashed and fainter, still drawn
+    return r.earlier_space ? { value, lineStyle: { type: "dashed", opacity: 0.35 } } : value;
+  });
   return {
     ...ANIMATION,
     tooltip: { trigger: "item", formatter: (p: { dataIndex: number; componentType?: string; name?: string }) =>
