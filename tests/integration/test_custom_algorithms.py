@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.airflow import PY, Harness
+from trialflow import queries
 from trialflow.platforms.base import experiment_id_for
 from trialflow.tuning.custom.runner import SHIM, Saved
 
@@ -110,3 +111,39 @@ def test_a_tuner_class_that_raises_fails_the_run_with_its_words_and_airflow_carr
     assert "Raising.generate_parameters failed: ValueError: no idea for trial 0 (lossy_tuners.py:" in log, log[-3000:]
     # the scheduler and triggerer live on: the next DAG runs
     assert harness.airflow.processes["scheduler"].poll() is None
+
+
+def test_a_custom_advisor_runs_rounds_kills_a_falling_trial_and_ends_when_it_has_no_more(harness: Harness):
+    """An advisor of the user's own (NNI 3.0's MsgDispatcherBase) chooses every trial's
+    parameters: the second round's trials wait (no slot held) until the first round has ended,
+    a trial it sends KillTrialJob for is stopped early, and the trial it has none for once
+    nothing runs is skipped, never failed: the run succeeds."""
+    config = (
+        _config("x.X")
+        .replace(
+            "tuner: {className: x.X, codeDirectory: ., classArgs: {optimize_mode: maximize}}\n",
+            "advisor: {className: rounds_advisor.RoundsAdvisor, codeDirectory: ., "
+            "classArgs: {round_size: 2, drops: 2, total: 4}}\n",
+        )
+        .replace("maxTrialNumber: 4", "maxTrialNumber: 5")
+    )
+    dag_id, folder = harness.experiment("custom_advisor", config, _files(), dag_args="defer_after=1.0")
+    run_id, state = harness.run(dag_id, timeout=400)
+    rows = harness.rows(dag_id, run_id)
+    assert [r.status for r in rows] == ["SUCCEEDED", "EARLY_STOPPED", "SUCCEEDED", "EARLY_STOPPED"], rows
+    assert rows[1].message == "stopped early by rounds_advisor.RoundsAdvisor at step 2", rows[1].message
+    # the second round started only once the first had ended
+    times = queries.trials_page(harness.store.storage.engine, experiment_id_for(dag_id, run_id))["rows"]
+    assert min(t["started"] for t in times[2:]) >= max(t["ended"] for t in times[:2]), times
+    xs = [round(r.parameters["x"], 2) for r in rows]
+    assert sorted(xs[:2]) == [0.0, 0.37] and sorted(xs[2:]) == [0.11, 0.74], xs  # in a round, either asks first
+    tis = {ti["map_index"]: ti["state"] for ti in harness.tis(dag_id, run_id)}
+    # trial 4 never started (no row): its task is skipped, as the early-stopped trials' are
+    assert len(tis) == 5 and tis[0] == tis[2] == "success" and tis[4] == "skipped", tis
+    assert state == "success"
+    advisor = _kept(harness, experiment_id_for(dag_id, run_id), "tuner", folder)
+    assert advisor.sent == 4 and sorted(advisor.results) == ["p0", "p1", "p2", "p3"]
+    # each trial's end told once, with the advisor's own id for the parameters it sent (p<k>: x = 0.37 k mod 1)
+    sent_as = {round((k * 0.37) % 1, 2): f"p{k}" for k in range(4)}
+    told = sorted(c for c in advisor.calls if c.startswith("end"))
+    assert told == sorted(f"end {sent_as[round(r.parameters['x'], 2)]} {r.status}" for r in rows), told

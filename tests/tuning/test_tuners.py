@@ -139,12 +139,12 @@ def test_unsupported_names_say_the_closest_choice(name, closest):
         canonical_tuner_name(AlgorithmConfig(name=name))
 
 
-def test_a_custom_class_has_no_catalogue_name_and_a_custom_advisor_is_refused():
+def test_a_custom_class_has_no_catalogue_name_and_a_custom_advisor_is_checked_as_a_tuner_is():
     with pytest.raises(UnsupportedAlgorithm, match="custom tuner className 'my.Tuner' has no catalogue entry"):
         canonical_tuner_name(AlgorithmConfig(class_name="my.Tuner"))
-    problems = check_algorithms(None, AlgorithmConfig(class_name="my.Advisor"), None, parse_search_space({}))
-    assert problems and "custom advisor className 'my.Advisor' is not supported" in problems[0][1]
-    assert problems[0][1].endswith("or one of Hyperband, BOHB")
+    assert check_algorithms(None, AlgorithmConfig(class_name="my.Advisor"), None, parse_search_space({})) == []
+    problems = check_algorithms(None, AlgorithmConfig(class_name="Advisor"), None, parse_search_space({}))
+    assert problems[0][0] == "advisor.className" and "expected module.Class" in problems[0][1]
 
 
 def test_an_algorithm_in_the_wrong_role_says_what_it_is():

@@ -105,16 +105,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _custom_class_problems(config: ExperimentConfig) -> list[Problem]:
-    """A custom tuner or assessor made as a run makes it (imported from its folder, in a Python
-    of its own, with its classArgs), its own error said when it cannot be."""
+    """A custom tuner, assessor or advisor made as a run makes it (imported from its folder, in a
+    Python of its own, with its classArgs), its own error said when it cannot be."""
     from trialflow.config.search_space import parse_search_space
     from trialflow.tuning.custom.runner import CustomClass, check
 
     problems = []
-    for key, algorithm in (("tuner", config.tuner), ("assessor", config.assessor)):
+    for key, algorithm in (("tuner", config.tuner), ("assessor", config.assessor), ("advisor", config.advisor)):
         if algorithm is None or algorithm.class_name is None:
             continue
-        said = check(CustomClass.of(algorithm, key), parse_search_space(config.search_space))
+        role = "assessor" if key == "assessor" else "tuner"  # an advisor is kept as the tuner
+        said = check(CustomClass.of(algorithm, role), parse_search_space(config.search_space))
         if said:
             problems.append(Problem(config.source_file, (key, "className"), said))
     return problems

@@ -48,6 +48,7 @@ from trialflow.tracking.runner import TRIAL_REQUEST_TIMEOUT, open_tracking
 from trialflow.trial.handle import current_handle
 from trialflow.trial.packing import CodeDirectoryError
 from trialflow.tuning.asker import ask
+from trialflow.tuning.custom.runner import AdvisorWaits
 from trialflow.tuning.experiment_store import TASK_ATTR
 from trialflow.tuning.pbt import PopulationNotReady
 from trialflow.tuning.space_versions import current as current_space
@@ -70,11 +71,13 @@ class TrialNotStarted(Exception):
 
 class TrialWaits(Exception):
     """The trial may not be given parameters yet (Population Based Training: the generation
-    before it has trials still running); its task asks again later, holding no slot."""
+    before it has trials still running; a custom advisor that sent none yet); its task asks
+    again later, holding no slot. ``waits_for`` says for what, in a few words."""
 
-    def __init__(self, trial_id: str, reason: str):
+    def __init__(self, trial_id: str, reason: str, waits_for: str = "its generation"):
         super().__init__(f"trial {trial_id} waits: {reason}")
         self.trial_id = trial_id
+        self.waits_for = waits_for
 
 
 class TrialCannotRun(Exception):
@@ -190,6 +193,10 @@ def start_trial(
         )
     except PopulationNotReady as exc:
         raise TrialWaits(trial_id, str(exc)) from None
+    except AdvisorWaits as exc:  # the user's advisor sent no parameters (NNI's NoMoreTrialJobs)
+        if exc.final:
+            raise TrialNotStarted(trial_id, str(exc)) from None
+        raise TrialWaits(trial_id, str(exc), "its advisor") from None
     record = asked.record
     chosen = _service_index(experiment, store, record, service_index)
     spec = experiment.trial_spec(

@@ -214,7 +214,7 @@ class SubmitTrialOperator(BaseOperator):
         except trial_lifecycle.TrialWaits as exc:
             # Up for reschedule, not deferred: a waiting task holds no slot of trialConcurrency,
             # so the trials it waits for (a retry among them) always find one.
-            label_task(context, f"{exc.trial_id} waits for its generation")
+            label_task(context, f"{exc.trial_id} waits for {exc.waits_for}")
             self.log.info("%s; asking again in %.0f s", exc, WAIT_INTERVAL)
             raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=WAIT_INTERVAL)) from None
         except trial_lifecycle.TrialCannotRun as exc:

@@ -358,10 +358,6 @@ def algorithm_spec(algorithm: AlgorithmConfig, role: Role) -> AlgorithmSpec:
         raise UnsupportedAlgorithm(
             f"custom {role} className {algorithm.class_name!r} has no catalogue entry: it runs as the user's own "
             "class (trialflow.tuning.custom)"
-            if role != "advisor"
-            else f"custom advisor className {algorithm.class_name!r} is not supported (an NNI advisor speaks "
-            "NNI's dispatcher protocol); use a custom tuner and a custom assessor, or one of "
-            f"{', '.join(supported)}"
         )
     name = str(algorithm.name)
     spec = _BY_KEY.get(_key(name))
@@ -506,7 +502,7 @@ def check_algorithms(
     ):
         if algorithm is None:
             continue
-        if algorithm.class_name is not None and role != "advisor":
+        if algorithm.class_name is not None:
             problems += check_custom_class(algorithm, key)
             continue
         try:
@@ -630,8 +626,8 @@ def markdown_table() -> str:
     lines.append("")
     lines.append(
         f"Refused by `trialflow validate` (NNI's tuners for neural architecture search), each with the "
-        f"closest supported choice: {refused} "
-        "(and custom advisors: a custom tuner and assessor run, see below)."
+        f"closest supported choice: {refused}. Custom tuners, assessors and advisors "
+        "(`className`) run as your own classes, see below."
     )
 
     def named(history: str) -> str:

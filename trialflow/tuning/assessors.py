@@ -70,6 +70,8 @@ def _assessor(assessor: AlgorithmConfig) -> BasePruner:
 
 
 def _advisor(advisor: AlgorithmConfig) -> BasePruner:
+    if advisor.class_name is not None:  # the user's advisor, kept as the tuner: its KillTrialJob stops a trial
+        return CustomAssessorPruner(CustomClass.of(advisor, "tuner"))
     name = algorithm_spec(advisor, "advisor").name
     args = advisor.class_args
     if name == "Hyperband":

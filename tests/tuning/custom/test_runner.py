@@ -186,8 +186,12 @@ def test_the_config_s_class_and_folder_are_checked_without_running_them(tmp_path
     assert problems(class_name="m.T", code_directory=tmp_path / "gone") == [
         ("tuner.codeDirectory", f"{tmp_path / 'gone'} is not a folder")
     ]
-    custom_advisor = algorithms.check_algorithms(None, AlgorithmConfig(class_name="a.B"), None, SPACE)
-    assert custom_advisor and "custom advisor className 'a.B' is not supported" in custom_advisor[0][1]
+    # an advisor's className is checked as a tuner's is
+    advisor = AlgorithmConfig(class_name="nowhere.Advisor", code_directory=CLASSES)
+    assert algorithms.check_algorithms(None, advisor, None, SPACE) == [
+        ("advisor.className", f"module 'nowhere' is not in {CLASSES} (expected nowhere.py there)")
+    ]
+    assert algorithms.check_algorithms(None, _tuner("rounds_advisor.RoundsAdvisor"), None, SPACE) == []
 
 
 @pytest.mark.slow
@@ -236,3 +240,92 @@ def test_the_class_never_sees_airflow_s_connections_or_settings(opened, monkeypa
     monkeypatch.setenv("AIRFLOW_CONN_SECRET_DB", "postgresql://u:hunter2@db/x")
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://u:hunter2@db/airflow")
     assert _ask(opened, 0, _tuner("lossy_tuners.Peeking")).parameters == {"x": 0.5, "seen": 0}
+
+
+@pytest.mark.slow
+def test_a_custom_advisor_hands_out_rounds_makes_a_trial_wait_and_hears_results_and_ends(opened):
+    """An advisor written against NNI 3.0's API: its NewTrialJob parameters reach the trials,
+    a trial it has none for waits (NNI's NoMoreTrialJobs) until a trial's end lets it send one,
+    and it hears each result and end once, with its own parameter ids."""
+    advisor = _tuner("rounds_advisor.RoundsAdvisor", round_size=2, total=4)
+    assert runner.check(CustomClass.of(advisor, "tuner"), SPACE) is None
+    first, second = _ask(opened, 0, advisor), _ask(opened, 1, advisor)
+    assert (first.parameters["x"], second.parameters["x"]) == (0.0, pytest.approx(0.37))
+    with pytest.raises(runner.AdvisorWaits) as waits:
+        _ask(opened, 2, advisor)  # the round's trials run: nothing yet
+    assert not waits.value.final and "sent no parameters yet" in str(waits.value)
+    assert opened.find_trial(EXPERIMENT, 2) is None  # a waiting trial claims nothing
+    with pytest.raises(runner.AdvisorWaits):
+        _ask(opened, 2, advisor)  # asked again: not requested twice (one request per waiting trial)
+    _finish(opened, first, 0.5)
+    with pytest.raises(runner.AdvisorWaits):
+        _ask(opened, 2, advisor)  # one of the round ended: still not the next round
+    _finish(opened, second, 0.7)
+    third = _ask(opened, 2, advisor)  # the round is over: the owed trial was sent at its end
+    assert third.parameters == {"x": pytest.approx(0.74), "seen": 2}
+    kept = _object(opened)
+    assert kept.results == {"p0": 0.5, "p1": 0.7}  # its own ids, each result once
+    assert kept.calls == ["initialize", "request 1", "request 1", "request 1", "end p0 SUCCEEDED", "end p1 SUCCEEDED"]
+    assert kept.credit == 0 and kept.sent == 3
+    # past its total, with nothing running: the trial is not started, rather than waiting forever
+    _finish(opened, third, 0.1, TrialStatus.FAILED)
+    fourth = _ask(opened, 3, advisor)
+    assert fourth.parameters["x"] == pytest.approx(0.11)
+    _finish(opened, fourth, 0.2)
+    with pytest.raises(runner.AdvisorWaits) as final:
+        _ask(opened, 4, advisor)
+    assert final.value.final and "no trial is running" in str(final.value)
+    assert _object(opened).calls[-2:] == ["end p3 SUCCEEDED", "request 1"]
+
+
+@pytest.mark.slow
+def test_a_custom_advisor_kills_a_trial_through_the_judge(opened):
+    """An advisor that sends KillTrialJob for a trial's intermediate result stops it at that step."""
+    advisor = _tuner("rounds_advisor.RoundsAdvisor", round_size=4, drops=3)
+    pruner = CustomAssessorPruner(CustomClass.of(advisor, "tuner"))
+    running = _ask(opened, 0, advisor)
+    opened.set_status(running.storage_id, TrialStatus.RUNNING)
+    opened.record_metrics(running.storage_id, [Metric("PERIODICAL", s, v) for s, v in enumerate([0.5, 0.4])])
+    first = judge(opened, EXPERIMENT, running.storage_id, pruner)
+    assert (first.stop_at, first.judged_through) == (None, 1)
+    opened.record_metrics(running.storage_id, [Metric("PERIODICAL", s, v) for s, v in [(2, 0.35), (3, 0.2), (4, 0.1)]])
+    assert judge(opened, EXPERIMENT, running.storage_id, pruner, after=first.judged_through).stop_at == 3
+    assert _object(opened).sent == 1  # the judge's calls kept the same object as the asks
+
+
+@pytest.mark.slow
+def test_a_custom_advisor_that_sends_bad_parameters_fails_the_ask_in_its_words(opened, tmp_path):
+    (tmp_path / "bad_advisor.py").write_text(
+        "import nni\nfrom nni.runtime.msg_dispatcher_base import MsgDispatcherBase\n"
+        "from nni.runtime.tuner_command_channel import CommandType\n\n"
+        "class Outside(MsgDispatcherBase):\n"
+        "    def handle_initialize(self, data):\n        pass\n"
+        "    def handle_request_trial_jobs(self, data):\n"
+        "        job = {'parameter_id': 0, 'parameters': {'x': 7, 'seen': 1}}\n"
+        "        self.send(CommandType.NewTrialJob, nni.dump(job))\n\n"
+        "class Garbled(Outside):\n"
+        "    def handle_request_trial_jobs(self, data):\n"
+        "        self.send(CommandType.NewTrialJob, 'not json')\n"
+    )
+    outside = AlgorithmConfig(class_name="bad_advisor.Outside", code_directory=tmp_path)
+    with pytest.raises(CustomAlgorithmError, match="outside the search space: x:"):
+        _ask(opened, 0, outside)
+    opened.set_experiment_attrs(EXPERIMENT, {"custom_tuner": None})
+    garbled = AlgorithmConfig(class_name="bad_advisor.Garbled", code_directory=tmp_path)
+    with pytest.raises(CustomAlgorithmError, match="Garbled.handle_request_trial_jobs failed: JSONDecodeError"):
+        _ask(opened, 0, garbled)
+    assert opened.find_trial(EXPERIMENT, 0) is None
+
+
+def test_nni_s_own_dummy_advisor_example_is_refused_for_its_search_space_by_name():
+    """NNI's customized-advisor example uses a search space that is not NNI's format (its own
+    README says so): refused where the file is read, naming it, before any class runs."""
+    from trialflow.config import ConfigError, load_config
+
+    example = Path(__file__).resolve().parents[4] / "shared" / "nni-examples" / "examples" / "tuners"
+    config = example / "mnist_keras_customized_advisor" / "config.yml"
+    if not config.is_file():
+        pytest.skip("../shared/nni-examples is not beside this checkout")
+    with pytest.raises(ConfigError) as refused:
+        load_config(config)
+    assert "search_space.json: (top level): not a search space" in str(refused.value)

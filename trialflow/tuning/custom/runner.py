@@ -1,7 +1,8 @@
-"""Calls to a custom tuner or assessor (trialflow.tuning.custom.host), and where its state lives.
+"""Calls to a custom tuner, assessor or advisor (trialflow.tuning.custom.host), and where its state lives.
 
 **Where the state lives.** NNI kept the class's object in its dispatcher's memory. Here it lives
-in the experiment store, as the experiment attribute ``custom_tuner`` (``custom_assessor``): the
+in the experiment store, as the experiment attribute ``custom_tuner`` (``custom_assessor``; an
+advisor, which chooses parameters and may stop trials, is kept as ``custom_tuner``): the
 object pickled after each call, and which trials it has been told of. Any worker's ask and the
 triggerer's judgement restore it, so the class keeps its memory when the triggerer restarts or
 the trials move between workers and machines, as if one process had run it throughout.
@@ -63,6 +64,19 @@ class CustomAlgorithmError(RuntimeError):
     """The class failed the call: its own message, or that it ran out of time."""
 
 
+class AdvisorWaits(Exception):
+    """A custom advisor sent no parameters for the asking trial (NNI's NoMoreTrialJobs, or
+    nothing): the trial waits and asks again while other trials run, as NNI's free slot did.
+    ``final``: no trial of the experiment is running, so nothing will change its mind."""
+
+    def __init__(self, label: str, final: bool):
+        self.final = final
+        super().__init__(
+            f"{label} sent no parameters"
+            + (" and no trial is running: it has no more trials" if final else " yet (it waits for running trials)")
+        )
+
+
 @dataclass(frozen=True)
 class CustomClass:
     """A custom tuner or assessor as the config names it."""
@@ -89,6 +103,7 @@ class Answer:
     value: Any
     state: str | None
     note: str | None
+    waits: bool = False  # an advisor sent no parameters
 
 
 def call(custom: CustomClass, request: dict[str, Any], timeout: float | None = None) -> Answer:
@@ -146,7 +161,7 @@ def call(custom: CustomClass, request: dict[str, Any], timeout: float | None = N
         method = phase.isidentifier() and phase != "import"
         where = f"{custom.label}.{phase}" if method else f"{custom.label} ({phase})"
         raise CustomAlgorithmError(f"{where} failed: {str(answer.get('error'))[:MAX_ERROR]}")
-    return Answer(answer.get("value"), answer.get("state"), answer.get("note"))
+    return Answer(answer.get("value"), answer.get("state"), answer.get("note"), answer.get("waits") is True)
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
@@ -229,11 +244,10 @@ def _tuner_events(ended: list[TrialHistory]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     for h in ended:
         value = _final(h)
+        known = {"parameter_id": h.trial_index, "trial_job_id": h.trial_id, "parameters": h.parameters}
         if value is not None:
-            events.append({"kind": "result", "parameter_id": h.trial_index, "parameters": h.parameters, "value": value})
-        events.append(
-            {"kind": "end", "parameter_id": h.trial_index, "success": h.status == TrialStatus.SUCCEEDED.value}
-        )
+            events.append({"kind": "result", **known, "value": value})
+        events.append({"kind": "end", **known, "status": h.status, "success": h.status == TrialStatus.SUCCEEDED.value})
     return events
 
 
@@ -244,7 +258,7 @@ def _exchange(
     space: SearchSpace | None,
     events_of: Any,
     request: dict[str, Any],
-) -> Any:
+) -> Answer:
     """Restore the class, tell it what it has not heard, make the call, keep its state."""
     key = STATE_ATTR.format(role=custom.role)
     with turn(store, experiment_id, custom.role):
@@ -268,15 +282,26 @@ def _exchange(
                 answer.note,
             )
         store.set_experiment_attrs(experiment_id, {key: Saved(answer.state, frozenset(told), answer.note).to_attr()})
-    return answer.value
+    return answer
 
 
 def generate(
-    store: ExperimentStore, experiment_id: str, trial_index: int, custom: CustomClass, space: SearchSpace
+    store: ExperimentStore,
+    experiment_id: str,
+    trial_index: int,
+    custom: CustomClass,
+    space: SearchSpace,
+    trial_id: str | None = None,
 ) -> dict[str, Any]:
     """Trial ``trial_index``'s parameters from the class's ``generate_parameters`` (its
-    parameter id is the trial's index), checked to be a point of the search space."""
-    parameters = _exchange(store, experiment_id, custom, space, _tuner_events, {"call": {"generate": trial_index}})
+    parameter id is the trial's index), or from what an advisor sent, checked to be a point of
+    the search space. An advisor that sent none raises AdvisorWaits."""
+    request = {"call": {"generate": trial_index, "trial_job_id": trial_id}}
+    answer = _exchange(store, experiment_id, custom, space, _tuner_events, request)
+    if answer.waits:
+        running = any(not h.finished for h in store.trial_histories(experiment_id) if h.trial_index != trial_index)
+        raise AdvisorWaits(custom.label, final=not running)
+    parameters = answer.value
     if not isinstance(parameters, dict):
         raise CustomAlgorithmError(
             f"{custom.label}.generate_parameters returned {type(parameters).__name__}, not a dict of parameters"
@@ -311,7 +336,9 @@ def assess(
         return None
     judged_from = steps[0][0] if after is None else after + 1
     request = {"call": {"assess": {"trial_job_id": trial_id, "steps": [[s, v] for s, v in steps], "from": judged_from}}}
-    stop = _exchange(store, experiment_id, custom, space, _assessor_events, request)
+    # an advisor (kept as the tuner) hears of results and ends as it does when asked for trials
+    events_of = _tuner_events if custom.role == "tuner" else _assessor_events
+    stop = _exchange(store, experiment_id, custom, space, events_of, request).value
     return int(stop) if isinstance(stop, int) else None
 
 

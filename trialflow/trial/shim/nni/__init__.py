@@ -7,9 +7,10 @@ wins: this module finds it further along ``sys.path`` and hands the import over,
 so the trial gets NNI itself, exactly as before.
 
 NNI's trial API is here (what trials call), and the base classes a customized
-tuner or assessor subclasses (``nni.tuner``, ``nni.assessor``, ``nni.recoverable``,
-``nni.utils``' helpers: trialflow.tuning.custom runs such classes); NNI's own
-tuners, NAS and compression are NNI's and need the real package.
+tuner, assessor or advisor subclasses (``nni.tuner``, ``nni.assessor``,
+``nni.runtime.msg_dispatcher_base`` with its command names, ``nni.recoverable``,
+``nni.utils``' helpers, ``nni.dump``/``nni.load``: trialflow.tuning.custom runs such
+classes); NNI's own tuners, NAS and compression are NNI's and need the real package.
 """
 
 import os
@@ -44,3 +45,22 @@ else:
     __all__ = list(_sdk.__all__)
     globals().update({name: getattr(_sdk, name) for name in __all__})
     __version__ = "3.0+trialflow"
+
+    import json as _json
+
+    def _plain(value):
+        if hasattr(value, "item") and callable(value.item):  # NumPy's numbers
+            return value.item()
+        raise TypeError(f"{type(value).__name__} is not JSON")
+
+    def dump(obj, fp=None, **kwargs):
+        """NNI's ``nni.dump`` for what an advisor sends (its parameters, a trial's id): JSON."""
+        text = _json.dumps(obj, default=_plain)
+        if fp is None:
+            return text
+        fp.write(text)
+        return None
+
+    def load(string=None, *, fp=None, **kwargs):
+        """NNI's ``nni.load``: what ``dump`` wrote (and the metrics trialflow hands an advisor)."""
+        return _json.loads(fp.read() if fp is not None else string)
