@@ -3,6 +3,8 @@ and the instances a trial's ask builds."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import optuna
 import pytest
 
@@ -27,6 +29,11 @@ def _problems(tuner: dict | None = None, assessor: dict | None = None) -> list[t
     [
         ("optuna.samplers.QMCSampler", {"qmc_type": "halton", "seed": 3}),
         ("optuna.samplers.TPESampler", {"n_startup_trials": 4, "multivariate": True}),
+        pytest.param(
+            "optuna.samplers.CmaEsSampler",
+            {"n_startup_trials": 3, "seed": 2},
+            marks=pytest.mark.skipif(importlib.util.find_spec("cmaes") is None, reason="the cmaes package is absent"),
+        ),
     ],
 )
 def test_an_optuna_sampler_by_its_path_validates_and_asks(name, args):
@@ -42,6 +49,8 @@ def test_an_optuna_sampler_by_its_path_validates_and_asks(name, args):
         assert -3 <= p["x"] <= 3
         study.tell(trial, p["x"] ** 2 + p["y"] ** 2)
     assert len({t.params["x"] for t in study.trials}) == 12  # the seed advances per trial
+    if name.endswith("CmaEsSampler"):  # past its startup trials, CMA-ES itself chose (its state kept per trial)
+        assert any(key.startswith("cma:") for t in study.trials for key in t.system_attrs), study.trials[-1]
 
 
 def test_a_seed_advances_by_the_trial_s_index():
@@ -101,3 +110,18 @@ def test_only_a_bounded_dotted_name_is_a_class_path():
     assert not is_class_path("TPE") and not is_class_path("a..b") and not is_class_path("a.b; import os")
     assert not is_class_path("a." + "b" * MAX_PATH)
     assert not is_class_path(None)
+
+
+@pytest.mark.parametrize(
+    "name, package",
+    [("optuna.samplers.CmaEsSampler", "'cmaes'"), ("optuna.samplers.GPSampler", "'torch'")],
+)
+def test_a_sampler_whose_package_is_missing_is_refused_by_validate_naming_it(monkeypatch, name, package):
+    """Optuna imports CmaEsSampler's cmaes and GPSampler's torch only when they first sample,
+    after their startup trials: without this check a config validated and its trials failed."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda module, *a: None if module in ("cmaes", "torch") else real(module, *a)
+    )
+    ((key, message),) = _problems({"name": name})
+    assert key == "tuner.name" and f"{name!r} needs {package}" in message and "pip install" in message

@@ -17,6 +17,7 @@ own config, like the DAG file's imports.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import re
 from typing import Any
@@ -25,6 +26,16 @@ from typing import Any
 CLASS_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 MAX_PATH = 200
 KINDS = {"tuner": ("optuna.samplers", "BaseSampler"), "assessor": ("optuna.pruners", "BasePruner")}
+
+
+#: Optional packages Optuna's own samplers import only when they first sample (after their
+#: startup trials): without them a config would pass validate and fail trials later. By class
+#: name, for the classes of ``optuna.samplers``: (module, what to install).
+NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "CmaEsSampler": (("cmaes", "cmaes"),),
+    "GPSampler": (("torch", "torch"), ("scipy", "scipy")),
+    "QMCSampler": (("scipy", "scipy"),),
+}
 
 
 class OptunaClassError(ValueError):
@@ -52,6 +63,16 @@ def load(path: str, role: str) -> type:
     if not (inspect.isclass(found) and issubclass(found, base)):
         what = "no class" if found is None else f"{type(found).__name__}"
         raise OptunaClassError(f"{path!r} is {what}, not a subclass of {base_module}.{base_name}")
+    missing = [
+        package
+        for module, package in (NEEDS.get(found.__name__, ()) if found.__module__.startswith("optuna.") else ())
+        if importlib.util.find_spec(module) is None
+    ]
+    if missing:
+        raise OptunaClassError(
+            f"{path!r} needs {', '.join(repr(m) for m in missing)}, not installed here "
+            f"(pip install {' '.join(missing)}): Optuna imports it when the sampler first samples"
+        )
     return found
 
 
