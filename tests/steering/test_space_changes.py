@@ -89,7 +89,6 @@ def test_a_bad_space_is_refused_by_key_and_nothing_changes(setup, space, words):
         ({"name": "GridSearch"}, "GridSearch runs its points in order"),
         ({"name": "PBTTuner"}, "PBTTuner runs its points in order"),
         ({"name": "GP"}, "searchSpace.x: GP does not support normal"),
-        ({"className": "mine.T"}, "the custom tuner mine.T keeps its own space"),
     ],
 )
 def test_a_space_the_tuner_cannot_take_is_refused_with_validates_words(tuner, words):

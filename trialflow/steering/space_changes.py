@@ -7,8 +7,9 @@ said in the experiment's history, which NNI's command did not.
 
 Refused: a tuner that runs its own points in order (GridSearch, BatchTuner: trial i is point i
 of the space it was given), PBT (its generations copy and perturb their parents' parameters
-within one space), a custom tuner class (its own ``update_search_space`` would have to be
-called where its object lives; not yet), and an experiment whose runs are over.
+within one space), and an experiment whose runs are over. A custom tuner or advisor class is
+given the new space by its own ``update_search_space`` (``handle_update_search_space``) at its
+next ask (trialflow.tuning.custom.runner), as NNI's command did.
 """
 
 from __future__ import annotations
@@ -51,11 +52,6 @@ def check_space(config: dict[str, Any], raw: Any) -> dict[str, Any]:
         raise BadInput(f"searchSpace: expected at most {MAX_PARAMETERS} parameters")
     tuner, advisor = _algorithm(config, "tuner"), _algorithm(config, "advisor")
     algorithm = tuner or advisor
-    if algorithm is not None and algorithm.class_name is not None:
-        raise BadInput(
-            f"searchSpace: the custom tuner {algorithm.class_name} keeps its own space; changing it while it "
-            "runs is not supported yet"
-        )
     name = str(algorithm.name) if algorithm is not None and algorithm.name else ""
     if name.replace("Tuner", "") in FIXED_SPACE or name in FIXED_SPACE:
         raise BadInput(f"searchSpace: {name} runs its points in order over the space it started with; it cannot change")

@@ -106,7 +106,9 @@ def ask(
     if tuner.class_name is not None and fixed is None:
         # the user's own tuner class (trialflow.tuning.custom): its parameters, replayed
         # (or advisor, kept as the tuner: AdvisorWaits when it sent none yet)
-        custom = generate(store, experiment_id, trial_index, CustomClass.of(tuner, "tuner"), space, trial_id)
+        custom = generate(
+            store, experiment_id, trial_index, CustomClass.of(tuner, "tuner"), space, trial_id, space_version
+        )
         fixed = encode(space, custom)
     sampler = make_sampler(tuner, space, trial_index) if tuner.class_name is None else optuna.samplers.RandomSampler()
     if fixed is not None:

@@ -329,3 +329,24 @@ def test_nni_s_own_dummy_advisor_example_is_refused_for_its_search_space_by_name
     with pytest.raises(ConfigError) as refused:
         load_config(config)
     assert "search_space.json: (top level): not a search space" in str(refused.value)
+
+
+@pytest.mark.slow
+def test_a_changed_space_reaches_the_kept_tuner_through_its_update_search_space(opened):
+    """NNI's `nnictl update searchspace`: the kept object is given the newest space once, at
+    its next ask, and samples from it; its memory stays."""
+    from trialflow.steering import change_search_space
+    from trialflow.tuning.space_versions import current
+
+    tuner = _tuner("counting_tuner.CountingTuner", seed=4)
+    first = _ask(opened, 0, tuner)
+    _finish(opened, first, 0.3)
+    narrow = {"x": {"_type": "uniform", "_value": [5, 6]}, "seen": {"_type": "randint", "_value": [0, 100]}}
+    change_search_space(opened, EXPERIMENT, "alice", narrow)
+    version, space = current(opened, EXPERIMENT, SPACE.raw)
+    for index in (1, 2):
+        asked = ask(opened, EXPERIMENT, index, f"{EXPERIMENT}-{index:04d}", tuner, space, space_version=version)
+        assert 5 <= asked.parameters["x"] <= 6 and asked.parameters["seen"] == 1
+    kept = _object(opened)
+    assert kept.space == narrow and kept.generated == [0, 1, 2] and kept.results == [(0, 0.3)]
+    assert Saved.read(opened.experiment_attr(EXPERIMENT, "custom_tuner")).space_version == 1

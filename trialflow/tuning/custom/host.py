@@ -106,7 +106,17 @@ def _restore(request: dict[str, Any]) -> tuple[Any, bool]:
     state = request.get("state")
     if state:
         _phase[0] = "unpickling its kept object"
-        return pickle.loads(base64.b64decode(state)), False
+        instance = pickle.loads(base64.b64decode(state))
+        if request.get("space_changed"):  # a person changed the space since its last call
+            if _is_advisor(instance):
+                # parameters it sent for the old space and no trial took are dropped: it is asked anew
+                _kept(instance, "pending", []).clear()
+                _kept(instance, "waiting", []).clear()
+                _handle(instance, "handle_update_search_space", request.get("search_space", {}))
+            else:
+                _phase[0] = "update_search_space"
+                instance.update_search_space(request.get("search_space", {}))
+        return instance, False
     _phase[0] = "__init__"
     instance = cls(**request.get("class_args", {}))
     if _is_advisor(instance):

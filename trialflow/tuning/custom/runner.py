@@ -207,20 +207,24 @@ class Saved:
     state: str | None
     told: frozenset[int]
     note: str | None
+    #: The search space version the object was last given (trialflow.tuning.space_versions).
+    space_version: int = 0
 
     @classmethod
     def read(cls, raw: Any) -> Saved:
         if not isinstance(raw, dict):
             return cls(None, frozenset(), None)
         told = raw.get("told")
+        version = raw.get("space_version")
         return cls(
             raw.get("state") if isinstance(raw.get("state"), str) else None,
             frozenset(int(i) for i in told if isinstance(i, int)) if isinstance(told, list) else frozenset(),
             raw.get("note") if isinstance(raw.get("note"), str) else None,
+            version if isinstance(version, int) and not isinstance(version, bool) else 0,
         )
 
     def to_attr(self) -> dict[str, Any]:
-        return {"state": self.state, "told": sorted(self.told), "note": self.note}
+        return {"state": self.state, "told": sorted(self.told), "note": self.note, "space_version": self.space_version}
 
 
 def _ended(histories: list[TrialHistory]) -> list[TrialHistory]:
@@ -258,8 +262,12 @@ def _exchange(
     space: SearchSpace | None,
     events_of: Any,
     request: dict[str, Any],
+    space_version: int | None = None,
 ) -> Answer:
-    """Restore the class, tell it what it has not heard, make the call, keep its state."""
+    """Restore the class, tell it what it has not heard, make the call, keep its state. With
+    ``space_version`` (an ask), a kept object given an older space is first given the newest
+    (``update_search_space``, an advisor's ``handle_update_search_space``), as NNI's
+    ``nnictl update searchspace`` did."""
     key = STATE_ATTR.format(role=custom.role)
     with turn(store, experiment_id, custom.role):
         raw = store.experiment_attr(experiment_id, key)
@@ -267,8 +275,9 @@ def _exchange(
         ended = _ended(store.trial_histories(experiment_id))
         fresh = [h for h in ended if (h.trial_index or 0) not in saved.told]
         body: dict[str, Any] = {"search_space": space.raw if space is not None else {}, **request}
+        version = saved.space_version if space_version is None else space_version
         if saved.state is not None:
-            body.update(state=saved.state, events=events_of(fresh))
+            body.update(state=saved.state, events=events_of(fresh), space_changed=version != saved.space_version)
         elif raw is None or custom.role != "tuner":  # its first call: told what ended, as it ended
             body["events"] = events_of(ended)
         else:  # made anew (its object is not kept): the earlier results through import_data (NNI's resume)
@@ -281,7 +290,8 @@ def _exchange(
                 custom.label,
                 answer.note,
             )
-        store.set_experiment_attrs(experiment_id, {key: Saved(answer.state, frozenset(told), answer.note).to_attr()})
+        kept = Saved(answer.state, frozenset(told), answer.note, version)
+        store.set_experiment_attrs(experiment_id, {key: kept.to_attr()})
     return answer
 
 
@@ -292,12 +302,13 @@ def generate(
     custom: CustomClass,
     space: SearchSpace,
     trial_id: str | None = None,
+    space_version: int = 0,
 ) -> dict[str, Any]:
     """Trial ``trial_index``'s parameters from the class's ``generate_parameters`` (its
     parameter id is the trial's index), or from what an advisor sent, checked to be a point of
     the search space. An advisor that sent none raises AdvisorWaits."""
     request = {"call": {"generate": trial_index, "trial_job_id": trial_id}}
-    answer = _exchange(store, experiment_id, custom, space, _tuner_events, request)
+    answer = _exchange(store, experiment_id, custom, space, _tuner_events, request, space_version)
     if answer.waits:
         running = any(not h.finished for h in store.trial_histories(experiment_id) if h.trial_index != trial_index)
         raise AdvisorWaits(custom.label, final=not running)
