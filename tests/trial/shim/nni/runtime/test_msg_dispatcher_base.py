@@ -51,15 +51,20 @@ print(json.dumps({
 """
 
 
-def test_an_advisor_s_sends_are_collected_in_order_from_both_paths(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", ADVISOR],
+def _with_the_stand_in(code: str, folder) -> subprocess.CompletedProcess[str]:
+    """``code`` run by this venv's Python (no nni installed) with only the stand-in on its path."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=folder,
         env={"PYTHONPATH": str(SHIM), "PATH": "/usr/bin:/bin"},
         timeout=60,
     )
+
+
+def test_an_advisor_s_sends_are_collected_in_order_from_both_paths(tmp_path):
+    done = _with_the_stand_in(ADVISOR, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout)
     assert "trialflow/trial/shim/nni" in seen["nni"]  # the stand-in, not an installed nni
@@ -81,13 +86,6 @@ CODES = (
 def test_the_command_names_and_codes_are_nni_3_0_s(nni_python, tmp_path):
     real = subprocess.run([nni_python, "-c", CODES], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert real.returncode == 0, real.stderr[-2000:]
-    ours = subprocess.run(
-        [sys.executable, "-c", CODES],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(SHIM), "PATH": "/usr/bin:/bin"},
-        timeout=60,
-    )
+    ours = _with_the_stand_in(CODES, tmp_path)
     assert ours.returncode == 0, ours.stderr[-2000:]
     assert json.loads(ours.stdout) == json.loads(real.stdout)
