@@ -312,7 +312,10 @@ def test_a_custom_advisor_that_sends_bad_parameters_fails_the_ask_in_its_words(o
         _ask(opened, 0, outside)
     opened.set_experiment_attrs(EXPERIMENT, {"custom_tuner": None})
     garbled = AlgorithmConfig(class_name="bad_advisor.Garbled", code_directory=tmp_path)
-    with pytest.raises(CustomAlgorithmError, match="Garbled.handle_request_trial_jobs failed: JSONDecodeError"):
+    with pytest.raises(
+        CustomAlgorithmError,
+        match=r"Garbled.handle_request_trial_jobs failed: ValueError: it sent NewTrialJob with 'not json': expected",
+    ):
         _ask(opened, 0, garbled)
     assert opened.find_trial(EXPERIMENT, 0) is None
 

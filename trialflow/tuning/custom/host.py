@@ -71,7 +71,13 @@ def _kept(instance: Any, name: str, empty: Any) -> Any:
 
 
 def _sent(data: Any) -> Any:
-    return json.loads(data) if isinstance(data, (str, bytes)) else data
+    """What an advisor sent: NNI's manager read JSON (``nni.dump``); a plain string is kept as it is."""
+    if not isinstance(data, (str, bytes)):
+        return data
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode(errors="replace") if isinstance(data, bytes) else data
 
 
 def _collect(instance: Any) -> None:
