@@ -125,3 +125,26 @@ def test_a_sampler_whose_package_is_missing_is_refused_by_validate_naming_it(mon
     )
     ((key, message),) = _problems({"name": name})
     assert key == "tuner.name" and f"{name!r} needs {package}" in message and "pip install" in message
+
+
+def test_a_sampler_of_an_installed_package_not_optunas_is_named_by_its_path(tmp_path, monkeypatch):
+    """An OptunaHub package or the user's own: any importable BaseSampler subclass, its own
+    arguments checked against its signature."""
+    (tmp_path / "hub_sampler.py").write_text(
+        "import optuna\n\n"
+        "class Corner(optuna.samplers.RandomSampler):\n"
+        "    def __init__(self, corner=1.0, seed=None):\n"
+        "        super().__init__(seed=seed)\n"
+        "        self.corner = corner\n\n"
+        "    def sample_independent(self, study, trial, name, distribution):\n"
+        "        return self.corner\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = "hub_sampler.Corner"
+    assert _problems({"name": name, "class_args": {"corner": 2.5, "seed": 1}}) == []
+    ((key, message),) = _problems({"name": name, "class_args": {"edge": 2}})
+    assert key == "tuner.name" and "unexpected keyword argument 'edge'; it takes corner, seed" in message
+    algorithm = AlgorithmConfig(name=name, class_args={"corner": 2.5})
+    study = optuna.create_study()
+    study.sampler = make_sampler(algorithm, SPACE, 0)
+    assert sample_parameters(algorithm, SPACE, study.ask(), 0) == {"x": 2.5, "y": 2.5}

@@ -109,7 +109,8 @@ def ask(
         custom = generate(
             store, experiment_id, trial_index, CustomClass.of(tuner, "tuner"), space, trial_id, space_version
         )
-        fixed = encode(space, custom)
+        # replayed as Optuna's values; an empty space (NNI's ga_squad: the class's own graph) has none
+        fixed = encode(space, custom) if space.params else None
     sampler = make_sampler(tuner, space, trial_index) if tuner.class_name is None else optuna.samplers.RandomSampler()
     if fixed is not None:
         # A person's own trial: the sampler replays their values, so the tuner learns from

@@ -353,3 +353,30 @@ def test_a_changed_space_reaches_the_kept_tuner_through_its_update_search_space(
     kept = _object(opened)
     assert kept.space == narrow and kept.generated == [0, 1, 2] and kept.results == [(0, 0.3)]
     assert Saved.read(opened.experiment_attr(EXPERIMENT, "custom_tuner")).space_version == 1
+
+
+@pytest.mark.slow
+def test_nni_s_own_ga_customer_tuner_example_runs_unchanged(opened, monkeypatch):
+    """ga_squad's customized GA tuner (its searchSpace is {}: the graph is the tuner's own) hands
+    out mutated graphs and learns from their results, unchanged."""
+    example = Path(__file__).resolve().parents[4] / "shared" / "nni-examples" / "examples" / "tuners"
+    if not (example / "ga_customer_tuner").is_dir():
+        pytest.skip("../shared/nni-examples is not beside this checkout")
+    space = parse_search_space({})
+    tuner = AlgorithmConfig(
+        class_name="customer_tuner.CustomerTuner",
+        code_directory=example / "ga_customer_tuner",
+        class_args={"optimize_mode": "maximize"},
+    )
+    assert runner.check(CustomClass.of(tuner, "tuner"), space) is None
+    graphs = []
+    for index in range(3):
+        asked = ask(opened, EXPERIMENT, index, f"{EXPERIMENT}-{index:04d}", tuner, space)
+        graphs.append(asked.parameters)
+        _finish(opened, asked, 0.1 * (index + 1))
+    assert all(isinstance(g, dict) and g for g in graphs), graphs
+    assert len({str(g) for g in graphs}) == 3  # each a mutation of its own
+    assert [opened.find_trial(EXPERIMENT, i).parameters for i in range(3)] == graphs  # what the trials get
+    monkeypatch.syspath_prepend(str(example / "ga_customer_tuner"))  # its graph module, to unpickle its object
+    learnt = sorted(i.result for i in _object(opened).population if i.result is not None)
+    assert learnt == pytest.approx([0.1, 0.2]), learnt  # told each ended trial's result (the third's at the next ask)
