@@ -380,3 +380,21 @@ def test_nni_s_own_ga_customer_tuner_example_runs_unchanged(opened, monkeypatch)
     monkeypatch.syspath_prepend(str(example / "ga_customer_tuner"))  # its graph module, to unpickle its object
     learnt = sorted(i.result for i in _object(opened).population if i.result is not None)
     assert learnt == pytest.approx([0.1, 0.2]), learnt  # told each ended trial's result (the third's at the next ask)
+
+
+@pytest.mark.slow
+def test_a_trial_that_takes_parameters_another_trial_waited_for_leaves_it_its_own_request(opened):
+    """Trial 2 waits (its request owed); trials 0 and 1 end, and trial 3, asking first, takes the
+    parameters trial 2's request produced. Trial 2 then asks the advisor anew instead of waiting
+    for a request already answered (it starved, then was skipped, before)."""
+    advisor = _tuner("rounds_advisor.RoundsAdvisor", round_size=2, total=4)
+    first, second = _ask(opened, 0, advisor), _ask(opened, 1, advisor)
+    with pytest.raises(runner.AdvisorWaits):
+        _ask(opened, 2, advisor)
+    _finish(opened, first, 0.5)
+    _finish(opened, second, 0.7)
+    third = _ask(opened, 3, advisor)  # told both ends: the owed p2 is sent, and taken here
+    assert third.parameters["x"] == pytest.approx(0.74)
+    late = _ask(opened, 2, advisor)  # asks again, and the round has room for it
+    assert late.parameters["x"] == pytest.approx(0.11)
+    assert _object(opened).calls.count("request 1") == 4

@@ -176,6 +176,10 @@ def _advisor_call(instance: Any, call: dict[str, Any]) -> Any:
         job = pending.pop(0)
         if index in waiting:
             waiting.remove(index)
+        elif waiting:
+            # a trial that never asked took parameters another trial's request produced: that
+            # trial asks the advisor anew at its next try (each waiting slot keeps one request)
+            waiting.pop(0)
         _kept(instance, "ids", {})[call.get("trial_job_id")] = job.get("parameter_id")
         return job["parameters"]
     if "assess" in call:
