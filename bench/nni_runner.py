@@ -27,6 +27,20 @@ def trial_jobs(port: int) -> list[dict]:
         return []
 
 
+#: ``nnictl`` with more patience for NNI's own manager to come up: nnictl gives it 3 s (three
+#: tries a second apart, nni/experiment/launcher.py) and then fails the experiment; on a loaded
+#: machine its Node.js process took longer (seen in the test suite: "Create experiment failed:
+#: ... Connection refused", no trial run). 60 tries; a manager that is up answers the first.
+PATIENT_NNICTL = (
+    "import sys\n"
+    "import nni.experiment.launcher as launcher\n"
+    "launcher._check_rest_server.__defaults__ = (60, None)\n"
+    "from nni.tools.nnictl.nnictl import parse_args\n"
+    "sys.argv[0] = 'nnictl'\n"
+    "sys.exit(parse_args())\n"
+)
+
+
 def main() -> None:
     config, port, total, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     exports = Path(sys.argv[5]) if len(sys.argv) > 5 else None
@@ -36,7 +50,7 @@ def main() -> None:
     # Not --foreground: its own status loop gives up on a slow start (seen here); the manager
     # runs detached inside the namespace either way and is stopped below.
     proc = subprocess.Popen(
-        [nnictl, "create", "--config", config, "--port", str(port)],
+        [sys.executable, "-c", PATIENT_NNICTL, "create", "--config", config, "--port", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

@@ -130,8 +130,9 @@ def test_a_custom_advisor_runs_rounds_kills_a_falling_trial_and_ends_when_it_has
     dag_id, folder = harness.experiment("custom_advisor", config, _files(), dag_args="defer_after=1.0")
     run_id, state = harness.run(dag_id, timeout=400)
     rows = harness.rows(dag_id, run_id)
-    assert [r.status for r in rows] == ["SUCCEEDED", "EARLY_STOPPED", "SUCCEEDED", "EARLY_STOPPED"], rows
-    assert rows[1].message == "stopped early by rounds_advisor.RoundsAdvisor at step 2", rows[1].message
+    seen = [(r.trial_index, r.status, r.message, r.intermediate_count, r.parameters) for r in rows]
+    assert [r.status for r in rows] == ["SUCCEEDED", "EARLY_STOPPED", "SUCCEEDED", "EARLY_STOPPED"], seen
+    assert rows[1].message == "stopped early by rounds_advisor.RoundsAdvisor at step 2", seen
     # the second round started only once the first had ended
     times = queries.trials_page(harness.store.storage.engine, experiment_id_for(dag_id, run_id))["rows"]
     assert min(t["started"] for t in times[2:]) >= max(t["ended"] for t in times[:2]), times
