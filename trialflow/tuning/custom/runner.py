@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +104,9 @@ class Answer:
     state: str | None
     note: str | None
     waits: bool = False  # an advisor sent no parameters
+    #: Whether another trial was unfinished when the class was told what had ended (the same
+    #: reading): only then can a later ask find it changed its mind.
+    others_running: bool = False
 
 
 def call(custom: CustomClass, request: dict[str, Any], timeout: float | None = None) -> Answer:
@@ -272,7 +275,10 @@ def _exchange(
     with turn(store, experiment_id, custom.role):
         raw = store.experiment_attr(experiment_id, key)
         saved = Saved.read(raw)
-        ended = _ended(store.trial_histories(experiment_id))
+        histories = store.trial_histories(experiment_id)
+        ended = _ended(histories)
+        asking = (request.get("call") or {}).get("generate")
+        others_running = any(not h.finished for h in histories if h.trial_index != asking)
         fresh = [h for h in ended if (h.trial_index or 0) not in saved.told]
         body: dict[str, Any] = {"search_space": space.raw if space is not None else {}, **request}
         version = saved.space_version if space_version is None else space_version
@@ -292,7 +298,7 @@ def _exchange(
             )
         kept = Saved(answer.state, frozenset(told), answer.note, version)
         store.set_experiment_attrs(experiment_id, {key: kept.to_attr()})
-    return answer
+    return replace(answer, others_running=others_running)
 
 
 def generate(
@@ -310,8 +316,8 @@ def generate(
     request = {"call": {"generate": trial_index, "trial_job_id": trial_id}}
     answer = _exchange(store, experiment_id, custom, space, _tuner_events, request, space_version)
     if answer.waits:
-        running = any(not h.finished for h in store.trial_histories(experiment_id) if h.trial_index != trial_index)
-        raise AdvisorWaits(custom.label, final=not running)
+        # final only if nothing ran when it was told every end: a trial that ended since is told next time
+        raise AdvisorWaits(custom.label, final=not answer.others_running)
     parameters = answer.value
     if not isinstance(parameters, dict):
         raise CustomAlgorithmError(
