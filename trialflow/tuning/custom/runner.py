@@ -67,7 +67,8 @@ class CustomAlgorithmError(RuntimeError):
 class AdvisorWaits(Exception):
     """A custom advisor sent no parameters for the asking trial (NNI's NoMoreTrialJobs, or
     nothing): the trial waits and asks again while other trials run, as NNI's free slot did.
-    ``final``: no trial of the experiment is running, so nothing will change its mind."""
+    ``final``: no other trial was unfinished when it was told every end, so nothing will
+    change its mind."""
 
     def __init__(self, label: str, final: bool):
         self.final = final
