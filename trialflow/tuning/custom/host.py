@@ -101,6 +101,7 @@ def _collect(instance: Any) -> None:
 
 
 def _handle(instance: Any, handler: str, data: Any) -> None:
+    """One method of the class, named in the error if it fails; what it sent (an advisor) collected."""
     _phase[0] = handler
     getattr(instance, handler)(data)
     _collect(instance)
@@ -119,9 +120,8 @@ def _restore(request: dict[str, Any]) -> tuple[Any, bool]:
                 _kept(instance, "pending", []).clear()
                 _kept(instance, "waiting", []).clear()
                 _handle(instance, "handle_update_search_space", request.get("search_space", {}))
-            else:
-                _phase[0] = "update_search_space"
-                instance.update_search_space(request.get("search_space", {}))
+            elif request["role"] == "tuner":
+                _handle(instance, "update_search_space", request.get("search_space", {}))
         return instance, False
     _phase[0] = "__init__"
     instance = cls(**request.get("class_args", {}))
@@ -130,11 +130,9 @@ def _restore(request: dict[str, Any]) -> tuple[Any, bool]:
         if request.get("imported"):
             _handle(instance, "handle_import_data", request["imported"])
     elif request["role"] == "tuner":
-        _phase[0] = "update_search_space"
-        instance.update_search_space(request.get("search_space", {}))
+        _handle(instance, "update_search_space", request.get("search_space", {}))
         if request.get("imported"):
-            _phase[0] = "import_data"
-            instance.import_data(request["imported"])
+            _handle(instance, "import_data", request["imported"])
     return instance, True
 
 
@@ -194,9 +192,7 @@ def _advisor_call(instance: Any, call: dict[str, Any]) -> Any:
                 kills.remove(trial_job_id)
                 return step
         return None
-    if "update_search_space" in call:
-        _handle(instance, "handle_update_search_space", call["update_search_space"])
-    return None
+    return None  # "check": made and restored, nothing more
 
 
 def _call(instance: Any, call: dict[str, Any]) -> Any:
@@ -217,10 +213,6 @@ def _call(instance: Any, call: dict[str, Any]) -> Any:
             # NNI's AssessResult.Bad (or a falsy verdict) stops the trial at this step
             if getattr(verdict, "name", None) == "Bad" or verdict is False:
                 return step
-        return None
-    if "update_search_space" in call:
-        _phase[0] = "update_search_space"
-        instance.update_search_space(call["update_search_space"])
         return None
     return None  # "check": made and restored, nothing more
 
