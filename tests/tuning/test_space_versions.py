@@ -66,3 +66,11 @@ def test_the_view_lists_only_what_fits_and_leaves_the_rest_to_the_storage():
     assert [t.params for t in listed] == [{"v1:x": 2.5, "v1:opt": "adam"}]
     assert view.get_study_directions(study._study_id) == storage.get_study_directions(study._study_id)
     assert len(storage.get_all_trials(study._study_id)) == 3  # nothing dropped from the store
+
+
+def test_the_newest_version_reads_only_well_formed_entries():
+    from trialflow.tuning.space_versions import newest
+
+    good = {"version": 2, "space": {"x": {"_type": "uniform", "_value": [0, 1]}}}
+    assert newest(None) == 0 and newest("junk") == 0 and newest([]) == 0
+    assert newest([{"version": 1, "space": {}}, good, {"version": 9}, "x"]) == 2  # a stray entry never counts

@@ -236,6 +236,12 @@ def test_narrow_the_search_space_from_the_page_and_see_its_versions(browser, ui:
     page.wait_for_selector("[data-testid=summary]", timeout=30000)
     assert canvas_drawn(page, "[data-testid=chart-history]") and canvas_drawn(page, "[data-testid=chart-parallel]")
     shot(page, "earlier-space-charts")
+    dark = login(browser, ui, user="editor", dark=True)
+    dark.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}")
+    dark.wait_for_selector("[data-testid=summary]", timeout=30000)
+    assert canvas_drawn(dark, "[data-testid=chart-history]") and canvas_drawn(dark, "[data-testid=chart-parallel]")
+    shot(dark, "earlier-space-charts-dark")
+    assert not dark.errors, dark.errors
     page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&tab=trials")
     page.wait_for_selector("[data-testid=trial-row] >> nth=11", timeout=30000)
     marked = page.locator("[data-testid=trial-row]:has([data-testid=earlier-space])")

@@ -44,6 +44,7 @@ from trialflow.seeding.nni_import import IMPORT_REQUESTER
 from trialflow.trial.status import COUNTED_STATUS_NAMES
 from trialflow.tuning.pbt import Lineage
 from trialflow.tuning.space_versions import SPACES_ATTR, VERSION_ATTR
+from trialflow.tuning.space_versions import newest as newest_version
 from trialflow.tuning.trial_restarts import restarts_from_attr
 
 SortKey = str  # "index" | "status" | "metric" | "duration" | "platform" | "param:<name>" | "objective:<n>"
@@ -73,8 +74,7 @@ def _escape_like(text: str) -> str:
 def newest_space(conn: sa.Connection, sid: int) -> int:
     """The experiment's newest search space version: 0 until a person changes the space while
     it runs (trialflow.tuning.space_versions keeps each change)."""
-    changes = study_attrs(conn, [sid], (SPACES_ATTR,)).get(sid, {}).get(SPACES_ATTR)
-    return len(changes) if isinstance(changes, list) else 0
+    return newest_version(study_attrs(conn, [sid], (SPACES_ATTR,)).get(sid, {}).get(SPACES_ATTR))
 
 
 def _row(raw: sa.Row, intermediate_count: int = 0, newest: int = 0) -> dict[str, Any]:

@@ -49,14 +49,23 @@ def namespace(version: int) -> str:
     return f"v{version}:" if version > 0 else ""
 
 
-def versions(store: ExperimentStore, experiment_id: str, config_space: dict[str, Any]) -> list[SpaceVersion]:
-    """Every version, the config's first."""
-    found = [SpaceVersion(0, config_space, None, None)]
-    raw = store.experiment_attr(experiment_id, SPACES_ATTR)
+def changes(raw: Any) -> list[SpaceVersion]:
+    """The versions a person made, from the stored attribute (entries that are not one skipped)."""
+    found = []
     for entry in raw if isinstance(raw, list) else []:
         if isinstance(entry, dict) and isinstance(entry.get("space"), dict) and isinstance(entry.get("version"), int):
             found.append(SpaceVersion(entry["version"], entry["space"], entry.get("at"), entry.get("by")))
     return found
+
+
+def newest(raw: Any) -> int:
+    """The newest version number the stored attribute holds: 0 (the config's) when none."""
+    return max((v.version for v in changes(raw)), default=0)
+
+
+def versions(store: ExperimentStore, experiment_id: str, config_space: dict[str, Any]) -> list[SpaceVersion]:
+    """Every version, the config's first."""
+    return [SpaceVersion(0, config_space, None, None), *changes(store.experiment_attr(experiment_id, SPACES_ATTR))]
 
 
 def current(store: ExperimentStore, experiment_id: str, config_space: dict[str, Any]) -> tuple[int, SearchSpace]:
