@@ -480,25 +480,12 @@ def _store_url(args: argparse.Namespace) -> str:
 
 
 def _readable_url(url: str) -> str:
-    """``url`` if SQLAlchemy can read it, else one line that shows no part of it past the
-    scheme: an unquoted '@' or ':' in a password moves the split (measured: the port became
-    'PW99@127.0.0.1:5999', and the int() error repeated it)."""
-    import sqlalchemy as sa
+    """``url`` if it splits unambiguously (trialflow.tuning.store_urls.check_store_url), else
+    StoreUrlError, showing no part of it past the scheme."""
+    from trialflow.tuning.store_urls import check_store_url
 
-    try:
-        sa.engine.make_url(url)
-    except (sa.exc.ArgumentError, ValueError):
-        scheme = url.split("://", 1)[0] if "://" in url[:40] else "?"
-        raise StoreUrlError(
-            f"the store URL ({scheme[:32]}://...) is not one SQLAlchemy reads: expected "
-            "dialect://user:password@host:port/database or sqlite:///path; a password holding '@', ':' or '/' "
-            "must be percent-encoded"
-        ) from None
+    check_store_url(url)
     return url
-
-
-class StoreUrlError(ValueError):
-    """A store URL that cannot be parsed (the message shows none of it but its scheme)."""
 
 
 def cmd_db(args: argparse.Namespace) -> int:
@@ -507,7 +494,7 @@ def cmd_db(args: argparse.Namespace) -> int:
     import sqlalchemy as sa
 
     from trialflow.tuning import store_schema
-    from trialflow.tuning.store_urls import safe_url, with_installed_driver
+    from trialflow.tuning.store_urls import StoreUrlError, safe_url, with_installed_driver
     from trialflow.tuning.store_version import HEAD, NotAStore, StoreSchemaError
 
     try:

@@ -50,21 +50,62 @@ def _busy(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
 
 
+class StoreUrlError(ValueError):
+    """A store URL that cannot be split unambiguously (the message shows its scheme alone)."""
+
+
+def check_store_url(url: str) -> None:
+    """Refuse a URL whose credentials SQLAlchemy would split at the wrong place, before any
+    part of it reaches a parser, a driver or a message.
+
+    SQLAlchemy ends a password at its first '@': ``alice:p@ssW0rd@host`` gives the password
+    ``p`` and the host ``ssW0rd@host``, and the driver's "failed to resolve host" then said the
+    rest of the password (measured, psycopg). So the part before the path holding more than
+    one '@' is refused, as is one SQLAlchemy cannot read at all (an '@' or ':' moved into the
+    port, whose int() error repeated it); a SQLite URL has no such part.
+    """
+    from sqlalchemy.engine import make_url
+
+    scheme, sep, rest = url.partition("://")
+    shown = f"{_scheme(url)}://..."
+    head = rest.split("?", 1)[0] if sep and not rest.startswith("/") else ""
+    expected = (
+        "expected dialect://user:password@host:port/database or sqlite:///path; a password "
+        "holding '@', ':' or '/' must be percent-encoded (@ as %40)"
+    )
+    if head.count("@") > 1:
+        raise StoreUrlError(f"the store URL ({shown}) holds more than one '@' before its host: {expected}")
+    try:
+        make_url(url)
+    except Exception:
+        raise StoreUrlError(f"the store URL ({shown}) is not one SQLAlchemy reads: {expected}") from None
+
+
 def safe_url(url: str) -> str:
-    """The URL with any password hidden, for logs and messages."""
+    """The URL with any password hidden, for logs and messages; one that cannot be split
+    unambiguously shows its scheme alone."""
     from sqlalchemy.engine import make_url  # here, as in every function: see sqlite_url
 
     try:
+        check_store_url(url)
         return make_url(url).render_as_string(hide_password=True)
     except Exception:
-        return "<unparseable storage URL>"
+        return f"{_scheme(url)}://..."
+
+
+def _scheme(url: str) -> str:
+    """A URL's scheme, when it reads as one (letters, digits, '+', '.', '-'), else '?'."""
+    scheme, sep, _ = url[:40].partition("://")
+    return scheme if sep and scheme and all(c.isalnum() or c in "+.-" for c in scheme) else "?"
 
 
 def with_installed_driver(url: str) -> str:
     """``postgresql://`` means psycopg2 to SQLAlchemy; trialflow's ``postgres`` extra installs
-    psycopg 3, so a plain postgresql URL uses that when psycopg2 is absent."""
+    psycopg 3, so a plain postgresql URL uses that when psycopg2 is absent. Every store engine
+    is made from what this returns, so an ambiguous URL is refused here (check_store_url)."""
     from sqlalchemy.engine import make_url
 
+    check_store_url(url)
     parsed = make_url(url)
     if parsed.drivername == "postgresql":
         if importlib.util.find_spec("psycopg2") is None and importlib.util.find_spec("psycopg") is not None:
