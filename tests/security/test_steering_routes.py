@@ -90,6 +90,10 @@ def test_hostile_steering_requests_are_refused_quickly_and_change_nothing(harnes
         assert response.json()["detail"].startswith("parameters._name: not in the search space")
     oversized = editor.send("POST", "/trials", json={"parameters": {**point, "_name": "z" * MAX_ACTION_BODY}})
     assert oversized.status_code == 413 and "request body is over" in oversized.json()["detail"]
+    # issue 64, 8: a key named twice in one object is refused, not the last one kept silently
+    twice = '{"x": {"_type": "uniform", "_value": [0, 1]}, "x": {"_type": "uniform", "_value": [5, 9]}}'
+    dup = editor.send("PUT", "/search-space", content=twice, headers={"Content-Type": "application/json"})
+    assert dup.status_code == 422 and "'x' appears twice in one object" in dup.json()["detail"], dup.text[:300]
     assert (store.experiment_attr(experiment_id, "limits"), store.waiting_count(experiment_id)) == before
 
     # 6. A cap on waiting trials; each answer a count, not the queue.

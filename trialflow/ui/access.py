@@ -223,15 +223,29 @@ def same_origin(request: Request) -> None:
 
 async def bounded_body(request: Request) -> None:
     """An action's body is read only up to MAX_ACTION_BODY (413 past it, before any value in
-    it is looked at): a real one is a few hundred bytes."""
+    it is looked at): a real one is a few hundred bytes. A JSON body naming a key twice in one
+    object is refused (422): FastAPI's reader keeps the last one without a word, where the
+    CLI and the configs refuse it, so a space sent with two ``x`` changed to the second."""
+    import json
+
+    from trialflow.config.files import DuplicateJsonKey, refuse_duplicates
     from trialflow.config.units import whole_number
     from trialflow.limits import MAX_ACTION_BODY
 
     declared = whole_number(request.headers.get("content-length", ""))
     if declared is not None and declared > MAX_ACTION_BODY:
         raise HTTPException(status_code=413, detail=f"the request body is over {MAX_ACTION_BODY} bytes")
-    if len(await request.body()) > MAX_ACTION_BODY:
+    body = await request.body()
+    if len(body) > MAX_ACTION_BODY:
         raise HTTPException(status_code=413, detail=f"the request body is over {MAX_ACTION_BODY} bytes")
+    try:
+        json.loads(body or b"null", object_pairs_hook=refuse_duplicates)
+    except DuplicateJsonKey as exc:
+        raise HTTPException(status_code=422, detail=f"the request body: {exc}; nothing changed") from None
+    except RecursionError:  # [[[[... within the size bound: deeper than Python's reader goes
+        raise HTTPException(status_code=422, detail="the request body is nested too deeply; nothing changed") from None
+    except ValueError:
+        return  # not JSON: FastAPI's own reader answers that (422), naming where
 
 
 SameOrigin = Depends(same_origin)
