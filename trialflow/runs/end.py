@@ -184,6 +184,22 @@ class RunEnded:
     closed: RunClosed
 
 
+def tell_custom_classes(experiment: Experiment, store: ExperimentStore) -> list[str]:
+    """Tell the experiment's own tuner, advisor and assessor classes every result and end they
+    have not heard (trialflow.tuning.custom.runner.tell): the last trials end after the last ask.
+    A class that fails here fails no run (its trials have ended); what it said is a note."""
+    from trialflow.tuning.custom.runner import CustomAlgorithmError, custom_classes, tell
+
+    notes = []
+    for custom in custom_classes(experiment.algorithm, experiment.config.assessor):
+        try:
+            if tell(store, experiment.experiment_id, custom, experiment.space):
+                notes.append(f"{custom.label} ({custom.role}) was told the results and ends it had not heard")
+        except CustomAlgorithmError as exc:
+            notes.append(f"{custom.label} ({custom.role}) could not be told the last results: {exc}")
+    return notes
+
+
 async def end_run(
     experiment: Experiment,
     store: ExperimentStore,
@@ -206,6 +222,8 @@ async def end_run(
     check_owner(store, experiment.experiment_id, dag_id, conf, group=experiment.group)
     reconciled = await reconcile_run(experiment, store, run_id, task_states, run_over=True, connections=connections)
     await asyncio.to_thread(store.close_abandoned_asks, experiment.experiment_id)
+    told = await asyncio.to_thread(tell_custom_classes, experiment, store)
     verdict = summarize_run(experiment, store, run_id, conf)
+    verdict.notes[:0] = told
     closed = close_run(experiment, store, dag_id, run_id, verdict)
     return RunEnded(reconciled, verdict, closed)

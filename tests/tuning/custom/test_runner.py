@@ -398,3 +398,45 @@ def test_a_trial_that_takes_parameters_another_trial_waited_for_leaves_it_its_ow
     late = _ask(opened, 2, advisor)  # asks again, and the round has room for it
     assert late.parameters["x"] == pytest.approx(0.11)
     assert _object(opened).calls.count("request 1") == 4
+
+
+@pytest.mark.slow
+def test_the_last_trials_results_reach_the_class_when_it_is_told_at_the_end(opened):
+    """Issue 64, 1: four trials one at a time, and receive_trial_result was called 3 times:
+    telling happened at the next ask, and after the last trial there is none. ``tell`` (the
+    end step's) gives it what it has not heard, once; with nothing new it starts no process."""
+    tuner = _tuner("counting_tuner.CountingTuner")
+    custom = CustomClass.of(tuner, "tuner")
+    for index in range(4):
+        _finish(opened, _ask(opened, index, tuner), 0.1 * (index + 1))
+    assert [i for i, _ in _object(opened).results] == [0, 1, 2]  # what the asks told it
+    assert runner.tell(opened, EXPERIMENT, custom, SPACE) is True
+    kept = _object(opened)
+    assert kept.results == [(0, 0.1), (1, 0.2), (2, 0.30000000000000004), (3, 0.4)]
+    assert kept.ended == [(i, True) for i in range(4)] and kept.generated == [0, 1, 2, 3]
+    assert runner.tell(opened, EXPERIMENT, custom, SPACE) is False  # told once
+    assert _object(opened).results == kept.results
+
+
+@pytest.mark.slow
+def test_the_end_step_tells_a_custom_assessor_of_every_end_and_says_so(tmp_path):
+    """The end step (trialflow.runs.end) tells every custom class; an assessor never asked to
+    judge (no trial reported a curve) still hears each trial's end."""
+    from tests.helpers.experiment_setup import experiment_with_store
+    from trialflow.runs.end import tell_custom_classes
+
+    config = (
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: 'true'\ntrialCodeDirectory: .\n"
+        "trialConcurrency: 1\nmaxTrialNumber: 2\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
+        f"assessor: {{className: drop_assessor.DropAssessor, codeDirectory: {CLASSES}}}\n"
+    )
+    experiment, store = experiment_with_store(tmp_path / "c.yml", config, EXPERIMENT, tmp_path / "s.db", tmp_path)
+    store.open_experiment(EXPERIMENT, "maximize")
+    for index in range(2):
+        asked = ask(store, EXPERIMENT, index, f"{EXPERIMENT}-{index:04d}", experiment.algorithm, SPACE)
+        _finish(store, asked, 0.5, TrialStatus.SUCCEEDED if index == 0 else TrialStatus.FAILED)
+    [note] = tell_custom_classes(experiment, store)
+    assert note == "DropAssessor (assessor) was told the results and ends it had not heard"
+    ended = _object(store, "assessor").ended
+    assert ended == [(f"{EXPERIMENT}-0000", True), (f"{EXPERIMENT}-0001", False)]
+    assert tell_custom_classes(experiment, store) == []

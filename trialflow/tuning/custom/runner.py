@@ -368,3 +368,34 @@ def check(custom: CustomClass, space: SearchSpace, timeout: float = 30.0) -> str
     except CustomAlgorithmError as exc:
         return str(exc)
     return None
+
+
+def custom_classes(tuner: AlgorithmConfig | None, assessor: AlgorithmConfig | None) -> list[CustomClass]:
+    """The experiment's own classes: its tuner or advisor (kept as the tuner) and its assessor,
+    where they name a ``className``."""
+    found = [CustomClass.of(tuner, "tuner")] if tuner is not None and tuner.class_name is not None else []
+    if assessor is not None and assessor.class_name is not None:
+        found.append(CustomClass.of(assessor, "assessor"))
+    return found
+
+
+def tell(store: ExperimentStore, experiment_id: str, custom: CustomClass, space: SearchSpace | None) -> bool:
+    """Tell the class what ended since its last call, and keep its state; False when there was
+    nothing new to tell (no process is started).
+
+    A class hears of results when it is next called, and after the last trial there is no next
+    ask: NNI's dispatcher told it as each result arrived, so a class that records or exports
+    what it learnt lost the end of every experiment. The end step calls this for every
+    custom class (trialflow.runs.end), which tells whatever no ask or judgement did, the trials
+    that ended after the last ask included. A class made anew at each call (its object is
+    not kept) is not made for this: it keeps nothing it could be told."""
+    key = STATE_ATTR.format(role=custom.role)
+    raw = store.experiment_attr(experiment_id, key)
+    saved = Saved.read(raw)
+    if raw is not None and saved.state is None:
+        return False
+    if all((h.trial_index or 0) in saved.told for h in _ended(store.trial_histories(experiment_id))):
+        return False
+    events_of = _tuner_events if custom.role == "tuner" else _assessor_events
+    _exchange(store, experiment_id, custom, space, events_of, {"call": {}})
+    return True
