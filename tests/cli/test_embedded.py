@@ -359,3 +359,36 @@ def test_an_adopted_component_that_died_is_not_started_again(tmp_path):
     with pytest.raises(embedded.EmbeddedAirflowError, match="airflow scheduler exited with code -1"):
         airflow.check_alive()
     assert airflow.restarts == []
+
+
+def test_a_locked_database_answer_is_asked_again_only_for_a_repeatable_call(tmp_path, monkeypatch):
+    """Two `trialflow run`s triggering at once on one kept home failed in CI: the api-server on
+    SQLite answered 500 "Database error" (its 5 s lock wait ran out under load) to a trigger
+    that did nothing. A trigger names its run, so it is asked again and the run is made once; a
+    write that cannot be repeated gets the 500 back, unchanged."""
+    import httpx
+
+    monkeypatch.setattr(embedded.time, "sleep", lambda _s: None)
+    locked = {"POST /api/v2/dags/d/dagRuns": 2, "POST /api/v2/pools": 1}
+    made: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        key = f"{request.method} {request.url.path}"
+        if key == "POST /auth/token":
+            return httpx.Response(201, json={"access_token": "t"})
+        if locked.get(key, 0) > 0:
+            locked[key] -= 1
+            return httpx.Response(500, json={"detail": {"reason": "Database error"}})
+        if key == "POST /api/v2/dags/d/dagRuns":
+            made.append(json.loads(request.content)["dag_run_id"])
+            return httpx.Response(200, json={"dag_run_id": made[-1]})
+        return httpx.Response(200, json={})
+
+    airflow = EmbeddedAirflow(tmp_path / "home", tmp_path / "dags")
+    airflow.home.mkdir(parents=True)
+    (airflow.home / "passwords.json").write_text('{"trialflow": "pw"}')
+    airflow._http = httpx.Client(transport=httpx.MockTransport(server))
+    run_id = airflow.trigger("d", {"x": 1})
+    assert made == [run_id] and locked["POST /api/v2/dags/d/dagRuns"] == 0
+    assert airflow.api("POST", "/pools", json={"name": "p"}).status_code == 500
+    assert airflow.api("POST", "/pools", json={"name": "p"}).status_code == 200

@@ -41,6 +41,9 @@ USER = "trialflow"
 #: `trialflow run` failed on that with a bare "timed out".
 API_TIMEOUT = 60.0
 API_PATIENCE = 180.0
+#: Answers that mean the api-server could not do the request just now (its database was locked,
+#: or it is restarting behind a proxy): a repeatable request is asked again until API_PATIENCE.
+RETRIED_STATUSES = frozenset({500, 502, 503, 504})
 #: Seconds an idle scheduler loop sleeps (see env()).
 SCHEDULER_IDLE_SLEEP = 0.2
 #: What uvicorn logs when the api-server has answered its last request and shut its app down.
@@ -421,7 +424,7 @@ class EmbeddedAirflow:
         deadline = time.monotonic() + API_PATIENCE
         while True:
             try:
-                return self.http.request(method, f"{self.base_url}{path}", **kwargs)
+                response = self.http.request(method, f"{self.base_url}{path}", **kwargs)
             except httpx.TransportError as exc:
                 if not repeatable:
                     raise EmbeddedAirflowError(f"the api-server did not answer {method} {path}: {exc}") from exc
@@ -430,6 +433,12 @@ class EmbeddedAirflow:
                         f"the api-server did not answer {method} {path} in {API_PATIENCE:.0f} s ({exc}); "
                         f"logs in {self.home / 'logs'}"
                     ) from exc
+            else:
+                # SQLite lets one writer in at a time: two runs triggering at once on a loaded
+                # machine can get the api-server's 500 "Database error" (database is locked)
+                # for a request that did nothing, so a repeatable one is asked again.
+                if not (repeatable and response.status_code in RETRIED_STATUSES and time.monotonic() < deadline):
+                    return response
             self.check_alive()
             time.sleep(1.0)
 
