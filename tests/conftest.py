@@ -11,29 +11,65 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.parallel import EarlyStops
+
 #: Fixtures several test folders share (real local trials followed by their trigger).
-pytest_plugins = ["tests.helpers.local_trials", "tests.helpers.object_store", "tests.helpers.mlflow_server"]
+pytest_plugins = [
+    "tests.helpers.local_trials",
+    "tests.helpers.object_store",
+    "tests.helpers.mlflow_server",
+    "tests.helpers.timing",  # where the time goes: a table per folder (.test-times.txt)
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     from tests.helpers.hosts import install
 
     install()  # first, while the session has no other thread or process
+    config.pluginmanager.register(EARLY_STOPS, "trialflow-early-stops")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests that use the session's Airflow (``harness``) run last, one after another.
-
+    """Marks the PostgreSQL tests, then groups and orders the tests (tests/helpers/parallel.py):
+    alone, the tests that use the session's Airflow (``harness``) run last, one after another.
     Started by its first user and stopped only with the session, that Airflow idled beside
     every test collected after it (its scheduler, dag-processor, triggerer and api-server
     polling on two cores): a `trialflow run` test took 101 s alone and 149-192 s in the suite.
-    The order is kept otherwise; every module-scoped fixture of a moved test uses ``harness``
-    itself, so none is set up twice."""
+    Under pytest-xdist they form one group, run first on a worker of its own, beside the
+    other tests on the other worker."""
+    from tests.helpers.parallel import arrange
+
     for item in items:
         if _on_postgresql(item):
             item.add_marker(pytest.mark.postgresql)
-    uses = ["harness" in getattr(item, "fixturenames", ()) for item in items]
-    items[:] = [i for i, u in zip(items, uses) if not u] + [i for i, u in zip(items, uses) if u]
+    arrange(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent under `-p no:xdist`
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` with the groups of tests/helpers/parallel.py (xdist's own reads
+    them from the test ids, where pytest 9.2 no longer keeps them)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from tests.helpers.parallel import GroupScheduling
+
+    return GroupScheduling(config, log)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """The fault suite's figures (issue 16): trials started, finished, lost, duplicated; read
+    from the file the fault tests wrote, whichever worker ran them."""
+    from tests.helpers.deployment import fault_report
+
+    rows = fault_report()
+    if not rows:
+        return
+    columns = list(rows[0])
+    terminalreporter.section("trialflow fault injection (multi-host deployment)")
+    terminalreporter.write_line(" | ".join(columns))
+    for row in rows:
+        terminalreporter.write_line(" | ".join(str(row.get(c, "")) for c in columns))
 
 
 def _on_postgresql(item: pytest.Item) -> bool:
@@ -54,8 +90,16 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("TRIALFLOW_CACHE_DIR", tempfile.mkdtemp(prefix="trialflow-test-plans-"))
 # Private Airflows start from this session's migrated database template (trialflow.cli.embedded).
 os.environ.setdefault("TRIALFLOW_AIRFLOW_DB_TEMPLATES", tempfile.mkdtemp(prefix="trialflow-test-db-"))
+# Each xdist worker's map of test to group, read by the controller's scheduler (tests/helpers/parallel.py).
+os.environ.setdefault("TRIALFLOW_XDIST_GROUPS", tempfile.mkdtemp(prefix="trialflow-test-groups-"))
+# The fault tests' figures (tests/helpers/deployment.py), one file for every xdist worker.
+os.environ.setdefault(
+    "TRIALFLOW_FAULT_REPORT", os.path.join(tempfile.mkdtemp(prefix="trialflow-test-faults-"), "faults.jsonl")
+)
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The kube-apiserver and its controller stop after their last test (tests/helpers/parallel.py).
+EARLY_STOPS = EarlyStops()
 SHARED = Path(os.environ.get("TRIALFLOW_SHARED", ROOT.parent / "shared"))
 NNI_EXAMPLES = SHARED / "nni-examples" / "examples" / "trials"
 
@@ -180,6 +224,7 @@ def kube_cluster(tmp_path_factory):
     if reason:
         pytest.skip(reason)
     cluster = KubeCluster(tmp_path_factory.mktemp("kube"))
+    EARLY_STOPS.add(cluster.stop)
     try:
         cluster.start()
         yield cluster
@@ -197,6 +242,7 @@ def kube_controller(kube_cluster, tmp_path_factory):
         tmp_path_factory.mktemp("kube-controller"),
         path_prefix=str(Path(sys.executable).parent),
     ).start()
+    EARLY_STOPS.add(controller.stop, first=True)  # before the cluster it talks to
     try:
         yield controller
     finally:

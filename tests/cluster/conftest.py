@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.deployment import FAULT_REPORT, SSH_MACHINE, Deployment, missing_reason
+from tests.helpers.deployment import SSH_MACHINE, Deployment, missing_reason
 
 pytestmark = pytest.mark.integration
 
@@ -44,14 +44,3 @@ def ssh_machine(cluster: Deployment) -> Iterator:
         yield server
     finally:
         sshd.remove(server)
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    """The fault suite's figures (issue 16): trials started, finished, lost, duplicated."""
-    if not FAULT_REPORT:
-        return
-    columns = list(FAULT_REPORT[0])
-    terminalreporter.section("trialflow fault injection (multi-host deployment)")
-    terminalreporter.write_line(" | ".join(columns))
-    for row in FAULT_REPORT:
-        terminalreporter.write_line(" | ".join(str(row[c]) for c in columns))

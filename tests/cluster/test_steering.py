@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.cluster.test_faults import remote_experiment, start_log, wait_until
-from tests.helpers.deployment import FAULT_REPORT, Deployment
+from tests.helpers.deployment import Deployment, report_fault
 from trialflow.platforms.base import experiment_id_for
 from trialflow.tuning.experiment_store import ExperimentStore
 
@@ -81,7 +81,7 @@ def test_kill_lower_concurrency_and_stop_reach_trials_on_other_hosts(cluster: De
     )
     rows = store.trial_rows(experiment_id)
     starts = Counter(log.read_text().split())
-    FAULT_REPORT.append(
+    report_fault(
         {
             "fault": "page actions: kill, concurrency 4 -> 2, stop (SSH machine, worker + triggerer)",
             "trials": len(rows),
@@ -129,7 +129,7 @@ def test_mark_failed_across_the_hand_off_leaves_nothing_running(cluster: Deploym
     rows = ExperimentStore(cluster.store_url).trial_rows(experiment_id_for(dag_id, run_id))
     starts = Counter(log.read_text().split())
     left = subprocess.run(["pgrep", "-u", ssh_machine.user, "-f", "t.py"], capture_output=True, text=True).stdout
-    FAULT_REPORT.append(
+    report_fault(
         {
             "fault": "mark failed across the hand-off (SSH machine, worker -> triggerer)",
             "trials": len(offsets),

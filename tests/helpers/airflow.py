@@ -166,6 +166,11 @@ def start_harness(tmp_path_factory) -> Iterator[Harness]:
         ),
         "AIRFLOW_VAR_SECRET_TOKEN": INPUT_TOKEN,
         **mlflow_connection_env(),  # the session's MLflow server (tests/helpers/mlflow_server.py)
+        # Every test adds DAG files here (about 100 by the end): parsed every 5 s, as a
+        # `trialflow run` home's few are, they kept the dag-processor at a quarter of a core
+        # (measured 2026-12-02). A new or changed file is still parsed at once (Airflow's
+        # modified_time order), and a changed limit asks for its parse; Airflow's default here.
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
     }
     with running_airflow(root, 8, env) as airflow:
         yield Harness(root, airflow, sqlite_url(root / "experiments.db"))

@@ -24,8 +24,28 @@ import psutil
 
 from trialflow.cli.embedded import EmbeddedAirflow, free_port
 
-#: Figures of the fault tests (tests/cluster/test_faults.py), printed at the end of the session.
-FAULT_REPORT: list[dict[str, object]] = []
+#: Where the fault tests' figures go (one JSON line a scenario), printed at the end of the
+#: session by tests/conftest.py: a file, since under pytest-xdist the tests run in a worker
+#: process and the summary is printed by another (the variable is set before the workers start).
+FAULT_REPORT_ENV = "TRIALFLOW_FAULT_REPORT"
+
+
+def report_fault(row: dict[str, object]) -> None:
+    """One fault scenario's figures (trials started, finished, lost, duplicated), for the report."""
+    target = os.environ.get(FAULT_REPORT_ENV)
+    if target:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
+def fault_report() -> list[dict[str, object]]:
+    target = os.environ.get(FAULT_REPORT_ENV)
+    if not target or not os.path.exists(target):
+        return []
+    with open(target, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
 #: The hostname of the remote platform's machine (an SSH server on a host of its own).
 SSH_MACHINE = "ssh-machine"
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"

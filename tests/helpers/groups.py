@@ -34,6 +34,19 @@ log = os.environ.get("LAUNCHES")
 if log:
     open(log, "a").write(f"start {time.time()}\n")
 time.sleep(float(os.environ.get("SLEEP", "0")))
+# HOLD: stay running until the log has shown that many trials running at once (bounded), so a
+# test of concurrency sees the slots it expects whatever the machine's speed.
+hold, deadline = int(os.environ.get("HOLD", "0")), time.time() + 120
+while log and hold and time.time() < deadline:
+    stamps = [line.split() for line in open(log) if line.endswith("\n")]  # whole lines only
+    events = sorted((float(t), 1 if k == "start" else -1) for k, t in stamps)
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    if peak >= hold:
+        break
+    time.sleep(0.2)
 if log:
     open(log, "a").write(f"end {time.time()}\n")
 nni.report_final_result(p["depth"] * 1.5)
@@ -97,15 +110,19 @@ with DAG({dag_id!r}, schedule=None, max_active_runs=1) as dag:
 GROUPS = ("tune_fn", "tune_script")
 
 
-def groups_dag(harness: Harness, name: str, script_trials: int = 3, script_sleep: float = 0) -> tuple[str, Path]:
+def groups_dag(
+    harness: Harness, name: str, script_trials: int = 3, script_sleep: float = 0, hold: int = 0
+) -> tuple[str, Path]:
     """Write the DAG (id ``it_<name>``) and its files; return (dag_id, folder). With
     ``script_sleep``, each script trial sleeps that long and stamps its start and end in
-    ``folder/stamps``."""
+    ``folder/stamps``; with ``hold``, it then stays until ``hold`` trials have run at once (at
+    most 120 s): a fixed sleep was shorter than a trial's start on a loaded machine, and the
+    trials never overlapped as the test expected."""
     folder = harness.root / "experiments" / name
     (folder / "script").mkdir(parents=True, exist_ok=True)
     (folder / "models.py").write_text(MODELS)
     (folder / "script" / "script.py").write_text(SCRIPT)
-    sleep = f"LAUNCHES={folder / 'stamps'} SLEEP={script_sleep} " if script_sleep else ""
+    sleep = f"LAUNCHES={folder / 'stamps'} SLEEP={script_sleep} HOLD={hold} " if script_sleep or hold else ""
     (folder / "script" / "config.yml").write_text(CONFIG.format(sleep=sleep, py=PY, trials=script_trials))
     dag_id = f"it_{name}"
     dag_file = harness.airflow.dags_folder / f"{name}.py"

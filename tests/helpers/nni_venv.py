@@ -4,6 +4,7 @@ virtualenv the other can use. nnictl imports pkg_resources, which setuptools 81 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -28,7 +29,16 @@ def _usable(venv: Path) -> bool:
 
 
 def build_nni_venv(venv: Path = NNI_VENV) -> Path:
-    """The virtualenv's python, built once per machine (an unusable one is rebuilt whole)."""
+    """The virtualenv's python, built once per machine (an unusable one is rebuilt whole).
+    Built under a lock beside it: the suite's parallel workers (pytest-xdist) and a benchmark
+    may ask at once, and one of them removing what another is building broke both."""
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build(venv)
+
+
+def _build(venv: Path) -> Path:
     if _usable(venv):
         return venv / "bin" / "python"
     shutil.rmtree(venv, ignore_errors=True)

@@ -177,10 +177,12 @@ def _ensure_user(user: str, home: Path, password: str) -> None:
 
 
 def make_server(name: str) -> SshServer:
-    """A configured (not yet started) server whose user is ``trialflow-<name>``."""
+    """A configured (not yet started) server whose user is ``trialflow-<worker><name>``."""
     root = Path(tempfile.mkdtemp(prefix=f"trialflow-sshd-{name}-"))
     root.chmod(0o755)
-    user = f"trialflow-{name}"
+    # One user per parallel test worker (pytest-xdist's gw0, gw1...): a user shared by two
+    # sessions had its home and password changed under the other, and its processes killed.
+    user = f"trialflow-{os.environ.get('PYTEST_XDIST_WORKER', '')}{name}"
     home = root / "home"
     password = "pw-" + os.urandom(8).hex()
     _ensure_user(user, home, password)

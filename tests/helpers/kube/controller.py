@@ -313,6 +313,10 @@ class TestController:
                 raise
 
     def stop(self) -> None:
+        """Stops the loop and kills every job's processes; a second call does nothing (the
+        session may stop the controller after its last test, then its fixture ends)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         self._thread.join(15)
         with self._lock:

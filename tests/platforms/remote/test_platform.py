@@ -195,7 +195,7 @@ def test_a_launch_abandoned_after_its_claim_is_taken_over_by_the_next_submit(ssh
 def test_clear_errors_for_wrong_key_unknown_host_key_and_no_server(ssh_servers, tmp_path):
     a, b = ssh_servers
     cases = [
-        (machine_entry(a, "key", sshKeyFile=str(b.client_key)), "authentication failed for user 'trialflow-a'"),
+        (machine_entry(a, "key", sshKeyFile=str(b.client_key)), f"authentication failed for user '{a.user}'"),
         (machine_entry(a, "key", hostKey=b.host_key_line), "its host key is not trusted"),
         (
             {**machine_entry(a, "key"), "hostKey": None, "knownHostsFile": str(tmp_path / "none")},
