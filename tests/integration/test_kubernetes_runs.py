@@ -233,6 +233,10 @@ def test_marking_kubeflow_trials_failed_across_the_hand_off_leaves_no_job_runnin
     )
 
 
+# make test-extended (72 s here): two generations of PBT on kubeflow are run by
+# tests/kube/test_checkpoints.py::test_population_based_training_of_two_generations_of_four_on_kubeflow,
+# and PBT under the real scheduler by tests/integration/test_population_runs.py (local platform).
+@pytest.mark.extended
 def test_population_based_training_on_kubeflow_under_the_scheduler(
     harness: Harness, kube_conn: str, kube_controller: TestController, tmp_path
 ):

@@ -109,6 +109,10 @@ def test_the_v2_seed_config_runs_end_to_end(pai, tmp_path):
     _no_token_under(tmp_path / "nfs")
 
 
+# make test-extended (47 s here): the same OpenPAI platform and emulator as the v2 seed's run above;
+# what v1 adds, its conversion, is checked for this very file by tests/config/test_nni_examples.py
+# (mnist-tfv1/config_pai.yml) and tests/config/test_v1.py.
+@pytest.mark.extended
 def test_the_v1_seed_config_runs_end_to_end(pai, tmp_path):
     folder = _experiment_folder(tmp_path, "mnist-tfv1")
     text = (NNI_EXAMPLES / "mnist-tfv1" / "config_pai.yml").read_text()

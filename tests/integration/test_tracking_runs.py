@@ -121,6 +121,11 @@ nni.report_final_result(p["x"])
 """
 
 
+# make test-extended (85-132 s in the suite): nothing lost or sent twice across the outage, and the
+# watch not waiting on the server, are tests/tracking/test_sync.py::
+# test_a_server_stopped_mid_experiment_loses_nothing_and_duplicates_nothing (the same real mlflow
+# server stopped, the store and the sync the run's watch calls); run this before a release.
+@pytest.mark.extended
 def test_the_server_stopped_for_30_s_mid_experiment_loses_nothing_and_duplicates_nothing(
     harness: Harness, mlflow_server
 ):

@@ -54,13 +54,20 @@ NESTED = {
         {"_name": "conv", "k": {"_type": "randint", "_value": [1, 4]}, "fixed": 7},
     ],
 }
+#: The tuners whose every ask fits a model from scratch (seconds each, measured).
+SLOW_TUNERS = frozenset({"SMAC", "Metis"})
 PARAMETER_TUNERS = [
     pytest.param(
         s.name,
         # an extra's tuner (SMAC) where its extra is not installed: make test-lowest's environment
-        marks=pytest.mark.skipif(
-            s.needs is not None and importlib.util.find_spec(s.needs) is None, reason=f"{s.needs} is not installed"
-        ),
+        marks=[
+            pytest.mark.skipif(
+                s.needs is not None and importlib.util.find_spec(s.needs) is None, reason=f"{s.needs} is not installed"
+            ),
+            # a model fitted from scratch at each ask (12-24 s a case for SMAC, ~5 s for Metis):
+            # make test runs them, the inner loops (make test-unit, test-fast, test-lowest) do not
+            *([pytest.mark.slow] if s.name in SLOW_TUNERS else []),
+        ],
     )
     for s in CATALOGUE
     if s.role in ("tuner", "advisor") and s.name != "BatchTuner"

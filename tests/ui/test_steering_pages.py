@@ -168,7 +168,7 @@ def canvas_timeline(page) -> bool:
 
 
 def test_narrow_the_search_space_from_the_page_and_see_its_versions(browser, ui: UiSetup):
-    """Issue 51: the space narrowed from the experiment's page while trial 5 of 12 waits; every
+    """Issue 51: the space narrowed from the experiment's page while trial 5 of 7 waits; every
     later trial falls inside it; the Config tab shows each version; a reader has no field."""
     import json
 
@@ -181,7 +181,7 @@ def test_narrow_the_search_space_from_the_page_and_see_its_versions(browser, ui:
     config = (
         "searchSpace:\n  x: {_type: uniform, _value: [0, 10]}\n  opt: {_type: choice, _value: [sgd, adam, rmsprop]}\n"
         f"trialCommand: {PY} t.py {folder / 'holding'} {folder / 'release'}\n"
-        "trialConcurrency: 1\nmaxTrialNumber: 12\n"
+        "trialConcurrency: 1\nmaxTrialNumber: 7\n"
         "tuner: {name: TPE, classArgs: {optimize_mode: maximize, seed: 5, tpe_args: {n_startup_jobs: 3}}}\n"
         "trainingService: {platform: local}\n"
     )
@@ -216,7 +216,7 @@ def test_narrow_the_search_space_from_the_page_and_see_its_versions(browser, ui:
     assert state == "success"
     rows = harness.store.trial_rows(experiment_id)
     later = [r.parameters for r in rows[5:]]
-    assert len(rows) == 12 and all(2 <= p["x"] <= 3 and p["opt"] in ("sgd", "adam") for p in later), later
+    assert len(rows) == 7 and all(2 <= p["x"] <= 3 and p["opt"] in ("sgd", "adam") for p in later), later
     page.reload()
     page.click("[data-testid=tab-config]")
     page.wait_for_selector("[data-testid=space-version-1]", timeout=30000)
@@ -228,7 +228,7 @@ def test_narrow_the_search_space_from_the_page_and_see_its_versions(browser, ui:
     page.wait_for_selector("[data-testid=trial-space-version]", timeout=30000)
     assert page.locator("[data-testid=trial-space-version]").inner_text() == "version 0 (an earlier space)"
     shot(page, "trial-earlier-space")
-    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial=11")
+    page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&trial=6")
     page.wait_for_selector("[data-testid=trial-space-version]", timeout=30000)
     assert page.locator("[data-testid=trial-space-version]").inner_text() == "version 1"
     # the table marks the earlier space's trials, and the charts draw them (hollow, dashed)
@@ -243,7 +243,7 @@ def test_narrow_the_search_space_from_the_page_and_see_its_versions(browser, ui:
     shot(dark, "earlier-space-charts-dark")
     assert not dark.errors, dark.errors
     page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment_id}&tab=trials")
-    page.wait_for_selector("[data-testid=trial-row] >> nth=11", timeout=30000)
+    page.wait_for_selector("[data-testid=trial-row] >> nth=6", timeout=30000)
     marked = page.locator("[data-testid=trial-row]:has([data-testid=earlier-space])")
     assert sorted(int(marked.nth(i).get_attribute("data-index")) for i in range(marked.count())) == [0, 1, 2, 3, 4]
     shot(page, "earlier-space-table")

@@ -73,9 +73,16 @@ def test_a_trial_link_opens_its_own_groups_trial(browser, ui: UiSetup, groups_ru
     assert not page.errors, page.errors
 
 
+# make test-extended (106 s in the suite): a changed limit reaching only its own group is
+# tests/test_task_group.py::test_a_changed_concurrency_reaches_only_its_own_group, and the route
+# raising a running experiment's concurrency under the real scheduler is tests/ui/test_actions.py::
+# test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run.
+@pytest.mark.extended
 def test_steering_one_group_leaves_the_other_untouched(ui: UiSetup):
     harness = ui.harness
-    dag_id, folder = groups_dag(harness, "group_steering", script_trials=6, script_sleep=4)
+    # each script trial stays until three have run at once (bounded): the limit's effect, whatever
+    # the machine's speed (4 s sleeps saw two at once on a loaded machine, 2026-12-01)
+    dag_id, folder = groups_dag(harness, "group_steering", script_trials=6, hold=3)
     harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
     run_id = harness.airflow.trigger(dag_id)
     script, function = (experiment_id_for(dag_id, run_id, g) for g in ("tune_script", "tune_fn"))
