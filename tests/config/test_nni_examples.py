@@ -192,6 +192,13 @@ def test_the_table_covers_every_yaml_file(nni_examples: Path):
     assert found == set(EXPECTED), "classify new example files in EXPECTED"
 
 
+def _runnable_on_this_host() -> set[str]:
+    """Configs whose only problem is a host folder they name: frameworkcontroller_custom's pvc
+    localMountPoint /tmp/mount. On a machine where that folder exists (CI's, after a killed run
+    left the test controller's mount point behind) the config is runnable, and says nothing."""
+    return {"mnist-pytorch/config_frameworkcontroller_custom.yml"} if Path("/tmp/mount").is_dir() else set()
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_example_loads_or_is_rejected_specifically(nni_examples: Path, name: str):
     expected = EXPECTED[name]
@@ -199,7 +206,7 @@ def test_example_loads_or_is_rejected_specifically(nni_examples: Path, name: str
     if expected is None:
         config = load_config(path)
         problems = check_runnable(config)
-        if name in RUNNABLE_NOW:
+        if name in RUNNABLE_NOW or name in _runnable_on_this_host():
             assert problems == []
         else:
             assert problems and all(p.message for p in problems)
