@@ -70,3 +70,15 @@ def browser() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture(autouse=True)
+def _pages_closed_after_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Close every browser context a test opened when it ends. They stayed open until the
+    session's end, and each open page went on polling the session's api-server (Airflow's UI
+    and a running experiment's page refresh by themselves): some thirty by the last page test,
+    beside the Airflow every later test waits on."""
+    yield
+    if "browser" in request.fixturenames:
+        for context in list(request.getfixturevalue("browser").contexts):
+            context.close()
