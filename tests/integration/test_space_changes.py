@@ -15,11 +15,13 @@ from trialflow.platforms.base import experiment_id_for
 
 pytestmark = pytest.mark.integration
 
+#: The trial script: the trial of sequence id HOLD_AT waits for the change (the page's test
+#: holds an earlier one: each trial under the session's loaded Airflow costs seconds in CI).
 HOLDING = """\
 import os, sys, time
 from trialflow import trial
 p = trial.get_next_parameter()
-if trial.get_sequence_id() == 4:  # trial 5 waits for the change
+if trial.get_sequence_id() == int(os.environ.get("HOLD_AT", "4")):  # trial 5 waits for the change
     open(sys.argv[1], "w").write("holding")
     for _ in range(1200):
         if os.path.exists(sys.argv[2]):
