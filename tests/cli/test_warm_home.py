@@ -1,5 +1,6 @@
 """A home's private Airflow kept up between runs (issue 47, 2): `trialflow up`, runs that attach
-to it one after the other and two at once, a killed scheduler replaced by the next run, and
+to it one after the other (the first with a DAG downstream of its Asset, issue 36, 3; the second
+resuming it) and two at once (one --new), a killed scheduler replaced by the next run, and
 `trialflow down` leaving no process behind."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_commands import GOOD, TRIAL, cli
+from tests.cli.test_commands import DOWNSTREAM, GOOD, TRIAL, cli
 from trialflow.cli import home_airflow
 
 pytestmark = pytest.mark.integration
@@ -56,11 +57,34 @@ def test_runs_attach_to_a_kept_airflow_and_a_dead_one_is_replaced(tmp_path):
     kept = home_airflow.read(home / "airflow")
     assert kept is not None and kept.keep and kept.alive() and kept.users == []
     try:
-        first = cli("run", str(a), "--json", timeout=300)
+        # `--downstream FILE` puts the DAG scheduled on the experiment's Asset on the same
+        # Airflow; run waits for the run the published Asset starts, whose task gets exactly the
+        # best parameters
+        from trialflow.authoring.plan import default_dag_id
+        from trialflow.config import load_config
+
+        out, down = tmp_path / "handed.json", tmp_path / "after_tuning.py"
+        down.write_text(DOWNSTREAM.format(dag_id=default_dag_id(a, load_config(a).experiment_name), out=str(out)))
+        first = cli("run", str(a), "--json", "--downstream", str(down), timeout=300)
         assert first.returncode == 0, first.stderr[-3000:]
         assert "Using the Airflow already up in this home" in first.stderr
         assert "Preparing Airflow's database" not in first.stderr
-        assert json.loads(first.stdout)["state"] == "success"
+        summary = json.loads(first.stdout)
+        assert summary["state"] == "success"
+        (downstream,) = summary["downstream"]
+        assert (downstream["dag_id"], downstream["state"]) == ("after_tuning", "success")
+        handed = json.loads(out.read_text())
+        assert handed == {"trial_id": summary["best"]["trial_id"], "parameters": summary["best"]["parameters"]}
+        assert "Downstream of the experiment: after_tuning" in first.stderr
+
+        # Run again: NNI's `nnictl resume`. The same experiment; its finished trials are not run again
+        launched = (tmp_path / "launches.txt").read_text().split()
+        again = cli("run", str(a), "--json", timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert "Resuming experiment " + summary["experiment_id"] in again.stderr
+        resumed = json.loads(again.stdout)
+        assert resumed["experiment_id"] == summary["experiment_id"] and resumed["trials"] == summary["trials"]
+        assert (tmp_path / "launches.txt").read_text().split() == launched
 
         # two runs at once, of two experiments of the home: both attach, both finish
         started = [
