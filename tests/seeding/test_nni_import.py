@@ -116,6 +116,14 @@ def test_the_command_imports_a_folder_or_an_id_under_nnis_default(tmp_path, monk
         code = args.func(args)
         return code, capsys.readouterr().err
 
+    # issue 64, 8: a refused import made a 180 KB store file holding every table
+    for argv, words in (
+        (["--dag", "bad dag"], "--dag 'bad dag': not an Airflow DAG id"),
+        (["--dag", "dag_a", "--experiment-id", "Not_An_Id"], "experiment id 'Not_An_Id': expected lowercase"),
+    ):
+        code, said = run("import-nni", "abcd1234", *argv, "--store", store)
+        assert code == 1 and words in said, said
+        assert not (tmp_path / "store.db").exists()
     code, said = run("import-nni", "abcd1234", "--dag", "dag_a", "--store", store)
     assert code == 0 and "imported as nni-abcd1234 under DAG dag_a: 1 trial(s)" in said
     code, said = run("import-nni", "abcd1234", "--dag", "dag_a", "--store", store)

@@ -636,7 +636,7 @@ def _result_file_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_import_nni(args: argparse.Namespace) -> int:
     from trialflow.nni_history import NniHistoryError, read_experiment, read_result_file
-    from trialflow.seeding.nni_import import import_experiment
+    from trialflow.seeding.nni_import import import_experiment, import_target
 
     try:
         source = Path(args.experiment).expanduser()
@@ -644,6 +644,7 @@ def cmd_import_nni(args: argparse.Namespace) -> int:
             nni = read_result_file(source, _result_file_config(args))
         else:
             nni = read_experiment(nni_folder_of(args.experiment))
+        import_target(nni, args.dag, args.experiment_id)  # bad input is refused before a store is made
         done = import_experiment(_store(args, create=True), nni, args.dag, args.experiment_id)
     except (NniHistoryError, ConfigError, FileNotFoundError) as exc:
         return _fail(exc)

@@ -115,13 +115,7 @@ def import_experiment(
 ) -> Imported:
     """Write ``experiment`` into the store as ``experiment_id`` (default ``nni-<NNI id>``) under
     DAG ``dag_id``; NniHistoryError when it cannot be (nothing is written then)."""
-    if not isinstance(dag_id, str) or not DAG_ID.fullmatch(dag_id):
-        raise NniHistoryError(
-            f"--dag {str(dag_id)[:80]!r}: not an Airflow DAG id (letters, digits, '_', '.' and '-', at most 250)"
-        )
-    target = experiment_id or import_id(experiment.experiment_id)
-    if not EXPERIMENT_ID.fullmatch(target):
-        raise NniHistoryError(f"experiment id {target[:70]!r}: expected lowercase letters, digits and '-'")
+    target = import_target(experiment, dag_id, experiment_id)
     if store.experiment_exists(target):
         raise NniHistoryError(f"experiment {target!r} exists already (imported before?): nothing was changed")
     space, tuner, config = _checked(experiment)
@@ -132,6 +126,21 @@ def import_experiment(
         store.delete_experiment(target)  # whole or absent
         raise
     return Imported(target, len(trials), experiment.swapped)
+
+
+def import_target(experiment: NniExperiment, dag_id: str, experiment_id: str | None = None) -> str:
+    """The experiment id the import writes, once everything that needs no store is checked
+    (the DAG id, the id, the search space, the tuner and every trial's parameters), so that
+    `trialflow import-nni` refuses bad input before it creates a store file."""
+    if not isinstance(dag_id, str) or not DAG_ID.fullmatch(dag_id):
+        raise NniHistoryError(
+            f"--dag {str(dag_id)[:80]!r}: not an Airflow DAG id (letters, digits, '_', '.' and '-', at most 250)"
+        )
+    target = experiment_id or import_id(experiment.experiment_id)
+    if not EXPERIMENT_ID.fullmatch(target):
+        raise NniHistoryError(f"experiment id {target[:70]!r}: expected lowercase letters, digits and '-'")
+    _checked(experiment)
+    return target
 
 
 def _tuned(parameters: dict[str, Any], tuner: AlgorithmConfig) -> dict[str, Any]:
