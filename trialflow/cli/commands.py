@@ -6,12 +6,13 @@ import argparse
 import contextlib
 import itertools
 import json
+import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
@@ -19,6 +20,9 @@ from trialflow.authoring.plan import Built
 from trialflow.cli.dag_files import NoExperiment, experiments_in, is_dag_file
 from trialflow.config import ConfigError, ExperimentConfig, load_config, to_v2_dict
 from trialflow.config.errors import Problem
+
+if TYPE_CHECKING:
+    from trialflow.tracking.preflight import TrackingFinding
 
 T = TypeVar("T")
 
@@ -91,6 +95,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         label = found.label
         problems = check_runnable(config) + _function_problems(config, found.inputs)
         problems = problems or _custom_class_problems(config)
+        tracking = _tracking_finding(config)
+        if tracking is not None and tracking.error:
+            problems.append(Problem(config.source_file, ("mlflow",), tracking.message))
         if problems:
             return _fail(ConfigError(problems))
         print(
@@ -101,7 +108,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
         note = _warm_start_note(config)
         if note:
             print(f"{label}: note: warmStart: {note}", file=sys.stderr)
+        if tracking is not None:
+            print(f"{label}: warning: {tracking.message}", file=sys.stderr)
     return 0
+
+
+def _tracking_finding(config: ExperimentConfig) -> TrackingFinding | None:
+    """What trialflow.tracking.preflight finds of the config's MLflow server from here."""
+    from trialflow.tracking.preflight import check_tracking
+
+    return check_tracking(config.mlflow, os.environ)
 
 
 def _custom_class_problems(config: ExperimentConfig) -> list[Problem]:
@@ -203,9 +219,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _fail(ValueError(f"--dag-id {args.dag_id}: only a DAG file (.py) has DAGs to choose from"))
 
     try:  # validate before importing Airflow or starting anything
-        load_runnable_config(args.config)
+        config = load_runnable_config(args.config)
     except ConfigError as exc:
         return _fail(exc)
+    tracking = _tracking_finding(config)
+    if tracking is not None:  # the home's Airflow gets this environment: what is missing here is missing there
+        if tracking.error:
+            return _fail(ConfigError([Problem(config.source_file, ("mlflow",), tracking.message)]))
+        print(f"warning: {tracking.message}", file=sys.stderr)
     from trialflow.cli.progress import RunDisplay
     from trialflow.cli.runner import ExperimentRun
 
