@@ -91,3 +91,19 @@ def test_past_its_runs_trials_a_task_starts_nothing(experiment, store):
     with pytest.raises(trial_lifecycle.TrialNotStarted, match="this run holds 2 trial"):
         trial_lifecycle.start_trial(experiment, store, "r1", 2)
     assert store.find_trial("elife", 2) is None
+
+
+def test_a_tuner_class_that_fails_its_ask_fails_the_trial_for_good(tmp_path, store):
+    """Issue 64, 7: a custom class that raises every time was retried as if the infrastructure
+    had failed (3 tries, each running it again); TrialCannotRun fails the task without retry."""
+    from tests.tuning.custom.test_runner import CLASSES
+
+    (tmp_path / "config.yml").write_text(
+        CONFIG.replace("tuner: {name: Random}", f"tuner: {{className: lossy_tuners.Raising, codeDirectory: {CLASSES}}}")
+    )
+    (tmp_path / "trial.py").write_text(TRIAL)
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "eraising", tmp_path / "work")
+    start_run(experiment, store, "dag_a", "r1", {})
+    with pytest.raises(trial_lifecycle.TrialCannotRun, match="Raising.generate_parameters failed: ValueError"):
+        trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    assert not (tmp_path / "launches").exists()

@@ -48,7 +48,7 @@ from trialflow.tracking.runner import TRIAL_REQUEST_TIMEOUT, open_tracking
 from trialflow.trial.handle import current_handle
 from trialflow.trial.packing import CodeDirectoryError
 from trialflow.tuning.asker import ask
-from trialflow.tuning.custom.runner import AdvisorWaits
+from trialflow.tuning.custom.runner import AdvisorWaits, CustomAlgorithmError
 from trialflow.tuning.experiment_store import TASK_ATTR
 from trialflow.tuning.pbt import PopulationNotReady
 from trialflow.tuning.space_versions import current as current_space
@@ -81,8 +81,8 @@ class TrialWaits(Exception):
 
 
 class TrialCannotRun(Exception):
-    """The trial can never run as configured (GPUs no machine has, code over the limits); it is
-    recorded FAILED. Retrying would not help."""
+    """The trial can never run as configured (GPUs no machine has, code over the limits, the
+    user's tuner class failing its ask); its task fails without retry. Retrying would not help."""
 
 
 @dataclass
@@ -197,6 +197,11 @@ def start_trial(
         if exc.final:
             raise TrialNotStarted(trial_id, str(exc)) from None
         raise TrialWaits(trial_id, str(exc), "its advisor") from None
+    except CustomAlgorithmError as exc:
+        # The user's own class raised, exited, answered outside the space or hung: its code, not
+        # the infrastructure. Airflow's retries ran it again (3 tries, a hung one holding a
+        # worker 3 x 60 s); the trial fails once, with the class's words, as the README says.
+        raise TrialCannotRun(f"trial {trial_id}: {exc}") from None
     record = asked.record
     chosen = _service_index(experiment, store, record, service_index)
     spec = experiment.trial_spec(
