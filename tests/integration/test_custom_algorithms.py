@@ -107,6 +107,7 @@ def test_a_tuner_class_that_raises_fails_the_run_with_its_words_and_airflow_carr
     assert harness.rows(dag_id, run_id) == []  # no trial was claimed
     ti = harness.tis(dag_id, run_id)[0]
     assert ti["state"] == "failed"
+    assert ti["try_number"] == 1  # issue 64, 7: its own code failed, so Airflow's retries do not run it again
     log = " ".join(map(str, harness.airflow.task_log(dag_id, run_id, "trial", ti["try_number"], 0)))
     assert "Raising.generate_parameters failed: ValueError: no idea for trial 0 (lossy_tuners.py:" in log, log[-3000:]
     # the scheduler and triggerer live on: the next DAG runs
