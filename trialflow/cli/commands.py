@@ -98,6 +98,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         tracking = _tracking_finding(config)
         if tracking is not None and tracking.error:
             problems.append(Problem(config.source_file, ("mlflow",), tracking.message))
+        unwritable = _checkpoint_store_problem(config)
         if problems:
             return _fail(ConfigError(problems))
         print(
@@ -110,7 +111,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"{label}: note: warmStart: {note}", file=sys.stderr)
         if tracking is not None:
             print(f"{label}: warning: {tracking.message}", file=sys.stderr)
+        if unwritable is not None:  # the workers' disk may differ from this one's: said, not refused
+            print(f"{label}: warning: {unwritable}", file=sys.stderr)
     return 0
+
+
+def _checkpoint_store_problem(config: ExperimentConfig) -> str | None:
+    """Why a ``file://`` checkpoint store cannot be written from here (trialflow.checkpoints.preflight)."""
+    from trialflow.checkpoints.preflight import file_store_problem
+
+    store = config.checkpoints.store if config.checkpoints is not None else None
+    return file_store_problem(store) if store else None
 
 
 def _tracking_finding(config: ExperimentConfig) -> TrackingFinding | None:
@@ -227,6 +238,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if tracking.error:
             return _fail(ConfigError([Problem(config.source_file, ("mlflow",), tracking.message)]))
         print(f"warning: {tracking.message}", file=sys.stderr)
+    unwritable = _checkpoint_store_problem(config)
+    if unwritable is not None:  # the home's Airflow writes the store from this machine
+        return _fail(ConfigError([Problem(config.source_file, ("checkpoints", "store"), unwritable)]))
     from trialflow.cli.progress import RunDisplay
     from trialflow.cli.runner import ExperimentRun
 
