@@ -29,6 +29,24 @@ def test_the_run_decides_whether_an_experiment_is_live(runs, active_trials, expe
     assert run_state(row, runs) == expected
 
 
+@pytest.mark.parametrize("dag_run", ["running", "queued"])
+def test_an_experiment_whose_runs_are_over_is_finished_while_its_dag_run_goes_on(dag_run):
+    """Issue 64, 8: after the end step the DAG run waits for an approval; the page said "running"
+    and offered steering every action refused (trialflow.steering.check_running)."""
+    row = {"dag_id": "dag", "run_id": "run", "active": False, "runs_over": True}
+    assert run_state(row, {KEY: dag_run}) == ("finished", False)
+    assert run_state({**row, "stopped": {"by": "ann"}}, {KEY: dag_run}) == ("stopped", False)
+    assert run_state({**row, "runs_over": False}, {KEY: dag_run}) == (dag_run, True)
+
+
+def test_the_rows_say_when_every_run_is_over():
+    from trialflow.queries.experiments import runs_over
+
+    assert not runs_over([])  # no runs (a tool's experiment): not refused, not over
+    assert not runs_over([{"first_index": 0, "count": 4, "ended_at": 5.0}, {"first_index": 4, "count": 4}])
+    assert runs_over([{"first_index": 0, "count": 4, "ended_at": 5.0}, {"first_index": 4, "stopped": {"by": "ann"}}])
+
+
 def test_a_row_without_a_dag_reads_its_trials():
     assert run_state({"dag_id": None, "run_id": None, "active": True}, {("", ""): "success"}) == ("running", True)
 

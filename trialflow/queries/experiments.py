@@ -69,6 +69,9 @@ class ExperimentRow:
     #: Who stopped it, when and why ({"by", "at", "reason"}), when a person (or Airflow's
     #: mark failed on its DAG run) stopped it; None otherwise.
     stopped: dict[str, Any] | None = None
+    #: Every run of it is over (its end step ran, or it was stopped), though its DAG run may go
+    #: on with later tasks (an approval): nothing is left to steer.
+    runs_over: bool = False
     #: Several objectives: how many trials are in the Pareto set (``best`` is then None: there is
     #: no single best); None with one objective.
     pareto_size: int | None = None
@@ -90,6 +93,13 @@ def stopped_of(windows: Iterable[Any]) -> dict[str, Any] | None:
         return None
     newest = max(stops, key=lambda s: s.get("at") or 0)
     return {"by": newest.get("by"), "at": newest.get("at"), "reason": newest.get("reason")}
+
+
+def runs_over(windows: Iterable[Any]) -> bool:
+    """Whether the experiment had runs and every one is over (trialflow.steering.check_running's
+    rule: the actions refuse it then, so the pages offer none)."""
+    parsed = [RunWindow.parse(w) for w in windows if isinstance(w, dict)]
+    return bool(parsed) and all(w.over for w in parsed)
 
 
 def _run_windows(conn: sa.Connection, study_ids: Sequence[int] | None) -> dict[int, list[Any]]:
@@ -151,6 +161,7 @@ def list_experiments(engine: Engine, kept: bool = True) -> list[ExperimentRow]:
                 max_trial_number=config.get("maxTrialNumber"),
                 active=any(c.get(s) for s in ACTIVE),
                 stopped=stopped_of(windows.get(sid, [])),
+                runs_over=runs_over(windows.get(sid, [])),
                 pareto_size=pareto_size,
                 task_group=a.get(GROUP_ATTR),
                 imported_from=(a.get(IMPORTED_ATTR) or {}).get("nni_id")
@@ -290,6 +301,7 @@ def experiment_summary(engine: Engine, experiment_id: str) -> dict[str, Any]:
         "deadline": deadline,
         "runs": sorted(windows, key=lambda w: w.get("first_index", 0)),
         "stopped": stopped_of(windows),
+        "runs_over": runs_over(windows),
         "changed": changed,
         # scheduledRuns: retune: the experiment this one re-tuned (its best sets ran first here),
         # and the later ones that re-tuned this one (all of the same DAG).

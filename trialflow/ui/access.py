@@ -166,14 +166,19 @@ def run_state(row: dict[str, Any], runs: dict[tuple[str, str], str]) -> tuple[st
     waves of trials (the previous ones ended, the next not yet asked) no trial is waiting or
     running, yet the run is, and a page that stopped refreshing then never saw the rest.
     Without a run (its DAG deleted, or the CLI's own runs), the trials' statuses are all there is.
-    An experiment a person stopped reads "stopped" once its run is over, never "success".
+    An experiment a person stopped reads "stopped" once its run is over, never "success". One
+    whose runs are all over (its end step ran) reads "finished" while its DAG run goes on with
+    later tasks (an approval waiting for a person): it said "running" and offered steering
+    that every action refused.
     """
     dag_id, run_id = row.get("dag_id"), row.get("run_id")
     state = runs.get((dag_id, run_id)) if dag_id and run_id else None
-    if state in LIVE_RUN_STATES:
+    if state in LIVE_RUN_STATES and not row.get("runs_over"):
         return str(state), True
     if row.get("stopped"):  # a person's stop is what ended it, whatever the run's end step said
         return "stopped", False
+    if state in LIVE_RUN_STATES:
+        return "finished", False
     if state:
         return state, False
     return ("running", True) if row.get("active") else ("finished", False)
