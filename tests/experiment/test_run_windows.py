@@ -36,8 +36,13 @@ def test_duration_counts_from_its_start_or_the_run_it_continues():
 
 
 def test_a_window_is_stored_as_it_reads_back():
-    window = RunWindow(4, 3, 99.0, exists=True, counted_from=1.0, inputs={"a": 1}, secret_inputs=("a",))
-    assert RunWindow.parse(window.stored(started_at=2.0)) == window
+    from tests.helpers.sealing import FernetSealer, sealed_with
+
+    window = RunWindow(4, 3, 99.0, exists=True, counted_from=1.0, inputs={"a": 1, "b": "x"}, secret_inputs=("a",))
+    with sealed_with(FernetSealer()):
+        stored = window.stored(started_at=2.0)
+        assert RunWindow.parse(stored) == window
+    assert stored["inputs"]["b"] == "x" and set(stored["inputs"]["a"]) == {"__trialflow_sealed__"}
     fresh = RunWindow(0, 2, None, exists=True)  # counts from its start when nothing else is said
     assert RunWindow.parse(fresh.stored(started_at=2.0)).counted_from == 2.0
 

@@ -9,6 +9,10 @@ import time
 
 import pytest
 
+from tests.helpers.sealing import FernetSealer, sealed_with
+from trialflow.experiment.run_windows import RunWindows
+from trialflow.experiment.sealing import SealingUnavailable
+
 from trialflow.trial.inputs import (
     MAX_INPUTS,
     MAX_VALUE_CHARS,
@@ -99,16 +103,33 @@ def test_secret_inputs_are_kept_for_the_trial_and_masked_for_every_reader(tmp_pa
     )
     experiment = Experiment(load_config(tmp_path / "c.yml"), "esecret", tmp_path / "work")
     inputs = {"pw": "hunter2-pw", "url": "postgresql://u:inline-pw@h/db", "data": "/d", "n": 3}
-    started = start_run(experiment, store, "dag_a", "r1", {}, inputs=inputs, secret_inputs=["pw", "gone"])
-    assert started.window.secret_inputs == ("pw",)  # a name that is no input is not kept
-    window = experiment.window(store, "r1")
-    assert window.inputs == inputs and window.secret_values() == ["hunter2-pw"]
-    submission = experiment.trial_spec(0, 0, {"x": 0.5}, inputs=window.inputs)
-    assert submission.env["TRIALFLOW_INPUT_PW"] == "hunter2-pw"  # the trial gets the real value
+    with sealed_with(FernetSealer()):
+        started = start_run(experiment, store, "dag_a", "r1", {}, inputs=inputs, secret_inputs=["pw", "gone"])
+        assert started.window.secret_inputs == ("pw",)  # a name that is no input is not kept
+        window = experiment.window(store, "r1")
+        assert window.inputs == inputs and window.secret_values() == ["hunter2-pw"]
+        submission = experiment.trial_spec(0, 0, {"x": 0.5}, inputs=window.inputs)
+        assert submission.env["TRIALFLOW_INPUT_PW"] == "hunter2-pw"  # the trial gets the real value
+        assert queries.secret_input_values(store.engine, "esecret") == ["hunter2-pw"]
     summary = queries.experiment_summary(store.engine, "esecret")
     assert summary["runs"][0]["inputs"] == {"pw": "***", "url": "postgresql://u:***@h/db", "data": "/d", "n": 3}
     assert "hunter2" not in json.dumps(summary) and "inline-pw" not in json.dumps(summary)
-    assert queries.secret_input_values(store.engine, "esecret") == ["hunter2-pw"]
+    # issue 64, 3: at rest the secret is sealed (Airflow's Fernet key), in every row of the store
+    with store.engine.connect() as conn:
+        tables = [r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        rows = [str(row) for t in tables for row in conn.exec_driver_sql(f'SELECT * FROM "{t}"')]
+    assert rows and not any("hunter2" in row for row in rows)
+    # a process without the key: nothing to mask with, and the trial refused rather than handed "***"
+    with sealed_with(None):
+        window = experiment.window(store, "r1")
+        assert window.secret_values() == [] and window.inputs["data"] == "/d"
+        with pytest.raises(SealingUnavailable, match="secret input 'pw' is kept sealed"):
+            experiment.trial_spec(0, 0, {"x": 0.5}, inputs=window.inputs)
+        with pytest.raises(SealingUnavailable, match="no key to seal it with"):
+            start_run(experiment, store, "dag_a", "r2", {}, inputs=inputs, secret_inputs=["pw"])
+        assert "r2" not in RunWindows(store, "esecret").all()  # refused before anything was written
+    with sealed_with(FernetSealer()):  # another key than the one that sealed it: not opened either
+        assert experiment.window(store, "r1").secret_values() == []
 
 
 def test_the_start_step_asks_airflows_masker_which_inputs_are_secrets():

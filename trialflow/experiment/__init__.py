@@ -428,9 +428,16 @@ class Experiment:
     ) -> TrialSpec:
         """Trial ``trial_index``'s submission; ``inputs``: its run's (trialflow.trial.inputs),
         in its environment."""
+        from trialflow.experiment.sealing import SealedValue, SealingUnavailable
         from trialflow.trial.inputs import inputs_env
         from trialflow.trial.wire import CHECKPOINT_RECORDS_VAR
 
+        sealed = sorted(name for name, value in (inputs or {}).items() if isinstance(value, SealedValue))
+        if sealed:  # never "***" handed on as if it were the value
+            raise SealingUnavailable(
+                f"the run's secret input {sealed[0]!r} is kept sealed with Airflow's [core] fernet_key, and "
+                "this process cannot open it (no key, or another one than the start step's)"
+            )
         env = inputs_env(inputs)
         if self.config.checkpoints is not None:
             env[CHECKPOINT_RECORDS_VAR] = "1"  # the SDK sends a record per checkpoint saved

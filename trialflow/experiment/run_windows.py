@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trialflow.experiment import sealing
+
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
 
@@ -106,7 +108,7 @@ class RunWindow:
             raw.get("ended_at"),
             "first_index" in raw,
             None if counted_from is None else float(counted_from),
-            raw.get("inputs") if isinstance(raw.get("inputs"), dict) else None,
+            _opened_inputs(raw.get("inputs")),
             tuple(str(n) for n in raw.get("secret_inputs") or () if isinstance(n, str)),
         )
 
@@ -155,18 +157,31 @@ class RunWindow:
             "counted_from": self.counted_from if self.counted_from is not None else started_at,
         }
         if self.inputs:
-            fields["inputs"] = dict(self.inputs)
+            secret = set(self.secret_inputs)  # kept only sealed (trialflow.experiment.sealing)
+            fields["inputs"] = {n: sealing.seal(v) if n in secret else v for n, v in self.inputs.items()}
         if self.secret_inputs:
             fields["secret_inputs"] = list(self.secret_inputs)
         return fields
 
     def secret_values(self) -> list[str]:
-        """The secret inputs' values as text (to mask them wherever a trial may have echoed them)."""
+        """The secret inputs' values as text (to mask them wherever a trial may have echoed
+        them); one this process cannot open is not known here, and not listed."""
         inputs = self.inputs or {}
-        return [str(inputs[n]) for n in self.secret_inputs if n in inputs and str(inputs[n])]
+        return [
+            str(inputs[n])
+            for n in self.secret_inputs
+            if n in inputs and str(inputs[n]) and not isinstance(inputs[n], sealing.SealedValue)
+        ]
 
     def expired(self, now: float | None = None) -> bool:
         return self.deadline is not None and (now if now is not None else time.time()) >= self.deadline
+
+
+def _opened_inputs(raw: Any) -> dict[str, Any] | None:
+    """The stored inputs with each sealed one opened (or a SealedValue where it cannot be)."""
+    if not isinstance(raw, dict):
+        return None
+    return {name: sealing.opened(value) for name, value in raw.items()}
 
 
 def shown_window(raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from trialflow.experiment import Experiment, TrialXCom, trial_result
 from trialflow.experiment.follow import Follower, FollowOutcome
 from trialflow.experiment.keeping import parent_checkpoint
 from trialflow.experiment.run_windows import EXPERIMENT_DEADLINE_REASON
+from trialflow.experiment.sealing import SealingUnavailable
 from trialflow.lifecycle.submission import Submission
 from trialflow.platforms.base import (
     Connections,
@@ -204,9 +205,13 @@ def start_trial(
         raise TrialCannotRun(f"trial {trial_id}: {exc}") from None
     record = asked.record
     chosen = _service_index(experiment, store, record, service_index)
-    spec = experiment.trial_spec(
-        index, asked.number, asked.parameters, chosen, record.parameter_source, inputs=window.inputs
-    )
+    try:
+        spec = experiment.trial_spec(
+            index, asked.number, asked.parameters, chosen, record.parameter_source, inputs=window.inputs
+        )
+    except SealingUnavailable as exc:
+        store.finish(record.storage_id, TrialStatus.FAILED, None, str(exc))
+        raise TrialCannotRun(f"trial {trial_id}: {exc}") from None
     if record.lineage is not None and record.lineage.parent_trial_id and not record.finished:
         record, start_from = _parent_checkpoint(experiment, store, record, connections)
         spec = replace(spec, start_from=start_from)

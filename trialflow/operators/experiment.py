@@ -76,6 +76,7 @@ class StartExperimentOperator(_ExperimentStep):
         self.inputs = inputs
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from trialflow.experiment.sealing import SealingUnavailable
         from trialflow.from_airflow.secrets import masked_names
         from trialflow.runs import ExperimentNotOwned, start_run
         from trialflow.runs.start import unused_inputs
@@ -97,7 +98,7 @@ class StartExperimentOperator(_ExperimentStep):
                 inputs=self.inputs,
                 secret_inputs=masked_names(self.inputs if isinstance(self.inputs, dict) else None),
             )
-        except (ExperimentNotOwned, InputsError, WarmStartError) as exc:
+        except (ExperimentNotOwned, InputsError, WarmStartError, SealingUnavailable) as exc:
             raise AirflowFailException(str(exc)) from None
         window, config = started.window, experiment.config
         for said in unused_inputs(experiment, list(window.inputs or ())):

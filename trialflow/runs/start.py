@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trialflow.experiment import GROUP_ATTR, Experiment, trial_count
+from trialflow.experiment import GROUP_ATTR, Experiment, sealing, trial_count
 from trialflow.experiment.run_windows import RunWindow, RunWindows, windows_in
 from trialflow.platforms.base import Connections
 from trialflow.runs.continuation import continued_run
@@ -53,6 +53,8 @@ def start_run(
     checked first too (WarmStartError) and given once the experiment is open
     (trialflow.seeding.warm_start)."""
     checked = check_inputs(inputs)  # before anything is written
+    if any(n in checked for n in secret_inputs):
+        sealing.seal("")  # SealingUnavailable before anything is written: a secret is kept only sealed
     shared = experiment.config.scheduled_runs == "continue"
     check_owner(store, experiment.experiment_id, dag_id, conf, run_id, shared, experiment.group)
     check_source(store, experiment, dag_id)  # WarmStartError: also before anything is written
