@@ -18,7 +18,10 @@ def test_an_empty_key_keeps_the_last_two_and_the_best_in_the_experiments_folder(
     kept = _load(write, "{}").checkpoints
     assert kept is not None and kept.store is None and kept.scheme == "default"
     assert (kept.keep_last, kept.keep_best, kept.restarts, kept.restart_on_failure) == (2, 1, 3, False)
+    assert (kept.max_checkpoint_bytes, kept.max_artifacts_bytes) == (4 * 1024**3, 4 * 1024**3)
     assert load_config(write("none.yml", MINIMAL)).checkpoints is None
+    sized = _load(write, "{maxCheckpointSize: 512mb, maxArtifactsSize: 1gb}").checkpoints
+    assert sized is not None and (sized.max_checkpoint_bytes, sized.max_artifacts_bytes) == (512 * 1024**2, 1024**3)
 
 
 @pytest.mark.parametrize("scheme", STORE_SCHEMES)
@@ -40,6 +43,9 @@ def test_every_object_store_airflow_reaches_is_named_by_its_url(write, scheme):
         ("{restarts: 101}", "checkpoints.restarts: Input should be less than or equal to 100"),
         ("{restarts: true}", "checkpoints.restarts"),
         ("{keepLatest: 2}", "checkpoints.keepLatest"),
+        ("{maxArtifactsSize: 2tb}", "checkpoints.maxArtifactsSize: Input should be less than or equal to 1048576"),
+        ("{maxCheckpointSize: lots}", "checkpoints.maxCheckpointSize: expected a size such as 512mb"),
+        ("{maxCheckpointSize: 0}", "checkpoints.maxCheckpointSize: expected a positive, finite size"),
         ("[s3://bucket]", "checkpoints"),
     ],
 )

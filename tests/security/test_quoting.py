@@ -22,8 +22,10 @@ from trialflow.platforms.leftovers import stop_marked_command
 from trialflow.platforms.local import LocalPlatform
 from trialflow.platforms.remote import RemotePlatform
 from trialflow.platforms.remote.commands import (
+    ARCHIVE_OVERHEAD,
     CANCEL_FILE,
     LAUNCH_DIR,
+    archive_within,
     cancel_request_command,
     claim_command,
     exists_command,
@@ -200,6 +202,22 @@ def test_checkpoint_commands_with_hostile_folders(box):
     assert members["checkpoints/000000003/secret"].issym()  # a link, not /etc/hostname's bytes
     missing = bash_in(output_archive_command(str(trial), "checkpoints/000000009"), box)
     assert missing.returncode == 0 and missing.stdout == ""  # no such folder: nothing
+    # issue 64, 5: a 1 TiB sparse file comes back cut at the bound, and is said to be past it
+    with open(trial / "checkpoints" / "000000003" / "huge.bin", "wb") as fh:
+        fh.truncate(1024**4)
+    started = time.monotonic()
+    with (box / "cut.tar").open("wb") as out:
+        subprocess.run(
+            ["bash", "-c", output_archive_command(str(trial), "checkpoints/000000003", max_bytes=1000)],
+            cwd=box,
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
+    size = (box / "cut.tar").stat().st_size
+    assert size == 1000 + ARCHIVE_OVERHEAD + 1 and not archive_within(size, 1000)
+    assert time.monotonic() - started < 30  # tar stopped at the closed pipe
+    assert archive_within(archive.stat().st_size, 1000)  # the bounded folder before it: within
 
     ours = box / f"ours {HOSTILE}.tar"
     with tarfile.open(ours, "w") as tar:

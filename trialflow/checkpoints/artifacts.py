@@ -15,9 +15,11 @@ import os
 from dataclasses import dataclass
 
 from trialflow.checkpoints.keeper import (
+    DEFAULT_MAX_BYTES,
     MANIFEST_SUFFIX,
     CheckpointError,
     KeptFile,
+    KeptFolder,
     StoragePath,
     keep_folder,
     read_manifest,
@@ -31,11 +33,13 @@ class UnknownArtifact(LookupError):
 
 @dataclass(frozen=True)
 class TrialArtifacts:
-    """One trial's artifacts in the store (``root``: the store's path)."""
+    """One trial's artifacts in the store (``root``: the store's path; ``max_bytes``: what its
+    artifacts may hold together)."""
 
     root: StoragePath
     experiment_id: str
     trial_id: str
+    max_bytes: int = DEFAULT_MAX_BYTES
 
     @property
     def trial_prefix(self) -> StoragePath:
@@ -49,13 +53,22 @@ class TrialArtifacts:
     def manifest(self) -> StoragePath:
         return self.trial_prefix / f"{ARTIFACTS_DIR}{MANIFEST_SUFFIX}"
 
-    def keep(self, trial_folder: str | os.PathLike[str]) -> list[KeptFile]:
+    def keep(self, trial_folder: str | os.PathLike[str]) -> KeptFolder:
         """Copy the trial's ``artifacts`` folder into the store (nothing when it has none; a
-        later keep of the same trial, after a restart, replaces the list)."""
+        later keep of the same trial, after a restart, replaces the list). Each file is its own:
+        a link, a FIFO or one past ``max_bytes`` is left out and said in ``refused``, the rest
+        kept (one bad file dropped every artifact of the trial)."""
         if not os.path.isdir(os.path.join(trial_folder, ARTIFACTS_DIR)):
-            return []
+            return KeptFolder([], [])
         return keep_folder(
-            trial_folder, ARTIFACTS_DIR, self.prefix, self.manifest, f"the artifacts of trial {self.trial_id}", {}
+            trial_folder,
+            ARTIFACTS_DIR,
+            self.prefix,
+            self.manifest,
+            f"the artifacts of trial {self.trial_id}",
+            {},
+            self.max_bytes,
+            each_file=True,
         )
 
     def listed(self) -> list[KeptFile]:

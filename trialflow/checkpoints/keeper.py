@@ -35,6 +35,11 @@ CHUNK = 1024 * 1024
 MANIFEST_SUFFIX = ".manifest.json"
 #: Bounds on a manifest read back from the store (another writer may have put anything there).
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+#: What one checkpoint, and one trial's artifacts together, may hold by default (apparent size:
+#: a sparse file counts as large as it says it is): ``maxCheckpointSize`` and
+#: ``maxArtifactsSize`` beside ``keepLast``. A trial that truncated a 2 GiB sparse file into its
+#: artifacts put 2.1 GB of real disk in the store; ``truncate -s 1T`` would have filled it.
+DEFAULT_MAX_BYTES = 4 * 1024**3
 _STEP_NAME = re.compile(r"^(\d{9})" + re.escape(MANIFEST_SUFFIX) + "$")
 
 
@@ -67,12 +72,23 @@ class KeptFile:
 
 
 @dataclass(frozen=True)
+class KeptFolder:
+    """What keep_folder copied, and what it left out and why (a trial's artifacts keep what is
+    within their bounds; a checkpoint is kept whole or refused, so it leaves nothing out)."""
+
+    files: list[KeptFile]
+    refused: list[str]
+
+
+@dataclass(frozen=True)
 class TrialCheckpoints:
-    """One trial's checkpoints in the store (``root``: the store's path)."""
+    """One trial's checkpoints in the store (``root``: the store's path; ``max_bytes``: what one
+    checkpoint may hold)."""
 
     root: StoragePath
     experiment_id: str
     trial_id: str
+    max_bytes: int = DEFAULT_MAX_BYTES
 
     @property
     def prefix(self) -> StoragePath:
@@ -92,7 +108,8 @@ class TrialCheckpoints:
             self.prefix / f"{name}{MANIFEST_SUFFIX}",
             f"checkpoint {step} of trial {self.trial_id} ({relative})",
             {"step": step},
-        )
+            self.max_bytes,
+        ).files
 
     def steps(self) -> list[int]:
         """The steps kept whole (those with a manifest), oldest first."""
@@ -168,28 +185,62 @@ def keep_folder(
     manifest: StoragePath,
     which: str,
     facts: dict[str, Any],
-) -> list[KeptFile]:
+    max_bytes: int,
+    each_file: bool = False,
+) -> KeptFolder:
     """Copy the trial's folder ``relative`` to ``target`` and write ``manifest`` (``facts`` and
-    every file's name, size and SHA-256) last; files are read without following a symlink, and
-    a symlink, a FIFO or a listing past its bounds is a CheckpointError naming ``which``."""
+    every file's name, size and SHA-256) last; files are read without following a symlink.
+
+    Whole (a checkpoint): a symlink, a FIFO, a listing past its bounds or more than
+    ``max_bytes`` in all is a CheckpointError naming ``which``, before anything is copied.
+    ``each_file`` (a trial's artifacts): such a file is left out, said in ``refused``, and the
+    others kept, in name order, while they fit in ``max_bytes``. Sizes are the files' own
+    (apparent: a sparse file is as large as it says), and no file is copied past the size it was
+    listed with, so one still growing cannot take more than was counted."""
     from trialflow.trial.folder import TrialFileRefused
 
+    refused: list[str] = []
     try:
-        listed = files_in_folder(trial_folder, relative)
+        listed = files_in_folder(trial_folder, relative, refused if each_file else None)
     except (TrialFileRefused, FileNotFoundError) as exc:
         raise CheckpointError(f"{which}: {exc}") from None
+    total = sum(size for _, size in listed)
+    if not each_file and total > max_bytes:
+        raise CheckpointError(f"{which}: {_size(total)} in all, over its bound of {_size(max_bytes)}: not kept")
     kept: list[KeptFile] = []
-    for name, _ in listed:
+    room = max_bytes
+    for name, size in listed:
+        if size > room:
+            refused.append(f"{relative}/{name} ({_size(size)}) is past the {_size(max_bytes)} bound: not kept")
+            continue
         try:
             fd = open_in_folder(trial_folder, f"{relative}/{name}")
         except (TrialFileRefused, FileNotFoundError) as exc:
-            raise CheckpointError(f"{which}: {exc}") from None
+            if not each_file:
+                raise CheckpointError(f"{which}: {exc}") from None
+            refused.append(str(exc))
+            continue
         with os.fdopen(fd, "rb") as source:
-            kept.append(_copy(source, target, name))
+            copied = _copy(source, target, name, size)
+        if copied is None:
+            if not each_file:
+                raise CheckpointError(f"{which}: {relative}/{name} grew past {_size(size)} while it was copied")
+            refused.append(f"{relative}/{name} grew past {_size(size)} while it was copied: not kept")
+            continue
+        kept.append(copied)
+        room -= copied.size
     manifest.parent.mkdir(parents=True, exist_ok=True)
     with manifest.open("wb") as out:
         out.write(json.dumps({**facts, "files": [f.__dict__ for f in kept]}, sort_keys=True).encode())
-    return kept
+    return KeptFolder(kept, refused)
+
+
+def _size(count: int) -> str:
+    """Bytes in the largest 1024-based unit that keeps one decimal."""
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
 
 
 def read_manifest(path: StoragePath, which: str) -> list[KeptFile]:
@@ -214,7 +265,9 @@ def _step_name(step: int) -> str:
     return checkpoint_folder(step).rsplit("/", 1)[1]
 
 
-def _copy(source: IO[bytes], target: StoragePath, name: str) -> KeptFile:
+def _copy(source: IO[bytes], target: StoragePath, name: str, limit: int) -> KeptFile | None:
+    """The file copied, or None (and what was written removed) when it holds more than
+    ``limit`` bytes."""
     path = target
     for part in name.split("/"):
         path = path / part
@@ -222,11 +275,16 @@ def _copy(source: IO[bytes], target: StoragePath, name: str) -> KeptFile:
     digest = hashlib.sha256()
     size = 0
     with path.open("wb") as out:
-        while chunk := source.read(CHUNK):
+        while chunk := source.read(min(CHUNK, limit - size + 1)):
+            if size + len(chunk) > limit:
+                break
             digest.update(chunk)
             size += len(chunk)
             out.write(chunk)
-    return KeptFile(name, size, digest.hexdigest())
+        else:
+            return KeptFile(name, size, digest.hexdigest())
+    path.unlink(missing_ok=True)
+    return None
 
 
 def _remove_tree(path: StoragePath) -> int:

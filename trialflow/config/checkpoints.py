@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import Field, field_validator
 
-from trialflow.config.base import Int, NniModel, Str
+from trialflow.config.base import Int, NniModel, SizeMB, Str
 
 #: The stores an ObjectStoragePath URL may name here: the schemes Airflow's providers register a
 #: filesystem for, with a connection (local files; S3 and S3-compatible servers with the Amazon
@@ -77,6 +77,18 @@ class CheckpointsConfig(NniModel):
     keep_best: Int = Field(default=1, ge=0, le=1000)
     restarts: Int = Field(default=3, ge=0, le=100)
     restart_on_failure: bool = False
+    #: What one checkpoint may hold (4gb; a size such as 512mb, up to 1tb): one past it is not kept.
+    max_checkpoint_size: SizeMB = Field(default=4096, le=1024 * 1024)
+    #: What a trial's artifacts may hold together (4gb): the files past it are left out, said so.
+    max_artifacts_size: SizeMB = Field(default=4096, le=1024 * 1024)
+
+    @property
+    def max_checkpoint_bytes(self) -> int:
+        return self.max_checkpoint_size * 1024 * 1024
+
+    @property
+    def max_artifacts_bytes(self) -> int:
+        return self.max_artifacts_size * 1024 * 1024
 
     @field_validator("store")
     @classmethod

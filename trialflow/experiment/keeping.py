@@ -87,7 +87,9 @@ class TrialKeeping:
         not the SDK's ``checkpoints/<step>`` (NNI PBT's save folder)."""
         try:
             with tempfile.TemporaryDirectory(prefix="trialflow-checkpoint-") as scratch:
-                folder = await self.platform.fetch_output(handle, relative or checkpoint_folder(step), Path(scratch))
+                folder = await self.platform.fetch_output(
+                    handle, relative or checkpoint_folder(step), Path(scratch), self.checkpoints.max_bytes
+                )
                 if relative is not None and not (Path(folder) / relative).is_dir():
                     return  # it saved nothing there (an SDK trial keeps its own as it goes)
                 await asyncio.to_thread(self.checkpoints.keep, folder, step, relative)
@@ -118,10 +120,17 @@ class TrialKeeping:
         in its message when the store refuses, as a checkpoint is)."""
         try:
             with tempfile.TemporaryDirectory(prefix="trialflow-artifacts-") as scratch:
-                folder = await self.platform.fetch_output(handle, ARTIFACTS_DIR, Path(scratch))
+                folder = await self.platform.fetch_output(
+                    handle, ARTIFACTS_DIR, Path(scratch), self.artifacts.max_bytes
+                )
                 kept = await asyncio.to_thread(self.artifacts.keep, folder)
-            if kept:
-                log.info("Trial %s: kept %d artifact(s)", handle.get("trial_id"), len(kept))
+            if kept.files:
+                log.info("Trial %s: kept %d artifact(s)", handle.get("trial_id"), len(kept.files))
+            if kept.refused:  # said on the trial's page, the rest kept
+                note = f"artifacts not kept: {'; '.join(kept.refused[:3])}"
+                more = len(kept.refused) - 3
+                self.notes.append((note + (f"; and {more} more" if more > 0 else ""))[:500])
+                log.warning("Trial %s: %s", handle.get("trial_id"), note)
         except Exception as exc:
             note = f"artifacts not kept: {exc}"
             log.warning("Trial %s: %s", handle.get("trial_id"), note)
@@ -224,6 +233,6 @@ def trial_keeping(
     if checkpoints is None:
         return None
     root = artifact_root(checkpoints, experiment.workdir, connections)
-    kept = TrialCheckpoints(root, experiment.experiment_id, trial_id)
-    artifacts = TrialArtifacts(root, experiment.experiment_id, trial_id)
+    kept = TrialCheckpoints(root, experiment.experiment_id, trial_id, checkpoints.max_checkpoint_bytes)
+    artifacts = TrialArtifacts(root, experiment.experiment_id, trial_id, checkpoints.max_artifacts_bytes)
     return TrialKeeping(experiment, platform, store, storage_id, kept, artifacts, run_id)

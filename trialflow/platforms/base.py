@@ -267,6 +267,11 @@ class Connections:
         return self.others.get(kind)
 
 
+class OutputTooLarge(RuntimeError):
+    """A trial's output folder holds more than its bound (maxCheckpointSize, maxArtifactsSize):
+    it is not copied from the trial's machine."""
+
+
 class PlatformUnreachable(RuntimeError):
     """The platform did not answer (its machine or API server down, the network cut) after the
     platform's own retries: the trial itself may be fine. Following asks again for a while
@@ -356,10 +361,13 @@ class TrainingPlatform(ABC, Generic[ConfigT]):
 
     # -- checkpoints (where keeps_checkpoints) ------------------------------------------------
 
-    async def fetch_output(self, handle: TrialHandle, relative: str, scratch: Path) -> Path:
+    async def fetch_output(
+        self, handle: TrialHandle, relative: str, scratch: Path, max_bytes: int | None = None
+    ) -> Path:
         """A folder of this machine holding the trial's output folder ``relative`` (a
         checkpoint's ``checkpoints/<step>``, its ``artifacts``): the trial's own folder where
-        Airflow reads it in place, else a copy made under ``scratch``."""
+        Airflow reads it in place, else a copy made under ``scratch`` of at most ``max_bytes``
+        (OutputTooLarge past it: a copy is bounded before it is made; the keeper bounds each file)."""
         raise NotImplementedError(f"platform {self.name} does not keep checkpoints")
 
     def ended_by_fault(self, update: TrialUpdate) -> bool:

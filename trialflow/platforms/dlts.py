@@ -293,7 +293,9 @@ class DltsPlatform(TrainingPlatform[DltsConfig]):
         os.replace(tmp, folder / job_file)
         return self._handle(spec, job_id, attempt)
 
-    async def fetch_output(self, handle: TrialHandle, relative: str, scratch: Path) -> Path:
+    async def fetch_output(
+        self, handle: TrialHandle, relative: str, scratch: Path, max_bytes: int | None = None
+    ) -> Path:
         """The trial's folder on the storage, as the Airflow workers mount it: read in place."""
         return Path(handle["trial_dir"])
 

@@ -486,7 +486,9 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
 
     # -- checkpoints ------------------------------------------------------------------------
 
-    async def fetch_output(self, handle: TrialHandle, relative: str, scratch: Path) -> Path:
+    async def fetch_output(
+        self, handle: TrialHandle, relative: str, scratch: Path, max_bytes: int | None = None
+    ) -> Path:
         """The trial's own folder: Airflow's machine is the trial's, so the keeper reads it in
         place (without following a symlink, trialflow.trial.folder)."""
         return Path(handle["trial_dir"])

@@ -304,7 +304,9 @@ class OpenpaiPlatform(TrainingPlatform[OpenpaiConfig]):
         handle = self._handle(spec, name)  # 202: submitted; 409: it exists, re-attach
         return {**handle, "attempt": attempt} if attempt else handle
 
-    async def fetch_output(self, handle: TrialHandle, relative: str, scratch: Path) -> Path:
+    async def fetch_output(
+        self, handle: TrialHandle, relative: str, scratch: Path, max_bytes: int | None = None
+    ) -> Path:
         """The trial's folder on the storage, as the Airflow workers mount it: read in place."""
         return Path(handle["trial_dir"])
 

@@ -143,11 +143,14 @@ MAX_LISTED_FILES = 10_000
 MAX_LISTED_DEPTH = 16
 
 
-def files_in_folder(folder: str | os.PathLike[str], name: str) -> list[tuple[str, int]]:
+def files_in_folder(
+    folder: str | os.PathLike[str], name: str, refused: list[str] | None = None
+) -> list[tuple[str, int]]:
     """The regular files under ``folder/name`` (relative to it, sorted) with their sizes, every
     level opened without following a symlink. TrialFileRefused, naming the entry, for a symlink,
     a FIFO or a device below it, or past MAX_LISTED_FILES / MAX_LISTED_DEPTH: a checkpoint is
-    kept whole or refused, never with a file left out."""
+    kept whole or refused, never with a file left out. With ``refused`` (a trial's artifacts,
+    each file its own), such an entry is said there and left out, and the rest listed."""
     found: list[tuple[str, int]] = []
     top = open_folder_in_folder(folder, name)
     stack: list[tuple[int, str, int]] = [(top, "", 0)]
@@ -172,6 +175,8 @@ def files_in_folder(folder: str | os.PathLike[str], name: str) -> list[tuple[str
                         found.append((relative, entry.stat(follow_symlinks=False).st_size))
                         if len(found) > MAX_LISTED_FILES:
                             raise TrialFileRefused(f"{name} holds more than {MAX_LISTED_FILES} files")
+                    elif refused is not None:
+                        refused.append(f"{name}/{relative} is a symlink or not a regular file: not read")
                     else:
                         raise TrialFileRefused(f"{name}/{relative} is a symlink or not a regular file: not read")
             finally:

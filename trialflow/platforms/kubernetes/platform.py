@@ -266,7 +266,9 @@ class KubernetesPlatform(TrainingPlatform[KubernetesServiceConfig]):
         handle = self._handle(spec, name, created)
         return {**handle, "attempt": attempt} if attempt else handle
 
-    async def fetch_output(self, handle: TrialHandle, relative: str, scratch: Path) -> Path:
+    async def fetch_output(
+        self, handle: TrialHandle, relative: str, scratch: Path, max_bytes: int | None = None
+    ) -> Path:
         """The trial's folder on the share, as the Airflow workers mount it: read in place
         (without following a symlink, trialflow.trial.folder)."""
         assert self.storage is not None  # checkpoints_refused: no checkpoints without it

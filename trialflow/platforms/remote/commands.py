@@ -309,13 +309,26 @@ def ended_command(trial_dirs: list[str]) -> str:
     return f'for d in {quoted}; do {test} && printf "%s\\n" "$d"; done; true'
 
 
-def output_archive_command(trial_dir: str, relative: str) -> str:
+#: What a tar archive adds to its files' sizes (a header per file, padding), at most, for the
+#: MAX_LISTED_FILES a kept folder may hold.
+ARCHIVE_OVERHEAD = 16 * 1024 * 1024
+
+
+def output_archive_command(trial_dir: str, relative: str, max_bytes: int | None = None) -> str:
     """A tar archive of the trial's output folder ``relative`` (``checkpoints/<step>``,
     ``artifacts``) on stdout; nothing when there is no such folder. tar stores a symbolic link
     as a link, never what it points to: the checking extraction here refuses what leads
-    outside, and the keeper refuses any link."""
+    outside, and the keeper refuses any link. With ``max_bytes``, no more than that (and the
+    archive's overhead) and one byte comes back (a 1 TiB sparse file is cut short there, and
+    tar stops at the closed pipe): more means past the bound (archive_within)."""
     q, r = shlex.quote(trial_dir), shlex.quote(relative)
-    return f"cd {q} && if [ -d {r} ]; then tar -cf - {r}; fi"
+    bounded = "" if max_bytes is None else f" | head -c {int(max_bytes) + ARCHIVE_OVERHEAD + 1}"
+    return f"cd {q} && if [ -d {r} ]; then tar -cf - {r}{bounded}; fi"
+
+
+def archive_within(size: int, max_bytes: int | None) -> bool:
+    """Whether an archive output_archive_command sent with ``max_bytes`` holds all it had."""
+    return max_bytes is None or size <= max_bytes + ARCHIVE_OVERHEAD
 
 
 def resume_unpack_command(folder: str, archive: str) -> str:

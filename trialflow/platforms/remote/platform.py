@@ -28,6 +28,7 @@ from trialflow.platforms.base import (
     CANCEL_STATUSES,
     Connections,
     Cursor,
+    OutputTooLarge,
     Resume,
     TrainingPlatform,
     TrialHandle,
@@ -40,6 +41,7 @@ from trialflow.platforms.leftovers import stop_marked_command, trial_mark
 from trialflow.platforms.local import local_fault, local_status
 from trialflow.platforms.remote.commands import (
     READ_CHUNK,
+    archive_within,
     cancel_request_command,
     claim_command,
     cleanup_command,
@@ -412,13 +414,21 @@ class RemotePlatform(TrainingPlatform[RemoteConfig]):
 
     # -- checkpoints ------------------------------------------------------------------------
 
-    async def fetch_output(self, handle: TrialHandle, relative: str, scratch: Path) -> Path:
+    async def fetch_output(
+        self, handle: TrialHandle, relative: str, scratch: Path, max_bytes: int | None = None
+    ) -> Path:
         """The output folder ``relative`` copied from the machine: a tar archive streamed into a file
-        here, then extracted with tarfile's ``data`` filter (no path outside, no device, no
-        link leading out; the keeper then refuses any link at all)."""
+        here, no larger than ``max_bytes`` allows (an OutputTooLarge past it), then extracted with
+        tarfile's ``data`` filter (no path outside, no device, no link leading out; the keeper
+        then refuses any link at all)."""
         machine = self.machines[int(handle["machine"])]
         archive = scratch / "checkpoint.tar"
-        await self.shell.run(machine, output_archive_command(handle["trial_dir"], relative), stdout_to=archive)
+        await self.shell.run(
+            machine, output_archive_command(handle["trial_dir"], relative, max_bytes), stdout_to=archive
+        )
+        if not archive_within(archive.stat().st_size if archive.exists() else 0, max_bytes):
+            archive.unlink()
+            raise OutputTooLarge(f"{relative} on {machine.target.label} holds more than {max_bytes} bytes: not copied")
         folder = scratch / "trial"
         extract_output(archive, folder)
         archive.unlink()
