@@ -71,6 +71,26 @@ def test_a_failed_trial_fails_its_task_without_retry_and_still_pushes_its_result
     assert store.trial(storage_id).status == TrialStatus.FAILED
 
 
+def test_a_task_its_trigger_ended_and_dag_test_resumed_reports_the_stored_outcome(local_trials, monkeypatch):
+    """Issue 64, 7: the trigger ends a succeeded trial's task itself (TaskSuccessEvent, the
+    outcome recorded first); Airflow's dag.test() resumes the task all the same with the event's
+    state, "success", as its event. Each trial's first try failed on it (a retry re-attached)."""
+    submit, store = local_trials
+    monkeypatch.setattr(trial_module, "listeners_present", lambda: False)
+    trigger = submit(4, "ok")
+    ending = asyncio.run(only_event(trigger))
+    assert isinstance(ending, trial_module.TaskSuccessEvent) and ending.payload == "success"
+    storage_id = trigger.submission.storage_id
+    result = complete_from_event({"ti": RecordingTI()}, ending.payload, _experiment(store), store, storage_id)
+    assert result["status"] == "SUCCEEDED" and result["trial_id"] == store.trial(storage_id).trial_id
+    running = submit(5, "hang")
+    try:
+        with pytest.raises(AirflowException, match="with the trial not ended"):
+            complete_from_event({"ti": RecordingTI()}, "success", None, store, running.submission.storage_id)
+    finally:
+        _cancel(running.submission)
+
+
 def test_an_early_stop_skips_its_task(local_trials):
     """Stopped on purpose (an assessor, a person, the experiment's deadline): the task is
     skipped, not failed, and its result is pushed all the same."""

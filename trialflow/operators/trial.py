@@ -87,12 +87,24 @@ def report(context: Context, result: trial_lifecycle.TrialResult) -> dict[str, A
 
 
 def complete_from_event(
-    context: Context, event: dict[str, Any], experiment: Experiment, store: ExperimentStore, storage_id: int
+    context: Context, event: dict[str, Any] | str, experiment: Experiment, store: ExperimentStore, storage_id: int
 ) -> dict[str, Any]:
-    """Turn TrialTrigger's event into the task outcome (the operator and the sensor alike)."""
+    """Turn TrialTrigger's event into the task outcome (the operator and the sensor alike).
+
+    An event that is a task state (``"success"``, ``"skipped"``) means the trigger ended the task
+    itself (TaskSuccessEvent, after recording the trial's end in the store) and the task was
+    resumed all the same: Airflow's dag.test() does so, handing the end event's state as the
+    event (each trial's first try failed on it, and only Airflow's retry re-attached). The
+    store's record is the outcome then."""
     from trialflow.lifecycle import trial_lifecycle
     from trialflow.platforms.base import TrialStatus
 
+    if isinstance(event, str):
+        record = store.trial(storage_id)
+        if not record.finished:
+            raise AirflowException(f"the trial trigger ended its task ({event[:40]!r}) with the trial not ended")
+        status, message = trial_lifecycle.finished_outcome(record)
+        return report(context, trial_lifecycle.finish_trial(store, storage_id, status, message))
     if event["status"] == "ERROR":
         # The trial itself may be fine: fail this attempt so a retry re-attaches to it.
         raise AirflowException(event["message"])
