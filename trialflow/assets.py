@@ -173,7 +173,7 @@ def register_best_model(
     experiment of another DAG is refused)."""
     from trialflow.hooks import airflow_connections
     from trialflow.hooks.experiment_store import ExperimentStoreHook
-    from trialflow.tracking.registry import Approval, NotRegistered, register_model
+    from trialflow.tracking.registry import NotRegistered, approval_of, register_model
     from trialflow.tracking.runner import Tracking
 
     store = ExperimentStoreHook(store_conn_id).get_conn()
@@ -182,19 +182,11 @@ def register_best_model(
     tracking = Tracking.open(store, best.experiment_id, airflow_connections())
     if tracking is None:
         raise NotRegistered(f"experiment {best.experiment_id} names no MLflow server (its config has no mlflow key)")
-    response = context["ti"].xcom_pull(task_ids=approval_task_id) or {}
-    user = response.get("responded_by_user") or {}
-    by = str(user.get("name") or user.get("id") or "unknown") if isinstance(user, Mapping) else str(user)
-    at = response.get("responded_at")
-    when = at.isoformat() if at is not None and hasattr(at, "isoformat") else str(at or "")
+    approval = approval_of(
+        context["ti"].xcom_pull(task_ids=approval_task_id),
+        approval_task_id,
+        f"{context['dag'].dag_id}/{context['run_id']}",
+    )
     with best_artifact(best, artifact).open("rb") as source:
         data = source.read()
-    return register_model(
-        tracking,
-        best.trial_index,
-        artifact,
-        data,
-        Approval(by, when, f"{context['dag'].dag_id}/{context['run_id']}"),
-        model_name,
-        best.artifact_url(artifact),
-    )
+    return register_model(tracking, best.trial_index, artifact, data, approval, model_name, best.artifact_url(artifact))

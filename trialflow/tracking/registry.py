@@ -10,7 +10,9 @@ idempotent per approval: a retried task finds the version it made instead of mak
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from trialflow.tracking.content import bounded, mlflow_name
 from trialflow.tracking.runner import Tracking
@@ -32,6 +34,25 @@ class Approval:
     by: str
     at: str
     dag_run: str
+
+
+def approval_of(response: Any, task_id: str, dag_run: str) -> Approval:
+    """The person's answer an approval task returned (Airflow's ApprovalOperator: who answered,
+    ``responded_by_user``, and when, ``responded_at``), or NotRegistered: an approval marked
+    success without anyone answering (``dag.test(mark_success_pattern=...)``, the grid's "mark
+    success") registered a model version tagged ``approved_by: unknown``, promoted with no
+    approval at all."""
+    answer = response if isinstance(response, Mapping) else {}
+    user = answer.get("responded_by_user")
+    by = user.get("name") or user.get("id") if isinstance(user, Mapping) else user
+    at = answer.get("responded_at")
+    if not by or not at:
+        raise NotRegistered(
+            f"the approval task {task_id!r} holds no person's answer (who and when): it was marked "
+            "success without one, so nothing is registered; a person answers it in Required Actions"
+        )
+    when = at.isoformat() if hasattr(at, "isoformat") else str(at)
+    return Approval(str(by)[:250], when[:64], dag_run)
 
 
 @dataclass(frozen=True)
