@@ -94,11 +94,13 @@ def test_kill_lower_concurrency_and_stop_reach_trials_on_other_hosts(cluster: De
         }
     )
     assert set(starts.values()) == {1}, f"trials started more than once: {starts}"
-    assert sorted(starts) == sorted(r.trial_id for r in rows)  # every started trial is in the store
+    assert set(starts) <= {r.trial_id for r in rows}  # every started trial is in the store
     assert all(r.status in ("SUCCEEDED", "USER_CANCELED") for r in rows), rows  # none left running
     # Nothing started after the stop, but the trials whose launch was under way when it came:
-    # at most the two slots, each closed as soon as its launch returned (it sees the stop's mark)
-    late = set(starts) - started_by_the_stop
+    # at most the two slots, each closed as soon as its launch returned (it sees the stop's mark).
+    # One of them may have been stopped before its script's first line wrote its stamp (seen
+    # once in a full run: in the store, USER_CANCELED, no stamp).
+    late = (set(starts) - started_by_the_stop) | ({r.trial_id for r in rows} - set(starts))
     assert len(late) <= 2, late
     assert all(r.status == "USER_CANCELED" for r in rows if r.trial_id in late), rows
     assert any(r.status == "USER_CANCELED" and "experiment stopped by trialflow" in r.message for r in rows)
