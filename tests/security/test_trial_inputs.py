@@ -12,7 +12,6 @@ import pytest
 from tests.helpers.sealing import FernetSealer, sealed_with
 from trialflow.experiment.run_windows import RunWindows
 from trialflow.experiment.sealing import SealingUnavailable
-
 from trialflow.trial.inputs import (
     MAX_INPUTS,
     MAX_VALUE_CHARS,

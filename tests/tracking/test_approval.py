@@ -4,13 +4,13 @@ registered tagged approved_by: unknown)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from trialflow.tracking.registry import Approval, NotRegistered, approval_of
 
-AT = datetime(2026, 11, 28, 10, 0, tzinfo=timezone.utc)
+AT = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)
 
 
 def test_the_answer_says_who_and_when():

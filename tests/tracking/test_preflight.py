@@ -65,7 +65,8 @@ def _cli(tmp_path, command: str, env: dict[str, str]) -> subprocess.CompletedPro
     config = tmp_path / "config.yml"
     config.write_text(
         "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\ntrialCommand: python t.py\n"
-        "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\ntrainingService: {platform: local}\nmlflow: {connId: mlflow_default}\n"
+        "trialConcurrency: 1\nmaxTrialNumber: 1\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
+        "mlflow: {connId: mlflow_default}\n"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_CONN_", "MLFLOW_"))}
     home = ["--home", str(tmp_path / "home")] if command == "run" else []
