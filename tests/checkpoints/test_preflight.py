@@ -28,20 +28,25 @@ def test_a_store_under_a_file_or_relative_is_said(tmp_path):
     said = file_store_problem(f"file://{tmp_path}/plain/checkpoints")
     assert said is not None and f"{tmp_path / 'plain'} is not a folder" in said
     assert "expected an absolute path" in (file_store_problem("file://relative/dir") or "")
+    assert "holds a NUL byte" in (file_store_problem(f"file://{tmp_path}/a%00b") or "")
 
 
 @pytest.mark.skipif(
     shutil.which("runuser") is None or os.geteuid() != 0 or not Path(SYSTEM_PYTHON).exists(),
     reason="runuser as root (util-linux) and Debian's python3",
 )
-def test_a_folder_another_user_owns_is_not_writable_for_this_one():
+def test_a_folder_another_user_owns_is_not_writable_for_this_one(tmp_path):
     """Run as `nobody` (root may write anywhere), with Debian's Python loading the module from
     its file (it needs only the standard library; the venv's Python is under root's home)."""
     module = Path(preflight.__file__)
+    hidden = tmp_path / "private"
+    hidden.mkdir(mode=0o700)
+    hidden = hidden / "checkpoints"
     code = (
         "import importlib.util as u\n"
         f"s = u.spec_from_file_location('p', {str(module)!r}); m = u.module_from_spec(s); s.loader.exec_module(m)\n"
-        "print(m.file_store_problem('file:///usr/checkpoints'))"
+        "print(m.file_store_problem('file:///usr/checkpoints'))\n"
+        f"print(m.file_store_problem('file://{hidden}'))"
     )
     out = subprocess.run(
         ["runuser", "-u", "nobody", "--", SYSTEM_PYTHON, "-c", code],
@@ -53,6 +58,8 @@ def test_a_folder_another_user_owns_is_not_writable_for_this_one():
     assert "/usr is not writable here (/usr/checkpoints does not exist and cannot be made there)" in out.stdout, (
         out.stdout + out.stderr
     )
+    # a folder of root's, 0700, not to be looked into: said, never a traceback (exists() raised)
+    assert f"{hidden} cannot be looked at here (Permission denied)" in out.stdout, out.stdout + out.stderr
 
 
 def _cli(tmp_path, command: str) -> subprocess.CompletedProcess[str]:

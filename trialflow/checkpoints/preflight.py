@@ -19,12 +19,18 @@ def file_store_problem(url: str) -> str | None:
     parts = urlsplit(url)
     if parts.scheme.lower() != "file":
         return None
-    folder = Path(unquote(parts.netloc + parts.path))
+    text = unquote(parts.netloc + parts.path)
+    if "\x00" in text:  # pathlib's exists() says False for it, and the copy would fail later
+        return f"checkpoints.store {url}: its path holds a NUL byte, which no folder's name can"
+    folder = Path(text)
     if not folder.is_absolute():
         return f"checkpoints.store {url}: expected an absolute path (file:///path)"
     existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    try:
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+    except OSError as exc:  # a folder above it this user may not look into
+        return f"checkpoints.store {url}: {existing} cannot be looked at here ({exc.strerror})"
     if not existing.is_dir():
         return f"checkpoints.store {url}: {existing} is not a folder, so no checkpoint can be kept under it"
     if not os.access(existing, os.W_OK | os.X_OK):
