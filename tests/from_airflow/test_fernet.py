@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from cryptography.fernet import Fernet, InvalidToken
 
-from trialflow.experiment.sealing import SealingUnavailable
 from trialflow.from_airflow.fernet import AirflowFernet
+from trialflow.trial.sealing import SealingUnavailable
 
 
 @pytest.fixture

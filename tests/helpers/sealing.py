@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 from cryptography.fernet import Fernet
 
-from trialflow.experiment import sealing
+from trialflow.trial import sealing
 
 
 class FernetSealer:

@@ -11,7 +11,6 @@ import pytest
 
 from tests.helpers.sealing import FernetSealer, sealed_with
 from trialflow.experiment.run_windows import RunWindows
-from trialflow.experiment.sealing import SealingUnavailable
 from trialflow.trial.inputs import (
     MAX_INPUTS,
     MAX_VALUE_CHARS,
@@ -20,6 +19,7 @@ from trialflow.trial.inputs import (
     inputs_env,
     read_inputs,
 )
+from trialflow.trial.sealing import SealingUnavailable
 
 
 def test_inputs_reach_the_environment_as_text_and_as_json():

@@ -428,8 +428,8 @@ class Experiment:
     ) -> TrialSpec:
         """Trial ``trial_index``'s submission; ``inputs``: its run's (trialflow.trial.inputs),
         in its environment."""
-        from trialflow.experiment.sealing import SealedValue, SealingUnavailable
         from trialflow.trial.inputs import inputs_env
+        from trialflow.trial.sealing import SealedValue, SealingUnavailable
         from trialflow.trial.wire import CHECKPOINT_RECORDS_VAR
 
         sealed = sorted(name for name, value in (inputs or {}).items() if isinstance(value, SealedValue))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trialflow.experiment import sealing
+from trialflow.trial import sealing
 
 if TYPE_CHECKING:
     from trialflow.tuning.experiment_store import ExperimentStore
@@ -157,7 +157,7 @@ class RunWindow:
             "counted_from": self.counted_from if self.counted_from is not None else started_at,
         }
         if self.inputs:
-            secret = set(self.secret_inputs)  # kept only sealed (trialflow.experiment.sealing)
+            secret = set(self.secret_inputs)  # kept only sealed (trialflow.trial.sealing)
             fields["inputs"] = {n: sealing.seal(v) if n in secret else v for n, v in self.inputs.items()}
         if self.secret_inputs:
             fields["secret_inputs"] = list(self.secret_inputs)

@@ -7,5 +7,5 @@ from trialflow.from_airflow.fernet import install as _install_fernet
 
 # Every process of Airflow's that runs trialflow (workers, the triggerer, the api-server, the
 # dag-processor) imports this package through the operators, triggers and pages: each seals and
-# opens the runs' secret inputs with Airflow's own Fernet key (trialflow.experiment.sealing).
+# opens the runs' secret inputs with Airflow's own Fernet key (trialflow.trial.sealing).
 _install_fernet()

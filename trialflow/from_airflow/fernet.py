@@ -1,4 +1,4 @@
-"""Airflow's own Fernet key seals the runs' secret inputs (trialflow.experiment.sealing), as it
+"""Airflow's own Fernet key seals the runs' secret inputs (trialflow.trial.sealing), as it
 encrypts Airflow's connections and variables: whoever may read those may read these, and a
 store read without the key shows none of them."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trialflow.experiment import sealing
+from trialflow.trial import sealing
 
 
 class AirflowFernet:

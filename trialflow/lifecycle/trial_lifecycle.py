@@ -29,7 +29,6 @@ from trialflow.experiment import Experiment, TrialXCom, trial_result
 from trialflow.experiment.follow import Follower, FollowOutcome
 from trialflow.experiment.keeping import parent_checkpoint
 from trialflow.experiment.run_windows import EXPERIMENT_DEADLINE_REASON
-from trialflow.experiment.sealing import SealingUnavailable
 from trialflow.lifecycle.submission import Submission
 from trialflow.platforms.base import (
     Connections,
@@ -48,6 +47,7 @@ from trialflow.tracking.content import LinkBack, TaskIdentity
 from trialflow.tracking.runner import TRIAL_REQUEST_TIMEOUT, open_tracking
 from trialflow.trial.handle import current_handle
 from trialflow.trial.packing import CodeDirectoryError
+from trialflow.trial.sealing import SealingUnavailable
 from trialflow.tuning.asker import ask
 from trialflow.tuning.custom.runner import AdvisorWaits, CustomAlgorithmError
 from trialflow.tuning.experiment_store import TASK_ATTR

@@ -76,12 +76,12 @@ class StartExperimentOperator(_ExperimentStep):
         self.inputs = inputs
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trialflow.experiment.sealing import SealingUnavailable
         from trialflow.from_airflow.secrets import masked_names
         from trialflow.runs import ExperimentNotOwned, start_run
         from trialflow.runs.start import unused_inputs
         from trialflow.seeding.warm_start import WarmStartError
         from trialflow.trial.inputs import InputsError
+        from trialflow.trial.sealing import SealingUnavailable
         from trialflow.tuning.store_urls import safe_url
 
         experiment, store = self.experiment_and_store(context, check=True)  # in full: nothing has started yet

@@ -7,13 +7,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trialflow.experiment import GROUP_ATTR, Experiment, sealing, trial_count
+from trialflow.experiment import GROUP_ATTR, Experiment, trial_count
 from trialflow.experiment.run_windows import RunWindow, RunWindows, windows_in
 from trialflow.platforms.base import Connections
 from trialflow.runs.continuation import continued_run
 from trialflow.runs.ownership import check_owner
 from trialflow.seeding.retune import Retune, seed_from_previous
 from trialflow.seeding.warm_start import WarmStart, check_source, warm_start
+from trialflow.trial import sealing
 from trialflow.trial.inputs import check_inputs
 
 if TYPE_CHECKING:

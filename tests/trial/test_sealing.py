@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.sealing import FernetSealer, sealed_with
-from trialflow.experiment import sealing
+from trialflow.trial import sealing
 
 
 def test_a_sealed_value_opens_only_with_its_key():
