@@ -6,6 +6,8 @@ audit log."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -274,6 +276,16 @@ def test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run(ui:
     assert again.status_code == 200 and again.json()["dag_parse_requested"], again.text
     # The first two hold until four ran at once (a slow machine must not end them first), then all go
     wait_for("four trials at once", lambda: running_now(log) >= 4, 60)
+    # What the api-server's follow-up compares (trialflow.from_airflow.parse_requests), read here
+    # from the serialized DAG the scheduler reads, as the api-server does.
+    probe = (
+        "import sys; from trialflow.from_airflow.parse_requests import scheduled_concurrency as c; "
+        "print(c(sys.argv[1], None))"
+    )
+    seen = subprocess.run(
+        [sys.executable, "-c", probe, dag_id], env=harness.airflow.env(), text=True, capture_output=True, timeout=120
+    )
+    assert seen.stdout.strip() == "4", seen.stderr[-2000:]
     (folder / "release").touch()
     _, state = harness.wait(dag_id, run_id, 300)
     assert state == "success"

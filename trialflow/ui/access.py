@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from fastapi import Depends, HTTPException, Query, Request
+from fastapi import BackgroundTasks, Depends, HTTPException, Query, Request
 from fastapi import Path as PathParam
 
 from trialflow import queries
@@ -279,26 +279,18 @@ def live_run(dag_id: str | None, experiment_id: str) -> str:
     return str(run_id)
 
 
-def request_parse(dag_id: str) -> bool:
-    """Ask the dag-processor to parse the DAG's file now (what Airflow's reparse button does):
-    the new trialConcurrency is read at that parse. False if the DAG is not known."""
-    from airflow.models.dag import DagModel
-    from airflow.models.dagbag import DagPriorityParsingRequest
-    from airflow.utils.session import create_session
-    from sqlalchemy.exc import IntegrityError
+def request_parse(experiment_id: str, dag_id: str, background: BackgroundTasks) -> bool:
+    """Ask the dag-processor to parse the experiment's DAG file now, and again after answering
+    until the scheduler's DAG shows the new trialConcurrency (trialflow.from_airflow.parse_requests).
+    False if the DAG is not known."""
+    from trialflow.experiment import GROUP_ATTR
+    from trialflow.from_airflow import parse_requests
 
-    with create_session() as session:
-        dag = session.get(DagModel, dag_id)
-        if dag is None or not dag.relative_fileloc:
-            return False
-        bundle, file = dag.bundle_name, dag.relative_fileloc
-    try:
-        with create_session() as session:
-            session.merge(DagPriorityParsingRequest(bundle_name=bundle, relative_fileloc=file))
-    except IntegrityError:
-        # A parse of that file is already asked for (two changes within seconds): that parse
-        # reads the newest limit, so this is not an error (it answered 500 after the change).
-        pass
+    if not parse_requests.request_parse(dag_id):
+        return False
+    store = action_store()
+    group = store.experiment_attr(experiment_id, GROUP_ATTR)
+    background.add_task(parse_requests.parse_until_shown, store.engine, dag_id, group)
     return True
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, BackgroundTasks, Body
 
 from trialflow.ui.access import (
     BoundedBody,
@@ -53,7 +53,9 @@ def stop(user: User, experiment_id: str) -> dict[str, Any]:
 
 
 @router.patch("/api/experiments/{experiment_id}/limits")
-def change_limits(user: User, experiment_id: str, changes: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+def change_limits(
+    user: User, experiment_id: str, changes: Annotated[dict[str, Any], Body()], background: BackgroundTasks
+) -> dict[str, Any]:
     from trialflow import steering
 
     dag_id = authorize_edit(user, experiment_id)
@@ -67,7 +69,7 @@ def change_limits(user: User, experiment_id: str, changes: Annotated[dict[str, A
         limits = steering.change_limits(store, experiment_id, user_name(user), changes)
     except steering.ActionRefused as exc:
         raise refused(exc) from None
-    parsed = "trialConcurrency" in changes and bool(dag_id) and request_parse(str(dag_id))
+    parsed = "trialConcurrency" in changes and bool(dag_id) and request_parse(experiment_id, str(dag_id), background)
     audit(user, "change_limits", dag_id, {"experiment_id": experiment_id, **changes})
     return {"limits": limits, "dag_parse_requested": parsed}
 
