@@ -46,6 +46,23 @@ def test_every_private_member_used_still_exists(owner, names, tmp_path):
     assert not missing, f"Optuna {optuna.__version__}'s {owner.__name__} has no {missing}"
 
 
+def test_the_version_managers_wrapped_method_exists_and_new_stores_share_one_script_directory(tmp_path):
+    from optuna.storages._rdb.storage import _VersionManager
+
+    import trialflow.tuning.optuna_storage  # noqa: F401  (wraps the method at import)
+
+    assert all(hasattr(_VersionManager, name) for name in internals.VERSION_MANAGER_MEMBERS)
+    first, second = (RDBStorage(f"sqlite:///{tmp_path / name}") for name in ("a.db", "b.db"))
+    scripts = [s._version_manager._create_alembic_script() for s in (first, second)]
+    assert scripts[0] is scripts[1]
+    internals.share_alembic_scripts()  # twice: still one wrapper, one directory
+    assert first._version_manager._create_alembic_script() is scripts[0]
+    # Each database is still stamped at Optuna's head revision and passes Optuna's own check.
+    for storage in (first, second):
+        assert storage._version_manager.get_current_version() == storage._version_manager.get_head_version()
+        storage._version_manager.check_table_schema_compatibility()
+
+
 def test_a_new_trials_storage_id_is_read_where_optuna_keeps_it(tmp_path):
     storage = RDBStorage(f"sqlite:///{tmp_path / 'x.db'}")
     study = optuna.create_study(storage=storage)

@@ -20,6 +20,7 @@ trialflow/tuning/optuna_tables.py: the store, the tuners' history and the read m
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
@@ -34,7 +35,9 @@ __all__ = [
     "CachedStorage",
     "StudyInfo",
     "create_scoped_session",
+    "VERSION_MANAGER_MEMBERS",
     "models",
+    "share_alembic_scripts",
     "trial_storage_id",
     "version_manager",
 ]
@@ -59,6 +62,8 @@ RDB_STORAGE_MEMBERS = (
 )
 #: _CachedStorage's private members that SnapshotCache calls or reads.
 CACHED_STORAGE_MEMBERS = ("_read_trials_from_remote_storage", "_add_trials_to_cache", "_studies", "_lock")
+#: Optuna's schema version manager's private method share_alembic_scripts wraps.
+VERSION_MANAGER_MEMBERS = ("_create_alembic_script",)
 #: optuna.Trial's private attribute the store reads.
 TRIAL_MEMBERS = ("_trial_id",)
 
@@ -74,3 +79,31 @@ def version_manager(url: str, engine: Any, scoped_session: Any) -> Any:
     from optuna.storages._rdb.storage import _VersionManager
 
     return _VersionManager(url, engine, scoped_session)
+
+
+_scripts_lock = threading.Lock()
+_scripts: list[Any] = []
+
+
+def share_alembic_scripts() -> None:
+    """One alembic ScriptDirectory of Optuna's migrations per process, not one per new database.
+
+    Optuna builds it (reading and executing its ~30 migration files, each declaring SQLAlchemy
+    models) twice at every new database's first open, to stamp the head revision: 0.15 s each
+    time, a fifth of `make test-unit` (measured 2026-12-02, cProfile). The files are Optuna's own
+    and do not change while it runs; the scripts hold no database (Optuna's ``upgrade`` builds its
+    own configuration, untouched here). Idempotent."""
+    from optuna.storages._rdb.storage import _VersionManager
+
+    original = _VersionManager._create_alembic_script
+    if getattr(original, "shared_by_trialflow", False):
+        return
+
+    def shared(self: Any) -> Any:
+        with _scripts_lock:
+            if not _scripts:
+                _scripts.append(original(self))
+            return _scripts[0]
+
+    shared.shared_by_trialflow = True  # type: ignore[attr-defined]
+    _VersionManager._create_alembic_script = shared  # type: ignore[method-assign]

@@ -39,12 +39,16 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from trialflow.tuning import schema_check
 from trialflow.tuning.optuna_internals import create_scoped_session as _create_scoped_session
-from trialflow.tuning.optuna_internals import models
+from trialflow.tuning.optuna_internals import models, share_alembic_scripts
 from trialflow.tuning.optuna_tables import INTERMEDIATE, STUDIES, TRIAL_ATTRS, TRIALS
 from trialflow.tuning.store_schema import ensure_schema
 from trialflow.tuning.trial_reader import read_trials
 
 log = logging.getLogger(__name__)
+
+# A process that makes several new stores (a test session, an api-server importing NNI history)
+# reads Optuna's migration files once (optuna_internals.share_alembic_scripts).
+share_alembic_scripts()
 
 #: The dialects whose INSERT ... ON CONFLICT DO UPDATE writes several attributes at once.
 _UPSERTS: dict[str, Callable[[sa.Table], Any]] = {
