@@ -31,18 +31,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks the PostgreSQL tests, then groups and orders the tests (tests/helpers/parallel.py):
-    alone, the tests that use the session's Airflow (``harness``) run last, one after another.
-    Started by its first user and stopped only with the session, that Airflow idled beside
-    every test collected after it (its scheduler, dag-processor, triggerer and api-server
-    polling on two cores): a `trialflow run` test took 101 s alone and 149-192 s in the suite.
-    Under pytest-xdist they form one group, run first on a worker of its own, beside the
-    other tests on the other worker."""
+    """Marks the PostgreSQL tests and every test under tests/integration, then groups and
+    orders the tests (tests/helpers/parallel.py): alone, the tests that use the session's
+    Airflow (``harness``) run last, one after another. Started by its first user and stopped
+    only with the session, that Airflow idled beside every test collected after it (its
+    scheduler, dag-processor, triggerer and api-server polling on two cores): a `trialflow run`
+    test took 101 s alone and 149-192 s in the suite. Under pytest-xdist they form one group,
+    run first on a worker of its own, beside the other tests on the other worker."""
     from tests.helpers.parallel import arrange
 
+    integration = ROOT / "tests" / "integration"
     for item in items:
         if _on_postgresql(item):
             item.add_marker(pytest.mark.postgresql)
+        if item.path.is_relative_to(integration) and not item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.integration)  # a conftest's pytestmark marks nothing
     arrange(config, items)
 
 
