@@ -74,6 +74,7 @@ def test_unknown_and_keeping_nothing_are_refused(tmp_path):
         remove_artifacts(store, "erm3", "ann", _open)
 
 
+@pytest.mark.slow  # the command in a Python of its own, importing Airflow
 def test_the_command_removes_and_says_how_many(tmp_path):
     store = ExperimentStore(sqlite_url(tmp_path / "experiments.db"))
     experiment = _experiment(tmp_path, store, "erm4")
@@ -87,6 +88,7 @@ def test_the_command_removes_and_says_how_many(tmp_path):
     assert "removed 2 checkpoint and artifact file(s)" in done.stdout and not files.exists()
 
 
+@pytest.mark.slow  # the command in a Python of its own, importing Airflow
 def test_a_store_that_cannot_be_opened_is_said_without_a_traceback(tmp_path):
     store = ExperimentStore(sqlite_url(tmp_path / "experiments.db"))
     experiment = _experiment(tmp_path, store, "erm5")
