@@ -7,7 +7,7 @@ export UV_PYTHON_DOWNLOADS := never
 # trial process pays them, and some environments set PYTHONDONTWRITEBYTECODE).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: demo test test-extended test-fast test-unit test-lowest lint venv bench bench-task bench-tuners bench-ui bench-parse bench-scale bench-ingest bench-kube bench-remote ui clean
+.PHONY: demo docs test test-extended test-fast test-unit test-lowest lint venv bench bench-task bench-tuners bench-ui bench-parse bench-scale bench-ingest bench-kube bench-remote ui clean
 
 $(VENV)/.synced: pyproject.toml uv.lock Makefile
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv
@@ -89,6 +89,13 @@ test-lowest:
 	TRIALFLOW_TEST_TIMES=$(LOWEST)/test-times.txt $(LOWEST)/venv/bin/python -m pytest -q -m "not integration and not slow" \
 		--deselect tests/config/test_nni_examples.py $(XDIST) $(LOWEST_TESTS)
 	@cat $(LOWEST)/test-times.txt | head -n 12
+
+# The documentation site (mkdocs.yml, docs/): the reference pages generated from the code first
+# (docs/reference_pages.py; tests/docs checks the committed ones are current), then built into
+# site/ with every warning an error: a broken link or anchor, a page missing from nav.
+docs: venv
+	$(VENV)/bin/python docs/reference_pages.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # ruff (lint and format), mypy and the layer contract (import-linter), all configured in
 # pyproject.toml, on the package, and that tests/ mirrors the package (tests/helpers/mirror.py);

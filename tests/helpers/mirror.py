@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "trialflow"
 TESTS = ROOT / "tests"
-#: tests/ folders that are not a package's mirror: environments and what the tests share.
-APART = {"integration", "kube", "cluster", "security", "helpers", "fixtures"}
+#: tests/ folders that are not a package's mirror: environments, what the tests share, and the docs.
+APART = {"integration", "kube", "cluster", "security", "helpers", "fixtures", "docs"}
 
 
 def problems(package: Path = PACKAGE, tests: Path = TESTS) -> list[str]:

@@ -28,6 +28,7 @@ router = APIRouter(dependencies=[SameOrigin, BoundedBody])
 
 @router.post("/api/experiments/{experiment_id}/trials/{trial_index}/kill")
 def kill(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
+    """Stop one running trial (nnictl's ``trial kill``): its process tree ends in SIGKILL after its grace."""
     from trialflow import steering
 
     dag_id = authorize_edit(user, experiment_id)
@@ -41,6 +42,7 @@ def kill(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, A
 
 @router.post("/api/experiments/{experiment_id}/stop")
 def stop(user: User, experiment_id: str) -> dict[str, Any]:
+    """Stop the experiment (nnictl's ``stop``): its runs are marked to end and running trials are stopped."""
     from trialflow import steering
 
     dag_id = authorize_edit(user, experiment_id)
@@ -56,6 +58,7 @@ def stop(user: User, experiment_id: str) -> dict[str, Any]:
 def change_limits(
     user: User, experiment_id: str, changes: Annotated[dict[str, Any], Body()], background: BackgroundTasks
 ) -> dict[str, Any]:
+    """Change trialConcurrency, maxTrialNumber or maxExperimentDuration of a running experiment."""
     from trialflow import steering
 
     dag_id = authorize_edit(user, experiment_id)
@@ -76,6 +79,7 @@ def change_limits(
 
 @router.put("/api/experiments/{experiment_id}/search-space")
 def change_search_space(user: User, experiment_id: str, space: Annotated[Any, Body()]) -> dict[str, Any]:
+    """Replace a running experiment's search space (nnictl's ``update searchspace``), kept as a new version."""
     from trialflow import steering
 
     dag_id = authorize_edit(user, experiment_id)
@@ -96,6 +100,7 @@ def change_search_space(user: User, experiment_id: str, space: Annotated[Any, Bo
 
 @router.post("/api/experiments/{experiment_id}/trials")
 def add_trial(user: User, experiment_id: str, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+    """Add a trial with the parameters given (``{"parameters": {...}}``), checked against the search space."""
     from trialflow import steering
 
     dag_id = authorize_edit(user, experiment_id)
@@ -116,11 +121,13 @@ def add_trial(user: User, experiment_id: str, body: Annotated[dict[str, Any], Bo
 
 @router.post("/api/experiments/{experiment_id}/trials/{trial_index}/rerun")
 def rerun(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
+    """Run one ended trial's parameters again, as a new trial."""
     return _rerun(user, experiment_id, [trial_index])
 
 
 @router.post("/api/experiments/{experiment_id}/rerun-failed")
 def rerun_failed(user: User, experiment_id: str) -> dict[str, Any]:
+    """Run the parameters of every failed trial again, each as a new trial."""
     return _rerun(user, experiment_id, None)
 
 

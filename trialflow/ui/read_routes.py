@@ -158,6 +158,7 @@ def _web_url_template(engine: Any, experiment_id: str, platform: str | None) -> 
 
 @router.get("/api/experiments")
 def experiments(user: User, dag_id: str | None = None) -> dict[str, Any]:
+    """The experiments of the DAGs this user may read (``dag_id``: of one DAG), each with its run's state."""
     rows = [r.as_dict() for r in queries.list_experiments(store_engine())]
     if dag_id is not None:
         rows = [r for r in rows if r["dag_id"] == dag_id]
@@ -172,6 +173,7 @@ def experiments(user: User, dag_id: str | None = None) -> dict[str, Any]:
 
 @router.get("/api/experiments/{experiment_id}")
 def experiment(user: User, experiment_id: str) -> dict[str, Any]:
+    """One experiment: its config's summary, limits, progress, best trial and its runs' states."""
     authorize(user, experiment_id)
     summary = queries.experiment_summary(store_engine(), experiment_id)
     runs, existing = dag_runs({(summary["dag_id"], summary["run_id"])} if summary.get("dag_id") else set())
@@ -229,12 +231,14 @@ def plain_json(content: dict[str, Any]) -> Response:
 
 @router.get("/api/experiments/{experiment_id}/chart")
 def chart(user: User, experiment_id: str) -> Response:
+    """Every trial's parameters and final result, for the page's charts (parallel coordinates, history)."""
     authorize(user, experiment_id)
     return plain_json(queries.chart_data(store_engine(), experiment_id).as_dict())
 
 
 @router.get("/api/experiments/{experiment_id}/curves")
 def curves(user: User, experiment_id: str, trials: str = "") -> Response:
+    """The intermediate results of the trials in ``trials`` (comma-separated indexes), bounded."""
     authorize(user, experiment_id)
     chosen = index_list(trials, "trials")
     return plain_json(queries.curves(store_engine(), experiment_id, chosen))
@@ -242,12 +246,15 @@ def curves(user: User, experiment_id: str, trials: str = "") -> Response:
 
 @router.get("/api/experiments/{experiment_id}/importance")
 def importance(user: User, experiment_id: str) -> dict[str, Any]:
+    """Each parameter's importance to the final result (Optuna's PED-ANOVA over the finished trials)."""
     authorize(user, experiment_id)
     return queries.importance(store_engine(), experiment_id)
 
 
 @router.get("/api/experiments/{experiment_id}/trials/{trial_index}")
 def trial(user: User, experiment_id: str, trial_index: TrialIndex) -> dict[str, Any]:
+    """One trial: parameters, status, results, its task instance, who acted on it, its artifacts
+    and the end of its output."""
     authorize(user, experiment_id)
     engine = store_engine()
     summary = queries.experiment_header(engine, experiment_id)  # not the counts over every trial
@@ -358,6 +365,7 @@ def artifact(user: User, experiment_id: str, trial_index: TrialIndex, name: str)
 
 @router.get("/api/experiments/{experiment_id}/history")
 def history(user: User, experiment_id: str) -> dict[str, Any]:
+    """What people did to the experiment (kills, stops, limits, search spaces, added trials), oldest first."""
     from trialflow import steering
 
     dag_id = authorize(user, experiment_id)
@@ -396,6 +404,7 @@ def _download(chunks: Iterator[str], media_type: str, filename: str) -> Response
 
 @router.get("/api/experiments/{experiment_id}/export.csv")
 def export_csv(user: User, experiment_id: str) -> Response:
+    """Every trial as CSV (streamed), as ``trialflow export`` writes it."""
     authorize(user, experiment_id)
     return _download(queries.iter_csv(store_engine(), experiment_id), "text/csv", f"{experiment_id}-trials.csv")
 
@@ -413,6 +422,7 @@ def export_intermediate(user: User, experiment_id: str, trial_index: TrialIndex)
 
 @router.get("/api/experiments/{experiment_id}/export.json")
 def export_json(user: User, experiment_id: str) -> Response:
+    """Every trial as JSON (streamed), as ``trialflow export --format json`` writes it."""
     authorize(user, experiment_id)
     chunks = queries.iter_json(store_engine(), experiment_id)
     return _download(chunks, "application/json", f"{experiment_id}-trials.json")
