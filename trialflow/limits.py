@@ -7,7 +7,7 @@ from __future__ import annotations
 MAX_TRIALS_PER_RUN = 10_000
 
 #: Finished trials a learning tuner's ask reads at most in a long experiment: the best half and
-#: the newest half (trialflow.tuning.history; README's tuner table says which tuners).
+#: the newest half (trialflow.tuning.history; the docs' tuner table (docs/reference/algorithms.md) says which tuners).
 HISTORY_LIMIT = 1000
 
 #: Longest maxExperimentDuration a person may set on a running experiment (ten years, in

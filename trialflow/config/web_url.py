@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-#: The trial handle's fields a template may name (README, "One trial").
+#: The trial handle's fields a template may name (docs/topics/pages.md, "One trial").
 PLACEHOLDERS = ("trial_id", "experiment_id", "name", "namespace", "host", "trial_dir")
 MAX_TEMPLATE = 2048
 

@@ -201,7 +201,7 @@ def start_trial(
     except CustomAlgorithmError as exc:
         # The user's own class raised, exited, answered outside the space or hung: its code, not
         # the infrastructure. Airflow's retries ran it again (3 tries, a hung one holding a
-        # worker 3 x 60 s); the trial fails once, with the class's words, as the README says.
+        # worker 3 x 60 s); the trial fails once, with the class's words, as the docs say.
         raise TrialCannotRun(f"trial {trial_id}: {exc}") from None
     record = asked.record
     chosen = _service_index(experiment, store, record, service_index)

@@ -2,7 +2,7 @@
 can see: the config's ``mlflow`` key and the environment.
 
 A run whose tracking server could not be found said "success" and logged nothing to MLflow,
-and only the ``log_to_mlflow`` task's log had a warning: the README's own snippet
+and only the ``log_to_mlflow`` task's log had a warning: the docs' own snippet
 (``connId: mlflow_default``) in a ``trialflow run`` home, where no such connection exists, did
 exactly that. ``trialflow validate`` and ``trialflow run`` call this first.
 

@@ -4,7 +4,7 @@ Kept free of Optuna so validating a config (and parsing an experiment DAG)
 stays cheap; tuning/tuners.py and tuning/assessors.py build the samplers and
 pruners. Names with no faithful, well-kept implementation are refused with
 the closest supported choice rather than silently replaced, and the catalogue
-below is also what README's algorithm table is checked against.
+below is also what the docs' algorithm table (docs/reference/algorithms.md) is checked against.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ NUMERIC_NO_NORMAL = frozenset({"choice", "randint", "uniform", "quniform", "logu
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
-    """One NNI algorithm as trialflow runs it (a README table row is generated from these)."""
+    """One NNI algorithm as trialflow runs it (a row of the docs' algorithm table is generated from these)."""
 
     name: str
     role: Role
@@ -600,7 +600,7 @@ def _check_several_objectives(
 
 
 def markdown_table() -> str:
-    """README's algorithm table, generated from the catalogue (a test keeps the README in step)."""
+    """The docs' algorithm table, generated from the catalogue (a test keeps docs/reference/algorithms.md in step)."""
     lines = [
         "| NNI name | kind | what runs | classArgs honoured | accepted, no effect | search space |",
         "|---|---|---|---|---|---|",

@@ -19,7 +19,8 @@ then the plain-SQL reader on those trials only):
   several objectives (no single "best") keep reading everything.
 
 Below the limit nothing changes: the ask goes through the process's cache of every trial
-(trialflow.tuning.snapshot), as before. README's tuner table says which tuners are bounded.
+(trialflow.tuning.snapshot), as before. The docs' tuner table (docs/reference/algorithms.md)
+says which tuners are bounded.
 
 Finding the window is itself a read of every trial (the best half is a sort of every
 completed trial's value: ~70 ms at 100,000, in every trial task), so the window is kept in the
@@ -63,7 +64,7 @@ from trialflow.tuning.tables import WINDOWS
 from trialflow.tuning.trial_reader import read_trials
 
 #: Tuners (trialflow's canonical names) that learn from the window, and that ignore history:
-#: the algorithm catalogue says which (README's tuner table is generated from it).
+#: the algorithm catalogue says which (the docs' tuner table (docs/reference/algorithms.md) is generated from it).
 WINDOWED = frozenset(s.name for s in CATALOGUE if s.history == "window")
 BLIND = frozenset(s.name for s in CATALOGUE if s.history == "none")
 

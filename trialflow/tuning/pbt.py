@@ -11,7 +11,7 @@ of generation ``g`` is not given parameters before every trial of generation ``g
 (:class:`PopulationNotReady`); then its plan is a function of their results and its index alone,
 so a retry, a twin ask or a resumed run plans the same member the same way.
 
-What differs from NNI (said in README's algorithm table): the random choices are seeded per trial
+What differs from NNI (said in the docs' algorithm table): the random choices are seeded per trial
 index when ``seed`` is given, a trial that failed ranks last (NNI's -inf/+inf), and a perturbed
 value that is not a point of the space (a q-type pushed off its grid by NNI's bounds) keeps the
 top trial's value. Checkpoints do not live on a shared disk: the parent's last kept checkpoint is

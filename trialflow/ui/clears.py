@@ -1,6 +1,6 @@
 """A person's clear of a trial task, recorded in the store the moment Airflow's API takes it.
 
-A clear stops the trial (README, "What each button does"): its task gets a new try, which
+A clear stops the trial (docs/topics/airflow-ui.md, "What each button does"): its task gets a new try, which
 reports the stopped trial and is skipped. Airflow tells a running task of the clear only through
 the task's process: the worker's ``on_kill``, or the trigger's. At the hand-off from the worker
 to the triggerer neither may run, measured: a task cleared as it deferred had its deferral
