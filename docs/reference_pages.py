@@ -1,12 +1,13 @@
 """The documentation's reference pages, generated from the code so that they cannot drift.
 
-``python docs/reference_pages.py`` writes docs/reference/{config-model,cli-options,rest-routes}.md
+``python docs/reference_pages.py`` writes docs/reference/{config-model,cli-options,json-outputs,rest-routes}.md
 (``make docs`` runs it before building); tests/docs/test_reference_pages.py fails when a committed
 page differs from what the code says now. Each page says where it comes from:
 
 * the config model: every key of ExperimentConfig, its sections and each platform's section, with
   its type, whether it is required, its default, and the ``#:`` comment above its field;
 * the command's options: ``trialflow``'s argparse parser, every subcommand with its arguments;
+* the JSON outputs: what ``trialflow run --json`` prints, made by the code that prints it;
 * the REST routes: the pages' FastAPI app (mounted at ``/trialflow`` on the api-server), each
   route's method, path and the first paragraph of its docstring.
 """
@@ -243,10 +244,84 @@ def rest_routes_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def json_outputs_page() -> str:
+    """What ``trialflow run --json`` prints, made by the code that prints it, from two sample
+    trials: the page cannot show a key the command does not write."""
+    import json
+
+    from trialflow.cli.dag_file_run import DagFileResult, TaskOutcome
+    from trialflow.cli.runner import RunResult
+    from trialflow.tuning.results import TrialRow
+
+    def row(index: int, status: str, metric: float | None, message: str | None) -> TrialRow:
+        return TrialRow(
+            trial_index=index,
+            trial_id=f"e03394bb-{index:04d}",
+            parameters={"C": [3.2, 0.41][index], "kernel": "rbf"},
+            status=status,
+            final_metric=metric,
+            final_metric_raw=metric,
+            final_extra={},
+            objective_values=None if metric is None else [metric],
+            intermediate_count=[5, 2][index],
+            message=message,
+        )
+
+    rows = [row(0, "SUCCEEDED", 0.9816, None), row(1, "FAILED", None, "exit code 1")]
+    result = RunResult(
+        experiment_id="e03394bb",
+        dag_id="trialflow_digits-svc",
+        run_id="manual__2026-12-02T21:00:00+00:00",
+        state="success",
+        rows=rows,
+        best=rows[0],
+        optimize_mode="maximize",
+        home=Path(".trialflow"),
+    )
+    dag_file = DagFileResult(
+        dag_id="digits_pipeline",
+        run_id="manual__2026-12-02T21:05:00+00:00",
+        state="success",
+        experiments=[("tune", result)],
+        tasks=[TaskOutcome(task_id="prepare", states={"success": 1})],
+    )
+    lines = [
+        "# JSON outputs",
+        "",
+        GENERATED,
+        "",
+        "What `trialflow run --json` prints (exit 0 only if the experiment completed), made by the "
+        "code that prints it (trialflow/cli/runner.py) from two sample trials. A trial's `status` "
+        "is NNI's; `final_metric` is null when it reported none; `best` is null when no trial "
+        "succeeded. With several `objectives`, each trial has `values` by metric and `pareto` lists "
+        "the Pareto set's indexes; with `--downstream`, `downstream` lists the runs its Asset started.",
+        "",
+        "## `trialflow run config.yml --json`",
+        "",
+        "```json",
+        json.dumps(result.to_json(), indent=2),
+        "```",
+        "",
+        "## `trialflow run my_dag.py --json`",
+        "",
+        "Each experiment of the DAG file as above, under its task group's `label`, and the DAG's own "
+        "tasks with their states (a failed one with the end of its log).",
+        "",
+        "```json",
+        json.dumps(dag_file.to_json(), indent=2),
+        "```",
+        "",
+        "`trialflow experiments --json`, `trials E --json` and `export E --format json` print the "
+        "rows the pages read: [REST routes](rest-routes.md).",
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 PAGES = {
     "reference/config-model.md": config_model_page,
     "reference/cli-options.md": cli_options_page,
     "reference/rest-routes.md": rest_routes_page,
+    "reference/json-outputs.md": json_outputs_page,
 }
 
 
