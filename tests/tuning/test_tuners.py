@@ -82,7 +82,7 @@ def _objective(params: dict[str, Any]) -> float:
 def run_tuner(
     algorithm: AlgorithmConfig, raw_space: dict[str, Any], n: int, pruner: optuna.pruners.BasePruner | None = None
 ) -> list[dict[str, Any]]:
-    """Ask like production (a fresh sampler per trial, seeded seed + index) and tell the result."""
+    """Ask like production (a fresh sampler per trial, seeded for its index) and tell the result."""
     space = parse_search_space(raw_space)
     study = optuna.create_study(direction="maximize", pruner=pruner)
     out = []

@@ -22,6 +22,8 @@ import inspect
 import re
 from typing import Any
 
+from trialflow.tuning.seeds import trial_seed
+
 #: A dotted Python path: identifiers joined by dots, at least one dot, bounded.
 CLASS_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 MAX_PATH = 200
@@ -78,7 +80,8 @@ def load(path: str, role: str) -> type:
 
 def keyword_args(cls: type, class_args: dict[str, Any], seed_offset: int | None = None) -> dict[str, Any]:
     """The keyword arguments for ``cls``: classArgs without ``optimize_mode``, checked against
-    its signature; a seed advanced by ``seed_offset`` (the trial's index)."""
+    its signature; with ``seed_offset`` (the trial's index), the seed that trial's
+    (trialflow.tuning.seeds)."""
     kwargs = {k: v for k, v in class_args.items() if k != "optimize_mode"}
     try:
         inspect.signature(cls).bind(**kwargs)
@@ -86,7 +89,7 @@ def keyword_args(cls: type, class_args: dict[str, Any], seed_offset: int | None 
         known = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
         raise OptunaClassError(f"{cls.__name__}: {exc}; it takes {', '.join(known) or 'no arguments'}") from exc
     if seed_offset is not None and isinstance(kwargs.get("seed"), int):
-        kwargs["seed"] = (kwargs["seed"] + seed_offset) % 2**32
+        kwargs["seed"] = trial_seed(kwargs["seed"], seed_offset, f"{cls.__module__}.{cls.__qualname__}")
     return kwargs
 
 

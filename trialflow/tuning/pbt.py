@@ -28,6 +28,7 @@ from typing import Any
 
 from trialflow.config.search_space import Parameter, SearchSpace, SearchSpaceError, encode
 from trialflow.trial.wire import PBT_LOAD_KEY, PBT_SAVE_KEY
+from trialflow.tuning.seeds import trial_seed
 
 #: The experiment attribute listing trial indices whose task ended without asking (marked
 #: failed or success while it waited, skipped): a later generation does not wait for them.
@@ -191,7 +192,7 @@ def plan_member(index: int, args: PbtArgs, space: SearchSpace, ended: Sequence[E
 
 def _rng(seed: int | None, index: int) -> random.Random:
     # Seeded per index: every trial plans in its own process, and a retry plans the same.
-    return random.Random(None if seed is None else (seed + index) % 2**32)
+    return random.Random(None if seed is None else trial_seed(seed, index, "PBT"))
 
 
 def exploit_and_explore(

@@ -20,6 +20,7 @@ import optuna
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import GridSequence, SearchSpace, listed
 from trialflow.tuning.algorithms import batch_combinations, canonical_tuner_name
+from trialflow.tuning.seeds import trial_seed
 
 #: The Optuna parameter that records which grid point / batch combination a trial got.
 INDEX_PARAM = "grid_point"
@@ -226,8 +227,9 @@ def make_sampler(
     """The sampler for ``algorithm`` (a tuner or advisor); with ``trial_index``, seeded for that trial.
 
     Every trial asks from its own process, so a sampler seeded with the bare
-    ``seed`` would draw the same "random" point in every trial. Seeding with
-    ``seed + trial_index`` keeps runs reproducible and trials distinct.
+    ``seed`` would draw the same "random" point in every trial: each trial's seed is derived
+    from ``seed``, its index and the tuner (trialflow.tuning.seeds), so runs reproduce and
+    trials, experiments and tuners draw apart.
     """
     name = canonical_tuner_name(algorithm)
     if name not in SAMPLERS:  # an Optuna sampler by its class path (trialflow.tuning.optuna_classes)
@@ -238,7 +240,7 @@ def make_sampler(
     if args.get("seed") is not None:
         args[MODEL_SEED] = int(args["seed"])
     if trial_index is not None and args.get("seed") is not None:
-        args["seed"] = (int(args["seed"]) + trial_index) % 2**32  # the generators take 32 bits
+        args["seed"] = trial_seed(int(args["seed"]), trial_index, name)  # the generators take 32 bits
     return SAMPLERS[name](args, space)
 
 
