@@ -335,7 +335,9 @@ def _run_dag_file(args: argparse.Namespace) -> int:
                 display.say(f"Watch {group.label}: {run.page_url(group)}")
             display.say(f"  log in as trialflow; the password is in {run.airflow.home / 'passwords.json'}")
             with display:
-                state = run.wait(display.update_group, timeout=args.timeout)
+                state = run.wait(
+                    display.update_group, timeout=args.timeout, on_waiting=lambda w: display.say(w.line(run.dag_id))
+                )
         except KeyboardInterrupt:
             state = _interrupted(run, display.say)
         except Exception as exc:

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from trialflow.cli.approvals import WaitingForPerson, waiting_for_people
 from trialflow.cli.dag_files import dag_of, experiments_in
 from trialflow.cli.embedded import COMPONENTS
 from trialflow.cli.runner import (
@@ -50,6 +53,9 @@ LOG_TAIL_LINES = 20
 #: Characters of one log line shown (a trace's line can be a whole repr).
 LOG_LINE_CHARS = 300
 FAILED_STATES = frozenset({"failed", "upstream_failed"})
+#: Seconds between two looks for tasks waiting for a person (one REST call; the progress lines
+#: are read every poll).
+HITL_LOOK_EVERY = 3.0
 
 
 @dataclass(frozen=True)
@@ -224,13 +230,27 @@ class DagFileRun:
         assert self.run_id is not None
         return self.airflow.dag_run_state(self.dag_id, self.run_id)
 
-    def wait(self, on_progress: Callable[[int, list[TrialRow]], None], timeout: float | None = None) -> str:
-        """Follow every experiment until the DAG run ends (``on_progress(index, rows)``)."""
+    def wait(
+        self,
+        on_progress: Callable[[int, list[TrialRow]], None],
+        timeout: float | None = None,
+        on_waiting: Callable[[WaitingForPerson], None] = lambda _: None,
+    ) -> str:
+        """Follow every experiment until the DAG run ends (``on_progress(index, rows)``), and
+        say each task that waits for a person's answer once (``on_waiting``)."""
         deadline = time.monotonic() + timeout if timeout else None
+        said: set[tuple[str, int]] = set()
+        next_look = 0.0
         while True:
             self.airflow.check_alive()
             for index, group in enumerate(self.groups):
                 on_progress(index, self.rows(group))
+            if time.monotonic() >= next_look:
+                next_look = time.monotonic() + HITL_LOOK_EVERY
+                for waiting in self.waiting_for_people():
+                    if waiting.key not in said:
+                        said.add(waiting.key)
+                        on_waiting(waiting)
             state = self.state()
             if state in TERMINAL_RUN_STATES:
                 for index, group in enumerate(self.groups):
@@ -239,6 +259,15 @@ class DagFileRun:
             if deadline and time.monotonic() > deadline:
                 return "timeout"
             time.sleep(self.poll_interval)
+
+    def waiting_for_people(self) -> list[WaitingForPerson]:
+        """The run's tasks that wait for a person's answer ([] when Airflow cannot say now)."""
+        assert self.run_id is not None
+        try:
+            details = self.airflow.hitl_details(self.dag_id, self.run_id)
+        except (httpx.HTTPError, ValueError):
+            return []
+        return waiting_for_people(details, self.airflow.base_url, self.dag_id, self.run_id)
 
     def tasks(self) -> list[TaskOutcome]:
         """The author's own tasks and, for a failed one, its log's tail."""

@@ -583,6 +583,14 @@ class EmbeddedAirflow:
         content = response.json().get("content") or []
         return list(content) if isinstance(content, list) else str(content).splitlines()
 
+    def hitl_details(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        """The run's human-in-the-loop tasks (Airflow's ``hitlDetails``: approvals and choices)."""
+        path = f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/hitlDetails"
+        response = self.api("GET", path, params={"limit": 100})
+        response.raise_for_status()
+        answer = response.json()
+        return answer if isinstance(answer, dict) else {}
+
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         """Every task instance of the run (the API gives at most 100 per page)."""
         found: list[dict[str, Any]] = []
