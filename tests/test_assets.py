@@ -82,3 +82,21 @@ def test_the_experiment_dag_publishes_on_its_asset(tmp_path):
     named = experiment_dag(write_config(tmp_path), asset_name="models/svc-params").get_task("publish_best")
     assert [o.name for o in named.outlets] == ["models/svc-params"]
     assert best_parameters_asset("trialflow_my_exp", "models/svc-params") == named.outlets[0]
+
+
+def test_a_groups_published_result_is_read_inside_its_own_dag_with_its_artifacts():
+    """ExperimentTaskGroup.published hands a task of the same DAG the publish step's XCom (the
+    Asset event's extra): read without an inlet, its artifacts opened through their store."""
+    from tests.helpers.summaries import summary
+    from trialflow.assets import NotPublished, best_artifact, published
+    from trialflow.outputs.published import ArtifactsOfBest, PublishedArtifact, publication
+
+    kept = ArtifactsOfBest("t-3", "file:///models/tuning", None, (PublishedArtifact("model.pkl", 1234),))
+    extra, _ = publication(summary(), "pipeline", "run_1", None, None, kept)
+    best = published(extra)
+    assert best.parameters == {"C": 2.5, "kernel": "rbf"} and best.trial_id == "t-3"
+    assert str(best_artifact(best, "model.pkl")).endswith("/model.pkl")
+    with pytest.raises(KeyError, match="model.pkl"):
+        best_artifact(best, "../../etc/passwd")
+    with pytest.raises(NotPublished, match="the experiment group's published result"):
+        published({"C": 2.5})  # tune.best's parameters are not a published result

@@ -71,6 +71,21 @@ def test_two_groups_are_two_experiments_side_by_side(tmp_path):
     assert (arg.operator.task_id, arg.key) == ("tune_svc.end_experiment", BEST_PARAMETERS_KEY)
 
 
+def test_a_task_of_the_same_dag_takes_the_published_winner(tmp_path):
+    with DAG("winner", schedule=None) as dag:
+
+        @task
+        def promote(result: dict) -> None:
+            pass
+
+        svc = ExperimentTaskGroup("tune", {**PYTHON_CONFIG, "trialCodeDirectory": str(tmp_path)})
+        promote(svc.published)
+    task_ = dag.get_task("promote")
+    assert task_.upstream_task_ids == {"tune.publish_best"}
+    (arg,) = task_.op_args
+    assert (arg.operator.task_id, arg.key) == ("tune.publish_best", "return_value")
+
+
 def test_the_dag_serializes_as_airflow_stores_it(tmp_path):
     from airflow.serialization.serialized_objects import DagSerialization
 

@@ -43,6 +43,7 @@ __all__ = [
     "best_artifact",
     "best_parameters",
     "best_parameters_asset",
+    "published",
     "register_best_model",
 ]
 
@@ -103,6 +104,22 @@ def best_parameters(context: Mapping[str, Any], asset: Asset | None = None) -> P
     return read_published(
         newest.extra, where=f"asset event on {getattr(getattr(newest, 'asset', None), 'name', '?')!r}"
     )
+
+
+def published(value: Any) -> PublishedBest:
+    """The experiment's outcome handed on inside its own DAG: what an ExperimentTaskGroup's
+    ``published`` XComArg gives a downstream task (the same result its Asset event carries, with
+    the best trial's artifacts), so that a task of the same DAG needs no asset inlet::
+
+        @task
+        def promote(result: dict) -> None:
+            best = published(result)
+            with best_artifact(best, "model.pkl").open("rb") as model: ...
+
+        promote(tune.published)
+
+    NotPublished naming what is wrong for a value that is not a published result."""
+    return read_published(value, where="the experiment group's published result")
 
 
 def best_artifact(best: PublishedBest, name: str) -> ObjectStoragePath:

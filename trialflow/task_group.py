@@ -69,6 +69,14 @@ class ExperimentTaskGroup(TaskGroup):
         return XComArg(self.tasks.end, key=BEST_VALUE_KEY)
 
     @property
+    def published(self) -> XComArg:
+        """The experiment's published outcome (the best trial, its parameters and its artifacts,
+        as its Asset event carries them), for a task of the same DAG: read it with
+        ``trialflow.assets.published`` and open an artifact with ``best_artifact``. The task is
+        skipped when nothing was published (no trial succeeded), as the publish step is."""
+        return XComArg(self.tasks.publish)
+
+    @property
     def summary(self) -> XComArg:
         """The end step's summary (trialflow.runs.summary.ExperimentSummary)."""
         return XComArg(self.tasks.end)

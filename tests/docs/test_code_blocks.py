@@ -5,12 +5,14 @@ The code blocks of README.md and docs/ are read as a reader copies them:
 * a YAML block is an experiment config, or a part of one (a section such as ``checkpoints:``):
   a part is put on top of a small complete config, and either is loaded by the config model in a
   folder of its own, as ``trialflow validate`` would (a v1 config alone, converted);
-* a Python block that builds a DAG (it imports Airflow or trialflow's DAG makers) is written to a
+* a Python block that builds a DAG (``@dag``, ``DAG(...)``, ``experiment_dag(...)``, or a
+  block headed ``# an Airflow DAG``) is written to a
   DAG file beside the repository's example experiments and parsed in a Python of its own, as
   the dag-processor parses it: it must make at least one DAG. A block that says it is an
   excerpt of a file in dags/ (``# an Airflow DAG (dags/X.py, shortened)``) has that file parsed
   instead;
-* every other Python block (trial code, a platform's code, a ``dag.test()`` call) must compile.
+* every other Python block (trial code, a platform's code, a task, a ``dag.test()`` call) must
+  compile.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class Block:
     @property
     def builds_a_dag(self) -> bool:
         return self.language == "python" and bool(
-            re.search(r"^from (airflow\.sdk|trialflow\.(dag|task_group|assets)) import", self.text, re.M)
+            re.search(r"^@dag\b|^\w+ = experiment_dag\(|\bDAG\(|^# an Airflow DAG", self.text, re.M)
         )
 
 
