@@ -22,3 +22,8 @@ MAX_WAITING_TRIALS = 100
 
 #: Largest body an action route reads (a trial's parameters, limits): far above any real one.
 MAX_ACTION_BODY = 64 * 1024
+
+#: Seconds the end's MLflow step (log_to_mlflow) goes on trying a tracking server that does not
+#: take every result, before it is skipped saying so (a DAG run held longer holds up the DAG's
+#: next run where max_active_runs is 1); `trialflow run` says it waits, and how long at most.
+TRACKING_GIVE_UP_SECONDS = 1800.0

@@ -30,3 +30,17 @@ def test_a_run_home_never_breaks_an_airflow_that_scans_the_folder_it_sits_in(tmp
     keep_out_of_dag_folders(home)
     found = list(find_path_from_directory(dags, ".airflowignore", syntax))
     assert found == [str(dags / "digits.py")]
+
+
+def test_a_run_held_by_its_mlflow_step_says_it_waits_and_for_how_long():
+    """issue 64, 2: after "12/12 done" `trialflow run` printed nothing while log_to_mlflow waited."""
+    from trialflow.cli.runner import tracking_wait_line
+    from trialflow.limits import TRACKING_GIVE_UP_SECONDS
+
+    tis = [{"task_id": "trial", "map_index": 0, "state": "success"}, {"task_id": "log_to_mlflow", "state": "deferred"}]
+    line = tracking_wait_line(tis, "e03394bb")
+    assert line is not None and "Waiting for MLflow" in line
+    assert f"at most {TRACKING_GIVE_UP_SECONDS / 60:.0f} min" in line and "trialflow sync-mlflow e03394bb" in line
+    assert tracking_wait_line([{"task_id": "tune.log_to_mlflow", "state": "deferred"}], "e") is not None  # in a group
+    for state in ("running", "success", "skipped", None):
+        assert tracking_wait_line([{"task_id": "log_to_mlflow", "state": state}], "e") is None

@@ -270,7 +270,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             display.say(f"  log in as trialflow; the password is in {run.airflow.home / 'passwords.json'}")
             started = time.monotonic()
             with display:
-                state = run.wait(display.update, timeout=args.timeout)
+                state = run.wait(display.update, timeout=args.timeout, say=display.say)
             left = None if args.timeout is None else max(1.0, args.timeout - (time.monotonic() - started))
             downstream = run.wait_downstream(display.say, timeout=left) if state == "success" else []
         except KeyboardInterrupt:

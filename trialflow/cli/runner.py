@@ -32,6 +32,7 @@ from trialflow.experiment import (
     trial_count,
     unbounded,
 )
+from trialflow.limits import TRACKING_GIVE_UP_SECONDS
 from trialflow.trial.status import TrialStatus
 from trialflow.tuning.pareto import pareto_rows, with_values
 from trialflow.tuning.results import TrialRow, best_row
@@ -93,6 +94,30 @@ class RunResult:
             **({"pareto": self.pareto} if self.pareto else {}),
             **({"downstream": self.downstream} if self.downstream else {}),
         }
+
+
+#: Seconds between two looks at the MLflow step's state while a run is followed.
+TRACKING_LOOK_EVERY = 5.0
+
+
+def tracking_wait_line(task_instances: list[dict[str, Any]], experiment_id: str) -> str | None:
+    """What to say when the run's MLflow step (``log_to_mlflow``) waits in the triggerer for a
+    tracking server that did not take every result; None otherwise. After "12/12 done" the
+    command printed nothing for minutes while it waited (issue 64, 2)."""
+    from trialflow import task_ids
+
+    waiting = any(
+        str(ti.get("task_id", "")).rpartition(".")[2] == task_ids.TRACK and ti.get("state") == "deferred"
+        for ti in task_instances
+    )
+    if not waiting:
+        return None
+    minutes = TRACKING_GIVE_UP_SECONDS / 60
+    return (
+        f"Waiting for MLflow: {task_ids.TRACK} tries again until the tracking server takes every result "
+        f"(at most {minutes:.0f} min, then it is skipped); Ctrl-C stops waiting, and "
+        f"`trialflow sync-mlflow {experiment_id}` sends the rest later"
+    )
 
 
 def _trial_json(row: TrialRow) -> dict[str, Any]:
@@ -362,12 +387,30 @@ class ExperimentRun:
             return None
         return run_id if self.airflow.run_conf(self.dag_id, run_id) is not None else None
 
-    def wait(self, on_progress: Callable[[list[TrialRow]], None], timeout: float | None = None) -> str:
+    def wait(
+        self,
+        on_progress: Callable[[list[TrialRow]], None],
+        timeout: float | None = None,
+        say: Callable[[str], None] = lambda _: None,
+    ) -> str:
+        """Follow the experiment's runs until the last one ends (``on_progress(rows)``), saying
+        (``say``) once when only its MLflow step holds the run, waiting for a tracking server."""
         deadline = time.monotonic() + timeout if timeout else None
+        waiting_said = False
+        next_look = 0.0
         while True:
             self.airflow.check_alive()
             rows = self.rows()
             on_progress(rows)
+            if self.config.mlflow is not None and not waiting_said and time.monotonic() >= next_look:
+                next_look = time.monotonic() + TRACKING_LOOK_EVERY
+                assert self.current_run_id is not None
+                line = tracking_wait_line(
+                    self.airflow.task_instances(self.dag_id, self.current_run_id), self.experiment_id
+                )
+                if line:
+                    say(line)
+                    waiting_said = True
             state = self.state()
             if state in TERMINAL_RUN_STATES:
                 following = self.next_run()

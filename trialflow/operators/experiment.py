@@ -10,6 +10,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHook
+from trialflow.limits import TRACKING_GIVE_UP_SECONDS
 from trialflow.operators.trial import experiment_for
 
 if TYPE_CHECKING:
@@ -298,7 +299,9 @@ class TrackExperimentOperator(_ExperimentStep):
 
     ui_color = "#e8f0fe"
 
-    def __init__(self, *, end_task_id: str = "end_experiment", give_up_after: float = 1800.0, **kwargs: Any):
+    def __init__(
+        self, *, end_task_id: str = "end_experiment", give_up_after: float = TRACKING_GIVE_UP_SECONDS, **kwargs: Any
+    ):
         super().__init__(**kwargs)
         self.end_task_id = end_task_id
         self.give_up_after = give_up_after
