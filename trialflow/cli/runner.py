@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from trialflow.authoring.plan import default_dag_id
 from trialflow.cli.embedded import COMPONENTS, EmbeddedAirflow
 from trialflow.cli.shared_airflow import joined, leave
@@ -405,9 +407,11 @@ class ExperimentRun:
             if self.config.mlflow is not None and not waiting_said and time.monotonic() >= next_look:
                 next_look = time.monotonic() + TRACKING_LOOK_EVERY
                 assert self.current_run_id is not None
-                line = tracking_wait_line(
-                    self.airflow.task_instances(self.dag_id, self.current_run_id), self.experiment_id
-                )
+                try:
+                    instances = self.airflow.task_instances(self.dag_id, self.current_run_id)
+                except (httpx.HTTPError, ValueError):  # Airflow busy: look again next time
+                    instances = []
+                line = tracking_wait_line(instances, self.experiment_id)
                 if line:
                     say(line)
                     waiting_said = True
