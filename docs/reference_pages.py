@@ -1,13 +1,16 @@
 """The documentation's reference pages, generated from the code so that they cannot drift.
 
-``python docs/reference_pages.py`` writes docs/reference/{config-model,cli-options,json-outputs,rest-routes}.md
-(``make docs`` runs it before building); tests/docs/test_reference_pages.py fails when a committed
+``python docs/reference_pages.py`` writes docs/reference/{config-model,cli-options,connections,json-outputs,
+rest-routes}.md (``make docs`` runs it before building); tests/docs/test_reference_pages.py fails when a committed
 page differs from what the code says now. Each page says where it comes from:
 
 * the config model: every key of ExperimentConfig, its sections and each platform's section, with
   its type, whether it is required, its default, and the ``#:`` comment above its field;
 * the command's options: ``trialflow``'s argparse parser, every subcommand with its arguments;
-* the JSON outputs: what ``trialflow run --json`` prints, made by the code that prints it;
+* the JSON outputs: what ``trialflow run --json`` and the store's commands print, made by the code
+  that prints it;
+* the connections and settings: every config key that names an Airflow connection, the
+  provider's connection type and its ``[trialflow]`` options (get_provider_info);
 * the REST routes: the pages' FastAPI app (mounted at ``/trialflow`` on the api-server), each
   route's method, path and the first paragraph of its docstring.
 """
@@ -311,10 +314,226 @@ def json_outputs_page() -> str:
         json.dumps(dag_file.to_json(), indent=2),
         "```",
         "",
-        "`trialflow experiments --json`, `trials E --json` and `export E --format json` print the "
-        "rows the pages read: [REST routes](rest-routes.md).",
+        *_store_outputs(),
     ]
     return "\n".join(lines).rstrip() + "\n"
+
+
+#: The sample store's times, fixed so the page is the same at every generation (seconds since
+#: the epoch, as the commands print them).
+_SAMPLE_START = 1796270400.0
+
+
+def _store_outputs() -> list[str]:
+    """What the commands that read the store print with --json, from a sample store of two
+    trials read by the same queries the commands call (trialflow.queries); its times are
+    replaced by fixed ones so that the page does not change from one generation to the next."""
+    import json
+    import tempfile
+
+    from trialflow import queries
+    from trialflow.config.model import AlgorithmConfig
+    from trialflow.config.search_space import parse_search_space
+    from trialflow.platforms.base import TrialStatus
+    from trialflow.trial.protocol import Metric
+    from trialflow.tuning.asker import ask
+    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+
+    space = parse_search_space(
+        {"C": {"_type": "loguniform", "_value": [0.01, 10]}, "kernel": {"_type": "choice", "_value": ["rbf", "linear"]}}
+    )
+    tuner = AlgorithmConfig(name="Random", class_args={"seed": 7, "optimize_mode": "maximize"})
+    with tempfile.TemporaryDirectory() as folder:
+        store = ExperimentStore(sqlite_url(Path(folder) / "experiments.db"))
+        store.open_experiment("e03394bb", "maximize")
+        store.set_experiment_attrs(
+            "e03394bb",
+            {
+                "experiment_name": "digits-svc",
+                "dag_id": "trialflow_digits-svc",
+                "run_id": "manual__2026-12-02T21:00:00+00:00",
+                "platform": "local",
+                "optimize_mode": "maximize",
+                "config": {"tuner": {"name": "Random"}, "maxTrialNumber": 2, "trainingService": {"platform": "local"}},
+            },
+        )
+        for index, (status, final) in enumerate([(TrialStatus.SUCCEEDED, 0.9816), (TrialStatus.FAILED, None)]):
+            asked = ask(store, "e03394bb", index, f"e03394bb-{index:04d}", tuner, space)
+            store.set_status(asked.storage_id, TrialStatus.RUNNING, handle={"platform": "local", "trial_dir": "/x"})
+            store.record_metrics(asked.storage_id, [Metric("PERIODICAL", step, 0.9 + step / 100) for step in range(2)])
+            if final is not None:
+                store.record_metrics(asked.storage_id, [Metric("FINAL", 0, final)])
+            store.finish(asked.storage_id, status, final, None if final is not None else "exit code 1")
+        experiments = [row.as_dict() for row in queries.list_experiments(store.engine, kept=False)]
+        page = queries.trials_page(store.engine, "e03394bb", limit=2)
+        exported = queries.export_json(store.engine, "e03394bb")
+        store.engine.dispose()
+
+    def fixed_times(value: Any) -> Any:
+        times = {"started": _SAMPLE_START, "ended": _SAMPLE_START + 42.5, "duration": 42.5, "duration_s": 42.5}
+        if isinstance(value, dict):
+            return {k: (times[k] if k in times and v is not None else fixed_times(v)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fixed_times(v) for v in value]
+        return value
+
+    def block(value: Any) -> list[str]:
+        return ["```json", json.dumps(fixed_times(value), indent=2), "```", ""]
+
+    return [
+        "## `trialflow experiments --json`",
+        "",
+        "Every experiment in the store, newest first, as the pages' list shows it: `counts` by NNI's "
+        "status, `best` the best final metric, `stopped` who stopped it (`by`, `at`, `reason`) or "
+        "null, `pareto_size` with several objectives. Times are seconds since the epoch.",
+        "",
+        *block(experiments),
+        "## `trialflow trials E --json`",
+        "",
+        "One page of an experiment's trials (`--sort`, `--status`, `--search`, `--limit`, `--offset`): "
+        "`total` counts every trial the filters match; `parameter_source` says who chose the "
+        "parameters, as NNI's parameter.cfg does (`algorithm`, the tuner; `customized`, a person, "
+        "named in `added_by`).",
+        "",
+        *block(page),
+        "## `trialflow export E --format json`",
+        "",
+        "Every trial, streamed (an experiment of 20,000 trials is never held whole), parameters in NNI's "
+        "shape and every value exactly as stored.",
+        "",
+        *block(exported),
+        "The same rows over HTTP: [REST routes](rest-routes.md).",
+    ]
+
+
+#: What the connection each config key names holds, by the key's field name; a key the config
+#: model gains and this map lacks stops the page's generation (it would be a connection the
+#: reference does not explain).
+_CONNECTION_KINDS = {
+    "ssh_conn_id": "an SSH connection: the machine's host, port, user and key or password "
+    "([Remote machines](../platforms/remote.md))",
+    "kubernetes_conn_id": "a Kubernetes connection (its kubeconfig or in-cluster) "
+    "([Kubernetes](../platforms/kubernetes.md))",
+    "token_conn_id": "a connection whose password is the token "
+    "([OpenPAI, DLTS and Azure ML](../platforms/cluster-services.md))",
+    "conn_id": "",  # by section: below
+}
+_SECTION_CONNECTIONS = {
+    "CheckpointsConfig": "an object store connection (S3, GCS, Azure Blob): the checkpoint and "
+    "artifact store's credentials ([Checkpoints](../topics/checkpoints.md))",
+    "MlflowConfig": "an MLflow connection: the tracking server's host, port, and login/password or "
+    "a token ([MLflow](../topics/mlflow.md))",
+}
+
+
+def _connection_keys() -> list[tuple[str, str]]:
+    """(the config key as a path, what its connection holds) for every key of the config model
+    and of each platform's model that names an Airflow connection (a field ending in conn_id)."""
+    from pydantic import BaseModel
+
+    from trialflow.config import ExperimentConfig
+    from trialflow.config.registry import platform_entries
+
+    found: dict[str, str] = {}
+
+    def walk(cls: type, prefix: str, seen: tuple[type, ...]) -> None:
+        for name, field in cls.model_fields.items():  # type: ignore[attr-defined]
+            key = f"{prefix}{field.alias or name}"
+            if name.endswith("conn_id"):
+                if name not in _CONNECTION_KINDS:
+                    raise SystemExit(
+                        f"docs/reference_pages.py: {cls.__name__}.{name} names a connection: "
+                        "add it to _CONNECTION_KINDS"
+                    )
+                kind = _CONNECTION_KINDS[name] or _SECTION_CONNECTIONS.get(cls.__name__)
+                if not kind:
+                    raise SystemExit(f"docs/reference_pages.py: {cls.__name__}.{name}: add it to _SECTION_CONNECTIONS")
+                found.setdefault(key, kind)
+            for arg in _flat(field.annotation):
+                if isinstance(arg, type) and issubclass(arg, BaseModel) and arg not in seen:
+                    many = typing.get_origin(field.annotation) is list or "list[" in str(field.annotation)
+                    walk(arg, f"{key}{'[]' if many else ''}.", (*seen, arg))
+
+    walk(ExperimentConfig, "", (ExperimentConfig,))
+    for platform, entry in sorted(platform_entries().items()):
+        walk(entry.config_model, f"trainingService (platform: {platform}).", (entry.config_model,))
+    return sorted(found.items(), key=lambda item: (item[0].startswith("trainingService"), item[0]))
+
+
+def connections_page() -> str:
+    """The connections a config names (from the config model) and the provider's own settings
+    (from get_provider_info: its connection type's fields and its ``[trialflow]`` options)."""
+    from trialflow.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    (conn_type,) = info["connection-types"]
+    placeholders = conn_type["ui-field-behaviour"]["placeholders"]
+    relabeled = conn_type["ui-field-behaviour"]["relabeling"].get("schema", "schema")
+    lines = [
+        "# Connections and settings",
+        "",
+        GENERATED,
+        "",
+        "Secrets stay in Airflow: every credential trialflow needs is an Airflow connection named in the "
+        "config, never a value in the config file, a URL or the store. A config value that names a "
+        "password or token is refused unless it is text, and is masked wherever it is shown.",
+        "",
+        "## The experiment store: connection type `" + conn_type["connection-type"] + "`",
+        "",
+        "`trialflow_default` (another: `experiment_dag(..., store_conn_id=...)`) holds the experiment "
+        "store. Without it: `$AIRFLOW_HOME/trialflow/experiments.db`. Its fields "
+        f"({conn_type['hook-class-name']}):",
+        "",
+        "| field | what it holds | example |",
+        "|---|---|---|",
+        *(
+            f"| `extra.{name}` | {field['label']} | `{placeholders.get(name, '')}` |"
+            for name, field in conn_type["conn-fields"].items()
+        ),
+        "| host, port, login, password, schema | with `extra.dialect`: the database server; the schema "
+        f"is the database's name (the form's {relabeled!r}) | |",
+        "",
+        "## Connections a config names",
+        "",
+        "Every key of the config model that names an Airflow connection ([Config model](config-model.md)).",
+        "",
+        "| config key | the connection |",
+        "|---|---|",
+        *(f"| `{key}` | {kind} |" for key, kind in _connection_keys()),
+        "",
+        "## Airflow config (`[trialflow]`)",
+        "",
+        "| option | environment variable | default | what it does |",
+        "|---|---|---|---|",
+    ]
+    for section, spec in info["config"].items():
+        for option, about in spec["options"].items():
+            default = about.get("default")
+            lines.append(
+                f"| `{option}` | `AIRFLOW__{section.upper()}__{option.upper()}` | "
+                f"{'`' + default + '`' if default else 'none'} | {about['description'].replace('|', chr(92) + '|')} |"
+            )
+    lines += [
+        "",
+        "## Environment",
+        "",
+        "| variable | what it does |",
+        "|---|---|",
+        *(f"| `{name}` | {about} |" for name, about in ENVIRONMENT.items()),
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+#: The environment variables a person sets (tests/docs checks that the package still reads each);
+#: the other TRIALFLOW_ variables the package reads are its hand-offs to a trial or a task.
+ENVIRONMENT = {
+    "TRIALFLOW_WORKDIR": "where trial folders go when the config has no `experimentWorkingDirectory` "
+    "(default `~/trialflow-experiments`)",
+    "TRIALFLOW_CACHE_DIR": "where DAG plans are kept between parses (default `~/.cache/trialflow/dag-plans`)",
+    "TRIALFLOW_TRIAL_ENV_DROP": "which of the worker's environment variables a trial does not get "
+    "([Trial code](../topics/trial-code.md))",
+    "TRIALFLOW_TRIAL_ENV_KEEP": "which of them a trial gets anyway ([Trial code](../topics/trial-code.md))",
+}
 
 
 PAGES = {
@@ -322,6 +541,7 @@ PAGES = {
     "reference/cli-options.md": cli_options_page,
     "reference/rest-routes.md": rest_routes_page,
     "reference/json-outputs.md": json_outputs_page,
+    "reference/connections.md": connections_page,
 }
 
 
