@@ -10,6 +10,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from tests.triggers.test_trial import only_event
+from trialflow.lifecycle.task_states import marked_reason
 from trialflow.operators.trial import SubmitTrialOperator, complete_from_event
 from trialflow.platforms.base import TrialStatus
 from trialflow.triggers import trial as trial_module
@@ -106,6 +107,30 @@ def test_an_early_stop_skips_its_task(local_trials):
         _cancel(trigger.submission)
     assert context["ti"].pushed["return_value"]["status"] == "EARLY_STOPPED"
     assert store.trial(storage_id).status == TrialStatus.EARLY_STOPPED
+
+
+@pytest.mark.parametrize("state", ["success", "failed"])
+def test_a_task_a_person_marked_keeps_the_state_chosen_when_its_worker_ends_it(local_trials, state):
+    """Issue 64, 8, on the worker's side (a try that resumed, or the worker's own wait): a
+    trial stopped by a person's mark that Airflow's deferral undid ends its task as marked,
+    with its result pushed; a skipped task would have overridden the person's choice."""
+    submit, store = local_trials
+    trigger = submit(3, "hang")
+    storage_id = trigger.submission.storage_id
+    event = {"status": "USER_CANCELED", "message": marked_reason(state)}
+    context = {"ti": RecordingTI()}
+    try:
+        if state == "success":
+            result = complete_from_event(context, event, _experiment(store), store, storage_id)
+            assert result["status"] == "USER_CANCELED"
+        else:
+            with pytest.raises(AirflowFailException, match="USER_CANCELED: stopped from Airflow"):
+                complete_from_event(context, event, _experiment(store), store, storage_id)
+            assert context["ti"].pushed["return_value"]["status"] == "USER_CANCELED"
+    finally:
+        _cancel(trigger.submission)
+    record = store.trial(storage_id)
+    assert record.status == TrialStatus.USER_CANCELED and record.message == marked_reason(state)
 
 
 def test_an_error_event_fails_the_attempt_for_a_retry_and_leaves_the_trial_open(local_trials):

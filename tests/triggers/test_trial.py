@@ -12,11 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
-from airflow.triggers.base import BaseTaskEndEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
+from airflow.triggers.base import BaseTaskEndEvent, TaskFailedEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
 
 from trialflow.lifecycle.submission import Submission
+from trialflow.lifecycle.task_states import marked_reason
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import process_alive
+from trialflow.steering.base import Request
+from trialflow.steering.stops import STOP_REQUEST
 from trialflow.triggers.trial import TrialTrigger
 
 
@@ -101,6 +104,31 @@ def test_deadline_stops_the_trial_and_its_children(local_trials):
     assert time.monotonic() - started < 30
     child = int((Path(trigger.submission.handle["trial_dir"]) / "child.pid").read_text())
     assert not process_alive(child) and not process_alive(trigger.submission.handle["pid"])
+
+
+@pytest.mark.parametrize(
+    ("reason", "ending"),
+    [
+        (marked_reason("success"), TaskSuccessEvent),
+        (marked_reason("failed") + "; DAG run manual__1 is failed", TaskFailedEvent),
+        (marked_reason("skipped"), TaskSkippedEvent),
+        ("killed by alice", TaskSkippedEvent),  # the pages' Kill chose no task state
+    ],
+)
+def test_a_task_a_person_marked_as_it_deferred_ends_in_the_state_chosen(local_trials, reason, ending):
+    """Issue 64, 8: a mark that lands as the task defers is undone by the deferral (the task is
+    deferred again), and the api-server's listener has written the stop request with the
+    person's words. The trigger stops the trial (USER_CANCELED, those words) and ends the task
+    in the state the person chose; it ended every one of them skipped before."""
+    submit, store = local_trials
+    trigger = submit(6, "hang")
+    store.set_attrs(trigger.submission.storage_id, **{STOP_REQUEST: Request("Airflow", reason, time.time()).to_dict()})
+    event = asyncio.run(only_event(trigger))
+    assert type(event) is ending and event.xcoms is not None
+    assert event.xcoms["return_value"]["status"] == "USER_CANCELED"
+    record = store.trial(trigger.submission.storage_id)
+    assert record.status == TrialStatus.USER_CANCELED and record.message == reason
+    assert not process_alive(trigger.submission.handle["pid"])
 
 
 def test_a_broken_handle_is_an_error_event_not_a_hang(local_trials):

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trialflow.lifecycle.task_states import FROM_AIRFLOW, MARKED
+
 if TYPE_CHECKING:
     from trialflow.lifecycle.submission import Submission
     from trialflow.platforms.base import TrainingPlatform
@@ -29,15 +31,14 @@ log = logging.getLogger(__name__)
 #: the task itself goes on following it).
 NOT_A_PERSON = frozenset({"running", "deferred", "up_for_retry", "up_for_reschedule", "queued", "scheduled"})
 #: How a person's action reads in the trial's message, by the task's new state.
-ACTIONS = {
-    "failed": "its task was marked failed",
-    "success": "its task was marked success",
-    "skipped": "its task was marked skipped",
+ACTIONS: dict[str | None, str] = {
     "restarting": "its task was cleared",
     None: "its task was cleared",
     "removed": "its task was removed",
     "upstream_failed": "its task was marked upstream failed",
 }
+# and the states a person may choose, which the task keeps (trialflow.lifecycle.task_states)
+ACTIONS.update((state, words) for state, words in MARKED.items())
 #: Seconds the worker waits for Airflow's answer (Airflow escalates SIGTERM to SIGKILL 5 s after).
 ASK_TIMEOUT = 3.0
 #: The same in the triggerer, which gives on_kill 30 s ([triggerer] on_kill_timeout) and where a
@@ -84,7 +85,7 @@ def reason_for(
         if not known_person:
             return None
         ti_state = "restarting"
-    reason = f"stopped from Airflow: {ACTIONS.get(ti_state, f'its task was set to {ti_state}')}"
+    reason = FROM_AIRFLOW + ACTIONS.get(ti_state, f"its task was set to {ti_state}")
     if dag_run_state == "failed":
         # Marking the run failed marks its running tasks failed; a run whose last task a person
         # marked failed is failed too by the time the worker asks: the message says both facts.
@@ -93,7 +94,7 @@ def reason_for(
 
 
 #: The trigger's message when Airflow cannot be asked which action it was.
-SOME_ACTION = AirflowStop("stopped from Airflow: its task was marked failed, success or cleared")
+SOME_ACTION = AirflowStop(FROM_AIRFLOW + "its task was marked failed, success or cleared")
 
 
 def ask_states(ref: TaskRef) -> tuple[str | None, str | None]:

@@ -11,7 +11,8 @@ depend on which of them runs it, and all of it is tested without a scheduler.
   reported, not run again.
 * :func:`wait_in_worker`: the short wait in the task before deferring.
 * :func:`finish_trial`: close the trial in the store and say what the task's
-  outcome is (success, skipped on purpose, failed).
+  outcome is (success, skipped on purpose, failed, or what a person chose:
+  trialflow.lifecycle.task_states).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from trialflow.experiment.follow import Follower, FollowOutcome
 from trialflow.experiment.keeping import parent_checkpoint
 from trialflow.experiment.run_windows import EXPERIMENT_DEADLINE_REASON
 from trialflow.lifecycle.submission import Submission
+from trialflow.lifecycle.task_states import TaskState, task_state
 from trialflow.platforms.base import (
     Connections,
     Resume,
@@ -366,6 +368,12 @@ class TrialResult:
         return self.status in (TrialStatus.EARLY_STOPPED, TrialStatus.USER_CANCELED) or (
             self.status == TrialStatus.SYS_CANCELED and self.message == EXPERIMENT_DEADLINE_REASON
         )
+
+    @property
+    def task_state(self) -> TaskState:
+        """The state its task ends in: a person's choice in Airflow where one marked it
+        (trialflow.lifecycle.task_states), else success, skipped on purpose, or failed."""
+        return task_state(self.succeeded, self.stopped_on_purpose, self.message)
 
     @property
     def label(self) -> str:

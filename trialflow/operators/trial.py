@@ -74,14 +74,17 @@ def label_task(context: Context, label: str) -> None:
 
 
 def report(context: Context, result: trial_lifecycle.TrialResult) -> dict[str, Any]:
-    """The trial's outcome as the task's: SUCCEEDED -> success; EARLY_STOPPED and the
-    maxExperimentDuration cancel -> skipped; FAILED and other cancellations -> failed without
-    retry (retries are for infrastructure faults). The result XCom is pushed in every case."""
+    """The trial's outcome as the task's (``result.task_state``): SUCCEEDED -> success;
+    EARLY_STOPPED, a kill and the maxExperimentDuration cancel -> skipped; FAILED and other
+    cancellations -> failed without retry (retries are for infrastructure faults); a task a
+    person marked keeps the state chosen, where a deferral had undone the mark. The result
+    XCom is pushed in every case."""
     label_task(context, result.label)
-    if result.succeeded:
+    state = result.task_state
+    if state == "success":
         return result.xcom
     context["ti"].xcom_push(key="return_value", value=result.xcom)
-    if result.stopped_on_purpose:
+    if state == "skipped":
         raise AirflowSkipException(result.describe())
     raise AirflowFailException(result.describe())
 

@@ -23,12 +23,20 @@ import functools
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from airflow.triggers.base import BaseTrigger, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
 
 if TYPE_CHECKING:
     from trialflow.experiment.follow import Follower, FollowOutcome
     from trialflow.tuning.experiment_store import ExperimentStore
 
+
+#: The event that ends a trial's task from the triggerer, by the state the task ends in
+#: (trialflow.lifecycle.task_states decides which).
+_END_EVENTS: dict[str, type[TaskSuccessEvent | TaskFailedEvent | TaskSkippedEvent]] = {
+    "success": TaskSuccessEvent,
+    "failed": TaskFailedEvent,
+    "skipped": TaskSkippedEvent,
+}
 
 #: Stops under way (a reference keeps each task alive until it ends: see TrialTrigger.on_kill).
 _STOPPING: set[asyncio.Future[None]] = set()
@@ -119,8 +127,7 @@ class TrialTrigger(BaseTrigger):
         ti = getattr(self, "task_instance", None)
         if ti is None:
             return
-        ends: dict[type[TriggerEvent], str] = {TaskSuccessEvent: "success", TaskSkippedEvent: "skipped"}
-        ended = ends.get(type(event))
+        ended = next((state for state, kind in _END_EVENTS.items() if type(event) is kind), None)
         run_wakeups.task_ended(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ended)
 
     async def on_kill(self) -> None:
@@ -158,12 +165,11 @@ class TrialTrigger(BaseTrigger):
         if not self.end_task or outcome.status is None or listeners_present():
             return TriggerEvent(outcome.to_event())
         result = trial_lifecycle.finish_trial(store, self.submission.storage_id, outcome.status, outcome.message)
-        if result.succeeded:
-            return TaskSuccessEvent(xcoms={"return_value": result.xcom})
-        if result.stopped_on_purpose:
+        if not (result.succeeded or result.stopped_on_purpose):
+            return TriggerEvent(outcome.to_event())  # a failure: the worker records it
+        if not result.succeeded:
             self.log.info("%s", result.describe())
-            return TaskSkippedEvent(xcoms={"return_value": result.xcom})
-        return TriggerEvent(outcome.to_event())
+        return _END_EVENTS[result.task_state](xcoms={"return_value": result.xcom})
 
 
 @functools.cache

@@ -23,10 +23,12 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
+from trialflow.lifecycle.task_states import TaskState
+
 log = logging.getLogger(__name__)
 
 
-def _stop(task_instance: Any, state: str) -> None:
+def _stop(task_instance: Any, state: TaskState) -> None:
     """Write the stop request for the trial of a trial task a person set to ``state``; never
     raises (a listener's error must not fail the person's request)."""
     try:
@@ -39,9 +41,10 @@ def _stop(task_instance: Any, state: str) -> None:
         if map_index < 0:
             return
         from trialflow import steering
+        from trialflow.lifecycle.task_states import marked_reason
         from trialflow.ui.access import action_store
 
-        reason = f"stopped from Airflow: its task was marked {state}"  # on_kill's words
+        reason = marked_reason(state)  # on_kill's words, which the task's end reads back
         run = getattr(task_instance, "dag_run", None)
         whole_run = str(getattr(getattr(run, "state", None), "value", getattr(run, "state", ""))) == "failed"
         if whole_run:  # the DAG run was marked failed (its tasks with it): no trial of it starts
