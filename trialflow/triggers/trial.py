@@ -23,7 +23,7 @@ import functools
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
 
 if TYPE_CHECKING:
     from trialflow.experiment.follow import Follower, FollowOutcome
@@ -31,10 +31,11 @@ if TYPE_CHECKING:
 
 
 #: The event that ends a trial's task from the triggerer, by the state the task ends in
-#: (trialflow.lifecycle.task_states decides which).
-_END_EVENTS: dict[str, type[TaskSuccessEvent | TaskFailedEvent | TaskSkippedEvent]] = {
+#: (trialflow.lifecycle.task_states decides which). Not "failed": Airflow turns a trigger's
+#: TaskFailedEvent into a retry where retries are left, and a trial's are for infrastructure
+#: faults; the worker fails the task without one.
+_END_EVENTS: dict[str, type[TaskSuccessEvent | TaskSkippedEvent]] = {
     "success": TaskSuccessEvent,
-    "failed": TaskFailedEvent,
     "skipped": TaskSkippedEvent,
 }
 
@@ -165,11 +166,12 @@ class TrialTrigger(BaseTrigger):
         if not self.end_task or outcome.status is None or listeners_present():
             return TriggerEvent(outcome.to_event())
         result = trial_lifecycle.finish_trial(store, self.submission.storage_id, outcome.status, outcome.message)
-        if not (result.succeeded or result.stopped_on_purpose):
-            return TriggerEvent(outcome.to_event())  # a failure: the worker records it
+        ending = _END_EVENTS.get(result.task_state)
+        if ending is None:  # a failure, or a task a person marked failed: the worker fails it
+            return TriggerEvent(outcome.to_event())
         if not result.succeeded:
             self.log.info("%s", result.describe())
-        return _END_EVENTS[result.task_state](xcoms={"return_value": result.xcom})
+        return ending(xcoms={"return_value": result.xcom})
 
 
 @functools.cache
