@@ -27,3 +27,10 @@ MAX_ACTION_BODY = 64 * 1024
 #: take every result, before it is skipped saying so (a DAG run held longer holds up the DAG's
 #: next run where max_active_runs is 1); `trialflow run` says it waits, and how long at most.
 TRACKING_GIVE_UP_SECONDS = 1800.0
+
+#: One copy into the artifact store (a checkpoint, a trial's artifacts) may take this many
+#: seconds, and one more for every COPY_BYTES_PER_SECOND bytes, before its follower goes on
+#: without it (trialflow.checkpoints.copy_time): a store answering 500 held a follower in its
+#: SDK's retries for ~3 minutes per checkpoint.
+COPY_SECONDS_FLOOR = 30.0
+COPY_BYTES_PER_SECOND = 5 * 1024 * 1024

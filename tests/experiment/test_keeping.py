@@ -129,6 +129,80 @@ def test_a_trial_killed_mid_run_restarts_from_its_last_checkpoint_in_the_object_
         assert json.loads(fh.read()) == {"weight": pytest.approx(weight)}
 
 
+@pytest.fixture
+def store_answering_500(monkeypatch):
+    """An "Azure Blob" endpoint on 127.0.0.1 that answers 500 to every request, reached the way
+    a real one is (abfs:// through the Azure provider, adlfs and Azure's SDK with its retries),
+    and an Airflow connection naming it; yields (the checkpoints key, the requests it got)."""
+    import http.server
+    import threading
+
+    from tests.helpers.emulators.azure import ACCOUNT, ACCOUNT_KEY
+
+    seen: list[str] = []
+
+    class Refuses(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            seen.append(self.command)
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(min(length, 1 << 20))
+            body = b"<Error><Code>InternalError</Code></Error>"
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = _answer
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuses)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    connection = (
+        f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{server.server_port}/{ACCOUNT};"
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TF_BROKEN_STORE", json.dumps({"conn_type": "wasb", "extra": {"connection_string": connection}})
+    )
+    monkeypatch.setattr("trialflow.checkpoints.copy_time.COPY_SECONDS_FLOOR", 1.5)
+    try:
+        yield "{store: 'abfs://checkpoints/runs', connId: tf_broken_store}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_store_answering_500_holds_its_follower_one_copys_time_not_its_sdks_retries(
+    tmp_path, store, store_answering_500
+):
+    """Issue 64, 7: a store answering 500 held the follower in its SDK's retries ~3 minutes
+    per checkpoint (an 8 s trial kept its worker slot 5 min 48 s). Each copy now has its time
+    (1.5 s here): the first checkpoint not taken makes the store away, the later ones wait for
+    the trial's end, where the newest is tried once more; the trial succeeds and its message
+    says what was not kept."""
+    from trialflow.hooks.artifact_store import checkpoint_root
+
+    checkpoints, seen = store_answering_500
+    experiment = _experiment(tmp_path, store, checkpoints, {})
+    started = trial_lifecycle.start_trial(
+        experiment, store, "r1", 0, connections=Connections(artifacts=checkpoint_root)
+    )
+    began = time.monotonic()
+    outcome = trial_lifecycle.wait_in_worker(started, store, 90, 0.1)
+    took = time.monotonic() - began
+    assert outcome.status == TrialStatus.SUCCEEDED, outcome.message
+    message = outcome.message or ""
+    assert "checkpoint 1 not kept: the store did not take checkpoint 1 within 2 s" in message, message
+    assert "checkpoint(s) 2, 3, 4, 5 not tried: the store had not taken an earlier one in time" in message
+    assert "checkpoint 6 not kept: the store did not take checkpoint 6 within 2 s" in message  # the later pass
+    assert "artifacts not kept: the store had not taken the trial's checkpoint in time" in message
+    assert seen  # the SDK did ask the store (and was answered 500)
+    assert took < 30, f"followed for {took:.1f} s"  # two copies' time and the trial's own
+    print(f"a store answering 500: the trial followed to its end in {took:.1f} s, {len(seen)} requests refused")
+
+
 @pytest.mark.parametrize(
     ("checkpoints", "mode", "said", "launches", "restarts"),
     [

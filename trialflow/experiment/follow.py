@@ -183,6 +183,7 @@ class Follower:
                         outcome.cursor = fresh_cursor(outcome.cursor)
                     return False
             if self.keeping is not None:
+                await self.keeping.keep_pending(self.handle)
                 await self.keeping.keep_saved(self.handle)
                 await self.keeping.keep_artifacts(self.handle)
             outcome.status, outcome.exit_code = update.status, update.exit_code

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trialflow.checkpoints.artifacts import TrialArtifacts
+from trialflow.checkpoints.copy_time import CopyTimedOut, allowed_seconds, folder_bytes, within
 from trialflow.checkpoints.keeper import TrialCheckpoints
 from trialflow.checkpoints.restarts import restart_verdict
 from trialflow.config.checkpoints import default_folder
@@ -36,6 +37,13 @@ if TYPE_CHECKING:
     from trialflow.tuning.pbt import Lineage
 
 log = logging.getLogger(__name__)
+
+
+def _steps(steps: list[int]) -> str:
+    """Steps as a person reads them: "4, 5, 6" or "4-9 (6)" when there are many."""
+    if len(steps) <= 5:
+        return ", ".join(str(s) for s in steps)
+    return f"{min(steps)}-{max(steps)} ({len(steps)})"
 
 
 class ArtifactStoreNeedsAirflow(RuntimeError):
@@ -70,6 +78,13 @@ class TrialKeeping:
     run_id: str = ""
     #: What the trial's message adds: a checkpoint that could not be kept, why it was not restarted.
     notes: list[str] = field(default_factory=list)
+    #: Why the store was given up on for this follow (a copy it did not take in time), or None:
+    #: later checkpoints are not tried until the trial ends (``keep_pending``, one more try).
+    away: str | None = None
+    #: The newest checkpoint not kept while the store was away: (step, its folder if not the SDK's).
+    pending: tuple[int, str | None] | None = None
+    #: The checkpoints not tried while the store was away (said once, in the trial's message).
+    not_tried: list[int] = field(default_factory=list)
 
     @property
     def root(self) -> StoragePath:
@@ -84,7 +99,15 @@ class TrialKeeping:
         """Copy checkpoint ``step`` into the store, then apply the retention rule. A store that
         refuses is said in the trial's message, never a failed trial: the checkpoint stays in
         the trial's folder and the next one is tried. ``relative``: the folder it is in, when
-        not the SDK's ``checkpoints/<step>`` (NNI PBT's save folder)."""
+        not the SDK's ``checkpoints/<step>`` (NNI PBT's save folder).
+
+        Each copy has its time (trialflow.checkpoints.copy_time); one the store did not take in
+        time makes the store away for this follow: the later ones wait for the trial's end,
+        where the newest is tried once more (``keep_pending``)."""
+        if self.away is not None:
+            self.pending = (step, relative)
+            self.not_tried.append(step)
+            return
         try:
             with tempfile.TemporaryDirectory(prefix="trialflow-checkpoint-") as scratch:
                 folder = await self.platform.fetch_output(
@@ -92,7 +115,12 @@ class TrialKeeping:
                 )
                 if relative is not None and not (Path(folder) / relative).is_dir():
                     return  # it saved nothing there (an SDK trial keeps its own as it goes)
-                await asyncio.to_thread(self.checkpoints.keep, folder, step, relative)
+                size = await asyncio.to_thread(folder_bytes, Path(folder) / (relative or checkpoint_folder(step)))
+                await within(
+                    allowed_seconds(size),
+                    f"checkpoint {step}",
+                    lambda: self.checkpoints.keep(folder, step, relative),
+                )
             metrics = await asyncio.to_thread(self.store.intermediate_values, self.storage_id)
             await asyncio.to_thread(
                 self.checkpoints.prune,
@@ -101,10 +129,29 @@ class TrialKeeping:
                 self.config.keep_best,
                 self.experiment.config.optimize_mode,
             )
+        except CopyTimedOut as exc:
+            self.away, self.pending = str(exc), (step, relative)
+            note = f"checkpoint {step} not kept: {exc}"
+            log.warning("Trial %s: %s", handle.get("trial_id"), note)
+            self.notes.append(note[:500])
         except Exception as exc:
             note = f"checkpoint {step} not kept: {exc}"
             log.warning("Trial %s: %s", handle.get("trial_id"), note)
             self.notes.append(note[:500])
+
+    async def keep_pending(self, handle: TrialHandle) -> None:
+        """At the trial's end, the later pass: the newest checkpoint not kept while the store was
+        away is tried once more (still in the trial's folder); the ones before it are said."""
+        if self.away is None or self.pending is None:
+            return
+        step, relative = self.pending
+        skipped = [s for s in self.not_tried if s != step]
+        if skipped:
+            self.notes.append(
+                f"checkpoint(s) {_steps(skipped)} not tried: the store had not taken an earlier one in time"
+            )
+        self.away, self.pending, self.not_tried = None, None, []
+        await self.keep(handle, step, relative)
 
     async def keep_saved(self, handle: TrialHandle) -> None:
         """A PBT trial's save folder (NNI's ``save_checkpoint_dir``), kept as its checkpoint at
@@ -117,13 +164,18 @@ class TrialKeeping:
 
     async def keep_artifacts(self, handle: TrialHandle) -> None:
         """Copy what the ended trial wrote in its ``artifacts`` folder into the store (said
-        in its message when the store refuses, as a checkpoint is)."""
+        in its message when the store refuses, as a checkpoint is). Not tried when the store did
+        not take the trial's last checkpoint in time, even once more: it would not now."""
+        if self.away is not None:
+            self.notes.append("artifacts not kept: the store had not taken the trial's checkpoint in time")
+            return
         try:
             with tempfile.TemporaryDirectory(prefix="trialflow-artifacts-") as scratch:
                 folder = await self.platform.fetch_output(
                     handle, ARTIFACTS_DIR, Path(scratch), self.artifacts.max_bytes
                 )
-                kept = await asyncio.to_thread(self.artifacts.keep, folder)
+                size = await asyncio.to_thread(folder_bytes, Path(folder) / ARTIFACTS_DIR)
+                kept = await within(allowed_seconds(size), "the artifacts", lambda: self.artifacts.keep(folder))
             if kept.files:
                 log.info("Trial %s: kept %d artifact(s)", handle.get("trial_id"), len(kept.files))
             if kept.refused:  # said on the trial's page, the rest kept
