@@ -115,6 +115,16 @@ def test_steps_after_the_last_sent_in_order_without_non_finite_values():
     assert step_metrics(facts, -1)[0].timestamp == 1_000_000
 
 
+def test_each_step_is_stamped_with_when_it_reached_the_store():
+    facts = _facts(intermediate={0: 0.1, 1: 0.2, 2: 0.3, 3: 0.4, 4: 0.5})
+    reported = {0: 1_700_000_000.25, 1: 1_700_000_001.75, 2: float("nan"), 3: -5.0, 4: 1e300}
+    stamps = [m.timestamp for m in step_metrics(facts, -1, reported)]
+    # a time that is no time (another writer's store) falls back to the start plus the step
+    assert stamps == [1_700_000_000_250, 1_700_000_001_750, 1_000_002, 1_000_003, 1_000_004]
+    assert [m.timestamp for m in step_metrics(facts, 2, reported)] == [1_000_003, 1_000_004]
+    assert step_metrics(facts, -1, {}) == step_metrics(facts, -1)  # a store without times
+
+
 @pytest.mark.parametrize(
     ("final", "expected"),
     [

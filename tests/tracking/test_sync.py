@@ -101,6 +101,12 @@ def test_the_running_trial_goes_on_and_the_best_moves(store, mlflow_server):
     mlflow = mlflow_server.client()
     parent, trials = _runs(mlflow, name)
     assert _history(mlflow, trials[5]) == [(0, 0.1), (1, 0.15), (2, 0.4), (3, 0.5), (4, 0.6), (5, 0.7)]
+    # each step stamped with when it reached the store (issue 64, 2: all were the trial's start
+    # plus a millisecond a step), the steps of the second pass later than the first pass's
+    stamps = {m.step: m.timestamp for m in mlflow.get_metric_history(trials[5].info.run_id, "intermediate")}
+    stored = store.result_times(running.storage_id)
+    assert stamps == {step: int(at * 1000) for step, at in stored.items()}
+    assert stamps[2] == stamps[5] >= stamps[1]
     assert (trials[5].info.status, trials[5].data.metrics["final"]) == ("FINISHED", 0.99)
     assert [r.data.tags["trialflow.best"] for r in trials] == ["false"] * 5 + ["true"]
     assert parent.data.tags["trialflow.best_trial"] == f"{EXPERIMENT}-0005"

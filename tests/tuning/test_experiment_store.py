@@ -414,6 +414,31 @@ def test_many_intermediate_results_are_stored_in_one_batch_exactly_once(store, m
     assert store.trial(sid).status == TrialStatus.SUCCEEDED
 
 
+@pytest.mark.both_databases
+def test_each_result_keeps_the_time_it_first_reached_the_store(store, monkeypatch):
+    """Issue 64, 2: MLflow got every step stamped with the trial's launch time (points 1 ms
+    apart though reported 1.5 s apart). The store keeps when each step's result came: the
+    first reading's time, which a re-read after a restart does not move, a batch in one
+    transaction with its values; a batch the database refuses leaves no time either."""
+    from trialflow.tuning import experiment_store as module
+
+    store.open_experiment("stamps")
+    sid = ask(store, "stamps", 0, "t0", TPE, SPACE).storage_id
+    clock = iter([1_000.0, 1_001.5, 1_003.0])
+    monkeypatch.setattr(module.time, "time", lambda: next(clock))
+    store.record_metrics(sid, [Metric("PERIODICAL", 0, 0.1), Metric("PERIODICAL", 1, 0.2)])
+    store.record_metrics(sid, [Metric("PERIODICAL", 1, 0.2), Metric("PERIODICAL", 2, 0.3)])  # 1 read again
+    store.record_metrics(sid, [Metric("PERIODICAL", 3, float("nan")), Metric("FINAL", 0, 0.9)])  # no step kept
+    assert store.result_times(sid) == {0: 1_000.0, 1: 1_000.0, 2: 1_001.5}
+    assert store.result_times(sid, after_step=0) == {1: 1_000.0, 2: 1_001.5}
+    monkeypatch.setattr(module.time, "time", lambda: 2_000.0)
+    with pytest.raises((OverflowError, sa.exc.DBAPIError, optuna.exceptions.StorageInternalError)):
+        store.record_metrics(sid, [Metric("PERIODICAL", 4, 1.0), Metric("PERIODICAL", 2**64, 1.0)])
+    assert 4 not in store.result_times(sid)
+    other = ask(store, "stamps", 1, "t1", TPE, SPACE).storage_id
+    assert store.result_times(other) == {}  # another trial's steps are its own
+
+
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"], indirect=True)
 def test_a_status_written_while_a_stop_closes_the_trial_never_undoes_the_close(store):
     """A follower writing a trial's status (a restart's WAITING) races a stop closing it: the

@@ -171,6 +171,8 @@ class TrialFacts:
     platform: str | None = None
     #: Where its checkpoints and artifacts are kept (a store URL without credentials), if any.
     artifacts: str | None = None
+    #: Its trial in the store (to read when its results came: trialflow.tracking.sync).
+    storage_id: int | None = None
 
     @property
     def mlflow_status(self) -> str:
@@ -209,15 +211,27 @@ def base_time(facts: TrialFacts) -> int:
     return int((facts.started_at or 0.0) * 1000)
 
 
-def step_metrics(facts: TrialFacts, after: int) -> list[Metric]:
-    """The intermediate results of steps above ``after``, in step order; a value that is not a
-    finite number is left out (MLflow keeps NaN and infinities; the store never holds them)."""
+def step_metrics(facts: TrialFacts, after: int, reported: Mapping[int, float] | None = None) -> list[Metric]:
+    """The intermediate results of steps above ``after``, in step order, each stamped with the
+    time it reached the store (``reported``, epoch seconds by step: the same stamp however
+    often it is sent); a result stored before trialflow kept times gets the trial's start plus
+    a millisecond a step. A value that is not a finite number is left out (MLflow keeps NaN and
+    infinities; the store never holds them)."""
     start = base_time(facts)
+    times = reported or {}
     return [
-        Metric(INTERMEDIATE, float(value), int(step), start + int(step))
+        Metric(INTERMEDIATE, float(value), int(step), _stamp(times.get(step), start + int(step)))
         for step, value in sorted(facts.intermediate.items())
         if step > after and math.isfinite(value)
     ]
+
+
+def _stamp(seconds: float | None, otherwise: int) -> int:
+    """Milliseconds since the epoch for a stored time, or ``otherwise`` where it has none (or
+    one that is no time: the store is another writer's too)."""
+    if seconds is None or not math.isfinite(seconds) or not 0 < seconds < 1e11:
+        return otherwise
+    return int(seconds * 1000)
 
 
 def final_metrics(facts: TrialFacts) -> list[Metric]:

@@ -141,6 +141,7 @@ def facts_of(history: TrialHistory, tracked: Tracked) -> TrialFacts:
         task=TaskIdentity.from_attr(history.task),
         platform=None if history.prior_of else platform,
         artifacts=files,
+        storage_id=history.storage_id,
     )
 
 
@@ -178,8 +179,16 @@ def _digest(tags: Mapping[str, str]) -> str:
 class TrackingPass:
     """One pass over one experiment (see module)."""
 
-    def __init__(self, tracked: Tracked, client: TrackingClient, outbox: Outbox):
+    def __init__(
+        self,
+        tracked: Tracked,
+        client: TrackingClient,
+        outbox: Outbox,
+        result_times: Callable[[int, int], Mapping[int, float]] | None = None,
+    ):
         self.tracked, self.client, self.outbox = tracked, client, outbox
+        #: When a trial's results after a step reached the store (ExperimentStore.result_times).
+        self.result_times = result_times
         self.sent = 0
 
     def run_for(self, row: OutboxRow | None, key: str, start_ms: int, tags: Mapping[str, str], mlflow_id: str) -> str:
@@ -260,7 +269,11 @@ class TrackingPass:
         before = sent
         if not sent.params:
             sent = self.send(run_id, facts.run_key, sent, batches(params=trial_params(facts, mask)), params=True)
-        steps = step_metrics(facts, sent.last_step)
+        reported = None
+        if self.result_times is not None and facts.storage_id is not None and facts.intermediate:
+            if max(facts.intermediate) > sent.last_step:  # a query only where a step is to go
+                reported = self.result_times(facts.storage_id, sent.last_step)
+        steps = step_metrics(facts, sent.last_step, reported)
         if steps:
             sent = self.send(run_id, facts.run_key, sent, batches(metrics=steps), last_step=steps[-1].step)
         if facts.finished and not sent.final:
@@ -304,7 +317,7 @@ def _sync(
     histories = store.trial_histories(tracked.experiment_id)
     rows = outbox.rows()
     best = best_keys(histories, tracked)
-    work = TrackingPass(tracked, client, outbox)
+    work = TrackingPass(tracked, client, outbox, store.result_times)
     facts = [facts_of(h, tracked) for h in histories]
     left = [f for f in facts if not _level(f, rows.get(f.run_key), f.run_key in best)]
     error: str | None = None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,7 +46,7 @@ from trialflow.tuning.results import TrialRow, finite_or_none, jsonable, outcome
 from trialflow.tuning.snapshot import SnapshotCache
 from trialflow.tuning.store_urls import SQLITE_TIMEOUT_SECONDS, safe_url, use_wal, with_installed_driver
 from trialflow.tuning.store_urls import sqlite_url as sqlite_url  # where the callers have always found it
-from trialflow.tuning.tables import SNAPSHOTS, TRIAL_QUEUE, WINDOWS
+from trialflow.tuning.tables import RESULT_TIMES, SNAPSHOTS, TRIAL_QUEUE, WINDOWS
 from trialflow.tuning.tables import TRIAL_INDEX as TRIAL_INDEX  # where the read models find it
 from trialflow.tuning.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
 from trialflow.tuning.trial_restarts import Restart, restarts_from_attr
@@ -543,6 +544,17 @@ class ExperimentStore:
         """The trial's intermediate results by step."""
         return {int(k): float(v) for k, v in self.storage.get_trial(storage_id).intermediate_values.items()}
 
+    def result_times(self, storage_id: int, after_step: int = -1) -> dict[int, float]:
+        """When the trial's intermediate results of steps above ``after_step`` reached the store
+        (epoch seconds, by step); a result stored before trialflow kept times has none."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(RESULT_TIMES.c.step, RESULT_TIMES.c.reported_at).where(
+                    RESULT_TIMES.c.trial_id == storage_id, RESULT_TIMES.c.step > after_step
+                )
+            )
+            return {int(step): float(at) for step, at in rows}
+
     def record_metrics(self, storage_id: int, metrics: Iterable[Metric]) -> list[str]:
         """Intermediate results become Optuna intermediate values (idempotent per sequence, so a
         re-read after a restart changes nothing); the final result waits for ``finish``.
@@ -579,7 +591,7 @@ class ExperimentStore:
                     f"intermediate result {metric.sequence} ({preview(jsonable(metric.value))}) is not a finite number"
                 )
         try:
-            self.storage.write_intermediate_values(storage_id, intermediate)
+            self.storage.write_intermediate_values(storage_id, intermediate, reported_at=time.time())
         except UpdateFinishedTrialError:  # closed meanwhile (stopped): its curve ends where it stopped
             skipped.append(f"{len(intermediate)} intermediate result(s) came after the trial was closed")
         return skipped

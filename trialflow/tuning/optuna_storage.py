@@ -42,6 +42,7 @@ from trialflow.tuning.optuna_internals import create_scoped_session as _create_s
 from trialflow.tuning.optuna_internals import models, share_alembic_scripts
 from trialflow.tuning.optuna_tables import INTERMEDIATE, STUDIES, TRIAL_ATTRS, TRIALS
 from trialflow.tuning.store_schema import ensure_schema
+from trialflow.tuning.tables import RESULT_TIMES
 from trialflow.tuning.trial_reader import read_trials
 
 log = logging.getLogger(__name__)
@@ -187,10 +188,14 @@ class TrialflowStorage(RDBStorage):
     #: Rows per INSERT: SQLite allows 32,766 bound values; three per row, with room to spare.
     INTERMEDIATE_BATCH = 5000
 
-    def write_intermediate_values(self, trial_id: int, values: Sequence[tuple[int, float]]) -> None:
+    def write_intermediate_values(
+        self, trial_id: int, values: Sequence[tuple[int, float]], reported_at: float | None = None
+    ) -> None:
         """Many intermediate values of one running trial in one transaction: multi-row upserts
         (the same row Optuna's set_trial_intermediate_value writes, a re-read step overwriting
         its own) where the database has them, Optuna's per-step write in one session elsewhere.
+        ``reported_at``: when they reached the store, kept per step beside them (RESULT_TIMES;
+        a step read again keeps its first time), where the database has upserts.
 
         One commit per step stored 300-700 rows/s: a trial that reported a million results
         stayed RUNNING for 41 minutes after it ended. Finite values only (the caller counts the
@@ -221,6 +226,14 @@ class TrialflowStorage(RDBStorage):
             connection = session.connection()  # Core, not the ORM's bulk path (no RETURNING wanted)
             for start in range(0, len(rows), self.INTERMEDIATE_BATCH):
                 connection.execute(statement, rows[start : start + self.INTERMEDIATE_BATCH])
+            if reported_at is None:
+                return
+            stamp = upsert(RESULT_TIMES).on_conflict_do_nothing(
+                index_elements=[RESULT_TIMES.c.trial_id, RESULT_TIMES.c.step]
+            )
+            times = [{"trial_id": trial_id, "step": step, "reported_at": reported_at} for step in latest]
+            for start in range(0, len(times), self.INTERMEDIATE_BATCH):
+                connection.execute(stamp, times[start : start + self.INTERMEDIATE_BATCH])
 
     def close_trial(
         self, trial_id: int, state: TrialState, values: Sequence[float] | None, attrs: dict[str, Any]

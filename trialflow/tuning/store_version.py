@@ -24,9 +24,9 @@ from pathlib import Path
 VERSION_TABLE = "trialflow_alembic_version"
 #: The schema this code reads and writes: the newest revision in migrations/versions (a test
 #: checks the two agree, and that the migrations make exactly store_schema's tables).
-HEAD = "0005"
+HEAD = "0006"
 #: The revisions, oldest first, and the release that introduced each (for messages).
-RELEASES = {"0001": "0.1.0", "0002": "0.2.0", "0003": "0.2.0", "0004": "0.2.0", "0005": "0.2.0"}
+RELEASES = {"0001": "0.1.0", "0002": "0.2.0", "0003": "0.2.0", "0004": "0.2.0", "0005": "0.2.0", "0006": "0.2.0"}
 #: trialflow.tuning.schema_check's record of the Optuna versions that checked the store.
 CHECKED_TABLE = "trialflow_checked_schema"
 

@@ -128,6 +128,18 @@ TRACKING = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
 )
 
+#: When each intermediate result reached the store (migration 0006): one row per (Optuna trial,
+#: step), the first reading's time kept (a result read again after a restart keeps its stamp),
+#: so MLflow's wall-time axes show when results came, not the trial's start plus a millisecond
+#: a step. NNI's manager stamped a metric on receipt the same way.
+RESULT_TIMES = sa.Table(
+    "trialflow_result_times",
+    METADATA,
+    sa.Column("trial_id", sa.Integer, primary_key=True),
+    sa.Column("step", sa.Integer, primary_key=True),
+    sa.Column("reported_at", sa.Float, nullable=False),
+)
+
 #: Optuna's trials table, as far as trialflow indexes it (its own declaration is Optuna's).
 _OPTUNA_TRIALS = sa.Table(
     "trials",
