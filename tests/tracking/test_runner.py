@@ -94,3 +94,23 @@ def test_sync_mlflow_says_why_not_without_a_traceback(tmp_path):
     assert unknown.returncode == 1 and "no experiment 'enothere'" in unknown.stderr
     missing = _cli("sync-mlflow", EXPERIMENT, *store_args, env={f"AIRFLOW_CONN_{CONN_ID.upper()}": ""})
     assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr
+
+
+def test_a_tracking_server_not_reached_from_here_is_said_on_the_pages_once(tmp_path):
+    """Issue 64, 2: an mlflow.connId missing where the steps run made a run "success" with
+    nothing in MLflow and a warning in one task's log only. The experiment now says it (the
+    pages read it: trialflow.queries.tracking), once, until a pass reaches the server."""
+    from trialflow.queries.tracking import experiment_tracking
+    from trialflow.steering.base import history
+    from trialflow.tracking.runner import open_tracking
+
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    _recorded(store, "nowhere")
+    for _ in range(2):  # each step that opens it: the start, the watch, the trials
+        assert open_tracking(store, EXPERIMENT, None) is None  # no Airflow here to read connections
+    shown = experiment_tracking(store.engine, EXPERIMENT)
+    assert shown is not None and shown["away"] is not None
+    assert shown["away"]["error"].startswith(f"mlflow.connId {CONN_ID!r} is an Airflow connection")
+    said = [entry for entry in history(store, EXPERIMENT) if entry["action"] == "MLflow not reached"]
+    assert len(said) == 1 and CONN_ID in said[0]["detail"]
+    assert PASSWORD not in str(shown) + str(said)

@@ -548,6 +548,19 @@ def test_a_tracked_experiment_links_to_its_mlflow_runs(browser, ui: UiSetup, mlf
         f"{mlflow_server.url}/#/experiments/{mlflow_id}/runs/{by_key['experiment']}"
     )
     shot(page, "experiment-mlflow")
+    # results that stop reaching MLflow (here: its connection missing where a step ran) are said
+    # on the page, with why, until a pass reaches the server again (issue 64, 2)
+    from trialflow.tracking.sync import AWAY_ATTR, say_away
+
+    store = ui.harness.store
+    say_away(store, experiment, "mlflow.connId 'gone_conn' is not defined", "MLflow not reached")
+    page.reload()
+    away = page.locator("[data-testid=mlflow-away]")
+    away.wait_for(timeout=30000)
+    assert "results have not reached MLflow since" in away.inner_text()
+    assert "(mlflow.connId 'gone_conn' is not defined)" in away.inner_text()
+    shot(page, "experiment-mlflow-not-reached")
+    store.set_experiment_attrs(experiment, {AWAY_ATTR: None})
     page.goto(f"{ui.base}/plugin/trialflow?experiment={experiment}&tab=trials")
     page.wait_for_selector("[data-testid=mlflow-link]", timeout=30000)
     links = page.locator("[data-testid=mlflow-link]")

@@ -33,6 +33,7 @@ from trialflow.tracking.sync import (
     TrackingClient,
     TrackingPass,
     facts_of,
+    say_away,
     sync_experiment,
 )
 from trialflow.tracking.target import TrackingNotConfigured, TrackingTarget, resolve
@@ -227,9 +228,15 @@ def open_tracking(
     store: ExperimentStore, experiment_id: str, connections: Connections | None, timeout: float | None = None
 ) -> Tracking | None:
     """The experiment's tracking; None when it names none or names one not reachable from here
-    (said in the log, never raised: tracking never fails a step)."""
+    (said in the log and on the experiment's pages, never raised: tracking never fails a step).
+    A connection missing where Airflow runs made a run "success" with nothing in MLflow and a
+    warning only in one task's log (issue 64, 2)."""
     try:
         return Tracking.open(store, experiment_id, connections, timeout=timeout)
     except (TrackingNotConfigured, TrackingUnavailable) as exc:
         log.warning("experiment %s is not logged to MLflow here: %s", experiment_id, exc)
+        try:
+            say_away(store, experiment_id, str(exc), "MLflow not reached")
+        except Exception:  # the store is what failed: the log has said it
+            log.exception("could not record that experiment %s is not logged to MLflow", experiment_id)
         return None

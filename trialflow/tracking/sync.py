@@ -354,18 +354,23 @@ def _level(facts: TrialFacts, row: OutboxRow | None, best: bool) -> bool:
     )
 
 
+def say_away(store: ExperimentStore, experiment_id: str, error: str, action: str = "MLflow unreachable") -> None:
+    """Record that the experiment's results do not reach MLflow, and why (once per outage: the
+    pages show it while it lasts, the history keeps when it began); the next pass that reaches
+    the server says it is back."""
+    if store.experiment_attr(experiment_id, AWAY_ATTR):
+        return
+    store.set_experiment_attrs(experiment_id, {AWAY_ATTR: {"since": time.time(), "error": error[:500]}})
+    record_action(
+        store, experiment_id, TRACKER, action, f"{error[:300]}; what it did not get is kept and sent when it answers"
+    )
+
+
 def _say_away_or_back(store: ExperimentStore, experiment_id: str, error: str | None, sent: int, pending: int) -> None:
     """The history says when the server went away (once per outage) and when it came back."""
     away = store.experiment_attr(experiment_id, AWAY_ATTR)
     if error and not away:
-        store.set_experiment_attrs(experiment_id, {AWAY_ATTR: {"since": time.time(), "error": error[:500]}})
-        record_action(
-            store,
-            experiment_id,
-            TRACKER,
-            "MLflow unreachable",
-            f"{error[:300]}; what it did not get is kept and sent when it answers",
-        )
+        say_away(store, experiment_id, error)
     elif not error and away:
         store.set_experiment_attrs(experiment_id, {AWAY_ATTR: None})
         since = away.get("since") if isinstance(away, dict) else None

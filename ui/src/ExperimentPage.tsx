@@ -54,7 +54,8 @@ function Summary({ summary }: { summary: Summary }) {
 }
 
 /** Where the experiment is in MLflow: its run (each trial's nested run is linked from its row),
- * and, while the tracking server does not answer, since when: nothing is lost meanwhile. */
+ * and, while its results do not reach MLflow, since when and why (a server that does not answer,
+ * a connection missing where Airflow runs): nothing is lost meanwhile. */
 function Tracking({ mlflow }: { mlflow: NonNullable<Summary["mlflow"]> }) {
   return (
     <Text mt={3} fontSize="sm" data-testid="mlflow">
@@ -64,7 +65,7 @@ function Tracking({ mlflow }: { mlflow: NonNullable<Summary["mlflow"]> }) {
         : "MLflow"}
       {mlflow.away
         ? <Text as="span" color="orange.fg" data-testid="mlflow-away">
-            {" "}· the tracking server has not answered since {formatTime(mlflow.away.since)}: results are kept and sent when it answers
+            {" "}· results have not reached MLflow since {formatTime(mlflow.away.since)} ({mlflow.away.error || "no answer"}): they are kept and sent when it answers
           </Text>
         : <Text as="span" color="fg.muted"> · each trial a nested run</Text>}
     </Text>
