@@ -87,7 +87,7 @@ def digits_final_model():
         if not any(a.name == "model.pkl" for a in best.artifacts):
             raise AirflowSkipException("the best trial kept no model.pkl: nothing to register")
         try:
-            version = register_best_model(context, best, "model.pkl", approval_task_id="approve")
+            version = register_best_model(context, best, "model.pkl", approval_task_id="approve", flavor="sklearn")
         except NotRegistered as exc:  # the experiment is not tracked in MLflow, or names no model
             raise AirflowSkipException(str(exc)) from None
         return f"{version.name} version {version.version} ({version.source})"

@@ -181,13 +181,17 @@ def register_best_model(
     approval_task_id: str = "approve",
     model_name: str | None = None,
     store_conn_id: str = "trialflow_default",
+    flavor: str | None = None,
 ) -> Any:
     """Register the best trial's model ``artifact`` as a new version in MLflow's model registry
     (the experiment's ``mlflow`` key names the server and ``registeredModel``), saying who
     approved it and when: the response of ``approval_task_id`` (an ApprovalOperator) in this DAG
-    run. Returns the version (trialflow.tracking.registry.RegisteredVersion); a retried task
-    finds the version it made. The experiment must be the one the asset's own DAG ran (an
-    experiment of another DAG is refused)."""
+    run. ``flavor`` (``"sklearn"``: a pickled scikit-learn estimator) makes the version an
+    MLflow Model that ``mlflow.pyfunc.load_model("models:/<name>/<version>")`` loads; without
+    it, ``models:/`` downloads the file. Returns the version
+    (trialflow.tracking.registry.RegisteredVersion); a retried task finds the version it made.
+    The experiment must be the one the asset's own DAG ran (an experiment of another DAG is
+    refused)."""
     from trialflow.hooks import airflow_connections
     from trialflow.hooks.experiment_store import ExperimentStoreHook
     from trialflow.tracking.registry import NotRegistered, approval_of, register_model
@@ -206,4 +210,6 @@ def register_best_model(
     )
     with best_artifact(best, artifact).open("rb") as source:
         data = source.read()
-    return register_model(tracking, best.trial_index, artifact, data, approval, model_name, best.artifact_url(artifact))
+    return register_model(
+        tracking, best.trial_index, artifact, data, approval, model_name, best.artifact_url(artifact), flavor
+    )

@@ -134,12 +134,15 @@ def test_published_parameters_reach_the_downstream_dag_after_approval(harness: H
     best_run = client.get_run(version.run_id)
     assert best_run.data.tags["trialflow.trial_id"] == extra["trial_id"]
     assert best_run.data.tags["trialflow.best"] == "true"
-    assert version.source.endswith("trialflow/model.pkl")
+    assert version.source.endswith("trialflow/model")  # a folder: the model and its MLmodel
     assert version.tags["trialflow.approved_by"] == "trialflow"  # the user who answered
     assert version.tags["trialflow.approved_at"].startswith(str(time.gmtime().tm_year))
     assert version.tags["trialflow.artifact"] == f"file://{kept_model}"
-    copy = client.download_artifacts(version.run_id, "trialflow/model.pkl", str(harness.root))
+    assert version.tags["trialflow.flavor"] == "sklearn"
+    copy = client.download_artifacts(version.run_id, "trialflow/model/model.pkl", str(harness.root))
     assert Path(copy).read_bytes() == kept_model.read_bytes()
+    mlmodel = Path(client.download_artifacts(version.run_id, "trialflow/model/MLmodel", str(harness.root)))
+    assert "loader_module: mlflow.sklearn" in mlmodel.read_text()  # mlflow.pyfunc loads the version
 
 
 def test_an_experiment_without_a_result_publishes_nothing(harness: Harness):

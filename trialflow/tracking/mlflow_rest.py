@@ -6,7 +6,8 @@ server that is down would hold whoever logs for minutes. trialflow's outbox alre
 (trialflow.tracking.outbox), so each request here is made once with a short timeout, through
 MLflow's ``http_request`` (its authentication, TLS and headers) with those given explicitly,
 and no process-wide setting is changed for anyone else's MLflow calls. The endpoints are
-MLflow's documented REST API 2.0; the only module that imports MLflow (the ``mlflow`` extra).
+MLflow's documented REST API 2.0. With trialflow.tracking.mlflow_model (an MLmodel file), the
+only modules that import MLflow (the ``mlflow`` extra).
 """
 
 from __future__ import annotations

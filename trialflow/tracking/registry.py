@@ -1,10 +1,12 @@
 """A person's approval registers the best trial's model in MLflow's model registry.
 
 The model a trial kept (its artifact in trialflow's artifact store) is copied into the trial's
-own MLflow run, under ``trialflow/<name>``, and registered from there as a new version of the
-registered model (``runs:/<run>/trialflow/<name>``: MLflow accepts a version's source inside
-the run it names; a local folder it does not). The version says who approved it and when, which
-experiment and trial it came from and where trialflow keeps the original. Registering is
+own MLflow run, into the folder ``trialflow/<name without extension>/``, and registered from
+that folder as a new version of the registered model (``runs:/<run>/trialflow/model``: MLflow
+accepts a version's source inside the run it names; a local folder it does not), with the
+MLmodel of its flavor where the DAG names one (trialflow.tracking.mlflow_model). The version
+says who approved it and when, which experiment and trial it came from and where trialflow
+keeps the original. Registering is
 idempotent per approval: a retried task finds the version it made instead of making a second.
 """
 
@@ -20,6 +22,14 @@ from trialflow.tracking.runner import Tracking
 #: The folder of a run's artifacts trialflow copies a registered model into.
 ARTIFACT_FOLDER = "trialflow"
 _TAG_VALUE = 5000
+
+
+def model_folder(artifact_name: str) -> str:
+    """The run's folder a registered model is copied into (the version's source): the file's
+    name without its extension (``model.pkl`` -> ``model``)."""
+    name = mlflow_name(artifact_name)
+    stem = name.rsplit(".", 1)[0] if "." in name.strip(".") else name
+    return stem or "model"
 
 
 class NotRegistered(Exception):
@@ -71,12 +81,24 @@ def register_model(
     approval: Approval,
     model_name: str | None = None,
     artifact_url: str | None = None,
+    flavor: str | None = None,
 ) -> RegisteredVersion:
     """Register trial ``trial_index``'s artifact ``artifact_name`` (its bytes: ``data``) as a
-    new version of ``model_name`` (default: the config's ``mlflow.registeredModel``)."""
+    new version of ``model_name`` (default: the config's ``mlflow.registeredModel``). The
+    version's source is a folder of the run holding the file (``models:/`` URIs download it)
+    and, with ``flavor`` (trialflow.tracking.mlflow_model.FLAVORS), its MLmodel: an MLflow
+    Model that ``mlflow.pyfunc.load_model`` and MLflow's serving load."""
     name = model_name or tracking.target.registered_model
     if not name:
         raise NotRegistered("no registered model's name: set mlflow.registeredModel in the config, or pass one")
+    described = None
+    if flavor is not None:
+        from trialflow.tracking.mlflow_model import MLMODEL, UnknownFlavor, mlmodel
+
+        try:
+            described = (MLMODEL, mlmodel(flavor, mlflow_name(artifact_name), len(data)))
+        except UnknownFlavor as exc:
+            raise NotRegistered(str(exc)) from None
     key = str(trial_index)
     run_id = tracking.run_ids().get(key)
     if run_id is None:  # its run not made yet (the server was away): one pass makes it
@@ -86,13 +108,16 @@ def register_model(
         raise NotRegistered(f"trial {trial_index} has no MLflow run yet: the tracking server did not take it")
     client = tracking.client
     approval_key = bounded(f"{approval.dag_run}", _TAG_VALUE)
-    path = f"{ARTIFACT_FOLDER}/{mlflow_name(artifact_name)}"
-    source = f"runs:/{run_id}/{path}"
+    folder = f"{ARTIFACT_FOLDER}/{model_folder(artifact_name)}"
+    source = f"runs:/{run_id}/{folder}"
     for found in client.model_versions(name, run_id):
         marks = {t.get("key"): t.get("value") for t in found.get("tags") or [] if isinstance(t, dict)}
         if marks.get("trialflow.approval") == approval_key:
             return RegisteredVersion(name, str(found.get("version")), str(found.get("source")), run_id)
-    client.upload(client.run_artifact_uri(run_id), path, data)
+    artifacts = client.run_artifact_uri(run_id)
+    client.upload(artifacts, f"{folder}/{mlflow_name(artifact_name)}", data)
+    if described is not None:  # last: a folder with its MLmodel holds the model it describes
+        client.upload(artifacts, f"{folder}/{described[0]}", described[1])
     client.registered_model(name)
     tags: dict[str, str] = {
         "trialflow.approval": approval_key,
@@ -103,6 +128,8 @@ def register_model(
     }
     if artifact_url:
         tags["trialflow.artifact"] = bounded(artifact_url, _TAG_VALUE)
+    if flavor is not None:
+        tags["trialflow.flavor"] = flavor
     description = f"Approved by {approval.by} at {approval.at} (trialflow experiment {tracking.experiment_id})"
     version = client.model_version(name, source, run_id, tags, bounded(description, _TAG_VALUE))
     return RegisteredVersion(name, version, source, run_id)
