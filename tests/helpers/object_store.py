@@ -1,8 +1,14 @@
-"""An object store over HTTP for the checkpoint and artifact tests: Azurite's blob service on
-127.0.0.1 (Microsoft's emulator, the one CI installs for Azure ML), reached the way a user's
-Airflow reaches Azure Blob Storage: ``abfs://<container>/...`` through ObjectStoragePath, the
-Microsoft Azure provider's filesystem (adlfs) and an Airflow connection holding the account's
-connection string. Nothing of it is stubbed: every byte crosses HTTP to Azurite."""
+"""Object stores over HTTP for the checkpoint and artifact tests, reached the way a user's
+Airflow reaches them, through ObjectStoragePath, the store's Airflow provider and an Airflow
+connection; nothing of them is stubbed: every byte crosses HTTP to the server.
+
+* Azurite's blob service on 127.0.0.1 (Microsoft's emulator, the one CI installs for Azure ML):
+  ``abfs://<container>/...``, the Microsoft Azure provider's filesystem (adlfs) and a
+  connection holding the account's connection string (``object_store``);
+* an S3-compatible server on 127.0.0.1 (moto's server mode, the S3 API most teams' stores
+  speak): ``s3://<bucket>/...``, the Amazon provider's filesystem (s3fs over aiobotocore) and an
+  ``aws`` connection naming its endpoint (``s3_store``);
+* ``any_object_store``: a test run on each of the two."""
 
 from __future__ import annotations
 
@@ -20,7 +26,8 @@ CONN_ID = "trialflow_artifacts"
 
 @dataclass(frozen=True)
 class ObjectStore:
-    """A running store: its container's URL and the Airflow connection that reaches it."""
+    """A running store: its container's URL and the Airflow connection that reaches it;
+    ``connection_string``: Azurite's account connection string, or the S3 server's endpoint."""
 
     url: str
     conn_id: str
@@ -63,8 +70,67 @@ def object_store(tmp_path_factory) -> Iterator[ObjectStore]:
                 os.environ[variable] = before
 
 
+S3_CONN_ID = "trialflow_s3"
+_S3_KEY, _S3_SECRET = "trialflow-test-key", "trialflow-test-secret"
+
+
+@pytest.fixture(scope="session")
+def s3_store() -> Iterator[ObjectStore]:
+    """moto's S3 server on 127.0.0.1 (a thread of this process, stopped at the session's end), a
+    bucket ``checkpoints`` in it, and ``AIRFLOW_CONN_TRIALFLOW_S3`` (an ``aws`` connection with
+    its endpoint and keys) set for this process and every process it starts."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        _s3_client(endpoint).create_bucket(Bucket="checkpoints")
+        variable = f"AIRFLOW_CONN_{S3_CONN_ID.upper()}"
+        before = os.environ.get(variable)
+        os.environ[variable] = json.dumps(
+            {
+                "conn_type": "aws",
+                "login": _S3_KEY,
+                "password": _S3_SECRET,
+                "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+            }
+        )
+        try:
+            yield ObjectStore("s3://checkpoints", S3_CONN_ID, endpoint)
+        finally:
+            if before is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = before
+    finally:
+        server.stop()
+
+
+def _s3_client(endpoint: str):
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=_S3_KEY,
+        aws_secret_access_key=_S3_SECRET,
+        region_name="us-east-1",
+    )
+
+
+@pytest.fixture(params=["azurite", "s3"])
+def any_object_store(request) -> ObjectStore:
+    """The test once on Azurite (abfs://) and once on the S3-compatible server (s3://)."""
+    return request.getfixturevalue("object_store" if request.param == "azurite" else "s3_store")
+
+
 def blob_names(store: ObjectStore, prefix: str) -> list[str]:
-    """What Azurite holds under ``prefix``, asked of Azurite itself (not through the path)."""
+    """What the store holds under ``prefix``, asked of the server itself (not through the path)."""
+    if store.url.startswith("s3://"):
+        listed = _s3_client(store.connection_string).list_objects_v2(Bucket="checkpoints", Prefix=prefix)
+        return sorted(item["Key"] for item in listed.get("Contents", []))
     from azure.storage.blob import ContainerClient
 
     client = ContainerClient.from_connection_string(store.connection_string, "checkpoints")
