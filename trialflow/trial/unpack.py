@@ -26,6 +26,10 @@ import posixpath
 import shutil
 import sys
 import tarfile
+from typing import Iterable, List, Tuple  # noqa: F401 (the type comments': Python 3.6 runs this file)
+
+#: (name, member) pairs of one kind, as check_members sorts them.
+Members = List[Tuple[str, tarfile.TarInfo]]
 
 #: NNI's upload limits (trialflow.trial.packing.MAX_FILES / MAX_BYTES): an archive the packer
 #: could not have made is not unpacked, whatever it says about itself.
@@ -40,7 +44,7 @@ class UnsafeArchive(Exception):
     pass
 
 
-def member_name(member):
+def member_name(member):  # type: (tarfile.TarInfo) -> str
     """The member's name, normalised, or raise UnsafeArchive saying why it cannot be one."""
     name = member.name
     if not name or "\0" in name:
@@ -55,16 +59,16 @@ def member_name(member):
     return normal
 
 
-def _lexically_inside(path):
+def _lexically_inside(path):  # type: (str) -> bool
     """True if the relative ``path`` (normalised) stays in the folder it is relative to."""
     normal = posixpath.normpath(path)
     return not (normal == ".." or normal.startswith("../") or normal.startswith("/"))
 
 
-def check_members(members):
+def check_members(members):  # type: (Iterable[tarfile.TarInfo]) -> Tuple[Members, Members, Members, Members]
     """(folders, files, hard links, symbolic links) to extract, each a list of (name, member);
     UnsafeArchive for the first member that must not be extracted."""
-    folders, files, hard, soft = [], [], [], []
+    folders, files, hard, soft = [], [], [], []  # type: Members, Members, Members, Members
     seen = {}  # type: dict[str, str]
     total = 0
     for count, member in enumerate(members, 1):
@@ -123,24 +127,26 @@ def check_members(members):
     return folders, files, hard, soft
 
 
-def _inside(root, path):
+def _inside(root, path):  # type: (str, str) -> bool
     root = os.path.realpath(root)
     target = os.path.realpath(path)
     return target == root or target.startswith(root + os.sep)
 
 
-def _mode(member, folder):
+def _mode(member, folder):  # type: (tarfile.TarInfo, bool) -> int
     # The owner can read and write (and enter folders); no set-id or sticky bits.
     return (member.mode | (0o700 if folder else 0o600)) & 0o755
 
 
-def _write(tar, work, folders, files, hard, soft):
+def _write(tar, work, folders, files, hard, soft):  # type: (tarfile.TarFile, str, Members, Members, Members, Members) -> None
     for name, _member in folders:
         os.makedirs(os.path.join(work, name), exist_ok=True)
     for name, member in files:
         path = os.path.join(work, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         source = tar.extractfile(member)
+        if source is None:  # checked to be a file: tarfile has no data for it
+            raise UnsafeArchive("refused archive member %r: no data" % (member.name,))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "wb") as out:
             left = member.size
@@ -169,7 +175,7 @@ def _write(tar, work, folders, files, hard, soft):
         os.chmod(os.path.join(work, name), _mode(member, True))
 
 
-def safe_extract(archive, dest):
+def safe_extract(archive, dest):  # type: (str, str) -> None
     """Extract ``archive`` to ``dest`` (which must not exist, or be an empty folder)."""
     dest = os.path.abspath(dest)
     if os.path.lexists(dest) and not (os.path.isdir(dest) and not os.path.islink(dest) and not os.listdir(dest)):
@@ -191,7 +197,7 @@ def safe_extract(archive, dest):
             raise
 
 
-def main(argv):
+def main(argv):  # type: (List[str]) -> int
     if len(argv) != 3:
         sys.stderr.write("usage: unpack.py ARCHIVE DEST\n")
         return 2

@@ -13,13 +13,15 @@ tuner, assessor or advisor subclasses (``nni.tuner``, ``nni.assessor``,
 classes); NNI's own tuners, NAS and compression are NNI's and need the real package.
 """
 
+import importlib.machinery
 import os
 import sys
+from typing import Any  # noqa: F401 (the type comments')
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _real_nni():
+def _real_nni():  # type: () -> importlib.machinery.ModuleSpec | None
     """The installed nni's spec, looked up on sys.path without this folder (None if absent)."""
     import importlib.machinery
 
@@ -48,12 +50,12 @@ else:
 
     import json as _json
 
-    def _plain(value):
+    def _plain(value):  # type: (Any) -> Any
         if hasattr(value, "item") and callable(value.item):  # NumPy's numbers
             return value.item()
         raise TypeError(f"{type(value).__name__} is not JSON")
 
-    def dump(obj, fp=None, **kwargs):
+    def dump(obj, fp=None, **kwargs):  # type: (Any, Any, Any) -> str | None
         """NNI's ``nni.dump`` for what an advisor sends (its parameters, a trial's id): JSON."""
         text = _json.dumps(obj, default=_plain)
         if fp is None:
@@ -61,6 +63,6 @@ else:
         fp.write(text)
         return None
 
-    def load(string=None, *, fp=None, **kwargs):
+    def load(string=None, *, fp=None, **kwargs):  # type: (Any, Any, Any) -> Any
         """NNI's ``nni.load``: what ``dump`` wrote (and the metrics trialflow hands an advisor)."""
         return _json.loads(fp.read() if fp is not None else string)

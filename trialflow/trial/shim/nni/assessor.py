@@ -4,6 +4,7 @@ assessor (only loaded where the real nni is absent: see ``nni``). trialflow asks
 dispatcher did, and tells it ``trial_end`` (trialflow.tuning.custom)."""
 
 from enum import Enum
+from typing import Any  # noqa: F401 (the type comments')
 
 from .recoverable import Recoverable
 
@@ -14,14 +15,14 @@ class AssessResult(Enum):
 
 
 class Assessor(Recoverable):
-    def assess_trial(self, trial_job_id, trial_history):
+    def assess_trial(self, trial_job_id, trial_history):  # type: (str, list[Any]) -> AssessResult
         raise NotImplementedError("Assessor: assess_trial not implemented")
 
-    def trial_end(self, trial_job_id, success):
+    def trial_end(self, trial_job_id, success):  # type: (str, bool) -> None
         pass
 
-    def _on_exit(self):
+    def _on_exit(self):  # type: () -> None
         pass
 
-    def _on_error(self):
+    def _on_error(self):  # type: () -> None
         pass

@@ -4,11 +4,11 @@ custom class's state itself (trialflow.tuning.custom)."""
 
 
 class Recoverable:
-    def load_checkpoint(self):
+    def load_checkpoint(self):  # type: () -> None
         pass
 
-    def save_checkpoint(self):
+    def save_checkpoint(self):  # type: () -> None
         pass
 
-    def get_checkpoint_path(self):
+    def get_checkpoint_path(self):  # type: () -> str | None
         return None

@@ -4,9 +4,10 @@ parameters into their argparse defaults, and the helpers customized tuners and a
 real nni is absent: see ``nni``."""
 
 from enum import Enum as _Enum
+from typing import Any  # noqa: F401 (the type comments')
 
 
-def merge_parameter(base_params, override_params):
+def merge_parameter(base_params, override_params):  # type: (Any, Any) -> Any
     """``base_params`` (an argparse Namespace or a dict) updated from ``override_params``, as
     NNI does it: every key must already exist there, and a value must keep the type the
     default has (unless the default is None)."""
@@ -48,24 +49,25 @@ class MetricType:
     REQUEST_PARAMETER = "REQUEST_PARAMETER"
 
 
-def extract_scalar_reward(value, scalar_key="default"):
+def extract_scalar_reward(value, scalar_key="default"):  # type: (Any, str) -> float | int
     """A final result as one number: itself, or its dict's ``scalar_key`` entry (NNI's rule)."""
     if isinstance(value, (float, int)) and not isinstance(value, bool):
         return value
     if isinstance(value, dict) and scalar_key in value and isinstance(value[scalar_key], (float, int)):
-        return value[scalar_key]
+        reward = value[scalar_key]  # type: float | int
+        return reward
     raise RuntimeError(
         "Incorrect final result: the final result should be float/int, "
         'or a dict which has a key named "default" whose value is float/int.'
     )
 
 
-def extract_scalar_history(trial_history, scalar_key="default"):
+def extract_scalar_history(trial_history, scalar_key="default"):  # type: (list[Any], str) -> list[float | int]
     """Each intermediate result as one number (NNI's rule)."""
     return [extract_scalar_reward(ele, scalar_key) for ele in trial_history]
 
 
-def convert_dict2tuple(value):
+def convert_dict2tuple(value):  # type: (Any) -> Any
     """Dicts as tuples of their items, nested (hashable), as NNI's helper does."""
     if isinstance(value, dict):
         for _keys in value:
@@ -74,7 +76,7 @@ def convert_dict2tuple(value):
     return value
 
 
-def split_index(params):
+def split_index(params):  # type: (Any) -> Any
     """NNI's nested choices as plain values: ``{_index, _value}`` pairs become their value."""
     if isinstance(params, dict):
         if "_index" in params and "_value" in params:
@@ -87,5 +89,5 @@ class ClassArgsValidator:
     """NNI's base for a class's classArgs check (``validate_class_args``); trialflow calls a
     subclass's check where NNI did, before the class is made."""
 
-    def validate_class_args(self, **kwargs):
+    def validate_class_args(self, **kwargs):  # type: (Any) -> None
         pass

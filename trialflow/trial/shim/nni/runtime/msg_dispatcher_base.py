@@ -11,54 +11,56 @@ read by the host: NewTrialJob's parameters go to the trials that ask, KillTrialJ
 trial early.
 """
 
+from typing import Any  # noqa: F401 (the type comments')
+
 from ..recoverable import Recoverable
 from .tuner_command_channel import CommandType
 
 #: What advisors sent during the current call, in order: (CommandType, data). The host empties it.
-OUTBOX: list = []
+OUTBOX = []  # type: list[tuple[Any, Any]]
 
 
-def send(command, data):
+def send(command, data):  # type: (Any, Any) -> None
     """NNI's ``send``: here it is collected, for the host to read after the handler returns."""
     OUTBOX.append((command, data))
 
 
 class MsgDispatcherBase(Recoverable):
-    def __init__(self, command_channel_url=None):
+    def __init__(self, command_channel_url=None):  # type: (str | None) -> None
         super().__init__()
         self.stopping = False
 
-    def run(self):
+    def run(self):  # type: () -> None
         raise RuntimeError(
             "trialflow calls the advisor's handlers itself (trialflow.tuning.custom); there is no dispatcher loop"
         )
 
-    def send(self, command, data):
+    def send(self, command, data):  # type: (Any, Any) -> None
         send(command, data)
 
-    def report_error(self, error):
+    def report_error(self, error):  # type: (Any) -> None
         send(CommandType.Error, error)
 
-    def handle_ping(self, data):
+    def handle_ping(self, data):  # type: (Any) -> None
         pass
 
-    def handle_initialize(self, data):
+    def handle_initialize(self, data):  # type: (Any) -> None
         raise NotImplementedError("handle_initialize not implemented")
 
-    def handle_request_trial_jobs(self, data):
+    def handle_request_trial_jobs(self, data):  # type: (Any) -> None
         raise NotImplementedError("handle_request_trial_jobs not implemented")
 
-    def handle_update_search_space(self, data):
+    def handle_update_search_space(self, data):  # type: (Any) -> None
         raise NotImplementedError("handle_update_search_space not implemented")
 
-    def handle_import_data(self, data):
+    def handle_import_data(self, data):  # type: (Any) -> None
         raise NotImplementedError("handle_import_data not implemented")
 
-    def handle_add_customized_trial(self, data):
+    def handle_add_customized_trial(self, data):  # type: (Any) -> None
         raise NotImplementedError("handle_add_customized_trial not implemented")
 
-    def handle_report_metric_data(self, data):
+    def handle_report_metric_data(self, data):  # type: (Any) -> None
         raise NotImplementedError("handle_report_metric_data not implemented")
 
-    def handle_trial_end(self, data):
+    def handle_trial_end(self, data):  # type: (Any) -> None
         raise NotImplementedError("handle_trial_end not implemented")
