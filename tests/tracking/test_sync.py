@@ -19,7 +19,7 @@ from trialflow.platforms.base import TrialStatus
 from trialflow.steering.base import history
 from trialflow.tracking.mlflow_rest import MlflowRest, TrackingUnavailable
 from trialflow.tracking.outbox import Outbox
-from trialflow.tracking.sync import AWAY_ATTR, sync_experiment
+from trialflow.tracking.sync import AWAY_ATTR, SyncReport, pass_spacing, sync_experiment
 from trialflow.tracking.target import TrackingTarget
 from trialflow.trial.protocol import Metric
 
@@ -248,3 +248,22 @@ def test_several_objectives_tag_the_pareto_set(store):
         objectives=[{"metric": "acc", "mode": "maximize"}, {"metric": "ms", "mode": "minimize"}],
     )
     assert best_keys(store.trial_histories(EXPERIMENT), several) == frozenset({"0", "1"})
+
+
+@pytest.mark.parametrize(
+    ("report", "took", "spacing"),
+    [
+        (SyncReport(sent=0, read_seconds=0.01), 0.05, 5.0),  # a level pass: the floor
+        (SyncReport(sent=0, read_seconds=0.21), 0.3, 5.0),  # 1,000 trials read, nothing sent
+        (SyncReport(sent=0, read_seconds=0.9), 1.0, 10.0),  # a long read: ten times it
+        (SyncReport(sent=0, read_seconds=0.0), 2.5, 25.0),  # a server answering in 2.5 s: asked less
+        # a pass that sent 12 runs in 9 s: the next comes in 7.4 s, not 90 s (an outage was said
+        # 90 s after the server went away: issue 64, 2)
+        (SyncReport(sent=12, read_seconds=0.05), 9.0, pytest.approx(10 * (0.05 + 8.95 / 13))),
+        (None, 3.0, 30.0),  # a pass that raised: its whole time
+        (SyncReport(sent=0, read_seconds=7.0), 1.0, 10.0),  # a read said longer than the pass
+        (SyncReport(sent=3, read_seconds=-1.0), -1.0, 5.0),  # a clock that stepped back
+    ],
+)
+def test_passes_are_spaced_by_what_each_pass_costs_again(report, took, spacing):
+    assert pass_spacing(report, took, 5.0) == spacing

@@ -105,6 +105,26 @@ class SyncReport:
     #: Runs with something still to send (the server went away, or the deadline came).
     pending: int = 0
     error: str | None = None
+    #: Seconds the pass spent reading the store (what every pass pays, sending or not).
+    read_seconds: float = 0.0
+
+
+#: A pass's spacing is this many times what the next pass will cost again (see pass_spacing).
+SPACING_FACTOR = 10.0
+
+
+def pass_spacing(report: SyncReport | None, took: float, floor: float) -> float:
+    """Seconds from one pass's start to the next's: ``floor``, or ten times what a pass costs
+    every time (its read of the store, and one request's share of its wall time ``took``),
+    so tracking keeps to a tenth of its process however large the experiment, and a server
+    that answers slowly is asked less often. Not ten times the whole pass: a pass that sent a
+    dozen runs took 9 s, the next came 90 s later, and an outage meanwhile was first said 90 s
+    after the server went away (issue 64, 2)."""
+    if report is None:  # the pass failed before it could say (the store busy): its whole time
+        return max(floor, SPACING_FACTOR * max(took, 0.0))
+    read = min(max(report.read_seconds, 0.0), max(took, 0.0))
+    per_request = (max(took, 0.0) - read) / (report.sent + 1)
+    return max(floor, SPACING_FACTOR * (read + per_request))
 
 
 def origin(history: TrialHistory) -> str:
@@ -314,12 +334,14 @@ def sync_experiment(
 def _sync(
     store: ExperimentStore, tracked: Tracked, client: TrackingClient, outbox: Outbox, deadline: float
 ) -> SyncReport:
+    reading = time.monotonic()
     histories = store.trial_histories(tracked.experiment_id)
     rows = outbox.rows()
     best = best_keys(histories, tracked)
     work = TrackingPass(tracked, client, outbox, store.result_times)
     facts = [facts_of(h, tracked) for h in histories]
     left = [f for f in facts if not _level(f, rows.get(f.run_key), f.run_key in best)]
+    read_seconds = time.monotonic() - reading
     error: str | None = None
     try:
         mlflow_id = client.experiment_id(tracked.mlflow_experiment)
@@ -336,7 +358,9 @@ def _sync(
         error = tracked.mask(str(exc))
         pending = len(left) or 1
     _say_away_or_back(store, tracked.experiment_id, error, work.sent, pending)
-    return SyncReport(passed=True, sent=work.sent, pending=pending if error or left else 0, error=error)
+    return SyncReport(
+        passed=True, sent=work.sent, pending=pending if error or left else 0, error=error, read_seconds=read_seconds
+    )
 
 
 def _level(facts: TrialFacts, row: OutboxRow | None, best: bool) -> bool:

@@ -213,7 +213,8 @@ class _TrackingPasses:
         self.tracking, self.links, self.mask, self.log = tracking, links, mask, log
         self.task: asyncio.Future[Any] | None = None
         self.last = 0.0
-        self.took = 0.0
+        #: Seconds from the last pass's start to the next's (trialflow.tracking.sync.pass_spacing).
+        self.spacing = TRACKING_INTERVAL
 
     @classmethod
     async def open(cls, experiment: Experiment, store: ExperimentStore, log: Any) -> _TrackingPasses:
@@ -240,23 +241,26 @@ class _TrackingPasses:
     def maybe_pass(self) -> None:
         if self.tracking is None or (self.task is not None and not self.task.done()):
             return
-        # passes are spaced to ten times the last one's wall time: a long experiment's read of
+        # spaced by what a pass costs each time (pass_spacing): a long experiment's read of
         # every trial (0.21 s at 1,000 here) stays a tenth of the triggerer's time, and a server
-        # that answers slowly (the time includes its waits) is asked less often, not more
-        if time.monotonic() - self.last < max(TRACKING_INTERVAL, 10 * self.took):
+        # that answers slowly is asked less often, not more
+        if time.monotonic() - self.last < self.spacing:
             return
         self.last = time.monotonic()
         self.task = asyncio.ensure_future(asyncio.to_thread(self._pass))
 
     def _pass(self) -> None:
+        from trialflow.tracking.sync import pass_spacing
+
         started = time.monotonic()
+        report = None
         try:
             report = self.tracking.sync(self.links, self.mask, "RUNNING", budget=TRACKING_INTERVAL * 4)
         except Exception:  # the store busy, a bug: the next pass tries again
             self.log.exception("logging to MLflow failed; the next pass tries again")
             return
         finally:
-            self.took = time.monotonic() - started
+            self.spacing = pass_spacing(report, time.monotonic() - started, TRACKING_INTERVAL)
         if report.error:
             self.log.warning("MLflow: %s (%d run(s) kept for later)", report.error, report.pending)
 
