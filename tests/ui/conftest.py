@@ -47,8 +47,13 @@ trainingService:
     return UiSetup(harness, dag_id, run_id, experiment_id_for(dag_id, run_id), "eprivate1", passwords)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
+    """Chromium, driven by Playwright's sync API for the pages' tests, stopped when they end.
+    Not for the whole session: Playwright's sync API runs its asyncio loop in this thread, and
+    while it is up every later ``asyncio.run()`` of the process fails ("cannot be called from a
+    running event loop"): under pytest-xdist, the worker that ran the pages' tests failed five
+    tests it ran after them (measured 2026-12-03)."""
     playwright = pytest.importorskip("playwright.sync_api", reason="Playwright for Python (the dev group) is needed")
     if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
         pytest.skip(f"Chromium not found at {CHROMIUM} (Debian package chromium; .ci/run installs it)")

@@ -814,6 +814,11 @@ def cmd_remove_artifacts(args: argparse.Namespace) -> int:
         removed, code = _steer(args, remove)
     except (ArtifactStoreUnavailable, CheckpointError, OSError) as exc:  # the store: not there, refusing
         return _fail(exc)
+    except Exception as exc:  # the store's own SDK (botocore, azure-core...) raises its own kinds
+        from trialflow.config.redaction import mask_text
+
+        said = " ".join(str(exc).split())[:300] or type(exc).__name__
+        return _fail(RuntimeError(f"the artifact store could not be reached; nothing was removed: {mask_text(said)}"))
     if removed is None:
         return code
     print(f"experiment {args.experiment}: removed {removed.files} checkpoint and artifact file(s) from {removed.url}")

@@ -4,6 +4,7 @@ process through a real SQLite store, their state kept between calls, their error
 from __future__ import annotations
 
 import base64
+import os
 import pickle
 import sys
 import threading
@@ -123,10 +124,18 @@ def test_a_class_that_hangs_is_stopped_with_everything_it_started(opened, monkey
         _ask(opened, 0, _tuner("lossy_tuners.Hanging"))
     assert time.monotonic() - started < 15
     time.sleep(0.5)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+
+    def ours(process) -> bool:  # started from this pytest process, not another xdist worker's
+        try:
+            return process.environ().get("PYTEST_XDIST_WORKER") == worker
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
+
     left = [
         p
         for p in psutil.process_iter(["cmdline"])
-        if p.pid not in before and "trialflow.tuning.custom.host" in " ".join(p.info["cmdline"] or [])
+        if p.pid not in before and "trialflow.tuning.custom.host" in " ".join(p.info["cmdline"] or []) and ours(p)
     ]
     assert left == []  # the host and the child it forked were killed as a group
 
