@@ -56,16 +56,18 @@ def test_the_time_a_copy_gets_grows_with_its_size():
     assert 600 < allowed_seconds(four_gib) < 1200  # minutes, for a checkpoint as large as allowed
 
 
-def test_a_folders_size_counts_its_files_not_what_links_point_at(tmp_path):
-    (tmp_path / "a").write_bytes(b"x" * 1000)
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "b").write_bytes(b"y" * 24)
-    big = tmp_path.parent / f"{tmp_path.name}-elsewhere"
-    big.write_bytes(b"z" * 100_000)
-    os.symlink(big, tmp_path / "link")
-    os.symlink(tmp_path.parent, tmp_path / "dirlink")
-    sparse = tmp_path / "sparse"
-    with open(sparse, "wb") as fh:
+def test_a_folders_size_is_what_the_keeper_lists_links_not_followed(tmp_path):
+    kept = tmp_path / "checkpoints"
+    (kept / "sub").mkdir(parents=True)
+    (kept / "a").write_bytes(b"x" * 1000)
+    (kept / "sub" / "b").write_bytes(b"y" * 24)
+    with open(kept / "sparse", "wb") as fh:
         fh.truncate(1 << 40)  # 1 TiB apparent, nothing on disk: the apparent size counts
-    assert folder_bytes(tmp_path) == 1000 + 24 + (1 << 40)
-    assert folder_bytes(tmp_path / "missing") == 0
+    assert folder_bytes(tmp_path, "checkpoints") == 1000 + 24 + (1 << 40)
+    assert folder_bytes(tmp_path, "missing") == 0
+    big = tmp_path / "elsewhere"
+    big.write_bytes(b"z" * 100_000)
+    os.symlink(big, kept / "link")  # refused by the keeper's listing: no size read through it
+    assert folder_bytes(tmp_path, "checkpoints") == 1000 + 24 + (1 << 40)
+    os.symlink(tmp_path, tmp_path / "looped")  # the folder itself a link: refused, not walked
+    assert folder_bytes(tmp_path, "looped") == 0

@@ -17,10 +17,10 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
 from trialflow.limits import COPY_BYTES_PER_SECOND, COPY_SECONDS_FLOOR
+from trialflow.trial.folder import TrialFileRefused, files_in_folder
 
 T = TypeVar("T")
 
@@ -29,18 +29,15 @@ class CopyTimedOut(TimeoutError):
     """The store did not take the copy within its time; the copy is not waited for."""
 
 
-def folder_bytes(folder: str | os.PathLike[str]) -> int:
-    """The apparent size of the regular files under ``folder`` (links not followed)."""
-    total = 0
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            path = Path(root) / name
-            try:
-                if not path.is_symlink() and path.is_file():
-                    total += path.stat().st_size
-            except OSError:
-                continue
-    return total
+def folder_bytes(folder: str | os.PathLike[str], name: str) -> int:
+    """The apparent size of the regular files of ``folder/name``, listed as the keeper lists
+    them (trialflow.trial.folder.files_in_folder: bounded, no symlink followed, each entry
+    refused by the same rule); 0 where that listing refuses or finds nothing, and the copy's
+    own listing then says why."""
+    try:
+        return sum(size for _, size in files_in_folder(folder, name, refused=[]))
+    except (TrialFileRefused, OSError):
+        return 0
 
 
 def allowed_seconds(size: int) -> float:

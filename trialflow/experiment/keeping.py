@@ -115,7 +115,7 @@ class TrialKeeping:
                 )
                 if relative is not None and not (Path(folder) / relative).is_dir():
                     return  # it saved nothing there (an SDK trial keeps its own as it goes)
-                size = await asyncio.to_thread(folder_bytes, Path(folder) / (relative or checkpoint_folder(step)))
+                size = await asyncio.to_thread(folder_bytes, folder, relative or checkpoint_folder(step))
                 await within(
                     allowed_seconds(size),
                     f"checkpoint {step}",
@@ -174,7 +174,7 @@ class TrialKeeping:
                 folder = await self.platform.fetch_output(
                     handle, ARTIFACTS_DIR, Path(scratch), self.artifacts.max_bytes
                 )
-                size = await asyncio.to_thread(folder_bytes, Path(folder) / ARTIFACTS_DIR)
+                size = await asyncio.to_thread(folder_bytes, folder, ARTIFACTS_DIR)
                 kept = await within(allowed_seconds(size), "the artifacts", lambda: self.artifacts.keep(folder))
             if kept.files:
                 log.info("Trial %s: kept %d artifact(s)", handle.get("trial_id"), len(kept.files))
