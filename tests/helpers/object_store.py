@@ -13,7 +13,6 @@ connection; nothing of them is stubbed: every byte crosses HTTP to the server.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -58,16 +57,10 @@ def object_store(tmp_path_factory) -> Iterator[ObjectStore]:
             f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
         )
         _create_container(connection_string, "checkpoints")
-        variable = f"AIRFLOW_CONN_{CONN_ID.upper()}"
-        before = os.environ.get(variable)
-        os.environ[variable] = json.dumps({"conn_type": "wasb", "extra": {"connection_string": connection_string}})
-        try:
+        with pytest.MonkeyPatch.context() as env:  # the variable as it was, after the session
+            connection = {"conn_type": "wasb", "extra": {"connection_string": connection_string}}
+            env.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(connection))
             yield ObjectStore("abfs://checkpoints", CONN_ID, connection_string)
-        finally:
-            if before is None:
-                os.environ.pop(variable, None)
-            else:
-                os.environ[variable] = before
 
 
 S3_CONN_ID = "trialflow_s3"
@@ -87,23 +80,15 @@ def s3_store() -> Iterator[ObjectStore]:
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
         _s3_client(endpoint).create_bucket(Bucket="checkpoints")
-        variable = f"AIRFLOW_CONN_{S3_CONN_ID.upper()}"
-        before = os.environ.get(variable)
-        os.environ[variable] = json.dumps(
-            {
-                "conn_type": "aws",
-                "login": _S3_KEY,
-                "password": _S3_SECRET,
-                "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-            }
-        )
-        try:
+        connection = {
+            "conn_type": "aws",
+            "login": _S3_KEY,
+            "password": _S3_SECRET,
+            "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        }
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv(f"AIRFLOW_CONN_{S3_CONN_ID.upper()}", json.dumps(connection))
             yield ObjectStore("s3://checkpoints", S3_CONN_ID, endpoint)
-        finally:
-            if before is None:
-                os.environ.pop(variable, None)
-            else:
-                os.environ[variable] = before
     finally:
         server.stop()
 
