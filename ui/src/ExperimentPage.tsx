@@ -65,7 +65,7 @@ function Tracking({ mlflow }: { mlflow: NonNullable<Summary["mlflow"]> }) {
         : "MLflow"}
       {mlflow.away
         ? <Text as="span" color="orange.fg" data-testid="mlflow-away">
-            {" "}· results have not reached MLflow since {formatTime(mlflow.away.since)} ({mlflow.away.error || "no answer"}): they are kept and sent when it answers
+            {" "}· results have not reached MLflow since {formatTime(mlflow.away.since)} ({mlflow.away.error || "no answer"}): they are kept and sent once it is reached
           </Text>
         : <Text as="span" color="fg.muted"> · each trial a nested run</Text>}
     </Text>
