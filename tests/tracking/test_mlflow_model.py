@@ -27,7 +27,7 @@ def test_the_sklearn_mlmodel_names_the_file_for_both_loaders(tmp_path):
     assert FLAVORS == ("sklearn",)
 
 
-@pytest.mark.parametrize("flavor", ["tensorflow", "", "sklearn ", "x" * 10_000, "python_function\n"])
+@pytest.mark.parametrize("flavor", ["tensorflow", "", "sklearn ", "x" * 10_000, "python_function\n", 3, ["sklearn"]])
 def test_a_flavor_trialflow_does_not_write_is_refused_by_name(flavor):
     with pytest.raises(UnknownFlavor, match="trialflow writes the MLmodel of sklearn, or none") as raised:
         mlmodel(flavor, "model.pkl", 1)

@@ -30,7 +30,9 @@ def mlmodel(flavor: str, file_name: str, size: int) -> bytes:
     scikit-learn's pickled estimator (``mlflow.sklearn`` loads it, and ``pyfunc`` predicts
     with its ``predict``)."""
     if flavor not in FLAVORS:
-        raise UnknownFlavor(f"flavor {flavor[:50]!r}: trialflow writes the MLmodel of {', '.join(FLAVORS)}, or none")
+        raise UnknownFlavor(
+            f"flavor {str(flavor)[:50]!r}: trialflow writes the MLmodel of {', '.join(FLAVORS)}, or none"
+        )
     from mlflow import pyfunc
     from mlflow.models import Model
 
