@@ -218,3 +218,26 @@ def test_no_assessor_no_pruner(tmp_path):
 def test_stop_reason_names_the_assessor(tmp_path):
     config = _config(tmp_path, "tuner: {name: TPE}\nassessor: {name: Curvefitting}\n")
     assert stop_reason(config, 7) == "stopped early by Curvefitting at step 7"
+
+
+def test_gp_never_proposes_a_point_a_trial_already_has():
+    """The acquisition's maximum sits on the bound where the best trial ran (UCB with kappa 0 is
+    the model's mean, which peaks there): a second trial there would train what is known, so the
+    next-best point not taken is proposed, and a running trial's point counts as taken too."""
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    from trialflow.tuning.gp import GPSampler
+
+    dists = [FloatDistribution(0.0, 1.0)]
+    x = np.array([[0.0], [0.25], [0.5], [0.75], [1.0]])
+    loss = -x[:, 0]  # lower is better: best at x = 1.0, the bound
+    sampler = GPSampler(seed=3, utility="ucb", kappa=0.0, selection_num_warm_up=500)
+    point = sampler.propose(x, loss, dists)
+    assert point is not None and point[0] != 1.0 and point[0] > 0.9, point
+
+    sampler.running = np.array([[point[0]]])
+    again = sampler.propose(x, loss, dists)
+    assert again is not None and again[0] not in (1.0, point[0])
+
+    tiny = [IntDistribution(0, 1)]  # both points taken: the trial is drawn at random (None)
+    assert GPSampler(seed=3).propose(np.array([[0.0], [1.0]]), np.array([0.0, 1.0]), tiny) is None

@@ -15,7 +15,10 @@ their last intermediate result, as NNI reports them. Beyond MAX_MODEL_POINTS
 finished trials the model sees the best half of that many and a random draw of
 the others (NNI fit every point, which grows cubically: a GP ask at 1,000
 trials took ~3.5 s here); where the optimum lies is decided by the best points,
-and the draw keeps the model's picture of the rest of the space.
+and the draw keeps the model's picture of the rest of the space. A point whose
+parameters a finished or running trial already has is never proposed again: the
+acquisition's maximum often sits on a bound, and a second trial there would
+train what is known; the best-scoring warm-up point not yet taken is proposed.
 
 scikit-learn and SciPy are imported lazily: they are an optional extra.
 """
@@ -28,7 +31,7 @@ from typing import cast
 import numpy as np
 from optuna.distributions import BaseDistribution
 
-from trialflow.tuning.model_sampler import UnitCubeSampler, from_unit, model_points, to_unit
+from trialflow.tuning.model_sampler import UnitCubeSampler, from_unit, model_points, on_grid, to_unit
 
 __all__ = ["GPSampler", "acquisition", "from_unit", "model_points", "to_unit"]
 
@@ -75,9 +78,12 @@ class GPSampler(UnitCubeSampler):
     def propose(self, x: np.ndarray, loss: np.ndarray, dists: list[BaseDistribution]) -> np.ndarray | None:
         y = -loss  # maximise -loss
         keep = model_points(y, MAX_MODEL_POINTS, self._rng)
-        return self._maximise(x[keep], y[keep])
+        taken = np.vstack([x, self.running]) if len(self.running) else x
+        return self._maximise(x[keep], y[keep], taken, dists)
 
-    def _maximise(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    def _maximise(
+        self, x: np.ndarray, y: np.ndarray, taken: np.ndarray, dists: list[BaseDistribution]
+    ) -> np.ndarray | None:
         from scipy.optimize import minimize
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import Matern
@@ -98,13 +104,24 @@ class GPSampler(UnitCubeSampler):
             mean, std = gp.predict(points, return_std=True)
             return acquisition(self.utility, mean, std, y_max, self.kappa, self.xi)
 
+        def key(points: np.ndarray) -> list[tuple[float, ...]]:  # rounded: a log scale's round trip moves an ulp
+            return [tuple(row) for row in np.round(on_grid(points, dists), 9)]
+
+        known = set(key(taken))
+
+        def new(point: np.ndarray) -> bool:
+            return key(point)[0] not in known
+
         candidates = self._rng.uniform(size=(self.warm_up, x.shape[1]))
         scores = score(candidates)
-        best, best_score = candidates[int(np.argmax(scores))], float(np.max(scores))
-        for start in candidates[np.argsort(scores)[::-1][: self.starting_points]]:
+        ranked = np.argsort(scores)[::-1]
+        fresh = next((int(i) for i in ranked if new(candidates[i])), None)
+        best, best_score = (candidates[fresh], float(scores[fresh])) if fresh is not None else (None, -np.inf)
+        for start in candidates[ranked[: self.starting_points]]:
             found = minimize(
                 lambda p: -score(p.reshape(1, -1))[0], start, bounds=[(0.0, 1.0)] * x.shape[1], method="L-BFGS-B"
             )
-            if found.success and -float(found.fun) > best_score:
-                best, best_score = np.clip(found.x, 0.0, 1.0), -float(found.fun)
-        return cast(np.ndarray, best)
+            point = np.clip(found.x, 0.0, 1.0)
+            if found.success and -float(found.fun) > best_score and new(point):
+                best, best_score = point, -float(found.fun)
+        return best  # None: every warm-up point is taken (a tiny discrete space); the trial is drawn at random
