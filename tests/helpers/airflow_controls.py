@@ -134,7 +134,7 @@ def mark_failed_across_the_hand_off(
     deadline = time.monotonic() + 240
     store = ExperimentStore(store_url)
     while len(handles) < len(offsets):  # polled every 50 ms
-        assert time.monotonic() < deadline, f"only {len(handles)} trials started"
+        assert time.monotonic() < deadline, _why_not_started(airflow, store, dag_id, run_id, experiment_id, handles)
         for index in range(len(offsets)):
             if index in handles:
                 continue
@@ -152,6 +152,27 @@ def mark_failed_across_the_hand_off(
         thread.join(60)
     assert not refused and len(clicked) == len(offsets), (refused, clicked)
     return handles, clicked
+
+
+def _why_not_started(
+    airflow: Any, store: Any, dag_id: str, run_id: str, experiment_id: str, handles: dict[int, Any]
+) -> str:
+    """The failure's picture: what each trial task and each stored trial was in, and the run."""
+    try:
+        return _picture(airflow, store, dag_id, run_id, experiment_id, handles)
+    except Exception as error:  # the picture must not hide the failure
+        return f"only {len(handles)} trials started ({sorted(handles)}); no picture: {error!r}"
+
+
+def _picture(airflow: Any, store: Any, dag_id: str, run_id: str, experiment_id: str, handles: dict[int, Any]) -> str:
+    tis = [
+        (ti["map_index"], ti["state"], ti["try_number"], ti.get("triggerer_job") is not None)
+        for ti in airflow.task_instances(dag_id, run_id)
+        if ti["task_id"] == "trial"
+    ]
+    rows = [(r.trial_index, r.status, (r.message or "")[:80]) for r in store.trial_rows(experiment_id)]
+    runs = airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json().get("state")
+    return f"only {len(handles)} trials started ({sorted(handles)}); run {runs}; tis {sorted(tis)}; store {rows}"
 
 
 def _worth_retrying(response: Any) -> bool:
