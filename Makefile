@@ -62,7 +62,7 @@ test-fast: venv
 # The inner loop of the core (under a minute here): config, tuning, runs, steering and the read
 # models, on SQLite, without the tests marked slow or that need PostgreSQL (marked postgresql by
 # tests/conftest.py). make test-fast adds the rest of the package; make test runs everything.
-UNIT_TESTS := tests/config tests/tuning tests/runs tests/steering tests/queries
+UNIT_TESTS := tests/config tests/store tests/tuning tests/runs tests/steering tests/queries
 test-unit: venv
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider $(FAST_XDIST) \
 		-m "not integration and not ui and not nni and not kube and not slow and not postgresql" $(UNIT_TESTS)
@@ -75,7 +75,7 @@ test-unit: venv
 # make test runs them at the newest versions), nor the trial side (any Python 3, no pinned library).
 # Measured 2026-12-02 on 2 cores: every test of those folders took 557 s in CI, this selection 138 s here.
 LOWEST := .lowest
-LOWEST_TESTS := tests/config tests/tuning tests/queries/test_queries.py tests/experiment/test_experiment.py \
+LOWEST_TESTS := tests/config tests/store tests/tuning tests/queries/test_queries.py tests/experiment/test_experiment.py \
 	tests/authoring/test_plan.py tests/test_dag.py tests/platforms/test_local.py tests/security/test_yaml.py
 test-lowest:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install -q uv

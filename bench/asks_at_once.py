@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 from bench.tuners import LATENCY_SPACE, seed_history  # noqa: E402
 from trialflow.config.model import AlgorithmConfig  # noqa: E402
 from trialflow.config.search_space import parse_search_space  # noqa: E402
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 from trialflow.trial.status import TrialStatus  # noqa: E402
 from trialflow.tuning.asker import ask  # noqa: E402
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 
 TPE = AlgorithmConfig(name="TPE", class_args={"seed": 1})
 SPACE = parse_search_space(LATENCY_SPACE)

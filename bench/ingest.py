@@ -29,8 +29,8 @@ from trialflow.config.search_space import parse_search_space  # noqa: E402
 from trialflow.experiment.follow import follow_trial  # noqa: E402
 from trialflow.platforms.base import TrialSpec  # noqa: E402
 from trialflow.platforms.local import LocalPlatform  # noqa: E402
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 from trialflow.tuning.asker import ask  # noqa: E402
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 
 TRIAL = """\
 import sys, time

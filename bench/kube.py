@@ -60,7 +60,7 @@ from trialflow.platforms.kubernetes.client import POOL  # noqa: E402
 from trialflow.platforms.kubernetes.informer import INFORMERS  # noqa: E402
 from trialflow.platforms.kubernetes.kubeflow import KubeflowPlatform  # noqa: E402
 from trialflow.platforms.kubernetes.manifests import object_name  # noqa: E402
-from trialflow.tuning.experiment_store import sqlite_url  # noqa: E402
+from trialflow.store.experiment_store import sqlite_url  # noqa: E402
 
 TRIAL = """\
 import sys, time

@@ -43,7 +43,7 @@ from bench.private_airflow import private_airflow  # noqa: E402
 from tests.helpers.nni_venv import NNI_VENV, build_nni_venv  # noqa: E402
 from trialflow.cli.embedded import EmbeddedAirflow  # noqa: E402
 from trialflow.platforms.base import experiment_id_for  # noqa: E402
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 
 PY = sys.executable
 LIGHT_TRIAL = """\

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from bench.private_airflow import experiment_folder, private_airflow, run_to_end, write_dag  # noqa: E402
 from tests.helpers.sshd import make_server, remove  # noqa: E402
 from trialflow.platforms.base import experiment_id_for, trial_id_for  # noqa: E402
-from trialflow.tuning.experiment_store import sqlite_url  # noqa: E402
+from trialflow.store.experiment_store import sqlite_url  # noqa: E402
 
 TRIAL = """\
 import os, sys, time

@@ -28,8 +28,8 @@ import optuna  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 from optuna.trial import FrozenTrial  # noqa: E402
 
-from trialflow.tuning.experiment_store import TRIAL_INDEX, ExperimentStore, sqlite_url  # noqa: E402
-from trialflow.tuning.optuna_internals import models  # noqa: E402
+from trialflow.store.experiment_store import TRIAL_INDEX, ExperimentStore, sqlite_url  # noqa: E402
+from trialflow.store.optuna_internals import models  # noqa: E402
 
 CHUNK = 5000
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.private_airflow import experiment_folder, private_airflow, write_dag  # noqa: E402
 from trialflow.platforms.base import experiment_id_for  # noqa: E402
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 
 TRIAL = """\
 import sys, time

@@ -17,11 +17,11 @@ from pathlib import Path
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tracking.content import ExperimentFacts
 from trialflow.tracking.sync import Tracked, sync_experiment
 from trialflow.trial.protocol import Metric
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 EXPERIMENT = "ebenchtracking01"
 

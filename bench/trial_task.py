@@ -51,7 +51,7 @@ except ImportError:  # a checkout from before trialflow/lifecycle/ (--source)
     except ImportError:  # from before the module was named for one trial's life
         from trialflow import lifecycle as trial_lifecycle
 try:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 except ImportError:  # a checkout from before the module was named for what it holds (--source)
     from trialflow.tuning.store import ExperimentStore
 

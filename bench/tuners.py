@@ -127,8 +127,8 @@ def _ask_in_a_fresh_process(url: str, name: str, index: int, reader: str) -> tup
     from optuna.storages import RDBStorage
     from optuna.storages._cached_storage import _CachedStorage
 
-    from trialflow.tuning.experiment_store import ExperimentStore
-    from trialflow.tuning.optuna_storage import TrialflowStorage
+    from trialflow.store.experiment_store import ExperimentStore
+    from trialflow.store.optuna_storage import TrialflowStorage
 
     if reader == "optuna":
         TrialflowStorage._get_trials = RDBStorage._get_trials  # type: ignore[method-assign]
@@ -187,9 +187,9 @@ def suggestion_latency(
     asking twice, against a SQLite store holding ``history`` finished trials."""
     import multiprocessing
 
+    from trialflow.store.experiment_store import ExperimentStore, sqlite_url
+    from trialflow.store.snapshot import SnapshotCache
     from trialflow.trial.status import TrialStatus
-    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-    from trialflow.tuning.snapshot import SnapshotCache
 
     space: SearchSpace = parse_search_space(LATENCY_SPACE)
     out: dict[str, dict[str, tuple[float, float, float]]] = {}

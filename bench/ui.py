@@ -48,7 +48,7 @@ from bench.seed import bulk_add  # noqa: E402
 from trialflow import queries  # noqa: E402
 from trialflow.cli.embedded import free_port  # noqa: E402
 from trialflow.cli.runner import embedded_airflow  # noqa: E402
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 BENCH = ROOT / ".bench" / "ui"

@@ -254,7 +254,7 @@ def json_outputs_page() -> str:
 
     from trialflow.cli.dag_file_run import DagFileResult, TaskOutcome
     from trialflow.cli.runner import RunResult
-    from trialflow.tuning.results import TrialRow
+    from trialflow.store.results import TrialRow
 
     def row(index: int, status: str, metric: float | None, message: str | None) -> TrialRow:
         return TrialRow(
@@ -335,9 +335,9 @@ def _store_outputs() -> list[str]:
     from trialflow.config.model import AlgorithmConfig
     from trialflow.config.search_space import parse_search_space
     from trialflow.platforms.base import TrialStatus
+    from trialflow.store.experiment_store import ExperimentStore, sqlite_url
     from trialflow.trial.protocol import Metric
     from trialflow.tuning.asker import ask
-    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
     space = parse_search_space(
         {"C": {"_type": "loguniform", "_value": [0.01, 10]}, "kernel": {"_type": "choice", "_value": ["rbf", "linear"]}}

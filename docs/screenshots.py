@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from trialflow import queries  # noqa: E402
 from trialflow.cli.runner import embedded_airflow  # noqa: E402
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url  # noqa: E402
 
 OUT = ROOT / "docs" / "images"
 

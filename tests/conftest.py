@@ -165,7 +165,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def store(request: pytest.FixtureRequest, tmp_path: Path):
     """An empty experiment store of the test's own: SQLite, or (``both_databases``) a database of
     its own on the session's PostgreSQL. The one store fixture of the suite."""
-    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+    from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 
     if getattr(request, "param", "sqlite") == "sqlite":
         return ExperimentStore(sqlite_url(tmp_path / "store.db"))

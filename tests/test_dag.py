@@ -209,7 +209,7 @@ def test_a_changed_concurrency_reaches_the_dag_at_its_next_parse(tmp_path, monke
     import sqlalchemy as sa
 
     from trialflow.from_airflow import concurrency_at_parse as hook
-    from trialflow.tuning.concurrency_changes import clear, write_concurrency
+    from trialflow.store.concurrency_changes import clear, write_concurrency
 
     db = tmp_path / "store.db"
     monkeypatch.setenv(
@@ -235,7 +235,7 @@ def test_a_changed_concurrency_reaches_the_dag_at_its_next_parse(tmp_path, monke
 @pytest.mark.both_databases
 def test_a_changed_concurrency_is_read_at_parse_from_either_store(store, tmp_path, monkeypatch):
     """SQLite and a real PostgreSQL, named as a user's connection names it (``postgresql://``)."""
-    from trialflow.tuning.concurrency_changes import write_concurrency
+    from trialflow.store.concurrency_changes import write_concurrency
 
     plain = store.url.replace("postgresql+psycopg://", "postgresql://")
     monkeypatch.setenv(

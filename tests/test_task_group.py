@@ -207,7 +207,7 @@ def test_an_unbounded_experiment_in_a_group_needs_trials_per_run(tmp_path):
 
 
 def test_a_changed_concurrency_reaches_only_its_own_group(tmp_path, monkeypatch):
-    from trialflow.tuning.concurrency_changes import limits_key, write_concurrency
+    from trialflow.store.concurrency_changes import limits_key, write_concurrency
 
     db = tmp_path / "store.db"
     monkeypatch.setenv(

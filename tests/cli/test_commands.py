@@ -217,7 +217,7 @@ def test_ctrl_c_cancels_trials_and_stops_airflow(experiment, tmp_path):
 @pytest.mark.slow
 def test_experiments_trials_and_export_read_the_store(tmp_path):
     from tests.helpers.filled_store import fill
-    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+    from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 
     fill(ExperimentStore(sqlite_url(tmp_path / "experiments.db")))
     listed = json.loads(cli("experiments", "--home", str(tmp_path), "--json").stdout)
@@ -279,7 +279,7 @@ def test_kill_and_stop_write_the_intent_a_follower_acts_on(tmp_path):
     from tests.helpers.filled_store import fill
     from trialflow import steering
     from trialflow.platforms.base import TrialStatus
-    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+    from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 
     store = ExperimentStore(sqlite_url(tmp_path / "experiments.db"))
     fill(store)
@@ -307,8 +307,8 @@ def test_kill_and_stop_write_the_intent_a_follower_acts_on(tmp_path):
 def test_limits_shows_and_changes_with_clear_errors(tmp_path):
     from tests.helpers.filled_store import fill
     from trialflow import steering
-    from trialflow.tuning.concurrency_changes import read_concurrency
-    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+    from trialflow.store.concurrency_changes import read_concurrency
+    from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 
     store = ExperimentStore(sqlite_url(tmp_path / "experiments.db"))
     fill(store, dag_id="dag_q")
@@ -335,7 +335,7 @@ def test_limits_shows_and_changes_with_clear_errors(tmp_path):
 def test_add_trial_and_rerun_queue_checked_trials(tmp_path):
     from tests.helpers.filled_store import SPACE, fill
     from trialflow import steering
-    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+    from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 
     store = ExperimentStore(sqlite_url(tmp_path / "experiments.db"))
     fill(store)
@@ -364,7 +364,7 @@ SEVERAL = (
 
 
 # make test-extended (51 s here, a cold Airflow of its own): what it shows is pinned a level down by
-# test_the_run_table_marks_the_pareto_set below and tests/tuning/test_pareto.py's
+# test_the_run_table_marks_the_pareto_set below and tests/store/test_pareto.py's
 # test_the_pages_cli_and_export_show_the_same_pareto_set; several objectives under the real scheduler
 # stay in tests/ui/test_pipeline_pages.py's pareto page tests.
 @pytest.mark.integration
@@ -532,8 +532,8 @@ def test_an_interrupted_upgrade_is_one_line_and_leaves_the_store(tmp_path, capsy
     from contextlib import closing
 
     from trialflow.cli.commands import main
-    from trialflow.tuning import store_schema
-    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+    from trialflow.store import schema as store_schema
+    from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 
     path = tmp_path / "s.db"
     ExperimentStore(sqlite_url(path)).engine.dispose()  # its WAL folded in now, not at a later GC

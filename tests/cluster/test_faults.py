@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers.deployment import SSH_MACHINE, Deployment, report_fault
 from trialflow.platforms.base import experiment_id_for
-from trialflow.tuning.experiment_store import ExperimentStore
+from trialflow.store.experiment_store import ExperimentStore
 
 pytestmark = pytest.mark.integration
 
@@ -467,8 +467,8 @@ def test_an_experiment_running_across_an_upgrade_of_trialflow(cluster: Deploymen
 
     from tests.helpers.releases import release_tree
     from trialflow import queries
-    from trialflow.tuning.store_schema import state as store_schema_state
-    from trialflow.tuning.store_version import HEAD
+    from trialflow.store.schema import state as store_schema_state
+    from trialflow.store.version import HEAD
 
     old = release_tree("0.1.0")
     if old is None:

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers.deployment import Deployment
 from trialflow.platforms.base import experiment_id_for
-from trialflow.tuning.experiment_store import ExperimentStore
+from trialflow.store.experiment_store import ExperimentStore
 
 pytestmark = pytest.mark.integration
 

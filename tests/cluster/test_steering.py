@@ -16,7 +16,7 @@ import pytest
 from tests.cluster.test_faults import remote_experiment, start_log, wait_until
 from tests.helpers.deployment import Deployment, report_fault
 from trialflow.platforms.base import experiment_id_for
-from trialflow.tuning.experiment_store import ExperimentStore
+from trialflow.store.experiment_store import ExperimentStore
 
 pytestmark = pytest.mark.integration
 

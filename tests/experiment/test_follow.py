@@ -22,8 +22,8 @@ from trialflow.experiment.follow import (
 )
 from trialflow.platforms.base import PlatformUnreachable, TrialSpec, TrialStatus, TrialUpdate
 from trialflow.platforms.local import LocalPlatform, process_alive
+from trialflow.store.experiment_store import ExperimentStore
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore
 
 #: Reports an intermediate result every 0.1 s for ``steps`` steps, then a final one.
 REPORTER = """\

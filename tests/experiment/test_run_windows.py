@@ -13,7 +13,7 @@ from trialflow.experiment.run_windows import (
     run_id_of,
     windows_in,
 )
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 
 
 def test_keys_name_their_run_and_nothing_else():

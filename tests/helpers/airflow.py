@@ -18,8 +18,8 @@ from typing import Any
 from tests.helpers.mlflow_server import connection_env as mlflow_connection_env
 from trialflow.cli.embedded import EmbeddedAirflow
 from trialflow.platforms.base import experiment_id_for
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-from trialflow.tuning.results import TrialRow
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
+from trialflow.store.results import TrialRow
 
 PY = sys.executable
 #: Secrets the session's Airflow knows (a connection's password, a sensitive Variable), for the

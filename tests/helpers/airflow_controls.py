@@ -12,7 +12,7 @@ from typing import Any
 from tests.helpers.airflow import PY, Harness
 from trialflow.platforms.base import experiment_id_for
 from trialflow.platforms.local import process_alive
-from trialflow.tuning.results import TrialRow
+from trialflow.store.results import TrialRow
 
 SLEEPER = (
     "import os, time\nfrom trialflow import trial\np = trial.get_next_parameter()\n"
@@ -110,7 +110,7 @@ def mark_failed_across_the_hand_off(
     each click got through."""
     import threading
 
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
     experiment_id = experiment_id_for(dag_id, run_id)
     clicked: dict[int, float] = {}

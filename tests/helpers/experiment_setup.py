@@ -7,7 +7,7 @@ from pathlib import Path
 
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 
 
 def code_folder(tmp_path: Path, files: dict[str, str]) -> Path:

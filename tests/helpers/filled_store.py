@@ -6,9 +6,9 @@ from __future__ import annotations
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
+from trialflow.store.experiment_store import ExperimentStore
 from trialflow.trial.protocol import Metric
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore
 
 SPACE = parse_search_space(
     {

@@ -12,9 +12,9 @@ import pytest
 
 from trialflow.experiment import Experiment, load_runnable_config
 from trialflow.lifecycle.submission import Submission
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 from trialflow.triggers.trial import TrialTrigger
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 TRIAL = """\
 import os, sys, time, subprocess

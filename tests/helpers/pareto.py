@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trialflow.tuning.pareto import dominates
+from trialflow.store.pareto import dominates
 
 
 def brute_force(points, modes):

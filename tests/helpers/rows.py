@@ -1,11 +1,11 @@
-"""Trial rows as the store returns them (trialflow.tuning.results.TrialRow), for tests that
+"""Trial rows as the store returns them (trialflow.store.results.TrialRow), for tests that
 check what reads them without running trials."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from trialflow.tuning.results import TrialRow
+from trialflow.store.results import TrialRow
 
 
 def row(trial_index: int = 0, status: str = "SUCCEEDED", **fields: Any) -> TrialRow:

@@ -8,11 +8,11 @@ import time
 
 from tests.helpers.filled_store import RANDOM, SPACE
 from trialflow.platforms.base import TrialStatus
+from trialflow.store.experiment_store import TASK_ATTR
 from trialflow.tracking.content import ExperimentFacts, LinkBack, TaskIdentity
 from trialflow.tracking.sync import Tracked
 from trialflow.trial.protocol import Metric
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import TASK_ATTR
 
 EXPERIMENT = "etrack0000000001"
 

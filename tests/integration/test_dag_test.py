@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from trialflow.platforms.base import experiment_id_for
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-from trialflow.tuning.results import best_row
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
+from trialflow.store.results import best_row
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 SCRIPT = """\

@@ -14,7 +14,7 @@ import sys
 from airflow.sdk import DAG
 from airflow.providers.standard.operators.python import PythonOperator
 
-PRELOADED = ("optuna", "trialflow.lifecycle.trial_lifecycle", "trialflow.tuning.experiment_store")
+PRELOADED = ("optuna", "trialflow.lifecycle.trial_lifecycle", "trialflow.store.experiment_store")
 
 def modules():
     return {name: name in sys.modules for name in PRELOADED}
@@ -31,5 +31,5 @@ def test_a_task_process_inherits_the_preloaded_core(harness):
     assert harness.xcom(dag_id, run_id, "probe") == {
         "optuna": True,
         "trialflow.lifecycle.trial_lifecycle": True,
-        "trialflow.tuning.experiment_store": True,
+        "trialflow.store.experiment_store": True,
     }

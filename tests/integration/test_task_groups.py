@@ -13,7 +13,7 @@ from tests.helpers.groups import GROUPS, groups_dag
 from tests.helpers.remote import machine_entry
 from trialflow.experiment import GROUP_ATTR
 from trialflow.platforms.base import experiment_id_for
-from trialflow.tuning.results import best_row
+from trialflow.store.results import best_row
 
 pytestmark = pytest.mark.integration
 

@@ -33,7 +33,7 @@ from trialflow.lifecycle import trial_lifecycle
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.platforms.hosts import TrialOnAnotherHost
-from trialflow.tuning.experiment_store import ExperimentStore
+from trialflow.store.experiment_store import ExperimentStore
 
 config, workdir, url = sys.argv[1:4]
 experiment = Experiment(load_config(Path(config)), "ehosts01", Path(workdir))

@@ -9,7 +9,7 @@ import json
 
 from trialflow.checkpoints.artifacts import TrialArtifacts
 from trialflow.operators.experiment import PublishBestOperator
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 
 
 def _setup(tmp_path, monkeypatch):

@@ -21,8 +21,8 @@ from trialflow.experiment.follow import follow_trial
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform
 from trialflow.queries import INTERMEDIATE
+from trialflow.store.experiment_store import ExperimentStore
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore
 
 RESULTS = 60_000
 TRIAL = f"""\

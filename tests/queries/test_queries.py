@@ -193,7 +193,7 @@ def test_an_early_stop_after_the_final_result_keeps_it_in_every_view(store):
     """The assessor's stop took effect after the trial had written its final result: the trial
     stays EARLY_STOPPED and its final counts, as NNI counts it (the tuner, the best, sorting,
     curves, the summary), so no view shows a metric the others leave out."""
-    from trialflow.tuning.results import best_row
+    from trialflow.store.results import best_row
 
     fill(store)
     engine = store.storage.engine

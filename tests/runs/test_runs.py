@@ -16,9 +16,9 @@ from trialflow.lifecycle import trial_lifecycle
 from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.local import process_alive
 from trialflow.runs import ExperimentNotOwned, RunHasNoTrials, cancel_trials, start_run, summarize_run
+from trialflow.store.experiment_store import ExperimentStore
 from trialflow.trial.protocol import Metric
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore
 
 CONFIG = f"""\
 searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
@@ -117,7 +117,7 @@ def test_a_stopped_run_says_who_stopped_it_in_the_summary_the_list_and_the_cli(s
 def test_closing_the_last_run_drops_waiting_trials_and_resets_concurrency(setup):
     from trialflow import steering
     from trialflow.runs import close_run
-    from trialflow.tuning.concurrency_changes import read_concurrency, write_concurrency
+    from trialflow.store.concurrency_changes import read_concurrency, write_concurrency
 
     experiment, store = setup
     start_run(experiment, store, "dag_a", "r1", {})
@@ -142,7 +142,7 @@ def test_closing_the_last_run_drops_waiting_trials_and_resets_concurrency(setup)
 def test_a_whole_run_stopped_from_airflow_is_marked_once_and_resets_concurrency(setup):
     from trialflow import steering
     from trialflow.runs import stop_run
-    from trialflow.tuning.concurrency_changes import read_concurrency, write_concurrency
+    from trialflow.store.concurrency_changes import read_concurrency, write_concurrency
 
     experiment, store = setup
     start_run(experiment, store, "dag_a", "r1", {})

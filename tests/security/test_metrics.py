@@ -19,6 +19,7 @@ from trialflow.config.search_space import parse_search_space
 from trialflow.experiment.follow import follow_trial
 from trialflow.platforms.base import TrialSpec, TrialStatus
 from trialflow.platforms.local import LocalPlatform
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 from trialflow.trial.protocol import (
     MAX_STDOUT_LINE,
     Metric,
@@ -29,7 +30,6 @@ from trialflow.trial.protocol import (
     stdout_line,
 )
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 PY = sys.executable
 SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})

@@ -19,8 +19,8 @@ from trialflow.experiment import Experiment
 from trialflow.limits import MAX_WAITING_TRIALS
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 SPACE = parse_search_space(
     {

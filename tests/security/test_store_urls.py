@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from trialflow.tuning.experiment_store import ExperimentStore
-from trialflow.tuning.store_urls import StoreUrlError, check_store_url, safe_url, with_installed_driver
+from trialflow.store.experiment_store import ExperimentStore
+from trialflow.store.urls import StoreUrlError, check_store_url, safe_url, with_installed_driver
 
 HOSTILE = [
     # (url, every fragment of its password that must not be shown)

@@ -14,11 +14,11 @@ import pytest
 from tests.helpers.mlflow_server import steps, tracked_runs
 from tests.helpers.tracked_store import EXPERIMENT, tracked_settings
 from trialflow.platforms.base import TrialStatus
+from trialflow.store.experiment_store import TASK_ATTR
 from trialflow.tracking.mlflow_rest import MlflowRest
 from trialflow.tracking.sync import sync_experiment
 from trialflow.tracking.target import TrackingTarget
 from trialflow.trial.protocol import Metric
-from trialflow.tuning.experiment_store import TASK_ATTR
 
 pytestmark = pytest.mark.slow
 

@@ -136,7 +136,7 @@ def test_the_command_imports_a_folder_or_an_id_under_nnis_default(tmp_path, monk
 def test_nnis_export_and_import_data_files_come_in_with_the_experiments_config(tmp_path, nni_folder, capsys):
     from tests.helpers.nni_run import config_of, export_files
     from trialflow.cli.commands import build_parser
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
     store = f"sqlite:///{tmp_path / 'store.db'}"
 
@@ -184,7 +184,7 @@ def test_a_new_experiment_warm_started_from_the_import_learns_from_nnis_trials(s
     from trialflow.config import load_config
     from trialflow.experiment import Experiment
     from trialflow.runs import start_run
-    from trialflow.tuning.prior_trials import PRIOR_ATTR
+    from trialflow.store.prior_trials import PRIOR_ATTR
 
     nni = read_experiment(nni_folder)
     done = import_experiment(store, nni, "dag_tuning")

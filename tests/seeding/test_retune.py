@@ -13,8 +13,8 @@ from trialflow.experiment import Experiment
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
 from trialflow.seeding.retune import RETUNED_BY, RETUNED_FROM, ranked
+from trialflow.store.experiment_store import ExperimentStore
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore
 
 SPACE = "searchSpace: {{x: {{_type: uniform, _value: [0, {high}]}}, k: {{_type: choice, _value: [a, b]}}}}\n"
 CONFIG = """\

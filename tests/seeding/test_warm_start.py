@@ -16,9 +16,9 @@ from trialflow.experiment import Experiment, check_runnable
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
 from trialflow.seeding.warm_start import WARM_STARTED_BY, WARM_STARTED_FROM, WarmStartError
+from trialflow.store.experiment_store import ExperimentStore
+from trialflow.store.prior_trials import PRIOR_ATTR
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore
-from trialflow.tuning.prior_trials import PRIOR_ATTR
 
 SPACE = "searchSpace: {x: {_type: uniform, _value: [0, 10]}, k: {_type: choice, _value: [a, b]}}\n"
 CONFIG = """\

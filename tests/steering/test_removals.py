@@ -19,7 +19,7 @@ from trialflow.config.checkpoints import default_folder
 from trialflow.experiment import Experiment
 from trialflow.runs import mark_ended, start_run
 from trialflow.steering.removals import remove_artifacts
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 
 
 def _experiment(tmp_path: Path, store: ExperimentStore, experiment_id: str, checkpoints: bool = True) -> Experiment:

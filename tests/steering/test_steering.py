@@ -18,8 +18,8 @@ from trialflow.platforms.base import TrialStatus
 from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.local import process_alive
 from trialflow.runs import allot_window, continuation, mark_ended, next_run_id, start_run
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 CONFIG = f"""\
 searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}

@@ -14,9 +14,9 @@ import pytest
 
 from tests.helpers.mlflow_server import CONN_ID, PASSWORD, connection_env
 from tests.helpers.tracked_store import EXPERIMENT, six_trials
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tracking.runner import Tracking, tracked
 from trialflow.tracking.target import TrackingTarget
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 pytestmark = pytest.mark.slow
 

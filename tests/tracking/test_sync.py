@@ -198,8 +198,8 @@ def test_two_passes_at_once_make_each_run_once(store, mlflow_server):
 
 def test_where_each_trials_parameters_came_from(store):
     """The tuner's, a person's, a re-run's, NNI's (imported) and a warm start's history."""
+    from trialflow.store.prior_trials import PriorTrial
     from trialflow.tracking.sync import best_keys, facts_of
-    from trialflow.tuning.prior_trials import PriorTrial
 
     store.open_experiment(EXPERIMENT, "maximize")
     add_trial(store, 0, [0.1], TrialStatus.FAILED)

@@ -13,9 +13,9 @@ import pytest
 
 from tests.helpers.mlflow_server import connection_env, tracked_runs
 from tests.helpers.tracked_store import EXPERIMENT, six_trials
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 from trialflow.triggers import tracking as tracking_trigger
 from trialflow.triggers.tracking import TrackingTrigger
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 pytestmark = pytest.mark.slow
 

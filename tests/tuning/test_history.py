@@ -14,12 +14,12 @@ from optuna.trial import TrialState
 
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
+from trialflow.store.experiment_store import ExperimentStore
+from trialflow.store.snapshot import SnapshotCache
 from trialflow.trial.status import TrialStatus
 from trialflow.tuning import history
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore
 from trialflow.tuning.history import HistoryWindow, asking_storage, window_ids
-from trialflow.tuning.snapshot import SnapshotCache
 
 #: Every test that takes ``store`` runs on SQLite and on PostgreSQL.
 pytestmark = pytest.mark.both_databases

@@ -9,9 +9,9 @@ import random
 import pytest
 
 from trialflow.config.search_space import encode, parse_search_space
+from trialflow.store.records import Lineage
 from trialflow.tuning.pbt import (
     Ended,
-    Lineage,
     PbtArgs,
     exploit_and_explore,
     generation_of,

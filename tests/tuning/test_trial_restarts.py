@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from trialflow.tuning.trial_restarts import Restart, restarts_from_attr
+from trialflow.store.records import Restart, restarts_from_attr
 
 
 def test_restarts_read_back_as_written_and_junk_left_out():

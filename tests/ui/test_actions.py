@@ -304,7 +304,7 @@ def test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run(ui:
     summary = ui.get(f"experiments/{experiment_id}").json()
     assert summary["config"]["trialConcurrency"] == 4 and summary["changed"] == {"trialConcurrency": 4}
     # The experiment ended: the DAG's next experiment starts from the config's 2 again.
-    from trialflow.tuning.concurrency_changes import read_concurrency
+    from trialflow.store.concurrency_changes import read_concurrency
 
     assert read_concurrency(harness.store.engine, dag_id) is None
     assert [e["owner"] for e in audit_events(ui, "trialflow.change_limits", dag_id)] == ["editor", "editor"]

@@ -14,7 +14,7 @@ from tests.helpers.screens import canvas_drawn, shot
 from tests.ui.test_actions import most_at_once
 from trialflow.experiment import LIMITS_ATTR
 from trialflow.platforms.base import experiment_id_for
-from trialflow.tuning.concurrency_changes import limits_key, read_concurrency
+from trialflow.store.concurrency_changes import limits_key, read_concurrency
 
 pytestmark = [pytest.mark.integration, pytest.mark.ui]
 

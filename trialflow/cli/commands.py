@@ -492,9 +492,9 @@ def _store(args: argparse.Namespace, create: bool = False) -> Any:
     may open an empty database or a SQLite path that does not exist yet; every other command
     is refused one that holds no trialflow store (NotAStore), so that reading never writes
     (ExperimentStore creates its tables in whatever database it opens)."""
-    from trialflow.tuning.experiment_store import ExperimentStore
-    from trialflow.tuning.store_schema import existing_store
-    from trialflow.tuning.store_urls import with_installed_driver
+    from trialflow.store.experiment_store import ExperimentStore
+    from trialflow.store.schema import existing_store
+    from trialflow.store.urls import with_installed_driver
 
     url = _store_url(args)
     if not create:
@@ -503,7 +503,7 @@ def _store(args: argparse.Namespace, create: bool = False) -> Any:
 
 
 def _store_url(args: argparse.Namespace) -> str:
-    from trialflow.tuning.experiment_store import sqlite_url
+    from trialflow.store.experiment_store import sqlite_url
 
     if args.store:
         return _readable_url(str(args.store))
@@ -517,9 +517,9 @@ def _store_url(args: argparse.Namespace) -> str:
 
 
 def _readable_url(url: str) -> str:
-    """``url`` if it splits unambiguously (trialflow.tuning.store_urls.check_store_url), else
+    """``url`` if it splits unambiguously (trialflow.store.urls.check_store_url), else
     StoreUrlError, showing no part of it past the scheme."""
-    from trialflow.tuning.store_urls import check_store_url
+    from trialflow.store.urls import check_store_url
 
     check_store_url(url)
     return url
@@ -530,9 +530,9 @@ def cmd_db(args: argparse.Namespace) -> int:
     move it to this trialflow's schema (Optuna's tables too), whole or not at all."""
     import sqlalchemy as sa
 
-    from trialflow.tuning import store_schema
-    from trialflow.tuning.store_urls import StoreUrlError, safe_url, with_installed_driver
-    from trialflow.tuning.store_version import HEAD, NotAStore, StoreSchemaError
+    from trialflow.store import schema as store_schema
+    from trialflow.store.urls import StoreUrlError, safe_url, with_installed_driver
+    from trialflow.store.version import HEAD, NotAStore, StoreSchemaError
 
     try:
         url = with_installed_driver(_store_url(args))
@@ -1145,7 +1145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from trialflow.tuning.store_version import NotAStore, StoreSchemaError
+    from trialflow.store.version import NotAStore, StoreSchemaError
 
     args = build_parser().parse_args(argv)
     try:

@@ -44,9 +44,9 @@ from trialflow.experiment import (
     unbounded,
 )
 from trialflow.runs import cancel_trials
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
+from trialflow.store.results import TrialRow
 from trialflow.trial.status import TrialStatus
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-from trialflow.tuning.results import TrialRow
 
 #: Lines of a failed task's log shown under the table (Airflow's page has the rest).
 LOG_TAIL_LINES = 20

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from trialflow.platforms.base import TERMINAL_STATUSES
-from trialflow.tuning.results import TrialRow
+from trialflow.store.results import TrialRow
 
 _TERMINAL = {s.value for s in TERMINAL_STATUSES}
 
@@ -38,7 +38,7 @@ def describe(
     done = sum(n for s, n in counts.items() if s in _TERMINAL)
     description = f"trials: {counts.get('RUNNING', 0)} running, {counts.get('FAILED', 0)} failed"
     if objectives:
-        from trialflow.tuning.pareto import pareto_rows, with_values
+        from trialflow.store.pareto import pareto_rows, with_values
 
         members = pareto_rows(with_values(rows, objectives), objectives)
         if members:

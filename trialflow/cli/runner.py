@@ -35,17 +35,17 @@ from trialflow.experiment import (
     unbounded,
 )
 from trialflow.limits import TRACKING_GIVE_UP_SECONDS
+from trialflow.store.pareto import pareto_rows, with_values
+from trialflow.store.results import TrialRow, best_row
+from trialflow.store.urls import sqlite_url
+from trialflow.store.version import sqlite_store_is_current
 from trialflow.trial.status import TrialStatus
-from trialflow.tuning.pareto import pareto_rows, with_values
-from trialflow.tuning.results import TrialRow, best_row
-from trialflow.tuning.store_urls import sqlite_url
-from trialflow.tuning.store_version import sqlite_store_is_current
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 # The store (Optuna, SQLAlchemy) and trialflow.runs are imported where they are used, after
-# the run is triggered: a warm run's trigger goes out before them (trialflow.tuning.store_version).
+# the run is triggered: a warm run's trigger goes out before them (trialflow.store.version).
 
 TERMINAL_RUN_STATES = {"success", "failed"}
 #: The DAG file trialflow 0.1 wrote for whichever config ran last in a home.
@@ -362,7 +362,7 @@ class ExperimentRun:
 
     def store(self) -> ExperimentStore:
         """The home's store, opened (created, or checked: StoreSchemaError)."""
-        from trialflow.tuning.experiment_store import ExperimentStore
+        from trialflow.store.experiment_store import ExperimentStore
 
         return ExperimentStore(self.store_url)
 

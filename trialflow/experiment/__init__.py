@@ -44,7 +44,7 @@ from trialflow.platforms.base import (
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
 
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 log = logging.getLogger(__name__)
 

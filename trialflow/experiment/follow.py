@@ -27,7 +27,7 @@ from trialflow.platforms.base import (
 
 if TYPE_CHECKING:
     from trialflow.experiment.keeping import TrialKeeping
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 log = logging.getLogger(__name__)
 TIMEOUT_REASON = "maxTrialDuration exceeded"

@@ -25,16 +25,16 @@ from trialflow.checkpoints.keeper import TrialCheckpoints
 from trialflow.checkpoints.restarts import restart_verdict
 from trialflow.config.checkpoints import default_folder
 from trialflow.platforms.base import CANCEL_STATUSES, Resume, TrialHandle, TrialStatus, TrialUpdate
+from trialflow.store.records import Restart
 from trialflow.trial.wire import ARTIFACTS_DIR, PBT_SAVE_DIR, checkpoint_folder
-from trialflow.tuning.trial_restarts import Restart
 
 if TYPE_CHECKING:
     from trialflow.checkpoints.keeper import StoragePath
     from trialflow.config.checkpoints import CheckpointsConfig
     from trialflow.experiment import Experiment
     from trialflow.platforms.base import Connections, TrainingPlatform
-    from trialflow.tuning.experiment_store import ExperimentStore
-    from trialflow.tuning.pbt import Lineage
+    from trialflow.store.experiment_store import ExperimentStore
+    from trialflow.store.records import Lineage
 
 log = logging.getLogger(__name__)
 

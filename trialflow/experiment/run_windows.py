@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from trialflow.trial import sealing
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 #: Study user attribute prefix holding one DAG run's window (``run:<run_id>``).
 PREFIX = "run:"

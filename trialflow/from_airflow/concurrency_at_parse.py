@@ -2,7 +2,7 @@
 
 The scheduler enforces a trial task's ``max_active_tis_per_dagrun`` from the serialized DAG,
 which the dag-processor writes: that parse is the one that must see a changed value
-(trialflow.tuning.concurrency_changes). A worker parses the file too, to run one task, and never needs
+(trialflow.store.concurrency_changes). A worker parses the file too, to run one task, and never needs
 it: there nothing is read. A store that cannot be read leaves the config's value, never a DAG
 that fails to parse.
 """
@@ -47,8 +47,8 @@ def changed_concurrency(store_conn_id: str, dag_id: str, group: str | None = Non
     try:
         from sqlalchemy.engine import make_url
 
-        from trialflow.tuning.concurrency_changes import limits_key, read_concurrency
-        from trialflow.tuning.store_urls import engine_for
+        from trialflow.store.concurrency_changes import limits_key, read_concurrency
+        from trialflow.store.urls import engine_for
 
         url = _store_url(store_conn_id)
         if url is None:

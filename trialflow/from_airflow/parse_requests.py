@@ -98,7 +98,7 @@ def parse_until_shown(engine: sa.Engine, dag_id: str, group: str | None) -> bool
     (run after the action answered: the person is not kept waiting for the dag-processor). The
     stored value is read at each check: a second change, or the experiment's end (which removes
     it), ends this one's asking."""
-    from trialflow.tuning.concurrency_changes import limits_key, read_concurrency
+    from trialflow.store.concurrency_changes import limits_key, read_concurrency
 
     def shown() -> bool:
         wanted = read_concurrency(engine, limits_key(dag_id, group))

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 log = logging.getLogger(__name__)
 DEFAULT_CONN_ID = "trialflow_default"
 
 
 def default_store_url() -> str:
-    from trialflow.tuning.store_urls import sqlite_url  # not Optuna: DAG parsing asks for it
+    from trialflow.store.urls import sqlite_url  # not Optuna: DAG parsing asks for it
 
     home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
     return sqlite_url(home / "trialflow" / "experiments.db")
@@ -82,8 +82,8 @@ class ExperimentStoreHook(BaseHook):
 
     def get_conn(self) -> ExperimentStore:
         # Imported here: Optuna costs ~0.5 s, and DAG parsing imports this module.
-        from trialflow.tuning.experiment_store import ExperimentStore
-        from trialflow.tuning.store_urls import safe_url
+        from trialflow.store.experiment_store import ExperimentStore
+        from trialflow.store.urls import safe_url
 
         store = ExperimentStore(self.storage_url())
         log.info("Experiment store: %s", safe_url(store.url))

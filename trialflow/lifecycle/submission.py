@@ -19,7 +19,7 @@ from trialflow.trial.handle import current_handle
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
     from trialflow.platforms.base import Connections, Cursor, TrainingPlatform, TrialHandle
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from trialflow.platforms.event_loop import run_sync
 from trialflow.platforms.gpus import GpuRequestError
 from trialflow.platforms.hosts import check_host, this_host
 from trialflow.steering import stop_requested
+from trialflow.store.experiment_store import TASK_ATTR
 from trialflow.tracking.content import LinkBack, TaskIdentity
 from trialflow.tracking.runner import TRIAL_REQUEST_TIMEOUT, open_tracking
 from trialflow.trial.handle import current_handle
@@ -52,12 +53,11 @@ from trialflow.trial.packing import CodeDirectoryError
 from trialflow.trial.sealing import SealingUnavailable
 from trialflow.tuning.asker import ask
 from trialflow.tuning.custom.runner import AdvisorWaits, CustomAlgorithmError
-from trialflow.tuning.experiment_store import TASK_ATTR
 from trialflow.tuning.pbt import PopulationNotReady
 from trialflow.tuning.space_versions import current as current_space
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
+    from trialflow.store.experiment_store import ExperimentStore, TrialRecord
 
 #: How often the worker polls while it waits (it holds a slot anyway: a trial's end is seen at once).
 WORKER_POLL_INTERVAL = 0.2
@@ -385,7 +385,7 @@ class TrialResult:
 
 def finish_trial(store: ExperimentStore, storage_id: int, status: TrialStatus, message: str | None) -> TrialResult:
     """Close the trial in the store (a second call leaves the first outcome) and build its result."""
-    from trialflow.tuning.results import scalar
+    from trialflow.store.results import scalar
 
     record = store.close(storage_id, status, message)
     metric = scalar(record.final)

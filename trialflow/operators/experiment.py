@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from trialflow.experiment import Experiment
     from trialflow.runs.summary import ExperimentSummary
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 
 class _ExperimentStep(BaseOperator):
@@ -81,9 +81,9 @@ class StartExperimentOperator(_ExperimentStep):
         from trialflow.runs import ExperimentNotOwned, start_run
         from trialflow.runs.start import unused_inputs
         from trialflow.seeding.warm_start import WarmStartError
+        from trialflow.store.urls import safe_url
         from trialflow.trial.inputs import InputsError
         from trialflow.trial.sealing import SealingUnavailable
-        from trialflow.tuning.store_urls import safe_url
 
         experiment, store = self.experiment_and_store(context, check=True)  # in full: nothing has started yet
         conf = getattr(context.get("dag_run"), "conf", None) or {}

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from trialflow.lifecycle import trial_lifecycle
     from trialflow.lifecycle.submission import Submission
     from trialflow.platforms.base import TrainingPlatform
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 
 def experiment_for(config_path: str, context: Context, check: bool = False, group: str | None = None) -> Experiment:

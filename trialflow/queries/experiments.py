@@ -34,7 +34,7 @@ from trialflow.queries.trials import best_trial_row, generations, trials_page
 from trialflow.seeding.nni_import import IMPORTED_ATTR
 from trialflow.seeding.retune import RETUNED_BY, RETUNED_FROM
 from trialflow.seeding.warm_start import WARM_STARTED_BY, WARM_STARTED_FROM
-from trialflow.tuning.pareto import OBJECTIVES_ATTR
+from trialflow.store.pareto import OBJECTIVES_ATTR
 from trialflow.tuning.pbt import PbtArgs
 
 _LIST_ATTRS = (

@@ -1,6 +1,6 @@
 """Several objectives in the read models: each trial's values by name and the Pareto set, for the
 pages, the CLI and exports (the end step computes the same set from the same values through
-trialflow.tuning.pareto).
+trialflow.store.pareto).
 
 Optuna keeps one ``trial_values`` row per objective of a COMPLETE trial; an experiment with one
 objective has none of this and every function here returns "nothing" after one indexed read.
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from trialflow.queries.tables import STUDY_ATTRS, TRIAL_INDEX, TRIALS, VALUES, decoded, study_id_of
-from trialflow.tuning.pareto import OBJECTIVES_ATTR, pareto_set
+from trialflow.store.pareto import OBJECTIVES_ATTR, pareto_set
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The tables the read models query, and the small helpers every read model shares.
 
-Optuna's tables are the ones Optuna's models declare (trialflow.tuning.optuna_tables, the one
-way trialflow names them); trialflow's trial index is its own (trialflow.tuning.tables). Optuna's
+Optuna's tables are the ones Optuna's models declare (trialflow.store.optuna_tables, the one
+way trialflow names them); trialflow's trial index is its own (trialflow.store.tables). Optuna's
 enum columns (a trial's state, a value's type) are compared with untyped literals (``state_in``)
 or read cast to text where a read model keeps the name.
 """
@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from pydantic_core import from_json
 from sqlalchemy.engine import Engine
 
-from trialflow.tuning.optuna_tables import DIRECTIONS, INTERMEDIATE, STUDIES, STUDY_ATTRS, TRIAL_ATTRS, TRIALS, VALUES
-from trialflow.tuning.tables import TRIAL_INDEX
+from trialflow.store.optuna_tables import DIRECTIONS, INTERMEDIATE, STUDIES, STUDY_ATTRS, TRIAL_ATTRS, TRIALS, VALUES
+from trialflow.store.tables import TRIAL_INDEX
 
 __all__ = [
     "ACTIVE",

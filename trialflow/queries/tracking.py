@@ -11,9 +11,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from trialflow.queries.tables import study_attrs, study_id_of
+from trialflow.store.tables import TRACKING
 from trialflow.tracking.content import EXPERIMENT_KEY
 from trialflow.tracking.sync import AWAY_ATTR
-from trialflow.tuning.tables import TRACKING
 
 
 def run_links(conn: sa.Connection, study_id: int, keys: Iterable[str]) -> dict[str, str]:

@@ -41,11 +41,10 @@ from trialflow.queries.tables import (
 )
 from trialflow.queries.tracking import run_links
 from trialflow.seeding.nni_import import IMPORT_REQUESTER
+from trialflow.store.records import Lineage, restarts_from_attr
 from trialflow.trial.status import COUNTED_STATUS_NAMES
-from trialflow.tuning.pbt import Lineage
 from trialflow.tuning.space_versions import SPACES_ATTR, VERSION_ATTR
 from trialflow.tuning.space_versions import newest as newest_version
-from trialflow.tuning.trial_restarts import restarts_from_attr
 
 SortKey = str  # "index" | "status" | "metric" | "duration" | "platform" | "param:<name>" | "objective:<n>"
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from trialflow.experiment import Experiment, tuner_points, unbounded
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 #: The run conf key a follow-on run names the run it continues with.
 CONTINUES_KEY = "continues"

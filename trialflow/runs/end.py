@@ -31,11 +31,11 @@ from trialflow.runs.summary import (
     stopped_by,
     summary_trial,
 )
-from trialflow.tuning.pareto import pareto_rows, with_values
-from trialflow.tuning.results import TrialRow, best_row
+from trialflow.store.pareto import pareto_rows, with_values
+from trialflow.store.results import TrialRow, best_row
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def close_run(
     follow-on run carries the experiment on, the asked-for trials still waiting are dropped (and
     said so in its history) and a trialConcurrency a person changed goes back to the config's."""
     from trialflow.steering import drop_waiting
-    from trialflow.tuning.concurrency_changes import clear, limits_key
+    from trialflow.store.concurrency_changes import clear, limits_key
 
     mark_ended(experiment, store, run_id)
     if not verdict.experiment_over:

@@ -8,7 +8,7 @@ from trialflow.experiment import GROUP_ATTR, named_experiment
 from trialflow.experiment.run_windows import windows_in
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 
 class ExperimentNotOwned(Exception):

@@ -40,7 +40,7 @@ from trialflow.tuning.pbt import UNASKED_ATTR
 
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
-    from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
+    from trialflow.store.experiment_store import ExperimentStore, TrialRecord
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from trialflow.trial import sealing
 from trialflow.trial.inputs import check_inputs
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 
 @dataclass(frozen=True)

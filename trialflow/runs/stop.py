@@ -9,7 +9,7 @@ from trialflow.experiment import Experiment
 from trialflow.platforms.base import Connections, TrialStatus
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ def stop_run(store: ExperimentStore, experiment_id: str, dag_id: str | None, run
     config's for the DAG's next one. Every trial task of the run may call this: it marks once."""
     from trialflow import steering
     from trialflow.experiment import GROUP_ATTR
-    from trialflow.tuning.concurrency_changes import clear, limits_key
+    from trialflow.store.concurrency_changes import clear, limits_key
 
     if dag_id:
         group = store.experiment_attr(experiment_id, GROUP_ATTR) if store.experiment_exists(experiment_id) else None

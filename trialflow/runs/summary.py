@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict, cast
 
-from trialflow.tuning.results import TrialRow
+from trialflow.store.results import TrialRow
 
 
 class SummaryTrial(TypedDict):

@@ -29,7 +29,7 @@ from trialflow.tuning.pbt import FOLDER_KEYS
 
 if TYPE_CHECKING:
     from trialflow.nni_history.database import NniTrial
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 #: The experiment attribute that marks an imported experiment: {"nni_id", "source", "swapped"}.
 IMPORTED_ATTR = "imported_from"

@@ -4,7 +4,7 @@ previous experiment's best parameter sets. No Airflow.
 When the data changes, ``new`` throws away what was learnt and ``continue`` trusts metrics
 measured on data that is gone. ``retune`` keeps the knowledge and drops the numbers: the
 previous experiment's top-k parameter sets are queued as this experiment's first trials (the
-queue of asked-for trials, trialflow.tuning.trial_queue), so they are measured again on the new
+queue of asked-for trials, trialflow.store.trial_queue), so they are measured again on the new
 data and the tuner learns from those fresh results, never from the old ones.
 """
 
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
-    from trialflow.tuning.experiment_store import ExperimentStore
-    from trialflow.tuning.results import TrialRow
+    from trialflow.store.experiment_store import ExperimentStore
+    from trialflow.store.results import TrialRow
 
 #: The experiment attribute naming what a re-tuning experiment took over (and from where).
 RETUNED_FROM = "retuned_from"
@@ -42,8 +42,8 @@ def ranked(rows: list[TrialRow], mode: str, objectives: list[dict[str, str]] | N
     """Succeeded trials with a final metric, best first (several objectives: front by front,
     as NSGA-II ranks); a parameter set tried twice counts once (its better result), so k
     distinct points come over."""
-    from trialflow.tuning.pareto import fronts, with_values
-    from trialflow.tuning.results import is_finite_number
+    from trialflow.store.pareto import fronts, with_values
+    from trialflow.store.results import is_finite_number
     from trialflow.tuning.tuners import BUDGET_KEY
 
     if objectives:
@@ -81,7 +81,7 @@ def previous_experiment(
 
 def ranked_trials(store: ExperimentStore, experiment_id: str) -> list[TrialRow]:
     """The experiment's counted trials, best first, each parameter set once (``ranked``)."""
-    from trialflow.tuning.pareto import OBJECTIVES_ATTR
+    from trialflow.store.pareto import OBJECTIVES_ATTR
 
     mode = store.experiment_attr(experiment_id, "optimize_mode") or "maximize"
     return ranked(store.trial_rows(experiment_id), mode, store.experiment_attr(experiment_id, OBJECTIVES_ATTR))

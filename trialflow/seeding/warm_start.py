@@ -5,7 +5,7 @@ the earlier results were fed to the new tuner. trialflow offers the two ways its
 name (trialflow.config.model.WarmStartConfig):
 
 * ``use: results`` trusts the numbers: every earlier counted trial becomes a prior trial of the
-  new study (trialflow.tuning.prior_trials), which the tuner learns from as Optuna's own
+  new study (trialflow.store.prior_trials), which the tuner learns from as Optuna's own
   ``add_trials`` would make it learn, and which is no trial of this experiment;
 * ``use: rerun`` trusts only the parameters: the earlier ``topK`` best sets are queued as the
   first trials and measured again (trialflow.seeding.retune.queue_best).
@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from trialflow.config.search_space import SearchSpaceError, encode
 from trialflow.seeding.retune import queue_best, ranked_trials
-from trialflow.tuning.pareto import OBJECTIVES_ATTR
-from trialflow.tuning.prior_trials import PriorTrial
-from trialflow.tuning.results import is_finite_number
+from trialflow.store.pareto import OBJECTIVES_ATTR
+from trialflow.store.prior_trials import PriorTrial
+from trialflow.store.results import is_finite_number
 
 if TYPE_CHECKING:
     from trialflow.config.model import WarmStartConfig
     from trialflow.experiment import Experiment
-    from trialflow.tuning.experiment_store import ExperimentStore
-    from trialflow.tuning.results import TrialRow
+    from trialflow.store.experiment_store import ExperimentStore
+    from trialflow.store.results import TrialRow
     from trialflow.tuning.tuners import RandomStart
 
 #: The experiment attribute saying what it started from: {"experiment_id", "use", "learnt",

@@ -11,7 +11,7 @@ from trialflow.steering.base import ActionRefused, BadInput, UnknownTarget, chec
 from trialflow.steering.limit_changes import LIMITS
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 #: What "re-run failed" takes when no trial is named: failed, killed, early-stopped and cancelled
 #: trials (a killed trial's parameters deserve a second chance as much as a failed one's).
@@ -81,7 +81,7 @@ def add_trial(
     tuner's own), the tuner learns from its result, and maxTrialNumber grows by one. Returns
     its place in the queue."""
     from trialflow.limits import MAX_WAITING_TRIALS
-    from trialflow.tuning.trial_queue import QueueFull
+    from trialflow.store.trial_queue import QueueFull
     from trialflow.tuning.tuners import BUDGET_KEY
 
     chosen = check_parameters(store, experiment_id, parameters)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
+    from trialflow.store.experiment_store import ExperimentStore, TrialRecord
 
 #: The experiment attribute listing every action taken on it, oldest first.
 HISTORY = "actions"

@@ -11,10 +11,10 @@ from trialflow.experiment import GROUP_ATTR, LIMITS_ATTR
 from trialflow.experiment.run_windows import RunWindows
 from trialflow.steering.base import BadInput, UnknownTarget, check_running, record_action
 from trialflow.steering.stops import DEADLINE_CHANGE
-from trialflow.tuning.concurrency_changes import limits_key, write_concurrency
+from trialflow.store.concurrency_changes import limits_key, write_concurrency
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 #: The experiment attribute holding the limits a person changed (NNI's names, effective values).
 LIMITS = LIMITS_ATTR

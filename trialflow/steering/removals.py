@@ -19,7 +19,7 @@ from trialflow.steering.base import ActionRefused, NotRunning, UnknownTarget, ch
 
 if TYPE_CHECKING:
     from trialflow.checkpoints.keeper import StoragePath
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 
 @dataclass(frozen=True)

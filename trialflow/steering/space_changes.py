@@ -24,7 +24,7 @@ from trialflow.tuning.algorithms import check_algorithms
 from trialflow.tuning.space_versions import SPACES_ATTR, SpaceVersion, versions
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 #: The most parameters (nested ones included) a changed space may hold, and its JSON's size.
 MAX_PARAMETERS = 1000

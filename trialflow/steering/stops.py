@@ -21,7 +21,7 @@ from trialflow.experiment.run_windows import RunWindow, RunWindows
 from trialflow.steering.base import ActionRefused, Request, UnknownTarget, check_running, find_trial, record_action
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
+    from trialflow.store.experiment_store import ExperimentStore, TrialRecord
 
 #: The trial attribute a kill writes: {"by", "at", "reason"}.
 STOP_REQUEST = "stop_request"

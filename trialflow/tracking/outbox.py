@@ -25,7 +25,7 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from trialflow.tuning.tables import TRACKING, create_table
+from trialflow.store.tables import TRACKING, create_table
 
 #: The row whose claim is the right to make a pass over the experiment.
 SYNC_KEY = "sync"

@@ -23,6 +23,7 @@ from trialflow.config.checkpoints import ARTIFACT_STORE_ATTR, ArtifactStore
 from trialflow.config.redaction import mask_text
 from trialflow.config.tracking import MlflowConfig
 from trialflow.platforms.base import Connections
+from trialflow.store.experiment_store import ExperimentStore
 from trialflow.tracking.content import ExperimentFacts, LinkBack
 from trialflow.tracking.mlflow_rest import MlflowRest, TrackingUnavailable
 from trialflow.tracking.outbox import Outbox
@@ -37,7 +38,6 @@ from trialflow.tracking.sync import (
     sync_experiment,
 )
 from trialflow.tracking.target import TrackingNotConfigured, TrackingTarget, resolve
-from trialflow.tuning.experiment_store import ExperimentStore
 
 log = logging.getLogger(__name__)
 

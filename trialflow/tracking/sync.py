@@ -25,6 +25,9 @@ from typing import Any, Protocol
 
 from trialflow.config.redaction import mask_text
 from trialflow.steering.base import record_action
+from trialflow.store.experiment_store import ExperimentStore, TrialHistory
+from trialflow.store.pareto import pareto_rows, with_values
+from trialflow.store.results import TrialRow, best_row, finite_or_none, objective_values, scalar
 from trialflow.tracking.content import (
     BEST_TAG,
     EXPERIMENT_KEY,
@@ -48,9 +51,6 @@ from trialflow.tracking.content import (
 )
 from trialflow.tracking.mlflow_rest import TrackingUnavailable
 from trialflow.tracking.outbox import AGAIN, SYNC_KEY, Outbox, OutboxRow, Sent
-from trialflow.tuning.experiment_store import ExperimentStore, TrialHistory
-from trialflow.tuning.pareto import pareto_rows, with_values
-from trialflow.tuning.results import TrialRow, best_row, finite_or_none, objective_values, scalar
 
 #: The experiment attribute that says the tracking server is away (since when, and why), so the
 #: history says so once per outage, not once per pass.

@@ -27,7 +27,7 @@ from airflow.triggers.base import BaseTrigger, TaskSkippedEvent, TaskSuccessEven
 
 if TYPE_CHECKING:
     from trialflow.experiment.follow import Follower, FollowOutcome
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 
 #: The event that ends a trial's task from the triggerer, by the state the task ends in

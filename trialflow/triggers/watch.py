@@ -26,8 +26,8 @@ from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
     from trialflow.runs.reconcile import RunWatch
+    from trialflow.store.experiment_store import ExperimentStore
     from trialflow.triggers.run_wakeups import RunWakeup
-    from trialflow.tuning.experiment_store import ExperimentStore
 
 #: Stops under way (a reference keeps each alive until it ends: see on_kill).
 _WATCHING: set[asyncio.Future[None]] = set()

@@ -22,6 +22,8 @@ import optuna
 
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import SearchSpace, encode
+from trialflow.store.records import Lineage
+from trialflow.store.results import scalar
 from trialflow.trial.status import TrialStatus
 from trialflow.tuning.algorithms import canonical_tuner_name
 from trialflow.tuning.assessors import CustomAssessorPruner, Judgment
@@ -31,14 +33,12 @@ from trialflow.tuning.history import asking_storage
 from trialflow.tuning.pbt import (
     UNASKED_ATTR,
     Ended,
-    Lineage,
     PbtArgs,
     PopulationNotReady,
     generation_of,
     plan_member,
     previous_generation,
 )
-from trialflow.tuning.results import scalar
 from trialflow.tuning.space_versions import VERSION_ATTR, SpaceView
 from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
 
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
 
-    from trialflow.tuning.experiment_store import ExperimentStore, TrialRecord
+    from trialflow.store.experiment_store import ExperimentStore, TrialRecord
 
 
 @dataclass(frozen=True)

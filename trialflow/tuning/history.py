@@ -19,7 +19,7 @@ then the plain-SQL reader on those trials only):
   several objectives (no single "best") keep reading everything.
 
 Below the limit nothing changes: the ask goes through the process's cache of every trial
-(trialflow.tuning.snapshot), as before. The docs' tuner table (docs/reference/algorithms.md)
+(trialflow.store.snapshot), as before. The docs' tuner table (docs/reference/algorithms.md)
 says which tuners are bounded.
 
 Finding the window is itself a read of every trial (the best half is a sort of every
@@ -49,10 +49,9 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from trialflow.limits import HISTORY_LIMIT
-from trialflow.tuning.algorithms import CATALOGUE
-from trialflow.tuning.optuna_internals import CachedStorage
-from trialflow.tuning.optuna_tables import TRIALS, VALUES
-from trialflow.tuning.snapshot import (
+from trialflow.store.optuna_internals import CachedStorage
+from trialflow.store.optuna_tables import TRIALS, VALUES
+from trialflow.store.snapshot import (
     SNAPSHOT_STEP,
     checked_row,
     count_upto,
@@ -60,8 +59,9 @@ from trialflow.tuning.snapshot import (
     encode_trials,
     save_forward,
 )
-from trialflow.tuning.tables import WINDOWS
-from trialflow.tuning.trial_reader import read_trials
+from trialflow.store.tables import WINDOWS
+from trialflow.store.trial_reader import read_trials
+from trialflow.tuning.algorithms import CATALOGUE
 
 #: Tuners (trialflow's canonical names) that learn from the window, and that ignore history:
 #: the algorithm catalogue says which (the docs' tuner table (docs/reference/algorithms.md) is generated from it).

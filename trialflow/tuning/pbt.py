@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trialflow.config.search_space import Parameter, SearchSpace, SearchSpaceError, encode
+from trialflow.store.records import Lineage
 from trialflow.trial.wire import PBT_LOAD_KEY, PBT_SAVE_KEY
 from trialflow.tuning.seeds import trial_seed
 
@@ -62,55 +63,6 @@ class PbtArgs:
             fraction=float(args.get("fraction", 0.2)),
             seed=None if seed is None else int(seed),
         )
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """Where a PBT trial stands in its population, as the store keeps it (attribute ``pbt``):
-    its generation and member, and its parent (the trial whose last checkpoint it starts from;
-    None in the first generation) and whether it took the parent's parameters (``exploited``:
-    it was in the worst fraction and copied a top trial) or went on from its own."""
-
-    generation: int
-    member: int
-    parent_index: int | None = None
-    parent_trial_id: str | None = None
-    exploited: bool = False
-    #: The parent's checkpoint step it was given at its launch (None: none, see ``note``).
-    loaded_step: int | None = None
-    #: Why it started without its parent's checkpoint (the parent kept none, the store refused).
-    note: str | None = None
-
-    def to_attr(self) -> dict[str, Any]:
-        return {
-            "generation": self.generation,
-            "member": self.member,
-            "parent_index": self.parent_index,
-            "parent_trial_id": self.parent_trial_id,
-            "exploited": self.exploited,
-            "loaded_step": self.loaded_step,
-            "note": self.note,
-        }
-
-    @classmethod
-    def from_attr(cls, raw: Any) -> Lineage | None:
-        """From the stored form; None for what is not one."""
-        if not isinstance(raw, dict):
-            return None
-        try:
-            parent, loaded = raw.get("parent_index"), raw.get("loaded_step")
-            parent_id, note = raw.get("parent_trial_id"), raw.get("note")
-            return cls(
-                int(raw["generation"]),
-                int(raw["member"]),
-                None if parent is None else int(parent),
-                parent_id if isinstance(parent_id, str) else None,
-                bool(raw.get("exploited", False)),
-                None if loaded is None else int(loaded),
-                note[:500] if isinstance(note, str) else None,
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 from trialflow.config.search_space import SearchSpace, SearchSpaceError, encode, parse_search_space
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
 SPACES_ATTR = "search_spaces"
 #: The trial attribute naming the version a trial was asked under (absent: version 0).

@@ -62,7 +62,7 @@ def store_engine() -> Any:
                 type(exc).__name__,
             )
         url = default_store_url()
-    from trialflow.tuning.store_urls import engine_for
+    from trialflow.store.urls import engine_for
 
     engine = engine_for(url)
     _check_schema(engine.url.render_as_string(hide_password=False), engine)
@@ -74,8 +74,8 @@ def _check_schema(url: str, engine: Any) -> None:
     """A store of another trialflow's schema answers 503 saying what to run (trialflow.tuning.
     store_schema), not a 500 from a missing column; a store found current is not read again
     (a refusal is not cached: the next request sees the upgrade)."""
-    from trialflow.tuning.store_schema import refusal, state
-    from trialflow.tuning.store_version import StoreSchemaError
+    from trialflow.store.schema import refusal, state
+    from trialflow.store.version import StoreSchemaError
 
     found = state(engine)
     if not (found.current or found.fresh):
@@ -90,7 +90,7 @@ def action_store() -> Any:
 
 @lru_cache(maxsize=4)
 def _store_for(url: str) -> Any:
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
     return ExperimentStore(url)
 

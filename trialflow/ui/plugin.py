@@ -33,7 +33,7 @@ ICON_URL = "trialflow/static/experiments.svg"
 PRELOADED = (
     "trialflow.dag",
     "trialflow.lifecycle.trial_lifecycle",
-    "trialflow.tuning.experiment_store",
+    "trialflow.store.experiment_store",
     "trialflow.tuning.tuners",
     "trialflow.tuning.assessors",
     "trialflow.operators.trial",

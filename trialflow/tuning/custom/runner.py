@@ -45,7 +45,7 @@ from trialflow.trial.env import inherited_env
 from trialflow.trial.status import TrialStatus
 
 if TYPE_CHECKING:
-    from trialflow.tuning.experiment_store import ExperimentStore, TrialHistory
+    from trialflow.store.experiment_store import ExperimentStore, TrialHistory
 
 log = logging.getLogger(__name__)
 

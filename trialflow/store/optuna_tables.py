@@ -10,7 +10,7 @@ are on trialflow's (tables.py). Column types are Optuna's: a trial's ``state`` r
 
 from __future__ import annotations
 
-from trialflow.tuning.optuna_internals import models
+from trialflow.store.optuna_internals import models
 
 __all__ = [
     "DIRECTIONS",

@@ -37,13 +37,13 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.dialects import postgresql as postgresql_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
-from trialflow.tuning import schema_check
-from trialflow.tuning.optuna_internals import create_scoped_session as _create_scoped_session
-from trialflow.tuning.optuna_internals import models, share_alembic_scripts
-from trialflow.tuning.optuna_tables import INTERMEDIATE, STUDIES, TRIAL_ATTRS, TRIALS
-from trialflow.tuning.store_schema import ensure_schema
-from trialflow.tuning.tables import RESULT_TIMES
-from trialflow.tuning.trial_reader import read_trials
+from trialflow.store import schema_check
+from trialflow.store.optuna_internals import create_scoped_session as _create_scoped_session
+from trialflow.store.optuna_internals import models, share_alembic_scripts
+from trialflow.store.optuna_tables import INTERMEDIATE, STUDIES, TRIAL_ATTRS, TRIALS
+from trialflow.store.schema import ensure_schema
+from trialflow.store.tables import RESULT_TIMES
+from trialflow.store.trial_reader import read_trials
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +318,7 @@ class TrialflowStorage(RDBStorage):
 def open_storage(url: str, engine_kwargs: dict[str, Any]) -> TrialflowStorage:
     """Optuna's storage, and trialflow's tables at the schema this code needs: created in a new
     store, checked in an existing one (StoreSchemaError, saying what to run, when it is of
-    another trialflow: trialflow.tuning.store_schema).
+    another trialflow: trialflow.store.schema).
 
     Workers that start together on an empty database all try to create the tables, and
     "CREATE TABLE" is not safe against a concurrent twin (PostgreSQL: a unique violation on

@@ -1,4 +1,4 @@
-"""Several objectives: the Pareto set (a trial's values come from trialflow.tuning.results). No Optuna.
+"""Several objectives: the Pareto set (a trial's values come from trialflow.store.results). No Optuna.
 
 With two or more objectives there is no single best trial: a trial is in the Pareto set when no
 other trial is at least as good on every objective and better on one. The end step, the CLI,
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from trialflow.tuning.results import TrialRow
+from trialflow.store.results import TrialRow
 
 #: The experiment attribute holding its objectives: [{"metric": ..., "mode": ...}, ...].
 OBJECTIVES_ATTR = "objectives"

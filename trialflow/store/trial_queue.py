@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from trialflow.tuning.tables import TRIAL_QUEUE, create_table
+from trialflow.store.tables import TRIAL_QUEUE, create_table
 
 _MISSING = (sa.exc.OperationalError, sa.exc.ProgrammingError)
 #: Tries to claim before giving up for this trial (each loss means another trial took a row).

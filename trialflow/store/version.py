@@ -2,14 +2,14 @@
 store is of another, and a look at a SQLite store's revision that needs neither SQLAlchemy nor
 Optuna.
 
-Why apart from trialflow.tuning.store_schema: that module holds the tables, the migrations'
+Why apart from trialflow.store.schema: that module holds the tables, the migrations'
 entry points and the full check, and importing it costs SQLAlchemy and Optuna (~1 s of a
 command's start on two cores, measured). A warm `trialflow run` (the home's Airflow kept up)
 only needs to know that its home's store is the one this code reads before it triggers the
 run: with this module the trigger goes out ~0.7 s after the command starts instead of ~1.8 s.
 The look is strict: it answers "current" only where opening the store would find nothing to
 do (trialflow's revision is ``HEAD`` and this Optuna version checked the store's Optuna
-revision before, trialflow.tuning.schema_check); anything else, and every error, sends the
+revision before, trialflow.store.schema_check); anything else, and every error, sends the
 caller to the full open.
 """
 
@@ -27,7 +27,7 @@ VERSION_TABLE = "trialflow_alembic_version"
 HEAD = "0006"
 #: The revisions, oldest first, and the release that introduced each (for messages).
 RELEASES = {"0001": "0.1.0", "0002": "0.2.0", "0003": "0.2.0", "0004": "0.2.0", "0005": "0.2.0", "0006": "0.2.0"}
-#: trialflow.tuning.schema_check's record of the Optuna versions that checked the store.
+#: trialflow.store.schema_check's record of the Optuna versions that checked the store.
 CHECKED_TABLE = "trialflow_checked_schema"
 
 

@@ -6,7 +6,7 @@ with alembic (its ``alembic_version`` table, ``optuna storage upgrade``); trialf
 (the trial index, the trial queue, the DAG limits, the snapshots, the history windows, the
 schema-check record, and trialflow's one index on Optuna's trials table) are versioned the
 same way in a version table of their own (``trialflow_alembic_version``), with the revisions in
-trialflow/tuning/migrations/versions.
+trialflow/store/migrations/versions.
 
 Opening a store compares its revision with ``HEAD`` (one indexed read, no alembic import on a
 trial task's path):
@@ -32,8 +32,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from trialflow.tuning.store_version import HEAD, RELEASES, VERSION_TABLE, NotAStore, StoreSchemaError
-from trialflow.tuning.tables import CHECKED, METADATA, TRIAL_INDEX, TRIALS_BY_STATE, create_index, create_tables
+from trialflow.store.tables import CHECKED, METADATA, TRIAL_INDEX, TRIALS_BY_STATE, create_index, create_tables
+from trialflow.store.version import HEAD, RELEASES, VERSION_TABLE, NotAStore, StoreSchemaError
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -45,7 +45,7 @@ _VERSION = sa.Table(
 
 
 def head_metadata() -> sa.MetaData:
-    """Every trialflow table (and index) of ``HEAD`` in one MetaData: trialflow.tuning.tables'
+    """Every trialflow table (and index) of ``HEAD`` in one MetaData: trialflow.store.tables'
     declarations, what a new store is created with and the migrations are compared with."""
     return METADATA
 
@@ -144,7 +144,7 @@ def existing_store(url: str) -> None:
     writing anything: a SQLite path that does not exist is not opened (opening makes the
     file), an empty database is named as empty, a database of other tables as not trialflow's.
     A store of another trialflow passes here: opening it says what to run (StoreSchemaError)."""
-    from trialflow.tuning.store_urls import safe_url
+    from trialflow.store.urls import safe_url
 
     parsed = sa.engine.make_url(url)
     shown = safe_url(url)

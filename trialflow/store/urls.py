@@ -1,7 +1,7 @@
 """The experiment store's URLs and engines, with SQLAlchemy alone.
 
 DAG parsing (a changed trialConcurrency, trialflow.from_airflow.concurrency_at_parse) and the pages' read
-models need a store's engine without Optuna, which trialflow.tuning.experiment_store imports
+models need a store's engine without Optuna, which trialflow.store.experiment_store imports
 (half a second per parse): what both need about URLs lives here, once, with how a SQLite
 store's file is put in WAL mode.
 """

@@ -32,24 +32,23 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
 from trialflow.config.search_space import SearchSpace, SearchSpaceError, encode
+from trialflow.store.optuna_internals import trial_storage_id
+from trialflow.store.optuna_storage import HeldParam, open_storage
+from trialflow.store.optuna_tables import STUDIES, STUDY_ATTRS, TRIAL_ATTRS, TRIALS
+from trialflow.store.pareto import OBJECTIVES_ATTR
+from trialflow.store.prior_trials import PRIOR_ATTR, PriorTrial, is_prior
+from trialflow.store.prior_trials import template as prior_template
+from trialflow.store.records import Lineage, Restart, restarts_from_attr
+from trialflow.store.results import TrialRow, finite_or_none, jsonable, outcome, preview, scalar
+from trialflow.store.snapshot import SnapshotCache
+from trialflow.store.tables import RESULT_TIMES, SNAPSHOTS, TRIAL_QUEUE, WINDOWS
+from trialflow.store.tables import TRIAL_INDEX as TRIAL_INDEX  # where the read models find it
+from trialflow.store.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
+from trialflow.store.urls import SQLITE_TIMEOUT_SECONDS, safe_url, use_wal, with_installed_driver
+from trialflow.store.urls import sqlite_url as sqlite_url  # where the callers have always found it
 from trialflow.trial.handle import TrialHandle
 from trialflow.trial.protocol import Metric
 from trialflow.trial.status import COUNTED_STATUSES, TrialStatus
-from trialflow.tuning.optuna_internals import trial_storage_id
-from trialflow.tuning.optuna_storage import HeldParam, open_storage
-from trialflow.tuning.optuna_tables import STUDIES, STUDY_ATTRS, TRIAL_ATTRS, TRIALS
-from trialflow.tuning.pareto import OBJECTIVES_ATTR
-from trialflow.tuning.pbt import Lineage
-from trialflow.tuning.prior_trials import PRIOR_ATTR, PriorTrial, is_prior
-from trialflow.tuning.prior_trials import template as prior_template
-from trialflow.tuning.results import TrialRow, finite_or_none, jsonable, outcome, preview, scalar
-from trialflow.tuning.snapshot import SnapshotCache
-from trialflow.tuning.store_urls import SQLITE_TIMEOUT_SECONDS, safe_url, use_wal, with_installed_driver
-from trialflow.tuning.store_urls import sqlite_url as sqlite_url  # where the callers have always found it
-from trialflow.tuning.tables import RESULT_TIMES, SNAPSHOTS, TRIAL_QUEUE, WINDOWS
-from trialflow.tuning.tables import TRIAL_INDEX as TRIAL_INDEX  # where the read models find it
-from trialflow.tuning.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
-from trialflow.tuning.trial_restarts import Restart, restarts_from_attr
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -192,7 +191,7 @@ class ExperimentStore:
                 use_wal(database)
             # pysqlite begins the write transaction at the first write, so writers queue on this
             # busy timeout instead of failing with "database is locked" (64 trials x 200 results
-            # from 4 processes: tests/tuning/test_store_load.py).
+            # from 4 processes: tests/store/test_store_load.py).
             engine_kwargs["connect_args"] = {"timeout": SQLITE_TIMEOUT_SECONDS}
         else:
             engine_kwargs["pool_pre_ping"] = True
@@ -200,7 +199,7 @@ class ExperimentStore:
         # What the tuners and assessors read through: Optuna's own cache of finished trials, one
         # per store (a Study made from the bare storage would start an empty cache every time),
         # so a process that asks or checks again reads only what changed since.
-        # The cache starts from the experiment's snapshot row (trialflow.tuning.snapshot), so a new
+        # The cache starts from the experiment's snapshot row (trialflow.store.snapshot), so a new
         # task process does not read every finished trial back.
         self.sampling_storage = SnapshotCache(self.storage)
         self._objectives: dict[int, list[dict[str, str]] | None] = {}

@@ -1,4 +1,4 @@
-"""Optuna's private parts stay behind trialflow/tuning/optuna_internals.py, within the tested range.
+"""Optuna's private parts stay behind trialflow/store/optuna_internals.py, within the tested range.
 
 A new Optuna that moves one of them fails here, naming it, instead of at every experiment's ask.
 """
@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from trialflow.queries import tables
-from trialflow.tuning import optuna_internals as internals
+from trialflow.store import optuna_internals as internals
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ def test_every_private_member_used_still_exists(owner, names, tmp_path):
 def test_the_version_managers_wrapped_method_exists_and_new_stores_share_one_script_directory(tmp_path):
     from optuna.storages._rdb.storage import _VersionManager
 
-    import trialflow.tuning.optuna_storage  # noqa: F401  (wraps the method at import)
+    import trialflow.store.optuna_storage  # noqa: F401  (wraps the method at import)
 
     assert all(hasattr(_VersionManager, name) for name in internals.VERSION_MANAGER_MEMBERS)
     first, second = (RDBStorage(f"sqlite:///{tmp_path / name}") for name in ("a.db", "b.db"))
@@ -79,7 +79,7 @@ def test_optunas_tables_are_named_one_way():
     one now takes it from optuna_tables, which takes it from Optuna's models; no module of
     trialflow builds a table of Optuna's name itself, but for the one index trialflow puts on
     Optuna's trials (tuning/tables.py names the two columns it covers; it reads nothing)."""
-    from trialflow.tuning import optuna_tables
+    from trialflow.store import optuna_tables
 
     optuna_names = set(internals.models.BaseModel.metadata.tables)
     for name in optuna_tables.__all__:
@@ -95,7 +95,7 @@ def test_optunas_tables_are_named_one_way():
                 and node.args
                 and isinstance(node.args[0], ast.Constant)
                 and node.args[0].value in optuna_names
-                and (str(path.relative_to(ROOT)), node.args[0].value) != ("trialflow/tuning/tables.py", "trials")
+                and (str(path.relative_to(ROOT)), node.args[0].value) != ("trialflow/store/tables.py", "trials")
             ):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, offenders

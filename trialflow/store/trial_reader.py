@@ -5,9 +5,9 @@ RDBStorage loads them as ORM objects, one per parameter, value and attribute row
 finished trials that is ~11,000 objects and ~0.1 s per read, and an ask reads three times
 (waiting trials, the search space, the sample). Here the same rows are read with six plain
 SQL queries over the same tables and turned into the same FrozenTrials (each distinct
-distribution's JSON decoded once). The store's storage (trialflow.tuning.optuna_storage),
+distribution's JSON decoded once). The store's storage (trialflow.store.optuna_storage),
 the history window and the snapshot cache read through it; it is checked against Optuna's own
-reader field for field (tests/tuning/test_trialflow_storage.py).
+reader field for field (tests/store/test_optuna_storage.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from optuna import distributions
 from optuna.trial import FrozenTrial
 
-from trialflow.tuning.optuna_internals import models
-from trialflow.tuning.optuna_tables import INTERMEDIATE, PARAMS, SYSTEM_ATTRS, TRIAL_ATTRS, TRIALS, VALUES
+from trialflow.store.optuna_internals import models
+from trialflow.store.optuna_tables import INTERMEDIATE, PARAMS, SYSTEM_ATTRS, TRIAL_ATTRS, TRIALS, VALUES
 
 #: Up to this many trials, their related rows are read by the ids themselves (bound parameters,
 #: far below SQLite's and PostgreSQL's limits); past it, by the selection as a subquery.

@@ -13,11 +13,11 @@ import sqlalchemy as sa
 from trialflow import queries
 from trialflow.cli.commands import main
 from trialflow.platforms.base import TrialStatus
-from trialflow.tuning import store_schema
+from trialflow.store import schema as store_schema
+from trialflow.store.concurrency_changes import read_concurrency
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
+from trialflow.store.version import HEAD, StoreSchemaError
 from trialflow.tuning.asker import ask
-from trialflow.tuning.concurrency_changes import read_concurrency
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-from trialflow.tuning.store_version import HEAD, StoreSchemaError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stores"
 RELEASES = ["0.1.0"]
@@ -103,7 +103,7 @@ def test_an_earlier_releases_store_is_refused_then_upgraded_then_opens_shows_and
     assert set(following.parameters) == {"x", "k"}
     assert read_concurrency(engine, "fixture_dag_running") == 3
     # and the 0.1.0 key length is gone: a task group's limits row of two long ids fits
-    from trialflow.tuning.concurrency_changes import limits_key, write_concurrency
+    from trialflow.store.concurrency_changes import limits_key, write_concurrency
 
     write_concurrency(engine, limits_key("d" * 250, "g" * 250), "fixture-running", 2)
     assert read_concurrency(engine, limits_key("d" * 250, "g" * 250)) == 2

@@ -1,6 +1,6 @@
 """A trial's result: what its reported final becomes in Optuna, and the row summaries read.
 
-Pure rules, no database: the store (trialflow.tuning.experiment_store) closes a trial with
+Pure rules, no database: the store (trialflow.store.experiment_store) closes a trial with
 ``outcome`` and returns :class:`TrialRow` from ``trial_rows``; the end step, ``trialflow run``,
 retune and the steering's re-run read those rows by attribute, never by string key.
 """

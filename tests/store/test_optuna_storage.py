@@ -14,10 +14,10 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
+from trialflow.store.optuna_storage import TrialflowStorage
+from trialflow.store.schema_check import DeferredVersionManager
+from trialflow.store.urls import with_installed_driver
 from trialflow.tuning.asker import ask
-from trialflow.tuning.optuna_storage import TrialflowStorage
-from trialflow.tuning.schema_check import DeferredVersionManager
-from trialflow.tuning.store_urls import with_installed_driver
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -78,7 +78,7 @@ def test_the_reader_returns_what_optunas_own_reader_returns(
 ):
     """Both ways the reader names the trials whose rows it reads (their ids, up to
     LITERAL_IDS of them; the selection again past it) return what Optuna's reader returns."""
-    from trialflow.tuning import trial_reader
+    from trialflow.store import trial_reader
 
     monkeypatch.setattr(trial_reader, "LITERAL_IDS", literal_ids)
     study_id = _fill(storage, directions)
@@ -116,8 +116,8 @@ def test_samplers_see_the_same_history_through_the_store_cache(tmp_path: Path):
     trial finished in between (by another store, as another worker would)."""
     from trialflow.config.model import AlgorithmConfig
     from trialflow.config.search_space import parse_search_space
+    from trialflow.store.experiment_store import ExperimentStore, sqlite_url
     from trialflow.trial.status import TrialStatus
-    from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
     url = sqlite_url(tmp_path / "s.db")
     space = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
@@ -136,7 +136,7 @@ def test_samplers_see_the_same_history_through_the_store_cache(tmp_path: Path):
 
 def test_a_database_checked_once_reopens_without_the_schema_check(storage: TrialflowStorage, tmp_path: Path):
     """The second open of a store skips alembic (0.3 s per task process) and is the same storage."""
-    from trialflow.tuning.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore
 
     url = storage.url
     with storage.engine.begin() as conn:  # a database another test's store opened is checked already

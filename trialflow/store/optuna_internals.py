@@ -1,20 +1,20 @@
 """Every private part of Optuna that trialflow uses, in one place, with the range it was tested on.
 
 Why use them at all: the store is an Optuna RDB storage made cheap for Airflow's many short
-task processes (trialflow/tuning/optuna_storage.py writes a trial in one transaction, snapshot.py
+task processes (trialflow/store/optuna_storage.py writes a trial in one transaction, snapshot.py
 seeds Optuna's per-process cache from one row); both subclass Optuna's storage classes and call
 their private helpers. A minor Optuna release may change any of that, so:
 
 * pyproject caps Optuna at the newest minor the suite passed on, and its lower bound is the
   oldest `make test-lowest` passes on; ``TESTED`` says the same range and a test holds the two
-  equal (tests/tuning/test_optuna_internals.py);
+  equal (tests/store/test_optuna_internals.py);
 * every private module is imported here and nowhere else, and every private method or attribute
   the subclasses call or override is named in ``RDB_STORAGE_MEMBERS`` / ``CACHED_STORAGE_MEMBERS``
   / ``TRIAL_MEMBERS``: the same test checks each still exists, so a new Optuna fails one test
   that names what moved, not every experiment at run time.
 
 Optuna's tables are its models' (``models.*.__table__``), named once for every reader in
-trialflow/tuning/optuna_tables.py: the store, the tuners' history and the read models
+trialflow/store/optuna_tables.py: the store, the tuners' history and the read models
 (trialflow/queries) query the schema Optuna migrates on purpose, through one declaration.
 """
 

@@ -14,7 +14,7 @@ import time
 
 import sqlalchemy as sa
 
-from trialflow.tuning.tables import DAG_LIMITS, create_table
+from trialflow.store.tables import DAG_LIMITS, create_table
 
 
 def limits_key(dag_id: str, group: str | None = None) -> str:

@@ -23,8 +23,8 @@ from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.experiment.follow import follow_trial
 from trialflow.platforms.base import TrialStatus, trial_id_for
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
 
 pytestmark = pytest.mark.integration
 

@@ -13,12 +13,12 @@ from optuna.storages import RDBStorage
 from optuna.storages._cached_storage import _CachedStorage
 from optuna.trial import TrialState
 
-from tests.tuning.test_trialflow_storage import _comparable, _fill
-from trialflow.tuning import snapshot
-from trialflow.tuning.optuna_storage import TrialflowStorage
-from trialflow.tuning.snapshot import SnapshotCache
-from trialflow.tuning.store_urls import with_installed_driver
-from trialflow.tuning.tables import SNAPSHOTS
+from tests.store.test_optuna_storage import _comparable, _fill
+from trialflow.store import snapshot
+from trialflow.store.optuna_storage import TrialflowStorage
+from trialflow.store.snapshot import SnapshotCache
+from trialflow.store.tables import SNAPSHOTS
+from trialflow.store.urls import with_installed_driver
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from trialflow.tuning.store_urls import use_wal
+from trialflow.store.urls import use_wal
 
 
 def _open(path: str) -> str:

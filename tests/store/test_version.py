@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from trialflow.tuning import store_version
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-from trialflow.tuning.schema_check import was_checked
-from trialflow.tuning.store_schema import state
-from trialflow.tuning.store_version import HEAD, StoreSchemaError, sqlite_store_is_current
+from trialflow.store import version as store_version
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
+from trialflow.store.schema import state
+from trialflow.store.schema_check import was_checked
+from trialflow.store.version import HEAD, StoreSchemaError, sqlite_store_is_current
 
 
 def opened(tmp_path: Path) -> Path:
@@ -102,7 +102,7 @@ def test_a_warm_run_is_prepared_without_optuna_or_sqlalchemy(tmp_path):
     probe = (
         "import sys\nfrom pathlib import Path\nimport trialflow.cli, trialflow.cli.progress\n"
         "from trialflow.cli.runner import ExperimentRun\n"
-        "from trialflow.tuning.store_version import sqlite_store_is_current\n"
+        "from trialflow.store.version import sqlite_store_is_current\n"
         "run = ExperimentRun(sys.argv[1], Path(sys.argv[2]))\n"
         "print(sqlite_store_is_current(run.home / 'experiments.db'),"
         " sorted({m.split('.')[0] for m in sys.modules} & {'optuna', 'sqlalchemy', 'airflow', 'alembic'}))"

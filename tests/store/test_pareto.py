@@ -16,10 +16,10 @@ from trialflow.experiment import Experiment, check_runnable
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run, summarize_run
 from trialflow.seeding.retune import ranked
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
+from trialflow.store.pareto import dominates, fronts, pareto_set, with_values
+from trialflow.store.results import TrialRow, objective_values
 from trialflow.tuning.asker import ask
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-from trialflow.tuning.pareto import dominates, fronts, pareto_set, with_values
-from trialflow.tuning.results import TrialRow, objective_values
 
 OBJECTIVES = [{"metric": "acc", "mode": "maximize"}, {"metric": "latency", "mode": "minimize"}]
 

@@ -12,10 +12,10 @@ from optuna.trial import TrialState
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.platforms.base import TrialStatus
+from trialflow.store.experiment_store import ExperimentStore, safe_url, sqlite_url
+from trialflow.store.results import best_row
 from trialflow.trial.protocol import Metric
 from trialflow.tuning.asker import ask, judge, should_stop
-from trialflow.tuning.experiment_store import ExperimentStore, safe_url, sqlite_url
-from trialflow.tuning.results import best_row
 
 SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}, "k": {"_type": "choice", "_value": [1, 2, 3]}})
 TPE = AlgorithmConfig(name="TPE", class_args={"optimize_mode": "maximize", "seed": 3})
@@ -343,7 +343,7 @@ def test_dict_finals_keep_their_other_keys_in_rows(store):
 
 
 def test_a_plain_postgresql_url_uses_the_installed_driver():
-    from trialflow.tuning.experiment_store import with_installed_driver
+    from trialflow.store.experiment_store import with_installed_driver
 
     url = with_installed_driver("postgresql://u:s3cret@db.example:5432/exp")
     assert url == "postgresql+psycopg://u:s3cret@db.example:5432/exp"  # psycopg 3 (the postgres extra)
@@ -420,7 +420,7 @@ def test_each_result_keeps_the_time_it_first_reached_the_store(store, monkeypatc
     apart though reported 1.5 s apart). The store keeps when each step's result came: the
     first reading's time, which a re-read after a restart does not move, a batch in one
     transaction with its values; a batch the database refuses leaves no time either."""
-    from trialflow.tuning import experiment_store as module
+    from trialflow.store import experiment_store as module
 
     store.open_experiment("stamps")
     sid = ask(store, "stamps", 0, "t0", TPE, SPACE).storage_id

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 import sqlalchemy.orm as sa_orm
 from optuna.storages import RDBStorage
 
-from trialflow.tuning.optuna_internals import version_manager
-from trialflow.tuning.tables import CHECKED
+from trialflow.store.optuna_internals import version_manager
+from trialflow.store.tables import CHECKED
 
 _ALEMBIC = sa.Table("alembic_version", sa.MetaData(), sa.Column("version_num", sa.String(32)))
 

@@ -29,11 +29,11 @@ import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from trialflow.tuning.optuna_internals import CachedStorage as _CachedStorage
-from trialflow.tuning.optuna_internals import StudyInfo as _StudyInfo
-from trialflow.tuning.optuna_tables import TRIALS
-from trialflow.tuning.tables import SNAPSHOTS
-from trialflow.tuning.trial_reader import distribution
+from trialflow.store.optuna_internals import CachedStorage as _CachedStorage
+from trialflow.store.optuna_internals import StudyInfo as _StudyInfo
+from trialflow.store.optuna_tables import TRIALS
+from trialflow.store.tables import SNAPSHOTS
+from trialflow.store.trial_reader import distribution
 
 #: Finished trials beyond the stored ones before a process writes the row again.
 SNAPSHOT_STEP = 32

@@ -2,7 +2,7 @@
 them.
 
 One declaration of each table, in one place, as Optuna keeps its own in
-``optuna/storages/_rdb/models.py``: the schema check (trialflow.tuning.store_schema) creates a
+``optuna/storages/_rdb/models.py``: the schema check (trialflow.store.schema) creates a
 new store from ``METADATA``, and a test compares it with what the migrations make, so a table
 changed here without a migration fails. The modules that read and write a table import it
 from here; a table a module creates on first use is created alone (``create_table``), never
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from trialflow.tuning.store_version import CHECKED_TABLE
+from trialflow.store.version import CHECKED_TABLE
 
 #: What a CREATE TABLE that lost to a concurrent one raises, by database.
 _LOST_TO_A_TWIN = (sa.exc.OperationalError, sa.exc.ProgrammingError, sa.exc.IntegrityError)
@@ -58,7 +58,7 @@ TRIAL_INDEX = sa.Table(
 #: Pages join from Optuna's trials to their index: without this, SQLite scans the table per trial.
 TRIAL_INDEX_BY_TRIAL = sa.Index("ix_trialflow_trial_index_trial_id", TRIAL_INDEX.c.trial_id)
 
-#: Trials added by hand, waiting for a trial index to take them (trialflow.tuning.trial_queue).
+#: Trials added by hand, waiting for a trial index to take them (trialflow.store.trial_queue).
 TRIAL_QUEUE = sa.Table(
     "trialflow_trial_queue",
     METADATA,
@@ -70,7 +70,7 @@ TRIAL_QUEUE = sa.Table(
     sa.Column("claimed_index", sa.Integer, nullable=True),
 )
 #: trialConcurrency as a person changed it, read when the DAG file is parsed
-#: (trialflow.tuning.concurrency_changes).
+#: (trialflow.store.concurrency_changes).
 DAG_LIMITS = sa.Table(
     "trialflow_dag_limits",
     METADATA,
@@ -86,7 +86,7 @@ def _cache_rows(name: str, position: str) -> sa.Table:
     """A table of per-study cache rows (the snapshot, the history window): what a process read
     of a study's trials up to the trial id in column ``position``, how many trials there were up
     to it (``trial_count``: a row whose count moved no longer holds for the study, see
-    trialflow.tuning.snapshot.checked_row), the Optuna that wrote it, and the payload."""
+    trialflow.store.snapshot.checked_row), the Optuna that wrote it, and the payload."""
     return sa.Table(
         name,
         METADATA,
@@ -98,11 +98,11 @@ def _cache_rows(name: str, position: str) -> sa.Table:
     )
 
 
-#: An experiment's finished trials in one row (trialflow.tuning.snapshot).
+#: An experiment's finished trials in one row (trialflow.store.snapshot).
 SNAPSHOTS = _cache_rows("trialflow_trial_snapshots", "last_finished_trial_id")
 #: The tuner's window of an experiment's history in one row (trialflow.tuning.history).
 WINDOWS = _cache_rows("trialflow_history_windows", "last_trial_id")
-#: The Optuna versions that checked the store's Optuna schema (trialflow.tuning.schema_check).
+#: The Optuna versions that checked the store's Optuna schema (trialflow.store.schema_check).
 CHECKED = sa.Table(
     CHECKED_TABLE,
     METADATA,

@@ -13,9 +13,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from trialflow.tuning import store_schema
-from trialflow.tuning.experiment_store import ExperimentStore, sqlite_url
-from trialflow.tuning.store_version import HEAD, RELEASES, VERSION_TABLE, StoreSchemaError
+from trialflow.store import schema as store_schema
+from trialflow.store.experiment_store import ExperimentStore, sqlite_url
+from trialflow.store.version import HEAD, RELEASES, VERSION_TABLE, StoreSchemaError
 
 
 def scripts() -> ScriptDirectory:
@@ -91,7 +91,7 @@ def test_new_and_upgraded_stores_index_optunas_trials_by_study_and_state(store):
     """Migration 0003: counting an experiment's finished trials and reading its running ones
     scanned every trial of it; a new store has the index, a store of 0002 is refused until
     upgraded, and the upgrade adds it."""
-    from trialflow.tuning.tables import TRIALS_BY_STATE
+    from trialflow.store.tables import TRIALS_BY_STATE
 
     engine = store.engine
 
@@ -165,8 +165,8 @@ def test_many_processes_opening_a_new_store_at_once_all_find_it_current(tmp_path
 
     url = sqlite_url(tmp_path / "new.db")
     code = (
-        "import sys; from trialflow.tuning.experiment_store import ExperimentStore; "
-        "from trialflow.tuning.store_schema import state; "
+        "import sys; from trialflow.store.experiment_store import ExperimentStore; "
+        "from trialflow.store.schema import state; "
         "s = ExperimentStore(sys.argv[1]); print(state(s.engine).revision)"
     )
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
@@ -183,7 +183,7 @@ def test_many_processes_opening_a_new_store_at_once_all_find_it_current(tmp_path
 
 
 def test_a_table_written_before_the_store_was_first_opened_is_no_old_store(tmp_path):
-    from trialflow.tuning.concurrency_changes import read_concurrency, write_concurrency
+    from trialflow.store.concurrency_changes import read_concurrency, write_concurrency
 
     engine = sa.create_engine(sqlite_url(tmp_path / "s.db"))
     write_concurrency(engine, "dag_a", "e1", 4)  # makes its table when first needed, as 0.1.0 did
@@ -252,16 +252,16 @@ def test_a_new_store_is_never_seen_with_tables_and_no_version(store):
 
 
 def test_every_trialflow_table_is_declared_in_one_metadata_and_the_schema_needs_no_optuna():
-    """One declaration per table (trialflow.tuning.tables.METADATA), the one the migrations are
+    """One declaration per table (trialflow.store.tables.METADATA), the one the migrations are
     compared with; the schema check imports no Optuna (`trialflow db check` and the pages)."""
     import subprocess
     import sys
 
-    from trialflow.tuning import tables
+    from trialflow.store import tables
 
     assert store_schema.head_metadata() is tables.METADATA
     assert all(name.startswith("trialflow_") for name in tables.METADATA.tables)
     assert VERSION_TABLE not in tables.METADATA.tables  # alembic's own, made by the stamp
-    probe = "import sys, trialflow.tuning.store_schema; print('optuna' in sys.modules)"
+    probe = "import sys, trialflow.store.schema; print('optuna' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr

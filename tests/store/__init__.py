@@ -1,0 +1,1 @@
+"""The experiment store: persistence, its schema and migrations, read paths. No Airflow imports."""
