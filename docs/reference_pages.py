@@ -187,7 +187,7 @@ def _doc(cls: type) -> list[str]:
 
 
 def cli_options_page() -> str:
-    from trialflow.cli.commands import build_parser
+    from trialflow.cli.definition import build_parser
 
     parser = build_parser()
     lines = [
@@ -196,7 +196,7 @@ def cli_options_page() -> str:
         GENERATED,
         "",
         "Every subcommand of `trialflow` and its arguments, from its parser "
-        "(trialflow/cli/commands.py). What each command does is in [The trialflow command](cli.md).",
+        "(trialflow/cli/definition.py). What each command does is in [The trialflow command](cli.md).",
         "",
     ]
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

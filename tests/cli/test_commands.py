@@ -571,7 +571,7 @@ def test_an_interrupted_upgrade_is_one_line_and_leaves_the_store(tmp_path, capsy
 def test_what_the_database_driver_said_is_one_bounded_line_with_secrets_masked(driver, said):
     import sqlalchemy as sa
 
-    from trialflow.cli.commands import _driver_said
+    from trialflow.cli.failures import _driver_said
 
     assert _driver_said(sa.exc.OperationalError("SELECT 1", {}, Exception(driver))) == said
 
@@ -581,7 +581,7 @@ def test_a_driver_line_capped_inside_a_password_keeps_none_of_it():
     # 300 characters said: the cap must not leave the start of a password there.
     import sqlalchemy as sa
 
-    from trialflow.cli.commands import _driver_said
+    from trialflow.cli.failures import _driver_said
 
     before = " ".join("postgresql://u:" + "p" * 512 + "@db" for _ in range(7))
     before += " postgresql://u:" + "p" * (4096 - len(before) - 39) + "@db "  # "hunt" ends at 4096

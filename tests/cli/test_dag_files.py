@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.helpers.dags import write_config
-from trialflow.cli.commands import build_parser
+from trialflow.cli.definition import build_parser
 
 DAG_FILE = """
 from airflow.sdk import DAG

@@ -93,7 +93,7 @@ def test_a_stopped_run_says_who_stopped_it_in_the_summary_the_list_and_the_cli(s
     """Issue 36 (2): an experiment stopped by a person read "success" in the pages, the CLI and
     the end step; now its summary, the experiments list and `trialflow experiments` say who."""
     from trialflow import queries, steering
-    from trialflow.cli.commands import _experiment_status
+    from trialflow.cli.store_commands import _experiment_status
 
     experiment, store = setup
     start_run(experiment, store, "dag_a", "r1", {})

@@ -99,7 +99,8 @@ def test_an_experiment_id_is_checked(store, tmp_path, given):
 
 
 def test_the_command_imports_a_folder_or_an_id_under_nnis_default(tmp_path, monkeypatch, capsys):
-    from trialflow.cli.commands import build_parser, nni_folder_of
+    from trialflow.cli.definition import build_parser
+    from trialflow.cli.store_commands import nni_folder_of
 
     folder = nni_folder_with(tmp_path / "a", {"x": 0.5})
     home = tmp_path / "home"
@@ -135,7 +136,7 @@ def test_the_command_imports_a_folder_or_an_id_under_nnis_default(tmp_path, monk
 @pytest.mark.nni
 def test_nnis_export_and_import_data_files_come_in_with_the_experiments_config(tmp_path, nni_folder, capsys):
     from tests.helpers.nni_run import config_of, export_files
-    from trialflow.cli.commands import build_parser
+    from trialflow.cli.definition import build_parser
     from trialflow.store.experiment_store import ExperimentStore
 
     store = f"sqlite:///{tmp_path / 'store.db'}"
