@@ -78,7 +78,7 @@ def test_optunas_tables_are_named_one_way():
     declared by hand, on a MetaData of their own, in the read models). Every module that names
     one now takes it from optuna_tables, which takes it from Optuna's models; no module of
     trialflow builds a table of Optuna's name itself, but for the one index trialflow puts on
-    Optuna's trials (tuning/tables.py names the two columns it covers; it reads nothing)."""
+    Optuna's trials (store/tables.py names the two columns it covers; it reads nothing)."""
     from trialflow.store import optuna_tables
 
     optuna_names = set(internals.models.BaseModel.metadata.tables)

@@ -92,7 +92,7 @@ def change_limits(store: ExperimentStore, experiment_id: str, by: str, changes: 
     maxTrialNumber is read by each trial as it starts (one past it ends skipped, saying why)
     and by the end step (a raised one goes on in a follow-on run). maxExperimentDuration moves
     every run's deadline (from when the run started) and reaches running trials through their
-    follow loop. trialConcurrency is written for the experiment's DAG (tuning.concurrency_changes),
+    follow loop. trialConcurrency is written for the experiment's DAG (store.concurrency_changes),
     which the next parse of its file reads (the pages' action asks Airflow for that parse).
     Returns the limits."""
     checked = check_limits(changes)
