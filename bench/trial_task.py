@@ -52,8 +52,11 @@ except ImportError:  # a checkout from before trialflow/lifecycle/ (--source)
         from trialflow import lifecycle as trial_lifecycle
 try:
     from trialflow.store.experiment_store import ExperimentStore
-except ImportError:  # a checkout from before the module was named for what it holds (--source)
-    from trialflow.tuning.store import ExperimentStore
+except ImportError:  # a checkout from before trialflow/store was a room of its own (--source)
+    try:
+        from trialflow.tuning.experiment_store import ExperimentStore
+    except ImportError:  # from before the module was named for what it holds
+        from trialflow.tuning.store import ExperimentStore
 
 url = f"sqlite:///{work / 'experiments.db'}"
 config = str(work / "config.yml")
