@@ -241,3 +241,19 @@ def test_gp_never_proposes_a_point_a_trial_already_has():
 
     tiny = [IntDistribution(0, 1)]  # both points taken: the trial is drawn at random (None)
     assert GPSampler(seed=3).propose(np.array([[0.0], [1.0]]), np.array([0.0, 1.0]), tiny) is None
+
+
+def test_grid_keys_name_points_by_the_parameters_they_run():
+    """Two points that run the same parameters share a key (a choice's or an integer's cell, a
+    log scale's round trip through the parameters): what GP and SMAC look proposals up in."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    from trialflow.tuning.model_sampler import grid_keys
+
+    dists = [FloatDistribution(1e-3, 1.0, log=True), CategoricalDistribution(["a", "b", "c"])]
+    point = np.array([[0.3137, 0.49]])
+    again = np.array([[to_unit(from_unit(v, d), d) for v, d in zip(point[0], dists)]])
+    assert grid_keys(point, dists) == grid_keys(again, dists)
+    assert grid_keys(np.array([[0.3137, 0.52]]), dists) == grid_keys(point, dists)  # the same choice
+    assert grid_keys(np.array([[0.3138, 0.49]]), dists) != grid_keys(point, dists)
+    assert grid_keys(np.empty((0, 0)), dists) == []

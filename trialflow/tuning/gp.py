@@ -31,7 +31,7 @@ from typing import cast
 import numpy as np
 from optuna.distributions import BaseDistribution
 
-from trialflow.tuning.model_sampler import UnitCubeSampler, from_unit, model_points, on_grid, to_unit
+from trialflow.tuning.model_sampler import UnitCubeSampler, from_unit, grid_keys, model_points, to_unit
 
 __all__ = ["GPSampler", "acquisition", "from_unit", "model_points", "to_unit"]
 
@@ -78,11 +78,11 @@ class GPSampler(UnitCubeSampler):
     def propose(self, x: np.ndarray, loss: np.ndarray, dists: list[BaseDistribution]) -> np.ndarray | None:
         y = -loss  # maximise -loss
         keep = model_points(y, MAX_MODEL_POINTS, self._rng)
-        taken = np.vstack([x, self.running]) if len(self.running) else x
+        taken = set(grid_keys(x, dists)) | set(grid_keys(self.running, dists))
         return self._maximise(x[keep], y[keep], taken, dists)
 
     def _maximise(
-        self, x: np.ndarray, y: np.ndarray, taken: np.ndarray, dists: list[BaseDistribution]
+        self, x: np.ndarray, y: np.ndarray, taken: set[tuple[float, ...]], dists: list[BaseDistribution]
     ) -> np.ndarray | None:
         from scipy.optimize import minimize
         from sklearn.gaussian_process import GaussianProcessRegressor
@@ -104,13 +104,8 @@ class GPSampler(UnitCubeSampler):
             mean, std = gp.predict(points, return_std=True)
             return acquisition(self.utility, mean, std, y_max, self.kappa, self.xi)
 
-        def key(points: np.ndarray) -> list[tuple[float, ...]]:  # rounded: a log scale's round trip moves an ulp
-            return [tuple(row) for row in np.round(on_grid(points, dists), 9)]
-
-        known = set(key(taken))
-
         def new(point: np.ndarray) -> bool:
-            return key(point)[0] not in known
+            return grid_keys(point, dists)[0] not in taken
 
         candidates = self._rng.uniform(size=(self.warm_up, x.shape[1]))
         scores = score(candidates)

@@ -127,6 +127,15 @@ def on_grid(points: np.ndarray, dists: list[BaseDistribution]) -> np.ndarray:
     return np.array([[to_unit(from_unit(v, d), d) for v, d in zip(row, dists)] for row in np.atleast_2d(points)])
 
 
+def grid_keys(points: np.ndarray, dists: list[BaseDistribution]) -> list[tuple[float, ...]]:
+    """Points as the parameters they run, hashable (``on_grid``, rounded to 1e-9: a log scale's
+    round trip through the parameters moves an ulp), so a sampler looks a proposal up in the
+    set of points finished and running trials have taken."""
+    if len(points) == 0:
+        return []
+    return [tuple(row) for row in np.round(on_grid(points, dists), 9)]
+
+
 def seen(point: np.ndarray, x: np.ndarray, dists: list[BaseDistribution]) -> int:
     """How many observed points run the same parameters as ``point``."""
     if len(x) == 0:

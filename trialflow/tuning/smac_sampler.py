@@ -30,7 +30,7 @@ from typing import Any, cast
 import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
-from trialflow.tuning.model_sampler import UnitCubeSampler, on_grid
+from trialflow.tuning.model_sampler import UnitCubeSampler, grid_keys
 
 #: SMAC's initial design: this many Sobol points before the model.
 INITIAL_DESIGN = 10
@@ -61,9 +61,9 @@ class SmacSampler(UnitCubeSampler):
                 for i, d in enumerate(dists)
             ]
         )
-        taken = {tuple(row) for row in on_grid(self.running, dists)} if len(self.running) else set()
-        if self.config_dedup and len(x):
-            taken |= {tuple(row) for row in on_grid(x, dists)}
+        taken = set(grid_keys(self.running, dists))
+        if self.config_dedup:
+            taken |= set(grid_keys(x, dists))
 
         def config_of(point: np.ndarray) -> Configuration:
             return Configuration(space, values=_values(point, dists))
@@ -88,7 +88,7 @@ class SmacSampler(UnitCubeSampler):
             with joblib.parallel_config(backend="sequential"):
                 for _ in range(DEDUP_ASKS):
                     asked = _point(dict(smac.ask().config), dists)
-                    if tuple(on_grid(asked, dists)[0]) not in taken:
+                    if grid_keys(asked, dists)[0] not in taken:
                         return asked
         return cast(np.ndarray, self._rng.uniform(size=len(dists)))
 
