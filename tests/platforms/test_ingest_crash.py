@@ -1,5 +1,10 @@
 """A follower killed while it stores a big trial's results: the retry re-attaches and every
-result is stored exactly once (a real local trial, a real follower process, SIGKILL)."""
+result is stored exactly once (a real local trial, a real follower process, SIGKILL).
+
+The trial writes half its results, then waits for the test to say the follower is dead before
+it writes the rest: a trial that ended before the follower's first poll was read in one piece
+(the whole file at once), and the kill then came after everything was in (seen once under two
+workers, 2026-12-02)."""
 
 from __future__ import annotations
 
@@ -25,10 +30,18 @@ from trialflow.store.experiment_store import ExperimentStore
 from trialflow.tuning.asker import ask
 
 RESULTS = 60_000
-TRIAL = f"""\
+HALF = RESULTS // 2
+TRIAL = """\
+import os, sys, time
 from trialflow import trial
 trial.get_next_parameter()
-for step in range({RESULTS}):
+for step in range({results}):
+    if step == {half}:
+        deadline = time.monotonic() + 180
+        while not os.path.exists({killed!r}):  # the test kills the follower while we wait
+            if time.monotonic() > deadline:
+                sys.exit("the test never said the follower was killed")
+            time.sleep(0.05)
     trial.report_intermediate_result(step / 7)
 trial.report_final_result(1.0)
 """
@@ -53,7 +66,8 @@ def _stored(store: ExperimentStore, storage_id: int) -> int:
 def test_a_follower_killed_mid_ingest_is_retried_and_stores_every_result_once(store, tmp_path):
     code = tmp_path / "code"
     code.mkdir()
-    (code / "t.py").write_text(TRIAL)
+    killed = tmp_path / "killed"
+    (code / "t.py").write_text(TRIAL.format(results=RESULTS, half=HALF, killed=str(killed)))
     store.open_experiment("ecrash01")
     asked = ask(store, "ecrash01", 0, "ecrash01-0000", RANDOM, SPACE)
     platform = LocalPlatform(LocalConfig(), tmp_path / "work")
@@ -72,7 +86,8 @@ def test_a_follower_killed_mid_ingest_is_retried_and_stores_every_result_once(st
     os.kill(follower.pid, signal.SIGKILL)
     follower.join()
     killed_at = _stored(store, asked.storage_id)
-    assert killed_at < RESULTS, "the follower finished before it was killed: nothing was tested"
+    assert killed_at <= HALF, killed_at  # the trial waits at its half: the kill came mid-way
+    killed.touch()  # the trial writes the rest
 
     # the retry: a new follower re-attaches from the start of the metrics and goes to the end
     retry = ExperimentStore(store.url)
