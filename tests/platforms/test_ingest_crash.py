@@ -79,15 +79,20 @@ def test_a_follower_killed_mid_ingest_is_retried_and_stores_every_result_once(st
         target=_follow, args=(store.url, tmp_path / "work", dict(handle), asked.storage_id)
     )
     follower.start()
-    deadline = time.monotonic() + 120
-    while _stored(store, asked.storage_id) < 5_000:  # it is storing: kill it there
-        assert time.monotonic() < deadline and follower.is_alive(), "the follower stored nothing"
-        time.sleep(0.01)
-    os.kill(follower.pid, signal.SIGKILL)
-    follower.join()
-    killed_at = _stored(store, asked.storage_id)
-    assert killed_at <= HALF, killed_at  # the trial waits at its half: the kill came mid-way
-    killed.touch()  # the trial writes the rest
+    try:
+        deadline = time.monotonic() + 120
+        while _stored(store, asked.storage_id) < 5_000:  # it is storing: kill it there
+            assert time.monotonic() < deadline and follower.is_alive(), "the follower stored nothing"
+            time.sleep(0.01)
+        os.kill(follower.pid, signal.SIGKILL)
+        follower.join()
+        killed_at = _stored(store, asked.storage_id)
+        assert killed_at <= HALF, killed_at  # the trial waits at its half: killed before its end
+    finally:  # whatever failed above, neither the follower nor the waiting trial outlives the test
+        if follower.is_alive():
+            follower.kill()
+            follower.join()
+        killed.touch()  # the trial writes the rest
 
     # the retry: a new follower re-attaches from the start of the metrics and goes to the end
     retry = ExperimentStore(store.url)
