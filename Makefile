@@ -24,11 +24,11 @@ venv: $(VENV)/.synced
 demo: venv
 	$(VENV)/bin/trialflow run --new dags/experiments/digits/config.yml
 
-# One process by default. TEST_WORKERS=2: two pytest-xdist workers, the tests that share a
-# costly fixture grouped onto one worker each (tests/helpers/parallel.py, its own scheduler).
-# Measured 2026-12-02 on 2 cores: slower than one process (each worker keeps its session
-# servers, Airflow, kube-apiserver and Chromium up beside the other's: load 12-29), so not the default.
-TEST_WORKERS ?= 0
+# Two pytest-xdist workers by default (TEST_WORKERS=0: one process). The tests that share a costly
+# fixture go to one worker each (tests/helpers/parallel.py, its own scheduler): the session's
+# Airflow on one, everything else beside it. Measured 2026-12-06 on 2 cores, idle: 44:01 in one
+# process (28 % of the CPU used: the suite mostly waits on Airflow's loops), 32:16 with two.
+TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 test: venv
 	$(VENV)/bin/python -m pytest -ra -m "not extended" --durations=40 $(XDIST)

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.parallel import EarlyStops
-
 #: Fixtures several test folders share (real local trials followed by their trigger).
 pytest_plugins = [
     "tests.helpers.local_trials",
@@ -26,7 +24,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests.helpers.hosts import install
 
     install()  # first, while the session has no other thread or process
-    config.pluginmanager.register(EARLY_STOPS, "trialflow-early-stops")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -101,8 +98,6 @@ os.environ.setdefault(
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The kube-apiserver and its controller stop after their last test (tests/helpers/parallel.py).
-EARLY_STOPS = EarlyStops()
 SHARED = Path(os.environ.get("TRIALFLOW_SHARED", ROOT.parent / "shared"))
 NNI_EXAMPLES = SHARED / "nni-examples" / "examples" / "trials"
 
@@ -218,16 +213,18 @@ def _kube_skip_reason() -> str | None:
     return missing_reason()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kube_cluster(tmp_path_factory):
-    """A real kube-apiserver + etcd on 127.0.0.1 for the session (tests/helpers/kube/cluster.py)."""
+    """A real kube-apiserver + etcd on 127.0.0.1 (tests/helpers/kube/cluster.py), for one test
+    module: it starts in about 6 s and, kept for the session, idled at a fifth of a core beside
+    every later test (two of them under pytest-xdist, one per worker: 380 s of CPU in a 32-minute
+    run, measured 2026-12-06). Four modules use it."""
     from tests.helpers.kube.cluster import KubeCluster
 
     reason = _kube_skip_reason()
     if reason:
         pytest.skip(reason)
     cluster = KubeCluster(tmp_path_factory.mktemp("kube"))
-    EARLY_STOPS.add(cluster.stop)
     try:
         cluster.start()
         yield cluster
@@ -235,7 +232,7 @@ def kube_cluster(tmp_path_factory):
         cluster.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kube_controller(kube_cluster, tmp_path_factory):
     """The operators' and kubelet's part, played by test code (tests/helpers/kube/controller.py)."""
     from tests.helpers.kube.controller import TestController
@@ -245,7 +242,6 @@ def kube_controller(kube_cluster, tmp_path_factory):
         tmp_path_factory.mktemp("kube-controller"),
         path_prefix=str(Path(sys.executable).parent),
     ).start()
-    EARLY_STOPS.add(controller.stop, first=True)  # before the cluster it talks to
     try:
         yield controller
     finally:

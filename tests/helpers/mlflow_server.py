@@ -95,7 +95,10 @@ class MlflowServer:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+            # Job execution (MLflow's GenAI evaluation jobs, nothing trialflow sends) starts eight
+            # huey consumers beside the server: 0.4 % of a core each, idle, for the session, on
+            # every xdist worker (measured 2026-12-06). The tracking server itself is unchanged.
+            env={**os.environ, "MLFLOW_TRACKING_URI": "", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         )
 
     def stop(self) -> None:

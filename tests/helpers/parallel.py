@@ -8,7 +8,8 @@ its controller, NNI's real experiment, and any module-scoped fixture (a module's
 experiment run). Each of those makes one xdist group, so its tests go to one worker, one after
 another, and the fixture is set up once; every other test is a unit of its own, handed to
 whichever worker is free. The cheap session servers (PostgreSQL, two sshd, MLflow, Azurite)
-may start once per worker: seconds, against minutes of waiting in line.
+may start once per worker: seconds, against minutes of waiting in line. The kube-apiserver is
+a module's fixture (tests/conftest.py): each of its four modules is a group of its own.
 
 pytest-xdist's own ``loadgroup`` cannot carry them on pytest 9.2: it writes a group suffix
 into ``item._nodeid``, which pytest 9.2 no longer reads (pytest-xdist#1386), so every test was
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,7 +37,6 @@ from xdist.scheduler import LoadScopeScheduling
 SHARED_FIXTURES = (
     ("harness", "airflow"),
     ("cluster", "cluster"),
-    ("kube_cluster", "kube"),
     ("nni_folder", "nni-experiment"),
 )
 #: One Airflow for the suite, not one per chain: its tests (tests/integration 28 min, the pages'
@@ -52,49 +51,8 @@ _ORDER = {HARNESS_GROUP: 0} | {group: rank + 1 for rank, (_, group) in enumerate
 GROUPS_DIR_ENV = "TRIALFLOW_XDIST_GROUPS"
 
 
-#: The session fixture stopped after its last test in a one-process run (``EarlyStops``), not
-#: at the session's end: the kube-apiserver and etcd used a
-#: fifth of a core idling beside every test after tests/kube (measured 2026-12-02).
-EARLY_STOPPED = "kube_cluster"
-
-
 def _uses(item: pytest.Item, fixture: str) -> bool:
     return fixture in getattr(item, "fixturenames", ())
-
-
-def last_users(items: list[pytest.Item], fixture: str = EARLY_STOPPED) -> str | None:
-    """The id of the last of ``items`` (in running order) that uses ``fixture``, or None."""
-    return next((item.nodeid for item in reversed(items) if _uses(item, fixture)), None)
-
-
-class EarlyStops:
-    """A pytest plugin: what ``EARLY_STOPPED``'s fixtures registered (``add``) is called after
-    the teardown of its last test, when another test follows; the fixtures' own ends then find
-    it stopped (their stops do nothing twice). pytest has no public way to end a session
-    fixture early. The last test is looked for among the items that run, once -m and -k have
-    deselected theirs (later than ``arrange``); under xdist a worker cannot know which of its
-    tests comes last, so nothing stops early there."""
-
-    def __init__(self, fixture: str = EARLY_STOPPED) -> None:
-        self.fixture = fixture
-        self._stops: list[Callable[[], None]] = []
-        self._last: str | None = None
-        self._looked = False
-
-    def add(self, stop: Callable[[], None], *, first: bool = False) -> None:
-        """``first``: before those already added (a controller before the cluster it talks to)."""
-        self._stops.insert(0, stop) if first else self._stops.append(stop)
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-        yield
-        if not self._looked:
-            self._looked = True
-            self._last = None if distributed(item.config) else last_users(item.session.items, self.fixture)
-        if nextitem is not None and item.nodeid == self._last:
-            stops, self._stops = self._stops, []
-            for stop in stops:
-                stop()
 
 
 def group_of(item: pytest.Item) -> str | None:
@@ -121,17 +79,8 @@ def arrange(config: pytest.Config, items: list[pytest.Item]) -> None:
     first, then the modules' groups) and the single tests after; otherwise the tests of the
     session's Airflow last, the order kept otherwise."""
     if not distributed(config):
-        uses = ["harness" in getattr(item, "fixturenames", ()) for item in items]
-        # The kube-apiserver's tests side by side, so that it stops after its last one
-        # (``last_users``) instead of idling beside the rest (a fifth of a core, measured): last
-        # of the tests without the Airflow (the multi-host package's, one of which uses it,
-        # whole before them, so its deployment still starts once), first of the Airflow's.
-        alone = sorted(
-            (i for i, u in zip(items, uses) if not u),
-            key=lambda i: 1 if i.nodeid.startswith("tests/cluster/") else 2 if _uses(i, EARLY_STOPPED) else 0,
-        )
-        with_airflow = sorted((i for i, u in zip(items, uses) if u), key=lambda i: not _uses(i, EARLY_STOPPED))
-        items[:] = alone + with_airflow
+        uses = [_uses(item, "harness") for item in items]
+        items[:] = [i for i, u in zip(items, uses) if not u] + [i for i, u in zip(items, uses) if u]
         return
     groups = {id(item): group_of(item) for item in items}
     _write_groups(config, {item.nodeid: group for item in items if (group := groups[id(item)]) is not None})

@@ -70,19 +70,19 @@ def test_a_shared_fixtures_tests_run_on_one_worker_and_the_rest_spread(tmp_path)
     assert singles - {ran["shared_1"]}, "the other worker ran single tests beside the group"
 
 
-def test_in_one_process_the_kube_apiservers_tests_run_side_by_side_and_its_last_is_known():
-    """The kube-apiserver stops after its last test (``EarlyStops``): its users must form
-    one stretch, the multi-host package whole just before, the Airflow's tests last."""
+def test_in_one_process_the_airflows_tests_run_last_and_the_rest_keep_their_order():
+    """The session's Airflow starts with its first user and idles until the session ends: its
+    users run last, one after another; the other tests keep collection order (a module's own
+    fixtures, the kube-apiserver among them, end with the module)."""
     from types import SimpleNamespace
 
-    from tests.helpers.parallel import arrange, last_users
+    from tests.helpers.parallel import arrange
 
     def item(nodeid: str, *fixtures: str) -> SimpleNamespace:
         return SimpleNamespace(nodeid=nodeid, fixturenames=list(fixtures))
 
     items = [
         item("tests/cluster/test_faults.py::test_kube", "cluster", "kube_cluster"),
-        item("tests/cluster/test_faults.py::test_other", "cluster"),
         item("tests/config/test_a.py::test_a"),
         item("tests/integration/test_x.py::test_x", "harness"),
         item("tests/integration/test_k.py::test_k", "harness", "kube_cluster"),
@@ -91,84 +91,62 @@ def test_in_one_process_the_kube_apiservers_tests_run_side_by_side_and_its_last_
     ]
     arrange(SimpleNamespace(option=SimpleNamespace(dist="no")), items)
     assert [i.nodeid.split("::")[0].split("/", 1)[1] for i in items] == [
+        "cluster/test_faults.py",
         "config/test_a.py",
-        "tuning/test_t.py",
-        "cluster/test_faults.py",
-        "cluster/test_faults.py",
         "kube/test_k.py",
-        "integration/test_k.py",
+        "tuning/test_t.py",
         "integration/test_x.py",
+        "integration/test_k.py",
     ]
-    assert last_users(items) == "tests/integration/test_k.py::test_k"
-    assert last_users(items[:2]) is None
 
 
-EARLY_CONFTEST = """
-import os
-import pytest
-from tests.helpers.parallel import EarlyStops, arrange
-
-STOPS = EarlyStops()
-
-def pytest_configure(config):
-    config.pluginmanager.register(STOPS, "early-stops")
-
-def pytest_collection_modifyitems(config, items):
-    arrange(config, items)
-
-def _said(line):
+MODULE_CONFTEST = (
+    CONFTEST
+    + """
+@pytest.fixture(scope="module")
+def kube_cluster(request):
     with open(os.environ["SEEN"], "a") as f:
-        f.write(line + "\\n")
-
-@pytest.fixture(scope="session")
-def kube_cluster():
-    STOPS.add(lambda: _said("cluster stopped"))
-    STOPS.add(lambda: _said("controller stopped"), first=True)
+        f.write("up " + request.module.__name__ + " " + os.environ["PYTEST_XDIST_WORKER"] + "\\n")
     yield
-    _said("fixture ended")
-
-@pytest.fixture(scope="session")
-def harness():
-    return None
-"""
-
-EARLY_TESTS = """
-import os
-
-def _said(line):
     with open(os.environ["SEEN"], "a") as f:
-        f.write(line + "\\n")
-
-def test_kube_a(kube_cluster): _said("kube_a")
-def test_airflow(harness): _said("airflow")
-def test_plain(): _said("plain")
-def test_kube_b(kube_cluster): _said("kube_b")
-def test_kube_deselected(kube_cluster): _said("kube_deselected")
+        f.write("down " + request.module.__name__ + " " + os.environ["PYTEST_XDIST_WORKER"] + "\\n")
 """
+)
 
 
-def test_the_kube_apiserver_stops_after_its_last_test_that_runs_not_at_the_sessions_end(tmp_path):
-    """A real inner session (tests/helpers/parallel.py's EarlyStops): the stops run after the
-    last kube test that is not deselected, controller first, before the Airflow's test."""
-    (tmp_path / "conftest.py").write_text(EARLY_CONFTEST)
-    (tmp_path / "test_inner.py").write_text(EARLY_TESTS)
+def _module_tests(prefix: str) -> str:
+    return TESTS.split("\ndef test_")[0] + "".join(
+        f"\ndef test_{prefix}_{n}({'kube_cluster' if n < 3 else ''}):\n    time.sleep(0.2); _ran('{prefix}_{n}')\n"
+        for n in range(5)
+    )
+
+
+def test_a_module_fixtures_tests_run_on_one_worker_and_it_is_set_up_once_per_module(tmp_path):
+    """The kube-apiserver is a module's fixture: under two workers each module using it is one
+    group (one worker, one setup, its end with the module's last user), never split in two."""
+    (tmp_path / "conftest.py").write_text(MODULE_CONFTEST)
+    for prefix in ("first", "second"):
+        (tmp_path / f"test_{prefix}.py").write_text(_module_tests(prefix))
     seen = tmp_path / "seen.txt"
+    env = {**os.environ, "SEEN": str(seen), "PYTHONPATH": str(ROOT)}
+    env.pop("TRIALFLOW_XDIST_GROUPS", None)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "not deselected"]
-        + ["--rootdir", str(tmp_path), str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup"]
+        + ["--no-loadscope-reorder", "--rootdir", str(tmp_path), str(tmp_path)],
         cwd=tmp_path,
-        env={**os.environ, "SEEN": str(seen), "PYTHONPATH": str(ROOT)},
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert seen.read_text().splitlines() == [
-        "plain",
-        "kube_a",
-        "kube_b",
-        "controller stopped",
-        "cluster stopped",
-        "airflow",
-        "fixture ended",
-    ]
+    lines = seen.read_text().splitlines()
+    ups = [line.split()[1:] for line in lines if line.startswith("up ")]
+    downs = [line.split()[1:] for line in lines if line.startswith("down ")]
+    ran = dict(json.loads(line) for line in lines if line.startswith("["))
+    assert len(ran) == 10
+    assert sorted(module for module, _ in ups) == ["test_first", "test_second"], lines  # once each
+    assert sorted(ups) == sorted(downs)
+    for module, worker in ups:
+        prefix = module.removeprefix("test_")
+        assert {ran[f"{prefix}_{n}"] for n in range(3)} == {worker}
