@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from trialflow.from_airflow.why_stopped import NOT_A_PERSON, SOME_ACTION, TaskRef, reason_for, worker_kill_reason
+from trialflow.from_airflow.why_stopped import (
+    NOT_A_PERSON,
+    SOME_ACTION,
+    AirflowStop,
+    TaskRef,
+    as_recorded,
+    reason_for,
+    stop_from_airflow,
+    worker_kill_reason,
+)
 
 # Every TaskInstanceState Airflow 3.3 has, and None (a cleared task's new try).
 STATES = [
@@ -136,3 +145,61 @@ def test_a_task_marked_failed_asks_its_runs_state_again_a_moment_later(monkeypat
     # A task marked failed in a run that goes on: asked twice, still running, said so.
     monkeypatch.setattr(runner.RuntimeTaskInstance, "get_dagrun_state", staticmethod(lambda **kw: "running"))
     assert module.ask_states(TaskRef("d", "r", "trial", -1)) == ("failed", "running")
+
+
+RUN_FAILED = "stopped from Airflow: its task was marked failed; DAG run r1 is failed"
+TASK_FAILED = "stopped from Airflow: its task was marked failed"
+
+
+@pytest.mark.parametrize(
+    ("on_kill", "requested", "expected"),
+    [
+        # the listener saw the run marked failed, on_kill read the run a moment too early
+        (AirflowStop(TASK_FAILED), RUN_FAILED, AirflowStop(RUN_FAILED, whole_run=True)),
+        (AirflowStop(RUN_FAILED, whole_run=True), RUN_FAILED, AirflowStop(RUN_FAILED, whole_run=True)),
+        (AirflowStop(TASK_FAILED), TASK_FAILED, AirflowStop(TASK_FAILED)),
+        # on_kill alone saw the whole run failed: it says more and stays
+        (AirflowStop(RUN_FAILED, whole_run=True), TASK_FAILED, AirflowStop(RUN_FAILED, whole_run=True)),
+        # no click recorded, or a request that is not Airflow's (a kill from the pages)
+        (AirflowStop(TASK_FAILED), None, AirflowStop(TASK_FAILED)),
+        (AirflowStop(TASK_FAILED), "killed by editor", AirflowStop(TASK_FAILED)),
+        # another run's failure is not this run's
+        (
+            AirflowStop(TASK_FAILED),
+            TASK_FAILED + "; DAG run r2 is failed",
+            AirflowStop(TASK_FAILED + "; DAG run r2 is failed"),
+        ),
+    ],
+)
+def test_one_click_is_recorded_in_the_words_the_api_server_wrote_as_it_took_it(on_kill, requested, expected):
+    assert as_recorded(on_kill, requested, "r1") == expected
+
+
+def test_on_kill_closes_the_trial_with_the_clicks_recorded_words(local_trials):
+    """A real local trial with the listener's request beside it (as the api-server writes it
+    while it takes the PATCH): on_kill, which asked Airflow too early to see the run failed,
+    closes the trial with the request's words, and whichever of the two closes it, the
+    message is one (seen under load in the full suite: two messages for one click)."""
+    import asyncio
+    import time
+
+    from trialflow import steering
+    from trialflow.lifecycle.submission import Submission
+    from trialflow.platforms.local import process_alive
+    from trialflow.steering.base import Request
+    from trialflow.trial.status import TrialStatus
+
+    submit, store = local_trials
+    trigger = submit(0, "hang")
+    submission = Submission.from_dict(trigger.submission.to_dict())
+    pid = int(submission.handle["pid"])
+    store.set_attrs(
+        submission.storage_id, **{steering.STOP_REQUEST: Request("Airflow", RUN_FAILED, time.time()).to_dict()}
+    )
+    assert asyncio.run(stop_from_airflow(submission, AirflowStop(TASK_FAILED), "r1"))
+    record = store.trial(submission.storage_id)
+    assert (record.status, record.message) == (TrialStatus.USER_CANCELED, RUN_FAILED)
+    deadline = time.monotonic() + 15
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not process_alive(pid)

@@ -89,8 +89,30 @@ def reason_for(
     if dag_run_state == "failed":
         # Marking the run failed marks its running tasks failed; a run whose last task a person
         # marked failed is failed too by the time the worker asks: the message says both facts.
-        return AirflowStop(f"{reason}; DAG run {run_id} is failed", whole_run=True)
+        return AirflowStop(reason + run_failed_clause(run_id), whole_run=True)
     return AirflowStop(reason)
+
+
+def run_failed_clause(run_id: str) -> str:
+    """What a stop reason adds when the task's whole DAG run was failed (the api-server's
+    listener and on_kill write it alike: a reader tells a run's stop from one task's by it)."""
+    return f"; DAG run {run_id} is failed"
+
+
+def as_recorded(stop: AirflowStop, requested: str | None, run_id: str) -> AirflowStop:
+    """The stop to record: the one the api-server's listener wrote as it took the click, where
+    there is one from Airflow, else ``stop`` (what on_kill asked Airflow afterwards).
+
+    Both see one click, and whichever closes the trial first writes its message: the listener
+    saw the click inside the request that made it, on_kill asks a moment later and can read
+    the run's state before the run is marked (seen in a full suite under load: the follower
+    acted on the listener's "...; DAG run ... is failed" while on_kill closed the trial with
+    "its task was marked failed"). One click, one message; where on_kill alone saw the whole
+    run failed, it says more and stays."""
+    if not requested or not requested.startswith(FROM_AIRFLOW):
+        return stop
+    recorded = AirflowStop(requested, whole_run=requested.endswith(run_failed_clause(run_id)))
+    return stop if stop.whole_run and not recorded.whole_run else recorded
 
 
 #: The trigger's message when Airflow cannot be asked which action it was.
@@ -197,6 +219,8 @@ async def stop_from_airflow(
     from trialflow.lifecycle import trial_lifecycle
 
     store = await asyncio.to_thread(lambda: ExperimentStoreHook(submission.store_conn_id).get_conn())
+    requested = await asyncio.to_thread(steering.stop_requested, store, submission.storage_id)
+    stop = as_recorded(stop, requested, run_id)
     if platform is None:
         experiment = await asyncio.to_thread(submission.experiment)
         platform = experiment.platform(submission.service_index, airflow_connections())

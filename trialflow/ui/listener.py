@@ -41,6 +41,7 @@ def _stop(task_instance: Any, state: TaskState) -> None:
         if map_index < 0:
             return
         from trialflow import steering
+        from trialflow.from_airflow.why_stopped import run_failed_clause
         from trialflow.lifecycle.task_states import marked_reason
         from trialflow.ui.access import action_store
 
@@ -48,7 +49,7 @@ def _stop(task_instance: Any, state: TaskState) -> None:
         run = getattr(task_instance, "dag_run", None)
         whole_run = str(getattr(getattr(run, "state", None), "value", getattr(run, "state", ""))) == "failed"
         if whole_run:  # the DAG run was marked failed (its tasks with it): no trial of it starts
-            reason += f"; DAG run {task_instance.run_id} is failed"
+            reason += run_failed_clause(task_instance.run_id)
         store = action_store()
         asked = steering.stop_task_trial(
             store, task_instance.dag_id, task_instance.run_id, map_index, reason, group=group
