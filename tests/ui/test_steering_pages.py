@@ -62,8 +62,14 @@ def test_kill_a_running_trial_from_its_page_and_a_reader_sees_no_buttons(browser
     page.click("[data-testid=stop-experiment]")
     page.wait_for_selector("[data-testid=action-outcome]", timeout=10000)
     assert "Stop this experiment?" in dialogs[-1]
+    assert page.locator("[data-testid=action-outcome]").inner_text().startswith("Stopped: ")
     gone({1: pids[1]})
     harness.wait(dag_id, run_id, 120)
+    # and it stays said once the experiment, stopped, has nothing left to steer (the panel went
+    # with the page's refresh, and the outcome with it: seen under load in the full suite)
+    page.wait_for_selector("[data-testid=actions-done] [data-testid=action-outcome]", timeout=30000)
+    assert page.locator("[data-testid=action-outcome]").inner_text().startswith("Stopped: ")
+    shot(page, "stop-outcome")
     page.reload()
     page.wait_for_selector("[data-testid=history]", timeout=30000)
     history = page.locator("[data-testid=history]").inner_text()

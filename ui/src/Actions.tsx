@@ -43,7 +43,12 @@ export function ExperimentActions({ summary, onChanged }: { summary: Summary; on
   useEffect(() => setMaxTrials(String(summary.config.maxTrialNumber ?? "")), [summary.config.maxTrialNumber]);
   useEffect(() => setDuration(summary.config.maxExperimentDuration ? String(summary.config.maxExperimentDuration) : ""),
     [summary.config.maxExperimentDuration]);
-  if (!summary.may_edit || !summary.active) return null;
+  if (!summary.may_edit) return null;
+  if (!summary.active) {
+    // An action that ended the experiment (a stop, the last trial killed) still says what it did:
+    // the page refreshes at once, and the outcome vanished with the controls it came from.
+    return outcome ? <Panel title="Steer this experiment" testId="actions-done"><Feedback outcome={outcome} /></Panel> : null;
+  }
   const act = (run: () => Promise<string>) => {
     setBusy(true);
     void attempt(run, setOutcome, onChanged).finally(() => setBusy(false));
