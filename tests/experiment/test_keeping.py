@@ -180,6 +180,7 @@ def store_answering_500(monkeypatch):
         server.server_close()
 
 
+@pytest.mark.slow  # real processes for seconds: make test runs it, the inner loops do not
 def test_a_store_answering_500_holds_its_follower_one_copys_time_not_its_sdks_retries(
     tmp_path, store, store_answering_500
 ):

@@ -48,6 +48,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow  # real processes for seconds: make test runs it, the inner loops do not
 @pytest.mark.timeout(240)
 def test_two_generations_of_four_hand_weights_on_through_the_store(tmp_path, store):
     pytest.importorskip("sklearn")

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 CONFTEST = """
@@ -44,6 +46,7 @@ def _ran(name):
 )
 
 
+@pytest.mark.slow  # real processes for seconds: make test runs it, the inner loops do not
 def test_a_shared_fixtures_tests_run_on_one_worker_and_the_rest_spread(tmp_path):
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_inner.py").write_text(TESTS)
@@ -121,6 +124,7 @@ def _module_tests(prefix: str) -> str:
     )
 
 
+@pytest.mark.slow  # real processes for seconds: make test runs it, the inner loops do not
 def test_a_module_fixtures_tests_run_on_one_worker_and_it_is_set_up_once_per_module(tmp_path):
     """The kube-apiserver is a module's fixture: under two workers each module using it is one
     group (one worker, one setup, its end with the module's last user), never split in two."""

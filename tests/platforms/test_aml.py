@@ -114,6 +114,7 @@ def _arm_calls(azure, since: int = 0) -> list[tuple[str, str]]:
     return out
 
 
+@pytest.mark.slow  # real processes for seconds: make test runs it, the inner loops do not
 def test_trials_run_report_fail_and_reattach(azure, code, tmp_path, caplog):
     platform = _platform(azure, tmp_path)
     platform.prepare_sync("eaml0001")

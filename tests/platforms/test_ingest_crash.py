@@ -61,6 +61,7 @@ def _stored(store: ExperimentStore, storage_id: int) -> int:
         return int(conn.execute(query).scalar() or 0)
 
 
+@pytest.mark.slow  # real processes for seconds: make test runs it, the inner loops do not
 @pytest.mark.timeout(240)
 @pytest.mark.both_databases
 def test_a_follower_killed_mid_ingest_is_retried_and_stores_every_result_once(store, tmp_path):

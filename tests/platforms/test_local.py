@@ -244,6 +244,7 @@ def gpu_spec(code: Path, index: int, need: int) -> TrialSpec:
     return TrialSpec("e1", f"e1-{index:04d}", index, index, {}, f"{PY} t.py", code, gpu_number=need)
 
 
+@pytest.mark.slow  # real processes for seconds: make test runs it, the inner loops do not
 def test_trials_get_their_own_gpus_and_wait_for_a_free_one(tmp_path, gpus):
     platform = LocalPlatform(LocalConfig(), tmp_path / "exp")
     first = platform.submit_sync(gpu_spec(gpus, 0, 1))

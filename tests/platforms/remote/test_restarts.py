@@ -60,6 +60,7 @@ def _remote_experiment(machine, tmp_path, store, object_store, trial: str, middl
     return experiment
 
 
+@pytest.mark.slow  # real processes for seconds: make test runs it, the inner loops do not
 def test_a_remote_trial_whose_process_and_sshd_die_restarts_from_its_checkpoint(
     ssh_servers, tmp_path, store, object_store
 ):
