@@ -89,6 +89,13 @@ class Harness:
             time.sleep(0.3)
         raise TimeoutError(f"{dag_id} did not finish in {timeout} s")
 
+    def reparse(self, dag_id: str) -> None:
+        """Ask the dag-processor to parse the DAG's file now (Airflow's reparse button): the
+        session's Airflow parses an unchanged file only every 10 minutes."""
+        details = self.airflow.api("GET", f"/dags/{dag_id}/details")
+        details.raise_for_status()
+        self.airflow.api("PUT", f"/parseDagFile/{details.json()['file_token']}").raise_for_status()
+
     def tis(self, dag_id: str, run_id: str, task_id: str = "trial") -> list[dict[str, Any]]:
         return sorted(
             (ti for ti in self.airflow.task_instances(dag_id, run_id) if ti["task_id"] == task_id),
