@@ -30,6 +30,7 @@ from trialflow.experiment import Experiment, TrialXCom, trial_result
 from trialflow.experiment.follow import Follower, FollowOutcome
 from trialflow.experiment.keeping import parent_checkpoint
 from trialflow.experiment.run_windows import EXPERIMENT_DEADLINE_REASON
+from trialflow.lifecycle.start_state import read_start
 from trialflow.lifecycle.submission import Submission
 from trialflow.lifecycle.task_states import TaskState, task_state
 from trialflow.platforms.base import (
@@ -54,7 +55,6 @@ from trialflow.trial.sealing import SealingUnavailable
 from trialflow.tuning.asker import ask
 from trialflow.tuning.custom.runner import AdvisorWaits, CustomAlgorithmError
 from trialflow.tuning.pbt import PopulationNotReady
-from trialflow.tuning.space_versions import current as current_space
 
 if TYPE_CHECKING:
     from trialflow.store.experiment_store import ExperimentStore, TrialRecord
@@ -165,14 +165,10 @@ def start_trial(
     back to); ``links`` and ``mask``: the pages its MLflow run links to, and the masker of the
     process (trialflow.tracking.runner).
     """
-    window = experiment.window(store, run_id)
-    index = window.first_index + int(map_index)
+    state = read_start(experiment, store, run_id, map_index)
+    window, index = state.window, state.trial_index
     trial_id = trial_id_for(experiment.experiment_id, index)
-    refused = window.admission(
-        int(map_index),
-        experiment.max_trial_number(store),
-        lambda i: store.find_trial_id(experiment.experiment_id, i) is not None,
-    )
+    refused = window.admission(int(map_index), state.max_trial_number, lambda i: state.existing is not None)
     if refused is not None and not refused.owned:
         raise TrialCannotRun(
             f"run {run_id!r} has no trial {map_index} in experiment {experiment.experiment_id!r} "
@@ -180,8 +176,6 @@ def start_trial(
         )
     if refused is not None:
         raise TrialNotStarted(trial_id, refused.reason)
-    # the newest search space (a person may have changed it while the experiment runs)
-    version, space = current_space(store, experiment.experiment_id, experiment.space.raw)
     try:
         asked = ask(
             store,
@@ -189,10 +183,12 @@ def start_trial(
             index,
             trial_id,
             experiment.algorithm,
-            space if version else experiment.space,
+            state.space,  # the newest (a person may have changed it while the experiment runs)
             experiment.pruner,
             population_floor=window.first_index,
-            space_version=version,
+            space_version=state.space_version,
+            existing=state.existing,
+            unasked=state.unasked,
         )
     except PopulationNotReady as exc:
         raise TrialWaits(trial_id, str(exc)) from None

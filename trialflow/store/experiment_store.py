@@ -267,6 +267,32 @@ class ExperimentStore:
             raw = conn.execute(query).scalar_one_or_none()
         return None if raw is None else json.loads(raw)
 
+    def read_for_start(
+        self, experiment_id: str, keys: Sequence[str], index_of: Callable[[dict[str, Any]], int | None]
+    ) -> tuple[dict[str, Any], TrialRecord | None]:
+        """What a trial's start reads of its experiment, at once: the attributes named (those
+        set: its run's window, the limits and search spaces a person changed...) and the trial
+        already at the index ``index_of(those attributes)`` names (a retry or a resumed run
+        re-attaches to it; the index is its run's window's, which the store does not read), None
+        when it was never asked or the index is None. One connection."""
+        study_id = self.study_id(experiment_id)
+        attrs_query = sa.select(STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
+            STUDY_ATTRS.c.study_id == study_id, STUDY_ATTRS.c.key.in_(list(keys))
+        )
+        with self.storage.engine.connect() as conn:
+            attrs = {key: json.loads(raw) for key, raw in conn.execute(attrs_query)}
+            trial_index = index_of(attrs)
+            storage_id = (
+                None
+                if trial_index is None
+                else conn.execute(
+                    sa.select(TRIAL_INDEX.c.trial_id).where(
+                        TRIAL_INDEX.c.study_id == study_id, TRIAL_INDEX.c.trial_index == trial_index
+                    )
+                ).scalar_one_or_none()
+            )
+        return attrs, None if storage_id is None else self.trial(storage_id)
+
     def experiments_with_attr(self, key: str, value: Any) -> list[str]:
         """The experiments whose attribute ``key`` is ``value``, oldest first (e.g. a DAG's)."""
         table = STUDY_ATTRS

@@ -38,6 +38,7 @@ from trialflow.tuning.pbt import (
     generation_of,
     plan_member,
     previous_generation,
+    unasked_of,
 )
 from trialflow.tuning.space_versions import VERSION_ATTR, SpaceView
 from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
@@ -62,6 +63,10 @@ class AskedTrial:
     record: TrialRecord
 
 
+#: ``ask(existing=...)`` left out: the asker looks the trial up itself.
+NOT_READ: Any = object()
+
+
 def ask(
     store: ExperimentStore,
     experiment_id: str,
@@ -72,6 +77,9 @@ def ask(
     pruner: BasePruner | None = None,
     population_floor: int | None = None,
     space_version: int = 0,
+    *,
+    existing: TrialRecord | None = NOT_READ,
+    unasked: frozenset[int] | None = None,
 ) -> AskedTrial:
     """Parameters for trial ``trial_index``: the ones it already has (a retry or a resumed
     run re-attaches), or new ones from the tuner, which has seen every earlier result.
@@ -84,8 +92,13 @@ def ask(
 
     Optuna creates the trial (one commit); the store then writes its parameters, trialflow's
     attributes and the claim of the index as one transaction, and a claim that loses to a twin
-    ask leaves nothing of it behind (the twin's trial stands)."""
-    existing = store.find_trial(experiment_id, trial_index)
+    ask leaves nothing of it behind (the twin's trial stands).
+
+    ``existing`` and ``unasked``: what the caller read already (a trial start reads its
+    experiment once: trialflow.lifecycle.start_state), the trial at ``trial_index`` and the
+    indexes whose task ended without asking; left out, they are read here."""
+    if existing is NOT_READ:
+        existing = store.find_trial(experiment_id, trial_index)
     if existing is not None:
         return AskedTrial(existing.number, existing.storage_id, existing.parameters, True, existing)
     population = (
@@ -93,7 +106,9 @@ def ask(
     )
     ended: list[Ended] = []
     if population is not None:  # before a person's queued trial is claimed for this index
-        ended = generation_before(store, experiment_id, trial_index, population.population_size, population_floor or 0)
+        ended = generation_before(
+            store, experiment_id, trial_index, population.population_size, population_floor or 0, unasked
+        )
     study_id = store.study_id(experiment_id)
     queued, fixed = store.asked_for(study_id, trial_index, space)
     lineage = None
@@ -147,20 +162,23 @@ def ask(
 
 
 def generation_before(
-    store: ExperimentStore, experiment_id: str, trial_index: int, size: int, floor: int
+    store: ExperimentStore,
+    experiment_id: str,
+    trial_index: int,
+    size: int,
+    floor: int,
+    unasked: frozenset[int] | None = None,
 ) -> list[Ended]:
     """The ended trials of the generation before ``trial_index``'s, or PopulationNotReady
     naming those still running or not yet asked (below ``floor``, or whose task ended without
     asking, UNASKED_ATTR: a missing one never will be). A trial that did not succeed has no
     result to rank by (it ranks last)."""
     ended, waiting = [], []
-    unasked: set[int] | None = None
     for index in previous_generation(trial_index, size):
         record = store.find_trial(experiment_id, index)
         if record is None:
             if unasked is None:
-                raw = store.experiment_attr(experiment_id, UNASKED_ATTR)
-                unasked = {int(i) for i in raw if isinstance(i, int)} if isinstance(raw, list) else set()
+                unasked = unasked_of(store.experiment_attr(experiment_id, UNASKED_ATTR))
             if index >= floor and index not in unasked:
                 waiting.append(index)
             continue

@@ -34,8 +34,14 @@ from trialflow.tuning.seeds import trial_seed
 #: The experiment attribute listing trial indices whose task ended without asking (marked
 #: failed or success while it waited, skipped): a later generation does not wait for them.
 UNASKED_ATTR = "unasked_indices"
+
 #: NNI's parameter keys for the folders a PBT trial loads from and saves to (set where it runs).
 FOLDER_KEYS = (PBT_LOAD_KEY, PBT_SAVE_KEY)
+
+
+def unasked_of(raw: Any) -> frozenset[int]:
+    """The indexes UNASKED_ATTR holds, as stored (what is not an index is not read as one)."""
+    return frozenset(i for i in raw if isinstance(i, int)) if isinstance(raw, list) else frozenset()
 
 
 @dataclass(frozen=True)

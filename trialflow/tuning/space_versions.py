@@ -70,7 +70,12 @@ def versions(store: ExperimentStore, experiment_id: str, config_space: dict[str,
 
 def current(store: ExperimentStore, experiment_id: str, config_space: dict[str, Any]) -> tuple[int, SearchSpace]:
     """The version an ask samples from now, parsed under its own names."""
-    newest = versions(store, experiment_id, config_space)[-1]
+    return current_of(store.experiment_attr(experiment_id, SPACES_ATTR), config_space)
+
+
+def current_of(raw: Any, config_space: dict[str, Any]) -> tuple[int, SearchSpace]:
+    """The same, from the stored attribute (``raw``, None when no person changed the space)."""
+    newest = [SpaceVersion(0, config_space, None, None), *changes(raw)][-1]
     return newest.version, parse_search_space(newest.space, namespace(newest.version))
 
 

@@ -1,0 +1,96 @@
+"""What a trial's start reads of its experiment (trialflow.lifecycle.start_state), on a real store:
+each field as the feature that writes it left it, all of it on one connection."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from trialflow.config import load_config
+from trialflow.experiment import Experiment
+from trialflow.lifecycle.start_state import read_start, state_of
+from trialflow.runs import start_run
+from trialflow.steering.limit_changes import change_limits
+from trialflow.steering.space_changes import change_search_space
+from trialflow.tuning.asker import ask
+from trialflow.tuning.pbt import UNASKED_ATTR
+
+CONFIG = f"""\
+searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}
+trialCommand: {sys.executable} -c pass
+trialCodeDirectory: .
+trialConcurrency: 2
+maxTrialNumber: 4
+tuner: {{name: Random}}
+trainingService: {{platform: local}}
+"""
+
+
+@pytest.fixture
+def experiment(tmp_path: Path, store) -> Experiment:
+    (tmp_path / "config.yml").write_text(CONFIG)
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "estart", tmp_path / "work")
+    start_run(experiment, store, "dag_a", "r1", {})
+    return experiment
+
+
+def test_a_first_start_finds_its_window_and_the_configs_space(experiment, store):
+    state = read_start(experiment, store, "r1", 1)
+    assert state.window == experiment.window(store, "r1")
+    assert state.trial_index == state.window.first_index + 1
+    assert state.max_trial_number is None and state.existing is None and state.unasked == frozenset()
+    assert state.space_version == 0 and state.space is experiment.space
+
+
+def test_a_retry_finds_its_trial_and_what_people_changed(experiment, store):
+    asked = ask(store, experiment.experiment_id, 0, "t0", experiment.algorithm, experiment.space)
+    change_limits(store, experiment.experiment_id, "ann", {"maxTrialNumber": 3})
+    change_search_space(store, experiment.experiment_id, "ann", {"y": {"_type": "choice", "_value": [1, 2]}})
+    store.set_experiment_attrs(experiment.experiment_id, {UNASKED_ATTR: [2, "3", None]})
+    state = read_start(experiment, store, "r1", 0)
+    assert state.existing is not None and state.existing.storage_id == asked.storage_id
+    assert state.existing.parameters == asked.parameters
+    assert state.max_trial_number == 3
+    assert state.space_version == 1 and [p.sampler_name for p in state.space.params] == ["v1:y"]
+    assert state.unasked == frozenset({2})  # what is not an index is not read as one
+    assert read_start(experiment, store, "r1", 1).existing is None  # another index's trial is not this one's
+
+
+def test_a_run_without_a_window_finds_none_and_no_trial(experiment, store):
+    ask(store, experiment.experiment_id, 0, "t0", experiment.algorithm, experiment.space)
+    state = read_start(experiment, store, "r-never-started", 0)
+    assert not state.window.exists
+    # the index a missing window gives is the experiment's first: its trial is still found, and
+    # admission refuses the start for the window before it looks at the trial
+    assert state.window.admission(0, None, lambda i: state.existing is not None) is not None
+
+
+def test_the_start_reads_on_one_connection(experiment, store):
+    ask(store, experiment.experiment_id, 0, "t0", experiment.algorithm, experiment.space)
+    store.study_id(experiment.experiment_id)  # the id is cached once per store, as a task's is
+    checkouts: list[object] = []
+
+    def checked_out(*args: object) -> None:
+        checkouts.append(args[0])
+
+    engine = store.storage.engine
+    sa.event.listen(engine, "checkout", checked_out)
+    try:
+        state = read_start(experiment, store, "r1", 0)
+    finally:
+        sa.event.remove(engine, "checkout", checked_out)
+    assert state.existing is not None
+    print(len(checkouts))
+    assert len(checkouts) <= 2  # the attributes and the index on one; the trial's record its own
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [(None, None), ({}, None), ({"maxTrialNumber": 7}, 7), ("not a dict", None), ({"maxTrialNumber": None}, None)],
+)
+def test_state_of_reads_a_changed_max_trial_number(experiment, limits, expected):
+    attrs = {} if limits is None else {"limits": limits}
+    assert state_of(experiment, "r1", 0, attrs, None).max_trial_number == expected

@@ -1,0 +1,79 @@
+"""What a trial's start reads of its experiment, read once. No Airflow.
+
+A trial start used to read its experiment feature by feature: the run's window, then the
+maxTrialNumber a person changed, then the newest search space, then whether the trial had been
+asked already (a retry), each a query of its own (and PBT's generation, a custom class's state
+and MLflow's target after them). :class:`StartState` is that read, one store call
+(``ExperimentStore.read_for_start``), typed: what admission, the asker and the launch decide
+from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trialflow.experiment import LIMITS_ATTR
+from trialflow.experiment.run_windows import RunWindow, key_of
+from trialflow.tuning.pbt import UNASKED_ATTR, unasked_of
+from trialflow.tuning.space_versions import SPACES_ATTR, current_of
+
+if TYPE_CHECKING:
+    from trialflow.config.search_space import SearchSpace
+    from trialflow.experiment import Experiment
+    from trialflow.store.experiment_store import ExperimentStore, TrialRecord
+
+
+@dataclass(frozen=True)
+class StartState:
+    """Trial ``trial_index`` of run ``run_id``'s experiment, as its start finds it."""
+
+    run_id: str
+    map_index: int
+    #: What the run owns (its trial indexes, deadline, stop mark, inputs).
+    window: RunWindow
+    #: maxTrialNumber as a person changed it while the experiment ran (None: unchanged).
+    max_trial_number: int | None
+    #: The search space an ask samples from now (0: the config's), parsed under its names.
+    space_version: int
+    space: SearchSpace
+    #: The trial already at this index (a retry, a resumed run), None when it was never asked.
+    existing: TrialRecord | None
+    #: Trial indexes whose task ended without asking (PBT waits for none of them).
+    unasked: frozenset[int]
+
+    @property
+    def trial_index(self) -> int:
+        return self.window.first_index + self.map_index
+
+
+def read_start(experiment: Experiment, store: ExperimentStore, run_id: str, map_index: int) -> StartState:
+    """The state trial ``map_index`` of run ``run_id`` starts from, in one store call."""
+    window_key = key_of(run_id)
+
+    def trial_index(attrs: dict[str, Any]) -> int:
+        return RunWindow.parse(attrs.get(window_key)).first_index + int(map_index)
+
+    keys = (window_key, LIMITS_ATTR, SPACES_ATTR, UNASKED_ATTR)
+    attrs, existing = store.read_for_start(experiment.experiment_id, keys, trial_index)
+    return state_of(experiment, run_id, map_index, attrs, existing)
+
+
+def state_of(
+    experiment: Experiment, run_id: str, map_index: int, attrs: dict[str, Any], existing: TrialRecord | None
+) -> StartState:
+    """The typed state from what the store returned (pure)."""
+    window = RunWindow.parse(attrs.get(key_of(run_id)))
+    limits = attrs.get(LIMITS_ATTR)
+    changed = limits.get("maxTrialNumber") if isinstance(limits, dict) else None
+    version, space = current_of(attrs.get(SPACES_ATTR), experiment.space.raw)
+    return StartState(
+        run_id,
+        int(map_index),
+        window,
+        None if changed is None else int(changed),
+        version,
+        space if version else experiment.space,
+        existing,
+        unasked_of(attrs.get(UNASKED_ATTR)),
+    )
