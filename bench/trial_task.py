@@ -93,7 +93,9 @@ assert status == 0, "the start step's work failed"
 asks = []
 # The asker drives the tuner since issue 48 (start_trial calls its ask); before, the store did.
 _asks_in_store = hasattr(ExperimentStore, "ask")
-_ask = ExperimentStore.ask if _asks_in_store else trial_lifecycle.ask
+# Since issue 65 a start calls ask_new (it read whether the trial was asked with the rest).
+_ask_name = "ask_new" if hasattr(trial_lifecycle, "ask_new") else "ask"
+_ask = ExperimentStore.ask if _asks_in_store else getattr(trial_lifecycle, _ask_name)
 
 
 def timed_ask(self, *args, **kwargs):
@@ -116,7 +118,7 @@ def timed_ask(self, *args, **kwargs):
 if _asks_in_store:
     ExperimentStore.ask = timed_ask
 else:
-    trial_lifecycle.ask = timed_ask
+    setattr(trial_lifecycle, _ask_name, timed_ask)
 
 
 def task(index: int, report: int) -> None:

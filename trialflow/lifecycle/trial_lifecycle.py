@@ -52,7 +52,7 @@ from trialflow.tracking.runner import TRIAL_REQUEST_TIMEOUT, open_tracking
 from trialflow.trial.handle import current_handle
 from trialflow.trial.packing import CodeDirectoryError
 from trialflow.trial.sealing import SealingUnavailable
-from trialflow.tuning.asker import ask
+from trialflow.tuning.asker import AskedTrial, ask_new
 from trialflow.tuning.custom.runner import AdvisorWaits, CustomAlgorithmError
 from trialflow.tuning.pbt import PopulationNotReady
 
@@ -177,18 +177,21 @@ def start_trial(
     if refused is not None:
         raise TrialNotStarted(trial_id, refused.reason)
     try:
-        asked = ask(
-            store,
-            experiment.experiment_id,
-            index,
-            trial_id,
-            experiment.algorithm,
-            state.space,  # the newest (a person may have changed it while the experiment runs)
-            experiment.pruner,
-            population_floor=window.first_index,
-            space_version=state.space_version,
-            existing=state.existing,
-            unasked=state.unasked,
+        asked = (
+            AskedTrial.resumed_from(state.existing)
+            if state.existing is not None
+            else ask_new(
+                store,
+                experiment.experiment_id,
+                index,
+                trial_id,
+                experiment.algorithm,
+                state.space,  # the newest (a person may have changed it while the experiment runs)
+                experiment.pruner,
+                window.first_index,
+                state.space_version,
+                state.unasked,
+            )
         )
     except PopulationNotReady as exc:
         raise TrialWaits(trial_id, str(exc)) from None
@@ -225,12 +228,15 @@ def start_trial(
     )
     if record.finished:
         return started
+    facts: dict[str, Any] = {}  # what the start records before the launch, in one write
     if is_host_bound(started.platform_name):
         check_host(trial_id, {"host": record.host} if record.host else record.handle)
         if pin_host and record.host is None:
-            store.set_attrs(record.storage_id, host=this_host())
+            facts["host"] = this_host()
     if task is not None:
-        store.set_attrs(record.storage_id, **{TASK_ATTR: task.to_attr()})
+        facts[TASK_ATTR] = task.to_attr()
+    if facts:
+        store.set_attrs(record.storage_id, **facts)
     if experiment.config.mlflow is not None and record.handle is None:
         spec = replace(spec, env={**spec.env, **_tracking_env(experiment, store, record, connections, links, mask)})
     platform = experiment.platform(chosen, connections)

@@ -62,9 +62,10 @@ class AskedTrial:
     resumed: bool
     record: TrialRecord
 
-
-#: ``ask(existing=...)`` left out: the asker looks the trial up itself.
-NOT_READ: Any = object()
+    @classmethod
+    def resumed_from(cls, record: TrialRecord) -> AskedTrial:
+        """The trial already asked at its index, as a retry re-attaches to it."""
+        return cls(record.number, record.storage_id, record.parameters, True, record)
 
 
 def ask(
@@ -77,30 +78,45 @@ def ask(
     pruner: BasePruner | None = None,
     population_floor: int | None = None,
     space_version: int = 0,
-    *,
-    existing: TrialRecord | None = NOT_READ,
-    unasked: frozenset[int] | None = None,
 ) -> AskedTrial:
     """Parameters for trial ``trial_index``: the ones it already has (a retry or a resumed
-    run re-attaches), or new ones from the tuner, which has seen every earlier result.
+    run re-attaches), or new ones from the tuner, which has seen every earlier result
+    (:func:`ask_new`). A trial's start reads what this reads with the rest of its experiment
+    (trialflow.lifecycle.start_state) and calls :func:`ask_new` itself."""
+    existing = store.find_trial(experiment_id, trial_index)
+    if existing is not None:
+        return AskedTrial.resumed_from(existing)
+    population_based = population_floor is not None and tuner.population_based
+    unasked = unasked_of(store.experiment_attr(experiment_id, UNASKED_ATTR)) if population_based else frozenset()
+    return ask_new(
+        store, experiment_id, trial_index, trial_id, tuner, space, pruner, population_floor, space_version, unasked
+    )
+
+
+def ask_new(
+    store: ExperimentStore,
+    experiment_id: str,
+    trial_index: int,
+    trial_id: str,
+    tuner: AlgorithmConfig,
+    space: SearchSpace,
+    pruner: BasePruner | None,
+    population_floor: int | None,
+    space_version: int,
+    unasked: frozenset[int],
+) -> AskedTrial:
+    """New parameters for trial ``trial_index``, which has none yet, from the tuner.
 
     Population Based Training (trialflow.tuning.pbt): with ``population_floor`` (the first
     trial index of the asking run: an earlier index without a trial belongs to a run that
     ended, and is not waited for), a trial of a later generation raises PopulationNotReady
-    until every trial of the generation before has ended, then gets the member's plan. An
-    import (no floor) gives every trial the parameters it brings.
+    until every trial of the generation before has ended (or is in ``unasked``: its task ended
+    without asking), then gets the member's plan. An import (no floor) gives every trial the
+    parameters it brings.
 
     Optuna creates the trial (one commit); the store then writes its parameters, trialflow's
     attributes and the claim of the index as one transaction, and a claim that loses to a twin
-    ask leaves nothing of it behind (the twin's trial stands).
-
-    ``existing`` and ``unasked``: what the caller read already (a trial start reads its
-    experiment once: trialflow.lifecycle.start_state), the trial at ``trial_index`` and the
-    indexes whose task ended without asking; left out, they are read here."""
-    if existing is NOT_READ:
-        existing = store.find_trial(experiment_id, trial_index)
-    if existing is not None:
-        return AskedTrial(existing.number, existing.storage_id, existing.parameters, True, existing)
+    ask leaves nothing of it behind (the twin's trial stands)."""
     population = (
         PbtArgs.from_class_args(tuner.class_args) if population_floor is not None and tuner.population_based else None
     )
@@ -167,7 +183,7 @@ def generation_before(
     trial_index: int,
     size: int,
     floor: int,
-    unasked: frozenset[int] | None = None,
+    unasked: frozenset[int],
 ) -> list[Ended]:
     """The ended trials of the generation before ``trial_index``'s, or PopulationNotReady
     naming those still running or not yet asked (below ``floor``, or whose task ended without
@@ -177,8 +193,6 @@ def generation_before(
     for index in previous_generation(trial_index, size):
         record = store.find_trial(experiment_id, index)
         if record is None:
-            if unasked is None:
-                unasked = unasked_of(store.experiment_attr(experiment_id, UNASKED_ATTR))
             if index >= floor and index not in unasked:
                 waiting.append(index)
             continue
