@@ -117,17 +117,17 @@ def test_a_trial_asked_while_the_stop_came_is_cancelled_right_after_submit(setup
     """The stop marks the run, then lists running trials: a trial past its start check but not
     yet listed sees the mark when it re-reads its run after submitting."""
     experiment, store = setup
-    real_window = experiment.window
+    real_read = trial_lifecycle.read_start
     calls = []
 
-    def window_then_stop(store_, run_id):
-        window = real_window(store_, run_id)
+    def read_then_stop(*args, **kwargs):
+        state = real_read(*args, **kwargs)
         if not calls:  # the start check passes, and the stop lands right after it
             calls.append(1)
             steering.stop_runs(store, "esteer", "carol", "experiment stopped by carol")
-        return window
+        return state
 
-    monkeypatch.setattr(experiment, "window", window_then_stop)
+    monkeypatch.setattr(trial_lifecycle, "read_start", read_then_stop)
     started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     assert started.finished and started.record.status == TrialStatus.USER_CANCELED
     assert started.record.message == "experiment stopped by carol"
@@ -420,13 +420,13 @@ def test_a_trial_starting_while_the_deadline_moves_sees_the_new_one(setup, monke
     trials already in the store)."""
     experiment, store = setup
     started_at = store.experiment_attrs("esteer")["run:r1"]["started_at"]
-    real_ask = trial_lifecycle.ask
+    real_ask = trial_lifecycle.ask_new
 
     def ask_after_a_change(*args, **kwargs):
         steering.change_limits(store, "esteer", "ann", {"maxExperimentDuration": "2h"})
         return real_ask(*args, **kwargs)
 
-    monkeypatch.setattr(trial_lifecycle, "ask", ask_after_a_change)
+    monkeypatch.setattr(trial_lifecycle, "ask_new", ask_after_a_change)
     started = trial_lifecycle.start_trial(experiment, store, "r1", 0)
     try:
         assert started.experiment_deadline == pytest.approx(started_at + 2 * 3600)
