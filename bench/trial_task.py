@@ -17,7 +17,8 @@ parent freezes its objects before forking (``gc.freeze()``, as the LocalExecutor
 checkout's bench/seed.py (the ask latency with 20,000 finished trials, the way a trial task asks).
 
 ``--source`` runs the same children from another checkout (side by side: before/after).
-``TRIALFLOW_BENCH_PROFILE=DIR`` writes each ask's cProfile to DIR (where an ask's time goes).
+``TRIALFLOW_BENCH_PROFILE=DIR`` writes each ask's cProfile to DIR (where an ask's time goes);
+``TRIALFLOW_BENCH_SQL=DIR`` each task's SQL statements, in order (what a store call costs).
 """
 
 from __future__ import annotations
@@ -134,6 +135,15 @@ def task(index: int, report: int) -> None:
         return lambda *args: counts.__setitem__(kind, counts[kind] + 1)
 
     sa.event.listen(store.engine, "before_cursor_execute", count("statements"))
+    sql_dir = os.environ.get("TRIALFLOW_BENCH_SQL")  # a folder: each task's statements there, in order
+    if sql_dir:
+        said = open(f"{sql_dir}/task.{os.getpid()}.sql", "w", buffering=1)
+        sa.event.listen(
+            store.engine,
+            "before_cursor_execute",
+            lambda conn, cursor, statement, *rest: said.write(" ".join(statement.split())[:300] + "\n"),
+        )
+        sa.event.listen(store.engine, "commit", lambda conn: said.write("-- commit\n"))
     sa.event.listen(store.engine, "commit", count("commits"))
     trial = trial_lifecycle.start_trial(experiment, store, run_id, index, connections=airflow_connections())
     launched = time.perf_counter()

@@ -87,6 +87,31 @@ def test_the_start_reads_on_one_connection(experiment, store):
     assert len(checkouts) <= 2  # the attributes and the index on one; the trial's record its own
 
 
+@pytest.mark.both_databases
+def test_a_tasks_first_read_finds_the_study_with_its_attributes(experiment, store):
+    """A trial task opens a store of its own: its first read names the study and reads the
+    start's attributes in one statement, and an experiment that is not there is Optuna's
+    KeyError, as for every other read."""
+    from trialflow.store.experiment_store import ExperimentStore
+
+    asked = ask(store, experiment.experiment_id, 0, "t0", experiment.algorithm, experiment.space)
+    fresh = ExperimentStore(store.url)
+    statements: list[str] = []
+
+    def executed(conn, cursor, statement, *rest):
+        statements.append(statement)
+
+    sa.event.listen(fresh.storage.engine, "before_cursor_execute", executed)
+    state = read_start(experiment, fresh, "r1", 0)
+    assert state.existing is not None and state.existing.storage_id == asked.storage_id
+    assert state.window == experiment.window(store, "r1")
+    studies = [s for s in statements if "studies" in s and "study_user_attributes" not in s]
+    assert studies == [] and fresh.study_id(experiment.experiment_id) == store.study_id(experiment.experiment_id)
+    gone = Experiment(experiment.config, "enot-there", experiment.workdir)
+    with pytest.raises(KeyError):
+        read_start(gone, fresh, "r1", 0)
+
+
 @pytest.mark.parametrize(
     ("limits", "expected"),
     [(None, None), ({}, None), ({"maxTrialNumber": 7}, 7), ("not a dict", None), ({"maxTrialNumber": None}, None)],

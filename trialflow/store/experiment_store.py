@@ -274,13 +274,23 @@ class ExperimentStore:
         set: its run's window, the limits and search spaces a person changed...) and the trial
         already at the index ``index_of(those attributes)`` names (a retry or a resumed run
         re-attaches to it; the index is its run's window's, which the store does not read), None
-        when it was never asked or the index is None. One connection."""
-        study_id = self.study_id(experiment_id)
-        attrs_query = sa.select(STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
-            STUDY_ATTRS.c.study_id == study_id, STUDY_ATTRS.c.key.in_(list(keys))
+        when it was never asked or the index is None. One connection; a task's first read of
+        the store, so it finds the study's id in the same statement."""
+        wanted = STUDY_ATTRS.c.key.in_(list(keys))
+        attrs_query = (
+            sa.select(STUDIES.c.study_id, STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json)
+            .select_from(STUDIES.outerjoin(STUDY_ATTRS, sa.and_(STUDY_ATTRS.c.study_id == STUDIES.c.study_id, wanted)))
+            .where(STUDIES.c.study_name == experiment_id)
         )
         with self.storage.engine.connect() as conn:
-            attrs = {key: json.loads(raw) for key, raw in conn.execute(attrs_query)}
+            rows = conn.execute(attrs_query).all()
+            if not rows:  # no such study: Optuna's own KeyError, as every other read says it
+                self.storage.forget(experiment_id)
+                self.study_id(experiment_id)
+                raise KeyError(experiment_id)  # (a study made between the two reads is not this start's)
+            study_id = int(rows[0].study_id)
+            self.storage.remember(experiment_id, study_id)
+            attrs = {row.key: json.loads(row.value_json) for row in rows if row.key is not None}
             trial_index = index_of(attrs)
             storage_id = (
                 None

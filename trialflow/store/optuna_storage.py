@@ -89,6 +89,10 @@ class TrialflowStorage(RDBStorage):
             known = self._study_ids[study_name] = super().get_study_id_from_name(study_name)
         return known
 
+    def remember(self, study_name: str, study_id: int) -> None:
+        """The id of a study read by a query of the caller's own (one statement fewer)."""
+        self._study_ids[study_name] = study_id
+
     def forget(self, study_name: str) -> None:
         """Drop the remembered id of a study that was deleted (ExperimentStore.delete_experiment)."""
         self._study_ids.pop(study_name, None)
