@@ -94,32 +94,31 @@ def _row(row: Any) -> Queued:
 
 def claim(engine: sa.Engine, study_id: int, trial_index: int) -> Queued | None:
     """The asked-for trial ``trial_index`` runs: the one it claimed before (a retry), or the
-    oldest unclaimed one, or None."""
+    oldest unclaimed one, or None. One statement when nobody asked for a trial (every start
+    asks), and a write only to take one."""
     q = TRIAL_QUEUE.c
+    candidates = (
+        sa.select(TRIAL_QUEUE)
+        .where(q.study_id == study_id, sa.or_(q.claimed_index == trial_index, q.claimed_index.is_(None)))
+        .order_by(q.claimed_index.is_(None), q.seq)  # its own claim first, then the oldest waiting
+        .limit(1)
+    )
     try:
-        with engine.connect() as conn:
-            mine = conn.execute(
-                sa.select(TRIAL_QUEUE).where(q.study_id == study_id, q.claimed_index == trial_index)
-            ).first()
-        if mine is not None:
-            return _row(mine)
         for _ in range(CLAIM_TRIES):
-            with engine.begin() as conn:
-                oldest = conn.execute(
-                    sa.select(TRIAL_QUEUE)
-                    .where(q.study_id == study_id, q.claimed_index.is_(None))
-                    .order_by(q.seq)
-                    .limit(1)
-                ).first()
-                if oldest is None:
-                    return None
+            with engine.connect() as conn:
+                found = conn.execute(candidates).first()
+            if found is None:
+                return None
+            if found.claimed_index == trial_index:
+                return _row(found)
+            with engine.begin() as conn:  # taken only if no other start took it meanwhile
                 taken = conn.execute(
                     sa.update(TRIAL_QUEUE)
-                    .where(q.seq == oldest.seq, q.claimed_index.is_(None))
+                    .where(q.seq == found.seq, q.claimed_index.is_(None))
                     .values(claimed_index=trial_index)
                 ).rowcount
             if taken == 1:
-                return _row(oldest)
+                return _row(found)
     except _MISSING:
         return None
     return None
