@@ -254,3 +254,35 @@ def test_held_parameters_are_written_as_optuna_writes_them(storage: TrialflowSto
     with pytest.raises(ValueError, match="Cannot set different distribution"), storage.transaction() as session:
         storage.write_params(session, held)
     assert RDBStorage.get_trial(storage, other._trial_id).params == {}  # the transaction left nothing
+
+
+def test_an_asks_trial_is_read_back_as_made_once_and_then_from_the_tables(storage: TrialflowStorage):
+    """Within holding_params (an ask), Optuna's read of the trial it just made is served from
+    what _create_new_trial returned: the same FrozenTrial Optuna's reader gives, without a
+    statement; the next read of it, and every read outside an ask, is the tables'."""
+    import sqlalchemy as sa
+
+    study = optuna.create_study(storage=storage, study_name=f"m-{uuid.uuid4().hex[:8]}")
+    statements: list[str] = []
+
+    def executed(conn, cursor, statement, *rest):
+        statements.append(statement)
+
+    sa.event.listen(storage.engine, "before_cursor_execute", executed)
+    try:
+        with storage.holding_params():
+            made = study.ask()
+            reads = [s for s in statements if "FROM trials" in s and "trials.trial_id =" in s]
+            assert reads == []  # Trial(study, id) read nothing back
+            # what it was given is what Optuna's own reader gives
+            assert _comparable([made._cached_frozen_trial]) == _comparable(
+                [RDBStorage.get_trial(storage, made._trial_id)]
+            )
+            storage.set_trial_user_attrs(made._trial_id, {"written": 1})  # then something writes it
+            assert storage.get_trial(made._trial_id).user_attrs == {"written": 1}  # the tables'
+        statements.clear()
+        outside = study.ask()  # no ask of trialflow's: Optuna's read, as always
+        assert any("trials.trial_id =" in s for s in statements)
+        assert storage.get_trial(outside._trial_id).number == outside.number
+    finally:
+        sa.event.remove(storage.engine, "before_cursor_execute", executed)

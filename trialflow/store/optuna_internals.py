@@ -51,6 +51,7 @@ create_scoped_session = _create_scoped_session
 
 #: RDBStorage's private members that TrialflowStorage calls or overrides.
 RDB_STORAGE_MEMBERS = (
+    "_create_new_trial",
     "_set_trial_param",
     "_set_trial_param_without_commit",
     "_set_trial_attr_without_commit",
@@ -64,7 +65,7 @@ RDB_STORAGE_MEMBERS = (
 CACHED_STORAGE_MEMBERS = ("_read_trials_from_remote_storage", "_add_trials_to_cache", "_studies", "_lock")
 #: Optuna's schema version manager's private method share_alembic_scripts wraps.
 VERSION_MANAGER_MEMBERS = ("_create_alembic_script",)
-#: optuna.Trial's private attribute the store reads.
+#: optuna.Trial's (and FrozenTrial's) private attribute the store reads.
 TRIAL_MEMBERS = ("_trial_id",)
 
 

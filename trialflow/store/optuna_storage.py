@@ -17,6 +17,7 @@ drives a sampler over an RDBStorage that only persists.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import sqlite3
@@ -39,7 +40,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from trialflow.store import schema_check
 from trialflow.store.optuna_internals import create_scoped_session as _create_scoped_session
-from trialflow.store.optuna_internals import models, share_alembic_scripts
+from trialflow.store.optuna_internals import models, share_alembic_scripts, trial_storage_id
 from trialflow.store.optuna_tables import INTERMEDIATE, STUDIES, TRIAL_ATTRS, TRIALS
 from trialflow.store.schema import ensure_schema
 from trialflow.store.tables import RESULT_TIMES
@@ -116,7 +117,7 @@ class TrialflowStorage(RDBStorage):
         try:
             yield held
         finally:
-            self._held.params = None
+            self._held.params = self._held.made = None
 
     def _set_trial_param(
         self,
@@ -131,6 +132,29 @@ class TrialflowStorage(RDBStorage):
             super()._set_trial_param(trial_id, param_name, param_value_internal, distribution, previous_distribution)
             return
         held.append(HeldParam(trial_id, param_name, param_value_internal, distribution, previous_distribution))
+
+    def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> FrozenTrial:
+        """Optuna's, and within :meth:`holding_params` (an ask) the trial as made is kept for
+        the one read that follows at once: ``Study.ask`` makes ``optuna.Trial(study, id)``,
+        which reads the trial back (six statements) before anything could have written it."""
+        made = super()._create_new_trial(study_id, template_trial)
+        if getattr(self._held, "params", None) is not None and template_trial is None:
+            self._held.made = made
+        return made
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        """One trial by the same plain-SQL reader (Optuna's loads it through six lazy ORM loads);
+        the trial an ask just made, as made (once: a later read is the store's)."""
+        made: FrozenTrial | None = getattr(self._held, "made", None)
+        if made is not None:
+            self._held.made = None
+            if trial_storage_id(made) == trial_id:
+                return copy.deepcopy(made)
+        with self.engine.connect() as conn:
+            trials = read_trials(conn, [TRIALS.c.trial_id == trial_id])
+        if not trials:
+            raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's get_trial raises
+        return trials[0]
 
     @contextmanager
     def transaction(self) -> Iterator[sa_orm.Session]:
@@ -302,14 +326,6 @@ class TrialflowStorage(RDBStorage):
             if conn.execute(sa.select(STUDIES.c.study_id).where(STUDIES.c.study_id == study_id)).first() is None:
                 raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's reader raises
             return read_trials(conn, where)
-
-    def get_trial(self, trial_id: int) -> FrozenTrial:
-        """One trial by the same plain-SQL reader (Optuna's loads it through six lazy ORM loads)."""
-        with self.engine.connect() as conn:
-            trials = read_trials(conn, [TRIALS.c.trial_id == trial_id])
-        if not trials:
-            raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's get_trial raises
-        return trials[0]
 
 
 @tenacity.retry(
