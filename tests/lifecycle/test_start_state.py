@@ -90,8 +90,8 @@ def test_the_start_reads_on_one_connection(experiment, store):
 @pytest.mark.both_databases
 def test_a_tasks_first_read_finds_the_study_with_its_attributes(experiment, store):
     """A trial task opens a store of its own: its first read names the study and reads the
-    start's attributes in one statement, and an experiment that is not there is Optuna's
-    KeyError, as for every other read."""
+    start's attributes in one statement (and the study's directions in the next), and an
+    experiment that is not there is Optuna's KeyError, as for every other read."""
     from trialflow.store.experiment_store import ExperimentStore
 
     asked = ask(store, experiment.experiment_id, 0, "t0", experiment.algorithm, experiment.space)
@@ -107,6 +107,10 @@ def test_a_tasks_first_read_finds_the_study_with_its_attributes(experiment, stor
     assert state.window == experiment.window(store, "r1")
     studies = [s for s in statements if "studies" in s and "study_user_attributes" not in s]
     assert studies == [] and fresh.study_id(experiment.experiment_id) == store.study_id(experiment.experiment_id)
+    statements.clear()  # the ask's Study then finds the directions read with the rest
+    study_id = fresh.study_id(experiment.experiment_id)
+    assert fresh.storage.get_study_directions(study_id) == store.storage.get_study_directions(study_id)
+    assert statements == []
     gone = Experiment(experiment.config, "enot-there", experiment.workdir)
     with pytest.raises(KeyError):
         read_start(gone, fresh, "r1", 0)

@@ -12,6 +12,7 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import RDBStorage
+from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from trialflow.store.optuna_storage import TrialflowStorage
@@ -286,3 +287,14 @@ def test_an_asks_trial_is_read_back_as_made_once_and_then_from_the_tables(storag
         assert storage.get_trial(outside._trial_id).number == outside.number
     finally:
         sa.event.remove(storage.engine, "before_cursor_execute", executed)
+
+
+def test_directions_read_on_a_callers_connection_are_optunas(storage: TrialflowStorage):
+    study = optuna.create_study(
+        storage=storage, study_name=f"d-{uuid.uuid4().hex[:8]}", directions=["minimize", "maximize"]
+    )
+    study_id = storage.get_study_id_from_name(study.study_name)
+    with storage.engine.connect() as conn:
+        storage.read_directions(conn, study_id)
+    assert storage._directions[study_id] == RDBStorage.get_study_directions(storage, study_id)
+    assert storage.get_study_directions(study_id) == [StudyDirection.MINIMIZE, StudyDirection.MAXIMIZE]

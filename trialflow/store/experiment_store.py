@@ -290,6 +290,7 @@ class ExperimentStore:
                 raise KeyError(experiment_id)  # (a study made between the two reads is not this start's)
             study_id = int(rows[0].study_id)
             self.storage.remember(experiment_id, study_id)
+            self.storage.read_directions(conn, study_id)
             attrs = {row.key: json.loads(row.value_json) for row in rows if row.key is not None}
             trial_index = index_of(attrs)
             storage_id = (

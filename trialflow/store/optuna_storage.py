@@ -41,7 +41,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from trialflow.store import schema_check
 from trialflow.store.optuna_internals import create_scoped_session as _create_scoped_session
 from trialflow.store.optuna_internals import models, share_alembic_scripts, trial_storage_id
-from trialflow.store.optuna_tables import INTERMEDIATE, STUDIES, TRIAL_ATTRS, TRIALS
+from trialflow.store.optuna_tables import DIRECTIONS, INTERMEDIATE, STUDIES, TRIAL_ATTRS, TRIALS
 from trialflow.store.schema import ensure_schema
 from trialflow.store.tables import RESULT_TIMES
 from trialflow.store.trial_reader import read_trials
@@ -105,6 +105,16 @@ class TrialflowStorage(RDBStorage):
             if StudyDirection.NOT_SET not in known:
                 self._directions[study_id] = known
         return known
+
+    def read_directions(self, conn: sa.Connection, study_id: int) -> None:
+        """Remember the study's directions, read on the caller's connection (one statement, no
+        commit: a trial task's first read takes them with the rest, for the ask's Study)."""
+        if study_id in self._directions:
+            return
+        query = sa.select(DIRECTIONS.c.direction).where(DIRECTIONS.c.study_id == study_id)
+        found = list(conn.execute(query.order_by(DIRECTIONS.c.objective)).scalars())
+        if found and StudyDirection.NOT_SET not in found:
+            self._directions[study_id] = found
 
     # -- grouped writes -----------------------------------------------------------------------
 
