@@ -38,14 +38,16 @@ def sleeper_dag(harness: Harness, name: str, defer_after: float, trials: int = 1
     return dag_id, launches
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 90) -> Any:
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 90, why: Callable[[], str] | None = None) -> Any:
+    """``check()``'s first true value within ``timeout`` s; else TimeoutError, saying what was
+    seen at the end (``why()``) where the caller can tell it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(0.3)
-    raise TimeoutError(f"waited {timeout} s for {what}")
+    raise TimeoutError(f"waited {timeout} s for {what}" + (f"; seen: {why()}" if why is not None else ""))
 
 
 def running_pids(harness: Harness, dag_id: str, run_id: str, states: set[str], count: int) -> dict[int, int]:

@@ -217,10 +217,25 @@ def test_marking_kubeflow_trials_failed_across_the_hand_off_leaves_no_job_runnin
     last_click = time.monotonic()
     exp = experiment_id_for(dag_id, run_id)
     names = [object_name(f"{exp}-{i:04d}") for i in range(len(offsets))]
+
+    def seen() -> str:  # what a timeout says: each job, its trial and its task, and the triggerer
+        rows = {r.trial_index: r for r in harness.rows(dag_id, run_id)}
+        tis = {ti["map_index"]: ti["state"] for ti in harness.tis(dag_id, run_id)}
+        jobs = [kube_controller.job(n) for n in names]
+        return (
+            "; ".join(
+                f"trial {i}: job {'none' if job is None else 'stopped' if job.stopped else 'running'}, "
+                f"task {tis.get(i)}, store {(rows[i].status, rows[i].message) if i in rows else None}"
+                for i, job in enumerate(jobs)
+            )
+            + f"; restarts of the session's Airflow: {[(r.component, r.exit_code) for r in harness.airflow.restarts]}"
+        )
+
     wait_for(
         "every job stopped",
         lambda: all((job := kube_controller.job(n)) is None or job.stopped for n in names),
         60,
+        why=seen,
     )
     took = time.monotonic() - last_click
     rows = all_closed(harness, dag_id, run_id)
