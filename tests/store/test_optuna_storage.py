@@ -298,3 +298,53 @@ def test_directions_read_on_a_callers_connection_are_optunas(storage: TrialflowS
         storage.read_directions(conn, study_id)
     assert storage._directions[study_id] == RDBStorage.get_study_directions(storage, study_id)
     assert storage.get_study_directions(study_id) == [StudyDirection.MINIMIZE, StudyDirection.MAXIMIZE]
+
+
+def test_held_parameters_of_a_trial_are_three_statements_however_many(storage: TrialflowStorage):
+    """Ten parameters: the trial, the study's earlier distributions and one insert, as Optuna's
+    per-parameter writes leave them; a finished trial refuses them as Optuna refuses them."""
+    import sqlalchemy as sa
+
+    space = {f"p{i}": FloatDistribution(0, 1) if i % 2 else IntDistribution(0, 9) for i in range(10)}
+    study = optuna.create_study(storage=storage, study_name=f"t-{uuid.uuid4().hex[:8]}")
+    reference = study.ask(space)  # written by Optuna, one parameter at a time
+    with storage.holding_params() as held:
+        trial = study.ask(space)
+    statements: list[str] = []
+
+    def executed(conn, cursor, statement, *rest):
+        statements.append(statement)
+
+    sa.event.listen(storage.engine, "before_cursor_execute", executed)
+    try:
+        with storage.transaction() as session:
+            storage.write_params(session, held)
+    finally:
+        sa.event.remove(storage.engine, "before_cursor_execute", executed)
+    assert len([s for s in statements if not s.lstrip().upper().startswith(("BEGIN", "COMMIT"))]) <= 3
+    ours = RDBStorage.get_trial(storage, trial._trial_id)
+    assert ours.params == trial.params and ours.distributions == reference.distributions
+    with storage.holding_params() as held:
+        late = study.ask(space)
+    storage.set_trial_state_values(late._trial_id, TrialState.FAIL)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError), storage.transaction() as session:
+        storage.write_params(session, held)
+    assert RDBStorage.get_trial(storage, late._trial_id).params == {}
+
+
+def test_held_parameters_without_a_known_distribution_are_checked_against_the_studys(storage: TrialflowStorage):
+    """A process that has not seen the study's parameters holds them without their earlier
+    distribution: write_params reads it (one statement for every name) and refuses a disagreeing
+    one, as Optuna's own write does."""
+    study = optuna.create_study(storage=storage, study_name=f"e-{uuid.uuid4().hex[:8]}")
+    study.ask({"lr": FloatDistribution(0, 1), "n": IntDistribution(0, 9)})
+    with storage.holding_params() as held:
+        fine = study.ask({"lr": FloatDistribution(0, 1), "n": IntDistribution(0, 9)})
+    with storage.transaction() as session:
+        storage.write_params(session, [h._replace(previous_distribution=None) for h in held])
+    assert RDBStorage.get_trial(storage, fine._trial_id).params == fine.params
+    with storage.holding_params() as held:
+        study.ask({"lr": FloatDistribution(0, 1), "n": CategoricalDistribution(["a"])})
+    unknown = [h._replace(previous_distribution=None) for h in held]
+    with pytest.raises(ValueError, match="Cannot set different distribution"), storage.transaction() as session:
+        storage.write_params(session, unknown)

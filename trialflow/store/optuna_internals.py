@@ -53,7 +53,6 @@ create_scoped_session = _create_scoped_session
 RDB_STORAGE_MEMBERS = (
     "_create_new_trial",
     "_set_trial_param",
-    "_set_trial_param_without_commit",
     "_set_trial_attr_without_commit",
     "_set_trial_intermediate_value_without_commit",
     "_set_trial_value_without_commit",
