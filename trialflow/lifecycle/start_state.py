@@ -2,10 +2,10 @@
 
 A trial start used to read its experiment feature by feature: the run's window, then the
 maxTrialNumber a person changed, then the newest search space, then whether the trial had been
-asked already (a retry), each a query of its own (and PBT's generation, a custom class's state
-and MLflow's target after them). :class:`StartState` is that read, one store call
-(``ExperimentStore.read_for_start``), typed: what admission, the asker and the launch decide
-from.
+asked already (a retry), each a query of its own. :class:`StartState` is those in one store call
+(``ExperimentStore.read_for_start``), typed: what admission and the asker decide from. PBT's
+previous generation, a custom class's kept state and MLflow's target are still read where they
+are used (a study view and a tracking sink would bring them here: issue 65).
 """
 
 from __future__ import annotations
