@@ -59,7 +59,7 @@ def test_a_retry_finds_its_trial_and_what_people_changed(experiment, store):
     assert read_start(experiment, store, "r1", 1).existing is None  # another index's trial is not this one's
 
 
-def test_a_run_without_a_window_finds_none_and_no_trial(experiment, store):
+def test_a_run_without_a_window_is_refused_whatever_trial_its_index_names(experiment, store):
     ask(store, experiment.experiment_id, 0, "t0", experiment.algorithm, experiment.space)
     state = read_start(experiment, store, "r-never-started", 0)
     assert not state.window.exists
@@ -91,7 +91,7 @@ def test_the_start_reads_on_one_connection(experiment, store):
 def test_a_tasks_first_read_finds_the_study_with_its_attributes(experiment, store):
     """A trial task opens a store of its own: its first read names the study and reads the
     start's attributes in one statement (and the study's directions in the next), and an
-    experiment that is not there is Optuna's KeyError, as for every other read."""
+    experiment that is not there is a KeyError that names it."""
     from trialflow.store.experiment_store import ExperimentStore
 
     asked = ask(store, experiment.experiment_id, 0, "t0", experiment.algorithm, experiment.space)
@@ -112,7 +112,7 @@ def test_a_tasks_first_read_finds_the_study_with_its_attributes(experiment, stor
     assert fresh.storage.get_study_directions(study_id) == store.storage.get_study_directions(study_id)
     assert statements == []
     gone = Experiment(experiment.config, "enot-there", experiment.workdir)
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="experiment 'enot-there' is not in the store"):
         read_start(gone, fresh, "r1", 0)
 
 

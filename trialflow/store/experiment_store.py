@@ -284,10 +284,9 @@ class ExperimentStore:
         )
         with self.storage.engine.connect() as conn:
             rows = conn.execute(attrs_query).all()
-            if not rows:  # no such study: Optuna's own KeyError, as every other read says it
+            if not rows:  # no such study (a remembered id of a deleted one is forgotten)
                 self.storage.forget(experiment_id)
-                self.study_id(experiment_id)
-                raise KeyError(experiment_id)  # (a study made between the two reads is not this start's)
+                raise KeyError(f"experiment {experiment_id!r} is not in the store")
             study_id = int(rows[0].study_id)
             self.storage.remember(experiment_id, study_id)
             self.storage.read_directions(conn, study_id)
