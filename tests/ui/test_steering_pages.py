@@ -69,6 +69,9 @@ def test_kill_a_running_trial_from_its_page_and_a_reader_sees_no_buttons(browser
     # with the page's refresh, and the outcome with it: seen under load in the full suite)
     page.wait_for_selector("[data-testid=actions-done] [data-testid=action-outcome]", timeout=30000)
     assert page.locator("[data-testid=action-outcome]").inner_text().startswith("Stopped: ")
+    # no trial reported a result: the result charts say so, not a bare pair of axes
+    page.wait_for_selector("[data-testid=chart-history] [data-testid=no-metric]", timeout=30000)
+    assert page.locator("[data-testid=chart-parallel] [data-testid=no-metric]").count() == 1
     shot(page, "stop-outcome")
     page.reload()
     page.wait_for_selector("[data-testid=history]", timeout=30000)

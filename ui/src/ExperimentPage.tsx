@@ -11,6 +11,14 @@ import { useColorMode, useLoad, useUrlState } from "./hooks";
 import { TrialTable } from "./TrialTable";
 import { airflowUrl, formatDuration, formatParameters, formatTime, formatValue, visible } from "./util";
 
+function NoMetric() {
+  return (
+    <Text fontSize="sm" color="fg.muted" py={8} textAlign="center" data-testid="no-metric">
+      No trial has reported a result yet.
+    </Text>
+  );
+}
+
 function Summary({ summary }: { summary: Summary }) {
   const elapsed = summary.started ? (summary.active || !summary.ended ? Date.now() / 1000 : summary.ended) - summary.started : null;
   const budget = summary.config.maxExperimentDuration;
@@ -191,6 +199,8 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
   const importance = useLoad(() => getJson<{ importances: Record<string, number>; note: string | null; trials: number; of?: number }>(
     `experiments/${id}/importance`), [id], live, 30000, chart.data !== undefined);
   const rows = chart.data?.trials ?? [];
+  // A chart of results with none to draw was a bare pair of axes: it says so instead.
+  const anyMetric = rows.some((r) => r.metric !== null);
   const mode = current?.optimize_mode ?? "maximize";
   const objectives = current?.objectives ?? [];
   const several = objectives.length > 1;
@@ -250,12 +260,14 @@ export function ExperimentPage({ experimentId, tab, selected, onTab, onSelect, o
               )}
               <Panel title="Optimisation history" testId="chart-history">
                 {sampled ? <Text fontSize="xs" color="fg.muted" mb={1} data-testid="history-sampled">{sampled}{chart.data?.whole_best_line && !several ? "; the best-so-far line is every trial's" : ""}</Text> : null}
-                <Chart option={history} testId="history-canvas"
-                  onClick={(p) => Array.isArray(p.data) && onOpenTrial(Number((p.data as number[])[0]))} />
+                {!anyMetric ? <NoMetric /> : (
+                  <Chart option={history} testId="history-canvas"
+                    onClick={(p) => Array.isArray(p.data) && onOpenTrial(Number((p.data as number[])[0]))} />
+                )}
               </Panel>
               <Panel title="Parameters and metric" testId="chart-parallel">
                 {sampled ? <Text fontSize="xs" color="fg.muted" mb={1} data-testid="parallel-sampled">{sampled}</Text> : null}
-                <Chart option={parallel} />
+                {!anyMetric ? <NoMetric /> : <Chart option={parallel} />}
               </Panel>
               <Panel title="Intermediate results" testId="chart-curves">
                 <Text fontSize="xs" color="fg.muted" mb={1}>best finished, running and early-stopped trials (dashed, ✕ where stopped)</Text>
