@@ -107,3 +107,30 @@ def test_a_tuner_class_that_fails_its_ask_fails_the_trial_for_good(tmp_path, sto
     with pytest.raises(trial_lifecycle.TrialCannotRun, match="Raising.generate_parameters failed: ValueError"):
         trial_lifecycle.start_trial(experiment, store, "r1", 0)
     assert not (tmp_path / "launches").exists()
+
+
+class _Recorded:
+    """A tracker behind the start's seam (trial_lifecycle.StartTracking), recording what it is told."""
+
+    reads = ("experiment_name", "no_such_attr")
+
+    def __init__(self) -> None:
+        self.told: list[tuple[int, dict]] = []
+
+    def trial_env(self, storage_id, attrs):
+        self.told.append((storage_id, dict(attrs)))
+        return {"TRACKED_AS": f"run-{storage_id}"}
+
+
+def test_a_start_tells_its_tracker_once_with_the_attributes_it_read_with_its_own(experiment, store, tmp_path):
+    store.set_experiment_attrs(experiment.experiment_id, {"experiment_name": "digits"})
+    tracker = _Recorded()
+    started = trial_lifecycle.start_trial(experiment, store, "r1", 0, tracking=tracker)
+    storage_id = started.record.storage_id
+    assert len(tracker.told) == 1 and tracker.told[0][0] == storage_id
+    told = tracker.told[0][1]
+    assert told["experiment_name"] == "digits" and "no_such_attr" not in told  # read with the start's own
+    assert started.spec.env["TRACKED_AS"] == f"run-{storage_id}"  # what the trial is launched with
+    again = trial_lifecycle.start_trial(experiment, store, "r1", 0, tracking=tracker)  # a retry re-attaches
+    assert again.handle == started.handle and len(tracker.told) == 1  # its run was made at its start
+    trial_lifecycle.wait_in_worker(started, store, 30, 0.1)

@@ -114,3 +114,25 @@ def test_a_tracking_server_not_reached_from_here_is_said_on_the_pages_once(tmp_p
     said = [entry for entry in history(store, EXPERIMENT) if entry["action"] == "MLflow not reached"]
     assert len(said) == 1 and CONN_ID in said[0]["detail"]
     assert PASSWORD not in str(shown) + str(said)
+
+
+def test_a_trial_start_is_told_its_mlflow_run_from_the_attributes_the_start_read(tmp_path, mlflow_server, monkeypatch):
+    """The start reads tracking's attributes with its own (one store call, StartTracking.reads):
+    what TrialStartTracking is handed is all it reads of the experiment."""
+    from trialflow.tracking.runner import TrialStartTracking
+
+    store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
+    name = f"start-{uuid.uuid4().hex[:8]}"
+    _recorded(store, name)
+    config = store.experiment_attr(EXPERIMENT, "config")
+    store.set_experiment_attrs(EXPERIMENT, {"config": {**config, "mlflow": {"experimentName": name}}})
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
+    sink = TrialStartTracking(store, EXPERIMENT, None)
+    attrs = store.experiment_attrs_named(EXPERIMENT, sink.reads)
+    assert set(attrs) == {"config", "dag_id", "experiment_name", "optimize_mode"}  # no run's window
+    storage_id = store.find_trial_id(EXPERIMENT, 5)  # the one still running
+    env = sink.trial_env(storage_id, attrs)
+    run = mlflow_server.client().get_run(env["MLFLOW_RUN_ID"])
+    assert run.info.experiment_id == env["MLFLOW_EXPERIMENT_ID"] and env["MLFLOW_TRACKING_URI"] == mlflow_server.url
+    assert run.data.tags.get("mlflow.parentRunId")  # nested under the experiment's run
+    assert sink.trial_env(storage_id, {"experiment_name": name}) == {}  # read no mlflow key: not tracked

@@ -3,14 +3,16 @@
 A trial start used to read its experiment feature by feature: the run's window, then the
 maxTrialNumber a person changed, then the newest search space, then whether the trial had been
 asked already (a retry), each a query of its own. :class:`StartState` is those in one store call
-(``ExperimentStore.read_for_start``), typed: what admission and the asker decide from. PBT's
-previous generation, a custom class's kept state and MLflow's target are still read where they
-are used (a study view and a tracking sink would bring them here: issue 65).
+(``ExperimentStore.read_for_start``), typed: what admission and the asker decide from. What a
+seam of the start needs read (tracking's attributes: ``StartTracking.reads``) comes in the same
+call. PBT's previous generation and a custom class's kept state are still read where they are
+used (a study view would bring them here: issue 65).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment import LIMITS_ATTR
@@ -41,20 +43,25 @@ class StartState:
     existing: TrialRecord | None
     #: Trial indexes whose task ended without asking (PBT waits for none of them).
     unasked: frozenset[int]
+    #: Every attribute the start read, by key (what its seams asked for included).
+    attrs: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def trial_index(self) -> int:
         return self.window.first_index + self.map_index
 
 
-def read_start(experiment: Experiment, store: ExperimentStore, run_id: str, map_index: int) -> StartState:
-    """The state trial ``map_index`` of run ``run_id`` starts from, in one store call."""
+def read_start(
+    experiment: Experiment, store: ExperimentStore, run_id: str, map_index: int, also: Iterable[str] = ()
+) -> StartState:
+    """The state trial ``map_index`` of run ``run_id`` starts from, in one store call, with the
+    experiment attributes named in ``also`` (in ``StartState.attrs``)."""
     window_key = key_of(run_id)
 
     def trial_index(attrs: dict[str, Any]) -> int:
         return RunWindow.parse(attrs.get(window_key)).first_index + int(map_index)
 
-    keys = (window_key, LIMITS_ATTR, SPACES_ATTR, UNASKED_ATTR)
+    keys = (window_key, LIMITS_ATTR, SPACES_ATTR, UNASKED_ATTR, *also)
     attrs, existing = store.read_for_start(experiment.experiment_id, keys, trial_index)
     return state_of(experiment, run_id, map_index, attrs, existing)
 
@@ -76,4 +83,5 @@ def state_of(
         space if version else experiment.space,
         existing,
         unasked_of(attrs.get(UNASKED_ATTR)),
+        attrs,
     )

@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from trialflow.config.redaction import mask_text
 from trialflow.config.registry import is_host_bound
@@ -47,8 +47,7 @@ from trialflow.platforms.gpus import GpuRequestError
 from trialflow.platforms.hosts import check_host, this_host
 from trialflow.steering import stop_requested
 from trialflow.store.experiment_store import TASK_ATTR
-from trialflow.tracking.content import LinkBack, TaskIdentity
-from trialflow.tracking.runner import TRIAL_REQUEST_TIMEOUT, open_tracking
+from trialflow.tracking.content import TaskIdentity
 from trialflow.trial.handle import current_handle
 from trialflow.trial.packing import CodeDirectoryError
 from trialflow.trial.sealing import SealingUnavailable
@@ -61,6 +60,19 @@ if TYPE_CHECKING:
 
 #: How often the worker polls while it waits (it holds a slot anyway: a trial's end is seen at once).
 WORKER_POLL_INTERVAL = 0.2
+
+
+class StartTracking(Protocol):
+    """The seam a trial's start tells tracking through (MLflow's: trialflow.tracking.runner.
+    TrialStartTracking); a second tracker is a second implementation, not a line here."""
+
+    #: The experiment attributes it needs, read with the start's own (one store call).
+    @property
+    def reads(self) -> tuple[str, ...]: ...
+
+    def trial_env(self, storage_id: int, attrs: Mapping[str, Any]) -> dict[str, str]:
+        """What the trial is told of where it is tracked (its environment), before its launch."""
+        ...
 
 
 class TrialNotStarted(Exception):
@@ -152,8 +164,7 @@ def start_trial(
     connections: Connections | None = None,
     pin_host: bool = False,
     task: TaskIdentity | None = None,
-    links: LinkBack | None = None,
-    mask: Callable[[str], str] | None = None,
+    tracking: StartTracking | None = None,
 ) -> StartedTrial:
     """Give trial ``map_index`` of run ``run_id`` its parameters and submit it (see module).
 
@@ -162,10 +173,10 @@ def start_trial(
     first attempt died before the store had its handle.
 
     ``task``: the task instance starting it (recorded on the trial: what its MLflow run links
-    back to); ``links`` and ``mask``: the pages its MLflow run links to, and the masker of the
-    process (trialflow.tracking.runner).
+    back to); ``tracking``: where the experiment is tracked, told of the trial before its launch
+    (None: it is not).
     """
-    state = read_start(experiment, store, run_id, map_index)
+    state = read_start(experiment, store, run_id, map_index, tracking.reads if tracking is not None else ())
     window, index = state.window, state.trial_index
     trial_id = trial_id_for(experiment.experiment_id, index)
     refused = window.admission(int(map_index), state.max_trial_number, lambda i: state.existing is not None)
@@ -237,12 +248,12 @@ def start_trial(
         facts[TASK_ATTR] = task.to_attr()
     if facts:
         store.set_attrs(record.storage_id, **facts)
-    if experiment.config.mlflow is not None and record.handle is None:
-        spec = replace(spec, env={**spec.env, **_tracking_env(experiment, store, record, connections, links, mask)})
+    if tracking is not None and record.handle is None:  # made now: trial code logging to MLflow lands in it
+        started.spec = replace(spec, env={**spec.env, **tracking.trial_env(record.storage_id, state.attrs)})
     platform = experiment.platform(chosen, connections)
     platform.prepare_sync(experiment.experiment_id)
     try:
-        handle = platform.describe(platform.submit_sync(spec))
+        handle = platform.describe(platform.submit_sync(started.spec))
     except (GpuRequestError, CodeDirectoryError) as exc:
         store.finish(record.storage_id, TrialStatus.FAILED, None, str(exc))
         raise TrialCannotRun(f"trial {trial_id}: {exc}") from exc
@@ -262,20 +273,6 @@ def start_trial(
         run_sync(stop_trial(platform, store, handle, record.storage_id, reason))
         started.record = store.trial(record.storage_id)
     return started
-
-
-def _tracking_env(
-    experiment: Experiment,
-    store: ExperimentStore,
-    record: TrialRecord,
-    connections: Connections | None,
-    links: LinkBack | None,
-    mask: Callable[[str], str] | None,
-) -> dict[str, str]:
-    """The trial's MLflow run, made now so trial code that logs to MLflow itself lands in it
-    (trialflow.tracking.runner: a few seconds at most; {} when MLflow does not answer)."""
-    tracking = open_tracking(store, experiment.experiment_id, connections, timeout=TRIAL_REQUEST_TIMEOUT)
-    return tracking.trial_env(record.storage_id, links, mask) if tracking is not None else {}
 
 
 def _parent_checkpoint(

@@ -51,20 +51,23 @@ def experiment_for(config_path: str, context: Context, check: bool = False, grou
     )
 
 
-def _tracking(experiment: Any, context: Context) -> dict[str, Any]:
+def _tracking(experiment: Any, context: Context, store: ExperimentStore) -> dict[str, Any]:
     """What a trial's MLflow run links back to: the task instance, the pages, Airflow's masker
     (only for an experiment that names MLflow)."""
     if experiment.config.mlflow is None:
         return {}
     from trialflow.from_airflow.secrets import masked_text
     from trialflow.tracking.content import TaskIdentity
+    from trialflow.tracking.runner import TrialStartTracking
     from trialflow.ui.links import tracking_links
 
     ti = context["ti"]
     task = TaskIdentity(
         ti.dag_id, ti.run_id, ti.task_id, int(ti.map_index if ti.map_index is not None else -1), int(ti.try_number)
     )
-    return {"task": task, "links": tracking_links(experiment.experiment_id), "mask": masked_text}
+    links = tracking_links(experiment.experiment_id)
+    tracking = TrialStartTracking(store, experiment.experiment_id, airflow_connections(), links, masked_text)
+    return {"task": task, "tracking": tracking}
 
 
 def label_task(context: Context, label: str) -> None:
@@ -221,7 +224,7 @@ class SubmitTrialOperator(BaseOperator):
                 service_index=self.service_index,
                 connections=airflow_connections(),
                 pin_host=self.stay_on_host,
-                **_tracking(experiment, context),
+                **_tracking(experiment, context, store),
             )
         except trial_lifecycle.TrialNotStarted as exc:
             label_task(context, f"{exc.trial_id} not started")

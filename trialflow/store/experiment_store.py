@@ -259,13 +259,17 @@ class ExperimentStore:
     def experiment_attr(self, experiment_id: str, key: str) -> Any:
         """One of the experiment's attributes (None if unset), without reading the others: every
         trial task reads its run's window, and the study keeps one attribute per run."""
+        return self.experiment_attrs_named(experiment_id, (key,)).get(key)
+
+    def experiment_attrs_named(self, experiment_id: str, keys: Iterable[str]) -> dict[str, Any]:
+        """The experiment's attributes named in ``keys`` that are set, in one statement, without
+        the others (one per run, one per custom class...)."""
         table = STUDY_ATTRS
-        query = sa.select(table.c.value_json).where(
-            table.c.study_id == self.study_id(experiment_id), table.c.key == key
+        query = sa.select(table.c.key, table.c.value_json).where(
+            table.c.study_id == self.study_id(experiment_id), table.c.key.in_(list(keys))
         )
         with self.storage.engine.connect() as conn:
-            raw = conn.execute(query).scalar_one_or_none()
-        return None if raw is None else json.loads(raw)
+            return {row.key: json.loads(row.value_json) for row in conn.execute(query)}
 
     def read_for_start(
         self, experiment_id: str, keys: Sequence[str], index_of: Callable[[dict[str, Any]], int | None]

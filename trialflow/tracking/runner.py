@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,9 @@ BUSY_PAUSE = 0.2
 END_PASS_BUDGET = 30.0
 #: The experiment attribute holding the owning DAG's id (the start step writes it).
 DAG_ATTR = "dag_id"
+#: The experiment attributes tracking reads: its recorded config, where its artifacts are, its
+#: DAG, its name and direction. Read by name: an experiment keeps one attribute per run.
+TRACKED_ATTRS = ("config", ARTIFACT_STORE_ATTR, DAG_ATTR, "experiment_name", "optimize_mode")
 
 
 def tracked(
@@ -64,7 +67,19 @@ def tracked(
     """The experiment as tracking sees it (sync.Tracked), from what its start step recorded in
     the store (its config in NNI's v2 form, secrets masked): the same wherever it is read, the
     command line included, without the config file."""
-    attrs = store.experiment_attrs(experiment_id)
+    attrs = store.experiment_attrs_named(experiment_id, TRACKED_ATTRS)
+    return tracked_from(attrs, experiment_id, target, links, mask, status)
+
+
+def tracked_from(
+    attrs: Mapping[str, Any],
+    experiment_id: str,
+    target: TrackingTarget,
+    links: LinkBack | None = None,
+    mask: Callable[[str], str] | None = None,
+    status: str | None = None,
+) -> Tracked:
+    """:func:`tracked` from the experiment's attributes already read (pure)."""
     stored = attrs.get("config")
     config: dict[str, Any] = stored if isinstance(stored, dict) else {}
     where = ArtifactStore.from_attr(attrs.get(ARTIFACT_STORE_ATTR))
@@ -127,7 +142,12 @@ def _masking(extra: Callable[[str], str] | None) -> Callable[[str], str]:
 
 def mlflow_config(store: ExperimentStore, experiment_id: str) -> MlflowConfig | None:
     """The experiment's ``mlflow`` key as its start recorded it; None: it names no server."""
-    config = store.experiment_attr(experiment_id, "config")
+    return mlflow_config_of({"config": store.experiment_attr(experiment_id, "config")}, experiment_id)
+
+
+def mlflow_config_of(attrs: Mapping[str, Any], experiment_id: str) -> MlflowConfig | None:
+    """:func:`mlflow_config` from the experiment's attributes already read (pure)."""
+    config = attrs.get("config")
     raw = config.get("mlflow") if isinstance(config, dict) else None
     if raw is None:
         return None
@@ -140,11 +160,15 @@ def mlflow_config(store: ExperimentStore, experiment_id: str) -> MlflowConfig | 
 def target_of(store: ExperimentStore, experiment_id: str, connections: Connections | None) -> TrackingTarget | None:
     """The experiment's tracking server, None when it names none; TrackingNotConfigured when
     it names one trialflow cannot reach from here."""
-    chosen = mlflow_config(store, experiment_id)
+    return target_from(store.experiment_attrs_named(experiment_id, TRACKED_ATTRS), experiment_id, connections)
+
+
+def target_from(attrs: Mapping[str, Any], experiment_id: str, connections: Connections | None) -> TrackingTarget | None:
+    """:func:`target_of` from the experiment's attributes already read."""
+    chosen = mlflow_config_of(attrs, experiment_id)
     if chosen is None:
         return None
-    name = store.experiment_attr(experiment_id, "experiment_name")
-    return resolve(chosen, str(name or experiment_id), connections)
+    return resolve(chosen, str(attrs.get("experiment_name") or experiment_id), connections)
 
 
 @dataclass(frozen=True)
@@ -184,11 +208,20 @@ class Tracking:
         return sync_experiment(self.store, what, self.client, time.monotonic() + budget)
 
     def trial_env(
-        self, storage_id: int, links: LinkBack | None = None, mask: Callable[[str], str] | None = None
+        self,
+        storage_id: int,
+        links: LinkBack | None = None,
+        mask: Callable[[str], str] | None = None,
+        attrs: Mapping[str, Any] | None = None,
     ) -> dict[str, str]:
         """What a trial is told of its MLflow run (see module); {} when MLflow did not make it
-        in time (the trial starts all the same)."""
-        what = tracked(self.store, self.experiment_id, self.target, links, mask)
+        in time (the trial starts all the same). ``attrs``: the experiment's TRACKED_ATTRS
+        where the caller read them already."""
+        what = (
+            tracked(self.store, self.experiment_id, self.target, links, mask)
+            if attrs is None
+            else tracked_from(attrs, self.experiment_id, self.target, links, mask)
+        )
         history = self.store.trial_history(storage_id)
         facts = facts_of(history, what)
         outbox = Outbox(self.store.engine, self.store.study_id(self.experiment_id))
@@ -225,14 +258,21 @@ class Tracking:
 
 
 def open_tracking(
-    store: ExperimentStore, experiment_id: str, connections: Connections | None, timeout: float | None = None
+    store: ExperimentStore,
+    experiment_id: str,
+    connections: Connections | None,
+    timeout: float | None = None,
+    attrs: Mapping[str, Any] | None = None,
 ) -> Tracking | None:
     """The experiment's tracking; None when it names none or names one not reachable from here
     (said in the log and on the experiment's pages, never raised: tracking never fails a step).
     A connection missing where Airflow runs made a run "success" with nothing in MLflow and a
     warning only in one task's log (issue 64, 2)."""
     try:
-        return Tracking.open(store, experiment_id, connections, timeout=timeout)
+        target = None if attrs is None else target_from(attrs, experiment_id, connections)
+        if attrs is not None and target is None:
+            return None
+        return Tracking.open(store, experiment_id, connections, target=target, timeout=timeout)
     except (TrackingNotConfigured, TrackingUnavailable) as exc:
         log.warning("experiment %s is not logged to MLflow here: %s", experiment_id, exc)
         try:
@@ -240,3 +280,25 @@ def open_tracking(
         except Exception:  # the store is what failed: the log has said it
             log.exception("could not record that experiment %s is not logged to MLflow", experiment_id)
         return None
+
+
+@dataclass(frozen=True)
+class TrialStartTracking:
+    """What a trial's start tells tracking: its MLflow run, made before it is launched
+    (trialflow.lifecycle.trial_lifecycle.StartTracking is the seam it is called through). The
+    attributes it needs (``reads``) come with the start's own read of the experiment."""
+
+    store: ExperimentStore
+    experiment_id: str
+    connections: Connections | None
+    links: LinkBack | None = None
+    mask: Callable[[str], str] | None = None
+    reads: tuple[str, ...] = TRACKED_ATTRS
+
+    def trial_env(self, storage_id: int, attrs: Mapping[str, Any]) -> dict[str, str]:
+        """The environment telling trial ``storage_id`` its MLflow run; {} when the experiment
+        is not tracked from here or MLflow did not make the run in time."""
+        tracking = open_tracking(
+            self.store, self.experiment_id, self.connections, timeout=TRIAL_REQUEST_TIMEOUT, attrs=attrs
+        )
+        return tracking.trial_env(storage_id, self.links, self.mask, attrs) if tracking is not None else {}
