@@ -82,9 +82,38 @@ def test_the_start_reads_on_one_connection(experiment, store):
         state = read_start(experiment, store, "r1", 0)
     finally:
         sa.event.remove(engine, "checkout", checked_out)
-    assert state.existing is not None
-    print(len(checkouts))
-    assert len(checkouts) <= 2  # the attributes and the index on one; the trial's record its own
+    assert state.existing is not None and state.generation is None  # not Population Based Training
+    assert len(checkouts) == 1  # the attributes, the index and the trial's record on one
+
+
+def test_a_pbt_start_reads_the_generation_before_with_its_experiment(tmp_path, store):
+    """PBT waits for, and learns from, the generation before the trial's: read in the start's
+    one call (two statements for the lot), not one lookup per member."""
+    (tmp_path / "config.yml").write_text(
+        CONFIG.replace("tuner: {name: Random}", "tuner: {name: PBTTuner, classArgs: {population_size: 3}}")
+    )
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "epbtstart", tmp_path / "work")
+    start_run(experiment, store, "dag_a", "r1", {})
+    for i in range(2):  # the third member of generation 0 was never asked
+        ask(store, experiment.experiment_id, i, f"t{i}", experiment.algorithm, experiment.space, population_floor=0)
+    store.study_id(experiment.experiment_id)
+    statements: list[str] = []
+
+    def executed(conn, cursor, statement, *rest):
+        statements.append(statement)
+
+    sa.event.listen(store.storage.engine, "before_cursor_execute", executed)
+    try:
+        state = read_start(experiment, store, "r1", 3)  # generation 1's first member
+    finally:
+        sa.event.remove(store.storage.engine, "before_cursor_execute", executed)
+    assert state.existing is None and state.generation is not None
+    assert sorted(state.generation) == [0, 1, 2] and state.generation[2] is None
+    assert [state.generation[i].trial_id for i in (0, 1)] == ["t0", "t1"]
+    # the attributes, the indexes, one read of the members' rows and each of their tables:
+    # one lookup per member took seven statements each
+    assert len(statements) <= 8, statements
+    assert read_start(experiment, store, "r1", 1).generation is None  # a trial asked already: a retry
 
 
 @pytest.mark.both_databases

@@ -5,8 +5,8 @@ maxTrialNumber a person changed, then the newest search space, then whether the 
 asked already (a retry), each a query of its own. :class:`StartState` is those in one store call
 (``ExperimentStore.read_for_start``), typed: what admission and the asker decide from. What a
 seam of the start needs read (tracking's attributes: ``StartTracking.reads``) comes in the same
-call. PBT's previous generation and a custom class's kept state are still read where they are
-used (a study view would bring them here: issue 65).
+call, and so does Population Based Training's generation before the trial (what it waits for
+and learns from). A custom class's kept state is still read where it is used (in its turn).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from trialflow.experiment import LIMITS_ATTR
 from trialflow.experiment.run_windows import RunWindow, key_of
-from trialflow.tuning.pbt import UNASKED_ATTR, unasked_of
+from trialflow.tuning.pbt import UNASKED_ATTR, PbtArgs, previous_generation, unasked_of
 from trialflow.tuning.space_versions import SPACES_ATTR, current_of
 
 if TYPE_CHECKING:
@@ -45,6 +45,9 @@ class StartState:
     unasked: frozenset[int]
     #: Every attribute the start read, by key (what its seams asked for included).
     attrs: Mapping[str, Any] = field(default_factory=dict)
+    #: Population Based Training: the generation before the trial's, by index, None where a
+    #: member was never asked; None for any other tuner (and a trial asked already).
+    generation: Mapping[int, TrialRecord | None] | None = None
 
     @property
     def trial_index(self) -> int:
@@ -57,17 +60,33 @@ def read_start(
     """The state trial ``map_index`` of run ``run_id`` starts from, in one store call, with the
     experiment attributes named in ``also`` (in ``StartState.attrs``)."""
     window_key = key_of(run_id)
+    size = _population_size(experiment)
 
-    def trial_index(attrs: dict[str, Any]) -> int:
-        return RunWindow.parse(attrs.get(window_key)).first_index + int(map_index)
+    def indexes(attrs: dict[str, Any]) -> list[int]:
+        index = RunWindow.parse(attrs.get(window_key)).first_index + int(map_index)
+        return [index, *(previous_generation(index, size) if size else ())]
 
     keys = (window_key, LIMITS_ATTR, SPACES_ATTR, UNASKED_ATTR, *also)
-    attrs, existing = store.read_for_start(experiment.experiment_id, keys, trial_index)
-    return state_of(experiment, run_id, map_index, attrs, existing)
+    attrs, records = store.read_for_start(experiment.experiment_id, keys, indexes)
+    index = RunWindow.parse(attrs.get(window_key)).first_index + int(map_index)
+    existing = records.get(index)
+    generation = {i: records.get(i) for i in previous_generation(index, size)} if size and existing is None else None
+    return state_of(experiment, run_id, map_index, attrs, existing, generation)
+
+
+def _population_size(experiment: Experiment) -> int | None:
+    """The population of a Population Based Training tuner, None for any other."""
+    tuner = experiment.algorithm
+    return PbtArgs.from_class_args(tuner.class_args).population_size if tuner.population_based else None
 
 
 def state_of(
-    experiment: Experiment, run_id: str, map_index: int, attrs: dict[str, Any], existing: TrialRecord | None
+    experiment: Experiment,
+    run_id: str,
+    map_index: int,
+    attrs: dict[str, Any],
+    existing: TrialRecord | None,
+    generation: Mapping[int, TrialRecord | None] | None = None,
 ) -> StartState:
     """The typed state from what the store returned (pure)."""
     window = RunWindow.parse(attrs.get(key_of(run_id)))
@@ -84,4 +103,5 @@ def state_of(
         existing,
         unasked_of(attrs.get(UNASKED_ATTR)),
         attrs,
+        generation,
     )

@@ -202,6 +202,7 @@ def start_trial(
                 window.first_index,
                 state.space_version,
                 state.unasked,
+                state.generation,
             )
         )
     except PopulationNotReady as exc:

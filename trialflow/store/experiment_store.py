@@ -44,6 +44,7 @@ from trialflow.store.snapshot import SnapshotCache
 from trialflow.store.tables import RESULT_TIMES, SNAPSHOTS, TRIAL_QUEUE, WINDOWS
 from trialflow.store.tables import TRIAL_INDEX as TRIAL_INDEX  # where the read models find it
 from trialflow.store.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
+from trialflow.store.trial_reader import read_trials
 from trialflow.store.urls import SQLITE_TIMEOUT_SECONDS, safe_url, use_wal, with_installed_driver
 from trialflow.store.urls import sqlite_url as sqlite_url  # where the callers have always found it
 from trialflow.trial.handle import TrialHandle
@@ -272,14 +273,14 @@ class ExperimentStore:
             return {row.key: json.loads(row.value_json) for row in conn.execute(query)}
 
     def read_for_start(
-        self, experiment_id: str, keys: Sequence[str], index_of: Callable[[dict[str, Any]], int | None]
-    ) -> tuple[dict[str, Any], TrialRecord | None]:
+        self, experiment_id: str, keys: Sequence[str], indexes_of: Callable[[dict[str, Any]], Sequence[int]]
+    ) -> tuple[dict[str, Any], dict[int, TrialRecord]]:
         """What a trial's start reads of its experiment, at once: the attributes named (those
-        set: its run's window, the limits and search spaces a person changed...) and the trial
-        already at the index ``index_of(those attributes)`` names (a retry or a resumed run
-        re-attaches to it; the index is its run's window's, which the store does not read), None
-        when it was never asked or the index is None. One connection; a task's first read of
-        the store, so it finds the study's id in the same statement."""
+        set: its run's window, the limits and search spaces a person changed...) and the trials
+        at the indexes ``indexes_of(those attributes)`` names that were asked (the trial's own,
+        which a retry or a resumed run re-attaches to; PBT's generation before it), by index.
+        The indexes come from its run's window, which the store does not read. One connection;
+        a task's first read of the store, so it finds the study's id in the same statement."""
         wanted = STUDY_ATTRS.c.key.in_(list(keys))
         attrs_query = (
             sa.select(STUDIES.c.study_id, STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json)
@@ -295,17 +296,26 @@ class ExperimentStore:
             self.storage.remember(experiment_id, study_id)
             self.storage.read_directions(conn, study_id)
             attrs = {row.key: json.loads(row.value_json) for row in rows if row.key is not None}
-            trial_index = index_of(attrs)
-            storage_id = (
-                None
-                if trial_index is None
-                else conn.execute(
-                    sa.select(TRIAL_INDEX.c.trial_id).where(
-                        TRIAL_INDEX.c.study_id == study_id, TRIAL_INDEX.c.trial_index == trial_index
-                    )
-                ).scalar_one_or_none()
-            )
-        return attrs, None if storage_id is None else self.trial(storage_id)
+            return attrs, self._trials_at(conn, study_id, indexes_of(attrs))
+
+    def find_trials(self, experiment_id: str, trial_indexes: Iterable[int]) -> dict[int, TrialRecord]:
+        """The trials at ``trial_indexes`` that were asked, by index (two statements however many)."""
+        study_id = self.study_id(experiment_id)
+        with self.storage.engine.connect() as conn:
+            return self._trials_at(conn, study_id, trial_indexes)
+
+    @staticmethod
+    def _trials_at(conn: sa.Connection, study_id: int, trial_indexes: Iterable[int]) -> dict[int, TrialRecord]:
+        indexes = sorted(set(trial_indexes))
+        if not indexes:
+            return {}
+        where = sa.and_(TRIAL_INDEX.c.study_id == study_id, TRIAL_INDEX.c.trial_index.in_(indexes))
+        ids = [int(i) for i in conn.execute(sa.select(TRIAL_INDEX.c.trial_id).where(where)).scalars()]
+        if not ids:
+            return {}
+        frozen = read_trials(conn, [TRIALS.c.trial_id.in_(ids)])
+        records = (_record(trial, trial_storage_id(trial)) for trial in frozen)
+        return {record.trial_index: record for record in records}
 
     def experiments_with_attr(self, key: str, value: Any) -> list[str]:
         """The experiments whose attribute ``key`` is ``value``, oldest first (e.g. a DAG's)."""

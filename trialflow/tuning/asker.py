@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,7 @@ def ask_new(
     population_floor: int | None,
     space_version: int,
     unasked: frozenset[int],
+    generation: Mapping[int, TrialRecord | None] | None = None,
 ) -> AskedTrial:
     """New parameters for trial ``trial_index``, which has none yet, from the tuner.
 
@@ -112,7 +114,8 @@ def ask_new(
     ended, and is not waited for), a trial of a later generation raises PopulationNotReady
     until every trial of the generation before has ended (or is in ``unasked``: its task ended
     without asking), then gets the member's plan. An import (no floor) gives every trial the
-    parameters it brings.
+    parameters it brings. ``generation``: that generation's trials, by index, as the caller
+    read them (a trial's start reads them with its experiment); read here when not given.
 
     Optuna creates the trial (one commit); the store then writes its parameters, trialflow's
     attributes and the claim of the index as one transaction, and a claim that loses to a twin
@@ -122,9 +125,11 @@ def ask_new(
     )
     ended: list[Ended] = []
     if population is not None:  # before a person's queued trial is claimed for this index
-        ended = generation_before(
-            store, experiment_id, trial_index, population.population_size, population_floor or 0, unasked
-        )
+        size = population.population_size
+        if generation is None:
+            found = store.find_trials(experiment_id, previous_generation(trial_index, size))
+            generation = {i: found.get(i) for i in previous_generation(trial_index, size)}
+        ended = generation_before(generation, trial_index, size, population_floor or 0, unasked)
     study_id = store.study_id(experiment_id)
     queued, fixed = store.asked_for(study_id, trial_index, space)
     lineage = None
@@ -178,20 +183,20 @@ def ask_new(
 
 
 def generation_before(
-    store: ExperimentStore,
-    experiment_id: str,
+    generation: Mapping[int, TrialRecord | None],
     trial_index: int,
     size: int,
     floor: int,
     unasked: frozenset[int],
 ) -> list[Ended]:
-    """The ended trials of the generation before ``trial_index``'s, or PopulationNotReady
-    naming those still running or not yet asked (below ``floor``, or whose task ended without
-    asking, UNASKED_ATTR: a missing one never will be). A trial that did not succeed has no
-    result to rank by (it ranks last)."""
+    """The ended trials of the generation before ``trial_index``'s (``generation``: its
+    trials by index, None where one was never asked), or PopulationNotReady naming those still
+    running or not yet asked (below ``floor``, or whose task ended without asking, UNASKED_ATTR:
+    a missing one never will be). A trial that did not succeed has no result to rank by (it
+    ranks last). Pure."""
     ended, waiting = [], []
     for index in previous_generation(trial_index, size):
-        record = store.find_trial(experiment_id, index)
+        record = generation.get(index)
         if record is None:
             if index >= floor and index not in unasked:
                 waiting.append(index)
