@@ -14,7 +14,6 @@ from many threads (the triggerer follows many trials in one process).
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,27 +21,21 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from trialflow.config.model import AlgorithmConfig
-from trialflow.config.search_space import SearchSpace, encode
-from trialflow.store.records import Lineage
-from trialflow.store.results import scalar
+from trialflow.config.search_space import SearchSpace
 from trialflow.trial.status import TrialStatus
-from trialflow.tuning.algorithms import canonical_tuner_name
 from trialflow.tuning.assessors import CustomAssessorPruner, Judgment
 from trialflow.tuning.assessors import judge as judge_steps
-from trialflow.tuning.custom.runner import CustomAlgorithmError, CustomClass, assess, generate
+from trialflow.tuning.custom.runner import CustomAlgorithmError, assess
 from trialflow.tuning.history import asking_storage
+from trialflow.tuning.parameter_sources import replaying, source_for
 from trialflow.tuning.pbt import (
     UNASKED_ATTR,
-    Ended,
     PbtArgs,
-    PopulationNotReady,
-    generation_of,
-    plan_member,
     previous_generation,
     unasked_of,
 )
 from trialflow.tuning.space_versions import VERSION_ATTR, SpaceView
-from trialflow.tuning.tuners import BUDGET_KEY, make_sampler, sample_parameters
+from trialflow.tuning.tuners import BUDGET_KEY
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +82,23 @@ def ask(
         return AskedTrial.resumed_from(existing)
     population_based = population_floor is not None and tuner.population_based
     unasked = unasked_of(store.experiment_attr(experiment_id, UNASKED_ATTR)) if population_based else frozenset()
+    generation = None
+    if population_based:
+        before = previous_generation(trial_index, PbtArgs.from_class_args(tuner.class_args).population_size)
+        found = store.find_trials(experiment_id, before)
+        generation = {i: found.get(i) for i in before}
     return ask_new(
-        store, experiment_id, trial_index, trial_id, tuner, space, pruner, population_floor, space_version, unasked
+        store,
+        experiment_id,
+        trial_index,
+        trial_id,
+        tuner,
+        space,
+        pruner,
+        population_floor,
+        space_version,
+        unasked,
+        generation,
     )
 
 
@@ -115,55 +123,29 @@ def ask_new(
     until every trial of the generation before has ended (or is in ``unasked``: its task ended
     without asking), then gets the member's plan. An import (no floor) gives every trial the
     parameters it brings. ``generation``: that generation's trials, by index, as the caller
-    read them (a trial's start reads them with its experiment); read here when not given.
+    read them (a trial's start reads them with its experiment, :func:`ask` on its own).
+    Where the parameters come from is the tuner's ParameterSource
+    (trialflow.tuning.parameter_sources); this drives it as Optuna's Study drives a sampler.
 
     Optuna creates the trial (one commit); the store then writes its parameters, trialflow's
     attributes and the claim of the index as one transaction, and a claim that loses to a twin
     ask leaves nothing of it behind (the twin's trial stands)."""
-    population = (
-        PbtArgs.from_class_args(tuner.class_args) if population_floor is not None and tuner.population_based else None
+    source = source_for(
+        store, experiment_id, trial_index, trial_id, tuner, space, population_floor, space_version, unasked, generation
     )
-    ended: list[Ended] = []
-    if population is not None:  # before a person's queued trial is claimed for this index
-        size = population.population_size
-        if generation is None:
-            found = store.find_trials(experiment_id, previous_generation(trial_index, size))
-            generation = {i: found.get(i) for i in previous_generation(trial_index, size)}
-        ended = generation_before(generation, trial_index, size, population_floor or 0, unasked)
+    source.ready()  # before a person's queued trial is claimed for this index
     study_id = store.study_id(experiment_id)
     queued, fixed = store.asked_for(study_id, trial_index, space)
-    lineage = None
-    if population is not None:
-        plan = plan_member(trial_index, population, space, ended) if fixed is None else None
-        lineage = plan.lineage if plan is not None else Lineage(*generation_of(trial_index, population.population_size))
-        if plan is not None:
-            fixed = encode(space, plan.parameters)
-    custom = None
-    if tuner.class_name is not None and fixed is None:
-        # the user's own tuner class (trialflow.tuning.custom): its parameters, replayed
-        # (or advisor, kept as the tuner: AdvisorWaits when it sent none yet)
-        custom = generate(
-            store, experiment_id, trial_index, CustomClass.of(tuner, "tuner"), space, trial_id, space_version
-        )
-        # replayed as Optuna's values; an empty space (NNI's ga_squad: the class's own graph) has none
-        fixed = encode(space, custom) if space.params else None
-    sampler = make_sampler(tuner, space, trial_index) if tuner.class_name is None else optuna.samplers.RandomSampler()
-    if fixed is not None:
-        # A person's own trial: the sampler replays their values, so the tuner learns from
-        # its result like from any other trial's.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.PartialFixedSampler(fixed, sampler)
-    name = canonical_tuner_name(tuner) if tuner.class_name is None else tuner.class_name
-    storage: Any = asking_storage(store.sampling_storage, store.storage, study_id, name)
+    fixed = source.fixed(fixed)
+    lineage = source.lineage()
+    storage: Any = asking_storage(store.sampling_storage, store.storage, study_id, source.name)
     if space_version > 0:  # a changed space: earlier trials reach the tuner only where they fit
         storage = SpaceView(storage, space, space_version)
+    sampler = replaying(source.sampler(), fixed)
     asking = optuna.Study(study_name=experiment_id, storage=storage, sampler=sampler, pruner=pruner)
     with store.storage.holding_params() as params:
         trial = asking.ask()
-        parameters = sample_parameters(tuner, space, trial, trial_index) if custom is None else custom
-        if custom is not None:
-            space.sample(trial)  # the class's values, recorded as Optuna's too (the dashboard, the charts)
+        parameters = source.parameters(trial)
     attrs: dict[str, Any] = {
         "trial_index": trial_index,
         "trial_id": trial_id,
@@ -180,35 +162,6 @@ def ask_new(
         attrs["asked_by"] = queued.request
     record, lost = store.claim_index(study_id, trial_index, trial, params, attrs, queued)
     return AskedTrial(record.number, record.storage_id, record.parameters, lost, record)
-
-
-def generation_before(
-    generation: Mapping[int, TrialRecord | None],
-    trial_index: int,
-    size: int,
-    floor: int,
-    unasked: frozenset[int],
-) -> list[Ended]:
-    """The ended trials of the generation before ``trial_index``'s (``generation``: its
-    trials by index, None where one was never asked), or PopulationNotReady naming those still
-    running or not yet asked (below ``floor``, or whose task ended without asking, UNASKED_ATTR:
-    a missing one never will be). A trial that did not succeed has no result to rank by (it
-    ranks last). Pure."""
-    ended, waiting = [], []
-    for index in previous_generation(trial_index, size):
-        record = generation.get(index)
-        if record is None:
-            if index >= floor and index not in unasked:
-                waiting.append(index)
-            continue
-        if not record.finished:
-            waiting.append(index)
-            continue
-        value = scalar(record.final) if record.status is TrialStatus.SUCCEEDED else None
-        ended.append(Ended(index, record.trial_id, record.parameters, value))
-    if waiting:
-        raise PopulationNotReady(trial_index, trial_index // size, waiting)
-    return ended
 
 
 def judge(

@@ -24,12 +24,17 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trialflow.config.search_space import Parameter, SearchSpace, SearchSpaceError, encode
 from trialflow.store.records import Lineage
+from trialflow.store.results import scalar
+from trialflow.trial.status import TrialStatus
 from trialflow.trial.wire import PBT_LOAD_KEY, PBT_SAVE_KEY
 from trialflow.tuning.seeds import trial_seed
+
+if TYPE_CHECKING:
+    from trialflow.store.experiment_store import TrialRecord
 
 #: The experiment attribute listing trial indices whose task ended without asking (marked
 #: failed or success while it waited, skipped): a later generation does not wait for them.
@@ -111,6 +116,35 @@ def previous_generation(index: int, size: int) -> range:
     """The trial indices of the generation before ``index``'s (empty in the first)."""
     generation = index // size
     return range((generation - 1) * size, generation * size) if generation else range(0)
+
+
+def generation_before(
+    generation: Mapping[int, TrialRecord | None],
+    trial_index: int,
+    size: int,
+    floor: int,
+    unasked: frozenset[int],
+) -> list[Ended]:
+    """The ended trials of the generation before ``trial_index``'s (``generation``: its
+    trials by index, None where one was never asked), or PopulationNotReady naming those still
+    running or not yet asked (below ``floor``, or whose task ended without asking, UNASKED_ATTR:
+    a missing one never will be). A trial that did not succeed has no result to rank by (it
+    ranks last). Pure."""
+    ended, waiting = [], []
+    for index in previous_generation(trial_index, size):
+        record = generation.get(index)
+        if record is None:
+            if index >= floor and index not in unasked:
+                waiting.append(index)
+            continue
+        if not record.finished:
+            waiting.append(index)
+            continue
+        value = scalar(record.final) if record.status is TrialStatus.SUCCEEDED else None
+        ended.append(Ended(index, record.trial_id, record.parameters, value))
+    if waiting:
+        raise PopulationNotReady(trial_index, trial_index // size, waiting)
+    return ended
 
 
 def ranked(ended: Sequence[Ended], optimize_mode: str) -> list[Ended]:
