@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from tests.helpers.airflow import PY, Harness
+from tests.helpers.airflow_controls import wait_for
 from tests.helpers.mlflow_server import CONN_ID, PASSWORD
 from trialflow.platforms.base import experiment_id_for
 from trialflow.runs.continuation import continuation_run_id
@@ -58,9 +59,13 @@ def test_an_experiment_becomes_a_parent_and_nested_runs(harness: Harness, mlflow
     dag_id, run_id = harness.start("tracked", _config(name), {"trial.py": TRIAL})
     experiment_id = experiment_id_for(dag_id, run_id)
     store = harness.store
-    deadline = time.monotonic() + 120
-    while not store.experiment_exists(experiment_id) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    # what a person's "add trial" checks against: the config the start step records after it
+    # creates the experiment (under load, a look between the two found the study undescribed)
+    wait_for(
+        "the start step to record the experiment's config",
+        lambda: store.experiment_exists(experiment_id) and store.experiment_attr(experiment_id, "config"),
+        timeout=120,
+    )
     # the top of the range: the best; maxTrialNumber grows to 6, the sixth in a follow-on run
     add_trial(store, experiment_id, {"x": 0.9}, "alice")
     assert harness.wait(dag_id, run_id, timeout=300)[1] == "success"
