@@ -352,3 +352,23 @@ def test_a_pbt_member_whose_task_ended_unasked_is_not_waited_for(tmp_path, store
     assert child.record.lineage is not None and child.record.lineage.parent_index == 3  # the one that ran
     run_sync(reconcile_run(experiment, store, "r1", states))  # again: nothing more recorded
     assert store.experiment_attr("epbtrec", UNASKED_ATTR) == [2]
+
+
+@pytest.mark.slow
+def test_a_trial_a_person_stopped_closes_with_their_words_when_the_reconciler_acts_first(running):
+    """Loaded run 5: a DAG run marked failed was reconciled (the run over) before the trials'
+    followers acted on the api-server's stop requests, and a trial closed "its task is failed
+    while the trial still ran" instead of what the person did. The request's words stand."""
+    experiment, store, started = running
+    clicked = {
+        "by": "Airflow",
+        "reason": "stopped from Airflow: its task was marked failed; DAG run r1 is failed",
+        "at": time.time(),
+    }
+    store.set_attrs(started[0].record.storage_id, **{steering.STOP_REQUEST: clicked})
+    done = asyncio.run(reconcile_run(experiment, store, "r1", {0: "failed", 1: "failed"}, run_over=True))
+    assert {d.trial_index: d.reason for d in done}[0] == clicked["reason"]
+    first, second = (store.trial(s.record.storage_id) for s in started[:2])
+    assert (first.status, first.message) == (TrialStatus.USER_CANCELED, clicked["reason"])
+    assert store.trial_attr(started[0].record.storage_id, steering.STOP_REQUEST) == clicked  # kept as written
+    assert "its task is failed while the trial still ran" in second.message  # nobody asked: the rule's words

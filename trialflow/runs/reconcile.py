@@ -192,9 +192,40 @@ async def reconcile_run(
         if (reason := orphan_reason(task_states.get(map_index), run_over=run_over, started=bool(trial.handle)))
         is not None
     ]
+    if not chosen:
+        return []
+    # A stop already asked for (a person's click the api-server recorded, a kill) says what
+    # happened better than "its task is failed": the trial closes with its words, as its
+    # follower would have (seen under load: a run marked failed was reconciled before the
+    # followers acted, and its trials lost "DAG run ... is failed").
+    requests = await asyncio.to_thread(store.running_attr, experiment.experiment_id, steering.STOP_REQUEST)
+    # (a trial whose job never started keeps the reconciler's words, which say so)
+    asked = {
+        t.storage_id: r
+        for t, _ in chosen
+        if t.handle and (r := requested_reason(requests.get(t.storage_id))) is not None
+    }
     # At once: each stop may wait out its trial's grace (5 s for one that traps SIGTERM).
-    stopped = await asyncio.gather(*(_stop(experiment, store, t, reason, connections) for t, reason in chosen))
-    return [Reconciled(t.trial_index, t.trial_id, reason) for (t, reason), ok in zip(chosen, stopped) if ok]
+    stopped = await asyncio.gather(
+        *(
+            _stop(experiment, store, t, asked.get(t.storage_id, reason), connections, requested=t.storage_id in asked)
+            for t, reason in chosen
+        )
+    )
+    return [
+        Reconciled(t.trial_index, t.trial_id, asked.get(t.storage_id, reason))
+        for (t, reason), ok in zip(chosen, stopped)
+        if ok
+    ]
+
+
+def requested_reason(request: object) -> str | None:
+    """The reason of a stop request as stored, None when there is none (not a mapping, or no
+    reason in words)."""
+    if not isinstance(request, Mapping):
+        return None
+    reason = request.get("reason")
+    return reason if isinstance(reason, str) and reason else None
 
 
 def settle_unasked(
