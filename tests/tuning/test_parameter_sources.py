@@ -13,6 +13,7 @@ from trialflow.store.experiment_store import TrialRecord
 from trialflow.trial.status import TrialStatus
 from trialflow.tuning.parameter_sources import (
     CustomSource,
+    NewTrial,
     PopulationSource,
     SamplerSource,
     replaying,
@@ -29,7 +30,8 @@ def _ended(index: int, x: float, final: float | None, status=TrialStatus.SUCCEED
 
 
 def _source(tuner, index=0, generation=None, floor=0, unasked=frozenset()):
-    return source_for(None, "e", index, f"t{index}", tuner, SPACE, floor, 0, unasked, generation)  # type: ignore[arg-type]
+    new = NewTrial("e", index, f"t{index}", tuner, SPACE, floor, 0, unasked, generation)
+    return source_for(None, new)  # type: ignore[arg-type]
 
 
 def _drawn(source) -> dict:

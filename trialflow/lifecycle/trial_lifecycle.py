@@ -53,6 +53,7 @@ from trialflow.trial.packing import CodeDirectoryError
 from trialflow.trial.sealing import SealingUnavailable
 from trialflow.tuning.asker import AskedTrial, ask_new
 from trialflow.tuning.custom.runner import AdvisorWaits, CustomAlgorithmError
+from trialflow.tuning.parameter_sources import NewTrial
 from trialflow.tuning.pbt import PopulationNotReady
 
 if TYPE_CHECKING:
@@ -193,16 +194,18 @@ def start_trial(
             if state.existing is not None
             else ask_new(
                 store,
-                experiment.experiment_id,
-                index,
-                trial_id,
-                experiment.algorithm,
-                state.space,  # the newest (a person may have changed it while the experiment runs)
+                NewTrial(
+                    experiment.experiment_id,
+                    index,
+                    trial_id,
+                    experiment.algorithm,
+                    state.space,  # the newest (a person may have changed it while the experiment runs)
+                    window.first_index,
+                    state.space_version,
+                    state.unasked,
+                    state.generation,
+                ),
                 experiment.pruner,
-                window.first_index,
-                state.space_version,
-                state.unasked,
-                state.generation,
             )
         )
     except PopulationNotReady as exc:

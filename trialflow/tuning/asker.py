@@ -14,8 +14,7 @@ from many threads (the triggerer follows many trials in one process).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -27,7 +26,7 @@ from trialflow.tuning.assessors import CustomAssessorPruner, Judgment
 from trialflow.tuning.assessors import judge as judge_steps
 from trialflow.tuning.custom.runner import CustomAlgorithmError, assess
 from trialflow.tuning.history import asking_storage
-from trialflow.tuning.parameter_sources import replaying, source_for
+from trialflow.tuning.parameter_sources import NewTrial, replaying, source_for
 from trialflow.tuning.pbt import (
     UNASKED_ATTR,
     PbtArgs,
@@ -80,59 +79,32 @@ def ask(
     existing = store.find_trial(experiment_id, trial_index)
     if existing is not None:
         return AskedTrial.resumed_from(existing)
-    population_based = population_floor is not None and tuner.population_based
-    unasked = unasked_of(store.experiment_attr(experiment_id, UNASKED_ATTR)) if population_based else frozenset()
-    generation = None
-    if population_based:
+    new = NewTrial(experiment_id, trial_index, trial_id, tuner, space, population_floor, space_version)
+    if new.population_based:
         before = previous_generation(trial_index, PbtArgs.from_class_args(tuner.class_args).population_size)
         found = store.find_trials(experiment_id, before)
-        generation = {i: found.get(i) for i in before}
-    return ask_new(
-        store,
-        experiment_id,
-        trial_index,
-        trial_id,
-        tuner,
-        space,
-        pruner,
-        population_floor,
-        space_version,
-        unasked,
-        generation,
-    )
+        unasked = unasked_of(store.experiment_attr(experiment_id, UNASKED_ATTR))
+        new = replace(new, unasked=unasked, generation={i: found.get(i) for i in before})
+    return ask_new(store, new, pruner)
 
 
-def ask_new(
-    store: ExperimentStore,
-    experiment_id: str,
-    trial_index: int,
-    trial_id: str,
-    tuner: AlgorithmConfig,
-    space: SearchSpace,
-    pruner: BasePruner | None,
-    population_floor: int | None,
-    space_version: int,
-    unasked: frozenset[int],
-    generation: Mapping[int, TrialRecord | None] | None = None,
-) -> AskedTrial:
-    """New parameters for trial ``trial_index``, which has none yet, from the tuner.
+def ask_new(store: ExperimentStore, new: NewTrial, pruner: BasePruner | None = None) -> AskedTrial:
+    """New parameters for trial ``new.trial_index``, which has none yet, from the tuner.
 
-    Population Based Training (trialflow.tuning.pbt): with ``population_floor`` (the first
+    Population Based Training (trialflow.tuning.pbt): with ``new.population_floor`` (the first
     trial index of the asking run: an earlier index without a trial belongs to a run that
     ended, and is not waited for), a trial of a later generation raises PopulationNotReady
-    until every trial of the generation before has ended (or is in ``unasked``: its task ended
-    without asking), then gets the member's plan. An import (no floor) gives every trial the
-    parameters it brings. ``generation``: that generation's trials, by index, as the caller
-    read them (a trial's start reads them with its experiment, :func:`ask` on its own).
-    Where the parameters come from is the tuner's ParameterSource
-    (trialflow.tuning.parameter_sources); this drives it as Optuna's Study drives a sampler.
+    until every trial of ``new.generation`` (the generation before, as the caller read it: a
+    trial's start with its experiment, :func:`ask` on its own) has ended or is in
+    ``new.unasked`` (its task ended without asking), then gets the member's plan. Where the
+    parameters come from is the tuner's ParameterSource (trialflow.tuning.parameter_sources);
+    this drives it as Optuna's Study drives a sampler.
 
     Optuna creates the trial (one commit); the store then writes its parameters, trialflow's
     attributes and the claim of the index as one transaction, and a claim that loses to a twin
     ask leaves nothing of it behind (the twin's trial stands)."""
-    source = source_for(
-        store, experiment_id, trial_index, trial_id, tuner, space, population_floor, space_version, unasked, generation
-    )
+    experiment_id, trial_index, space, space_version = new.experiment_id, new.trial_index, new.space, new.space_version
+    source = source_for(store, new)
     source.ready()  # before a person's queued trial is claimed for this index
     study_id = store.study_id(experiment_id)
     queued, fixed = store.asked_for(study_id, trial_index, space)
@@ -148,7 +120,7 @@ def ask_new(
         parameters = source.parameters(trial)
     attrs: dict[str, Any] = {
         "trial_index": trial_index,
-        "trial_id": trial_id,
+        "trial_id": new.trial_id,
         "parameters": parameters,
         "nni_status": TrialStatus.WAITING.value,
     }

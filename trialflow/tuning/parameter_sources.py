@@ -158,28 +158,41 @@ class CustomSource:
         return self._chosen
 
 
-def source_for(
-    store: ExperimentStore,
-    experiment_id: str,
-    trial_index: int,
-    trial_id: str,
-    tuner: AlgorithmConfig,
-    space: SearchSpace,
-    population_floor: int | None,
-    space_version: int,
-    unasked: frozenset[int],
-    generation: Mapping[int, TrialRecord | None] | None,
-) -> ParameterSource:
-    """The source for ``tuner``. PBT needs ``population_floor`` (an import, which has none,
-    gives every trial the parameters it brings) and ``generation``, read by its caller."""
+@dataclass(frozen=True)
+class NewTrial:
+    """What an ask for a new trial's parameters is given (trialflow.tuning.asker.ask_new): the
+    trial, its experiment's tuner and search space, and for Population Based Training the
+    asking run's first index (``population_floor``; an import, which has none, gives every
+    trial the parameters it brings), the indexes whose task ended unasked, and the generation
+    before the trial (its trials by index, None where one was never asked), read by the caller."""
+
+    experiment_id: str
+    trial_index: int
+    trial_id: str
+    tuner: AlgorithmConfig
+    space: SearchSpace
+    population_floor: int | None = None
+    space_version: int = 0
+    unasked: frozenset[int] = frozenset()
+    generation: Mapping[int, TrialRecord | None] | None = None
+
+    @property
+    def population_based(self) -> bool:
+        """Whether PBT plans this trial (not an import)."""
+        return self.population_floor is not None and self.tuner.population_based
+
+
+def source_for(store: ExperimentStore, new: NewTrial) -> ParameterSource:
+    """The source for the new trial's tuner."""
+    tuner, space, index = new.tuner, new.space, new.trial_index
     if tuner.class_name is not None:
-        return CustomSource(tuner, space, trial_index, store, experiment_id, trial_id, space_version)
-    if population_floor is not None and tuner.population_based:
-        if generation is None:
-            raise ValueError(f"trial {trial_index}: Population Based Training's ask needs its generation before")
-        floor = population_floor
-        return PopulationSource(tuner, space, trial_index, generation=generation, floor=floor, unasked=unasked)
-    return SamplerSource(tuner, space, trial_index)
+        return CustomSource(tuner, space, index, store, new.experiment_id, new.trial_id, new.space_version)
+    if new.population_based:
+        if new.generation is None:
+            raise ValueError(f"trial {index}: Population Based Training's ask needs its generation before")
+        floor = new.population_floor or 0
+        return PopulationSource(tuner, space, index, generation=new.generation, floor=floor, unasked=new.unasked)
+    return SamplerSource(tuner, space, index)
 
 
 def replaying(sampler: optuna.samplers.BaseSampler, fixed: dict[str, Any] | None) -> optuna.samplers.BaseSampler:
