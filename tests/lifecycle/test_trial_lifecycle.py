@@ -134,3 +134,19 @@ def test_a_start_tells_its_tracker_once_with_the_attributes_it_read_with_its_own
     again = trial_lifecycle.start_trial(experiment, store, "r1", 0, tracking=tracker)  # a retry re-attaches
     assert again.handle == started.handle and len(tracker.told) == 1  # its run was made at its start
     trial_lifecycle.wait_in_worker(started, store, 30, 0.1)
+
+
+def test_a_hybrid_trial_records_its_platform_with_its_other_facts_and_a_retry_keeps_it(tmp_path, store):
+    (tmp_path / "config.yml").write_text(CONFIG)
+    (tmp_path / "trial.py").write_text(TRIAL)
+    config = load_config(tmp_path / "config.yml").model_copy(deep=True)
+    config.training_service = config.training_service * 2  # NNI's hybrid mode: two platforms listed
+    experiment = Experiment(config, "ehybridstart", tmp_path / "work")
+    start_run(experiment, store, "dag_a", "r1", {})
+    first, second = (trial_lifecycle.start_trial(experiment, store, "r1", i) for i in range(2))
+    assert (first.service_index, second.service_index) == (0, 1)  # the second goes where fewer run
+    assert [store.trial(s.record.storage_id).service_index for s in (first, second)] == [0, 1]  # recorded
+    again = trial_lifecycle.start_trial(experiment, store, "r1", 1)  # a retry: the platform it had
+    assert again.service_index == 1 and again.handle == second.handle
+    for started in (first, second):
+        trial_lifecycle.wait_in_worker(started, store, 30, 0.1)

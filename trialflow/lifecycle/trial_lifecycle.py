@@ -141,18 +141,19 @@ class StartedTrial:
         )
 
 
-def _service_index(experiment: Experiment, store: ExperimentStore, record: TrialRecord, given: int | None) -> int:
+def _service_index(
+    experiment: Experiment, store: ExperimentStore, record: TrialRecord, given: int | None
+) -> tuple[int, bool]:
     """Which listed platform runs the trial: the one given, the one a retry already used, or
-    (NNI's hybrid mode) the one with the fewest active trials, recorded for the retries."""
+    (NNI's hybrid mode) the one with the fewest active trials; and whether it was chosen now
+    (the start then records it, for the retries, with its other facts before the launch)."""
     if given is not None:
-        return int(given)
+        return int(given), False
     if record.service_index is not None:
-        return int(record.service_index)
+        return int(record.service_index), False
     if len(experiment.config.training_service) == 1:
-        return 0  # nothing to choose, nothing to record
-    chosen = experiment.choose_service(store, record.trial_index)
-    store.set_attrs(record.storage_id, service_index=chosen)
-    return chosen
+        return 0, False  # nothing to choose, nothing to record
+    return experiment.choose_service(store, record.trial_index), True
 
 
 def start_trial(
@@ -220,7 +221,7 @@ def start_trial(
         # worker 3 x 60 s); the trial fails once, with the class's words, as the docs say.
         raise TrialCannotRun(f"trial {trial_id}: {exc}") from None
     record = asked.record
-    chosen = _service_index(experiment, store, record, service_index)
+    chosen, newly_chosen = _service_index(experiment, store, record, service_index)
     try:
         spec = experiment.trial_spec(
             index, asked.number, asked.parameters, chosen, record.parameter_source, inputs=window.inputs
@@ -228,8 +229,9 @@ def start_trial(
     except SealingUnavailable as exc:
         store.finish(record.storage_id, TrialStatus.FAILED, None, str(exc))
         raise TrialCannotRun(f"trial {trial_id}: {exc}") from None
-    if record.lineage is not None and record.lineage.parent_trial_id and not record.finished:
-        record, start_from = _parent_checkpoint(experiment, store, record, connections)
+    loaded = bool(record.lineage is not None and record.lineage.parent_trial_id and not record.finished)
+    if loaded:
+        record, start_from = _parent_checkpoint(experiment, record, connections)
         spec = replace(spec, start_from=start_from)
     started = StartedTrial(
         experiment,
@@ -244,6 +246,10 @@ def start_trial(
     if record.finished:
         return started
     facts: dict[str, Any] = {}  # what the start records before the launch, in one write
+    if newly_chosen:
+        facts["service_index"] = chosen
+    if loaded and record.handle is None and record.lineage is not None:  # what its parent's checkpoint gave
+        facts["pbt"] = record.lineage.to_attr()
     if is_host_bound(started.platform_name):
         check_host(trial_id, {"host": record.host} if record.host else record.handle)
         if pin_host and record.host is None:
@@ -280,11 +286,11 @@ def start_trial(
 
 
 def _parent_checkpoint(
-    experiment: Experiment, store: ExperimentStore, record: TrialRecord, connections: Connections | None
+    experiment: Experiment, record: TrialRecord, connections: Connections | None
 ) -> tuple[TrialRecord, Resume | None]:
-    """The PBT parent's last checkpoint this trial starts from, what it found recorded in the
-    trial's lineage at its first start (the step, or why there is none: the trial then starts
-    fresh, and its page says so)."""
+    """The PBT parent's last checkpoint this trial starts from, and at its first start the
+    trial's lineage with what was found (the step, or why there is none: the trial then starts
+    fresh, and its page says so), which the start records with its other facts."""
     assert record.lineage is not None
     step, start_from, note = None, None, None
     try:
@@ -296,9 +302,7 @@ def _parent_checkpoint(
     except Exception as exc:  # the store down or refusing: said (its secrets masked), and the trial starts fresh
         note = mask_text(f"its parent's checkpoint could not be read: {exc}")[:500]
     if record.handle is None:
-        lineage = replace(record.lineage, loaded_step=step, note=note)
-        store.set_attrs(record.storage_id, pbt=lineage.to_attr())
-        record = replace(record, lineage=lineage)
+        record = replace(record, lineage=replace(record.lineage, loaded_step=step, note=note))
     return record, start_from
 
 
