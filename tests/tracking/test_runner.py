@@ -15,7 +15,7 @@ import pytest
 from tests.helpers.mlflow_server import CONN_ID, PASSWORD, connection_env
 from tests.helpers.tracked_store import EXPERIMENT, six_trials
 from trialflow.store.experiment_store import ExperimentStore, sqlite_url
-from trialflow.tracking.runner import Tracking, tracked
+from trialflow.tracking.runner import Tracking, tracked, tracked_attrs
 from trialflow.tracking.target import TrackingTarget
 
 pytestmark = pytest.mark.slow
@@ -43,7 +43,7 @@ def _recorded(store, name: str) -> None:
 def test_the_experiment_as_tracking_reads_it_from_the_store(tmp_path):
     store = ExperimentStore(sqlite_url(tmp_path / "s.db"))
     _recorded(store, "x")
-    what = tracked(store, EXPERIMENT, TrackingTarget("http://127.0.0.1:1", "x"))
+    what = tracked(tracked_attrs(store, EXPERIMENT), EXPERIMENT, TrackingTarget("http://127.0.0.1:1", "x"))
     assert (what.facts.name, what.facts.dag_id, what.optimize_mode, what.platforms) == (
         "digits",
         "dag_track",

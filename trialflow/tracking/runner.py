@@ -56,22 +56,12 @@ DAG_ATTR = "dag_id"
 TRACKED_ATTRS = ("config", ARTIFACT_STORE_ATTR, DAG_ATTR, "experiment_name", "optimize_mode")
 
 
+def tracked_attrs(store: ExperimentStore, experiment_id: str) -> dict[str, Any]:
+    """The experiment's TRACKED_ATTRS as its start step recorded them (one statement)."""
+    return store.experiment_attrs_named(experiment_id, TRACKED_ATTRS)
+
+
 def tracked(
-    store: ExperimentStore,
-    experiment_id: str,
-    target: TrackingTarget,
-    links: LinkBack | None = None,
-    mask: Callable[[str], str] | None = None,
-    status: str | None = None,
-) -> Tracked:
-    """The experiment as tracking sees it (sync.Tracked), from what its start step recorded in
-    the store (its config in NNI's v2 form, secrets masked): the same wherever it is read, the
-    command line included, without the config file."""
-    attrs = store.experiment_attrs_named(experiment_id, TRACKED_ATTRS)
-    return tracked_from(attrs, experiment_id, target, links, mask, status)
-
-
-def tracked_from(
     attrs: Mapping[str, Any],
     experiment_id: str,
     target: TrackingTarget,
@@ -79,7 +69,10 @@ def tracked_from(
     mask: Callable[[str], str] | None = None,
     status: str | None = None,
 ) -> Tracked:
-    """:func:`tracked` from the experiment's attributes already read (pure)."""
+    """The experiment as tracking sees it (sync.Tracked), from what its start step recorded in
+    the store (``attrs``: its TRACKED_ATTRS, :func:`tracked_attrs`; its config in NNI's v2
+    form, secrets masked): the same wherever it is read, the command line included, without
+    the config file. Pure."""
     stored = attrs.get("config")
     config: dict[str, Any] = stored if isinstance(stored, dict) else {}
     where = ArtifactStore.from_attr(attrs.get(ARTIFACT_STORE_ATTR))
@@ -160,7 +153,7 @@ def mlflow_config_of(attrs: Mapping[str, Any], experiment_id: str) -> MlflowConf
 def target_of(store: ExperimentStore, experiment_id: str, connections: Connections | None) -> TrackingTarget | None:
     """The experiment's tracking server, None when it names none; TrackingNotConfigured when
     it names one trialflow cannot reach from here."""
-    return target_from(store.experiment_attrs_named(experiment_id, TRACKED_ATTRS), experiment_id, connections)
+    return target_from(tracked_attrs(store, experiment_id), experiment_id, connections)
 
 
 def target_from(attrs: Mapping[str, Any], experiment_id: str, connections: Connections | None) -> TrackingTarget | None:
@@ -204,7 +197,9 @@ class Tracking:
         budget: float = 60.0,
     ) -> SyncReport:
         """One pass, for at most ``budget`` seconds (what is left waits for the next)."""
-        what = tracked(self.store, self.experiment_id, self.target, links, mask, status)
+        what = tracked(
+            tracked_attrs(self.store, self.experiment_id), self.experiment_id, self.target, links, mask, status
+        )
         return sync_experiment(self.store, what, self.client, time.monotonic() + budget)
 
     def trial_env(
@@ -217,11 +212,8 @@ class Tracking:
         """What a trial is told of its MLflow run (see module); {} when MLflow did not make it
         in time (the trial starts all the same). ``attrs``: the experiment's TRACKED_ATTRS
         where the caller read them already."""
-        what = (
-            tracked(self.store, self.experiment_id, self.target, links, mask)
-            if attrs is None
-            else tracked_from(attrs, self.experiment_id, self.target, links, mask)
-        )
+        attrs = tracked_attrs(self.store, self.experiment_id) if attrs is None else attrs
+        what = tracked(attrs, self.experiment_id, self.target, links, mask)
         history = self.store.trial_history(storage_id)
         facts = facts_of(history, what)
         outbox = Outbox(self.store.engine, self.store.study_id(self.experiment_id))
