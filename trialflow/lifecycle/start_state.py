@@ -62,13 +62,16 @@ def read_start(
     window_key = key_of(run_id)
     size = _population_size(experiment)
 
+    def index_of(attrs: dict[str, Any]) -> int:
+        return RunWindow.parse(attrs.get(window_key)).first_index + int(map_index)
+
     def indexes(attrs: dict[str, Any]) -> list[int]:
-        index = RunWindow.parse(attrs.get(window_key)).first_index + int(map_index)
+        index = index_of(attrs)
         return [index, *(previous_generation(index, size) if size else ())]
 
     keys = (window_key, LIMITS_ATTR, SPACES_ATTR, UNASKED_ATTR, *also)
     attrs, records = store.read_for_start(experiment.experiment_id, keys, indexes)
-    index = RunWindow.parse(attrs.get(window_key)).first_index + int(map_index)
+    index = index_of(attrs)
     existing = records.get(index)
     generation = {i: records.get(i) for i in previous_generation(index, size)} if size and existing is None else None
     return state_of(experiment, run_id, map_index, attrs, existing, generation)
