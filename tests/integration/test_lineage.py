@@ -7,6 +7,7 @@ listener is loaded) and a deferred trial's task is ended by the worker, so liste
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,10 @@ def lineage_airflow(tmp_path_factory) -> Iterator[tuple[EmbeddedAirflow, Path]]:
 
 
 def events_of(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    """The events written so far: a line without its newline is still being written."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line]
 
 
 def test_the_end_steps_event_carries_the_experiment(lineage_airflow):
@@ -117,9 +121,16 @@ def test_a_lone_trial_operator_parses_and_its_deferred_task_ends_in_the_worker(l
     assert airflow.dag_run_state("lone", run_id) == "success"
     (trial,) = [ti for ti in airflow.task_instances("lone", run_id) if ti["task_id"] == "trial"]
     assert trial["state"] == "success" and trial["try_number"] == 1
-    completes = [
-        e
-        for e in events_of(root / "lineage.jsonl")
-        if e.get("eventType") == "COMPLETE" and e["job"]["name"] == "lone.trial"
-    ]
-    assert len(completes) == 1  # the worker ended it: the listener saw the trial task end
+
+    def completes() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in events_of(root / "lineage.jsonl")
+            if e.get("eventType") == "COMPLETE" and e["job"]["name"] == "lone.trial"
+        ]
+
+    # The task runner tells the listener after it reports the task's state, so the run can be
+    # success a moment before the event is written (CI saw 0 events when read at once).
+    wait_for("the trial task's COMPLETE event", completes, timeout=60)
+    time.sleep(1)  # a second event (the task ended twice) would come within the same moment
+    assert len(completes()) == 1  # the worker ended it: the listener saw the trial task end
