@@ -198,17 +198,20 @@ def test_hybrid_places_each_trial_on_the_platform_with_fewest_active_trials(tmp_
         store.set_attrs(storage_id, service_index=service, **({"handle": {"platform": "local"}} if handle else {}))
         return storage_id
 
-    assert [experiment.choose_service(store, i) for i in range(3)] == [0, 1, 2]  # ties: round-robin
+    def choose(trial_index: int) -> int:  # as a start reads them (read_for_start, active=True)
+        return experiment.choose_service(store.active_trials("ehybrid1"), trial_index)
+
+    assert [choose(i) for i in range(3)] == [0, 1, 2]  # ties: round-robin
     active(0)
     active(0)
     active(2)
-    assert experiment.choose_service(store, 0) == 1
+    assert choose(0) == 1
     active(1)
     active(1, handle=False)  # asked, not yet submitted: not active
-    assert experiment.choose_service(store, 5) == 2
+    assert choose(5) == 2
     finished = active(2)
     store.finish(finished, TrialStatus.SUCCEEDED, 1.0)  # ended trials do not count: 1 and 2 tie again
-    assert [experiment.choose_service(store, i) for i in (1, 2)] == [1, 2]
+    assert [choose(i) for i in (1, 2)] == [1, 2]
 
 
 def test_a_remote_code_directory_over_nni_limits_is_refused_by_validate(tmp_path, monkeypatch):

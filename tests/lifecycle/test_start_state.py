@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.lifecycle.start_state import read_start, state_of
+from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
 from trialflow.steering.limit_changes import change_limits
 from trialflow.steering.space_changes import change_search_space
@@ -114,6 +115,39 @@ def test_a_pbt_start_reads_the_generation_before_with_its_experiment(tmp_path, s
     # one lookup per member took seven statements each
     assert len(statements) <= 8, statements
     assert read_start(experiment, store, "r1", 1).generation is None  # a trial asked already: a retry
+
+
+def test_a_hybrid_start_reads_the_running_trials_with_its_experiment(tmp_path, store):
+    """NNI's hybrid mode places a trial by the trials running now: read in the start's one call
+    (one connection), and only where there is a choice to make."""
+    (tmp_path / "config.yml").write_text(CONFIG)
+    config = load_config(tmp_path / "config.yml").model_copy(deep=True)
+    config.training_service = config.training_service * 2
+    experiment = Experiment(config, "ehybridread", tmp_path / "work")
+    start_run(experiment, store, "dag_a", "r1", {})
+    running = ask(store, experiment.experiment_id, 0, "t0", experiment.algorithm, experiment.space)
+    store.set_attrs(running.storage_id, service_index=1, handle={"platform": "local"})
+    ended = ask(store, experiment.experiment_id, 1, "t1", experiment.algorithm, experiment.space)
+    store.finish(ended.storage_id, TrialStatus.SUCCEEDED, 1.0)
+    store.study_id(experiment.experiment_id)
+    checkouts: list[object] = []
+
+    def checked_out(*args: object) -> None:
+        checkouts.append(args[0])
+
+    sa.event.listen(store.storage.engine, "checkout", checked_out)
+    try:
+        state = read_start(experiment, store, "r1", 2)
+    finally:
+        sa.event.remove(store.storage.engine, "checkout", checked_out)
+    assert len(checkouts) == 1
+    assert state.active is not None and [t.trial_id for t in state.active] == ["t0"]  # the ended one is not
+    assert experiment.choose_service(state.active, state.trial_index) == 0  # where fewer run
+
+
+def test_a_start_with_one_platform_reads_no_running_trials(experiment, store):
+    ask(store, experiment.experiment_id, 0, "t0", experiment.algorithm, experiment.space)
+    assert read_start(experiment, store, "r1", 1).active is None
 
 
 @pytest.mark.both_databases

@@ -150,3 +150,25 @@ def test_a_hybrid_trial_records_its_platform_with_its_other_facts_and_a_retry_ke
     assert again.service_index == 1 and again.handle == second.handle
     for started in (first, second):
         trial_lifecycle.wait_in_worker(started, store, 30, 0.1)
+
+
+def test_a_trial_that_can_never_launch_fails_in_one_write_and_keeps_why(tmp_path, store, monkeypatch):
+    """More GPUs than the machine has: the trial was given its parameters, then can never be launched. It is
+    closed FAILED with why (one write, nothing read first) and its task fails without retry."""
+    import json
+    import os
+
+    fakes = Path(__file__).resolve().parents[1] / "helpers" / "fakes"
+    (tmp_path / "gpus.json").write_text(json.dumps({"gpus": ["GPU-0", "GPU-1"], "apps": []}))
+    monkeypatch.setenv("FAKE_GPUS", str(tmp_path / "gpus.json"))  # this machine has two GPUs
+    monkeypatch.setenv("PATH", f"{fakes}:{os.environ['PATH']}")
+    gpus = CONFIG.replace("trialCodeDirectory: .\n", "trialCodeDirectory: .\ntrialGpuNumber: 3\n")
+    (tmp_path / "config.yml").write_text(gpus.replace("{platform: local}", "{platform: local, useActiveGpu: false}"))
+    (tmp_path / "trial.py").write_text(TRIAL)
+    experiment = Experiment(load_config(tmp_path / "config.yml"), "egpus", tmp_path / "work")
+    start_run(experiment, store, "dag_a", "r1", {})
+    with pytest.raises(trial_lifecycle.TrialCannotRun, match="trialGpuNumber 3 can never fit") as raised:
+        trial_lifecycle.start_trial(experiment, store, "r1", 0)
+    (record,) = store.trial_rows(experiment.experiment_id)
+    assert record.status == "FAILED" and record.message is not None and record.message in str(raised.value)
+    assert list(tmp_path.glob("**/launches")) == []  # nothing ran

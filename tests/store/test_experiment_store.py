@@ -351,6 +351,34 @@ def test_a_plain_postgresql_url_uses_the_installed_driver():
     assert with_installed_driver("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
 
 
+def test_a_trial_that_can_never_launch_is_failed_in_one_write_and_a_stop_that_came_first_stands(store):
+    store.open_experiment("exp")
+    unlaunched = ask(store, "exp", 0, "t0", TPE, SPACE).storage_id
+    statements: list[str] = []
+
+    def executed(conn, cursor, statement, *rest):
+        statements.append(statement)
+
+    sa.event.listen(store.storage.engine, "before_cursor_execute", executed)
+    try:
+        store.fail_unlaunched(unlaunched, "trialGpuNumber 3 can never fit on this machine")
+    finally:
+        sa.event.remove(store.storage.engine, "before_cursor_execute", executed)
+    record = store.trial(unlaunched)
+    assert (record.status, record.finished, record.message) == (
+        TrialStatus.FAILED,
+        True,
+        "trialGpuNumber 3 can never fit on this machine",
+    )
+    assert store.storage.get_trial(unlaunched).state == TrialState.FAIL
+    # nothing read first: no result to look for (a close reads the trial, its values included)
+    assert not any(s.lstrip().upper().startswith("SELECT") and "trial_values" in s for s in statements)
+    stopped = ask(store, "exp", 1, "t1", TPE, SPACE).storage_id
+    store.close(stopped, TrialStatus.USER_CANCELED, "stopped by ann")
+    store.fail_unlaunched(stopped, "code over the limits")  # the stop came first: it stands
+    assert (store.trial(stopped).status, store.trial(stopped).message) == (TrialStatus.USER_CANCELED, "stopped by ann")
+
+
 def test_the_records_an_ask_and_a_close_return_are_what_the_store_then_holds(store):
     """They are built without reading the trial back; a read must agree field for field."""
     store.open_experiment("exp")

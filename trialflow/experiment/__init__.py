@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -44,7 +44,7 @@ from trialflow.platforms.base import (
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
 
-    from trialflow.store.experiment_store import ExperimentStore
+    from trialflow.store.experiment_store import ExperimentStore, TrialRecord
 
 log = logging.getLogger(__name__)
 
@@ -367,14 +367,15 @@ class Experiment:
         platform.use_shared_storage(self.config.shared_storage)
         return platform
 
-    def choose_service(self, store: ExperimentStore, trial_index: int) -> int:
-        """NNI's hybrid mode: the listed platform with the fewest active (submitted, not ended)
-        trials of this experiment; ties go round-robin by trial index."""
+    def choose_service(self, active_trials: Iterable[TrialRecord], trial_index: int) -> int:
+        """NNI's hybrid mode: the listed platform with the fewest of ``active_trials`` (this
+        experiment's, submitted and not ended: read with the start's state); ties go
+        round-robin by trial index."""
         count = len(self.config.training_service)
         if count == 1:
             return 0
         active = [0] * count
-        for trial in store.active_trials(self.experiment_id):
+        for trial in active_trials:
             if trial.service_index is not None and trial.handle and 0 <= int(trial.service_index) < count:
                 active[int(trial.service_index)] += 1
         return min(range(count), key=lambda i: (active[i], (i - trial_index) % count))

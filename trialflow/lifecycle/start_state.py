@@ -5,8 +5,9 @@ maxTrialNumber a person changed, then the newest search space, then whether the 
 asked already (a retry), each a query of its own. :class:`StartState` is those in one store call
 (``ExperimentStore.read_for_start``), typed: what admission and the asker decide from. What a
 seam of the start needs read (tracking's attributes: ``StartTracking.reads``) comes in the same
-call, and so does Population Based Training's generation before the trial (what it waits for
-and learns from). A custom class's kept state is still read where it is used (in its turn).
+call, and so do Population Based Training's generation before the trial (what it waits for
+and learns from) and, in NNI's hybrid mode, the trials running now (where it is placed). A
+custom class's kept state is still read where it is used (in its turn).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class StartState:
     #: Population Based Training: the generation before the trial's, by index, None where a
     #: member was never asked; None for any other tuner (and a trial asked already).
     generation: Mapping[int, TrialRecord | None] | None = None
+    #: NNI's hybrid mode (several platforms): the trials running now, which the trial is placed
+    #: among (Experiment.choose_service); None with one platform.
+    active: tuple[TrialRecord, ...] | None = None
 
     @property
     def trial_index(self) -> int:
@@ -70,11 +74,14 @@ def read_start(
         return [index, *(previous_generation(index, size) if size else ())]
 
     keys = (window_key, LIMITS_ATTR, SPACES_ATTR, UNASKED_ATTR, *also)
-    attrs, records = store.read_for_start(experiment.experiment_id, keys, indexes)
-    index = index_of(attrs)
-    existing = records.get(index)
-    generation = {i: records.get(i) for i in previous_generation(index, size)} if size and existing is None else None
-    return state_of(experiment, run_id, map_index, attrs, existing, generation)
+    hybrid = len(experiment.config.training_service) > 1
+    read = store.read_for_start(experiment.experiment_id, keys, indexes, active=hybrid)
+    index = index_of(read.attrs)
+    existing = read.trials.get(index)
+    before = previous_generation(index, size) if size and existing is None else None
+    generation = {i: read.trials.get(i) for i in before} if before is not None else None
+    active = tuple(read.active) if read.active is not None else None
+    return state_of(experiment, run_id, map_index, read.attrs, existing, generation, active)
 
 
 def _population_size(experiment: Experiment) -> int | None:
@@ -90,6 +97,7 @@ def state_of(
     attrs: dict[str, Any],
     existing: TrialRecord | None,
     generation: Mapping[int, TrialRecord | None] | None = None,
+    active: tuple[TrialRecord, ...] | None = None,
 ) -> StartState:
     """The typed state from what the store returned (pure)."""
     window = RunWindow.parse(attrs.get(key_of(run_id)))
@@ -107,4 +115,5 @@ def state_of(
         unasked_of(attrs.get(UNASKED_ATTR)),
         attrs,
         generation,
+        active,
     )

@@ -142,7 +142,7 @@ class StartedTrial:
 
 
 def _service_index(
-    experiment: Experiment, store: ExperimentStore, record: TrialRecord, given: int | None
+    experiment: Experiment, active: tuple[TrialRecord, ...] | None, record: TrialRecord, given: int | None
 ) -> tuple[int, bool]:
     """Which listed platform runs the trial: the one given, the one a retry already used, or
     (NNI's hybrid mode) the one with the fewest active trials; and whether it was chosen now
@@ -151,9 +151,9 @@ def _service_index(
         return int(given), False
     if record.service_index is not None:
         return int(record.service_index), False
-    if len(experiment.config.training_service) == 1:
-        return 0, False  # nothing to choose, nothing to record
-    return experiment.choose_service(store, record.trial_index), True
+    if active is None:  # one platform (the start read no active trials): nothing to choose or record
+        return 0, False
+    return experiment.choose_service(active, record.trial_index), True
 
 
 def start_trial(
@@ -221,13 +221,13 @@ def start_trial(
         # worker 3 x 60 s); the trial fails once, with the class's words, as the docs say.
         raise TrialCannotRun(f"trial {trial_id}: {exc}") from None
     record = asked.record
-    chosen, newly_chosen = _service_index(experiment, store, record, service_index)
+    chosen, newly_chosen = _service_index(experiment, state.active, record, service_index)
     try:
         spec = experiment.trial_spec(
             index, asked.number, asked.parameters, chosen, record.parameter_source, inputs=window.inputs
         )
     except SealingUnavailable as exc:
-        store.finish(record.storage_id, TrialStatus.FAILED, None, str(exc))
+        store.fail_unlaunched(record.storage_id, str(exc))
         raise TrialCannotRun(f"trial {trial_id}: {exc}") from None
     loaded = bool(record.lineage is not None and record.lineage.parent_trial_id and not record.finished)
     if loaded:
@@ -265,7 +265,7 @@ def start_trial(
     try:
         handle = platform.describe(platform.submit_sync(started.spec))
     except (GpuRequestError, CodeDirectoryError) as exc:
-        store.finish(record.storage_id, TrialStatus.FAILED, None, str(exc))
+        store.fail_unlaunched(record.storage_id, str(exc))
         raise TrialCannotRun(f"trial {trial_id}: {exc}") from exc
     started_at = record.started_at or time.time()
     store.set_status(record.storage_id, TrialStatus.WAITING, handle=handle, started_at=started_at)

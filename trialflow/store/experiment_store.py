@@ -122,6 +122,18 @@ class TrialHistory:
     prior_of: str | None
 
 
+@dataclass(frozen=True)
+class StartRead:
+    """What a trial's start read of its experiment in one call (ExperimentStore.read_for_start)."""
+
+    #: The experiment attributes named that are set, by key.
+    attrs: dict[str, Any]
+    #: The trials asked at the indexes named, by index.
+    trials: dict[int, TrialRecord]
+    #: The trials submitted and not closed, when asked for (hybrid placement), else None.
+    active: list[TrialRecord] | None = None
+
+
 #: The trial attribute naming the Airflow task instance that ran the trial (dag, run, task, map
 #: index, try), recorded by its start for the outputs that link back to it.
 TASK_ATTR = "task"
@@ -273,12 +285,17 @@ class ExperimentStore:
             return {row.key: json.loads(row.value_json) for row in conn.execute(query)}
 
     def read_for_start(
-        self, experiment_id: str, keys: Sequence[str], indexes_of: Callable[[dict[str, Any]], Sequence[int]]
-    ) -> tuple[dict[str, Any], dict[int, TrialRecord]]:
+        self,
+        experiment_id: str,
+        keys: Sequence[str],
+        indexes_of: Callable[[dict[str, Any]], Sequence[int]],
+        active: bool = False,
+    ) -> StartRead:
         """What a trial's start reads of its experiment, at once: the attributes named (those
-        set: its run's window, the limits and search spaces a person changed...) and the trials
+        set: its run's window, the limits and search spaces a person changed...), the trials
         at the indexes ``indexes_of(those attributes)`` names that were asked (the trial's own,
-        which a retry or a resumed run re-attaches to; PBT's generation before it), by index.
+        which a retry or a resumed run re-attaches to; PBT's generation before it), by index,
+        and with ``active`` the trials running now (what NNI's hybrid mode places a trial by).
         The indexes come from its run's window, which the store does not read. One connection;
         a task's first read of the store, so it finds the study's id in the same statement."""
         wanted = STUDY_ATTRS.c.key.in_(list(keys))
@@ -296,7 +313,8 @@ class ExperimentStore:
             self.storage.remember(experiment_id, study_id)
             self.storage.read_directions(conn, study_id)
             attrs = {row.key: json.loads(row.value_json) for row in rows if row.key is not None}
-            return attrs, self._trials_at(conn, study_id, indexes_of(attrs))
+            trials = self._trials_at(conn, study_id, indexes_of(attrs))
+            return StartRead(attrs, trials, self._active(conn, study_id) if active else None)
 
     def find_trials(self, experiment_id: str, trial_indexes: Iterable[int]) -> dict[int, TrialRecord]:
         """The trials at ``trial_indexes`` that were asked, by index (two statements however many)."""
@@ -491,12 +509,13 @@ class ExperimentStore:
     def active_trials(self, experiment_id: str) -> list[TrialRecord]:
         """Trials submitted and not closed (for hybrid placement and for cancelling a run)."""
         study_id = self.study_id(experiment_id)
-        frozen = self.storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-        return [
-            _record(t, self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number))
-            for t in frozen
-            if is_claimed(t)
-        ]
+        with self.storage.engine.connect() as conn:
+            return self._active(conn, study_id)
+
+    @staticmethod
+    def _active(conn: sa.Connection, study_id: int) -> list[TrialRecord]:
+        running = read_trials(conn, [TRIALS.c.study_id == study_id, TRIALS.c.state == TrialState.RUNNING])
+        return [_record(t, trial_storage_id(t)) for t in running if is_claimed(t)]
 
     def running_attr(self, experiment_id: str, key: str) -> dict[int, Any]:
         """User attribute ``key`` of every running trial that has it, by storage id: one indexed
@@ -655,6 +674,17 @@ class ExperimentStore:
         its first outcome. One read and one write."""
         frozen = self.storage.get_trial(storage_id)
         return self._finish(frozen, storage_id, status, frozen.user_attrs.get("final_metric"), message)
+
+    def fail_unlaunched(self, storage_id: int, message: str) -> None:
+        """Close a trial that has its parameters and can never be launched (GPUs no machine
+        has, code over the limits, sealing unavailable) as FAILED with why, in one write: it
+        reported nothing, so there is no final result to read first and no objective to place.
+        A trial closed meanwhile (a stop that came first) keeps its outcome."""
+        attrs = {"nni_status": TrialStatus.FAILED.value, "message": message}
+        try:
+            self.storage.close_trial(storage_id, TrialState.FAIL, None, attrs)
+        except UpdateFinishedTrialError:
+            log.debug("trial %s was closed before it could be failed unlaunched", storage_id)
 
     def objectives_of_trial(self, storage_id: int) -> list[dict[str, str]] | None:
         """The objectives of the trial's experiment (None: one objective); read once per study."""
