@@ -193,7 +193,7 @@ def tell_custom_classes(experiment: Experiment, store: ExperimentStore) -> list[
     notes = []
     for custom in custom_classes(experiment.algorithm, experiment.config.assessor):
         try:
-            if tell(store, experiment.experiment_id, custom, experiment.space):
+            if tell(store.view(experiment.experiment_id), custom, experiment.space):
                 notes.append(f"{custom.label} ({custom.role}) was told the results and ends it had not heard")
         except CustomAlgorithmError as exc:
             notes.append(f"{custom.label} ({custom.role}) could not be told the last results: {exc}")

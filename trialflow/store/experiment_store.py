@@ -39,6 +39,8 @@ from trialflow.store.pareto import OBJECTIVES_ATTR
 from trialflow.store.prior_trials import PRIOR_ATTR, PriorTrial, is_prior
 from trialflow.store.prior_trials import template as prior_template
 from trialflow.store.records import Lineage, Restart, restarts_from_attr
+from trialflow.store.records import TrialHistory as TrialHistory  # where its readers have always found it
+from trialflow.store.records import TrialRecord as TrialRecord  # where its readers have always found it
 from trialflow.store.results import TrialRow, finite_or_none, jsonable, outcome, preview, scalar
 from trialflow.store.snapshot import SnapshotCache
 from trialflow.store.tables import RESULT_TIMES, SNAPSHOTS, TRIAL_QUEUE, WINDOWS
@@ -59,67 +61,6 @@ ATTR_UPDATE_ATTEMPTS = 200
 #: Seconds after which an ask that never claimed its trial index is taken as dead (its claim
 #: follows Optuna's commit within milliseconds; a loaded store may take seconds).
 ABANDONED_AFTER = 60.0
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    """One trial as the store holds it, in trialflow's terms (Optuna's stay in this module)."""
-
-    storage_id: int
-    number: int
-    trial_index: int
-    trial_id: str
-    parameters: dict[str, Any]
-    # The defaults are a trial just asked: waiting, not launched, nothing reported.
-    status: TrialStatus = TrialStatus.WAITING
-    #: Closed in the store (Optuna froze it): its outcome no longer changes.
-    finished: bool = False
-    handle: TrialHandle | None = None
-    service_index: int | None = None
-    #: The host a host-bound (local) trial was claimed for before its launch, when pinned.
-    host: str | None = None
-    started_at: float | None = None
-    #: The final result as reported (a number, a dict with ``default``, or what the trial sent).
-    final: Any = None
-    message: str | None = None
-    intermediate_count: int = 0
-    last_step: int | None = None
-    #: Who asked for this trial's parameters (a person's added trial or re-run: ``by``,
-    #: ``reason``, ``at``); None when the tuner chose them.
-    asked_by: dict[str, Any] | None = None
-    #: Its restarts after faults, oldest first (trialflow.experiment.keeping).
-    restarts: tuple[Restart, ...] = ()
-    #: Its place in a Population Based Training population, and its parent (trialflow.tuning.pbt).
-    lineage: Lineage | None = None
-
-    @property
-    def parameter_source(self) -> str:
-        """parameter.cfg's ``parameter_source``, as NNI wrote it: ``customized`` or ``algorithm``."""
-        return "customized" if self.asked_by else "algorithm"
-
-
-@dataclass(frozen=True)
-class TrialHistory:
-    """One trial with its whole curve and its times, as an output that copies the experiment
-    elsewhere (MLflow: trialflow.tracking) reads it; a warm start's prior trials included
-    (``prior_of``: where it came from; no trial index)."""
-
-    storage_id: int
-    trial_index: int | None
-    trial_id: str
-    parameters: dict[str, Any]
-    status: str
-    finished: bool
-    started_at: float | None
-    ended_at: float | None
-    intermediate: dict[int, float]
-    final: Any
-    asked_by: dict[str, Any] | None
-    #: The task instance that ran it, as its start recorded it (TASK_ATTR), else None.
-    task: Any
-    service_index: int | None
-    imported: bool
-    prior_of: str | None
 
 
 @dataclass(frozen=True)
@@ -347,6 +288,10 @@ class ExperimentStore:
         )
         with self.storage.engine.connect() as conn:
             return [row[0] for row in conn.execute(query)]
+
+    def view(self, experiment_id: str) -> ExperimentView:
+        """The experiment as a tuner's call may see and change it (trialflow.tuning.study_view)."""
+        return ExperimentView(self, experiment_id)
 
     def update_experiment_attr(self, experiment_id: str, key: str, change: Callable[[Any], Any]) -> Any:
         """Set attribute ``key`` to ``change(its current value)`` (None when unset) atomically,
@@ -791,6 +736,24 @@ class ExperimentStore:
         start gave its tuner, for outputs that copy the experiment elsewhere (TrialHistory)."""
         frozen = self.storage.get_all_trials(self.study_id(experiment_id), deepcopy=False)
         return [_history(t, trial_storage_id(t)) for t in frozen if is_claimed(t) or is_prior(t)]
+
+
+@dataclass(frozen=True)
+class ExperimentView:
+    """One experiment of the store, as trialflow.tuning.study_view.StudyView says a tuner may
+    reach it: its attributes (changed by compare-and-set) and its trials' histories."""
+
+    store: ExperimentStore
+    experiment_id: str
+
+    def attr(self, key: str) -> Any:
+        return self.store.experiment_attr(self.experiment_id, key)
+
+    def change_attr(self, key: str, change: Callable[[Any], Any]) -> Any:
+        return self.store.update_experiment_attr(self.experiment_id, key, change)
+
+    def histories(self) -> list[TrialHistory]:
+        return self.store.trial_histories(self.experiment_id)
 
 
 def is_claimed(t: FrozenTrial) -> bool:

@@ -1,13 +1,17 @@
 """The shapes the store keeps beside a trial, read one way by the store's records, the rooms
 that write them and the pages: a trial's restarts after faults (its ``restarts`` attribute,
 written by trialflow.experiment.keeping) and its place in a Population Based Training population
-(its ``pbt`` attribute, planned by trialflow.tuning.pbt). The store imports no tuner, so the
-shapes live here, under both."""
+(its ``pbt`` attribute, planned by trialflow.tuning.pbt), and a trial as its readers take it
+(TrialRecord; TrialHistory, with its curve and times). The store imports no tuner, so the
+shapes live here, under both; a tuner reads them without reaching the store."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from trialflow.trial.handle import TrialHandle
+from trialflow.trial.status import TrialStatus
 
 
 @dataclass(frozen=True)
@@ -86,3 +90,64 @@ class Lineage:
             )
         except (KeyError, TypeError, ValueError):
             return None
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as the store holds it, in trialflow's terms (Optuna's stay in this module)."""
+
+    storage_id: int
+    number: int
+    trial_index: int
+    trial_id: str
+    parameters: dict[str, Any]
+    # The defaults are a trial just asked: waiting, not launched, nothing reported.
+    status: TrialStatus = TrialStatus.WAITING
+    #: Closed in the store (Optuna froze it): its outcome no longer changes.
+    finished: bool = False
+    handle: TrialHandle | None = None
+    service_index: int | None = None
+    #: The host a host-bound (local) trial was claimed for before its launch, when pinned.
+    host: str | None = None
+    started_at: float | None = None
+    #: The final result as reported (a number, a dict with ``default``, or what the trial sent).
+    final: Any = None
+    message: str | None = None
+    intermediate_count: int = 0
+    last_step: int | None = None
+    #: Who asked for this trial's parameters (a person's added trial or re-run: ``by``,
+    #: ``reason``, ``at``); None when the tuner chose them.
+    asked_by: dict[str, Any] | None = None
+    #: Its restarts after faults, oldest first (trialflow.experiment.keeping).
+    restarts: tuple[Restart, ...] = ()
+    #: Its place in a Population Based Training population, and its parent (trialflow.tuning.pbt).
+    lineage: Lineage | None = None
+
+    @property
+    def parameter_source(self) -> str:
+        """parameter.cfg's ``parameter_source``, as NNI wrote it: ``customized`` or ``algorithm``."""
+        return "customized" if self.asked_by else "algorithm"
+
+
+@dataclass(frozen=True)
+class TrialHistory:
+    """One trial with its whole curve and its times, as an output that copies the experiment
+    elsewhere (MLflow: trialflow.tracking) reads it; a warm start's prior trials included
+    (``prior_of``: where it came from; no trial index)."""
+
+    storage_id: int
+    trial_index: int | None
+    trial_id: str
+    parameters: dict[str, Any]
+    status: str
+    finished: bool
+    started_at: float | None
+    ended_at: float | None
+    intermediate: dict[int, float]
+    final: Any
+    asked_by: dict[str, Any] | None
+    #: The task instance that ran it, as its start recorded it (TASK_ATTR), else None.
+    task: Any
+    service_index: int | None
+    imported: bool
+    prior_of: str | None

@@ -150,7 +150,7 @@ def judge(
             return Judgment(None, after)
         trial_id = str(frozen.user_attrs.get("trial_id", storage_id))
         try:
-            stop = assess(store, experiment_id, pruner.custom, None, trial_id, steps, after)
+            stop = assess(store.view(experiment_id), pruner.custom, None, trial_id, steps, after)
         except CustomAlgorithmError as exc:  # an assessor that fails stops nothing: the trial runs on
             log.warning("trial %s is not judged: %s", trial_id, exc)
             return Judgment(None, after)

@@ -139,9 +139,8 @@ class CustomSource:
         if queued is not None:  # a person's own trial: the class is not asked
             return queued
         custom = CustomClass.of(self.tuner, "tuner")
-        self._chosen = generate(
-            self.store, self.experiment_id, self.trial_index, custom, self.space, self.trial_id, self.space_version
-        )
+        view = self.store.view(self.experiment_id)
+        self._chosen = generate(view, self.trial_index, custom, self.space, self.trial_id, self.space_version)
         # an empty space (NNI's ga_squad: the class's own graph) has no values to replay
         return encode(self.space, self._chosen) if self.space.params else None
 

@@ -34,7 +34,7 @@ from trialflow.trial.wire import PBT_LOAD_KEY, PBT_SAVE_KEY
 from trialflow.tuning.seeds import trial_seed
 
 if TYPE_CHECKING:
-    from trialflow.store.experiment_store import TrialRecord
+    from trialflow.store.records import TrialRecord
 
 #: The experiment attribute listing trial indices whose task ended without asking (marked
 #: failed or success while it waited, skipped): a later generation does not wait for them.

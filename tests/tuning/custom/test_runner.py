@@ -82,6 +82,40 @@ def test_the_tuner_s_memory_is_kept_between_asks_and_told_each_result_once(opene
 
 
 @pytest.mark.slow
+def test_a_call_that_outlived_its_turn_leaves_the_state_the_next_holder_kept(opened):
+    """The class is called with a view of its experiment (trialflow.tuning.study_view), and keeps
+    its state by compare-and-set over what it restored: a call whose lease ran out while it ran
+    does not overwrite what the next holder kept (its own results are told again next time)."""
+    the_other_holders = {"state": None, "told": [], "note": "the other holder's", "space_version": 0}
+
+    class Overtaken:
+        """The real store's view, where another call keeps its state while this one runs."""
+
+        experiment_id = EXPERIMENT
+
+        def __init__(self, view):
+            self.view = view
+
+        def attr(self, key):
+            return self.view.attr(key)
+
+        def change_attr(self, key, change):
+            return self.view.change_attr(key, change)
+
+        def histories(self):  # read inside the turn, before the class is called
+            self.view.change_attr("custom_tuner", lambda current: the_other_holders)
+            return self.view.histories()
+
+    parameters = runner.generate(
+        Overtaken(opened.view(EXPERIMENT)), 0, CustomClass.of(_tuner("counting_tuner.CountingTuner"), "tuner"), SPACE
+    )
+    assert 0 <= parameters["x"] <= 1  # the call itself answered
+    assert opened.experiment_attr(EXPERIMENT, "custom_tuner") == the_other_holders
+    runner.generate(opened.view(EXPERIMENT), 1, CustomClass.of(_tuner("counting_tuner.CountingTuner"), "tuner"), SPACE)
+    assert _object(opened).generated == [1]  # kept by an undisturbed call, over the other's
+
+
+@pytest.mark.slow
 def test_a_class_whose_object_cannot_be_kept_gets_the_history_as_nni_s_resume_gave_it(opened):
     tuner = _tuner("lossy_tuners.Unpicklable")
     for index in range(3):
@@ -419,11 +453,11 @@ def test_the_last_trials_results_reach_the_class_when_it_is_told_at_the_end(open
     for index in range(4):
         _finish(opened, _ask(opened, index, tuner), 0.1 * (index + 1))
     assert [i for i, _ in _object(opened).results] == [0, 1, 2]  # what the asks told it
-    assert runner.tell(opened, EXPERIMENT, custom, SPACE) is True
+    assert runner.tell(opened.view(EXPERIMENT), custom, SPACE) is True
     kept = _object(opened)
     assert kept.results == [(0, 0.1), (1, 0.2), (2, 0.30000000000000004), (3, 0.4)]
     assert kept.ended == [(i, True) for i in range(4)] and kept.generated == [0, 1, 2, 3]
-    assert runner.tell(opened, EXPERIMENT, custom, SPACE) is False  # told once
+    assert runner.tell(opened.view(EXPERIMENT), custom, SPACE) is False  # told once
     assert _object(opened).results == kept.results
 
 

@@ -6,6 +6,8 @@ advisor, which chooses parameters and may stop trials, is kept as ``custom_tuner
 object pickled after each call, and which trials it has been told of. Any worker's ask and the
 triggerer's judgement restore it, so the class keeps its memory when the triggerer restarts or
 the trials move between workers and machines, as if one process had run it throughout.
+It reaches the store through a view of its experiment (trialflow.tuning.study_view), never the
+store itself.
 
 **A class whose object cannot be pickled** (it holds a lock, a file, a thread) or grows past
 host.MAX_STATE is made anew at each call: ``__init__(**classArgs)``, ``update_search_space``, then
@@ -45,7 +47,8 @@ from trialflow.trial.env import inherited_env
 from trialflow.trial.status import TrialStatus
 
 if TYPE_CHECKING:
-    from trialflow.store.experiment_store import ExperimentStore, TrialHistory
+    from trialflow.store.records import TrialHistory
+    from trialflow.tuning.study_view import StudyView
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +180,7 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def turn(store: ExperimentStore, experiment_id: str, role: str, wait: float | None = None) -> Iterator[None]:
+def turn(view: StudyView, role: str, wait: float | None = None) -> Iterator[None]:
     """The class's lease for one call (see module)."""
     wait = 2 * CALL_TIMEOUT + 10 if wait is None else wait
     key, token = LEASE_ATTR.format(role=role), uuid.uuid4().hex
@@ -188,7 +191,7 @@ def turn(store: ExperimentStore, experiment_id: str, role: str, wait: float | No
         return {"holder": token, "until": time.time() + CALL_TIMEOUT + 10} if free else current
 
     while True:
-        held = store.update_experiment_attr(experiment_id, key, take)
+        held = view.change_attr(key, take)
         if isinstance(held, dict) and held.get("holder") == token:
             break
         if time.monotonic() > deadline:
@@ -197,8 +200,7 @@ def turn(store: ExperimentStore, experiment_id: str, role: str, wait: float | No
     try:
         yield
     finally:
-        store.update_experiment_attr(
-            experiment_id,
+        view.change_attr(
             key,
             lambda current: None if isinstance(current, dict) and current.get("holder") == token else current,
         )
@@ -260,8 +262,7 @@ def _tuner_events(ended: list[TrialHistory]) -> list[dict[str, Any]]:
 
 
 def _exchange(
-    store: ExperimentStore,
-    experiment_id: str,
+    view: StudyView,
     custom: CustomClass,
     space: SearchSpace | None,
     events_of: Any,
@@ -273,10 +274,10 @@ def _exchange(
     (``update_search_space``, an advisor's ``handle_update_search_space``), as NNI's
     ``nnictl update searchspace`` did."""
     key = STATE_ATTR.format(role=custom.role)
-    with turn(store, experiment_id, custom.role):
-        raw = store.experiment_attr(experiment_id, key)
+    with turn(view, custom.role):
+        raw = view.attr(key)
         saved = Saved.read(raw)
-        histories = store.trial_histories(experiment_id)
+        histories = view.histories()
         ended = _ended(histories)
         asking = (request.get("call") or {}).get("generate")
         others_running = any(not h.finished for h in histories if h.trial_index != asking)
@@ -297,14 +298,19 @@ def _exchange(
                 custom.label,
                 answer.note,
             )
-        kept = Saved(answer.state, frozenset(told), answer.note, version)
-        store.set_experiment_attrs(experiment_id, {key: kept.to_attr()})
+        kept = Saved(answer.state, frozenset(told), answer.note, version).to_attr()
+        # kept only over the state this call restored: a call that outlived its lease (and so
+        # its turn) leaves what the next holder kept, and what it was told is told again
+        stored = view.change_attr(key, lambda current: kept if current == raw else current)
+        if stored != kept:
+            log.warning(
+                "%s: another call kept its state first (this call outlived its turn); its state stands", custom.label
+            )
     return replace(answer, others_running=others_running)
 
 
 def generate(
-    store: ExperimentStore,
-    experiment_id: str,
+    view: StudyView,
     trial_index: int,
     custom: CustomClass,
     space: SearchSpace,
@@ -315,7 +321,7 @@ def generate(
     parameter id is the trial's index), or from what an advisor sent, checked to be a point of
     the search space. An advisor that sent none raises AdvisorWaits."""
     request = {"call": {"generate": trial_index, "trial_job_id": trial_id}}
-    answer = _exchange(store, experiment_id, custom, space, _tuner_events, request, space_version)
+    answer = _exchange(view, custom, space, _tuner_events, request, space_version)
     if answer.waits:
         # final only if nothing ran when it was told every end: a trial that ended since is told next time
         raise AdvisorWaits(custom.label, final=not answer.others_running)
@@ -340,8 +346,7 @@ def _assessor_events(ended: list[TrialHistory]) -> list[dict[str, Any]]:
 
 
 def assess(
-    store: ExperimentStore,
-    experiment_id: str,
+    view: StudyView,
     custom: CustomClass,
     space: SearchSpace | None,
     trial_id: str,
@@ -356,7 +361,7 @@ def assess(
     request = {"call": {"assess": {"trial_job_id": trial_id, "steps": [[s, v] for s, v in steps], "from": judged_from}}}
     # an advisor (kept as the tuner) hears of results and ends as it does when asked for trials
     events_of = _tuner_events if custom.role == "tuner" else _assessor_events
-    stop = _exchange(store, experiment_id, custom, space, events_of, request).value
+    stop = _exchange(view, custom, space, events_of, request).value
     return int(stop) if isinstance(stop, int) else None
 
 
@@ -379,7 +384,7 @@ def custom_classes(tuner: AlgorithmConfig | None, assessor: AlgorithmConfig | No
     return found
 
 
-def tell(store: ExperimentStore, experiment_id: str, custom: CustomClass, space: SearchSpace | None) -> bool:
+def tell(view: StudyView, custom: CustomClass, space: SearchSpace | None) -> bool:
     """Tell the class what ended since its last call, and keep its state; False when there was
     nothing new to tell (no process is started).
 
@@ -390,12 +395,12 @@ def tell(store: ExperimentStore, experiment_id: str, custom: CustomClass, space:
     that ended after the last ask included. A class made anew at each call (its object is
     not kept) is not made for this: it keeps nothing it could be told."""
     key = STATE_ATTR.format(role=custom.role)
-    raw = store.experiment_attr(experiment_id, key)
+    raw = view.attr(key)
     saved = Saved.read(raw)
     if raw is not None and saved.state is None:
         return False
-    if all((h.trial_index or 0) in saved.told for h in _ended(store.trial_histories(experiment_id))):
+    if all((h.trial_index or 0) in saved.told for h in _ended(view.histories())):
         return False
     events_of = _tuner_events if custom.role == "tuner" else _assessor_events
-    _exchange(store, experiment_id, custom, space, events_of, {"call": {}})
+    _exchange(view, custom, space, events_of, {"call": {}})
     return True
