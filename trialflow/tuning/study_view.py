@@ -4,7 +4,7 @@ Optuna hands a sampler the Study, not the storage behind it; trialflow's tuners 
 something of their own between asks (a user's tuner, assessor or advisor:
 trialflow.tuning.custom.runner) are handed a :class:`StudyView` of their experiment the same
 way: the attributes they keep their state and their lease in, changed by compare-and-set, and
-the trials' histories. The store makes one (``ExperimentStore.view``); the tuner cannot reach
+the trials' histories. The store makes one per experiment (its ``view``); the tuner cannot reach
 another experiment, a trial's status or the store's tables through it. Population Based
 Training's view is the generation before its trial, read with the trial's start
 (trialflow.tuning.parameter_sources.PopulationSource).
