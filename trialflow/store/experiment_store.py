@@ -345,6 +345,21 @@ class ExperimentStore:
         with self.storage.engine.begin() as conn:
             return conn.execute(query).scalar_one_or_none()
 
+    def asked_between(self, experiment_id: str, first: int, end: int) -> dict[int, bool]:
+        """The trials asked at indexes ``first`` .. ``end - 1`` (a run's window), by index:
+        whether each is closed. One statement."""
+        query = (
+            sa.select(TRIAL_INDEX.c.trial_index, TRIALS.c.state)
+            .join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id)
+            .where(
+                TRIAL_INDEX.c.study_id == self.study_id(experiment_id),
+                TRIAL_INDEX.c.trial_index >= first,
+                TRIAL_INDEX.c.trial_index < end,
+            )
+        )
+        with self.storage.engine.connect() as conn:
+            return {int(index): state != TrialState.RUNNING for index, state in conn.execute(query)}
+
     def all_finished(self, experiment_id: str, trial_indexes: Collection[int]) -> bool:
         """Every trial of ``trial_indexes`` is in the store and no longer running (one indexed
         query; a trial not asked yet counts as not finished)."""

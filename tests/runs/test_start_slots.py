@@ -1,0 +1,99 @@
+"""trialConcurrency for trials started from the triggerer (trialflow.runs.start_slots): the rule,
+case by case, then claims racing on real stores, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from trialflow.config.model import AlgorithmConfig
+from trialflow.config.search_space import parse_search_space
+from trialflow.experiment.run_windows import RunWindow
+from trialflow.platforms.base import TrialStatus
+from trialflow.runs import start_slots
+from trialflow.runs.start_slots import HOLD_SECONDS, decide, held_of
+from trialflow.tuning.asker import ask
+
+NOW = 1_000.0
+SPACE = parse_search_space({"x": {"_type": "uniform", "_value": [0, 1]}})
+RANDOM = AlgorithmConfig(name="Random", class_args={"seed": 2})
+
+
+@pytest.mark.parametrize(
+    "held, asked, index, limit, granted, taken",
+    [
+        ({}, {}, 0, 2, True, 1),  # a free slot
+        ({0: NOW + 5}, {}, 1, 2, True, 2),  # the last one
+        ({0: NOW + 5, 1: NOW + 5}, {}, 2, 2, False, 2),  # none left: it waits
+        ({0: NOW + 5}, {1: False}, 2, 2, False, 2),  # a running trial holds one
+        ({0: NOW + 5}, {1: True}, 2, 2, True, 2),  # a closed trial holds none
+        ({0: NOW - 1, 1: NOW + 5}, {}, 2, 2, True, 2),  # a start that died gave its slot back
+        ({0: NOW + 5}, {0: False}, 1, 2, True, 2),  # an asked start counts once, through its trial
+        ({0: NOW + 5, 1: NOW + 5}, {}, 1, 2, True, 2),  # tried again (a restarted triggerer): its own slot
+        ({0: NOW + 5}, {1: False, 2: False}, 1, 2, True, 3),  # its trial runs already: re-attaching needs none
+        ({}, {3: True}, 3, 1, True, 0),  # closed already: its start only reports it
+        ({5: NOW + 5}, {0: False, 1: False, 2: False}, 4, 2, False, 4),  # a lowered limit: it waits
+    ],
+)
+def test_the_rule(held, asked, index, limit, granted, taken):
+    decision = decide(held, asked, index, limit, NOW)
+    assert (decision.granted, decision.taken) == (granted, taken)
+    assert all(until > NOW and i not in asked for i, until in decision.held.items())  # nothing stale kept
+    if granted and index not in asked:
+        assert decision.held[index] == NOW + HOLD_SECONDS  # held (again) from now
+
+
+def test_what_is_not_a_held_start_is_not_read_as_one():
+    assert held_of({"1": 5.0, "x": 1.0, "2": "soon", "3": None}) == {1: 5.0}
+    assert held_of(["1"]) == {} and held_of(None) == {}
+
+
+def _opened(store, experiment_id: str = "eslots") -> RunWindow:
+    store.open_experiment(experiment_id)
+    return RunWindow(first_index=0, count=20, exists=True)
+
+
+@pytest.mark.both_databases
+def test_claims_racing_never_give_out_more_than_the_limit(store):
+    window = _opened(store)
+    granted: list[int] = []
+    barrier = threading.Barrier(8)
+
+    def start(index: int) -> None:
+        barrier.wait()
+        if start_slots.claim(store, "eslots", "r1", window, index, 3).granted:
+            granted.append(index)
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(granted) == 3, granted
+    assert sorted(held_of(store.experiment_attr("eslots", start_slots.slots_key("r1")))) == sorted(granted)
+
+
+@pytest.mark.both_databases
+def test_a_slot_passes_to_the_trial_and_frees_when_it_closes(store):
+    window = _opened(store)
+    assert start_slots.claim(store, "eslots", "r1", window, 0, 1).granted
+    assert not start_slots.claim(store, "eslots", "r1", window, 1, 1).granted
+    asked = ask(store, "eslots", 0, "t0", RANDOM, SPACE)  # the start asked: its trial holds the slot
+    start_slots.release(store, "eslots", "r1", 0)
+    assert store.experiment_attr("eslots", start_slots.slots_key("r1")) is None
+    assert not start_slots.claim(store, "eslots", "r1", window, 1, 1).granted
+    assert start_slots.claim(store, "eslots", "r1", window, 0, 1).granted  # its own start, tried again
+    store.finish(asked.storage_id, TrialStatus.SUCCEEDED, 0.5)
+    assert start_slots.claim(store, "eslots", "r1", window, 1, 1).granted
+    other_run = RunWindow(first_index=20, count=5, exists=True)  # another run's trials are its own
+    assert start_slots.claim(store, "eslots", "r2", other_run, 20, 1).granted
+
+
+def test_a_start_that_forgot_its_slot_frees_it_when_its_trial_closes(store):
+    window = _opened(store)
+    assert start_slots.claim(store, "eslots", "r1", window, 0, 1).granted
+    asked = ask(store, "eslots", 0, "t0", RANDOM, SPACE)  # then its triggerer died: no release
+    store.finish(asked.storage_id, TrialStatus.FAILED)
+    assert start_slots.claim(store, "eslots", "r1", window, 1, 1).granted
+    assert 0 not in held_of(store.experiment_attr("eslots", start_slots.slots_key("r1")))
