@@ -44,3 +44,32 @@ def test_the_dag_and_the_group_take_exactly_the_options(tmp_path):
         named = set(inspect.signature(shell).parameters)
         assert not named & option_names, shell
         assert "options" in named
+
+
+def test_trials_that_start_in_the_triggerer_serialize_as_airflow_defers_them(tmp_path):
+    """start_trials_in='triggerer': the mapped trial task carries the class's own start
+    arguments through serialization (the scheduler defers it from those), others keep the
+    worker's start; a place that is neither is refused by name."""
+    import sys
+
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from trialflow.dag import experiment_dag
+    from trialflow.operators.trial import TriggeredTrialOperator
+
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
+        f"trialCommand: {sys.executable} -c pass\ntrialConcurrency: 2\nmaxTrialNumber: 3\n"
+        "tuner: {name: Random}\ntrainingService: {platform: local}\n"
+    )
+    for place, expected in (("triggerer", True), ("worker", False)):
+        dag = experiment_dag(str(tmp_path / "config.yml"), dag_id=f"d_{place}", start_trials_in=place)
+        task = DagSerialization.from_dict(DagSerialization.to_dict(dag)).get_task("trial")
+        assert task.start_from_trigger is expected
+        if expected:
+            assert task.start_trigger_args.trigger_cls == "trialflow.triggers.trial_start.TrialStartTrigger"
+            assert task.start_trigger_args.next_method == "execute_complete"
+            assert task.partial_kwargs["config_path"] == str(tmp_path / "config.yml")  # what the trigger reads
+            assert dag.get_task("trial").operator_class is TriggeredTrialOperator
+    with pytest.raises(ValueError, match="start_trials_in: expected one of worker, triggerer, got 'cloud'"):
+        ExperimentOptions(start_trials_in="cloud")

@@ -226,19 +226,27 @@ class HandOffStops:
 
 
 def stop_across_the_hand_off(
-    harness: Harness, name: str, offsets: list[float], action: str, defer_after: float, gone_within: float
+    harness: Harness,
+    name: str,
+    offsets: list[float],
+    action: str,
+    defer_after: float,
+    gone_within: float,
+    start_trials_in: str = "worker",
 ) -> HandOffStops:
     """Run one STUBBORN trial per offset (all at once), click ``action`` on each trial task at
     its offset around the hand-off (mark_failed_across_the_hand_off), and wait until every
     trial's processes (its setsid child included) are gone within ``gone_within`` seconds of
     the last click, every trial is closed in the store and the run has ended; each trial must
-    have started once."""
+    have started once. ``start_trials_in``: the DAG's (ExperimentOptions): "triggerer" moves
+    the hand-off inside the trigger, from its start to its follow."""
     from pathlib import Path
 
     folder = harness.root / "experiments" / name
     launches = folder / "launches"
     text = config(len(offsets), len(offsets)).replace("{launches}", str(launches))
-    dag_id, _ = harness.experiment(name, text, {"t.py": STUBBORN}, dag_args=f"defer_after={defer_after}")
+    dag_args = f"defer_after={defer_after}, start_trials_in={start_trials_in!r}"
+    dag_id, _ = harness.experiment(name, text, {"t.py": STUBBORN}, dag_args=dag_args)
     harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
     run_id = harness.airflow.trigger(dag_id)
     handles, clicked = mark_failed_across_the_hand_off(

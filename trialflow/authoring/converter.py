@@ -40,7 +40,7 @@ from trialflow.operators.experiment import (
     TrackExperimentOperator,
     WatchTrialsOperator,
 )
-from trialflow.operators.trial import SubmitTrialOperator
+from trialflow.operators.trial import SubmitTrialOperator, TriggeredTrialOperator
 from trialflow.outputs.published import NAMESPACE
 from trialflow.platforms import hosts
 
@@ -48,6 +48,10 @@ DEFAULT_RETRIES = 2
 #: Task defaults an experiment's tasks need: retries re-attach a trial task to its running
 #: trial after an infrastructure fault (never a second copy of the trial).
 EXPERIMENT_DEFAULT_ARGS: dict[str, Any] = {"retries": DEFAULT_RETRIES, "retry_delay": timedelta(seconds=5)}
+
+
+#: Where a trial task starts (ExperimentOptions.start_trials_in).
+START_PLACES = ("worker", "triggerer")
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,10 @@ class ExperimentOptions:
     (default ``trialflow/<dag_id>/best``, a group's ``trialflow/<dag_id>/<group_id>/best``).
     ``inputs``: values every trial of a run gets (XComArgs of upstream tasks, or Jinja
     templates), rendered once by the start step (trialflow.trial.inputs).
+    ``start_trials_in``: ``"worker"`` (a worker process starts each trial task, Airflow holds
+    trialConcurrency) or ``"triggerer"`` (the task starts in the triggerer with no worker
+    process: the store holds trialConcurrency; trialflow.triggers.trial_start). Not with
+    ``local_queue``: local trials on a host of their own are started by that host's worker.
     """
 
     store_conn_id: str = DEFAULT_CONN_ID
@@ -80,6 +88,12 @@ class ExperimentOptions:
     local_queue: str | None = None
     asset_name: str | None = None
     inputs: Mapping[str, Any] | None = None
+    start_trials_in: str = "worker"
+
+    def __post_init__(self) -> None:
+        if self.start_trials_in not in START_PLACES:
+            expected = ", ".join(START_PLACES)
+            raise ValueError(f"start_trials_in: expected one of {expected}, got {self.start_trials_in!r}")
 
     @classmethod
     def take(cls, kwargs: MutableMapping[str, Any], base: ExperimentOptions | None = None) -> ExperimentOptions:
@@ -193,7 +207,15 @@ def add_experiment_tasks(
         **common,
         **placed,
     )
-    trials = SubmitTrialOperator.partial(
+    trial_operator: type[SubmitTrialOperator] = SubmitTrialOperator
+    if options.start_trials_in == "triggerer":
+        if queue is not None:
+            raise ValueError(
+                f"{plan_origin(plan)}: start_trials_in='triggerer' starts trials where the triggerer runs; local "
+                f"trials on hosts of their own (queue {queue!r}) start in that host's worker: leave it 'worker'"
+            )
+        trial_operator = TriggeredTrialOperator
+    trials = trial_operator.partial(
         task_id=task_ids.TRIAL,
         poll_interval=options.poll_interval,
         defer_after=options.defer_after,

@@ -22,10 +22,13 @@ from airflow.sdk.exceptions import (
     AirflowRescheduleException,
     AirflowSkipException,
 )
+from airflow.triggers.base import StartTriggerArgs
 
 from trialflow.from_airflow.why_stopped import TaskRef
 from trialflow.hooks import airflow_connections
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHook
+from trialflow.triggers.task_context import experiment_for as experiment_for  # where operators find it
+from trialflow.triggers.task_context import tracking_for
 from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
 
 #: Seconds between asks of a trial that waits for its generation (Population Based Training).
@@ -37,37 +40,6 @@ if TYPE_CHECKING:
     from trialflow.lifecycle.submission import Submission
     from trialflow.platforms.base import TrainingPlatform
     from trialflow.store.experiment_store import ExperimentStore
-
-
-def experiment_for(config_path: str, context: Context, check: bool = False, group: str | None = None) -> Experiment:
-    """The experiment this DAG run drives (a run's conf may name another: ``experiment_id``);
-    ``group``: the task group it belongs to, in a DAG that may hold several. Trial tasks only
-    load the config; DAG parsing and the start step checked it in full."""
-    from trialflow.experiment import Experiment
-
-    conf = getattr(context.get("dag_run"), "conf", None) or {}
-    return Experiment.for_run(
-        config_path, context["dag"].dag_id, context["run_id"], conf=conf, check=check, group=group
-    )
-
-
-def _tracking(experiment: Any, context: Context, store: ExperimentStore) -> dict[str, Any]:
-    """What a trial's MLflow run links back to: the task instance, the pages, Airflow's masker
-    (only for an experiment that names MLflow)."""
-    if experiment.config.mlflow is None:
-        return {}
-    from trialflow.from_airflow.secrets import masked_text
-    from trialflow.tracking.content import TaskIdentity
-    from trialflow.tracking.runner import TrialStartTracking
-    from trialflow.ui.links import tracking_links
-
-    ti = context["ti"]
-    task = TaskIdentity(
-        ti.dag_id, ti.run_id, ti.task_id, int(ti.map_index if ti.map_index is not None else -1), int(ti.try_number)
-    )
-    links = tracking_links(experiment.experiment_id)
-    tracking = TrialStartTracking(store, experiment.experiment_id, airflow_connections(), links, masked_text)
-    return {"task": task, "tracking": tracking}
 
 
 def label_task(context: Context, label: str) -> None:
@@ -224,7 +196,7 @@ class SubmitTrialOperator(BaseOperator):
                 service_index=self.service_index,
                 connections=airflow_connections(),
                 pin_host=self.stay_on_host,
-                **_tracking(experiment, context, store),
+                **tracking_for(experiment, context, store),
             )
         except trial_lifecycle.TrialNotStarted as exc:
             label_task(context, f"{exc.trial_id} not started")
@@ -295,7 +267,7 @@ class SubmitTrialOperator(BaseOperator):
         submission, platform, ref = following
         stop_from_worker(submission, ref, platform)
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+    def execute_complete(self, context: Context, event: dict[str, Any] | str) -> Any:
         from trialflow.lifecycle import trial_lifecycle
 
         experiment = experiment_for(self.config_path, context, group=self.experiment_group)
@@ -307,3 +279,40 @@ class SubmitTrialOperator(BaseOperator):
         self.command = experiment.trial_spec(record.trial_index, record.number, {}, service_index).command
         self.platform_name = experiment.config.platform_names[service_index]
         return complete_from_event(context, event, experiment, store, storage_id)
+
+
+class TriggeredTrialOperator(SubmitTrialOperator):
+    """SubmitTrialOperator whose task starts in the triggerer: no worker process is made for it
+    (trialflow.triggers.trial_start). The trial's start, follow and stop are the same; its turn
+    under trialConcurrency is kept by the store, since Airflow holds no limit over tasks that
+    start there. For a task mapped over ``trial_index`` as experiment_dag builds it (the
+    trigger starts trial ``map_index``); a worker runs only ``execute_complete``, for an
+    outcome the triggerer does not end the task with (a failure, a listener to tell).
+
+    The start arguments are the class's own: Airflow 3.3 does not see a mapped task's
+    instance-level ``start_trigger_args`` (measured), and they are the same for every trial.
+    """
+
+    start_from_trigger = True
+    start_trigger_args = StartTriggerArgs(
+        trigger_cls="trialflow.triggers.trial_start.TrialStartTrigger",
+        trigger_kwargs={},
+        next_method="execute_complete",
+        next_kwargs=None,
+        timeout=None,
+    )
+
+    def execute(self, context: Context) -> Any:
+        # Airflow runs this only where the triggered start is off (a task not mapped as
+        # experiment_dag maps it): then it is the worker's start, as the base class has it.
+        return super().execute(context)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | str) -> Any:
+        from trialflow.triggers.trial_start import CANNOT_RUN, NOT_STARTED
+
+        if isinstance(event, dict) and event.get("status") == CANNOT_RUN:
+            raise AirflowFailException(str(event.get("message")))
+        if isinstance(event, dict) and event.get("status") == NOT_STARTED:
+            label_task(context, "not started")
+            raise AirflowSkipException(str(event.get("message")))
+        return super().execute_complete(context, event)

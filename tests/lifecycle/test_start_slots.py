@@ -1,4 +1,4 @@
-"""trialConcurrency for trials started from the triggerer (trialflow.runs.start_slots): the rule,
+"""trialConcurrency for trials started from the triggerer (trialflow.lifecycle.start_slots): the rule,
 case by case, then claims racing on real stores, SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.experiment.run_windows import RunWindow
+from trialflow.lifecycle import start_slots
+from trialflow.lifecycle.start_slots import HOLD_SECONDS, decide, held_of
 from trialflow.platforms.base import TrialStatus
-from trialflow.runs import start_slots
-from trialflow.runs.start_slots import HOLD_SECONDS, decide, held_of
 from trialflow.tuning.asker import ask
 
 NOW = 1_000.0
@@ -80,9 +80,9 @@ def test_a_slot_passes_to_the_trial_and_frees_when_it_closes(store):
     assert start_slots.claim(store, "eslots", "r1", window, 0, 1).granted
     assert not start_slots.claim(store, "eslots", "r1", window, 1, 1).granted
     asked = ask(store, "eslots", 0, "t0", RANDOM, SPACE)  # the start asked: its trial holds the slot
-    start_slots.release(store, "eslots", "r1", 0)
-    assert store.experiment_attr("eslots", start_slots.slots_key("r1")) is None
     assert not start_slots.claim(store, "eslots", "r1", window, 1, 1).granted
+    # the claim that saw the trial dropped the start's entry: the trial counts, once
+    assert held_of(store.experiment_attr("eslots", start_slots.slots_key("r1"))) == {}
     assert start_slots.claim(store, "eslots", "r1", window, 0, 1).granted  # its own start, tried again
     store.finish(asked.storage_id, TrialStatus.SUCCEEDED, 0.5)
     assert start_slots.claim(store, "eslots", "r1", window, 1, 1).granted
@@ -97,3 +97,20 @@ def test_a_start_that_forgot_its_slot_frees_it_when_its_trial_closes(store):
     store.finish(asked.storage_id, TrialStatus.FAILED)
     assert start_slots.claim(store, "eslots", "r1", window, 1, 1).granted
     assert 0 not in held_of(store.experiment_attr("eslots", start_slots.slots_key("r1")))
+
+
+def test_a_start_that_asked_nothing_gives_its_slot_back_at_once(store):
+    window = _opened(store)
+    assert start_slots.claim(store, "eslots", "r1", window, 0, 1).granted
+    start_slots.release(store, "eslots", "r1", 0)  # it waits for its generation
+    start_slots.release(store, "eslots", "r1", 0)  # twice: nothing more
+    assert start_slots.claim(store, "eslots", "r1", window, 1, 1).granted
+
+
+def test_a_claim_that_read_the_trials_before_an_ask_still_counts_that_start():
+    """The race a give-back after the ask would open: the entry of a start that asked stays
+    until a claim sees its trial, so a claim with the trials read a moment before the ask
+    counts it (through its entry) and one after it counts it once (through its trial)."""
+    held = {0: NOW + 5}
+    assert not decide(held, {}, 1, 1, NOW).granted  # read before trial 0 was asked
+    assert not decide(held, {0: False}, 1, 1, NOW).granted  # read after

@@ -11,9 +11,12 @@ start first claims a slot here, and waits (in the triggerer, holding no worker) 
 closed (the store's own record of it), plus the starts under way that have not asked yet, kept
 in the run's experiment attribute ``start_slots:<run id>`` (trial index -> until when) and
 changed by compare-and-set, so two triggerers never give out the same last slot. A start
-whose trial is asked counts through its trial from then on, so a slot that a start forgot to
-give back (its triggerer was killed) frees itself when its trial closes; one that never asked
-frees itself after HOLD_SECONDS. A claim is idempotent: a start tried again (a restarted
+whose trial is asked counts through its trial from then on: its entry is dropped by the next
+claim that sees the trial, never given back before (a claim that read the trials just before
+the ask, and the entries just after such a give-back, would count that trial nowhere:
+measured, three trials at a limit of two). So a slot frees itself when its trial closes, and
+one whose start never asked (its triggerer was killed) after HOLD_SECONDS; a start that waits
+or does not start gives its slot back at once (``release``). A claim is idempotent: a start tried again (a restarted
 triggerer, a retry) for an index that holds a slot, or whose trial runs already, is let through.
 """
 
@@ -93,8 +96,8 @@ def claim(
 
 
 def release(store: ExperimentStore, experiment_id: str, run_id: str, index: int) -> None:
-    """Give back the slot of the start of trial ``index`` (its trial was asked, and counts by
-    itself now; or it did not start). Idempotent."""
+    """Give back the slot of the start of trial ``index``, which asked nothing (it waits for
+    its generation, or does not start). Idempotent."""
 
     def change(current: Any) -> dict[str, float] | None:
         held = held_of(current)

@@ -1,0 +1,212 @@
+"""TrialStartTrigger: a trial task that starts in the triggerer, then follows its trial there.
+
+Airflow 3 lets a deferrable operator begin in the triggerer (``start_from_trigger``): the task
+instance exists for every button, log and retry, but no worker process is made for it, which
+on a small machine is most of a short trial's cost (a task supervisor, a DAG parse, trialflow's
+imports). The trigger waits for a slot of trialConcurrency, runs the worker's very start in a
+thread (trialflow.lifecycle.triggered_start), then follows the trial as TrialTrigger does, in
+the same coroutine. It decides nothing: what it yields is what the core said.
+
+Airflow 3.3 starts a *mapped* task from the triggerer only with the operator class's own
+``start_trigger_args`` (set on an instance, they are not seen: measured), so the trigger's
+kwargs are the same for every trial and it reads the operator's arguments from the task it is
+given (``task_instance.task``: for a mapped task, its partial arguments).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow.triggers.base import BaseTrigger, TaskSkippedEvent, TriggerEvent
+
+if TYPE_CHECKING:
+    from trialflow.experiment import Experiment
+    from trialflow.lifecycle.trial_lifecycle import StartedTrial
+    from trialflow.store.experiment_store import ExperimentStore
+    from trialflow.triggers.trial import TrialTrigger
+
+#: The worker's ``execute_complete`` fails the task with this event's message (no retry).
+CANNOT_RUN = "CANNOT_RUN"
+#: The trial did not start (a stopped run, its deadline, maxTrialNumber): the task is skipped.
+NOT_STARTED = "NOT_STARTED"
+
+#: Starts and stops under way (a reference keeps each alive until it ends: see on_kill).
+_WORK: set[asyncio.Future[Any]] = set()
+
+
+def operator_argument(task: Any, name: str, default: Any = None) -> Any:
+    """An argument the trial operator was given: a mapped task's partial argument, or an
+    attribute of a task of its own."""
+    partial = getattr(task, "partial_kwargs", None)
+    if isinstance(partial, dict):
+        return partial.get(name, default)
+    return getattr(task, name, default)
+
+
+class TrialStartTrigger(BaseTrigger):
+    """Start trial ``map_index`` of its task's run (its turn, its parameters, its launch), then
+    follow it to its end; the events are TrialTrigger's, and two of its own (see module)."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__()
+        self.kwargs = kwargs  # none today: the operator's arguments come with the task
+        self._start: asyncio.Future[StartedTrial] | None = None  # its turn, then its start
+        self._launching: asyncio.Future[StartedTrial] | None = None  # the start itself, in a thread
+        self._follow: TrialTrigger | None = None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return f"{type(self).__module__}.{type(self).__qualname__}", dict(self.kwargs)
+
+    @property
+    def _ti(self) -> Any:
+        """The task instance the triggerer gave (a runtime one: the task, its context)."""
+        return self.task_instance
+
+    def _launched(self, future: asyncio.Future[StartedTrial]) -> None:
+        self._launching = future
+
+    def _in_flight(self) -> bool:
+        """A start is running in its thread now (it cannot be interrupted: it is let end)."""
+        return self._launching is not None and not self._launching.done()
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from trialflow.lifecycle import trial_lifecycle
+
+        ti = self._ti
+        try:
+            context = ti.get_template_context()
+            prepared = await asyncio.to_thread(self._prepare, context)
+        except Exception as exc:
+            yield TriggerEvent({"status": "ERROR", "message": f"cannot start the trial of {ti.task_id}: {exc}"})
+            return
+        self._start = asyncio.ensure_future(prepared.start_in_turn(self._launched))
+        try:
+            started = await asyncio.shield(self._start)
+        except asyncio.CancelledError:
+            if not self._in_flight():  # waiting for its turn: nothing asked or launched
+                self._start.cancel()
+            raise  # a start in flight ends, and on_kill (a person's action) stops what it launched
+        except trial_lifecycle.TrialNotStarted as exc:
+            ended = prepared.end_task
+            yield TaskSkippedEvent() if ended else TriggerEvent({"status": NOT_STARTED, "message": str(exc)})
+            return
+        except trial_lifecycle.TrialCannotRun as exc:
+            yield TriggerEvent({"status": CANNOT_RUN, "message": str(exc)})
+            return
+        except Exception as exc:  # the store or the platform refused: a retry starts it again
+            yield TriggerEvent({"status": "ERROR", "message": f"starting the trial failed: {exc}"})
+            return
+        if started.finished:  # a retry found it ended: the worker reports it
+            yield TriggerEvent({"status": started.record.status.value, "message": started.record.message})
+            return
+        self.log.info("Trial %s submitted with parameters %s", started.spec.trial_id, started.spec.parameters)
+        self._follow = prepared.follow(started)
+        self._follow.task_instance = ti
+        async for event in self._follow.run():
+            yield event
+
+    def _prepare(self, context: Any) -> PreparedStart:
+        """The experiment, the store and the operator's arguments (blocking reads: a thread)."""
+        from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHook
+        from trialflow.triggers.task_context import experiment_for
+
+        task = self._ti.task
+        config_path = str(operator_argument(task, "config_path"))
+        conn_id = str(operator_argument(task, "store_conn_id", DEFAULT_CONN_ID))
+        group = operator_argument(task, "experiment_group")
+        experiment = experiment_for(config_path, context, group=group)
+        store = ExperimentStoreHook(conn_id).get_conn()
+        return PreparedStart(
+            self.task_instance,
+            context,
+            experiment,
+            store,
+            config_path,
+            conn_id,
+            group,
+            float(operator_argument(task, "poll_interval", 1.0)),
+            bool(operator_argument(task, "end_from_trigger", True)),
+        )
+
+    async def on_kill(self) -> None:
+        """A person marked the task, cleared it or failed its run. Once the trial is followed,
+        the follow's on_kill stops it; a start in flight is let end (an ask and a launch:
+        seconds) and what it launched is stopped then, so no trial runs without its task; a
+        start still waiting for its turn was cancelled with the trigger. Shielded, as
+        TrialTrigger's: the triggerer cancels a killed trigger's task again on its next loop."""
+        work = asyncio.ensure_future(self._stop())
+        _WORK.add(work)
+        work.add_done_callback(_WORK.discard)
+        await asyncio.shield(work)
+
+    async def _stop(self) -> None:
+        from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
+        from trialflow.triggers.trial import TrialTrigger
+
+        if self._follow is None and self._launching is not None:
+            try:
+                started = await self._launching
+            except Exception:
+                return  # nothing was launched
+            if started.finished or started.handle is None:
+                return
+            task = self._ti.task
+            conn_id = str(operator_argument(task, "store_conn_id", DEFAULT_CONN_ID))
+            submission = started.submission(str(operator_argument(task, "config_path")), conn_id)
+            self._follow = TrialTrigger(submission=submission.to_dict())
+            self._follow.task_instance = self.task_instance
+        if self._follow is not None:
+            await self._follow.on_kill()
+
+
+@dataclass(frozen=True)
+class PreparedStart:
+    """What a trial's start in the triggerer works with, read once."""
+
+    ti: Any
+    context: Any
+    experiment: Experiment
+    store: ExperimentStore
+    config_path: str
+    conn_id: str
+    group: str | None
+    poll_interval: float
+    end_task: bool
+
+    def start(self) -> StartedTrial:
+        """The worker's start, as it is (blocking: run in a thread)."""
+        from trialflow.hooks import airflow_connections
+        from trialflow.lifecycle import trial_lifecycle
+        from trialflow.triggers.task_context import tracking_for
+
+        return trial_lifecycle.start_trial(
+            self.experiment,
+            self.store,
+            str(self.ti.run_id),
+            int(self.ti.map_index),
+            connections=airflow_connections(),
+            **tracking_for(self.experiment, self.context, self.store),
+        )
+
+    def start_in_turn(self, launching: Any) -> Any:
+        from trialflow.lifecycle import triggered_start
+
+        dag_id = str(self.ti.dag_id)
+        return triggered_start.start_in_turn(
+            self.experiment,
+            self.store,
+            str(self.ti.run_id),
+            int(self.ti.map_index),
+            lambda: triggered_start.concurrency(self.experiment, self.store, dag_id, self.group),
+            self.start,
+            launching=launching,
+        )
+
+    def follow(self, started: StartedTrial) -> TrialTrigger:
+        from trialflow.triggers.trial import TrialTrigger
+
+        submission = started.submission(self.config_path, self.conn_id).to_dict()
+        return TrialTrigger(submission=submission, poll_interval=self.poll_interval, end_task=self.end_task)
