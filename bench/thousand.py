@@ -87,13 +87,13 @@ def run_experiment(airflow: Any, store_url: str, dag_id: str, args: argparse.Nam
     return {"wall": wall, "most_running": most_running, "statuses": statuses, "tis": ti_states, "checks": checks}
 
 
-def local_executor(args: argparse.Namespace) -> dict[str, Any]:
+def local_executor(args: argparse.Namespace, start_trials_in: str = "worker") -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="trialflow-bench-thousand-"))
     try:
         config = experiment_files(root, args, sys.executable)
         store_url = sqlite_url(root / "experiments.db")
         airflow = private_airflow(root, args.concurrency + 2, store_url, TRIALFLOW_CACHE_DIR=str(root / "plans"))
-        dag_file = write_dag(airflow.dags_folder, "scale", config)
+        dag_file = write_dag(airflow.dags_folder, "scale", config, start_trials_in=start_trials_in)
         airflow.migrate()
         airflow.start()
         try:
@@ -139,8 +139,12 @@ def celery_executor(args: argparse.Namespace) -> dict[str, Any] | str:
 
 def show(title: str, args: argparse.Namespace, result: dict[str, Any]) -> None:
     wall = result["wall"]
+    ideal = args.trials * args.seconds / args.concurrency
     print(f"{title}: {args.trials} trials of {args.seconds:g} s, trialConcurrency {args.concurrency}, local platform")
-    print(f"  wall {wall:.0f} s, {args.trials / wall:.2f} trials/s, most seen running at once {result['most_running']}")
+    print(
+        f"  wall {wall:.0f} s ({wall / ideal:.1f}x the ideal {ideal:.0f} s), {args.trials / wall:.2f} trials/s, "
+        f"most seen running at once {result['most_running']}"
+    )
     print(f"  store: {dict(result['statuses'])}; task instances: {dict(result['tis'])}")
     for name, ok in result["checks"].items():
         print(f"  {'PASS' if ok else 'FAIL'}  {name}")
@@ -151,15 +155,17 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--start-in", choices=("worker", "triggerer", "both"), default="both")
     parser.add_argument("--no-nni", action="store_true")
     parser.add_argument("--no-celery", action="store_true")
     args = parser.parse_args()
     walls = {}
     ok = True
-    local = local_executor(args)
-    show("trialflow, LocalExecutor (SQLite)", args, local)
-    walls["LocalExecutor"] = local["wall"]
-    ok &= all(local["checks"].values())
+    for place in ("worker", "triggerer") if args.start_in == "both" else (args.start_in,):
+        local = local_executor(args, place)
+        show(f"trialflow, LocalExecutor (SQLite), trial tasks started in the {place}", args, local)
+        walls[f"LocalExecutor, {place}"] = local["wall"]
+        ok &= all(local["checks"].values())
     if not args.no_celery:
         celery = celery_executor(args)
         if isinstance(celery, str):

@@ -77,6 +77,15 @@ def test_a_trial_marked_failed_while_it_waits_for_its_turn_is_never_asked(harnes
     wait_for("the first trial to run", lambda: launches.exists() and launches.read_text().strip(), 120)
     waiting = 1 if launches.read_text().split()[0].endswith("0") else 0
     patch_ti(harness, dag_id, run_id, waiting, "failed")  # it waits for the one slot
+    # The triggerer cancels the trigger on its next loop: a slot freed before that would still
+    # start the trial (and its stop end it at once); this test is of what follows the cancel.
+    folder = harness.airflow.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / "task_id=trial"
+
+    def cancelled() -> bool:
+        logs = (folder / f"map_index={waiting}").glob("attempt=1.log.trigger.*.log")
+        return any("cancelled by user action" in log.read_text(errors="replace") for log in logs)
+
+    wait_for("the waiting start's trigger to be cancelled", cancelled, 60)
     patch_ti(harness, dag_id, run_id, 1 - waiting, "failed")  # frees the slot: nothing may take it
     _, state = harness.wait(dag_id, run_id, 120)
     assert state == "failed"

@@ -114,3 +114,13 @@ def test_a_claim_that_read_the_trials_before_an_ask_still_counts_that_start():
     held = {0: NOW + 5}
     assert not decide(held, {}, 1, 1, NOW).granted  # read before trial 0 was asked
     assert not decide(held, {0: False}, 1, 1, NOW).granted  # read after
+
+
+@pytest.mark.both_databases
+def test_one_look_grants_the_lowest_waiting_starts_the_free_slots(store):
+    window = _opened(store)
+    ask(store, "eslots", 0, "t0", RANDOM, SPACE)  # running: one slot of three taken
+    assert start_slots.claim_many(store, "eslots", "r1", window, [5, 3, 4, 1], 3) == [1, 3]
+    assert sorted(held_of(store.experiment_attr("eslots", start_slots.slots_key("r1")))) == [1, 3]
+    assert start_slots.claim_many(store, "eslots", "r1", window, [4, 5], 3) == []  # none left
+    assert start_slots.claim_many(store, "eslots", "r1", window, [3, 0], 3) == [0, 3]  # its own, and a running one

@@ -12,9 +12,9 @@ import pytest
 
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
-from trialflow.lifecycle import trial_lifecycle
+from trialflow.lifecycle import start_slots, trial_lifecycle
 from trialflow.lifecycle.start_slots import held_of, slots_key
-from trialflow.lifecycle.triggered_start import start_in_turn
+from trialflow.lifecycle.triggered_start import poke, start_in_turn
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
 
@@ -87,3 +87,56 @@ def test_a_start_that_waits_gives_its_slot_back_and_asks_again(experiment, store
 
     started = asyncio.run(scenario())
     assert [list(h) for h in tries] == [[0], [0]] and started.record.trial_index == 0
+
+
+def test_the_waiting_starts_of_a_run_share_one_look_and_take_slots_lowest_first(experiment, store):
+    """Three starts waiting at a limit of one: each look is one read and one compare-and-set for
+    all of them, and the slot that frees goes to the lowest index."""
+    looks: list[list[int]] = []
+    claim_many = start_slots.claim_many
+
+    def counted(store_, experiment_id, run_id, window, indexes, limit):
+        looks.append(list(indexes))
+        return claim_many(store_, experiment_id, run_id, window, indexes, limit)
+
+    async def scenario() -> list[int]:
+        order: list[int] = []
+        first = await _in_turn(experiment, store, 0)
+
+        async def second(i: int) -> None:
+            started = await _in_turn(experiment, store, i)
+            order.append(started.record.trial_index)
+            trial_lifecycle.finish_trial(store, started.record.storage_id, TrialStatus.SUCCEEDED, None)
+            poke(experiment.experiment_id, "r1")
+
+        waiting = [asyncio.ensure_future(second(i)) for i in (2, 1)]
+        await asyncio.sleep(0.5)
+        assert looks[0] == [0] and len(looks) > 1 and all(look == [1, 2] for look in looks[1:])  # one look for both
+        trial_lifecycle.finish_trial(store, first.record.storage_id, TrialStatus.SUCCEEDED, None)
+        poke(experiment.experiment_id, "r1")
+        await asyncio.wait_for(asyncio.gather(*waiting), 10)
+        return order
+
+    import trialflow.lifecycle.triggered_start as triggered_start
+
+    original = triggered_start.start_slots.claim_many
+    triggered_start.start_slots.claim_many = counted  # type: ignore[assignment]
+    try:
+        assert asyncio.run(scenario()) == [1, 2]
+    finally:
+        triggered_start.start_slots.claim_many = original  # type: ignore[assignment]
+
+
+def test_a_start_cancelled_while_it_waits_is_never_asked_when_the_slot_frees(experiment, store):
+    async def scenario() -> None:
+        first = await _in_turn(experiment, store, 0)
+        waiting = asyncio.ensure_future(_in_turn(experiment, store, 1))
+        await asyncio.sleep(0.3)
+        waiting.cancel()  # its task was marked failed: the trigger is cancelled
+        trial_lifecycle.finish_trial(store, first.record.storage_id, TrialStatus.SUCCEEDED, None)
+        poke(experiment.experiment_id, "r1")
+        await asyncio.sleep(0.5)
+        assert waiting.cancelled() and store.find_trial(experiment.experiment_id, 1) is None
+        assert held_of(store.experiment_attr(experiment.experiment_id, slots_key("r1"))) == {}
+
+    asyncio.run(scenario())

@@ -95,6 +95,28 @@ def claim(
     return decided[0]
 
 
+def claim_many(
+    store: ExperimentStore, experiment_id: str, run_id: str, window: RunWindow, indexes: list[int], limit: int
+) -> list[int]:
+    """Claim slots for the starts of trials ``indexes`` (lowest first) in one compare-and-set:
+    those granted. One look of a triggerer serves every start of the run waiting in it."""
+    asked = store.asked_between(experiment_id, window.first_index, window.end_index)
+    granted: list[int] = []
+
+    def change(current: Any) -> dict[str, float]:
+        held, now = held_of(current), time.time()
+        granted.clear()
+        for index in sorted(indexes):
+            decision = decide(held, asked, index, limit, now)
+            held = decision.held
+            if decision.granted:
+                granted.append(index)
+        return {str(i): until for i, until in sorted(held.items())}
+
+    store.update_experiment_attr(experiment_id, slots_key(run_id), change)
+    return list(granted)
+
+
 def release(store: ExperimentStore, experiment_id: str, run_id: str, index: int) -> None:
     """Give back the slot of the start of trial ``index``, which asked nothing (it waits for
     its generation, or does not start). Idempotent."""

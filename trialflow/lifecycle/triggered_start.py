@@ -11,6 +11,7 @@ turns the outcome into Airflow's events.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,8 @@ from trialflow.store.concurrency_changes import limits_key, read_concurrency
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
     from trialflow.store.experiment_store import ExperimentStore
+
+log = logging.getLogger(__name__)
 
 #: Seconds between looks for a free slot (a trial ends, or a person raises trialConcurrency).
 SLOT_POLL_INTERVAL = 0.5
@@ -34,6 +37,90 @@ def concurrency(experiment: Experiment, store: ExperimentStore, dag_id: str, gro
     return changed if changed is not None else int(experiment.config.trial_concurrency)
 
 
+class Turns:
+    """The starts of one run waiting in this process (one triggerer), and the one look that
+    hands them slots: every SLOT_POLL_INTERVAL, or at once when a trial of the run ends here
+    (``poke``), one read of the run's trials and one compare-and-set for all of them, lowest
+    index first. A thousand waiting starts cost the store what one does."""
+
+    def __init__(
+        self,
+        experiment: Experiment,
+        store: ExperimentStore,
+        run_id: str,
+        limit: Callable[[], int],
+        poll_interval: float,
+    ):
+        self.experiment, self.store, self.run_id = experiment, store, run_id
+        self.limit, self.poll_interval = limit, poll_interval
+        self.waiting: dict[int, asyncio.Future[None]] = {}
+        self.looking: asyncio.Task[None] | None = None
+        self.wake = asyncio.Event()
+
+    async def turn(self, index: int) -> None:
+        """Return once trial ``index``'s start holds a slot."""
+        granted = asyncio.get_running_loop().create_future()
+        self.waiting[index] = granted
+        if self.looking is None or self.looking.done():
+            self.looking = asyncio.ensure_future(self._look())
+        self.wake.set()
+        try:
+            await granted
+        finally:
+            if self.waiting.get(index) is granted:
+                del self.waiting[index]
+
+    async def _look(self) -> None:
+        experiment_id = self.experiment.experiment_id
+        while self.waiting:
+            self.wake.clear()
+            try:
+                window = await asyncio.to_thread(self.experiment.window, self.store, self.run_id)
+                allowed = await asyncio.to_thread(self.limit)
+                indexes = sorted(self.waiting)
+                granted = await asyncio.to_thread(
+                    start_slots.claim_many, self.store, experiment_id, self.run_id, window, indexes, allowed
+                )
+            except Exception as exc:  # the store busy or away: look again, the starts wait
+                log.warning("run %s: looking for free trial slots failed: %s", self.run_id, exc)
+                granted = []
+            for index in granted:
+                future = self.waiting.pop(index, None)
+                if future is not None and not future.done():
+                    future.set_result(None)
+                else:  # its start was stopped while the look took its slot: nothing will ask
+                    await asyncio.to_thread(start_slots.release, self.store, experiment_id, self.run_id, index)
+            if self.waiting:
+                try:
+                    await asyncio.wait_for(self.wake.wait(), self.poll_interval)
+                except TimeoutError:
+                    pass
+
+
+#: The runs' waiting starts in this process, by event loop, store, experiment and run.
+_TURNS: dict[tuple[int, str, str, str], Turns] = {}
+
+
+def turns_of(
+    experiment: Experiment, store: ExperimentStore, run_id: str, limit: Callable[[], int], poll_interval: float
+) -> Turns:
+    for stale in [k for k, t in _TURNS.items() if not t.waiting and (t.looking is None or t.looking.done())]:
+        del _TURNS[stale]  # runs with no start waiting here (a later start makes its own again)
+    key = (id(asyncio.get_running_loop()), repr(store), experiment.experiment_id, run_id)
+    turns = _TURNS.get(key)
+    if turns is None:
+        turns = _TURNS[key] = Turns(experiment, store, run_id, limit, poll_interval)
+    return turns
+
+
+def poke(experiment_id: str, run_id: str) -> None:
+    """A trial of the run ended here: its waiting starts look for a slot now, not at the next look."""
+    loop = id(asyncio.get_running_loop())
+    for (at, _, experiment, run), turns in list(_TURNS.items()):
+        if at == loop and experiment == experiment_id and run == run_id:
+            turns.wake.set()
+
+
 async def start_in_turn(
     experiment: Experiment,
     store: ExperimentStore,
@@ -45,8 +132,8 @@ async def start_in_turn(
     wait_interval: float = WAIT_INTERVAL,
     launching: Callable[[asyncio.Future[StartedTrial]], None] | None = None,
 ) -> StartedTrial:
-    """Wait for a slot of ``limit()`` (read again at each look, in a thread), then ``start()``
-    in a thread.
+    """Wait for a slot of ``limit()`` (read at each look, in a thread), then ``start()`` in a
+    thread. The waiting starts of a run in this process share one look (:class:`Turns`).
 
     A run that no longer starts trials (stopped, past its deadline, no such index) needs no
     slot: ``start()`` says why (TrialNotStarted, TrialCannotRun). A trial that waits (PBT's
@@ -62,13 +149,7 @@ async def start_in_turn(
         index = window.trial_index(map_index)
         if index is None or window.over or window.expired():
             return await _started(start, launching)
-        allowed = await asyncio.to_thread(limit)
-        decision = await asyncio.to_thread(
-            start_slots.claim, store, experiment.experiment_id, run_id, window, index, allowed
-        )
-        if not decision.granted:
-            await asyncio.sleep(poll_interval)
-            continue
+        await turns_of(experiment, store, run_id, limit, poll_interval).turn(index)
         try:
             return await _started(start, launching)
         except (TrialWaits, TrialNotStarted) as exc:

@@ -106,6 +106,9 @@ class TrialStartTrigger(BaseTrigger):
         self._follow = prepared.follow(started)
         self._follow.task_instance = ti
         async for event in self._follow.run():
+            from trialflow.lifecycle.triggered_start import poke
+
+            poke(prepared.experiment.experiment_id, str(ti.run_id))  # its slot frees: a waiting start looks now
             yield event
 
     def _prepare(self, context: Any) -> PreparedStart:
