@@ -90,7 +90,10 @@ class TrialStartTrigger(BaseTrigger):
                 self._start.cancel()
             raise  # a start in flight ends, and on_kill (a person's action) stops what it launched
         except trial_lifecycle.TrialNotStarted as exc:
-            ended = prepared.end_task
+            from trialflow.triggers.trial import listeners_present
+
+            # with listeners (OpenLineage) a worker ends the task, so they see it end
+            ended = prepared.end_task and not await asyncio.to_thread(listeners_present)
             yield TaskSkippedEvent() if ended else TriggerEvent({"status": NOT_STARTED, "message": str(exc)})
             return
         except trial_lifecycle.TrialCannotRun as exc:
