@@ -92,3 +92,47 @@ def test_a_trial_marked_failed_while_it_waits_for_its_turn_is_never_asked(harnes
     rows = harness.rows(dag_id, run_id)
     assert [(r.trial_index, r.status) for r in rows] == [(1 - waiting, "USER_CANCELED")], rows
     assert len(launches.read_text().split()) == 1
+
+
+LAUNCHING_TRIAL = """\
+import os, time
+from trialflow import trial
+p = trial.get_next_parameter()
+open(os.environ["LAUNCHES"], "a").write(os.environ["NNI_TRIAL_JOB_ID"] + "\\n")
+time.sleep(2)
+trial.report_final_result(p["x"])
+"""
+
+
+def test_a_triggerer_killed_while_trials_start_and_wait_loses_and_repeats_none(harness: Harness, tmp_path):
+    """SIGKILL the triggerer while trials run, wait for their turn and start (its threads die
+    with it): the restarted one takes every trigger up again. Each trial launched once, each
+    SUCCEEDED, each task in its first try."""
+    launches = tmp_path / "launches"
+    config = (
+        f"searchSpace: {{x: {{_type: uniform, _value: [0, 1]}}}}\ntrialCommand: LAUNCHES={launches} {PY} t.py\n"
+        "trialConcurrency: 2\nmaxTrialNumber: 6\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
+    )
+    dag_id, _ = harness.experiment(
+        "triggered_kill", config, {"t.py": LAUNCHING_TRIAL}, dag_args="start_trials_in='triggerer'"
+    )
+    killed: list[int] = []
+
+    def kill_once_trials_run_and_wait(run_id: str) -> None:
+        harness.airflow.check_alive()  # a component that died is started again here
+        if killed or not launches.exists():
+            return
+        launched = len(launches.read_text().split())
+        if 1 <= launched < 6:
+            harness.airflow.processes["triggerer"].kill()
+            killed.append(launched)
+
+    run_id, state = harness.run(dag_id, timeout=300, on_tick=kill_once_trials_run_and_wait)
+    assert killed, "the triggerer was never killed while trials started"
+    assert state == "success"
+    assert any(r.component == "triggerer" for r in harness.airflow.restarts)
+    ids = launches.read_text().split()
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 6, ids  # every trial launched once
+    rows = harness.rows(dag_id, run_id)
+    assert sorted(r.trial_index for r in rows) == list(range(6)) and {r.status for r in rows} == {"SUCCEEDED"}
+    assert [(ti["state"], ti["try_number"]) for ti in harness.tis(dag_id, run_id)] == [("success", 1)] * 6
