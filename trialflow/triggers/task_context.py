@@ -1,9 +1,16 @@
 """What a trial task's start takes from Airflow's context, wherever the start runs: in a worker
 (trialflow.operators.trial) or in the triggerer (trialflow.triggers.trial_start): the experiment
-the DAG run drives, and where the trial is tracked. Here, below both shells, so they share it."""
+the DAG run drives, and where the trial is tracked. Here, below both shells, so they share it.
+
+In the triggerer, where every trial of a run has a trigger, the store and the experiment are
+the process's (``shared_store``, ``shared_experiment``): a thousand triggers made a thousand
+engines and parsed the config a thousand times."""
 
 from __future__ import annotations
 
+import json
+import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 from trialflow.hooks import airflow_connections
@@ -44,3 +51,55 @@ def tracking_for(experiment: Any, context: Context, store: ExperimentStore) -> d
     links = tracking_links(experiment.experiment_id)
     tracking = TrialStartTracking(store, experiment.experiment_id, airflow_connections(), links, masked_text)
     return {"task": task, "tracking": tracking}
+
+
+#: The most experiments and stores a triggerer keeps (runs at once, stores named).
+_KEPT = 64
+_LOCK = threading.Lock()
+_STORES: dict[str, ExperimentStore] = {}
+_EXPERIMENTS: dict[tuple[Any, ...], Experiment] = {}
+
+
+def shared_store(conn_id: str) -> ExperimentStore:
+    """The store of connection ``conn_id``, one per store URL in this process (an engine, its
+    pool and the study ids it learnt). The connection is resolved each time: a changed one is
+    a new store."""
+    from trialflow.hooks.experiment_store import ExperimentStoreHook
+    from trialflow.store.experiment_store import ExperimentStore
+
+    url = ExperimentStoreHook(conn_id).storage_url()
+    with _LOCK:
+        store = _STORES.get(url)
+        if store is None:
+            if len(_STORES) >= _KEPT:
+                _STORES.pop(next(iter(_STORES)))
+            store = _STORES[url] = ExperimentStore(url)
+        return store
+
+
+def shared_experiment(config_path: str, context: Context, group: str | None = None) -> Experiment:
+    """``experiment_for``, kept per config file (as it is now: its size and mtime), DAG run, run
+    conf and group, so the triggers of one run load the config once."""
+    try:
+        stat = os.stat(config_path)
+    except OSError:  # not a file of its own (an inline config): loaded each time
+        return experiment_for(config_path, context, group=group)
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    key = (
+        config_path,
+        stat.st_mtime_ns,
+        stat.st_size,
+        context["dag"].dag_id,
+        context["run_id"],
+        json.dumps(conf, sort_keys=True, default=str),
+        group,
+    )
+    with _LOCK:
+        found = _EXPERIMENTS.get(key)
+    if found is None:
+        found = experiment_for(config_path, context, group=group)
+        with _LOCK:
+            if len(_EXPERIMENTS) >= _KEPT:
+                _EXPERIMENTS.pop(next(iter(_EXPERIMENTS)))
+            _EXPERIMENTS[key] = found
+    return found

@@ -90,9 +90,9 @@ class TrialTrigger(BaseTrigger):
 
     def _open(self) -> tuple[Follower, ExperimentStore]:
         from trialflow.hooks import airflow_connections
-        from trialflow.hooks.experiment_store import ExperimentStoreHook
+        from trialflow.triggers.task_context import shared_store
 
-        store = ExperimentStoreHook(self.submission.store_conn_id).get_conn()
+        store = shared_store(self.submission.store_conn_id)  # one per store in the triggerer
         follower = self.submission.follower(store, airflow_connections(), self.cursor, seen_running=self.seen_running)
         return follower, store
 

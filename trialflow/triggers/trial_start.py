@@ -116,15 +116,15 @@ class TrialStartTrigger(BaseTrigger):
 
     def _prepare(self, context: Any) -> PreparedStart:
         """The experiment, the store and the operator's arguments (blocking reads: a thread)."""
-        from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHook
-        from trialflow.triggers.task_context import experiment_for
+        from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
+        from trialflow.triggers.task_context import shared_experiment, shared_store
 
         task = self._ti.task
         config_path = str(operator_argument(task, "config_path"))
         conn_id = str(operator_argument(task, "store_conn_id", DEFAULT_CONN_ID))
         group = operator_argument(task, "experiment_group")
-        experiment = experiment_for(config_path, context, group=group)
-        store = ExperimentStoreHook(conn_id).get_conn()
+        experiment = shared_experiment(config_path, context, group=group)
+        store = shared_store(conn_id)
         return PreparedStart(
             self.task_instance,
             context,
