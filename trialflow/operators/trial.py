@@ -315,4 +315,7 @@ class TriggeredTrialOperator(SubmitTrialOperator):
         if isinstance(event, dict) and event.get("status") == NOT_STARTED:
             label_task(context, "not started")
             raise AirflowSkipException(str(event.get("message")))
+        if isinstance(event, dict) and event.get("status") == "ERROR":
+            # the start may have asked nothing yet: its words, and a retry starts it again
+            raise AirflowException(str(event.get("message")))
         return super().execute_complete(context, event)
