@@ -159,3 +159,19 @@ def test_the_operator_keeps_end_from_trigger_under_another_name():
     operator = SubmitTrialOperator(task_id="t", config_path="c.yml", trial_index=0, end_from_trigger=True)
     assert operator.end_in_triggerer is True and getattr(operator, "end_from_trigger", False) is False
     assert {"parameters", "command", "trial_id"} <= set(operator.template_fields)
+
+
+@pytest.mark.parametrize(
+    "status, raised",
+    [("CANNOT_RUN", AirflowFailException), ("NOT_STARTED", AirflowSkipException), ("ERROR", AirflowException)],
+)
+def test_a_triggered_starts_own_events_end_its_task_with_their_words(status, raised):
+    """What TrialStartTrigger sends a worker besides TrialTrigger's events: a trial that can
+    never run fails without retry, one not started is skipped, a start's error fails the attempt
+    (a retry starts it again); each with the trigger's message, before any store is read."""
+    from trialflow.operators.trial import TriggeredTrialOperator
+
+    operator = TriggeredTrialOperator(task_id="trial", config_path="/nowhere/config.yml", trial_index=0)
+    with pytest.raises(raised, match="the words of the start") as caught:
+        operator.execute_complete({"ti": RecordingTI()}, {"status": status, "message": "the words of the start"})
+    assert type(caught.value) is raised
