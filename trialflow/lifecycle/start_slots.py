@@ -63,6 +63,11 @@ def held_of(raw: Any) -> dict[int, float]:
     return held
 
 
+def _stored(held: Mapping[int, float]) -> dict[str, float]:
+    """The starts under way as the store keeps them (what ``held_of`` reads back)."""
+    return {str(i): until for i, until in sorted(held.items())}
+
+
 def decide(held: Mapping[int, float], asked: Mapping[int, bool], index: int, limit: int, now: float) -> SlotDecision:
     """May the start of trial ``index`` go on, with ``limit`` slots, ``asked`` (the run's trials
     asked, by index: closed or not) and ``held`` (its starts under way, by index: until when)?
@@ -89,7 +94,7 @@ def claim(
 
     def change(current: Any) -> dict[str, float]:
         decided[:] = [decide(held_of(current), asked, index, limit, time.time())]
-        return {str(i): until for i, until in sorted(decided[0].held.items())}
+        return _stored(decided[0].held)
 
     store.update_experiment_attr(experiment_id, slots_key(run_id), change)
     return decided[0]
@@ -111,7 +116,7 @@ def claim_many(
             held = decision.held
             if decision.granted:
                 granted.append(index)
-        return {str(i): until for i, until in sorted(held.items())}
+        return _stored(held)
 
     store.update_experiment_attr(experiment_id, slots_key(run_id), change)
     return list(granted)
@@ -124,7 +129,7 @@ def release(store: ExperimentStore, experiment_id: str, run_id: str, index: int)
     def change(current: Any) -> dict[str, float] | None:
         held = held_of(current)
         held.pop(index, None)
-        return {str(i): until for i, until in sorted(held.items())} if held else None
+        return _stored(held) if held else None
 
     if store.experiment_attr(experiment_id, slots_key(run_id)) is not None:
         store.update_experiment_attr(experiment_id, slots_key(run_id), change)

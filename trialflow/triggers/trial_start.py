@@ -61,6 +61,7 @@ class TrialStartTrigger(BaseTrigger):
         self._start: asyncio.Future[StartedTrial] | None = None  # its turn, then its start
         self._launching: asyncio.Future[StartedTrial] | None = None  # the start itself, in a thread
         self._follow: TrialTrigger | None = None
+        self._prepared: PreparedStart | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return f"{type(self).__module__}.{type(self).__qualname__}", dict(self.kwargs)
@@ -83,7 +84,7 @@ class TrialStartTrigger(BaseTrigger):
         ti = self._ti
         try:
             context = ti.get_template_context()
-            prepared = await asyncio.to_thread(self._prepare, context)
+            prepared = self._prepared = await asyncio.to_thread(self._prepare, context)
         except Exception as exc:
             yield _event({"status": "ERROR", "message": f"cannot start the trial of {ti.task_id}: {exc}"})
             return
@@ -154,20 +155,14 @@ class TrialStartTrigger(BaseTrigger):
         await asyncio.shield(work)
 
     async def _stop(self) -> None:
-        from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
-        from trialflow.triggers.trial import TrialTrigger
-
-        if self._follow is None and self._launching is not None:
+        if self._follow is None and self._launching is not None and self._prepared is not None:
             try:
                 started = await self._launching
             except Exception:
                 return  # nothing was launched
             if started.finished or started.handle is None:
                 return
-            task = self._ti.task
-            conn_id = str(operator_argument(task, "store_conn_id", DEFAULT_CONN_ID))
-            submission = started.submission(str(operator_argument(task, "config_path")), conn_id)
-            self._follow = TrialTrigger(submission=submission.to_dict())
+            self._follow = self._prepared.follow(started)
             self._follow.task_instance = self.task_instance
         if self._follow is not None:
             await self._follow.on_kill()
