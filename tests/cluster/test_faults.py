@@ -173,7 +173,15 @@ def test_a_worker_killed_mid_trial_loses_and_duplicates_nothing(cluster: Deploym
     retry re-attaches to the trial still running on the SSH machine."""
     server = ssh_machine
     log = start_log()
-    dag_id, run_id, started_at = run_remote_experiment(cluster, server, "worker_killed", log)
+    # The first trials go to worker-b: Celery over Redis spreads tasks as it will, and one CI
+    # run never had two on worker-b within 180 s. worker-a takes tasks again before worker-b
+    # dies, so the retries have somewhere to run.
+    cluster.stop_consuming("worker-a")
+    try:
+        dag_id, run_id, started_at = run_remote_experiment(cluster, server, "worker_killed", log)
+    except BaseException:
+        cluster.start_consuming("worker-a")
+        raise
 
     def followed_on_b():
         running = [
@@ -183,7 +191,10 @@ def test_a_worker_killed_mid_trial_loses_and_duplicates_nothing(cluster: Deploym
         ]
         return running if len(running) >= 2 and len(log.read_text().split()) >= 2 else None
 
-    victims = wait_until(followed_on_b, 180, "two trials followed on worker-b")
+    try:
+        victims = wait_until(followed_on_b, 180, "two trials followed on worker-b")
+    finally:
+        cluster.start_consuming("worker-a")
     time.sleep(1.0)  # the trials are past their start on the SSH machine
     cluster.kill_worker("worker-b")
     try:

@@ -263,6 +263,27 @@ class Deployment:
             pass
         worker.process.wait(timeout=30)
 
+    def stop_consuming(self, host: str, queue: str = "default") -> None:
+        """The worker on ``host`` takes no new task from ``queue`` (Celery's cancel_consumer);
+        what it runs goes on. A test that needs tasks on one host says so instead of hoping
+        Celery spreads them there."""
+        self._consumer("cancel_consumer", host, queue)
+
+    def start_consuming(self, host: str, queue: str = "default") -> None:
+        """The worker on ``host`` takes tasks from ``queue`` again (Celery's add_consumer)."""
+        self._consumer("add_consumer", host, queue)
+
+    def _consumer(self, command: str, host: str, queue: str) -> None:
+        from celery import Celery
+
+        app = Celery(broker=f"redis://127.0.0.1:{self.redis_port}/0")
+        destination = [f"{host}@{host}"]
+        for _ in range(10):  # bounded: a loaded worker may miss the first broadcast's reply window
+            replies = getattr(app.control, command)(queue, destination=destination, reply=True, timeout=3.0)
+            if replies:
+                return
+        raise TimeoutError(f"worker {host} did not answer {command}({queue!r})")
+
     def kill_component(self, name: str) -> None:
         """SIGKILL an Airflow component and everything it started (a crash, no clean-up)."""
         process = self.airflow.processes.pop(name)
