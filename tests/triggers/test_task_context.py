@@ -8,6 +8,7 @@ import sys
 from types import SimpleNamespace
 
 from trialflow.store.experiment_store import sqlite_url
+from trialflow.triggers import task_context
 from trialflow.triggers.task_context import shared_experiment, shared_store
 
 CONFIG = (
@@ -31,8 +32,35 @@ def test_the_triggers_of_a_store_share_it_until_its_connection_changes(tmp_path,
     point_at("a.db")
     first = shared_store("shared_store")
     assert shared_store("shared_store") is first
-    point_at("b.db")
+    point_at("b.db")  # in the environment: seen at once
     assert shared_store("shared_store") is not first and "b.db" in shared_store("shared_store").url
+
+
+def test_a_connection_elsewhere_is_resolved_again_after_its_time(tmp_path, monkeypatch):
+    from trialflow.hooks import experiment_store
+
+    urls = [sqlite_url(tmp_path / "a.db")]
+    monkeypatch.setattr(experiment_store.ExperimentStoreHook, "storage_url", lambda self: urls[0])
+    clock = [1000.0]
+    monkeypatch.setattr(task_context.time, "monotonic", lambda: clock[0])
+    first = shared_store("elsewhere_store")
+    urls[0] = sqlite_url(tmp_path / "b.db")  # changed in the metadata database, say
+    clock[0] += task_context.CONNECTION_SECONDS - 1  # resolved a moment ago: not asked again
+    assert shared_store("elsewhere_store") is first
+    clock[0] += 1
+    assert "b.db" in shared_store("elsewhere_store").url
+
+
+def test_a_connection_is_resolved_once_while_it_stands(tmp_path, monkeypatch):
+    """In the triggerer each lookup is a round trip to its supervisor: a thousand triggers of
+    one store resolve its connection once per CONNECTION_SECONDS, not once each."""
+    from trialflow.hooks import experiment_store
+
+    url = sqlite_url(tmp_path / "c.db")
+    lookups = []
+    monkeypatch.setattr(experiment_store.ExperimentStoreHook, "storage_url", lambda self: lookups.append(1) or url)
+    stores = {shared_store("counted_store") for _ in range(100)}
+    assert len(stores) == 1 and len(lookups) == 1
 
 
 def test_the_triggers_of_a_run_share_its_experiment_and_an_edited_config_is_read_again(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from trialflow.hooks import airflow_connections
@@ -55,19 +56,40 @@ def tracking_for(experiment: Any, context: Context, store: ExperimentStore) -> d
 
 #: The most experiments and stores a triggerer keeps (runs at once, stores named).
 _KEPT = 64
+#: Seconds a store connection, once resolved, stands for its store in this process.
+CONNECTION_SECONDS = 30.0
 _LOCK = threading.Lock()
 _STORES: dict[str, ExperimentStore] = {}
+_URLS: dict[tuple[str, str | None], tuple[str, float]] = {}
 _EXPERIMENTS: dict[tuple[Any, ...], Experiment] = {}
 
 
 def shared_store(conn_id: str) -> ExperimentStore:
     """The store of connection ``conn_id``, one per store URL in this process (an engine, its
-    pool and the study ids it learnt). The connection is resolved each time: a changed one is
-    a new store."""
+    pool and the study ids it learnt). The connection is resolved again after
+    CONNECTION_SECONDS (one in the environment, when its text changes): a changed one is a new
+    store from then on. Not each time: in the
+    triggerer a lookup is a round trip to its supervisor, and each of the connection's secrets
+    another (masking), one at a time for every trigger; with a thousand short trials, resolving
+    it at every start and follow kept the supervisor at 65 % of a core and the starts waiting
+    on it (bench/RESULTS.md)."""
     from trialflow.hooks.experiment_store import ExperimentStoreHook
     from trialflow.store.experiment_store import ExperimentStore
 
-    url = ExperimentStoreHook(conn_id).storage_url()
+    now = time.monotonic()
+    # A connection defined in the environment is read there for nothing: its text is part of
+    # the key, so a changed one is a new store at once.
+    key = (conn_id, os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}"))
+    with _LOCK:
+        known = _URLS.get(key)
+    if known is not None and now - known[1] < CONNECTION_SECONDS:
+        url = known[0]
+    else:
+        url = ExperimentStoreHook(conn_id).storage_url()
+        with _LOCK:
+            if key not in _URLS and len(_URLS) >= _KEPT:
+                _URLS.pop(next(iter(_URLS)))
+            _URLS[key] = (url, now)
     with _LOCK:
         store = _STORES.get(url)
         if store is None:
