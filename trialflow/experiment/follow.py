@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from trialflow.blocking import in_thread
 from trialflow.experiment.run_windows import EXPERIMENT_DEADLINE_REASON
 from trialflow.platforms.base import (
     Cursor,
@@ -167,7 +168,7 @@ class Follower:
         update = await self.platform.poll(self.handle, outcome.cursor)
         uncounted: list[str] = []
         if update.metrics:
-            uncounted = await asyncio.to_thread(self.store.record_metrics, self.storage_id, update.metrics)
+            uncounted = await in_thread(self.store.record_metrics, self.storage_id, update.metrics)
         for step in (m.sequence for m in update.metrics if m.is_checkpoint):
             if self.keeping is None:
                 uncounted.append(f"a checkpoint record (step {step}) was ignored: this experiment keeps none")
@@ -193,12 +194,12 @@ class Follower:
             return True
         if update.status == TrialStatus.RUNNING and not outcome.seen_running:
             outcome.seen_running = True
-            await asyncio.to_thread(self.store.set_status, self.storage_id, TrialStatus.RUNNING)
+            await in_thread(self.store.set_status, self.storage_id, TrialStatus.RUNNING)
         if self.cancelling:
             return False
         if self.control_check is not None and time.monotonic() - self._controlled_at >= CONTROL_INTERVAL:
             self._controlled_at = time.monotonic()
-            control = await asyncio.to_thread(self.control_check)
+            control = await in_thread(self.control_check)
             if control.deadline_changed:
                 self.experiment_deadline = control.deadline
             if control.stop:
@@ -210,7 +211,7 @@ class Follower:
         elif self.deadline is not None and now > self.deadline:
             await self._cancel(TrialStatus.EARLY_STOPPED, TIMEOUT_REASON)
         elif self.stop_check is not None and (judge_always or any(m.type == "PERIODICAL" for m in update.metrics)):
-            reason = await asyncio.to_thread(self.stop_check)
+            reason = await in_thread(self.stop_check)
             if reason:
                 await self._cancel(TrialStatus.EARLY_STOPPED, reason)
         return False

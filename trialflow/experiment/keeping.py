@@ -11,7 +11,6 @@ neither lost nor made twice when its follower dies halfway.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import tempfile
 import time
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trialflow.blocking import in_thread
 from trialflow.checkpoints.artifacts import TrialArtifacts
 from trialflow.checkpoints.copy_time import CopyTimedOut, allowed_seconds, folder_bytes, within
 from trialflow.checkpoints.keeper import TrialCheckpoints
@@ -115,14 +115,14 @@ class TrialKeeping:
                 )
                 if relative is not None and not (Path(folder) / relative).is_dir():
                     return  # it saved nothing there (an SDK trial keeps its own as it goes)
-                size = await asyncio.to_thread(folder_bytes, folder, relative or checkpoint_folder(step))
+                size = await in_thread(folder_bytes, folder, relative or checkpoint_folder(step))
                 await within(
                     allowed_seconds(size),
                     f"checkpoint {step}",
                     lambda: self.checkpoints.keep(folder, step, relative),
                 )
-            metrics = await asyncio.to_thread(self.store.intermediate_values, self.storage_id)
-            await asyncio.to_thread(
+            metrics = await in_thread(self.store.intermediate_values, self.storage_id)
+            await in_thread(
                 self.checkpoints.prune,
                 metrics,
                 self.config.keep_last,
@@ -159,7 +159,7 @@ class TrialKeeping:
         after its last result, where no checkpoint record can name it."""
         if not self.experiment.population_based:
             return
-        record = await asyncio.to_thread(self.store.trial, self.storage_id)
+        record = await in_thread(self.store.trial, self.storage_id)
         await self.keep(handle, record.intermediate_count, PBT_SAVE_DIR)
 
     async def keep_artifacts(self, handle: TrialHandle) -> None:
@@ -174,7 +174,7 @@ class TrialKeeping:
                 folder = await self.platform.fetch_output(
                     handle, ARTIFACTS_DIR, Path(scratch), self.artifacts.max_bytes
                 )
-                size = await asyncio.to_thread(folder_bytes, folder, ARTIFACTS_DIR)
+                size = await in_thread(folder_bytes, folder, ARTIFACTS_DIR)
                 kept = await within(allowed_seconds(size), "the artifacts", lambda: self.artifacts.keep(folder))
             if kept.files:
                 log.info("Trial %s: kept %d artifact(s)", handle.get("trial_id"), len(kept.files))
@@ -193,7 +193,7 @@ class TrialKeeping:
     ) -> TrialHandle | None:
         """The new job's handle if the trial starts again (see module), else None, with the
         reason in ``notes``."""
-        record = await asyncio.to_thread(self.store.trial, self.storage_id)
+        record = await in_thread(self.store.trial, self.storage_id)
         if record.finished:
             return None
         reached = handle.get("attempt", 0)
@@ -209,10 +209,10 @@ class TrialKeeping:
             if not verdict.restart:
                 self.notes.append(verdict.why)
                 return None
-            step = await asyncio.to_thread(self.checkpoints.last)
+            step = await in_thread(self.checkpoints.last)
             reason = f"{verdict.why}: {update.message or update.status.value}"[:500]
             planned = Restart(reached + 1, step, time.time(), reason)
-            record = await asyncio.to_thread(self.store.add_restart, self.storage_id, planned)
+            record = await in_thread(self.store.add_restart, self.storage_id, planned)
             if record.finished:  # stopped meanwhile: nothing to start
                 return None
         resume = None
@@ -238,7 +238,7 @@ class TrialKeeping:
             planned.attempt,
             f"checkpoint {planned.step}" if planned.step is not None else "scratch",
         )
-        record = await asyncio.to_thread(self.store.add_restart, self.storage_id, planned, new)
+        record = await in_thread(self.store.add_restart, self.storage_id, planned, new)
         if record.finished:  # stopped while it was starting again: its stop never saw this job
             status = record.status if record.status in CANCEL_STATUSES else TrialStatus.USER_CANCELED
             await self.platform.cancel(new, status, record.message or "stopped while it was restarting")

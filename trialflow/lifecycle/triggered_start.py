@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from trialflow.blocking import in_start_thread, in_thread
 from trialflow.lifecycle import start_slots
 from trialflow.lifecycle.trial_lifecycle import StartedTrial, TrialNotStarted, TrialWaits
 from trialflow.store.concurrency_changes import limits_key, read_concurrency
@@ -75,10 +76,10 @@ class Turns:
         while self.waiting:
             self.wake.clear()
             try:
-                window = await asyncio.to_thread(self.experiment.window, self.store, self.run_id)
-                allowed = await asyncio.to_thread(self.limit)
+                window = await in_thread(self.experiment.window, self.store, self.run_id)
+                allowed = await in_thread(self.limit)
                 indexes = sorted(self.waiting)
-                granted = await asyncio.to_thread(
+                granted = await in_thread(
                     start_slots.claim_many, self.store, experiment_id, self.run_id, window, indexes, allowed
                 )
             except Exception as exc:  # the store busy or away: look again, the starts wait
@@ -89,7 +90,7 @@ class Turns:
                 if future is not None and not future.done():
                     future.set_result(None)
                 else:  # its start was stopped while the look took its slot: nothing will ask
-                    await asyncio.to_thread(start_slots.release, self.store, experiment_id, self.run_id, index)
+                    await in_thread(start_slots.release, self.store, experiment_id, self.run_id, index)
             if self.waiting:
                 try:
                     await asyncio.wait_for(self.wake.wait(), self.poll_interval)
@@ -145,7 +146,7 @@ async def start_in_turn(
     so whoever stops the task waits for that start to end and stops what it launched, where
     a start still waiting for its slot is simply cancelled (nothing was asked or launched)."""
     while True:
-        window = await asyncio.to_thread(experiment.window, store, run_id)
+        window = await in_thread(experiment.window, store, run_id)
         index = window.trial_index(map_index)
         if index is None or window.over or window.expired():
             return await _started(start, launching)
@@ -156,7 +157,7 @@ async def start_in_turn(
             # Nothing was asked: the slot goes back at once. A start that asked keeps its
             # slot's entry until a claim sees its trial (see start_slots: given back before,
             # a claim that read the trials just before the ask would count it nowhere).
-            await asyncio.to_thread(start_slots.release, store, experiment.experiment_id, run_id, index)
+            await in_thread(start_slots.release, store, experiment.experiment_id, run_id, index)
             if isinstance(exc, TrialNotStarted):
                 raise
         await asyncio.sleep(wait_interval)
@@ -165,7 +166,7 @@ async def start_in_turn(
 async def _started(
     start: Callable[[], StartedTrial], launching: Callable[[asyncio.Future[StartedTrial]], None] | None
 ) -> StartedTrial:
-    future: asyncio.Future[StartedTrial] = asyncio.ensure_future(asyncio.to_thread(start))
+    future: asyncio.Future[StartedTrial] = asyncio.ensure_future(in_start_thread(start))
     if launching is not None:
         launching(future)
     return await asyncio.shield(future)  # a cancelled waiter leaves the start to end (see launching)

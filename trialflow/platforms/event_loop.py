@@ -11,9 +11,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+#: Threads for the platforms' blocking steps (a local launch waits for its wrapper's pid).
+LAUNCH_THREADS = 32
 
 
 class BackgroundLoop:
@@ -26,6 +30,7 @@ class BackgroundLoop:
         with self._lock:
             if self._loop is None or self._loop.is_closed():
                 self._loop = asyncio.new_event_loop()
+                self._loop.set_default_executor(ThreadPoolExecutor(LAUNCH_THREADS, thread_name_prefix=self._name))
                 threading.Thread(target=self._loop.run_forever, name=self._name, daemon=True).start()
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
 
+from trialflow.blocking import in_thread
+
 if TYPE_CHECKING:
     from trialflow.experiment.follow import Follower, FollowOutcome
     from trialflow.store.experiment_store import ExperimentStore
@@ -102,7 +104,7 @@ class TrialTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         trial_id = self.submission.handle.get("trial_id")
         try:
-            follower, store = await asyncio.to_thread(self._open)
+            follower, store = await in_thread(self._open)
         except Exception as exc:
             yield self._error(f"cannot follow trial {trial_id}: {exc}")
             return
@@ -113,7 +115,7 @@ class TrialTrigger(BaseTrigger):
             return
         self.cursor = outcome.cursor
         try:
-            event = await asyncio.to_thread(self._ending, store, outcome)
+            event = await in_thread(self._ending, store, outcome)
         except Exception as exc:  # the store refused: the worker records it (and retries if need be)
             self.log.warning("cannot end trial %s's task from the triggerer: %s", trial_id, exc)
             event = TriggerEvent(outcome.to_event())

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TaskSkippedEvent, TriggerEvent
 
+from trialflow.blocking import in_thread
+
 if TYPE_CHECKING:
     from trialflow.experiment import Experiment
     from trialflow.lifecycle.trial_lifecycle import StartedTrial
@@ -84,7 +86,7 @@ class TrialStartTrigger(BaseTrigger):
         ti = self._ti
         try:
             context = ti.get_template_context()
-            prepared = self._prepared = await asyncio.to_thread(self._prepare, context)
+            prepared = self._prepared = await in_thread(self._prepare, context)
         except Exception as exc:
             yield _event({"status": "ERROR", "message": f"cannot start the trial of {ti.task_id}: {exc}"})
             return
@@ -99,7 +101,7 @@ class TrialStartTrigger(BaseTrigger):
             from trialflow.triggers.trial import listeners_present
 
             # with listeners (OpenLineage) a worker ends the task, so they see it end
-            ended = prepared.end_task and not await asyncio.to_thread(listeners_present)
+            ended = prepared.end_task and not await in_thread(listeners_present)
             yield TaskSkippedEvent() if ended else _event({"status": NOT_STARTED, "message": str(exc)})
             return
         except trial_lifecycle.TrialCannotRun as exc:

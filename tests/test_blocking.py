@@ -1,0 +1,68 @@
+"""trialflow.blocking: a trial's blocking work runs in trialflow's own threads, with the caller's
+context, and starts that wait on the platforms' loop never hold the threads that loop needs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+
+from trialflow import blocking
+from trialflow.platforms.event_loop import run_sync
+
+LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("label", default="none")
+
+
+def test_work_and_starts_run_in_their_own_pools_with_the_callers_context():
+    async def main() -> tuple[tuple[str, str], tuple[str, str]]:
+        LABEL.set("trigger 7")  # Airflow's triggerer routes a trigger's log lines by such variables
+
+        def seen() -> tuple[str, str]:
+            return threading.current_thread().name, LABEL.get()
+
+        return await blocking.in_thread(seen), await blocking.in_start_thread(seen)
+
+    (work_thread, work_label), (start_thread, start_label) = asyncio.run(main())
+    assert work_thread.startswith("trialflow-work") and work_label == "trigger 7"
+    assert start_thread.startswith("trialflow-start") and start_label == "trigger 7"
+
+
+def test_more_starts_than_the_default_executor_has_threads_run_at_once():
+    """Fifty trials asked at once in the triggerer: the default executor's six threads (two
+    CPUs) made them queue; sixteen start together here."""
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def start() -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+
+    async def main() -> None:
+        await asyncio.gather(*(blocking.in_start_thread(start) for _ in range(blocking.START_THREADS)))
+
+    asyncio.run(main())
+    assert most[0] == blocking.START_THREADS
+
+
+def test_starts_that_fill_their_pool_still_launch_through_the_platforms_loop():
+    """Every start thread waits for a launch on the platforms' loop, and each launch hands
+    work to ``in_thread``: with one pool for both, this would wait forever."""
+
+    async def launch() -> str:
+        return await blocking.in_thread(lambda: threading.current_thread().name)
+
+    def start() -> str:
+        time.sleep(0.05)  # all of them in their threads before the first launch ends
+        return run_sync(launch())
+
+    async def main() -> list[str]:
+        calls = (blocking.in_start_thread(start) for _ in range(blocking.START_THREADS * 2))
+        return await asyncio.wait_for(asyncio.gather(*calls), 30)
+
+    names = asyncio.run(main())
+    assert len(names) == blocking.START_THREADS * 2 and all(n.startswith("trialflow-work") for n in names)
