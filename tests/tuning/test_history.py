@@ -83,18 +83,22 @@ def test_a_learning_tuner_past_the_limit_sees_the_window_as_the_store_holds_it(s
     assert any(t.state == TrialState.PRUNED for t in seen)  # the newest half has early-stopped ones
 
 
-def test_a_blind_tuner_past_the_limit_reads_no_finished_trial(store, monkeypatch):
+@pytest.mark.parametrize("finished", [5, 30])
+def test_a_blind_tuner_reads_no_finished_trial_below_the_limit_or_past_it(store, monkeypatch, finished):
+    """Random, grid and batch draw without looking: their ask reads only the trials still
+    running, and not through the process's shared cache (one lock for every ask)."""
     monkeypatch.setattr(history, "HISTORY_LIMIT", 10)
-    sid = _fill(store, _unique("w"), 30)
-    window = asking_storage(SnapshotCache(store.storage), store.storage, sid, "Random")
-    assert isinstance(window, HistoryWindow)
+    sid = _fill(store, _unique("w"), finished)
+    cache = SnapshotCache(store.storage)
+    window = asking_storage(cache, store.storage, sid, "Random")
+    assert isinstance(window, HistoryWindow) and window is not cache
     assert window.get_all_trials(sid, deepcopy=False) == []
     running = store.storage.create_new_trial(sid)
     assert [t._trial_id for t in window.get_all_trials(sid, deepcopy=False)] == [running]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tuner", ["TPE", "Random", "Evolution"])
+@pytest.mark.parametrize("tuner", ["TPE", "Evolution"])
 def test_below_the_limit_and_for_evolution_the_ask_reads_the_full_cache(store, monkeypatch, tuner):
     monkeypatch.setattr(history, "HISTORY_LIMIT", 30)
     sid = _fill(store, _unique("w"), 30)

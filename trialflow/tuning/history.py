@@ -280,8 +280,13 @@ class HistoryWindow(CachedStorage):
 def asking_storage(cache: CachedStorage, backend: RDBStorage, study_id: int, tuner: str) -> CachedStorage:
     """The storage an ask should read through: the process's full cache, or a window when the
     experiment is past the limit and ``tuner`` (canonical name) is one a window serves (a
-    study with a kept window is past it: finished trials stay finished)."""
-    if tuner not in WINDOWED and tuner not in BLIND:
+    study with a kept window is past it: finished trials stay finished). A tuner that draws
+    without looking reads no finished trial at any size, and not through the process's cache:
+    that cache is one lock for every ask of the process, held while it reads back every trial
+    still running (fifty, in the triggerer that starts fifty at once: bench/RESULTS.md)."""
+    if tuner in BLIND:
+        return HistoryWindow(backend, learns=False, limit=HISTORY_LIMIT)
+    if tuner not in WINDOWED:
         return cache
     directions = backend.get_study_directions(study_id)
     if len(directions) > 1:
@@ -292,4 +297,4 @@ def asking_storage(cache: CachedStorage, backend: RDBStorage, study_id: int, tun
             return HistoryWindow(backend, learns=True, limit=HISTORY_LIMIT, kept=kept)
     if finished_count(backend.engine, study_id) <= HISTORY_LIMIT:
         return cache
-    return HistoryWindow(backend, learns=tuner in WINDOWED, limit=HISTORY_LIMIT)
+    return HistoryWindow(backend, learns=True, limit=HISTORY_LIMIT)
