@@ -66,3 +66,31 @@ def test_starts_that_fill_their_pool_still_launch_through_the_platforms_loop():
 
     names = asyncio.run(main())
     assert len(names) == blocking.START_THREADS * 2 and all(n.startswith("trialflow-work") for n in names)
+
+
+def test_a_forked_child_runs_its_work_in_threads_of_its_own():
+    """A follower process forked from one that had used the pools (and the platforms' loop)
+    stored nothing: the child's work was handed to threads it does not have."""
+    import multiprocessing
+
+    async def use() -> str:
+        return await blocking.in_thread(lambda: "done")
+
+    assert asyncio.run(use()) == "done" and run_sync(use()) == "done"  # the parent's threads exist now
+
+    def child(out) -> None:
+        async def main() -> str:
+            return await asyncio.wait_for(use(), 10) + " " + run_sync(use())
+
+        out.put(asyncio.run(main()))
+
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    process = context.Process(target=child, args=(out,))
+    process.start()
+    try:
+        assert out.get(timeout=30) == "done done"
+    finally:
+        process.join(timeout=30)
+        if process.is_alive():
+            process.kill()

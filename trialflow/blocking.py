@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
@@ -33,6 +34,18 @@ START_THREADS = 16
 
 _WORK = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="trialflow-work")
 _STARTS = ThreadPoolExecutor(START_THREADS, thread_name_prefix="trialflow-start")
+
+
+def _fresh_pools() -> None:
+    """A forked child has none of its parent's threads, but would inherit pools that count
+    them as running, and work handed to them would never run (a follower process forked from
+    one that had used the pools stored nothing: seen in CI): the child starts its own."""
+    global _WORK, _STARTS
+    _WORK = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="trialflow-work")
+    _STARTS = ThreadPoolExecutor(START_THREADS, thread_name_prefix="trialflow-start")
+
+
+os.register_at_fork(after_in_child=_fresh_pools)
 
 
 async def in_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:

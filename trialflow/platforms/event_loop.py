@@ -9,6 +9,7 @@ calls share connections instead of opening one per call.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -34,8 +35,15 @@ class BackgroundLoop:
                 threading.Thread(target=self._loop.run_forever, name=self._name, daemon=True).start()
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
+    def forget(self) -> None:
+        """In a forked child: the parent's loop thread is not there, so a call would wait for
+        ever on a loop nobody runs; the next call starts one of the child's own."""
+        self._loop = None
+        self._lock = threading.Lock()
+
 
 _BACKGROUND = BackgroundLoop()
+os.register_at_fork(after_in_child=_BACKGROUND.forget)
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
