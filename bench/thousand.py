@@ -54,8 +54,35 @@ def experiment_files(root: Path, args: argparse.Namespace, trial_command: str) -
     )
 
 
+def component_cpu(airflow: Any) -> dict[str, float]:
+    """CPU seconds so far of each Airflow component's process tree (itself, its live
+    descendants, and the children they reaped: a trial started in the triggerer is the
+    triggerer's), and of the whole machine ("machine busy")."""
+    import psutil
+
+    seconds: dict[str, float] = {}
+    for name, proc in airflow.processes.items():
+        total = 0.0
+        try:
+            root = psutil.Process(proc.pid)
+            for each in [root, *root.children(recursive=True)]:
+                try:
+                    t = each.cpu_times()
+                    total += t.user + t.system + t.children_user + t.children_system
+                except psutil.NoSuchProcess:
+                    pass
+        except psutil.NoSuchProcess:
+            pass
+        seconds[name] = total
+    machine = psutil.cpu_times()
+    seconds["machine busy"] = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
+    return seconds
+
+
 def run_experiment(airflow: Any, store_url: str, dag_id: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Trigger the DAG, sample the store for trials running at once, check every trial once."""
+    """Trigger the DAG, sample the store for trials running at once, check every trial once;
+    with the CPU each component spent meanwhile."""
+    cpu_before = component_cpu(airflow)
     started = time.monotonic()
     run_id = airflow.trigger(dag_id)
     experiment = experiment_id_for(dag_id, run_id)
@@ -70,6 +97,8 @@ def run_experiment(airflow: Any, store_url: str, dag_id: str, args: argparse.Nam
             most_running = max(most_running, running)
         time.sleep(1.0)
     wall = time.monotonic() - started
+    cpu_after = component_cpu(airflow)
+    cpu = {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}
     state = airflow.dag_run_state(dag_id, run_id)
     tis = [ti for ti in airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
     rows = store.trial_rows(experiment)
@@ -84,7 +113,14 @@ def run_experiment(airflow: Any, store_url: str, dag_id: str, args: argparse.Nam
         and len({ti["map_index"] for ti in tis}) == args.trials,
         f"never more than {args.concurrency} running": most_running <= args.concurrency,
     }
-    return {"wall": wall, "most_running": most_running, "statuses": statuses, "tis": ti_states, "checks": checks}
+    return {
+        "wall": wall,
+        "most_running": most_running,
+        "statuses": statuses,
+        "tis": ti_states,
+        "checks": checks,
+        "cpu": cpu,
+    }
 
 
 def local_executor(args: argparse.Namespace, start_trials_in: str = "worker") -> dict[str, Any]:
@@ -146,8 +182,24 @@ def show(title: str, args: argparse.Namespace, result: dict[str, Any]) -> None:
         f"most seen running at once {result['most_running']}"
     )
     print(f"  store: {dict(result['statuses'])}; task instances: {dict(result['tis'])}")
+    cpu = result.get("cpu") or {}
+    if cpu:
+        cores = psutil_cores()
+        parts = ", ".join(
+            f"{name} {seconds:.0f} s ({1000 * seconds / args.trials:.0f} ms a trial)"
+            for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])
+            if name != "machine busy"
+        )
+        busy = cpu.get("machine busy", 0.0)
+        print(f"  CPU while it ran: {parts}; the machine {busy:.0f} s of {cores * wall:.0f} ({cores} cores)")
     for name, ok in result["checks"].items():
         print(f"  {'PASS' if ok else 'FAIL'}  {name}")
+
+
+def psutil_cores() -> int:
+    import psutil
+
+    return psutil.cpu_count() or 1
 
 
 def main() -> int:
