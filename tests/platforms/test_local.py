@@ -184,6 +184,30 @@ def test_cancel_after_success_keeps_success(platform, code):
     assert follow(platform, handle)[0] == TrialStatus.SUCCEEDED
 
 
+def test_a_cancel_written_while_a_restart_moves_the_control_folder_lands_in_the_new_one(
+    platform, tmp_path, monkeypatch
+):
+    """A stop at the instant a restart moves the ended attempt's control folder aside (with
+    the stop's temporary file in it): the request is written again, not lost to an error."""
+    import json
+
+    from trialflow.platforms import local
+
+    sys_dir = tmp_path / "trial"
+    (sys_dir / local.CONTROL_DIR).mkdir(parents=True)
+    real_replace, moved = os.replace, []
+
+    def replace_after_the_move(src, dst):
+        if not moved:  # the restart's archive, between the write and the rename
+            moved.append(1)
+            os.rename(sys_dir / local.CONTROL_DIR, sys_dir / local.ATTEMPT_DIR.format(0))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(local.os, "replace", replace_after_the_move)
+    platform._write_cancel(sys_dir, TrialStatus.USER_CANCELED, "stopped by ann")
+    assert moved and json.loads((sys_dir / local.CANCEL_FILE).read_text())["reason"] == "stopped by ann"
+
+
 def test_a_killed_trial_is_failed_not_running_forever(platform, code):
     handle = platform.submit_sync(spec(code, 9, "sleep 300"))
     os.killpg(handle["pid"], 9)

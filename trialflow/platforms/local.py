@@ -517,6 +517,24 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         except ValueError:
             return None
 
+    def _write_cancel(self, sys_dir: Path, status: TrialStatus, reason: str) -> None:
+        """The cancel request, written whole (a temporary file, then a rename). A restart may
+        move the ended attempt's control folder away at any moment, with the temporary file in
+        it (seen once in a full run: the rename found it gone): the request is then written
+        again, into the new attempt's folder, a bounded number of times."""
+        for attempt in range(3):
+            (sys_dir / CONTROL_DIR).mkdir(exist_ok=True)
+            # a name of its own: two stops of one trial at once (its follower and a reconciler)
+            # shared one temporary file, and the second's rename found it gone
+            tmp = sys_dir / f"{CANCEL_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+            try:
+                tmp.write_text(json.dumps({"status": status.value, "reason": reason}))
+                os.replace(tmp, sys_dir / CANCEL_FILE)
+                return
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+
     async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         # The grace period between TERM and KILL is waited for off the event loop.
         await asyncio.to_thread(self._stop, handle, status, reason)
@@ -533,13 +551,7 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         if read_state_file(sys_dir) == 0:
             return  # finished successfully before we got here
         if self._cancel_request(sys_dir) is None:
-            # (a restart may have moved the ended attempt's control folder away a moment ago)
-            (sys_dir / CONTROL_DIR).mkdir(exist_ok=True)
-            # a name of its own: two stops of one trial at once (its follower and a reconciler)
-            # shared one temporary file, and the second's rename found it gone
-            tmp = sys_dir / f"{CANCEL_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
-            tmp.write_text(json.dumps({"status": status.value, "reason": reason}))
-            os.replace(tmp, sys_dir / CANCEL_FILE)
+            self._write_cancel(sys_dir, status, reason)
         pid = handle["pid"]
         alive = process_alive(pid, handle.get("started"))
         grace = KILL_GRACE_SECONDS
