@@ -41,13 +41,11 @@ def test_a_connection_elsewhere_is_resolved_again_after_its_time(tmp_path, monke
 
     urls = [sqlite_url(tmp_path / "a.db")]
     monkeypatch.setattr(experiment_store.ExperimentStoreHook, "storage_url", lambda self: urls[0])
-    clock = [1000.0]
-    monkeypatch.setattr(task_context.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(task_context, "CONNECTION_SECONDS", 3600.0)
     first = shared_store("elsewhere_store")
     urls[0] = sqlite_url(tmp_path / "b.db")  # changed in the metadata database, say
-    clock[0] += task_context.CONNECTION_SECONDS - 1  # resolved a moment ago: not asked again
-    assert shared_store("elsewhere_store") is first
-    clock[0] += 1
+    assert shared_store("elsewhere_store") is first  # resolved a moment ago: not asked again
+    monkeypatch.setattr(task_context, "CONNECTION_SECONDS", 0.0)  # its time is up
     assert "b.db" in shared_store("elsewhere_store").url
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import psutil
+import tenacity
 
 from trialflow.config.platforms import LocalConfig
 from trialflow.platforms.base import (
@@ -522,18 +523,18 @@ class LocalPlatform(TrainingPlatform[LocalConfig]):
         move the ended attempt's control folder away at any moment, with the temporary file in
         it (seen once in a full run: the rename found it gone): the request is then written
         again, into the new attempt's folder, a bounded number of times."""
-        for attempt in range(3):
-            (sys_dir / CONTROL_DIR).mkdir(exist_ok=True)
-            # a name of its own: two stops of one trial at once (its follower and a reconciler)
-            # shared one temporary file, and the second's rename found it gone
-            tmp = sys_dir / f"{CANCEL_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
-            try:
+        for attempt in tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(FileNotFoundError),
+            stop=tenacity.stop_after_attempt(3),
+            reraise=True,
+        ):
+            with attempt:
+                (sys_dir / CONTROL_DIR).mkdir(exist_ok=True)
+                # a name of its own: two stops of one trial at once (its follower and a
+                # reconciler) shared one temporary file, and the second's rename found it gone
+                tmp = sys_dir / f"{CANCEL_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
                 tmp.write_text(json.dumps({"status": status.value, "reason": reason}))
                 os.replace(tmp, sys_dir / CANCEL_FILE)
-                return
-            except FileNotFoundError:
-                if attempt == 2:
-                    raise
 
     async def stop(self, handle: TrialHandle, status: TrialStatus, reason: str) -> None:
         # The grace period between TERM and KILL is waited for off the event loop.
