@@ -58,3 +58,19 @@ def test_wait_returns_at_once_when_woken_and_after_the_timeout_otherwise():
     quiet, quiet_took, woken, woken_took = asyncio.run(scenario())
     assert quiet is False and quiet_took >= 0.19
     assert woken is True and woken_took < 5
+
+
+def test_only_a_wake_that_may_end_the_run_is_worth_asking_airflow_at_once():
+    with run_wakeups.listening("d", "r", "trial") as wakeup:
+        asked = {0: "success", 1: "deferred", 2: "deferred", 3: "scheduled"}
+        assert not wakeup.may_end_run(asked)
+        run_wakeups.task_ended("d", "r", "trial", 1, "success")
+        assert not wakeup.may_end_run(asked)  # 2 and 3 still to end: the poll will see 1
+        run_wakeups.task_ended("d", "r", "trial", 2, None)  # handed back: its worker ends it
+        assert not wakeup.may_end_run(asked)
+        run_wakeups.task_ended("d", "r", "trial", 3, "skipped")
+        assert wakeup.may_end_run(asked)  # every task ended, or ended here since the answer
+        assert not wakeup.may_end_run({})  # no answer yet: nothing to say the run is over
+        wakeup.merged({0: "success", 1: "success", 2: "deferred", 3: "deferred"})
+        # after an answer, a handed-back task is Airflow's to say ended
+        assert not wakeup.may_end_run({0: "success", 1: "success", 2: "deferred", 3: "deferred"})

@@ -1,10 +1,15 @@
-"""TrialStartTrigger's one rule of its own: where it finds the operator's arguments (the
-scheduler and the triggerer run it end to end in tests/integration/test_triggered_starts.py)."""
+"""TrialStartTrigger's rules of its own: where it finds the operator's arguments, when its
+"submitted" line is written (the scheduler and the triggerer run it end to end in
+tests/integration/test_triggered_starts.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 from types import SimpleNamespace
+from typing import Any
 
+from trialflow.triggers import trial_start
 from trialflow.triggers.trial_start import TrialStartTrigger, operator_argument
 
 
@@ -21,3 +26,41 @@ def test_it_serializes_to_what_airflow_recreates_it_from():
     path, kwargs = TrialStartTrigger().serialize()
     assert path == "trialflow.triggers.trial_start.TrialStartTrigger" and kwargs == {}
     assert isinstance(TrialStartTrigger(**kwargs), TrialStartTrigger)
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str, *args: object) -> None:
+        self.lines.append(message % args)
+
+
+def _started() -> Any:
+    return SimpleNamespace(spec=SimpleNamespace(trial_id="e-0003", parameters={"x": 0.5}))
+
+
+def test_the_submitted_line_rides_on_the_trials_end_or_comes_after_its_wait(monkeypatch):
+    monkeypatch.setattr(trial_start, "SUBMITTED_LINE_WAIT", 0.2)
+
+    async def ended_first() -> list[str]:
+        log = _Log()
+        line = trial_start._SubmittedLine(log, _started())
+        await asyncio.sleep(0.05)
+        assert log.lines == []  # a short trial's line waits for its end
+        line.write()  # its first event
+        line.write()  # and the finally after it: once
+        await asyncio.sleep(0.3)  # the timer was cancelled
+        return log.lines
+
+    async def long_trial() -> list[str]:
+        log = _Log()
+        line = trial_start._SubmittedLine(log, _started())
+        await asyncio.sleep(0.4)
+        written = list(log.lines)  # a long trial's line comes after the wait, while it runs
+        line.write()
+        return written + log.lines[len(written) :]
+
+    for lines in (asyncio.run(ended_first()), asyncio.run(long_trial())):
+        assert len(lines) == 1, lines
+        assert re.fullmatch(r"Trial e-0003 submitted at \d\d:\d\d:\d\d UTC with parameters \{'x': 0.5\}", lines[0])

@@ -97,3 +97,43 @@ def test_a_task_handed_back_to_its_worker_is_ended_when_airflow_says_so(local_tr
     events = asyncio.run(scenario())
     assert passes_before_failed == [{0: "deferred"}]
     assert len(events) == 1 and isinstance(events[0], TaskSuccessEvent)
+
+
+class _NeverEarly:
+    async def ask_early(self, states: object, now: float, poll: float) -> bool:
+        return False
+
+
+def test_a_wake_while_other_tasks_run_waits_for_the_poll_and_the_last_one_passes_at_once():
+    watch = RunWatchTrigger(
+        config_path="c.yml",
+        store_conn_id="conn",
+        experiment_id="exp",
+        workdir="/tmp",
+        dag_id="dag",
+        run_id="run1",
+        trial_task_id="trial",
+        poll_interval=1.0,
+    )
+    states: dict[int, str | None] = {0: "deferred", 1: "deferred"}
+
+    async def pause_after(*ending: int) -> float:
+        with run_wakeups.listening("dag", "run1", "trial") as wakeup:
+            loop = asyncio.get_running_loop()
+            for index in ending:
+                loop.call_later(0.05, run_wakeups.task_ended, "dag", "run1", "trial", index, "success")
+            began = time.monotonic()
+            await watch._pause(wakeup, _NeverEarly(), states)  # type: ignore[arg-type]
+            return time.monotonic() - began
+
+    assert asyncio.run(pause_after(0)) >= 0.9  # one of two ended: Airflow is asked at the poll
+    assert asyncio.run(pause_after(0, 1)) < 0.5  # the run's last task ended here: asked at once
+
+
+def test_the_polls_leave_airflow_ten_times_its_last_answer_and_at_most_half_a_minute():
+    from trialflow.triggers.watch import poll_after
+
+    assert poll_after(2.0, 0.01) == 2.0  # a small run: the poll as configured
+    assert poll_after(2.0, 0.5) == 5.0  # 1,000 tasks answered in 0.5 s: a tenth of the time asking
+    assert poll_after(2.0, 7.0) == 30.0  # a slow answer at a busy start: not minutes of no look
+    assert poll_after(60.0, 7.0) == 60.0  # a longer configured poll stays

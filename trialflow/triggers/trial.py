@@ -28,6 +28,7 @@ from airflow.triggers.base import BaseTrigger, TaskSkippedEvent, TaskSuccessEven
 from trialflow.blocking import in_thread
 
 if TYPE_CHECKING:
+    from trialflow.experiment import Experiment
     from trialflow.experiment.follow import Follower, FollowOutcome
     from trialflow.store.experiment_store import ExperimentStore
 
@@ -77,6 +78,12 @@ class TrialTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.seen_running = seen_running
         self.end_task = end_task
+        #: The experiment of the start that made this trigger in this process (never
+        #: serialized): the follow takes it, as the worker's follow does, instead of loading
+        #: the config again for each trial (a trigger the triggerer made from its kwargs, after
+        #: a restart, loads it). Not the platform: one made for the start's thread may hold a
+        #: client of another event loop (Kubernetes'), so the follow builds its own.
+        self.experiment: Experiment | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -95,7 +102,9 @@ class TrialTrigger(BaseTrigger):
         from trialflow.triggers.task_context import shared_store
 
         store = shared_store(self.submission.store_conn_id)  # one per store in the triggerer
-        follower = self.submission.follower(store, airflow_connections(), self.cursor, seen_running=self.seen_running)
+        follower = self.submission.follower(
+            store, airflow_connections(), self.cursor, seen_running=self.seen_running, experiment=self.experiment
+        )
         return follower, store
 
     def _error(self, message: str) -> TriggerEvent:

@@ -37,6 +37,18 @@ WOKEN_PAUSE = 0.05
 #: Seconds in a row Airflow may not answer before the watch gives up (its task fails; the end
 #: step's own pass remains).
 ASK_GRACE = 600.0
+#: The watch's polls leave Airflow at least this many times the last answer's time between two
+#: asks: Airflow's answer is every trial task of the run, loaded whole by the triggerer's
+#: supervisor (dill-unpickled executor configs included): at 1,000 tasks an answer took
+#: 0.1-0.4 s, and 7 s while the run's 1,000 triggers were being made (bench/thousand.py).
+ASK_SPACING = 10.0
+#: ... but never more than this many seconds (an answer slowed by a busy start is not the norm).
+LONGEST_POLL = 30.0
+
+
+def poll_after(poll_interval: float, answer_took: float) -> float:
+    """Seconds until the watch's next poll, after an answer that took ``answer_took``."""
+    return max(poll_interval, min(ASK_SPACING * answer_took, LONGEST_POLL))
 
 
 class RunWatchTrigger(BaseTrigger):
@@ -117,7 +129,9 @@ class RunWatchTrigger(BaseTrigger):
         with run_wakeups.listening(self.dag_id, self.run_id, self.trial_task_id) as wakeup:
             while True:
                 try:
+                    asked_at = time.monotonic()
                     states = wakeup.merged(await self._states())
+                    answer_took = time.monotonic() - asked_at
                     unanswered_since = None
                 except Exception as exc:
                     now = time.monotonic()
@@ -134,26 +148,29 @@ class RunWatchTrigger(BaseTrigger):
                         break
                 except Exception:  # the store or a platform refused this time: the next pass tries again
                     self.log.exception("reconciling run %s failed; trying again", self.run_id)
-                await self._pause(wakeup, watch, states)
+                await self._pause(wakeup, watch, states, poll_after(self.poll_interval, answer_took))
         await tracking.settle()
         result: dict[str, Any] = {"status": "DONE", "reconciled": [t.trial_id for t in watch.reconciled]}
         # Ended from here (no worker start on the way to the end step), unless listeners must see it.
         yield TriggerEvent(result) if listeners_present() else TaskSuccessEvent(xcoms={"return_value": result})
 
-    async def _pause(self, wakeup: RunWakeup, watch: RunWatch, states: dict[int, str | None]) -> None:
-        """Until the next pass: the poll, a trial trigger of the run ending its task in this
-        triggerer, or the store saying the last wave's trials ended (RunWatch.ask_early
-        decides; a trial that ends on its worker wakes no trigger)."""
+    async def _pause(
+        self, wakeup: RunWakeup, watch: RunWatch, states: dict[int, str | None], poll: float | None = None
+    ) -> None:
+        """Until the next pass: the poll, a trial trigger of the run ending the run's last task
+        in this triggerer (RunWakeup.may_end_run), or the store saying the last wave's trials
+        ended (RunWatch.ask_early decides; a trial that ends on its worker wakes no trigger)."""
         from trialflow.runs.reconcile import STORE_LOOK
 
-        deadline = time.monotonic() + self.poll_interval
+        poll = self.poll_interval if poll is None else poll
+        deadline = time.monotonic() + poll
         while (left := deadline - time.monotonic()) > 0:
-            if await wakeup.wait(min(STORE_LOOK, left)):
+            if await wakeup.wait(min(STORE_LOOK, left)) and wakeup.may_end_run(states):
                 # a task a worker resumes ends a moment later: look again soon, not in a poll
                 await asyncio.sleep(WOKEN_PAUSE)
                 return
             try:
-                if await watch.ask_early(states, time.monotonic(), self.poll_interval):
+                if await watch.ask_early(states, time.monotonic(), poll):
                     return
             except Exception:  # the store busy this time: the poll remains
                 self.log.debug("looking at run %s's trials in the store failed", self.run_id, exc_info=True)
