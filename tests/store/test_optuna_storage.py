@@ -220,8 +220,31 @@ def test_a_finished_trials_attributes_are_refused_as_optuna_refuses_them(storage
         storage.set_trial_user_attrs(trial_id, {"late": 1})
 
 
+def test_the_first_value_of_an_attribute_is_kept_and_returned_as_optuna_stores_it(storage: TrialflowStorage):
+    mine, theirs = _two_trials(storage)
+    first = {"default": 0.5, "loss": [1, "é"]}
+    assert storage.keep_first_user_attr(mine, "final_metric", first) == first
+    assert storage.keep_first_user_attr(mine, "final_metric", 0.9) == first  # a second: the first stays
+    RDBStorage.set_trial_user_attr(storage, theirs, "final_metric", first)
+    assert _attrs_and_state(storage, mine) == _attrs_and_state(storage, theirs)  # the row Optuna writes
+    storage.set_trial_state_values(mine, TrialState.COMPLETE, [0.5])
+    assert storage.keep_first_user_attr(mine, "final_metric", 0.9) == first  # finished: it keeps what it has
+    lone, _ = _two_trials(storage)
+    storage.set_trial_state_values(lone, TrialState.FAIL)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        storage.keep_first_user_attr(lone, "final_metric", 0.9)  # finished with none: refused
+    assert "final_metric" not in storage.get_trial_user_attrs(lone)
+
+
 @pytest.mark.parametrize(
-    "state, values", [(TrialState.COMPLETE, [0.25]), (TrialState.PRUNED, None), (TrialState.FAIL, None)]
+    "state, values",
+    [
+        (TrialState.COMPLETE, [0.25]),
+        (TrialState.COMPLETE, [float("inf"), -0.5]),  # two objectives, one not finite
+        (TrialState.COMPLETE, [float("-inf")]),
+        (TrialState.PRUNED, None),
+        (TrialState.FAIL, None),
+    ],
 )
 def test_closing_in_one_transaction_is_optunas_two_writes(storage: TrialflowStorage, state, values):
     mine, theirs = _two_trials(storage)
@@ -233,6 +256,8 @@ def test_closing_in_one_transaction_is_optunas_two_writes(storage: TrialflowStor
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):  # a second close: the first stands
         storage.close_trial(mine, TrialState.FAIL, None, {"nni_status": "Y"})
     assert _attrs_and_state(storage, mine)[0]["nni_status"] == "X"
+    with pytest.raises(KeyError):
+        storage.close_trial(987654, state, values, {"nni_status": "X"})  # no such trial, as Optuna says
 
 
 def test_held_parameters_are_written_as_optuna_writes_them(storage: TrialflowStorage):

@@ -601,11 +601,8 @@ class ExperimentStore:
             if metric.is_final:
                 reported = jsonable(metric.value)
                 if first_final is None:
-                    first_final = self.storage.get_trial(storage_id).user_attrs.get("final_metric")
-                if first_final is None:
-                    self.storage.set_trial_user_attr(storage_id, "final_metric", reported)
-                    first_final = reported
-                elif reported != first_final:
+                    first_final = self.storage.keep_first_user_attr(storage_id, "final_metric", reported)
+                if reported != first_final:
                     skipped.append(
                         f"a second final result ({preview(reported)}) was ignored: the first "
                         f"({preview(first_final)}) counts, as in NNI"
