@@ -282,6 +282,26 @@ def test_held_parameters_are_written_as_optuna_writes_them(storage: TrialflowSto
     assert RDBStorage.get_trial(storage, other._trial_id).params == {}  # the transaction left nothing
 
 
+def test_a_new_trial_is_made_and_numbered_as_optuna_makes_it(storage: TrialflowStorage):
+    """Trials made by our plain-SQL path and by Optuna's ORM path, interleaved in one study, are
+    numbered one after the other, and what ours returns is what Optuna's reader reads back; a
+    template trial (a prior result) still goes Optuna's way; an unknown study is a KeyError."""
+    study = optuna.create_study(storage=storage, study_name=f"n-{uuid.uuid4().hex[:8]}")
+    study_id = study._study_id
+    made = []
+    for i in range(6):
+        made.append(storage._create_new_trial(study_id) if i % 2 else RDBStorage._create_new_trial(storage, study_id))
+    assert [t.number for t in made] == list(range(6))
+    for trial in made[1::2]:
+        theirs = RDBStorage.get_trial(storage, trial._trial_id)
+        assert _comparable([trial]) == _comparable([theirs]) and theirs.state == TrialState.RUNNING
+    template = optuna.trial.create_trial(params={}, distributions={}, value=0.5)
+    prior = storage._create_new_trial(study_id, template_trial=template)
+    assert prior.number == 6 and RDBStorage.get_trial(storage, prior._trial_id).state == TrialState.COMPLETE
+    with pytest.raises(KeyError):
+        storage._create_new_trial(987654)
+
+
 def test_an_asks_trial_is_read_back_as_made_once_and_then_from_the_tables(storage: TrialflowStorage):
     """Within holding_params (an ask), Optuna's read of the trial it just made is served from
     what _create_new_trial returned: the same FrozenTrial Optuna's reader gives, without a
