@@ -173,7 +173,7 @@ class TrialflowStorage(RDBStorage):
             made = sa.insert(TRIALS).values(
                 study_id=study_id, number=None, state=TrialState.RUNNING, datetime_start=started
             )
-            trial_id = int(session.execute(made).inserted_primary_key[0])
+            trial_id = int(cast("sa.CursorResult[Any]", session.execute(made)).inserted_primary_key[0])
             before = sa.select(sa.func.count(TRIALS.c.trial_id)).where(
                 TRIALS.c.study_id == study_id, TRIALS.c.trial_id < trial_id
             )
