@@ -173,7 +173,9 @@ class TrialflowStorage(RDBStorage):
             made = sa.insert(TRIALS).values(
                 study_id=study_id, number=None, state=TrialState.RUNNING, datetime_start=started
             )
-            trial_id = int(cast("sa.CursorResult[Any]", session.execute(made)).inserted_primary_key[0])
+            key = cast("sa.CursorResult[Any]", session.execute(made)).inserted_primary_key
+            assert key is not None  # an insert of one row always has its key
+            trial_id = int(key[0])
             before = sa.select(sa.func.count(TRIALS.c.trial_id)).where(
                 TRIALS.c.study_id == study_id, TRIALS.c.trial_id < trial_id
             )
