@@ -61,6 +61,34 @@ def test_a_connection_is_resolved_once_while_it_stands(tmp_path, monkeypatch):
     assert len(stores) == 1 and len(lookups) == 1
 
 
+def test_threads_that_find_a_connection_missing_together_wait_for_one_lookup(tmp_path, monkeypatch):
+    """Fifty starts of a run begin at once, each in a thread: one asks the supervisor, the rest
+    take its answer (each lookup is a turn of the supervisor's loop, plus one per secret)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trialflow.hooks import experiment_store
+
+    url = sqlite_url(tmp_path / "d.db")
+    lookups = []
+    everyone_in = threading.Barrier(20)
+
+    def slow_lookup(self) -> str:
+        lookups.append(1)
+        time.sleep(0.2)  # a round trip to a busy supervisor
+        return url
+
+    def start(_: int):
+        everyone_in.wait()
+        return shared_store("together_store")
+
+    monkeypatch.setattr(experiment_store.ExperimentStoreHook, "storage_url", slow_lookup)
+    with ThreadPoolExecutor(20) as pool:
+        stores = set(pool.map(start, range(20)))
+    assert len(stores) == 1 and len(lookups) == 1
+
+
 def test_the_triggers_of_a_run_share_its_experiment_and_an_edited_config_is_read_again(tmp_path):
     path = tmp_path / "config.yml"
     path.write_text(CONFIG)

@@ -59,6 +59,8 @@ _KEPT = 64
 #: Seconds a store connection, once resolved, stands for its store in this process.
 CONNECTION_SECONDS = 30.0
 _LOCK = threading.Lock()
+#: Held while a connection is looked up, so threads that find it missing together wait for one.
+_RESOLVING = threading.Lock()
 _STORES: dict[str, ExperimentStore] = {}
 _URLS: dict[tuple[str, str | None], tuple[str, float]] = {}
 _EXPERIMENTS: dict[tuple[Any, ...], Experiment] = {}
@@ -72,24 +74,30 @@ def shared_store(conn_id: str) -> ExperimentStore:
     triggerer a lookup is a round trip to its supervisor, and each of the connection's secrets
     another (masking), one at a time for every trigger; with a thousand short trials, resolving
     it at every start and follow kept the supervisor at 65 % of a core and the starts waiting
-    on it (bench/RESULTS.md)."""
+    on it (bench/RESULTS.md). Threads that find it missing together (a run's first fifty
+    starts, and again when its time is up) wait for one lookup."""
     from trialflow.hooks.experiment_store import ExperimentStoreHook
     from trialflow.store.experiment_store import ExperimentStore
 
-    now = time.monotonic()
     # A connection defined in the environment is read there for nothing: its text is part of
     # the key, so a changed one is a new store at once.
     key = (conn_id, os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}"))
-    with _LOCK:
-        known = _URLS.get(key)
-    if known is not None and now - known[1] < CONNECTION_SECONDS:
-        url = known[0]
-    else:
-        url = ExperimentStoreHook(conn_id).storage_url()
+
+    def known() -> str | None:
         with _LOCK:
-            if key not in _URLS and len(_URLS) >= _KEPT:
-                _URLS.pop(next(iter(_URLS)))
-            _URLS[key] = (url, now)
+            found = _URLS.get(key)
+        return found[0] if found is not None and time.monotonic() - found[1] < CONNECTION_SECONDS else None
+
+    url = known()
+    if url is None:
+        with _RESOLVING:  # one lookup for the starts that all found it missing (fifty at once)
+            url = known()
+            if url is None:
+                url = ExperimentStoreHook(conn_id).storage_url()
+                with _LOCK:
+                    if key not in _URLS and len(_URLS) >= _KEPT:
+                        _URLS.pop(next(iter(_URLS)))
+                    _URLS[key] = (url, time.monotonic())
     with _LOCK:
         store = _STORES.get(url)
         if store is None:
