@@ -163,8 +163,8 @@ class TrialflowStorage(RDBStorage):
     def _create_plain_trial(self, study_id: int) -> FrozenTrial:
         """A new RUNNING trial, numbered as Optuna numbers it (the study's trials before it),
         in the statements Optuna's ORM makes (the study's row locked, the insert, the count,
-        the number) but as plain SQL: the ORM's unit of work was a seventh of the triggerer's
-        CPU per trial under bench/thousand.py (py-spy)."""
+        the number) but as plain SQL: Optuna's ORM path for it was 14 % of the trigger runner's
+        samples holding the GIL under bench/thousand.py (py-spy)."""
         started = datetime.now()
         with self.transaction() as session:
             locked = sa.select(STUDIES.c.study_id).where(STUDIES.c.study_id == study_id).with_for_update()
