@@ -47,6 +47,19 @@ def test_serialize_round_trip(local_trials):
     assert again.serialize() == (path, kwargs)
 
 
+def test_a_trigger_made_by_a_start_follows_with_its_experiment_without_reading_the_config(local_trials):
+    """A triggered start hands its trigger the experiment it read (TrialTrigger.experiment, never
+    serialized): the follow does not parse the config again; one made from its kwargs does."""
+    submit, _ = local_trials
+    handed, remade = submit(2, "ok"), submit(3, "ok")
+    handed.experiment = handed.submission.experiment()
+    Path(handed.submission.config_path).unlink()  # whoever reads it now fails
+    assert "experiment" not in handed.serialize()[1]
+    assert asyncio.run(first_event(handed))["status"] == "SUCCEEDED"
+    event = asyncio.run(only_event(remade))
+    assert event.payload["status"] == "ERROR" and "cannot follow trial" in event.payload["message"]
+
+
 def test_trigger_follows_to_the_end_and_records_metrics(local_trials):
     submit, store = local_trials
     trigger = submit(1, "ok")
