@@ -298,8 +298,8 @@ class TrialflowStorage(RDBStorage):
             return
         if not checked:
             self.lock_unfinished(session, trial_id)
-        upsert = _UPSERTS.get(self.engine.name)
-        if upsert is None or (self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0)):
+        upsert = self._upsert()
+        if upsert is None:
             for key, value in attrs.items():
                 self._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
             return
@@ -311,6 +311,13 @@ class TrialflowStorage(RDBStorage):
         rows = [{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)} for key, value in attrs.items()]
         session.execute(statement, rows)
 
+    def _upsert(self) -> Callable[[sa.Table], Any] | None:
+        """This database's INSERT ... ON CONFLICT, or None where it has none (SQLite before
+        3.24): the writers below then take Optuna's row-by-row path."""
+        if self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0):
+            return None
+        return _UPSERTS.get(self.engine.name)
+
     def keep_first_user_attr(self, trial_id: int, key: str, value: Any) -> Any:
         """Keep ``value`` as the trial's user attribute ``key`` unless it has one already, and
         return the one it keeps, in one transaction (the trial's lock, an insert that leaves a
@@ -319,7 +326,7 @@ class TrialflowStorage(RDBStorage):
         result ingestion in the triggerer (bench/thousand.py). A finished trial keeps what it
         has; one that has nothing raises UpdateFinishedTrialError, as Optuna's write does."""
         stored = sa.select(TRIAL_ATTRS.c.value_json).where(TRIAL_ATTRS.c.trial_id == trial_id, TRIAL_ATTRS.c.key == key)
-        upsert = _UPSERTS.get(self.engine.name)
+        upsert = self._upsert()
         with self.transaction() as session:
             try:
                 self.lock_unfinished(session, trial_id)
@@ -328,7 +335,7 @@ class TrialflowStorage(RDBStorage):
                 if found is None:
                     raise
                 return json.loads(found)
-            if upsert is None or (self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0)):
+            if upsert is None:
                 found = session.execute(stored).scalar()
                 if found is not None:
                     return json.loads(found)
@@ -357,10 +364,10 @@ class TrialflowStorage(RDBStorage):
         others): Optuna's value-type column then always says FINITE."""
         if not values:
             return
-        upsert = _UPSERTS.get(self.engine.name)
+        upsert = self._upsert()
         with self.transaction() as session:
             self.lock_unfinished(session, trial_id)
-            if upsert is None or (self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0)):
+            if upsert is None:
                 for step, value in values:
                     self._set_trial_intermediate_value_without_commit(session, trial_id, step, value)
                 return
