@@ -22,6 +22,7 @@ from trialflow.authoring.converter import (
     load,
     plan_origin,
     stays_on_host,
+    trial_start_place,
     trials_in_run,
 )
 from trialflow.authoring.dag_sources import built
@@ -63,7 +64,7 @@ def experiment_dag(
     dag_kwargs.setdefault("tags", ["trialflow", "nni"])
     origin = plan_origin(plan)
     dag_kwargs.setdefault("description", f"NNI experiment {plan.experiment_name or Path(origin).name}")
-    dag_kwargs.setdefault("doc_md", describe(plan, count))
+    dag_kwargs.setdefault("doc_md", describe(plan, count, trial_start_place(plan, options, count, queue)))
     if dag_id is None:
         if origin != plan.config_path:
             raise ValueError("dag_id: an experiment written in the DAG file needs a dag_id")

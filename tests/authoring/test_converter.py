@@ -71,5 +71,42 @@ def test_trials_that_start_in_the_triggerer_serialize_as_airflow_defers_them(tmp
             assert task.start_trigger_args.next_method == "execute_complete"
             assert task.partial_kwargs["config_path"] == str(tmp_path / "config.yml")  # what the trigger reads
             assert dag.get_task("trial").operator_class is TriggeredTrialOperator
-    with pytest.raises(ValueError, match="start_trials_in: expected one of worker, triggerer, got 'cloud'"):
+    with pytest.raises(ValueError, match="start_trials_in: expected one of auto, worker, triggerer, got 'cloud'"):
         ExperimentOptions(start_trials_in="cloud")
+
+
+@pytest.mark.parametrize(
+    ("tuner", "trials", "capacity", "place"),
+    [
+        ("{name: Random}", 3, None, "triggerer"),
+        ("{name: TPE}", 250, None, "triggerer"),
+        ("{name: TPE}", 251, None, "worker"),  # over a quarter of Airflow's default capacity
+        ("{name: TPE}", 30, "100", "worker"),  # the deployment's own capacity
+        ("{name: GP}", 3, None, "worker"),
+        ("{name: optuna.samplers.TPESampler}", 3, None, "worker"),
+    ],
+)
+def test_auto_starts_in_the_triggerer_unless_the_experiment_needs_a_worker(
+    tmp_path, monkeypatch, tuner, trials, capacity, place
+):
+    """The default place, through the real DAG: the serialized task starts in the triggerer or
+    not, and the DAG's doc says where and why."""
+    import sys
+
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from trialflow.dag import experiment_dag
+
+    if "GP" in tuner:
+        pytest.importorskip("sklearn")
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
+        f"trialCommand: {sys.executable} -c pass\ntrialConcurrency: 2\nmaxTrialNumber: {trials}\n"
+        f"tuner: {tuner}\ntrainingService: {{platform: local}}\n"
+    )
+    if capacity is not None:
+        monkeypatch.setenv("AIRFLOW__TRIGGERER__CAPACITY", capacity)
+    dag = experiment_dag(str(tmp_path / "config.yml"), dag_id="d_auto")
+    task = DagSerialization.from_dict(DagSerialization.to_dict(dag)).get_task("trial")
+    assert task.start_from_trigger is (place == "triggerer")
+    assert f"- trial tasks start in the {place}: " in dag.doc_md

@@ -16,6 +16,7 @@ from trialflow.tuning.algorithms import (
     CATALOGUE,
     UnsupportedAlgorithm,
     algorithm_spec,
+    ask_fits_model,
     canonical_tuner_name,
     check_algorithms,
     names,
@@ -412,3 +413,30 @@ def test_gp_fits_on_the_best_half_and_a_draw_of_the_rest():
     assert best150 <= set(keep.tolist())  # every one of the best half kept
     others = [i for i in keep if i not in best150]
     assert np.median(y[others]) < np.median(y[list(best150)])  # the rest a draw, not the next best
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "role", "fits"),
+    [
+        (AlgorithmConfig(name="GP"), "tuner", True),
+        (AlgorithmConfig(name="SMACTuner"), "tuner", True),  # an alias
+        (AlgorithmConfig(name="Metis"), "tuner", True),
+        (AlgorithmConfig(name="DNGO"), "tuner", True),
+        (AlgorithmConfig(name="optuna.samplers.TPESampler"), "tuner", True),  # its cost is not known here
+        (AlgorithmConfig(name="TPE"), "tuner", False),
+        (AlgorithmConfig(name="PBT"), "tuner", False),
+        (AlgorithmConfig(name="BOHB"), "advisor", False),
+        (AlgorithmConfig(class_name="my_tuner.MyTuner"), "tuner", False),  # asks in its own process
+        (None, "tuner", False),
+    ],
+)
+def test_which_asks_fit_a_model_in_the_asking_process(algorithm, role, fits):
+    """What keeps "auto" trial tasks in workers (trialflow.lifecycle.start_place): every
+    catalogue entry that needs a model library, and no other."""
+    assert ask_fits_model(algorithm, role) is fits
+
+
+def test_the_asks_that_fit_a_model_are_those_that_need_a_model_library():
+    asking = [spec for spec in CATALOGUE if spec.role != "assessor"]  # an assessor judges in the follow
+    heavy = {spec.name for spec in asking if ask_fits_model(AlgorithmConfig(name=spec.name), spec.role)}
+    assert heavy == {spec.name for spec in asking if spec.needs is not None} == {"GP", "SMAC", "Metis", "DNGO"}

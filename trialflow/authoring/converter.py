@@ -31,6 +31,8 @@ from trialflow.authoring.plan import DagPlan, load_plan
 from trialflow.config.inline import MARK as INLINE_MARK
 from trialflow.from_airflow.concurrency_at_parse import changed_concurrency
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID
+from trialflow.lifecycle import start_place
+from trialflow.lifecycle.start_place import StartPlace
 from trialflow.limits import MAX_TRIALS_PER_RUN
 from trialflow.operators.experiment import (
     ContinueExperimentOperator,
@@ -48,10 +50,6 @@ DEFAULT_RETRIES = 2
 #: Task defaults an experiment's tasks need: retries re-attach a trial task to its running
 #: trial after an infrastructure fault (never a second copy of the trial).
 EXPERIMENT_DEFAULT_ARGS: dict[str, Any] = {"retries": DEFAULT_RETRIES, "retry_delay": timedelta(seconds=5)}
-
-
-#: Where a trial task starts (ExperimentOptions.start_trials_in).
-START_PLACES = ("worker", "triggerer")
 
 
 @dataclass(frozen=True)
@@ -75,9 +73,11 @@ class ExperimentOptions:
     ``inputs``: values every trial of a run gets (XComArgs of upstream tasks, or Jinja
     templates), rendered once by the start step (trialflow.trial.inputs).
     ``start_trials_in``: ``"worker"`` (a worker process starts each trial task, Airflow holds
-    trialConcurrency) or ``"triggerer"`` (the task starts in the triggerer with no worker
-    process: the store holds trialConcurrency; trialflow.triggers.trial_start). Not with
-    ``local_queue``: local trials on a host of their own are started by that host's worker.
+    trialConcurrency), ``"triggerer"`` (the task starts in the triggerer with no worker
+    process: the store holds trialConcurrency; trialflow.triggers.trial_start; not with
+    ``local_queue``: local trials on a host of their own are started by that host's worker) or
+    ``"auto"`` (the default: the triggerer unless the experiment needs a worker,
+    trialflow.lifecycle.start_place says when).
     """
 
     store_conn_id: str = DEFAULT_CONN_ID
@@ -88,11 +88,11 @@ class ExperimentOptions:
     local_queue: str | None = None
     asset_name: str | None = None
     inputs: Mapping[str, Any] | None = None
-    start_trials_in: str = "worker"
+    start_trials_in: str = start_place.AUTO
 
     def __post_init__(self) -> None:
-        if self.start_trials_in not in START_PLACES:
-            expected = ", ".join(START_PLACES)
+        if self.start_trials_in not in start_place.START_PLACES:
+            expected = ", ".join(start_place.START_PLACES)
             raise ValueError(f"start_trials_in: expected one of {expected}, got {self.start_trials_in!r}")
 
     @classmethod
@@ -170,6 +170,21 @@ def stays_on_host(plan: DagPlan, default_args: Mapping[str, Any], local_queue: s
     return str(queue)
 
 
+def trial_start_place(plan: DagPlan, options: ExperimentOptions, count: int, queue: str | None) -> StartPlace:
+    """Where this experiment's trial tasks start (trialflow.lifecycle.start_place), with the
+    triggerer's capacity as this deployment sets it."""
+    from airflow.sdk.configuration import conf
+
+    return start_place.choose(
+        options.start_trials_in,
+        trial_tasks=count,
+        queue=queue,
+        ask_fits_model=plan.ask_fits_model,
+        algorithm=plan.algorithm,
+        triggerer_capacity=conf.getint("triggerer", "capacity", fallback=1000),
+    )
+
+
 @dataclass(frozen=True)
 class ExperimentTasks:
     """The experiment's tasks, as built: what a caller wires to its own."""
@@ -208,7 +223,7 @@ def add_experiment_tasks(
         **placed,
     )
     trial_operator: type[SubmitTrialOperator] = SubmitTrialOperator
-    if options.start_trials_in == "triggerer":
+    if trial_start_place(plan, options, count, queue).place == "triggerer":
         if queue is not None:
             raise ValueError(
                 f"{plan_origin(plan)}: start_trials_in='triggerer' starts trials where the triggerer runs; local "
@@ -269,8 +284,9 @@ def add_experiment_tasks(
     return ExperimentTasks(start, trials, watch, end, publish, follow_on)
 
 
-def describe(plan: DagPlan, count: int) -> str:
-    """The experiment DAG's doc_md: the config, platforms, algorithm and fan-out."""
+def describe(plan: DagPlan, count: int, place: StartPlace | None = None) -> str:
+    """The experiment DAG's doc_md: the config, platforms, algorithm and fan-out, and where its
+    trial tasks start and why."""
     return (
         f"**NNI experiment** `{plan_origin(plan)}`\n\n"
         f"- platform: {', '.join(plan.platforms)}\n"
@@ -279,6 +295,7 @@ def describe(plan: DagPlan, count: int) -> str:
         f"- trials: {count}"
         f"{' per run, more in follow-on runs until maxExperimentDuration' if plan.unbounded else ''}"
         f", {plan.trial_concurrency} at a time\n"
+        + (f"- trial tasks start in the {place.place}: {place.why}\n" if place is not None else "")
     )
 
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 CACHE_ENV = "TRIALFLOW_CACHE_DIR"
 #: Bumped when DagPlan's fields or their meaning change (with trialflow's version, in the key).
-PLAN_FORMAT = 3
+PLAN_FORMAT = 4
 
 
 @dataclass(frozen=True)
@@ -55,11 +55,15 @@ class DagPlan:
     optimize_mode: str
     #: The config names an MLflow server (its ``mlflow`` key): the DAG logs to it to the end.
     tracked: bool = False
+    #: The tuner's ask fits a model in the asking process (trialflow.tuning.algorithms.ask_fits_model):
+    #: "auto" starts its trial tasks in workers (trialflow.lifecycle.start_place).
+    ask_fits_model: bool = False
 
     @classmethod
     def of(cls, config: ExperimentConfig) -> DagPlan:
         from trialflow.config.registry import is_host_bound
         from trialflow.experiment import trial_count, unbounded
+        from trialflow.tuning.algorithms import ask_fits_model
 
         algorithm = config.tuner or config.advisor
         return cls(
@@ -75,6 +79,7 @@ class DagPlan:
             assessor=(config.assessor.name or config.assessor.class_name) if config.assessor else None,
             optimize_mode=config.optimize_mode,
             tracked=config.mlflow is not None,
+            ask_fits_model=ask_fits_model(algorithm, "advisor" if config.advisor else "tuner"),
         )
 
     @classmethod

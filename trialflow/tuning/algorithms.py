@@ -397,6 +397,20 @@ def canonical_tuner_name(algorithm: AlgorithmConfig) -> str:
     return algorithm_spec(algorithm, "tuner").name  # raises, saying what to use
 
 
+def ask_fits_model(algorithm: AlgorithmConfig | None, role: Role) -> bool:
+    """Whether the tuner's (or advisor's) ask fits a model in the asking process: the catalogue's
+    entries that need scikit-learn, SciPy or SMAC3, and an Optuna class named by its path (its
+    cost is not known here). A custom class asks in a process of its own (trialflow.tuning.custom);
+    none at all is the default TPE. Where a trial task starts by default reads it
+    (trialflow.lifecycle.start_place)."""
+    if algorithm is None or algorithm.class_name is not None:
+        return False
+    if optuna_classes.is_class_path(algorithm.name):
+        return True
+    spec = _BY_KEY.get(_key(algorithm.name or ""))
+    return spec is not None and spec.role == role and spec.needs is not None
+
+
 def batch_combinations(space: SearchSpace) -> list[Any]:
     """BatchTuner's list: NNI requires exactly one parameter, ``combine_params``, a plain choice."""
     if [p.key for p in space.params] != ["combine_params"] or space.params[0].type != "choice":
