@@ -304,6 +304,7 @@ DYING_COMPONENT = """
 import subprocess, sys
 subprocess.Popen(["sleep", "300"])  # a child in its process group, as a LocalExecutor worker
 print("up", flush=True)
+print("sqlite3.OperationalError: database is locked", flush=True)
 sys.exit(3)
 """
 
@@ -327,6 +328,8 @@ def test_a_component_that_dies_is_started_again_within_its_budget(tmp_path):
             airflow.processes["scheduler"].wait(timeout=30)
             airflow.check_alive()
             assert [r.exit_code for r in airflow.restarts] == [3] * count
+            # why it died, kept beside the restart (the tests' summary says it; the log may be gone)
+            assert airflow.restarts[-1].last_error == "sqlite3.OperationalError: database is locked"
             assert airflow.processes["scheduler"].pid != leaders[-1]
         log = airflow.home / "logs" / "scheduler.log"
         assert log.read_text().count("trialflow: airflow scheduler exited with code 3; started again") == 3

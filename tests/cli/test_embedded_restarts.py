@@ -30,3 +30,12 @@ def test_a_refused_start_is_not_counted():
         budget.take("dag-processor", float(t))  # a component dying in a loop asks every second
     assert budget.used("dag-processor") == 2
     assert budget.take("dag-processor", 100.0) is True  # freed by time, not by the refusals
+
+
+def test_the_last_error_is_the_last_line_that_names_one_and_is_bounded():
+    from trialflow.cli.embedded_restarts import last_error
+
+    tail = "Traceback (most recent call last):\n  File x\nsqlite3.OperationalError: database is locked\nINFO done\n"
+    assert last_error(tail) == "sqlite3.OperationalError: database is locked"
+    assert last_error("INFO up\nINFO down\n") == ""
+    assert len(last_error("ValueError: " + "x" * 5000)) == 300

@@ -153,7 +153,8 @@ def running_airflow(
         for restart in airflow.restarts:  # survived, and said in the summary, not hidden
             warnings.warn(
                 f"the tests' Airflow under {root}: {restart.component} exited with code "
-                f"{restart.exit_code} and was started again",
+                f"{restart.exit_code} and was started again"
+                + (f"; its last error: {restart.last_error}" if restart.last_error else ""),
                 stacklevel=1,
             )
 

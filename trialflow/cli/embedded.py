@@ -30,7 +30,7 @@ import httpx
 
 from trialflow.cli.dag_run_calls import DagRunCalls
 from trialflow.cli.dag_run_calls import EmbeddedAirflowError as EmbeddedAirflowError  # where callers find it
-from trialflow.cli.embedded_restarts import Restart, RestartBudget
+from trialflow.cli.embedded_restarts import Restart, RestartBudget, last_error
 from trialflow.cli.home_airflow import Proc
 
 COMPONENTS = ("api-server", "scheduler", "triggerer", "dag-processor")
@@ -316,10 +316,11 @@ class EmbeddedAirflow(DagRunCalls):
             f"trialflow: airflow {name} exited with code {code}; started again "
             f"({self._budget.used(name)} of {self._budget.limit} in {self._budget.window:.0f} s)"
         )
+        cause = last_error(_tail(log))
         with open(log, "a", encoding="utf-8") as out:
             out.write(f"\n{line}\n")
         self._retired.append(proc)
-        self.restarts.append(Restart(name, code, now))
+        self.restarts.append(Restart(name, code, now, cause))
         self._launch(name)
 
     def warm_up(self) -> None:

@@ -31,6 +31,21 @@ class Restart:
     component: str
     exit_code: int
     at: float
+    #: The last error its log said before it exited (what the test summary and `trialflow run`
+    #: show: the log itself may be gone by the time someone reads them).
+    last_error: str = ""
+
+
+#: A log line that says why a component exited (a Python exception's last line, Airflow's errors).
+_ERROR_WORDS = ("Error", "Exception", "error", "Traceback")
+
+
+def last_error(log_tail: str, limit: int = 300) -> str:
+    """The last line of ``log_tail`` that names an error, bounded to ``limit`` characters."""
+    for line in reversed(log_tail.splitlines()):
+        if any(word in line for word in _ERROR_WORDS):
+            return line.strip()[:limit]
+    return ""
 
 
 @dataclass
