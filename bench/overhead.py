@@ -1,6 +1,7 @@
 """Orchestration overhead, side by side in one run on trivial trials (N trials, C at once, S s each):
 
-    trialflow experiment DAG (its trial tasks started by workers, and started in the triggerer)
+    trialflow experiment DAG (its trial tasks where the default puts them: the triggerer for these
+    cases; and started by workers, start_trials_in='worker')
     vs  a hand-written Airflow DAG (BashOperator.expand, same scheduler)
     vs  the same hand-written DAG with a start task before the trials (trialflow's shape: the
         floor Airflow sets for a DAG with a start step, whatever the start step does)
@@ -259,10 +260,10 @@ def main() -> None:
             "# airflow dag\nfrom trialflow.dag import experiment_dag\n"
             f"dag = experiment_dag({str(cfg)!r}, dag_id='tf_{tag}')\n"
         )
-        dag_files[f"tft_{tag}"] = airflow.dags_folder / f"tft_{tag}.py"
-        dag_files[f"tft_{tag}"].write_text(
+        dag_files[f"tfw_{tag}"] = airflow.dags_folder / f"tfw_{tag}.py"
+        dag_files[f"tfw_{tag}"].write_text(
             "# airflow dag\nfrom trialflow.dag import experiment_dag\n"
-            f"dag = experiment_dag({str(cfg)!r}, dag_id='tft_{tag}', start_trials_in='triggerer')\n"
+            f"dag = experiment_dag({str(cfg)!r}, dag_id='tfw_{tag}', start_trials_in='worker')\n"
         )
         dag_files[f"hand_{tag}"] = airflow.dags_folder / f"hand_{tag}.py"
         dag_files[f"hand_{tag}"].write_text(
@@ -342,11 +343,11 @@ def main() -> None:
                         run_dag(airflow, f"tf_{tag}", dag_files[f"tf_{tag}"], tf_done)
                     )
 
-                def tft_done(run_id: str, tag: str = tag, n: int = n) -> bool:
-                    return tf_done(run_id, tag, n, "tft")
+                def tfw_done(run_id: str, tag: str = tag, n: int = n) -> bool:
+                    return tf_done(run_id, tag, n, "tfw")
 
-                r.setdefault("trialflow DAG, started in the triggerer", []).append(
-                    run_dag(airflow, f"tft_{tag}", dag_files[f"tft_{tag}"], tft_done)
+                r.setdefault("trialflow DAG, started by workers", []).append(
+                    run_dag(airflow, f"tfw_{tag}", dag_files[f"tfw_{tag}"], tfw_done)
                 )
                 if c == max_c:
                     peaks[f"hand-written DAG, C={c}"] = max(peaks.get(f"hand-written DAG, C={c}", 0), hand_mem.peak)
@@ -463,13 +464,13 @@ def print_report(cases, results, run_times, run_peak, peaks, repeat) -> None:
         "hand-written, start step",
         "hand-written, Optuna",
         "trialflow DAG",
-        "trialflow DAG, started in the triggerer",
+        "trialflow DAG, started by workers",
         "NNI 3.0 local",
     ]
     print(
         "| N,C,S | "
         + " | ".join(columns)
-        + " | trialflow / hand-written (target <= 1.1) | started in the triggerer / hand-written"
+        + " | trialflow / hand-written (target <= 1.1) | started by workers / hand-written"
         " | trialflow / same shape | trialflow / hand-written with Optuna | trialflow / NNI (target <= 0.5) |"
     )
     print("|---" * (len(columns) + 6) + "|")
@@ -478,8 +479,8 @@ def print_report(cases, results, run_times, run_peak, peaks, repeat) -> None:
         cells = [f"{med(r[c]):.2f}" if r.get(c) else "-" for c in columns]
         tf = med(r["trialflow DAG"])
         hand = f"{tf / med(r['hand-written DAG']):.2f}"
-        triggered = r.get("trialflow DAG, started in the triggerer")
-        hand += f" | {med(triggered) / med(r['hand-written DAG']):.2f}" if triggered else " | -"
+        by_workers = r.get("trialflow DAG, started by workers")
+        hand += f" | {med(by_workers) / med(r['hand-written DAG']):.2f}" if by_workers else " | -"
         shape = f"{tf / med(r['hand-written, start step']):.2f}"
         tuned = f"{tf / med(r['hand-written, Optuna']):.2f}"
         nni = f"{tf / med(r['NNI 3.0 local']):.2f}" if r.get("NNI 3.0 local") else "-"
