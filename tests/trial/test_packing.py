@@ -302,3 +302,28 @@ def test_the_experiment_config_never_travels_with_the_code(tmp_path):
     assert [p.as_posix() for p in collect_files(root, [root / "config.yml"])] == ["sub/config.yml", "t.py"]
     names = tarfile.open(fileobj=io.BytesIO(pack(root, [root / "config.yml"]).archive)).getnames()
     assert "config.yml" not in names and "t.py" in names
+
+
+def test_trialflows_own_folders_are_never_walked_or_staged(tmp_path, monkeypatch):
+    """`trialflow run`'s home beside the config (``trialCodeDirectory: .``) holds the private
+    Airflow's database and the live experiment store: never staged, nor opened (opening and
+    closing a SQLite file the process has open drops its locks), at any depth."""
+    import builtins
+
+    from trialflow.experiment import default_home
+
+    (tmp_path / "train.py").write_text("print(1)\n")
+    home = default_home(tmp_path / "config.yml")
+    assert home == tmp_path / packing.OWN_FOLDER
+    for folder in (home, tmp_path / "sub" / packing.OWN_FOLDER):
+        folder.mkdir(parents=True)
+        (folder / "experiments.db").write_bytes(b"SQLite format 3\0")
+    (tmp_path / "sub" / "model.py").write_text("x = 1\n")
+    opened: list[str] = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (opened.append(str(f)), real_open(f, *a, **k))[1])
+    files = collect_files(tmp_path)
+    assert [f.as_posix() for f in files] == ["sub/model.py", "train.py"]
+    assert not [name for name in opened if packing.OWN_FOLDER in name]
+    names = tarfile.open(fileobj=io.BytesIO(pack(tmp_path).archive)).getnames()
+    assert not [n for n in names if packing.OWN_FOLDER in n]

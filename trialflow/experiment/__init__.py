@@ -61,7 +61,9 @@ WORKDIR_ENV = "TRIALFLOW_WORKDIR"
 
 def default_home(config_path: Path) -> Path:
     """Where `trialflow run` keeps its private Airflow, store and trial folders for a config."""
-    return config_path.resolve().parent / ".trialflow"
+    from trialflow.trial.packing import OWN_FOLDER  # never staged with the code beside it
+
+    return config_path.resolve().parent / OWN_FOLDER
 
 
 def run_workdir(config: ExperimentConfig, home: Path) -> Path:

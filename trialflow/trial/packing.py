@@ -27,6 +27,14 @@ from pathlib import Path
 import pathspec
 
 IGNORE_FILE = ".nniignore"
+#: trialflow's own folder, never staged wherever it sits in a code directory: a `trialflow run`
+#: home (its private Airflow's database and logs, the experiment store: NNI's configs put the
+#: code beside the config, so ``trialCodeDirectory: .`` holds it) or a trial's control folder.
+#: Besides what it would carry away, copying a live SQLite file reads half a transaction, and
+#: opening and closing it from a process that has it open (a triggerer's start) drops that
+#: process's locks on it (SQLite's POSIX locks), so another process may reset the write-ahead
+#: log under it: measured on OpenPAI's staging, a trial's writes from then on were lost.
+OWN_FOLDER = ".trialflow"
 MAX_FILES = 2000
 MAX_BYTES = 300 * 1024 * 1024
 
@@ -57,7 +65,8 @@ def collect_files(code_dir: Path, exclude: Iterable[Path] = ()) -> list[Path]:
     ignored folder). Links travel as links; one that leads out of the folder is refused here,
     since a machine or pod would not have what it points to. A folder whose files are all
     ignored is refused too: the trial would start with nothing. ``exclude`` names files that
-    never travel whatever the ignore files say (the experiment's config: it may hold secrets).
+    never travel whatever the ignore files say (the experiment's config: it may hold secrets),
+    and trialflow's own folders (OWN_FOLDER) are never walked.
     """
     root = Path(code_dir)
     if not root.is_dir():
@@ -97,6 +106,8 @@ def collect_files(code_dir: Path, exclude: Iterable[Path] = ()) -> list[Path]:
         kept_dirs = []
         for name in sorted(dirs):
             rel = rel_here / name
+            if name == OWN_FOLDER:
+                continue  # never staged, and never opened (see OWN_FOLDER)
             if ignored(rel, True):
                 ignored_any = True
                 continue
