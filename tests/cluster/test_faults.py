@@ -64,7 +64,7 @@ def remote_experiment(
     dag_file.write_text(
         "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
         f"dag = experiment_dag({str(folder / 'config.yml')!r}, dag_id={dag_id!r}, "
-        f"defer_after={defer_after}, poll_interval=0.3, store_conn_id={store_conn_id!r})\n"
+        f"defer_after={defer_after}, poll_interval=0.3, store_conn_id={store_conn_id!r}, start_trials_in='worker')\n"
     )
     return dag_id, dag_file
 

@@ -29,11 +29,21 @@ def config(trials: int, concurrency: int) -> str:
     )
 
 
-def sleeper_dag(harness: Harness, name: str, defer_after: float, trials: int = 1, concurrency: int = 1):
+def sleeper_dag(
+    harness: Harness,
+    name: str,
+    defer_after: float,
+    trials: int = 1,
+    concurrency: int = 1,
+    start_trials_in: str = "worker",
+):
+    """An experiment of sleeping trials; by default started by workers (``defer_after`` is the
+    worker's hand-off), ``start_trials_in="triggerer"`` for the triggered start's own."""
     folder = harness.root / "experiments" / name
     launches = folder / "launches"
     text = config(trials, concurrency).replace("{launches}", str(launches))
-    dag_id, _ = harness.experiment(name, text, {"t.py": SLEEPER}, dag_args=f"defer_after={defer_after}")
+    dag_args = f"defer_after={defer_after}, start_trials_in={start_trials_in!r}"
+    dag_id, _ = harness.experiment(name, text, {"t.py": SLEEPER}, dag_args=dag_args)
     harness.airflow.wait_for_dag(dag_id, harness.dag_files[dag_id], timeout=90)
     return dag_id, launches
 

@@ -109,6 +109,7 @@ def test_a_killed_worker_is_retried_and_reattaches_to_its_job(
     dag_source = (
         "# airflow DAG\nfrom datetime import timedelta\nfrom trialflow.dag import experiment_dag\n"
         "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=120,\n"
+        "                     start_trials_in='worker',  # a worker to kill while it follows\n"
         "                     default_args={'retries': 2, 'retry_delay': timedelta(seconds=1)})\n"
     )
     trial = TRIAL.replace('"0.7"', '"3"')
@@ -202,7 +203,8 @@ def test_marking_kubeflow_trials_failed_across_the_hand_off_leaves_no_job_runnin
     offsets = [1.0, 1.9, 2.1, 2.3, 2.6, 3.5]
     dag_source = (
         "# airflow DAG\nfrom trialflow.dag import experiment_dag\n"
-        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=2)\n"
+        "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=2,\n"
+        "                     start_trials_in='worker')\n"
     )
     long_trial = TRIAL.replace('os.environ.get("STEP", "0.7")', '"100"')
     dag_id, _ = harness.experiment(

@@ -176,6 +176,7 @@ def test_a_killed_worker_reattaches_to_its_openpai_job(harness, tmp_path):
     dag_source = (
         "# airflow DAG\nfrom datetime import timedelta\nfrom trialflow.dag import experiment_dag\n"
         "dag = experiment_dag('{CONFIG}', dag_id='{DAG_ID}', poll_interval=0.3, defer_after=120,\n"
+        "                     start_trials_in='worker',  # a worker to kill while it follows\n"
         "                     default_args={'retries': 2, 'retry_delay': timedelta(seconds=1)})\n"
     )
     with OpenpaiEmulator(TOKEN, "alice", {"confignfs": (nfs, mount)}) as pai:

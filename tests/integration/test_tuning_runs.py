@@ -253,8 +253,8 @@ def test_hybrid_spreads_trials_over_local_and_a_remote_machine(harness: Harness,
     assert [r.status for r in harness.rows(dag_id, run_id)] == ["SUCCEEDED"] * 4
     platforms = [harness.xcom(dag_id, run_id, "trial", i)["platform"] for i in range(4)]
     assert sorted(platforms) == ["local", "local", "remote", "remote"]
-    rendered = harness.airflow.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/0").json()
-    assert rendered["rendered_fields"]["platform_name"] in ("local", "remote")
+    # started in the triggerer (the default), the task has no worker to render its fields: the
+    # trial's platform is in its XCom (above), its log and its page (docs/topics/airflow-ui.md)
 
 
 def test_an_experiment_without_max_trial_number_goes_on_until_its_duration_ends(harness: Harness):

@@ -253,7 +253,9 @@ def test_raising_concurrency_from_the_page_runs_four_at_once_in_the_same_run(ui:
         f"trialCommand: LAUNCHES={log} SLEEP=120 HOLD={folder / 'release'} {PY} t.py\n"
         "trialConcurrency: 2\nmaxTrialNumber: 8\ntuner: {name: Random}\ntrainingService: {platform: local}\n"
     )
-    dag_id, run_id = harness.start("raise_concurrency", config, {"t.py": STAMPED}, dag_args="defer_after=1")
+    # started by workers: the change reaches Airflow's max_active_tis_per_dagrun through a parse
+    dag_args = "defer_after=1, start_trials_in='worker'"
+    dag_id, run_id = harness.start("raise_concurrency", config, {"t.py": STAMPED}, dag_args=dag_args)
     experiment_id = experiment_id_for(dag_id, run_id)
     wait_for("two trials running", lambda: log.exists() and log.read_text().count("start") >= 2, 120)
     raised_at = time.time()

@@ -29,7 +29,7 @@ from trialflow.hooks import airflow_connections
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.triggers.task_context import experiment_for as experiment_for  # where operators find it
 from trialflow.triggers.task_context import tracking_for
-from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, platform_url
+from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, trial_platform_page
 
 #: Seconds between asks of a trial that waits for its generation (Population Based Training).
 WAIT_INTERVAL = 5.0
@@ -217,9 +217,10 @@ class SubmitTrialOperator(BaseOperator):
             status, message = trial_lifecycle.finished_outcome(started.record)
             return report(context, trial_lifecycle.finish_trial(store, started.record.storage_id, status, message))
         assert started.handle is not None
-        web = platform_url(
+        web = trial_platform_page(
             experiment.config.training_service[started.service_index].trial_web_url,
-            {**started.handle, "experiment_id": experiment.experiment_id},
+            dict(started.handle),
+            experiment.experiment_id,
         )
         if web:
             context["ti"].xcom_push(key=PLATFORM_URL_KEY, value=web)

@@ -16,6 +16,7 @@ given (``task_instance.task``: for a mapped task, its partial arguments).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from trialflow.lifecycle.trial_lifecycle import StartedTrial
     from trialflow.store.experiment_store import ExperimentStore
     from trialflow.triggers.trial import TrialTrigger
+
+log = logging.getLogger(__name__)
 
 #: The worker's ``execute_complete`` fails the task with this event's message (no retry).
 CANNOT_RUN = "CANNOT_RUN"
@@ -115,6 +118,7 @@ class TrialStartTrigger(BaseTrigger):
         if started.finished:  # a retry found it ended: the worker reports it
             yield _event({"status": started.record.status.value, "message": started.record.message})
             return
+        await in_thread(prepared.keep_platform_link, started)
         line = _SubmittedLine(self.log, started)
         self._follow = prepared.follow(started)
         self._follow.task_instance = ti
@@ -231,6 +235,28 @@ class PreparedStart:
             connections=airflow_connections(),
             **tracking_for(self.experiment, self.context, self.store),
         )
+
+    def keep_platform_link(self, started: StartedTrial) -> None:
+        """The task's "Platform" link, where the config gives one (``trialWebUrl``, or a
+        platform that knows its job's page): kept as the worker keeps it, since no worker
+        runs this task (blocking: Airflow's XCom requests; run in a thread). A trial whose
+        link could not be kept runs all the same."""
+        from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, trial_platform_page
+
+        assert started.handle is not None  # a started trial that has not ended
+        template = self.experiment.config.training_service[started.service_index].trial_web_url
+        web = trial_platform_page(template, dict(started.handle), self.experiment.experiment_id)
+        if not web:
+            return
+        from airflow.sdk.execution_time.xcom import XCom
+
+        ti = self.ti  # its task is a serialized one here, which the task instance's own push refuses
+        where = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index}
+        try:
+            XCom.set(PLATFORM_URL_KEY, web, **where)
+            XCom.set(PlatformLink().xcom_key, web, **where)
+        except Exception as exc:
+            log.warning("trial %s: its platform link was not kept: %s", started.spec.trial_id, exc)
 
     def start_in_turn(self, launching: Any) -> Any:
         from trialflow.lifecycle import triggered_start

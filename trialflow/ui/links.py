@@ -56,6 +56,12 @@ def platform_url(template: str | None, handle: dict[str, Any]) -> str | None:
     return fill_web_url(template, handle)
 
 
+def trial_platform_page(template: str | None, handle: dict[str, Any], experiment_id: str) -> str | None:
+    """The trial's page on its platform (platform_url over its handle and experiment), as both
+    starts (a worker's, the triggerer's) keep it for the "Platform" link."""
+    return platform_url(template, {**handle, "experiment_id": experiment_id})
+
+
 class TrialLink(BaseOperatorLink):
     name = "Trial"
 

@@ -17,6 +17,7 @@ import logging
 
 from airflow.plugins_manager import AirflowPlugin
 
+from trialflow.operators.trial import SubmitTrialOperator, TriggeredTrialOperator
 from trialflow.ui.clears import ClearedTrials
 from trialflow.ui.links import PlatformLink, TrialLink
 
@@ -24,6 +25,14 @@ from trialflow.ui.links import PlatformLink, TrialLink
 BUNDLE_URL = "trialflow/static/trialflow.js"
 log = logging.getLogger(__name__)
 ICON_URL = "trialflow/static/experiments.svg"
+
+
+class TrialPageLink(TrialLink):
+    """The "Trial" link made where it is asked for (the api-server), for both trial operators:
+    it needs only the task instance's key. Airflow keeps an operator's own links from the worker
+    that ran it, and a trial task started in the triggerer never runs in one."""
+
+    operators = [SubmitTrialOperator, TriggeredTrialOperator]
 
 
 #: What a trial task imports and sets up before its first line of work: the core, Optuna and its
@@ -130,7 +139,7 @@ class TrialflowPlugin(AirflowPlugin):
         {"name": "Trialflow experiments", "bundle_url": BUNDLE_URL, "destination": "dag", "url_route": "trialflow-dag"},
         {"name": "Experiment", "bundle_url": BUNDLE_URL, "destination": "dag_run", "url_route": "trialflow-run"},
     ]
-    operator_extra_links = [TrialLink(), PlatformLink()]
+    operator_extra_links = [TrialPageLink(), PlatformLink()]
     listeners = _listeners()
     # A clear of a trial task writes its trial's stop request (trialflow.ui.clears): the api-server's.
     fastapi_root_middlewares = [{"middleware": ClearedTrials, "name": "trialflow: cleared trials"}]
