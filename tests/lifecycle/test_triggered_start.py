@@ -140,3 +140,27 @@ def test_a_start_cancelled_while_it_waits_is_never_asked_when_the_slot_frees(exp
         assert held_of(store.experiment_attr(experiment.experiment_id, slots_key("r1"))) == {}
 
     asyncio.run(scenario())
+
+
+def test_a_start_that_waited_when_its_task_was_cleared_never_takes_the_slot_the_clear_frees(experiment, store):
+    """The api-server marks the clear (trialflow.steering.cleared_starts) before it stops the
+    run's running trials: the slot they free goes to no start that was waiting at the clear
+    (Airflow cancels those a moment later), and a start that begins after the clear (the
+    task's new try) takes it."""
+    from trialflow.steering.cleared_starts import mark_cleared
+
+    async def scenario() -> None:
+        first = await _in_turn(experiment, store, 0)
+        waiting = asyncio.ensure_future(_in_turn(experiment, store, 1))
+        await asyncio.sleep(0.3)
+        assert mark_cleared(store, "dag_a", "r1", None, None) == 1  # the whole run
+        trial_lifecycle.finish_trial(store, first.record.storage_id, TrialStatus.USER_CANCELED, "cleared")
+        poke(experiment.experiment_id, "r1")
+        await asyncio.sleep(1.0)
+        assert not waiting.done() and store.find_trial(experiment.experiment_id, 1) is None
+        waiting.cancel()  # Airflow's cancel of the cleared trigger
+        await asyncio.sleep(0.1)
+        again = await asyncio.wait_for(_in_turn(experiment, store, 1), 10)  # the new try
+        assert again.record.trial_index == 1 and again.handle is not None
+
+    asyncio.run(scenario())

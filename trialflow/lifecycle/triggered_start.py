@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from trialflow.blocking import in_start_thread, in_thread
 from trialflow.lifecycle import start_slots
 from trialflow.lifecycle.trial_lifecycle import StartedTrial, TrialNotStarted, TrialWaits
+from trialflow.steering import cleared_starts
 from trialflow.store.concurrency_changes import limits_key, read_concurrency
 
 if TYPE_CHECKING:
@@ -55,6 +57,8 @@ class Turns:
         self.experiment, self.store, self.run_id = experiment, store, run_id
         self.limit, self.poll_interval = limit, poll_interval
         self.waiting: dict[int, asyncio.Future[None]] = {}
+        #: When each waiting start began waiting (a clear after it holds it back: cleared_starts).
+        self.since: dict[int, float] = {}
         self.looking: asyncio.Task[None] | None = None
         self.wake = asyncio.Event()
 
@@ -62,6 +66,7 @@ class Turns:
         """Return once trial ``index``'s start holds a slot."""
         granted = asyncio.get_running_loop().create_future()
         self.waiting[index] = granted
+        self.since[index] = time.time()
         if self.looking is None or self.looking.done():
             self.looking = asyncio.ensure_future(self._look())
         self.wake.set()
@@ -70,6 +75,7 @@ class Turns:
         finally:
             if self.waiting.get(index) is granted:
                 del self.waiting[index]
+                self.since.pop(index, None)
 
     async def _look(self) -> None:
         experiment_id = self.experiment.experiment_id
@@ -78,7 +84,9 @@ class Turns:
             try:
                 window = await in_thread(self.experiment.window, self.store, self.run_id)
                 allowed = await in_thread(self.limit)
-                indexes = sorted(self.waiting)
+                marks = await in_thread(cleared_starts.read_marks, self.store, experiment_id, self.run_id)
+                held = cleared_starts.held(marks, dict(self.since), time.time())  # Airflow cancels them
+                indexes = sorted(i for i in self.waiting if i not in held)
                 granted = await in_thread(
                     start_slots.claim_many, self.store, experiment_id, self.run_id, window, indexes, allowed
                 )
@@ -87,6 +95,7 @@ class Turns:
                 granted = []
             for index in granted:
                 future = self.waiting.pop(index, None)
+                self.since.pop(index, None)
                 if future is not None and not future.done():
                     future.set_result(None)
                 else:  # its start was stopped while the look took its slot: nothing will ask

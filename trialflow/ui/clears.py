@@ -111,16 +111,19 @@ def record_clears(cleared: list[ClearedTask]) -> int:
         return 0
     try:
         from trialflow import steering
+        from trialflow.steering import cleared_starts
         from trialflow.task_ids import trial_task_group
         from trialflow.ui.access import action_store
 
         store = action_store()
         asked = 0
         for task in cleared:
+            # first: a start still waiting for its turn must not take the slot this clear frees
+            group = None if task.map_index is None else trial_task_group(task.task_id)[1]
+            cleared_starts.mark_cleared(store, task.dag_id, task.run_id, task.map_index, group)
             if task.map_index is None:
                 asked += len(steering.stop_run_trials(store, task.dag_id, task.run_id, CLEARED))
                 continue
-            group = trial_task_group(task.task_id)[1]
             if steering.stop_task_trial(store, task.dag_id, task.run_id, task.map_index, CLEARED, group=group):
                 asked += 1
         if asked:

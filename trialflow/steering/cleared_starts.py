@@ -1,0 +1,80 @@
+"""A clear's mark for the trial starts still waiting for their turn in the triggerer. No Airflow.
+
+A trial task started in the triggerer waits there for a slot of trialConcurrency
+(trialflow.lifecycle.triggered_start). When a person clears it (or its whole run) Airflow
+cancels its trigger only at the triggerer's next look, a second or more later; a slot freed in
+between (the clear also stops the run's running trials) was handed to the cleared start, which
+launched a trial its own task no longer waited for, stopped at once. Clearing a run to resume
+it then lost the trials that had not started: measured, two of six USER_CANCELED that never
+ran, where started by workers they run after the clear.
+
+So the api-server, as it takes the clear (trialflow.ui.clears), marks the run's cleared map
+indexes with the time, and a start that was already waiting then is never handed a slot: its
+trigger ends with Airflow's cancel, and the task's new try starts the trial. The mark holds
+for HOLD_SECONDS at most, so a new try on a host whose clock is behind the api-server's is
+held that long at worst, never for ever.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from trialflow.experiment.run_windows import RunWindows
+
+if TYPE_CHECKING:
+    from trialflow.store.experiment_store import ExperimentStore
+
+#: Experiment attribute holding a run's clears: ``{"<map index>" or "*": when}``.
+ATTR_PREFIX = "cleared:"
+#: Every trial task of the run (a clear of the whole DAG run).
+ALL = "*"
+#: Seconds a clear holds back the starts that were waiting when it came.
+HOLD_SECONDS = 30.0
+
+
+def attr_key(run_id: str) -> str:
+    return f"{ATTR_PREFIX}{run_id}"
+
+
+def mark_cleared(
+    store: ExperimentStore, dag_id: str, run_id: str, map_index: int | None, group: str | None, at: float | None = None
+) -> int:
+    """Mark trial task ``map_index`` of run ``run_id`` (None: all of them) as cleared at ``at``,
+    in each of the DAG's experiments the run drives (with ``map_index``, only the trial task's
+    group's); returns how many experiments were marked."""
+    from trialflow.experiment import GROUP_ATTR
+
+    when = time.time() if at is None else at
+    marked = 0
+    for experiment_id in store.experiments_with_attr("dag_id", dag_id):
+        if map_index is not None and store.experiment_attr(experiment_id, GROUP_ATTR) != group:
+            continue
+        if not RunWindows(store, experiment_id).has(run_id):
+            continue
+        marks = read_marks(store, experiment_id, run_id)
+        marks[ALL if map_index is None else str(int(map_index))] = when
+        store.set_experiment_attrs(experiment_id, {attr_key(run_id): marks})
+        marked += 1
+    return marked
+
+
+def read_marks(store: ExperimentStore, experiment_id: str, run_id: str) -> dict[str, float]:
+    """The run's clears (one statement: the start's look reads it each time)."""
+    raw = store.experiment_attr(experiment_id, attr_key(run_id))
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def held(marks: Mapping[str, float], waiting_since: Mapping[int, float], now: float) -> set[int]:
+    """The waiting starts a clear holds back: those waiting since before a clear of their
+    index (or of the run) that is under HOLD_SECONDS old."""
+    out = set()
+    for index, since in waiting_since.items():
+        for key in (str(index), ALL):
+            at = marks.get(key)
+            if at is not None and since <= at and now - at < HOLD_SECONDS:
+                out.add(index)
+    return out
