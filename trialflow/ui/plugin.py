@@ -17,7 +17,6 @@ import logging
 
 from airflow.plugins_manager import AirflowPlugin
 
-from trialflow.operators.trial import SubmitTrialOperator, TriggeredTrialOperator
 from trialflow.ui.clears import ClearedTrials
 from trialflow.ui.links import PlatformLink, TrialLink
 
@@ -27,12 +26,21 @@ log = logging.getLogger(__name__)
 ICON_URL = "trialflow/static/experiments.svg"
 
 
+#: The trial operators, as Airflow matches a plugin's link to a serialized task: by its class's
+#: name and module (a mapped task: by name). Named, not imported: the operators import the UI's
+#: links, and the UI lies below them (tests/ui check these are the classes' own).
+TRIAL_OPERATORS = tuple(
+    type(name, (), {"__module__": "trialflow.operators.trial"})
+    for name in ("SubmitTrialOperator", "TriggeredTrialOperator")
+)
+
+
 class TrialPageLink(TrialLink):
     """The "Trial" link made where it is asked for (the api-server), for both trial operators:
     it needs only the task instance's key. Airflow keeps an operator's own links from the worker
     that ran it, and a trial task started in the triggerer never runs in one."""
 
-    operators = [SubmitTrialOperator, TriggeredTrialOperator]
+    operators = list(TRIAL_OPERATORS)
 
 
 #: What a trial task imports and sets up before its first line of work: the core, Optuna and its
