@@ -39,8 +39,9 @@ def test_marks_go_to_the_runs_experiments_and_a_task_marks_its_groups_only(tmp_p
     start_run(experiment, store, "dag_m", "r1", {})
     assert store.experiment_attr("emarks", GROUP_ATTR) is None
     assert mark_cleared(store, "dag_m", "other_run", None, None, at=5.0) == 0
-    assert mark_cleared(store, "dag_m", "r1", 2, "a_group", at=5.0) == 0  # another group's task
-    assert mark_cleared(store, "dag_m", "r1", 2, None, at=6.0) == 1
+    assert mark_cleared(store, "dag_m", "r1", [2], "a_group", at=5.0) == 0  # another group's tasks
+    assert mark_cleared(store, "dag_m", "r1", [2, 3], None, at=6.0) == 1  # one write for both
     assert mark_cleared(store, "dag_m", "r1", None, None, at=7.0) == 1
-    assert read_marks(store, "emarks", "r1") == {"2": 6.0, ALL: 7.0}
+    assert mark_cleared(store, "dag_m", "r1", [], None, at=8.0) == 0
+    assert read_marks(store, "emarks", "r1") == {"2": 6.0, "3": 6.0, ALL: 7.0}
     assert read_marks(store, "emarks", "r2") == {}

@@ -208,10 +208,15 @@ def test_the_clears_write_the_stop_request_of_each_running_trial(store, tmp_path
     assert record_clears([ClearedTask("dag_a", "r1", "trial", 0), ClearedTask("dag_a", "r1", "trial", 2)]) == 1
     assert steering.stop_requested(store, asked[0].storage_id) == CLEARED
     assert steering.stop_requested(store, asked[2].storage_id) is None  # it had ended
+    # and the cleared tasks' waiting starts are held back (trialflow.steering.cleared_starts)
+    from trialflow.steering.cleared_starts import read_marks
+
+    assert set(read_marks(store, "eclear", "r1")) == {"0", "2"}
     assert record_clears([ClearedTask("dag_a", "r1", "trial", 0)]) == 0  # asked once
     assert record_clears([ClearedTask("dag_b", "r1", "trial", 1), ClearedTask("dag_a", "r9", "trial", 1)]) == 0
     assert record_clears([ClearedTask("dag_a", "r1", "", None)]) == 1  # the whole run: trial 1 is left
     assert steering.stop_requested(store, asked[1].storage_id) == CLEARED
+    assert set(read_marks(store, "eclear", "r1")) == {"0", "2", "*"}
 
 
 def test_a_store_that_fails_never_fails_the_persons_clear(monkeypatch):

@@ -18,7 +18,7 @@ held that long at worst, never for ever.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from trialflow.experiment.run_windows import RunWindows
@@ -39,22 +39,29 @@ def attr_key(run_id: str) -> str:
 
 
 def mark_cleared(
-    store: ExperimentStore, dag_id: str, run_id: str, map_index: int | None, group: str | None, at: float | None = None
+    store: ExperimentStore,
+    dag_id: str,
+    run_id: str,
+    map_indexes: Iterable[int] | None,
+    group: str | None,
+    at: float | None = None,
 ) -> int:
-    """Mark trial task ``map_index`` of run ``run_id`` (None: all of them) as cleared at ``at``,
-    in each of the DAG's experiments the run drives (with ``map_index``, only the trial task's
-    group's); returns how many experiments were marked."""
+    """Mark trial tasks ``map_indexes`` of run ``run_id`` (None: all of them) as cleared at
+    ``at``, in each of the DAG's experiments the run drives (with indexes, only the trial tasks'
+    group's), one write each however many tasks a clear reset; returns how many experiments
+    were marked."""
     from trialflow.experiment import GROUP_ATTR
 
     when = time.time() if at is None else at
+    keys = [ALL] if map_indexes is None else [str(int(i)) for i in map_indexes]
     marked = 0
     for experiment_id in store.experiments_with_attr("dag_id", dag_id):
-        if map_index is not None and store.experiment_attr(experiment_id, GROUP_ATTR) != group:
+        if map_indexes is not None and store.experiment_attr(experiment_id, GROUP_ATTR) != group:
             continue
-        if not RunWindows(store, experiment_id).has(run_id):
+        if not keys or not RunWindows(store, experiment_id).has(run_id):
             continue
         marks = read_marks(store, experiment_id, run_id)
-        marks[ALL if map_index is None else str(int(map_index))] = when
+        marks.update(dict.fromkeys(keys, when))
         store.set_experiment_attrs(experiment_id, {attr_key(run_id): marks})
         marked += 1
     return marked

@@ -117,13 +117,24 @@ def record_clears(cleared: list[ClearedTask]) -> int:
 
         store = action_store()
         asked = 0
+        # First, one write per run and group: a start still waiting for its turn must not take
+        # a slot this clear frees (trialflow.steering.cleared_starts).
+        marks: dict[tuple[str, str, str | None], list[int] | None] = {}
         for task in cleared:
-            # first: a start still waiting for its turn must not take the slot this clear frees
-            group = None if task.map_index is None else trial_task_group(task.task_id)[1]
-            cleared_starts.mark_cleared(store, task.dag_id, task.run_id, task.map_index, group)
+            if task.map_index is None:
+                marks[(task.dag_id, task.run_id, None)] = None  # the whole run: every group
+            else:
+                place = (task.dag_id, task.run_id, trial_task_group(task.task_id)[1])
+                indexes = marks.setdefault(place, [])
+                if indexes is not None:
+                    indexes.append(task.map_index)
+        for (dag_id, run_id, task_group), indexes in marks.items():
+            cleared_starts.mark_cleared(store, dag_id, run_id, indexes, task_group)
+        for task in cleared:
             if task.map_index is None:
                 asked += len(steering.stop_run_trials(store, task.dag_id, task.run_id, CLEARED))
                 continue
+            group = trial_task_group(task.task_id)[1]
             if steering.stop_task_trial(store, task.dag_id, task.run_id, task.map_index, CLEARED, group=group):
                 asked += 1
         if asked:
