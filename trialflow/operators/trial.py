@@ -29,7 +29,7 @@ from trialflow.hooks import airflow_connections
 from trialflow.hooks.experiment_store import DEFAULT_CONN_ID, ExperimentStoreHook
 from trialflow.triggers.task_context import experiment_for as experiment_for  # where operators find it
 from trialflow.triggers.task_context import tracking_for
-from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, TrialLink, trial_platform_page
+from trialflow.ui.links import PLATFORM_URL_KEY, PlatformLink, trial_platform_page
 
 #: Seconds between asks of a trial that waits for its generation (Population Based Training).
 WAIT_INTERVAL = 5.0
@@ -139,7 +139,10 @@ class SubmitTrialOperator(BaseOperator):
     # Parameters are chosen at run time; show them in "Rendered Template" once known.
     overwrite_rtif_after_execution = True
     ui_color = "#e8f1fb"
-    operator_extra_links = (TrialLink(), PlatformLink())
+    # "Trial" is the plugin's link (trialflow.ui.plugin.TrialPageLink), made on the api-server
+    # from the task instance's key alone: listed here, every attempt would write it to XCom
+    # through the api-server for nothing (one request a trial).
+    operator_extra_links = (PlatformLink(),)
 
     def __init__(
         self,
@@ -175,6 +178,9 @@ class SubmitTrialOperator(BaseOperator):
         self.command: str | None = None
         self.platform_name: str | None = None
         self._following: tuple[Submission, TrainingPlatform | None, TaskRef | None] | None = None
+        #: This attempt's platform page once its trial is submitted ("" for none), so the
+        #: "Platform" link Airflow writes at the attempt's end need not read it back (PlatformLink).
+        self.platform_web_url: str | None = None
 
     def _show(self, context: Context, started: trial_lifecycle.StartedTrial) -> None:
         self.trial_id, self.parameters = started.spec.trial_id, started.spec.parameters
@@ -224,6 +230,7 @@ class SubmitTrialOperator(BaseOperator):
         )
         if web:
             context["ti"].xcom_push(key=PLATFORM_URL_KEY, value=web)
+        self.platform_web_url = web or ""
         self.log.info(
             "Trial %s %s with parameters %s",
             started.spec.trial_id,

@@ -73,9 +73,14 @@ class PlatformLink(BaseOperatorLink):
     name = "Platform"
 
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
-        from airflow.sdk.execution_time.xcom import XCom
+        """The page the attempt kept: from the operator where this process submitted the trial
+        (``platform_web_url``: no request to the api-server), else read back from XCom (an
+        attempt resumed after deferring, or one that submitted nothing)."""
+        value = getattr(operator, "platform_web_url", None)
+        if value is None:
+            from airflow.sdk.execution_time.xcom import XCom
 
-        value = XCom.get_value(ti_key=ti_key, key=PLATFORM_URL_KEY)
+            value = XCom.get_value(ti_key=ti_key, key=PLATFORM_URL_KEY)
         return value if isinstance(value, str) and value.startswith(("http://", "https://")) else ""
 
 
