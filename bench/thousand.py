@@ -13,7 +13,11 @@ trials (nnictl in its own virtualenv and a loopback-only network namespace, as
 bench/overhead.py runs it): its wall time, or how it failed, as it happened. Printed side by
 side: trialflow / NNI (target <= 0.5).
 
-    python bench/thousand.py [--trials 1000] [--concurrency 50] [--seconds 1] [--no-celery] [--no-nni]
+Beside them, a hand-written DAG of the same shape (--no-floor skips it): its mapped tasks start
+in the triggerer (start_from_trigger), each waits for one of C places, runs a plain Python
+process of the same seconds and ends: Airflow's own floor for these tasks on this machine.
+
+    python bench/thousand.py [--trials 1000] [--concurrency 50] [--seconds 1] [--no-celery] [--no-nni] [--no-floor]
 """
 
 from __future__ import annotations
@@ -74,9 +78,32 @@ def component_cpu(airflow: Any) -> dict[str, float]:
         except psutil.NoSuchProcess:
             pass
         seconds[name] = total
+        if name == "triggerer":
+            seconds.update(triggerer_parts(proc.pid))
     machine = psutil.cpu_times()
     seconds["machine busy"] = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
     return seconds
+
+
+def triggerer_parts(pid: int) -> dict[str, float]:
+    """The triggerer's CPU in three: its supervisor (Airflow's loop that writes the triggers'
+    events and serves their requests), its trigger runner (the triggers themselves, trialflow's
+    starts, follows and closes among them) and the processes the runner started and reaped (the
+    trials' wrappers and Pythons)."""
+    import psutil
+
+    try:
+        supervisor = psutil.Process(pid)
+        times = supervisor.cpu_times()
+        parts = {"triggerer: supervisor": times.user + times.system}
+        runner = runner_reaped = 0.0
+        for child in supervisor.children():
+            t = child.cpu_times()
+            runner += t.user + t.system
+            runner_reaped += t.children_user + t.children_system
+    except psutil.NoSuchProcess:
+        return {}
+    return parts | {"triggerer: runner": runner, "triggerer: trials' processes": runner_reaped}
 
 
 def run_experiment(airflow: Any, store_url: str, dag_id: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -142,6 +169,114 @@ def local_executor(args: argparse.Namespace, start_trials_in: str = "worker") ->
         shutil.rmtree(root, ignore_errors=True)
 
 
+#: The hand-written floor's trigger (in the private Airflow's plugins folder, which every
+#: component has on sys.path): it waits for one of C places in the triggerer, runs the trial's
+#: process and ends its task; nothing else. A place per event loop: one triggerer, one loop.
+FLOOR_TRIGGER = """\
+import asyncio
+
+from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent
+
+_PLACES = {}
+
+
+class FloorTrigger(BaseTrigger):
+    def __init__(self, command, concurrency):
+        super().__init__()
+        self.command, self.concurrency = list(command), int(concurrency)
+
+    def serialize(self):
+        return ("bench_floor_trigger.FloorTrigger", {"command": self.command, "concurrency": self.concurrency})
+
+    async def run(self):
+        loop = asyncio.get_running_loop()
+        places = _PLACES.setdefault(id(loop), asyncio.Semaphore(self.concurrency))
+        async with places:
+            process = await asyncio.create_subprocess_exec(*self.command)
+            code = await process.wait()
+        yield TaskSuccessEvent() if code == 0 else TaskFailedEvent()
+"""
+#: The hand-written DAG whose mapped tasks start in the triggerer (start_from_trigger) and run
+#: the same trial process: what Airflow costs for this shape, whatever starts the trials.
+FLOOR_DAG = """\
+from airflow.sdk import DAG, BaseOperator
+from airflow.triggers.base import StartTriggerArgs
+
+
+class FloorOperator(BaseOperator):
+    start_from_trigger = True
+    start_trigger_args = StartTriggerArgs(
+        trigger_cls="bench_floor_trigger.FloorTrigger",
+        trigger_kwargs={{"command": {command!r}, "concurrency": {concurrency}}},
+        next_method="execute_complete",
+        next_kwargs=None,
+        timeout=None,
+    )
+
+    def __init__(self, index, **kwargs):
+        super().__init__(**kwargs)
+        self.index = index
+
+    def execute(self, context):
+        raise RuntimeError("starts in the triggerer")
+
+    def execute_complete(self, context, event=None):
+        return None
+
+
+with DAG("floor", schedule=None):
+    FloorOperator.partial(task_id="trial").expand(index=list(range({trials})))
+"""
+PLAIN_TRIAL = "import sys, time\ntime.sleep(float(sys.argv[1]))\n"
+
+
+def triggered_floor(args: argparse.Namespace) -> dict[str, Any]:
+    """The hand-written DAG of FLOOR_DAG on the same private Airflow as local_executor: each
+    task waits for one of C places, runs a plain Python process of ``--seconds`` (no SDK, no
+    tuner, no store) and ends in the triggerer. Its wall is Airflow's own floor for 1,000
+    triggered tasks on this machine; its CPU, Airflow's components' share."""
+    root = Path(tempfile.mkdtemp(prefix="trialflow-bench-thousand-floor-"))
+    try:
+        (root / "plain.py").write_text(PLAIN_TRIAL)
+        airflow = private_airflow(root, args.concurrency + 2, sqlite_url(root / "experiments.db"))
+        plugins = airflow.home / "plugins"
+        plugins.mkdir(parents=True, exist_ok=True)
+        (plugins / "bench_floor_trigger.py").write_text(FLOOR_TRIGGER)
+        dag_file = airflow.dags_folder / "floor.py"
+        command = [sys.executable, str(root / "plain.py"), str(args.seconds)]
+        dag_file.write_text(FLOOR_DAG.format(command=command, concurrency=args.concurrency, trials=args.trials))
+        airflow.migrate()
+        airflow.start()
+        try:
+            airflow.wait_healthy()
+            airflow.wait_for_dag("floor", dag_file, timeout=180)
+            cpu_before = component_cpu(airflow)
+            started = time.monotonic()
+            run_id = airflow.trigger("floor")
+            limit = started + args.trials * (args.seconds + 5) + 600
+            while airflow.dag_run_state("floor", run_id) not in ("success", "failed"):
+                if time.monotonic() > limit:
+                    raise TimeoutError("the hand-written DAG did not finish")
+                time.sleep(1.0)
+            wall = time.monotonic() - started
+            cpu_after = component_cpu(airflow)
+            tis = airflow.task_instances("floor", run_id)
+            ti_states = Counter(ti["state"] for ti in tis)
+            return {
+                "wall": wall,
+                "tis": ti_states,
+                "cpu": {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after},
+                "checks": {
+                    "run succeeded": airflow.dag_run_state("floor", run_id) == "success",
+                    "one successful task instance per trial": ti_states == Counter({"success": args.trials}),
+                },
+            }
+        finally:
+            airflow.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def celery_executor(args: argparse.Namespace) -> dict[str, Any] | str:
     """The same experiment on the multi-host deployment of the fault tests: CeleryExecutor,
     Redis, PostgreSQL for Airflow and the store; local trials pinned to worker-a's queue."""
@@ -177,21 +312,24 @@ def show(title: str, args: argparse.Namespace, result: dict[str, Any]) -> None:
     wall = result["wall"]
     ideal = args.trials * args.seconds / args.concurrency
     print(f"{title}: {args.trials} trials of {args.seconds:g} s, trialConcurrency {args.concurrency}, local platform")
-    print(
-        f"  wall {wall:.0f} s ({wall / ideal:.1f}x the ideal {ideal:.0f} s), {args.trials / wall:.2f} trials/s, "
-        f"most seen running at once {result['most_running']}"
-    )
-    print(f"  store: {dict(result['statuses'])}; task instances: {dict(result['tis'])}")
+    seen = f", most seen running at once {result['most_running']}" if "most_running" in result else ""
+    print(f"  wall {wall:.0f} s ({wall / ideal:.1f}x the ideal {ideal:.0f} s), {args.trials / wall:.2f} trials/s{seen}")
+    store = f"store: {dict(result['statuses'])}; " if "statuses" in result else ""
+    print(f"  {store}task instances: {dict(result['tis'])}")
     cpu = result.get("cpu") or {}
     if cpu:
         cores = psutil_cores()
         parts = ", ".join(
             f"{name} {seconds:.0f} s ({1000 * seconds / args.trials:.0f} ms a trial)"
             for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])
-            if name != "machine busy"
+            if name != "machine busy" and not name.startswith("triggerer: ")
         )
         busy = cpu.get("machine busy", 0.0)
         print(f"  CPU while it ran: {parts}; the machine {busy:.0f} s of {cores * wall:.0f} ({cores} cores)")
+        split = [(name.split(": ", 1)[1], seconds) for name, seconds in cpu.items() if name.startswith("triggerer: ")]
+        if split:
+            inside = ", ".join(f"{name} {1000 * seconds / args.trials:.0f}" for name, seconds in split)
+            print(f"  the triggerer's, in ms a trial: {inside}")
     for name, ok in result["checks"].items():
         print(f"  {'PASS' if ok else 'FAIL'}  {name}")
 
@@ -210,6 +348,9 @@ def main() -> int:
     parser.add_argument("--start-in", choices=("worker", "triggerer", "both"), default="both")
     parser.add_argument("--no-nni", action="store_true")
     parser.add_argument("--no-celery", action="store_true")
+    parser.add_argument(
+        "--no-floor", action="store_true", help="skip the hand-written DAG of triggered tasks (Airflow's floor)"
+    )
     args = parser.parse_args()
     walls = {}
     ok = True
@@ -218,6 +359,12 @@ def main() -> int:
         show(f"trialflow, LocalExecutor (SQLite), trial tasks started in the {place}", args, local)
         walls[f"LocalExecutor, {place}"] = local["wall"]
         ok &= all(local["checks"].values())
+    if not args.no_floor:
+        floor = triggered_floor(args)
+        show("hand-written DAG, tasks started in the triggerer (Airflow's floor: no tuner, no store)", args, floor)
+        ok &= all(floor["checks"].values())
+        for name, wall in walls.items():
+            print(f"  trialflow ({name}) / hand-written = {wall / floor['wall']:.2f}")
     if not args.no_celery:
         celery = celery_executor(args)
         if isinstance(celery, str):
