@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,27 +108,51 @@ def triggerer_parts(pid: int) -> dict[str, float]:
     return parts | {"triggerer: runner": runner, "triggerer: trials' processes": runner_reaped}
 
 
-def run_experiment(airflow: Any, store_url: str, dag_id: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Trigger the DAG, sample the store for trials running at once, check every trial once;
-    with the CPU each component spent meanwhile."""
+@dataclass
+class TimedRun:
+    """A DAG run the bench triggered and waited for, with the CPU each component spent on it."""
+
+    run_id: str
+    state: str
+    wall: float
+    cpu: dict[str, float]
+
+
+def timed_run(
+    airflow: Any, dag_id: str, args: argparse.Namespace, each_second: Callable[[str], None] = lambda run_id: None
+) -> TimedRun:
+    """Trigger ``dag_id`` and wait for its run to end (bounded by the trials' own time plus ten
+    minutes), calling ``each_second`` with the run's id while it runs."""
     cpu_before = component_cpu(airflow)
     started = time.monotonic()
     run_id = airflow.trigger(dag_id)
-    experiment = experiment_id_for(dag_id, run_id)
-    store = ExperimentStore(store_url)
-    most_running = 0
     limit = started + args.trials * (args.seconds + 5) + 600
-    while airflow.dag_run_state(dag_id, run_id) not in ("success", "failed"):
+    while (state := airflow.dag_run_state(dag_id, run_id)) not in ("success", "failed"):
         if time.monotonic() > limit:
-            raise TimeoutError("the experiment did not finish")
-        if store.experiment_exists(experiment):
-            running = sum(1 for r in store.trial_rows(experiment) if r.status == "RUNNING")
-            most_running = max(most_running, running)
+            raise TimeoutError(f"the run of {dag_id} did not finish")
+        each_second(run_id)
         time.sleep(1.0)
     wall = time.monotonic() - started
     cpu_after = component_cpu(airflow)
-    cpu = {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}
-    state = airflow.dag_run_state(dag_id, run_id)
+    return TimedRun(run_id, state, wall, {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after})
+
+
+def run_experiment(airflow: Any, store_url: str, dag_id: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Trigger the DAG, sample the store for trials running at once, check every trial once;
+    with the CPU each component spent meanwhile."""
+    store = ExperimentStore(store_url)
+    most_running = 0
+
+    def sample(run_id: str) -> None:
+        nonlocal most_running
+        experiment = experiment_id_for(dag_id, run_id)
+        if store.experiment_exists(experiment):
+            running = sum(1 for r in store.trial_rows(experiment) if r.status == "RUNNING")
+            most_running = max(most_running, running)
+
+    run = timed_run(airflow, dag_id, args, sample)
+    run_id, state, wall, cpu = run.run_id, run.state, run.wall, run.cpu
+    experiment = experiment_id_for(dag_id, run_id)
     tis = [ti for ti in airflow.task_instances(dag_id, run_id) if ti["task_id"] == "trial"]
     rows = store.trial_rows(experiment)
     indexes = [r.trial_index for r in rows]
@@ -250,24 +276,14 @@ def triggered_floor(args: argparse.Namespace) -> dict[str, Any]:
         try:
             airflow.wait_healthy()
             airflow.wait_for_dag("floor", dag_file, timeout=180)
-            cpu_before = component_cpu(airflow)
-            started = time.monotonic()
-            run_id = airflow.trigger("floor")
-            limit = started + args.trials * (args.seconds + 5) + 600
-            while airflow.dag_run_state("floor", run_id) not in ("success", "failed"):
-                if time.monotonic() > limit:
-                    raise TimeoutError("the hand-written DAG did not finish")
-                time.sleep(1.0)
-            wall = time.monotonic() - started
-            cpu_after = component_cpu(airflow)
-            tis = airflow.task_instances("floor", run_id)
-            ti_states = Counter(ti["state"] for ti in tis)
+            run = timed_run(airflow, "floor", args)
+            ti_states = Counter(ti["state"] for ti in airflow.task_instances("floor", run.run_id))
             return {
-                "wall": wall,
+                "wall": run.wall,
                 "tis": ti_states,
-                "cpu": {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after},
+                "cpu": run.cpu,
                 "checks": {
-                    "run succeeded": airflow.dag_run_state("floor", run_id) == "success",
+                    "run succeeded": run.state == "success",
                     "one successful task instance per trial": ti_states == Counter({"success": args.trials}),
                 },
             }
