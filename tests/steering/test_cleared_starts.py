@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trialflow.steering.cleared_starts import ALL, HOLD_SECONDS, held
+from trialflow.steering.cleared_starts import ALL, HOLD_SECONDS, ClearMark, held, marks_of
 
 
 @pytest.mark.parametrize(
@@ -45,3 +45,21 @@ def test_marks_go_to_the_runs_experiments_and_a_task_marks_its_groups_only(tmp_p
     assert mark_cleared(store, "dag_m", "r1", [], None, at=8.0) == 0
     assert read_marks(store, "emarks", "r1") == {"2": 6.0, "3": 6.0, ALL: 7.0}
     assert read_marks(store, "emarks", "r2") == {}
+
+
+def test_a_clear_is_one_write_per_run_and_group_and_a_whole_run_covers_its_tasks():
+    cleared = [
+        ("d", "r1", 2, None),
+        ("d", "r1", 3, None),  # the DAG's own experiment: with 2, one write
+        ("d", "r1", 3, "g"),  # another group's task 3: its own write
+        ("d", "r2", 1, None),
+        ("d", "r2", None, None),  # r2 cleared whole: its task 1 needs nothing more
+        ("e", "r1", 0, None),  # another DAG's run of the same id
+    ]
+    assert marks_of(cleared) == [
+        ClearMark("d", "r2", None, None),
+        ClearMark("d", "r1", None, (2, 3)),
+        ClearMark("d", "r1", "g", (3,)),
+        ClearMark("e", "r1", None, (0,)),
+    ]
+    assert marks_of([]) == []

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trialflow.experiment.run_windows import RunWindows
@@ -65,6 +66,33 @@ def mark_cleared(
         store.set_experiment_attrs(experiment_id, {attr_key(run_id): marks})
         marked += 1
     return marked
+
+
+@dataclass(frozen=True)
+class ClearMark:
+    """One write of a clear: trial tasks ``map_indexes`` of a run's experiment of ``group``
+    (the DAG's own experiment: None), or with ``map_indexes`` None, every experiment's tasks of
+    the run."""
+
+    dag_id: str
+    run_id: str
+    group: str | None
+    map_indexes: tuple[int, ...] | None
+
+
+def marks_of(cleared: Iterable[tuple[str, str, int | None, str | None]]) -> list[ClearMark]:
+    """The writes a clear of ``(dag_id, run_id, map_index, group)`` tasks needs (map_index None:
+    the whole run): one per run and group, however many tasks it reset; a run cleared whole
+    needs no write for its single tasks."""
+    tasks = list(cleared)
+    whole = sorted({(dag_id, run_id) for dag_id, run_id, index, _ in tasks if index is None})
+    single: dict[tuple[str, str, str | None], list[int]] = {}
+    for dag_id, run_id, index, group in tasks:
+        if index is not None and (dag_id, run_id) not in whole:
+            single.setdefault((dag_id, run_id, group), []).append(index)
+    return [ClearMark(dag_id, run_id, None, None) for dag_id, run_id in whole] + [
+        ClearMark(dag_id, run_id, group, tuple(indexes)) for (dag_id, run_id, group), indexes in single.items()
+    ]
 
 
 def read_marks(store: ExperimentStore, experiment_id: str, run_id: str) -> dict[str, float]:

@@ -117,19 +117,13 @@ def record_clears(cleared: list[ClearedTask]) -> int:
 
         store = action_store()
         asked = 0
-        # First, one write per run and group: a start still waiting for its turn must not take
-        # a slot this clear frees (trialflow.steering.cleared_starts).
-        marks: dict[tuple[str, str, str | None], list[int] | None] = {}
-        for task in cleared:
-            if task.map_index is None:
-                marks[(task.dag_id, task.run_id, None)] = None  # the whole run: every group
-            else:
-                place = (task.dag_id, task.run_id, trial_task_group(task.task_id)[1])
-                indexes = marks.setdefault(place, [])
-                if indexes is not None:
-                    indexes.append(task.map_index)
-        for (dag_id, run_id, task_group), indexes in marks.items():
-            cleared_starts.mark_cleared(store, dag_id, run_id, indexes, task_group)
+        # First: a start still waiting for its turn must not take a slot this clear frees.
+        tasks = [
+            (t.dag_id, t.run_id, t.map_index, None if t.map_index is None else trial_task_group(t.task_id)[1])
+            for t in cleared
+        ]
+        for mark in cleared_starts.marks_of(tasks):
+            cleared_starts.mark_cleared(store, mark.dag_id, mark.run_id, mark.map_indexes, mark.group)
         for task in cleared:
             if task.map_index is None:
                 asked += len(steering.stop_run_trials(store, task.dag_id, task.run_id, CLEARED))
