@@ -14,7 +14,7 @@ from trialflow.config import load_config
 from trialflow.experiment import Experiment
 from trialflow.lifecycle import start_slots, trial_lifecycle
 from trialflow.lifecycle.start_slots import held_of, slots_key
-from trialflow.lifecycle.triggered_start import poke, start_in_turn
+from trialflow.lifecycle.triggered_start import StartSuperseded, poke, start_in_turn
 from trialflow.platforms.base import TrialStatus
 from trialflow.runs import start_run
 
@@ -37,10 +37,18 @@ def experiment(tmp_path: Path, store) -> Experiment:
     return experiment
 
 
-def _in_turn(experiment, store, map_index: int, limit: int = 1, start=None):
+def _in_turn(experiment, store, map_index: int, limit: int = 1, start=None, attempt: int = 0):
     start = start or (lambda: trial_lifecycle.start_trial(experiment, store, "r1", map_index))
     return start_in_turn(
-        experiment, store, "r1", map_index, lambda: limit, start, poll_interval=0.05, wait_interval=0.05
+        experiment,
+        store,
+        "r1",
+        map_index,
+        lambda: limit,
+        start,
+        poll_interval=0.05,
+        wait_interval=0.05,
+        attempt=attempt,
     )
 
 
@@ -162,5 +170,35 @@ def test_a_start_that_waited_when_its_task_was_cleared_never_takes_the_slot_the_
         await asyncio.sleep(0.1)
         again = await asyncio.wait_for(_in_turn(experiment, store, 1), 10)  # the new try
         assert again.record.trial_index == 1 and again.handle is not None
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("order", [(1, 2), (2, 1)])
+def test_of_two_tries_waiting_to_start_one_trial_the_later_try_starts_it_and_the_other_ends(experiment, store, order):
+    """Airflow 3.3 can run an old try's trigger again beside its task's new try (a trigger's last
+    event crossing a clear: StartSuperseded). Both wait for the same trial's turn: the later try
+    starts it, once; the earlier one ends at once, whichever came first (the second used to
+    replace the first's place, and the one left out waited forever)."""
+    launches: list[int] = []
+
+    def start() -> trial_lifecycle.StartedTrial:
+        launches.append(1)
+        return trial_lifecycle.start_trial(experiment, store, "r1", 1)
+
+    async def scenario() -> None:
+        first = await _in_turn(experiment, store, 0)  # holds the only slot
+        tries = {
+            attempt: asyncio.ensure_future(_in_turn(experiment, store, 1, start=start, attempt=attempt))
+            for attempt in order
+        }
+        await asyncio.sleep(0.3)
+        with pytest.raises(StartSuperseded, match="try 2 of its task waits for trial 1's turn"):
+            await asyncio.wait_for(tries[1], 5)  # ended without waiting for the slot
+        assert not tries[2].done()
+        trial_lifecycle.finish_trial(store, first.record.storage_id, TrialStatus.SUCCEEDED, None)
+        poke(experiment.experiment_id, "r1")
+        started = await asyncio.wait_for(tries[2], 10)
+        assert started.record.trial_index == 1 and started.handle is not None and launches == [1]
 
     asyncio.run(scenario())

@@ -34,6 +34,19 @@ SLOT_POLL_INTERVAL = 0.5
 WAIT_INTERVAL = 5.0
 
 
+class StartSuperseded(Exception):
+    """Another start of the same trial task, of a later try, waits in this process: this one
+    ends without a turn.
+
+    Airflow 3.3 can run a trigger of a try that is over beside the try that replaced it: when a
+    trigger's last event and a clear of its task cross (the event is dropped, the cleared task
+    instance keeps the trigger's id while its state is empty, and Airflow's clean-up, which
+    compares ``state != 'deferred'``, skips an empty state), the triggerer starts that trigger
+    again, with the old try, next to the new try's trigger (seen in a full run: both waited for
+    trial 0's turn, the old one took it and the new one waited forever). Of two waiting starts
+    of one trial the later try is the task's; what the other yields reaches no task instance."""
+
+
 def concurrency(experiment: Experiment, store: ExperimentStore, dag_id: str, group: str | None) -> int:
     """trialConcurrency now: as a person changed it for the running experiment, else the config's."""
     changed = read_concurrency(store.engine, limits_key(dag_id, group))
@@ -59,14 +72,24 @@ class Turns:
         self.waiting: dict[int, asyncio.Future[None]] = {}
         #: When each waiting start began waiting (a clear after it holds it back: cleared_starts).
         self.since: dict[int, float] = {}
+        #: The try of the task each waiting start belongs to (see StartSuperseded).
+        self.attempts: dict[int, int] = {}
         self.looking: asyncio.Task[None] | None = None
         self.wake = asyncio.Event()
 
-    async def turn(self, index: int) -> None:
-        """Return once trial ``index``'s start holds a slot."""
+    async def turn(self, index: int, attempt: int = 0) -> None:
+        """Return once trial ``index``'s start holds a slot. ``attempt``: the try of the task
+        starting it; of two starts of one index waiting here, the earlier try raises
+        StartSuperseded (a trial is started by one start at a time, and none waits forever)."""
+        earlier = self.waiting.get(index)
+        if earlier is not None and not earlier.done():
+            if self.attempts.get(index, 0) > attempt:
+                raise StartSuperseded(f"try {self.attempts[index]} of its task waits for trial {index}'s turn")
+            earlier.set_exception(StartSuperseded(f"try {attempt} of its task waits for trial {index}'s turn"))
         granted = asyncio.get_running_loop().create_future()
         self.waiting[index] = granted
         self.since[index] = time.time()
+        self.attempts[index] = attempt
         if self.looking is None or self.looking.done():
             self.looking = asyncio.ensure_future(self._look())
         self.wake.set()
@@ -76,6 +99,7 @@ class Turns:
             if self.waiting.get(index) is granted:
                 del self.waiting[index]
                 self.since.pop(index, None)
+                self.attempts.pop(index, None)
 
     async def _look(self) -> None:
         experiment_id = self.experiment.experiment_id
@@ -96,6 +120,7 @@ class Turns:
             for index in granted:
                 future = self.waiting.pop(index, None)
                 self.since.pop(index, None)
+                self.attempts.pop(index, None)
                 if future is not None and not future.done():
                     future.set_result(None)
                 else:  # its start was stopped while the look took its slot: nothing will ask
@@ -141,6 +166,7 @@ async def start_in_turn(
     poll_interval: float = SLOT_POLL_INTERVAL,
     wait_interval: float = WAIT_INTERVAL,
     launching: Callable[[asyncio.Future[StartedTrial]], None] | None = None,
+    attempt: int = 0,
 ) -> StartedTrial:
     """Wait for a slot of ``limit()`` (read at each look, in a thread), then ``start()`` in a
     thread. The waiting starts of a run in this process share one look (:class:`Turns`).
@@ -153,13 +179,14 @@ async def start_in_turn(
 
     ``launching`` is handed each start's future as it begins: a thread cannot be interrupted,
     so whoever stops the task waits for that start to end and stops what it launched, where
-    a start still waiting for its slot is simply cancelled (nothing was asked or launched)."""
+    a start still waiting for its slot is simply cancelled (nothing was asked or launched).
+    ``attempt``: the try of the task starting it (StartSuperseded)."""
     while True:
         window = await in_thread(experiment.window, store, run_id)
         index = window.trial_index(map_index)
         if index is None or window.over or window.expired():
             return await _started(start, launching)
-        await turns_of(experiment, store, run_id, limit, poll_interval).turn(index)
+        await turns_of(experiment, store, run_id, limit, poll_interval).turn(index, attempt)
         try:
             return await _started(start, launching)
         except (TrialWaits, TrialNotStarted) as exc:

@@ -86,7 +86,7 @@ class TrialStartTrigger(BaseTrigger):
         return self._launching is not None and not self._launching.done()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from trialflow.lifecycle import trial_lifecycle
+        from trialflow.lifecycle import trial_lifecycle, triggered_start
 
         ti = self._ti
         try:
@@ -111,6 +111,10 @@ class TrialStartTrigger(BaseTrigger):
             return
         except trial_lifecycle.TrialCannotRun as exc:
             yield _event({"status": CANNOT_RUN, "message": str(exc)})
+            return
+        except triggered_start.StartSuperseded as exc:  # an earlier try's trigger run again: no task hears it
+            self.log.info("Not starting trial %s of try %s: %s", ti.map_index, ti.try_number, exc)
+            yield _event({"status": "ERROR", "message": f"another start of this trial task is under way: {exc}"})
             return
         except Exception as exc:  # the store or the platform refused: a retry starts it again
             yield _event({"status": "ERROR", "message": f"starting the trial failed: {exc}"})
@@ -270,6 +274,7 @@ class PreparedStart:
             lambda: triggered_start.concurrency(self.experiment, self.store, dag_id, self.group),
             self.start,
             launching=launching,
+            attempt=int(self.ti.try_number),
         )
 
     def follow(self, started: StartedTrial) -> TrialTrigger:
