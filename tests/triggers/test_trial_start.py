@@ -64,3 +64,35 @@ def test_the_submitted_line_rides_on_the_trials_end_or_comes_after_its_wait(monk
     for lines in (asyncio.run(ended_first()), asyncio.run(long_trial())):
         assert len(lines) == 1, lines
         assert re.fullmatch(r"Trial e-0003 submitted at \d\d:\d\d:\d\d UTC with parameters \{'x': 0.5\}", lines[0])
+
+
+def test_a_start_superseded_by_a_later_try_ends_with_an_error_that_names_it_and_launches_nothing(monkeypatch):
+    """Airflow may run an earlier try's trigger again beside the task's new try
+    (trialflow.lifecycle.triggered_start.StartSuperseded): it ends at once, its event says why
+    (Airflow drops it: no task instance waits on that trigger) and its on_kill stops nothing."""
+    from trialflow.lifecycle.triggered_start import StartSuperseded
+
+    async def superseded(launching: Any) -> Any:
+        raise StartSuperseded("try 2 of its task waits for trial 1's turn")
+
+    prepared = SimpleNamespace(start_in_turn=superseded, end_task=True)
+    trigger = TrialStartTrigger()
+    trigger.task_instance = SimpleNamespace(
+        task_id="trial", map_index=1, try_number=1, run_id="r1", get_template_context=lambda: {}
+    )
+    monkeypatch.setattr(TrialStartTrigger, "_prepare", lambda self, context: prepared)
+    log = _Log()
+    monkeypatch.setattr(TrialStartTrigger, "log", log, raising=False)
+
+    async def scenario() -> list[Any]:
+        events = [event async for event in trigger.run()]
+        await trigger._stop()  # what on_kill does: nothing was launched, nothing to stop
+        return events
+
+    (event,) = asyncio.run(scenario())
+    assert event.payload == {
+        "status": "ERROR",
+        "message": "another start of this trial task is under way: try 2 of its task waits for trial 1's turn",
+    }
+    assert log.lines == ["Not starting trial 1 of try 1: try 2 of its task waits for trial 1's turn"]
+    assert trigger._launching is None and trigger._follow is None
