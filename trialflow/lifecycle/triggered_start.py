@@ -80,7 +80,8 @@ class Turns:
     async def turn(self, index: int, attempt: int = 0) -> None:
         """Return once trial ``index``'s start holds a slot. ``attempt``: the try of the task
         starting it; of two starts of one index waiting here, the earlier try raises
-        StartSuperseded (a trial is started by one start at a time, and none waits forever)."""
+        StartSuperseded, and of two of the same try the one that waited first (a trial is
+        started by one start at a time, and none waits forever)."""
         earlier = self.waiting.get(index)
         if earlier is not None and not earlier.done():
             if self.attempts.get(index, 0) > attempt:

@@ -85,12 +85,12 @@ def marks_of(cleared: Iterable[tuple[str, str, int | None, str | None]]) -> list
     the whole run): one per run and group, however many tasks it reset; a run cleared whole
     needs no write for its single tasks."""
     tasks = list(cleared)
-    whole = sorted({(dag_id, run_id) for dag_id, run_id, index, _ in tasks if index is None})
+    whole = {(dag_id, run_id) for dag_id, run_id, index, _ in tasks if index is None}
     single: dict[tuple[str, str, str | None], list[int]] = {}
     for dag_id, run_id, index, group in tasks:
         if index is not None and (dag_id, run_id) not in whole:
             single.setdefault((dag_id, run_id, group), []).append(index)
-    return [ClearMark(dag_id, run_id, None, None) for dag_id, run_id in whole] + [
+    return [ClearMark(dag_id, run_id, None, None) for dag_id, run_id in sorted(whole)] + [
         ClearMark(dag_id, run_id, group, tuple(indexes)) for (dag_id, run_id, group), indexes in single.items()
     ]
 
