@@ -202,3 +202,18 @@ def test_of_two_tries_waiting_to_start_one_trial_the_later_try_starts_it_and_the
         assert started.record.trial_index == 1 and started.handle is not None and launches == [1]
 
     asyncio.run(scenario())
+
+
+def test_of_two_starts_of_one_trial_and_the_same_try_the_one_that_waited_first_ends(experiment, store):
+    async def scenario() -> None:
+        first = await _in_turn(experiment, store, 0)  # holds the only slot
+        earlier = asyncio.ensure_future(_in_turn(experiment, store, 1, attempt=1))
+        await asyncio.sleep(0.2)
+        later = asyncio.ensure_future(_in_turn(experiment, store, 1, attempt=1))
+        with pytest.raises(StartSuperseded, match="try 1 of its task waits for trial 1's turn"):
+            await asyncio.wait_for(earlier, 5)
+        trial_lifecycle.finish_trial(store, first.record.storage_id, TrialStatus.SUCCEEDED, None)
+        poke(experiment.experiment_id, "r1")
+        assert (await asyncio.wait_for(later, 10)).record.trial_index == 1
+
+    asyncio.run(scenario())
