@@ -15,11 +15,11 @@ parameters are ``{}`` and results are printed.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
+from trialflow.trial import lean_json
 from trialflow.trial.wire import (
     ARTIFACTS_DIR,
     CHECKPOINT_KIND,
@@ -90,7 +90,7 @@ def get_next_parameter() -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise RuntimeError(f"no parameters at {path} after {PARAMETER_WAIT_SECONDS:.0f} s")
         time.sleep(0.2)
-    _state["parameter"] = json.loads(text)
+    _state["parameter"] = lean_json.loads(text)
     return _state["parameter"]["parameters"]
 
 

@@ -1,13 +1,15 @@
 """The bytes a trial writes: what the SDK needs and nothing more.
 
-Kept to ``json`` and ``os`` so ``import trialflow.trial`` stays under 20 ms;
-the readers and everything else live in :mod:`trialflow.trial.protocol`.
+Kept to ``os`` and the SDK's own JSON (:mod:`trialflow.trial.lean_json`, which does not
+import the ``json`` package) so ``import trialflow.trial`` stays near a bare interpreter's
+start; the readers and everything else live in :mod:`trialflow.trial.protocol`.
 """
 
 from __future__ import annotations
 
-import json
 import os
+
+from trialflow.trial import lean_json
 
 PARAMETER_FILE = "parameter.cfg"
 METRICS_FILE = os.path.join(".nni", "metrics")
@@ -58,7 +60,7 @@ def metric_record(trial_job_id: str | None, parameter_id: object, kind: str, seq
 
 def dumps_value(value: object) -> str:
     """JSON for a metric value; NaN/Infinity allowed as nni's json_tricks writes them."""
-    return json.dumps(value, allow_nan=True, default=_to_builtin)
+    return lean_json.dumps(value, default=_to_builtin)
 
 
 def _to_builtin(obj: object) -> object:
@@ -71,11 +73,11 @@ def _to_builtin(obj: object) -> object:
 
 def frame(record: dict[str, object]) -> bytes:
     """``ME%06d`` + JSON + newline, length in bytes including the newline."""
-    data = (json.dumps(record) + "\n").encode("utf-8")
+    data = (lean_json.dumps(record) + "\n").encode("utf-8")
     if len(data) > MAX_RECORD_BYTES:
         raise ValueError(f"metric record of {len(data)} bytes exceeds NNI's {MAX_RECORD_BYTES}-byte limit")
     return b"ME%06d" % len(data) + data
 
 
 def stdout_line(record: dict[str, object]) -> str:
-    return f"NNISDK_MEb'{json.dumps(record)}'\n"
+    return f"NNISDK_MEb'{lean_json.dumps(record)}'\n"
