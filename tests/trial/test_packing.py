@@ -327,3 +327,34 @@ def test_trialflows_own_folders_are_never_walked_or_staged(tmp_path, monkeypatch
     assert not [name for name in opened if packing.OWN_FOLDER in name]
     names = tarfile.open(fileobj=io.BytesIO(pack(tmp_path).archive)).getnames()
     assert not [n for n in names if packing.OWN_FOLDER in n]
+
+
+def test_the_sdk_files_alone_run_a_trial_and_a_function_trial(tmp_path):
+    """What a machine without trialflow gets (SDK_FILES) is all ``trialflow.trial``, its
+    function runner and the ``nni`` stand-in import: nothing of the package beside them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from trialflow.trial import packing
+
+    root = Path(packing.__file__).resolve().parents[2]
+    for name in packing.SDK_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes((root / name).read_bytes())
+    code = (
+        "import sys; sys.path[:0] = sys.argv[1].split(':')\n"
+        "import trialflow.trial, trialflow.trial.function, nni\n"
+        "assert trialflow.trial.__file__.startswith(sys.argv[2]), trialflow.trial.__file__\n"
+        "nni.report_final_result({'default': 0.5})"
+    )
+    env = {"PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", code, packing.sdk_pythonpath(str(tmp_path)), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "final result" in result.stdout

@@ -342,6 +342,7 @@ SDK_FILES = (
     "trialflow/__init__.py",
     "trialflow/trial/__init__.py",
     "trialflow/trial/wire.py",
+    "trialflow/trial/lean_json.py",
     "trialflow/trial/function.py",
     "trialflow/trial/inputs.py",
     f"{SHIM_DIR}/nni/__init__.py",
