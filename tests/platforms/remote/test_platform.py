@@ -80,7 +80,7 @@ def test_the_staged_sdk_is_named_by_content_not_by_time(monkeypatch):
     monkeypatch.setattr(packing, "_sdk_cache", [])  # pack again, at another time
     monkeypatch.setattr(time_module, "time", lambda: 4_000_000_000.0)
     assert packing.pack_sdk().digest == first.digest
-    assert first.file_count == len(packing.SDK_FILES) == 8  # the SDK, its JSON, function runner and inputs, nni stand-in
+    assert first.file_count == len(packing.SDK_FILES) == 8  # the SDK and its JSON, function runner, inputs, nni
 
 
 def _machines(n: int) -> list:
