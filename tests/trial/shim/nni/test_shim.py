@@ -60,6 +60,30 @@ def test_unmodified_nni_code_runs_where_nni_and_trialflow_are_not_installed(tmp_
     assert which["trial_id"] == "eshim001-0000" and "trialflow/trial/shim/nni" in which["nni"]
 
 
+def test_import_nni_through_the_stand_in_imports_nothing_heavy(tmp_path):
+    """Every NNI trial starts with ``import nni``: the stand-in imports no ``typing``, ``json``,
+    ``re`` or ``enum`` (22 ms of CPU at each trial's start, measured), yet dumps and loads."""
+    import json
+    import subprocess
+
+    from trialflow.platforms.local import NNI_SHIM
+
+    code = (  # what the interpreter's own start imported (a site .pth may import typing) is not counted
+        "import sys; before = set(sys.modules); import nni; print(nni.dump({'x': [1, 2.5]}), nni.load('[3]'), "
+        "[m for m in ('typing', 'json', 're', 'enum') if m in set(sys.modules) - before], nni.__file__, sep='\\n')"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(NNI_SHIM)}
+    result = subprocess.run(
+        [BARE_PYTHON, "-c", code], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    dumped, loaded, heavy, where = result.stdout.splitlines()
+    if "trialflow/trial/shim/nni" not in where:
+        pytest.skip(f"{BARE_PYTHON} has nni installed")
+    assert json.loads(dumped) == {"x": [1, 2.5]}
+    assert (loaded, heavy) == ("[3]", "[]")
+
+
 def test_merge_parameter_keeps_nnis_rules():
     import importlib.util
 

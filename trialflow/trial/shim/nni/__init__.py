@@ -16,7 +16,13 @@ classes); NNI's own tuners, NAS and compression are NNI's and need the real pack
 import importlib.machinery
 import os
 import sys
-from typing import Any  # noqa: F401 (the type comments')
+
+#: ``import nni`` is every NNI trial's first line: it imports no ``typing`` (12 ms of a trial's
+#: start) and no ``json`` (10 ms: trialflow.trial.lean_json), so the names of the type comments
+#: exist for type checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any  # noqa: F401
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,7 +54,7 @@ else:
     globals().update({name: getattr(_sdk, name) for name in __all__})
     __version__ = "3.0+trialflow"
 
-    import json as _json
+    from trialflow.trial import lean_json as _json
 
     def _plain(value):  # type: (Any) -> Any
         if hasattr(value, "item") and callable(value.item):  # NumPy's numbers
