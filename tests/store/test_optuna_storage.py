@@ -187,6 +187,27 @@ def test_get_trial_returns_what_optunas_get_trial_returns(storage: TrialflowStor
         storage.get_trial(987654)
 
 
+def test_a_trials_summary_is_what_its_frozen_trial_says_in_three_statements(storage: TrialflowStorage):
+    """What a close and a record read (trial_reader.read_summary): the number, state, user
+    attributes, how many intermediate values and the last step, as the FrozenTrial has them
+    (0 to 4 values, NaN and infinities among them; every state), without reading the values."""
+    import sqlalchemy as sa
+
+    from trialflow.store.trial_reader import TrialSummary, read_summary
+
+    study_id = _fill(storage, ["maximize"])
+    statements: list[str] = []
+    sa.event.listen(storage.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    for trial in RDBStorage._get_trials(storage, study_id, None, set(), -1):
+        statements.clear()
+        with storage.engine.connect() as conn:
+            summary = read_summary(conn, trial._trial_id)
+        assert len(statements) == 3
+        assert summary == TrialSummary.of(RDBStorage.get_trial(storage, trial._trial_id), trial._trial_id)
+    with storage.engine.connect() as conn:
+        assert read_summary(conn, 987654) is None
+
+
 def _two_trials(storage: TrialflowStorage) -> tuple[int, int]:
     study = optuna.create_study(storage=storage, study_name=f"w-{uuid.uuid4().hex[:8]}")
     return study.ask()._trial_id, study.ask()._trial_id

@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -32,7 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
 from trialflow.config.search_space import SearchSpace, SearchSpaceError, encode
-from trialflow.store.optuna_internals import trial_storage_id
+from trialflow.store.optuna_internals import models, trial_storage_id
 from trialflow.store.optuna_storage import HeldParam, open_storage
 from trialflow.store.optuna_tables import STUDIES, STUDY_ATTRS, TRIAL_ATTRS, TRIALS
 from trialflow.store.pareto import OBJECTIVES_ATTR
@@ -46,7 +46,7 @@ from trialflow.store.snapshot import SnapshotCache
 from trialflow.store.tables import RESULT_TIMES, SNAPSHOTS, TRIAL_QUEUE, WINDOWS
 from trialflow.store.tables import TRIAL_INDEX as TRIAL_INDEX  # where the read models find it
 from trialflow.store.trial_queue import Queued, claim, drop_waiting, enqueue, release, waiting, waiting_count
-from trialflow.store.trial_reader import read_trials
+from trialflow.store.trial_reader import TrialSummary, read_summary, read_trials
 from trialflow.store.urls import SQLITE_TIMEOUT_SECONDS, safe_url, use_wal, with_installed_driver
 from trialflow.store.urls import sqlite_url as sqlite_url  # where the callers have always found it
 from trialflow.trial.handle import TrialHandle
@@ -106,23 +106,27 @@ def _history(t: FrozenTrial, storage_id: int) -> TrialHistory:
 
 
 def _record(frozen: optuna.trial.FrozenTrial, storage_id: int) -> TrialRecord:
-    attrs = frozen.user_attrs
+    return _record_of(TrialSummary.of(frozen, storage_id))
+
+
+def _record_of(summary: TrialSummary) -> TrialRecord:
+    attrs = summary.user_attrs
     return TrialRecord(
-        storage_id=storage_id,
-        number=frozen.number,
-        trial_index=int(attrs.get("trial_index", frozen.number)),
+        storage_id=summary.trial_id,
+        number=summary.number,
+        trial_index=int(attrs.get("trial_index", summary.number)),
         trial_id=str(attrs.get("trial_id", "")),
         parameters=attrs.get("parameters") or {},
         status=TrialStatus(attrs.get("nni_status", TrialStatus.WAITING.value)),
-        finished=frozen.state.is_finished(),
+        finished=summary.state.is_finished(),
         handle=attrs.get("handle"),
         service_index=attrs.get("service_index"),
         host=attrs.get("host"),
         started_at=attrs.get("started_at"),
         final=attrs.get("final_metric"),
         message=attrs.get("message"),
-        intermediate_count=len(frozen.intermediate_values),
-        last_step=frozen.last_step,
+        intermediate_count=summary.intermediate_count,
+        last_step=summary.last_step,
         asked_by=attrs.get("asked_by"),
         restarts=restarts_from_attr(attrs.get("restarts")),
         lineage=Lineage.from_attr(attrs.get("pbt")),
@@ -381,7 +385,16 @@ class ExperimentStore:
         return None if storage_id is None else self.trial(storage_id)
 
     def trial(self, storage_id: int) -> TrialRecord:
-        return _record(self.storage.get_trial(storage_id), storage_id)
+        return _record_of(self._summary(storage_id))
+
+    def _summary(self, storage_id: int) -> TrialSummary:
+        """The trial as its record needs it (trial_reader.TrialSummary); KeyError, Optuna's, for
+        no such trial."""
+        with self.storage.engine.connect() as conn:
+            summary = read_summary(conn, storage_id)
+        if summary is None:
+            raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's get_trial raises
+        return summary
 
     def asked_for(
         self, study_id: int, trial_index: int, space: SearchSpace
@@ -623,14 +636,14 @@ class ExperimentStore:
 
     def finish(self, storage_id: int, status: TrialStatus, final: Any = None, message: str | None = None) -> None:
         """Close the trial in the store; a second call (retry) leaves a finished trial alone."""
-        self._finish(self.storage.get_trial(storage_id), storage_id, status, final, message)
+        self._finish(self._summary(storage_id), storage_id, status, final, message)
 
     def close(self, storage_id: int, status: TrialStatus, message: str | None = None) -> TrialRecord:
         """Close the trial with the final result it reported (as stored) and return it as the
         store now holds it; a trial already closed (a retry, or a cancel that came first) keeps
         its first outcome. One read and one write."""
-        frozen = self.storage.get_trial(storage_id)
-        return self._finish(frozen, storage_id, status, frozen.user_attrs.get("final_metric"), message)
+        summary = self._summary(storage_id)
+        return self._finish(summary, storage_id, status, summary.user_attrs.get("final_metric"), message)
 
     def fail_unlaunched(self, storage_id: int, message: str) -> None:
         """Close a trial that has its parameters and can never be launched (GPUs no machine
@@ -661,19 +674,19 @@ class ExperimentStore:
         """``close``, saying whether this call closed the trial (False: it was closed already, or
         another process closed it first): of two stops racing for one trial, exactly one is told
         it stopped it, and so one history line is written."""
-        frozen = self.storage.get_trial(storage_id)
-        return self._close(frozen, storage_id, status, frozen.user_attrs.get("final_metric"), message)[1]
+        summary = self._summary(storage_id)
+        return self._close(summary, storage_id, status, summary.user_attrs.get("final_metric"), message)[1]
 
     def _finish(
-        self, frozen: optuna.trial.FrozenTrial, storage_id: int, status: TrialStatus, final: Any, message: str | None
+        self, summary: TrialSummary, storage_id: int, status: TrialStatus, final: Any, message: str | None
     ) -> TrialRecord:
-        return self._close(frozen, storage_id, status, final, message)[0]
+        return self._close(summary, storage_id, status, final, message)[0]
 
     def _close(
-        self, frozen: optuna.trial.FrozenTrial, storage_id: int, status: TrialStatus, final: Any, message: str | None
+        self, summary: TrialSummary, storage_id: int, status: TrialStatus, final: Any, message: str | None
     ) -> tuple[TrialRecord, bool]:
-        if frozen.state.is_finished():
-            return _record(frozen, storage_id), False  # Optuna freezes finished trials; the first outcome stands
+        if summary.state.is_finished():
+            return _record_of(summary), False  # Optuna freezes finished trials; the first outcome stands
         attrs: dict[str, Any] = {"nni_status": status.value}
         if message:
             attrs["message"] = message
@@ -690,10 +703,7 @@ class ExperimentStore:
         except UpdateFinishedTrialError:
             # finished concurrently by another process (a cancel racing the trigger): first wins
             return self.trial(storage_id), False
-        frozen.state = state
-        frozen.values = values
-        frozen.user_attrs.update(attrs)
-        return _record(frozen, storage_id), True
+        return _record_of(replace(summary, state=state, user_attrs={**summary.user_attrs, **attrs})), True
 
     def set_trial_times(self, storage_id: int, started: float | None, ended: float | None) -> None:
         """When the trial ran, as another system measured it (an NNI import: its events' times,
