@@ -75,7 +75,7 @@ def test_standalone_without_an_experiment():
 def test_the_sdk_imports_nothing_heavy():
     code = (
         "import sys, trialflow.trial; heavy = [m for m in ('optuna', 'pydantic', 'airflow', 'yaml', "
-        "'sqlalchemy', 'typing', 'json', 're') if m in sys.modules]; print(heavy)"
+        "'sqlalchemy', 'typing', 'json', 're', 'enum') if m in sys.modules]; print(heavy)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert json.loads(result.stdout.replace("'", '"')) == []
