@@ -636,14 +636,14 @@ class ExperimentStore:
 
     def finish(self, storage_id: int, status: TrialStatus, final: Any = None, message: str | None = None) -> None:
         """Close the trial in the store; a second call (retry) leaves a finished trial alone."""
-        self._finish(self._summary(storage_id), storage_id, status, final, message)
+        self._finish(self._summary(storage_id), status, final, message)
 
     def close(self, storage_id: int, status: TrialStatus, message: str | None = None) -> TrialRecord:
         """Close the trial with the final result it reported (as stored) and return it as the
         store now holds it; a trial already closed (a retry, or a cancel that came first) keeps
         its first outcome. One read and one write."""
         summary = self._summary(storage_id)
-        return self._finish(summary, storage_id, status, summary.user_attrs.get("final_metric"), message)
+        return self._finish(summary, status, summary.user_attrs.get("final_metric"), message)
 
     def fail_unlaunched(self, storage_id: int, message: str) -> None:
         """Close a trial that has its parameters and can never be launched (GPUs no machine
@@ -675,16 +675,15 @@ class ExperimentStore:
         another process closed it first): of two stops racing for one trial, exactly one is told
         it stopped it, and so one history line is written."""
         summary = self._summary(storage_id)
-        return self._close(summary, storage_id, status, summary.user_attrs.get("final_metric"), message)[1]
+        return self._close(summary, status, summary.user_attrs.get("final_metric"), message)[1]
 
-    def _finish(
-        self, summary: TrialSummary, storage_id: int, status: TrialStatus, final: Any, message: str | None
-    ) -> TrialRecord:
-        return self._close(summary, storage_id, status, final, message)[0]
+    def _finish(self, summary: TrialSummary, status: TrialStatus, final: Any, message: str | None) -> TrialRecord:
+        return self._close(summary, status, final, message)[0]
 
     def _close(
-        self, summary: TrialSummary, storage_id: int, status: TrialStatus, final: Any, message: str | None
+        self, summary: TrialSummary, status: TrialStatus, final: Any, message: str | None
     ) -> tuple[TrialRecord, bool]:
+        storage_id = summary.trial_id
         if summary.state.is_finished():
             return _record_of(summary), False  # Optuna freezes finished trials; the first outcome stands
         attrs: dict[str, Any] = {"nni_status": status.value}
