@@ -68,11 +68,23 @@ def test_writes_what_json_writes_and_reads_it_back_as_json_does(value):
     ids=repr,
 )
 def test_a_document_json_refuses_raises_json_s_own_error(text):
+    """In a trial's own interpreter, where nothing imported ``json`` (here pytest has: _json
+    finds json.decoder and raises its error; in a trial it raised SystemError instead)."""
     with pytest.raises(json.JSONDecodeError) as expected:
         json.loads(text)
-    with pytest.raises(json.JSONDecodeError) as got:
-        lean_json.loads(text)
-    assert (got.value.msg, got.value.pos) == (expected.value.msg, expected.value.pos)
+    code = (
+        "import sys\n"
+        "from trialflow.trial import lean_json\n"
+        "assert 'json' not in sys.modules\n"
+        "try:\n"
+        "    lean_json.loads(sys.argv[1])\n"
+        "except Exception as exc:\n"
+        "    import json\n"
+        "    print(json.dumps([type(exc).__name__, getattr(exc, 'msg', str(exc)), getattr(exc, 'pos', None)]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, text], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == ["JSONDecodeError", expected.value.msg, expected.value.pos]
 
 
 def test_nesting_too_deep_for_the_interpreter_fails_as_json_does():

@@ -58,7 +58,10 @@ def loads(text: str) -> Any:
         start = len(text) - len(text.lstrip(_WHITESPACE))
         try:
             value, end = _scan(text, start)
-        except (StopIteration, ValueError, RecursionError):
+        except Exception:  # json answers below, with its own error
+            # Not only StopIteration and JSONDecodeError: _json raises its errors through
+            # json.decoder, which it finds only if imported, and raises SystemError when it is
+            # not (CPython 3.11: "returned NULL without setting an exception").
             value, end = None, -1
         if end >= 0 and not text[end:].strip(_WHITESPACE):
             return value
