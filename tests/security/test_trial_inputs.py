@@ -141,3 +141,30 @@ def test_the_start_step_asks_airflows_masker_which_inputs_are_secrets():
     assert masked_names({"pw": value, "data": "/d", "password": "plain", "n": 3}) == ["password", "pw"]
     assert masked_text(f"said {value}") == "said ***"
     assert masked_names(None) == [] and masked_names({}) == []
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("{", "is not JSON (Expecting property name enclosed in double quotes"),
+        ("[" * 100_000, "is not JSON"),
+        ('{"parameter_id": 0}', 'has no "parameters" key'),
+        ("[1, 2]", 'has no "parameters" key'),
+        ('"parameters"', 'has no "parameters" key'),
+    ],
+    ids=["truncated", "deep", "no-parameters", "a-list", "a-string"],
+)
+def test_a_parameter_file_that_is_not_nnis_is_named_by_the_sdk_not_a_traceback(tmp_path, text, words):
+    """A trial's SDK reading a broken or foreign parameter.cfg says which file and what was
+    expected, in one line of the trial's stderr (trialflow.trial.get_next_parameter)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "parameter.cfg").write_text(text)
+    env = {"PATH": "/usr/bin:/bin", "NNI_SYS_DIR": str(tmp_path), "NNI_PLATFORM": "local"}
+    code = "from trialflow import trial; trial.get_next_parameter()"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"RuntimeError: {tmp_path / 'parameter.cfg'} ") and words in last
+    assert "NNI's parameter file is expected" in last and "Traceback" in result.stderr

@@ -90,8 +90,20 @@ def get_next_parameter() -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise RuntimeError(f"no parameters at {path} after {PARAMETER_WAIT_SECONDS:.0f} s")
         time.sleep(0.2)
-    _state["parameter"] = lean_json.loads(text)
+    _state["parameter"] = _parameter_record(path, text)
     return _state["parameter"]["parameters"]
+
+
+def _parameter_record(path: str, text: str) -> dict[str, Any]:
+    """NNI's parameter record, ``{"parameter_id": ..., "parameters": {...}}``; anything else in
+    the file is said with its path, not as a parser's traceback."""
+    try:
+        record = lean_json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise RuntimeError(f"{path} is not JSON ({str(exc)[:200]}): NNI's parameter file is expected") from None
+    if not isinstance(record, dict) or "parameters" not in record:
+        raise RuntimeError(f'{path} has no "parameters" key: NNI\'s parameter file is expected')
+    return record
 
 
 def get_current_parameter(tag: str | None = None) -> object:
