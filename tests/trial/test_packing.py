@@ -329,7 +329,7 @@ def test_trialflows_own_folders_are_never_walked_or_staged(tmp_path, monkeypatch
     assert not [n for n in names if packing.OWN_FOLDER in n]
 
 
-def test_the_sdk_files_alone_run_a_trial_and_a_function_trial(tmp_path):
+def test_the_sdk_files_alone_import_the_sdk_its_function_runner_and_nni(tmp_path):
     """What a machine without trialflow gets (SDK_FILES) is all ``trialflow.trial``, its
     function runner and the ``nni`` stand-in import: nothing of the package beside them."""
     import subprocess
