@@ -372,3 +372,87 @@ def test_a_trial_a_person_stopped_closes_with_their_words_when_the_reconciler_ac
     assert (first.status, first.message) == (TrialStatus.USER_CANCELED, clicked["reason"])
     assert store.trial_attr(started[0].record.storage_id, steering.STOP_REQUEST) == clicked  # kept as written
     assert "its task is failed while the trial still ran" in second.message  # nobody asked: the rule's words
+
+
+class _StopperDies:
+    """A platform whose stop never reaches it: the process running the stop died (SIGKILLed 5 s
+    after on_kill's SIGTERM, a triggerer killed) between the store's close and the job's stop."""
+
+    async def cancel(self, handle, status, reason):
+        raise asyncio.CancelledError
+
+
+def _wait_dead(pid: int, seconds: float = 15) -> None:
+    deadline = time.monotonic() + seconds
+    while process_alive(pid):
+        assert time.monotonic() < deadline, f"process {pid} still runs"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_a_stop_that_dies_after_the_close_is_finished_by_the_watch(running):
+    """The gap CI met on Kubeflow: a trial closed USER_CANCELED whose job ran on. The stop's
+    note outlives it; the run's watch stops the real process after the grace, clears the note,
+    says so in the history, and ends only then."""
+    from trialflow.experiment.job_stops import JOB_STOP_GRACE
+    from trialflow.runs.reconcile import JOB_STOP_LOOK, RunWatch, finish_job_stops
+
+    experiment, store, started = running
+    dying, sid = started[0], started[0].record.storage_id
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(trial_lifecycle.stop_trial(_StopperDies(), store, dying.handle, sid, "its task was marked failed"))
+    assert store.trial(sid).status == TrialStatus.USER_CANCELED
+    assert process_alive(dying.handle["pid"])  # the gap: closed, and still running
+    assert list(store.job_stops("ereconcile")) == [sid]
+    # within the grace the note is its stopper's (a stop waits out its trial's own grace)
+    assert asyncio.run(finish_job_stops(experiment, store, time.time())) == []
+    # a whole stop that completes leaves no note
+    assert asyncio.run(
+        trial_lifecycle.stop_trial(started[1].platform, store, started[1].handle, started[1].record.storage_id, "x")
+    )
+    assert list(store.job_stops("ereconcile")) == [sid]
+    store.close(started[2].record.storage_id, TrialStatus.SUCCEEDED)  # ended on its own: no note
+    watch = RunWatch(experiment, store, "r1")
+    ended = {0: "failed", 1: "failed", 2: "success"}
+    # every task ended, no trial running in the store, but a stop half done: not over
+    assert not asyncio.run(watch.observe(ended, 1000.0))
+    assert process_alive(dying.handle["pid"])
+    later = time.time() + JOB_STOP_GRACE
+    done = asyncio.run(finish_job_stops(experiment, store, later))
+    assert [d.trial_index for d in done] == [0]
+    _wait_dead(dying.handle["pid"])
+    assert store.job_stops("ereconcile") == {}
+    record = store.trial(sid)  # the outcome the first stop recorded stands
+    assert record.status == TrialStatus.USER_CANCELED and record.message == "its task was marked failed"
+    lines = [h for h in steering.history(store, "ereconcile") if h["action"] == "reconcile"]
+    assert len(lines) == 1 and "its job was still to be stopped" in lines[0]["detail"], lines
+    assert asyncio.run(watch.observe(ended, 1000.0 + JOB_STOP_LOOK)) is True
+
+
+@pytest.mark.slow
+def test_a_stop_that_dies_before_the_close_is_done_whole_from_its_note(running):
+    """Noted, then nothing: the trial still runs in the store and on its machine. The note says
+    a stop was asked; the reconciler does all of it, with the note's status and words."""
+    from trialflow.experiment import job_stops
+    from trialflow.runs.reconcile import finish_job_stops
+
+    experiment, store, started = running
+    sid = started[1].record.storage_id
+    asyncio.run(job_stops.note(store, sid, TrialStatus.EARLY_STOPPED, "the assessor stopped it"))
+    assert asyncio.run(finish_job_stops(experiment, store, time.time() + job_stops.JOB_STOP_GRACE))
+    _wait_dead(started[1].handle["pid"])
+    record = store.trial(sid)
+    assert record.status == TrialStatus.EARLY_STOPPED and record.message == "the assessor stopped it"
+    assert store.job_stops("ereconcile") == {}
+    assert all(process_alive(s.handle["pid"]) for s in (started[0], started[2]))
+
+
+def test_the_end_step_finishes_a_stop_half_done_at_once(running):
+    from trialflow.runs.reconcile import finish_job_stops
+
+    experiment, store, started = running
+    sid = started[2].record.storage_id
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(trial_lifecycle.stop_trial(_StopperDies(), store, started[2].handle, sid, "stopped"))
+    assert [d.trial_index for d in asyncio.run(finish_job_stops(experiment, store, time.time(), grace=0.0))] == [2]
+    _wait_dead(started[2].handle["pid"])

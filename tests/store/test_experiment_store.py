@@ -414,6 +414,59 @@ def test_an_experiment_attribute_is_read_alone(store):
 
 
 @pytest.mark.both_databases
+def test_a_stops_note_is_kept_per_trial_read_by_experiment_and_cleared(store):
+    """A stop's note (trialflow.experiment.job_stops) on a finished trial too: one row per trial,
+    a second note replaces the first, another experiment's notes and look-alike keys are not
+    read, and a cleared note is gone."""
+    for name in ("notes", "other"):
+        store.open_experiment(name)
+    a, b = (ask(store, "notes", i, f"t{i}", TPE, SPACE).storage_id for i in (0, 1))
+    c = ask(store, "other", 0, "o0", TPE, SPACE).storage_id
+    store.finish(a, TrialStatus.USER_CANCELED, None, "marked failed")
+    store.note_job_stop(a, {"status": "USER_CANCELED", "at": 1.0})
+    store.note_job_stop(a, {"status": "USER_CANCELED", "at": 2.0})
+    store.note_job_stop(b, {"status": "EARLY_STOPPED", "at": 3.0})
+    store.note_job_stop(c, {"status": "USER_CANCELED", "at": 4.0})
+    store.set_experiment_attrs("notes", {"job_stop:x": 1, "job_stop:" + "9" * 40: 2, "job_stopz": 3})
+    assert store.job_stops("notes") == {
+        a: {"status": "USER_CANCELED", "at": 2.0},
+        b: {"status": "EARLY_STOPPED", "at": 3.0},
+    }
+    store.clear_job_stop(a)
+    store.clear_job_stop(a)  # twice: nothing to clear
+    assert store.job_stops("notes") == {b: {"status": "EARLY_STOPPED", "at": 3.0}}
+    assert store.job_stops("other") == {c: {"status": "USER_CANCELED", "at": 4.0}}
+
+
+@pytest.mark.both_databases
+def test_two_stops_of_one_trial_note_it_at_once(store):
+    """Two stoppers (the reconciler and a trigger's on_kill) note one trial in the same instant:
+    neither fails (measured before: a unique-key error on PostgreSQL failed one stop)."""
+    import threading
+
+    store.open_experiment("race")
+    sids = [ask(store, "race", i, f"r{i}", TPE, SPACE).storage_id for i in range(15)]
+    errors: list[BaseException] = []
+
+    def note(sid: int, barrier: threading.Barrier, n: int) -> None:
+        barrier.wait()
+        try:
+            store.note_job_stop(sid, {"n": n})
+        except BaseException as exc:  # what the test reports
+            errors.append(exc)
+
+    for sid in sids:
+        barrier = threading.Barrier(2)
+        threads = [threading.Thread(target=note, args=(sid, barrier, n)) for n in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert errors == []
+    assert sorted(store.job_stops("race")) == sids
+
+
+@pytest.mark.both_databases
 def test_many_intermediate_results_are_stored_in_one_batch_exactly_once(store, monkeypatch):
     """A batch is one transaction of multi-row upserts: all of it or none of it, and a batch
     read again (a cursor lost in a crash mid-batch) overwrites its own rows instead of adding."""

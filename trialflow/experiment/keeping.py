@@ -24,6 +24,7 @@ from trialflow.checkpoints.copy_time import CopyTimedOut, allowed_seconds, folde
 from trialflow.checkpoints.keeper import TrialCheckpoints
 from trialflow.checkpoints.restarts import restart_verdict
 from trialflow.config.checkpoints import default_folder
+from trialflow.experiment import job_stops
 from trialflow.platforms.base import CANCEL_STATUSES, Resume, TrialHandle, TrialStatus, TrialUpdate
 from trialflow.store.records import Restart
 from trialflow.trial.wire import ARTIFACTS_DIR, PBT_SAVE_DIR, checkpoint_folder
@@ -241,7 +242,10 @@ class TrialKeeping:
         record = await in_thread(self.store.add_restart, self.storage_id, planned, new)
         if record.finished:  # stopped while it was starting again: its stop never saw this job
             status = record.status if record.status in CANCEL_STATUSES else TrialStatus.USER_CANCELED
-            await self.platform.cancel(new, status, record.message or "stopped while it was restarting")
+            noted = await job_stops.note(
+                self.store, self.storage_id, status, record.message or "stopped while it was restarting"
+            )
+            await job_stops.stop_noted(self.platform, self.store, new, self.storage_id, noted)
         return new
 
     def _inputs(self) -> Any:

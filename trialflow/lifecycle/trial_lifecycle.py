@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from trialflow.config.redaction import mask_text
 from trialflow.config.registry import is_host_bound
-from trialflow.experiment import Experiment, TrialXCom, trial_result
+from trialflow.experiment import Experiment, TrialXCom, job_stops, trial_result
 from trialflow.experiment.follow import Follower, FollowOutcome
 from trialflow.experiment.keeping import parent_checkpoint
 from trialflow.experiment.run_windows import EXPERIMENT_DEADLINE_REASON
@@ -319,15 +319,20 @@ async def stop_trial(
     The store first: whoever follows the trial then sees the job end and finds this outcome
     already recorded (not a FAILED from a killed process), and the tuner and the end step stop
     counting it as running at once. A trial that had already ended keeps its outcome and its
-    job is left alone (False); of two stops racing for one trial, one is told True."""
+    job is left alone (False); of two stops racing for one trial, one is told True.
+
+    The stop is noted in the store before the close and cleared once the platform took it
+    (trialflow.experiment.job_stops): a stop that dies between the two leaves its note, and the
+    run's reconciler stops the job."""
     record = await asyncio.to_thread(store.trial, storage_id)
     if record.finished:
         return False
+    noted = await job_stops.note(store, storage_id, status, reason)
     closed = await asyncio.to_thread(store.close_first, storage_id, status, reason)
     # Also when another stop closed it a moment ago. The store's handle is the trial's job now
     # where a restart from a checkpoint replaced the one the asker was given (a restart under
     # way when it closed cancels its own new job).
-    await platform.cancel(current_handle(handle, record.handle), status, reason)
+    await job_stops.stop_noted(platform, store, current_handle(handle, record.handle), storage_id, noted)
     return closed
 
 

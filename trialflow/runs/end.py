@@ -21,7 +21,7 @@ from trialflow.experiment.run_windows import RunWindow, RunWindows
 from trialflow.platforms.base import Connections
 from trialflow.runs.continuation import Continuation, continuation, continued_run
 from trialflow.runs.ownership import check_owner
-from trialflow.runs.reconcile import Reconciled, reconcile_run
+from trialflow.runs.reconcile import Reconciled, finish_job_stops, reconcile_run
 from trialflow.runs.summary import (
     ExperimentSummary,
     FollowOn,
@@ -221,6 +221,9 @@ async def end_run(
         )
     check_owner(store, experiment.experiment_id, dag_id, conf, group=experiment.group)
     reconciled = await reconcile_run(experiment, store, run_id, task_states, run_over=True, connections=connections)
+    # Stops left half done, at once (no stopper of this run is still at work: every task ended);
+    # one done twice is a second call to an idempotent stop.
+    reconciled += await finish_job_stops(experiment, store, time.time(), connections, grace=0.0)
     await asyncio.to_thread(store.close_abandoned_asks, experiment.experiment_id)
     told = await asyncio.to_thread(tell_custom_classes, experiment, store)
     verdict = summarize_run(experiment, store, run_id, conf)

@@ -16,6 +16,11 @@ run's watch and anything else may call it whenever they like. A task that is sti
 (queued, running, deferred, up for retry) is left alone: it follows the trial, or its retry
 re-attaches to it.
 
+The store is also compared with the platforms: a stop closes its trial first and then stops
+its job, and a stop that died between the two left its note (trialflow.experiment.job_stops);
+:func:`finish_job_stops` stops those jobs, so a trial the store calls stopped has no job left
+running on its platform.
+
 Asking Airflow is the caller's part (the Airflow layer passes task states in); nothing here
 imports Airflow.
 """
@@ -25,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,6 +38,8 @@ from optuna.exceptions import UpdateFinishedTrialError
 
 from trialflow import steering
 from trialflow.config.registry import is_host_bound
+from trialflow.experiment import job_stops
+from trialflow.experiment.job_stops import JOB_STOP_GRACE
 from trialflow.lifecycle import trial_lifecycle
 from trialflow.platforms.base import Connections, TrialStatus
 from trialflow.platforms.hosts import TrialOnAnotherHost, check_host
@@ -65,6 +72,8 @@ STORE_LOOK = 0.25
 #: Seconds a watch waits, once every trial task has ended, for trials it cannot stop itself (a
 #: local trial of another host) before it lets the run end.
 LEFT_GRACE = 120.0
+#: Seconds between two looks for stops left half done (trialflow.experiment.job_stops).
+JOB_STOP_LOOK = 5.0
 #: Who the history names for what reconciliation did.
 RECONCILER = "trialflow"
 
@@ -275,6 +284,60 @@ async def answer_stop_requests(
     return [Reconciled(t.trial_index, t.trial_id, reason) for (t, reason), ok in zip(chosen, stopped) if ok]
 
 
+async def finish_job_stops(
+    experiment: Experiment,
+    store: ExperimentStore,
+    now: float,
+    connections: Connections | None = None,
+    grace: float = JOB_STOP_GRACE,
+) -> list[Reconciled]:
+    """Finish the stops left half done (trialflow.experiment.job_stops): every noted stop older
+    than ``grace`` seconds (``now``: epoch seconds) has its job stopped again on its platform
+    and its note cleared; one whose trial was never closed (its stopper died before the close)
+    is stopped whole. A platform that refuses now leaves the note for the next pass. Returns
+    what it finished."""
+    due = job_stops.due_stops(await asyncio.to_thread(store.job_stops, experiment.experiment_id), now, grace)
+    if not due:
+        return []
+    done = await asyncio.gather(
+        *(_finish_job_stop(experiment, store, storage_id, stop, connections) for storage_id, stop in due.items())
+    )
+    return [r for r in done if r is not None]
+
+
+async def _finish_job_stop(
+    experiment: Experiment,
+    store: ExperimentStore,
+    storage_id: int,
+    stop: job_stops.JobStop,
+    connections: Connections | None,
+) -> Reconciled | None:
+    record = await asyncio.to_thread(store.trial, storage_id)
+    if not record.handle:  # never submitted: there is no job (its close said so)
+        await asyncio.to_thread(store.clear_job_stop, storage_id)
+        return None
+    service_index = int(record.service_index or 0)
+    if is_host_bound(experiment.config.platform_names[service_index]):
+        try:
+            check_host(record.trial_id, record.handle)
+        except TrialOnAnotherHost as exc:
+            log.warning("trial %s: %s; its stop waits for its host", record.trial_id, exc)
+            return None
+    platform = experiment.platform(service_index, connections)
+    try:
+        if record.finished:
+            await job_stops.stop_noted(platform, store, record.handle, storage_id, stop)
+        else:  # its stopper died between the note and the close: the whole stop
+            await trial_lifecycle.stop_trial(platform, store, record.handle, storage_id, stop.reason, stop.status)
+    except Exception as exc:  # the platform unreachable now: the note stays for the next pass
+        log.warning("trial %s: its job could not be stopped yet (%s); trying again later", record.trial_id, exc)
+        return None
+    what = f"trial {record.trial_index} ({record.trial_id}): its job was still to be stopped ({stop.reason})"
+    log.warning("%s", what)
+    await asyncio.to_thread(steering.record_action, store, experiment.experiment_id, RECONCILER, "reconcile", what)
+    return Reconciled(record.trial_index, record.trial_id, stop.reason)
+
+
 async def _stop(
     experiment: Experiment,
     store: ExperimentStore,
@@ -331,6 +394,7 @@ class RunWatch:
         self.all_ended_at: float | None = None
         self.reconciled: list[Reconciled] = []
         self.requests_seen_at: float | None = None
+        self.job_stops_seen_at: float | None = None
         #: The last wave's tasks the store said had ended their trials, and when Airflow may be
         #: asked about them early next (see :meth:`ask_early`).
         self._early_for: frozenset[int] = frozenset()
@@ -371,14 +435,19 @@ class RunWatch:
             self.reconciled += await answer_stop_requests(
                 self.experiment, self.store, self.run_id, time.time(), self.connections
             )
+        if self.job_stops_seen_at is None or now - self.job_stops_seen_at >= JOB_STOP_LOOK:
+            self.job_stops_seen_at = now
+            self.reconciled += await finish_job_stops(self.experiment, self.store, time.time(), self.connections)
         if not states or any(state not in TASK_ENDED for state in states.values()):
             self.all_ended_at = None
             return False
         self.all_ended_at = self.all_ended_at if self.all_ended_at is not None else now
-        left = await asyncio.to_thread(run_trials, self.experiment, self.store, self.run_id)
+        left: Collection[object] = await asyncio.to_thread(run_trials, self.experiment, self.store, self.run_id)
+        if not left:  # a stop half done is a job that may still run: the watch stays for it
+            left = await asyncio.to_thread(self.store.job_stops, self.experiment.experiment_id)
         if left and now - self.all_ended_at > LEFT_GRACE:
             log.warning(
-                "trials %s are still running; the end step takes over", sorted(t.trial_id for t in left.values())
+                "%d trials of run %s are still running or stopping; the end step takes over", len(left), self.run_id
             )
             return True
         return not left

@@ -61,6 +61,10 @@ ATTR_UPDATE_ATTEMPTS = 200
 #: Seconds after which an ask that never claimed its trial index is taken as dead (its claim
 #: follows Optuna's commit within milliseconds; a loaded store may take seconds).
 ABANDONED_AFTER = 60.0
+#: Experiment attribute keys of the stops whose job is not yet known stopped: the prefix, then
+#: the trial's storage id; JOB_STOP_END is the first key past them (":" + 1 is ";").
+JOB_STOP_PREFIX = "job_stop:"
+JOB_STOP_END = "job_stop;"
 
 
 @dataclass(frozen=True)
@@ -511,6 +515,64 @@ class ExperimentStore:
                 found[int(storage_id)] = json.loads(text)
             except (TypeError, ValueError):
                 continue  # a value another writer left unreadable: not a request
+        return found
+
+    # -- stops whose job is not yet known stopped (trialflow.experiment.job_stops) ---------------
+    # One experiment attribute row per stop, keyed by the trial: concurrent stops of a whole run
+    # insert rows of their own instead of contending for one shared value.
+
+    def note_job_stop(self, storage_id: int, value: dict[str, Any]) -> None:
+        """Record, before the trial is closed, that its job is being stopped (``value``: the
+        stop as trialflow.experiment.job_stops writes it); a second note replaces the first."""
+        key = JOB_STOP_PREFIX + str(int(storage_id))
+        study_id = sa.select(TRIALS.c.study_id).where(TRIALS.c.trial_id == storage_id).scalar_subquery()
+        text = json.dumps(value)
+        update = (
+            sa.update(STUDY_ATTRS)
+            .where(STUDY_ATTRS.c.study_id == study_id, STUDY_ATTRS.c.key == key)
+            .values(value_json=text)
+        )
+        insert = sa.insert(STUDY_ATTRS).from_select(
+            ["study_id", "key", "value_json"],
+            sa.select(TRIALS.c.study_id, sa.literal(key), sa.literal(text)).where(TRIALS.c.trial_id == storage_id),
+        )
+        with self.storage.engine.begin() as conn:
+            if conn.execute(update).rowcount:
+                return
+        try:
+            with self.storage.engine.begin() as conn:
+                conn.execute(insert)
+        except sa.exc.IntegrityError:  # two stops of one trial at once: the other inserted first
+            with self.storage.engine.begin() as conn:
+                conn.execute(update)
+
+    def clear_job_stop(self, storage_id: int) -> None:
+        """The trial's job is stopped (its platform took the stop): forget the note."""
+        key = JOB_STOP_PREFIX + str(int(storage_id))
+        study_id = sa.select(TRIALS.c.study_id).where(TRIALS.c.trial_id == storage_id).scalar_subquery()
+        with self.storage.engine.begin() as conn:
+            conn.execute(sa.delete(STUDY_ATTRS).where(STUDY_ATTRS.c.study_id == study_id, STUDY_ATTRS.c.key == key))
+
+    def job_stops(self, experiment_id: str) -> dict[int, Any]:
+        """The experiment's noted stops not yet cleared, by the trial's storage id, as written
+        (the reader checks them): one indexed range read of their rows alone, so the run's watch
+        may ask every pass. A row whose value is not JSON is left out."""
+        query = sa.select(STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json).where(
+            STUDY_ATTRS.c.study_id == self.study_id(experiment_id),
+            STUDY_ATTRS.c.key >= JOB_STOP_PREFIX,
+            STUDY_ATTRS.c.key < JOB_STOP_END,
+        )
+        with self.storage.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        found = {}
+        for key, text in rows:
+            suffix = key[len(JOB_STOP_PREFIX) :]
+            if not suffix.isdigit() or len(suffix) > 18:
+                continue
+            try:
+                found[int(suffix)] = json.loads(text)
+            except (TypeError, ValueError):
+                continue
         return found
 
     def close_abandoned_asks(self, experiment_id: str, older_than: float = ABANDONED_AFTER) -> int:
