@@ -718,12 +718,18 @@ class ExperimentStore:
         except UpdateFinishedTrialError:
             log.debug("trial %s was closed before it could be failed unlaunched", storage_id)
 
-    def objectives_of_trial(self, storage_id: int) -> list[dict[str, str]] | None:
-        """The objectives of the trial's experiment (None: one objective); read once per study."""
+    def objectives_of_trial(self, storage_id: int, study_id: int | None = None) -> list[dict[str, str]] | None:
+        """The objectives of the trial's experiment (None: one objective); read once per study
+        (``study_id``, where the caller read it with the trial, saves finding it again)."""
         trials = TRIALS
         attrs = STUDY_ATTRS
+        if study_id is not None and study_id in self._objectives:
+            return self._objectives[study_id]
         with self.storage.engine.connect() as conn:
-            study_id = conn.execute(sa.select(trials.c.study_id).where(trials.c.trial_id == storage_id)).scalar_one()
+            if study_id is None:
+                study_id = conn.execute(
+                    sa.select(trials.c.study_id).where(trials.c.trial_id == storage_id)
+                ).scalar_one()
             if study_id not in self._objectives:
                 query = sa.select(attrs.c.value_json).where(
                     attrs.c.study_id == study_id, attrs.c.key == OBJECTIVES_ATTR
@@ -755,7 +761,7 @@ class ExperimentStore:
             attrs["final_metric"] = jsonable(final)
             if isinstance(final, dict):
                 attrs["final_metric_extra"] = {k: jsonable(v) for k, v in final.items() if k != "default"}
-        objectives = self.objectives_of_trial(storage_id) if status in COUNTED_STATUSES else None
+        objectives = self.objectives_of_trial(storage_id, summary.study_id) if status in COUNTED_STATUSES else None
         state, values, problem = outcome(status, final, objectives)
         if problem:
             attrs["message"] = problem + (f"; {message}" if message else "")

@@ -153,6 +153,8 @@ class TrialSummary:
     user_attrs: dict[str, Any]
     intermediate_count: int
     last_step: int | None
+    #: Its experiment's study, where the read had it (a close reads the objectives by it).
+    study_id: int | None = None
 
     @classmethod
     def of(cls, frozen: FrozenTrial, trial_id: int) -> TrialSummary:
@@ -168,7 +170,9 @@ class TrialSummary:
 
 def read_summary(conn: sa.Connection, trial_id: int) -> TrialSummary | None:
     """One trial's summary (None when there is no such trial), in three statements."""
-    row = conn.execute(sa.select(TRIALS.c.number, TRIALS.c.state).where(TRIALS.c.trial_id == trial_id)).first()
+    row = conn.execute(
+        sa.select(TRIALS.c.number, TRIALS.c.state, TRIALS.c.study_id).where(TRIALS.c.trial_id == trial_id)
+    ).first()
     if row is None:
         return None
     attrs = conn.execute(
@@ -186,4 +190,5 @@ def read_summary(conn: sa.Connection, trial_id: int) -> TrialSummary | None:
         {a.key: json.loads(a.value_json) for a in attrs},
         int(steps[0]),
         None if steps[1] is None else int(steps[1]),
+        int(row.study_id),
     )
