@@ -448,11 +448,17 @@ def test_a_stop_that_dies_before_the_close_is_done_whole_from_its_note(running):
 
 
 def test_the_end_step_finishes_a_stop_half_done_at_once(running):
-    from trialflow.runs.reconcile import finish_job_stops
+    """The end step (every task ended): the trials still running are stopped, and a stop left
+    half done a moment ago has its job stopped at once, not after the watch's grace."""
+    from trialflow.runs import end_run
 
     experiment, store, started = running
     sid = started[2].record.storage_id
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(trial_lifecycle.stop_trial(_StopperDies(), store, started[2].handle, sid, "stopped"))
-    assert [d.trial_index for d in asyncio.run(finish_job_stops(experiment, store, time.time(), grace=0.0))] == [2]
-    _wait_dead(started[2].handle["pid"])
+    ended = asyncio.run(end_run(experiment, store, "dag_a", "r1", {}, {0: "failed", 1: "failed", 2: "failed"}))
+    assert sorted(r.trial_index for r in ended.reconciled) == [0, 1, 2]
+    for s in started:
+        _wait_dead(s.handle["pid"])
+    assert store.job_stops("ereconcile") == {}
+    assert store.trial(sid).message == "stopped"
