@@ -438,6 +438,16 @@ def test_a_stops_note_is_kept_per_trial_read_by_experiment_and_cleared(store):
     assert store.job_stops("other") == {c: {"status": "USER_CANCELED", "at": 4.0}}
 
 
+def test_a_stops_note_is_written_where_the_database_has_no_upsert(store, monkeypatch):
+    """MySQL, SQLite before 3.24: Optuna's own write of the study attribute, the same result."""
+    monkeypatch.setattr(type(store.storage), "_upsert", lambda self: None)
+    store.open_experiment("plain")
+    sid = ask(store, "plain", 0, "p0", TPE, SPACE).storage_id
+    store.note_job_stop(sid, {"at": 1.0})
+    store.note_job_stop(sid, {"at": 2.0})
+    assert store.job_stops("plain") == {sid: {"at": 2.0}}
+
+
 @pytest.mark.both_databases
 def test_two_stops_of_one_trial_note_it_at_once(store):
     """Two stoppers (the reconciler and a trigger's on_kill) note one trial in the same instant:

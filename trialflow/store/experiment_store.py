@@ -524,27 +524,7 @@ class ExperimentStore:
     def note_job_stop(self, storage_id: int, value: dict[str, Any]) -> None:
         """Record, before the trial is closed, that its job is being stopped (``value``: the
         stop as trialflow.experiment.job_stops writes it); a second note replaces the first."""
-        key = JOB_STOP_PREFIX + str(int(storage_id))
-        study_id = sa.select(TRIALS.c.study_id).where(TRIALS.c.trial_id == storage_id).scalar_subquery()
-        text = json.dumps(value)
-        update = (
-            sa.update(STUDY_ATTRS)
-            .where(STUDY_ATTRS.c.study_id == study_id, STUDY_ATTRS.c.key == key)
-            .values(value_json=text)
-        )
-        insert = sa.insert(STUDY_ATTRS).from_select(
-            ["study_id", "key", "value_json"],
-            sa.select(TRIALS.c.study_id, sa.literal(key), sa.literal(text)).where(TRIALS.c.trial_id == storage_id),
-        )
-        with self.storage.engine.begin() as conn:
-            if conn.execute(update).rowcount:
-                return
-        try:
-            with self.storage.engine.begin() as conn:
-                conn.execute(insert)
-        except sa.exc.IntegrityError:  # two stops of one trial at once: the other inserted first
-            with self.storage.engine.begin() as conn:
-                conn.execute(update)
+        self.storage.set_study_attr_of_trial(storage_id, JOB_STOP_PREFIX + str(int(storage_id)), value)
 
     def clear_job_stop(self, storage_id: int) -> None:
         """The trial's job is stopped (its platform took the stop): forget the note."""

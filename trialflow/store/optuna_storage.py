@@ -41,7 +41,16 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from trialflow.store import schema_check
 from trialflow.store.optuna_internals import create_scoped_session as _create_scoped_session
 from trialflow.store.optuna_internals import models, share_alembic_scripts, trial_storage_id
-from trialflow.store.optuna_tables import DIRECTIONS, INTERMEDIATE, PARAMS, STUDIES, TRIAL_ATTRS, TRIALS, VALUES
+from trialflow.store.optuna_tables import (
+    DIRECTIONS,
+    INTERMEDIATE,
+    PARAMS,
+    STUDIES,
+    STUDY_ATTRS,
+    TRIAL_ATTRS,
+    TRIALS,
+    VALUES,
+)
 from trialflow.store.schema import ensure_schema
 from trialflow.store.tables import RESULT_TIMES
 from trialflow.store.trial_reader import read_trials
@@ -317,6 +326,28 @@ class TrialflowStorage(RDBStorage):
         if self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0):
             return None
         return _UPSERTS.get(self.engine.name)
+
+    def set_study_attr_of_trial(self, trial_id: int, key: str, value: Any) -> None:
+        """User attribute ``key`` of the study trial ``trial_id`` belongs to, in one upsert that
+        finds the study itself (two writers at once: no error, one value stands); Optuna's own
+        write where the database has no upsert."""
+        text = json.dumps(value)
+        upsert = self._upsert()
+        if upsert is None:
+            with self.engine.connect() as conn:
+                study_id = conn.execute(sa.select(TRIALS.c.study_id).where(TRIALS.c.trial_id == trial_id)).scalar_one()
+            self.set_study_user_attr(study_id, key, value)
+            return
+        insert = upsert(STUDY_ATTRS).from_select(
+            ["study_id", "key", "value_json"],
+            # (a WHERE clause: SQLite's upsert after a SELECT needs one to parse)
+            sa.select(TRIALS.c.study_id, sa.literal(key), sa.literal(text)).where(TRIALS.c.trial_id == trial_id),
+        )
+        statement = insert.on_conflict_do_update(
+            index_elements=[STUDY_ATTRS.c.study_id, STUDY_ATTRS.c.key], set_={"value_json": insert.excluded.value_json}
+        )
+        with self.engine.begin() as conn:
+            conn.execute(statement)
 
     def keep_first_user_attr(self, trial_id: int, key: str, value: Any) -> Any:
         """Keep ``value`` as the trial's user attribute ``key`` unless it has one already, and
