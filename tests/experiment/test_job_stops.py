@@ -44,12 +44,14 @@ def test_a_long_reason_is_bounded_and_a_missing_one_says_stopped():
     assert JobStop.parse({"status": "USER_CANCELED", "at": 1}).reason == "stopped"
 
 
-def test_a_note_is_due_after_the_grace_and_one_from_the_future_counts_from_now():
+def test_a_note_is_due_after_the_grace_and_one_dated_ahead_of_it_at_once():
     notes = {
         1: JobStop(TrialStatus.USER_CANCELED, "a", 1000.0).to_value(),
         2: JobStop(TrialStatus.EARLY_STOPPED, "b", 1000.0 + JOB_STOP_GRACE).to_value(),
-        3: JobStop(TrialStatus.SYS_CANCELED, "c", 1e15).to_value(),  # a clock far ahead wrote it
+        3: JobStop(TrialStatus.SYS_CANCELED, "c", 1000.0 + 3 * JOB_STOP_GRACE).to_value(),  # a clock ahead
+        4: JobStop(TrialStatus.USER_CANCELED, "d", 1e15).to_value(),
     }
-    assert sorted(due_stops(notes, 1000.0 + JOB_STOP_GRACE - 0.1)) == [3]
-    assert sorted(due_stops(notes, 1000.0 + JOB_STOP_GRACE)) == [1, 3]
-    assert sorted(due_stops(notes, 1000.0, grace=0.0)) == [1, 3]
+    assert sorted(due_stops(notes, 1000.0 + JOB_STOP_GRACE - 0.1)) == [3, 4]
+    assert sorted(due_stops(notes, 1000.0 + JOB_STOP_GRACE)) == [1, 3, 4]
+    assert sorted(due_stops(notes, 1000.0 + 2.5 * JOB_STOP_GRACE)) == [1, 2, 4]  # 3 is within the grace now
+    assert sorted(due_stops(notes, 1000.0, grace=0.0)) == [1, 2, 3, 4]

@@ -58,8 +58,10 @@ class JobStop:
         return cls(TrialStatus(status), str(reason or "stopped")[:REASON_LIMIT], float(at))
 
     def due(self, now: float, grace: float = JOB_STOP_GRACE) -> bool:
-        """Left long enough to whoever noted it (a note from the future counts from now)."""
-        return now - grace >= self.at or self.at > now + 86400
+        """Left ``grace`` seconds to whoever noted it. A note dated more than the grace ahead
+        (another host's clock) is due as well: its time says nothing, and waiting for it could
+        leave a job running for as long as that clock is ahead (a second stop costs a call)."""
+        return abs(now - self.at) >= grace
 
 
 def due_stops(notes: Mapping[int, object], now: float, grace: float = JOB_STOP_GRACE) -> dict[int, JobStop]:
