@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -442,12 +442,14 @@ class RunWatch:
             self.all_ended_at = None
             return False
         self.all_ended_at = self.all_ended_at if self.all_ended_at is not None else now
-        left: Collection[object] = await asyncio.to_thread(run_trials, self.experiment, self.store, self.run_id)
-        if not left:  # a stop half done is a job that may still run: the watch stays for it
-            left = await asyncio.to_thread(self.store.job_stops, self.experiment.experiment_id)
-        if left and now - self.all_ended_at > LEFT_GRACE:
+        running = await asyncio.to_thread(run_trials, self.experiment, self.store, self.run_id)
+        # a stop half done is a job that may still run: the watch stays for it too
+        stopping = {} if running else await asyncio.to_thread(self.store.job_stops, self.experiment.experiment_id)
+        if (running or stopping) and now - self.all_ended_at > LEFT_GRACE:
             log.warning(
-                "%d trials of run %s are still running or stopping; the end step takes over", len(left), self.run_id
+                "trials %s are still running, %d still stopping; the end step takes over",
+                sorted(t.trial_id for t in running.values()),
+                len(stopping),
             )
             return True
-        return not left
+        return not (running or stopping)
