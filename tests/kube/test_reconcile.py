@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers.kube.cluster import KubeCluster
 from tests.helpers.kube.controller import TestController
+from tests.helpers.stoppers import StopperDies
 from tests.kube.test_platforms import TRIAL, experiment_id
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
@@ -21,13 +22,6 @@ from trialflow.runs import start_run
 from trialflow.runs.reconcile import finish_job_stops
 
 pytestmark = pytest.mark.kube
-
-
-class _StopperDies:
-    """The stop's process died (its worker SIGKILLed after on_kill's grace) after the close."""
-
-    async def cancel(self, handle, status, reason):
-        raise asyncio.CancelledError
 
 
 def _until(check, what: str, seconds: float = 30) -> None:
@@ -56,9 +50,7 @@ def test_a_kubeflow_trial_closed_while_its_job_runs_has_its_job_deleted(
     _until(lambda: kube_controller.job(name) is not None, "the job never appeared")
 
     with pytest.raises(asyncio.CancelledError):
-        asyncio.run(
-            trial_lifecycle.stop_trial(_StopperDies(), store, started.handle, sid, "its task was marked failed")
-        )
+        asyncio.run(trial_lifecycle.stop_trial(StopperDies(), store, started.handle, sid, "its task was marked failed"))
     assert store.trial(sid).status == TrialStatus.USER_CANCELED
     assert not kube_controller.job(name).stopped  # the gap: closed in the store, running on the cluster
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.stoppers import StopperDies
 from trialflow import steering
 from trialflow.config import load_config
 from trialflow.experiment import Experiment
@@ -374,14 +375,6 @@ def test_a_trial_a_person_stopped_closes_with_their_words_when_the_reconciler_ac
     assert "its task is failed while the trial still ran" in second.message  # nobody asked: the rule's words
 
 
-class _StopperDies:
-    """A platform whose stop never reaches it: the process running the stop died (SIGKILLed 5 s
-    after on_kill's SIGTERM, a triggerer killed) between the store's close and the job's stop."""
-
-    async def cancel(self, handle, status, reason):
-        raise asyncio.CancelledError
-
-
 def _wait_dead(pid: int, seconds: float = 15) -> None:
     deadline = time.monotonic() + seconds
     while process_alive(pid):
@@ -400,7 +393,7 @@ def test_a_stop_that_dies_after_the_close_is_finished_by_the_watch(running):
     experiment, store, started = running
     dying, sid = started[0], started[0].record.storage_id
     with pytest.raises(asyncio.CancelledError):
-        asyncio.run(trial_lifecycle.stop_trial(_StopperDies(), store, dying.handle, sid, "its task was marked failed"))
+        asyncio.run(trial_lifecycle.stop_trial(StopperDies(), store, dying.handle, sid, "its task was marked failed"))
     assert store.trial(sid).status == TrialStatus.USER_CANCELED
     assert process_alive(dying.handle["pid"])  # the gap: closed, and still running
     assert list(store.job_stops("ereconcile")) == [sid]
@@ -455,7 +448,7 @@ def test_the_end_step_finishes_a_stop_half_done_at_once(running):
     experiment, store, started = running
     sid = started[2].record.storage_id
     with pytest.raises(asyncio.CancelledError):
-        asyncio.run(trial_lifecycle.stop_trial(_StopperDies(), store, started[2].handle, sid, "stopped"))
+        asyncio.run(trial_lifecycle.stop_trial(StopperDies(), store, started[2].handle, sid, "stopped"))
     ended = asyncio.run(end_run(experiment, store, "dag_a", "r1", {}, {0: "failed", 1: "failed", 2: "failed"}))
     assert sorted(r.trial_index for r in ended.reconciled) == [0, 1, 2]
     for s in started:
