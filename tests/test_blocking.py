@@ -30,23 +30,22 @@ def test_work_and_starts_run_in_their_own_pools_with_the_callers_context():
 
 def test_more_starts_than_the_default_executor_has_threads_run_at_once():
     """Fifty trials asked at once in the triggerer: the default executor's six threads (two
-    CPUs) made them queue; sixteen start together here."""
-    running, most = [0], [0]
-    lock = threading.Lock()
+    CPUs) made them queue; sixteen start together here. Every start waits at a barrier for all
+    the others (a pool of fewer threads never fills it: the barrier breaks after its timeout),
+    not a sleep that a loaded machine may outlast before the last thread is made."""
+    barrier = threading.Barrier(blocking.START_THREADS, timeout=20)
 
-    def start() -> None:
-        with lock:
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        time.sleep(0.2)
-        with lock:
-            running[0] -= 1
+    def start() -> bool:
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return False
+        return True
 
-    async def main() -> None:
-        await asyncio.gather(*(blocking.in_start_thread(start) for _ in range(blocking.START_THREADS)))
+    async def main() -> list[bool]:
+        return await asyncio.gather(*(blocking.in_start_thread(start) for _ in range(blocking.START_THREADS)))
 
-    asyncio.run(main())
-    assert most[0] == blocking.START_THREADS
+    assert all(asyncio.run(main()))
 
 
 def test_starts_that_fill_their_pool_still_launch_through_the_platforms_loop():
