@@ -32,6 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
 from trialflow.config.search_space import SearchSpace, SearchSpaceError, encode
+from trialflow.store import statements
 from trialflow.store.optuna_internals import models, trial_storage_id
 from trialflow.store.optuna_storage import HeldParam, open_storage
 from trialflow.store.optuna_tables import STUDIES, STUDY_ATTRS, TRIAL_ATTRS, TRIALS
@@ -226,12 +227,9 @@ class ExperimentStore:
     def experiment_attrs_named(self, experiment_id: str, keys: Iterable[str]) -> dict[str, Any]:
         """The experiment's attributes named in ``keys`` that are set, in one statement, without
         the others (one per run, one per custom class...)."""
-        table = STUDY_ATTRS
-        query = sa.select(table.c.key, table.c.value_json).where(
-            table.c.study_id == self.study_id(experiment_id), table.c.key.in_(list(keys))
-        )
+        bound = {"b_study": self.study_id(experiment_id), "b_keys": list(keys)}
         with self.storage.engine.connect() as conn:
-            return {row.key: json.loads(row.value_json) for row in conn.execute(query)}
+            return {row.key: json.loads(row.value_json) for row in conn.execute(statements.STUDY_ATTRS_NAMED, bound)}
 
     def read_for_start(
         self,
@@ -247,14 +245,8 @@ class ExperimentStore:
         and with ``active`` the trials running now (what NNI's hybrid mode places a trial by).
         The indexes come from its run's window, which the store does not read. One connection;
         a task's first read of the store, so it finds the study's id in the same statement."""
-        wanted = STUDY_ATTRS.c.key.in_(list(keys))
-        attrs_query = (
-            sa.select(STUDIES.c.study_id, STUDY_ATTRS.c.key, STUDY_ATTRS.c.value_json)
-            .select_from(STUDIES.outerjoin(STUDY_ATTRS, sa.and_(STUDY_ATTRS.c.study_id == STUDIES.c.study_id, wanted)))
-            .where(STUDIES.c.study_name == experiment_id)
-        )
         with self.storage.engine.connect() as conn:
-            rows = conn.execute(attrs_query).all()
+            rows = conn.execute(statements.STUDY_WITH_ATTRS, {"b_name": experiment_id, "b_keys": list(keys)}).all()
             if not rows:  # no such study (a remembered id of a deleted one is forgotten)
                 self.storage.forget(experiment_id)
                 raise KeyError(f"experiment {experiment_id!r} is not in the store")
@@ -276,8 +268,8 @@ class ExperimentStore:
         indexes = sorted(set(trial_indexes))
         if not indexes:
             return {}
-        where = sa.and_(TRIAL_INDEX.c.study_id == study_id, TRIAL_INDEX.c.trial_index.in_(indexes))
-        ids = [int(i) for i in conn.execute(sa.select(TRIAL_INDEX.c.trial_id).where(where)).scalars()]
+        bound = {"b_study": study_id, "b_indexes": indexes}
+        ids = [int(i) for i in conn.execute(statements.TRIALS_AT, bound).scalars()]
         if not ids:
             return {}
         frozen = read_trials(conn, [TRIALS.c.trial_id.in_(ids)])
@@ -307,12 +299,11 @@ class ExperimentStore:
         changed it in between. Read-modify-write of a shared attribute (the history, counters)
         lost changes under concurrency: twenty actions from two editors at once wrote 13
         history lines. No lock is held, so it works alike on SQLite and PostgreSQL."""
-        table = STUDY_ATTRS
         study_id = self.study_id(experiment_id)
-        where = sa.and_(table.c.study_id == study_id, table.c.key == key)
+        bound = {"b_study": study_id, "b_key": key}
         for _ in range(ATTR_UPDATE_ATTEMPTS):
             with self.storage.engine.connect() as conn:
-                raw = conn.execute(sa.select(table.c.value_json).where(where)).scalar_one_or_none()
+                raw = conn.execute(statements.STUDY_ATTR, bound).scalar_one_or_none()
             value = change(None if raw is None else json.loads(raw))
             new = json.dumps(value)
             if new == (raw if raw is not None else "null"):
@@ -320,12 +311,12 @@ class ExperimentStore:
             try:
                 with self.storage.engine.begin() as conn:
                     if raw is None:
-                        conn.execute(sa.insert(table).values(study_id=study_id, key=key, value_json=new))
+                        conn.execute(
+                            statements.INSERT_STUDY_ATTR, {"study_id": study_id, "key": key, "value_json": new}
+                        )
                         return value
                     if (
-                        conn.execute(
-                            sa.update(table).where(where, table.c.value_json == raw).values(value_json=new)
-                        ).rowcount
+                        conn.execute(statements.SWAP_STUDY_ATTR, {**bound, "b_old": raw, "value_json": new}).rowcount
                         == 1
                     ):
                         return value
@@ -347,26 +338,20 @@ class ExperimentStore:
 
     def find_trial_id(self, experiment_id: str, trial_index: int) -> int | None:
         """The storage id of trial ``trial_index`` (one indexed query)."""
-        query = sa.select(TRIAL_INDEX.c.trial_id).where(
-            TRIAL_INDEX.c.study_id == self.study_id(experiment_id), TRIAL_INDEX.c.trial_index == trial_index
-        )
+        bound = {"b_study": self.study_id(experiment_id), "b_index": trial_index}
         with self.storage.engine.begin() as conn:
-            return conn.execute(query).scalar_one_or_none()
+            found = conn.execute(statements.TRIAL_AT, bound).scalar_one_or_none()
+        return None if found is None else int(found)
 
     def asked_between(self, experiment_id: str, first: int, end: int) -> dict[int, bool]:
         """The trials asked at indexes ``first`` .. ``end - 1`` (a run's window), by index:
         whether each is closed. One statement."""
-        query = (
-            sa.select(TRIAL_INDEX.c.trial_index, TRIALS.c.state)
-            .join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id)
-            .where(
-                TRIAL_INDEX.c.study_id == self.study_id(experiment_id),
-                TRIAL_INDEX.c.trial_index >= first,
-                TRIAL_INDEX.c.trial_index < end,
-            )
-        )
+        bound = {"b_study": self.study_id(experiment_id), "b_first": first, "b_end": end}
         with self.storage.engine.connect() as conn:
-            return {int(index): state != TrialState.RUNNING for index, state in conn.execute(query)}
+            return {
+                int(index): state != TrialState.RUNNING
+                for index, state in conn.execute(statements.ASKED_BETWEEN, bound)
+            }
 
     def all_finished(self, experiment_id: str, trial_indexes: Collection[int]) -> bool:
         """Every trial of ``trial_indexes`` is in the store and no longer running (one indexed
@@ -433,9 +418,8 @@ class ExperimentStore:
         parameters = attrs["parameters"]
         try:
             with self.storage.transaction() as session:
-                session.execute(
-                    TRIAL_INDEX.insert().values(study_id=study_id, trial_index=trial_index, trial_id=storage_id)
-                )
+                claim = {"study_id": study_id, "trial_index": trial_index, "trial_id": storage_id}
+                session.execute(statements.INSERT_INDEX, claim)
                 self.storage.write_params(session, params)
                 self.storage.write_user_attrs(session, storage_id, attrs)
         except sa.exc.IntegrityError:
@@ -582,20 +566,15 @@ class ExperimentStore:
         """One of a trial's attributes (None if unset), in one indexed query: the follow loop
         asks every poll whether someone asked the trial to stop, and reading the whole trial
         (all its intermediate values) for that would cost a long trial dearly."""
-        table = TRIAL_ATTRS
-        query = sa.select(table.c.value_json).where(table.c.trial_id == storage_id, table.c.key == key)
         with self.storage.engine.connect() as conn:
-            raw = conn.execute(query).scalar_one_or_none()
+            raw = conn.execute(statements.TRIAL_ATTR, {"b_trial": storage_id, "b_key": key}).scalar_one_or_none()
         return None if raw is None else json.loads(raw)
 
     def trial_attrs(self, storage_id: int, keys: Iterable[str]) -> dict[str, Any]:
         """Some of a trial's attributes (those set), in one indexed query."""
-        table = TRIAL_ATTRS
-        query = sa.select(table.c.key, table.c.value_json).where(
-            table.c.trial_id == storage_id, table.c.key.in_(list(keys))
-        )
+        bound = {"b_trial": storage_id, "b_keys": list(keys)}
         with self.storage.engine.connect() as conn:
-            return {key: json.loads(raw) for key, raw in conn.execute(query)}
+            return {key: json.loads(raw) for key, raw in conn.execute(statements.TRIAL_ATTRS_NAMED, bound)}
 
     def set_status(self, storage_id: int, status: TrialStatus, **attrs: Any) -> None:
         """A running trial's status (and facts beside it). A trial closed meanwhile (a stop

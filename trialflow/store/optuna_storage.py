@@ -35,17 +35,14 @@ from optuna.exceptions import StorageInternalError, UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.dialects import postgresql as postgresql_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 
-from trialflow.store import schema_check
+from trialflow.store import schema_check, statements
 from trialflow.store.optuna_internals import create_scoped_session as _create_scoped_session
 from trialflow.store.optuna_internals import models, share_alembic_scripts, trial_storage_id
 from trialflow.store.optuna_tables import (
     DIRECTIONS,
     INTERMEDIATE,
     PARAMS,
-    STUDIES,
     STUDY_ATTRS,
     TRIAL_ATTRS,
     TRIALS,
@@ -60,12 +57,6 @@ log = logging.getLogger(__name__)
 # A process that makes several new stores (a test session, an api-server importing NNI history)
 # reads Optuna's migration files once (optuna_internals.share_alembic_scripts).
 share_alembic_scripts()
-
-#: The dialects whose INSERT ... ON CONFLICT DO UPDATE writes several attributes at once.
-_UPSERTS: dict[str, Callable[[sa.Table], Any]] = {
-    "sqlite": sqlite_dialect.insert,
-    "postgresql": postgresql_dialect.insert,
-}
 
 
 class HeldParam(NamedTuple):
@@ -176,20 +167,15 @@ class TrialflowStorage(RDBStorage):
         samples holding the GIL under bench/thousand.py (py-spy)."""
         started = datetime.now()
         with self.transaction() as session:
-            locked = sa.select(STUDIES.c.study_id).where(STUDIES.c.study_id == study_id).with_for_update()
-            if session.execute(locked).first() is None:
+            if session.execute(statements.STUDY_LOCKED, {"b_study": study_id}).first() is None:
                 raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's lookup raises
-            made = sa.insert(TRIALS).values(
-                study_id=study_id, number=None, state=TrialState.RUNNING, datetime_start=started
-            )
-            key = cast("sa.CursorResult[Any]", session.execute(made)).inserted_primary_key
+            row = {"study_id": study_id, "number": None, "state": TrialState.RUNNING, "datetime_start": started}
+            key = cast("sa.CursorResult[Any]", session.execute(statements.INSERT_TRIAL, row)).inserted_primary_key
             assert key is not None  # an insert of one row always has its key
             trial_id = int(key[0])
-            before = sa.select(sa.func.count(TRIALS.c.trial_id)).where(
-                TRIALS.c.study_id == study_id, TRIALS.c.trial_id < trial_id
-            )
-            number = int(session.execute(before).scalar_one())
-            session.execute(sa.update(TRIALS).where(TRIALS.c.trial_id == trial_id).values(number=number))
+            before = {"b_study": study_id, "b_trial": trial_id}
+            number = int(session.execute(statements.TRIALS_BEFORE, before).scalar_one())
+            session.execute(statements.UPDATE_TRIAL, {"b_trial": trial_id, "number": number})
         return FrozenTrial(
             number=number,
             state=TrialState.RUNNING,
@@ -235,9 +221,7 @@ class TrialflowStorage(RDBStorage):
         for held in params:
             by_trial.setdefault(held.trial_id, []).append(held)
         for trial_id, held_params in by_trial.items():
-            trial = session.execute(
-                sa.select(TRIALS.c.study_id, TRIALS.c.state).where(TRIALS.c.trial_id == trial_id)
-            ).first()
+            trial = session.execute(statements.TRIAL_STUDY_AND_STATE, {"b_trial": trial_id}).first()
             if trial is None:
                 raise KeyError(models.NOT_FOUND_MSG)  # what Optuna raises
             self.check_trial_is_updatable(trial_id, trial.state)
@@ -267,14 +251,8 @@ class TrialflowStorage(RDBStorage):
         was checked against the first when it was written), in one statement."""
         if not names:
             return {}
-        first = (
-            sa.select(sa.func.min(PARAMS.c.param_id))
-            .join(TRIALS, TRIALS.c.trial_id == PARAMS.c.trial_id)
-            .where(TRIALS.c.study_id == study_id, PARAMS.c.param_name.in_(sorted(names)))
-            .group_by(PARAMS.c.param_name)
-        )
-        query = sa.select(PARAMS.c.param_name, PARAMS.c.distribution_json).where(PARAMS.c.param_id.in_(first))
-        return {name: distributions.json_to_distribution(raw) for name, raw in session.execute(query)}
+        rows = session.execute(statements.EARLIER_DISTRIBUTIONS, {"b_study": study_id, "b_names": sorted(names)})
+        return {name: distributions.json_to_distribution(raw) for name, raw in rows}
 
     def lock_unfinished(self, session: sa_orm.Session, trial_id: int) -> None:
         """Take the database's write lock on a trial that is not finished, in this session's
@@ -287,12 +265,7 @@ class TrialflowStorage(RDBStorage):
         set it back to WAITING: seen under load by tests/experiment/test_keeping.py). This
         no-op UPDATE guarded by the state is the check and the lock in one statement, on SQLite
         and PostgreSQL alike; of two writers racing a close, the later one finds it finished."""
-        still_open = TRIALS.c.state.in_([TrialState.RUNNING, TrialState.WAITING])
-        unfinished = sa.and_(TRIALS.c.trial_id == trial_id, still_open)
-        written = cast(
-            "sa.CursorResult[Any]",
-            session.execute(sa.update(TRIALS).where(unfinished).values(state=TRIALS.c.state)),
-        )
+        written = cast("sa.CursorResult[Any]", session.execute(statements.LOCK_UNFINISHED, {"b_trial": trial_id}))
         if written.rowcount != 1:
             models.TrialModel.find_or_raise_by_id(trial_id, session)  # KeyError for no such trial
             raise UpdateFinishedTrialError(f"trial {trial_id} is finished: nothing more of it is written")
@@ -307,25 +280,19 @@ class TrialflowStorage(RDBStorage):
             return
         if not checked:
             self.lock_unfinished(session, trial_id)
-        upsert = self._upsert()
-        if upsert is None:
+        if self._upsert() is None:
             for key, value in attrs.items():
                 self._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
             return
-        insert = upsert(TRIAL_ATTRS)
-        statement = insert.on_conflict_do_update(
-            index_elements=[TRIAL_ATTRS.c.trial_id, TRIAL_ATTRS.c.key],
-            set_={"value_json": insert.excluded.value_json},
-        )
         rows = [{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)} for key, value in attrs.items()]
-        session.execute(statement, rows)
+        session.execute(statements.attrs_upsert(self.engine.name), rows)
 
     def _upsert(self) -> Callable[[sa.Table], Any] | None:
         """This database's INSERT ... ON CONFLICT, or None where it has none (SQLite before
         3.24): the writers below then take Optuna's row-by-row path."""
         if self.engine.name == "sqlite" and sqlite3.sqlite_version_info < (3, 24, 0):
             return None
-        return _UPSERTS.get(self.engine.name)
+        return statements.UPSERTS.get(self.engine.name)
 
     def set_study_attr_of_trial(self, trial_id: int, key: str, value: Any) -> None:
         """User attribute ``key`` of the study trial ``trial_id`` belongs to, in one upsert that
@@ -446,8 +413,8 @@ class TrialflowStorage(RDBStorage):
             if rows:  # the rows Optuna's per-objective write leaves, in plain SQL (no ORM loads)
                 session.execute(sa.delete(VALUES).where(VALUES.c.trial_id == trial_id))
                 session.execute(sa.insert(VALUES), rows)
-            closed = {"state": state, "datetime_complete": datetime.now()}
-            session.execute(sa.update(TRIALS).where(TRIALS.c.trial_id == trial_id).values(**closed))
+            closed = {"b_trial": trial_id, "state": state, "datetime_complete": datetime.now()}
+            session.execute(statements.UPDATE_TRIAL, closed)
 
     @classmethod
     def reopen(cls, url: str, engine_kwargs: dict[str, Any]) -> TrialflowStorage | None:
@@ -484,6 +451,15 @@ class TrialflowStorage(RDBStorage):
         trial_id_greater_than: int,
     ) -> list[FrozenTrial]:
         included = {i for i in included_trial_ids if i <= trial_id_greater_than}
+        rows = None
+        if states is not None and trial_id_greater_than == -1:  # every ask's question (waiting trials?)
+            assert isinstance(states, Iterable)
+            with self.engine.connect() as conn:
+                if conn.execute(statements.STUDY_EXISTS, {"b_study": study_id}).first() is None:
+                    raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's reader raises
+                rows = conn.execute(statements.TRIALS_IN_STATES, {"b_study": study_id, "b_states": list(states)}).all()
+            if not rows:
+                return []
         where = [TRIALS.c.study_id == study_id]
         if states is not None:
             assert isinstance(states, Iterable)
@@ -492,9 +468,9 @@ class TrialflowStorage(RDBStorage):
             newer = TRIALS.c.trial_id > trial_id_greater_than
             where.append(sa.or_(newer, TRIALS.c.trial_id.in_(sorted(included))) if included else newer)
         with self.engine.connect() as conn:
-            if conn.execute(sa.select(STUDIES.c.study_id).where(STUDIES.c.study_id == study_id)).first() is None:
+            if rows is None and conn.execute(statements.STUDY_EXISTS, {"b_study": study_id}).first() is None:
                 raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's reader raises
-            return read_trials(conn, where)
+            return read_trials(conn, where, rows=rows)
 
 
 @tenacity.retry(

@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from trialflow.store import statements
 from trialflow.store.tables import TRIAL_QUEUE, create_table
 
 _MISSING = (sa.exc.OperationalError, sa.exc.ProgrammingError)
@@ -96,26 +97,17 @@ def claim(engine: sa.Engine, study_id: int, trial_index: int) -> Queued | None:
     """The asked-for trial ``trial_index`` runs: the one it claimed before (a retry), or the
     oldest unclaimed one, or None. One statement when nobody asked for a trial (every start
     asks), and a write only to take one."""
-    q = TRIAL_QUEUE.c
-    candidates = (
-        sa.select(TRIAL_QUEUE)
-        .where(q.study_id == study_id, sa.or_(q.claimed_index == trial_index, q.claimed_index.is_(None)))
-        .order_by(q.claimed_index.is_(None), q.seq)  # its own claim first, then the oldest waiting
-        .limit(1)
-    )
     try:
         for _ in range(CLAIM_TRIES):
-            with engine.connect() as conn:
-                found = conn.execute(candidates).first()
+            with engine.connect() as conn:  # its own claim first, then the oldest waiting
+                found = conn.execute(statements.QUEUED_FOR, {"b_study": study_id, "b_index": trial_index}).first()
             if found is None:
                 return None
             if found.claimed_index == trial_index:
                 return _row(found)
             with engine.begin() as conn:  # taken only if no other start took it meanwhile
                 taken = conn.execute(
-                    sa.update(TRIAL_QUEUE)
-                    .where(q.seq == found.seq, q.claimed_index.is_(None))
-                    .values(claimed_index=trial_index)
+                    statements.TAKE_QUEUED, {"b_seq": found.seq, "claimed_index": trial_index}
                 ).rowcount
             if taken == 1:
                 return _row(found)

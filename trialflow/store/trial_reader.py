@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from optuna import distributions
 from optuna.trial import FrozenTrial, TrialState
 
+from trialflow.store import statements
 from trialflow.store.optuna_internals import models
 from trialflow.store.optuna_tables import INTERMEDIATE, PARAMS, SYSTEM_ATTRS, TRIAL_ATTRS, TRIALS, VALUES
 
@@ -38,17 +39,22 @@ def distribution(distribution_json: str) -> distributions.BaseDistribution:
 
 
 def read_trials(
-    conn: sa.Connection, where: list[Any], last_step_only: bool = False, user_attrs: bool = True
+    conn: sa.Connection,
+    where: list[Any],
+    last_step_only: bool = False,
+    user_attrs: bool = True,
+    rows: Sequence[Any] | None = None,
 ) -> list[FrozenTrial]:
     """The trials matching ``where`` (conditions on the trials table), oldest first. For a
     tuner's window (trialflow.tuning.history): ``last_step_only`` keeps each trial's last
     intermediate value alone and ``user_attrs=False`` leaves out trialflow's attributes, the
-    two things no tuner reads of a finished trial."""
+    two things no tuner reads of a finished trial. ``rows``: the trials' own rows, where the
+    caller read them already (statements.TRIALS_IN_STATES)."""
     # Sorted here, not in SQL: an ORDER BY trial_id made SQLite walk the study's index in id
     # order and test every trial's state, where the (study, state) index finds the few running
     # ones at once (~28 ms -> ~0 at 100,000 trials, three times per ask)
-    trials = sorted(
-        conn.execute(
+    if rows is None:
+        rows = conn.execute(
             sa.select(
                 TRIALS.c.trial_id,
                 TRIALS.c.number,
@@ -56,9 +62,8 @@ def read_trials(
                 TRIALS.c.datetime_start,
                 TRIALS.c.datetime_complete,
             ).where(*where)
-        ).all(),
-        key=lambda row: row.trial_id,
-    )
+        ).all()
+    trials = sorted(rows, key=lambda row: row.trial_id)
     if not trials:
         return []
     # The trials' own rows name them: a few ids are given as they are, not as the selection again,
@@ -170,19 +175,12 @@ class TrialSummary:
 
 def read_summary(conn: sa.Connection, trial_id: int) -> TrialSummary | None:
     """One trial's summary (None when there is no such trial), in three statements."""
-    row = conn.execute(
-        sa.select(TRIALS.c.number, TRIALS.c.state, TRIALS.c.study_id).where(TRIALS.c.trial_id == trial_id)
-    ).first()
+    bound = {"b_trial": trial_id}
+    row = conn.execute(statements.TRIAL_ROW, bound).first()
     if row is None:
         return None
-    attrs = conn.execute(
-        sa.select(TRIAL_ATTRS.c.key, TRIAL_ATTRS.c.value_json)
-        .where(TRIAL_ATTRS.c.trial_id == trial_id)
-        .order_by(TRIAL_ATTRS.c.trial_user_attribute_id)
-    ).all()
-    steps = conn.execute(
-        sa.select(sa.func.count(), sa.func.max(INTERMEDIATE.c.step)).where(INTERMEDIATE.c.trial_id == trial_id)
-    ).one()
+    attrs = conn.execute(statements.TRIAL_ATTR_ROWS, bound).all()
+    steps = conn.execute(statements.STEPS, bound).one()
     return TrialSummary(
         trial_id,
         row.number,
