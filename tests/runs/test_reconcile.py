@@ -207,9 +207,13 @@ def test_the_watch_asks_airflow_early_once_the_last_waves_trials_ended_in_the_st
 @pytest.mark.slow
 def test_a_trial_not_asked_yet_is_not_finished_in_the_store(running):
     experiment, store, started = running
+    first = experiment.window(store, "r1").first_index
+    store.close(started[-1].record.storage_id, TrialStatus.SUCCEEDED)
+    # the highest closed, the lower ones still running: not every one has finished
+    assert not store.all_finished("ereconcile", [first, first + 1, first + 2])
+    assert store.all_finished("ereconcile", [first + 2]) and store.all_finished("ereconcile", [])
     for s in started:
         store.close(s.record.storage_id, TrialStatus.SUCCEEDED)
-    first = experiment.window(store, "r1").first_index
     assert store.all_finished("ereconcile", [first, first + 1, first + 2])
     assert not store.all_finished("ereconcile", [first, first + 3])  # index 3: no trial yet
 

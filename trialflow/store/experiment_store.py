@@ -222,7 +222,10 @@ class ExperimentStore:
     def experiment_attr(self, experiment_id: str, key: str) -> Any:
         """One of the experiment's attributes (None if unset), without reading the others: every
         trial task reads its run's window, and the study keeps one attribute per run."""
-        return self.experiment_attrs_named(experiment_id, (key,)).get(key)
+        bound = {"b_study": self.study_id(experiment_id), "b_key": key}
+        with self.storage.engine.connect() as conn:
+            raw = conn.execute(statements.STUDY_ATTR, bound).scalar_one_or_none()
+        return None if raw is None else json.loads(raw)
 
     def experiment_attrs_named(self, experiment_id: str, keys: Iterable[str]) -> dict[str, Any]:
         """The experiment's attributes named in ``keys`` that are set, in one statement, without
@@ -355,19 +358,21 @@ class ExperimentStore:
 
     def all_finished(self, experiment_id: str, trial_indexes: Collection[int]) -> bool:
         """Every trial of ``trial_indexes`` is in the store and no longer running (one indexed
-        query; a trial not asked yet counts as not finished)."""
-        wanted = set(trial_indexes)
-        query = (
-            sa.select(sa.func.count())
-            .select_from(TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id))
-            .where(
-                TRIAL_INDEX.c.study_id == self.study_id(experiment_id),
-                TRIAL_INDEX.c.trial_index.in_(sorted(wanted)),
-                TRIALS.c.state != TrialState.RUNNING,
-            )
-        )
-        with self.storage.engine.begin() as conn:
-            return conn.execute(query).scalar_one() == len(wanted)
+        query; a trial not asked yet counts as not finished). The highest index is looked at
+        first, alone: a run's watch asks this every moment with every index whose task is alive,
+        and while its later trials wait to start (deferred tasks, in the triggerer: hundreds)
+        the answer is no, in one row."""
+        wanted = sorted(set(trial_indexes))
+        if not wanted:
+            return True
+        study_id = self.study_id(experiment_id)
+        with self.storage.engine.connect() as conn:
+            if not conn.execute(statements.CLOSED_AT, {"b_study": study_id, "b_index": wanted[-1]}).scalar():
+                return False
+            if len(wanted) == 1:
+                return True
+            closed = conn.execute(statements.CLOSED_AMONG, {"b_study": study_id, "b_indexes": wanted}).scalar_one()
+        return bool(closed == len(wanted))
 
     def find_trial(self, experiment_id: str, trial_index: int) -> TrialRecord | None:
         storage_id = self.find_trial_id(experiment_id, trial_index)

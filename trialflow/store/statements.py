@@ -137,6 +137,22 @@ ASKED_BETWEEN = (
 TRIAL_AT = sa.select(TRIAL_INDEX.c.trial_id).where(
     TRIAL_INDEX.c.study_id == _study(), TRIAL_INDEX.c.trial_index == sa.bindparam("b_index")
 )
+#: Bound with b_index: whether the trial at one index is closed (no row: not asked).
+CLOSED_AT = (
+    sa.select(TRIALS.c.state != TrialState.RUNNING)
+    .join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id)
+    .where(TRIAL_INDEX.c.study_id == _study(), TRIAL_INDEX.c.trial_index == sa.bindparam("b_index"))
+)
+#: Bound with b_indexes (expanding): how many of those trials are closed.
+CLOSED_AMONG = (
+    sa.select(sa.func.count())
+    .select_from(TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id))
+    .where(
+        TRIAL_INDEX.c.study_id == _study(),
+        TRIAL_INDEX.c.trial_index.in_(_many("b_indexes")),
+        TRIALS.c.state != TrialState.RUNNING,
+    )
+)
 #: The trials at the trial indexes b_indexes of study b_study.
 TRIALS_AT = sa.select(TRIAL_INDEX.c.trial_id).where(
     TRIAL_INDEX.c.study_id == _study(), TRIAL_INDEX.c.trial_index.in_(_many("b_indexes"))
