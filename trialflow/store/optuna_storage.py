@@ -41,15 +41,12 @@ from trialflow.store.optuna_internals import create_scoped_session as _create_sc
 from trialflow.store.optuna_internals import models, share_alembic_scripts, trial_storage_id
 from trialflow.store.optuna_tables import (
     DIRECTIONS,
-    INTERMEDIATE,
     PARAMS,
     STUDY_ATTRS,
-    TRIAL_ATTRS,
     TRIALS,
     VALUES,
 )
 from trialflow.store.schema import ensure_schema
-from trialflow.store.tables import RESULT_TIMES
 from trialflow.store.trial_reader import read_trials
 
 log = logging.getLogger(__name__)
@@ -323,27 +320,24 @@ class TrialflowStorage(RDBStorage):
         first and written through Optuna's ORM, it was eight statements and most of a trial's
         result ingestion in the triggerer (bench/thousand.py). A finished trial keeps what it
         has; one that has nothing raises UpdateFinishedTrialError, as Optuna's write does."""
-        stored = sa.select(TRIAL_ATTRS.c.value_json).where(TRIAL_ATTRS.c.trial_id == trial_id, TRIAL_ATTRS.c.key == key)
-        upsert = self._upsert()
+        stored, bound = statements.TRIAL_ATTR, {"b_trial": trial_id, "b_key": key}
         with self.transaction() as session:
             try:
                 self.lock_unfinished(session, trial_id)
             except UpdateFinishedTrialError:
-                found = session.execute(stored).scalar()
+                found = session.execute(stored, bound).scalar()
                 if found is None:
                     raise
                 return json.loads(found)
-            if upsert is None:
-                found = session.execute(stored).scalar()
+            if self._upsert() is None:
+                found = session.execute(stored, bound).scalar()
                 if found is not None:
                     return json.loads(found)
                 self._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
                 return value
-            insert = upsert(TRIAL_ATTRS).on_conflict_do_nothing(
-                index_elements=[TRIAL_ATTRS.c.trial_id, TRIAL_ATTRS.c.key]
-            )
-            session.execute(insert, [{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}])
-            return json.loads(session.execute(stored).scalar_one())
+            row = {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
+            session.execute(statements.attr_keep_first(self.engine.name), [row])
+            return json.loads(session.execute(stored, bound).scalar_one())
 
     #: Rows per INSERT: SQLite allows 32,766 bound values; three per row, with room to spare.
     INTERMEDIATE_BATCH = 5000
@@ -362,21 +356,13 @@ class TrialflowStorage(RDBStorage):
         others): Optuna's value-type column then always says FINITE."""
         if not values:
             return
-        upsert = self._upsert()
         with self.transaction() as session:
             self.lock_unfinished(session, trial_id)
-            if upsert is None:
+            if self._upsert() is None:
                 for step, value in values:
                     self._set_trial_intermediate_value_without_commit(session, trial_id, step, value)
                 return
-            insert = upsert(INTERMEDIATE)
-            statement = insert.on_conflict_do_update(
-                index_elements=[INTERMEDIATE.c.trial_id, INTERMEDIATE.c.step],
-                set_={
-                    "intermediate_value": insert.excluded.intermediate_value,
-                    "intermediate_value_type": insert.excluded.intermediate_value_type,
-                },
-            )
+            statement = statements.intermediate_upsert(self.engine.name)
             finite = models.TrialIntermediateValueModel.TrialIntermediateValueType.FINITE
             latest = dict(values)  # one row per step: a step reported twice keeps its last value
             rows = [
@@ -388,9 +374,7 @@ class TrialflowStorage(RDBStorage):
                 connection.execute(statement, rows[start : start + self.INTERMEDIATE_BATCH])
             if reported_at is None:
                 return
-            stamp = upsert(RESULT_TIMES).on_conflict_do_nothing(
-                index_elements=[RESULT_TIMES.c.trial_id, RESULT_TIMES.c.step]
-            )
+            stamp = statements.result_times_keep_first(self.engine.name)
             times = [{"trial_id": trial_id, "step": step, "reported_at": reported_at} for step in latest]
             for start in range(0, len(times), self.INTERMEDIATE_BATCH):
                 connection.execute(stamp, times[start : start + self.INTERMEDIATE_BATCH])

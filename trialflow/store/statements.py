@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql as postgresql_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from trialflow.store.optuna_tables import INTERMEDIATE, PARAMS, STUDIES, STUDY_ATTRS, TRIAL_ATTRS, TRIALS
-from trialflow.store.tables import TRIAL_INDEX, TRIAL_QUEUE
+from trialflow.store.tables import RESULT_TIMES, TRIAL_INDEX, TRIAL_QUEUE
 
 #: The dialects whose INSERT ... ON CONFLICT DO UPDATE writes several attributes at once.
 UPSERTS: dict[str, Any] = {
@@ -183,4 +183,34 @@ def attrs_upsert(dialect: str) -> Any:
     return insert.on_conflict_do_update(
         index_elements=[TRIAL_ATTRS.c.trial_id, TRIAL_ATTRS.c.key],
         set_={"value_json": insert.excluded.value_json},
+    )
+
+
+@functools.cache
+def attr_keep_first(dialect: str) -> Any:
+    """A trial's user attribute inserted unless it has one (rows of trial_id, key, value_json)."""
+    return UPSERTS[dialect](TRIAL_ATTRS).on_conflict_do_nothing(
+        index_elements=[TRIAL_ATTRS.c.trial_id, TRIAL_ATTRS.c.key]
+    )
+
+
+@functools.cache
+def intermediate_upsert(dialect: str) -> Any:
+    """Intermediate values, a step stored again overwriting its own row (Optuna's row)."""
+    insert = UPSERTS[dialect](INTERMEDIATE)
+    return insert.on_conflict_do_update(
+        index_elements=[INTERMEDIATE.c.trial_id, INTERMEDIATE.c.step],
+        set_={
+            "intermediate_value": insert.excluded.intermediate_value,
+            "intermediate_value_type": insert.excluded.intermediate_value_type,
+        },
+    )
+
+
+@functools.cache
+def result_times_keep_first(dialect: str) -> Any:
+    """When each step reached the store (rows of trial_id, step, reported_at); a step read
+    again keeps its first time."""
+    return UPSERTS[dialect](RESULT_TIMES).on_conflict_do_nothing(
+        index_elements=[RESULT_TIMES.c.trial_id, RESULT_TIMES.c.step]
     )
