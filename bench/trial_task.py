@@ -17,6 +17,11 @@ parent freezes its objects before forking (``gc.freeze()``, as the LocalExecutor
 checkout's bench/seed.py (the ask latency with 20,000 finished trials, the way a trial task asks).
 
 ``--source`` runs the same children from another checkout (side by side: before/after).
+
+``--in-process`` measures the triggerer's way instead: one warm process starts and closes every
+trial, one after the other (the store's engine, its compiled statements and the experiment
+shared, as a triggerer shares them), and prints the CPU of a start and of a close
+(``time.process_time`` around each: the trial's own processes are not counted).
 ``TRIALFLOW_BENCH_PROFILE=DIR`` writes each ask's cProfile to DIR (where an ask's time goes);
 ``TRIALFLOW_BENCH_SQL=DIR`` each task's SQL statements, in order (what a store call costs).
 """
@@ -31,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -181,6 +187,43 @@ for index in range(trials):
 print(json.dumps(rows))
 """
 
+IN_PROCESS = r"""
+import json, os, sys, time
+from pathlib import Path
+
+work, trials = Path(sys.argv[1]), int(sys.argv[2])
+os.environ["AIRFLOW__TRIALFLOW__PRELOAD_CORE"] = "True"
+os.environ["AIRFLOW__CORE__LAZY_LOAD_PLUGINS"] = "False"
+import trialflow.ui.plugin  # noqa: F401
+import sqlalchemy as sa
+from trialflow.experiment import Experiment
+from trialflow.hooks import airflow_connections
+from trialflow.lifecycle import trial_lifecycle
+from trialflow.runs import allot_window
+from trialflow.store.experiment_store import ExperimentStore
+
+experiment = Experiment.for_run(str(work / "config.yml"), "bench", "manual__bench", check=True)
+store = ExperimentStore(f"sqlite:///{work / 'experiments.db'}")
+experiment.open(store)
+allot_window(experiment, store, "manual__bench")
+connections = airflow_connections()
+said = [0]
+sa.event.listen(store.engine, "before_cursor_execute", lambda *args: said.__setitem__(0, said[0] + 1))
+rows = []
+for index in range(trials):
+    before, cpu = said[0], time.process_time()
+    trial = trial_lifecycle.start_trial(experiment, store, "manual__bench", index, connections=connections)
+    start_cpu, start_said = time.process_time() - cpu, said[0] - before
+    outcome = trial_lifecycle.wait_in_worker(trial, store, None, 0.05)
+    before, cpu = said[0], time.process_time()
+    result = trial_lifecycle.finish_trial(store, trial.record.storage_id, outcome.status, outcome.message)
+    rows.append({
+        "status": result.status.value, "start_cpu": start_cpu, "close_cpu": time.process_time() - cpu,
+        "start_statements": start_said, "close_statements": said[0] - before,
+    })
+print(json.dumps(rows))
+"""
+
 LIGHT_TRIAL = """\
 import sys
 from trialflow import trial
@@ -189,7 +232,9 @@ trial.report_final_result(p.get("x", 0.0))
 """
 
 
-def run(source: Path, trials: int, tuner: str, history: int = 0, preload_tuners: str = "") -> list[dict]:
+def run(
+    source: Path, trials: int, tuner: str, history: int = 0, preload_tuners: str = "", in_process: bool = False
+) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="trialflow-task-bench-"))
     (work / "light.py").write_text(LIGHT_TRIAL)
     (work / "config.yml").write_text(
@@ -206,8 +251,11 @@ def run(source: Path, trials: int, tuner: str, history: int = 0, preload_tuners:
         "TRIALFLOW_BENCH_ROOT": str(ROOT),
         "AIRFLOW__TRIALFLOW__PRELOAD_TUNERS": preload_tuners,
     }
+    driver = (
+        [IN_PROCESS, str(work), str(trials)] if in_process else [DRIVER, str(work), str(trials), tuner, str(history)]
+    )
     out = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(work), str(trials), tuner, str(history)],
+        [sys.executable, "-c", *driver],
         capture_output=True,
         text=True,
         env=env,
@@ -238,6 +286,17 @@ def summary(rows: list[dict]) -> dict[str, float]:
     }
 
 
+def in_process_summary(rows: list[dict]) -> dict[str, float]:
+    rows = rows[5:]  # the first starts fill the engine's compiled cache and the lazy imports
+    med = statistics.median
+    return {
+        "start_cpu_ms": 1000 * med(r["start_cpu"] for r in rows),
+        "close_cpu_ms": 1000 * med(r["close_cpu"] for r in rows),
+        "start_statements": med(r["start_statements"] for r in rows),
+        "close_statements": med(r["close_statements"] for r in rows),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=20)
@@ -246,11 +305,14 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=0, help="finished trials in the experiment before")
     parser.add_argument("--source", help="another checkout to run side by side (before)")
     parser.add_argument("--preload-tuners", default="", help="[trialflow] preload_tuners for the parent (GP)")
+    parser.add_argument("--in-process", action="store_true", help="the triggerer's way: one warm process (Random)")
     args = parser.parse_args()
     sources = {"this checkout": ROOT}
     if args.source:
         sources = {"before": Path(args.source).resolve(), "after": ROOT}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
+    if args.in_process:
+        return print_in_process(sources, results, args)
     for _ in range(args.repeat):  # interleaved, so both see the same machine
         for name, source in sources.items():
             results[name].append(summary(run(source, args.trials, args.tuner, args.history, args.preload_tuners)))
@@ -269,6 +331,26 @@ def main() -> None:
     if len(results) == 2:
         before, after = (statistics.median(r["cpu_ms"] for r in runs) for runs in results.values())
         print(f"\nCPU per trial task: after / before = {after / before:.2f}")
+
+
+def print_in_process(sources: dict[str, Path], results: dict[str, list[dict[str, float]]], args: Any) -> None:
+    """Starts and closes in one warm process, checkouts interleaved (see module)."""
+    trials = max(args.trials, 6)
+    for _ in range(args.repeat):
+        for name, source in sources.items():
+            results[name].append(in_process_summary(run(source, trials, "Random", in_process=True)))
+    keys = ["start_cpu_ms", "close_cpu_ms", "start_statements", "close_statements"]
+    print(
+        f"\nA trial's start and close in one warm process (the triggerer's way; Random, trivial local "
+        f"trial), medians over {trials - 5} trials, then the median of {args.repeat} runs\n"
+    )
+    print("| checkout | " + " | ".join(keys) + " |")
+    print("|---" * (len(keys) + 1) + "|")
+    for name, runs in results.items():
+        print(f"| {name} | " + " | ".join(f"{statistics.median(r[k] for r in runs):.1f}" for k in keys) + " |")
+    if len(results) == 2:
+        (before, after) = ([statistics.median(r[k] for r in runs) for k in keys[:2]] for runs in results.values())
+        print(f"\nCPU of a start and a close: after / before = {sum(after) / sum(before):.2f}")
 
 
 if __name__ == "__main__":
