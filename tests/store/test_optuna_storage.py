@@ -107,9 +107,12 @@ def test_an_unknown_study_raises_as_optuna_does(storage: TrialflowStorage):
         RDBStorage._get_trials(storage, 987654, None, set(), -1)
     with pytest.raises(KeyError):
         storage._get_trials(987654, None, set(), -1)
+    with pytest.raises(KeyError):  # an ask's question (waiting trials) finds no rows there either
+        storage._get_trials(987654, (TrialState.WAITING,), set(), -1)
     _fill(storage, ["maximize"])  # a study without trials of its own reads as empty, not an error
     empty = optuna.create_study(storage=storage, study_name=f"e-{uuid.uuid4().hex[:8]}")
     assert storage._get_trials(empty._study_id, None, set(), -1) == []
+    assert storage._get_trials(empty._study_id, (TrialState.WAITING,), set(), -1) == []
 
 
 def test_samplers_see_the_same_history_through_the_store_cache(tmp_path: Path):

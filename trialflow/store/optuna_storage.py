@@ -434,26 +434,25 @@ class TrialflowStorage(RDBStorage):
         included_trial_ids: set[int],
         trial_id_greater_than: int,
     ) -> list[FrozenTrial]:
-        included = {i for i in included_trial_ids if i <= trial_id_greater_than}
-        rows = None
-        if states is not None and trial_id_greater_than == -1:  # every ask's question (waiting trials?)
-            assert isinstance(states, Iterable)
-            with self.engine.connect() as conn:
-                if conn.execute(statements.STUDY_EXISTS, {"b_study": study_id}).first() is None:
-                    raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's reader raises
-                rows = conn.execute(statements.TRIALS_IN_STATES, {"b_study": study_id, "b_states": list(states)}).all()
-            if not rows:
-                return []
-        where = [TRIALS.c.study_id == study_id]
-        if states is not None:
-            assert isinstance(states, Iterable)
-            where.append(TRIALS.c.state.in_(list(states)))
-        if trial_id_greater_than > -1:
-            newer = TRIALS.c.trial_id > trial_id_greater_than
-            where.append(sa.or_(newer, TRIALS.c.trial_id.in_(sorted(included))) if included else newer)
         with self.engine.connect() as conn:
-            if rows is None and conn.execute(statements.STUDY_EXISTS, {"b_study": study_id}).first() is None:
+            if conn.execute(statements.STUDY_EXISTS, {"b_study": study_id}).first() is None:
                 raise KeyError(models.NOT_FOUND_MSG)  # what Optuna's reader raises
+            rows = None
+            if states is not None:
+                assert isinstance(states, Iterable)
+                states = list(states)
+                if trial_id_greater_than == -1:  # every ask's question (its waiting trials): usually none
+                    bound = {"b_study": study_id, "b_states": states}
+                    rows = conn.execute(statements.TRIALS_IN_STATES, bound).all()
+                    if not rows:
+                        return []
+            where = [TRIALS.c.study_id == study_id]
+            if states is not None:
+                where.append(TRIALS.c.state.in_(states))
+            if trial_id_greater_than > -1:
+                newer = TRIALS.c.trial_id > trial_id_greater_than
+                included = sorted(i for i in included_trial_ids if i <= trial_id_greater_than)
+                where.append(sa.or_(newer, TRIALS.c.trial_id.in_(included)) if included else newer)
             return read_trials(conn, where, rows=rows)
 
 

@@ -140,7 +140,7 @@ TRIAL_AT = sa.select(TRIAL_INDEX.c.trial_id).where(
 #: Bound with b_index: whether the trial at one index is closed (no row: not asked).
 CLOSED_AT = (
     sa.select(TRIALS.c.state != TrialState.RUNNING)
-    .join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id)
+    .select_from(TRIAL_INDEX.join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id))
     .where(TRIAL_INDEX.c.study_id == _study(), TRIAL_INDEX.c.trial_index == sa.bindparam("b_index"))
 )
 #: Bound with b_indexes (expanding): how many of those trials are closed.
