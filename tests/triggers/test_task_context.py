@@ -7,9 +7,11 @@ import json
 import sys
 from types import SimpleNamespace
 
+import pytest
+
 from trialflow.store.experiment_store import sqlite_url
 from trialflow.triggers import task_context
-from trialflow.triggers.task_context import shared_experiment, shared_store
+from trialflow.triggers.task_context import TriggerContext, shared_experiment, shared_store
 
 CONFIG = (
     "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
@@ -99,3 +101,44 @@ def test_the_triggers_of_a_run_share_its_experiment_and_an_edited_config_is_read
     path.write_text(CONFIG.replace("maxTrialNumber: 3", "maxTrialNumber: 30"))
     edited = shared_experiment(str(path), _context("r1"))
     assert edited is not first and edited.config.max_trial_number == 30
+
+
+class _RuntimeTi:
+    """The runtime task instance's parts a trigger's context reads, counting whole builds."""
+
+    def __init__(self, run_id: str, conf: dict | None = None, invalid: bool = False):
+        self.run_id, self.invalid, self.builds = run_id, invalid, 0
+        self.task = SimpleNamespace(dag=SimpleNamespace(dag_id="lazy"))
+        self._ti_context_from_server = SimpleNamespace(dag_run=SimpleNamespace(conf=conf or {}))
+
+    def get_template_context(self) -> dict:
+        self.builds += 1
+        if self.invalid:
+            raise ValueError("param 'lr' is not a number")  # Airflow's params checked against the conf
+        return {**_context(self.run_id), "dag": self.task.dag, "ds": "2026-12-07"}
+
+
+def test_a_trigger_context_answers_a_start_without_building_airflows_whole_context():
+    ti = _RuntimeTi("r1", {"experiment_id": "eother"})
+    context = TriggerContext(ti)
+    assert context["ti"] is ti and context["task_instance"] is ti
+    assert context["dag"].dag_id == "lazy" and context["run_id"] == "r1"
+    assert context.get("dag_run").conf == {"experiment_id": "eother"}
+    assert ti.builds == 0
+    assert context["ds"] == "2026-12-07" and ti.builds == 1  # any other key: the whole context, once
+    assert "ds" in context and len(context) == 4 and ti.builds == 1
+    bare = SimpleNamespace(run_id="r1", task=ti.task, get_template_context=lambda: {"dag_run": "whole"})
+    assert TriggerContext(bare)["dag_run"] == "whole"  # no server context: Airflow's own answers
+
+
+def test_the_start_that_loads_a_runs_experiment_checks_its_params_and_the_rest_do_not_build_them(tmp_path):
+    path = tmp_path / "config.yml"
+    path.write_text(CONFIG)
+    with pytest.raises(ValueError, match="'lr'"):
+        shared_experiment(str(path), TriggerContext(_RuntimeTi("lazy-bad", invalid=True)))
+    first_ti = _RuntimeTi("lazy-run")
+    first = shared_experiment(str(path), TriggerContext(first_ti))
+    assert first_ti.builds == 1 and first.config.max_trial_number == 3
+    later = [_RuntimeTi("lazy-run") for _ in range(5)]
+    assert all(shared_experiment(str(path), TriggerContext(ti)) is first for ti in later)
+    assert [ti.builds for ti in later] == [0] * 5

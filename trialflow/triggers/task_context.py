@@ -12,6 +12,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from trialflow.hooks import airflow_connections
@@ -21,6 +22,51 @@ if TYPE_CHECKING:
 
     from trialflow.experiment import Experiment
     from trialflow.store.experiment_store import ExperimentStore
+
+
+class TriggerContext(Mapping[str, Any]):
+    """A trial task's context in the triggerer, built only as far as it is read.
+
+    A trial's start reads five of its keys (its task instance, DAG, run id and DAG run: the
+    experiment and tracking above). Airflow's ``get_template_context`` builds every key and
+    validates the DAG's params against the run's conf each time, about 2 ms of the triggerer's
+    one event loop for every trial (bench/RESULTS.md, tenth pass); a run's trials share one conf,
+    and the start that loads the run's experiment reads the whole context (any other key builds
+    it), so its params are validated where they were."""
+
+    CHEAP = frozenset({"ti", "task_instance", "dag", "run_id", "dag_run"})
+
+    def __init__(self, ti: Any):
+        self._ti = ti
+        self._full: Mapping[str, Any] | None = None
+
+    def whole(self) -> Mapping[str, Any]:
+        """Airflow's whole template context (its params validated against the run's conf)."""
+        if self._full is None:
+            self._full = self._ti.get_template_context()
+        return self._full
+
+    def __getitem__(self, key: str) -> Any:
+        if self._full is None and key in self.CHEAP:
+            ti = self._ti
+            if key in ("ti", "task_instance"):
+                return ti
+            if key == "dag":
+                return ti.task.dag
+            if key == "run_id":
+                return ti.run_id
+            # what get_template_context gives as dag_run; not a public attribute of the runtime
+            # task instance, so where it is missing the whole context answers
+            dag_run = getattr(getattr(ti, "_ti_context_from_server", None), "dag_run", None)
+            if dag_run is not None:
+                return dag_run
+        return self.whole()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.whole())
+
+    def __len__(self) -> int:
+        return len(self.whole())
 
 
 def experiment_for(config_path: str, context: Context, check: bool = False, group: str | None = None) -> Experiment:
@@ -113,6 +159,8 @@ def shared_experiment(config_path: str, context: Context, group: str | None = No
     try:
         stat = os.stat(config_path)
     except OSError:  # not a file of its own (an inline config): loaded each time
+        if isinstance(context, TriggerContext):
+            context.whole()
         return experiment_for(config_path, context, group=group)
     conf = getattr(context.get("dag_run"), "conf", None) or {}
     key = (
@@ -127,6 +175,8 @@ def shared_experiment(config_path: str, context: Context, group: str | None = No
     with _LOCK:
         found = _EXPERIMENTS.get(key)
     if found is None:
+        if isinstance(context, TriggerContext):
+            context.whole()  # the run's params checked against its conf, as a worker's start checks them
         found = experiment_for(config_path, context, group=group)
         with _LOCK:
             if len(_EXPERIMENTS) >= _KEPT:

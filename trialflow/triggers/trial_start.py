@@ -87,10 +87,11 @@ class TrialStartTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from trialflow.lifecycle import trial_lifecycle, triggered_start
+        from trialflow.triggers.task_context import TriggerContext
 
         ti = self._ti
         try:
-            context = ti.get_template_context()
+            context = TriggerContext(ti)
             prepared = self._prepared = await in_thread(self._prepare, context)
         except Exception as exc:
             yield _event({"status": "ERROR", "message": f"cannot start the trial of {ti.task_id}: {exc}"})
