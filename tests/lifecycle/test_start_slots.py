@@ -11,7 +11,7 @@ from trialflow.config.model import AlgorithmConfig
 from trialflow.config.search_space import parse_search_space
 from trialflow.experiment.run_windows import RunWindow
 from trialflow.lifecycle import start_slots
-from trialflow.lifecycle.start_slots import HOLD_SECONDS, decide, held_of
+from trialflow.lifecycle.start_slots import HOLD_SECONDS, decide, decide_many, held_of
 from trialflow.platforms.base import TrialStatus
 from trialflow.tuning.asker import ask
 
@@ -42,6 +42,35 @@ def test_the_rule(held, asked, index, limit, granted, taken):
     assert all(until > NOW and i not in asked for i, until in decision.held.items())  # nothing stale kept
     if granted and index not in asked:
         assert decision.held[index] == NOW + HOLD_SECONDS  # held (again) from now
+
+
+def test_one_pass_decides_as_deciding_one_by_one_lowest_first():
+    """decide_many against the rule applied to each waiting start in turn, every case of up to
+    five indexes in each role (held live or stale, asked running or closed, waiting) and limits
+    0 to 4, plus a run of a thousand."""
+    import itertools
+
+    cases = 0
+    roles = ("none", "live", "stale", "running", "closed")
+    for assignment in itertools.product(roles, repeat=5):
+        held = {i: NOW + (5 if r == "live" else -1) for i, r in enumerate(assignment) if r in ("live", "stale")}
+        asked = {i: r == "closed" for i, r in enumerate(assignment) if r in ("running", "closed")}
+        for waiting in ([0, 1, 2, 3, 4], [4, 2, 0], [3]):
+            for limit in range(5):
+                expected_held, expected = dict(held), []
+                for index in sorted(waiting):
+                    decision = decide(expected_held, asked, index, limit, NOW)
+                    expected_held = decision.held
+                    if decision.granted:
+                        expected.append(index)
+                assert decide_many(held, asked, waiting, limit, NOW) == (expected, expected_held)
+                cases += 1
+    assert cases == 5**5 * 3 * 5
+    asked = {i: i % 3 == 0 for i in range(1000)}  # 334 closed, 666 running
+    held = {i: NOW + 5 for i in range(1000, 1040)}
+    granted, live = decide_many(held, asked, list(range(1000, 2000)), 700, NOW)
+    assert granted == list(range(1000, 1040))  # the live starts keep theirs; no slot is free
+    assert live == {i: NOW + HOLD_SECONDS for i in held}
 
 
 def test_what_is_not_a_held_start_is_not_read_as_one():
