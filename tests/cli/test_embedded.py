@@ -395,3 +395,81 @@ def test_a_locked_database_answer_is_asked_again_only_for_a_repeatable_call(tmp_
     assert made == [run_id] and locked["POST /api/v2/dags/d/dagRuns"] == 0
     assert airflow.api("POST", "/pools", json={"name": "p"}).status_code == 500
     assert airflow.api("POST", "/pools", json={"name": "p"}).status_code == 200
+
+
+HUNG_COMPONENT = """
+import subprocess, time
+subprocess.Popen(["sleep", "300"])  # a child in its process group, as a triggerer's runner
+print("up", flush=True)
+time.sleep(300)  # alive, and never a heartbeat again
+"""
+
+
+def test_a_component_that_hangs_is_killed_with_its_group_and_started_again(tmp_path, monkeypatch):
+    """A component that runs but that Airflow's health (a real HTTP answer in its shape) calls
+    unhealthy in every look for the limit is killed with its process group and started again
+    like one that died, the restart saying why; a healthy answer, or none, kills nothing."""
+    import http.server
+    import threading
+
+    from trialflow.cli import embedded_hangs
+    from trialflow.cli.embedded_hangs import HangWatch
+
+    answer = {"status": "unhealthy"}
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(
+                {"metadatabase": {"status": "healthy"}, "triggerer": {"status": answer["status"]}}
+            ).encode()
+            self.send_response(200 if self.path == "/api/v2/monitor/health" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Hanging(EmbeddedAirflow):
+        def _airflow(self) -> list[str]:
+            return [sys.executable, "-c", HUNG_COMPONENT]
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(embedded_hangs, "LOOK_INTERVAL", 0.0)
+    airflow = Hanging(tmp_path / "home", tmp_path / "dags", port=server.server_address[1])
+    airflow._hangs = HangWatch(limit=0.5)
+    (airflow.home / "logs").mkdir(parents=True)
+    airflow.start(("triggerer",))
+    first = airflow.processes["triggerer"].pid
+    try:
+        deadline = time.monotonic() + 10
+        while len(psutil.Process(first).children()) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        airflow.check_alive()  # its streak begins
+        assert airflow.restarts == [] and airflow.processes["triggerer"].pid == first
+        time.sleep(0.6)
+        airflow.check_alive()
+        (restart,) = airflow.restarts
+        assert restart.component == "triggerer" and restart.exit_code == -signal.SIGKILL
+        assert restart.last_error.startswith("hung: Airflow's health called it unhealthy for")
+        assert airflow.processes["triggerer"].pid != first
+        deadline = time.monotonic() + 5  # its child went with it (SIGKILL to the group)
+        while _sessions_alive({first}) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _sessions_alive({first}) == []
+        log = (airflow.home / "logs" / "triggerer.log").read_text()
+        assert "trialflow: airflow triggerer hung: Airflow's health called it unhealthy" in log
+        assert "killed with its process group; started again (1 of 3 in 600 s)" in log
+        answer["status"] = "healthy"  # the new one heartbeats
+        for _ in range(3):
+            time.sleep(0.3)
+            airflow.check_alive()
+        server.shutdown()  # the api-server away: no answer, nothing killed
+        time.sleep(0.6)
+        airflow.check_alive()
+        assert len(airflow.restarts) == 1
+    finally:
+        server.server_close()
+        airflow.stop(grace=2, polite=1)

@@ -28,8 +28,10 @@ from typing import Any
 
 import httpx
 
+from trialflow.cli import embedded_hangs
 from trialflow.cli.dag_run_calls import DagRunCalls
 from trialflow.cli.dag_run_calls import EmbeddedAirflowError as EmbeddedAirflowError  # where callers find it
+from trialflow.cli.embedded_hangs import HangWatch
 from trialflow.cli.embedded_restarts import Restart, RestartBudget, last_error
 from trialflow.cli.home_airflow import Proc
 
@@ -81,6 +83,9 @@ class EmbeddedAirflow(DagRunCalls):
     #: Process groups of components that died and were started again: what they left (a
     #: LocalExecutor worker's task still reporting through the api-server) ends with stop().
     _retired: list[subprocess.Popen] = field(default_factory=list)
+    #: Own components running but hung (trialflow.cli.embedded_hangs), and when it last looked.
+    _hangs: HangWatch = field(default_factory=HangWatch)
+    _hangs_looked: float = float("-inf")
     _token: str | None = None
     _warm_up: threading.Thread | None = None
     _http: httpx.Client | None = field(default=None, repr=False, compare=False)
@@ -295,8 +300,10 @@ class EmbeddedAirflow(DagRunCalls):
         """Start again an own component that exited, within its budget; else say which died.
 
         Level-triggered: every wait and REST call of this class looks, so a component that died
-        between two calls is noticed at the next one, whoever makes it.
+        between two calls is noticed at the next one, whoever makes it. A component that runs
+        but is hung (trialflow.cli.embedded_hangs) is killed first, and so started again too.
         """
+        hung = self._kill_hung()
         for name, proc in list(self.processes.items()):
             if proc.poll() is None:
                 continue
@@ -305,18 +312,54 @@ class EmbeddedAirflow(DagRunCalls):
             if isinstance(proc, subprocess.Popen) and name in self._commands:
                 now = time.monotonic()
                 if self._budget.take(name, now):
-                    self._restart(name, proc, code, now, log)
+                    self._restart(name, proc, code, now, log, hung.get(name))
                     continue
-            raise EmbeddedAirflowError(
-                f"airflow {name} exited with code {code}; see {log}; its last lines:\n{_tail(log)}"
-            )
+            said = hung.get(name) or f"exited with code {code}"
+            raise EmbeddedAirflowError(f"airflow {name} {said}; see {log}; its last lines:\n{_tail(log)}")
 
-    def _restart(self, name: str, proc: subprocess.Popen, code: int, now: float, log: Path) -> None:
+    def _kill_hung(self) -> dict[str, str]:
+        """Kill (with its process group) each own component that Airflow's health has called
+        unhealthy for HANG_SECONDS while it runs; what was said of each killed. Looks at most
+        every LOOK_INTERVAL seconds; an api-server that does not answer says nothing (it may be
+        the busy one)."""
+        now = time.monotonic()
+        if now - self._hangs_looked < embedded_hangs.LOOK_INTERVAL:
+            return {}
+        self._hangs_looked = now
+        own = {
+            name
+            for name, proc in self.processes.items()
+            if isinstance(proc, subprocess.Popen) and name in self._commands and proc.poll() is None
+        }
+        if not own & set(embedded_hangs.HEALTH_KEYS):
+            return {}
+        try:
+            health = self.http.get(f"{self.base_url}/api/v2/monitor/health", timeout=5).json()
+        except (httpx.HTTPError, ValueError):
+            return {}
+        killed: dict[str, str] = {}
+        for name in self._hangs.look(embedded_hangs.unhealthy(health) & own, now):
+            proc = self.processes[name]
+            assert isinstance(proc, subprocess.Popen)
+            killed[name] = (
+                f"hung: Airflow's health called it unhealthy for {self._hangs.limit:.0f} s while it ran; "
+                "killed with its process group"
+            )
+            _kill_group(proc)
+            try:
+                proc.wait(timeout=5)  # reaped, so the loop below sees it exited
+            except subprocess.TimeoutExpired:
+                pass
+        return killed
+
+    def _restart(
+        self, name: str, proc: subprocess.Popen, code: int, now: float, log: Path, hung: str | None = None
+    ) -> None:
         line = (
-            f"trialflow: airflow {name} exited with code {code}; started again "
+            f"trialflow: airflow {name} {hung or f'exited with code {code}'}; started again "
             f"({self._budget.used(name)} of {self._budget.limit} in {self._budget.window:.0f} s)"
         )
-        cause = last_error(_tail(log))
+        cause = hung or last_error(_tail(log))
         with open(log, "a", encoding="utf-8") as out:
             out.write(f"\n{line}\n")
         self._retired.append(proc)
