@@ -4,6 +4,7 @@ case by case, then claims racing on real stores, SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -153,3 +154,30 @@ def test_one_look_grants_the_lowest_waiting_starts_the_free_slots(store):
     assert sorted(held_of(store.experiment_attr("eslots", start_slots.slots_key("r1")))) == [1, 3]
     assert start_slots.claim_many(store, "eslots", "r1", window, [4, 5], 3) == []  # none left
     assert start_slots.claim_many(store, "eslots", "r1", window, [3, 0], 3) == [0, 3]  # its own, and a running one
+
+
+@pytest.mark.both_databases
+def test_a_look_reads_only_what_the_rule_consults_and_decides_as_with_the_whole_run(store):
+    """claim_many reads the running trials, those at or above the lowest waiting index, and
+    the starts under way below it not seen yet (asked_for_look, asked_at), and grants what
+    the rule grants with every asked trial of the run read: a start under way whose trial
+    closed gives its slot back, one that has not asked keeps it, a stale one is dropped."""
+    window = RunWindow(first_index=0, count=14, exists=True)
+    store.open_experiment("eslots")
+    running, closed = {0, 1, 5, 9}, {2, 3, 7, 10}
+    for index in sorted(running | closed):
+        asked = ask(store, "eslots", index, f"t{index}", RANDOM, SPACE)
+        if index in closed:
+            store.finish(asked.storage_id, TrialStatus.SUCCEEDED, 0.5)
+    assert store.asked_between("eslots", 0, 14) == {i: i in closed for i in running | closed}
+    assert store.asked_for_look("eslots", 0, 14, 7) == {0: False, 1: False, 5: False, 9: False, 7: True, 10: True}
+    assert store.asked_at("eslots", [2, 4, 5, 13]) == {2: True, 5: False} and store.asked_at("eslots", []) == {}
+    key = start_slots.slots_key("r1")
+    soon = time.time() + 60
+    # under way: 2 (asked, closed since), 3 (closed), 4 and 6 (not asked), 8 (stale), 12 (not asked)
+    held = {2: soon, 3: soon, 4: soon, 6: soon, 8: time.time() - 1, 12: soon}
+    for waiting, limit in [([6, 8, 11, 12, 13], 7), ([11, 13], 7), ([8, 9, 10, 11], 8), ([], 7), ([13], 3)]:
+        store.update_experiment_attr("eslots", key, lambda current: {str(i): u for i, u in held.items()})
+        expected, live = decide_many(held, store.asked_between("eslots", 0, 14), waiting, limit, time.time())
+        assert start_slots.claim_many(store, "eslots", "r1", window, waiting, limit) == expected, (waiting, limit)
+        assert sorted(held_of(store.experiment_attr("eslots", key))) == sorted(live), (waiting, limit)

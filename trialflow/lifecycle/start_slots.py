@@ -123,14 +123,24 @@ def claim_many(
     store: ExperimentStore, experiment_id: str, run_id: str, window: RunWindow, indexes: list[int], limit: int
 ) -> list[int]:
     """Claim slots for the starts of trials ``indexes`` (lowest first) in one compare-and-set:
-    those granted. One look of a triggerer serves every start of the run waiting in it."""
-    asked = store.asked_between(experiment_id, window.first_index, window.end_index)
+    those granted. One look of a triggerer serves every start of the run waiting in it.
+
+    It reads of the run's asked trials only what the rule consults: the running ones (the
+    count), those at or above the lowest waiting index (each waiting start's own), and, of the
+    starts under way below it, those neither running nor seen yet (asked and closed since, or
+    not asked): a look of a run with thousands of closed trials reads none of them."""
+    first, end = window.first_index, window.end_index
+    lowest = min(indexes, default=end)
+    seen = store.asked_for_look(experiment_id, first, end, lowest)
     granted: list[int] = []
 
     def change(current: Any) -> dict[str, float]:
-        decided, held = decide_many(held_of(current), asked, indexes, limit, time.time())
+        held = held_of(current)
+        unseen = [i for i in held if first <= i < lowest and i not in seen]
+        asked = {**seen, **store.asked_at(experiment_id, unseen)} if unseen else seen
+        decided, live = decide_many(held, asked, indexes, limit, time.time())
         granted[:] = decided
-        return _stored(held)
+        return _stored(live)
 
     store.update_experiment_attr(experiment_id, slots_key(run_id), change)
     return list(granted)

@@ -133,6 +133,18 @@ ASKED_BETWEEN = (
         TRIAL_INDEX.c.trial_index < sa.bindparam("b_end"),
     )
 )
+#: Bound with b_first, b_end and b_lowest: of the trials asked at indexes b_first .. b_end - 1,
+#: those running and every one at b_lowest or above, with its state (what a look for free
+#: slots needs: trialflow.lifecycle.start_slots.claim_many).
+ASKED_FOR_LOOK = ASKED_BETWEEN.where(
+    sa.or_(TRIALS.c.state == TrialState.RUNNING, TRIAL_INDEX.c.trial_index >= sa.bindparam("b_lowest"))
+)
+#: Bound with b_indexes (expanding): the trials asked at those indexes, with their state.
+ASKED_AT = (
+    sa.select(TRIAL_INDEX.c.trial_index, TRIALS.c.state)
+    .join(TRIALS, TRIALS.c.trial_id == TRIAL_INDEX.c.trial_id)
+    .where(TRIAL_INDEX.c.study_id == _study(), TRIAL_INDEX.c.trial_index.in_(_many("b_indexes")))
+)
 #: Bound with b_index: the storage id of one trial index.
 TRIAL_AT = sa.select(TRIAL_INDEX.c.trial_id).where(
     TRIAL_INDEX.c.study_id == _study(), TRIAL_INDEX.c.trial_index == sa.bindparam("b_index")
