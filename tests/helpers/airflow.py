@@ -152,8 +152,13 @@ def running_airflow(
             assert proc.poll() is not None
         for restart in airflow.restarts:  # survived, and said in the summary, not hidden
             warnings.warn(
-                f"the tests' Airflow under {root}: {restart.component} exited with code "
-                f"{restart.exit_code} and was started again"
+                f"the tests' Airflow under {root}: {restart.component} "
+                + (
+                    "was hung, killed"
+                    if restart.last_error.startswith("hung:")
+                    else f"exited with code {restart.exit_code}"
+                )
+                + " and was started again"
                 + (f"; its last error: {restart.last_error}" if restart.last_error else ""),
                 stacklevel=1,
             )
