@@ -334,7 +334,7 @@ class EmbeddedAirflow(DagRunCalls):
         if not own & set(embedded_hangs.HEALTH_KEYS):
             return {}
         try:
-            health = self.http.get(f"{self.base_url}/api/v2/monitor/health", timeout=5).json()
+            health = self.http.get(f"{self.base_url}/api/v2/monitor/health", timeout=2).json()
         except (httpx.HTTPError, ValueError):
             return {}
         killed: dict[str, str] = {}

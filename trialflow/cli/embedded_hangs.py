@@ -27,6 +27,9 @@ from typing import Any
 HANG_SECONDS = 120.0
 #: Seconds between two looks at Airflow's health.
 LOOK_INTERVAL = 10.0
+#: Seconds between two looks past which a streak starts again: nothing was seen in between
+#: (no wait or call looked, or the api-server did not answer), so it may have recovered.
+MAX_GAP = 60.0
 #: Each watched component and its key in Airflow's health (GET /api/v2/monitor/health).
 HEALTH_KEYS = {"scheduler": "scheduler", "triggerer": "triggerer", "dag-processor": "dag_processor"}
 
@@ -52,13 +55,19 @@ def unhealthy(health: Any) -> set[str]:
 class HangWatch:
     """Level-triggered: each look says which components read unhealthy now; one that read so
     in every look for ``limit`` seconds is hung. A look that finds it healthy ends its streak;
-    so does its being named hung (it is started again: its next streak starts then)."""
+    so does its being named hung (it is started again: its next streak starts then), and so
+    does a gap of more than ``max_gap`` seconds between two looks."""
 
     limit: float = HANG_SECONDS
+    max_gap: float = MAX_GAP
     _since: dict[str, float] = field(default_factory=dict)
+    _last: float | None = None
 
     def look(self, unhealthy_now: set[str], now: float) -> list[str]:
         """The components hung as of ``now``, in a stable order."""
+        if self._last is not None and now - self._last > self.max_gap:
+            self._since.clear()  # unseen in between: every streak starts again
+        self._last = now
         for component in list(self._since):
             if component not in unhealthy_now:
                 del self._since[component]
