@@ -142,3 +142,12 @@ def test_the_start_that_loads_a_runs_experiment_checks_its_params_and_the_rest_d
     later = [_RuntimeTi("lazy-run") for _ in range(5)]
     assert all(shared_experiment(str(path), TriggerContext(ti)) is first for ti in later)
     assert [ti.builds for ti in later] == [0] * 5
+
+
+def test_the_runtime_task_instance_still_keeps_its_dag_run_where_the_context_reads_it():
+    """TriggerContext reads the DAG run from a private attribute of Airflow's runtime task
+    instance (and builds the whole context where it is missing): an Airflow that renames it
+    fails here, not silently slower."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    assert "_ti_context_from_server" in RuntimeTaskInstance.__private_attributes__

@@ -157,7 +157,7 @@ class DagRunCalls:
         with the DAG versions its task instances ran, found by loading every task instance of
         the run and its history, where the list reads them in one query: a run of 1,000 trials
         polled each second (the waits of `trialflow run`, the tests, the benches) was 20 % of
-        the api-server's CPU (bench/RESULTS.md). The run's own address answers where the list
+        the api-server's py-spy samples (bench/RESULTS.md). The run's own address answers where the list
         does not name it (a pattern matching over a hundred runs)."""
         response = self.api("GET", f"/dags/{dag_id}/dagRuns", params={"run_id_pattern": run_id, "limit": 100})
         if response.status_code == 200:

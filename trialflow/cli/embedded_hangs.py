@@ -6,7 +6,7 @@ exits. Airflow 3.3's triggerer was seen to hang for good under a thousand one-se
 runner a message with 700 new triggers, while the runner's event loop blocked writing a log line
 to the socket that supervisor no longer read. Nothing in Airflow ends that; every deferred task
 of every DAG then waits for ever, and a `trialflow run` with it. A deployed Airflow has a
-liveness probe for this (`airflow jobs check`, as Airflow's Helm chart runs it); the process
+liveness check for this (`airflow jobs check`, as Airflow's own docker-compose file runs it); the process
 that started a private Airflow is its probe: a component that Airflow's own health has called
 unhealthy (no heartbeat within its health check threshold, 30 s) in every look for
 ``limit`` seconds is killed, and started again like one that died. Nothing is lost by it:
