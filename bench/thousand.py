@@ -176,12 +176,22 @@ def run_experiment(airflow: Any, store_url: str, dag_id: str, args: argparse.Nam
     }
 
 
+def triggerer_sized(args: argparse.Namespace) -> dict[str, str]:
+    """A triggerer with a place for every trial task and the run's own triggers: started in the
+    triggerer, every trial task of the run is a trigger from the run's start, and at Airflow's
+    default capacity (1,000) a run of 1,000 left the run's watch without a place until trials
+    ended (nothing reconciled the run meanwhile; the DAG's doc says so, start_place)."""
+    return {"AIRFLOW__TRIGGERER__CAPACITY": str(max(1000, args.trials + 100))}
+
+
 def local_executor(args: argparse.Namespace, start_trials_in: str = "worker") -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="trialflow-bench-thousand-"))
     try:
         config = experiment_files(root, args, sys.executable)
         store_url = sqlite_url(root / "experiments.db")
-        airflow = private_airflow(root, args.concurrency + 2, store_url, TRIALFLOW_CACHE_DIR=str(root / "plans"))
+        airflow = private_airflow(
+            root, args.concurrency + 2, store_url, TRIALFLOW_CACHE_DIR=str(root / "plans"), **triggerer_sized(args)
+        )
         dag_file = write_dag(airflow.dags_folder, "scale", config, start_trials_in=start_trials_in)
         airflow.migrate()
         airflow.start()
@@ -264,7 +274,9 @@ def triggered_floor(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="trialflow-bench-thousand-floor-"))
     try:
         (root / "plain.py").write_text(PLAIN_TRIAL)
-        airflow = private_airflow(root, args.concurrency + 2, sqlite_url(root / "experiments.db"))
+        airflow = private_airflow(
+            root, args.concurrency + 2, sqlite_url(root / "experiments.db"), **triggerer_sized(args)
+        )
         plugins = airflow.home / "plugins"
         plugins.mkdir(parents=True, exist_ok=True)
         (plugins / "bench_floor_trigger.py").write_text(FLOOR_TRIGGER)

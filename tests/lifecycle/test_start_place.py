@@ -47,8 +47,19 @@ def test_the_capacity_share_is_inclusive_and_a_tiny_capacity_still_admits_one():
 
 @pytest.mark.parametrize("place", ["worker", "triggerer"])
 def test_the_authors_word_wins_over_every_rule(place):
-    chosen = _choose(place, queue="host-a", ask_fits_model=True, trial_tasks=10_000)
+    chosen = _choose(place, queue="host-a", ask_fits_model=True, trial_tasks=999)
     assert chosen == (place, f"start_trials_in={place!r}")
+
+
+def test_the_authors_triggerer_says_when_its_trials_fill_the_triggerers_capacity():
+    assert _choose("triggerer", trial_tasks=999).why == "start_trials_in='triggerer'"
+    for tasks in (1000, 10_000):
+        chosen = _choose("triggerer", trial_tasks=tasks)
+        assert chosen.place == "triggerer"
+        assert chosen.why.startswith("start_trials_in='triggerer'; ")
+        assert f"its {tasks} trial tasks fill the triggerer's capacity (1000)" in chosen.why
+        assert "the run's watch" in chosen.why and "raise [triggerer] capacity" in chosen.why
+    assert _choose("worker", trial_tasks=10_000).why == "start_trials_in='worker'"
 
 
 def test_a_place_that_is_none_of_them_is_refused_by_name():
