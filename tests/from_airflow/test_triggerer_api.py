@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import inspect
 import os
-import time
 from types import SimpleNamespace
-
-import httpx
 
 from trialflow.from_airflow.triggerer_api import build_ahead, in_triggerer
 
@@ -30,48 +27,29 @@ def test_airflows_supervisor_builds_its_client_where_trialflow_hands_the_api_ove
     assert "in_process_api_server()" in inspect.getsource(triggerer_job_runner.TriggerRunnerSupervisor.make_client)
 
 
-def test_the_build_starts_as_the_runner_is_forked_and_the_supervisors_client_gets_it():
+def test_the_supervisors_client_gets_the_api_built_ahead_and_a_fork_waits_for_it():
     """Airflow's real in-process API, built ahead on a stand-in of the triggerer's module (the
-    real module keeps its own for the rest of the session): nothing is built before a fork (the
-    supervisor's fork of its trigger runner is not kept waiting), the build starts right after
-    it in the parent, and the client made as the supervisor makes it uses that very API."""
+    real module keeps its own for the rest of the session): a fork made while it builds (as the
+    supervisor forks its trigger runner) waits for the build; the client made as the supervisor
+    makes it then uses that very API, and it answers."""
     from airflow.jobs import triggerer_job_runner
     from airflow.sdk.api.client import Client
 
     runner = SimpleNamespace(in_process_api_server=triggerer_job_runner.in_process_api_server)
     build = build_ahead(runner)
-    assert build is not None
-    time.sleep(0.2)
-    assert not build.ready.is_set() and build.built is None  # waits for the fork
+    assert build is not None and not build.ready.is_set()  # building in its thread
     pid = os.fork()
     if pid == 0:
-        os._exit(0)  # the runner: starts at once
-    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
-    assert build.ready.wait(60) and build.built is not None, "the fork started no build"
+        os._exit(0 if build.ready.is_set() else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the fork did not wait for the build"
+    assert build.built is not None, "nothing was built"
     api = runner.in_process_api_server()
     assert api is build.built and runner.in_process_api_server() is api
     # as TriggerRunnerSupervisor.make_client makes it
     client = Client(base_url=None, token="", dry_run=True, transport=api.transport)
     client.base_url = "http://in-process.invalid./"
     assert client.get("health/ping").status_code == 200
-
-
-def test_without_a_fork_the_first_request_builds_it_and_waits():
-    made: list[str] = []
-
-    class Api:  # an API that answers 503 to everything
-        transport = httpx.MockTransport(lambda request: httpx.Response(503))
-
-    def airflows_own() -> object:
-        made.append("built")
-        return Api()
-
-    runner = SimpleNamespace(in_process_api_server=airflows_own)
-    build = build_ahead(runner)
-    assert build is not None and not made
-    # its build fails (503), and Airflow's own is made at first use
-    assert isinstance(runner.in_process_api_server(), Api)
-    assert build.ready.is_set() and made == ["built", "built"]
 
 
 def test_a_failed_build_leaves_airflows_own_at_first_use():
@@ -85,9 +63,8 @@ def test_a_failed_build_leaves_airflows_own_at_first_use():
 
     runner = SimpleNamespace(in_process_api_server=airflows_own)
     build = build_ahead(runner)
-    assert build is not None
-    build.start()  # as after the runner's fork
-    assert build.ready.wait(10) and build.built is None
+    assert build is not None and build.ready.wait(10)
+    assert build.built is None
     assert runner.in_process_api_server() == "built at first use"
 
 

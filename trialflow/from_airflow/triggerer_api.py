@@ -11,15 +11,12 @@ supervisor: every trigger of the triggerer stops. Measured in bench/thousand.py:
 first ask of task states, "Triggerer's async thread was blocked for 5.00 seconds", no trial
 started or ended for 4 s (bench/RESULTS.md). A triggerer restarted mid-run pays it again.
 
-Here the API is built in a thread of the supervisor's process as soon as it has forked its
-trigger runner, with one request through it, and Airflow's ``in_process_api_server`` then hands
-out that instance: a trigger's first request finds it ready, or waits for the rest of a build
-under way (never longer than Airflow's own build). The runner is not kept waiting for it: a
-first version made the fork wait for the build, and every private Airflow's triggerer then ran
-nothing for the 12-30 s the build took beside the other components' start (the tests' `trialflow
-run` cases twice as long). The seam is Airflow's private module function, so it lives here
-alone; an Airflow without it gets nothing done and keeps its own behaviour (a test fails where
-the seam moved).
+Here the API is built in a thread of the supervisor's process as it starts, with one request
+through it, and Airflow's ``in_process_api_server`` then hands out that instance: the first
+trigger's request finds it ready. The seam is Airflow's private module function, so it lives
+here alone; an Airflow without it gets nothing done and keeps its own behaviour (a test fails
+where the seam moved). Before the supervisor forks its trigger runner, the fork waits for the
+build to end (a bounded wait): no thread of ours is half-way through an import in the child.
 """
 
 from __future__ import annotations
@@ -44,38 +41,21 @@ _started = False
 
 
 class AheadBuild:
-    """One build of the API in a thread, and the ``in_process_api_server`` that hands it out.
-
-    The thread starts right after the process forks its trigger runner (Airflow's supervisor
-    forks it as it starts): the runner starts at once, and no thread of ours is half-way through
-    an import in it. A fork after that waits for a build under way. Where no fork comes, the
-    first request starts the build and waits for it, as Airflow's own build at first use."""
+    """One build of the API in a thread, and the ``in_process_api_server`` that hands it out."""
 
     def __init__(self, make: Callable[[], Any]):
         self.make = make
         self.ready = threading.Event()
         self.built: Any = None
-        self._started = False
-        self._lock = threading.Lock()
-
-    def start_after_fork(self) -> None:
-        os.register_at_fork(before=self._before_fork, after_in_parent=self.start)
-
-    def _before_fork(self) -> None:
-        if self._started:
-            self.ready.wait(READY_WAIT_SECONDS)
 
     def start(self) -> None:
-        with self._lock:
-            if self._started:
-                return
-            self._started = True
+        ready = self.ready  # the fork handler waits for this build's end, whatever comes later
+        os.register_at_fork(before=lambda: ready.wait(READY_WAIT_SECONDS))
         threading.Thread(target=self._build, name="trialflow-execution-api", daemon=True).start()
 
     def in_process_api_server(self) -> Any:
-        """The API built ahead (waiting for a build under way; starting it where none did);
-        Airflow's own where the build failed or took too long."""
-        self.start()
+        """The API built at start (waiting for it if the build is under way); Airflow's own
+        where the build failed or took too long."""
         self.ready.wait(READY_WAIT_SECONDS)
         return self.built if self.built is not None else self.make()
 
@@ -127,5 +107,5 @@ def build_ahead(runner_module: Any) -> AheadBuild | None:
         return None
     build = AheadBuild(original)
     runner_module.in_process_api_server = build.in_process_api_server
-    build.start_after_fork()
+    build.start()
     return build
