@@ -51,9 +51,7 @@ def get_provider_info() -> dict[str, Any]:
                         "description": (
                             "Import trialflow's core (Optuna, the experiment store, the config models) in every "
                             "Airflow component as it starts, so the task processes forked from them inherit it "
-                            "instead of importing it per trial task; in the triggerer it also builds Airflow's "
-                            "in-process execution API as it starts (built at a trigger's first request instead, it "
-                            "stops every trigger for seconds). Needs [core] lazy_load_plugins = False. "
+                            "instead of importing it per trial task. Needs [core] lazy_load_plugins = False. "
                             "`trialflow run` turns it on."
                         ),
                         "version_added": "0.1.0",

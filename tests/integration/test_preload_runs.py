@@ -33,12 +33,3 @@ def test_a_task_process_inherits_the_preloaded_core(harness):
         "trialflow.lifecycle.trial_lifecycle": True,
         "trialflow.store.experiment_store": True,
     }
-
-
-def test_the_triggerer_built_its_execution_api_as_it_started(harness):
-    """trialflow.from_airflow.triggerer_api, under the real triggerer: its supervisor built the
-    in-process execution API in the plugin's thread, before any trigger asked (at a trigger's
-    first request it would stop every trigger for seconds)."""
-    log = (harness.airflow.home / "logs" / "triggerer.log").read_text(errors="replace")
-    assert "the triggerer's execution API was built ahead in" in log, log[-3000:]
-    assert "was not built ahead" not in log

@@ -76,22 +76,12 @@ def preload_core() -> bool:
     starts) and this option on, a trial task no longer imports Optuna, SQLAlchemy's ORM and
     the config models itself (~0.5 s of CPU each, bench/RESULTS.md), and the forked tasks
     share those pages instead of each holding a copy. Off by default: it adds that import to
-    every Airflow component's start. ``trialflow run`` turns it on.
-
-    In the triggerer it also builds Airflow's in-process execution API ahead, in a thread
-    (trialflow.from_airflow.triggerer_api: built at a trigger's first request instead, it
-    stops every trigger for seconds)."""
+    every Airflow component's start. ``trialflow run`` turns it on."""
     from airflow.configuration import conf
 
     if not conf.getboolean("trialflow", "preload_core", fallback=False):
         return False
     import importlib
-    import sys
-
-    from trialflow.from_airflow import triggerer_api
-
-    if triggerer_api.in_triggerer(sys.argv):
-        triggerer_api.prepare_in_background()
 
     import sqlalchemy.orm
 
