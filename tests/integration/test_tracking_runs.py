@@ -27,11 +27,12 @@ from trialflow import trial as nni
 
 p = nni.get_next_parameter()
 seq = int(os.environ["NNI_TRIAL_SEQ_ID"])
+added = p["x"] == 0.9  # the trial a person added: the best, whichever index it got
 for step in range(4):
     nni.report_intermediate_result(round(p["x"] * (step + 1) / 4, 6))
-    if seq == 3 and step == 1:
+    if seq == 3 and step == 1 and not added:
         sys.exit(1)  # fails after two steps
-if seq == 2:
+if seq == 2 and not added:
     time.sleep(120)  # stopped early by maxTrialDuration
 # what its start told it: a start gives it only when MLflow made the run within its budget
 pathlib.Path(MARKS, str(seq)).write_text(os.environ.get("MLFLOW_RUN_ID", ""))
@@ -92,8 +93,14 @@ def test_an_experiment_becomes_a_parent_and_nested_runs(harness: Harness, mlflow
     rows = store.trial_rows(experiment_id)
     by_status = {r.trial_index: r.status for r in rows}
     assert [r.data.tags["trialflow.status"] for r in trials] == [by_status[i] for i in range(6)]
-    assert by_status[2] == "EARLY_STOPPED" and by_status[3] == "FAILED"
-    assert [r.data.tags["trialflow.origin"] for r in trials].count("added by hand") == 1
+    # the person's trial takes the next index when it is added, usually before the first asks;
+    # under load the run's first two asks came first (seen once in a full run): then it is 2 or 3
+    added = [
+        int(r.data.tags["trialflow.trial_index"]) for r in trials if r.data.tags["trialflow.origin"] == "added by hand"
+    ]
+    assert len(added) == 1 and by_status[added[0]] == "SUCCEEDED"
+    assert by_status[2] == ("SUCCEEDED" if added == [2] else "EARLY_STOPPED")
+    assert by_status[3] == ("SUCCEEDED" if added == [3] else "FAILED")
     untracked_starts: list[int] = []
     for trial in trials:
         index = int(trial.data.tags["trialflow.trial_index"])
@@ -108,7 +115,7 @@ def test_an_experiment_becomes_a_parent_and_nested_runs(harness: Harness, mlflow
         assert f"dag_id={dag_id}" in tags["trialflow.page"] and f"map_index={map_index}" in tags["trialflow.page"]
         steps = [(m.step, m.value) for m in client.get_metric_history(trial.info.run_id, "intermediate")]
         x = float(trial.data.params["x"])
-        expected = [(s, round(x * (s + 1) / 4, 6)) for s in range(2 if index == 3 else 4)]
+        expected = [(s, round(x * (s + 1) / 4, 6)) for s in range(2 if by_status[index] == "FAILED" else 4)]
         assert sorted(steps) == expected, (index, steps)
         if by_status[index] == "SUCCEEDED":
             assert trial.data.metrics["final"] == pytest.approx(x)
