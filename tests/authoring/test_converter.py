@@ -110,3 +110,23 @@ def test_auto_starts_in_the_triggerer_unless_the_experiment_needs_a_worker(
     task = DagSerialization.from_dict(DagSerialization.to_dict(dag)).get_task("trial")
     assert task.start_from_trigger is (place == "triggerer")
     assert f"- trial tasks start in the {place}: " in dag.doc_md
+
+
+def test_an_authors_triggerer_start_that_fills_the_capacity_says_so_in_the_dags_doc(tmp_path, monkeypatch):
+    """start_trials_in='triggerer' is the author's word, kept; where the run's trial tasks fill
+    the deployment's triggerer capacity, the DAG's doc says what waits for a place."""
+    import sys
+
+    from trialflow.dag import experiment_dag
+
+    (tmp_path / "config.yml").write_text(
+        "searchSpace: {x: {_type: uniform, _value: [0, 1]}}\n"
+        f"trialCommand: {sys.executable} -c pass\ntrialConcurrency: 2\nmaxTrialNumber: 30\n"
+        "tuner: {name: Random}\ntrainingService: {platform: local}\n"
+    )
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__CAPACITY", "30")
+    dag = experiment_dag(str(tmp_path / "config.yml"), dag_id="d_full", start_trials_in="triggerer")
+    assert "- trial tasks start in the triggerer: start_trials_in='triggerer'; its 30 trial tasks fill" in dag.doc_md
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__CAPACITY", "31")
+    dag = experiment_dag(str(tmp_path / "config.yml"), dag_id="d_room", start_trials_in="triggerer")
+    assert "- trial tasks start in the triggerer: start_trials_in='triggerer'\n" in dag.doc_md

@@ -55,16 +55,15 @@ def choose(
     if requested == "worker":
         return StartPlace("worker", "start_trials_in='worker'")
     if requested == "triggerer":
+        said = "start_trials_in='triggerer'"
         if trial_tasks >= triggerer_capacity:
-            # Measured (bench/thousand.py, 1,000 at a capacity of 1,000): the run's watch got no
+            # Seen (bench/thousand.py, 1,000 at a capacity of 1,000): the run's watch got no
             # place until trials had ended, so nothing reconciled the run in the meantime.
-            return StartPlace(
-                "triggerer",
-                f"start_trials_in='triggerer'; its {trial_tasks} trial tasks fill the triggerer's capacity "
-                f"({triggerer_capacity}): the run's watch and other DAGs' deferred tasks wait for a place "
-                "until trials end (raise [triggerer] capacity)",
+            said += (
+                f"; its {trial_tasks} trial tasks fill the triggerer's capacity ({triggerer_capacity}): the run's "
+                "watch and other DAGs' deferred tasks wait for a place until trials end (raise [triggerer] capacity)"
             )
-        return StartPlace("triggerer", "start_trials_in='triggerer'")
+        return StartPlace("triggerer", said)
     if queue is not None:
         return StartPlace("worker", f"local trials start on the host that serves queue {queue!r}")
     if ask_fits_model:
